@@ -1,0 +1,34 @@
+# Tessera — the two entry points are `make demo` and `make test`; both install what they need.
+SWIFT ?= swift
+BUILD_FLAGS ?=
+
+.PHONY: all setup build demo test unit-test e2e-test bench clean
+
+all: build
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	$(SWIFT) build $(BUILD_FLAGS)
+
+## Runs tesserad on a private socket with the embedded SoftHSM2 token, then enrolls and authenticates a
+## passkey through the CLI and verifies both with an independent WebAuthn library.
+demo: build
+	@scripts/demo.sh
+
+## Every test: Swift unit/integration tests, then end-to-end tests of the real daemon (pytest).
+test: build
+	@scripts/test.sh
+
+unit-test: build
+	$(SWIFT) test $(BUILD_FLAGS)
+
+e2e-test: build
+	.venv/bin/python -m pytest -q Tests/e2e
+
+bench: setup
+	@scripts/bench.sh
+
+clean:
+	rm -rf .build .venv

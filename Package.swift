@@ -1,0 +1,120 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+/// Tessera: hardware-backed passkeys and ICAO 9303 document reading, served by `tesserad` over a Unix socket.
+/// Layering (imports point downwards only): executables → TesseraDaemon → RPC / services → devices → protocols → C shims.
+let strict: [SwiftSetting] = []
+
+let package = Package(
+    name: "Tessera",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "tesserad", targets: ["tesserad"]),
+        .executable(name: "tessera", targets: ["tessera"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        // MARK: C libraries (thin system-library shims; only device/crypto wrapper modules import them)
+        // pcsc-lite's pkg-config file adds -pthread, which SwiftPM rejects with a warning: the include path is
+        // given to the one module that imports it instead (see the PCSC target).
+        .systemLibrary(name: "CPCSCLite", path: "Sources/C/CPCSCLite", providers: [.apt(["libpcsclite-dev"])]),
+        .systemLibrary(name: "CPKCS11", path: "Sources/C/CPKCS11", pkgConfig: "p11-kit-1",
+                       providers: [.apt(["libp11-kit-dev"])]),
+        .systemLibrary(name: "CNFC", path: "Sources/C/CNFC", pkgConfig: "libnfc",
+                       providers: [.apt(["libnfc-dev"])]),
+        .systemLibrary(name: "CLibCrypto", path: "Sources/C/CLibCrypto", pkgConfig: "libcrypto",
+                       providers: [.apt(["libssl-dev"])]),
+
+        /// Small POSIX helpers Swift cannot express without raw pointers (sd_notify).
+        .target(name: "CSystemShims", path: "Sources/C/CSystemShims"),
+
+        // MARK: Foundations and pure protocols (no I/O)
+        .target(name: "TesseraCore", swiftSettings: strict),
+        .target(name: "CBOR", dependencies: ["TesseraCore"], swiftSettings: strict),
+        .target(name: "WebAuthn", dependencies: [
+            "TesseraCore", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
+        ], swiftSettings: strict),
+        .target(name: "APDU", dependencies: ["TesseraCore"], swiftSettings: strict),
+        .target(name: "MRZ", dependencies: ["TesseraCore"], swiftSettings: strict),
+        .target(name: "CryptoPrimitives", dependencies: [
+            "TesseraCore", "CLibCrypto", .product(name: "Crypto", package: "swift-crypto"),
+        ], swiftSettings: strict),
+        .target(name: "ICAO", dependencies: [
+            "TesseraCore", "APDU", "MRZ", "CryptoPrimitives",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "X509", package: "swift-certificates"),
+        ], swiftSettings: strict),
+
+        // MARK: Devices and storage (I/O at the edges)
+        .target(name: "PKCS11", dependencies: ["TesseraCore", "CPKCS11"], swiftSettings: strict),
+        .target(name: "PCSC", dependencies: ["TesseraCore", "APDU", "CPCSCLite"],
+                swiftSettings: strict + [.unsafeFlags(["-Xcc", "-I/usr/include/PCSC"])]),
+        .target(name: "VPCD", dependencies: [
+            "TesseraCore", "APDU",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+        ], swiftSettings: strict),
+        .target(name: "Emulation", dependencies: [
+            "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "X509", package: "swift-certificates"),
+        ], swiftSettings: strict),
+        .target(name: "CredentialStore", dependencies: [
+            "TesseraCore", .product(name: "GRDB", package: "GRDB.swift"),
+        ], swiftSettings: strict),
+
+        // MARK: Services
+        .target(name: "Passkeys", dependencies: [
+            "TesseraCore", "WebAuthn", "PKCS11", "CredentialStore",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "Logging", package: "swift-log"),
+        ], swiftSettings: strict),
+
+        // MARK: Socket
+        .target(name: "RPC", dependencies: [
+            "TesseraCore",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+        ], swiftSettings: strict),
+
+        // MARK: Daemon wiring and executables
+        .target(name: "TesseraDaemon", dependencies: [
+            "TesseraCore", "RPC", "CSystemShims", "WebAuthn", "Passkeys", "PKCS11", "CredentialStore", "MRZ",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ], swiftSettings: strict),
+        .executableTarget(name: "tesserad", dependencies: [
+            "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ], swiftSettings: strict),
+        .executableTarget(name: "tessera", dependencies: [
+            "TesseraCore", "RPC", "MRZ", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ], swiftSettings: strict),
+
+        // MARK: Tests
+        /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
+        .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"], swiftSettings: strict),
+        .testTarget(name: "CBORTests", dependencies: ["CBOR"]),
+        .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "CBOR"]),
+        .testTarget(name: "APDUTests", dependencies: ["APDU"]),
+        .testTarget(name: "MRZTests", dependencies: ["MRZ"]),
+        .testTarget(name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ"]),
+        .testTarget(name: "PKCS11Tests", dependencies: ["PKCS11", "TesseraTestSupport"]),
+        .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore"]),
+        .testTarget(name: "RPCTests", dependencies: ["RPC", "TesseraCore"]),
+        .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),
+        .testTarget(name: "EmulationTests", dependencies: ["Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

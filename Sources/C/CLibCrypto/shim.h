@@ -1,0 +1,14 @@
+#include <openssl/evp.h>
+#include <openssl/ec.h>
+#include <openssl/bn.h>
+#include <openssl/cmac.h>
+#include <openssl/core_names.h>
+#include <openssl/param_build.h>
+#include <openssl/provider.h>
+#include <openssl/rsa.h>
+#include <openssl/x509.h>
+#include <openssl/objects.h>
+#include <openssl/err.h>
+#include <openssl/dh.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>

@@ -1,0 +1,4 @@
+#include <stdint.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <nfc/nfc.h>

@@ -1,0 +1,2 @@
+#include <winscard.h>
+#include <reader.h>

@@ -1,0 +1,46 @@
+#include "CSystemShims.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <pwd.h>
+#include <grp.h>
+
+int tessera_sd_notify(const char *state) {
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (path == NULL || path[0] == '\0') return 0;
+    size_t len = strlen(path);
+    struct sockaddr_un addr;
+    if (len >= sizeof(addr.sun_path)) return -ENAMETOOLONG;
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    memcpy(addr.sun_path, path, len);
+    if (path[0] == '@') addr.sun_path[0] = '\0';
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    ssize_t sent = sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&addr,
+                          (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len));
+    int result = sent < 0 ? -errno : 0;
+    close(fd);
+    return result;
+}
+
+int tessera_lookup_uid(const char *name, uint32_t *uid) {
+    struct passwd pw, *result = NULL;
+    char buf[4096];
+    if (getpwnam_r(name, &pw, buf, sizeof(buf), &result) != 0 || result == NULL) return -1;
+    *uid = (uint32_t)pw.pw_uid;
+    return 0;
+}
+
+int tessera_lookup_gid(const char *name, uint32_t *gid) {
+    struct group gr, *result = NULL;
+    char buf[16384];
+    if (getgrnam_r(name, &gr, buf, sizeof(buf), &result) != 0 || result == NULL) return -1;
+    *gid = (uint32_t)gr.gr_gid;
+    return 0;
+}

@@ -1,0 +1,50 @@
+import Foundation
+import GRDB
+import TesseraCore
+
+/// The daemon's SQLite database (WAL, synchronous=FULL) with its migrations. Other stores share it.
+public final class TesseraDatabase: Sendable {
+    public let writer: DatabasePool
+
+    /// Opens (creating if needed) `path` and applies every migration.
+    public init(path: String) throws(TesseraError) {
+        var config = Configuration()
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            try db.execute(sql: "PRAGMA foreign_keys = ON")
+        }
+        do {
+            writer = try DatabasePool(path: path, configuration: config)
+            try Self.migrator.migrate(writer)
+        } catch {
+            throw TesseraError(.storageError, "cannot open database \(path): \(error)")
+        }
+    }
+
+    static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1-credentials") { db in
+            try db.create(table: "credential") { t in
+                t.column("credentialId", .blob).primaryKey()
+                t.column("rpId", .text).notNull().indexed()
+                t.column("userId", .blob).notNull()
+                t.column("userName", .text).notNull()
+                t.column("userDisplayName", .text).notNull()
+                t.column("tokenId", .text).notNull()
+                t.column("backend", .text).notNull()
+                t.column("keyHandle", .blob).notNull()
+                t.column("publicKey", .blob).notNull()
+                t.column("counterReserved", .integer).notNull().defaults(to: 0)
+                t.column("createdAt", .datetime).notNull()
+                t.column("lastUsedAt", .datetime)
+            }
+            try db.create(index: "credential_rp_user", on: "credential", columns: ["rpId", "userId"])
+        }
+        return m
+    }
+}
+
+func storageError(_ error: any Error) -> TesseraError {
+    if let e = error as? TesseraError { return e }
+    return TesseraError(.storageError, "database: \(error)")
+}

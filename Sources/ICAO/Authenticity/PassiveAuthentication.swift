@@ -1,0 +1,181 @@
+import CryptoPrimitives
+import Foundation
+import TesseraCore
+
+/// The outcome of passive authentication, each check reported on its own.
+public struct PassiveAuthenticationResult: Sendable, Equatable {
+    /// valid: everything checks out to a trust anchor. unverified: the SOD signature and hashes are right but no
+    /// trust anchor matched (or none was configured). invalid: any check failed.
+    public enum Status: String, Sendable { case valid, invalid, unverified }
+    public enum SignatureCheck: String, Sendable {
+        case valid, invalid
+        /// The document signer certificate is neither in the SOD nor found otherwise.
+        case signerNotFound
+        /// An algorithm or key type this implementation does not support.
+        case unsupported
+        /// The SOD could not be parsed.
+        case notChecked
+    }
+    public enum ChainCheck: String, Sendable {
+        case valid, invalid, noTrustAnchor, notChecked
+    }
+    /// Validity of the document signer and CSCA certificates at the reference date. Informational unless
+    /// `PassiveAuthentication.Options.enforceValidityPeriod` is set: an expired document signer is normal
+    /// on documents issued years ago.
+    public enum ValidityCheck: String, Sendable { case valid, expired, notYetValid, notChecked }
+    public enum HashCheck: String, Sendable {
+        case valid, invalid
+        /// Listed in the SOD but not read (e.g. DG3/DG4 without EAC).
+        case notRead
+        /// Read from the chip but absent from the SOD (counts as invalid).
+        case notInSecurityObject
+    }
+
+    public var status: Status
+    public var signature: SignatureCheck
+    public var certificateChain: ChainCheck
+    public var certificateValidity: ValidityCheck
+    public var dataGroupHashes: [Int: HashCheck]
+    /// Why the status is not `valid` (first problem found), or a note such as an expired certificate.
+    public var reason: String?
+    /// Subject of the document signer and the matched CSCA.
+    public var documentSigner: String?
+    public var trustAnchor: String?
+
+    /// {"status", "signature", "certificateChain", "certificateValidity", "dataGroupHashes": {"DG1": "valid"}, "reason"}.
+    public var json: JSONValue {
+        var hashes = [String: JSONValue]()
+        for (n, h) in dataGroupHashes { hashes["DG\(n)"] = .string(h.rawValue) }
+        var o: [String: JSONValue] = [
+            "status": .string(status.rawValue), "signature": .string(signature.rawValue),
+            "certificateChain": .string(certificateChain.rawValue),
+            "certificateValidity": .string(certificateValidity.rawValue),
+            "dataGroupHashes": .object(hashes), "reason": reason.map(JSONValue.string) ?? .null,
+        ]
+        if let documentSigner { o["documentSigner"] = .string(documentSigner) }
+        if let trustAnchor { o["trustAnchor"] = .string(trustAnchor) }
+        return .object(o)
+    }
+}
+
+/// Passive authentication (Doc 9303 Part 11 §5.1, Part 12): SOD signature, document signer chain to a CSCA,
+/// and data group hashes.
+public enum PassiveAuthentication {
+    public struct Options: Sendable {
+        /// Date for certificate validity; default now.
+        public var referenceDate: Date
+        /// When true, a document signer or CSCA outside its validity period makes the chain invalid.
+        public var enforceValidityPeriod: Bool
+        public init(referenceDate: Date = Date(), enforceValidityPeriod: Bool = false) {
+            self.referenceDate = referenceDate
+            self.enforceValidityPeriod = enforceValidityPeriod
+        }
+    }
+
+    /// Checks EF.SOD against the data groups read (`dataGroups`: number → complete file bytes).
+    /// Never throws: a malformed SOD yields status invalid with the reason.
+    public static func verify(sod: [UInt8], dataGroups: [Int: [UInt8]], trustStore: CSCATrustStore?,
+                              options: Options = Options()) -> PassiveAuthenticationResult {
+        var result = PassiveAuthenticationResult(status: .invalid, signature: .notChecked, certificateChain: .notChecked,
+                                                 certificateValidity: .notChecked, dataGroupHashes: [:])
+        let so: SecurityObject
+        do { so = try SecurityObject(parsing: sod) } catch {
+            result.reason = "EF.SOD unusable: \(error.message)"
+            return result
+        }
+        var problems = [String]()
+        var notes = [String]()
+
+        // Data group hashes.
+        for (n, expected) in so.dataGroupHashes {
+            guard let bytes = dataGroups[n] else { result.dataGroupHashes[n] = .notRead; continue }
+            let actual = try? Signatures.digest(so.hashAlgorithm, bytes)
+            result.dataGroupHashes[n] = actual == expected ? .valid : .invalid
+            if actual != expected { problems.append("DG\(n) hash does not match the SOD") }
+        }
+        for n in dataGroups.keys where so.dataGroupHashes[n] == nil {
+            result.dataGroupHashes[n] = .notInSecurityObject
+            problems.append("DG\(n) is not covered by the SOD")
+        }
+
+        // SOD signature.
+        var signerCert: ParsedCertificate?
+        if let signer = so.signedData.signerInfos.first {
+            signerCert = so.signedData.certificate(for: signer)
+            if let cert = signerCert {
+                result.documentSigner = cert.subjectDescription
+                switch so.signedData.verify(signer, signerKey: cert.subjectPublicKeyInfo) {
+                case .valid: result.signature = .valid
+                case .invalid(let why): result.signature = .invalid; problems.append("SOD signature: \(why)")
+                case .unsupported(let why): result.signature = .unsupported; problems.append("SOD signature: \(why)")
+                }
+            } else {
+                result.signature = .signerNotFound
+                problems.append("document signer certificate not in the SOD")
+            }
+        } else {
+            result.signature = .invalid
+            problems.append("SOD has no SignerInfo")
+        }
+
+        // Chain to a CSCA.
+        var unanchored = false
+        if let ds = signerCert {
+            result.certificateValidity = validity(ds, at: options.referenceDate)
+            if let ku = ds.keyUsage, ku & ParsedCertificate.digitalSignature == 0 {
+                result.certificateChain = .invalid
+                problems.append("document signer certificate lacks digitalSignature key usage")
+            } else {
+                let candidates = trustStore?.candidates(forIssuerOf: ds) ?? []
+                if candidates.isEmpty {
+                    result.certificateChain = .noTrustAnchor
+                    unanchored = true
+                } else if let csca = candidates.first(where: { (try? ds.isSigned(by: $0)) == true }) {
+                    result.trustAnchor = csca.subjectDescription
+                    if let ku = csca.keyUsage, ku & ParsedCertificate.keyCertSign == 0 {
+                        result.certificateChain = .invalid
+                        problems.append("CSCA certificate lacks keyCertSign key usage")
+                    } else if csca.isCA == false {
+                        result.certificateChain = .invalid
+                        problems.append("CSCA certificate is not a CA")
+                    } else {
+                        result.certificateChain = .valid
+                    }
+                    let cv = validity(csca, at: options.referenceDate)
+                    if result.certificateValidity == .valid { result.certificateValidity = cv }
+                } else {
+                    result.certificateChain = .invalid
+                    problems.append("document signer certificate is not signed by any matching CSCA")
+                }
+            }
+            if result.certificateValidity != .valid {
+                let text = "a certificate in the chain is \(result.certificateValidity.rawValue) at the reference date"
+                if options.enforceValidityPeriod {
+                    if result.certificateChain == .valid { result.certificateChain = .invalid }
+                    problems.append(text)
+                } else {
+                    notes.append(text)
+                }
+            }
+        }
+
+        if !problems.isEmpty {
+            result.status = .invalid
+            result.reason = problems.joined(separator: "; ")
+        } else if unanchored {
+            result.status = .unverified
+            result.reason = (["no trusted CSCA matches the document signer (issuer \(signerCert?.issuerDescription ?? "?"))"]
+                + notes).joined(separator: "; ")
+        } else {
+            result.status = .valid
+            result.reason = notes.isEmpty ? nil : notes.joined(separator: "; ")
+        }
+        return result
+    }
+
+    static func validity(_ c: ParsedCertificate, at date: Date) -> PassiveAuthenticationResult.ValidityCheck {
+        if date < c.notBefore { return .notYetValid }
+        if date > c.notAfter { return .expired }
+        return .valid
+    }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import TesseraCore
+
+/// Small DER helpers shared by the LDS, SOD and issuance code.
+enum ASN1 {
+    // Universal tags.
+    static let boolean: UInt32 = 0x01, integer: UInt32 = 0x02, bitString: UInt32 = 0x03, octetString: UInt32 = 0x04
+    static let null: UInt32 = 0x05, oid: UInt32 = 0x06, utf8String: UInt32 = 0x0C, printableString: UInt32 = 0x13
+    static let utcTime: UInt32 = 0x17, generalizedTime: UInt32 = 0x18, sequence: UInt32 = 0x30, set: UInt32 = 0x31
+
+    /// Decodes an OBJECT IDENTIFIER value into dotted form.
+    static func decodeOID(_ value: [UInt8]) throws(TesseraError) -> String {
+        guard !value.isEmpty, value.count <= 64, value.last! & 0x80 == 0 else {
+            throw TesseraError(.malformedData, "bad OBJECT IDENTIFIER")
+        }
+        var arcs = [UInt64]()
+        var acc: UInt64 = 0
+        for b in value {
+            guard acc < (1 << 56) else { throw TesseraError(.malformedData, "OID arc too large") }
+            acc = acc << 7 | UInt64(b & 0x7F)
+            if b & 0x80 == 0 { arcs.append(acc); acc = 0 }
+        }
+        let first = arcs[0]
+        let head: [UInt64] = first < 40 ? [0, first] : (first < 80 ? [1, first - 40] : [2, first - 80])
+        return (head + arcs.dropFirst()).map(String.init).joined(separator: ".")
+    }
+
+    static func encodeOIDValue(_ dotted: String) -> [UInt8] {
+        let arcs = dotted.split(separator: ".").compactMap { UInt64($0) }
+        precondition(arcs.count >= 2, "bad OID literal \(dotted)")
+        var out = [UInt8]()
+        func base128(_ v: UInt64) {
+            var chunk = [UInt8(v & 0x7F)]
+            var rest = v >> 7
+            while rest > 0 { chunk.insert(UInt8(rest & 0x7F) | 0x80, at: 0); rest >>= 7 }
+            out += chunk
+        }
+        base128(arcs[0] * 40 + arcs[1])
+        for a in arcs.dropFirst(2) { base128(a) }
+        return out
+    }
+
+    static func expect(_ tlv: TLV, _ tag: UInt32, _ what: String) throws(TesseraError) {
+        guard tlv.tag == tag else {
+            throw TesseraError(.malformedData, "\(what): expected tag \(BERTLV.tagHex(tag)), found \(BERTLV.tagHex(tlv.tag))")
+        }
+    }
+
+    static func oidValue(_ tlv: TLV) throws(TesseraError) -> String {
+        try expect(tlv, oid, "OBJECT IDENTIFIER")
+        return try decodeOID(tlv.value)
+    }
+
+    /// A small non-negative INTEGER.
+    static func smallInt(_ tlv: TLV) throws(TesseraError) -> Int {
+        try expect(tlv, integer, "INTEGER")
+        guard !tlv.value.isEmpty, tlv.value.count <= 4, tlv.value[0] & 0x80 == 0 else {
+            throw TesseraError(.malformedData, "INTEGER out of range")
+        }
+        return tlv.value.reduce(0) { $0 << 8 | Int($1) }
+    }
+
+    /// UTCTime or GeneralizedTime (Z form) to a Date.
+    static func time(_ tlv: TLV) throws(TesseraError) -> Date {
+        let text = String(decoding: tlv.value, as: UTF8.self)
+        var digits = text
+        guard digits.hasSuffix("Z") else { throw TesseraError(.malformedData, "time without Z") }
+        digits.removeLast()
+        let full: String
+        switch tlv.tag {
+        case utcTime:
+            guard digits.count == 12 || digits.count == 10, let yy = Int(digits.prefix(2)) else {
+                throw TesseraError(.malformedData, "bad UTCTime")
+            }
+            full = String(yy >= 50 ? 1900 + yy : 2000 + yy) + digits.dropFirst(2) + (digits.count == 10 ? "00" : "")
+        case generalizedTime:
+            guard digits.count == 14 else { throw TesseraError(.malformedData, "bad GeneralizedTime") }
+            full = digits
+        default:
+            throw TesseraError(.malformedData, "not a time")
+        }
+        guard full.count == 14, full.allSatisfy(\.isASCII), full.allSatisfy(\.isNumber) else {
+            throw TesseraError(.malformedData, "bad time")
+        }
+        let n = Array(full.utf8).map { Int($0) - 48 }
+        func num(_ r: Range<Int>) -> Int { n[r].reduce(0) { $0 * 10 + $1 } }
+        var c = DateComponents()
+        c.year = num(0..<4); c.month = num(4..<6); c.day = num(6..<8)
+        c.hour = num(8..<10); c.minute = num(10..<12); c.second = num(12..<14)
+        var cal = Calendar(identifier: .gregorian)
+        cal.timeZone = TimeZone(identifier: "UTC")!
+        guard let d = cal.date(from: c) else { throw TesseraError(.malformedData, "bad time") }
+        return d
+    }
+
+    // MARK: Building
+
+    static func node(_ tag: UInt32, _ content: [UInt8]) -> [UInt8] { BERTLV.encode(tag: tag, value: content) }
+    static func seq(_ parts: [[UInt8]]) -> [UInt8] { node(sequence, parts.flatMap { $0 }) }
+    /// A DER SET OF: elements sorted by their encodings.
+    static func setOf(_ parts: [[UInt8]]) -> [UInt8] {
+        node(set, parts.sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 })
+    }
+    static func oid(_ dotted: String) -> [UInt8] { node(oid, encodeOIDValue(dotted)) }
+    static func octets(_ bytes: [UInt8]) -> [UInt8] { node(octetString, bytes) }
+    static func int(_ v: Int) -> [UInt8] {
+        var bytes = [UInt8]()
+        var x = v
+        repeat { bytes.insert(UInt8(x & 0xFF), at: 0); x >>= 8 } while x > 0
+        if bytes[0] & 0x80 != 0 { bytes.insert(0, at: 0) }
+        return node(integer, bytes)
+    }
+    /// An INTEGER from unsigned big-endian magnitude bytes.
+    static func unsignedInt(_ magnitude: [UInt8]) -> [UInt8] {
+        var v = Array(magnitude.drop(while: { $0 == 0 }))
+        if v.isEmpty || v[0] & 0x80 != 0 { v.insert(0, at: 0) }
+        return node(integer, v)
+    }
+    static func explicit(_ n: UInt32, _ content: [UInt8]) -> [UInt8] { node(0xA0 | n, content) }
+    static func x509Time(_ date: Date) -> [UInt8] {
+        var cal = Calendar(identifier: .gregorian)
+        cal.timeZone = TimeZone(identifier: "UTC")!
+        let c = cal.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+        func two(_ v: Int?) -> String { let s = String(v ?? 0); return s.count < 2 ? "0" + s : s }
+        let year = c.year ?? 2000
+        let body = two(c.month) + two(c.day) + two(c.hour) + two(c.minute) + two(c.second) + "Z"
+        if (1950..<2050).contains(year) {
+            return node(utcTime, Array((two(year % 100) + body).utf8))
+        }
+        return node(generalizedTime, Array((String(year) + body).utf8))
+    }
+}

@@ -1,0 +1,61 @@
+import Foundation
+
+/// A value guarded by a lock; the body never suspends.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
+
+/// A FIFO mutual-exclusion lock for async code that holds it across suspension points.
+final class AsyncLock: Sendable {
+    private struct State {
+        var held = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = Locked(State())
+
+    func withLock<T, E: Error>(_ body: () async throws(E) -> T) async throws(E) -> T {
+        await acquire()
+        do {
+            let value = try await body()
+            release()
+            return value
+        } catch {
+            release()
+            throw error
+        }
+    }
+
+    private func acquire() async {
+        let acquired = state.withLock { s -> Bool in
+            if s.held { return false }
+            s.held = true
+            return true
+        }
+        if acquired { return }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if !s.held { s.held = true; return true }
+                s.waiters.append(c)
+                return false
+            }
+            if now { c.resume() }
+        }
+    }
+
+    private func release() {
+        let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            if s.waiters.isEmpty { s.held = false; return nil }
+            return s.waiters.removeFirst()
+        }
+        next?.resume()
+    }
+}

@@ -1,0 +1,166 @@
+import CPKCS11
+import Foundation
+import TesseraCore
+
+/// Loads PKCS#11 modules through p11-kit and hands out their tokens.
+///
+/// Each token keeps its own bounded session pool whose blocking C_* calls run on dedicated threads,
+/// never on Swift's cooperative pool. Call `finalize()` before the process exits.
+public final class PKCS11Provider: Sendable {
+    /// Session pool sizing.
+    public struct Configuration: Sendable {
+        /// Sessions per token for every token; nil picks by slot kind (below). Always capped by `ulMaxSessionCount`.
+        public var sessionsPerToken: Int?
+        /// Default for `CKF_HW_SLOT` / `CKF_REMOVABLE_DEVICE` slots (smart cards serialise anyway).
+        public var hardwareSessions: Int
+        /// Default for other slots (e.g. SoftHSM2).
+        public var softwareSessions: Int
+
+        public init(sessionsPerToken: Int? = nil, hardwareSessions: Int = 1, softwareSessions: Int = 8) {
+            self.sessionsPerToken = sessionsPerToken
+            self.hardwareSessions = hardwareSessions
+            self.softwareSessions = softwareSessions
+        }
+    }
+
+    private final class LoadedList: @unchecked Sendable {
+        let pointer: UnsafeMutablePointer<UnsafeMutablePointer<CK_FUNCTION_LIST>?>?
+        init(_ pointer: UnsafeMutablePointer<UnsafeMutablePointer<CK_FUNCTION_LIST>?>?) { self.pointer = pointer }
+    }
+
+    private struct State {
+        var tokens: [String: PKCS11Token] = [:]
+        var finalized = false
+    }
+
+    public let configuration: Configuration
+    private let modules: [Module]
+    private let registryList: LoadedList
+    private let state = Locked(State())
+
+    /// `modulePaths == nil`: every module p11-kit is configured with (`p11_kit_modules_load_and_initialize`);
+    /// otherwise exactly those modules (`p11_kit_module_load` + `p11_kit_module_initialize`).
+    /// Throws `TOKEN_ERROR` when a listed module cannot be loaded or initialised.
+    public init(modulePaths: [String]?, configuration: Configuration = Configuration()) throws(TesseraError) {
+        self.configuration = configuration
+        guard let paths = modulePaths else {
+            guard let list = p11_kit_modules_load_and_initialize(0) else {
+                throw TesseraError(.tokenError, "p11-kit could not load its configured modules: \(Self.p11KitMessage())")
+            }
+            var loaded: [Module] = []
+            var i = 0
+            while let m = list[i] {
+                loaded.append(Module(pointer: m, fallbackPath: nil))
+                i += 1
+            }
+            modules = loaded
+            registryList = LoadedList(list)
+            return
+        }
+        var loaded: [Module] = []
+        for path in paths {
+            guard let m = p11_kit_module_load(path, 0) else {
+                Self.release(loaded)
+                throw TesseraError(.tokenError, "cannot load PKCS#11 module \(path): \(Self.p11KitMessage())",
+                                   details: ["modulePath": .string(path)])
+            }
+            let rv = p11_kit_module_initialize(m)
+            guard rv == CKR_OK else {
+                p11_kit_module_release(m)
+                Self.release(loaded)
+                throw TesseraError(.tokenError, "cannot initialise PKCS#11 module \(path): \(ReturnValue.name(rv))",
+                                   details: ["modulePath": .string(path), "ckr": .string(ReturnValue.name(rv))])
+            }
+            loaded.append(Module(pointer: m, fallbackPath: path))
+        }
+        modules = loaded
+        registryList = LoadedList(nil)
+    }
+
+    deinit { finalize() }
+
+    /// p11-kit names (or file names) of the loaded modules.
+    public var moduleNames: [String] { modules.map(\.name) }
+
+    /// Re-enumerates the slots that hold a token, skipping modules and slots that error.
+    /// A token seen before is returned as the same instance (its slot number updated).
+    public func tokens() -> [PKCS11Token] {
+        if state.withLock({ $0.finalized }) { return [] }
+        var result: [PKCS11Token] = []
+        var seen = Set<String>()
+        for module in modules {
+            for slot in module.slotsWithToken() {
+                guard let slotInfo = module.slotInfo(slot), case .success(let tokenInfo) = module.tokenInfo(slot) else {
+                    continue
+                }
+                let info = TokenInfo(token: tokenInfo, slot: slotInfo, module: module)
+                var id = TokenInfo.stableID(moduleFileName: module.fileName, manufacturer: info.manufacturer,
+                                            model: info.model, serial: info.serial, label: info.label)
+                if seen.contains(id) {
+                    id = TokenInfo.stableID(moduleFileName: module.fileName, manufacturer: info.manufacturer,
+                                            model: info.model, serial: info.serial, label: info.label,
+                                            disambiguator: "slot \(slot)")
+                }
+                seen.insert(id)
+                let sessions = sessionCount(for: info)
+                let token = state.withLock { s -> PKCS11Token? in
+                    if s.finalized { return nil }
+                    if let existing = s.tokens[id] {
+                        existing.update(slot: slot, info: info)
+                        return existing
+                    }
+                    let created = PKCS11Token(id: id, module: module, slot: slot, info: info, sessions: sessions)
+                    s.tokens[id] = created
+                    return created
+                }
+                if let token { result.append(token) }
+            }
+        }
+        return result
+    }
+
+    /// `tokens()` run on a separate thread, for callers on the cooperative pool.
+    public func tokensAsync() async -> [PKCS11Token] {
+        await withCheckedContinuation { (c: CheckedContinuation<[PKCS11Token], Never>) in
+            let thread = Thread { [self] in c.resume(returning: self.tokens()) }
+            thread.name = "tessera.p11.enumerate"
+            thread.start()
+        }
+    }
+
+    /// Stops every session thread (closing sessions) and finalises the modules. Idempotent; later calls fail with
+    /// `SHUTTING_DOWN`.
+    public func finalize() {
+        let tokens = state.withLock { s -> [PKCS11Token]? in
+            if s.finalized { return nil }
+            s.finalized = true
+            return Array(s.tokens.values)
+        }
+        guard let tokens else { return }
+        tokens.forEach { $0.shutdown() }
+        if let list = registryList.pointer {
+            p11_kit_modules_finalize_and_release(list)
+        } else {
+            Self.release(modules)
+        }
+    }
+
+    private func sessionCount(for info: TokenInfo) -> Int {
+        let hardware = info.flags.isHardwareSlot || info.flags.isRemovableDevice
+        var n = configuration.sessionsPerToken ?? (hardware ? configuration.hardwareSessions : configuration.softwareSessions)
+        if let limit = info.maxSessionCount { n = min(n, limit) }
+        return max(1, n)
+    }
+
+    private static func release(_ modules: [Module]) {
+        for m in modules {
+            _ = p11_kit_module_finalize(m.pointer)
+            p11_kit_module_release(m.pointer)
+        }
+    }
+
+    private static func p11KitMessage() -> String {
+        guard let m = p11_kit_message() else { return "no details" }
+        return String(cString: m)
+    }
+}

@@ -1,0 +1,252 @@
+import Crypto
+import CredentialStore
+import Foundation
+import Logging
+import TesseraCore
+import WebAuthn
+
+/// Enrolls and authenticates passkeys whose private keys stay on hardware tokens.
+public final class PasskeyService: Sendable {
+    private let keyStores: [any KeyStore]
+    private let store: CredentialStore
+    private let counters: SignCounterAllocator
+    private let logger: Logger
+
+    public init(keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024) {
+        self.keyStores = keyStores
+        self.store = store
+        self.counters = SignCounterAllocator(store: store, blockSize: counterBlock)
+        self.logger = logger
+    }
+
+    /// All tokens present now, across backends.
+    public func tokens() async -> [any KeyStoreToken] {
+        var all: [any KeyStoreToken] = []
+        for ks in keyStores { all += await ks.tokens() }
+        return all
+    }
+
+    func token(id: String) async -> (any KeyStoreToken)? {
+        await tokens().first { $0.id == id }
+    }
+
+    // MARK: enroll
+
+    /// What `passkey.enroll` asks for.
+    public struct EnrollRequest: Sendable {
+        public var rpId: String
+        public var userId: [UInt8]
+        public var userName: String
+        public var userDisplayName: String
+        public var challenge: [UInt8]
+        public var origin: String?
+        public var excludeCredentials: [[UInt8]]
+        public var tokenId: String?
+        public var pin: String?
+        public var attestation: Attestation
+        public var userVerification: UserVerification
+
+        public init(rpId: String, userId: [UInt8], userName: String, userDisplayName: String, challenge: [UInt8],
+                    origin: String? = nil, excludeCredentials: [[UInt8]] = [], tokenId: String? = nil,
+                    pin: String? = nil, attestation: Attestation = .none, userVerification: UserVerification = .preferred) {
+            self.rpId = rpId; self.userId = userId; self.userName = userName; self.userDisplayName = userDisplayName
+            self.challenge = challenge; self.origin = origin; self.excludeCredentials = excludeCredentials
+            self.tokenId = tokenId; self.pin = pin; self.attestation = attestation
+            self.userVerification = userVerification
+        }
+    }
+
+    public enum Attestation: String, Sendable { case none, packed }
+    public enum UserVerification: String, Sendable { case required, preferred, discouraged }
+
+    public struct EnrollResult: Sendable {
+        public var credentialId: [UInt8]
+        public var attestationObject: [UInt8]
+        public var clientDataJSON: [UInt8]
+        public var authenticatorData: [UInt8]
+        public var publicKey: [UInt8]
+        public var tokenId: String
+        public var userVerified: Bool
+    }
+
+    public func enroll(_ r: EnrollRequest) async throws(TesseraError) -> EnrollResult {
+        try Self.validate(rpId: r.rpId)
+        guard (1...64).contains(r.userId.count) else { throw .invalidInput("user.id must be 1 to 64 bytes") }
+        guard !r.challenge.isEmpty, r.challenge.count <= 1024 else { throw .invalidInput("challenge must be 1 to 1024 bytes") }
+        for excluded in r.excludeCredentials {
+            if let rec = try await store.credential(id: excluded), rec.rpId == r.rpId {
+                throw TesseraError(.credentialExcluded, "a credential in excludeCredentials already exists on token \(rec.tokenId)")
+            }
+        }
+        let token = try await chooseToken(r.tokenId)
+        let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification)
+
+        let credentialId = Self.random(32)
+        let keyHandle = Self.random(16)
+        let point = try await token.generateP256Key(handle: keyHandle, label: "tessera:\(Base64URL.encode(credentialId))")
+        guard point.count == 65, point[0] == 0x04 else {
+            try? await token.deleteKey(handle: keyHandle)
+            throw TesseraError(.tokenError, "token returned a malformed public key")
+        }
+        let cose = COSEKey.ec2P256(x: Array(point[1...32]), y: Array(point[33...64]))
+        var flags: AuthenticatorFlags = [.userPresent, .attestedCredentialData]
+        if verified { flags.insert(.userVerified) }
+        let authData = AuthenticatorData(
+            rpId: r.rpId, flags: flags, signCount: 0,
+            attestedCredential: AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose)
+        ).encoded
+        let clientData = CollectedClientData(type: .create, challenge: r.challenge,
+                                             origin: r.origin ?? "https://\(r.rpId)").json
+        let attestationObject: [UInt8]
+        do {
+            switch r.attestation {
+            case .none:
+                attestationObject = AttestationObject.none(authData: authData)
+            case .packed:
+                let raw = try await token.signP256(handle: keyHandle, message: WebAuthnSigning.dataToSign(
+                    authenticatorData: authData, clientDataJSON: clientData))
+                attestationObject = AttestationObject.packedSelf(authData: authData, signatureDER: try ECDSASignature.derFromRaw(raw))
+            }
+            try await store.insert(CredentialRecord(
+                credentialId: Data(credentialId), rpId: r.rpId, userId: Data(r.userId), userName: r.userName,
+                userDisplayName: r.userDisplayName, tokenId: token.id, backend: token.backend,
+                keyHandle: Data(keyHandle), publicKey: Data(cose)))
+        } catch {
+            // Nothing recorded: do not leave an orphan key behind.
+            try? await token.deleteKey(handle: keyHandle)
+            throw error
+        }
+        logger.info("passkey enrolled", metadata: ["rpId": "\(r.rpId)", "token": "\(token.id)", "uv": "\(verified)"])
+        return EnrollResult(credentialId: credentialId, attestationObject: attestationObject, clientDataJSON: clientData,
+                            authenticatorData: authData, publicKey: cose, tokenId: token.id, userVerified: verified)
+    }
+
+    // MARK: authenticate
+
+    public struct AuthenticateRequest: Sendable {
+        public var rpId: String
+        public var challenge: [UInt8]
+        public var allowCredentials: [[UInt8]]
+        public var origin: String?
+        public var pin: String?
+        public var userVerification: UserVerification
+        public init(rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
+                    pin: String? = nil, userVerification: UserVerification = .preferred) {
+            self.rpId = rpId; self.challenge = challenge; self.allowCredentials = allowCredentials
+            self.origin = origin; self.pin = pin; self.userVerification = userVerification
+        }
+    }
+
+    public struct Assertion: Sendable {
+        public var credentialId: [UInt8]
+        public var authenticatorData: [UInt8]
+        public var clientDataJSON: [UInt8]
+        public var signature: [UInt8]
+        public var userHandle: [UInt8]
+        public var signCount: UInt32
+        public var userVerified: Bool
+    }
+
+    public func authenticate(_ r: AuthenticateRequest) async throws(TesseraError) -> Assertion {
+        try Self.validate(rpId: r.rpId)
+        guard !r.allowCredentials.isEmpty else { throw .invalidInput("allowCredentials must not be empty") }
+        guard !r.challenge.isEmpty, r.challenge.count <= 1024 else { throw .invalidInput("challenge must be 1 to 1024 bytes") }
+        var candidates: [CredentialRecord] = []
+        for id in r.allowCredentials {
+            if let rec = try await store.credential(id: id), rec.rpId == r.rpId { candidates.append(rec) }
+        }
+        guard !candidates.isEmpty else {
+            throw TesseraError(.passkeyNotFound, "none of allowCredentials is known for rpId \(r.rpId)")
+        }
+        let present = await tokens()
+        guard let (record, token) = candidates.lazy.compactMap({ rec in
+            present.first(where: { $0.id == rec.tokenId }).map { (rec, $0) }
+        }).first else {
+            throw TesseraError(.tokenNotPresent, "the token holding this passkey (\(candidates[0].tokenId)) is not present")
+        }
+        let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification)
+        let credentialId = [UInt8](record.credentialId)
+        let count = try await counters.next(for: credentialId, persistedCeiling: record.counterReserved)
+        var flags: AuthenticatorFlags = [.userPresent]
+        if verified { flags.insert(.userVerified) }
+        let authData = AuthenticatorData(rpId: r.rpId, flags: flags, signCount: count, attestedCredential: nil).encoded
+        let clientData = CollectedClientData(type: .get, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json
+        let raw = try await token.signP256(handle: [UInt8](record.keyHandle),
+                                           message: WebAuthnSigning.dataToSign(authenticatorData: authData, clientDataJSON: clientData))
+        return Assertion(credentialId: credentialId, authenticatorData: authData, clientDataJSON: clientData,
+                         signature: try ECDSASignature.derFromRaw(raw), userHandle: [UInt8](record.userId),
+                         signCount: count, userVerified: verified)
+    }
+
+    // MARK: credentials
+
+    public func credentials(rpId: String?, userId: [UInt8]?) async throws(TesseraError) -> [CredentialRecord] {
+        try await store.list(rpId: rpId, userId: userId)
+    }
+
+    public func credential(id: [UInt8]) async throws(TesseraError) -> CredentialRecord {
+        guard let rec = try await store.credential(id: id) else {
+            throw TesseraError(.passkeyNotFound, "no credential with this id")
+        }
+        return rec
+    }
+
+    /// Deletes the key on its token, then the metadata. A missing token keeps the metadata and fails clearly.
+    public func delete(id: [UInt8]) async throws(TesseraError) {
+        let rec = try await credential(id: id)
+        guard let token = await token(id: rec.tokenId) else {
+            throw TesseraError(.tokenNotPresent,
+                               "token \(rec.tokenId) holding this passkey is not present; metadata kept, nothing deleted")
+        }
+        do {
+            try await token.deleteKey(handle: [UInt8](rec.keyHandle))
+        } catch where error.code == .passkeyNotFound {
+            logger.warning("key of credential already absent from its token; removing metadata")
+        }
+        try await store.delete(id: id)
+        await counters.forget(id)
+    }
+
+    // MARK: helpers
+
+    private func chooseToken(_ id: String?) async throws(TesseraError) -> any KeyStoreToken {
+        let all = await tokens()
+        if let id {
+            guard let t = all.first(where: { $0.id == id }) else {
+                throw TesseraError(.tokenNotPresent, "token \(id) is not present")
+            }
+            return t
+        }
+        guard let t = all.first else { throw TesseraError(.tokenNotPresent, "no token is present") }
+        return t
+    }
+
+    /// Verifies the PIN when given (UV); otherwise checks the token can sign without one.
+    private func authorize(_ token: any KeyStoreToken, pin: String?, userVerification: UserVerification) async throws(TesseraError) -> Bool {
+        if let pin {
+            guard !pin.isEmpty, pin.utf8.count <= 64 else { throw .invalidInput("pin must be 1 to 64 bytes") }
+            try await token.verifyPIN(pin)
+            return true
+        }
+        if userVerification == .required {
+            throw TesseraError(.pinRequired, "userVerification is required: give the token PIN")
+        }
+        if await token.needsPIN() {
+            throw TesseraError(.pinRequired, "token \(token.id) needs its PIN before it can sign")
+        }
+        return false
+    }
+
+    static func validate(rpId: String) throws(TesseraError) {
+        let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789-.".utf8)
+        guard !rpId.isEmpty, rpId.utf8.count <= 253, rpId.utf8.allSatisfy({ allowed.contains($0) }),
+              !rpId.hasPrefix("."), !rpId.hasSuffix("."), !rpId.contains("..") else {
+            throw .invalidInput("rpId must be a lower-case domain name")
+        }
+    }
+
+    static func random(_ n: Int) -> [UInt8] {
+        var g = SystemRandomNumberGenerator()
+        return (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) }
+    }
+}

@@ -1,0 +1,143 @@
+import NIOCore
+import NIOPosix
+import Synchronization
+import TesseraCore
+
+/// A JSON-RPC client for the daemon's socket: concurrent calls multiplexed by id, notifications as a stream.
+public final class RPCClient: Sendable {
+    private let channel: Channel
+    private let state: Mutex<State>
+    /// Server notifications (progress, events) in arrival order. Ends when the connection closes.
+    public let notifications: AsyncStream<RPCNotification>
+
+    private struct State {
+        var nextID = 1
+        var pending: [Int: CheckedContinuation<JSONValue, any Error>] = [:]
+        var closedError: TesseraError?
+    }
+
+    private init(channel: Channel, notifications: AsyncStream<RPCNotification>) {
+        self.channel = channel
+        self.state = Mutex(State())
+        self.notifications = notifications
+    }
+
+    /// Connects to the daemon at `path`. Throws DAEMON_UNAVAILABLE when nothing listens there.
+    public static func connect(path: String, maxFrameBytes: Int = 64 << 20,
+                               group: MultiThreadedEventLoopGroup = .singleton) async throws(TesseraError) -> RPCClient {
+        let (stream, continuation) = AsyncStream.makeStream(of: RPCNotification.self, bufferingPolicy: .bufferingNewest(4096))
+        let handler = ClientHandler(notifications: continuation)
+        let channel: Channel
+        do {
+            channel = try await ClientBootstrap(group: group)
+                .channelInitializer { ch in
+                    ch.eventLoop.makeCompletedFuture {
+                        try ch.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrameBytes)))
+                        try ch.pipeline.syncOperations.addHandler(handler)
+                    }
+                }
+                .connect(unixDomainSocketPath: path).get()
+        } catch {
+            throw TesseraError(.daemonUnavailable, "cannot connect to tesserad at \(path): \(error)")
+        }
+        let client = RPCClient(channel: channel, notifications: stream)
+        handler.attach(client)
+        return client
+    }
+
+    /// Calls `method` and returns its result; a JSON-RPC error is thrown as the daemon's `TesseraError`.
+    public func call(_ method: String, _ params: JSONValue = .object([:])) async throws(TesseraError) -> JSONValue {
+        do {
+            return try await withCheckedThrowingContinuation { (cont: CheckedContinuation<JSONValue, any Error>) in
+                let id: Int? = state.withLock { s in
+                    if let e = s.closedError { cont.resume(throwing: e); return nil }
+                    let id = s.nextID
+                    s.nextID += 1
+                    s.pending[id] = cont
+                    return id
+                }
+                guard let id else { return }
+                var bytes = RPCWire.request(id: .number(Double(id)), method: method, params: params).serialized()
+                bytes.append(UInt8(ascii: "\n"))
+                channel.writeAndFlush(ByteBuffer(bytes: bytes)).whenFailure { [weak self] error in
+                    self?.fail(id: id, TesseraError(.daemonUnavailable, "write failed: \(error)"))
+                }
+            }
+        } catch let e as TesseraError {
+            throw e
+        } catch {
+            throw TesseraError(.internalError, "\(error)")
+        }
+    }
+
+    /// Sends raw bytes as they are (for tests of framing and malformed input).
+    public func sendRaw(_ bytes: [UInt8]) async throws(TesseraError) {
+        do { try await channel.writeAndFlush(ByteBuffer(bytes: bytes)).get() } catch {
+            throw TesseraError(.daemonUnavailable, "write failed: \(error)")
+        }
+    }
+
+    public func close() async {
+        try? await channel.close().get()
+    }
+
+    /// Completes once the connection is closed (by either side).
+    public func waitClosed() async {
+        try? await channel.closeFuture.get()
+    }
+
+    fileprivate func resolve(_ message: JSONValue) -> Bool {
+        guard let id = message["id"]?.intValue else { return false }
+        guard let cont = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return true }
+        if let error = message["error"] { cont.resume(throwing: RPCWire.decodeError(error)) }
+        else { cont.resume(returning: message["result"] ?? .null) }
+        return true
+    }
+
+    private func fail(id: Int, _ error: TesseraError) {
+        state.withLock { $0.pending.removeValue(forKey: id) }?.resume(throwing: error)
+    }
+
+    fileprivate func closed(with error: TesseraError) {
+        let pending = state.withLock { s -> [CheckedContinuation<JSONValue, any Error>] in
+            s.closedError = error
+            defer { s.pending = [:] }
+            return Array(s.pending.values)
+        }
+        for p in pending { p.resume(throwing: error) }
+    }
+}
+
+/// Routes inbound frames to pending calls or the notification stream. Event-loop confined.
+private final class ClientHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    private let notifications: AsyncStream<RPCNotification>.Continuation
+    private let client = Mutex<RPCClient?>(nil)
+    /// Responses without an id (e.g. FRAME_TOO_LARGE, PARSE_ERROR) are surfaced as notifications named `rpc.error`.
+    init(notifications: AsyncStream<RPCNotification>.Continuation) { self.notifications = notifications }
+
+    func attach(_ c: RPCClient) { client.withLock { $0 = c } }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        guard let message = try? JSONValue.parse(frame.readableBytesView) else { return }
+        let items = message.arrayValue ?? [message]
+        for item in items {
+            if let method = item["method"]?.stringValue, item["id"] == nil {
+                notifications.yield(RPCNotification(method: method, params: item["params"] ?? .null))
+            } else if client.withLock({ $0 })?.resolve(item) != true, let error = item["error"] {
+                notifications.yield(RPCNotification(method: "rpc.error", params: error))
+            }
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        client.withLock { $0 }?.closed(with: TesseraError(.daemonUnavailable, "connection to tesserad closed"))
+        notifications.finish()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}

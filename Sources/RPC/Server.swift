@@ -1,0 +1,242 @@
+import Logging
+import NIOCore
+import Synchronization
+import NIOPosix
+import TesseraCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Handles the requests of one daemon. Implementations route by `request.method`.
+public protocol RPCDispatcher: Sendable {
+    func handle(_ request: RPCRequest, from connection: RPCConnection) async throws(TesseraError) -> JSONValue
+    /// Called once when a connection closes (e.g. to drop its subscriptions).
+    func connectionClosed(_ connection: RPCConnection) async
+}
+
+extension RPCDispatcher {
+    public func connectionClosed(_ connection: RPCConnection) async {}
+}
+
+/// One connected client: its peer credentials and a way to push notifications to it.
+public final class RPCConnection: Sendable, Hashable {
+    public let id: UInt64
+    public let peer: PeerCredentials
+    private let writer: NIOAsyncChannelOutboundWriter<ByteBuffer>
+
+    init(id: UInt64, peer: PeerCredentials, writer: NIOAsyncChannelOutboundWriter<ByteBuffer>) {
+        self.id = id; self.peer = peer; self.writer = writer
+    }
+
+    /// Sends a notification; silently dropped when the client has gone.
+    public func notify(_ method: String, _ params: JSONValue) async {
+        await send(RPCWire.notification(RPCNotification(method: method, params: params)))
+    }
+
+    func send(_ message: JSONValue) async {
+        var bytes = message.serialized()
+        bytes.append(UInt8(ascii: "\n"))
+        try? await writer.write(ByteBuffer(bytes: bytes))
+    }
+
+    public static func == (a: RPCConnection, b: RPCConnection) -> Bool { a.id == b.id }
+    public func hash(into h: inout Hasher) { h.combine(id) }
+}
+
+/// Where the server listens.
+public enum RPCListenAddress: Sendable {
+    /// Bind a new socket at `path`, with `mode` and optional group ownership.
+    case path(String, mode: UInt32 = 0o660, group: UInt32? = nil)
+    /// A listening socket inherited from systemd (LISTEN_FDS).
+    case inheritedDescriptor(Int32)
+}
+
+/// The JSON-RPC 2.0 server: NDJSON frames over a Unix stream socket, many clients, concurrent requests.
+public final class RPCServer: Sendable {
+    public let maxFrameBytes: Int
+    private let dispatcher: any RPCDispatcher
+    private let logger: Logger
+    private let group: MultiThreadedEventLoopGroup
+    private let state = Mutex(State())
+
+    private struct State {
+        var nextID: UInt64 = 1
+        var listener: Channel?
+        var connections: [UInt64: Channel] = [:]
+        var shuttingDown = false
+    }
+
+    public init(dispatcher: any RPCDispatcher, logger: Logger, maxFrameBytes: Int = 1 << 20,
+                eventLoopGroup: MultiThreadedEventLoopGroup = .singleton) {
+        self.dispatcher = dispatcher
+        self.logger = logger
+        self.maxFrameBytes = maxFrameBytes
+        self.group = eventLoopGroup
+    }
+
+    /// Binds and serves until `shutdown()`; returns once every connection has drained.
+    /// `onListening` runs once the socket accepts connections (e.g. to notify systemd).
+    public func run(on address: RPCListenAddress, onListening: @Sendable () -> Void = {}) async throws(TesseraError) {
+        let server: NIOAsyncChannel<(NIOAsyncChannel<ByteBuffer, ByteBuffer>, PeerCredentials), Never>
+        do {
+            let bootstrap = ServerBootstrap(group: group)
+                .serverChannelOption(.backlog, value: 128)
+                .childChannelOption(.allowRemoteHalfClosure, value: true)
+            let maxFrame = maxFrameBytes
+            let initializer: @Sendable (Channel) -> EventLoopFuture<(NIOAsyncChannel<ByteBuffer, ByteBuffer>, PeerCredentials)> = { channel in
+                channel.eventLoop.makeFutureWithTask {
+                    let peer = try await PeerCredentials.of(channel)
+                    let wrapped = try await channel.eventLoop.submit {
+                        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrame)))
+                        return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                    }.get()
+                    return (wrapped, peer)
+                }
+            }
+            switch address {
+            case .path(let path, let mode, let gid):
+                try SocketPath.prepare(path)
+                server = try await bootstrap.bind(unixDomainSocketPath: path, childChannelInitializer: initializer)
+                try SocketPath.setPermissions(path, mode: mode, group: gid)
+            case .inheritedDescriptor(let fd):
+                server = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
+            }
+        } catch let e as TesseraError {
+            throw e
+        } catch {
+            throw TesseraError(.internalError, "cannot listen: \(error)")
+        }
+        state.withLock { $0.listener = server.channel }
+        if state.withLock({ $0.shuttingDown }) { server.channel.close(promise: nil) }
+        onListening()
+        do {
+            try await server.executeThenClose { inbound in
+                try await withThrowingDiscardingTaskGroup { group in
+                    for try await (connection, peer) in inbound {
+                        group.addTask { await self.serve(connection, peer: peer) }
+                    }
+                }
+            }
+        } catch {
+            logger.warning("listener ended: \(error)")
+        }
+    }
+
+    /// Stops accepting, lets in-flight requests finish and answers them, then closes connections.
+    public func shutdown() {
+        let channels: [Channel] = state.withLock { s in
+            s.shuttingDown = true
+            return (s.listener.map { [$0] } ?? []) + Array(s.connections.values)
+        }
+        for (i, c) in channels.enumerated() {
+            // The listener closes fully; connections stop reading so in-flight requests can still be answered.
+            c.close(mode: i == 0 ? .all : .input, promise: nil)
+        }
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials) async {
+        let channel = connection.channel
+        let id: UInt64 = state.withLock { s in
+            let id = s.nextID
+            s.nextID += 1
+            s.connections[id] = channel
+            return id
+        }
+        if state.withLock({ $0.shuttingDown }) { channel.close(mode: .input, promise: nil) }
+        logger.debug("client connected", metadata: ["conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)"])
+        var rpcConnection: RPCConnection?
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                let conn = RPCConnection(id: id, peer: peer, writer: outbound)
+                rpcConnection = conn
+                try await withThrowingDiscardingTaskGroup { group in
+                    do {
+                        for try await frame in inbound {
+                            let bytes = Array(frame.readableBytesView)
+                            group.addTask { await self.process(bytes, on: conn) }
+                        }
+                    } catch is FrameTooLargeError {
+                        await conn.send(RPCWire.response(id: nil, error: TesseraError(
+                            .frameTooLarge, "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
+                    } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel {
+                        // Shutdown closed our input: answer what is in flight, then close.
+                    }
+                }
+            }
+        } catch {
+            logger.debug("connection \(id) ended: \(error)")
+        }
+        if let rpcConnection { await dispatcher.connectionClosed(rpcConnection) }
+        _ = state.withLock { $0.connections.removeValue(forKey: id) }
+        logger.debug("client disconnected", metadata: ["conn": "\(id)"])
+    }
+
+    private func process(_ frame: [UInt8], on conn: RPCConnection) async {
+        if frame.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { return }
+        let value: JSONValue
+        do { value = try JSONValue.parse(frame) } catch {
+            await conn.send(RPCWire.response(id: nil, error: error))
+            return
+        }
+        if case .array(let batch) = value {
+            guard !batch.isEmpty else {
+                await conn.send(RPCWire.response(id: nil, error: TesseraError(.invalidRequest, "empty batch")))
+                return
+            }
+            var responses: [JSONValue] = []
+            for item in batch { if let r = await answer(item, on: conn) { responses.append(r) } }
+            if !responses.isEmpty { await conn.send(.array(responses)) }
+            return
+        }
+        if let r = await answer(value, on: conn) { await conn.send(r) }
+    }
+
+    private func answer(_ value: JSONValue, on conn: RPCConnection) async -> JSONValue? {
+        let request: RPCRequest
+        do { request = try RPCWire.parseRequest(value) } catch {
+            return RPCWire.response(id: value["id"], error: error)
+        }
+        do {
+            let result = try await dispatcher.handle(request, from: conn)
+            return request.isNotification ? nil : RPCWire.response(id: request.id, result: result)
+        } catch {
+            if error.code == .internalError {
+                logger.error("\(request.method) failed: \(error.message)")
+            }
+            return request.isNotification ? nil : RPCWire.response(id: request.id, error: error)
+        }
+    }
+}
+
+/// Socket-file housekeeping: replace a stale socket, refuse a live one.
+enum SocketPath {
+    static func prepare(_ path: String) throws(TesseraError) {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return }
+        guard (st.st_mode & S_IFMT) == S_IFSOCK else {
+            throw TesseraError(.invalidInput, "\(path) exists and is not a socket; refusing to replace it")
+        }
+        if isServed(path) {
+            throw TesseraError(.invalidInput, "another instance is already serving \(path)")
+        }
+        unlink(path)
+    }
+
+    /// Whether something accepts connections at `path`.
+    static func isServed(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        guard let address = try? SocketAddress(unixDomainSocketPath: path) else { return false }
+        return address.withSockAddr { sa, len in connect(fd, sa, socklen_t(len)) == 0 }
+    }
+
+    static func setPermissions(_ path: String, mode: UInt32, group: UInt32?) throws(TesseraError) {
+        if let group, chown(path, UInt32.max, group) != 0 {
+            throw TesseraError(.internalError, "cannot give \(path) to group \(group): errno \(errno)")
+        }
+        guard chmod(path, mode_t(mode)) == 0 else {
+            throw TesseraError(.internalError, "cannot chmod \(path): errno \(errno)")
+        }
+    }
+}

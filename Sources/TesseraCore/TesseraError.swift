@@ -1,0 +1,77 @@
+/// The one error type that crosses every layer and the socket unchanged.
+///
+/// `code` is a stable UPPER_SNAKE identifier clients branch on; `message` is for humans;
+/// `retryable` says whether the same request may succeed later without a change by the caller;
+/// `details` carries structured facts (e.g. `retriesLeft`) that clients may show.
+public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var code: Code
+    public var message: String
+    public var retryable: Bool
+    public var details: [String: JSONValue]
+
+    public init(_ code: Code, _ message: String, retryable: Bool? = nil, details: [String: JSONValue] = [:]) {
+        self.code = code
+        self.message = message
+        self.retryable = retryable ?? code.defaultRetryable
+        self.details = details
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+
+    /// A stable error code. New codes are added here and documented in `docs/API.md`.
+    public struct Code: RawRepresentable, Hashable, Sendable, ExpressibleByStringLiteral {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public init(stringLiteral value: String) { self.rawValue = value }
+
+        // Protocol / request
+        public static let parseError: Code = "PARSE_ERROR"
+        public static let invalidRequest: Code = "INVALID_REQUEST"
+        public static let methodNotFound: Code = "METHOD_NOT_FOUND"
+        public static let invalidInput: Code = "INVALID_INPUT"
+        public static let unauthorized: Code = "UNAUTHORIZED"
+        public static let frameTooLarge: Code = "FRAME_TOO_LARGE"
+        public static let internalError: Code = "INTERNAL"
+        public static let shuttingDown: Code = "SHUTTING_DOWN"
+        public static let daemonUnavailable: Code = "DAEMON_UNAVAILABLE"
+        // Tokens and passkeys
+        public static let tokenNotPresent: Code = "TOKEN_NOT_PRESENT"
+        public static let tokenError: Code = "TOKEN_ERROR"
+        public static let tokenRemoved: Code = "TOKEN_REMOVED"
+        public static let cardReset: Code = "CARD_RESET"
+        public static let pinRequired: Code = "PIN_REQUIRED"
+        public static let pinInvalid: Code = "PIN_INVALID"
+        public static let pinLocked: Code = "PIN_LOCKED"
+        public static let passkeyNotFound: Code = "PASSKEY_NOT_FOUND"
+        public static let credentialExcluded: Code = "CREDENTIAL_EXCLUDED"
+        public static let pcscUnavailable: Code = "PCSC_UNAVAILABLE"
+        // Documents and readers
+        public static let noReader: Code = "NO_READER"
+        public static let noCard: Code = "NO_CARD"
+        public static let accessDenied: Code = "ACCESS_DENIED"
+        public static let cardRemoved: Code = "CARD_REMOVED"
+        public static let secureMessagingError: Code = "SECURE_MESSAGING_ERROR"
+        public static let unsupportedProtocol: Code = "UNSUPPORTED_PROTOCOL"
+        public static let malformedData: Code = "MALFORMED_DATA"
+        public static let cardError: Code = "CARD_ERROR"
+        public static let mrzInvalid: Code = "MRZ_INVALID"
+        public static let cryptoError: Code = "CRYPTO_ERROR"
+        public static let storageError: Code = "STORAGE_ERROR"
+
+        /// Whether an error with this code is, by default, worth retrying unchanged.
+        public var defaultRetryable: Bool {
+            switch self {
+            case .tokenNotPresent, .tokenRemoved, .cardReset, .noCard, .cardRemoved, .pcscUnavailable,
+                 .shuttingDown, .noReader:
+                return true
+            default:
+                return false
+            }
+        }
+    }
+}
+
+extension TesseraError {
+    public static func invalidInput(_ message: String) -> TesseraError { TesseraError(.invalidInput, message) }
+    public static func internalError(_ message: String) -> TesseraError { TesseraError(.internalError, message) }
+}

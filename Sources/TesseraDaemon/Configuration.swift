@@ -1,0 +1,64 @@
+import Foundation
+import TesseraCore
+
+/// Command-line options of `tesserad` (the stable contract; see `tesserad --help`).
+public struct DaemonOptions: Sendable {
+    public var socketPath: String?
+    public var stateDir: String
+    public var pkcs11Modules: [String]
+    public var configFile: String?
+    public var cscaPaths: [String]
+    /// Create a SoftHSM2 token in the state dir when no usable hardware token is found.
+    public var embeddedSoftHSM: Bool
+    public var logLevel: String
+
+    public init(socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
+                cscaPaths: [String] = [], embeddedSoftHSM: Bool = true, logLevel: String = "info") {
+        self.socketPath = socketPath; self.stateDir = stateDir; self.pkcs11Modules = pkcs11Modules
+        self.configFile = configFile; self.cscaPaths = cscaPaths; self.embeddedSoftHSM = embeddedSoftHSM
+        self.logLevel = logLevel
+    }
+}
+
+/// The optional JSON configuration file (`--config FILE`); every key is optional. See docs/CONFIG.md.
+public struct ConfigFile: Codable, Sendable {
+    /// Group (name or number) that owns the socket; members may connect.
+    public var socketGroup: String?
+    /// Socket file mode in octal, default "0660".
+    public var socketMode: String?
+    /// PKCS#11 module paths used in addition to `--pkcs11-module`.
+    public var pkcs11Modules: [String]?
+    /// PIN files for unattended software tokens, keyed by token label or token id. Refused for hardware tokens.
+    public var pinFiles: [String: String]?
+    /// Who may do what; see `Policy`.
+    public var policy: PolicyConfig?
+    /// Size of the durably reserved signature-counter block.
+    public var counterBlock: Int?
+    /// Sessions per software token / HSM (smart cards always get one).
+    public var sessionsPerToken: Int?
+
+    public init() {}
+
+    public static func load(_ path: String) throws(TesseraError) -> ConfigFile {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TesseraError(.invalidInput, "cannot read config file \(path)")
+        }
+        do {
+            return try JSONDecoder().decode(ConfigFile.self, from: data)
+        } catch {
+            throw TesseraError(.invalidInput, "config file \(path) is invalid: \(error)")
+        }
+    }
+}
+
+/// `policy` section: for each permission, the uids and gids (numbers or names) allowed.
+public struct PolicyConfig: Codable, Sendable {
+    public var sign: Rule?
+    public var enroll: Rule?
+    public var admin: Rule?
+
+    public struct Rule: Codable, Sendable {
+        public var users: [String]?
+        public var groups: [String]?
+    }
+}

@@ -1,0 +1,89 @@
+import CredentialStore
+import Foundation
+import Logging
+import Passkeys
+import RPC
+import ServiceLifecycle
+import TesseraCore
+
+/// Runs `tesserad`: opens the state dir and database, finds tokens, serves the socket until SIGTERM/SIGINT.
+public enum Daemon {
+    public static let version = "0.1.0"
+
+    public static func run(_ options: DaemonOptions) async throws {
+        var logger = Logger(label: "tesserad") { StreamLogHandler.standardError(label: $0) }
+        logger.logLevel = Logger.Level(rawValue: options.logLevel) ?? .info
+        let started = ContinuousClock.now
+
+        let config = try options.configFile.map { path throws(TesseraError) in try ConfigFile.load(path) } ?? ConfigFile()
+        let policy = try Policy(config.policy)
+        try FileManager.default.createDirectory(atPath: options.stateDir, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let database = try TesseraDatabase(path: options.stateDir + "/tessera.sqlite")
+        let store = CredentialStore(database: database)
+
+        let keyStore = try await PKCS11KeyStore.open(
+            modules: options.pkcs11Modules + (config.pkcs11Modules ?? []),
+            embeddedSoftHSMDir: options.embeddedSoftHSM ? options.stateDir + "/softhsm" : nil,
+            pinFiles: config.pinFiles ?? [:], sessionsPerToken: config.sessionsPerToken, logger: logger)
+        let passkeys = PasskeyService(keyStores: [keyStore], store: store, logger: logger,
+                                      counterBlock: Int64(config.counterBlock ?? 1024))
+
+        let table = MethodTable(policy: policy)
+        table.registerPasskeys(passkeys)
+        table.registerDocuments()
+        table.register("daemon.status", .read) { _, _ in
+            var tokens: [JSONValue] = []
+            for t in await passkeys.tokens() { tokens.append(await t.describe()) }
+            let uptime = ContinuousClock.now - started
+            return ["version": .string(version),
+                    "uptimeSeconds": .number(Double(uptime.components.seconds)),
+                    "pid": .number(Double(getpid())),
+                    "tokens": .array(tokens),
+                    "readers": .array([])]
+        }
+        table.register("daemon.methods", .read) { [methods = table.methods] _, _ in
+            ["methods": .array(methods.map { .string($0) })]
+        }
+
+        let server = RPCServer(dispatcher: table, logger: logger)
+        let address: RPCListenAddress
+        if let fd = Systemd.listenDescriptor() {
+            address = .inheritedDescriptor(fd)
+        } else {
+            let path = options.socketPath ?? (options.stateDir + "/tesserad.sock")
+            var gid: UInt32?
+            if let g = config.socketGroup { gid = try Policy.gid(g) }
+            let mode = config.socketMode.flatMap { UInt32($0, radix: 8) } ?? 0o660
+            address = .path(path, mode: mode, group: gid)
+        }
+        let service = SocketService(server: server, address: address, logger: logger, started: started)
+        let group = ServiceGroup(configuration: .init(
+            services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+        await keyStore.close()
+        logger.info("stopped")
+    }
+}
+
+/// The socket server as a lifecycle service: READY=1 once listening, graceful drain on SIGTERM.
+struct SocketService: Service {
+    let server: RPCServer
+    let address: RPCListenAddress
+    let logger: Logger
+    let started: ContinuousClock.Instant
+
+    func run() async throws {
+        try await withGracefulShutdownHandler {
+            try await server.run(on: address) {
+                let elapsed = ContinuousClock.now - started
+                logger.info("ready", metadata: ["address": "\(address)", "startup": "\(elapsed)"])
+                Systemd.notify("READY=1\nSTATUS=serving")
+            }
+        } onGracefulShutdown: {
+            Systemd.notify("STOPPING=1")
+            logger.info("draining connections")
+            server.shutdown()
+        }
+    }
+}

@@ -1,0 +1,161 @@
+import CredentialStore
+import Foundation
+import MRZ
+import Passkeys
+import RPC
+import TesseraCore
+
+/// The daemon's JSON-RPC method table. Every method and error code is documented in docs/API.md.
+final class MethodTable: RPCDispatcher {
+    typealias Handler = @Sendable (Params, RPCConnection) async throws(TesseraError) -> JSONValue
+    private var handlers: [String: (Permission, Handler)] = [:]
+    let policy: Policy
+
+    init(policy: Policy) { self.policy = policy }
+
+    func register(_ method: String, _ permission: Permission, _ handler: @escaping Handler) {
+        handlers[method] = (permission, handler)
+    }
+
+    var methods: [String] { handlers.keys.sorted() }
+
+    func handle(_ request: RPCRequest, from connection: RPCConnection) async throws(TesseraError) -> JSONValue {
+        guard let (permission, handler) = handlers[request.method] else {
+            throw TesseraError(.methodNotFound, "unknown method '\(request.method)'")
+        }
+        try policy.check(permission, peer: connection.peer)
+        if case .array = request.params { throw .invalidInput("params must be an object (named parameters)") }
+        return try await handler(try Params(request.params), connection)
+    }
+}
+
+// The table is fully built before the server starts and never changes afterwards.
+extension MethodTable: @unchecked Sendable {}
+
+/// JSON views of service results (binary as base64url).
+enum Views {
+    static func credential(_ r: CredentialRecord) -> JSONValue {
+        var o: [String: JSONValue] = [
+            "credentialId": .string(Base64URL.encode(r.credentialId)),
+            "rpId": .string(r.rpId),
+            "user": ["id": .string(Base64URL.encode(r.userId)), "name": .string(r.userName),
+                     "displayName": .string(r.userDisplayName)],
+            "tokenId": .string(r.tokenId),
+            "backend": .string(r.backend),
+            "publicKey": .string(Base64URL.encode(r.publicKey)),
+            "createdAt": .string(iso8601(r.createdAt)),
+        ]
+        if let used = r.lastUsedAt { o["lastUsedAt"] = .string(iso8601(used)) }
+        return .object(o)
+    }
+
+    static func iso8601(_ d: Date) -> String {
+        d.formatted(.iso8601.year().month().day().dateSeparator(.dash).time(includingFractionalSeconds: false)
+            .timeSeparator(.colon).timeZone(separator: .omitted))
+    }
+}
+
+extension MethodTable {
+    /// Registers the passkey and credential methods.
+    func registerPasskeys(_ service: PasskeyService) {
+        register("tokens.list", .read) { _, _ in
+            var list: [JSONValue] = []
+            for t in await service.tokens() { list.append(await t.describe()) }
+            return ["tokens": .array(list)]
+        }
+        register("passkey.enroll", .enroll) { p, _ in
+            let user = try p.object("user")
+            let exclude = try Self.credentialIDs(p.optionalArray("excludeCredentials") ?? [], name: "excludeCredentials")
+            let att = try p.optionalString("attestation") ?? "none"
+            guard let attestation = PasskeyService.Attestation(rawValue: att) else {
+                throw .invalidInput("attestation must be \"none\" or \"packed\"")
+            }
+            let r = try await service.enroll(.init(
+                rpId: p.string("rpId"), userId: user.bytes("id"), userName: user.string("name"),
+                userDisplayName: user.optionalString("displayName") ?? user.string("name"),
+                challenge: p.bytes("challenge"), origin: p.optionalString("origin"), excludeCredentials: exclude,
+                tokenId: p.optionalString("tokenId"), pin: p.optionalString("pin"), attestation: attestation,
+                userVerification: Self.userVerification(p)))
+            return ["credentialId": .string(Base64URL.encode(r.credentialId)),
+                    "attestationObject": .string(Base64URL.encode(r.attestationObject)),
+                    "clientDataJSON": .string(Base64URL.encode(r.clientDataJSON)),
+                    "authenticatorData": .string(Base64URL.encode(r.authenticatorData)),
+                    "publicKey": .string(Base64URL.encode(r.publicKey)),
+                    "tokenId": .string(r.tokenId),
+                    "userVerified": .bool(r.userVerified)]
+        }
+        register("passkey.authenticate", .sign) { p, _ in
+            guard let allow = try p.optionalArray("allowCredentials") else {
+                throw .invalidInput("allowCredentials is required and must not be empty")
+            }
+            let a = try await service.authenticate(.init(
+                rpId: p.string("rpId"), challenge: p.bytes("challenge"),
+                allowCredentials: try Self.credentialIDs(allow, name: "allowCredentials"),
+                origin: p.optionalString("origin"), pin: p.optionalString("pin"),
+                userVerification: Self.userVerification(p)))
+            return ["credentialId": .string(Base64URL.encode(a.credentialId)),
+                    "authenticatorData": .string(Base64URL.encode(a.authenticatorData)),
+                    "clientDataJSON": .string(Base64URL.encode(a.clientDataJSON)),
+                    "signature": .string(Base64URL.encode(a.signature)),
+                    "userHandle": .string(Base64URL.encode(a.userHandle)),
+                    "signCount": .number(Double(a.signCount)),
+                    "userVerified": .bool(a.userVerified)]
+        }
+        register("credentials.list", .read) { p, _ in
+            let list = try await service.credentials(rpId: p.optionalString("rpId"), userId: p.optionalBytes("userId"))
+            return ["credentials": .array(list.map(Views.credential))]
+        }
+        register("credentials.get", .read) { p, _ in
+            Views.credential(try await service.credential(id: p.bytes("credentialId")))
+        }
+        register("credentials.delete", .admin) { p, _ in
+            let id = try p.bytes("credentialId")
+            try await service.delete(id: id)
+            return ["deleted": true, "credentialId": .string(Base64URL.encode(id))]
+        }
+    }
+
+    func registerDocuments() {
+        register("mrz.parse", .read) { p, _ in
+            let mrz = try MRZ.parse(p.string("text"))
+            return Views.mrz(mrz)
+        }
+    }
+
+    /// Accepts credential ids as base64url strings or as {type: "public-key", id} descriptors.
+    static func credentialIDs(_ items: [JSONValue], name: String) throws(TesseraError) -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        for item in items {
+            let text: String?
+            switch item {
+            case .string(let s): text = s
+            case .object(let o): text = o["id"]?.stringValue
+            default: text = nil
+            }
+            guard let text, let bytes = Base64URL.decode(text), !bytes.isEmpty else {
+                throw .invalidInput("\(name) items must be base64url credential ids or {type, id} objects")
+            }
+            out.append(bytes)
+        }
+        return out
+    }
+
+    static func userVerification(_ p: Params) throws(TesseraError) -> PasskeyService.UserVerification {
+        let s = try p.optionalString("userVerification") ?? "preferred"
+        guard let uv = PasskeyService.UserVerification(rawValue: s) else {
+            throw .invalidInput("userVerification must be required, preferred or discouraged")
+        }
+        return uv
+    }
+}
+
+extension Views {
+    /// The `mrz` object of the public contract (dates as printed, YYMMDD) plus the format and full dates.
+    static func mrz(_ m: MRZ) -> JSONValue {
+        var o = m.jsonFields().mapValues { JSONValue.string($0) }
+        o["format"] = .string(m.format.rawValue)
+        if let b = m.birthDate() { o["birthDate"] = .string(b.description) }
+        if let e = m.expiryDate() { o["expiryDate"] = .string(e.description) }
+        return .object(o)
+    }
+}

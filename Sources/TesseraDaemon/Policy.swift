@@ -1,0 +1,79 @@
+import CSystemShims
+import Foundation
+import RPC
+import TesseraCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a method needs from the caller.
+public enum Permission: String, Sendable {
+    /// Status and listing (anyone who can connect to the socket).
+    case read
+    /// Passkey assertions.
+    case sign
+    /// Creating passkeys, reading documents, running enrollments.
+    case enroll
+    /// Deleting credentials and other destructive operations.
+    case admin
+}
+
+/// Decides from SO_PEERCRED (uid, primary and supplementary gids) whether a caller holds a permission.
+/// Root and the daemon's own uid hold every permission. Without a rule, `sign` and `enroll` are open to
+/// every client that can reach the socket (its mode and group are the gate) and `admin` is closed.
+public struct Policy: Sendable {
+    struct Resolved: Sendable { var uids: Set<UInt32>; var gids: Set<UInt32> }
+    private let rules: [Permission: Resolved]
+    private let daemonUID: UInt32
+
+    public init(_ config: PolicyConfig?) throws(TesseraError) {
+        daemonUID = geteuid()
+        var rules: [Permission: Resolved] = [:]
+        func resolve(_ r: PolicyConfig.Rule?) throws(TesseraError) -> Resolved? {
+            guard let r else { return nil }
+            var uids = Set<UInt32>(), gids = Set<UInt32>()
+            for u in r.users ?? [] { uids.insert(try Self.uid(u)) }
+            for g in r.groups ?? [] { gids.insert(try Self.gid(g)) }
+            return Resolved(uids: uids, gids: gids)
+        }
+        rules[.sign] = try resolve(config?.sign)
+        rules[.enroll] = try resolve(config?.enroll)
+        rules[.admin] = try resolve(config?.admin)
+        self.rules = rules
+    }
+
+    public func check(_ permission: Permission, peer: PeerCredentials) throws(TesseraError) {
+        if permission == .read || peer.uid == 0 || peer.uid == daemonUID { return }
+        guard let rule = rules[permission] else {
+            if permission == .admin {
+                throw TesseraError(.unauthorized, "uid \(peer.uid) may not \(permission.rawValue): no admin rule in the policy")
+            }
+            return
+        }
+        if rule.uids.contains(peer.uid) || rule.gids.contains(peer.gid) { return }
+        if !rule.gids.isDisjoint(with: Self.supplementaryGroups(pid: peer.pid)) { return }
+        throw TesseraError(.unauthorized, "uid \(peer.uid) is not allowed to \(permission.rawValue) by the policy")
+    }
+
+    static func supplementaryGroups(pid: Int32) -> Set<UInt32> {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return [] }
+        for line in status.split(separator: "\n") where line.hasPrefix("Groups:") {
+            return Set(line.dropFirst(7).split(separator: " ").compactMap { UInt32($0) })
+        }
+        return []
+    }
+
+    static func uid(_ s: String) throws(TesseraError) -> UInt32 {
+        if let n = UInt32(s) { return n }
+        var uid: UInt32 = 0
+        guard tessera_lookup_uid(s, &uid) == 0 else { throw TesseraError(.invalidInput, "unknown user '\(s)' in policy") }
+        return uid
+    }
+
+    static func gid(_ s: String) throws(TesseraError) -> UInt32 {
+        if let n = UInt32(s) { return n }
+        var gid: UInt32 = 0
+        guard tessera_lookup_gid(s, &gid) == 0 else { throw TesseraError(.invalidInput, "unknown group '\(s)' in policy") }
+        return gid
+    }
+}

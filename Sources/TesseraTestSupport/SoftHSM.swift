@@ -1,0 +1,132 @@
+import Foundation
+import TesseraCore
+
+/// A private SoftHSM2 token directory for tests.
+///
+/// Creating a fixture writes `softhsm2.conf` into a fresh temp dir and sets `SOFTHSM2_CONF` for the whole process
+/// (`setenv`): SoftHSM2 reads it in `C_Initialize`, so create the fixture **before** any PKCS#11 provider
+/// initialises, and keep one fixture per test process (`SoftHSMFixture.shared()`), with suites that use it serialised.
+public final class SoftHSMFixture: Sendable {
+    public static let defaultModulePath = "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so"
+    public static let defaultLabel = "tessera-test"
+    public static let defaultPIN = "123456"
+    public static let defaultSOPIN = "12345678"
+
+    /// The temp directory holding the config and the token store.
+    public let directory: String
+    public let configPath: String
+    public let tokenDirectory: String
+    /// Path of `libsofthsm2.so`, for `PKCS11Provider(modulePaths:)`.
+    public let modulePath: String
+    /// Label and PIN of the token created by `init`.
+    public let label: String
+    public let pin: String
+    public let soPIN: String
+
+    /// Creates the directory and config, sets `SOFTHSM2_CONF`, and initialises one token.
+    /// Throws `INTERNAL` (never skips) when SoftHSM2 or `softhsm2-util` is missing or fails.
+    public init(label: String = SoftHSMFixture.defaultLabel, pin: String = SoftHSMFixture.defaultPIN,
+                soPIN: String = SoftHSMFixture.defaultSOPIN,
+                modulePath: String = SoftHSMFixture.defaultModulePath) throws(TesseraError) {
+        let fm = FileManager.default
+        guard fm.fileExists(atPath: modulePath) else {
+            throw .internalError("SoftHSM2 module not found at \(modulePath); install it with `apt-get install -y softhsm2`")
+        }
+        guard Self.utilityPath() != nil else {
+            throw .internalError("softhsm2-util not found in PATH; install it with `apt-get install -y softhsm2`")
+        }
+        let base = fm.temporaryDirectory.appendingPathComponent("tessera-softhsm-\(UUID().uuidString)")
+        let tokens = base.appendingPathComponent("tokens")
+        do {
+            try fm.createDirectory(at: tokens, withIntermediateDirectories: true)
+        } catch {
+            throw .internalError("cannot create \(tokens.path): \(error)")
+        }
+        let config = base.appendingPathComponent("softhsm2.conf")
+        let text = """
+            directories.tokendir = \(tokens.path)
+            objectstore.backend = file
+            log.level = ERROR
+            slots.removable = false
+
+            """
+        do {
+            try Data(text.utf8).write(to: config)
+        } catch {
+            throw .internalError("cannot write \(config.path): \(error)")
+        }
+        directory = base.path
+        configPath = config.path
+        tokenDirectory = tokens.path
+        self.modulePath = modulePath
+        self.label = label
+        self.pin = pin
+        self.soPIN = soPIN
+        setenv("SOFTHSM2_CONF", config.path, 1)
+        try addToken(label: label, pin: pin, soPIN: soPIN)
+    }
+
+    /// Initialises another token in the next free slot (`softhsm2-util --init-token --free`).
+    /// A running provider sees it on its next `tokens()` call.
+    public func addToken(label: String, pin: String, soPIN: String? = nil) throws(TesseraError) {
+        try runUtility(["--init-token", "--free", "--label", label, "--pin", pin, "--so-pin", soPIN ?? self.soPIN])
+    }
+
+    /// Deletes a token and its objects by label.
+    public func deleteToken(label: String) throws(TesseraError) {
+        try runUtility(["--delete-token", "--token", label])
+    }
+
+    /// Removes the temp directory (the process keeps `SOFTHSM2_CONF` pointing at it).
+    public func removeDirectory() {
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private static let sharedFixture: Result<SoftHSMFixture, TesseraError> = {
+        do throws(TesseraError) { return .success(try SoftHSMFixture()) } catch { return .failure(error) }
+    }()
+
+    /// The process-wide fixture (created on first use with the default label and PINs).
+    public static func shared() throws(TesseraError) -> SoftHSMFixture { try sharedFixture.get() }
+
+    private static func utilityPath() -> String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        for dir in path.split(separator: ":") + ["/usr/bin", "/usr/local/bin"] {
+            let candidate = "\(dir)/softhsm2-util"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return nil
+    }
+
+    private func runUtility(_ arguments: [String]) throws(TesseraError) {
+        guard let tool = Self.utilityPath() else {
+            throw .internalError("softhsm2-util not found in PATH; install it with `apt-get install -y softhsm2`")
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["SOFTHSM2_CONF"] = configPath
+        process.environment = environment
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        do {
+            try process.run()
+        } catch {
+            throw .internalError("cannot run softhsm2-util: \(error)")
+        }
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            let text = String(decoding: data, as: UTF8.self)
+                .replacingOccurrences(of: pinPattern(arguments), with: "***")
+            throw .internalError("softhsm2-util \(arguments.first ?? "") failed (\(process.terminationStatus)): \(text)")
+        }
+    }
+
+    private func pinPattern(_ arguments: [String]) -> String {
+        if let i = arguments.firstIndex(of: "--pin"), i + 1 < arguments.count { return arguments[i + 1] }
+        return "\u{0}"
+    }
+}

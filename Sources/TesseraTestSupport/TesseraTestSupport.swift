@@ -1,0 +1,1 @@
+/// Test harnesses that start real components (SoftHSM2 tokens, a private pcscd with vpcd readers).

@@ -1,0 +1,171 @@
+import ArgumentParser
+import Foundation
+import TesseraCore
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show the daemon's version, uptime, tokens and readers.")
+    @OptionGroup var globals: GlobalOptions
+
+    func run() async throws {
+        try await globals.run("daemon.status", [:]) { r in
+            var lines = ["tesserad \(r["version"]?.stringValue ?? "?") — up \(r["uptimeSeconds"]?.intValue ?? 0)s"]
+            for t in r["tokens"]?.arrayValue ?? [] { lines.append("  token " + Tokens.describe(t)) }
+            for rd in r["readers"]?.arrayValue ?? [] { lines.append("  reader \(rd["name"]?.stringValue ?? "?")") }
+            return lines.joined(separator: "\n")
+        }
+    }
+}
+
+struct Tokens: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List the tokens (PKCS#11 and PIV) the daemon can use.")
+    @OptionGroup var globals: GlobalOptions
+
+    static func describe(_ t: JSONValue) -> String {
+        let flags = (t["flags"]?.objectValue ?? [:]).filter { $0.value.boolValue == true }.keys.sorted()
+        return "\(t["id"]?.stringValue ?? "?")  \(t["label"]?.stringValue ?? "")  [\(t["backend"]?.stringValue ?? "")]"
+            + "  \(t["manufacturer"]?.stringValue ?? "") \(t["model"]?.stringValue ?? "") serial \(t["serial"]?.stringValue ?? "")"
+            + (flags.isEmpty ? "" : "  flags: " + flags.joined(separator: ","))
+    }
+
+    func run() async throws {
+        try await globals.run("tokens.list", [:]) { r in
+            let list = r["tokens"]?.arrayValue ?? []
+            return list.isEmpty ? "no tokens" : list.map(Self.describe).joined(separator: "\n")
+        }
+    }
+}
+
+struct Enroll: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Create a passkey on a token (passkey.enroll).",
+        discussion: "Prints the credential id; with --json the full registration (attestationObject, clientDataJSON, ...).")
+    @OptionGroup var globals: GlobalOptions
+    @Option(name: .customLong("rp-id"), help: "Relying party id (a domain).") var rpId: String
+    @Option(name: .customLong("user-name"), help: "User name.") var userName: String
+    @Option(name: .customLong("display-name"), help: "User display name (default: the user name).") var displayName: String?
+    @Option(name: .customLong("user-id"), help: "User handle, base64url (default: random 16 bytes).") var userId: String?
+    @Option(help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
+    @Option(help: "Origin for clientDataJSON (default: https://<rp-id>).") var origin: String?
+    @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`).") var tokenId: String?
+    @Option(help: "none or packed.") var attestation = "none"
+    @Option(name: .customLong("exclude"), help: "Credential id that must not exist yet (repeatable).") var exclude: [String] = []
+    @OptionGroup var pin: PINOptions
+
+    func run() async throws {
+        var p: [String: JSONValue] = [
+            "rpId": .string(rpId),
+            "user": ["id": .string(try userId ?? Base64URL.encode(randomBytes(16))), "name": .string(userName),
+                     "displayName": .string(displayName ?? userName)],
+            "challenge": .string(challenge ?? Base64URL.encode(randomBytes(32))),
+            "attestation": .string(attestation),
+        ]
+        if let origin { p["origin"] = .string(origin) }
+        if let tokenId { p["tokenId"] = .string(tokenId) }
+        if !exclude.isEmpty { p["excludeCredentials"] = .array(exclude.map { .string($0) }) }
+        if let pin = pin.value() { p["pin"] = .string(pin) }
+        try await globals.run("passkey.enroll", .object(p)) { r in
+            "credential \(r["credentialId"]?.stringValue ?? "?") created on token \(r["tokenId"]?.stringValue ?? "?")"
+                + (r["userVerified"]?.boolValue == true ? " (user verified)" : "")
+        }
+    }
+}
+
+struct Authenticate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Sign an assertion with a passkey (passkey.authenticate).")
+    @OptionGroup var globals: GlobalOptions
+    @Option(name: .customLong("rp-id"), help: "Relying party id.") var rpId: String
+    @Option(name: .customLong("credential"), help: "Allowed credential id, base64url (repeatable, at least one).") var credentials: [String] = []
+    @Option(help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
+    @Option(help: "Origin for clientDataJSON (default: https://<rp-id>).") var origin: String?
+    @Option(name: .customLong("user-verification"), help: "required, preferred or discouraged.") var userVerification = "preferred"
+    @OptionGroup var pin: PINOptions
+
+    func run() async throws {
+        var p: [String: JSONValue] = [
+            "rpId": .string(rpId),
+            "challenge": .string(challenge ?? Base64URL.encode(randomBytes(32))),
+            "allowCredentials": .array(credentials.map { .string($0) }),
+            "userVerification": .string(userVerification),
+        ]
+        if let origin { p["origin"] = .string(origin) }
+        if let pin = pin.value() { p["pin"] = .string(pin) }
+        try await globals.run("passkey.authenticate", .object(p)) { r in
+            "assertion by \(r["credentialId"]?.stringValue ?? "?"), signCount \(r["signCount"]?.intValue ?? -1)"
+                + (r["userVerified"]?.boolValue == true ? " (user verified)" : "")
+        }
+    }
+}
+
+struct Credentials: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List, show or delete passkeys.",
+                                                    subcommands: [List.self, Get.self, Delete.self])
+
+    static func describe(_ c: JSONValue) -> String {
+        "\(c["credentialId"]?.stringValue ?? "?")  \(c["rpId"]?.stringValue ?? "")  user \(c["user"]?["name"]?.stringValue ?? "")"
+            + "  token \(c["tokenId"]?.stringValue ?? "")  created \(c["createdAt"]?.stringValue ?? "")"
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List passkeys (credentials.list).")
+        @OptionGroup var globals: GlobalOptions
+        @Option(name: .customLong("rp-id")) var rpId: String?
+        @Option(name: .customLong("user-id"), help: "User handle, base64url.") var userId: String?
+        func run() async throws {
+            var p: [String: JSONValue] = [:]
+            if let rpId { p["rpId"] = .string(rpId) }
+            if let userId { p["userId"] = .string(userId) }
+            try await globals.run("credentials.list", .object(p)) { r in
+                let list = r["credentials"]?.arrayValue ?? []
+                return list.isEmpty ? "no credentials" : list.map(Credentials.describe).joined(separator: "\n")
+            }
+        }
+    }
+
+    struct Get: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one passkey (credentials.get).")
+        @OptionGroup var globals: GlobalOptions
+        @Argument(help: "Credential id, base64url.") var credentialId: String
+        func run() async throws {
+            try await globals.run("credentials.get", ["credentialId": .string(credentialId)]) { $0.prettyText() }
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete a passkey and its key on the token (credentials.delete).")
+        @OptionGroup var globals: GlobalOptions
+        @Argument(help: "Credential id, base64url.") var credentialId: String
+        func run() async throws {
+            try await globals.run("credentials.delete", ["credentialId": .string(credentialId)]) { _ in "deleted" }
+        }
+    }
+}
+
+struct MRZCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "mrz", abstract: "Machine-readable zone tools.",
+                                                    subcommands: [Parse.self])
+    struct Parse: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Parse and check an MRZ (mrz.parse). Lines as separate arguments, or one argument with newlines.")
+        @OptionGroup var globals: GlobalOptions
+        @Argument(help: "MRZ lines.") var lines: [String]
+        func run() async throws {
+            try await globals.run("mrz.parse", ["text": .string(lines.joined(separator: "\n"))]) { r in
+                let keys = ["format", "documentCode", "issuingState", "documentNumber", "primaryIdentifier",
+                            "secondaryIdentifier", "nationality", "dateOfBirth", "sex", "dateOfExpiry", "optionalData"]
+                return keys.compactMap { k in r[k]?.stringValue.map { "\(k): \($0)" } }.joined(separator: "\n")
+            }
+        }
+    }
+}
+
+struct Call: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Call any method with JSON params and print the JSON result.")
+    @OptionGroup var globals: GlobalOptions
+    @Argument(help: "Method name, e.g. daemon.status.") var method: String
+    @Argument(help: "Params as a JSON object (default {}).") var params: String = "{}"
+    func run() async throws {
+        let p: JSONValue
+        do { p = try JSONValue.parse(Array(params.utf8)) } catch { throw ValidationError("params are not valid JSON") }
+        try await globals.run(method, p) { $0.prettyText() }
+    }
+}

@@ -1,0 +1,84 @@
+import ArgumentParser
+import Foundation
+import RPC
+import TesseraCore
+
+@main
+struct Tessera: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tessera",
+        abstract: "Command-line client of tesserad: passkeys on hardware tokens, documents, lab tools.",
+        discussion: """
+        Every command talks to tesserad over its Unix socket (JSON-RPC 2.0). With --json a command prints the
+        method's JSON result verbatim; otherwise a summary for humans. Errors are printed as
+        "error: CODE: message" and the exit status is 2 for daemon errors, 3 when the daemon is unreachable.
+
+        SOCKET
+          --socket PATH, else $TESSERA_SOCKET, else /run/tesserad/tesserad.sock.
+
+        EXAMPLES
+          tessera status
+          tessera enroll --rp-id example.com --user-name alice --pin 1234
+          tessera authenticate --rp-id example.com --credential <id> --pin 1234
+          tessera credentials list --rp-id example.com
+          tessera mrz parse 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<' 'L898902C36UTO7408122F1204159ZE184226B<<<<<10'
+          tessera call daemon.status '{}'
+        """,
+        subcommands: [Status.self, Tokens.self, Enroll.self, Authenticate.self, Credentials.self, MRZCommand.self,
+                      Call.self])
+}
+
+/// Options every command takes.
+struct GlobalOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("tesserad's socket.", valueName: "PATH"))
+    var socket: String?
+
+    @Flag(name: .long, help: "Print the method's JSON result verbatim.")
+    var json = false
+
+    var socketPath: String {
+        socket ?? ProcessInfo.processInfo.environment["TESSERA_SOCKET"] ?? "/run/tesserad/tesserad.sock"
+    }
+
+    /// Calls one method and prints the result (JSON or the human rendering).
+    func run(_ method: String, _ params: JSONValue, human: (JSONValue) -> String) async throws {
+        let result = try await call(method, params)
+        if json { print(String(decoding: result.serialized(), as: UTF8.self)) } else { print(human(result)) }
+    }
+
+    func call(_ method: String, _ params: JSONValue) async throws -> JSONValue {
+        do {
+            let client = try await RPCClient.connect(path: socketPath)
+            defer { Task { await client.close() } }
+            return try await client.call(method, params)
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+            throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
+        }
+    }
+}
+
+/// Reads a PIN from --pin, or from stdin when --pin-stdin is given (so it stays out of `ps`).
+struct PINOptions: ParsableArguments {
+    @Option(name: .long, help: "Token PIN (verifies the user: sets UV). Prefer --pin-stdin.")
+    var pin: String?
+
+    @Flag(name: .customLong("pin-stdin"), help: "Read the PIN from the first line of standard input.")
+    var pinStdin = false
+
+    func value() -> String? {
+        if let pin { return pin }
+        guard pinStdin, let line = readLine(strippingNewline: true) else { return nil }
+        return line
+    }
+}
+
+func randomBytes(_ n: Int) -> [UInt8] {
+    var g = SystemRandomNumberGenerator()
+    return (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) }
+}
+
+func decodeBase64URL(_ s: String, _ what: String) throws -> [UInt8] {
+    guard let b = Base64URL.decode(s) else { throw ValidationError("\(what) is not base64url") }
+    return b
+}

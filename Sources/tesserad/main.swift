@@ -1,0 +1,66 @@
+import ArgumentParser
+import Foundation
+import TesseraDaemon
+
+@main
+struct Tesserad: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tesserad",
+        abstract: "Tessera daemon: passkeys on hardware tokens and ICAO 9303 document reading over a Unix socket.",
+        discussion: """
+        tesserad runs in the foreground and logs to stderr. It serves JSON-RPC 2.0 (one JSON object per line)
+        on a Unix stream socket: --socket PATH, or the socket passed by systemd (LISTEN_FDS) when socket-activated.
+        It notifies systemd (READY=1) once serving and drains in-flight requests on SIGTERM/SIGINT.
+
+        KEY STORES
+          Without --pkcs11-module, every PKCS#11 module registered with p11-kit is loaded (OpenSC, SoftHSM2,
+          vendor modules). Slots that fail are skipped. Keys are generated on the token and never leave it.
+          When no usable token is found, an embedded SoftHSM2 token is created in STATE_DIR/softhsm with a
+          random PIN kept in STATE_DIR/softhsm/user.pin (disable with --no-embedded-softhsm).
+
+        FILES
+          STATE_DIR/tessera.sqlite   credential metadata and signature counters (SQLite, WAL)
+          STATE_DIR/tesserad.sock    default socket when --socket is not given
+          --config FILE              JSON configuration: socketGroup, socketMode, policy, pinFiles, ...
+                                     (see docs/CONFIG.md)
+
+        EXAMPLES
+          tesserad --socket /run/tesserad/tesserad.sock --state-dir /var/lib/tesserad
+          tesserad --socket /tmp/t.sock --state-dir /tmp/t --pkcs11-module /usr/lib/x86_64-linux-gnu/opensc-pkcs11.so
+        """,
+        version: Daemon.version)
+
+    @Option(name: .long, help: ArgumentHelp("Unix socket to listen on (mode 0660; a stale socket file is replaced).", valueName: "PATH"))
+    var socket: String?
+
+    @Option(name: .customLong("state-dir"), help: ArgumentHelp("Directory for the database and the embedded token (created 0700). Default: $STATE_DIRECTORY or /var/lib/tesserad.", valueName: "DIR"))
+    var stateDir: String?
+
+    @Option(name: .customLong("pkcs11-module"), help: ArgumentHelp("PKCS#11 module to load instead of p11-kit's registry (repeatable).", valueName: "PATH"))
+    var pkcs11Modules: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("JSON configuration file.", valueName: "FILE"))
+    var config: String?
+
+    @Option(name: .long, help: ArgumentHelp("CSCA trust anchors for passive authentication: a certificate file, a directory of them, or an ICAO master list (repeatable).", valueName: "PATH"))
+    var csca: [String] = []
+
+    @Flag(name: .customLong("no-embedded-softhsm"), help: "Never create the embedded SoftHSM2 token.")
+    var noEmbeddedSoftHSM = false
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
+    var logLevel = "info"
+
+    func run() async throws {
+        let state = stateDir ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"] ?? "/var/lib/tesserad"
+        let options = DaemonOptions(socketPath: socket, stateDir: state, pkcs11Modules: pkcs11Modules,
+                                    configFile: config, cscaPaths: csca, embeddedSoftHSM: !noEmbeddedSoftHSM,
+                                    logLevel: logLevel)
+        do {
+            try await Daemon.run(options)
+        } catch {
+            FileHandle.standardError.write(Data("tesserad: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+    }
+}

@@ -1,0 +1,156 @@
+"""Starts real components for end-to-end tests: SoftHSM2 tokens in a temp dir and the real tesserad."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(os.environ.get("TESSERA_BIN_DIR", ROOT / ".build" / "debug"))
+SOFTHSM_MODULE = "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so"
+SPY_MODULE = "/usr/lib/x86_64-linux-gnu/pkcs11/pkcs11-spy.so"
+
+
+def b64u(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unb64u(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class SoftHSM:
+    """A private SoftHSM2 token directory; tokens are created with softhsm2-util."""
+
+    def __init__(self, root: pathlib.Path):
+        self.dir = root / "softhsm"
+        (self.dir / "tokens").mkdir(parents=True, exist_ok=True)
+        self.conf = self.dir / "softhsm2.conf"
+        self.conf.write_text(
+            f"directories.tokendir = {self.dir / 'tokens'}\nobjectstore.backend = file\nlog.level = ERROR\n"
+        )
+        self.env = {"SOFTHSM2_CONF": str(self.conf)}
+
+    def add_token(self, label: str, pin: str = "1234", so_pin: str = "5678") -> None:
+        subprocess.run(
+            ["softhsm2-util", "--init-token", "--free", "--label", label, "--pin", pin, "--so-pin", so_pin],
+            check=True, capture_output=True, env={**os.environ, **self.env},
+        )
+
+    def delete_token(self, label: str) -> None:
+        subprocess.run(["softhsm2-util", "--delete-token", "--token", label], check=True,
+                       capture_output=True, env={**os.environ, **self.env})
+
+
+class RPCError(Exception):
+    def __init__(self, error: dict):
+        super().__init__(f"{error.get('data', {}).get('code')}: {error.get('message')}")
+        self.error = error
+        self.code = error.get("data", {}).get("code")
+        self.data = error.get("data", {})
+
+
+class Client:
+    """A minimal NDJSON JSON-RPC client (independent of the Swift client)."""
+
+    def __init__(self, path: str, timeout: float = 30):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+        self.next_id = 1
+        self.notifications: list[dict] = []
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read_message(self) -> dict | None:
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def call(self, method: str, params: dict | None = None) -> dict:
+        rid = self.next_id
+        self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params or {}}
+        self.send_raw(json.dumps(msg).encode() + b"\n")
+        while True:
+            m = self.read_message()
+            if m is None:
+                raise ConnectionError("daemon closed the connection")
+            if "id" not in m:
+                self.notifications.append(m)
+                continue
+            if m["id"] != rid:
+                continue
+            if "error" in m:
+                raise RPCError(m["error"])
+            return m["result"]
+
+
+class Daemon:
+    """The real tesserad on a temporary socket."""
+
+    def __init__(self, root: pathlib.Path, env: dict, args: list[str] | None = None, name: str = "tesserad"):
+        self.root = root
+        self.socket = str(root / f"{name}.sock")
+        self.state = root / f"{name}-state"
+        self.env = {**os.environ, **env}
+        self.args = args or []
+        self.proc: subprocess.Popen | None = None
+        self.log = root / f"{name}.log"
+
+    def start(self, wait: bool = True) -> "Daemon":
+        cmd = [str(BIN / "tesserad"), "--socket", self.socket, "--state-dir", str(self.state), *self.args]
+        self.logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(cmd, env=self.env, stdout=self.logf, stderr=self.logf)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tesserad exited with {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                c = Client(self.socket, timeout=5)
+                c.call("daemon.status")
+                c.close()
+                return
+            except (FileNotFoundError, ConnectionRefusedError, ConnectionError, socket.timeout, OSError):
+                time.sleep(0.05)
+        raise TimeoutError(f"tesserad not ready:\n{self.log.read_text()}")
+
+    def client(self) -> Client:
+        return Client(self.socket)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode if self.proc else 0
+
+    def kill9(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+def cli(daemon: Daemon, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "tessera"), "--socket", daemon.socket, *args],
+                          input=input, capture_output=True, text=True, check=check, timeout=60)

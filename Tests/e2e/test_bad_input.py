@@ -1,0 +1,196 @@
+"""Bad input gets a stable error code and the daemon keeps serving everyone else."""
+import json
+import os
+import pathlib
+import re
+import socket
+
+import pytest
+
+from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Client, Daemon, RPCError, b64u
+from test_passkeys import RP, authenticate, enroll
+
+
+def error_of(client, method, params):
+    with pytest.raises(RPCError) as e:
+        client.call(method, params)
+    return e.value
+
+
+def test_malformed_json_gets_parse_error_and_connection_survives(daemon):
+    c = daemon.client()
+    c.send_raw(b'{"jsonrpc": "2.0", "id": 1, "method": \n')
+    m = c.read_message()
+    assert m["error"]["code"] == -32700 and m["error"]["data"]["code"] == "PARSE_ERROR"
+    assert m["id"] is None
+    assert "version" in c.call("daemon.status")
+
+
+def test_invalid_request_envelope(daemon):
+    c = daemon.client()
+    c.send_raw(json.dumps({"id": 7, "method": "daemon.status"}).encode() + b"\n")
+    m = c.read_message()
+    assert m["id"] == 7 and m["error"]["data"]["code"] == "INVALID_REQUEST"
+
+
+def test_oversized_frame_is_rejected_and_connection_closed(daemon):
+    c = daemon.client()
+    other = daemon.client()
+    big = b'{"jsonrpc":"2.0","id":1,"method":"daemon.status","params":{"x":"' + b"a" * (1 << 20) + b'"}}\n'
+    try:
+        c.send_raw(big)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    m = c.read_message()
+    assert m is not None and m["error"]["data"]["code"] == "FRAME_TOO_LARGE"
+    assert c.read_message() is None  # closed
+    assert "version" in other.call("daemon.status")
+
+
+def test_frame_just_under_limit_is_accepted(daemon):
+    c = daemon.client()
+    pad = "a" * ((1 << 20) - 200)
+    assert "version" in c.call("daemon.status", {"padding": pad})
+
+
+def test_unknown_method(daemon):
+    e = error_of(daemon.client(), "no.such.method", {})
+    assert e.code == "METHOD_NOT_FOUND" and e.error["code"] == -32601
+
+
+@pytest.mark.parametrize("params", [
+    {"rpId": 5, "challenge": b64u(b"x" * 32), "allowCredentials": [b64u(b"id")]},
+    {"rpId": RP, "challenge": "not base64url!", "allowCredentials": [b64u(b"id")]},
+    {"rpId": RP, "challenge": b64u(b"x" * 32), "allowCredentials": "abc"},
+    {"rpId": RP, "challenge": b64u(b"x" * 32), "allowCredentials": [5]},
+    {"rpId": "Not A Domain", "challenge": b64u(b"x" * 32), "allowCredentials": [b64u(b"id")]},
+])
+def test_wrong_param_types(daemon, params):
+    e = error_of(daemon.client(), "passkey.authenticate", params)
+    assert e.code == "INVALID_INPUT" and e.error["code"] == -32602
+
+
+def test_empty_allow_credentials(daemon):
+    e = error_of(daemon.client(), "passkey.authenticate",
+                 {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": []})
+    assert e.code == "INVALID_INPUT" and not e.data["retryable"]
+
+
+def test_unknown_credential(daemon):
+    c = daemon.client()
+    e = error_of(c, "passkey.authenticate",
+                 {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [b64u(os.urandom(32))]})
+    assert e.code == "PASSKEY_NOT_FOUND"
+
+
+def test_wrong_pin_costs_exactly_one_login_attempt(tmp_path, softhsm):
+    spy_log = tmp_path / "spy.log"
+    env = {**softhsm.env, "PKCS11SPY": SOFTHSM_MODULE, "PKCS11SPY_OUTPUT": str(spy_log)}
+    d = Daemon(tmp_path, env, ["--pkcs11-module", SPY_MODULE, "--no-embedded-softhsm"]).start()
+    try:
+        c = d.client()
+        logins = lambda: len(re.findall(r"^\d+: C_Login$", spy_log.read_text(), re.M))  # noqa: E731
+        before = logins()
+        e = error_of(c, "passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"u"), "name": "u"},
+                                           "challenge": b64u(os.urandom(32)), "pin": "0000"})
+        assert e.code == "PIN_INVALID"
+        assert logins() == before + 1
+        # Requests without a PIN never attempt a login.
+        e = error_of(c, "passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"u"), "name": "u"},
+                                           "challenge": b64u(os.urandom(32))})
+        assert e.code == "PIN_REQUIRED"
+        assert logins() == before + 1
+        reg, _ = enroll(c, pin="1234")
+        assert logins() == before + 2
+        # Logged in: a wrong PIN for user verification is checked against the token once more, not retried.
+        e = error_of(c, "passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)),
+                                                 "allowCredentials": [reg["credentialId"]], "pin": "9999"})
+        assert e.code == "PIN_INVALID"
+        assert logins() == before + 3
+    finally:
+        d.stop()
+
+
+def test_token_absent(tmp_path, softhsm):
+    softhsm.add_token("second", pin="4321")
+    args = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"]
+    d = Daemon(tmp_path, softhsm.env, args).start()
+    c = d.client()
+    tokens = c.call("tokens.list")["tokens"]
+    second = next(t for t in tokens if t["label"] == "second")
+    assert second["backend"] == "pkcs11" and second["present"] is True
+    reg, _ = enroll(c, pin="4321", tokenId=second["id"])
+    assert reg["tokenId"] == second["id"]
+    d.stop()
+    softhsm.delete_token("second")
+    d = Daemon(tmp_path, softhsm.env, args).start()
+    try:
+        c = d.client()
+        e = error_of(c, "passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)),
+                                                 "allowCredentials": [reg["credentialId"]], "pin": "4321"})
+        assert e.code == "TOKEN_NOT_PRESENT" and e.data["retryable"] is True
+        e = error_of(c, "credentials.delete", {"credentialId": reg["credentialId"]})
+        assert e.code == "TOKEN_NOT_PRESENT"
+        assert c.call("credentials.get", {"credentialId": reg["credentialId"]})["tokenId"] == second["id"]
+        e = error_of(c, "passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"u"), "name": "u"},
+                                           "challenge": b64u(os.urandom(32)), "tokenId": second["id"]})
+        assert e.code == "TOKEN_NOT_PRESENT"
+        assert "version" in c.call("daemon.status")
+    finally:
+        d.stop()
+
+
+def test_concurrent_requests_on_one_connection_answered_by_id(daemon):
+    c = daemon.client()
+    reg, _ = enroll(c)
+    n = 20
+    for i in range(n):
+        msg = {"jsonrpc": "2.0", "id": f"r{i}", "method": "passkey.authenticate",
+               "params": {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [reg["credentialId"]]}}
+        c.send_raw(json.dumps(msg).encode() + b"\n")
+    seen = {}
+    while len(seen) < n:
+        m = c.read_message()
+        seen[m["id"]] = m["result"]["signCount"]
+    assert set(seen) == {f"r{i}" for i in range(n)}
+    assert len(set(seen.values())) == n  # every counter distinct
+
+
+def test_unauthorized_by_policy(tmp_path, softhsm):
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"socketMode": "0666", "policy": {"sign": {"users": ["0"]}}}))
+    d = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+                                       "--config", str(config)]).start()
+    try:
+        assert oct(os.stat(d.socket).st_mode & 0o777) == "0o666"
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: become nobody and try
+            os.close(r)
+            try:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                c = Client(d.socket)
+                out = {}
+                for method, params in [("daemon.status", {}), ("credentials.delete", {"credentialId": b64u(b"x")}),
+                                       ("passkey.authenticate", {"rpId": RP, "challenge": b64u(b"c" * 16),
+                                                                 "allowCredentials": [b64u(b"x")]})]:
+                    try:
+                        c.call(method, params)
+                        out[method] = "ok"
+                    except RPCError as e:
+                        out[method] = e.code
+                os.write(w, json.dumps(out).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        data = b""
+        while chunk := os.read(r, 4096):
+            data += chunk
+        os.waitpid(pid, 0)
+        out = json.loads(data)
+        assert out == {"daemon.status": "ok", "credentials.delete": "UNAUTHORIZED",
+                       "passkey.authenticate": "UNAUTHORIZED"}
+    finally:
+        d.stop()

@@ -1,0 +1,137 @@
+"""Passkeys end to end: the real tesserad, a real SoftHSM2 token, independent WebAuthn verifiers."""
+import os
+
+import pytest
+from webauthn.helpers.exceptions import InvalidAuthenticationResponse, InvalidRegistrationResponse
+
+from tessera_harness import RPCError, b64u, unb64u
+from verify import verify_assertion, verify_registration
+
+RP = "example.com"
+ORIGIN = "https://example.com"
+
+
+def enroll(client, pin="1234", attestation="packed", rp=RP, **extra):
+    challenge = os.urandom(32)
+    params = {"rpId": rp, "user": {"id": b64u(b"user-1"), "name": "alice", "displayName": "Alice"},
+              "challenge": b64u(challenge), "attestation": attestation, **extra}
+    if pin is not None:
+        params["pin"] = pin
+    return client.call("passkey.enroll", params), challenge
+
+
+def authenticate(client, cred_id, pin="1234", rp=RP, **extra):
+    challenge = os.urandom(32)
+    params = {"rpId": rp, "challenge": b64u(challenge), "allowCredentials": [cred_id], **extra}
+    if pin is not None:
+        params["pin"] = pin
+    return client.call("passkey.authenticate", params), challenge
+
+
+@pytest.mark.parametrize("attestation", ["packed", "none"])
+def test_enroll_and_authenticate_accepted_by_independent_verifiers(daemon, attestation):
+    c = daemon.client()
+    reg, challenge = enroll(c, attestation=attestation)
+    verified = verify_registration(reg, challenge, RP, ORIGIN, require_uv=True)
+    assert verified.fmt.value == attestation
+    assert verified.sign_count == 0
+    assert unb64u(reg["credentialId"]) == verified.credential_id
+    public_key = verified.credential_public_key
+    assert public_key == unb64u(reg["publicKey"])
+
+    last = 0
+    for _ in range(5):
+        res, ch = authenticate(c, reg["credentialId"])
+        v = verify_assertion(res, ch, RP, ORIGIN, public_key, last, require_uv=True)
+        assert v.new_sign_count > last
+        last = v.new_sign_count
+        assert unb64u(res["userHandle"]) == b"user-1"
+
+
+def test_assertion_tampering_is_rejected(daemon):
+    c = daemon.client()
+    reg, challenge = enroll(c)
+    key = verify_registration(reg, challenge, RP, ORIGIN).credential_public_key
+    res, ch = authenticate(c, reg["credentialId"])
+
+    sig = bytearray(unb64u(res["signature"]))
+    sig[-3] ^= 0x01
+    with pytest.raises(InvalidAuthenticationResponse):
+        verify_assertion({**res, "signature": b64u(bytes(sig))}, ch, RP, ORIGIN, key, 0)
+    with pytest.raises(InvalidAuthenticationResponse):
+        verify_assertion(res, ch, "other.example", ORIGIN, key, 0)
+    with pytest.raises(InvalidAuthenticationResponse):
+        verify_assertion(res, os.urandom(32), RP, ORIGIN, key, 0)
+    with pytest.raises(InvalidRegistrationResponse):
+        verify_registration(reg, os.urandom(32), RP, ORIGIN)
+    # The untampered assertion still verifies.
+    verify_assertion(res, ch, RP, ORIGIN, key, 0)
+
+
+def test_user_verification_flag_only_with_pin(daemon):
+    c = daemon.client()
+    reg, challenge = enroll(c)  # logs the token in with the PIN
+    key = verify_registration(reg, challenge, RP, ORIGIN).credential_public_key
+    res, ch = authenticate(c, reg["credentialId"], pin=None)
+    assert res["userVerified"] is False
+    verify_assertion(res, ch, RP, ORIGIN, key, 0, require_uv=False)
+    with pytest.raises(InvalidAuthenticationResponse):
+        verify_assertion(res, ch, RP, ORIGIN, key, 0, require_uv=True)
+    with pytest.raises(RPCError) as e:
+        authenticate(c, reg["credentialId"], pin=None, userVerification="required")
+    assert e.value.code == "PIN_REQUIRED"
+
+
+def test_pin_required_before_first_login(daemon):
+    c = daemon.client()
+    with pytest.raises(RPCError) as e:
+        enroll(c, pin=None)
+    assert e.value.code == "PIN_REQUIRED"
+
+
+def test_exclude_credentials(daemon):
+    c = daemon.client()
+    reg, _ = enroll(c)
+    with pytest.raises(RPCError) as e:
+        enroll(c, excludeCredentials=[reg["credentialId"]])
+    assert e.value.code == "CREDENTIAL_EXCLUDED"
+    # Descriptor form too; an id for another rpId does not exclude.
+    with pytest.raises(RPCError) as e:
+        enroll(c, excludeCredentials=[{"type": "public-key", "id": reg["credentialId"]}])
+    assert e.value.code == "CREDENTIAL_EXCLUDED"
+    enroll(c, rp="other.example", excludeCredentials=[reg["credentialId"]])
+
+
+def test_credentials_list_get_delete(daemon):
+    c = daemon.client()
+    reg, _ = enroll(c)
+    reg2, _ = enroll(c, rp="other.example")
+    ids = [x["credentialId"] for x in c.call("credentials.list")["credentials"]]
+    assert ids == [reg["credentialId"], reg2["credentialId"]]
+    only = c.call("credentials.list", {"rpId": RP})["credentials"]
+    assert [x["credentialId"] for x in only] == [reg["credentialId"]]
+    got = c.call("credentials.get", {"credentialId": reg["credentialId"]})
+    assert got["rpId"] == RP and got["user"]["name"] == "alice" and got["publicKey"] == reg["publicKey"]
+    assert c.call("credentials.delete", {"credentialId": reg["credentialId"]})["deleted"] is True
+    with pytest.raises(RPCError) as e:
+        c.call("credentials.get", {"credentialId": reg["credentialId"]})
+    assert e.value.code == "PASSKEY_NOT_FOUND"
+    with pytest.raises(RPCError) as e:
+        authenticate(c, reg["credentialId"])
+    assert e.value.code == "PASSKEY_NOT_FOUND"
+
+
+def test_cli_enroll_and_authenticate(daemon):
+    from tessera_harness import cli
+    import json
+
+    out = cli(daemon, "enroll", "--rp-id", RP, "--user-name", "bob", "--pin-stdin", "--json", input="1234\n")
+    reg = json.loads(out.stdout)
+    assert reg["tokenId"]
+    out = cli(daemon, "authenticate", "--rp-id", RP, "--credential", reg["credentialId"], "--pin", "1234", "--json")
+    res = json.loads(out.stdout)
+    assert res["signCount"] >= 1
+    human = cli(daemon, "credentials", "list")
+    assert reg["credentialId"] in human.stdout
+    bad = cli(daemon, "authenticate", "--rp-id", RP, "--credential", b64u(b"nope"), check=False)
+    assert bad.returncode == 2 and "PASSKEY_NOT_FOUND" in bad.stderr

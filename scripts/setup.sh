@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what Tessera needs on Debian 12 (idempotent): C libraries and services from apt,
+# Python verifiers into .venv. Root runs apt directly; others need sudo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  pkg-config libpcsclite-dev pcscd pcsc-tools libp11-kit-dev p11-kit softhsm2 opensc
+  libnfc-dev libnfc-bin libssl-dev openssl vsmartcard-vpcd libsqlite3-dev sqlite3 socat
+  python3 python3-venv python3-pip tshark
+)
+PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 cryptography cbor2)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing apt packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  # tshark asks whether non-root users may capture; answer for it.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import fido2, webauthn, pytest' 2>/dev/null; then
+  echo "setup: creating .venv with ${PIP_PACKAGES[*]}"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"
+fi
+command -v swift >/dev/null || { echo "setup: swift (6.3) is not on PATH" >&2; exit 1; }
