@@ -91,7 +91,7 @@ let package = Package(
 
         // MARK: Daemon wiring and executables
         .target(name: "TesseraDaemon", dependencies: [
-            "TesseraCore", "RPC", "CSystemShims", "WebAuthn", "Passkeys", "PKCS11", "CredentialStore", "MRZ",
+            "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ], swiftSettings: strict),

@@ -84,21 +84,19 @@ public final class PasskeyService: Sendable {
         let credentialId = Self.random(32)
         let keyHandle = Self.random(16)
         let point = try await token.generateP256Key(handle: keyHandle, label: "tessera:\(Base64URL.encode(credentialId))")
-        guard point.count == 65, point[0] == 0x04 else {
-            try? await token.deleteKey(handle: keyHandle)
-            throw TesseraError(.tokenError, "token returned a malformed public key")
-        }
-        let cose = COSEKey.ec2P256(x: Array(point[1...32]), y: Array(point[33...64]))
-        var flags: AuthenticatorFlags = [.userPresent, .attestedCredentialData]
-        if verified { flags.insert(.userVerified) }
-        let authData = AuthenticatorData(
-            rpId: r.rpId, flags: flags, signCount: 0,
-            attestedCredential: AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose)
-        ).encoded
         let clientData = CollectedClientData(type: .create, challenge: r.challenge,
                                              origin: r.origin ?? "https://\(r.rpId)").json
+        let cose: [UInt8]
+        let authData: [UInt8]
         let attestationObject: [UInt8]
         do {
+            cose = try COSEKey.ec2P256(ecPoint: point)
+            var flags: AuthenticatorFlags = [.userPresent, .attestedCredentialData]
+            if verified { flags.insert(.userVerified) }
+            authData = AuthenticatorData(
+                rpId: r.rpId, flags: flags, signCount: 0,
+                attestedCredential: try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose)
+            ).encoded
             switch r.attestation {
             case .none:
                 attestationObject = AttestationObject.none(authData: authData)

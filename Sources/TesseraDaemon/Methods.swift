@@ -7,7 +7,8 @@ import TesseraCore
 
 /// The daemon's JSON-RPC method table. Every method and error code is documented in docs/API.md.
 final class MethodTable: RPCDispatcher {
-    typealias Handler = @Sendable (Params, RPCConnection) async throws(TesseraError) -> JSONValue
+    /// Handlers throw `TesseraError`; anything else surfaces as INTERNAL.
+    typealias Handler = @Sendable (Params, RPCConnection) async throws -> JSONValue
     private var handlers: [String: (Permission, Handler)] = [:]
     let policy: Policy
 
@@ -24,8 +25,15 @@ final class MethodTable: RPCDispatcher {
             throw TesseraError(.methodNotFound, "unknown method '\(request.method)'")
         }
         try policy.check(permission, peer: connection.peer)
-        if case .array = request.params { throw .invalidInput("params must be an object (named parameters)") }
-        return try await handler(try Params(request.params), connection)
+        if case .array = request.params { throw TesseraError.invalidInput("params must be an object (named parameters)") }
+        let params = try Params(request.params)
+        do {
+            return try await handler(params, connection)
+        } catch let error as TesseraError {
+            throw error
+        } catch {
+            throw TesseraError(.internalError, "\(request.method): \(error)")
+        }
     }
 }
 
@@ -68,7 +76,7 @@ extension MethodTable {
             let exclude = try Self.credentialIDs(p.optionalArray("excludeCredentials") ?? [], name: "excludeCredentials")
             let att = try p.optionalString("attestation") ?? "none"
             guard let attestation = PasskeyService.Attestation(rawValue: att) else {
-                throw .invalidInput("attestation must be \"none\" or \"packed\"")
+                throw TesseraError.invalidInput("attestation must be \"none\" or \"packed\"")
             }
             let r = try await service.enroll(.init(
                 rpId: p.string("rpId"), userId: user.bytes("id"), userName: user.string("name"),
@@ -86,7 +94,7 @@ extension MethodTable {
         }
         register("passkey.authenticate", .sign) { p, _ in
             guard let allow = try p.optionalArray("allowCredentials") else {
-                throw .invalidInput("allowCredentials is required and must not be empty")
+                throw TesseraError.invalidInput("allowCredentials is required and must not be empty")
             }
             let a = try await service.authenticate(.init(
                 rpId: p.string("rpId"), challenge: p.bytes("challenge"),
@@ -133,7 +141,7 @@ extension MethodTable {
             default: text = nil
             }
             guard let text, let bytes = Base64URL.decode(text), !bytes.isEmpty else {
-                throw .invalidInput("\(name) items must be base64url credential ids or {type, id} objects")
+                throw TesseraError.invalidInput("\(name) items must be base64url credential ids or {type, id} objects")
             }
             out.append(bytes)
         }
@@ -143,7 +151,7 @@ extension MethodTable {
     static func userVerification(_ p: Params) throws(TesseraError) -> PasskeyService.UserVerification {
         let s = try p.optionalString("userVerification") ?? "preferred"
         guard let uv = PasskeyService.UserVerification(rawValue: s) else {
-            throw .invalidInput("userVerification must be required, preferred or discouraged")
+            throw TesseraError.invalidInput("userVerification must be required, preferred or discouraged")
         }
         return uv
     }

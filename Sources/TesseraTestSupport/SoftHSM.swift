@@ -120,13 +120,7 @@ public final class SoftHSMFixture: Sendable {
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
             let text = String(decoding: data, as: UTF8.self)
-                .replacingOccurrences(of: pinPattern(arguments), with: "***")
             throw .internalError("softhsm2-util \(arguments.first ?? "") failed (\(process.terminationStatus)): \(text)")
         }
-    }
-
-    private func pinPattern(_ arguments: [String]) -> String {
-        if let i = arguments.firstIndex(of: "--pin"), i + 1 < arguments.count { return arguments[i + 1] }
-        return "\u{0}"
     }
 }

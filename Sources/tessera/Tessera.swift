@@ -4,6 +4,13 @@ import RPC
 import TesseraCore
 
 @main
+enum Main {
+    /// Accepts the global options before the command too (`tessera --socket PATH status`), as documented.
+    static func main() async {
+        await Tessera.main(GlobalOptions.hoistingLeadingGlobals(Array(CommandLine.arguments.dropFirst())))
+    }
+}
+
 struct Tessera: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tessera",
@@ -35,6 +42,22 @@ struct GlobalOptions: ParsableArguments {
 
     @Flag(name: .long, help: "Print the method's JSON result verbatim.")
     var json = false
+
+    /// Moves `--socket PATH`, `--socket=PATH` and `--json` given before the command name to the end.
+    static func hoistingLeadingGlobals(_ args: [String]) -> [String] {
+        var leading: [String] = []
+        var rest = args[...]
+        while let first = rest.first {
+            if first == "--json" || first.hasPrefix("--socket=") {
+                leading.append(first); rest = rest.dropFirst()
+            } else if first == "--socket", rest.count >= 2 {
+                leading += rest.prefix(2); rest = rest.dropFirst(2)
+            } else {
+                break
+            }
+        }
+        return Array(rest) + leading
+    }
 
     var socketPath: String {
         socket ?? ProcessInfo.processInfo.environment["TESSERA_SOCKET"] ?? "/run/tesserad/tesserad.sock"

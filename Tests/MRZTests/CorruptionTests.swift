@@ -91,6 +91,20 @@ import TesseraCore
                       field: "composite", line: 2, column: 30, expected: "3", found: "6")
         // Optional data 1 (upper line) is covered too: '1' at line 1 col 20.
         expectFailure(replacing(Specimen.td1, line: 1, column: 20, with: "1"), field: "composite", line: 2, column: 30)
+        // Both ends of the composite ranges: line 1 col 30 (index 24, weight 7: 6 + 7 → 3) and
+        // line 2 col 29 (index 49, weight 3: 6 + 3 → 9).
+        expectFailure(replacing(Specimen.td1, line: 1, column: 30, with: "1"),
+                      field: "composite", line: 2, column: 30, expected: "3", found: "6")
+        expectFailure(replacing(Specimen.td1, line: 2, column: 29, with: "1"),
+                      field: "composite", line: 2, column: 30, expected: "9", found: "6")
+    }
+
+    @Test func td2CompositeCoversOptionalData() {
+        // Line 2 col 35 is index 30 of the TD2 composite string (weight 7): 6 + 7 → 3.
+        expectFailure(replacing(Specimen.td2, line: 2, column: 35, with: "1"),
+                      field: "composite", line: 2, column: 36, expected: "3", found: "6")
+        // Sex (col 21) and nationality (cols 11–13) are outside every check: still parses.
+        #expect((try? MRZ(replacing(Specimen.td2, line: 2, column: 21, with: "M")))?.sex == .male)
     }
 
     @Test func td1ExtendedCheckDigitWrong() {

@@ -1,3 +1,4 @@
+import CryptoPrimitives
 import TesseraCore
 
 /// Minimal BER-TLV helpers for secure messaging and PACE data objects (one- or two-byte tags,
@@ -65,4 +66,10 @@ enum AccessTLV {
         }
         return out
     }
+}
+
+/// `fixed` when given (tests), otherwise `count` secure random bytes.
+func orRandom(_ fixed: [UInt8]?, _ count: Int) throws(TesseraError) -> [UInt8] {
+    if let fixed { return fixed }
+    return try SecureRandom.bytes(count)
 }

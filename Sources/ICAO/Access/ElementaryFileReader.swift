@@ -145,7 +145,7 @@ public actor ElementaryFileReader {
             }
             let response = try await send(command)
             let sw = response.sw
-            if sw == .wrongLength || sw.sw1 == 0x6C || (sw.isSuccess == false && sw == .endOfFileWarning && response.data.isEmpty) {
+            if sw == .wrongLength || sw.sw1 == 0x6C {
                 let proposed = sw.sw1 == 0x6C ? sw.correctLength : nil
                 if let proposed, proposed < want, proposed > 0 {
                     // 6Cxx survived `send`'s retry: take the card's length for this chunk.

@@ -1,0 +1,175 @@
+import Crypto
+import Foundation
+import Logging
+import PKCS11
+import Synchronization
+import TesseraCore
+
+/// PKCS#11 tokens (through p11-kit or explicit modules) as a passkey key store.
+///
+/// Token enumeration is cached for a second so the signing path does not walk every slot per request;
+/// an unknown token id triggers a fresh enumeration.
+public final class PKCS11KeyStore: KeyStore {
+    private let provider: Mutex<PKCS11Provider>
+    private let cache = Mutex<(at: ContinuousClock.Instant, tokens: [PKCS11TokenAdapter])?>(nil)
+    private let logger: Logger
+
+    init(provider: PKCS11Provider, logger: Logger) {
+        self.provider = Mutex(provider)
+        self.logger = logger
+    }
+
+    /// Loads the modules and logs in unattended software tokens that have a PIN file.
+    /// With `embeddedSoftHSMDir`, SoftHSM2 keeps its tokens there, and a token is created when no usable one exists.
+    public static func open(modules: [String], embeddedSoftHSMDir: String?, pinFiles: [String: String],
+                            sessionsPerToken: Int?, logger: Logger) async throws(TesseraError) -> PKCS11KeyStore {
+        var pinFiles = pinFiles
+        let embedded = embeddedSoftHSMDir.map { EmbeddedSoftHSM(directory: $0) }
+        if let embedded { try embedded.prepare(logger: logger) }
+        let configuration = PKCS11Provider.Configuration(sessionsPerToken: sessionsPerToken)
+        var provider = try PKCS11Provider(modulePaths: modules.isEmpty ? nil : modules, configuration: configuration)
+        var usable = await provider.tokensAsync().filter(Self.isUsable)
+        if usable.isEmpty, let embedded, embedded.active {
+            try embedded.createToken(logger: logger)
+            provider.finalize()
+            provider = try PKCS11Provider(modulePaths: modules.isEmpty ? nil : modules, configuration: configuration)
+            usable = await provider.tokensAsync().filter(Self.isUsable)
+        }
+        if let embedded, embedded.active, FileManager.default.fileExists(atPath: embedded.pinFile) {
+            pinFiles[EmbeddedSoftHSM.label] = pinFiles[EmbeddedSoftHSM.label] ?? embedded.pinFile
+        }
+        logger.info("PKCS#11 modules: \(provider.moduleNames.joined(separator: ", "))")
+        for token in usable {
+            logger.info("token \(token.id): \(token.info.label) (\(token.info.manufacturer) \(token.info.model))")
+            guard let file = pinFiles[token.id] ?? pinFiles[token.info.label] else { continue }
+            if token.info.flags.isHardwareSlot || token.info.flags.isRemovableDevice {
+                logger.warning("refusing PIN file for hardware token \(token.id): PINs of hardware tokens come from the user")
+                continue
+            }
+            do {
+                let pin = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+                try await token.login(pin: pin)
+                logger.info("token \(token.id) logged in with its PIN file")
+            } catch {
+                logger.error("PIN file login for token \(token.id) failed: \(error)")
+            }
+        }
+        return PKCS11KeyStore(provider: provider, logger: logger)
+    }
+
+    /// Initialised, writable tokens (p11-kit's read-only trust store is not a key store).
+    static func isUsable(_ token: PKCS11Token) -> Bool {
+        token.info.flags.tokenInitialized && !token.info.flags.writeProtected
+    }
+
+    public func tokens() async -> [any KeyStoreToken] {
+        if let c = cache.withLock({ $0 }), ContinuousClock.now - c.at < .seconds(1) { return c.tokens }
+        let p = provider.withLock { $0 }
+        let fresh = await p.tokensAsync().filter(Self.isUsable).map(PKCS11TokenAdapter.init)
+        cache.withLock { $0 = (ContinuousClock.now, fresh) }
+        return fresh
+    }
+
+    public func close() async {
+        provider.withLock { $0 }.finalize()
+    }
+}
+
+/// One PKCS#11 token seen through the `KeyStoreToken` protocol.
+struct PKCS11TokenAdapter: KeyStoreToken {
+    let token: PKCS11Token
+    var id: String { token.id }
+    var backend: String { "pkcs11" }
+
+    func describe() async -> JSONValue {
+        let i = token.info
+        let loggedIn = await token.isLoggedIn
+        return ["id": .string(token.id), "label": .string(i.label), "manufacturer": .string(i.manufacturer),
+                "model": .string(i.model), "serial": .string(i.serial), "backend": "pkcs11", "present": true,
+                "module": .string(i.moduleName),
+                "flags": ["loginRequired": .bool(i.flags.loginRequired), "loggedIn": .bool(loggedIn),
+                          "pinCountLow": .bool(i.flags.userPinCountLow), "pinFinalTry": .bool(i.flags.userPinFinalTry),
+                          "pinLocked": .bool(i.flags.userPinLocked), "hardware": .bool(i.flags.isHardwareSlot),
+                          "removable": .bool(i.flags.isRemovableDevice)]]
+    }
+
+    func needsPIN() async -> Bool {
+        guard token.info.flags.loginRequired else { return false }
+        return await !token.isLoggedIn
+    }
+
+    func verifyPIN(_ pin: String) async throws(TesseraError) { try await token.verifyPIN(pin) }
+
+    func generateP256Key(handle: [UInt8], label: String) async throws(TesseraError) -> [UInt8] {
+        try await token.generateP256KeyPair(id: handle, label: label)
+    }
+
+    func signP256(handle: [UInt8], message: [UInt8]) async throws(TesseraError) -> [UInt8] {
+        try await token.signP256(keyID: handle, message: message, digest: Array(SHA256.hash(data: message)))
+    }
+
+    func deleteKey(handle: [UInt8]) async throws(TesseraError) {
+        guard try await token.deleteKeyPair(id: handle) else {
+            throw TesseraError(.passkeyNotFound, "no key with this handle on token \(token.id)")
+        }
+    }
+}
+
+/// The daemon's own SoftHSM2 token store in the state dir (used when no hardware token is available).
+struct EmbeddedSoftHSM {
+    static let label = "Tessera Embedded"
+    let directory: String
+    var configPath: String { directory + "/softhsm2.conf" }
+    var pinFile: String { directory + "/user.pin" }
+    /// False when the environment already points SoftHSM2 elsewhere (SOFTHSM2_CONF): that choice wins.
+    var active: Bool { ProcessInfo.processInfo.environment["SOFTHSM2_CONF"] == configPath }
+
+    /// Writes the config and points SOFTHSM2_CONF at it, unless the environment names another config.
+    func prepare(logger: Logger) throws(TesseraError) {
+        if let existing = ProcessInfo.processInfo.environment["SOFTHSM2_CONF"], existing != configPath {
+            logger.debug("SOFTHSM2_CONF=\(existing) set; embedded SoftHSM2 store not used")
+            return
+        }
+        let fm = FileManager.default
+        do {
+            try fm.createDirectory(atPath: directory + "/tokens", withIntermediateDirectories: true,
+                                   attributes: [.posixPermissions: 0o700])
+            if !fm.fileExists(atPath: configPath) {
+                let text = "directories.tokendir = \(directory)/tokens\nobjectstore.backend = file\nlog.level = ERROR\n"
+                try Data(text.utf8).write(to: URL(fileURLWithPath: configPath))
+            }
+        } catch {
+            throw TesseraError(.storageError, "cannot prepare embedded SoftHSM2 store in \(directory): \(error)")
+        }
+        setenv("SOFTHSM2_CONF", configPath, 1)
+    }
+
+    /// Creates the embedded token with random PINs; the user PIN goes to `user.pin` (0600).
+    func createToken(logger: Logger) throws(TesseraError) {
+        let pin = Self.randomDigits(8)
+        let soPIN = Self.randomDigits(12)
+        guard FileManager.default.createFile(atPath: pinFile, contents: Data(pin.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw TesseraError(.storageError, "cannot write \(pinFile)")
+        }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/softhsm2-util")
+        p.arguments = ["--init-token", "--free", "--label", Self.label, "--pin", pin, "--so-pin", soPIN]
+        p.standardOutput = FileHandle.nullDevice
+        let err = Pipe()
+        p.standardError = err
+        do { try p.run() } catch {
+            throw TesseraError(.tokenNotPresent, "no token found and softhsm2-util cannot run (apt-get install softhsm2): \(error)")
+        }
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else {
+            let msg = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            throw TesseraError(.tokenError, "softhsm2-util --init-token failed: \(msg)")
+        }
+        logger.notice("no usable token found: created the embedded SoftHSM2 token '\(Self.label)' in \(directory)")
+    }
+
+    static func randomDigits(_ n: Int) -> String {
+        var g = SystemRandomNumberGenerator()
+        return String((0..<n).map { _ in Character(String(Int.random(in: 0...9, using: &g))) })
+    }
+}

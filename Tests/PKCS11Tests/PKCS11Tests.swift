@@ -1,0 +1,261 @@
+import Foundation
+import Testing
+import TesseraCore
+import TesseraTestSupport
+@testable import PKCS11
+
+@Suite("Pure helpers")
+struct HelperTests {
+    // FIPS 180-2, Appendix B.1 and B.2 ("abc" and the 448-bit message), plus the empty string.
+    @Test func sha256Vectors() {
+        #expect(Hex.encode(SHA256.hash(Array("abc".utf8)))
+            == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(Hex.encode(SHA256.hash(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)))
+            == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+        #expect(Hex.encode(SHA256.hash([]))
+            == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(Hex.encode(SHA256.hash([UInt8](repeating: 0x61, count: 1_000)))
+            == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3")
+    }
+
+    @Test func ecPointUnwrapping() {
+        let point: [UInt8] = [0x04] + [UInt8](repeating: 0xAB, count: 64)
+        #expect(P256DER.uncompressedPoint(fromECPoint: point) == point)
+        #expect(P256DER.uncompressedPoint(fromECPoint: [0x04, 0x41] + point) == point)
+        #expect(P256DER.uncompressedPoint(fromECPoint: [0x04, 0x81, 0x41] + point) == point)
+        #expect(P256DER.uncompressedPoint(fromECPoint: [0x04, 0x40] + point.dropLast()) == nil)
+        #expect(P256DER.uncompressedPoint(fromECPoint: [0x03, 0x41] + point) == nil)
+    }
+
+    @Test func derSignatureToRaw() {
+        let r: [UInt8] = [0x80] + [UInt8](repeating: 1, count: 31)
+        let s: [UInt8] = [0x00, 0x00] + [UInt8](repeating: 2, count: 30)
+        let der = OpenSSLVerifier.derSignature(r + s)
+        #expect(P256DER.rawSignature(der) == r + s)
+        #expect(P256DER.rawSignature([0x30, 0x02, 0x05, 0x00]) == nil)
+    }
+
+    @Test func constantTimeComparison() {
+        #expect(constantTimeEqual([1, 2, 3], [1, 2, 3]))
+        #expect(!constantTimeEqual([1, 2, 3], [1, 2, 4]))
+        #expect(!constantTimeEqual([1, 2], [1, 2, 3]))
+    }
+}
+
+@Suite("PKCS#11 against SoftHSM2", .serialized)
+struct SoftHSMTests {
+    @Test func enumeratesTheFixtureTokenByLabel() throws {
+        let env = try SoftHSMEnvironment.get()
+        let tokens = env.provider.tokens()
+        let token = try #require(tokens.first { $0.info.label == env.fixture.label })
+        #expect(token.id.hasPrefix("p11-"))
+        #expect(token.id.count == 20)
+        #expect(token.id.dropFirst(4).allSatisfy { $0.isHexDigit && !$0.isUppercase })
+        #expect(token.info.manufacturer == "SoftHSM project")
+        #expect(token.info.model == "SoftHSM v2")
+        #expect(!token.info.serial.isEmpty && !token.info.serial.hasSuffix(" "))
+        #expect(token.info.modulePath.hasSuffix("libsofthsm2.so"))
+        let again = try #require(env.provider.tokens().first { $0.id == token.id })
+        #expect(again === token)
+    }
+
+    @Test func tokenFlagsAndPoolSize() throws {
+        let token = try SoftHSMEnvironment.token(label: SoftHSMFixture.defaultLabel)
+        let flags = token.info.flags
+        #expect(flags.loginRequired)
+        #expect(flags.userPinInitialized)
+        #expect(flags.tokenInitialized)
+        #expect(!flags.userPinLocked)
+        #expect(!flags.userPinFinalTry)
+        #expect(!flags.isHardwareSlot)
+        #expect(token.sessionCapacity == 8)
+    }
+
+    @Test func idIsStableWhenTokensMoveSlots() throws {
+        let env = try SoftHSMEnvironment.get()
+        let first = try SoftHSMEnvironment.freshToken("move")
+        let id = first.id
+        try env.fixture.addToken(label: "move-other-\(UInt32.random(in: 0...UInt32.max))", pin: "654321")
+        let after = try #require(env.provider.tokens().first { $0.info.label == first.info.label })
+        #expect(after.id == id)
+        #expect(after === first)
+        let ids = env.provider.tokens().map(\.id)
+        #expect(Set(ids).count == ids.count)
+    }
+
+    @Test func wrongPINThenCorrectPIN() async throws {
+        let token = try SoftHSMEnvironment.freshToken("login")
+        #expect(await token.isLoggedIn == false)
+        do {
+            try await token.login(pin: "000000")
+            Issue.record("login with a wrong PIN succeeded")
+        } catch {
+            #expect(error.code == .pinInvalid)
+            #expect(!error.message.contains("000000"))
+            #expect(error.details["retriesLeft"] == nil)
+        }
+        #expect(await token.isLoggedIn == false)
+        try await token.login(pin: SoftHSMFixture.defaultPIN)
+        #expect(await token.isLoggedIn)
+        try await token.login(pin: SoftHSMFixture.defaultPIN)
+        #expect(await token.isLoggedIn)
+    }
+
+    @Test func signingNeedsLogin() async throws {
+        let token = try SoftHSMEnvironment.freshToken("nologin")
+        #expect(await errorCode { try await token.signP256(keyID: [1, 2, 3], message: [0]) } == .pinRequired)
+        #expect(await errorCode { try await token.generateP256KeyPair(id: [1], label: "x") } == .pinRequired)
+    }
+
+    @Test func generateSignAndVerifyWithOpenSSL() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("sign")
+        let keyID: [UInt8] = Array("credential-1".utf8)
+        let point = try await token.generateP256KeyPair(id: keyID, label: "tessera:example.org")
+        #expect(point.count == 65)
+        #expect(point[0] == 0x04)
+        #expect(try await token.publicKeyP256(id: keyID) == point)
+
+        let message = Array("authenticatorData || clientDataHash".utf8)
+        let signature = try await token.signP256(keyID: keyID, message: message)
+        #expect(signature.count == 64)
+        #expect(try OpenSSLVerifier.verify(point: point, message: message, rawSignature: signature))
+        #expect(try !OpenSSLVerifier.verify(point: point, message: message + [0], rawSignature: signature))
+
+        let viaDigest = try await token.signP256(keyID: keyID, message: message, digest: SHA256.hash(message))
+        #expect(try OpenSSLVerifier.verify(point: point, message: message, rawSignature: viaDigest))
+        #expect(viaDigest != signature)
+    }
+
+    @Test func privateKeyIsSensitiveAndNotExtractable() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("attrs")
+        let keyID: [UInt8] = [0xAA, 0xBB]
+        _ = try await token.generateP256KeyPair(id: keyID, label: "tessera:attrs")
+        let attributes = try await token.privateKeyAttributes(id: keyID)
+        #expect(attributes.label == "tessera:attrs")
+        #expect(attributes.isTokenObject == true)
+        #expect(attributes.isPrivate == true)
+        #expect(attributes.sensitive == true)
+        #expect(attributes.extractable == false)
+        #expect(attributes.alwaysSensitive == true)
+        #expect(attributes.neverExtractable == true)
+        #expect(attributes.canSign == true)
+        #expect(!attributes.valueReadable)
+        #expect(attributes.valueReadResult == "CKR_ATTRIBUTE_SENSITIVE")
+    }
+
+    @Test func deleteRemovesBothObjects() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("delete")
+        let keep: [UInt8] = [1]
+        let gone: [UInt8] = [2]
+        _ = try await token.generateP256KeyPair(id: keep, label: "tessera:keep")
+        _ = try await token.generateP256KeyPair(id: gone, label: "tessera:gone")
+        _ = try await token.signP256(keyID: gone, message: [1, 2, 3])
+        #expect(try await token.hasKeyPair(id: gone))
+        #expect(try await token.deleteKeyPair(id: gone))
+        #expect(try await !token.hasKeyPair(id: gone))
+        #expect(try await token.hasKeyPair(id: keep))
+        #expect(await errorCode { try await token.publicKeyP256(id: gone) } == .passkeyNotFound)
+        #expect(await errorCode { try await token.signP256(keyID: gone, message: [1, 2, 3]) } == .passkeyNotFound)
+        #expect(try await !token.deleteKeyPair(id: gone))
+        #expect(try await token.keyIDs(labelPrefix: nil) == [keep])
+    }
+
+    @Test func keyIDsFilterByLabelPrefix() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("list")
+        _ = try await token.generateP256KeyPair(id: [1], label: "tessera:a")
+        _ = try await token.generateP256KeyPair(id: [2], label: "tessera:b")
+        _ = try await token.generateP256KeyPair(id: [3], label: "other")
+        #expect(Set(try await token.keyIDs(labelPrefix: "tessera:")) == [[1], [2]])
+        #expect(Set(try await token.keyIDs(labelPrefix: nil)) == [[1], [2], [3]])
+        #expect(try await token.keyIDs(labelPrefix: "none").isEmpty)
+    }
+
+    @Test func unknownKeyIsPasskeyNotFound() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("unknown")
+        #expect(await errorCode { try await token.signP256(keyID: [9, 9, 9], message: [0]) } == .passkeyNotFound)
+        #expect(try await !token.hasKeyPair(id: [9, 9, 9]))
+    }
+
+    @Test func sixteenConcurrentSigners() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("concurrent")
+        let keyID: [UInt8] = [0x16]
+        let point = try await token.generateP256KeyPair(id: keyID, label: "tessera:concurrent")
+        let results = try await withThrowingTaskGroup(of: (Int, [[UInt8]]).self) { group in
+            for task in 0..<16 {
+                group.addTask {
+                    var signatures: [[UInt8]] = []
+                    for i in 0..<25 {
+                        signatures.append(try await token.signP256(keyID: keyID, message: [UInt8(task), UInt8(i)]))
+                    }
+                    return (task, signatures)
+                }
+            }
+            var all: [(Int, [[UInt8]])] = []
+            for try await r in group { all.append(r) }
+            return all
+        }
+        #expect(results.count == 16)
+        #expect(results.allSatisfy { $0.1.count == 25 && $0.1.allSatisfy { $0.count == 64 } })
+        for (task, signatures) in results where task % 4 == 0 {
+            #expect(try OpenSSLVerifier.verify(point: point, message: [UInt8(task), 24], rawSignature: signatures[24]))
+        }
+    }
+
+    @Test func verifyPINComparesThenFallsBackToOneLogin() async throws {
+        let token = try SoftHSMEnvironment.freshToken("verify")
+        try await token.verifyPIN(SoftHSMFixture.defaultPIN)
+        #expect(await token.isLoggedIn)
+        let keyID: [UInt8] = [7]
+        _ = try await token.generateP256KeyPair(id: keyID, label: "tessera:uv")
+        try await token.verifyPIN(SoftHSMFixture.defaultPIN)
+        #expect(await token.isLoggedIn)
+
+        #expect(await errorCode { try await token.verifyPIN("999999") } == .pinInvalid)
+        #expect(await token.isLoggedIn == false)
+        #expect(await errorCode { try await token.signP256(keyID: keyID, message: [1]) } == .pinRequired)
+
+        try await token.verifyPIN(SoftHSMFixture.defaultPIN)
+        #expect(await token.isLoggedIn)
+        _ = try await token.signP256(keyID: keyID, message: [1])
+    }
+
+    @Test func logoutEndsTheLogin() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("logout")
+        try await token.logout()
+        #expect(await token.isLoggedIn == false)
+        try await token.logout()
+    }
+
+    @Test func rawSignLoopMeasuresRate() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("raw")
+        let keyID: [UInt8] = [0x42]
+        _ = try await token.generateP256KeyPair(id: keyID, label: "tessera:raw")
+        let rate = try await token.rawSignLoop(keyID: keyID, digest: SHA256.hash([1]), iterations: 400, sessions: 2)
+        #expect(rate > 50)
+        #expect(await errorCode {
+            try await token.rawSignLoop(keyID: [0x43], digest: SHA256.hash([1]), iterations: 10, sessions: 1)
+        } == .passkeyNotFound)
+    }
+
+    @Test func p11KitRegistryFindsSoftHSM() async throws {
+        let env = try SoftHSMEnvironment.get()
+        let provider = try PKCS11Provider(modulePaths: nil)
+        let token = try #require(provider.tokens().first { $0.info.label == env.fixture.label })
+        let byPath = try SoftHSMEnvironment.token(label: env.fixture.label)
+        #expect(token.info.serial == byPath.info.serial)
+        #expect(token.id == byPath.id)
+        provider.finalize()
+        #expect(await errorCode { try await token.hasKeyPair(id: [1]) } == .shuttingDown)
+        // The shared provider keeps working after another provider released the same module.
+        #expect(try await !byPath.hasKeyPair(id: [0xFE]))
+    }
+
+    @Test func unloadableModuleIsATokenError() {
+        #expect(throws: TesseraError.self) { try PKCS11Provider(modulePaths: ["/nonexistent/libnothing.so"]) }
+        do {
+            _ = try PKCS11Provider(modulePaths: ["/nonexistent/libnothing.so"])
+        } catch {
+            #expect(error.code == .tokenError)
+        }
+    }
+}

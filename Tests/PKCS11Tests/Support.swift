@@ -1,0 +1,107 @@
+import Foundation
+import PKCS11
+import TesseraCore
+import TesseraTestSupport
+
+/// One SoftHSM2 fixture and one provider (loaded by path) for the whole test process.
+enum SoftHSMEnvironment {
+    struct Shared: Sendable {
+        let fixture: SoftHSMFixture
+        let provider: PKCS11Provider
+    }
+
+    private static let shared: Result<Shared, TesseraError> = {
+        do throws(TesseraError) {
+            let fixture = try SoftHSMFixture.shared()
+            let provider = try PKCS11Provider(modulePaths: [fixture.modulePath])
+            return .success(Shared(fixture: fixture, provider: provider))
+        } catch {
+            return .failure(error)
+        }
+    }()
+
+    static func get() throws -> Shared { try shared.get() }
+
+    static func token(label: String) throws -> PKCS11Token {
+        let env = try get()
+        guard let token = env.provider.tokens().first(where: { $0.info.label == label }) else {
+            throw TesseraError(.tokenNotPresent, "no token labelled \(label)")
+        }
+        return token
+    }
+
+    /// A new token with its own login state, so tests do not depend on each other's order.
+    static func freshToken(_ name: String, pin: String = SoftHSMFixture.defaultPIN) throws -> PKCS11Token {
+        let label = "\(name)-\(UInt32.random(in: 0...UInt32.max))"
+        try get().fixture.addToken(label: label, pin: pin)
+        return try token(label: label)
+    }
+
+    static func loggedInToken(_ name: String) async throws -> PKCS11Token {
+        let token = try freshToken(name)
+        try await token.login(pin: SoftHSMFixture.defaultPIN)
+        return token
+    }
+}
+
+/// Checks an ECDSA P-256 / SHA-256 signature with the `openssl` CLI, independently of the token.
+enum OpenSSLVerifier {
+    static func verify(point: [UInt8], message: [UInt8], rawSignature: [UInt8]) throws -> Bool {
+        precondition(point.count == 65 && rawSignature.count == 64)
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tessera-p11-verify-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+
+        // SubjectPublicKeyInfo { id-ecPublicKey, prime256v1 } BIT STRING(point)
+        let spkiPrefix: [UInt8] = [
+            0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x02, 0x01, 0x06, 0x08, 0x2A,
+            0x86, 0x48, 0xCE, 0x3D, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+        ]
+        let base64 = Data(spkiPrefix + point).base64EncodedString(options: [.lineLength64Characters, .endLineWithLineFeed])
+        let pem = "-----BEGIN PUBLIC KEY-----\n\(base64)\n-----END PUBLIC KEY-----\n"
+        let pemURL = dir.appendingPathComponent("pub.pem")
+        let sigURL = dir.appendingPathComponent("sig.der")
+        let msgURL = dir.appendingPathComponent("msg.bin")
+        try Data(pem.utf8).write(to: pemURL)
+        try Data(derSignature(rawSignature)).write(to: sigURL)
+        try Data(message).write(to: msgURL)
+
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        process.arguments = ["dgst", "-sha256", "-verify", pemURL.path, "-signature", sigURL.path, msgURL.path]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return process.terminationStatus == 0 && output.contains("Verified OK")
+    }
+
+    static func derSignature(_ raw: [UInt8]) -> [UInt8] {
+        func integer(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
+            var v = Array(bytes.drop(while: { $0 == 0 }))
+            if v.isEmpty { v = [0] }
+            if v[0] & 0x80 != 0 { v.insert(0, at: 0) }
+            return [0x02, UInt8(v.count)] + v
+        }
+        let body = integer(raw[0..<32]) + integer(raw[32..<64])
+        return [0x30, UInt8(body.count)] + body
+    }
+}
+
+extension TesseraError.Code: CustomStringConvertible {
+    public var description: String { rawValue }
+}
+
+/// The `TesseraError` code thrown by `body`, or nil when it did not throw.
+func errorCode<T>(_ body: () async throws -> T) async -> TesseraError.Code? {
+    do {
+        _ = try await body()
+        return nil
+    } catch let error as TesseraError {
+        return error.code
+    } catch {
+        return "NOT_A_TESSERA_ERROR"
+    }
+}

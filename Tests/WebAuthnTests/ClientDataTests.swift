@@ -1,0 +1,67 @@
+import Foundation
+import Testing
+import TesseraCore
+import WebAuthn
+
+private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
+    try #require(JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+}
+
+@Suite struct ClientDataJSON {
+    @Test func exactSerializationForASimpleCase() throws {
+        let data = CollectedClientData(type: .create, challenge: Array(0...15), origin: "https://example.com")
+        // base64url(00 01 … 0f) without padding, computed with Python's base64 module.
+        let expected = #"{"type":"webauthn.create","challenge":"AAECAwQFBgcICQoLDA0ODw","origin":"https://example.com","crossOrigin":false}"#
+        #expect(String(decoding: data.json, as: UTF8.self) == expected)
+    }
+
+    @Test func parsesAsJSONWithExactlyTheExpectedMembers() throws {
+        let challenge: [UInt8] = Array(repeating: 0xFB, count: 33)
+        let data = CollectedClientData(type: .get, challenge: challenge, origin: "https://login.example.com:8443")
+        let object = try jsonObject(data.json)
+        #expect(Set(object.keys) == ["type", "challenge", "origin", "crossOrigin"])
+        #expect(object["type"] as? String == "webauthn.get")
+        #expect(object["origin"] as? String == "https://login.example.com:8443")
+        #expect(object["crossOrigin"] as? Bool == false)
+        let encodedChallenge = try #require(object["challenge"] as? String)
+        #expect(!encodedChallenge.contains("=") && !encodedChallenge.contains("+") && !encodedChallenge.contains("/"))
+        var padded = encodedChallenge.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        padded += String(repeating: "=", count: (4 - padded.count % 4) % 4)
+        #expect(Data(base64Encoded: padded).map(Array.init) == challenge)
+    }
+
+    @Test func memberOrderIsTypeChallengeOriginCrossOrigin() throws {
+        let text = String(decoding: CollectedClientData(type: .get, challenge: [1], origin: "o").json, as: UTF8.self)
+        let positions = ["\"type\"", "\"challenge\"", "\"origin\"", "\"crossOrigin\""].map {
+            text.range(of: $0)!.lowerBound
+        }
+        #expect(positions == positions.sorted())
+        #expect(text.hasPrefix(#"{"type":"#))
+    }
+
+    @Test func crossOriginAndTopOrigin() throws {
+        let data = CollectedClientData(type: .get, challenge: [0xFF], origin: "https://a.example",
+                                       crossOrigin: true, topOrigin: "https://b.example")
+        #expect(String(decoding: data.json, as: UTF8.self)
+            == #"{"type":"webauthn.get","challenge":"_w","origin":"https://a.example","crossOrigin":true,"topOrigin":"https://b.example"}"#)
+        let object = try jsonObject(data.json)
+        #expect(object["crossOrigin"] as? Bool == true)
+        #expect(object["topOrigin"] as? String == "https://b.example")
+    }
+
+    @Test func ccdToStringEscaping() throws {
+        // WebAuthn §5.8.1.2 CCDToString: escape only ", \ and code points below U+0020 (as \u00xx, lower-case hex).
+        let origin = "a\"b\\c\u{01}d\ne\u{1F}f\u{7F}g/h\u{E9}i\u{1F600}"
+        let data = CollectedClientData(type: .get, challenge: [], origin: origin)
+        let expectedOrigin = #""a\"b\\c\u0001d\u000ae\u001ff"# + "\u{7F}g/h\u{E9}i\u{1F600}\""
+        let text = String(decoding: data.json, as: UTF8.self)
+        #expect(text == #"{"type":"webauthn.get","challenge":"","origin":"# + expectedOrigin + #","crossOrigin":false}"#)
+        #expect(try jsonObject(data.json)["origin"] as? String == origin)
+    }
+
+    @Test func hashIsSHA256OfTheJSON() {
+        let data = CollectedClientData(type: .create, challenge: Array(0...15), origin: "https://example.com")
+        #expect(data.hash.count == 32)
+        #expect(data.hash != CollectedClientData(type: .get, challenge: Array(0...15), origin: "https://example.com").hash)
+    }
+}
