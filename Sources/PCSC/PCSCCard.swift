@@ -169,19 +169,58 @@ public final class PCSCCard: APDUTransport, Sendable {
                     Int(SCardTransmit(card, pci, command, DWORD(command.count), nil, &response, &length))
                 }
             }
-            guard rv == SCardRV.success else { throw pcscError(rv, "SCardTransmit", phase: .session) }
-            if length >= 2 { return Array(response.prefix(Int(length))) }
-            // vpcd quirk: after the virtual card left, SCardTransmit can "succeed" with nothing. Ask the reader.
-            switch Self.status(card) {
-            case .failure(let f):
-                throw f.error(.session)
-            case .success(let st) where st.state & SCardConst.cardPresent == 0 || st.state & SCardConst.cardAbsent != 0:
-                throw TesseraError(.cardRemoved, "card left \(reader) (empty response)")
-            case .success:
-                // Still reported present: the link dropped mid-command (vpcd) or the card answered nothing.
-                throw TesseraError(.cardRemoved, "no response from the card in \(reader)")
+            if rv != SCardRV.success && !Self.transportErrors.contains(rv) {
+                throw pcscError(rv, "SCardTransmit", phase: .session)
             }
+            if rv == SCardRV.success && length >= 2 { return Array(response.prefix(Int(length))) }
+            // A transport failure, or vpcd's quirk of "succeeding" with an empty response after the virtual card
+            // left: find out from the reader whether the card is gone before blaming the card.
+            if let removed = Self.confirmRemoval(session, reader: reader) { throw removed }
+            if rv != SCardRV.success { throw pcscError(rv, "SCardTransmit", phase: .session) }
+            throw TesseraError(.cardError, "empty response from the card in \(reader)")
         }
+    }
+
+    /// Transmit failures that a card removal can cause (vpcd reports NOT_TRANSACTED when its link drops).
+    private static let transportErrors: Set<Int> = [
+        SCardRV.notTransacted, SCardRV.commDataLost, SCardRV.unresponsiveCard, SCardRV.unpoweredCard,
+        0x8010_0013,  // SCARD_F_COMM_ERROR
+        0x8010_0014,  // SCARD_F_UNKNOWN_ERROR
+    ]
+
+    /// CARD_REMOVED (or another session error) when the card left or leaves within a short grace period
+    /// (pcscd notices a removal on its next reader poll); nil when the card is still there.
+    private static func confirmRemoval(_ session: QueueConfined<Session>, reader: String) -> TesseraError? {
+        guard let card = session.value.card, let ctx = session.value.ctx else {
+            return TesseraError(.cardRemoved, "card connection is closed", retryable: false)
+        }
+        switch status(card) {
+        case .failure(let f):
+            return f.error(.session)
+        case .success(let st) where st.state & SCardConst.cardPresent == 0:
+            return TesseraError(.cardRemoved, "card left \(reader)")
+        case .success:
+            break
+        }
+        let (rv0, now) = SCard.getStatusChange(ctx, [SCard.WaitEntry(name: reader, currentState: SCardConst.stateUnaware)],
+                                               timeoutMs: 0)
+        guard rv0 == SCardRV.success || rv0 == SCardRV.timeout, let before = now.first else {
+            return pcscError(rv0, "SCardGetStatusChange", phase: .session)
+        }
+        if before.eventState & SCardConst.statePresent == 0 { return TesseraError(.cardRemoved, "card left \(reader)") }
+        let (rv, after) = SCard.getStatusChange(
+            ctx, [SCard.WaitEntry(name: reader, currentState: before.eventState & ~SCardConst.stateChanged)],
+            timeoutMs: 1500)
+        if rv == SCardRV.timeout { return nil }
+        guard rv == SCardRV.success, let state = after.first else { return pcscError(rv, "SCardGetStatusChange", phase: .session) }
+        let countBefore = (before.eventState >> 16) & 0xFFFF
+        let countAfter = (state.eventState >> 16) & 0xFFFF
+        if state.eventState & SCardConst.statePresent == 0 || countAfter != countBefore
+            || state.eventState & SCardConst.stateUnknown != 0
+        {
+            return TesseraError(.cardRemoved, "card left \(reader)")
+        }
+        return nil
     }
 
     /// Runs `body` inside an exclusive PC/SC transaction (SCardBeginTransaction … SCardEndTransaction with

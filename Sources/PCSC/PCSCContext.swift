@@ -138,14 +138,14 @@ public final class PCSCContext: Sendable {
                             available = true
                             continuation.yield(.serviceAvailable)
                         }
-                        for event in Self.diff(from: known, to: next) { continuation.yield(event) }
+                        for event in PCSCEvent.changes(from: known, to: next) { continuation.yield(event) }
                         known = next
                     } catch {
                         if error.code == .cancelled || Task.isCancelled { break }
                         if error.code == .pcscUnavailable {
                             first = true
                             if available {
-                                for event in Self.diff(from: known, to: []) { continuation.yield(event) }
+                                for event in PCSCEvent.changes(from: known, to: []) { continuation.yield(event) }
                                 known = []
                                 available = false
                                 continuation.yield(.serviceUnavailable)
@@ -159,9 +159,11 @@ public final class PCSCContext: Sendable {
             continuation.onTermination = { _ in task.cancel() }
         }
     }
+}
 
+extension PCSCEvent {
     /// The events that turn reader list `old` into `new`.
-    static func diff(from old: [PCSCReaderState], to new: [PCSCReaderState]) -> [PCSCEvent] {
+    public static func changes(from old: [PCSCReaderState], to new: [PCSCReaderState]) -> [PCSCEvent] {
         var events: [PCSCEvent] = []
         let newByName = Dictionary(new.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
         let oldByName = Dictionary(old.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })

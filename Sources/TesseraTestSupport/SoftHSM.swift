@@ -6,6 +6,10 @@ import TesseraCore
 /// Creating a fixture writes `softhsm2.conf` into a fresh temp dir and sets `SOFTHSM2_CONF` for the whole process
 /// (`setenv`): SoftHSM2 reads it in `C_Initialize`, so create the fixture **before** any PKCS#11 provider
 /// initialises, and keep one fixture per test process (`SoftHSMFixture.shared()`), with suites that use it serialised.
+///
+/// SoftHSM2 scans its token directory only in `C_Initialize`: tokens added later are invisible to modules already
+/// initialised in the process. Tests that want a token of their own therefore claim one of the spare tokens
+/// created up front (`claimSpareToken()`), which works whichever provider initialised first.
 public final class SoftHSMFixture: Sendable {
     public static let defaultModulePath = "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so"
     public static let defaultLabel = "tessera-test"
@@ -22,11 +26,15 @@ public final class SoftHSMFixture: Sendable {
     public let label: String
     public let pin: String
     public let soPIN: String
+    /// Labels of the extra tokens created by `init` (same PINs), handed out by `claimSpareToken()`.
+    public let spareLabels: [String]
+    private let claimed = ClaimCounter()
 
-    /// Creates the directory and config, sets `SOFTHSM2_CONF`, and initialises one token.
+    /// Creates the directory and config, sets `SOFTHSM2_CONF`, and initialises the token `label` plus
+    /// `spareTokens` more labelled "<label>-spare-<n>".
     /// Throws `INTERNAL` (never skips) when SoftHSM2 or `softhsm2-util` is missing or fails.
     public init(label: String = SoftHSMFixture.defaultLabel, pin: String = SoftHSMFixture.defaultPIN,
-                soPIN: String = SoftHSMFixture.defaultSOPIN,
+                soPIN: String = SoftHSMFixture.defaultSOPIN, spareTokens: Int = 0,
                 modulePath: String = SoftHSMFixture.defaultModulePath) throws(TesseraError) {
         let fm = FileManager.default
         guard fm.fileExists(atPath: modulePath) else {
@@ -62,12 +70,22 @@ public final class SoftHSMFixture: Sendable {
         self.label = label
         self.pin = pin
         self.soPIN = soPIN
+        spareLabels = (0..<max(0, spareTokens)).map { "\(label)-spare-\($0)" }
         setenv("SOFTHSM2_CONF", config.path, 1)
         try addToken(label: label, pin: pin, soPIN: soPIN)
+        for spare in spareLabels { try addToken(label: spare, pin: pin, soPIN: soPIN) }
+    }
+
+    /// The label of a spare token nobody has claimed yet (PIN `pin`); `INTERNAL` when all are taken.
+    public func claimSpareToken() throws(TesseraError) -> String {
+        guard let index = claimed.next(below: spareLabels.count) else {
+            throw .internalError("all \(spareLabels.count) spare SoftHSM2 tokens are claimed; raise spareTokens")
+        }
+        return spareLabels[index]
     }
 
     /// Initialises another token in the next free slot (`softhsm2-util --init-token --free`).
-    /// A running provider sees it on its next `tokens()` call.
+    /// Only providers whose module is initialised afterwards see it (see the type's note).
     public func addToken(label: String, pin: String, soPIN: String? = nil) throws(TesseraError) {
         try runUtility(["--init-token", "--free", "--label", label, "--pin", pin, "--so-pin", soPIN ?? self.soPIN])
     }
@@ -83,10 +101,15 @@ public final class SoftHSMFixture: Sendable {
     }
 
     private static let sharedFixture: Result<SoftHSMFixture, TesseraError> = {
-        do throws(TesseraError) { return .success(try SoftHSMFixture()) } catch { return .failure(error) }
+        do throws(TesseraError) { return .success(try SoftHSMFixture(spareTokens: sharedSpareTokens)) } catch {
+            return .failure(error)
+        }
     }()
 
-    /// The process-wide fixture (created on first use with the default label and PINs).
+    /// Spare tokens in the shared fixture.
+    public static let sharedSpareTokens = 32
+
+    /// The process-wide fixture (created on first use with the default label and PINs and `sharedSpareTokens` spares).
     public static func shared() throws(TesseraError) -> SoftHSMFixture { try sharedFixture.get() }
 
     private static func utilityPath() -> String? {
@@ -122,5 +145,18 @@ public final class SoftHSMFixture: Sendable {
             let text = String(decoding: data, as: UTF8.self)
             throw .internalError("softhsm2-util \(arguments.first ?? "") failed (\(process.terminationStatus)): \(text)")
         }
+    }
+}
+
+private final class ClaimCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+
+    func next(below limit: Int) -> Int? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard count < limit else { return nil }
+        count += 1
+        return count - 1
     }
 }

@@ -30,11 +30,9 @@ enum SoftHSMEnvironment {
         return token
     }
 
-    /// A new token with its own login state, so tests do not depend on each other's order.
-    static func freshToken(_ name: String, pin: String = SoftHSMFixture.defaultPIN) throws -> PKCS11Token {
-        let label = "\(name)-\(UInt32.random(in: 0...UInt32.max))"
-        try get().fixture.addToken(label: label, pin: pin)
-        return try token(label: label)
+    /// A spare token of its own (own login state), so tests do not depend on each other's order.
+    static func freshToken(_ name: String) throws -> PKCS11Token {
+        try token(label: try get().fixture.claimSpareToken())
     }
 
     static func loggedInToken(_ name: String) async throws -> PKCS11Token {

@@ -157,6 +157,11 @@ def test_concurrent_requests_on_one_connection_answered_by_id(daemon):
 
 
 def test_unauthorized_by_policy(tmp_path, softhsm):
+    # nobody must be able to reach the socket: open the directories on the way to it.
+    p = tmp_path
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
     config = tmp_path / "tesserad.json"
     config.write_text(json.dumps({"socketMode": "0666", "policy": {"sign": {"users": ["0"]}}}))
     d = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
@@ -182,6 +187,8 @@ def test_unauthorized_by_policy(tmp_path, softhsm):
                     except RPCError as e:
                         out[method] = e.code
                 os.write(w, json.dumps(out).encode())
+            except BaseException as e:  # report, so the parent's assertion shows why
+                os.write(w, json.dumps({"child error": repr(e)}).encode())
             finally:
                 os._exit(0)
         os.close(w)

@@ -83,12 +83,13 @@ public struct CSCATrustStore: Sendable {
         return out
     }
 
-    /// Anchors that may have issued `certificate`: by authority/subject key identifier, else by issuer name.
-    public func candidates(forIssuerOf certificate: ParsedCertificate) -> [ParsedCertificate] {
+    /// Anchors that may have issued `certificate`: those whose subject key identifier equals its authority key
+    /// identifier (`byKeyIdentifier` true), else those whose subject name equals its issuer name.
+    public func candidates(forIssuerOf certificate: ParsedCertificate) -> (certificates: [ParsedCertificate], byKeyIdentifier: Bool) {
         if let aki = certificate.authorityKeyIdentifier {
             let byKey = certificates.filter { $0.subjectKeyIdentifier == aki }
-            if !byKey.isEmpty { return byKey }
+            if !byKey.isEmpty { return (byKey, true) }
         }
-        return certificates.filter { ParsedCertificate.sameName($0.subject, certificate.issuer) }
+        return (certificates.filter { ParsedCertificate.sameName($0.subject, certificate.issuer) }, false)
     }
 }

@@ -126,11 +126,14 @@ public enum PassiveAuthentication {
                 result.certificateChain = .invalid
                 problems.append("document signer certificate lacks digitalSignature key usage")
             } else {
-                let candidates = trustStore?.candidates(forIssuerOf: ds) ?? []
-                if candidates.isEmpty {
+                let (candidates, byKeyID) = trustStore?.candidates(forIssuerOf: ds) ?? ([], false)
+                let issuer = candidates.first { (try? ds.isSigned(by: $0)) == true }
+                if issuer == nil && !byKeyID {
+                    // Same name but another key (e.g. before a CSCA key rollover): not this document's anchor.
                     result.certificateChain = .noTrustAnchor
                     unanchored = true
-                } else if let csca = candidates.first(where: { (try? ds.isSigned(by: $0)) == true }) {
+                    if !candidates.isEmpty { notes.append("a CSCA with the issuer's name is trusted but its key did not sign the document signer") }
+                } else if let csca = issuer {
                     result.trustAnchor = csca.subjectDescription
                     if let ku = csca.keyUsage, ku & ParsedCertificate.keyCertSign == 0 {
                         result.certificateChain = .invalid
@@ -145,7 +148,7 @@ public enum PassiveAuthentication {
                     if result.certificateValidity == .valid { result.certificateValidity = cv }
                 } else {
                     result.certificateChain = .invalid
-                    problems.append("document signer certificate is not signed by any matching CSCA")
+                    problems.append("document signer certificate is not signed by the CSCA its authority key identifier names")
                 }
             }
             if result.certificateValidity != .valid {

@@ -1,0 +1,223 @@
+import APDU
+import CryptoPrimitives
+import TesseraCore
+
+/// PACE v2 with generic mapping (Doc 9303 Part 11 §4.4), reader side.
+public enum PACE {
+    /// Whether this implementation can run the PACEInfo (generic mapping, standardized domain parameters).
+    public static func isSupported(_ info: PACEInfo) -> Bool {
+        guard let alg = info.algorithm, alg.mapping == .generic, let id = info.parameterId,
+              let domain = PACEDomain.standardized(id) else { return false }
+        return domain.keyAgreement == alg.keyAgreement
+    }
+
+    /// Picks the preferred supported PACEInfo: ECDH before DH, then the strongest cipher.
+    public static func preferred(_ infos: [PACEInfo]) -> PACEInfo? {
+        func rank(_ i: PACEInfo) -> Int {
+            guard let a = i.algorithm else { return 0 }
+            let agreement = a.keyAgreement == .ecdh ? 10 : 0
+            let cipher = [SessionCipher.tripleDES: 1, .aes128: 2, .aes192: 3, .aes256: 4][a.cipher] ?? 0
+            return agreement + cipher
+        }
+        return infos.filter(isSupported).max { rank($0) < rank($1) }
+    }
+
+    /// Runs PACE over `transport` and returns the SM session (SSC = 0). A rejected password throws
+    /// ACCESS_DENIED (details.retriesLeft when the chip says 63Cx); unsupported mappings or parameters
+    /// throw UNSUPPORTED_PROTOCOL. The fixed private keys are for tests (random when nil).
+    public static func perform(transport: any APDUTransport, password: AccessPassword, info: PACEInfo,
+                               mappingPrivateKey: [UInt8]? = nil,
+                               ephemeralPrivateKey: [UInt8]? = nil) async throws(TesseraError) -> SecureMessagingSession {
+        guard let alg = info.algorithm, alg.mapping == .generic else {
+            throw TesseraError(.unsupportedProtocol, "PACE \(info.protocolOID) is not supported (generic mapping only)")
+        }
+        guard let id = info.parameterId, let domain = PACEDomain.standardized(id), domain.keyAgreement == alg.keyAgreement else {
+            throw TesseraError(.unsupportedProtocol, "PACE domain parameters \(info.parameterId.map(String.init) ?? "none") are not supported")
+        }
+
+        // MSE:Set AT
+        let setAT = try await transport.send(CommandAPDU(ins: 0x22, p1: 0xC1, p2: 0xA4,
+                                                         data: PACECrypto.setATData(algorithm: alg, password: password, parameterId: id)))
+        if !setAT.sw.isSuccess {
+            if let left = setAT.sw.retriesLeft, left > 0 {
+                // 63Cx warning: the password is still usable (63C1: suspended, needs CAN first on some chips).
+            } else {
+                throw statusError(setAT.sw, step: "MSE:Set AT")
+            }
+        }
+
+        // Step 1: encrypted nonce
+        let z = try await generalAuthenticate(transport, [], responseTag: 0x80, step: "encrypted nonce")
+        let kPi = AccessKeyDerivation.paceNonceKey(password, cipher: alg.cipher)
+        let s = try PACECrypto.decryptNonce(z, key: kPi, cipher: alg.cipher)
+
+        // Step 2: mapping
+        let mapping = try domain.keyPair(privateKey: mappingPrivateKey)
+        let chipMapping = try await generalAuthenticate(transport, AccessTLV.encode(tag: 0x81, mapping.publicKey),
+                                                        responseTag: 0x82, step: "mapping")
+        let generator: [UInt8]
+        do {
+            try domain.validate(publicKey: chipMapping)
+            generator = try domain.mapGenerator(nonce: s, privateKey: mapping.privateKey, peerPublicKey: chipMapping)
+        } catch {
+            throw TesseraError(.secureMessagingError, "PACE mapping failed: \(error.message)")
+        }
+
+        // Step 3: key agreement on the mapped generator
+        let ephemeral = try domain.keyPair(generator: generator, privateKey: ephemeralPrivateKey)
+        let chipEphemeral = try await generalAuthenticate(transport, AccessTLV.encode(tag: 0x83, ephemeral.publicKey),
+                                                          responseTag: 0x84, step: "key agreement")
+        guard chipEphemeral != ephemeral.publicKey else {
+            throw TesseraError(.secureMessagingError, "chip echoed the terminal's ephemeral public key")
+        }
+        let shared: [UInt8]
+        do {
+            try validateOnMappedDomain(domain, generator: generator, publicKey: chipEphemeral)
+            shared = try domain.sharedSecret(privateKey: ephemeral.privateKey, peerPublicKey: chipEphemeral)
+        } catch {
+            throw TesseraError(.secureMessagingError, "PACE key agreement failed: \(error.message)")
+        }
+        let keys = AccessKeyDerivation.sessionKeys(shared, cipher: alg.cipher)
+
+        // Step 4: mutual authentication
+        let tPCD = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: chipEphemeral)
+        let tPICC = try await generalAuthenticate(transport, AccessTLV.encode(tag: 0x85, tPCD), responseTag: 0x86,
+                                                  step: "mutual authentication", last: true)
+        let expected = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain,
+                                                          peerPublicKey: ephemeral.publicKey)
+        guard tPICC == expected else {
+            throw TesseraError(.accessDenied, "chip authentication token does not verify")
+        }
+        return try SecureMessagingSession(cipher: alg.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
+    }
+
+    /// DH public keys on the mapped generator still lie in the order-q subgroup; EC points are checked on the curve.
+    private static func validateOnMappedDomain(_ domain: PACEDomain, generator: [UInt8], publicKey: [UInt8]) throws(TesseraError) {
+        try domain.validate(publicKey: publicKey)
+    }
+
+    static func statusError(_ sw: StatusWord, step: String) -> TesseraError {
+        var details: [String: JSONValue] = ["sw": .string(sw.description)]
+        if let left = sw.retriesLeft { details["retriesLeft"] = .number(Double(left)) }
+        switch sw.value {
+        case 0x6300, 0x63C0...0x63CF, 0x6982, 0x6983, 0x6984:
+            return TesseraError(.accessDenied, "PACE \(step) rejected by the chip (\(sw)); check the MRZ data or CAN",
+                                details: details)
+        case 0x6A80, 0x6A86, 0x6A88, 0x6D00:
+            return TesseraError(.unsupportedProtocol, "PACE \(step) not supported by the chip (\(sw))", details: details)
+        default:
+            return TesseraError(.cardError, "PACE \(step) failed (\(sw))", details: details)
+        }
+    }
+
+    /// GENERAL AUTHENTICATE with dynamic authentication data 7C; returns the value of `responseTag`.
+    private static func generalAuthenticate(_ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32,
+                                            step: String, last: Bool = false) async throws(TesseraError) -> [UInt8] {
+        let command = CommandAPDU(cla: last ? 0x00 : 0x10, ins: 0x86, p1: 0, p2: 0,
+                                  data: AccessTLV.encode(tag: 0x7C, content), ne: 256)
+        let response = try await transport.send(command)
+        guard response.sw.isSuccess else { throw statusError(response.sw, step: step) }
+        let outer = try AccessTLV.parse(response.data)
+        guard outer.count == 1, outer[0].tag == 0x7C,
+              let value = try AccessTLV.parse(outer[0].value).first(where: { $0.tag == responseTag })?.value else {
+            throw TesseraError(.malformedData, "PACE \(step): response lacks tag \(String(responseTag, radix: 16))")
+        }
+        return value
+    }
+}
+
+/// Chip side of PACE generic mapping for emulated documents. Feed it the MSE:Set AT data, then each
+/// GENERAL AUTHENTICATE's command data; it returns the response data (7C …). After the fourth step
+/// `session` holds the SM keys. A wrong terminal token throws ACCESS_DENIED (answer 6300).
+public struct PACEChip: Sendable {
+    public let algorithm: PACEAlgorithm
+    public let domain: PACEDomain
+    private let nonceKey: [UInt8]
+    private var step = 0
+    private var nonce: [UInt8] = []
+    private var mappingKey: (privateKey: [UInt8], publicKey: [UInt8])?
+    private var ephemeralKey: (privateKey: [UInt8], publicKey: [UInt8])?
+    private var generator: [UInt8]?
+    private var terminalEphemeral: [UInt8]?
+    private var keys: (encryption: [UInt8], mac: [UInt8])?
+    private let fixed: (nonce: [UInt8]?, mapping: [UInt8]?, ephemeral: [UInt8]?)
+    /// The SM session once mutual authentication succeeded.
+    public private(set) var session: SecureMessagingSession?
+
+    /// Sets up from MSE:Set AT data and the chip's stored passwords. Throws UNSUPPORTED_PROTOCOL for
+    /// unknown OIDs or parameters and ACCESS_DENIED when the referenced password is not available.
+    /// The fixed values are for tests (random when nil).
+    public init(setATData: [UInt8], mrzInformation: String?, can: String?,
+                fixedNonce: [UInt8]? = nil, fixedMappingKey: [UInt8]? = nil, fixedEphemeralKey: [UInt8]? = nil) throws(TesseraError) {
+        let parsed = try PACECrypto.parseSetATData(setATData)
+        guard let alg = PACEAlgorithm(oid: parsed.oid), alg.mapping == .generic,
+              let id = parsed.parameterId, let domain = PACEDomain.standardized(id), domain.keyAgreement == alg.keyAgreement else {
+            throw TesseraError(.unsupportedProtocol, "unsupported PACE parameters")
+        }
+        let password: AccessPassword
+        switch (parsed.passwordReference, mrzInformation, can) {
+        case (1, .some(let m), _): password = .mrz(mrzInformation: m)
+        case (2, _, .some(let c)): password = .can(c)
+        default: throw TesseraError(.accessDenied, "password reference \(parsed.passwordReference) not available")
+        }
+        algorithm = alg
+        self.domain = domain
+        nonceKey = AccessKeyDerivation.paceNonceKey(password, cipher: alg.cipher)
+        fixed = (fixedNonce, fixedMappingKey, fixedEphemeralKey)
+    }
+
+    /// Whether mutual authentication has completed.
+    public var isComplete: Bool { session != nil }
+
+    /// Processes one GENERAL AUTHENTICATE command data field (7C …) and returns the response data field.
+    public mutating func generalAuthenticate(_ commandData: [UInt8]) throws(TesseraError) -> [UInt8] {
+        let outer = try AccessTLV.parse(commandData)
+        guard outer.count == 1, outer[0].tag == 0x7C else { throw TesseraError(.malformedData, "expected dynamic authentication data") }
+        let inner = try AccessTLV.parse(outer[0].value)
+        func value(_ tag: UInt32) throws(TesseraError) -> [UInt8] {
+            guard let v = inner.first(where: { $0.tag == tag })?.value else {
+                throw TesseraError(.malformedData, "GENERAL AUTHENTICATE lacks tag \(String(tag, radix: 16))")
+            }
+            return v
+        }
+        switch step {
+        case 0:
+            nonce = try orRandom(fixed.nonce, algorithm.cipher.blockSize)
+            let z = try PACECrypto.encryptNonce(nonce, key: nonceKey, cipher: algorithm.cipher)
+            step = 1
+            return AccessTLV.encode(tag: 0x7C, AccessTLV.encode(tag: 0x80, z))
+        case 1:
+            let terminalMapping = try value(0x81)
+            try domain.validate(publicKey: terminalMapping)
+            let key = try domain.keyPair(privateKey: fixed.mapping)
+            generator = try domain.mapGenerator(nonce: nonce, privateKey: key.privateKey, peerPublicKey: terminalMapping)
+            mappingKey = key
+            step = 2
+            return AccessTLV.encode(tag: 0x7C, AccessTLV.encode(tag: 0x82, key.publicKey))
+        case 2:
+            let terminal = try value(0x83)
+            try domain.validate(publicKey: terminal)
+            let key = try domain.keyPair(generator: generator, privateKey: fixed.ephemeral)
+            guard key.publicKey != terminal else { throw TesseraError(.accessDenied, "terminal reused the chip's key") }
+            let shared = try domain.sharedSecret(privateKey: key.privateKey, peerPublicKey: terminal)
+            keys = AccessKeyDerivation.sessionKeys(shared, cipher: algorithm.cipher)
+            ephemeralKey = key
+            terminalEphemeral = terminal
+            step = 3
+            return AccessTLV.encode(tag: 0x7C, AccessTLV.encode(tag: 0x84, key.publicKey))
+        case 3:
+            guard let keys, let ephemeralKey, let terminalEphemeral else { throw TesseraError(.internalError, "PACE state") }
+            let token = try value(0x85)
+            let expected = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: algorithm, domain: domain,
+                                                              peerPublicKey: ephemeralKey.publicKey)
+            step = 4
+            guard token == expected else { throw TesseraError(.accessDenied, "terminal authentication token does not verify") }
+            let tPICC = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: algorithm, domain: domain,
+                                                           peerPublicKey: terminalEphemeral)
+            session = try SecureMessagingSession(cipher: algorithm.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
+            return AccessTLV.encode(tag: 0x7C, AccessTLV.encode(tag: 0x86, tPICC))
+        default:
+            throw TesseraError(.cardError, "PACE already finished")
+        }
+    }
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Every test, against real components: Swift tests (SoftHSM2, pcscd + vpcd with emulated cards), then the real
+# daemon end to end with independent verifiers (pytest). Prints a summary line per stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CI=${CI:-}
+
+echo "== swift test"
+swift test 2>&1 | tee .state-swift-test.log | grep -vE '^\[[0-9]+/[0-9]+\] |^(Compiling|Building|Write|Emitting)' || {
+  echo "swift test failed"; exit 1; }
+grep -qE "Test run with [0-9]+ tests? .*passed|Executed [0-9]+ tests?, with 0 failures" .state-swift-test.log
+
+echo "== end-to-end (real tesserad, SoftHSM2, py_webauthn + python-fido2)"
+.venv/bin/python -m pytest -q Tests/e2e
