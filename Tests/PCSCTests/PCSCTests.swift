@@ -273,6 +273,21 @@ struct PCSCIntegrationTests {
         await link.remove()
     }
 
+    @Test func cardPulledMidCommandIsCardRemovedNotEmptySuccess() async throws {
+        let daemon = try await PCSCDaemonFixture.acquire()
+        defer { daemon.stop() }
+        let ctx = PCSCContext()
+        let link = VirtualCardLink(card: EchoCard(), port: Int(daemon.port))
+        try await link.start()
+        #expect(await readerState(ctx, daemon.readerName) { $0.cardPresent } != nil)
+        let card = try await ctx.connect(reader: daemon.readerName)
+        let stalled = Task { () async throws -> [UInt8] in try await card.transmit([0x00, 0x0F, 0x00, 0x00]) }
+        try await Task.sleep(for: .milliseconds(300))
+        await link.remove()
+        await expectError(.cardRemoved) { _ = try await stalled.value }
+        await card.disconnect()
+    }
+
     @Test func pcscdStopAndRestartRecoversWithoutNewContext() async throws {
         let daemon = try await PCSCDaemonFixture.acquire()
         defer { daemon.stop() }

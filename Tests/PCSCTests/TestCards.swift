@@ -11,7 +11,8 @@ func testATR(extendedLength: Bool = true) -> [UInt8] {
 }
 
 /// A test card: SELECT (A4) → 9000; ECHO (INS 01) returns its data; BIG (INS 02, P1P2 = n) returns n bytes at
-/// once; CHAINED (INS 03, P1P2 = n) returns n bytes via 61xx + GET RESPONSE (C0) in chunks of at most 200.
+/// once; CHAINED (INS 03, P1P2 = n) returns n bytes via 61xx + GET RESPONSE (C0) in chunks of at most 200;
+/// STALL (INS 0F) answers after 5 s.
 actor EchoCard: VirtualCard {
     private let atrBytes: [UInt8]
     private var pending: [UInt8] = []
@@ -27,7 +28,14 @@ actor EchoCard: VirtualCard {
 
     static func pattern(_ n: Int) -> [UInt8] { (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) } }
 
-    func process(_ command: [UInt8]) -> [UInt8] {
+    func process(_ command: [UInt8]) async -> [UInt8] {
+        if let answer = answer(command) { return answer }
+        // STALL (INS 0F): answers only after 5 s, so a test can pull the card mid-command.
+        try? await Task.sleep(for: .seconds(5))
+        return [0x90, 0x00]
+    }
+
+    private func answer(_ command: [UInt8]) -> [UInt8]? {
         commands.append(command)
         guard command.count >= 4 else { return [0x67, 0x00] }
         let ins = command[1]
@@ -42,6 +50,8 @@ actor EchoCard: VirtualCard {
         case 0x03:
             pending = Self.pattern(n)
             return nextChunk(limit: 200)
+        case 0x0F:
+            return nil
         case 0xC0:
             let le = command.count == 5 ? (command[4] == 0 ? 256 : Int(command[4])) : 256
             return nextChunk(limit: le)
