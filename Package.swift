@@ -102,6 +102,10 @@ let package = Package(
             "TesseraCore", "RPC", "MRZ", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
 
+        // MARK: Benchmarks (a small harness; run with `make bench`)
+        .executableTarget(name: "tessera-bench", dependencies: ["TesseraCore", "RPC", "PKCS11", "TesseraTestSupport"],
+                          path: "Benchmarks/tessera-bench", swiftSettings: strict),
+
         // MARK: Tests
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
         .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"], swiftSettings: strict),

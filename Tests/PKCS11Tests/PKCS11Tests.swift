@@ -266,3 +266,34 @@ struct SoftHSMTests {
         }
     }
 }
+
+@Suite("PKCS#11 throughput", .serialized)
+struct ThroughputTests {
+    @Test func pooledSigningKeepsUpWithTheRawBaseline() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("speed")
+        let keyID: [UInt8] = [0x5E]
+        _ = try await token.generateP256KeyPair(id: keyID, label: "tessera:speed")
+        let message: [UInt8] = Array(repeating: 7, count: 69)
+        let digest = SHA256.hash(message)
+        let raw = try await token.rawSignLoop(keyID: keyID, digest: digest, iterations: 2_000,
+                                              sessions: token.sessionCapacity)
+        let tasks = 16, perTask = 125
+        let clock = ContinuousClock()
+        let elapsed = try await clock.measure {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<tasks {
+                    group.addTask {
+                        for _ in 0..<perTask {
+                            _ = try await token.signP256(keyID: keyID, message: message, digest: digest)
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let pooled = Double(tasks * perTask) / seconds
+        print("PKCS11 throughput: raw \(Int(raw))/s over \(token.sessionCapacity) sessions, pooled \(Int(pooled))/s from \(tasks) tasks")
+        #expect(pooled > raw * 0.25)
+    }
+}

@@ -1,0 +1,58 @@
+import APDU
+import TesseraCore
+
+/// Which access-control protocol secured the channel.
+public enum AccessProtocol: String, Sendable, Hashable {
+    case pace, bac
+}
+
+/// The eMRTD application identifier (Doc 9303 Part 10).
+public let eMRTDApplicationID: [UInt8] = [0xA0, 0x00, 0x00, 0x02, 0x47, 0x10, 0x01]
+
+/// Reads EF.CardAccess unprotected (READ BINARY by SFI 0x1C, falling back to SELECT MF + SELECT 011C).
+/// Returns nil when the chip has no such file or refuses to deliver it.
+public func readCardAccess(transport: any APDUTransport) async throws(TesseraError) -> [UInt8]? {
+    let reader = ElementaryFileReader(transport: transport)
+    do {
+        return try await reader.readFile(fid: 0x011C, sfi: 0x1C)
+    } catch where Set([TesseraError.Code.cardError, .accessDenied, .malformedData]).contains(error.code) {
+        // fall through to the explicit SELECT path
+    }
+    do {
+        let mf = try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0x3F, 0x00]))
+        guard mf.sw.isSuccess else { return nil }
+        return try await reader.readFile(fid: 0x011C)
+    } catch where Set([TesseraError.Code.cardError, .accessDenied, .malformedData]).contains(error.code) {
+        return nil
+    }
+}
+
+/// Establishes secure messaging with an eMRTD: reads EF.CardAccess and runs PACE when it offers a supported
+/// PACEInfo (and `preferPACE`), otherwise BAC; then selects the eMRTD application (under SM after PACE, in
+/// plain before BAC, as Part 11 requires). Throws ACCESS_DENIED for a wrong MRZ/CAN, UNSUPPORTED_PROTOCOL
+/// when only BAC is possible but the password is a CAN.
+public func establishAccess(transport: any APDUTransport, password: AccessPassword,
+                            preferPACE: Bool = true) async throws(TesseraError) -> (channel: SecureChannel, protocolUsed: AccessProtocol) {
+    let selectApp = CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID)
+    if preferPACE, let cardAccess = try await readCardAccess(transport: transport),
+       let infos = try? SecurityInfos(encoded: cardAccess), let info = PACE.preferred(infos.paceInfos) {
+        let session = try await PACE.perform(transport: transport, password: password, info: info)
+        let channel = SecureChannel(inner: transport, session: session)
+        let selected = try await channel.send(selectApp)
+        guard selected.sw.isSuccess else {
+            throw TesseraError(.cardError, "SELECT eMRTD application failed (\(selected.sw))",
+                               details: ["sw": .string(selected.sw.description)])
+        }
+        return (channel, .pace)
+    }
+    guard case .mrz(let mrzInformation) = password else {
+        throw TesseraError(.unsupportedProtocol, "the chip offers no usable PACE; BAC needs the MRZ, not a CAN")
+    }
+    let selected = try await transport.send(selectApp)
+    guard selected.sw.isSuccess else {
+        throw TesseraError(.cardError, "SELECT eMRTD application failed (\(selected.sw))",
+                           details: ["sw": .string(selected.sw.description)])
+    }
+    let session = try await BAC.perform(transport: transport, mrzInformation: mrzInformation)
+    return (SecureChannel(inner: transport, session: session), .bac)
+}

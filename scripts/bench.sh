@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Benchmarks (release build): daemon assertion throughput/latency vs raw PKCS#11 signing on the same token.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+swift build -c release --product tesserad
+swift build -c release --product tessera-bench
+.build/release/tessera-bench --seconds "${BENCH_SECONDS:-5}"
