@@ -109,8 +109,9 @@ let package = Package(
         // MARK: Tests
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
         .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"], swiftSettings: strict),
+        .testTarget(name: "TesseraCoreTests", dependencies: ["TesseraCore"]),
         .testTarget(name: "CBORTests", dependencies: ["CBOR"]),
-        .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "CBOR"]),
+        .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "APDUTests", dependencies: ["APDU"]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ"]),
         .testTarget(name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ"]),

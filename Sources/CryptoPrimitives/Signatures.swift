@@ -56,7 +56,8 @@ public struct PublicKeyDescription: Sendable, Equatable {
     public var kind: SignatureKeyKind
     /// Modulus size (RSA) or group order size (EC) in bits.
     public var bits: Int
-    /// OpenSSL group name for named EC curves (e.g. "prime256v1", "brainpoolP256r1"); nil for explicit parameters.
+    /// OpenSSL group name of an EC key (e.g. "prime256v1", "brainpoolP256r1"), also for explicit parameters
+    /// that match a known curve; nil when they match none.
     public var curveName: String?
 }
 

@@ -175,7 +175,8 @@ public final class PCSCCard: APDUTransport, Sendable {
             if rv == SCardRV.success && length >= 2 { return Array(response.prefix(Int(length))) }
             // A transport failure, or vpcd's quirk of "succeeding" with an empty response after the virtual card
             // left: find out from the reader whether the card is gone before blaming the card.
-            if let removed = Self.confirmRemoval(session, reader: reader) { throw removed }
+            let cause = rv == SCardRV.success ? "empty response" : "SCardTransmit: \(pcscErrorText(rv))"
+            if let removed = Self.confirmRemoval(session, reader: reader, cause: cause) { throw removed }
             if rv != SCardRV.success { throw pcscError(rv, "SCardTransmit", phase: .session) }
             throw TesseraError(.cardError, "empty response from the card in \(reader)")
         }
@@ -190,7 +191,9 @@ public final class PCSCCard: APDUTransport, Sendable {
 
     /// CARD_REMOVED (or another session error) when the card left or leaves within a short grace period
     /// (pcscd notices a removal on its next reader poll); nil when the card is still there.
-    private static func confirmRemoval(_ session: QueueConfined<Session>, reader: String) -> TesseraError? {
+    private static func confirmRemoval(_ session: QueueConfined<Session>, reader: String, cause: String)
+        -> TesseraError?
+    {
         guard let card = session.value.card, let ctx = session.value.ctx else {
             return TesseraError(.cardRemoved, "card connection is closed", retryable: false)
         }
@@ -198,7 +201,7 @@ public final class PCSCCard: APDUTransport, Sendable {
         case .failure(let f):
             return f.error(.session)
         case .success(let st) where st.state & SCardConst.cardPresent == 0:
-            return TesseraError(.cardRemoved, "card left \(reader)")
+            return TesseraError(.cardRemoved, "card left \(reader) (\(cause))")
         case .success:
             break
         }
@@ -207,7 +210,7 @@ public final class PCSCCard: APDUTransport, Sendable {
         guard rv0 == SCardRV.success || rv0 == SCardRV.timeout, let before = now.first else {
             return pcscError(rv0, "SCardGetStatusChange", phase: .session)
         }
-        if before.eventState & SCardConst.statePresent == 0 { return TesseraError(.cardRemoved, "card left \(reader)") }
+        if before.eventState & SCardConst.statePresent == 0 { return TesseraError(.cardRemoved, "card left \(reader) (\(cause))") }
         let (rv, after) = SCard.getStatusChange(
             ctx, [SCard.WaitEntry(name: reader, currentState: before.eventState & ~SCardConst.stateChanged)],
             timeoutMs: 1500)
@@ -218,7 +221,7 @@ public final class PCSCCard: APDUTransport, Sendable {
         if state.eventState & SCardConst.statePresent == 0 || countAfter != countBefore
             || state.eventState & SCardConst.stateUnknown != 0
         {
-            return TesseraError(.cardRemoved, "card left \(reader)")
+            return TesseraError(.cardRemoved, "card left \(reader) (\(cause))")
         }
         return nil
     }

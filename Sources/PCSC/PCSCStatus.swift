@@ -59,12 +59,6 @@ enum SCardConst {
     static let pnpReaderName = "\\\\?PnP?\\Notification"
 }
 
-extension TesseraError.Code {
-    /// The card is held exclusively (or a transaction is open) by another PC/SC client; retry later.
-    public static let cardInUse: TesseraError.Code = "CARD_IN_USE"
-    /// The operation was cancelled (task cancellation or SCardCancel).
-    public static let cancelled: TesseraError.Code = "CANCELLED"
-}
 
 /// Where a PC/SC failure happened: decides between NO_CARD/NO_READER (before a session) and CARD_REMOVED (during one).
 enum SCardPhase {

@@ -2,6 +2,7 @@ import Crypto
 import CredentialStore
 import Foundation
 import Logging
+import Synchronization
 import TesseraCore
 import WebAuthn
 
@@ -11,6 +12,8 @@ public final class PasskeyService: Sendable {
     private let store: CredentialStore
     private let counters: SignCounterAllocator
     private let logger: Logger
+    /// Credential records by id (they change only on delete), so assertions need no database read.
+    private let records = Mutex<[[UInt8]: CredentialRecord]>([:])
 
     public init(keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024) {
         self.keyStores = keyStores
@@ -151,7 +154,7 @@ public final class PasskeyService: Sendable {
         guard !r.challenge.isEmpty, r.challenge.count <= 1024 else { throw .invalidInput("challenge must be 1 to 1024 bytes") }
         var candidates: [CredentialRecord] = []
         for id in r.allowCredentials {
-            if let rec = try await store.credential(id: id), rec.rpId == r.rpId { candidates.append(rec) }
+            if let rec = try await cachedRecord(id), rec.rpId == r.rpId { candidates.append(rec) }
         }
         guard !candidates.isEmpty else {
             throw TesseraError(.passkeyNotFound, "none of allowCredentials is known for rpId \(r.rpId)")
@@ -162,7 +165,8 @@ public final class PasskeyService: Sendable {
         }).first else {
             throw TesseraError(.tokenNotPresent, "the token holding this passkey (\(candidates[0].tokenId)) is not present")
         }
-        let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification)
+        // Without a PIN the token's own answer (PIN_REQUIRED when not logged in) comes from the signing call.
+        let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification, checkLogin: false)
         let credentialId = [UInt8](record.credentialId)
         let count = try await counters.next(for: credentialId, persistedCeiling: record.counterReserved)
         var flags: AuthenticatorFlags = [.userPresent]
@@ -202,6 +206,7 @@ public final class PasskeyService: Sendable {
             logger.warning("key of credential already absent from its token; removing metadata")
         }
         try await store.delete(id: id)
+        _ = records.withLock { $0.removeValue(forKey: id) }
         await counters.forget(id)
     }
 
@@ -220,7 +225,8 @@ public final class PasskeyService: Sendable {
     }
 
     /// Verifies the PIN when given (UV); otherwise checks the token can sign without one.
-    private func authorize(_ token: any KeyStoreToken, pin: String?, userVerification: UserVerification) async throws(TesseraError) -> Bool {
+    private func authorize(_ token: any KeyStoreToken, pin: String?, userVerification: UserVerification,
+                           checkLogin: Bool = true) async throws(TesseraError) -> Bool {
         if let pin {
             guard !pin.isEmpty, pin.utf8.count <= 64 else { throw .invalidInput("pin must be 1 to 64 bytes") }
             try await token.verifyPIN(pin)
@@ -229,10 +235,20 @@ public final class PasskeyService: Sendable {
         if userVerification == .required {
             throw TesseraError(.pinRequired, "userVerification is required: give the token PIN")
         }
-        if await token.needsPIN() {
+        if checkLogin, await token.needsPIN() {
             throw TesseraError(.pinRequired, "token \(token.id) needs its PIN before it can sign")
         }
         return false
+    }
+
+    private func cachedRecord(_ id: [UInt8]) async throws(TesseraError) -> CredentialRecord? {
+        if let hit = records.withLock({ $0[id] }) { return hit }
+        guard let rec = try await store.credential(id: id) else { return nil }
+        records.withLock { cache in
+            if cache.count >= 65_536 { cache.removeAll(keepingCapacity: true) }
+            cache[id] = rec
+        }
+        return rec
     }
 
     static func validate(rpId: String) throws(TesseraError) {

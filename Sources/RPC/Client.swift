@@ -86,9 +86,10 @@ public final class RPCClient: Sendable {
         try? await channel.closeFuture.get()
     }
 
+    /// Completes the pending call with this response's id; false when no call is waiting for it.
     fileprivate func resolve(_ message: JSONValue) -> Bool {
         guard let id = message["id"]?.intValue else { return false }
-        guard let cont = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return true }
+        guard let cont = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return false }
         if let error = message["error"] { cont.resume(throwing: RPCWire.decodeError(error)) }
         else { cont.resume(returning: message["result"] ?? .null) }
         return true

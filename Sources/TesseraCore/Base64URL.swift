@@ -1,23 +1,56 @@
-import Foundation
-
 /// base64url without padding (RFC 4648 §5), as WebAuthn and the socket API use for every binary value.
 public enum Base64URL {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    private static let reverse: [UInt8] = {
+        var t = [UInt8](repeating: 0xFF, count: 256)
+        for (i, c) in alphabet.enumerated() { t[Int(c)] = UInt8(i) }
+        return t
+    }()
+
     public static func encode<B: Sequence>(_ bytes: B) -> String where B.Element == UInt8 {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        let input = Array(bytes)
+        var out = [UInt8]()
+        out.reserveCapacity((input.count * 4 + 2) / 3)
+        var i = 0
+        while i + 3 <= input.count {
+            let v = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
+            out += [alphabet[Int(v >> 18)], alphabet[Int(v >> 12 & 63)], alphabet[Int(v >> 6 & 63)], alphabet[Int(v & 63)]]
+            i += 3
+        }
+        let rest = input.count - i
+        if rest == 1 {
+            let v = UInt32(input[i]) << 16
+            out += [alphabet[Int(v >> 18)], alphabet[Int(v >> 12 & 63)]]
+        } else if rest == 2 {
+            let v = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8
+            out += [alphabet[Int(v >> 18)], alphabet[Int(v >> 12 & 63)], alphabet[Int(v >> 6 & 63)]]
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
-    /// Decodes base64url (padding optional). Returns nil on any character outside the alphabet.
+    /// Decodes base64url; trailing '=' padding is accepted. Returns nil on any other character,
+    /// an impossible length, or non-zero trailing bits.
     public static func decode(_ text: String) -> [UInt8]? {
-        var s = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        guard !s.contains("=") || text.hasSuffix("=") else { return nil }
-        s = s.replacingOccurrences(of: "=", with: "")
-        if s.count % 4 == 1 { return nil }
-        s += String(repeating: "=", count: (4 - s.count % 4) % 4)
-        guard let d = Data(base64Encoded: s) else { return nil }
-        return [UInt8](d)
+        var chars = Array(text.utf8)
+        while chars.last == UInt8(ascii: "=") { chars.removeLast() }
+        if chars.count % 4 == 1 { return nil }
+        var out = [UInt8]()
+        out.reserveCapacity(chars.count * 3 / 4)
+        var acc: UInt32 = 0
+        var bits = 0
+        for c in chars {
+            let v = reverse[Int(c)]
+            if v == 0xFF { return nil }
+            acc = acc << 6 | UInt32(v)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                out.append(UInt8(truncatingIfNeeded: acc >> UInt32(bits)))
+            }
+        }
+        // Unused low bits must be zero (canonical encoding).
+        if bits > 0, acc & ((1 << UInt32(bits)) - 1) != 0 { return nil }
+        return out
     }
 }
 

@@ -3,19 +3,15 @@ import Foundation
 extension JSONValue {
     /// Parses one JSON text. Throws `PARSE_ERROR` on malformed input.
     public static func parse<B: Sequence>(_ bytes: B) throws(TesseraError) -> JSONValue where B.Element == UInt8 {
-        do {
-            return try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
-        } catch {
-            throw TesseraError(.parseError, "malformed JSON")
-        }
+        guard let v = JSONReader.parse(Array(bytes)) else { throw TesseraError(.parseError, "malformed JSON") }
+        return v
     }
 
     /// Serialises compactly with sorted keys (stable output for logs and tests).
     public func serialized() -> [UInt8] {
-        let enc = JSONEncoder()
-        enc.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        // Encoding a JSONValue cannot fail: every case maps to a JSON value.
-        return (try? [UInt8](enc.encode(self))) ?? Array("null".utf8)
+        var w = JSONWriter()
+        w.write(self)
+        return w.out
     }
 
     /// Pretty, sorted-key text for humans.

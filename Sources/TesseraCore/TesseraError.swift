@@ -45,6 +45,10 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let passkeyNotFound: Code = "PASSKEY_NOT_FOUND"
         public static let credentialExcluded: Code = "CREDENTIAL_EXCLUDED"
         public static let pcscUnavailable: Code = "PCSC_UNAVAILABLE"
+        /// Another program holds the card exclusively.
+        public static let cardInUse: Code = "CARD_IN_USE"
+        /// The operation was cancelled (client went away, task cancelled).
+        public static let cancelled: Code = "CANCELLED"
         // Documents and readers
         public static let noReader: Code = "NO_READER"
         public static let noCard: Code = "NO_CARD"
@@ -61,7 +65,7 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
-            case .tokenNotPresent, .tokenRemoved, .cardReset, .noCard, .cardRemoved, .pcscUnavailable,
+            case .tokenNotPresent, .tokenRemoved, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
                  .shuttingDown, .noReader:
                 return true
             default:

@@ -87,14 +87,17 @@ public final class PCSCDaemonFixture: Sendable {
         }
     }
 
-    /// Stops pcscd and releases the fixture (another one may start). Idempotent; also done on deinit.
+    /// Stops pcscd, removes its directory and releases the fixture (another one may start). Idempotent; also on deinit.
     public func stop() {
         stopDaemon()
         let release = state.withLock { s -> Bool in
             defer { s.released = true }
             return !s.released
         }
-        if release { Self.lease.release() }
+        if release {
+            try? FileManager.default.removeItem(atPath: directory)
+            Self.lease.release()
+        }
     }
 
     /// Stops pcscd but keeps the fixture, so `startDaemon()` can bring the same daemon back (same socket, ports).
@@ -295,7 +298,7 @@ public final class PCSCDaemonFixture: Sendable {
             mount --bind "$1" /run/pcscd
             exec "$2" --foreground --info --config "$3"
             """
-        FileManager.default.createFile(atPath: logPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         guard let log = FileHandle(forWritingAtPath: logPath) else {
             throw .internalError("cannot open \(logPath)")
         }

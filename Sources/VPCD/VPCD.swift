@@ -45,6 +45,7 @@ public actor VirtualCardLink {
     private let onEvent: EventHook?
 
     private var runner: Task<Void, Never>?
+    private var runnerID = 0
     private var channel: (any Channel)?
     private var connectedWaiters: [CheckedContinuation<Void, Never>] = []
 
@@ -120,7 +121,9 @@ public actor VirtualCardLink {
     private func attach(_ connection: Connection) {
         channel = connection.channel
         setConnected(true)
-        runner = Task { await self.run(first: connection) }
+        runnerID += 1
+        let id = runnerID
+        runner = Task { await self.run(first: connection, id: id) }
     }
 
     private func setConnected(_ value: Bool) {
@@ -129,7 +132,14 @@ public actor VirtualCardLink {
         onEvent?(value ? .connected : .disconnected)
     }
 
-    private func run(first: Connection) async {
+    private func run(first: Connection, id: Int) async {
+        defer {
+            // The link ended by itself (peer closed, no reconnect): a later insert() starts afresh.
+            if runnerID == id && !Task.isCancelled {
+                runner = nil
+                channel = nil
+            }
+        }
         var connection: Connection? = first
         while let current = connection {
             await Self.serve(current, card: card, onExchange: onExchange, onEvent: onEvent)

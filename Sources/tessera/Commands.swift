@@ -54,7 +54,7 @@ struct Enroll: AsyncParsableCommand {
     func run() async throws {
         var p: [String: JSONValue] = [
             "rpId": .string(rpId),
-            "user": ["id": .string(try userId ?? Base64URL.encode(randomBytes(16))), "name": .string(userName),
+            "user": ["id": .string(userId ?? Base64URL.encode(randomBytes(16))), "name": .string(userName),
                      "displayName": .string(displayName ?? userName)],
             "challenge": .string(challenge ?? Base64URL.encode(randomBytes(32))),
             "attestation": .string(attestation),

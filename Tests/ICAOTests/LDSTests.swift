@@ -126,6 +126,9 @@ private func expectMalformed(_ body: () throws -> Void, sourceLocation: SourceLo
         let bytes = try LDSBuilder.dg1(mrz: ldsSpecimenMRZ)
         #expect(Array(bytes.prefix(5)) == [0x61, 0x5B, 0x5F, 0x1F, 0x58])
         #expect(try DG1(parsing: bytes).mrz == ldsSpecimenMRZ)
+        let parsed = try DG1(parsing: bytes).parsedMRZ()
+        #expect(parsed.documentNumber == "L898902C3")
+        #expect(parsed.issuingState == "UTO")
         // Chips may pad files; trailing bytes after the object are ignored.
         #expect(try DG1(parsing: bytes + [0x00, 0x00]).mrz == ldsSpecimenMRZ)
         #expect(throws: TesseraError.self) { try LDSBuilder.dg1(mrz: "P<UTO") }

@@ -99,7 +99,7 @@ struct PCSCIntegrationTests {
         let recorder = EventRecorder()
         await recorder.start(ctx)
         let reader = daemon.readerName
-        #expect(await recorder.waitFor { $0 == .readerAdded(PCSCReaderState(name: reader)) } != nil)
+        #expect(await recorder.waitFor { if case .readerAdded(let s) = $0 { s.name == reader && !s.cardPresent } else { false } } != nil)
 
         let link = VirtualCardLink(card: EchoCard(), port: Int(daemon.port))
         try await link.start()
@@ -297,12 +297,16 @@ struct PCSCIntegrationTests {
         let link = VirtualCardLink(card: EchoCard(), port: Int(daemon.port), reconnects: true,
                                    reconnectInterval: .milliseconds(100))
         try await link.start()
+        // A second card in slot 1, without automatic reconnection.
+        let plain = VirtualCardLink(card: EchoCard(), port: Int(daemon.readers[1].port))
+        try await plain.start()
         #expect(await readerState(ctx, daemon.readerName) { $0.cardPresent } != nil)
         let card = try await ctx.connect(reader: daemon.readerName)
         let select: [UInt8] = [0x00, 0xA4, 0x04, 0x00, 0x00]
         #expect(try await card.transmit(select) == [0x90, 0x00])
 
         daemon.stopDaemon()
+        #expect(await eventually { await plain.isConnected ? nil : true } == true)
         await expectError(.pcscUnavailable) { _ = try await ctx.listReaders() }
         await expectError(.pcscUnavailable) { _ = try await ctx.listReaders() }
         await expectError(.pcscUnavailable) { _ = try await ctx.connect(reader: daemon.readerName) }
@@ -315,6 +319,8 @@ struct PCSCIntegrationTests {
         }
 
         try daemon.startDaemon()
+        try await plain.insert()
+        #expect(await readerState(ctx, daemon.readers[1].name) { $0.cardPresent } != nil)
         // Same PCSCContext, no re-creation; the link reconnected by itself.
         let back = await readerState(ctx, daemon.readerName) { $0.cardPresent }
         #expect(back?.atr == testATR())
@@ -326,6 +332,7 @@ struct PCSCIntegrationTests {
         await card.disconnect()
         await recorder.stop()
         await link.remove()
+        await plain.remove()
     }
 
     @Test func otherPCSCClientsSeeTheVirtualCard() async throws {

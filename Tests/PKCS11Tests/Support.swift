@@ -88,10 +88,6 @@ enum OpenSSLVerifier {
     }
 }
 
-extension TesseraError.Code: CustomStringConvertible {
-    public var description: String { rawValue }
-}
-
 /// The `TesseraError` code thrown by `body`, or nil when it did not throw.
 func errorCode<T>(_ body: () async throws -> T) async -> TesseraError.Code? {
     do {

@@ -197,11 +197,13 @@ public enum PACECrypto {
             + AccessTLV.encode(tag: domain.publicKeyTag, publicKey))
     }
 
-    /// Authentication token T = MAC(KS_mac, 7F49{OID, peer public key}) (8 bytes).
+    /// Authentication token T = MAC(KS_mac, 7F49{OID, peer public key}) (8 bytes): AES-CMAC over the
+    /// unpadded object truncated to 8 bytes, or the 3DES retail MAC with padding method 2.
     public static func authenticationToken(macKey: [UInt8], algorithm: PACEAlgorithm, domain: PACEDomain,
                                            peerPublicKey: [UInt8]) throws(TesseraError) -> [UInt8] {
-        try SecureMessagingSession.mac(key: macKey, cipher: algorithm.cipher,
-                                       data: publicKeyDataObject(algorithm: algorithm, domain: domain, publicKey: peerPublicKey))
+        let data = publicKeyDataObject(algorithm: algorithm, domain: domain, publicKey: peerPublicKey)
+        if algorithm.cipher == .tripleDES { return try RetailMAC.mac(key: macKey, data: data) }
+        return Array(try CMAC.aes(key: macKey, data: data).prefix(8))
     }
 
     /// MSE:Set AT data for PACE: 80 OID, 83 password reference, 84 domain parameter id.

@@ -66,7 +66,10 @@ public struct CMSSignedData: Sendable {
         while index < parts.count - 1 {
             let p = parts[index]
             if p.tag == 0xA0 {
-                for c in try p.children() where c.tag == ASN1.sequence { certs.append(try ParsedCertificate(der: c.encoded)) }
+                // An unparseable extra certificate is skipped; a missing signer certificate is reported later.
+                for c in try p.children() where c.tag == ASN1.sequence {
+                    if let cert = try? ParsedCertificate(der: c.encoded) { certs.append(cert) }
+                }
             } else if p.tag != 0xA1 {
                 throw TesseraError(.malformedData, "unexpected SignedData field \(BERTLV.tagHex(p.tag))")
             }

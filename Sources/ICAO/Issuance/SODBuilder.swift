@@ -17,7 +17,7 @@ public struct DocumentSignerKey: Sendable {
 /// Builds a signed EF.SOD: LDSSecurityObject v0 in CMS SignedData (RFC 5652) with content-type,
 /// message-digest and signing-time signed attributes, the DS certificate included, wrapped in tag 77.
 public enum SODBuilder {
-    /// `dataGroups`: number → complete file bytes (as the chip serves them).
+    /// `dataGroups`: number → complete file bytes (as the chip serves them); `hash` is the data group hash.
     public static func build(dataGroups: [Int: [UInt8]], signer: DocumentSignerKey, hash: SignatureHash = .sha256,
                              signingTime: Date = Date()) throws(TesseraError) -> [UInt8] {
         guard !dataGroups.isEmpty, dataGroups.keys.allSatisfy({ (1...16).contains($0) }) else {
@@ -28,8 +28,11 @@ public enum SODBuilder {
             hashes.append(ASN1.seq([ASN1.int(n), ASN1.octets(try Signatures.digest(hash, dataGroups[n]!))]))
         }
         let lso = ASN1.seq([ASN1.int(0), AlgorithmOIDs.digestIdentifier(hash), ASN1.seq(hashes)])
+        // The CMS digest algorithm follows the signature's hash (ecdsa-with-SHA384 → SHA-384), as verifiers such
+        // as OpenSSL compute the signed-attributes digest with it.
         return TLV(tag: 0x77, value: try signedData(content: lso, contentType: AlgorithmOIDs.ldsSecurityObject,
-                                                    signer: signer, digest: hash, signingTime: signingTime)).encoded
+                                                    signer: signer, digest: signer.scheme.hash,
+                                                    signingTime: signingTime)).encoded
     }
 
     /// A DER ContentInfo with SignedData over `content` (also used for master lists).

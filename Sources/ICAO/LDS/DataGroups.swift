@@ -1,4 +1,5 @@
 import CryptoPrimitives
+import MRZ
 import TesseraCore
 
 /// EF.COM (Doc 9303 Part 10 §4.6.1): LDS and Unicode versions and the tags of the present data groups.
@@ -50,6 +51,15 @@ public struct DG1: Sendable, Equatable {
         guard let m = try outer.child(0x5F1F) else { throw TesseraError(.malformedData, "DG1 without MRZ (5F1F)") }
         guard m.value.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { throw TesseraError(.malformedData, "DG1 MRZ is not ASCII") }
         mrz = String(decoding: m.value, as: UTF8.self)
+    }
+
+    /// The MRZ parsed and check-digit verified by the MRZ module (lines split by document format).
+    /// Throws MRZ_INVALID.
+    public func parsedMRZ() throws(TesseraError) -> MRZ {
+        let chars = Array(mrz)
+        let width = chars.count == 90 ? 30 : chars.count == 72 ? 36 : 44
+        let lines = stride(from: 0, to: chars.count, by: width).map { String(chars[$0..<min($0 + width, chars.count)]) }
+        return try MRZ(lines.joined(separator: "\n"))
     }
 }
 

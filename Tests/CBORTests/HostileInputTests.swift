@@ -1,0 +1,45 @@
+import CBOR
+import Testing
+import TesseraCore
+
+/// A fixed-seed xorshift generator so failures reproduce.
+private struct XorShift: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state ^= state << 13
+        state ^= state >> 7
+        state ^= state << 17
+        return state
+    }
+}
+
+@Suite struct HostileInput {
+    @Test func randomInputsNeverCrashAndStrictRoundTripsAreExact() throws {
+        var rng = XorShift(state: 0x9E37_79B9_7F4A_7C15)
+        // Bias towards structural bytes so containers, heads and breaks are common.
+        let interesting: [UInt8] = [0x18, 0x19, 0x1A, 0x1B, 0x5B, 0x7B, 0x9B, 0xBB, 0x9F, 0xBF, 0x5F, 0x7F, 0xFF,
+                                    0xF9, 0xFA, 0xFB, 0xF8, 0x81, 0xA1, 0xC1, 0x00, 0x20, 0x41, 0x61]
+        var strictAccepted = 0
+        for _ in 0..<20_000 {
+            let count = Int.random(in: 0...24, using: &rng)
+            let input: [UInt8] = (0..<count).map { _ in
+                Bool.random(using: &rng) ? interesting.randomElement(using: &rng)! : UInt8.random(in: 0...255, using: &rng)
+            }
+            do {
+                let value = try CBORValue(decoding: input, options: .strict)
+                strictAccepted += 1
+                #expect(try value.encoded() == input, "\(Hex.encode(input))")
+            } catch {
+                #expect(error.code == .malformedData)
+            }
+            do {
+                let value = try CBORValue(decoding: input, options: .lenient)
+                let reencoded = try value.encoded()
+                #expect(try CBORValue(decoding: reencoded, options: .strict) == value, "\(Hex.encode(input))")
+            } catch {
+                #expect(error.code == .malformedData || error.code == .invalidInput)
+            }
+        }
+        #expect(strictAccepted > 100)
+    }
+}

@@ -1,0 +1,266 @@
+import CryptoPrimitives
+import Foundation
+import Testing
+import TesseraCore
+@testable import ICAO
+
+/// DG1, DG2 and DG15 of a specimen document.
+private func specimenDataGroups() throws -> [Int: [UInt8]] {
+    let aaKey = try Signatures.generateKey(.ec(curve: "prime256v1"))
+    return [
+        1: try LDSBuilder.dg1(mrz: ldsSpecimenMRZ),
+        2: try LDSBuilder.dg2(image: ldsTestJPEG, width: 3, height: 2),
+        15: LDSBuilder.dg15(publicKeyInfo: aaKey.publicKeyDER),
+    ]
+}
+
+/// An LDSSecurityObject v0 with SHA-256 hashes, assembled independently of SODBuilder.
+private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UInt8] {
+    let entries = try groups.keys.sorted().map { n in
+        ASN1.seq([ASN1.int(n), ASN1.octets(try Signatures.digest(.sha256, groups[n]!))])
+    }
+    return ASN1.seq([ASN1.int(0), ASN1.seq([ASN1.oid("2.16.840.1.101.3.4.2.1")]), ASN1.seq(entries)])
+}
+
+@Suite struct PassiveAuthIssuanceTests {
+    @Test(arguments: TestKeyAlgorithm.allCases)
+    func issuedSODVerifies(algorithm: TestKeyAlgorithm) throws {
+        let pki = try TestPKI.generate(country: "UTO", algorithm: algorithm)
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+        #expect(sod.first == 0x77)
+        let so = try SecurityObject(parsing: sod)
+        #expect(so.hashAlgorithm == .sha256)
+        #expect(Set(so.dataGroupHashes.keys) == [1, 2, 15])
+        #expect(so.documentSignerCertificate == pki.documentSigner.certificate)
+
+        let result = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: pki.trustStore)
+        #expect(result.status == .valid, "\(result.reason ?? "")")
+        #expect(result.signature == .valid)
+        #expect(result.certificateChain == .valid)
+        #expect(result.certificateValidity == .valid)
+        #expect(result.dataGroupHashes == [1: .valid, 2: .valid, 15: .valid])
+        #expect(result.json["dataGroupHashes"]?["DG1"] == "valid")
+        #expect(result.json["status"] == "valid")
+        #expect(result.json["certificateChain"] == "valid")
+
+        // A tampered data group.
+        var tampered = groups
+        tampered[1]![10] ^= 0x01
+        let bad = PassiveAuthentication.verify(sod: sod, dataGroups: tampered, trustStore: pki.trustStore)
+        #expect(bad.status == .invalid)
+        #expect(bad.dataGroupHashes[1] == .invalid)
+        #expect(bad.dataGroupHashes[2] == .valid)
+        #expect(bad.signature == .valid)
+        #expect(bad.json["dataGroupHashes"]?["DG1"] == "invalid")
+    }
+
+    @Test func tamperedSignatureAndContent() throws {
+        let pki = try TestPKI.generate(algorithm: .rsa2048)
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+        // The signature is the last 256 bytes of the file.
+        var badSig = sod
+        badSig[badSig.count - 5] ^= 0x40
+        let r1 = PassiveAuthentication.verify(sod: badSig, dataGroups: groups, trustStore: pki.trustStore)
+        #expect(r1.signature == .invalid)
+        #expect(r1.status == .invalid)
+        // A hash inside the eContent: message digest no longer matches.
+        let hash = try Signatures.digest(.sha256, groups[2]!)
+        var badContent = sod
+        let at = try #require(badContent.firstRange(of: hash)?.lowerBound)
+        badContent[at] ^= 0x01
+        let r2 = PassiveAuthentication.verify(sod: badContent, dataGroups: groups, trustStore: pki.trustStore)
+        #expect(r2.signature == .invalid)
+        #expect(r2.reason?.contains("message-digest") == true)
+    }
+
+    @Test func trustAnchorProblems() throws {
+        let pki = try TestPKI.generate(country: "UTO")
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+
+        let none = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: nil)
+        #expect(none.status == .unverified)
+        #expect(none.certificateChain == .noTrustAnchor)
+        #expect(none.signature == .valid)
+
+        let otherCountry = try TestPKI.generate(country: "ZZZ")
+        let wrong = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: otherCountry.trustStore)
+        #expect(wrong.status == .unverified)
+        #expect(wrong.certificateChain == .noTrustAnchor)
+        #expect(wrong.json["status"] == "unverified")
+
+        // Same CSCA name, another key: not the anchor of this document.
+        let sameName = try TestPKI.generate(country: "UTO")
+        let rollover = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: sameName.trustStore)
+        #expect(rollover.certificateChain == .noTrustAnchor)
+        #expect(rollover.status == .unverified)
+
+        // Unverified must not hide a bad hash.
+        var tampered = groups
+        tampered[2]![40] ^= 0xFF
+        #expect(PassiveAuthentication.verify(sod: sod, dataGroups: tampered, trustStore: nil).status == .invalid)
+    }
+
+    @Test func expiredDocumentSignerIsReportedNotFatal() throws {
+        let tenYearsAgo = Date(timeIntervalSinceNow: -10 * 365 * 86_400)
+        let pki = try TestPKI.generate(notBefore: tenYearsAgo, documentSignerValidityDays: 365)
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey, signingTime: tenYearsAgo)
+        let lenient = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: pki.trustStore)
+        #expect(lenient.status == .valid)
+        #expect(lenient.certificateValidity == .expired)
+        #expect(lenient.reason?.contains("expired") == true)
+        let strict = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: pki.trustStore,
+                                                  options: .init(enforceValidityPeriod: true))
+        #expect(strict.status == .invalid)
+        #expect(strict.certificateChain == .invalid)
+        let then = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: pki.trustStore,
+                                                options: .init(referenceDate: tenYearsAgo.addingTimeInterval(86_400),
+                                                               enforceValidityPeriod: true))
+        #expect(then.status == .valid)
+    }
+
+    @Test func dataGroupsOutsideTheSODAndMissingOnes() throws {
+        let pki = try TestPKI.generate()
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+        var read = groups
+        read[15] = nil
+        read[11] = LDSBuilder.dg11(DG11())
+        let r = PassiveAuthentication.verify(sod: sod, dataGroups: read, trustStore: pki.trustStore)
+        #expect(r.dataGroupHashes[15] == .notRead)
+        #expect(r.dataGroupHashes[11] == .notInSecurityObject)
+        #expect(r.status == .invalid)
+        read[11] = nil
+        #expect(PassiveAuthentication.verify(sod: sod, dataGroups: read, trustStore: pki.trustStore).status == .valid)
+    }
+
+    @Test func malformedSODIsInvalidNotACrash() throws {
+        let pki = try TestPKI.generate()
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+        for cut in [1, 10, 100, sod.count / 2, sod.count - 1] {
+            let r = PassiveAuthentication.verify(sod: Array(sod.prefix(cut)), dataGroups: groups, trustStore: pki.trustStore)
+            #expect(r.status == .invalid)
+            #expect(r.signature == .notChecked)
+            #expect(r.reason?.contains("MALFORMED") == true || r.reason?.contains("unusable") == true)
+        }
+    }
+
+    @Test func trustStoreFromFilesDirectoriesAndMasterLists() throws {
+        let dir = try OpenSSLCLI.tempDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let a = try TestPKI.generate(country: "UTO"), b = try TestPKI.generate(country: "ZZZ", algorithm: .brainpoolP256r1)
+        let written = try a.write(to: dir.appendingPathComponent("a").path)
+        #expect(written.count == 6)
+        try b.write(to: dir.appendingPathComponent("b").path)
+        // Single PEM, single DER, a PEM bundle, a directory.
+        #expect(try CSCATrustStore(contentsOf: dir.appendingPathComponent("a/csca.pem").path).certificates == [a.csca.certificate])
+        #expect(try CSCATrustStore(contentsOf: dir.appendingPathComponent("a/csca.der").path).certificates == [a.csca.certificate])
+        let bundle = Array((a.csca.certificatePEM + b.csca.certificatePEM).utf8)
+        try OpenSSLCLI.write(bundle, "bundle.pem", in: dir)
+        #expect(try CSCATrustStore(contentsOf: dir.appendingPathComponent("bundle.pem").path).certificates.count == 2)
+        let fromDir = try CSCATrustStore(contentsOf: dir.appendingPathComponent("a").path)
+        #expect(fromDir.certificates.contains(a.csca.certificate))
+
+        // A master list built here, and one signed by the openssl CLI over a CscaMasterList assembled by hand.
+        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let ml = try TestPKI.masterList(certificates: [a.csca.certificate, b.csca.certificate], signer: mlSigner.documentSignerKey)
+        try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
+        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path)
+        #expect(Set(store.certificates) == [a.csca.certificate, b.csca.certificate])
+
+        try OpenSSLCLI.makePKI(in: dir, kind: "prime256v1")
+        let list = ASN1.seq([ASN1.int(0), ASN1.setOf([a.csca.certificate.der, b.csca.certificate.der])])
+        try OpenSSLCLI.write(list, "list.der", in: dir)
+        try OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "list.der", "-signer", "ds.pem", "-inkey", "ds.key",
+                            "-outform", "DER", "-out", "openssl.ml", "-nodetach", "-econtent_type", "2.23.136.1.1.2",
+                            "-md", "sha256", "-nosmimecap"], in: dir)
+        let store2 = try CSCATrustStore(contentsOf: dir.appendingPathComponent("openssl.ml").path)
+        #expect(Set(store2.certificates) == [a.csca.certificate, b.csca.certificate])
+
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: b.documentSignerKey)
+        #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store2).status == .valid)
+        #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("nope").path) }
+        #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("list.der").path) }
+    }
+}
+
+/// Both directions against the openssl CLI: SODs that `openssl cms -sign` made, verified here; SODs made here,
+/// verified by `openssl cms -verify`.
+@Suite struct PassiveAuthOpenSSLTests {
+    struct Case: Sendable, CustomStringConvertible {
+        var kind: String
+        var pss = false
+        var explicitCSCA = false
+        var description: String { kind + (pss ? "-pss" : "") + (explicitCSCA ? "-explicit" : "") }
+    }
+
+    @Test(arguments: [
+        Case(kind: "prime256v1"), Case(kind: "secp384r1"), Case(kind: "brainpoolP256r1"), Case(kind: "brainpoolP384r1"),
+        Case(kind: "brainpoolP256r1", explicitCSCA: true), Case(kind: "rsa"), Case(kind: "rsa", pss: true),
+    ])
+    func openSSLSignedSODVerifies(_ c: Case) throws {
+        let dir = try OpenSSLCLI.tempDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try OpenSSLCLI.makePKI(in: dir, kind: c.kind, pss: c.pss, explicitCSCA: c.explicitCSCA)
+        let groups = try specimenDataGroups()
+        try OpenSSLCLI.write(try handBuiltLDSSecurityObject(groups), "lso.der", in: dir)
+        let keyopts = c.pss ? ["-keyopt", "rsa_padding_mode:pss", "-keyopt", "rsa_pss_saltlen:32"] : []
+        try OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "lso.der", "-signer", "ds.pem", "-inkey", "ds.key",
+                            "-outform", "DER", "-out", "sod.der", "-nodetach", "-econtent_type", "2.23.136.1.1.1",
+                            "-md", "sha256", "-nosmimecap"] + keyopts, in: dir)
+        let sod = TLV(tag: 0x77, value: try OpenSSLCLI.read("sod.der", in: dir)).encoded
+        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("csca.pem").path)
+        let result = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store)
+        #expect(result.status == .valid, "\(c): \(result.reason ?? "")")
+        #expect(result.signature == .valid)
+        #expect(result.certificateChain == .valid)
+        if c.pss {
+            let so = try SecurityObject(parsing: sod)
+            let alg = try BERTLV.parse(try #require(so.signedData.signerInfos.first).signatureAlgorithm)
+            #expect(try AlgorithmOIDs.scheme(alg) == .rsaPSS(.sha256, mgf1: .sha256, saltLength: 32))
+        }
+
+        var tampered = groups
+        tampered[15]![20] ^= 0x01
+        let bad = PassiveAuthentication.verify(sod: sod, dataGroups: tampered, trustStore: store)
+        #expect(bad.status == .invalid)
+        #expect(bad.dataGroupHashes[15] == .invalid)
+
+        // The DS certificate of another openssl PKI with the same CSCA name: no anchor (names match, keys do not).
+        let other = try OpenSSLCLI.tempDirectory()
+        defer { try? FileManager.default.removeItem(at: other) }
+        try OpenSSLCLI.makePKI(in: other, kind: c.kind, cscaSubject: "/C=UT/O=Elsewhere/CN=CSCA Elsewhere")
+        let otherStore = try CSCATrustStore(contentsOf: other.appendingPathComponent("csca.pem").path)
+        let unanchored = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: otherStore)
+        #expect(unanchored.certificateChain == .noTrustAnchor)
+        #expect(unanchored.status == .unverified)
+    }
+
+    @Test(arguments: TestKeyAlgorithm.allCases)
+    func openSSLVerifiesIssuedSOD(algorithm: TestKeyAlgorithm) throws {
+        let dir = try OpenSSLCLI.tempDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let pki = try TestPKI.generate(algorithm: algorithm)
+        try pki.write(to: dir.path)
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+        let contentInfo = try BERTLV.parse(sod).value
+        try OpenSSLCLI.write(contentInfo, "sod.der", in: dir)
+        try OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "csca.pem",
+                            "-purpose", "any", "-out", "content.der"], in: dir)
+        let content = try OpenSSLCLI.read("content.der", in: dir)
+        #expect(content == (try handBuiltLDSSecurityObject(groups)))
+        // And openssl rejects it under a foreign CSCA.
+        let foreign = try TestPKI.generate(country: "ZZZ")
+        try OpenSSLCLI.write(Array(foreign.csca.certificatePEM.utf8), "foreign.pem", in: dir)
+        #expect(throws: (any Error).self) {
+            try OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "foreign.pem",
+                                "-purpose", "any", "-out", "content2.der"], in: dir)
+        }
+    }
+}

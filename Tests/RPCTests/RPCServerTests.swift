@@ -1,0 +1,133 @@
+import Foundation
+import Logging
+import RPC
+import Testing
+import TesseraCore
+
+/// A dispatcher that echoes params, sleeps on request, notifies, and fails on demand.
+struct EchoDispatcher: RPCDispatcher {
+    func handle(_ request: RPCRequest, from connection: RPCConnection) async throws(TesseraError) -> JSONValue {
+        switch request.method {
+        case "echo":
+            return request.params ?? .null
+        case "sleep":
+            let ms = request.params?["ms"]?.intValue ?? 0
+            try? await Task.sleep(for: .milliseconds(ms))
+            return ["slept": .number(Double(ms))]
+        case "notify":
+            await connection.notify("test.event", ["n": 1])
+            return ["uid": .number(Double(connection.peer.uid))]
+        case "fail":
+            throw TesseraError(.pinInvalid, "wrong PIN", details: ["retriesLeft": 2])
+        default:
+            throw TesseraError(.methodNotFound, "unknown method '\(request.method)'")
+        }
+    }
+}
+
+func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throws -> Void) async throws {
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpc-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    let path = dir.appendingPathComponent("s.sock").path
+    let server = RPCServer(dispatcher: EchoDispatcher(), logger: Logger(label: "test"), maxFrameBytes: maxFrame)
+    let (ready, readyCont) = AsyncStream.makeStream(of: Void.self)
+    let task = Task { try await server.run(on: .path(path)) { readyCont.yield() } }
+    for await _ in ready { break }
+    defer { server.shutdown(); task.cancel() }
+    try await body(path, server)
+    server.shutdown()
+    _ = await task.result
+}
+
+@Suite struct RPCServerTests {
+    @Test func echoRoundTripAndPeerCredentials() async throws {
+        try await withServer { path, _ in
+            let c = try await RPCClient.connect(path: path)
+            let r = try await c.call("echo", ["a": [1, "x", true, nil]])
+            #expect(r == ["a": [1, "x", true, nil]])
+            let n = try await c.call("notify")
+            #expect(n["uid"]?.intValue == Int(getuid()))
+            var it = c.notifications.makeAsyncIterator()
+            let event = await it.next()
+            #expect(event == RPCNotification(method: "test.event", params: ["n": 1]))
+        }
+    }
+
+    @Test func errorsCarryStableCodeRetryableAndDetails() async throws {
+        try await withServer { path, _ in
+            let c = try await RPCClient.connect(path: path)
+            await #expect(throws: TesseraError(.pinInvalid, "wrong PIN", retryable: false, details: ["retriesLeft": 2])) {
+                _ = try await c.call("fail")
+            }
+            do { _ = try await c.call("nope"); Issue.record("expected an error") } catch let error as TesseraError {
+                #expect(error.code == .methodNotFound)
+            }
+        }
+    }
+
+    @Test func concurrentRequestsOnOneConnectionAreAnsweredById() async throws {
+        try await withServer { path, _ in
+            let c = try await RPCClient.connect(path: path)
+            let clock = ContinuousClock()
+            let elapsed = try await clock.measure {
+                try await withThrowingTaskGroup(of: Void.self) { g in
+                    for i in 0..<8 {
+                        g.addTask {
+                            let r = try await c.call("sleep", ["ms": .number(Double(200 + i))])
+                            #expect(r["slept"]?.intValue == 200 + i)
+                        }
+                    }
+                    try await g.waitForAll()
+                }
+            }
+            // Eight 200 ms requests served concurrently take far less than 8 × 200 ms.
+            #expect(elapsed < .milliseconds(1200))
+        }
+    }
+
+    @Test func malformedJSONGetsParseErrorAndConnectionSurvives() async throws {
+        try await withServer { path, _ in
+            let c = try await RPCClient.connect(path: path)
+            var it = c.notifications.makeAsyncIterator()
+            try await c.sendRaw(Array("{not json}\n".utf8))
+            let err = await it.next()
+            #expect(err?.method == "rpc.error")
+            #expect(err?.params["data"]?["code"]?.stringValue == "PARSE_ERROR")
+            #expect(try await c.call("echo", [1]) == [1])
+        }
+    }
+
+    @Test func oversizedFrameIsRejectedAndClosed() async throws {
+        try await withServer(maxFrame: 1024) { path, _ in
+            let c = try await RPCClient.connect(path: path)
+            var it = c.notifications.makeAsyncIterator()
+            try await c.sendRaw([UInt8](repeating: UInt8(ascii: "x"), count: 4096))
+            let err = await it.next()
+            #expect(err?.params["data"]?["code"]?.stringValue == "FRAME_TOO_LARGE")
+            await c.waitClosed()
+            // Other clients are unaffected.
+            let d = try await RPCClient.connect(path: path)
+            #expect(try await d.call("echo", ["ok": true]) == ["ok": true])
+        }
+    }
+
+    @Test func batchAndInvalidEnvelope() async throws {
+        try await withServer { path, _ in
+            let c = try await RPCClient.connect(path: path)
+            var it = c.notifications.makeAsyncIterator()
+            try await c.sendRaw(Array(#"{"id": 9, "method": "echo"}"#.utf8) + [0x0A])
+            let err = await it.next()
+            #expect(err?.params["data"]?["code"]?.stringValue == "INVALID_REQUEST")
+        }
+    }
+
+    @Test func secondServerOnALiveSocketIsRefused() async throws {
+        try await withServer { path, _ in
+            let other = RPCServer(dispatcher: EchoDispatcher(), logger: Logger(label: "test2"))
+            await #expect(throws: TesseraError.self) { try await other.run(on: .path(path)) }
+            let c = try await RPCClient.connect(path: path)
+            #expect(try await c.call("echo", [2]) == [2])
+        }
+    }
+}

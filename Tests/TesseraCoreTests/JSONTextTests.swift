@@ -1,0 +1,91 @@
+import Foundation
+import Testing
+import TesseraCore
+
+/// The JSON reader/writer is checked against Foundation's JSONSerialization (an independent implementation).
+@Suite struct JSONTextTests {
+    static let valid: [String] = [
+        #"{}"#, #"[]"#, #"null"#, #"true"#, #"0"#, #"-0.5"#, #"1e3"#, #"1E-2"#, #"123456789012"#,
+        #"{"a":[1,2,{"b":null}],"c":"x\ny","d":false}"#,
+        #"" \" \\ \/ \b \f \n \r \t \u00e9 \ud83d\ude00 ""#,
+        "  {\"jsonrpc\" : \"2.0\" ,\t\"id\":1 , \"method\":\"m\"}\r\n",
+        #"["é", "😀", "\u0000"]"#,
+        #"[[[[[[[[[[1]]]]]]]]]]"#,
+    ]
+
+    static let invalid: [String] = [
+        "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{a:1}", "01", "1.", ".5", "-", "1e", "+1", "NaN", "Infinity",
+        "\"abc", "\"\u{01}\"", #""\x""#, #""\ud800""#, #""\udc00\ud800""#, "tru", "nul", "[1 2]", "{\"a\" 1}",
+        "1 2", "{\"a\":1}x", "'a'",
+    ]
+
+    @Test(arguments: valid) func parsesLikeFoundation(_ text: String) throws {
+        let ours = try JSONValue.parse(Array(text.utf8))
+        let theirs = try JSONSerialization.jsonObject(with: Data(text.utf8), options: [.fragmentsAllowed])
+        #expect(ours == Self.convert(theirs))
+        // Round trip through our writer, read back by Foundation.
+        let written = ours.serialized()
+        let again = try JSONSerialization.jsonObject(with: Data(written), options: [.fragmentsAllowed])
+        #expect(Self.convert(again) == ours)
+    }
+
+    /// RFC 8259 rejects these (Foundation is lenient with some, e.g. trailing commas, so it is no oracle here).
+    @Test(arguments: invalid) func rejectsInvalidJSON(_ text: String) {
+        #expect(throws: TesseraError.self) { try JSONValue.parse(Array(text.utf8)) }
+    }
+
+    @Test func rejectsInvalidUTF8AndExcessiveDepth() {
+        #expect(throws: TesseraError.self) { try JSONValue.parse([0x22, 0xC3, 0x28, 0x22]) }
+        let deep = String(repeating: "[", count: 600) + String(repeating: "]", count: 600)
+        #expect(throws: TesseraError.self) { try JSONValue.parse(Array(deep.utf8)) }
+    }
+
+    @Test func writerOutputIsCompactSortedAndEscaped() {
+        let v: JSONValue = ["b": 1, "a": ["x\"y\\z\n\u{01}é", 2.5, nil, true]]
+        #expect(String(decoding: v.serialized(), as: UTF8.self) == #"{"a":["x\"y\\z\n\u0001é",2.5,null,true],"b":1}"#)
+    }
+
+    static func convert(_ any: Any) -> JSONValue {
+        switch any {
+        case is NSNull: return .null
+        case let n as NSNumber:
+            if String(cString: n.objCType) == "c" { return .bool(n.boolValue) }
+            return .number(n.doubleValue)
+        case let s as String: return .string(s)
+        case let a as [Any]: return .array(a.map(convert))
+        case let o as [String: Any]: return .object(o.mapValues(convert))
+        default: return .null
+        }
+    }
+}
+
+@Suite struct Base64URLTests {
+    @Test func matchesFoundationOnRandomData() {
+        var g = SystemRandomNumberGenerator()
+        for n in 0..<200 {
+            let bytes = (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) }
+            let reference = Data(bytes).base64EncodedString()
+                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+                .replacingOccurrences(of: "=", with: "")
+            #expect(Base64URL.encode(bytes) == reference)
+            #expect(Base64URL.decode(reference) == bytes)
+            #expect(Base64URL.decode(reference + String(repeating: "=", count: (4 - reference.count % 4) % 4)) == bytes)
+        }
+    }
+
+    @Test func rejectsForeignCharactersAndBadLengths() {
+        #expect(Base64URL.decode("ab+c") == nil)
+        #expect(Base64URL.decode("ab/c") == nil)
+        #expect(Base64URL.decode("a") == nil)
+        #expect(Base64URL.decode("ab c") == nil)
+        #expect(Base64URL.decode("QR") == nil)  // non-zero trailing bits
+        #expect(Base64URL.decode("QQ") == [0x41])
+    }
+
+    @Test func hexRoundTrip() {
+        #expect(Hex.encode([0x00, 0xAB, 0xFF]) == "00abff")
+        #expect(Hex.decode("00 AB ff") == [0x00, 0xAB, 0xFF])
+        #expect(Hex.decode("abc") == nil)
+        #expect(Hex.decode("zz") == nil)
+    }
+}
