@@ -45,6 +45,7 @@ let package = Package(
         ], swiftSettings: strict),
         .target(name: "APDU", dependencies: ["TesseraCore"], swiftSettings: strict),
         .target(name: "MRZ", dependencies: ["TesseraCore"], swiftSettings: strict),
+        .target(name: "PIV", dependencies: ["TesseraCore", "APDU"], swiftSettings: strict),
         .target(name: "CryptoPrimitives", dependencies: [
             "TesseraCore", "CLibCrypto", .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
@@ -65,11 +66,13 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
         ], swiftSettings: strict),
         .target(name: "Emulation", dependencies: [
-            "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives",
+            "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "VPCD", "PIV",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "SwiftASN1", package: "swift-asn1"),
             .product(name: "X509", package: "swift-certificates"),
         ], swiftSettings: strict),
+        .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC"], swiftSettings: strict),
+        .target(name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "VPCD", "CSystemShims"], swiftSettings: strict),
         .target(name: "CredentialStore", dependencies: [
             "TesseraCore", .product(name: "GRDB", package: "GRDB.swift"),
         ], swiftSettings: strict),
@@ -78,6 +81,16 @@ let package = Package(
         .target(name: "Passkeys", dependencies: [
             "TesseraCore", "WebAuthn", "PKCS11", "CredentialStore",
             .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "Logging", package: "swift-log"),
+        ], swiftSettings: strict),
+
+        .target(name: "PIVKeyStore", dependencies: [
+            "TesseraCore", "APDU", "PIV", "PCSC", "Passkeys", "CryptoPrimitives",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "Logging", package: "swift-log"),
+        ], swiftSettings: strict),
+        .target(name: "Documents", dependencies: [
+            "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC",
             .product(name: "Logging", package: "swift-log"),
         ], swiftSettings: strict),
 
@@ -91,7 +104,8 @@ let package = Package(
 
         // MARK: Daemon wiring and executables
         .target(name: "TesseraDaemon", dependencies: [
-            "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ",
+            "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
+            "ICAO", "PCSC", "NFC",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ], swiftSettings: strict),
@@ -99,7 +113,7 @@ let package = Package(
             "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
         .executableTarget(name: "tessera", dependencies: [
-            "TesseraCore", "RPC", "MRZ", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "TesseraCore", "RPC", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
@@ -119,6 +133,13 @@ let package = Package(
         .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore"]),
         .testTarget(name: "RPCTests", dependencies: ["RPC", "TesseraCore"]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),
+        .testTarget(name: "DocumentsTests", dependencies: [
+            "Documents", "Emulation", "ICAO", "APDU", "MRZ", "PCSC", "VPCD", "TesseraCore", "TesseraTestSupport"]),
+        .testTarget(name: "PIVTests", dependencies: [
+            "PIV", "PIVKeyStore", "Passkeys", "Emulation", "PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport",
+            .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "NFCTests", dependencies: [
+            "NFC", "PN532Emulator", "Emulation", "APDU", "VPCD", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(name: "EmulationTests", dependencies: ["Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

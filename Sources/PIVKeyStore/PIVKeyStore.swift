@@ -1,0 +1,1 @@
+/// PIV smart cards over PC/SC as a passkey key store.
