@@ -154,3 +154,85 @@ class Daemon:
 def cli(daemon: Daemon, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "tessera"), "--socket", daemon.socket, *args],
                           input=input, capture_output=True, text=True, check=check, timeout=60)
+
+
+VPCD_DRIVER = "/usr/lib/pcsc/drivers/serial/libifdvpcd.so"
+
+
+def free_port_pair() -> int:
+    """A port P with P and P+1 both free on 127.0.0.1 (vpcd serves two readers on P and P+1)."""
+    for _ in range(200):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port >= 65534:
+            continue
+        t = socket.socket()
+        try:
+            t.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+        finally:
+            t.close()
+    raise RuntimeError("no free port pair")
+
+
+class PCSCD:
+    """A private pcscd (own mount namespace, /run/pcscd bind-mounted from a temp dir) with one vpcd reader line:
+    readers "Tessera VPCD 00 00" on `port` and "Tessera VPCD 00 01" on `port + 1`.
+    Clients reach it through PCSCLITE_CSOCK_NAME (in `env`); a host pcscd is never touched."""
+
+    def __init__(self, root: pathlib.Path):
+        self.dir = root / "pcscd"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port_pair()
+        self.conf = root / "reader.conf"
+        self.conf.write_text(
+            f'FRIENDLYNAME "Tessera VPCD"\nDEVICENAME   /dev/null:0x{self.port:X}\n'
+            f"LIBPATH      {VPCD_DRIVER}\nCHANNELID    0x{self.port:X}\n"
+        )
+        self.socket = str(self.dir / "pcscd.comm")
+        self.env = {"PCSCLITE_CSOCK_NAME": self.socket}
+        self.log = root / "pcscd.log"
+        self.proc: subprocess.Popen | None = None
+        self.readers = ["Tessera VPCD 00 00", "Tessera VPCD 00 01"]
+
+    def start(self) -> "PCSCD":
+        script = (
+            "set -e\n"
+            "if [ ! -d /run/pcscd ]; then mount -t tmpfs -o mode=0755 tessera-run /run; mkdir -p /run/pcscd; fi\n"
+            'mount --bind "$1" /run/pcscd\n'
+            'exec pcscd --foreground --info --config "$2"\n'
+        )
+        args = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-r", "-m"]
+        self.logf = open(self.log, "ab")
+        self.proc = subprocess.Popen([*args, "/bin/sh", "-c", script, "pcscd", str(self.dir), str(self.conf)],
+                                     stdout=self.logf, stderr=self.logf, stdin=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"pcscd exited: {self.log.read_text()}")
+            if os.path.exists(self.socket) and self._listening(self.port):
+                return self
+            time.sleep(0.05)
+        raise TimeoutError(f"pcscd not ready: {self.log.read_text()}")
+
+    @staticmethod
+    def _listening(port: int) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                pass
+            return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

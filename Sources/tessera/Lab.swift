@@ -1,0 +1,9 @@
+import ArgumentParser
+
+/// `tessera lab …`: instruments for NFC/smart-card labs (emulated cards and readers, traces).
+/// Each lab tool is a subcommand defined in its own file and listed here.
+struct Lab: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Lab tools: emulated passports and PIV cards, a software PN532, APDU traces.",
+        subcommands: [])
+}
