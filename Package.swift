@@ -45,7 +45,7 @@ let package = Package(
         ], swiftSettings: strict),
         .target(name: "APDU", dependencies: ["TesseraCore"], swiftSettings: strict),
         .target(name: "MRZ", dependencies: ["TesseraCore"], swiftSettings: strict),
-        .target(name: "PIV", dependencies: ["TesseraCore", "APDU"], swiftSettings: strict),
+        .target(name: "PIV", dependencies: ["TesseraCore", "APDU", "CryptoPrimitives"], swiftSettings: strict),
         .target(name: "CryptoPrimitives", dependencies: [
             "TesseraCore", "CLibCrypto", .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
@@ -85,7 +85,7 @@ let package = Package(
         ], swiftSettings: strict),
 
         .target(name: "PIVKeyStore", dependencies: [
-            "TesseraCore", "APDU", "PIV", "PCSC", "Passkeys", "CryptoPrimitives",
+            "TesseraCore", "APDU", "PIV", "PCSC", "Passkeys", "CryptoPrimitives", "CredentialStore",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
         ], swiftSettings: strict),
@@ -113,12 +113,18 @@ let package = Package(
             "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
         .executableTarget(name: "tessera", dependencies: [
-            "TesseraCore", "RPC", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "TesseraCore", "RPC", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
-        .executableTarget(name: "tessera-bench", dependencies: ["TesseraCore", "RPC", "PKCS11", "TesseraTestSupport"],
-                          path: "Benchmarks/tessera-bench", swiftSettings: strict),
+        .executableTarget(name: "tessera-bench", dependencies: ["TesseraCore", "RPC", "PKCS11", "TesseraTestSupport",
+                                                                "APDU", "PIV", "PCSC", "Emulation", "VPCD"],
+                          path: "Benchmarks/tessera-bench",
+                          // main.swift holds `@main`; with a second source file it must be parsed as a library.
+                          swiftSettings: strict + [.unsafeFlags(["-parse-as-library"])]),
+        .executableTarget(name: "document-bench", dependencies: [
+            "Documents", "Emulation", "ICAO", "MRZ", "APDU", "PCSC", "VPCD", "TesseraCore", "TesseraTestSupport"],
+                          path: "Benchmarks/document-bench", swiftSettings: strict),
 
         // MARK: Tests
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
@@ -137,10 +143,13 @@ let package = Package(
             "Documents", "Emulation", "ICAO", "APDU", "MRZ", "PCSC", "VPCD", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(name: "PIVTests", dependencies: [
             "PIV", "PIVKeyStore", "Passkeys", "Emulation", "PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport",
+            "CredentialStore", "WebAuthn", .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "NFCTests", dependencies: [
-            "NFC", "PN532Emulator", "Emulation", "APDU", "VPCD", "TesseraCore", "TesseraTestSupport"]),
-        .testTarget(name: "EmulationTests", dependencies: ["Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport"]),
+            "NFC", "PN532Emulator", "Emulation", "APDU", "VPCD", "TesseraCore", "TesseraTestSupport", "ICAO"]),
+        .testTarget(name: "EmulationTests", dependencies: ["Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport",
+                                                           "PCSC", "VPCD", "CryptoPrimitives",
+                                                           "PIV", .product(name: "Crypto", package: "swift-crypto")]),
     ],
     swiftLanguageModes: [.v6]
 )

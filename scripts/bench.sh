@@ -5,3 +5,6 @@ cd "$(dirname "$0")/.."
 swift build -c release --product tesserad
 swift build -c release --product tessera-bench
 .build/release/tessera-bench --seconds "${BENCH_SECONDS:-5}"
+# Document reading: APDUs/bytes/time for DG1+DG2(~20 KB)+SOD, short vs extended length, in process and via pcscd+vpcd.
+swift build -c release --product document-bench
+.build/release/document-bench --runs "${BENCH_RUNS:-5}"

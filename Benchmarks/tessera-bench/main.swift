@@ -12,14 +12,17 @@ enum Bench {
         var seconds = 5.0
         var tesserad = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
             .appendingPathComponent("tesserad").path
+        var piv = false  // --piv: the PIV card benchmark (PIVBench.swift) instead of PKCS#11
         var it = CommandLine.arguments.dropFirst().makeIterator()
         while let a = it.next() {
             switch a {
             case "--seconds": seconds = Double(it.next() ?? "") ?? seconds
             case "--tesserad": tesserad = it.next() ?? tesserad
-            default: print("usage: tessera-bench [--seconds S] [--tesserad PATH]"); return
+            case "--piv": piv = true
+            default: print("usage: tessera-bench [--seconds S] [--tesserad PATH] [--piv]"); return
             }
         }
+        if piv { try await PIVBench.run(seconds: seconds, tesserad: tesserad); return }
         let hsm = try SoftHSMFixture(label: "bench", pin: "1234")
         defer { hsm.removeDirectory() }
         let work = hsm.directory
@@ -62,18 +65,20 @@ enum Bench {
 
         print("tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
         print("startup to ready: \(format(ready)); idle RSS: \(idleRSS.map { "\($0) KiB" } ?? "?")")
-        print("clients  raw C_Sign/s (sessions)  assertions/s  ratio  median ms  p99 ms")
+        print("clients  raw C_Sign/s (sessions)  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/assertion")
         var rawSingleLatency = 0.0
         for clients in [1, 4, 16] {
             let rawSessions = min(clients, sessions)
             let iterations = max(2000, Int(seconds * 4000) * rawSessions)
             let raw = try await token.rawSignLoop(keyID: keyHandle, digest: digest, iterations: iterations, sessions: rawSessions)
             if clients == 1 { rawSingleLatency = 1.0 / raw }
+            let cpuBefore = cpuSeconds(pid: daemon.processIdentifier)
             let (rate, latencies) = try await assertionLoad(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds)
+            let cpu = (cpuSeconds(pid: daemon.processIdentifier) - cpuBefore) / Double(latencies.count)
             let sorted = latencies.sorted()
             let median = sorted[sorted.count / 2], p99 = sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
-            print(String(format: "%7d  %12.0f (%2d)          %12.0f  %5.2f  %9.3f  %6.3f", clients, raw, rawSessions,
-                         rate, rate / raw, median * 1000, p99 * 1000))
+            print(String(format: "%7d  %12.0f (%2d)          %12.0f  %5.2f  %9.3f  %6.3f  %8.0f", clients, raw, rawSessions,
+                         rate, rate / raw, median * 1000, p99 * 1000, cpu * 1e6))
             if clients == 1 {
                 print(String(format: "         added latency per assertion at 1 client (median − raw C_Sign): %.0f µs",
                              (median - rawSingleLatency) * 1e6))
@@ -119,6 +124,16 @@ enum Bench {
     }
 
     static func format(_ d: Duration) -> String { String(format: "%.1f ms", seconds(d) * 1000) }
+
+    /// utime + stime of a process in seconds (from /proc/PID/stat, clock ticks of 1/100 s).
+    static func cpuSeconds(pid: Int32) -> Double {
+        guard let s = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = s.lastIndex(of: ")") else { return 0 }
+        let fields = s[s.index(after: close)...].split(separator: " ")
+        // After the command: state(0) ppid(1) … utime(11) stime(12).
+        guard fields.count > 12, let u = Double(fields[11]), let k = Double(fields[12]) else { return 0 }
+        return (u + k) / 100
+    }
 
     static func rssKiB(pid: Int32) -> Int? {
         guard let s = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }

@@ -40,6 +40,7 @@ public final class TesseraDatabase: Sendable {
             }
             try db.create(index: "credential_rp_user", on: "credential", columns: ["rpId", "userId"])
         }
+        m.registerMigration("v2-piv-slots", migrate: PIVSlotStore.migrate)
         return m
     }
 }

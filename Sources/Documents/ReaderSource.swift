@@ -18,6 +18,15 @@ public struct ReaderInfo: Sendable, Equatable {
 public protocol CardSession: APDUTransport {
     /// Releases the card; the session must not be used afterwards.
     func close() async
+    /// Runs `body` with exclusive use of the card (a PC/SC transaction), so no other program interleaves
+    /// APDUs with a secure-messaging session. The default runs `body` as it is.
+    func exclusively<T: Sendable>(_ body: @Sendable () async throws(TesseraError) -> T) async throws(TesseraError) -> T
+}
+
+extension CardSession {
+    public func exclusively<T: Sendable>(_ body: @Sendable () async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+        try await body()
+    }
 }
 
 /// A family of readers (PC/SC, libnfc). The document service asks each source for readers and cards.

@@ -6,6 +6,7 @@ final class SessionPool: Sendable {
     private let module: Module
     private let slot: Locked<ck_slot_id_t>
     private let threadName: String
+    private let inline: Bool
 
     private struct State {
         var idle: [SessionWorker] = []
@@ -15,7 +16,9 @@ final class SessionPool: Sendable {
     }
     private let state = Locked(State())
 
-    init(capacity: Int, module: Module, slot: Locked<ck_slot_id_t>, threadName: String) {
+    /// `inline`: run calls on the caller's thread instead of a dedicated thread per session (software tokens).
+    init(capacity: Int, module: Module, slot: Locked<ck_slot_id_t>, threadName: String, inline: Bool = false) {
+        self.inline = inline
         self.capacity = max(1, capacity)
         self.module = module
         self.slot = slot
@@ -28,7 +31,7 @@ final class SessionPool: Sendable {
         if s.closed { return .closed }
         if let w = s.idle.popLast() { return .worker(w) }
         if s.all.count < capacity {
-            let w = SessionWorker(module: module, slot: slot, name: "\(threadName).\(s.all.count)")
+            let w = SessionWorker(module: module, slot: slot, name: "\(threadName).\(s.all.count)", inline: inline)
             s.all.append(w)
             return .worker(w)
         }

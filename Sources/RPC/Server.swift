@@ -63,6 +63,8 @@ public final class RPCServer: Sendable {
         var nextID: UInt64 = 1
         var listener: Channel?
         var connections: [UInt64: Channel] = [:]
+        /// Open connections that can take notifications (for `broadcast`).
+        var clients: [UInt64: RPCConnection] = [:]
         var shuttingDown = false
     }
 
@@ -123,6 +125,12 @@ public final class RPCServer: Sendable {
     }
 
     /// Stops accepting, lets in-flight requests finish and answers them, then closes connections.
+    /// Sends a notification to every connected client (e.g. `tokens.changed`); clients that left are skipped.
+    public func broadcast(_ method: String, _ params: JSONValue) async {
+        let clients = state.withLock { Array($0.clients.values) }
+        for client in clients { await client.notify(method, params) }
+    }
+
     public func shutdown() {
         let channels: [Channel] = state.withLock { s in
             s.shuttingDown = true
@@ -148,6 +156,7 @@ public final class RPCServer: Sendable {
         do {
             try await connection.executeThenClose { inbound, outbound in
                 let conn = RPCConnection(id: id, peer: peer, writer: outbound)
+                self.state.withLock { $0.clients[id] = conn }
                 rpcConnection = conn
                 try await withThrowingDiscardingTaskGroup { group in
                     do {
@@ -168,6 +177,7 @@ public final class RPCServer: Sendable {
         }
         if let rpcConnection { await dispatcher.connectionClosed(rpcConnection) }
         _ = state.withLock { $0.connections.removeValue(forKey: id) }
+        _ = state.withLock { $0.clients.removeValue(forKey: id) }
         logger.debug("client disconnected", metadata: ["conn": "\(id)"])
     }
 

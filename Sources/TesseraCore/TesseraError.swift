@@ -58,15 +58,19 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let unsupportedProtocol: Code = "UNSUPPORTED_PROTOCOL"
         public static let malformedData: Code = "MALFORMED_DATA"
         public static let cardError: Code = "CARD_ERROR"
+        /// The reader is held by another driver or program (kernel pn533 driver, pcscd, another libnfc user).
+        public static let deviceBusy: Code = "DEVICE_BUSY"
         public static let mrzInvalid: Code = "MRZ_INVALID"
         public static let cryptoError: Code = "CRYPTO_ERROR"
         public static let storageError: Code = "STORAGE_ERROR"
+        /// Creating/deleting a key on a PIV card needs its management key, and none (acceptable) is configured.
+        public static let managementKeyRequired: Code = "MANAGEMENT_KEY_REQUIRED"
 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
             case .tokenNotPresent, .tokenRemoved, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
-                 .shuttingDown, .noReader:
+                 .shuttingDown, .noReader, .deviceBusy:
                 return true
             default:
                 return false

@@ -11,6 +11,12 @@ public struct DaemonOptions: Sendable {
     /// Create a SoftHSM2 token in the state dir when no usable hardware token is found.
     public var embeddedSoftHSM: Bool
     public var logLevel: String
+    /// libnfc connstrings (`--nfc-device`, repeatable; `auto` = every device libnfc finds).
+    public var nfcDevices: [String] = []
+    /// File holding the PIV card management key in hex (`--piv-management-key-file`); its content is never logged.
+    public var pivManagementKeyFile: String?
+    /// Accept the well-known default PIV management key (`--allow-default-piv-management-key`).
+    public var allowDefaultPIVManagementKey = false
 
     public init(socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
                 cscaPaths: [String] = [], embeddedSoftHSM: Bool = true, logLevel: String = "info") {

@@ -1,6 +1,8 @@
 import CredentialStore
+import Documents
 import Foundation
 import Logging
+import PIVKeyStore
 import Passkeys
 import RPC
 import ServiceLifecycle
@@ -26,12 +28,25 @@ public enum Daemon {
             modules: options.pkcs11Modules + (config.pkcs11Modules ?? []),
             embeddedSoftHSMDir: options.embeddedSoftHSM ? options.stateDir + "/softhsm" : nil,
             pinFiles: config.pinFiles ?? [:], sessionsPerToken: config.sessionsPerToken, logger: logger)
-        let passkeys = PasskeyService(keyStores: [keyStore], store: store, logger: logger,
+        // PIV cards over PC/SC: watched in the background; never delays start-up (pcscd may be absent).
+        let pivStore = PIVKeyStore(slots: PIVSlotStore(database: database),
+                                   managementKey: try PIVSetup.managementKey(options, logger: logger), logger: logger)
+        pivStore.start()
+        let passkeys = PasskeyService(keyStores: [keyStore, pivStore], store: store, logger: logger,
                                       counterBlock: Int64(config.counterBlock ?? 1024))
 
         let table = MethodTable(policy: policy)
         table.registerPasskeys(passkeys)
         table.registerDocuments()
+        table.registerPIV(pivStore, passkeys: passkeys)
+        var documentLogger = logger
+        documentLogger[metadataKey: "service"] = "documents"
+        var readerSources: [any ReaderSource] = [PCSCReaderSource()]
+        if !options.nfcDevices.isEmpty { readerSources.append(try LibNFCReaderSource(connstrings: options.nfcDevices)) }
+        let documents = DocumentService(sources: readerSources,
+                                        trustStore: try DocumentService.trustStore(paths: options.cscaPaths),
+                                        logger: documentLogger)
+        table.registerDocumentReading(documents)
         table.register("daemon.status", .read) { _, _ in
             var tokens: [JSONValue] = []
             for t in await passkeys.tokens() { tokens.append(await t.describe()) }
@@ -40,13 +55,16 @@ public enum Daemon {
                     "uptimeSeconds": .number(Double(uptime.components.seconds)),
                     "pid": .number(Double(getpid())),
                     "tokens": .array(tokens),
-                    "readers": .array([])]
+                    "readers": .array(((try? await documents.readers()) ?? []).map(Views.reader))]
         }
         table.register("daemon.methods", .read) { [methods = table.methods] _, _ in
             ["methods": .array(methods.map { .string($0) })]
         }
 
         let server = RPCServer(dispatcher: table, logger: logger)
+        let tokenEvents = Task {
+            for await _ in pivStore.changes { await server.broadcast("tokens.changed", ["backend": "piv"]) }
+        }
         let address: RPCListenAddress
         if let fd = Systemd.listenDescriptor() {
             address = .inheritedDescriptor(fd)
@@ -61,6 +79,8 @@ public enum Daemon {
         let group = ServiceGroup(configuration: .init(
             services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
+        tokenEvents.cancel()
+        await pivStore.close()
         await keyStore.close()
         logger.info("stopped")
     }

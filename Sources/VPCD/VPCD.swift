@@ -169,6 +169,7 @@ public actor VirtualCardLink {
             .connectTimeout(.seconds(2))
             .connect(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(QuickAckHandler())
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(VPCDFrameDecoder()))
                     try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(VPCDFrameEncoder()))
                     return try Connection(wrappingChannelSynchronously: channel)
@@ -207,6 +208,19 @@ public actor VirtualCardLink {
                 }
             }
         }
+    }
+}
+
+/// pcscd's vpcd driver writes a frame's length and payload separately; with Nagle on its side the payload waits
+/// for our ACK, which Linux delays by up to 40 ms. Re-arming TCP_QUICKACK on every read acknowledges at once.
+final class QuickAckHandler: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    /// Linux TCP_QUICKACK (not exported by NIO).
+    private static let tcpQuickAck = ChannelOptions.Types.SocketOption(level: .tcp, name: .init(rawValue: 12))
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        try? context.channel.syncOptions?.setOption(Self.tcpQuickAck, value: 1)
+        context.fireChannelRead(data)
     }
 }
 

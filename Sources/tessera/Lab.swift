@@ -5,5 +5,5 @@ import ArgumentParser
 struct Lab: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Lab tools: emulated passports and PIV cards, a software PN532, APDU traces.",
-        subcommands: [])
+        subcommands: [LabMakeProfile.self, LabEmulatePassport.self, LabEmulatePIV.self, LabPN532.self, LabTrace.self])
 }

@@ -17,6 +17,8 @@ struct Tesserad: AsyncParsableCommand {
           vendor modules). Slots that fail are skipped. Keys are generated on the token and never leave it.
           When no usable token is found, an embedded SoftHSM2 token is created in STATE_DIR/softhsm with a
           random PIN kept in STATE_DIR/softhsm/user.pin (disable with --no-embedded-softhsm).
+          PIV smart cards in PC/SC readers are key stores too (backend "piv"): keys go to retired slots 82-95
+          that Tessera created itself; creating them needs the card management key (--piv-management-key-file).
 
         FILES
           STATE_DIR/tessera.sqlite   credential metadata and signature counters (SQLite, WAL)
@@ -51,11 +53,23 @@ struct Tesserad: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel = "info"
 
+    @Option(name: .customLong("nfc-device"), help: ArgumentHelp("libnfc reader to offer beside PC/SC readers, as a connstring such as pn532_uart:/dev/ttyUSB0 or pn53x_usb:003:005; 'auto' = every device libnfc finds (repeatable).", valueName: "CONNSTRING"))
+    var nfcDevices: [String] = []
+
+    @Option(name: .customLong("piv-management-key-file"), help: ArgumentHelp("File with the PIV card management key for creating and deleting keys: hex, optionally prefixed 3des:, aes128:, aes192: or aes256: (default by length: 24 bytes 3DES, 16 AES-128, 32 AES-256). Never logged.", valueName: "FILE"))
+    var pivManagementKeyFile: String?
+
+    @Flag(name: .customLong("allow-default-piv-management-key"), help: "Accept the well-known default PIV management key 010203…08 ×3 (used when no key file is given). Test cards only.")
+    var allowDefaultPIVManagementKey = false
+
     func run() async throws {
         let state = stateDir ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"] ?? "/var/lib/tesserad"
-        let options = DaemonOptions(socketPath: socket, stateDir: state, pkcs11Modules: pkcs11Modules,
+        var options = DaemonOptions(socketPath: socket, stateDir: state, pkcs11Modules: pkcs11Modules,
                                     configFile: config, cscaPaths: csca, embeddedSoftHSM: !noEmbeddedSoftHSM,
                                     logLevel: logLevel)
+        options.nfcDevices = nfcDevices
+        options.pivManagementKeyFile = pivManagementKeyFile
+        options.allowDefaultPIVManagementKey = allowDefaultPIVManagementKey
         do {
             try await Daemon.run(options)
         } catch {

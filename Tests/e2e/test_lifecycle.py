@@ -122,6 +122,10 @@ def test_kill9_mid_burst_never_repeats_a_sign_count(tmp_path, softhsm):
     d2 = Daemon(tmp_path, softhsm.env, ARGS).start()
     try:
         c2 = d2.client()
+        # A fresh daemon is not logged in: without a PIN the token refuses to sign.
+        with pytest.raises(RPCError) as e:
+            authenticate(c2, reg["credentialId"], pin=None)
+        assert e.value.code == "PIN_REQUIRED"
         res, ch = authenticate(c2, reg["credentialId"], pin="1234")
         assert res["signCount"] > max(returned)
         verify_assertion(res, ch, RP, ORIGIN, key, max(returned))

@@ -102,9 +102,22 @@ def test_exclude_credentials(daemon):
     enroll(c, rp="other.example", excludeCredentials=[reg["credentialId"]])
 
 
-def test_credentials_list_get_delete(daemon):
+def token_key_labels(softhsm) -> str:
+    """Objects on the SoftHSM2 token as OpenSC's pkcs11-tool (an independent PKCS#11 client) lists them."""
+    import subprocess
+    from tessera_harness import SOFTHSM_MODULE
+    out = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "tessera-test", "--login",
+                          "--pin", "1234", "--list-objects"], capture_output=True, text=True, check=True,
+                         env={**os.environ, **softhsm.env})
+    return out.stdout
+
+
+def test_credentials_list_get_delete(daemon, softhsm):
     c = daemon.client()
     reg, _ = enroll(c)
+    objects = token_key_labels(softhsm)
+    assert f"tessera:{reg['credentialId']}" in objects
+    assert "Private Key Object; EC" in objects
     reg2, _ = enroll(c, rp="other.example")
     ids = [x["credentialId"] for x in c.call("credentials.list")["credentials"]]
     assert ids == [reg["credentialId"], reg2["credentialId"]]
@@ -113,6 +126,8 @@ def test_credentials_list_get_delete(daemon):
     got = c.call("credentials.get", {"credentialId": reg["credentialId"]})
     assert got["rpId"] == RP and got["user"]["name"] == "alice" and got["publicKey"] == reg["publicKey"]
     assert c.call("credentials.delete", {"credentialId": reg["credentialId"]})["deleted"] is True
+    assert f"tessera:{reg['credentialId']}" not in token_key_labels(softhsm)
+    assert f"tessera:{reg2['credentialId']}" in token_key_labels(softhsm)
     with pytest.raises(RPCError) as e:
         c.call("credentials.get", {"credentialId": reg["credentialId"]})
     assert e.value.code == "PASSKEY_NOT_FOUND"

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE 1  /* posix_openpt, ptsname_r */
 #include "CSystemShims.h"
 
 #include <errno.h>
@@ -42,5 +43,25 @@ int tessera_lookup_gid(const char *name, uint32_t *gid) {
     char buf[16384];
     if (getgrnam_r(name, &gr, buf, sizeof(buf), &result) != 0 || result == NULL) return -1;
     *gid = (uint32_t)gr.gr_gid;
+    return 0;
+}
+
+#include <fcntl.h>
+#include <termios.h>
+
+int tessera_pty_open(int *master, int *slave, char *name, unsigned long namelen) {
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0) return -errno;
+    if (grantpt(m) != 0 || unlockpt(m) != 0) { int e = errno; close(m); return -e; }
+    if (ptsname_r(m, name, namelen) != 0) { int e = errno; close(m); return -e; }
+    int s = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (s < 0) { int e = errno; close(m); return -e; }
+    struct termios t;
+    if (tcgetattr(s, &t) == 0) {
+        cfmakeraw(&t);
+        tcsetattr(s, TCSANOW, &t);
+    }
+    *master = m;
+    *slave = s;
     return 0;
 }

@@ -13,4 +13,8 @@ int tessera_lookup_uid(const char *name, uint32_t *uid);
 /// Resolves a group name to its gid. Returns 0 on success, -1 when unknown.
 int tessera_lookup_gid(const char *name, uint32_t *gid);
 
+/// Opens a pseudo-terminal pair with the slave in raw mode (no echo, no line discipline translation).
+/// On success stores both descriptors (close-on-exec) and the slave path in `name`; returns 0, else -errno.
+int tessera_pty_open(int *master, int *slave, char *name, unsigned long namelen);
+
 #endif

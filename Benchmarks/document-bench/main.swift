@@ -1,0 +1,84 @@
+import APDU
+import Documents
+import Emulation
+import Foundation
+import ICAO
+import MRZ
+import PCSC
+import TesseraCore
+import TesseraTestSupport
+import VPCD
+
+// document-bench: reading DG1 + DG2 (~20 KB photo) + EF.SOD with short and with extended-length READ BINARY,
+// in process (protocol cost only) and through pcscd + vpcd (the daemon's real path), against the minimum
+// number of READ BINARY commands for the chunk size. Not a test: prints figures. Usage: document-bench [--runs N]
+
+let mrz = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
+let runs = CommandLine.arguments.firstIndex(of: "--runs").flatMap { Int(CommandLine.arguments[$0 + 1]) } ?? 5
+
+/// An emulated chip as an in-memory card session.
+struct EmulatedSession: CardSession {
+    let card: EmulatedPassport
+    var supportsExtendedLength: Bool { true }
+    func transmit(_ command: [UInt8]) async throws(TesseraError) -> [UInt8] { await card.process(command) }
+    func close() async { await card.reset() }
+}
+
+struct InMemorySource: ReaderSource {
+    let profile: DocumentProfile
+    var stack: String { "memory" }
+    func readers() async throws(TesseraError) -> [ReaderInfo] { [ReaderInfo(name: "memory", stack: stack, cardPresent: true)] }
+    func open(reader: String) async throws(TesseraError) -> any CardSession {
+        EmulatedSession(card: EmulatedPassport(profile: profile))
+    }
+}
+
+func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
+
+func measure(_ label: String, _ service: DocumentService, extended: Bool, profile: DocumentProfile) async throws {
+    let request = DocumentReadRequest(key: try MRZ.parse(mrz).accessKey, dataGroups: [1, 2], verify: true, extendedLength: extended)
+    var times: [Double] = []
+    var last: DocumentReadResult?
+    for _ in 0..<runs {
+        let r = try await service.read(request)
+        guard r.passiveAuthentication?.status == .valid else { fatalError("passive authentication failed: \(String(describing: r.passiveAuthentication))") }
+        times.append(r.statistics.durationMs)
+        last = r
+    }
+    let r = last!
+    let chunk = extended ? service.fileReaderConfiguration.extendedChunkSize : service.fileReaderConfiguration.chunkSize
+    let sizes = [LDSFile.com, .dataGroup(1), .dataGroup(2), .sod].map { r.files[$0]?.count ?? 0 }
+    let minimum = sizes.reduce(0) { $0 + ($1 + chunk - 1) / chunk }
+    let pad = { (s: String, n: Int) in s + String(repeating: " ", count: max(0, n - s.count)) }
+    print(pad(label, 34) + pad("chunk \(chunk)", 12)
+        + pad("read APDUs \(r.statistics.readAPDUs) (min \(minimum))", 26)
+        + pad("total APDUs \(r.statistics.apdus)", 17)
+        + pad("wire bytes \(r.statistics.bytes)", 19)
+        + pad("file bytes \(r.statistics.fileBytes)", 18)
+        + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
+}
+
+let dir = FileManager.default.temporaryDirectory.appendingPathComponent("document-bench-\(getpid())").path
+defer { try? FileManager.default.removeItem(atPath: dir) }
+let profile = try DocumentProfile.make(directory: dir, mrz: mrz, access: AccessOptions(bac: true, pace: [.default]),
+                                       photoPadding: 20_000)
+print("document: DG2 \(profile.dataGroup(2)!.count) bytes, DG1 \(profile.dataGroup(1)!.count), EF.SOD \(profile.sod.count), EF.COM \(profile.com.count); PACE \(PACEOption.default)")
+
+let memory = DocumentService(sources: [InMemorySource(profile: profile)], trustStore: try profile.trustStore())
+try await measure("in process, short APDUs", memory, extended: false, profile: profile)
+try await measure("in process, extended length", memory, extended: true, profile: profile)
+
+// Through a private pcscd with a vpcd reader, as tesserad reads.
+let pcscd = try PCSCDaemonFixture.start()
+defer { pcscd.stop() }
+let link = VirtualCardLink(card: EmulatedPassport(profile: profile), port: Int(pcscd.port))
+try await link.start()
+let context = PCSCContext()
+for _ in 0..<200 {
+    if try await context.listReaders().contains(where: { $0.name == pcscd.readerName && $0.cardPresent }) { break }
+    try await Task.sleep(for: .milliseconds(25))
+}
+let pcsc = DocumentService(sources: [PCSCReaderSource(context: context)], trustStore: try profile.trustStore())
+try await measure("pcscd + vpcd, short APDUs", pcsc, extended: false, profile: profile)
+try await measure("pcscd + vpcd, extended length", pcsc, extended: true, profile: profile)
+await link.remove()

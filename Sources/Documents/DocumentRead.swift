@@ -1,0 +1,147 @@
+import ICAO
+import MRZ
+import TesseraCore
+
+/// What `DocumentService.read` should do.
+public struct DocumentReadRequest: Sendable {
+    /// Reader name (`ReaderInfo.name`); nil picks the first reader holding a card.
+    public var reader: String?
+    /// MRZ information or CAN that unlocks the chip.
+    public var key: DocumentAccessKey
+    /// Data groups to read (1…16). nil: DG1 and DG2. Groups the chip does not list in EF.COM are skipped.
+    public var dataGroups: [Int]?
+    /// Passive authentication (reads EF.SOD) and, when the chip has DG15, active authentication
+    /// (reads DG15, and DG14 when present for the AA hash algorithm).
+    public var verify: Bool
+    /// Read with extended-length READ BINARY when the card announces support for it.
+    public var extendedLength: Bool
+
+    public init(reader: String? = nil, key: DocumentAccessKey, dataGroups: [Int]? = nil, verify: Bool = true,
+                extendedLength: Bool = false) {
+        self.reader = reader; self.key = key; self.dataGroups = dataGroups; self.verify = verify
+        self.extendedLength = extendedLength
+    }
+}
+
+/// A progress event of a read, forwarded to socket clients as `documents.progress`.
+public struct DocumentReadProgress: Sendable, Equatable {
+    public enum Step: String, Sendable { case connect, access, read, verify }
+    public var step: Step
+    /// "COM", "DG1", …, "SOD" while reading a file.
+    public var file: String?
+    public var bytesRead: Int?
+    public var totalBytes: Int?
+
+    public init(step: Step, file: String? = nil, bytesRead: Int? = nil, totalBytes: Int? = nil) {
+        self.step = step; self.file = file; self.bytesRead = bytesRead; self.totalBytes = totalBytes
+    }
+
+    /// {step, file?, bytesRead?, totalBytes?}
+    public var json: JSONValue {
+        var o: [String: JSONValue] = ["step": .string(step.rawValue)]
+        if let file { o["file"] = .string(file) }
+        if let bytesRead { o["bytesRead"] = .number(Double(bytesRead)) }
+        if let totalBytes { o["totalBytes"] = .number(Double(totalBytes)) }
+        return .object(o)
+    }
+}
+
+/// Wire-level counters of one read, access included.
+public struct DocumentReadStatistics: Sendable, Equatable {
+    /// Command APDUs sent to the card (access, SELECTs, READ BINARY, GET RESPONSE, retries, AA).
+    public var apdus: Int
+    /// Bytes on the wire: command plus response APDUs.
+    public var bytes: Int
+    /// File content bytes read (EF.COM, data groups, EF.SOD).
+    public var fileBytes: Int
+    /// Command APDUs spent reading files (after access was established, before verification).
+    public var readAPDUs: Int
+    /// Wall-clock time from opening the card to the end of verification, in milliseconds.
+    public var durationMs: Double
+}
+
+/// Everything one read produced. `json` is the `documents.read` result (docs/API.md).
+public struct DocumentReadResult: Sendable {
+    public var reader: String
+    public var accessProtocol: AccessProtocol
+    /// The MRZ from DG1, parsed and check-digit verified; nil when DG1 was not read or does not parse.
+    public var mrz: MRZ?
+    /// Raw bytes of every file read: `.com`, `.dataGroup(n)`, `.sod`.
+    public var files: [LDSFile: [UInt8]]
+    public var faceImages: [LDSImage]
+    /// nil when `verify` was false.
+    public var passiveAuthentication: PassiveAuthenticationResult?
+    /// nil unless verification ran and the chip has DG15.
+    public var activeAuthentication: ActiveAuthenticationResult?
+    /// Requested data groups the chip does not have (not listed in EF.COM, or 6A82).
+    public var notPresent: [Int]
+    /// Requested data groups the chip refused (e.g. DG3/DG4 need extended access control).
+    public var notReadable: [Int]
+    /// Problems that did not stop the read (a data group that does not parse, …).
+    public var warnings: [String]
+    public var statistics: DocumentReadStatistics
+
+    /// The `documents.read` result object.
+    public var json: JSONValue {
+        var o: [String: JSONValue] = [
+            "reader": .string(reader),
+            "accessProtocol": .string(accessProtocol == .pace ? "PACE" : "BAC"),
+            "mrz": mrz.map { .object($0.jsonFields().mapValues { JSONValue.string($0) }) } ?? .null,
+        ]
+        var groups: [String: JSONValue] = [:]
+        for (file, bytes) in files { groups[file.description] = .string(Base64URL.encode(bytes)) }
+        o["dataGroups"] = .object(groups)
+        o["faceImages"] = .array(faceImages.map { img in
+            var f: [String: JSONValue] = ["mimeType": .string(img.mimeType), "data": .string(Base64URL.encode(img.data))]
+            if let w = img.width { f["width"] = .number(Double(w)) }
+            if let h = img.height { f["height"] = .number(Double(h)) }
+            return .object(f)
+        })
+        o["passiveAuthentication"] = Self.passiveJSON(passiveAuthentication)
+        if let aa = activeAuthentication {
+            var a: [String: JSONValue] = ["status": .string(aa.status.rawValue)]
+            if let r = aa.reason { a["reason"] = .string(r) }
+            o["activeAuthentication"] = .object(a)
+        }
+        o["notPresent"] = .array(notPresent.map { .string("DG\($0)") })
+        if !notReadable.isEmpty { o["notReadable"] = .array(notReadable.map { .string("DG\($0)") }) }
+        if !warnings.isEmpty { o["warnings"] = .array(warnings.map { .string($0) }) }
+        o["stats"] = [
+            "apdus": .number(Double(statistics.apdus)),
+            "bytes": .number(Double(statistics.bytes)),
+            "fileBytes": .number(Double(statistics.fileBytes)),
+            "durationMs": .number((statistics.durationMs * 10).rounded() / 10),
+        ]
+        return .object(o)
+    }
+
+    /// PA as the contract shows it: `dataGroupHashes` holds only groups that were read ("valid"/"invalid");
+    /// groups listed in the SOD but not read are in `notRead`.
+    static func passiveJSON(_ pa: PassiveAuthenticationResult?) -> JSONValue {
+        guard let pa else {
+            return ["status": "unverified", "signature": "notChecked", "certificateChain": "notChecked",
+                    "certificateValidity": "notChecked", "dataGroupHashes": .object([:]),
+                    "reason": "verification was not requested"]
+        }
+        var hashes: [String: JSONValue] = [:]
+        var notRead: [Int] = []
+        for (n, check) in pa.dataGroupHashes {
+            switch check {
+            case .valid: hashes["DG\(n)"] = "valid"
+            case .invalid, .notInSecurityObject: hashes["DG\(n)"] = "invalid"
+            case .notRead: notRead.append(n)
+            }
+        }
+        var o: [String: JSONValue] = [
+            "status": .string(pa.status.rawValue), "signature": .string(pa.signature.rawValue),
+            "certificateChain": .string(pa.certificateChain.rawValue),
+            "certificateValidity": .string(pa.certificateValidity.rawValue),
+            "dataGroupHashes": .object(hashes),
+            "notRead": .array(notRead.sorted().map { .string("DG\($0)") }),
+        ]
+        if let r = pa.reason { o["reason"] = .string(r) }
+        if let s = pa.documentSigner { o["documentSigner"] = .string(s) }
+        if let t = pa.trustAnchor { o["trustAnchor"] = .string(t) }
+        return .object(o)
+    }
+}

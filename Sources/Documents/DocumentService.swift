@@ -1,0 +1,261 @@
+import APDU
+import Foundation
+import ICAO
+import Logging
+import MRZ
+import Synchronization
+import TesseraCore
+
+/// Reads and verifies ICAO 9303 documents (e-passports, ID cards) from the readers of its sources.
+///
+/// A read: pick the reader → open the card → PACE (BAC only when the chip offers no usable PACE) → EF.COM →
+/// the requested data groups → EF.SOD → passive authentication against the CSCA trust store → active
+/// authentication when the chip has DG15. Reads on different readers run in parallel; a failure (card pulled,
+/// wrong key) ends only that read.
+public final class DocumentService: Sendable {
+    public let sources: [any ReaderSource]
+    /// CSCA trust anchors; nil (or empty) makes every document at best "unverified".
+    public let trustStore: CSCATrustStore?
+    /// READ BINARY sizes. `extendedChunkSize` is used only when a request asks for extended length.
+    public let fileReaderConfiguration: ElementaryFileReader.Configuration
+    private let logger: Logger
+
+    public init(sources: [any ReaderSource], trustStore: CSCATrustStore?,
+                fileReaderConfiguration: ElementaryFileReader.Configuration = DocumentService.defaultFileReaderConfiguration,
+                logger: Logger = Logger(label: "tessera.documents")) {
+        self.sources = sources
+        self.trustStore = trustStore
+        self.fileReaderConfiguration = fileReaderConfiguration
+        self.logger = logger
+    }
+
+    /// Short READ BINARY of 0xDF bytes (room for SM in a 256-byte response); extended reads of 0xF000 bytes.
+    public static var defaultFileReaderConfiguration: ElementaryFileReader.Configuration {
+        var c = ElementaryFileReader.Configuration()
+        c.extendedChunkSize = 0xF000
+        return c
+    }
+
+    /// Loads CSCA certificates from files, directories or ICAO master lists; nil for no paths.
+    public static func trustStore(paths: [String]) throws(TesseraError) -> CSCATrustStore? {
+        guard !paths.isEmpty else { return nil }
+        var store = CSCATrustStore()
+        for p in paths { try store.load(path: p) }
+        return store
+    }
+
+    /// Readers of every source. A source that is down (pcscd not running) contributes none; when every source
+    /// fails, the first error is thrown.
+    public func readers() async throws(TesseraError) -> [ReaderInfo] {
+        var all: [ReaderInfo] = []
+        var firstError: TesseraError?
+        var anySucceeded = false
+        for source in sources {
+            do {
+                all += try await source.readers()
+                anySucceeded = true
+            } catch {
+                firstError = firstError ?? error
+                logger.debug("reader source unavailable", metadata: ["stack": "\(source.stack)", "error": "\(error)"])
+            }
+        }
+        if !anySucceeded, let firstError { throw firstError }
+        return all
+    }
+
+    /// Reads (and by default verifies) the document in `request.reader`, or in the first reader holding a card.
+    /// `progress` is called in order from the reading task.
+    public func read(_ request: DocumentReadRequest,
+                     progress: @escaping @Sendable (DocumentReadProgress) -> Void = { _ in }) async throws(TesseraError) -> DocumentReadResult {
+        if let groups = request.dataGroups, let bad = groups.first(where: { !(1...16).contains($0) }) {
+            throw TesseraError.invalidInput("data group \(bad) does not exist (1…16)")
+        }
+        let started = ContinuousClock.now
+        progress(DocumentReadProgress(step: .connect))
+        let (source, readerName) = try await chooseReader(request.reader)
+        let session = try await source.open(reader: readerName)
+        let wire = CountingTransport(session, extendedLength: request.extendedLength)
+        do {
+            let result = try await session.exclusively { () throws(TesseraError) -> DocumentReadResult in
+                try await self.perform(request, reader: readerName, wire: wire, started: started, progress: progress)
+            }
+            await session.close()
+            logger.info("document read", metadata: [
+                "reader": "\(readerName)", "protocol": "\(result.accessProtocol.rawValue)",
+                "pa": "\(result.passiveAuthentication?.status.rawValue ?? "skipped")",
+                "apdus": "\(result.statistics.apdus)", "ms": "\(Int(result.statistics.durationMs))"])
+            return result
+        } catch {
+            await session.close()
+            logger.info("document read failed", metadata: ["reader": "\(readerName)", "error": "\(error)"])
+            throw error
+        }
+    }
+
+    private func chooseReader(_ name: String?) async throws(TesseraError) -> (any ReaderSource, String) {
+        var firstError: TesseraError?
+        var sawReader = false
+        for source in sources {
+            let list: [ReaderInfo]
+            do { list = try await source.readers() } catch {
+                firstError = firstError ?? error
+                continue
+            }
+            sawReader = sawReader || !list.isEmpty
+            if let name {
+                if list.contains(where: { $0.name == name }) { return (source, name) }
+            } else if let withCard = list.first(where: \.cardPresent) {
+                return (source, withCard.name)
+            }
+        }
+        if let name {
+            if !sawReader, let firstError { throw firstError }
+            throw TesseraError(.noReader, "no reader named '\(name)'", details: ["reader": .string(name)])
+        }
+        if !sawReader {
+            if let firstError { throw firstError }
+            throw TesseraError(.noReader, "no reader is connected")
+        }
+        throw TesseraError(.noCard, "no reader holds a card")
+    }
+
+    private func perform(_ request: DocumentReadRequest, reader readerName: String, wire: CountingTransport,
+                         started: ContinuousClock.Instant,
+                         progress: @escaping @Sendable (DocumentReadProgress) -> Void) async throws(TesseraError) -> DocumentReadResult {
+        progress(DocumentReadProgress(step: .access))
+        let (channel, used) = try await establishAccess(transport: wire, password: request.key.accessPassword, preferPACE: true)
+        let afterAccess = wire.counters
+
+        var configuration = fileReaderConfiguration
+        if !request.extendedLength { configuration.extendedChunkSize = 0 }
+        let reader = ElementaryFileReader(transport: channel, configuration: configuration)
+        var files: [LDSFile: [UInt8]] = [:]
+        var notPresent: [Int] = []
+        var notReadable: [Int] = []
+        var warnings: [String] = []
+
+        func read(_ file: LDSFile) async throws(TesseraError) -> [UInt8] {
+            let name = file.description
+            progress(DocumentReadProgress(step: .read, file: name, bytesRead: 0))
+            let bytes = try await reader.readFile(fid: file.fileID, sfi: file.sfi) { done, total in
+                progress(DocumentReadProgress(step: .read, file: name, bytesRead: done, totalBytes: total))
+            }
+            files[file] = bytes
+            return bytes
+        }
+
+        // EF.COM lists the data groups present; chips without it get every requested group tried.
+        var present: Set<Int>?
+        do {
+            let com = try await read(.com)
+            do { present = Set(try EFCOM(parsing: com).dataGroups) } catch {
+                warnings.append("EF.COM does not parse: \(error.message)")
+            }
+        } catch where error.isFileNotFound {
+            warnings.append("the chip has no EF.COM")
+        }
+
+        var wanted = Set(request.dataGroups ?? [1, 2])
+        if request.verify, present?.contains(15) == true {
+            wanted.insert(15)
+            if present?.contains(14) == true { wanted.insert(14) }
+        }
+        for n in wanted.sorted() {
+            if let present, !present.contains(n) { notPresent.append(n); continue }
+            do {
+                _ = try await read(.dataGroup(n))
+            } catch where error.isFileNotFound {
+                notPresent.append(n)
+            } catch where error.code == .accessDenied {
+                notReadable.append(n)
+            }
+        }
+        var sod: [UInt8]?
+        if request.verify {
+            do { sod = try await read(.sod) } catch where error.isFileNotFound {
+                warnings.append("the chip has no EF.SOD")
+            }
+        }
+        let afterRead = wire.counters
+
+        // Parse what was read; a data group that does not parse is a warning (passive authentication says why).
+        var mrz: MRZ?
+        if let dg1 = files[.dataGroup(1)] {
+            do { mrz = try DG1(parsing: dg1).parsedMRZ() } catch { warnings.append("DG1: \(error.message)") }
+        }
+        var faces: [LDSImage] = []
+        if let dg2 = files[.dataGroup(2)] {
+            do { faces = try DG2(parsing: dg2).faces.map(\.image) } catch { warnings.append("DG2: \(error.message)") }
+        }
+
+        var passive: PassiveAuthenticationResult?
+        var active: ActiveAuthenticationResult?
+        if request.verify {
+            progress(DocumentReadProgress(step: .verify))
+            var groups: [Int: [UInt8]] = [:]
+            for (file, bytes) in files { if let n = file.dataGroupNumber { groups[n] = bytes } }
+            if let sod {
+                passive = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: trustStore)
+            } else {
+                // An empty SOD yields status invalid with every check "notChecked".
+                var missing = PassiveAuthentication.verify(sod: [], dataGroups: [:], trustStore: nil)
+                missing.reason = "the chip has no EF.SOD"
+                passive = missing
+            }
+            if let dg15bytes = files[.dataGroup(15)] {
+                do {
+                    let dg15 = try DG15(parsing: dg15bytes)
+                    let dg14 = files[.dataGroup(14)].flatMap { try? DG14(parsing: $0) }
+                    active = try await ActiveAuthentication.perform(over: channel, dg15: dg15, dg14: dg14)
+                } catch where error.code == .malformedData {
+                    var failed = ActiveAuthentication.verify(challenge: [], response: [], publicKeyInfo: [])
+                    failed.reason = error.message
+                    active = failed
+                }
+            }
+        }
+
+        let end = wire.counters
+        let elapsed = ContinuousClock.now - started
+        let stats = DocumentReadStatistics(
+            apdus: end.apdus, bytes: end.bytes, fileBytes: files.values.reduce(0) { $0 + $1.count },
+            readAPDUs: afterRead.apdus - afterAccess.apdus,
+            durationMs: Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+        return DocumentReadResult(reader: readerName, accessProtocol: used, mrz: mrz, files: files, faceImages: faces,
+                                  passiveAuthentication: passive, activeAuthentication: active,
+                                  notPresent: notPresent, notReadable: notReadable, warnings: warnings,
+                                  statistics: stats)
+    }
+}
+
+extension DocumentAccessKey {
+    /// The ICAO access password for this key.
+    public var accessPassword: AccessPassword {
+        switch self {
+        case .mrz(let info): .mrz(mrzInformation: info)
+        case .can(let can): .can(can)
+        }
+    }
+}
+
+/// Counts APDUs and wire bytes of one read.
+final class CountingTransport: APDUTransport {
+    struct Counters: Sendable { var apdus = 0; var bytes = 0 }
+    let inner: any CardSession
+    let supportsExtendedLength: Bool
+    private let state = Mutex(Counters())
+
+    init(_ inner: any CardSession, extendedLength: Bool) {
+        self.inner = inner
+        supportsExtendedLength = extendedLength && inner.supportsExtendedLength
+    }
+
+    var counters: Counters { state.withLock { $0 } }
+
+    func transmit(_ command: [UInt8]) async throws(TesseraError) -> [UInt8] {
+        state.withLock { $0.apdus += 1; $0.bytes += command.count }
+        let response = try await inner.transmit(command)
+        state.withLock { $0.bytes += response.count }
+        return response
+    }
+}

@@ -1,0 +1,408 @@
+import APDU
+import CryptoPrimitives
+import Foundation
+import ICAO
+import TesseraCore
+import VPCD
+
+/// Deliberate deviations of an emulated chip, for exercising reader error paths.
+public struct Misbehaviour: Sendable, Codable, Hashable {
+    /// Serve this data group with one content byte changed, so its hash no longer matches EF.SOD
+    /// (for DG1 a letter of the holder's name changes, keeping the MRZ parseable).
+    public var tamperedDataGroup: Int?
+    /// Corrupt the MAC (DO'8E') of the Nth secure-messaging-protected response, counted from 1 over the
+    /// card's lifetime (resets do not restart the count).
+    public var corruptMACAfter: Int?
+    /// Refuse READ BINARY commands asking for more than this many bytes (Ne), like chips with small buffers:
+    /// with 6700, or with 6Cxx (xx = this limit) when `answerCorrectLength` is set.
+    public var maxShortLe: Int?
+    /// Answer 6Cxx instead of 6700 when `maxShortLe` is exceeded.
+    public var answerCorrectLength: Bool
+    /// Answer 6700 to every extended-length APDU (and do not announce extended length in the ATR).
+    public var rejectExtendedLength: Bool
+
+    public init(tamperedDataGroup: Int? = nil, corruptMACAfter: Int? = nil, maxShortLe: Int? = nil,
+                answerCorrectLength: Bool = false, rejectExtendedLength: Bool = false) {
+        self.tamperedDataGroup = tamperedDataGroup
+        self.corruptMACAfter = corruptMACAfter
+        self.maxShortLe = maxShortLe
+        self.answerCorrectLength = answerCorrectLength
+        self.rejectExtendedLength = rejectExtendedLength
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        tamperedDataGroup = try c.decodeIfPresent(Int.self, forKey: .tamperedDataGroup)
+        corruptMACAfter = try c.decodeIfPresent(Int.self, forKey: .corruptMACAfter)
+        maxShortLe = try c.decodeIfPresent(Int.self, forKey: .maxShortLe)
+        answerCorrectLength = try c.decodeIfPresent(Bool.self, forKey: .answerCorrectLength) ?? false
+        rejectExtendedLength = try c.decodeIfPresent(Bool.self, forKey: .rejectExtendedLength) ?? false
+    }
+}
+
+/// An ICAO 9303 eMRTD chip emulated from a `DocumentProfile`, for the in-process tests and the lab (through
+/// `VirtualCardLink` to pcscd's vpcd, or the libnfc reader emulator).
+///
+/// Files: the master file holds EF.CardAccess (011C, SFI 1C; readable without access); the eMRTD application
+/// (AID A0000002471001) holds EF.COM (011E), EF.SOD (011D) and the data groups (01nn, SFI n), readable only
+/// after BAC or PACE (6982 before). Commands: SELECT (P1 00/02/03/04/08/09, P2 0C or FCP/FCI with Le),
+/// READ BINARY B0 (offset, or SFI in P1) and B1 (offset in DO'54', data in DO'53'), short and extended Le;
+/// GET CHALLENGE + EXTERNAL AUTHENTICATE (BAC, in the application); MSE:Set AT + chained GENERAL
+/// AUTHENTICATE (PACE generic mapping, CLA 10 for all but the last step); INTERNAL AUTHENTICATE (active
+/// authentication, under SM).
+///
+/// Secure messaging: after access every command must carry SM; a plain command aborts SM (Doc 9303 Part 11
+/// §9.8) and is then executed without access. A wrong MAC aborts SM with a plain 6988. Successful responses,
+/// responses with data and warnings (62xx/63xx) are protected; other errors are answered as a plain status
+/// word without advancing the SSC for the response, as `SecureMessagingSession` expects. Reset and power-off
+/// drop the session.
+public actor EmulatedPassport: VirtualCard {
+    /// Called for every command APDU before it is processed, with its 1-based number and bytes.
+    public typealias CommandHook = @Sendable (_ index: Int, _ command: [UInt8]) -> Void
+
+    public nonisolated let profile: DocumentProfile
+    public nonisolated let misbehaviour: Misbehaviour
+    /// PC/SC part 3 ATR of an ISO/IEC 14443-4 type A card: 3B 85 80 01, historical bytes 80 73 00 00 C0
+    /// (card capabilities: command chaining, and extended length unless `rejectExtendedLength`), TCK.
+    public nonisolated let atr: [UInt8]
+
+    private enum DedicatedFile { case master, application }
+
+    private let files: [UInt16: [UInt8]]
+    private var df = DedicatedFile.master
+    private var currentFile: UInt16?
+    private var sm: SecureMessagingSession?
+    private var bac: BACChipResponder
+    private var pace: PACEChip?
+    private var paceStep = 0
+    private var onCommand: CommandHook?
+
+    /// Command APDUs received over the card's lifetime.
+    public private(set) var commandCount = 0
+    /// Responses sent with secure messaging over the card's lifetime.
+    public private(set) var protectedResponseCount = 0
+    /// READ BINARY and extended-length commands refused because of `maxShortLe` or `rejectExtendedLength`.
+    public private(set) var rejectedLengthCount = 0
+    /// The access protocol of the current session, nil without one.
+    public private(set) var establishedAccess: AccessProtocol?
+
+    public init(profile: DocumentProfile, misbehaviour: Misbehaviour = .init(), onCommand: CommandHook? = nil) {
+        self.profile = profile
+        self.misbehaviour = misbehaviour
+        self.onCommand = onCommand
+        bac = BACChipResponder(mrzInformation: profile.mrzInformation)
+        var files = profile.applicationFiles
+        if let n = misbehaviour.tamperedDataGroup, let file = LDSFile(dataGroup: n), let bytes = files[file.fileID] {
+            files[file.fileID] = Self.tamper(bytes, dataGroup: n)
+        }
+        self.files = files
+        let historical: [UInt8] = [0x80, 0x73, 0x00, 0x00, misbehaviour.rejectExtendedLength ? 0x80 : 0xC0]
+        var atr: [UInt8] = [0x3B, 0x80 | UInt8(historical.count), 0x80, 0x01] + historical
+        atr.append(atr.dropFirst().reduce(0, ^))
+        self.atr = atr
+    }
+
+    /// Installs (or removes) the per-command hook, e.g. for a lab harness that pulls the card after N APDUs.
+    public func setCommandHook(_ hook: CommandHook?) { onCommand = hook }
+
+    /// Whether a secure-messaging session is active.
+    public var isSecureMessagingActive: Bool { sm != nil }
+
+    public func powerOn() { resetState() }
+    public func powerOff() { resetState() }
+    public func reset() { resetState() }
+
+    private func resetState() {
+        df = .master
+        currentFile = nil
+        dropSession()
+        bac = BACChipResponder(mrzInformation: profile.mrzInformation)
+    }
+
+    private func dropSession() {
+        sm = nil
+        pace = nil
+        paceStep = 0
+        establishedAccess = nil
+    }
+
+    // MARK: APDU processing
+
+    public func process(_ bytes: [UInt8]) -> [UInt8] {
+        commandCount += 1
+        onCommand?(commandCount, bytes)
+        guard let command = try? CommandAPDU(parsing: bytes) else { return StatusWord.wrongLength.bytes }
+        guard command.cla & 0x80 == 0 else { return StatusWord.claNotSupported.bytes }
+        let secured = command.cla & 0x0C == 0x0C
+        guard secured else {
+            if sm != nil { dropSession() }  // a plain command aborts secure messaging
+            if misbehaviour.rejectExtendedLength && command.forceExtended {
+                rejectedLengthCount += 1
+                return StatusWord.wrongLength.bytes
+            }
+            return handle(command, accessGranted: false).encoded
+        }
+        guard var state = sm else { return StatusWord.smDataObjectsIncorrect.bytes }
+        let plain: CommandAPDU
+        do { plain = try state.unprotectCommand(command) } catch {
+            dropSession()
+            return StatusWord.smDataObjectsIncorrect.bytes
+        }
+        sm = state
+        if misbehaviour.rejectExtendedLength && command.forceExtended {
+            rejectedLengthCount += 1
+            return StatusWord.wrongLength.bytes
+        }
+        let response = handle(plain, accessGranted: true)
+        let sw = response.sw
+        guard var current = sm, !response.data.isEmpty || sw.isSuccess || sw.sw1 == 0x62 || sw.sw1 == 0x63 else {
+            return response.encoded
+        }
+        var wrapped: ResponseAPDU
+        do { wrapped = try current.protectResponse(response, oddINS: plain.ins & 1 == 1) } catch {
+            dropSession()
+            return StatusWord.unknown.bytes
+        }
+        sm = current
+        protectedResponseCount += 1
+        if protectedResponseCount == misbehaviour.corruptMACAfter, let last = wrapped.data.indices.last {
+            wrapped.data[last] ^= 0x01  // DO'8E' comes last
+        }
+        return wrapped.encoded
+    }
+
+    private func handle(_ c: CommandAPDU, accessGranted: Bool) -> ResponseAPDU {
+        if c.cla & 0x10 != 0 && c.ins != 0x86 { return ResponseAPDU(sw: StatusWord(0x6884)) }
+        switch c.ins {
+        case 0xA4: return select(c)
+        case 0xB0, 0xB1: return readBinary(c, accessGranted: accessGranted)
+        case 0x84: return getChallenge(c)
+        case 0x82: return externalAuthenticate(c)
+        case 0x22: return manageSecurityEnvironment(c)
+        case 0x86: return generalAuthenticate(c)
+        case 0x88: return internalAuthenticate(c, accessGranted: accessGranted)
+        default: return ResponseAPDU(sw: .insNotSupported)
+        }
+    }
+
+    // MARK: SELECT
+
+    private func select(_ c: CommandAPDU) -> ResponseAPDU {
+        switch c.p1 {
+        case 0x04:
+            guard c.data == eMRTDApplicationID else { return ResponseAPDU(sw: .fileNotFound) }
+            df = .application
+            currentFile = nil
+            if c.ne != nil && c.p2 & 0x0C != 0x0C {
+                return ResponseAPDU(data: PassportDER.tlv(0x6F, PassportDER.tlv(0x84, eMRTDApplicationID)), sw: .success)
+            }
+            return ResponseAPDU(sw: .success)
+        case 0x00 where c.data.isEmpty || c.data == [0x3F, 0x00], 0x03:
+            df = .master
+            currentFile = nil
+            return ResponseAPDU(sw: .success)
+        case 0x00, 0x02, 0x09:
+            guard c.data.count == 2 else { return ResponseAPDU(sw: .incorrectData) }
+            return selectEF(fid(c.data), in: df, c)
+        case 0x08:
+            var path = c.data
+            if path.starts(with: [0x3F, 0x00]) { path.removeFirst(2) }
+            guard path.count == 2 else { return ResponseAPDU(sw: .fileNotFound) }
+            return selectEF(fid(path), in: .master, c)
+        case 0x01:
+            return ResponseAPDU(sw: .fileNotFound)
+        default:
+            return ResponseAPDU(sw: .wrongP1P2)
+        }
+    }
+
+    private func selectEF(_ fid: UInt16, in dedicated: DedicatedFile, _ c: CommandAPDU) -> ResponseAPDU {
+        guard let file = file(fid, in: dedicated) else { return ResponseAPDU(sw: .fileNotFound) }
+        df = dedicated
+        currentFile = fid
+        guard c.ne != nil, c.p2 & 0x0C != 0x0C else { return ResponseAPDU(sw: .success) }
+        // FCP: file size, descriptor (transparent working EF), file identifier.
+        let fcp = PassportDER.tlv(0x80, [UInt8(file.count >> 8 & 0xFF), UInt8(file.count & 0xFF)])
+            + PassportDER.tlv(0x82, [0x01]) + PassportDER.tlv(0x83, [UInt8(fid >> 8), UInt8(fid & 0xFF)])
+        return ResponseAPDU(data: PassportDER.tlv(0x62, fcp), sw: .success)
+    }
+
+    private func file(_ fid: UInt16, in dedicated: DedicatedFile) -> [UInt8]? {
+        switch dedicated {
+        case .master: fid == 0x011C ? profile.cardAccess : nil
+        case .application: files[fid]
+        }
+    }
+
+    private func fid(_ bytes: [UInt8]) -> UInt16 { UInt16(bytes[0]) << 8 | UInt16(bytes[1]) }
+
+    private func fid(sfi: UInt8) -> UInt16? {
+        switch df {
+        case .master: sfi == 0x1C ? 0x011C : nil
+        case .application: LDSFile(sfi: sfi)?.fileID
+        }
+    }
+
+    // MARK: READ BINARY
+
+    private func readBinary(_ c: CommandAPDU, accessGranted: Bool) -> ResponseAPDU {
+        let offset: Int
+        if c.ins == 0xB0 {
+            if c.p1 & 0x80 != 0 {
+                guard c.p1 & 0x60 == 0 else { return ResponseAPDU(sw: .wrongP1P2) }
+                guard let fid = fid(sfi: c.p1 & 0x1F), file(fid, in: df) != nil else { return ResponseAPDU(sw: .fileNotFound) }
+                currentFile = fid
+                offset = Int(c.p2)
+            } else {
+                offset = Int(c.p1) << 8 | Int(c.p2)
+            }
+        } else {
+            if c.p1 == 0 && c.p2 != 0 && c.p2 <= 0x1F {
+                guard let fid = fid(sfi: c.p2), file(fid, in: df) != nil else { return ResponseAPDU(sw: .fileNotFound) }
+                currentFile = fid
+            } else if c.p1 != 0 || c.p2 != 0 {
+                let fid = UInt16(c.p1) << 8 | UInt16(c.p2)
+                guard file(fid, in: df) != nil else { return ResponseAPDU(sw: .fileNotFound) }
+                currentFile = fid
+            }
+            guard let h = PassportDER.header(c.data), h.tag == 0x54, (1...3).contains(h.length),
+                  h.headerLength + h.length == c.data.count else { return ResponseAPDU(sw: .incorrectData) }
+            offset = c.data[h.headerLength...].reduce(0) { $0 << 8 | Int($1) }
+        }
+        guard let fid = currentFile, let file = file(fid, in: df) else {
+            return ResponseAPDU(sw: StatusWord(0x6986))  // no current EF
+        }
+        if df == .application && !accessGranted { return ResponseAPDU(sw: .securityStatusNotSatisfied) }
+        let ne = c.ne ?? 256
+        if let limit = misbehaviour.maxShortLe, ne > limit {
+            rejectedLengthCount += 1
+            return ResponseAPDU(sw: misbehaviour.answerCorrectLength ? StatusWord(sw1: 0x6C, sw2: UInt8(limit & 0xFF))
+                : .wrongLength)
+        }
+        guard offset < file.count else { return ResponseAPDU(sw: .wrongP1P2Offset) }
+        let remaining = file.count - offset
+        let asMuchAsAvailable = ne == 256 || ne == 65536
+        if c.ins == 0xB0 {
+            let count = min(ne, remaining)
+            let sw: StatusWord = count < ne && !asMuchAsAvailable ? .endOfFileWarning : .success
+            return ResponseAPDU(data: Array(file[offset..<(offset + count)]), sw: sw)
+        }
+        var count = min(remaining, ne - 2)
+        while count > 0 && 1 + PassportDER.length(count).count + count > ne { count -= 1 }
+        guard count > 0 else { return ResponseAPDU(sw: .wrongLength) }
+        let data = PassportDER.tlv(0x53, Array(file[offset..<(offset + count)]))
+        return ResponseAPDU(data: data, sw: .success)
+    }
+
+    // MARK: BAC
+
+    private func getChallenge(_ c: CommandAPDU) -> ResponseAPDU {
+        guard c.ne == nil || c.ne == 8 || c.ne == 256 else { return ResponseAPDU(sw: .wrongLength) }
+        guard let challenge = try? bac.challenge() else { return ResponseAPDU(sw: .unknown) }
+        return ResponseAPDU(data: challenge, sw: .success)
+    }
+
+    private func externalAuthenticate(_ c: CommandAPDU) -> ResponseAPDU {
+        guard profile.access.bac, df == .application else { return ResponseAPDU(sw: .conditionsNotSatisfied) }
+        do {
+            let result = try bac.externalAuthenticate(c.data)
+            sm = result.session
+            establishedAccess = .bac
+            return ResponseAPDU(data: result.response, sw: .success)
+        } catch {
+            return ResponseAPDU(sw: error.code == .accessDenied ? StatusWord(0x6300) : .conditionsNotSatisfied)
+        }
+    }
+
+    // MARK: PACE
+
+    private func manageSecurityEnvironment(_ c: CommandAPDU) -> ResponseAPDU {
+        guard c.p1 == 0xC1, c.p2 == 0xA4 else { return ResponseAPDU(sw: .wrongP1P2) }
+        pace = nil
+        paceStep = 0
+        guard let setAT = try? PACECrypto.parseSetATData(c.data) else { return ResponseAPDU(sw: .incorrectData) }
+        guard profile.access.pace.contains(where: { $0.algorithm.oid == setAT.oid && $0.parameterId == setAT.parameterId })
+        else { return ResponseAPDU(sw: .incorrectData) }
+        do {
+            pace = try PACEChip(setATData: c.data, mrzInformation: profile.mrzInformation, can: profile.can)
+            return ResponseAPDU(sw: .success)
+        } catch {
+            return ResponseAPDU(sw: error.code == .accessDenied ? .referenceNotFound : .incorrectData)
+        }
+    }
+
+    private func generalAuthenticate(_ c: CommandAPDU) -> ResponseAPDU {
+        guard var chip = pace else { return ResponseAPDU(sw: .conditionsNotSatisfied) }
+        // TR-03110 Part 3 §B.1: steps 1–3 are chained (CLA 10), mutual authentication ends the chain.
+        guard (c.cla & 0x10 != 0) == (paceStep < 3) else {
+            pace = nil
+            return ResponseAPDU(sw: .incorrectData)
+        }
+        do {
+            let out = try chip.generalAuthenticate(c.data)
+            paceStep += 1
+            if let session = chip.session {
+                pace = nil
+                sm = session
+                establishedAccess = .pace
+            } else {
+                pace = chip
+            }
+            return ResponseAPDU(data: out, sw: .success)
+        } catch {
+            pace = nil
+            return ResponseAPDU(sw: error.code == .accessDenied ? StatusWord(0x6300) : .incorrectData)
+        }
+    }
+
+    // MARK: Active authentication
+
+    private func internalAuthenticate(_ c: CommandAPDU, accessGranted: Bool) -> ResponseAPDU {
+        guard let key = profile.activeAuthenticationKey else { return ResponseAPDU(sw: .insNotSupported) }
+        guard accessGranted else { return ResponseAPDU(sw: .securityStatusNotSatisfied) }
+        guard c.data.count == 8 else { return ResponseAPDU(sw: .incorrectData) }
+        guard let signature = try? ActiveAuthentication.sign(challenge: c.data, privateKey: key,
+                                                             hash: profile.activeAuthenticationHash)
+        else { return ResponseAPDU(sw: .unknown) }
+        return ResponseAPDU(data: signature, sw: .success)
+    }
+
+    // MARK: Tampering
+
+    /// One content byte changed: a letter of the name in DG1's MRZ, otherwise the low bit of a byte near the end.
+    static func tamper(_ bytes: [UInt8], dataGroup: Int) -> [UInt8] {
+        var out = bytes
+        if dataGroup == 1, let mrzStart = out.firstIndex(of: 0x1F).map({ $0 + 2 }), mrzStart < out.count {
+            // DG1 = 61 L 5F1F L MRZ: the name starts at 5 (TD3/TD2) or at 60 (TD1, third line).
+            let length = out.count - mrzStart
+            let nameIndex = mrzStart + (length == 90 ? 60 : 5)
+            if nameIndex < out.count {
+                out[nameIndex] = out[nameIndex] == UInt8(ascii: "X") ? UInt8(ascii: "Y") : UInt8(ascii: "X")
+                return out
+            }
+        }
+        let i = max(0, out.count - 3)
+        if !out.isEmpty { out[i] ^= 0x01 }
+        return out
+    }
+}
+
+/// An `APDUTransport` that hands commands straight to an in-process `VirtualCard` (no pcscd), e.g. the reader
+/// code against an `EmulatedPassport` in tests.
+public struct InProcessCardTransport: APDUTransport {
+    public let card: any VirtualCard
+    public let supportsExtendedLength: Bool
+
+    public init(card: any VirtualCard, supportsExtendedLength: Bool = true) {
+        self.card = card
+        self.supportsExtendedLength = supportsExtendedLength
+    }
+
+    public func transmit(_ command: [UInt8]) async throws(TesseraError) -> [UInt8] {
+        await card.process(command)
+    }
+}
+
+extension StatusWord {
+    fileprivate var bytes: [UInt8] { [sw1, sw2] }
+}

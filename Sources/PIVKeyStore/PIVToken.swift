@@ -1,0 +1,251 @@
+import APDU
+import Crypto
+import CredentialStore
+import Foundation
+import Logging
+import PCSC
+import PIV
+import Synchronization
+import TesseraCore
+import Passkeys
+
+/// One PIV card seen through the `KeyStoreToken` protocol (backend "piv").
+///
+/// Keys are ECC P-256 in the retired key-management slots 82…95 that Tessera created itself (recorded in
+/// `PIVSlotStore`). A slot counts as free for a new key only when Tessera already owns it as free, or when
+/// nothing suggests another program uses it: no certificate object, not among the first
+/// `keysWithOnCardCerts + keysWithOffCardCerts` retired slots of the key history object, and — on cards that
+/// answer Yubico GET METADATA — no key in it. Slots 9A/9C/9D/9E are never touched.
+///
+/// PIN: `verifyPIN` does not talk to the card; the PIN is sent (one VERIFY, one try) inside the next
+/// operation of the same request, in the same transaction as the signature or key generation. So an assertion
+/// with user verification is SELECT + VERIFY + GENERAL AUTHENTICATE, atomically.
+final class PIVToken: KeyStoreToken {
+    let id: String
+    let reader: String
+    let identity: PIVCardIdentity
+    let session: PIVCardSession
+    private let slots: PIVSlotStore
+    private let managementKey: PIVManagementKey?
+    private let logger: Logger
+    private let cache = Mutex(Cache())
+
+    private struct Cache {
+        var pinStatus: PIVPINStatus?
+        var slotByHandle: [[UInt8]: UInt8] = [:]
+        /// PINs handed to `verifyPIN`, by request task, waiting for the next card operation of that request.
+        var pendingPINs: [Int: (pin: String, at: ContinuousClock.Instant)] = [:]
+    }
+
+    /// How long a PIN given to `verifyPIN` waits for its operation.
+    static let pendingPINLifetime: Duration = .seconds(2)
+
+    init(id: String, reader: String, identity: PIVCardIdentity, session: PIVCardSession, slots: PIVSlotStore,
+         managementKey: PIVManagementKey?, pinStatus: PIVPINStatus?, logger: Logger) {
+        self.id = id; self.reader = reader; self.identity = identity; self.session = session; self.slots = slots
+        self.managementKey = managementKey; self.logger = logger
+        cache.withLock { $0.pinStatus = pinStatus }
+    }
+
+    /// "piv-" + the first 8 bytes of SHA-256 over the card's GUID (or FASC-N, or serial), in hex.
+    static func tokenID(for identity: PIVCardIdentity) -> String? {
+        guard let bytes = identity.identifyingBytes else { return nil }
+        return "piv-" + Hex.encode(SHA256.hash(data: bytes).prefix(8))
+    }
+
+    var backend: String { "piv" }
+
+    var serialText: String {
+        if let guid = identity.guid { return Hex.encode(guid) }
+        if let serial = identity.serial { return String(serial) }
+        if let fascn = identity.fascn { return Hex.encode(fascn) }
+        return ""
+    }
+
+    func describe() async -> JSONValue {
+        let status = cache.withLock { $0.pinStatus }
+        var retries: JSONValue = .null
+        var locked = false, finalTry = false, low = false, verified = false
+        switch status {
+        case .verified?: verified = true
+        case .notVerified(let n)?:
+            retries = .number(Double(n)); finalTry = n == 1; low = n < 3
+        case .blocked?:
+            retries = 0; locked = true
+        case nil: break
+        }
+        return ["id": .string(id), "label": .string("PIV card \(serialText.suffix(8))"), "manufacturer": "PIV",
+                "model": "PIV Card Application", "serial": .string(serialText), "backend": "piv", "present": true,
+                "module": "pcsc", "reader": .string(reader), "pinRetriesLeft": retries,
+                "flags": ["loginRequired": true, "loggedIn": .bool(verified), "pinCountLow": .bool(low),
+                          "pinFinalTry": .bool(finalTry), "pinLocked": .bool(locked), "hardware": true,
+                          "removable": true]]
+    }
+
+    func needsPIN() async -> Bool {
+        if pendingPIN(consume: false) != nil { return false }
+        guard let status = try? await session.run({ app throws(TesseraError) in try await app.pinStatus() }) else { return true }
+        cache.withLock { $0.pinStatus = status }
+        return status != .verified
+    }
+
+    // MARK: PIN
+
+    private static func currentTaskKey() -> Int? { withUnsafeCurrentTask { $0?.hashValue } }
+
+    func verifyPIN(_ pin: String) async throws(TesseraError) {
+        _ = try PIV.paddedPIN(pin)  // INVALID_INPUT before anything reaches the card
+        guard let key = Self.currentTaskKey() else {
+            try await run { _ throws(TesseraError) in }  // no request task: verify now
+            return
+        }
+        let now = ContinuousClock.now
+        cache.withLock { c in
+            c.pendingPINs = c.pendingPINs.filter { now - $0.value.at < Self.pendingPINLifetime }
+            c.pendingPINs[key] = (pin, now)
+        }
+    }
+
+    /// The PIN waiting for this request's next operation.
+    private func pendingPIN(consume: Bool) -> String? {
+        guard let key = Self.currentTaskKey() else { return nil }
+        let now = ContinuousClock.now
+        return cache.withLock { c -> String? in
+            guard let entry = c.pendingPINs[key] else { return nil }
+            if consume { c.pendingPINs[key] = nil }
+            return now - entry.at < Self.pendingPINLifetime ? entry.pin : nil
+        }
+    }
+
+    /// One operation in one transaction: SELECT, then VERIFY when this request gave a PIN, then `body`.
+    func run<T: Sendable>(_ body: @Sendable (PIVApplication) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+        let pin = pendingPIN(consume: true)
+        return try await session.run { app throws(TesseraError) -> T in
+            if let pin {
+                do throws(TesseraError) {
+                    try await app.verifyPIN(pin)
+                    self.cache.withLock { $0.pinStatus = .verified }
+                } catch {
+                    if error.code == .pinInvalid, case .number(let n)? = error.details["retriesLeft"] {
+                        self.cache.withLock { $0.pinStatus = .notVerified(retriesLeft: Int(n)) }
+                    } else if error.code == .pinLocked {
+                        self.cache.withLock { $0.pinStatus = .blocked }
+                    }
+                    throw error
+                }
+            }
+            return try await body(app)
+        }
+    }
+
+    /// The PIN status from an empty VERIFY (no try spent).
+    func pinStatus() async throws(TesseraError) -> PIVPINStatus {
+        let status = try await session.run { app throws(TesseraError) in try await app.pinStatus() }
+        cache.withLock { $0.pinStatus = status }
+        return status
+    }
+
+    /// CHANGE REFERENCE DATA for the application PIN (one try of the old PIN).
+    func changePIN(old: String, new: String) async throws(TesseraError) {
+        try await session.run { app throws(TesseraError) in
+            do throws(TesseraError) {
+                try await app.changePIN(old: old, new: new)
+                self.cache.withLock { $0.pinStatus = .verified }
+            } catch {
+                if error.code == .pinInvalid, case .number(let n)? = error.details["retriesLeft"] {
+                    self.cache.withLock { $0.pinStatus = .notVerified(retriesLeft: Int(n)) }
+                } else if error.code == .pinLocked {
+                    self.cache.withLock { $0.pinStatus = .blocked }
+                }
+                throw error
+            }
+        }
+    }
+
+    // MARK: keys
+
+    private func requireManagementKey() throws(TesseraError) -> PIVManagementKey {
+        guard let managementKey else {
+            throw TesseraError(.managementKeyRequired,
+                               "creating or deleting keys on PIV card \(id) needs its management key: start tesserad with --piv-management-key-file")
+        }
+        return managementKey
+    }
+
+    func generateP256Key(handle: [UInt8], label: String) async throws(TesseraError) -> [UInt8] {
+        let key = try requireManagementKey()
+        let slots = self.slots
+        let tokenId = id
+        let (slot, point) = try await run { app throws(TesseraError) -> (UInt8, [UInt8]) in
+            try await app.authenticate(managementKey: key)
+            let owned = try await slots.slots(tokenId: tokenId)
+            guard let slot = try await Self.chooseSlot(app, owned: owned) else {
+                throw TesseraError(.tokenError, "no free retired key slot (82…95) on PIV card \(tokenId) that Tessera may use")
+            }
+            // Recorded before the card is written: a crash leaves the slot known as Tessera's.
+            try await slots.save(PIVSlotRecord(tokenId: tokenId, slot: Int(slot), state: .pending, keyHandle: Data(handle)))
+            let point = try await app.generateP256(slot: slot)
+            try await slots.save(PIVSlotRecord(tokenId: tokenId, slot: Int(slot), state: .used, keyHandle: Data(handle)))
+            return (slot, point)
+        }
+        cache.withLock { $0.slotByHandle[handle] = slot }
+        logger.info("PIV key generated", metadata: ["token": "\(id)", "slot": "\(String(slot, radix: 16))"])
+        return point
+    }
+
+    /// The slot for a new key: a slot Tessera owns and no longer uses first, then a conservatively free one.
+    static func chooseSlot(_ app: PIVApplication, owned: [PIVSlotRecord]) async throws(TesseraError) -> UInt8? {
+        if let reusable = owned.first(where: { $0.state == .free || ($0.state == .pending) }) {
+            return UInt8(reusable.slot)
+        }
+        let ownedSlots = Set(owned.map { UInt8($0.slot) })
+        var reserved = 0
+        if let history = try await app.getData(PIV.Object.keyHistory), let items = try? TLV.parseAll(history) {
+            let onCard = items.first(tag: 0xC1)?.value.first.map(Int.init) ?? 0
+            let offCard = items.first(tag: 0xC2)?.value.first.map(Int.init) ?? 0
+            reserved = onCard + offCard
+        }
+        for slot in PIV.Slot.retired where !ownedSlots.contains(slot) && Int(slot - 0x82) >= reserved {
+            guard let certTag = PIV.Object.certificate(slot: slot) else { continue }
+            if try await app.getData(certTag) != nil { continue }
+            if try await app.slotHasKey(slot) == true { continue }
+            return slot
+        }
+        return nil
+    }
+
+    private func slot(for handle: [UInt8]) async throws(TesseraError) -> UInt8 {
+        if let s = cache.withLock({ $0.slotByHandle[handle] }) { return s }
+        guard let record = try await slots.slot(tokenId: id, keyHandle: handle), record.state == .used,
+              let slot = UInt8(exactly: record.slot) else {
+            throw TesseraError(.passkeyNotFound, "no key with this handle on PIV card \(id)")
+        }
+        cache.withLock { $0.slotByHandle[handle] = slot }
+        return slot
+    }
+
+    func signP256(handle: [UInt8], message: [UInt8]) async throws(TesseraError) -> [UInt8] {
+        let slot = try await slot(for: handle)
+        let digest = Array(SHA256.hash(data: message))
+        let der = try await run { app throws(TesseraError) in try await app.signP256(slot: slot, digest: digest) }
+        return try PIVApplication.rawSignature(fromDER: der)
+    }
+
+    /// Destroys the key by generating a fresh one over it (PIV has no delete), clears the slot's certificate
+    /// object if there is one, and records the slot as Tessera's free slot.
+    func deleteKey(handle: [UInt8]) async throws(TesseraError) {
+        let key = try requireManagementKey()
+        guard let record = try await slots.slot(tokenId: id, keyHandle: handle), let slot = UInt8(exactly: record.slot) else {
+            throw TesseraError(.passkeyNotFound, "no key with this handle on PIV card \(id)")
+        }
+        try await run { app throws(TesseraError) in
+            try await app.authenticate(managementKey: key)
+            _ = try await app.generateP256(slot: slot)
+            if let certTag = PIV.Object.certificate(slot: slot), try await app.getData(certTag) != nil {
+                try await app.putData(certTag, content: [])
+            }
+        }
+        try await slots.save(PIVSlotRecord(tokenId: id, slot: Int(slot), state: .free, keyHandle: nil))
+        _ = cache.withLock { $0.slotByHandle.removeValue(forKey: handle) }
+    }
+}

@@ -1,0 +1,83 @@
+import Documents
+import MRZ
+import RPC
+import TesseraCore
+
+extension MethodTable {
+    /// Registers `readers.list` and `documents.read` (docs/API.md, "Documents").
+    func registerDocumentReading(_ service: DocumentService) {
+        register("readers.list", .read) { _, _ in
+            ["readers": .array(try await service.readers().map(Views.reader))]
+        }
+        register("documents.read", .enroll) { p, connection in
+            let request = try Self.documentReadRequest(p)
+            // Progress goes out in order through one forwarding task; the result is sent after the last event.
+            let (events, sink) = AsyncStream.makeStream(of: DocumentReadProgress.self, bufferingPolicy: .bufferingNewest(1024))
+            let forwarder = Task {
+                for await event in events { await connection.notify("documents.progress", event.json) }
+            }
+            defer { forwarder.cancel() }
+            do {
+                let result = try await service.read(request) { sink.yield($0) }
+                sink.finish()
+                await forwarder.value
+                return result.json
+            } catch {
+                sink.finish()
+                await forwarder.value
+                throw error
+            }
+        }
+    }
+
+    /// Parses `documents.read` params: exactly one of `mrz`, `documentNumber`+`dateOfBirth`+`dateOfExpiry`, `can`.
+    static func documentReadRequest(_ p: Params) throws(TesseraError) -> DocumentReadRequest {
+        let fields = ["documentNumber", "dateOfBirth", "dateOfExpiry"]
+        let hasFields = fields.contains { p.has($0) }
+        let kinds = [p.has("mrz"), hasFields, p.has("can")].filter { $0 }.count
+        guard kinds == 1 else {
+            throw TesseraError.invalidInput("give exactly one access key: mrz, documentNumber+dateOfBirth+dateOfExpiry, or can")
+        }
+        let key: DocumentAccessKey
+        if let text = try p.optionalString("mrz") {
+            key = try MRZ.parse(text).accessKey
+        } else if let can = try p.optionalString("can") {
+            key = try DocumentAccessKey(can: can)
+        } else {
+            key = try DocumentAccessKey.fromFields(documentNumber: p.string("documentNumber"),
+                                                   dateOfBirth: p.string("dateOfBirth"),
+                                                   dateOfExpiry: p.string("dateOfExpiry"))
+        }
+        var groups: [Int]?
+        if let list = try p.optionalArray("dataGroups") {
+            var out: [Int] = []
+            for item in list {
+                guard let name = item.stringValue, let n = Self.dataGroupNumber(name) else {
+                    throw TesseraError(.invalidInput, "dataGroups items must be \"DG1\"…\"DG16\"", details: ["field": "dataGroups"])
+                }
+                out.append(n)
+            }
+            groups = out
+        }
+        return DocumentReadRequest(reader: try p.optionalString("reader"), key: key, dataGroups: groups,
+                                   verify: try p.optionalBool("verify") ?? true,
+                                   extendedLength: try p.optionalBool("extendedLength") ?? false)
+    }
+
+    /// "DG2", "dg2" or "2" → 2.
+    static func dataGroupNumber(_ name: String) -> Int? {
+        let upper = name.uppercased()
+        let digits = upper.hasPrefix("DG") ? String(upper.dropFirst(2)) : upper
+        guard let n = Int(digits), (1...16).contains(n) else { return nil }
+        return n
+    }
+}
+
+extension Views {
+    /// {name, stack, cardPresent, atr? (base64url)}
+    static func reader(_ r: ReaderInfo) -> JSONValue {
+        var o: [String: JSONValue] = ["name": .string(r.name), "stack": .string(r.stack), "cardPresent": .bool(r.cardPresent)]
+        if let atr = r.atr { o["atr"] = .string(Base64URL.encode(atr)) }
+        return .object(o)
+    }
+}

@@ -1,0 +1,59 @@
+import Foundation
+import Logging
+import PIV
+import PIVKeyStore
+import Passkeys
+import RPC
+import TesseraCore
+
+/// The PIV key store's wiring: the management key from the options and the PIV socket methods.
+enum PIVSetup {
+    /// The management key from `--piv-management-key-file`, or the default key with
+    /// `--allow-default-piv-management-key`, or nil (PIV key creation answers MANAGEMENT_KEY_REQUIRED).
+    /// The default key in the file without the flag is a configuration error.
+    static func managementKey(_ options: DaemonOptions, logger: Logger) throws(TesseraError) -> PIVManagementKey? {
+        guard let path = options.pivManagementKeyFile else {
+            if options.allowDefaultPIVManagementKey {
+                logger.warning("PIV: using the well-known default management key (--allow-default-piv-management-key)")
+                return .factoryDefault
+            }
+            return nil
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw TesseraError(.invalidInput, "cannot read the PIV management key file \(path)")
+        }
+        let key = try PIVManagementKey(parsing: String(decoding: data, as: UTF8.self))
+        if key.isFactoryDefault && !options.allowDefaultPIVManagementKey {
+            throw TesseraError(.invalidInput, "\(path) holds the well-known default PIV management key; change the card's key "
+                               + "or pass --allow-default-piv-management-key")
+        }
+        logger.info("PIV: management key loaded (\(key.algorithm))")
+        return key
+    }
+}
+
+extension MethodTable {
+    /// `tokens.changePin`, `tokens.pinStatus`, and `tokens.list` with the PIV store's status.
+    func registerPIV(_ piv: PIVKeyStore, passkeys: PasskeyService) {
+        // Replaces the plain `tokens.list`: the same tokens plus `piv: {status, readers}` (PCSC_UNAVAILABLE shows here).
+        register("tokens.list", .read) { _, _ in
+            var list: [JSONValue] = []
+            for t in await passkeys.tokens() { list.append(await t.describe()) }
+            return ["tokens": .array(list), "piv": piv.status()]
+        }
+        register("tokens.changePin", .admin) { p, _ in
+            let tokenId = try p.string("tokenId")
+            try await piv.changePIN(tokenId: tokenId, old: p.string("oldPin"), new: p.string("newPin"))
+            return ["changed": true, "tokenId": .string(tokenId)]
+        }
+        register("tokens.pinStatus", .read) { p, _ in
+            let tokenId = try p.string("tokenId")
+            switch try await piv.pinStatus(tokenId: tokenId) {
+            case .verified: return ["tokenId": .string(tokenId), "verified": true, "blocked": false]
+            case .notVerified(let n):
+                return ["tokenId": .string(tokenId), "verified": false, "blocked": false, "retriesLeft": .number(Double(n))]
+            case .blocked: return ["tokenId": .string(tokenId), "verified": false, "blocked": true, "retriesLeft": 0]
+            }
+        }
+    }
+}

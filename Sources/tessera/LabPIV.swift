@@ -1,0 +1,62 @@
+import ArgumentParser
+import Emulation
+import Foundation
+import TesseraCore
+import VPCD
+
+/// `tessera lab emulate-piv`: an emulated PIV card in a vpcd reader of pcscd.
+struct LabEmulatePIV: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "emulate-piv",
+        abstract: "Insert an emulated PIV card (NIST SP 800-73-4) into a vpcd reader until interrupted.",
+        discussion: """
+        Connects an emulated PIV card to pcscd's vpcd driver (vsmartcard) at HOST:PORT, which makes the card
+        appear in that vpcd reader; stopping (SIGINT, SIGTERM) removes it. The card keeps its state — PIN, PUK
+        and retry counters, management key, keys, data objects — in the JSON file given with --state, so a
+        restart is a card re-insertion. A new state file is a factory-fresh card: PIN 123456, PUK 12345678,
+        the default 3DES management key 010203…08 ×3, a CHUID whose GUID derives from --serial, no keys.
+        It answers SELECT, GET/PUT DATA, VERIFY, CHANGE REFERENCE DATA, RESET RETRY COUNTER,
+        GENERAL AUTHENTICATE (management key 3DES/AES witness-challenge, ECC P-256 signatures),
+        GENERATE ASYMMETRIC KEY PAIR (P-256) and Yubico's GET SERIAL / GET METADATA. OpenSC's PIV driver
+        (opensc-tool, piv-tool, opensc-pkcs11) recognises it.
+
+        EXAMPLES
+          tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --serial 1234
+          tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --log-apdus
+        """)
+
+    @Option(help: ArgumentHelp("The vpcd reader's address (pcscd's reader.conf CHANNELID port).", valueName: "HOST:PORT"))
+    var vpcd: String = "127.0.0.1:35963"
+    @Option(help: ArgumentHelp("Card state file (JSON; created factory-fresh when missing).", valueName: "FILE"))
+    var state: String
+    @Option(help: ArgumentHelp("Serial number of a newly created card (ignored when the state file exists).", valueName: "N"))
+    var serial: UInt32 = 1
+    @Flag(name: .customLong("log-apdus"), help: "Trace every APDU exchange on stderr.")
+    var logAPDUs = false
+
+    func run() async throws {
+        let parts = vpcd.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count >= 2, let port = Int(parts.last!), (1...65535).contains(port) else {
+            throw ValidationError("--vpcd must be HOST:PORT")
+        }
+        let host = parts.dropLast().joined(separator: ":")
+        let card: EmulatedPIVCard
+        do { card = try EmulatedPIVCard.open(stateFile: state, serial: serial) } catch {
+            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+            throw ExitCode(1)
+        }
+        let trace: VirtualCardLink.ExchangeHook? = logAPDUs ? LabOutput.traceExchange : nil
+        let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
+                                   onExchange: trace)
+        let (signals, signalSources) = LabSignals.install()
+        do { try await link.start(timeout: .seconds(10)) } catch {
+            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+            throw ExitCode(2)
+        }
+        LabOutput.line("inserted PIV card \(await card.state.serial) into vpcd \(host):\(port)")
+        for await _ in signals { break }
+        signalSources.forEach { $0.cancel() }
+        await link.remove()
+        LabOutput.line("removed; \(await card.commands.count) APDUs served")
+    }
+}

@@ -1,0 +1,207 @@
+import ArgumentParser
+import Dispatch
+import Emulation
+import Foundation
+import ICAO
+import TesseraCore
+import VPCD
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tessera lab make-profile`: issues a test e-passport (LDS files signed by a fresh test PKI) into a directory.
+struct LabMakeProfile: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "make-profile",
+        abstract: "Issue a test e-passport into a profile directory.",
+        discussion: """
+        Writes a document profile to DIR (created if needed; files of an earlier profile are overwritten):
+        profile.json, EF.COM, DG1 (the MRZ), DG2 (the face photo), DG11, DG12, DG14 (PACE infos, active
+        authentication info), DG15 (with --aa), EF.SOD signed by a freshly generated test document signer, and
+        EF.CardAccess when PACE is offered. The test PKI is written next to it: csca.pem is the trust anchor to
+        give to `tesserad --csca`; the private keys (csca-key.pem, ds-key.pem, aa-key.pem) are for lab use only.
+
+        Serve the profile with `tessera lab emulate-passport --profile DIR --vpcd HOST:PORT`.
+
+        PACE OPTIONS (--pace, repeatable, listed in EF.CardAccess in the order given)
+          <agreement>-gm-<parameters>-<cipher>, e.g. ecdh-gm-p256-aes128, ecdh-gm-brainpoolp256r1-aes128,
+          ecdh-gm-p256-aes256, dh-gm-2048-aes128; `default` is ecdh-gm-p256-aes128.
+          agreement: ecdh | dh; parameters: p192 p224 p256 p384 p521 brainpoolp192r1 … brainpoolp512r1 (ecdh),
+          1024 2048-224 2048-256 (dh), or idN; cipher: 3des aes128 aes192 aes256.
+
+        EXAMPLES
+          tessera lab make-profile /tmp/anna --mrz 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<
+          L898902C36UTO7408122F1204159ZE184226B<<<<<10'
+          tessera lab make-profile /tmp/pace --mrz "$MRZ" --can 123456 --pace ecdh-gm-brainpoolp256r1-aes128 --no-bac --aa
+          tessera lab make-profile /tmp/big --mrz "$MRZ" --photo face.jpg --photo-padding 20000
+        """)
+
+    @Argument(help: ArgumentHelp("Profile directory.", valueName: "DIR"))
+    var directory: String
+    @Option(help: ArgumentHelp("The MRZ as printed: lines separated by a newline (TD1, TD2 or TD3).", valueName: "TEXT"))
+    var mrz: String
+    @Option(help: ArgumentHelp("Face image, JPEG (default: a small built-in portrait).", valueName: "FILE.jpg"))
+    var photo: String?
+    @Option(help: ArgumentHelp("Card access number for PACE with the CAN.", valueName: "N"))
+    var can: String?
+    @Option(name: .customLong("pace"), help: ArgumentHelp("PACE configuration to offer (repeatable; see PACE OPTIONS).", valueName: "OPTION"))
+    var pace: [String] = []
+    @Flag(name: .customLong("no-bac"), help: "Do not offer BAC (needs at least one --pace).")
+    var noBAC = false
+    @Flag(name: .customLong("aa"), help: "Give the chip an active authentication key (DG15).")
+    var activeAuthentication = false
+    @Option(help: ArgumentHelp("Key algorithm of the test PKI and the AA key: p256, p384, brainpoolP256r1, brainpoolP384r1, rsa2048, rsaPSS2048.", valueName: "ALG"))
+    var algorithm = "p256"
+    @Option(name: .customLong("photo-padding"), help: ArgumentHelp("Pad the JPEG with comment segments to about this many bytes (large DG2 for benchmarks).", valueName: "BYTES"))
+    var photoPadding: Int?
+
+    func run() async throws {
+        guard let alg = TestKeyAlgorithm.allCases.first(where: { $0.rawValue.lowercased() == algorithm.lowercased() }) else {
+            throw ValidationError("unknown --algorithm \(algorithm); one of "
+                + TestKeyAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))
+        }
+        var options: [PACEOption] = []
+        for text in pace {
+            do { options.append(try PACEOption(parsing: text)) } catch { throw ValidationError(error.message) }
+        }
+        var image: [UInt8]?
+        if let photo {
+            guard let data = FileManager.default.contents(atPath: photo) else { throw ValidationError("cannot read \(photo)") }
+            image = [UInt8](data)
+        }
+        let profile: DocumentProfile
+        do {
+            profile = try DocumentProfile.make(directory: directory, mrz: mrz, photoJPEG: image, can: can,
+                                               access: AccessOptions(bac: !noBAC, pace: options), algorithm: alg,
+                                               activeAuthentication: activeAuthentication, photoPadding: photoPadding)
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+            throw ExitCode(1)
+        }
+        let access = (profile.access.bac ? ["BAC"] : []) + profile.access.pace.map { "PACE \($0)" }
+        print("""
+        profile   \(profile.directory)
+        document  \(profile.parsedMRZ.documentNumber) (\(profile.parsedMRZ.primaryIdentifier))
+        access    \(access.joined(separator: ", "))\(profile.can.map { ", CAN \($0)" } ?? "")
+        files     \(profile.dataGroupNumbers.map { "DG\($0)" }.joined(separator: " ")) SOD; DG2 \(profile.dataGroup(2)?.count ?? 0) bytes
+        AA        \(profile.activeAuthentication ? "yes (\(alg.rawValue))" : "no")
+        csca      \(profile.cscaPath)
+        """)
+    }
+}
+
+/// `tessera lab emulate-passport`: serves a profile as a contactless chip in a vpcd reader of pcscd.
+struct LabEmulatePassport: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "emulate-passport",
+        abstract: "Insert an emulated e-passport into a vpcd reader until interrupted.",
+        discussion: """
+        Connects the chip built from --profile to pcscd's vpcd driver (vsmartcard) at HOST:PORT, which makes the
+        card appear in that vpcd reader; stopping (SIGINT, SIGTERM) removes it. The chip answers BAC, PACE
+        (as listed in the profile), secure messaging, READ BINARY (short and extended length, odd INS B1) and
+        INTERNAL AUTHENTICATE. Lost links (pcscd restarting) are re-established.
+
+        Misbehaviour for testing readers:
+          --tamper-dg N           serve DG N with one byte changed (passive authentication must fail)
+          --max-le N              answer 6700 to READ BINARY asking for more than N bytes
+          --no-extended           refuse extended-length APDUs and do not announce them in the ATR
+          --remove-after-apdus N  pull the card when the Nth command APDU arrives and insert it again a
+                                  second later (card-removed tests)
+
+        With --log-apdus every exchange is written to stderr (command and response in hex, as seen on the
+        wire, i.e. protected by secure messaging).
+
+        EXAMPLES
+          tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963
+          tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963 --tamper-dg 2 --log-apdus
+        """)
+
+    @Option(help: ArgumentHelp("Profile directory written by `tessera lab make-profile`.", valueName: "DIR"))
+    var profile: String
+    @Option(help: ArgumentHelp("The vpcd reader's address (pcscd's reader.conf CHANNELID port).", valueName: "HOST:PORT"))
+    var vpcd: String = "127.0.0.1:35963"
+    @Option(name: .customLong("tamper-dg"), help: ArgumentHelp("Serve this data group with one byte changed.", valueName: "N"))
+    var tamperDG: Int?
+    @Option(name: .customLong("max-le"), help: ArgumentHelp("Largest READ BINARY length accepted.", valueName: "N"))
+    var maxLe: Int?
+    @Flag(name: .customLong("no-extended"), help: "Refuse extended-length APDUs.")
+    var noExtended = false
+    @Option(name: .customLong("remove-after-apdus"), help: ArgumentHelp("Pull the card at the Nth APDU, re-insert it after a second.", valueName: "N"))
+    var removeAfter: Int?
+    @Flag(name: .customLong("log-apdus"), help: "Trace every APDU exchange on stderr.")
+    var logAPDUs = false
+
+    func run() async throws {
+        let parts = vpcd.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count >= 2, let port = Int(parts.last!), (1...65535).contains(port) else {
+            throw ValidationError("--vpcd must be HOST:PORT")
+        }
+        let host = parts.dropLast().joined(separator: ":")
+        if let tamperDG, !(1...16).contains(tamperDG) { throw ValidationError("--tamper-dg must be 1…16") }
+        let loaded: DocumentProfile
+        do { loaded = try DocumentProfile.load(directory: profile) } catch {
+            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+            throw ExitCode(1)
+        }
+        let card = EmulatedPassport(profile: loaded, misbehaviour: Misbehaviour(
+            tamperedDataGroup: tamperDG, maxShortLe: maxLe, rejectExtendedLength: noExtended))
+        let trace: VirtualCardLink.ExchangeHook? = logAPDUs ? LabOutput.traceExchange : nil
+        let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
+                                   onExchange: trace)
+        if let removeAfter {
+            await card.setCommandHook { index, _ in
+                guard index == removeAfter else { return }
+                Task {
+                    await link.remove()
+                    LabOutput.line("card removed after \(removeAfter) APDUs")
+                    try? await Task.sleep(for: .seconds(1))
+                    do {
+                        try await link.insert(timeout: .seconds(10))
+                        LabOutput.line("card inserted again")
+                    } catch {
+                        LabOutput.line("re-insert failed: \(error)")
+                    }
+                }
+            }
+        }
+        let (signals, signalSources) = LabSignals.install()
+        do { try await link.start(timeout: .seconds(10)) } catch {
+            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+            throw ExitCode(2)
+        }
+        LabOutput.line("inserted \(loaded.parsedMRZ.documentNumber) into vpcd \(host):\(port)")
+        for await _ in signals { break }
+        signalSources.forEach { $0.cancel() }
+        await link.remove()
+        LabOutput.line("removed; \(await card.commandCount) APDUs served")
+    }
+}
+
+/// Unbuffered status lines on stdout (tests read them through a pipe).
+enum LabOutput {
+    static func line(_ text: String) { FileHandle.standardOutput.write(Data((text + "\n").utf8)) }
+
+    /// One APDU exchange as two hex lines on stderr.
+    @Sendable static func traceExchange(_ command: [UInt8], _ response: [UInt8], _ time: Date) {
+        let stamp = String(format: "%.3f", time.timeIntervalSince1970)
+        let text = "\(stamp) > \(Hex.encode(command).uppercased())\n\(stamp) < \(Hex.encode(response).uppercased())\n"
+        FileHandle.standardError.write(Data(text.utf8))
+    }
+}
+
+/// SIGINT/SIGTERM as an async stream (the default handlers are replaced while the command runs).
+enum LabSignals {
+    /// The stream and the dispatch sources feeding it (keep them alive while waiting).
+    static func install() -> (AsyncStream<Int32>, [any DispatchSourceSignal]) {
+        let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
+        var sources: [any DispatchSourceSignal] = []
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { continuation.yield(sig) }
+            source.resume()
+            sources.append(source)
+        }
+        return (stream, sources)
+    }
+}

@@ -1,0 +1,226 @@
+import ArgumentParser
+import Foundation
+import RPC
+import TesseraCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `tessera passport …`: reading identity documents through the daemon.
+struct Passport: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Read and verify e-passports and ID cards (ICAO 9303).",
+        subcommands: [Read.self, Readers.self])
+
+    struct Readers: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the card readers the daemon sees (readers.list).")
+        @OptionGroup var globals: GlobalOptions
+        func run() async throws {
+            try await globals.run("readers.list", [:]) { r in
+                let list = r["readers"]?.arrayValue ?? []
+                if list.isEmpty { return "no readers" }
+                return list.map { rd in
+                    "\(rd["name"]?.stringValue ?? "?")  [\(rd["stack"]?.stringValue ?? "")]  "
+                        + (rd["cardPresent"]?.boolValue == true ? "card present" : "empty")
+                }.joined(separator: "\n")
+            }
+        }
+    }
+
+    struct Read: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Read a document's chip and verify it (documents.read).",
+            discussion: """
+            Unlocks the chip with the MRZ (--mrz, or --number/--birth/--expiry as printed on the data page) or
+            with the 6-digit card access number (--can). The daemon runs PACE when the chip offers it and BAC
+            otherwise, reads EF.COM, the requested data groups (default DG1 and DG2) and EF.SOD, checks
+            passive authentication against its CSCA certificates (tesserad --csca) and, when the chip has
+            DG15, active authentication.
+
+            By default a summary is printed: holder, document, access protocol, each passive-authentication
+            check (SOD signature, certificate chain, data group hashes) and active authentication. --json
+            prints the documents.read result verbatim (docs/API.md). While reading, a progress bar is drawn
+            on stderr when stderr is a terminal.
+
+            EXIT STATUS
+              0 read (even when verification failed: see the summary or passiveAuthentication.status),
+              1 usage error, 2 daemon error (NO_CARD, ACCESS_DENIED, CARD_REMOVED, ...), 3 daemon unreachable.
+
+            EXAMPLES
+              tessera passport read --mrz 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<
+              L898902C36UTO7408122F1204159ZE184226B<<<<<10'
+              tessera passport read --number L898902C3 --birth 740812 --expiry 120415 --save-photo face.jpg
+              tessera passport read --can 123456 --reader 'Tessera VPCD 00 00' --data-groups DG1,DG2,DG11 --json
+            """)
+        @OptionGroup var globals: GlobalOptions
+        @Option(help: ArgumentHelp("The whole MRZ (lines separated by newlines).", valueName: "TEXT"))
+        var mrz: String?
+        @Option(name: .customLong("number"), help: ArgumentHelp("Document number as printed.", valueName: "N"))
+        var documentNumber: String?
+        @Option(help: ArgumentHelp("Date of birth, YYMMDD.", valueName: "YYMMDD"))
+        var birth: String?
+        @Option(help: ArgumentHelp("Date of expiry, YYMMDD.", valueName: "YYMMDD"))
+        var expiry: String?
+        @Option(help: ArgumentHelp("Card access number (PACE only).", valueName: "NNNNNN"))
+        var can: String?
+        @Option(help: ArgumentHelp("Reader name (see `tessera passport readers`); default: the first reader with a card.", valueName: "NAME"))
+        var reader: String?
+        @Option(name: .customLong("data-groups"), help: ArgumentHelp("Comma-separated data groups to read, e.g. DG1,DG2,DG11 (default DG1,DG2).", valueName: "LIST"))
+        var dataGroups: String?
+        @Flag(name: .customLong("no-verify"), help: "Skip passive and active authentication (EF.SOD is not read).")
+        var noVerify = false
+        @Flag(name: .customLong("extended-length"), help: "Read with extended-length APDUs when the card supports them.")
+        var extendedLength = false
+        @Option(name: .customLong("save-photo"), help: ArgumentHelp("Write the first face image from DG2 to FILE (JPEG or JPEG 2000 as stored).", valueName: "FILE"))
+        var savePhoto: String?
+
+        func validate() throws {
+            let keys = [mrz != nil, documentNumber != nil || birth != nil || expiry != nil, can != nil].filter { $0 }.count
+            guard keys == 1 else { throw ValidationError("give exactly one of --mrz, --number/--birth/--expiry, or --can") }
+            if documentNumber != nil || birth != nil || expiry != nil, documentNumber == nil || birth == nil || expiry == nil {
+                throw ValidationError("--number, --birth and --expiry go together")
+            }
+        }
+
+        var params: JSONValue {
+            var p: [String: JSONValue] = [:]
+            if let mrz { p["mrz"] = .string(mrz) }
+            if let documentNumber, let birth, let expiry {
+                p["documentNumber"] = .string(documentNumber)
+                p["dateOfBirth"] = .string(birth)
+                p["dateOfExpiry"] = .string(expiry)
+            }
+            if let can { p["can"] = .string(can) }
+            if let reader { p["reader"] = .string(reader) }
+            if let dataGroups {
+                p["dataGroups"] = .array(dataGroups.split(separator: ",").map {
+                    .string($0.trimmingCharacters(in: .whitespaces).uppercased())
+                })
+            }
+            if noVerify { p["verify"] = false }
+            if extendedLength { p["extendedLength"] = true }
+            return .object(p)
+        }
+
+        func run() async throws {
+            let result: JSONValue
+            do throws(TesseraError) {
+                let client = try await RPCClient.connect(path: globals.socketPath)
+                let bar = isatty(2) == 1 ? Task { await ProgressBar.draw(client.notifications) } : nil
+                defer { Task { await client.close() } }
+                do {
+                    result = try await client.call("documents.read", params)
+                    bar?.cancel()
+                    ProgressBar.clear(active: bar != nil)
+                } catch {
+                    bar?.cancel()
+                    ProgressBar.clear(active: bar != nil)
+                    throw error
+                }
+            } catch {
+                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+                throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
+            }
+            if let savePhoto {
+                guard let text = result["faceImages"]?.arrayValue?.first?["data"]?.stringValue,
+                      let bytes = Base64URL.decode(text) else {
+                    FileHandle.standardError.write(Data("error: the document returned no face image (read DG2)\n".utf8))
+                    throw ExitCode(2)
+                }
+                do { try Data(bytes).write(to: URL(fileURLWithPath: savePhoto)) } catch {
+                    FileHandle.standardError.write(Data("error: cannot write \(savePhoto): \(error)\n".utf8))
+                    throw ExitCode(1)
+                }
+            }
+            if globals.json {
+                print(String(decoding: result.serialized(), as: UTF8.self))
+            } else {
+                print(PassportSummary.render(result, savedPhoto: savePhoto))
+            }
+        }
+    }
+}
+
+/// The human rendering of a `documents.read` result.
+enum PassportSummary {
+    static func render(_ r: JSONValue, savedPhoto: String?) -> String {
+        var lines: [String] = []
+        if let m = r["mrz"], !m.isNull {
+            let name = [m["primaryIdentifier"]?.stringValue, m["secondaryIdentifier"]?.stringValue]
+                .compactMap { $0 }.filter { !$0.isEmpty }.joined(separator: ", ")
+            lines.append("Name:             \(name)")
+            lines.append("Document:         \(m["documentCode"]?.stringValue ?? "?") \(m["documentNumber"]?.stringValue ?? "?")"
+                + " issued by \(m["issuingState"]?.stringValue ?? "?")")
+            lines.append("Nationality:      \(m["nationality"]?.stringValue ?? "?")   Sex: \(m["sex"]?.stringValue ?? "?")")
+            lines.append("Date of birth:    \(m["dateOfBirth"]?.stringValue ?? "?")")
+            lines.append("Date of expiry:   \(m["dateOfExpiry"]?.stringValue ?? "?")")
+        } else {
+            lines.append("MRZ:              not read")
+        }
+        lines.append("Access protocol:  \(r["accessProtocol"]?.stringValue ?? "?") (reader \(r["reader"]?.stringValue ?? "?"))")
+        let groups = (r["dataGroups"]?.objectValue ?? [:]).keys.sorted { order($0) < order($1) }
+        lines.append("Files read:       \(groups.joined(separator: " "))")
+        let faces = r["faceImages"]?.arrayValue ?? []
+        if let f = faces.first {
+            var text = "\(faces.count) face image(s), \(f["mimeType"]?.stringValue ?? "?")"
+            if let w = f["width"]?.intValue, let h = f["height"]?.intValue { text += " \(w)x\(h)" }
+            if let savedPhoto { text += ", saved to \(savedPhoto)" }
+            lines.append("Photo:            \(text)")
+        }
+        if let pa = r["passiveAuthentication"] {
+            lines.append("Passive authentication: \(pa["status"]?.stringValue?.uppercased() ?? "?")")
+            lines.append("  SOD signature:      \(pa["signature"]?.stringValue ?? "?")")
+            lines.append("  certificate chain:  \(pa["certificateChain"]?.stringValue ?? "?")"
+                + (pa["trustAnchor"]?.stringValue.map { " (\($0))" } ?? ""))
+            let hashes = pa["dataGroupHashes"]?.objectValue ?? [:]
+            for k in hashes.keys.sorted(by: { order($0) < order($1) }) {
+                lines.append("  \(k) hash:" + String(repeating: " ", count: max(1, 13 - k.count)) + (hashes[k]?.stringValue ?? "?"))
+            }
+            if let reason = pa["reason"]?.stringValue { lines.append("  reason: \(reason)") }
+        }
+        if let aa = r["activeAuthentication"] {
+            lines.append("Active authentication: \(aa["status"]?.stringValue?.uppercased() ?? "?")"
+                + (aa["reason"]?.stringValue.map { " (\($0))" } ?? ""))
+        }
+        for w in r["warnings"]?.arrayValue ?? [] { lines.append("warning: \(w.stringValue ?? "")") }
+        if let s = r["stats"] {
+            lines.append("Stats:            \(s["apdus"]?.intValue ?? 0) APDUs, \(s["bytes"]?.intValue ?? 0) bytes,"
+                + " \(s["durationMs"]?.doubleValue.map { String(format: "%.0f", $0) } ?? "?") ms")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func order(_ name: String) -> Int {
+        if name == "COM" { return 0 }
+        if name == "SOD" { return 100 }
+        return Int(name.dropFirst(2)) ?? 50
+    }
+}
+
+/// A one-line progress bar on stderr driven by `documents.progress` notifications.
+enum ProgressBar {
+    static func draw(_ notifications: AsyncStream<RPCNotification>) async {
+        for await n in notifications where n.method == "documents.progress" {
+            if Task.isCancelled { return }
+            let step = n.params["step"]?.stringValue ?? ""
+            var line = step
+            if let file = n.params["file"]?.stringValue {
+                let done = n.params["bytesRead"]?.intValue ?? 0
+                if let total = n.params["totalBytes"]?.intValue, total > 0 {
+                    let width = 30
+                    let filled = min(width, done * width / total)
+                    line = "reading \(file) [" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+                        + "] \(done)/\(total) bytes"
+                } else {
+                    line = "reading \(file)"
+                }
+            }
+            FileHandle.standardError.write(Data(("\r\u{1B}[K" + line).utf8))
+        }
+    }
+
+    static func clear(active: Bool) {
+        if active { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+    }
+}

@@ -1,0 +1,187 @@
+import APDU
+import Documents
+import Emulation
+import Foundation
+import ICAO
+import MRZ
+import Testing
+import TesseraCore
+
+/// DocumentService over in-memory readers holding the emulated chip (real BAC/PACE/SM/PA/AA code on both sides).
+@Suite struct DocumentServiceTests {
+    static let key = DocumentAccessKey.mrz(mrzInformation: "L898902C3674081221204159")
+
+    static func service(_ profile: DocumentProfile, trusted: Bool = true, misbehaviour: Misbehaviour = .init(),
+                        extended: Bool = false, removeAfter: Int? = nil) throws -> DocumentService {
+        let source = MemoryReaderSource(slots: [
+            ("empty reader", nil),
+            ("reader 1", {
+                EmulatedSession(card: EmulatedPassport(profile: profile, misbehaviour: misbehaviour),
+                                supportsExtendedLength: extended, removeAfter: removeAfter)
+            }),
+        ])
+        return DocumentService(sources: [source], trustStore: trusted ? try profile.trustStore() : nil)
+    }
+
+    static func size(_ profile: DocumentProfile, _ file: LDSFile) -> Int { profile.applicationFiles[file.fileID]?.count ?? 0 }
+
+    @Test func bacReadVerifiesAndReportsTheContract() async throws {
+        let doc = try makeProfile(pace: [])
+        let result = try await Self.service(doc).read(DocumentReadRequest(key: Self.key))
+        #expect(result.accessProtocol == .bac)
+        #expect(result.reader == "reader 1")
+        #expect(result.mrz?.primaryIdentifier == "ERIKSSON")
+        #expect(result.mrz?.documentNumber == "L898902C3")
+        let face = try #require(result.faceImages.first)
+        #expect(face.data.starts(with: [0xFF, 0xD8]) && (face.width ?? 0) > 0)
+        #expect(try DG2(parsing: doc.dataGroup(2)!).faces.first?.image == face)
+        #expect(Set(result.files.keys) == [.com, .dataGroup(1), .dataGroup(2), .sod])
+        #expect(result.passiveAuthentication?.status == .valid)
+        #expect(result.activeAuthentication == nil)
+
+        let json = result.json
+        #expect(json["accessProtocol"] == "BAC")
+        #expect(json["mrz"]?["dateOfBirth"] == "740812")
+        #expect(json["mrz"]?["dateOfExpiry"] == "120415")
+        #expect(json["mrz"]?["sex"] == "F")
+        #expect(json["dataGroups"]?["DG1"]?.stringValue.flatMap(Base64URL.decode) == doc.dataGroup(1))
+        #expect(json["dataGroups"]?["SOD"] != nil)
+        #expect(json["faceImages"]?.arrayValue?.first?["mimeType"] == "image/jpeg")
+        #expect(json["passiveAuthentication"]?["status"] == "valid")
+        #expect(json["passiveAuthentication"]?["signature"] == "valid")
+        #expect(json["passiveAuthentication"]?["certificateChain"] == "valid")
+        #expect(json["passiveAuthentication"]?["dataGroupHashes"] == ["DG1": "valid", "DG2": "valid"])
+        #expect(json["activeAuthentication"] == nil)
+        #expect((json["stats"]?["apdus"]?.intValue ?? 0) > 0)
+    }
+
+    @Test(arguments: ["ecdh-gm-p256-aes128", "ecdh-gm-brainpoolp256r1-aes128", "ecdh-gm-p256-aes256", "dh-gm-2048-aes128"])
+    func paceWithMRZAndCAN(option: String) async throws {
+        let doc = try makeProfile(bac: false, pace: [option])
+        let service = try Self.service(doc)
+        let byMRZ = try await service.read(DocumentReadRequest(key: Self.key))
+        #expect(byMRZ.accessProtocol == .pace)
+        #expect(byMRZ.passiveAuthentication?.status == .valid)
+        let byCAN = try await service.read(DocumentReadRequest(key: try DocumentAccessKey(can: "123456")))
+        #expect(byCAN.accessProtocol == .pace)
+        #expect(byCAN.mrz?.secondaryIdentifier == "ANNA MARIA")
+    }
+
+    @Test func statisticsAndProgress() async throws {
+        let doc = try makeProfile(photoPadding: 5000)
+        let events = EventLog<DocumentReadProgress>()
+        let result = try await Self.service(doc).read(DocumentReadRequest(key: Self.key)) { events.append($0) }
+        let steps = events.all.map(\.step)
+        #expect(steps.first == .connect)
+        #expect(steps.contains(.access))
+        #expect(steps.last == .verify)
+        let dg2 = events.all.filter { $0.file == "DG2" }
+        let total = doc.dataGroup(2)!.count
+        #expect(dg2.last?.bytesRead == total && dg2.last?.totalBytes == total)
+        #expect(dg2.count > 10)
+        // The minimum for 0xDF chunks is ceil(size / 0xDF) per file; the reader needs no more.
+        let sizes = [LDSFile.com, .dataGroup(1), .dataGroup(2), .sod].map { Self.size(doc, $0) }
+        let minimum = sizes.reduce(0) { $0 + ($1 + 0xDE) / 0xDF }
+        #expect(result.statistics.readAPDUs == minimum)
+        #expect(result.statistics.fileBytes == sizes.reduce(0, +))
+        #expect(result.statistics.bytes > result.statistics.fileBytes)
+        #expect(result.statistics.apdus > result.statistics.readAPDUs)
+        #expect(result.statistics.durationMs > 0)
+    }
+
+    @Test func extendedLengthNeedsFewerAPDUs() async throws {
+        let doc = try makeProfile(photoPadding: 20_000)
+        let short = try await Self.service(doc, extended: true).read(DocumentReadRequest(key: Self.key))
+        let extended = try await Self.service(doc, extended: true)
+            .read(DocumentReadRequest(key: Self.key, extendedLength: true))
+        #expect(extended.files == short.files)
+        #expect(extended.statistics.readAPDUs == 4)
+        #expect(short.statistics.readAPDUs > 90)
+    }
+
+    @Test func tamperedDataGroupIsInvalid() async throws {
+        let doc = try makeProfile()
+        let result = try await Self.service(doc, misbehaviour: Misbehaviour(tamperedDataGroup: 2)).read(DocumentReadRequest(key: Self.key))
+        let pa = try #require(result.passiveAuthentication)
+        #expect(pa.status == .invalid)
+        #expect(pa.dataGroupHashes[2] == .invalid)
+        #expect(pa.dataGroupHashes[1] == .valid)
+        #expect(pa.signature == .valid)
+        #expect(result.json["passiveAuthentication"]?["dataGroupHashes"]?["DG2"] == "invalid")
+    }
+
+    @Test func withoutTrustAnchorsTheDocumentIsUnverified() async throws {
+        let doc = try makeProfile()
+        let result = try await Self.service(doc, trusted: false).read(DocumentReadRequest(key: Self.key))
+        #expect(result.passiveAuthentication?.status == .unverified)
+        #expect(result.passiveAuthentication?.certificateChain == .noTrustAnchor)
+        #expect(result.passiveAuthentication?.signature == .valid)
+        #expect(result.json["passiveAuthentication"]?["reason"]?.stringValue?.isEmpty == false)
+    }
+
+    @Test func activeAuthenticationRunsWhenDG15Exists() async throws {
+        let doc = try makeProfile(activeAuthentication: true)
+        let result = try await Self.service(doc).read(DocumentReadRequest(key: Self.key))
+        #expect(result.activeAuthentication?.status == .valid)
+        #expect(result.files[.dataGroup(15)] != nil)
+        #expect(result.passiveAuthentication?.dataGroupHashes[15] == .valid)
+        #expect(result.json["activeAuthentication"]?["status"] == "valid")
+        // Without verification neither EF.SOD nor DG15 is read.
+        let plain = try await Self.service(doc).read(DocumentReadRequest(key: Self.key, verify: false))
+        #expect(plain.activeAuthentication == nil && plain.passiveAuthentication == nil)
+        #expect(Set(plain.files.keys) == [.com, .dataGroup(1), .dataGroup(2)])
+        #expect(plain.json["passiveAuthentication"]?["status"] == "unverified")
+    }
+
+    @Test func requestedDataGroupsOnly() async throws {
+        let doc = try makeProfile(pace: [])
+        let result = try await Self.service(doc).read(DocumentReadRequest(key: Self.key, dataGroups: [1, 11, 13]))
+        #expect(Set(result.files.keys) == [.com, .dataGroup(1), .dataGroup(11), .sod])
+        #expect(result.notPresent == [13])
+        #expect(result.faceImages.isEmpty)
+        #expect(result.passiveAuthentication?.dataGroupHashes[2] == .notRead)
+        #expect(result.json["passiveAuthentication"]?["notRead"] == ["DG2", "DG12"])
+        await #expect(throws: TesseraError.self) {
+            _ = try await Self.service(doc).read(DocumentReadRequest(key: Self.key, dataGroups: [17]))
+        }
+    }
+
+    @Test func wrongKeysAreAccessDenied() async throws {
+        for pace in [[], ["ecdh-gm-p256-aes128"]] {
+            let doc = try makeProfile(pace: pace)
+            let wrong = try DocumentAccessKey.fromFields(documentNumber: "L898902C3", dateOfBirth: "740813", dateOfExpiry: "120415")
+            let service = try Self.service(doc)
+            do {
+                _ = try await service.read(DocumentReadRequest(key: wrong))
+                Issue.record("expected ACCESS_DENIED")
+            } catch { #expect(error.code == .accessDenied) }
+        }
+    }
+
+    @Test func readerSelectionErrors() async throws {
+        let doc = try makeProfile()
+        let service = try Self.service(doc)
+        #expect(try await service.readers().map(\.cardPresent) == [false, true])
+        for (reader, code) in [("empty reader", TesseraError.Code.noCard), ("nowhere", .noReader)] {
+            do {
+                _ = try await service.read(DocumentReadRequest(reader: reader, key: Self.key))
+                Issue.record("expected \(code)")
+            } catch { #expect(error.code == code) }
+        }
+        let none = DocumentService(sources: [MemoryReaderSource(slots: [("empty", nil)])], trustStore: nil)
+        do {
+            _ = try await none.read(DocumentReadRequest(key: Self.key))
+            Issue.record("expected NO_CARD")
+        } catch { #expect(error.code == .noCard) }
+    }
+
+    @Test func cardRemovedMidReadThenNextReadWorks() async throws {
+        let doc = try makeProfile(photoPadding: 8000)
+        let failing = try Self.service(doc, removeAfter: 30)
+        do {
+            _ = try await failing.read(DocumentReadRequest(key: Self.key))
+            Issue.record("expected CARD_REMOVED")
+        } catch { #expect(error.code == .cardRemoved) }
+        #expect(try await Self.service(doc).read(DocumentReadRequest(key: Self.key)).passiveAuthentication?.status == .valid)
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+import PN532Emulator
+import TesseraCore
+import VPCD
+
+/// A small ISO 7816-4 card for link tests: SELECT answers 9000, `00 B0 00 00 Le` returns Le bytes 00 01 02…,
+/// `80 CA 00 00 Le` echoes the command data; everything is counted.
+actor EchoCard: VirtualCard {
+    private(set) var commands: [[UInt8]] = []
+    private(set) var powerOns = 0
+    nonisolated var atr: [UInt8] { get async { [0x3B, 0x80, 0x80, 0x01, 0x01] } }
+    func powerOn() async { powerOns += 1 }
+    func powerOff() async {}
+    func reset() async {}
+    func process(_ command: [UInt8]) async -> [UInt8] {
+        commands.append(command)
+        guard command.count >= 4 else { return [0x67, 0x00] }
+        switch (command[0], command[1]) {
+        case (0x00, 0xA4): return [0x90, 0x00]
+        case (0x00, 0xB0):
+            let le = command.count == 5 ? (command[4] == 0 ? 256 : Int(command[4])) : 0
+            return (0..<le).map { UInt8($0 & 0xFF) } + [0x90, 0x00]
+        case (0x80, 0xCA):
+            let lc = command.count > 5 ? Int(command[4]) : 0
+            return Array(command[5..<(5 + lc)]) + [0x90, 0x00]
+        default: return [0x6D, 0x00]
+        }
+    }
+}
+
+/// Runs a program to completion off the cooperative pool and returns its exit status and combined output.
+func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
+         timeout: TimeInterval = 30) async throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (k, v) in environment { env[k] = v }
+    process.environment = env
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    let box = OutputBox()
+    try process.run()
+    let reader = Thread { box.set(pipe.fileHandleForReading.readDataToEndOfFile()) }
+    reader.start()
+    let deadline = Date().addingTimeInterval(timeout)
+    while process.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+    if process.isRunning { process.terminate() }
+    while process.isRunning || !box.done { try await Task.sleep(for: .milliseconds(10)) }
+    return (process.terminationStatus, String(decoding: box.data, as: UTF8.self))
+}
+
+final class OutputBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored = Data()
+    private var finished = false
+    func set(_ d: Data) { lock.lock(); stored = d; finished = true; lock.unlock() }
+    var data: Data { lock.lock(); defer { lock.unlock() }; return stored }
+    var done: Bool { lock.lock(); defer { lock.unlock() }; return finished }
+}
+
+/// A fresh temp directory.
+func temporaryDirectory() -> String {
+    let path = NSTemporaryDirectory() + "tessera-nfc-" + UUID().uuidString.prefix(8)
+    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}

@@ -1,0 +1,151 @@
+import APDU
+import CredentialStore
+import Crypto
+import Emulation
+import Foundation
+import Logging
+import PCSC
+import PIV
+import PIVKeyStore
+import Passkeys
+import TesseraCore
+import TesseraTestSupport
+import Testing
+import VPCD
+
+/// Polls `body` until it returns non-nil or `timeout` passes.
+func eventually<T>(_ timeout: Duration = .seconds(15), _ body: () async -> T?) async -> T? {
+    let deadline = ContinuousClock.now.advanced(by: timeout)
+    while ContinuousClock.now < deadline {
+        if let value = await body() { return value }
+        try? await Task.sleep(for: .milliseconds(50))
+    }
+    return await body()
+}
+
+@discardableResult
+func expectError<T>(_ code: TesseraError.Code, _ body: () async throws -> T,
+                    sourceLocation: SourceLocation = #_sourceLocation) async -> TesseraError? {
+    do {
+        _ = try await body()
+        Issue.record("expected \(code.rawValue), got success", sourceLocation: sourceLocation)
+        return nil
+    } catch let error as TesseraError {
+        #expect(error.code == code, "\(error)", sourceLocation: sourceLocation)
+        return error
+    } catch {
+        Issue.record("expected TesseraError \(code.rawValue), got \(error)", sourceLocation: sourceLocation)
+        return nil
+    }
+}
+
+/// A private pcscd, the PIV key store and the passkey service over a temporary database.
+final class PIVHarness: Sendable {
+    let pcscd: PCSCDaemonFixture
+    let directory: String
+    let store: PIVKeyStore
+    let slots: PIVSlotStore
+    let service: PasskeyService
+
+    init(pcscd: PCSCDaemonFixture, managementKey: PIVManagementKey? = .factoryDefault) throws {
+        self.pcscd = pcscd
+        directory = NSTemporaryDirectory() + "tessera-piv-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let db = try TesseraDatabase(path: directory + "/tessera.sqlite")
+        var logger = Logger(label: "piv-test")
+        logger.logLevel = .warning
+        slots = PIVSlotStore(database: db)
+        store = PIVKeyStore(slots: slots, managementKey: managementKey, logger: logger, retryInterval: .milliseconds(200))
+        store.start()
+        service = PasskeyService(keyStores: [store], store: CredentialStore(database: db), logger: logger)
+    }
+
+    static func start(managementKey: PIVManagementKey? = .factoryDefault) async throws -> PIVHarness {
+        let pcscd = try await PCSCDaemonFixture.acquire()
+        do {
+            return try PIVHarness(pcscd: pcscd, managementKey: managementKey)
+        } catch {
+            pcscd.stop()
+            throw error
+        }
+    }
+
+    func stop() async {
+        await store.close()
+        pcscd.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Inserts an emulated card in reader slot `index` (0 or 1).
+    func insert(_ card: EmulatedPIVCard, reader index: Int = 0) async throws -> VirtualCardLink {
+        let link = VirtualCardLink(card: card, port: Int(pcscd.readers[index].port), reconnects: true)
+        try await link.insert()
+        return link
+    }
+
+    /// Waits for the PIV token in reader slot `index`.
+    func token(reader index: Int = 0) async -> (any KeyStoreToken)? {
+        let name = pcscd.readers[index].name
+        return await eventually {
+            for t in await store.tokens() {
+                if case .string(let r)? = await t.describe()["reader"], r == name { return t }
+            }
+            return nil
+        }
+    }
+
+    /// Waits until no PIV token is in reader slot `index`.
+    func noToken(reader index: Int = 0) async -> Bool {
+        let name = pcscd.readers[index].name
+        return await eventually { () async -> Bool? in
+            for t in await store.tokens() {
+                if case .string(let r)? = await t.describe()["reader"], r == name { return nil }
+            }
+            return true
+        } ?? false
+    }
+
+    func enroll(tokenId: String?, pin: String? = "123456") async throws(TesseraError) -> PasskeyService.EnrollResult {
+        try await service.enroll(.init(rpId: "example.com", userId: Array("user-1".utf8), userName: "alice",
+                                       userDisplayName: "Alice", challenge: Array(repeating: 7, count: 32),
+                                       tokenId: tokenId, pin: pin, attestation: .packed))
+    }
+
+    func authenticate(_ credentialId: [UInt8], pin: String? = "123456") async throws(TesseraError) -> (PasskeyService.Assertion, [UInt8]) {
+        let challenge = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        let a = try await service.authenticate(.init(rpId: "example.com", challenge: challenge,
+                                                     allowCredentials: [credentialId], pin: pin))
+        return (a, challenge)
+    }
+}
+
+extension PCSCDaemonFixture {
+    /// `runClient` on its own thread: the client may wait for the emulated card, which needs the cooperative pool.
+    func runClientOffPool(_ executable: String, _ arguments: [String], timeout: TimeInterval = 60) async throws
+        -> (Int32, String)
+    {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread.detachNewThread {
+                do {
+                    let (status, output) = try self.runClient(executable, arguments, timeout: timeout)
+                    continuation.resume(returning: (status, output))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+    }
+}
+
+/// Verifies an assertion with swift-crypto against the public point the card itself reports.
+func verifyAssertion(_ a: PasskeyService.Assertion, point: [UInt8]) throws -> Bool {
+    let key = try P256.Signing.PublicKey(x963Representation: point)
+    let signature = try P256.Signing.ECDSASignature(derRepresentation: a.signature)
+    let clientDataHash = Array(SHA256.hash(data: a.clientDataJSON))
+    return key.isValidSignature(signature, for: a.authenticatorData + clientDataHash)
+}
+
+/// The P-256 key of the card that is not in `before`.
+func newKeySlot(_ card: EmulatedPIVCard, before: [UInt8]) async -> UInt8? {
+    await card.keySlots.first { !before.contains($0) }
+}
