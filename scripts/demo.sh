@@ -1,18 +1,46 @@
 #!/usr/bin/env bash
 # The main job, end to end: start tesserad on a private socket (embedded SoftHSM2 token in a local state dir
 # when no hardware token is found), enroll and authenticate a passkey through the CLI, and have an independent
-# WebAuthn library (py_webauthn + python-fido2) verify both.
+# WebAuthn library (py_webauthn + python-fido2) verify both. Then read an e-passport: an emulated chip (a test
+# document signed under a test CSCA) sits in a virtual reader of a private pcscd (vsmartcard vpcd), and the
+# daemon reads it with PACE and secure messaging and verifies it (passive authentication).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${TESSERA_BIN_DIR:-.build/debug}
-DEMO=${TESSERA_DEMO_DIR:-.state/demo}
+DEMO=$(realpath -m "${TESSERA_DEMO_DIR:-.state/demo}")
 mkdir -p "$DEMO"
 SOCK="$DEMO/tesserad.sock"
 RP=demo.tessera.example
 
-"$BIN/tesserad" --socket "$SOCK" --state-dir "$DEMO/state" 2> "$DEMO/tesserad.log" &
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# A private pcscd (own mount namespace; a host pcscd is not touched) with one vpcd reader pair on PORT/PORT+1.
+PORT=$(.venv/bin/python -c 'import sys; sys.path.insert(0, "Tests/e2e"); from tessera_harness import free_port_pair; print(free_port_pair())')
+mkdir -p "$DEMO/pcscd"
+printf 'FRIENDLYNAME "Tessera VPCD"\nDEVICENAME   /dev/null:0x%X\nLIBPATH      /usr/lib/pcsc/drivers/serial/libifdvpcd.so\nCHANNELID    0x%X\n' \
+  "$PORT" "$PORT" > "$DEMO/reader.conf"
+UNSHARE=(unshare -m); [ "$(id -u)" -eq 0 ] || UNSHARE=(unshare -r -m)
+"${UNSHARE[@]}" /bin/sh -c 'set -e
+  if [ ! -d /run/pcscd ]; then mount -t tmpfs -o mode=0755 tessera-run /run; mkdir -p /run/pcscd; fi
+  mount --bind "$1" /run/pcscd; exec pcscd --foreground --config "$2"' pcscd "$DEMO/pcscd" "$DEMO/reader.conf" \
+  > "$DEMO/pcscd.log" 2>&1 &
+PIDS+=($!)
+export PCSCLITE_CSOCK_NAME="$DEMO/pcscd/pcscd.comm"
+for _ in $(seq 1 100); do [ -S "$PCSCLITE_CSOCK_NAME" ] && break; sleep 0.1; done
+[ -S "$PCSCLITE_CSOCK_NAME" ] || { echo "private pcscd did not start:"; cat "$DEMO/pcscd.log"; exit 1; }
+
+# A test passport (MRZ of the ICAO Doc 9303 specimen) with PACE and BAC, signed under a fresh test CSCA.
+MRZ=$'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10'
+[ -f "$DEMO/passport/profile.json" ] || "$BIN/tessera" lab make-profile "$DEMO/passport" --mrz "$MRZ" \
+  --pace ecdh-gm-brainpoolp256r1-aes128 --aa > /dev/null
+"$BIN/tessera" lab emulate-passport --profile "$DEMO/passport" --vpcd "127.0.0.1:$PORT" > "$DEMO/emulator.log" 2>&1 &
+PIDS+=($!)
+
+"$BIN/tesserad" --socket "$SOCK" --state-dir "$DEMO/state" --csca "$DEMO/passport/csca.pem" 2> "$DEMO/tesserad.log" &
 DAEMON=$!
-trap 'kill -TERM $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null || true' EXIT
+PIDS=("$DAEMON" "${PIDS[@]}")
 for _ in $(seq 1 200); do
   "$BIN/tessera" --socket "$SOCK" status >/dev/null 2>&1 && break
   kill -0 $DAEMON 2>/dev/null || { cat "$DEMO/tesserad.log"; exit 1; }
@@ -54,4 +82,12 @@ echo; echo "== independent verification (py_webauthn + python-fido2)"
 
 echo; echo "== MRZ check (ICAO Doc 9303 specimen)"
 tessera mrz parse 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<' 'L898902C36UTO7408122F1204159ZE184226B<<<<<10'
-echo; echo "demo finished: registration and assertion verified."
+echo; echo "== e-passport in the emulated reader: PACE + secure messaging, passive and active authentication"
+for _ in $(seq 1 50); do
+  tessera --json passport readers 2>/dev/null | grep -q '"cardPresent":true' && break; sleep 0.2
+done
+tessera passport readers
+tessera passport read --mrz "$MRZ" --save-photo "$DEMO/face.jpg"
+echo "face image saved to $DEMO/face.jpg"
+
+echo; echo "demo finished: passkey registration and assertion verified; passport read and verified."
