@@ -134,7 +134,7 @@ let package = Package(
         .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "APDUTests", dependencies: ["APDU"]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ"]),
-        .testTarget(name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ"]),
+        .testTarget(name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraTestSupport"]),
         .testTarget(name: "PKCS11Tests", dependencies: ["PKCS11", "TesseraTestSupport"]),
         .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore"]),
         .testTarget(name: "RPCTests", dependencies: ["RPC", "TesseraCore"]),

@@ -17,9 +17,8 @@ import Passkeys
 /// `keysWithOnCardCerts + keysWithOffCardCerts` retired slots of the key history object, and — on cards that
 /// answer Yubico GET METADATA — no key in it. Slots 9A/9C/9D/9E are never touched.
 ///
-/// PIN: `verifyPIN` does not talk to the card; the PIN is sent (one VERIFY, one try) inside the next
-/// operation of the same request, in the same transaction as the signature or key generation. So an assertion
-/// with user verification is SELECT + VERIFY + GENERAL AUTHENTICATE, atomically.
+/// PIN: a request's PIN is sent (one VERIFY, one try) in the same transaction as its signature or key generation,
+/// so an assertion with user verification is SELECT + VERIFY + GENERAL AUTHENTICATE, atomically.
 final class PIVToken: KeyStoreToken {
     let id: String
     let reader: String
@@ -33,12 +32,7 @@ final class PIVToken: KeyStoreToken {
     private struct Cache {
         var pinStatus: PIVPINStatus?
         var slotByHandle: [[UInt8]: UInt8] = [:]
-        /// PINs handed to `verifyPIN`, by request task, waiting for the next card operation of that request.
-        var pendingPINs: [Int: (pin: String, at: ContinuousClock.Instant)] = [:]
     }
-
-    /// How long a PIN given to `verifyPIN` waits for its operation.
-    static let pendingPINLifetime: Duration = .seconds(2)
 
     init(id: String, reader: String, identity: PIVCardIdentity, session: PIVCardSession, slots: PIVSlotStore,
          managementKey: PIVManagementKey?, pinStatus: PIVPINStatus?, logger: Logger) {
@@ -83,7 +77,6 @@ final class PIVToken: KeyStoreToken {
     }
 
     func needsPIN() async -> Bool {
-        if pendingPIN(consume: false) != nil { return false }
         guard let status = try? await session.run({ app throws(TesseraError) in try await app.pinStatus() }) else { return true }
         cache.withLock { $0.pinStatus = status }
         return status != .verified
@@ -91,35 +84,9 @@ final class PIVToken: KeyStoreToken {
 
     // MARK: PIN
 
-    private static func currentTaskKey() -> Int? { withUnsafeCurrentTask { $0?.hashValue } }
-
-    func verifyPIN(_ pin: String) async throws(TesseraError) {
-        _ = try PIV.paddedPIN(pin)  // INVALID_INPUT before anything reaches the card
-        guard let key = Self.currentTaskKey() else {
-            try await run { _ throws(TesseraError) in }  // no request task: verify now
-            return
-        }
-        let now = ContinuousClock.now
-        cache.withLock { c in
-            c.pendingPINs = c.pendingPINs.filter { now - $0.value.at < Self.pendingPINLifetime }
-            c.pendingPINs[key] = (pin, now)
-        }
-    }
-
-    /// The PIN waiting for this request's next operation.
-    private func pendingPIN(consume: Bool) -> String? {
-        guard let key = Self.currentTaskKey() else { return nil }
-        let now = ContinuousClock.now
-        return cache.withLock { c -> String? in
-            guard let entry = c.pendingPINs[key] else { return nil }
-            if consume { c.pendingPINs[key] = nil }
-            return now - entry.at < Self.pendingPINLifetime ? entry.pin : nil
-        }
-    }
-
-    /// One operation in one transaction: SELECT, then VERIFY when this request gave a PIN, then `body`.
-    func run<T: Sendable>(_ body: @Sendable (PIVApplication) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
-        let pin = pendingPIN(consume: true)
+    /// One operation in one transaction: SELECT, then VERIFY when the request gave a PIN, then `body`.
+    func run<T: Sendable>(pin: String? = nil, _ body: @Sendable (PIVApplication) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+        if let pin { _ = try PIV.paddedPIN(pin) }  // INVALID_INPUT before anything reaches the card
         return try await session.run { app throws(TesseraError) -> T in
             if let pin {
                 do throws(TesseraError) {
@@ -172,11 +139,11 @@ final class PIVToken: KeyStoreToken {
         return managementKey
     }
 
-    func generateP256Key(handle: [UInt8], label: String) async throws(TesseraError) -> [UInt8] {
+    func generateP256Key(handle: [UInt8], label: String, pin: String?) async throws(TesseraError) -> [UInt8] {
         let key = try requireManagementKey()
         let slots = self.slots
         let tokenId = id
-        let (slot, point) = try await run { app throws(TesseraError) -> (UInt8, [UInt8]) in
+        let (slot, point) = try await run(pin: pin) { app throws(TesseraError) -> (UInt8, [UInt8]) in
             try await app.authenticate(managementKey: key)
             let owned = try await slots.slots(tokenId: tokenId)
             guard let slot = try await Self.chooseSlot(app, owned: owned) else {
@@ -224,10 +191,10 @@ final class PIVToken: KeyStoreToken {
         return slot
     }
 
-    func signP256(handle: [UInt8], message: [UInt8]) async throws(TesseraError) -> [UInt8] {
+    func signP256(handle: [UInt8], message: [UInt8], pin: String?) async throws(TesseraError) -> [UInt8] {
         let slot = try await slot(for: handle)
         let digest = Array(SHA256.hash(data: message))
-        let der = try await run { app throws(TesseraError) in try await app.signP256(slot: slot, digest: digest) }
+        let der = try await run(pin: pin) { app throws(TesseraError) in try await app.signP256(slot: slot, digest: digest) }
         return try PIVApplication.rawSignature(fromDER: der)
     }
 

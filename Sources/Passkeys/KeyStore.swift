@@ -11,12 +11,13 @@ public protocol KeyStoreToken: Sendable {
     func describe() async -> JSONValue
     /// Whether signing needs a logged-in session / verified PIN and none is active now.
     func needsPIN() async -> Bool
-    /// Verifies the user PIN on the token, exactly once (a wrong PIN costs one retry, never more).
-    func verifyPIN(_ pin: String) async throws(TesseraError)
     /// Generates a P-256 key pair on the token; returns the 65-byte uncompressed public point.
-    func generateP256Key(handle: [UInt8], label: String) async throws(TesseraError) -> [UInt8]
+    /// With `pin`, the token verifies it first, exactly once (a wrong PIN costs one retry, never more), as part
+    /// of the same operation.
+    func generateP256Key(handle: [UInt8], label: String, pin: String?) async throws(TesseraError) -> [UInt8]
     /// Signs `message` (ECDSA P-256 with SHA-256) with the key; returns raw r||s (64 bytes).
-    func signP256(handle: [UInt8], message: [UInt8]) async throws(TesseraError) -> [UInt8]
+    /// `pin` as for `generateP256Key`.
+    func signP256(handle: [UInt8], message: [UInt8], pin: String?) async throws(TesseraError) -> [UInt8]
     /// Deletes the key pair (and any object belonging to it).
     func deleteKey(handle: [UInt8]) async throws(TesseraError)
 }

@@ -98,14 +98,14 @@ struct PKCS11TokenAdapter: KeyStoreToken {
         return await !token.isLoggedIn
     }
 
-    func verifyPIN(_ pin: String) async throws(TesseraError) { try await token.verifyPIN(pin) }
-
-    func generateP256Key(handle: [UInt8], label: String) async throws(TesseraError) -> [UInt8] {
-        try await token.generateP256KeyPair(id: handle, label: label)
+    func generateP256Key(handle: [UInt8], label: String, pin: String?) async throws(TesseraError) -> [UInt8] {
+        if let pin { try await token.verifyPIN(pin) }
+        return try await token.generateP256KeyPair(id: handle, label: label)
     }
 
-    func signP256(handle: [UInt8], message: [UInt8]) async throws(TesseraError) -> [UInt8] {
-        try await token.signP256(keyID: handle, message: message, digest: Array(SHA256.hash(data: message)))
+    func signP256(handle: [UInt8], message: [UInt8], pin: String?) async throws(TesseraError) -> [UInt8] {
+        if let pin { try await token.verifyPIN(pin) }
+        return try await token.signP256(keyID: handle, message: message, digest: Array(SHA256.hash(data: message)))
     }
 
     func deleteKey(handle: [UInt8]) async throws(TesseraError) {

@@ -86,7 +86,8 @@ public final class PasskeyService: Sendable {
 
         let credentialId = Self.random(32)
         let keyHandle = Self.random(16)
-        let point = try await token.generateP256Key(handle: keyHandle, label: "tessera:\(Base64URL.encode(credentialId))")
+        let point = try await token.generateP256Key(handle: keyHandle, label: "tessera:\(Base64URL.encode(credentialId))",
+                                                    pin: r.pin)
         let clientData = CollectedClientData(type: .create, challenge: r.challenge,
                                              origin: r.origin ?? "https://\(r.rpId)").json
         let cose: [UInt8]
@@ -104,8 +105,9 @@ public final class PasskeyService: Sendable {
             case .none:
                 attestationObject = AttestationObject.none(authData: authData)
             case .packed:
+                // The PIN was verified by the key generation just before.
                 let raw = try await token.signP256(handle: keyHandle, message: WebAuthnSigning.dataToSign(
-                    authenticatorData: authData, clientDataJSON: clientData))
+                    authenticatorData: authData, clientDataJSON: clientData), pin: nil)
                 attestationObject = AttestationObject.packedSelf(authData: authData, signatureDER: try ECDSASignature.derFromRaw(raw))
             }
             try await store.insert(CredentialRecord(
@@ -174,7 +176,8 @@ public final class PasskeyService: Sendable {
         let authData = AuthenticatorData(rpId: r.rpId, flags: flags, signCount: count, attestedCredential: nil).encoded
         let clientData = CollectedClientData(type: .get, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json
         let raw = try await token.signP256(handle: [UInt8](record.keyHandle),
-                                           message: WebAuthnSigning.dataToSign(authenticatorData: authData, clientDataJSON: clientData))
+                                           message: WebAuthnSigning.dataToSign(authenticatorData: authData, clientDataJSON: clientData),
+                                           pin: r.pin)
         return Assertion(credentialId: credentialId, authenticatorData: authData, clientDataJSON: clientData,
                          signature: try ECDSASignature.derFromRaw(raw), userHandle: [UInt8](record.userId),
                          signCount: count, userVerified: verified)
@@ -224,12 +227,12 @@ public final class PasskeyService: Sendable {
         return t
     }
 
-    /// Verifies the PIN when given (UV); otherwise checks the token can sign without one.
+    /// With a PIN, the operation is user-verified (the token checks the PIN in the operation itself and fails it
+    /// with PIN_INVALID); without one, checks that the request does not require UV and the token can sign.
     private func authorize(_ token: any KeyStoreToken, pin: String?, userVerification: UserVerification,
                            checkLogin: Bool = true) async throws(TesseraError) -> Bool {
         if let pin {
             guard !pin.isEmpty, pin.utf8.count <= 64 else { throw .invalidInput("pin must be 1 to 64 bytes") }
-            try await token.verifyPIN(pin)
             return true
         }
         if userVerification == .required {

@@ -349,33 +349,8 @@ public final class PCSCDaemonFixture: Sendable {
     static func run(_ executable: String, _ arguments: [String], environment: [String: String], timeout: TimeInterval)
         throws(TesseraError) -> (status: Int32, output: String)
     {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        process.standardInput = FileHandle.nullDevice
-        do {
-            try process.run()
-        } catch {
-            throw .internalError("cannot run \(executable): \(error)")
-        }
-        let output = FixtureLock(Data())
-        let reader = Thread {
-            let data = pipe.fileHandleForReading.readDataToEndOfFile()
-            output.withLock { $0 = data }
-        }
-        reader.start()
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning {
-            process.terminate()
-            process.waitUntilExit()
-        }
-        while !reader.isFinished { usleep(5_000) }
-        return (process.terminationStatus, String(decoding: output.withLock { $0 }, as: UTF8.self))
+        let r = try Subprocess.run(executable, arguments, environment: environment, timeout: timeout)
+        return (r.status, r.output)
     }
 }
 

@@ -125,25 +125,10 @@ public final class SoftHSMFixture: Sendable {
         guard let tool = Self.utilityPath() else {
             throw .internalError("softhsm2-util not found in PATH; install it with `apt-get install -y softhsm2`")
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: tool)
-        process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        environment["SOFTHSM2_CONF"] = configPath
-        process.environment = environment
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        do {
-            try process.run()
-        } catch {
-            throw .internalError("cannot run softhsm2-util: \(error)")
-        }
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            let text = String(decoding: data, as: UTF8.self)
-            throw .internalError("softhsm2-util \(arguments.first ?? "") failed (\(process.terminationStatus)): \(text)")
+        let r = try Subprocess.run(tool, arguments, environment: ["SOFTHSM2_CONF": configPath])
+        guard r.status == 0 else {
+            let text = r.output
+            throw .internalError("softhsm2-util \(arguments.first ?? "") failed (\(r.status)): \(text)")
         }
     }
 }

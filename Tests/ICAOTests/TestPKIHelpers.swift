@@ -1,5 +1,6 @@
 import Foundation
 import TesseraCore
+import TesseraTestSupport
 
 /// Runs the `openssl` CLI for independent cross-checks; fails loudly when it is missing or fails.
 enum OpenSSLCLI {
@@ -10,24 +11,11 @@ enum OpenSSLCLI {
     /// Runs `openssl args…` in `directory`, returning stdout. Throws with stderr on a non-zero exit.
     @discardableResult
     static func run(_ args: [String], in directory: URL, stdin: [UInt8]? = nil) throws -> [UInt8] {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["openssl"] + args
-        p.currentDirectoryURL = directory
-        let out = Pipe(), err = Pipe(), input = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = input
-        try p.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin)) }
-        try input.fileHandleForWriting.close()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else {
-            throw Failure(description: "openssl \(args.joined(separator: " ")) failed: \(String(decoding: e, as: UTF8.self))")
+        let r = try Subprocess.run("openssl", args, input: stdin ?? [], directory: directory.path, timeout: 120)
+        guard r.status == 0 else {
+            throw Failure(description: "openssl \(args.joined(separator: " ")) failed: \(r.stderrText)")
         }
-        return [UInt8](o)
+        return r.stdout
     }
 
     /// A fresh temporary directory.

@@ -1,3 +1,4 @@
+import TesseraTestSupport
 import Foundation
 import PN532Emulator
 import TesseraCore
@@ -31,33 +32,10 @@ actor EchoCard: VirtualCard {
 /// Runs a program to completion off the cooperative pool and returns its exit status and combined output.
 func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
          timeout: TimeInterval = 30) async throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    for (k, v) in environment { env[k] = v }
-    process.environment = env
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    let box = OutputBox()
-    try process.run()
-    let reader = Thread { box.set(pipe.fileHandleForReading.readDataToEndOfFile()) }
-    reader.start()
-    let deadline = Date().addingTimeInterval(timeout)
-    while process.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
-    if process.isRunning { process.terminate() }
-    while process.isRunning || !box.done { try await Task.sleep(for: .milliseconds(10)) }
-    return (process.terminationStatus, String(decoding: box.data, as: UTF8.self))
-}
-
-final class OutputBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored = Data()
-    private var finished = false
-    func set(_ d: Data) { lock.lock(); stored = d; finished = true; lock.unlock() }
-    var data: Data { lock.lock(); defer { lock.unlock() }; return stored }
-    var done: Bool { lock.lock(); defer { lock.unlock() }; return finished }
+    let result = try await Task.detached {
+        try Subprocess.run(executable, arguments, environment: environment, timeout: timeout)
+    }.value
+    return (result.status, result.output)
 }
 
 /// A fresh temp directory.

@@ -64,16 +64,9 @@ enum OpenSSLVerifier {
         try Data(derSignature(rawSignature)).write(to: sigURL)
         try Data(message).write(to: msgURL)
 
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        process.arguments = ["dgst", "-sha256", "-verify", pemURL.path, "-signature", sigURL.path, msgURL.path]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return process.terminationStatus == 0 && output.contains("Verified OK")
+        let r = try Subprocess.run("/usr/bin/openssl", ["dgst", "-sha256", "-verify", pemURL.path, "-signature", sigURL.path,
+                                                          msgURL.path])
+        return r.status == 0 && r.output.contains("Verified OK")
     }
 
     static func derSignature(_ raw: [UInt8]) -> [UInt8] {
