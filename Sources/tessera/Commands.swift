@@ -43,12 +43,12 @@ struct Enroll: AsyncParsableCommand {
     @Option(name: .customLong("rp-id"), help: "Relying party id (a domain).") var rpId: String
     @Option(name: .customLong("user-name"), help: "User name.") var userName: String
     @Option(name: .customLong("display-name"), help: "User display name (default: the user name).") var displayName: String?
-    @Option(name: .customLong("user-id"), help: "User handle, base64url (default: random 16 bytes).") var userId: String?
-    @Option(help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
+    @Option(name: .customLong("user-id"), parsing: .unconditional, help: "User handle, base64url (default: random 16 bytes).") var userId: String?
+    @Option(parsing: .unconditional, help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
     @Option(help: "Origin for clientDataJSON (default: https://<rp-id>).") var origin: String?
     @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`).") var tokenId: String?
     @Option(help: "none or packed.") var attestation = "none"
-    @Option(name: .customLong("exclude"), help: "Credential id that must not exist yet (repeatable).") var exclude: [String] = []
+    @Option(name: .customLong("exclude"), parsing: .unconditionalSingleValue, help: "Credential id that must not exist yet (repeatable).") var exclude: [String] = []
     @OptionGroup var pin: PINOptions
 
     func run() async throws {
@@ -74,8 +74,9 @@ struct Authenticate: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Sign an assertion with a passkey (passkey.authenticate).")
     @OptionGroup var globals: GlobalOptions
     @Option(name: .customLong("rp-id"), help: "Relying party id.") var rpId: String
-    @Option(name: .customLong("credential"), help: "Allowed credential id, base64url (repeatable, at least one).") var credentials: [String] = []
-    @Option(help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
+    // base64url values may start with '-': these options take the next word whatever it looks like.
+    @Option(name: .customLong("credential"), parsing: .unconditionalSingleValue, help: "Allowed credential id, base64url (repeatable, at least one).") var credentials: [String] = []
+    @Option(parsing: .unconditional, help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
     @Option(help: "Origin for clientDataJSON (default: https://<rp-id>).") var origin: String?
     @Option(name: .customLong("user-verification"), help: "required, preferred or discouraged.") var userVerification = "preferred"
     @OptionGroup var pin: PINOptions
@@ -109,7 +110,7 @@ struct Credentials: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List passkeys (credentials.list).")
         @OptionGroup var globals: GlobalOptions
         @Option(name: .customLong("rp-id")) var rpId: String?
-        @Option(name: .customLong("user-id"), help: "User handle, base64url.") var userId: String?
+        @Option(name: .customLong("user-id"), parsing: .unconditional, help: "User handle, base64url.") var userId: String?
         func run() async throws {
             var p: [String: JSONValue] = [:]
             if let rpId { p["rpId"] = .string(rpId) }
@@ -124,7 +125,7 @@ struct Credentials: AsyncParsableCommand {
     struct Get: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Show one passkey (credentials.get).")
         @OptionGroup var globals: GlobalOptions
-        @Argument(help: "Credential id, base64url.") var credentialId: String
+        @Argument(help: "Credential id, base64url (one starting with '-' goes after `--`).") var credentialId: String
         func run() async throws {
             try await globals.run("credentials.get", ["credentialId": .string(credentialId)]) { $0.prettyText() }
         }
@@ -133,7 +134,7 @@ struct Credentials: AsyncParsableCommand {
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Delete a passkey and its key on the token (credentials.delete).")
         @OptionGroup var globals: GlobalOptions
-        @Argument(help: "Credential id, base64url.") var credentialId: String
+        @Argument(help: "Credential id, base64url (one starting with '-' goes after `--`).") var credentialId: String
         func run() async throws {
             try await globals.run("credentials.delete", ["credentialId": .string(credentialId)]) { _ in "deleted" }
         }

@@ -43,7 +43,8 @@ struct GlobalOptions: ParsableArguments {
     @Flag(name: .long, help: "Print the method's JSON result verbatim.")
     var json = false
 
-    /// Moves `--socket PATH`, `--socket=PATH` and `--json` given before the command name to the end.
+    /// Moves `--socket PATH`, `--socket=PATH` and `--json` given before the command name to the end
+    /// (before a `--` terminator, if any, so they stay options).
     static func hoistingLeadingGlobals(_ args: [String]) -> [String] {
         var leading: [String] = []
         var rest = args[...]
@@ -56,7 +57,9 @@ struct GlobalOptions: ParsableArguments {
                 break
             }
         }
-        return Array(rest) + leading
+        var out = Array(rest)
+        out.insert(contentsOf: leading, at: out.firstIndex(of: "--") ?? out.endIndex)
+        return out
     }
 
     var socketPath: String {

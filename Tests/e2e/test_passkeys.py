@@ -146,6 +146,12 @@ def test_cli_enroll_and_authenticate(daemon):
     out = cli(daemon, "authenticate", "--rp-id", RP, "--credential", reg["credentialId"], "--pin", "1234", "--json")
     res = json.loads(out.stdout)
     assert res["signCount"] >= 1
+    # Ids and challenges are base64url and may begin with '-': the CLI must take them as values.
+    dash = "-" + reg["credentialId"][1:]
+    bad = cli(daemon, "authenticate", "--rp-id", RP, "--credential", dash, "--challenge", "-AAAAAAAAAAAAAAAAAAAAA", check=False)
+    assert bad.returncode == 2 and "PASSKEY_NOT_FOUND" in bad.stderr, bad.stderr
+    got = cli(daemon, "--json", "credentials", "get", "--", reg["credentialId"])
+    assert json.loads(got.stdout)["credentialId"] == reg["credentialId"]
     human = cli(daemon, "credentials", "list")
     assert reg["credentialId"] in human.stdout
     bad = cli(daemon, "authenticate", "--rp-id", RP, "--credential", b64u(b"nope"), check=False)
