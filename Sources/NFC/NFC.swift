@@ -54,17 +54,6 @@ final class DeviceThread: @unchecked Sendable {
     }
 }
 
-/// A value guarded by a lock.
-final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-}
 
 /// A libnfc context (`nfc_init`): lists devices from the configuration (libnfc.conf, `LIBNFC_DEFAULT_DEVICE`) and
 /// from autoscan, and opens devices by connstring.

@@ -22,21 +22,6 @@ final class BlockingWorker: Sendable {
     func async(_ body: @escaping @Sendable () -> Void) { queue.async(execute: body) }
 }
 
-/// A value guarded by a lock; for state touched from more than one thread.
-final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-
-    var current: Value { withLock { $0 } }
-}
 
 /// State confined to one BlockingWorker's queue (never touched elsewhere, hence unchecked).
 final class QueueConfined<Value>: @unchecked Sendable {

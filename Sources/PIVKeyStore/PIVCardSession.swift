@@ -46,15 +46,7 @@ final class PIVCardSession: Sendable {
 
     /// Runs `body` in one transaction after SELECT. Serialised with every other operation on this card.
     func run<T: Sendable>(_ body: @Sendable (PIVApplication) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
-        await lock.lock()
-        do {
-            let result = try await runLocked(body)
-            await lock.unlock()
-            return result
-        } catch {
-            await lock.unlock()
-            throw error
-        }
+        try await lock.withLock { () async throws(TesseraError) -> T in try await runLocked(body) }
     }
 
     private func runLocked<T: Sendable>(_ body: @Sendable (PIVApplication) async throws(TesseraError) -> T)

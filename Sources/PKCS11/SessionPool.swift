@@ -1,3 +1,4 @@
+import TesseraCore
 import CPKCS11
 
 /// A bounded set of session workers for one token; async callers queue (FIFO) for a free one.

@@ -1,28 +1,33 @@
 import Foundation
 
-/// A value guarded by a lock; the body never suspends.
-final class Locked<Value>: @unchecked Sendable {
+/// A value guarded by a lock, for state touched from more than one thread. The body must not suspend.
+public final class Locked<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
 
-    init(_ value: Value) { self.value = value }
+    public init(_ value: Value) { self.value = value }
 
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)
     }
+
+    public var current: Value { withLock { $0 } }
 }
 
-/// A FIFO mutual-exclusion lock for async code that holds it across suspension points.
-final class AsyncLock: Sendable {
+/// A FIFO mutual-exclusion lock for async code that holds it across suspension points
+/// (e.g. one card transaction at a time); waiters resume in arrival order.
+public final class AsyncLock: Sendable {
     private struct State {
         var held = false
         var waiters: [CheckedContinuation<Void, Never>] = []
     }
     private let state = Locked(State())
 
-    func withLock<T, E: Error>(_ body: () async throws(E) -> T) async throws(E) -> T {
+    public init() {}
+
+    public func withLock<T, E: Error>(_ body: () async throws(E) -> T) async throws(E) -> T {
         await acquire()
         do {
             let value = try await body()
@@ -54,7 +59,7 @@ final class AsyncLock: Sendable {
     private func release() {
         let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
             if s.waiters.isEmpty { s.held = false; return nil }
-            return s.waiters.removeFirst()
+            return s.waiters.removeFirst()  // ownership passes on
         }
         next?.resume()
     }
