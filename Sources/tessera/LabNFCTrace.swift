@@ -32,8 +32,7 @@ struct LabTrace: AsyncParsableCommand {
             }
             let parsed: (records: [APDUTraceRecord], next: Int)
             do { parsed = try APDUTraceReader.parse([UInt8](data), from: offset) } catch {
-                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-                throw ExitCode(1)
+                throw LabOutput.fail(error, status: 1)
             }
             for record in parsed.records {
                 first = first ?? record.time

@@ -42,20 +42,17 @@ struct LabEmulatePIV: AsyncParsableCommand {
         let host = parts.dropLast().joined(separator: ":")
         let card: EmulatedPIVCard
         do { card = try EmulatedPIVCard.open(stateFile: state, serial: serial) } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-            throw ExitCode(1)
+            throw LabOutput.fail(error, status: 1)
         }
         let trace: VirtualCardLink.ExchangeHook? = logAPDUs ? LabOutput.traceExchange : nil
         let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
                                    onExchange: trace)
-        let (signals, signalSources) = LabSignals.install()
+        let stop = LabSignals.install()
         do { try await link.start(timeout: .seconds(10)) } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-            throw ExitCode(2)
+            throw LabOutput.fail(error, status: 2)
         }
         LabOutput.line("inserted PIV card \(await card.state.serial) into vpcd \(host):\(port)")
-        for await _ in signals { break }
-        signalSources.forEach { $0.cancel() }
+        await LabSignals.waitForStop(stop)
         await link.remove()
         LabOutput.line("removed; \(await card.commands.count) APDUs served")
     }

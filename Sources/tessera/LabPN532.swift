@@ -42,8 +42,7 @@ struct LabPN532: AsyncParsableCommand {
             card = EmulatedPassport(profile: try DocumentProfile.load(directory: profile))
             writer = try trace.map { path throws(TesseraError) in try APDUTraceWriter(path: path) }
         } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-            throw ExitCode(1)
+            throw LabOutput.fail(error, status: 1)
         }
         let log = logAPDUs
         let emulator: PN532Emulator
@@ -52,14 +51,12 @@ struct LabPN532: AsyncParsableCommand {
                 LabPN532.record(event, writer: writer, log: log)
             }
         } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-            throw ExitCode(1)
+            throw LabOutput.fail(error, status: 1)
         }
-        let (signals, signalSources) = LabSignals.install()
+        let stop = LabSignals.install()
         emulator.start()
         LabOutput.line("pn532 ready at \(emulator.connstring) (\(emulator.slavePath))")
-        for await _ in signals { break }
-        signalSources.forEach { $0.cancel() }
+        await LabSignals.waitForStop(stop)
         emulator.stop()
         writer?.close()
         LabOutput.line("stopped; \(emulator.answeredAPDUs) APDUs answered")

@@ -75,8 +75,7 @@ struct LabMakeProfile: AsyncParsableCommand {
                                                access: AccessOptions(bac: !noBAC, pace: options), algorithm: alg,
                                                activeAuthentication: activeAuthentication, photoPadding: photoPadding)
         } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-            throw ExitCode(1)
+            throw LabOutput.fail(error, status: 1)
         }
         let access = (profile.access.bac ? ["BAC"] : []) + profile.access.pace.map { "PACE \($0)" }
         print("""
@@ -140,8 +139,7 @@ struct LabEmulatePassport: AsyncParsableCommand {
         if let tamperDG, !(1...16).contains(tamperDG) { throw ValidationError("--tamper-dg must be 1…16") }
         let loaded: DocumentProfile
         do { loaded = try DocumentProfile.load(directory: profile) } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-            throw ExitCode(1)
+            throw LabOutput.fail(error, status: 1)
         }
         let card = EmulatedPassport(profile: loaded, misbehaviour: Misbehaviour(
             tamperedDataGroup: tamperDG, maxShortLe: maxLe, rejectExtendedLength: noExtended))
@@ -164,14 +162,12 @@ struct LabEmulatePassport: AsyncParsableCommand {
                 }
             }
         }
-        let (signals, signalSources) = LabSignals.install()
+        let stop = LabSignals.install()
         do { try await link.start(timeout: .seconds(10)) } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-            throw ExitCode(2)
+            throw LabOutput.fail(error, status: 2)
         }
         LabOutput.line("inserted \(loaded.parsedMRZ.documentNumber) into vpcd \(host):\(port)")
-        for await _ in signals { break }
-        signalSources.forEach { $0.cancel() }
+        await LabSignals.waitForStop(stop)
         await link.remove()
         LabOutput.line("removed; \(await card.commandCount) APDUs served")
     }
@@ -180,6 +176,12 @@ struct LabEmulatePassport: AsyncParsableCommand {
 /// Unbuffered status lines on stdout (tests read them through a pipe).
 enum LabOutput {
     static func line(_ text: String) { FileHandle.standardOutput.write(Data((text + "\n").utf8)) }
+
+    /// Prints "error: CODE: message" on stderr and returns the exit status to throw.
+    static func fail(_ error: TesseraError, status: Int32) -> ExitCode {
+        FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+        return ExitCode(status)
+    }
 
     /// One APDU exchange as two hex lines on stderr.
     @Sendable static func traceExchange(_ command: [UInt8], _ response: [UInt8], _ time: Date) {
@@ -203,5 +205,11 @@ enum LabSignals {
             sources.append(source)
         }
         return (stream, sources)
+    }
+
+    /// Waits for SIGINT or SIGTERM (installed before the caller starts serving, so none is missed).
+    static func waitForStop(_ installed: (AsyncStream<Int32>, [any DispatchSourceSignal])) async {
+        for await _ in installed.0 { break }
+        installed.1.forEach { $0.cancel() }
     }
 }
