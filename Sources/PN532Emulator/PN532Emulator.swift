@@ -61,6 +61,7 @@ public final class PN532Emulator: Sendable {
     private let slaveFD: Int32
     private let card: any VirtualCard
     private let state: Locked<State>
+    private let cardExecutor = DedicatedTaskExecutor(label: "tessera.pn532.card")
     private let onEvent: EventHook?
 
     private struct State {
@@ -335,11 +336,12 @@ public final class PN532Emulator: Sendable {
         return [0x00] + response
     }
 
-    /// Runs async card code from the emulator thread (which is not part of the cooperative pool).
+    /// Runs async card code from the emulator thread (which is not part of the cooperative pool). The card runs on
+    /// the emulator's own executor, so a saturated cooperative pool cannot delay an answer past libnfc's timeouts.
     private func blocking<T: Sendable>(_ body: @escaping @Sendable () async -> T) -> T {
         let semaphore = DispatchSemaphore(value: 0)
         let box = Locked<T?>(nil)
-        Task {
+        Task(executorPreference: cardExecutor) {
             let value = await body()
             box.withLock { $0 = value }
             semaphore.signal()
@@ -349,4 +351,15 @@ public final class PN532Emulator: Sendable {
     }
 }
 
+/// A task executor backed by one serial dispatch queue (its own thread), for the emulated card's work.
+final class DedicatedTaskExecutor: TaskExecutor, @unchecked Sendable {
+    private let queue: DispatchQueue
 
+    init(label: String) { queue = DispatchQueue(label: label) }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        queue.async { job.runSynchronously(on: executor) }
+    }
+}
