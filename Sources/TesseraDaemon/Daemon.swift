@@ -36,9 +36,10 @@ public enum Daemon {
                                       counterBlock: Int64(config.counterBlock ?? 1024))
 
         let table = MethodTable(policy: policy)
-        table.registerPasskeys(passkeys)
+        // `piv: {status, readers}` in tokens.list: PCSC_UNAVAILABLE shows there.
+        table.registerPasskeys(passkeys, storeStatus: ["piv": { pivStore.status() }])
         table.registerDocuments()
-        table.registerPIV(pivStore, passkeys: passkeys)
+        table.registerPIV(pivStore)
         var documentLogger = logger
         documentLogger[metadataKey: "service"] = "documents"
         var readerSources: [any ReaderSource] = [PCSCReaderSource()]
@@ -48,8 +49,7 @@ public enum Daemon {
                                         logger: documentLogger)
         table.registerDocumentReading(documents)
         table.register("daemon.status", .read) { _, _ in
-            var tokens: [JSONValue] = []
-            for t in await passkeys.tokens() { tokens.append(await t.describe()) }
+            let tokens = await Views.tokens(passkeys)
             let uptime = ContinuousClock.now - started
             return ["version": .string(version),
                     "uptimeSeconds": .number(Double(uptime.components.seconds)),

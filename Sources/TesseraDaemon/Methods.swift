@@ -65,11 +65,13 @@ enum Views {
 
 extension MethodTable {
     /// Registers the passkey and credential methods.
-    func registerPasskeys(_ service: PasskeyService) {
+    /// `storeStatus`: extra members of the `tokens.list` result, one per key store that reports a status
+    /// (e.g. `piv`: whether pcscd is reachable and which readers hold PIV cards).
+    func registerPasskeys(_ service: PasskeyService, storeStatus: [String: @Sendable () -> JSONValue] = [:]) {
         register("tokens.list", .read) { _, _ in
-            var list: [JSONValue] = []
-            for t in await service.tokens() { list.append(await t.describe()) }
-            return ["tokens": .array(list)]
+            var result: [String: JSONValue] = ["tokens": .array(await Views.tokens(service))]
+            for (name, status) in storeStatus { result[name] = status() }
+            return .object(result)
         }
         register("passkey.enroll", .enroll) { p, _ in
             let user = try p.object("user")
@@ -158,6 +160,13 @@ extension MethodTable {
 }
 
 extension Views {
+    /// Every present token's `tokens.list` entry.
+    static func tokens(_ service: PasskeyService) async -> [JSONValue] {
+        var list: [JSONValue] = []
+        for t in await service.tokens() { list.append(await t.describe()) }
+        return list
+    }
+
     /// The `mrz` object of the public contract (dates as printed, YYMMDD) plus the format and full dates.
     static func mrz(_ m: MRZ) -> JSONValue {
         var o = m.jsonFields().mapValues { JSONValue.string($0) }

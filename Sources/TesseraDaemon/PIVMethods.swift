@@ -2,7 +2,6 @@ import Foundation
 import Logging
 import PIV
 import PIVKeyStore
-import Passkeys
 import RPC
 import TesseraCore
 
@@ -33,14 +32,8 @@ enum PIVSetup {
 }
 
 extension MethodTable {
-    /// `tokens.changePin`, `tokens.pinStatus`, and `tokens.list` with the PIV store's status.
-    func registerPIV(_ piv: PIVKeyStore, passkeys: PasskeyService) {
-        // Replaces the plain `tokens.list`: the same tokens plus `piv: {status, readers}` (PCSC_UNAVAILABLE shows here).
-        register("tokens.list", .read) { _, _ in
-            var list: [JSONValue] = []
-            for t in await passkeys.tokens() { list.append(await t.describe()) }
-            return ["tokens": .array(list), "piv": piv.status()]
-        }
+    /// `tokens.changePin` and `tokens.pinStatus`.
+    func registerPIV(_ piv: PIVKeyStore) {
         register("tokens.changePin", .admin) { p, _ in
             let tokenId = try p.string("tokenId")
             try await piv.changePIN(tokenId: tokenId, old: p.string("oldPin"), new: p.string("newPin"))
