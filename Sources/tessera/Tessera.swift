@@ -16,19 +16,19 @@ struct Tessera: AsyncParsableCommand {
         commandName: "tessera",
         abstract: "Command-line client of tesserad: passkeys on hardware tokens, documents, lab tools.",
         discussion: """
-        Every command talks to tesserad over its Unix socket (JSON-RPC 2.0). With --json a command prints the
-        method's JSON result verbatim; otherwise a summary for humans. Errors are printed as
-        "error: CODE: message" and the exit status is 2 for daemon errors, 3 when the daemon is unreachable.
+        Every command talks to tesserad over its Unix socket (JSON-RPC 2.0; docs/API.md). With --json a command prints the method's JSON result verbatim; otherwise a summary for humans. Errors are printed on stderr as "error: CODE: message"; the exit status is 2 for daemon errors, 3 when the daemon is unreachable, 64 for usage errors. Values in base64url (credential ids, challenges) may begin with '-'; options take them as they are, and positional ones go after `--`.
 
         SOCKET
-          --socket PATH, else $TESSERA_SOCKET, else /run/tesserad/tesserad.sock.
+          --socket PATH (before or after the command), else $TESSERA_SOCKET, else /run/tesserad/tesserad.sock.
 
         EXAMPLES
           tessera status
-          tessera enroll --rp-id example.com --user-name alice --pin 1234
-          tessera authenticate --rp-id example.com --credential <id> --pin 1234
+          tessera enroll --rp-id example.com --user-name alice --pin-stdin
+          tessera authenticate --rp-id example.com --credential <id> --pin-stdin
           tessera credentials list --rp-id example.com
           tessera mrz parse 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<' 'L898902C36UTO7408122F1204159ZE184226B<<<<<10'
+          tessera passport read --number L898902C3 --birth 740812 --expiry 120415 --save-photo face.jpg
+          tessera lab make-profile /tmp/doc --mrz "$MRZ" --pace default
           tessera call daemon.status '{}'
         """,
         subcommands: [Status.self, Tokens.self, Enroll.self, Authenticate.self, Credentials.self, MRZCommand.self,

@@ -8,27 +8,25 @@ struct Tesserad: AsyncParsableCommand {
         commandName: "tesserad",
         abstract: "Tessera daemon: passkeys on hardware tokens and ICAO 9303 document reading over a Unix socket.",
         discussion: """
-        tesserad runs in the foreground and logs to stderr. It serves JSON-RPC 2.0 (one JSON object per line)
-        on a Unix stream socket: --socket PATH, or the socket passed by systemd (LISTEN_FDS) when socket-activated.
-        It notifies systemd (READY=1) once serving and drains in-flight requests on SIGTERM/SIGINT.
+        tesserad runs in the foreground and logs to stderr. It serves JSON-RPC 2.0 (one JSON object per line) on a Unix stream socket: --socket PATH, or the socket passed by systemd (LISTEN_FDS) when socket-activated. It notifies systemd (READY=1) once serving and drains in-flight requests on SIGTERM/SIGINT. The methods and error codes are documented in docs/API.md.
 
         KEY STORES
-          Without --pkcs11-module, every PKCS#11 module registered with p11-kit is loaded (OpenSC, SoftHSM2,
-          vendor modules). Slots that fail are skipped. Keys are generated on the token and never leave it.
-          When no usable token is found, an embedded SoftHSM2 token is created in STATE_DIR/softhsm with a
-          random PIN kept in STATE_DIR/softhsm/user.pin (disable with --no-embedded-softhsm).
-          PIV smart cards in PC/SC readers are key stores too (backend "piv"): keys go to retired slots 82-95
-          that Tessera created itself; creating them needs the card management key (--piv-management-key-file).
+        Without --pkcs11-module, every PKCS#11 module registered with p11-kit is loaded (OpenSC, SoftHSM2, vendor modules); slots that fail are skipped. Keys are generated on the token and never leave it. When no usable token is found, an embedded SoftHSM2 token is created in STATE_DIR/softhsm with a random PIN kept in STATE_DIR/softhsm/user.pin (disable with --no-embedded-softhsm).
+
+        PIV smart cards in PC/SC readers are key stores too (backend "piv"): keys go to retired slots 82-95 that Tessera created itself; creating them needs the card management key (--piv-management-key-file). pcscd may be absent at start: PIV cards and document readers recover when it appears.
+
+        DOCUMENTS
+        documents.read reads ICAO 9303 passports and ID cards in PC/SC contactless readers and in libnfc devices given with --nfc-device (PACE preferred, BAC fallback), and verifies them against the CSCA trust anchors given with --csca (passive authentication; active authentication when DG15 exists).
 
         FILES
           STATE_DIR/tessera.sqlite   credential metadata and signature counters (SQLite, WAL)
           STATE_DIR/tesserad.sock    default socket when --socket is not given
-          --config FILE              JSON configuration: socketGroup, socketMode, policy, pinFiles, ...
-                                     (see docs/CONFIG.md)
+          --config FILE              JSON configuration: socketGroup, socketMode, policy, pinFiles (docs/CONFIG.md)
 
         EXAMPLES
           tesserad --socket /run/tesserad/tesserad.sock --state-dir /var/lib/tesserad
           tesserad --socket /tmp/t.sock --state-dir /tmp/t --pkcs11-module /usr/lib/x86_64-linux-gnu/opensc-pkcs11.so
+          tesserad --socket /tmp/t.sock --state-dir /tmp/t --csca /etc/tessera/csca --nfc-device pn532_uart:/dev/ttyUSB0
         """,
         version: Daemon.version)
 
