@@ -89,17 +89,7 @@ final class PIVToken: KeyStoreToken {
         if let pin { _ = try PIV.paddedPIN(pin) }  // INVALID_INPUT before anything reaches the card
         return try await session.run { app throws(TesseraError) -> T in
             if let pin {
-                do throws(TesseraError) {
-                    try await app.verifyPIN(pin)
-                    self.cache.withLock { $0.pinStatus = .verified }
-                } catch {
-                    if error.code == .pinInvalid, case .number(let n)? = error.details["retriesLeft"] {
-                        self.cache.withLock { $0.pinStatus = .notVerified(retriesLeft: Int(n)) }
-                    } else if error.code == .pinLocked {
-                        self.cache.withLock { $0.pinStatus = .blocked }
-                    }
-                    throw error
-                }
+                try await self.trackingPINStatus { () async throws(TesseraError) in try await app.verifyPIN(pin) }
             }
             return try await body(app)
         }
@@ -115,17 +105,22 @@ final class PIVToken: KeyStoreToken {
     /// CHANGE REFERENCE DATA for the application PIN (one try of the old PIN).
     func changePIN(old: String, new: String) async throws(TesseraError) {
         try await session.run { app throws(TesseraError) in
-            do throws(TesseraError) {
-                try await app.changePIN(old: old, new: new)
-                self.cache.withLock { $0.pinStatus = .verified }
-            } catch {
-                if error.code == .pinInvalid, case .number(let n)? = error.details["retriesLeft"] {
-                    self.cache.withLock { $0.pinStatus = .notVerified(retriesLeft: Int(n)) }
-                } else if error.code == .pinLocked {
-                    self.cache.withLock { $0.pinStatus = .blocked }
-                }
-                throw error
+            try await self.trackingPINStatus { () async throws(TesseraError) in try await app.changePIN(old: old, new: new) }
+        }
+    }
+
+    /// Runs a PIN check (VERIFY or CHANGE REFERENCE DATA) and records what it tells about the PIN's state.
+    private func trackingPINStatus(_ check: () async throws(TesseraError) -> Void) async throws(TesseraError) {
+        do {
+            try await check()
+            cache.withLock { $0.pinStatus = .verified }
+        } catch {
+            if error.code == .pinInvalid, case .number(let n)? = error.details["retriesLeft"] {
+                cache.withLock { $0.pinStatus = .notVerified(retriesLeft: Int(n)) }
+            } else if error.code == .pinLocked {
+                cache.withLock { $0.pinStatus = .blocked }
             }
+            throw error
         }
     }
 

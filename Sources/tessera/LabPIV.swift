@@ -35,11 +35,7 @@ struct LabEmulatePIV: AsyncParsableCommand {
     var logAPDUs = false
 
     func run() async throws {
-        let parts = vpcd.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count >= 2, let port = Int(parts.last!), (1...65535).contains(port) else {
-            throw ValidationError("--vpcd must be HOST:PORT")
-        }
-        let host = parts.dropLast().joined(separator: ":")
+        let (host, port) = try LabOutput.vpcdAddress(vpcd)
         let card: EmulatedPIVCard
         do { card = try EmulatedPIVCard.open(stateFile: state, serial: serial) } catch {
             throw LabOutput.fail(error, status: 1)

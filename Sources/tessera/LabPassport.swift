@@ -131,11 +131,7 @@ struct LabEmulatePassport: AsyncParsableCommand {
     var logAPDUs = false
 
     func run() async throws {
-        let parts = vpcd.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count >= 2, let port = Int(parts.last!), (1...65535).contains(port) else {
-            throw ValidationError("--vpcd must be HOST:PORT")
-        }
-        let host = parts.dropLast().joined(separator: ":")
+        let (host, port) = try LabOutput.vpcdAddress(vpcd)
         if let tamperDG, !(1...16).contains(tamperDG) { throw ValidationError("--tamper-dg must be 1…16") }
         let loaded: DocumentProfile
         do { loaded = try DocumentProfile.load(directory: profile) } catch {
@@ -176,6 +172,15 @@ struct LabEmulatePassport: AsyncParsableCommand {
 /// Unbuffered status lines on stdout (tests read them through a pipe).
 enum LabOutput {
     static func line(_ text: String) { FileHandle.standardOutput.write(Data((text + "\n").utf8)) }
+
+    /// Splits `--vpcd HOST:PORT` (an empty host means 127.0.0.1 to the link).
+    static func vpcdAddress(_ text: String) throws -> (host: String, port: Int) {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count >= 2, let port = Int(parts.last!), (1...65535).contains(port) else {
+            throw ValidationError("--vpcd must be HOST:PORT")
+        }
+        return (parts.dropLast().joined(separator: ":"), port)
+    }
 
     /// Prints "error: CODE: message" on stderr and returns the exit status to throw.
     static func fail(_ error: TesseraError, status: Int32) -> ExitCode {
