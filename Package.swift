@@ -71,7 +71,7 @@ let package = Package(
             .product(name: "SwiftASN1", package: "swift-asn1"),
             .product(name: "X509", package: "swift-certificates"),
         ], swiftSettings: strict),
-        .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC"], swiftSettings: strict),
+        .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC", "VPCD"], swiftSettings: strict),
         .target(name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "VPCD", "CSystemShims"], swiftSettings: strict),
         .target(name: "CredentialStore", dependencies: [
             "TesseraCore", .product(name: "GRDB", package: "GRDB.swift"),
@@ -94,6 +94,13 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], swiftSettings: strict),
 
+        /// Kiosk enrollment: resumable multi-step workflows (contact, OTP, chip read, matching, passkey). docs/ENROLLMENT.md
+        .target(name: "Enrollment", dependencies: [
+            "TesseraCore", "MRZ", "Documents", "Passkeys", "CredentialStore",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "Logging", package: "swift-log"),
+        ], swiftSettings: strict),
+
         // MARK: Socket
         .target(name: "RPC", dependencies: [
             "TesseraCore",
@@ -105,7 +112,7 @@ let package = Package(
         // MARK: Daemon wiring and executables
         .target(name: "TesseraDaemon", dependencies: [
             "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
-            "ICAO", "PCSC", "NFC",
+            "ICAO", "PCSC", "NFC", "Enrollment",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ], swiftSettings: strict),
@@ -147,6 +154,8 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "NFCTests", dependencies: [
             "NFC", "PN532Emulator", "Emulation", "APDU", "VPCD", "TesseraCore", "TesseraTestSupport", "ICAO"]),
+        .testTarget(name: "EnrollmentTests", dependencies: [
+            "Enrollment", "MRZ", "TesseraCore", "CredentialStore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "EmulationTests", dependencies: ["Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport",
                                                            "PCSC", "VPCD", "CryptoPrimitives",
                                                            "PIV", .product(name: "Crypto", package: "swift-crypto")]),

@@ -41,6 +41,7 @@ public final class TesseraDatabase: Sendable {
             try db.create(index: "credential_rp_user", on: "credential", columns: ["rpId", "userId"])
         }
         m.registerMigration("v2-piv-slots", migrate: PIVSlotStore.migrate)
+        m.registerMigration("v3-enrollment", migrate: EnrollmentStore.migrate)
         return m
     }
 }

@@ -117,7 +117,7 @@ public struct DocumentReadResult: Sendable {
 
     /// PA as the contract shows it: `dataGroupHashes` holds only groups that were read ("valid"/"invalid");
     /// groups listed in the SOD but not read are in `notRead`.
-    static func passiveJSON(_ pa: PassiveAuthenticationResult?) -> JSONValue {
+    public static func passiveJSON(_ pa: PassiveAuthenticationResult?) -> JSONValue {
         guard let pa else {
             return ["status": "unverified", "signature": "notChecked", "certificateChain": "notChecked",
                     "certificateValidity": "notChecked", "dataGroupHashes": .object([:]),

@@ -48,14 +48,19 @@ public final class PasskeyService: Sendable {
         public var pin: String?
         public var attestation: Attestation
         public var userVerification: UserVerification
+        /// Ids chosen (and recorded) by the caller before the key exists, so that a caller recovering from a
+        /// crash can find the credential or its unrecorded key (`discardUnrecordedKey`). nil: random.
+        public var credentialId: [UInt8]?
+        public var keyHandle: [UInt8]?
 
         public init(rpId: String, userId: [UInt8], userName: String, userDisplayName: String, challenge: [UInt8],
                     origin: String? = nil, excludeCredentials: [[UInt8]] = [], tokenId: String? = nil,
-                    pin: String? = nil, attestation: Attestation = .none, userVerification: UserVerification = .preferred) {
+                    pin: String? = nil, attestation: Attestation = .none, userVerification: UserVerification = .preferred,
+                    credentialId: [UInt8]? = nil, keyHandle: [UInt8]? = nil) {
             self.rpId = rpId; self.userId = userId; self.userName = userName; self.userDisplayName = userDisplayName
             self.challenge = challenge; self.origin = origin; self.excludeCredentials = excludeCredentials
             self.tokenId = tokenId; self.pin = pin; self.attestation = attestation
-            self.userVerification = userVerification
+            self.userVerification = userVerification; self.credentialId = credentialId; self.keyHandle = keyHandle
         }
     }
 
@@ -84,8 +89,10 @@ public final class PasskeyService: Sendable {
         let token = try await chooseToken(r.tokenId)
         let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification)
 
-        let credentialId = Self.random(32)
-        let keyHandle = Self.random(16)
+        if let id = r.credentialId, !(16...255).contains(id.count) { throw .invalidInput("credentialId must be 16 to 255 bytes") }
+        if let h = r.keyHandle, !(1...64).contains(h.count) { throw .invalidInput("keyHandle must be 1 to 64 bytes") }
+        let credentialId = r.credentialId ?? Self.random(32)
+        let keyHandle = r.keyHandle ?? Self.random(16)
         let point = try await token.generateP256Key(handle: keyHandle, label: "tessera:\(Base64URL.encode(credentialId))",
                                                     pin: r.pin)
         let clientData = CollectedClientData(type: .create, challenge: r.challenge,
@@ -122,6 +129,34 @@ public final class PasskeyService: Sendable {
         logger.info("passkey enrolled", metadata: ["rpId": "\(r.rpId)", "token": "\(token.id)", "uv": "\(verified)"])
         return EnrollResult(credentialId: credentialId, attestationObject: attestationObject, clientDataJSON: clientData,
                             authenticatorData: authData, publicKey: cose, tokenId: token.id, userVerified: verified)
+    }
+
+    /// Deletes a key that `enroll` may have generated under `handle` without recording its credential (the
+    /// process died in between). Does nothing when the token has no such key; TOKEN_NOT_PRESENT when the token
+    /// is absent.
+    public func discardUnrecordedKey(tokenId: String, handle: [UInt8]) async throws(TesseraError) {
+        guard let token = await token(id: tokenId) else {
+            throw TesseraError(.tokenNotPresent, "token \(tokenId) is not present")
+        }
+        do {
+            try await token.deleteKey(handle: handle)
+            logger.notice("deleted a key generated but never recorded", metadata: ["token": "\(tokenId)"])
+        } catch where error.code == .passkeyNotFound {}
+    }
+
+    /// The registration of a recorded credential rebuilt with `none` attestation (signCount 0, no UV flag):
+    /// what a caller that lost `enroll`'s answer in a crash can still hand on.
+    public func rebuiltRegistration(of record: CredentialRecord, challenge: [UInt8], origin: String?) throws(TesseraError) -> EnrollResult {
+        let credentialId = [UInt8](record.credentialId)
+        let cose = [UInt8](record.publicKey)
+        let authData = AuthenticatorData(
+            rpId: record.rpId, flags: [.userPresent, .attestedCredentialData], signCount: 0,
+            attestedCredential: try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose)
+        ).encoded
+        let clientData = CollectedClientData(type: .create, challenge: challenge, origin: origin ?? "https://\(record.rpId)").json
+        return EnrollResult(credentialId: credentialId, attestationObject: AttestationObject.none(authData: authData),
+                            clientDataJSON: clientData, authenticatorData: authData, publicKey: cose,
+                            tokenId: record.tokenId, userVerified: false)
     }
 
     // MARK: authenticate
@@ -255,9 +290,20 @@ public final class PasskeyService: Sendable {
     }
 
     static func validate(rpId: String) throws(TesseraError) {
-        let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789-.".utf8)
-        guard !rpId.isEmpty, rpId.utf8.count <= 253, rpId.utf8.allSatisfy({ allowed.contains($0) }),
-              !rpId.hasPrefix("."), !rpId.hasSuffix("."), !rpId.contains("..") else {
+        // One pass over the bytes (this runs on every assertion): a-z 0-9 - . only, no leading, trailing or double dot.
+        var count = 0
+        var previous: UInt8 = UInt8(ascii: ".")
+        var valid = true
+        for c in rpId.utf8 {
+            switch c {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"): break
+            case UInt8(ascii: "."): if previous == UInt8(ascii: ".") { valid = false }
+            default: valid = false
+            }
+            previous = c
+            count += 1
+        }
+        guard valid, count > 0, count <= 253, previous != UInt8(ascii: ".") else {
             throw .invalidInput("rpId must be a lower-case domain name")
         }
     }

@@ -65,12 +65,43 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let storageError: Code = "STORAGE_ERROR"
         /// Creating/deleting a key on a PIV card needs its management key, and none (acceptable) is configured.
         public static let managementKeyRequired: Code = "MANAGEMENT_KEY_REQUIRED"
+        // Enrollment
+        /// Another enrollment is active; `force: true` interrupts it.
+        public static let enrollmentActive: Code = "ENROLLMENT_ACTIVE"
+        public static let noActiveEnrollment: Code = "NO_ACTIVE_ENROLLMENT"
+        public static let nothingToResume: Code = "NOTHING_TO_RESUME"
+        /// The enrollment was idle longer than the idle timeout and was swept.
+        public static let enrollmentExpired: Code = "ENROLLMENT_EXPIRED"
+        /// A submission for a step that is not waiting for input (`details.expected`).
+        public static let stepNotExpected: Code = "STEP_NOT_EXPECTED"
+        public static let notRetryable: Code = "NOT_RETRYABLE"
+        /// Unknown workflow, or one this station cannot run (`details.reasons`).
+        public static let candidateUnavailable: Code = "CANDIDATE_UNAVAILABLE"
+        /// Wrong one-time code (`details.attemptsLeft`).
+        public static let otpInvalid: Code = "OTP_INVALID"
+        public static let otpExpired: Code = "OTP_EXPIRED"
+        public static let otpAttemptsExceeded: Code = "OTP_ATTEMPTS_EXCEEDED"
+        public static let otpDeliveryFailed: Code = "OTP_DELIVERY_FAILED"
+        /// The document does not match the expected attributes (`details.mismatches`).
+        public static let attributeMismatch: Code = "ATTRIBUTE_MISMATCH"
+        /// Passive authentication was required and did not succeed.
+        public static let documentNotAuthentic: Code = "DOCUMENT_NOT_AUTHENTIC"
+        /// Not a compact JWS, bad base64url/JSON, or a required claim missing or of the wrong type.
+        public static let activationTokenMalformed: Code = "ACTIVATION_TOKEN_MALFORMED"
+        /// Algorithm not ES256, unknown issuer or key id, or the signature does not verify.
+        public static let activationTokenSignatureInvalid: Code = "ACTIVATION_TOKEN_SIGNATURE_INVALID"
+        /// Expired, or not yet valid.
+        public static let activationTokenExpired: Code = "ACTIVATION_TOKEN_EXPIRED"
+        /// The token's `jti` was used before.
+        public static let activationTokenReplayed: Code = "ACTIVATION_TOKEN_REPLAYED"
+        /// `aud` does not name this station.
+        public static let activationTokenAudience: Code = "ACTIVATION_TOKEN_AUDIENCE"
 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
             case .tokenNotPresent, .tokenRemoved, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
-                 .shuttingDown, .noReader, .deviceBusy:
+                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed:
                 return true
             default:
                 return false

@@ -42,6 +42,8 @@ public struct ConfigFile: Codable, Sendable {
     public var counterBlock: Int?
     /// Sessions per software token / HSM (smart cards always get one).
     public var sessionsPerToken: Int?
+    /// Kiosk enrollment: workflows, OTP notifier, activation-token issuers (docs/ENROLLMENT.md).
+    public var enrollment: JSONValue?
 
     public init() {}
 

@@ -1,5 +1,6 @@
 import CredentialStore
 import Documents
+import Enrollment
 import Foundation
 import Logging
 import PIVKeyStore
@@ -19,6 +20,9 @@ public enum Daemon {
 
         let config = try options.configFile.map { path throws(TesseraError) in try ConfigFile.load(path) } ?? ConfigFile()
         let policy = try Policy(config.policy)
+        let configDirectory = options.configFile.map { ($0 as NSString).deletingLastPathComponent } ?? "."
+        let enrollmentConfig = try EnrollmentConfiguration(json: config.enrollment,
+                                                           baseDirectory: configDirectory.isEmpty ? "." : configDirectory)
         try FileManager.default.createDirectory(atPath: options.stateDir, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         let database = try TesseraDatabase(path: options.stateDir + "/tessera.sqlite")
@@ -48,6 +52,21 @@ public enum Daemon {
                                         trustStore: try DocumentService.trustStore(paths: options.cscaPaths),
                                         logger: documentLogger)
         table.registerDocumentReading(documents)
+        var enrollmentLogger = logger
+        enrollmentLogger[metadataKey: "service"] = "enrollment"
+        let subscribers = EnrollmentSubscribers()
+        let enrollment = EnrollmentEngine(configuration: enrollmentConfig, store: EnrollmentStore(database: database),
+                                          passkeys: passkeys, documents: documents, logger: enrollmentLogger) { method, params in
+            await subscribers.send(method, params)
+        }
+        try await enrollment.open()
+        table.registerEnrollment(enrollment, subscribers: subscribers)
+        let sweeper = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(15))
+                await enrollment.sweep()
+            }
+        }
         table.register("daemon.status", .read) { _, _ in
             let tokens = await Views.tokens(passkeys)
             let uptime = ContinuousClock.now - started
@@ -80,6 +99,7 @@ public enum Daemon {
             services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
         tokenEvents.cancel()
+        sweeper.cancel()
         await pivStore.close()
         await keyStore.close()
         logger.info("stopped")

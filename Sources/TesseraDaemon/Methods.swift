@@ -10,6 +10,7 @@ final class MethodTable: RPCDispatcher {
     /// Handlers throw `TesseraError`; anything else surfaces as INTERNAL.
     typealias Handler = @Sendable (Params, RPCConnection) async throws -> JSONValue
     private var handlers: [String: (Permission, Handler)] = [:]
+    private var closeHooks: [@Sendable (RPCConnection) -> Void] = []
     let policy: Policy
 
     init(policy: Policy) { self.policy = policy }
@@ -19,6 +20,13 @@ final class MethodTable: RPCDispatcher {
     }
 
     var methods: [String] { handlers.keys.sorted() }
+
+    /// Runs `hook` for every connection that closes (e.g. to drop its subscriptions).
+    func onClose(_ hook: @escaping @Sendable (RPCConnection) -> Void) { closeHooks.append(hook) }
+
+    func connectionClosed(_ connection: RPCConnection) async {
+        for hook in closeHooks { hook(connection) }
+    }
 
     func handle(_ request: RPCRequest, from connection: RPCConnection) async throws(TesseraError) -> JSONValue {
         guard let (permission, handler) = handlers[request.method] else {

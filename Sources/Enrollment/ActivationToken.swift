@@ -1,0 +1,196 @@
+import Crypto
+import Foundation
+import TesseraCore
+
+/// A configured signer of activation tokens.
+public struct IssuerKey: Sendable {
+    /// The `iss` value its tokens carry.
+    public var issuer: String
+    /// When set, a token naming a `kid` must name this one.
+    public var keyId: String?
+    public var publicKey: P256.Signing.PublicKey
+
+    public init(issuer: String, keyId: String?, publicKey: P256.Signing.PublicKey) {
+        self.issuer = issuer
+        self.keyId = keyId
+        self.publicKey = publicKey
+    }
+
+    /// A P-256 key from a PEM "PUBLIC KEY" (SubjectPublicKeyInfo). `INVALID_INPUT` naming the issuer otherwise.
+    public init(issuer: String, keyId: String?, pem: String) throws(TesseraError) {
+        let key: P256.Signing.PublicKey
+        do {
+            key = try P256.Signing.PublicKey(pemRepresentation: pem.trimmingCharacters(in: .whitespacesAndNewlines))
+        } catch {
+            throw TesseraError(.invalidInput, "the public key of issuer '\(issuer)' is not a PEM P-256 public key",
+                               details: ["issuer": .string(issuer)])
+        }
+        self.init(issuer: issuer, keyId: keyId, publicKey: key)
+    }
+}
+
+/// A verified activation token's claims (docs/ENROLLMENT.md, "Activation tokens").
+public struct ActivationToken: Sendable, Equatable {
+    public var issuer: String
+    /// Unique token id; the store refuses a second use.
+    public var jti: String
+    public var workflow: String
+    /// The passkey's user handle (≤ 64 UTF-8 bytes).
+    public var subject: String
+    public var expiresAt: Date
+    public var issuedAt: Date?
+    public var notBefore: Date?
+    /// Empty when the token has no `aud`.
+    public var audience: [String]
+    public var userName: String?
+    public var userDisplayName: String?
+    public var expected: ExpectedAttributes?
+    /// The compact token as received.
+    public var raw: String
+
+    public init(issuer: String, jti: String, workflow: String, subject: String, expiresAt: Date,
+                issuedAt: Date? = nil, notBefore: Date? = nil, audience: [String] = [], userName: String? = nil,
+                userDisplayName: String? = nil, expected: ExpectedAttributes? = nil, raw: String) {
+        self.issuer = issuer
+        self.jti = jti
+        self.workflow = workflow
+        self.subject = subject
+        self.expiresAt = expiresAt
+        self.issuedAt = issuedAt
+        self.notBefore = notBefore
+        self.audience = audience
+        self.userName = userName
+        self.userDisplayName = userDisplayName
+        self.expected = expected
+        self.raw = raw
+    }
+}
+
+/// Verifies activation tokens against the configured issuers.
+public struct ActivationTokenVerifier: Sendable {
+    public var issuers: [IssuerKey]
+    public var stationId: String?
+    /// Clock leeway for `exp` and `nbf`, in seconds.
+    public var leeway: TimeInterval
+
+    /// Header `typ` values accepted (RFC 7515 §4.1.9: compared case-insensitively, "application/" optional).
+    static let acceptedTypes: Set<String> = ["tessera-activation+jwt", "application/tessera-activation+jwt"]
+
+    public init(issuers: [IssuerKey], stationId: String?, leeway: TimeInterval = 60) {
+        self.issuers = issuers
+        self.stationId = stationId
+        self.leeway = leeway
+    }
+
+    /// Checks a compact token in this order, so that no claim is trusted before the signature is:
+    /// structure, header and `iss` (`ACTIVATION_TOKEN_MALFORMED`); `alg` ES256, a configured issuer whose
+    /// `keyId` matches a given `kid`, and the signature (`ACTIVATION_TOKEN_SIGNATURE_INVALID`); the claims
+    /// (`ACTIVATION_TOKEN_MALFORMED`); `exp + leeway < now` or `nbf - leeway > now`
+    /// (`ACTIVATION_TOKEN_EXPIRED`); `aud`, when present and a station id is set (`ACTIVATION_TOKEN_AUDIENCE`).
+    /// Replays (`jti`) are the store's to refuse.
+    public func verify(_ compact: String, now: Date) throws(TesseraError) -> ActivationToken {
+        let parsed = try JWS.parse(compact)
+        let header = parsed.header
+        guard header["alg"]?.stringValue == "ES256" else {
+            throw TesseraError(.activationTokenSignatureInvalid, "the token's algorithm must be ES256")
+        }
+        if let typ = header["typ"] {
+            guard let t = typ.stringValue, Self.acceptedTypes.contains(t.lowercased()) else {
+                throw JWS.malformed("the token's typ must be tessera-activation+jwt")
+            }
+        }
+        if header["crit"] != nil { throw JWS.malformed("the token has critical header parameters") }
+        let kid: String?
+        if let k = header["kid"] {
+            guard let s = k.stringValue else { throw JWS.malformed("the token's kid must be a string") }
+            kid = s
+        } else {
+            kid = nil
+        }
+        guard let claims = try? JSONValue.parse(parsed.payload), case .object(let c) = claims else {
+            throw JWS.malformed("the token's payload is not a JSON object")
+        }
+        guard let issuer = c["iss"]?.stringValue else { throw JWS.malformed("the token has no string 'iss'") }
+
+        let known = issuers.filter { $0.issuer == issuer }
+        guard !known.isEmpty else {
+            throw TesseraError(.activationTokenSignatureInvalid, "unknown token issuer '\(issuer)'")
+        }
+        let candidates = known.filter { key in kid == nil || key.keyId == nil || key.keyId == kid }
+        guard !candidates.isEmpty else {
+            throw TesseraError(.activationTokenSignatureInvalid, "unknown key id '\(kid ?? "")' for issuer '\(issuer)'")
+        }
+        guard candidates.contains(where: { JWS.verifyES256(parsed, key: $0.publicKey) }) else {
+            throw TesseraError(.activationTokenSignatureInvalid, "the token's signature does not verify")
+        }
+
+        let token = try Self.claims(c, issuer: issuer, raw: compact)
+        if token.expiresAt.addingTimeInterval(leeway) < now {
+            throw TesseraError(.activationTokenExpired, "the token has expired")
+        }
+        if let nbf = token.notBefore, nbf.addingTimeInterval(-leeway) > now {
+            throw TesseraError(.activationTokenExpired, "the token is not valid yet")
+        }
+        if let stationId, c["aud"] != nil, !token.audience.contains(stationId) {
+            throw TesseraError(.activationTokenAudience, "the token is not meant for station '\(stationId)'")
+        }
+        return token
+    }
+
+    static func claims(_ c: [String: JSONValue], issuer: String, raw: String) throws(TesseraError) -> ActivationToken {
+        func string(_ key: String) throws(TesseraError) -> String {
+            guard let s = c[key]?.stringValue, !s.isEmpty else {
+                throw JWS.malformed("the token has no non-empty string '\(key)'")
+            }
+            return s
+        }
+        func date(_ key: String) throws(TesseraError) -> Date? {
+            guard let v = c[key] else { return nil }
+            guard let n = v.doubleValue, n.isFinite else { throw JWS.malformed("the token's '\(key)' must be a number") }
+            return Date(timeIntervalSince1970: n)
+        }
+        let jti = try string("jti")
+        let workflow = try string("workflow")
+        let subject = try string("sub")
+        guard subject.utf8.count <= 64 else { throw JWS.malformed("the token's 'sub' is longer than 64 bytes") }
+        guard let expiresAt = try date("exp") else { throw JWS.malformed("the token has no 'exp'") }
+
+        var audience: [String] = []
+        switch c["aud"] {
+        case .none: break
+        case .string(let s)?: audience = [s]
+        case .array(let a)?:
+            for v in a {
+                guard let s = v.stringValue else { throw JWS.malformed("the token's 'aud' must hold strings") }
+                audience.append(s)
+            }
+        default: throw JWS.malformed("the token's 'aud' must be a string or an array of strings")
+        }
+
+        var userName: String?
+        var userDisplayName: String?
+        if let user = c["user"] {
+            guard case .object(let u) = user else { throw JWS.malformed("the token's 'user' must be an object") }
+            func member(_ key: String) throws(TesseraError) -> String? {
+                guard let v = u[key] else { return nil }
+                guard let s = v.stringValue else { throw JWS.malformed("the token's user.\(key) must be a string") }
+                return s
+            }
+            userName = try member("name")
+            userDisplayName = try member("displayName")
+        }
+
+        var expected: ExpectedAttributes?
+        if let e = c["expected"] {
+            do {
+                expected = try ExpectedAttributes(json: e)
+            } catch {
+                throw TesseraError(.activationTokenMalformed, "the token's expected attributes: \(error.message)",
+                                   details: error.details)
+            }
+        }
+        return ActivationToken(issuer: issuer, jti: jti, workflow: workflow, subject: subject, expiresAt: expiresAt,
+                               issuedAt: try date("iat"), notBefore: try date("nbf"), audience: audience,
+                               userName: userName, userDisplayName: userDisplayName, expected: expected, raw: raw)
+    }
+}

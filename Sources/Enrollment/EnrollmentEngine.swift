@@ -1,0 +1,590 @@
+import CredentialStore
+import Documents
+import Foundation
+import Logging
+import Passkeys
+import TesseraCore
+
+/// Sends an enrollment notification (method, params) to subscribed clients.
+public typealias EnrollmentEventSink = @Sendable (_ method: String, _ params: JSONValue) async -> Void
+
+/// Runs kiosk enrollments (docs/ENROLLMENT.md), one at a time.
+///
+/// The state lives in SQLite (`EnrollmentStore`): every step's completion is committed before the next step
+/// starts and before `enrollment.stepCompleted` is sent, so a daemon killed at any point restarts with an
+/// enrollment that `resume` continues at the first step not completed. Daemon-side work runs in a task of the
+/// engine; steps that need a person's input wait for `submit`.
+public actor EnrollmentEngine {
+    public let configuration: EnrollmentConfiguration
+    let store: EnrollmentStore
+    let passkeys: PasskeyService
+    let documents: DocumentService
+    let verifier: ActivationTokenVerifier
+    let logger: Logger
+    let emit: EnrollmentEventSink
+    let clock: @Sendable () -> Date
+
+    /// The active (or failed-retryable) enrollment, mirrored from the database.
+    var row: EnrollmentRow?
+    /// Its resolved steps.
+    var steps: [WorkflowStep] = []
+    var phase: Phase = .idle
+    /// Bumped whenever the active enrollment ends or restarts work: results of older work are dropped.
+    var generation = 0
+    var work: Task<Void, Never>?
+    /// The last terminal `enrollment.finished` params, for `status`.
+    var lastOutcome: JSONValue?
+
+    enum Phase: Sendable {
+        /// No enrollment, or one left by a daemon restart (`suspended`) or failed with retry possible.
+        case idle
+        case working(step: String)
+        case waiting(StepRequest)
+    }
+
+    public init(configuration: EnrollmentConfiguration, store: EnrollmentStore, passkeys: PasskeyService,
+                documents: DocumentService, logger: Logger, clock: @escaping @Sendable () -> Date = { Date() },
+                emit: @escaping EnrollmentEventSink) {
+        self.configuration = configuration
+        self.store = store
+        self.passkeys = passkeys
+        self.documents = documents
+        self.verifier = ActivationTokenVerifier(issuers: configuration.issuers, stationId: configuration.stationId)
+        self.logger = logger
+        self.clock = clock
+        self.emit = emit
+    }
+
+    /// Loads the enrollment a previous daemon left active (it stays suspended until `resume`) and sweeps it
+    /// when it has expired.
+    public func open() async throws(TesseraError) {
+        guard let current = try await store.current() else { return }
+        row = current
+        steps = try Self.steps(of: current)
+        logger.info("enrollment left by a previous run", metadata: [
+            "enrollment": "\(current.id)", "state": "\(current.state.rawValue)", "step": "\(current.stepIndex)"])
+        await sweep()
+    }
+
+    // MARK: candidates
+
+    /// `enrollment.candidates`.
+    public func candidates() -> JSONValue {
+        .array(configuration.workflows.map { w in
+            let reasons = w.unavailableReasons(notifier: configuration.notifier)
+            return [
+                "workflow": .string(w.name),
+                "available": .bool(reasons.isEmpty),
+                "remoteEnrollmentAvailable": .bool(reasons.isEmpty && w.remote && !w.needsActivationToken),
+                "unavailableReasons": .array(reasons.map { .string($0) }),
+                "steps": .array(w.steps.map { ["key": .string($0.key), "performedBy": .string($0.kind.performedBy)] }),
+                "needs": .array(w.needs.map { .string($0) }),
+            ]
+        })
+    }
+
+    // MARK: start
+
+    /// How an enrollment is started.
+    public enum StartType: Sendable {
+        case remote(candidate: String)
+        case activationToken(String)
+    }
+
+    /// `enrollment.start`.
+    public func start(_ type: StartType, customSteps: [WorkflowStep] = [], userVerification: String = "preferred",
+                      force: Bool = false, owner: UInt32) async throws(TesseraError) -> JSONValue {
+        guard ["required", "preferred", "discouraged"].contains(userVerification) else {
+            throw .invalidInput("userVerification must be required, preferred or discouraged")
+        }
+        let now = clock()
+        var parameters: [String: JSONValue] = ["userVerification": .string(userVerification)]
+        let workflow: Workflow
+        var token: ActivationToken?
+        switch type {
+        case .remote(let name):
+            workflow = try available(name)
+            guard workflow.remote else {
+                throw TesseraError(.candidateUnavailable, "workflow \(name) needs an activation token (remote is not enabled)",
+                                   details: ["workflow": .string(name)])
+            }
+            guard !workflow.needsActivationToken else {
+                throw TesseraError(.candidateUnavailable,
+                                   "workflow \(name) matches attributes but has no expected data: start it with an activation token",
+                                   details: ["workflow": .string(name)])
+            }
+            parameters["userHandle"] = .string(Base64URL.encode(Self.random(16)))
+        case .activationToken(let compact):
+            let verified = try verifier.verify(compact, now: now)
+            workflow = try available(verified.workflow)
+            if workflow.steps.contains(where: { $0.kind == .attributeMatching }), verified.expected == nil, workflow.expected == nil {
+                throw TesseraError(.candidateUnavailable,
+                                   "workflow \(workflow.name) matches attributes, but neither the token nor the workflow carries expected data")
+            }
+            parameters["subject"] = .string(verified.subject)
+            parameters["userHandle"] = .string(Base64URL.encode(Array(verified.subject.utf8)))
+            if let n = verified.userName { parameters["userName"] = .string(n) }
+            if let d = verified.userDisplayName { parameters["userDisplayName"] = .string(d) }
+            token = verified
+        }
+        if let expected = token?.expected ?? workflow.expected { parameters["expected"] = expected.json }
+        if let subject = token?.subject, subject.utf8.count > 64 {
+            throw TesseraError(.activationTokenMalformed, "sub must be at most 64 bytes (it becomes the passkey's user handle)")
+        }
+        let resolved = try Self.insertCustomSteps(customSteps, into: workflow.steps)
+
+        if let active = row {
+            guard force else {
+                throw TesseraError(.enrollmentActive, "enrollment \(active.id) is active; pass force: true to interrupt it",
+                                   details: ["enrollmentId": .string(active.id)])
+            }
+            await finish(outcome: "interrupted", error: nil)
+        }
+        var new = EnrollmentRow(id: UUID().uuidString.lowercased(), workflow: workflow.name,
+                                kind: token == nil ? "remote" : "activationToken", ownerUid: owner,
+                                definition: .array(resolved.map(\.json)), parameters: .object(parameters),
+                                subject: token?.subject, tokenJti: token?.jti, startedAt: now)
+        new.updatedAt = now
+        try await store.insert(new, token: token.map { ($0.jti, $0.issuer) })
+        row = new
+        steps = resolved
+        lastOutcome = nil
+        logger.info("enrollment started", metadata: ["enrollment": "\(new.id)", "workflow": "\(workflow.name)", "kind": "\(new.kind)"])
+        await emit("enrollment.started", event(["workflow": .string(workflow.name), "steps": stepKeys,
+                                                "startedAt": .string(Self.iso(now)), "resumed": false]))
+        run()
+        return ["enrollmentId": .string(new.id), "workflow": .string(workflow.name), "steps": stepKeys,
+                "startedAt": .string(Self.iso(now))]
+    }
+
+    private func available(_ name: String) throws(TesseraError) -> Workflow {
+        guard let w = configuration.workflow(named: name) else {
+            throw TesseraError(.candidateUnavailable, "no workflow named \(name) on this station", details: ["workflow": .string(name)])
+        }
+        let reasons = w.unavailableReasons(notifier: configuration.notifier)
+        guard reasons.isEmpty else {
+            throw TesseraError(.candidateUnavailable, "workflow \(name) cannot run on this station: \(reasons.joined(separator: "; "))",
+                               details: ["workflow": .string(name), "reasons": .array(reasons.map { .string($0) })])
+        }
+        return w
+    }
+
+    static func insertCustomSteps(_ custom: [WorkflowStep], into steps: [WorkflowStep]) throws(TesseraError) -> [WorkflowStep] {
+        var out = steps
+        let at = out.firstIndex { $0.kind == .passkeyCreation } ?? out.count
+        for (i, step) in custom.enumerated() {
+            if out.contains(where: { $0.key == step.key }) {
+                throw TesseraError(.invalidInput, "customSteps: step \(step.key) is already in the workflow", details: ["field": "customSteps"])
+            }
+            out.insert(step, at: at + i)
+        }
+        return out
+    }
+
+    // MARK: status, resume, retry, cancel
+
+    /// `enrollment.status`.
+    public func status() -> JSONValue {
+        var o: [String: JSONValue] = ["active": .bool(row != nil)]
+        if let lastOutcome { o["lastOutcome"] = lastOutcome }
+        guard let row else { return .object(o) }
+        o["enrollmentId"] = .string(row.id)
+        o["workflow"] = .string(row.workflow)
+        o["state"] = .string(stateName)
+        if row.stepIndex < steps.count { o["step"] = .string(steps[row.stepIndex].key) }
+        if case .waiting(let request) = phase { o["required"] = request.json }
+        o["completedSteps"] = .array(row.completedSteps.map { .string($0) })
+        o["steps"] = stepKeys
+        o["startedAt"] = .string(Self.iso(row.startedAt))
+        o["updatedAt"] = .string(Self.iso(row.updatedAt))
+        if let failure = row.failure { o["error"] = failure }
+        return .object(o)
+    }
+
+    var stateName: String {
+        guard let row else { return "none" }
+        if row.state == .failedRetryable { return "failedRetryable" }
+        switch phase {
+        case .idle: return "suspended"
+        case .working: return "running"
+        case .waiting: return "waitingForInput"
+        }
+    }
+
+    /// `enrollment.canResume`.
+    public func canResume() async throws(TesseraError) -> JSONValue {
+        await sweep()
+        if let row {
+            var o: [String: JSONValue] = ["status": "canResume", "enrollmentId": .string(row.id),
+                                          "startedAt": .string(Self.iso(row.startedAt))]
+            if row.stepIndex < steps.count { o["step"] = .string(steps[row.stepIndex].key) }
+            return .object(o)
+        }
+        if let latest = try await store.latest(), latest.outcome == "expired" {
+            return ["status": "expired", "enrollmentId": .string(latest.id), "startedAt": .string(Self.iso(latest.startedAt))]
+        }
+        return ["status": "nothingToResume"]
+    }
+
+    /// `enrollment.resume`: continues a suspended or failed enrollment; re-announces a running one.
+    public func resume() async throws(TesseraError) -> JSONValue {
+        await sweep()
+        guard let current = row else {
+            if let latest = try await store.latest(), latest.outcome == "expired" {
+                throw TesseraError(.enrollmentExpired, "enrollment \(latest.id) expired after being idle",
+                                   details: ["enrollmentId": .string(latest.id)])
+            }
+            throw TesseraError(.nothingToResume, "there is no enrollment to resume")
+        }
+        switch phase {
+        case .waiting(let request):
+            await emit("enrollment.stepRequired", event(request.json.objectValue ?? [:]))
+        case .working:
+            break
+        case .idle:
+            if current.state == .failedRetryable { try await prepareRetry() }
+            await emit("enrollment.started", event(["workflow": .string(current.workflow), "steps": stepKeys,
+                                                    "startedAt": .string(Self.iso(current.startedAt)), "resumed": true]))
+            run()
+        }
+        let now = row ?? current
+        return ["enrollmentId": .string(now.id), "workflow": .string(now.workflow),
+                "step": now.stepIndex < steps.count ? .string(steps[now.stepIndex].key) : .null,
+                "completedSteps": .array(now.completedSteps.map { .string($0) })]
+    }
+
+    /// `enrollment.retry`: after `failedWithRetryPossibility`, runs the failed step again.
+    public func retry() async throws(TesseraError) -> JSONValue {
+        guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no enrollment to retry") }
+        guard current.state == .failedRetryable else {
+            throw TesseraError(.notRetryable, "enrollment \(current.id) has not failed with a retry possibility")
+        }
+        try await prepareRetry()
+        run()
+        return ["enrollmentId": .string(current.id),
+                "step": current.stepIndex < steps.count ? .string(steps[current.stepIndex].key) : .null]
+    }
+
+    private func prepareRetry() async throws(TesseraError) {
+        guard var current = row else { return }
+        current.state = .active
+        current.failure = nil
+        current.updatedAt = clock()
+        if current.stepIndex < steps.count, [.phoneOTP, .emailOTP].contains(steps[current.stepIndex].kind),
+           var state = current.stepState.objectValue {
+            // A new code is sent; the resend allowance starts again.
+            state["otp"] = nil
+            state["resends"] = 0
+            current.stepState = .object(state)
+        }
+        try await store.save(current)
+        row = current
+    }
+
+    /// `enrollment.cancel`.
+    public func cancel() async throws(TesseraError) -> JSONValue {
+        guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no enrollment to cancel") }
+        await finish(outcome: "cancelled", error: nil)
+        return ["cancelled": true, "enrollmentId": .string(current.id)]
+    }
+
+    /// `enrollment.transactionData`: for the uid that started the enrollment, or an administrator.
+    public func transactionData(uid: UInt32, isAdmin: Bool) throws(TesseraError) -> JSONValue {
+        guard let row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
+        guard isAdmin || uid == row.ownerUid else {
+            throw TesseraError(.unauthorized, "only the uid that started the enrollment (or an administrator) may read its data")
+        }
+        return ["enrollmentId": .string(row.id), "data": row.data]
+    }
+
+    /// `enrollment.audit`: finished enrollments, newest first.
+    public func audit(limit: Int) async throws(TesseraError) -> JSONValue {
+        let rows = try await store.finished(limit: max(1, min(limit, 1000)))
+        return .array(rows.map { r in
+            var o: [String: JSONValue] = [
+                "enrollmentId": .string(r.id), "workflow": .string(r.workflow), "type": .string(r.kind),
+                "outcome": .string(r.outcome ?? "unknown"), "startedAt": .string(Self.iso(r.startedAt)),
+                "completedSteps": .array(r.completedSteps.map { .string($0) }),
+            ]
+            if let f = r.finishedAt { o["finishedAt"] = .string(Self.iso(f)) }
+            if let j = r.tokenJti { o["tokenId"] = .string(j) }
+            if let s = r.subject { o["subject"] = .string(s) }
+            if let code = r.failure?["code"]?.stringValue { o["errorCode"] = .string(code) }
+            if let c = r.credentialId { o["credentialId"] = .string(Base64URL.encode([UInt8](c))) }
+            if let pa = r.passiveAuthentication { o["passiveAuthentication"] = .string(pa) }
+            return .object(o)
+        })
+    }
+
+    /// Ends an enrollment idle for longer than the configured timeout (not while the daemon works on it).
+    public func sweep() async {
+        guard let row else { return }
+        if case .working = phase { return }
+        if clock().timeIntervalSince(row.updatedAt) > configuration.idleTimeout {
+            logger.info("enrollment expired", metadata: ["enrollment": "\(row.id)"])
+            await finish(outcome: "expired", error: nil)
+        }
+    }
+
+    // MARK: running steps
+
+    /// Starts (or restarts) the daemon-side run from the current step.
+    func run() {
+        generation += 1
+        let gen = generation
+        work?.cancel()
+        phase = .working(step: row.flatMap { $0.stepIndex < steps.count ? steps[$0.stepIndex].key : nil } ?? "")
+        work = Task { await self.advance(gen) }
+    }
+
+    /// Runs steps until one needs input, one fails, or the workflow is done.
+    func advance(_ gen: Int) async {
+        while gen == generation, let current = row, current.state == .active {
+            guard current.stepIndex < steps.count else {
+                await finishSuccess()
+                return
+            }
+            let step = steps[current.stepIndex]
+            phase = .working(step: step.key)
+            let result: StepResult
+            do {
+                result = try await begin(step)
+            } catch {
+                guard gen == generation else { return }
+                await fail(step, error)
+                return
+            }
+            guard gen == generation else { return }
+            switch result {
+            case .completed(let data):
+                do { try await complete(step, data: data) } catch {
+                    await fail(step, error)
+                    return
+                }
+            case .needsInput(let request):
+                phase = .waiting(request)
+                await emit("enrollment.idle", event([:]))
+                await emit("enrollment.stepRequired", event(request.json.objectValue ?? [:]))
+                return
+            }
+        }
+    }
+
+    /// `enrollment.submit`.
+    public func submit(stepKey: String, payload: JSONValue) async throws(TesseraError) -> JSONValue {
+        guard row != nil else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
+        guard case .waiting(let request) = phase, request.key == stepKey else {
+            var expected: JSONValue = .null
+            if case .waiting(let request) = phase { expected = .string(request.key) }
+            throw TesseraError(.stepNotExpected, "step \(stepKey) is not waiting for input",
+                               details: ["expected": expected])
+        }
+        guard payload.objectValue != nil else {
+            throw TesseraError(.invalidInput, "payload must be an object", details: ["field": "payload"])
+        }
+        let step = steps[row!.stepIndex]
+        let gen = generation
+        phase = .working(step: step.key)
+        let result: StepResult
+        do {
+            result = try await handleInput(step, payload: payload)
+        } catch {
+            guard gen == generation, row != nil else { throw error }
+            if Self.endsStep(error) {
+                await fail(step, error)
+            } else {
+                phase = .waiting(request)
+            }
+            throw error
+        }
+        guard gen == generation else { return ["accepted": true, "stepKey": .string(stepKey)] }
+        switch result {
+        case .completed(let data):
+            do { try await complete(step, data: data) } catch {
+                await fail(step, error)
+                throw error
+            }
+            run()
+        case .needsInput(let next):
+            phase = .waiting(next)
+            await emit("enrollment.stepRequired", event(next.json.objectValue ?? [:]))
+        }
+        return ["accepted": true, "stepKey": .string(stepKey)]
+    }
+
+    /// Errors of a submission that end the step (the enrollment fails) rather than leave it waiting.
+    static func endsStep(_ error: TesseraError) -> Bool {
+        [.otpExpired, .otpAttemptsExceeded, .otpDeliveryFailed].contains(error.code)
+    }
+
+    /// `enrollment.handleDeepLink`.
+    public func handleDeepLink(_ url: String, owner: UInt32) async throws(TesseraError) -> JSONValue {
+        guard let link = EnrollmentDeepLink(url: url) else { return ["consumed": false] }
+        switch link {
+        case .otp(let channel, let code):
+            let kind: StepKind = channel == .phone ? .phoneOTP : .emailOTP
+            guard case .waiting(let request) = phase, let row, steps[row.stepIndex].kind == kind else {
+                return ["consumed": false]
+            }
+            _ = try await submit(stepKey: request.key, payload: ["otp": .string(code)])
+            return ["consumed": true, "action": "otp", "enrollmentId": .string(row.id)]
+        case .enroll(let token, let force):
+            let started = try await start(.activationToken(token), force: force, owner: owner)
+            return ["consumed": true, "action": "start", "enrollmentId": started["enrollmentId"] ?? .null]
+        }
+    }
+
+    // MARK: transitions
+
+    /// Commits a step's completion (its data merged into transactionData), then announces it.
+    func complete(_ step: WorkflowStep, data: [String: JSONValue]) async throws(TesseraError) {
+        guard var current = row else { return }
+        var merged = current.data.objectValue ?? [:]
+        for (k, v) in data { merged[k] = v }
+        current.data = .object(merged)
+        current.completedSteps.append(step.key)
+        current.stepIndex += 1
+        current.stepState = .null
+        current.updatedAt = clock()
+        if let id = data["credential"]?["credentialId"]?.stringValue { current.credentialId = Base64URL.decode(id).map { Data($0) } }
+        if let pa = data["document"]?["passiveAuthentication"]?.stringValue { current.passiveAuthentication = pa }
+        try await store.save(current)
+        row = current
+        await emit("enrollment.stepCompleted", event(["key": .string(step.key), "index": .number(Double(current.stepIndex - 1))]))
+    }
+
+    /// Saves the current step's in-progress state (before the effect it protects).
+    func saveStepState(_ state: JSONValue) async throws(TesseraError) {
+        guard var current = row else { return }
+        current.stepState = state
+        current.updatedAt = clock()
+        try await store.save(current)
+        row = current
+    }
+
+    /// A step failed: retryable failures keep the context for `retry`, others end the enrollment.
+    func fail(_ step: WorkflowStep, _ error: TesseraError) async {
+        guard var current = row else { return }
+        logger.info("enrollment step failed", metadata: ["enrollment": "\(current.id)", "step": "\(step.key)", "error": "\(error)"])
+        let retryable = error.retryable || [.otpExpired, .otpAttemptsExceeded, .accessDenied].contains(error.code)
+        guard retryable else {
+            await finish(outcome: "failed", error: error)
+            return
+        }
+        if error.code == .accessDenied, let mrzIndex = steps.firstIndex(where: { $0.kind == .nfcMRZ }), mrzIndex < current.stepIndex {
+            // The document key was wrong: the retry asks for it again.
+            current.completedSteps = Array(current.completedSteps.prefix(mrzIndex))
+            current.stepIndex = mrzIndex
+            if var data = current.data.objectValue { data["documentAccess"] = nil; current.data = .object(data) }
+            current.stepState = .null
+        }
+        current.state = .failedRetryable
+        current.failure = Self.errorJSON(error)
+        current.updatedAt = clock()
+        do { try await store.save(current) } catch {
+            logger.error("cannot record an enrollment failure", metadata: ["error": "\(error)"])
+        }
+        row = current
+        generation += 1
+        phase = .idle
+        await emit("enrollment.idle", event([:]))
+        await emit("enrollment.finished", event(["outcome": "failedWithRetryPossibility", "error": Self.errorJSON(error),
+                                                 "step": .string(step.key)]))
+    }
+
+    func finishSuccess() async {
+        guard let current = row else { return }
+        let data = current.data.objectValue ?? [:]
+        var extra: [String: JSONValue] = [:]
+        if let c = data["credential"] { extra["credential"] = c }
+        if let d = data["document"] { extra["document"] = d }
+        await finish(outcome: "success", error: nil, extra: extra)
+    }
+
+    /// Records a terminal outcome (wiping collected data), announces it, and forgets the enrollment.
+    func finish(outcome: String, error: TesseraError?, extra: [String: JSONValue] = [:]) async {
+        guard var current = row else { return }
+        generation += 1
+        // `work` may be the caller: it is cancelled only after the outcome is saved.
+        let running = work
+        work = nil
+        if outcome != "success" { await discardPlannedKey(current) }
+        let now = clock()
+        current.state = .finished
+        current.outcome = outcome
+        if let error { current.failure = Self.errorJSON(error) }
+        current.data = .object([:])
+        current.stepState = .null
+        current.updatedAt = now
+        current.finishedAt = now
+        do { try await store.save(current) } catch {
+            logger.error("cannot record an enrollment outcome", metadata: ["error": "\(error)"])
+        }
+        running?.cancel()
+        row = nil
+        steps = []
+        phase = .idle
+        var params: [String: JSONValue] = ["outcome": .string(outcome)]
+        if let error { params["error"] = Self.errorJSON(error) }
+        for (k, v) in extra { params[k] = v }
+        params["enrollmentId"] = .string(current.id)
+        lastOutcome = .object(params)
+        logger.info("enrollment finished", metadata: ["enrollment": "\(current.id)", "outcome": "\(outcome)"])
+        await emit("enrollment.finished", .object(params))
+    }
+
+    // MARK: helpers
+
+    var stepKeys: JSONValue { .array(steps.map { .string($0.key) }) }
+
+    /// Notification params: `fields` plus the enrollment id.
+    func event(_ fields: [String: JSONValue]) -> JSONValue {
+        var o = fields
+        if let row { o["enrollmentId"] = .string(row.id) }
+        return .object(o)
+    }
+
+    static func steps(of row: EnrollmentRow) throws(TesseraError) -> [WorkflowStep] {
+        var out: [WorkflowStep] = []
+        for item in row.definition.arrayValue ?? [] { out.append(try WorkflowStep(stored: item)) }
+        return out
+    }
+
+    static func errorJSON(_ e: TesseraError) -> JSONValue {
+        var o: [String: JSONValue] = ["code": .string(e.code.rawValue), "message": .string(e.message), "retryable": .bool(e.retryable)]
+        for (k, v) in e.details where o[k] == nil { o[k] = v }
+        return .object(o)
+    }
+
+    static func iso(_ d: Date) -> String {
+        d.formatted(.iso8601.year().month().day().dateSeparator(.dash).time(includingFractionalSeconds: false)
+            .timeSeparator(.colon).timeZone(separator: .omitted))
+    }
+
+    static func random(_ n: Int) -> [UInt8] {
+        var g = SystemRandomNumberGenerator()
+        return (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) }
+    }
+}
+
+/// What a step asks of the client (`enrollment.stepRequired`).
+struct StepRequest: Sendable {
+    var key: String
+    var prompt: String
+    /// JSON Schema of the `payload` to submit.
+    var input: JSONValue
+    var extra: [String: JSONValue] = [:]
+
+    var json: JSONValue {
+        var o = extra
+        o["key"] = .string(key); o["prompt"] = .string(prompt); o["input"] = input
+        return .object(o)
+    }
+}
+
+/// Where a step stands after being run or given input.
+enum StepResult: Sendable {
+    /// Done: these members are merged into transactionData.
+    case completed([String: JSONValue])
+    case needsInput(StepRequest)
+}

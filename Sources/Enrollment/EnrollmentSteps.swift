@@ -1,0 +1,386 @@
+import CredentialStore
+import Documents
+import Foundation
+import MRZ
+import Passkeys
+import TesseraCore
+
+/// The steps themselves: `begin` runs a step's daemon side (or asks for input), `handleInput` takes a submission.
+extension EnrollmentEngine {
+    func begin(_ step: WorkflowStep) async throws(TesseraError) -> StepResult {
+        switch step.kind {
+        case .emailInfo:
+            return .needsInput(StepRequest(key: step.key, prompt: "Email address", input: Self.schema(["email": ["type": "string", "format": "email"]])))
+        case .phoneInfo:
+            return .needsInput(StepRequest(key: step.key, prompt: "Mobile phone number in international format (+…)",
+                                           input: Self.schema(["phone": ["type": "string", "pattern": "^\\+[1-9][0-9 ().-]{1,20}$"]])))
+        case .phoneOTP, .emailOTP:
+            return try await beginOTP(step)
+        case .nfcMRZ:
+            return .needsInput(StepRequest(key: step.key, prompt: "The document's machine readable zone (or its card access number)",
+                                           input: Self.mrzSchema))
+        case .nfcPhase:
+            return try await readDocument(step)
+        case .attributeMatching:
+            return try matchAttributes()
+        case .passkeyCreation:
+            return try await createPasskey(step, pin: nil)
+        case .client:
+            return .needsInput(StepRequest(key: step.key, prompt: step.string("prompt") ?? step.key,
+                                           input: step.settings["input"] ?? ["type": "object"]))
+        case .unsupported:
+            throw TesseraError(.candidateUnavailable, "step \(step.key) cannot be performed on this station")
+        }
+    }
+
+    func handleInput(_ step: WorkflowStep, payload: JSONValue) async throws(TesseraError) -> StepResult {
+        let p = try Params(payload)
+        switch step.kind {
+        case .emailInfo:
+            return .completed(["email": .string(try ContactValidation.emailAddress(p.string("email")))])
+        case .phoneInfo:
+            return .completed(["phone": .string(try ContactValidation.phoneNumber(p.string("phone")))])
+        case .phoneOTP, .emailOTP:
+            return try await checkOTP(step, p)
+        case .nfcMRZ:
+            return .completed(["documentAccess": try Self.documentAccess(p)])
+        case .passkeyCreation:
+            let pin = try p.string("pin")
+            guard !pin.isEmpty else { throw TesseraError(.invalidInput, "pin must not be empty", details: ["field": "pin"]) }
+            return try await createPasskey(step, pin: pin)
+        case .client:
+            if let required = step.settings["input"]?["required"]?.arrayValue {
+                for name in required.compactMap(\.stringValue) where payload[name] == nil {
+                    throw TesseraError(.invalidInput, "\(name) is required", details: ["field": .string(name)])
+                }
+            }
+            var custom = row?.data["custom"]?.objectValue ?? [:]
+            custom[step.key] = payload
+            return .completed(["custom": .object(custom)])
+        case .nfcPhase, .attributeMatching, .unsupported:
+            throw TesseraError(.stepNotExpected, "step \(step.key) takes no input")
+        }
+    }
+
+    // MARK: one-time codes
+
+    func beginOTP(_ step: WorkflowStep) async throws(TesseraError) -> StepResult {
+        guard let row, let notifier = configuration.notifier else {
+            throw TesseraError(.candidateUnavailable, "no OTP notifier is configured")
+        }
+        let isPhone = step.kind == .phoneOTP
+        guard let to = row.data[isPhone ? "phone" : "email"]?.stringValue else {
+            throw TesseraError(.internalError, "\(step.key) runs before the \(isPhone ? "phone number" : "email address") is known")
+        }
+        var state = row.stepState.objectValue ?? [:]
+        let now = clock()
+        // A code already delivered (e.g. before a daemon restart) stays valid: it is not sent again.
+        if state["delivered"]?.boolValue == true, let stored = state["otp"].flatMap({ try? OneTimeCode(json: $0) }),
+           stored.expiresAt > now, stored.attemptsLeft > 0 {
+            return .needsInput(otpRequest(step, to: to, stored: stored, resendsLeft: resendsLeft(state)))
+        }
+        return try await sendCode(step, to: to, notifier: notifier, state: &state, now: now)
+    }
+
+    private func sendCode(_ step: WorkflowStep, to: String, notifier: OTPNotifier, state: inout [String: JSONValue],
+                          now: Date) async throws(TesseraError) -> StepResult {
+        guard let row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
+        let (code, stored) = OneTimeCode.issue(ttl: configuration.otpTTL, attempts: configuration.otpAttempts, now: now)
+        let sends = (state["sends"]?.intValue ?? 0) + 1
+        state["otp"] = stored.json
+        state["sends"] = .number(Double(sends))
+        state["delivered"] = false
+        // The code is recorded (as a MAC) before it leaves, so a crash never leaves an unknown code out there.
+        try await saveStepState(.object(state))
+        await emit("enrollment.busy", event(["expectedInterval": "short", "step": .string(step.key)]))
+        let message: JSONValue = [
+            "type": "otp", "channel": .string(step.kind == .phoneOTP ? "sms" : "email"), "to": .string(to),
+            "code": .string(code), "enrollmentId": .string(row.id), "workflow": .string(row.workflow),
+            "stepKey": .string(step.key), "expiresAt": .string(Self.iso(stored.expiresAt)),
+        ]
+        try await notifier.deliver(message, name: "\(row.id)-\(step.key)-\(sends)")
+        state["delivered"] = true
+        try await saveStepState(.object(state))
+        logger.info("one-time code sent", metadata: ["enrollment": "\(row.id)", "step": "\(step.key)"])
+        return .needsInput(otpRequest(step, to: to, stored: stored, resendsLeft: resendsLeft(state)))
+    }
+
+    private func resendsLeft(_ state: [String: JSONValue]) -> Int {
+        max(0, configuration.otpMaxResends - (state["resends"]?.intValue ?? 0))
+    }
+
+    private func otpRequest(_ step: WorkflowStep, to: String, stored: OneTimeCode, resendsLeft: Int) -> StepRequest {
+        let isPhone = step.kind == .phoneOTP
+        let masked = isPhone ? ContactValidation.maskedPhone(to) : ContactValidation.maskedEmail(to)
+        return StepRequest(
+            key: step.key, prompt: "Enter the 6-digit code sent to \(masked)",
+            input: ["type": "object",
+                    "properties": ["otp": ["type": "string", "pattern": "^[0-9]{6}$"], "resend": ["type": "boolean"]],
+                    "oneOf": [["required": ["otp"]], ["required": ["resend"]]]],
+            extra: ["to": .string(masked), "expiresAt": .string(Self.iso(stored.expiresAt)),
+                    "attemptsLeft": .number(Double(stored.attemptsLeft)), "resendsLeft": .number(Double(resendsLeft))])
+    }
+
+    func checkOTP(_ step: WorkflowStep, _ p: Params) async throws(TesseraError) -> StepResult {
+        guard let row, let notifier = configuration.notifier else {
+            throw TesseraError(.noActiveEnrollment, "there is no active enrollment")
+        }
+        var state = row.stepState.objectValue ?? [:]
+        let now = clock()
+        if try p.optionalBool("resend") == true {
+            guard resendsLeft(state) > 0 else {
+                throw TesseraError(.invalidInput, "no resends left for \(step.key)", details: ["field": "resend"])
+            }
+            state["resends"] = .number(Double((state["resends"]?.intValue ?? 0) + 1))
+            let to = row.data[step.kind == .phoneOTP ? "phone" : "email"]?.stringValue ?? ""
+            return try await sendCode(step, to: to, notifier: notifier, state: &state, now: now)
+        }
+        let submitted = try p.string("otp")
+        guard let json = state["otp"] else { throw TesseraError(.otpExpired, "no code is outstanding for \(step.key)") }
+        var stored = try OneTimeCode(json: json)
+        do {
+            try stored.verify(submitted, now: now)
+        } catch {
+            state["otp"] = stored.json
+            // The spent attempt is durable before the caller hears about it.
+            try await saveStepState(.object(state))
+            throw error
+        }
+        return .completed([step.kind == .phoneOTP ? "phoneVerified" : "emailVerified": true])
+    }
+
+    // MARK: document
+
+    static let mrzSchema: JSONValue = [
+        "type": "object",
+        "properties": [
+            "mrz": ["type": "string", "description": "the 2 or 3 MRZ lines"],
+            "documentNumber": ["type": "string"], "dateOfBirth": ["type": "string", "pattern": "^[0-9]{6}$"],
+            "dateOfExpiry": ["type": "string", "pattern": "^[0-9]{6}$"],
+            "can": ["type": "string", "pattern": "^[0-9]{6}$"],
+        ],
+        "oneOf": [["required": ["mrz"]], ["required": ["documentNumber", "dateOfBirth", "dateOfExpiry"]], ["required": ["can"]]],
+    ]
+
+    /// The access data kept for `NFC_PHASE`: `{mrzInformation}` or `{can}`.
+    static func documentAccess(_ p: Params) throws(TesseraError) -> JSONValue {
+        let kinds = [p.has("mrz"), p.has("documentNumber") || p.has("dateOfBirth") || p.has("dateOfExpiry"), p.has("can")]
+        guard kinds.filter({ $0 }).count == 1 else {
+            throw TesseraError(.invalidInput, "give exactly one of mrz, documentNumber+dateOfBirth+dateOfExpiry, can",
+                               details: ["field": "payload"])
+        }
+        let key: DocumentAccessKey
+        if let text = try p.optionalString("mrz") {
+            key = try MRZ.parse(text).accessKey
+        } else if let can = try p.optionalString("can") {
+            key = try DocumentAccessKey(can: can)
+        } else {
+            key = try DocumentAccessKey.fromFields(documentNumber: p.string("documentNumber"), dateOfBirth: p.string("dateOfBirth"),
+                                                   dateOfExpiry: p.string("dateOfExpiry"))
+        }
+        switch key {
+        case .mrz(let info): return ["mrzInformation": .string(info)]
+        case .can(let can): return ["can": .string(can)]
+        }
+    }
+
+    func readDocument(_ step: WorkflowStep) async throws(TesseraError) -> StepResult {
+        guard let access = row?.data["documentAccess"] else {
+            throw TesseraError(.internalError, "NFC_PHASE runs before the document access data is known")
+        }
+        let key: DocumentAccessKey
+        if let info = access["mrzInformation"]?.stringValue { key = .mrz(mrzInformation: info) } else {
+            key = try DocumentAccessKey(can: access["can"]?.stringValue ?? "")
+        }
+        await emit("enrollment.busy", event(["expectedInterval": "long", "step": .string(step.key)]))
+        let reader = try await waitForCard(reader: step.string("reader"),
+                                           seconds: step.settings["cardWaitSeconds"]?.intValue ?? 60)
+        let groups = (step.settings["dataGroups"]?.arrayValue ?? ["DG1", "DG2"])
+            .compactMap { $0.stringValue.flatMap(EnrollmentConfiguration.dataGroupNumber) }
+        let (events, sink) = AsyncStream.makeStream(of: DocumentReadProgress.self, bufferingPolicy: .bufferingNewest(256))
+        let emit = self.emit
+        let enrollmentId = row?.id ?? ""
+        let forwarder = Task {
+            for await e in events {
+                await emit("enrollment.progress", ["enrollmentId": .string(enrollmentId), "step": .string(step.key), "progress": e.json])
+            }
+        }
+        let result: DocumentReadResult
+        do {
+            result = try await documents.read(DocumentReadRequest(reader: reader, key: key, dataGroups: groups, verify: true)) {
+                sink.yield($0)
+            }
+        } catch {
+            sink.finish()
+            await forwarder.value
+            throw error
+        }
+        sink.finish()
+        await forwarder.value
+        let pa = result.passiveAuthentication?.status.rawValue ?? "unverified"
+        if step.settings["requirePassiveAuthentication"]?.boolValue ?? true, pa != "valid" {
+            throw TesseraError(.documentNotAuthentic, "passive authentication did not succeed (\(pa))",
+                               details: ["passiveAuthentication": DocumentReadResult.passiveJSON(result.passiveAuthentication)])
+        }
+        guard let mrz = result.mrz else {
+            throw TesseraError(.malformedData, "the chip's DG1 could not be read or parsed")
+        }
+        var summary: [String: JSONValue] = [
+            "documentType": .string(String(mrz.documentCode.prefix(1))), "documentCode": .string(mrz.documentCode),
+            "issuingState": .string(mrz.issuingState), "nationality": .string(mrz.nationality),
+            "documentNumber": .string(mrz.documentNumber), "surname": .string(MRZ.comparableName(mrz.primaryIdentifier)),
+            "givenNames": .string(MRZ.comparableName(mrz.secondaryIdentifier)),
+            "accessProtocol": .string(result.accessProtocol == .pace ? "PACE" : "BAC"),
+            "passiveAuthentication": .string(pa),
+        ]
+        if let b = mrz.birthDate() { summary["dateOfBirth"] = .string(b.description) }
+        if let e = mrz.expiryDate() { summary["dateOfExpiry"] = .string(e.description) }
+        if let aa = result.activeAuthentication { summary["activeAuthentication"] = .string(aa.status.rawValue) }
+        return .completed(["document": .object(summary), "documentMRZ": .string(mrz.raw)])
+    }
+
+    /// The reader to read from: the configured one, or the first holding a card; waits up to `seconds` for a card.
+    private func waitForCard(reader: String?, seconds: Int) async throws(TesseraError) -> String? {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        var lastError: TesseraError?
+        while true {
+            do {
+                let list = try await documents.readers()
+                if let hit = list.first(where: { $0.cardPresent && (reader == nil || $0.name == reader) }) { return hit.name }
+                if let reader, !list.contains(where: { $0.name == reader }) {
+                    lastError = TesseraError(.noReader, "reader \(reader) is not connected")
+                } else {
+                    lastError = TesseraError(.noCard, "no document was presented within \(seconds) s")
+                }
+            } catch {
+                lastError = error
+            }
+            if ContinuousClock.now >= deadline || Task.isCancelled {
+                throw lastError ?? TesseraError(.noCard, "no document was presented within \(seconds) s")
+            }
+            try? await Task.sleep(for: .milliseconds(250))
+        }
+    }
+
+    func matchAttributes() throws(TesseraError) -> StepResult {
+        guard let row, let text = row.data["documentMRZ"]?.stringValue else {
+            throw TesseraError(.internalError, "ATTRIBUTE_MATCHING runs before the document was read")
+        }
+        guard let json = row.parameters["expected"] else {
+            throw TesseraError(.candidateUnavailable, "no expected attributes for ATTRIBUTE_MATCHING")
+        }
+        let expected = try ExpectedAttributes(json: json)
+        let mrz = try MRZ.parse(text)
+        let mismatches = AttributeMatcher.compare(expected, with: mrz)
+        guard mismatches.isEmpty else {
+            let list = mismatches.map(\.attribute).joined(separator: ", ")
+            throw TesseraError(.attributeMismatch, "the document does not match the expected \(list)",
+                               details: ["mismatches": .array(mismatches.map(\.json))])
+        }
+        return .completed(["attributeMatching": ["matched": true, "attributes": .array((json.objectValue ?? [:]).keys.sorted().map { .string($0) })]])
+    }
+
+    // MARK: passkey
+
+    /// Creates the passkey, or picks up one created before a crash. The credential id and key handle are
+    /// recorded before the key is generated (see docs/ENROLLMENT.md, "Durability").
+    func createPasskey(_ step: WorkflowStep, pin: String?) async throws(TesseraError) -> StepResult {
+        guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
+        let rpId = step.string("rpId") ?? ""
+        let origin = step.string("origin")
+        let uv = current.parameters["userVerification"]?.stringValue ?? "preferred"
+        var state = current.stepState.objectValue ?? [:]
+        var plan = state["plan"]?.objectValue ?? [:]
+        if plan["credentialId"] == nil {
+            plan["credentialId"] = .string(Base64URL.encode(Self.random(32)))
+            plan["keyHandle"] = .string(Base64URL.encode(Self.random(16)))
+            plan["challenge"] = .string(Base64URL.encode(Self.random(32)))
+        }
+        guard let credentialId = plan["credentialId"]?.stringValue.flatMap(Base64URL.decode),
+              let keyHandle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode),
+              let challenge = plan["challenge"]?.stringValue.flatMap(Base64URL.decode) else {
+            throw TesseraError(.internalError, "the stored passkey plan does not parse")
+        }
+        await emit("enrollment.busy", event(["expectedInterval": "long", "step": .string(step.key)]))
+
+        if let record = try? await passkeys.credential(id: credentialId) {
+            // Created and recorded before a crash: use it.
+            let r = try passkeys.rebuiltRegistration(of: record, challenge: challenge, origin: origin)
+            logger.notice("reusing the passkey created before a restart", metadata: ["enrollment": "\(current.id)"])
+            return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: [UInt8](record.userId), recovered: true)])
+        }
+        if let tokenId = plan["tokenId"]?.stringValue {
+            // A previous attempt may have generated the key without recording it.
+            try await passkeys.discardUnrecordedKey(tokenId: tokenId, handle: keyHandle)
+        }
+        let tokenId: String
+        if let configured = step.string("tokenId") { tokenId = configured } else {
+            guard let first = await passkeys.tokens().first else { throw TesseraError(.tokenNotPresent, "no token is present") }
+            tokenId = first.id
+        }
+        plan["tokenId"] = .string(tokenId)
+        state["plan"] = .object(plan)
+        try await saveStepState(.object(state))
+
+        if pin == nil, uv == "required" {
+            return .needsInput(pinRequest(step, tokenId: tokenId))
+        }
+        let data = current.data.objectValue ?? [:]
+        let document = data["document"]?.objectValue
+        let documentName = document.flatMap { d -> String? in
+            let given = d["givenNames"]?.stringValue ?? "", surname = d["surname"]?.stringValue ?? ""
+            let full = "\(given) \(surname)".trimmingCharacters(in: .whitespaces)
+            return full.isEmpty ? nil : full
+        }
+        let userHandle = current.parameters["userHandle"]?.stringValue.flatMap(Base64URL.decode) ?? Self.random(16)
+        let userName = current.parameters["userName"]?.stringValue ?? data["email"]?.stringValue
+            ?? current.subject ?? documentName ?? "enrollment-\(current.id.prefix(8))"
+        let displayName = current.parameters["userDisplayName"]?.stringValue ?? documentName ?? userName
+        let attestation = PasskeyService.Attestation(rawValue: step.string("attestation") ?? "none") ?? .none
+        do {
+            let r = try await passkeys.enroll(.init(
+                rpId: rpId, userId: userHandle, userName: userName, userDisplayName: displayName, challenge: challenge,
+                origin: origin, tokenId: tokenId, pin: pin, attestation: attestation,
+                userVerification: PasskeyService.UserVerification(rawValue: uv) ?? .preferred,
+                credentialId: credentialId, keyHandle: keyHandle))
+            return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: userHandle, recovered: false)])
+        } catch where error.code == .pinRequired && pin == nil {
+            return .needsInput(pinRequest(step, tokenId: tokenId))
+        }
+    }
+
+    private func pinRequest(_ step: WorkflowStep, tokenId: String) -> StepRequest {
+        StepRequest(key: step.key, prompt: "PIN of the token that will hold the passkey",
+                    input: Self.schema(["pin": ["type": "string", "minLength": 1, "writeOnly": true]]),
+                    extra: ["tokenId": .string(tokenId)])
+    }
+
+    static func credentialJSON(_ r: PasskeyService.EnrollResult, rpId: String, userId: [UInt8], recovered: Bool) -> JSONValue {
+        var o: [String: JSONValue] = [
+            "credentialId": .string(Base64URL.encode(r.credentialId)), "rpId": .string(rpId),
+            "userId": .string(Base64URL.encode(userId)), "tokenId": .string(r.tokenId),
+            "publicKey": .string(Base64URL.encode(r.publicKey)),
+            "attestationObject": .string(Base64URL.encode(r.attestationObject)),
+            "clientDataJSON": .string(Base64URL.encode(r.clientDataJSON)),
+            "userVerified": .bool(r.userVerified),
+        ]
+        if recovered { o["recovered"] = true }
+        return .object(o)
+    }
+
+    /// On a non-success end: deletes a key that was planned (and maybe generated) but whose credential was never
+    /// recorded. A recorded credential stays.
+    func discardPlannedKey(_ row: EnrollmentRow) async {
+        guard let plan = row.stepState["plan"], let tokenId = plan["tokenId"]?.stringValue,
+              let id = plan["credentialId"]?.stringValue.flatMap(Base64URL.decode),
+              let handle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode) else { return }
+        if (try? await passkeys.credential(id: id)) != nil { return }
+        do { try await passkeys.discardUnrecordedKey(tokenId: tokenId, handle: handle) } catch {
+            logger.warning("could not delete an unrecorded key", metadata: ["token": "\(tokenId)", "error": "\(error)"])
+        }
+    }
+
+    static func schema(_ properties: [String: JSONValue]) -> JSONValue {
+        ["type": "object", "required": .array(properties.keys.sorted().map { .string($0) }), "properties": .object(properties)]
+    }
+}

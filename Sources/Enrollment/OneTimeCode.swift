@@ -1,0 +1,86 @@
+import Crypto
+import Foundation
+import TesseraCore
+
+/// A 6-digit one-time code as stored: never the code itself, only HMAC-SHA-256 of it under a random
+/// 32-byte key of its own, with its validity and the attempts left.
+public struct OneTimeCode: Sendable, Equatable {
+    public var key: [UInt8]
+    public var mac: [UInt8]
+    public var issuedAt: Date
+    public var expiresAt: Date
+    public var attemptsLeft: Int
+
+    public init(key: [UInt8], mac: [UInt8], issuedAt: Date, expiresAt: Date, attemptsLeft: Int) {
+        self.key = key
+        self.mac = mac
+        self.issuedAt = issuedAt
+        self.expiresAt = expiresAt
+        self.attemptsLeft = attemptsLeft
+    }
+
+    /// A fresh uniformly random code ("000000"–"999999", from `SystemRandomNumberGenerator`) valid for
+    /// `ttl` seconds from `now` with `attempts` tries, and its stored form.
+    public static func issue(ttl: TimeInterval, attempts: Int, now: Date) -> (code: String, stored: OneTimeCode) {
+        var rng = SystemRandomNumberGenerator()
+        let value = Int.random(in: 0...999_999, using: &rng)
+        let digits = String(value)
+        let code = String(repeating: "0", count: 6 - digits.count) + digits
+        let key = (0..<32).map { _ in UInt8.random(in: .min ... .max, using: &rng) }
+        let stored = OneTimeCode(key: key, mac: authenticationCode(code, key: key), issuedAt: now,
+                                 expiresAt: now.addingTimeInterval(ttl), attemptsLeft: max(0, attempts))
+        return (code, stored)
+    }
+
+    /// Checks a submitted code, comparing MACs in constant time. A code that is not 6 ASCII digits is
+    /// `INVALID_INPUT` (`details.field` "otp"); at or after `expiresAt`, `OTP_EXPIRED`; neither consumes
+    /// an attempt. A wrong code consumes one: `OTP_INVALID` (`details.attemptsLeft`), or
+    /// `OTP_ATTEMPTS_EXCEEDED` when it was the last (as when none was left).
+    public mutating func verify(_ submitted: String, now: Date) throws(TesseraError) {
+        guard attemptsLeft > 0 else {
+            throw TesseraError(.otpAttemptsExceeded, "too many wrong codes", details: ["attemptsLeft": 0])
+        }
+        guard now < expiresAt else { throw TesseraError(.otpExpired, "the code has expired") }
+        let bytes = Array(submitted.utf8)
+        guard bytes.count == 6, bytes.allSatisfy({ (0x30...0x39).contains($0) }) else {
+            throw TesseraError(.invalidInput, "the code is 6 digits", details: ["field": "otp"])
+        }
+        let candidate = Self.authenticationCode(submitted, key: key)
+        var difference = UInt8(candidate.count == mac.count ? 0 : 1)
+        for (a, b) in zip(candidate, mac) { difference |= a ^ b }
+        if difference == 0 { return }
+        attemptsLeft -= 1
+        if attemptsLeft == 0 {
+            throw TesseraError(.otpAttemptsExceeded, "wrong code; no attempts left", details: ["attemptsLeft": 0])
+        }
+        throw TesseraError(.otpInvalid, "wrong code", details: ["attemptsLeft": .number(Double(attemptsLeft))])
+    }
+
+    /// `{"key", "mac"` (base64url)`, "issuedAt", "expiresAt"` (seconds since the epoch)`, "attemptsLeft"}`.
+    public var json: JSONValue {
+        [
+            "key": .string(Base64URL.encode(key)),
+            "mac": .string(Base64URL.encode(mac)),
+            "issuedAt": .number(issuedAt.timeIntervalSince1970),
+            "expiresAt": .number(expiresAt.timeIntervalSince1970),
+            "attemptsLeft": .number(Double(attemptsLeft)),
+        ]
+    }
+
+    /// Reads the form written by `json`. `STORAGE_ERROR` when it is not one.
+    public init(json: JSONValue) throws(TesseraError) {
+        guard let o = json.objectValue,
+              let key = o["key"]?.stringValue.flatMap(Base64URL.decode), key.count == 32,
+              let mac = o["mac"]?.stringValue.flatMap(Base64URL.decode), mac.count == SHA256.byteCount,
+              let issuedAt = o["issuedAt"]?.doubleValue, issuedAt.isFinite,
+              let expiresAt = o["expiresAt"]?.doubleValue, expiresAt.isFinite,
+              let attemptsLeft = o["attemptsLeft"]?.intValue, attemptsLeft >= 0
+        else { throw TesseraError(.storageError, "stored one-time code is unreadable") }
+        self.init(key: key, mac: mac, issuedAt: Date(timeIntervalSince1970: issuedAt),
+                  expiresAt: Date(timeIntervalSince1970: expiresAt), attemptsLeft: attemptsLeft)
+    }
+
+    static func authenticationCode(_ code: String, key: [UInt8]) -> [UInt8] {
+        Array(HMAC<SHA256>.authenticationCode(for: Array(code.utf8), using: SymmetricKey(data: key)))
+    }
+}
