@@ -505,7 +505,7 @@ public actor EnrollmentEngine {
     func finish(outcome: String, error: TesseraError?, extra: [String: JSONValue] = [:]) async {
         guard var current = row else { return }
         generation += 1
-        // `work` may be the caller: it is cancelled only after the outcome is saved.
+        // `work` may be the caller: it is cancelled only after the outcome is saved and announced.
         let running = work
         work = nil
         if outcome != "success" { await discardPlannedKey(current) }
@@ -520,7 +520,6 @@ public actor EnrollmentEngine {
         do { try await store.save(current) } catch {
             logger.error("cannot record an enrollment outcome", metadata: ["error": "\(error)"])
         }
-        running?.cancel()
         row = nil
         steps = []
         phase = .idle
@@ -531,6 +530,8 @@ public actor EnrollmentEngine {
         lastOutcome = .object(params)
         logger.info("enrollment finished", metadata: ["enrollment": "\(current.id)", "outcome": "\(outcome)"])
         await emit("enrollment.finished", .object(params))
+        // A cancelled task cannot write to the socket: `work`, which may be the caller, is cancelled last.
+        running?.cancel()
     }
 
     // MARK: helpers

@@ -343,6 +343,7 @@ extension EnrollmentEngine {
                 origin: origin, tokenId: tokenId, pin: pin, attestation: attestation,
                 userVerification: PasskeyService.UserVerification(rawValue: uv) ?? .preferred,
                 credentialId: credentialId, keyHandle: keyHandle))
+            Failpoint.hit("enrollment.afterPasskeyRecorded")
             return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: userHandle, recovered: false)])
         } catch where error.code == .pinRequired && pin == nil {
             return .needsInput(pinRequest(step, tokenId: tokenId))

@@ -95,6 +95,7 @@ public final class PasskeyService: Sendable {
         let keyHandle = r.keyHandle ?? Self.random(16)
         let point = try await token.generateP256Key(handle: keyHandle, label: "tessera:\(Base64URL.encode(credentialId))",
                                                     pin: r.pin)
+        Failpoint.hit("passkey.afterKeyGeneration")
         let clientData = CollectedClientData(type: .create, challenge: r.challenge,
                                              origin: r.origin ?? "https://\(r.rpId)").json
         let cose: [UInt8]

@@ -1,0 +1,71 @@
+import Testing
+import TesseraCore
+@testable import Enrollment
+
+@Suite struct WorkflowConfigurationTests {
+    func parse(_ text: String) throws(TesseraError) -> EnrollmentConfiguration {
+        try EnrollmentConfiguration(json: try JSONValue.parse(Array(text.utf8)))
+    }
+
+    @Test func fullWorkflowParsesWithSettings() throws {
+        let c = try parse("""
+            {"idleTimeoutSeconds": 600, "otp": {"attempts": 3, "ttlSeconds": 60, "maxResends": 0},
+             "notifier": {"directory": "/tmp/x"},
+             "workflows": {"badge": {"remote": true, "expected": {"surname": "ERIKSSON"},
+               "steps": ["EMAIL_INFO", "PHONE_INFO", "PHONE_OTP", "NFC_MRZ",
+                         {"key": "NFC_PHASE", "dataGroups": ["DG1"], "requirePassiveAuthentication": false},
+                         "ATTRIBUTE_MATCHING", {"key": "TERMS", "client": true, "prompt": "ok?"},
+                         {"key": "PASSKEY_CREATION", "rpId": "example.com", "attestation": "packed"}]}}}
+            """)
+        #expect(c.idleTimeout == 600 && c.otpAttempts == 3 && c.otpTTL == 60 && c.otpMaxResends == 0)
+        #expect(c.notifier == .directory("/tmp/x"))
+        let w = try #require(c.workflow(named: "badge"))
+        #expect(w.steps.map(\.kind) == [.emailInfo, .phoneInfo, .phoneOTP, .nfcMRZ, .nfcPhase, .attributeMatching, .client, .passkeyCreation])
+        #expect(w.steps[4].settings["dataGroups"] == ["DG1"])
+        #expect(w.unavailableReasons(notifier: c.notifier).isEmpty)
+        #expect(!w.needsActivationToken)
+    }
+
+    @Test(arguments: [
+        (#"{"workflows": {"w": {"steps": ["EMAIL_INFO", "SELFIE_DANCE"]}}}"#, "unknown step key SELFIE_DANCE"),
+        (#"{"workflows": {"w": {"steps": ["PHONE_OTP", "PHONE_INFO"]}}}"#, "PHONE_OTP needs PHONE_INFO before it"),
+        (#"{"workflows": {"w": {"steps": ["ATTRIBUTE_MATCHING"]}}}"#, "needs NFC_PHASE before it"),
+        (#"{"workflows": {"w": {"steps": [{"key": "PASSKEY_CREATION"}]}}}"#, "rpId is required"),
+        (#"{"workflows": {"w": {"steps": [{"key": "NFC_MRZ", "colour": "red"}]}}}"#, "unknown setting colour"),
+        (#"{"workflows": {"w": {"steps": ["EMAIL_INFO", "EMAIL_INFO"]}}}"#, "lists step EMAIL_INFO twice"),
+        (#"{"workflows": {"w": {"steps": [{"key": "bad key", "client": true}]}}}"#, "must be UPPER_SNAKE"),
+        (#"{"workflows": {"w": {"steps": [{"key": "EMAIL_INFO", "client": true}]}}}"#, "cannot be a client step"),
+        (#"{"workflows": {"w": {"steps": []}}}"#, "non-empty steps"),
+        (#"{"notifier": {"smtp": "x"}}"#, "notifier must be"),
+        (#"{"surprise": 1}"#, "unknown setting surprise"),
+    ])
+    func configErrorsNameTheProblem(_ text: String, _ fragment: String) {
+        #expect {
+            _ = try parse(text)
+        } throws: { error in
+            guard let e = error as? TesseraError else { return false }
+            return e.code == .invalidInput && e.message.contains(fragment)
+        }
+    }
+
+    @Test func unavailableStepsAndMissingNotifierMakeACandidateUnavailable() throws {
+        let c = try parse("""
+            {"workflows": {"face": {"remote": true, "steps": ["FACE_MATCHING", {"key": "PASSKEY_CREATION", "rpId": "a.example"}]},
+                           "otp": {"remote": true, "steps": ["PHONE_INFO", "PHONE_OTP"]},
+                           "match": {"remote": true, "steps": ["NFC_MRZ", "NFC_PHASE", "ATTRIBUTE_MATCHING"]}}}
+            """)
+        #expect(try #require(c.workflow(named: "face")).unavailableReasons(notifier: nil).first?.contains("face matcher") == true)
+        #expect(try #require(c.workflow(named: "otp")).unavailableReasons(notifier: nil).first?.contains("no OTP notifier") == true)
+        #expect(try #require(c.workflow(named: "otp")).unavailableReasons(notifier: .directory("/x")).isEmpty)
+        #expect(try #require(c.workflow(named: "match")).needsActivationToken)
+    }
+
+    @Test func customStepsGoBeforePasskeyCreation() throws {
+        let c = try parse(#"{"workflows": {"w": {"steps": ["EMAIL_INFO", {"key": "PASSKEY_CREATION", "rpId": "a.example"}]}}}"#)
+        let custom = try WorkflowStep.custom(["key": "TERMS_ACCEPTANCE", "prompt": "Accept?"])
+        let steps = try EnrollmentEngine.insertCustomSteps([custom], into: try #require(c.workflow(named: "w")).steps)
+        #expect(steps.map(\.key) == ["EMAIL_INFO", "TERMS_ACCEPTANCE", "PASSKEY_CREATION"])
+        #expect(throws: TesseraError.self) { try WorkflowStep.custom(["key": "NFC_PHASE"]) }
+        #expect(throws: TesseraError.self) { try EnrollmentEngine.insertCustomSteps([custom, custom], into: steps) }
+    }
+}
