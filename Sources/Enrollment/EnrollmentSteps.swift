@@ -296,8 +296,8 @@ extension EnrollmentEngine {
             plan["keyHandle"] = .string(Base64URL.encode(Self.random(16)))
             plan["challenge"] = .string(Base64URL.encode(Self.random(32)))
         }
-        guard let credentialId = plan["credentialId"]?.stringValue.flatMap(Base64URL.decode),
-              let keyHandle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode),
+        guard var credentialId = plan["credentialId"]?.stringValue.flatMap(Base64URL.decode),
+              var keyHandle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode),
               let challenge = plan["challenge"]?.stringValue.flatMap(Base64URL.decode) else {
             throw TesseraError(.internalError, "the stored passkey plan does not parse")
         }
@@ -309,9 +309,19 @@ extension EnrollmentEngine {
             logger.notice("reusing the passkey created before a restart", metadata: ["enrollment": "\(current.id)"])
             return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: [UInt8](record.userId), recovered: true)])
         }
-        if let tokenId = plan["tokenId"]?.stringValue {
+        if plan["generating"]?.boolValue == true, let previous = plan["tokenId"]?.stringValue {
             // A previous attempt may have generated the key without recording it.
-            try await passkeys.discardUnrecordedKey(tokenId: tokenId, handle: keyHandle)
+            do {
+                try await passkeys.discardUnrecordedKey(tokenId: previous, handle: keyHandle)
+            } catch {
+                // Cannot look (token absent, or it wants a PIN to delete): never reuse ids that may be taken.
+                logger.warning("a key from an interrupted attempt may remain on the token",
+                               metadata: ["token": "\(previous)", "error": "\(error)"])
+                credentialId = Self.random(32)
+                keyHandle = Self.random(16)
+                plan["credentialId"] = .string(Base64URL.encode(credentialId))
+                plan["keyHandle"] = .string(Base64URL.encode(keyHandle))
+            }
         }
         let tokenId: String
         if let configured = step.string("tokenId") { tokenId = configured } else {
@@ -319,12 +329,15 @@ extension EnrollmentEngine {
             tokenId = first.id
         }
         plan["tokenId"] = .string(tokenId)
-        state["plan"] = .object(plan)
-        try await saveStepState(.object(state))
-
         if pin == nil, uv == "required" {
+            state["plan"] = .object(plan)
+            try await saveStepState(.object(state))
             return .needsInput(pinRequest(step, tokenId: tokenId))
         }
+        // From here a key may exist under these ids: recorded before the attempt.
+        plan["generating"] = true
+        state["plan"] = .object(plan)
+        try await saveStepState(.object(state))
         let data = current.data.objectValue ?? [:]
         let document = data["document"]?.objectValue
         let documentName = document.flatMap { d -> String? in
