@@ -73,8 +73,11 @@ public struct ActivationTokenVerifier: Sendable {
     /// Clock leeway for `exp` and `nbf`, in seconds.
     public var leeway: TimeInterval
 
-    /// Header `typ` values accepted (RFC 7515 §4.1.9: compared case-insensitively, "application/" optional).
-    static let acceptedTypes: Set<String> = ["tessera-activation+jwt", "application/tessera-activation+jwt"]
+    /// Header `typ` values accepted (RFC 7515 §4.1.9: compared case-insensitively, "application/" optional):
+    /// the explicit type, or the generic "JWT" most JOSE libraries write; other explicit types (an access token's
+    /// `at+jwt`, …) are refused so that no other kind of token from the same issuer is taken for an activation.
+    static let acceptedTypes: Set<String> = ["tessera-activation+jwt", "application/tessera-activation+jwt",
+                                             "jwt", "application/jwt"]
 
     public init(issuers: [IssuerKey], stationId: String?, leeway: TimeInterval = 60) {
         self.issuers = issuers
@@ -96,7 +99,7 @@ public struct ActivationTokenVerifier: Sendable {
         }
         if let typ = header["typ"] {
             guard let t = typ.stringValue, Self.acceptedTypes.contains(t.lowercased()) else {
-                throw JWS.malformed("the token's typ must be tessera-activation+jwt")
+                throw JWS.malformed("the token's typ must be tessera-activation+jwt (or JWT)")
             }
         }
         if header["crit"] != nil { throw JWS.malformed("the token has critical header parameters") }

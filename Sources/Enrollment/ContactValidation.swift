@@ -51,7 +51,7 @@ public enum ContactValidation {
             guard let i = bytes.firstIndex(of: UInt8(ascii: "@")) else {
                 throw invalid("email", "an email address needs an '@'")
             }
-            guard isDotAtom(bytes[..<i], allowed: isAtext) else {
+            guard isDotAtom(bytes[..<i]) else {
                 throw invalid("email", "the local part is not a valid dot-atom")
             }
             at = i
@@ -114,14 +114,13 @@ public enum ContactValidation {
     private static func lowercased(_ b: UInt8) -> UInt8 { (0x41...0x5A).contains(b) ? b + 0x20 : b }
 
     /// atext: ALPHA / DIGIT / "!#$%&'*+-/=?^_`{|}~".
-    private static func isAtext(_ b: UInt8) -> Bool {
-        isAlpha(b) || isDigit(b) || Array("!#$%&'*+-/=?^_`{|}~".utf8).contains(b)
-    }
+    private static func isAtext(_ b: UInt8) -> Bool { isAlpha(b) || isDigit(b) || atextSymbols.contains(b) }
+    private static let atextSymbols = Set("!#$%&'*+-/=?^_`{|}~".utf8)
 
     /// 1*atext *("." 1*atext).
-    private static func isDotAtom(_ s: ArraySlice<UInt8>, allowed: (UInt8) -> Bool) -> Bool {
+    private static func isDotAtom(_ s: ArraySlice<UInt8>) -> Bool {
         let parts = s.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        return !s.isEmpty && parts.allSatisfy { !$0.isEmpty && $0.allSatisfy(allowed) }
+        return !s.isEmpty && parts.allSatisfy { !$0.isEmpty && $0.allSatisfy(isAtext) }
     }
 
     /// The index just after the closing quote of a quoted-string starting at `s.startIndex`:
