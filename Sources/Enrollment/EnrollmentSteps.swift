@@ -193,7 +193,7 @@ extension EnrollmentEngine {
             key = try DocumentAccessKey(can: access["can"]?.stringValue ?? "")
         }
         await emit("enrollment.busy", event(["expectedInterval": "long", "step": .string(step.key)]))
-        let reader = try await waitForCard(reader: step.string("reader"),
+        let reader = try await waitForCard(step, reader: step.string("reader"),
                                            seconds: step.settings["cardWaitSeconds"]?.intValue ?? 60)
         let groups = (step.settings["dataGroups"]?.arrayValue ?? ["DG1", "DG2"])
             .compactMap { $0.stringValue.flatMap(EnrollmentConfiguration.dataGroupNumber) }
@@ -240,10 +240,16 @@ extension EnrollmentEngine {
     }
 
     /// The reader to read from: the configured one, or the first holding a card; waits up to `seconds` for a card.
-    private func waitForCard(reader: String?, seconds: Int) async throws(TesseraError) -> String? {
+    /// Announces `{step: "waitingForCard"}` progress once when no card is there yet.
+    private func waitForCard(_ step: WorkflowStep, reader: String?, seconds: Int) async throws(TesseraError) -> String? {
         let deadline = ContinuousClock.now + .seconds(seconds)
         var lastError: TesseraError?
+        var announced = false
         while true {
+            if lastError != nil, !announced {
+                announced = true
+                await emit("enrollment.progress", event(["step": .string(step.key), "progress": ["step": "waitingForCard"]]))
+            }
             do {
                 let list = try await documents.readers()
                 if let hit = list.first(where: { $0.cardPresent && (reader == nil || $0.name == reader) }) { return hit.name }
