@@ -112,7 +112,7 @@ let package = Package(
         // MARK: Daemon wiring and executables
         .target(name: "TesseraDaemon", dependencies: [
             "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
-            "ICAO", "PCSC", "NFC", "Enrollment",
+            "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ], swiftSettings: strict),

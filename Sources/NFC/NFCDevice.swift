@@ -182,6 +182,15 @@ public final class NFCDevice: @unchecked Sendable {
         }
     }
 
+    /// Aborts the libnfc command blocking the device thread (`nfc_abort_command`), from any other thread. Only safe
+    /// while that command is `nfc_target_init`: libnfc 1.8 reads an unset status byte after an aborted
+    /// TgGetData/TgSetData (see `NFCCardEmulator`).
+    func abortBlockingCommand() {
+        handle.withLock { device in
+            if let device { _ = nfc_abort_command(device) }
+        }
+    }
+
     static func lastError(_ device: OpaquePointer) -> String {
         let code = nfc_device_get_last_error(device)
         let text = nfc_strerror(device).map { String(cString: $0) } ?? ""

@@ -15,6 +15,12 @@ import Glibc
 /// SAMConfiguration, RFConfiguration, PowerDown, InListPassiveTarget at 106 kbps type A, InDataExchange,
 /// InCommunicateThru, InDeselect, InRelease) and presents one ISO 14443-4 type A card whose APDUs go to the
 /// `VirtualCard`. Responses up to 263 bytes travel in one (extended) frame, so no MI chaining is needed.
+///
+/// Target mode (card emulation by the host, `nfc_target_init`): TgInitAsTarget, TgGetData, TgSetData and
+/// TgGetTargetStatus with the ISO 14443-4 PICC emulation libnfc enables (SetParameters fISO14443-4_PICC, mode
+/// bit PICC only). The RF side is then an external reader driven through `externalReader`; see
+/// `PN532ExternalReader`. A host command sent while TgInitAsTarget or TgGetData waits for the RF side, or an
+/// ACK frame, aborts the waiting command (as libnfc's abort and timeout paths expect).
 public final class PN532Emulator: Sendable {
     /// What the card tells the reader during activation, and test knobs.
     public struct Options: Sendable {
@@ -60,11 +66,12 @@ public final class PN532Emulator: Sendable {
     private let masterFD: Int32
     private let slaveFD: Int32
     private let card: any VirtualCard
-    private let state: Locked<State>
+    let state: Locked<State>
+    private let writeLock = NSLock()
     private let cardExecutor = DedicatedTaskExecutor(label: "tessera.pn532.card")
-    private let onEvent: EventHook?
+    let onEvent: EventHook?
 
-    private struct State {
+    struct State {
         var options: Options
         var running = false
         var stopped = false
@@ -78,6 +85,9 @@ public final class PN532Emulator: Sendable {
         var registers: [UInt16: UInt8] = [:]
         var lastFrame: [UInt8] = []
         var commandLog: [UInt8] = []
+        /// SetParameters flags (bit 2 fAutomaticATR_RES, bit 5 fISO14443-4_PICC).
+        var parameters: UInt8 = 0
+        var target = TargetState()
     }
 
     /// Opens a pseudo-terminal. With `link`, a symlink at that path points to the slave (replacing a stale link).
@@ -178,21 +188,33 @@ public final class PN532Emulator: Sendable {
                 switch event {
                 case .information(let payload):
                     guard payload.count >= 2, payload[0] == PN532Frame.hostToPN532 else { continue }
+                    abortWaitingTargetCommand()
                     send(PN532Frame.ack)
-                    let response = handle(code: payload[1], params: Array(payload.dropFirst(2)))
-                    let frame = PN532Frame.encode([PN532Frame.pn532ToHost, payload[1] &+ 1] + response)
-                    state.withLock { $0.lastFrame = frame }
-                    send(frame)
+                    if let response = handle(code: payload[1], params: Array(payload.dropFirst(2))) {
+                        respond(to: payload[1], with: response)
+                    }
                 case .nack:
                     send(state.withLock { $0.lastFrame })
-                case .ack, .corrupt:
+                case .ack:
+                    abortWaitingTargetCommand()
+                case .corrupt:
                     continue
                 }
             }
         }
     }
 
+    /// Sends the response frame of command `code` (from the serving thread or, for target-mode commands that
+    /// waited for the RF side, from the external reader's).
+    func respond(to code: UInt8, with response: [UInt8]) {
+        let frame = PN532Frame.encode([PN532Frame.pn532ToHost, code &+ 1] + response)
+        state.withLock { $0.lastFrame = frame }
+        send(frame)
+    }
+
     private func send(_ bytes: [UInt8]) {
+        writeLock.lock()
+        defer { writeLock.unlock() }
         var offset = 0
         while offset < bytes.count {
             let n = bytes[offset...].withUnsafeBytes { write(masterFD, $0.baseAddress, $0.count) }
@@ -204,8 +226,9 @@ public final class PN532Emulator: Sendable {
         }
     }
 
-    /// Answers one command (`code` = PN532 command code); returns the response bytes after TFI and code+1.
-    private func handle(code: UInt8, params: [UInt8]) -> [UInt8] {
+    /// Answers one command (`code` = PN532 command code); returns the response bytes after TFI and code+1, or nil
+    /// when the answer waits for the RF side (target mode).
+    private func handle(code: UInt8, params: [UInt8]) -> [UInt8]? {
         state.withLock { $0.commandLog.append(code) }
         switch code {
         case 0x00: // Diagnose
@@ -238,7 +261,10 @@ public final class PN532Emulator: Sendable {
                 i += 3
             }
             return []
-        case 0x12, 0x14: return [] // SetParameters, SAMConfiguration
+        case 0x12: // SetParameters
+            state.withLock { $0.parameters = params.first ?? 0 }
+            return []
+        case 0x14: return [] // SAMConfiguration
         case 0x16: // PowerDown
             powerOffCard()
             return [0x00]
@@ -254,10 +280,16 @@ public final class PN532Emulator: Sendable {
         case 0x44: // InDeselect
             state.withLock { $0.activeTarget = false }
             return [0x00]
-        case 0x52: // InRelease
+        case 0x52: // InRelease (in target mode: stops the emulation)
             state.withLock { $0.activeTarget = false }
+            releaseTarget()
             onEvent?(.released)
             return [0x00]
+        case 0x8C: return initAsTarget(params)
+        case 0x86: return getData()
+        case 0x8E: return setData(params)
+        case 0x8A: return targetStatus()
+        case 0x88, 0x90, 0x92, 0x94: return [0x27] // raw target mode (no PICC emulation) is not emulated
         case 0x56, 0x46, 0x4E, 0x50, 0x60: return [0x01] // DEP / PSL / select / autopoll: nothing answers
         default: return [0x27] // "command not acceptable in this context"
         }

@@ -52,6 +52,7 @@ public enum Daemon {
                                         trustStore: try DocumentService.trustStore(paths: options.cscaPaths),
                                         logger: documentLogger)
         table.registerDocumentReading(documents)
+        table.registerLab()
         var enrollmentLogger = logger
         enrollmentLogger[metadataKey: "service"] = "enrollment"
         let subscribers = EnrollmentSubscribers()

@@ -23,6 +23,7 @@ struct LabEmulatePIV: AsyncParsableCommand {
         EXAMPLES
           tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --serial 1234
           tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --log-apdus
+          tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --trace /tmp/piv.pcap
         """)
 
     @Option(help: ArgumentHelp("The vpcd reader's address (pcscd's reader.conf CHANNELID port).", valueName: "HOST:PORT"))
@@ -33,6 +34,8 @@ struct LabEmulatePIV: AsyncParsableCommand {
     var serial: UInt32 = 1
     @Flag(name: .customLong("log-apdus"), help: "Trace every APDU exchange on stderr.")
     var logAPDUs = false
+    @Option(help: ArgumentHelp("Write an APDU trace (pcap, ISO 14443 link type) to FILE.", valueName: "FILE"))
+    var trace: String?
 
     func run() async throws {
         let (host, port) = try LabOutput.vpcdAddress(vpcd)
@@ -40,9 +43,9 @@ struct LabEmulatePIV: AsyncParsableCommand {
         do { card = try EmulatedPIVCard.open(stateFile: state, serial: serial) } catch {
             throw LabOutput.fail(error, status: 1)
         }
-        let trace: VirtualCardLink.ExchangeHook? = logAPDUs ? LabOutput.traceExchange : nil
+        let hooks = try LabOutput.vpcdHooks(trace: trace, log: logAPDUs)
         let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
-                                   onExchange: trace)
+                                   onExchange: hooks.exchange, onEvent: hooks.event)
         let stop = LabSignals.install()
         do { try await link.start(timeout: .seconds(10)) } catch {
             throw LabOutput.fail(error, status: 2)
@@ -50,6 +53,7 @@ struct LabEmulatePIV: AsyncParsableCommand {
         LabOutput.line("inserted PIV card \(await card.state.serial) into vpcd \(host):\(port)")
         await LabSignals.waitForStop(stop)
         await link.remove()
+        hooks.writer?.close()
         LabOutput.line("removed; \(await card.commands.count) APDUs served")
     }
 }

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Emulation
 import Foundation
+import ICAO
+import MRZ
 import NFC
 import PN532Emulator
 import TesseraCore
@@ -9,24 +11,34 @@ import TesseraCore
 struct LabPN532: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pn532",
-        abstract: "Run a software PN532 (UART) on a pty with an emulated passport in its field.",
+        abstract: "Run a software PN532 (UART) on a pty with an emulated passport, or a reader, in its field.",
         discussion: """
-        Creates a pseudo-terminal that behaves like a PN532 board on a serial port and makes PATH a symlink to
-        its slave side. libnfc's pn532_uart driver (and so nfc-list, tesserad --nfc-device) opens it:
+        Creates a pseudo-terminal that behaves like a PN532 board on a serial port and makes PATH a symlink to its slave side. libnfc's pn532_uart driver (and so nfc-list, tesserad --nfc-device) opens it:
           LIBNFC_DEFAULT_DEVICE=pn532_uart:PATH nfc-list
           tesserad --nfc-device pn532_uart:PATH ...
-        The card is an ISO 14443-4 type A target (UID 08 54 53 52, SAK 20) answering with the passport from
-        --profile (see `tessera lab make-profile`). Runs until SIGINT/SIGTERM.
+        The card is an ISO 14443-4 type A target (UID 08 54 53 52, SAK 20) answering with the passport from --profile (see `tessera lab make-profile`). Runs until SIGINT/SIGTERM.
 
-        --remove-after-apdus N: after N answered APDUs the card leaves the field once (the next APDU gets no
-        answer); it is back at the reader's next poll. --trace FILE writes a pcap (ISO 14443 link type) that
-        `tessera lab trace FILE` and Wireshark read.
+        --remove-after-apdus N: after N answered APDUs the card leaves the field once (the next APDU gets no answer); it is back at the reader's next poll. --trace FILE writes a pcap (ISO 14443 link type) that `tessera lab trace FILE` and Wireshark read.
+
+        READER IN THE FIELD (target mode, instead of --profile)
+        With --reader-mrz, --reader-can or --reader-apdu the field holds a reader instead of a card. When the program on the pty emulates a card (libnfc nfc_target_init, e.g. `tessera lab emulate` or tesserad's lab.emulate), the reader activates it once and either reads it as an e-passport (BAC or PACE with the MRZ or CAN, then DG1) or sends the given APDUs, printing `reader: ...` lines; then it switches its field off and stays idle until SIGINT/SIGTERM.
+
+        EXAMPLES
+          tessera lab pn532 --pty /tmp/pn532 --profile /tmp/anna --trace /tmp/t.pcap
+          tessera lab pn532 --pty /tmp/pn532 --reader-mrz "$MRZ" &
+          tessera lab emulate --device pn532_uart:/tmp/pn532 --profile /tmp/anna
         """)
 
     @Option(help: ArgumentHelp("Symlink to create for the pty slave (use as pn532_uart:PATH).", valueName: "PATH"))
     var pty: String
     @Option(help: ArgumentHelp("Document profile directory (tessera lab make-profile).", valueName: "DIR"))
-    var profile: String
+    var profile: String?
+    @Option(name: .customLong("reader-mrz"), help: ArgumentHelp("Reader in the field: read the emulated passport with this MRZ.", valueName: "TEXT"))
+    var readerMRZ: String?
+    @Option(name: .customLong("reader-can"), help: ArgumentHelp("Reader in the field: read the emulated passport with this CAN.", valueName: "N"))
+    var readerCAN: String?
+    @Option(name: .customLong("reader-apdu"), help: ArgumentHelp("Reader in the field: send this APDU (hex; repeatable).", valueName: "HEX"))
+    var readerAPDUs: [String] = []
     @Option(name: .customLong("remove-after-apdus"), help: ArgumentHelp("Drop the target once after N APDUs.", valueName: "N"))
     var removeAfter: Int?
     @Option(help: ArgumentHelp("Write an APDU trace (pcap) to FILE.", valueName: "FILE"))
@@ -34,8 +46,17 @@ struct LabPN532: AsyncParsableCommand {
     @Flag(name: .customLong("log-apdus"), help: "Trace every APDU exchange on stderr.")
     var logAPDUs = false
 
-    func run() async throws {
+    private var readerMode: Bool { readerMRZ != nil || readerCAN != nil || !readerAPDUs.isEmpty }
+
+    func validate() throws {
+        guard (profile != nil) != readerMode else {
+            throw ValidationError("give --profile (a card in the field) or a reader (--reader-mrz, --reader-can, --reader-apdu)")
+        }
         if let removeAfter, removeAfter < 0 { throw ValidationError("--remove-after-apdus must be ≥ 0") }
+    }
+
+    func run() async throws {
+        guard let profile else { return try await runReader() }
         let card: EmulatedPassport
         let writer: APDUTraceWriter?
         do {
@@ -60,6 +81,71 @@ struct LabPN532: AsyncParsableCommand {
         emulator.stop()
         writer?.close()
         LabOutput.line("stopped; \(emulator.answeredAPDUs) APDUs answered")
+    }
+
+    /// The software PN532 in target mode with a reader in its field that acts once.
+    private func runReader() async throws {
+        var password: AccessPassword?
+        var apdus: [[UInt8]] = []
+        do throws(TesseraError) {
+            if let readerMRZ { password = .mrz(mrzInformation: try MRZ.parse(readerMRZ).mrzInformation) }
+            if let readerCAN { password = .can(readerCAN) }
+            for text in readerAPDUs {
+                guard let bytes = Hex.decode(text.filter { !$0.isWhitespace }), bytes.count >= 4 else {
+                    throw TesseraError.invalidInput("--reader-apdu takes a hex APDU of at least 4 bytes")
+                }
+                apdus.append(bytes)
+            }
+        } catch {
+            throw LabOutput.fail(error, status: 1)
+        }
+        let writer: APDUTraceWriter?
+        let emulator: PN532Emulator
+        let log = logAPDUs
+        do {
+            writer = try trace.map { path throws(TesseraError) in try APDUTraceWriter(path: path) }
+            emulator = try PN532Emulator.withoutCard(link: pty) { LabPN532.record($0, writer: writer, log: log) }
+        } catch {
+            throw LabOutput.fail(error, status: 1)
+        }
+        let stop = LabSignals.install()
+        emulator.start()
+        LabOutput.line("pn532 ready at \(emulator.connstring) (\(emulator.slavePath)), reader in the field")
+        let reader = emulator.externalReader
+        let session = Task { [password, apdus] in
+            await Self.actOnce(reader, password: password, apdus: apdus)
+        }
+        await LabSignals.waitForStop(stop)
+        session.cancel()
+        emulator.stop()
+        writer?.close()
+    }
+
+    /// Waits for an emulated card, then reads it or sends the APDUs, and switches the field off.
+    private static func actOnce(_ reader: PN532ExternalReader, password: AccessPassword?, apdus: [[UInt8]]) async {
+        var activation: PN532ExternalReader.Activation?
+        while activation == nil && !Task.isCancelled {
+            activation = try? await reader.activate(timeout: .seconds(1))
+        }
+        guard let activation else { return }
+        LabOutput.line("reader: activated UID \(Hex.encode(activation.uid).uppercased()) ATS \(Hex.encode(activation.ats).uppercased())")
+        do throws(TesseraError) {
+            for apdu in apdus {
+                let response = try await reader.transmit(apdu)
+                LabOutput.line("reader: > \(Hex.encode(apdu).uppercased())")
+                LabOutput.line("reader: < \(Hex.encode(response).uppercased())")
+            }
+            if let password {
+                let (channel, used) = try await establishAccess(transport: reader, password: password)
+                let dg1 = try await ElementaryFileReader(transport: channel).readFile(fid: LDSFile.dataGroup(1).fileID)
+                let number = (try? DG1(parsing: dg1).parsedMRZ().documentNumber) ?? "?"
+                LabOutput.line("reader: \(used == .pace ? "PACE" : "BAC") DG1 \(dg1.count) bytes, document \(number)")
+            }
+        } catch {
+            LabOutput.line("reader: error \(error.code.rawValue): \(error.message)")
+        }
+        reader.removeField()
+        LabOutput.line("reader: done")
     }
 
     @Sendable static func record(_ event: PN532Emulator.Event, writer: APDUTraceWriter?, log: Bool) {

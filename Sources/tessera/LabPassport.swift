@@ -3,6 +3,7 @@ import Dispatch
 import Emulation
 import Foundation
 import ICAO
+import NFC
 import TesseraCore
 import VPCD
 #if canImport(Glibc)
@@ -108,7 +109,8 @@ struct LabEmulatePassport: AsyncParsableCommand {
                                   second later (card-removed tests)
 
         With --log-apdus every exchange is written to stderr (command and response in hex, as seen on the
-        wire, i.e. protected by secure messaging).
+        wire, i.e. protected by secure messaging). --trace FILE records the exchanges as a pcap (ISO 14443 link
+        type, power on/off as field on/off) for `tessera lab trace` and Wireshark.
 
         EXAMPLES
           tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963
@@ -129,6 +131,8 @@ struct LabEmulatePassport: AsyncParsableCommand {
     var removeAfter: Int?
     @Flag(name: .customLong("log-apdus"), help: "Trace every APDU exchange on stderr.")
     var logAPDUs = false
+    @Option(help: ArgumentHelp("Write an APDU trace (pcap) to FILE.", valueName: "FILE"))
+    var trace: String?
 
     func run() async throws {
         let (host, port) = try LabOutput.vpcdAddress(vpcd)
@@ -139,9 +143,9 @@ struct LabEmulatePassport: AsyncParsableCommand {
         }
         let card = EmulatedPassport(profile: loaded, misbehaviour: Misbehaviour(
             tamperedDataGroup: tamperDG, maxShortLe: maxLe, rejectExtendedLength: noExtended))
-        let trace: VirtualCardLink.ExchangeHook? = logAPDUs ? LabOutput.traceExchange : nil
+        let hooks = try LabOutput.vpcdHooks(trace: trace, log: logAPDUs)
         let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
-                                   onExchange: trace)
+                                   onExchange: hooks.exchange, onEvent: hooks.event)
         if let removeAfter {
             await card.setCommandHook { index, _ in
                 guard index == removeAfter else { return }
@@ -165,6 +169,7 @@ struct LabEmulatePassport: AsyncParsableCommand {
         LabOutput.line("inserted \(loaded.parsedMRZ.documentNumber) into vpcd \(host):\(port)")
         await LabSignals.waitForStop(stop)
         await link.remove()
+        hooks.writer?.close()
         LabOutput.line("removed; \(await card.commandCount) APDUs served")
     }
 }
@@ -186,6 +191,30 @@ enum LabOutput {
     static func fail(_ error: TesseraError, status: Int32) -> ExitCode {
         FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
         return ExitCode(status)
+    }
+
+    /// Hooks for a `VirtualCardLink`: APDUs to stderr (`log`) and to a pcap trace at `trace` (power on/off recorded
+    /// as field on/off). Exits with status 1 when the trace file cannot be created.
+    static func vpcdHooks(trace: String?, log: Bool) throws
+        -> (exchange: VirtualCardLink.ExchangeHook?, event: VirtualCardLink.EventHook?, writer: APDUTraceWriter?) {
+        var writer: APDUTraceWriter?
+        if let trace {
+            do throws(TesseraError) { writer = try APDUTraceWriter(path: trace) } catch { throw fail(error, status: 1) }
+        }
+        guard writer != nil || log else { return (nil, nil, nil) }
+        let exchange: VirtualCardLink.ExchangeHook = { [writer] command, response, time in
+            writer?.exchange(command: command, response: response, commandTime: time, responseTime: Date())
+            if log { traceExchange(command, response, time) }
+        }
+        let traceWriter = writer
+        let event: VirtualCardLink.EventHook = { event in
+            switch event {
+            case .powerOn, .reset: traceWriter?.fieldOn()
+            case .powerOff, .disconnected: traceWriter?.fieldOff()
+            case .connected, .atrRequested: break
+            }
+        }
+        return (exchange, event, traceWriter)
     }
 
     /// One APDU exchange as two hex lines on stderr.
