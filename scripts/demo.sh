@@ -38,7 +38,15 @@ MRZ=$'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159
 "$BIN/tessera" lab emulate-passport --profile "$DEMO/passport" --vpcd "127.0.0.1:$PORT" > "$DEMO/emulator.log" 2>&1 &
 PIDS+=($!)
 
-"$BIN/tesserad" --socket "$SOCK" --state-dir "$DEMO/state" --csca "$DEMO/passport/csca.pem" 2> "$DEMO/tesserad.log" &
+# A kiosk workflow: email, the passport's MRZ, a verified chip read matched against the expected holder, a passkey.
+cat > "$DEMO/config.json" <<JSON
+{"enrollment": {"workflows": {"kiosk-demo": {"remote": true,
+  "expected": {"surname": "Eriksson", "givenNames": "Anna Maria", "dateOfBirth": "1974-08-12", "nationality": "UTO"},
+  "steps": ["EMAIL_INFO", "NFC_MRZ", "NFC_PHASE", "ATTRIBUTE_MATCHING",
+            {"key": "PASSKEY_CREATION", "rpId": "$RP", "attestation": "packed"}]}}}}
+JSON
+"$BIN/tesserad" --socket "$SOCK" --state-dir "$DEMO/state" --csca "$DEMO/passport/csca.pem" --config "$DEMO/config.json" \
+  2> "$DEMO/tesserad.log" &
 DAEMON=$!
 PIDS=("$DAEMON" "${PIDS[@]}")
 for _ in $(seq 1 200); do
@@ -90,4 +98,15 @@ tessera passport readers
 tessera passport read --mrz "$MRZ" --save-photo "$DEMO/face.jpg"
 echo "face image saved to $DEMO/face.jpg"
 
-echo; echo "demo finished: passkey registration and assertion verified; passport read and verified."
+echo; echo "== kiosk enrollment (docs/ENROLLMENT.md): email, MRZ, chip read + passive authentication, attribute match, passkey"
+.venv/bin/python - "$DEMO/answers.json" "$MRZ" "${TESSERA_DEMO_PIN:-}" <<'PY'
+import json, sys
+answers = {"EMAIL_INFO": {"email": "anna.eriksson@demo.tessera.example"}, "NFC_MRZ": {"mrz": sys.argv[2]}}
+if sys.argv[3]:
+    answers["PASSKEY_CREATION"] = {"pin": sys.argv[3]}
+json.dump(answers, open(sys.argv[1], "w"))
+PY
+tessera enroll-station --workflow kiosk-demo --force --answers "$DEMO/answers.json" < /dev/null
+tessera credentials list --rp-id "$RP"
+
+echo; echo "demo finished: passkey registration and assertion verified; passport read and verified; kiosk enrollment done."
