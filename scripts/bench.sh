@@ -5,6 +5,10 @@ cd "$(dirname "$0")/.."
 swift build -c release --product tesserad
 swift build -c release --product tessera-bench
 .build/release/tessera-bench --seconds "${BENCH_SECONDS:-5}"
+# BENCH_PINNED=1: again with the load generator on CPU 0 and tesserad on CPU 1 (needs 2+ cores).
+if [ "${BENCH_PINNED:-0}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+    taskset -c 0 .build/release/tessera-bench --seconds "${BENCH_SECONDS:-5}" --daemon-cpus 1
+fi
 # Document reading: APDUs/bytes/time for DG1+DG2(~20 KB)+SOD, short vs extended length, in process and via pcscd+vpcd.
 swift build -c release --product document-bench
 .build/release/document-bench --runs "${BENCH_RUNS:-5}"

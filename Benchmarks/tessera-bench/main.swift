@@ -5,11 +5,21 @@ import TesseraCore
 import TesseraTestSupport
 
 /// Assertions per second over the daemon's socket against raw PKCS#11 C_Sign on the same SoftHSM2 token,
-/// measured in the same run. Usage: tessera-bench [--seconds S] [--tesserad PATH]
+/// measured in the same run. Usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16]
+/// [--daemon-cpus LIST] [--piv]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
+/// from `RPCClient`; its own CPU time is reported beside the daemon's so a shared machine can be judged.
 @main
 enum Bench {
+    static let usage = """
+        usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST] [--piv]
+          --daemon-cpus LIST  run tesserad under `taskset -c LIST` (e.g. 1; start the bench itself under
+                              `taskset -c 0` to give load generator and daemon a core each)
+        """
+
     static func main() async throws {
         var seconds = 5.0
+        var clientCounts = [1, 4, 16]
+        var daemonCPUs: String?
         var tesserad = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
             .appendingPathComponent("tesserad").path
         var piv = false  // --piv: the PIV card benchmark (PIVBench.swift) instead of PKCS#11
@@ -19,7 +29,9 @@ enum Bench {
             case "--seconds": seconds = Double(it.next() ?? "") ?? seconds
             case "--tesserad": tesserad = it.next() ?? tesserad
             case "--piv": piv = true
-            default: print("usage: tessera-bench [--seconds S] [--tesserad PATH] [--piv]"); return
+            case "--clients": clientCounts = (it.next() ?? "").split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
+            case "--daemon-cpus": daemonCPUs = it.next()
+            default: print(usage); return
             }
         }
         if piv { try await PIVBench.run(seconds: seconds, tesserad: tesserad); return }
@@ -34,9 +46,10 @@ enum Bench {
         // Start the daemon and time it to readiness.
         let socket = work + "/tesserad.sock"
         let daemon = Process()
-        daemon.executableURL = URL(fileURLWithPath: tesserad)
-        daemon.arguments = ["--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
-                            "--no-embedded-softhsm", "--config", config, "--log-level", "warning"]
+        daemon.executableURL = URL(fileURLWithPath: daemonCPUs == nil ? tesserad : "/usr/bin/taskset")
+        daemon.arguments = (daemonCPUs.map { ["-c", $0, tesserad] } ?? []) + [
+            "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
+            "--no-embedded-softhsm", "--config", config, "--log-level", "warning"]
         let spawned = ContinuousClock.now
         try daemon.run()
         defer { daemon.terminate(); daemon.waitUntilExit() }
@@ -65,53 +78,34 @@ enum Bench {
 
         print("tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
         print("startup to ready: \(format(ready)); idle RSS: \(idleRSS.map { "\($0) KiB" } ?? "?")")
-        print("clients  raw C_Sign/s (sessions)  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/assertion")
+        if let daemonCPUs { print("tesserad pinned to CPUs \(daemonCPUs)") }
+        print("clients  raw C_Sign/s (sessions)  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/a  client CPU µs/a  daemon cs/a")
         var rawSingleLatency = 0.0
-        for clients in [1, 4, 16] {
+        for clients in clientCounts {
             let rawSessions = min(clients, sessions)
             let iterations = max(2000, Int(seconds * 4000) * rawSessions)
             let raw = try await token.rawSignLoop(keyID: keyHandle, digest: digest, iterations: iterations, sessions: rawSessions)
             if clients == 1 { rawSingleLatency = 1.0 / raw }
-            let cpuBefore = cpuSeconds(pid: daemon.processIdentifier)
-            let (rate, latencies) = try await assertionLoad(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds)
-            let cpu = (cpuSeconds(pid: daemon.processIdentifier) - cpuBefore) / Double(latencies.count)
+            let pid = daemon.processIdentifier
+            let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(), csBefore = contextSwitches(pid: pid)
+            let (latencies, wall) = try await LoadClient.run(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds)
+            let n = Double(latencies.count)
+            let cpu = (cpuSeconds(pid: pid) - cpuBefore) / n
+            let own = (LoadClient.ownCPUSeconds() - ownBefore) / n
+            let cs = Double(contextSwitches(pid: pid) - csBefore) / n
+            let rate = n / wall
             let sorted = latencies.sorted()
             let median = sorted[sorted.count / 2], p99 = sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
-            print(String(format: "%7d  %12.0f (%2d)          %12.0f  %5.2f  %9.3f  %6.3f  %8.0f", clients, raw, rawSessions,
-                         rate, rate / raw, median * 1000, p99 * 1000, cpu * 1e6))
+            print(String(format: "%7d  %12.0f (%2d)          %12.0f  %5.2f  %9.3f  %6.3f  %15.0f  %15.0f  %11.1f", clients, raw,
+                         rawSessions, rate, rate / raw, median * 1000, p99 * 1000, cpu * 1e6, own * 1e6, cs))
             if clients == 1 {
                 print(String(format: "         added latency per assertion at 1 client (median − raw C_Sign): %.0f µs",
                              (median - rawSingleLatency) * 1e6))
             }
         }
+        print("CPU per assertion: tesserad from /proc/PID/stat, the load generator (this process) from getrusage;")
+        print("cs/a: tesserad context switches (all threads) per assertion")
         provider.finalize()
-    }
-
-    /// Runs `clients` connections, each issuing assertions back to back for `seconds`.
-    static func assertionLoad(socket: String, credentialId: String, clients: Int, seconds: Double) async throws -> (Double, [Double]) {
-        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-        let started = ContinuousClock.now
-        let all = try await withThrowingTaskGroup(of: [Double].self) { group in
-            for _ in 0..<clients {
-                group.addTask {
-                    let c = try await RPCClient.connect(path: socket)
-                    var lat: [Double] = []
-                    let params: JSONValue = ["rpId": "bench.example", "challenge": "YmVuY2gtY2hhbGxlbmdlLTAxMjM0NTY3",
-                                             "allowCredentials": [.string(credentialId)]]
-                    while ContinuousClock.now < deadline {
-                        let t0 = ContinuousClock.now
-                        _ = try await c.call("passkey.authenticate", params)
-                        lat.append(Bench.seconds(ContinuousClock.now - t0))
-                    }
-                    await c.close()
-                    return lat
-                }
-            }
-            var out: [Double] = []
-            for try await l in group { out += l }
-            return out
-        }
-        return (Double(all.count) / Bench.seconds(ContinuousClock.now - started), all)
     }
 
     static func firstKeyID(_ token: PKCS11Token) async throws -> [UInt8] {
@@ -133,6 +127,20 @@ enum Bench {
         // After the command: state(0) ppid(1) … utime(11) stime(12).
         guard fields.count > 12, let u = Double(fields[11]), let k = Double(fields[12]) else { return 0 }
         return (u + k) / 100
+    }
+
+    /// Voluntary + involuntary context switches of every thread of a process.
+    static func contextSwitches(pid: Int32) -> Int {
+        let dir = "/proc/\(pid)/task"
+        guard let tids = try? FileManager.default.contentsOfDirectory(atPath: dir) else { return 0 }
+        var total = 0
+        for tid in tids {
+            guard let s = try? String(contentsOfFile: "\(dir)/\(tid)/status", encoding: .utf8) else { continue }
+            for line in s.split(separator: "\n") where line.contains("ctxt_switches:") {
+                total += Int(line.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+            }
+        }
+        return total
     }
 
     static func rssKiB(pid: Int32) -> Int? {

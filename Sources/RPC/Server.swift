@@ -154,21 +154,25 @@ public final class RPCServer: Sendable {
         logger.debug("client connected", metadata: ["conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)"])
         var rpcConnection: RPCConnection?
         do {
-            try await connection.executeThenClose { inbound, outbound in
-                let conn = RPCConnection(id: id, peer: peer, writer: outbound)
-                self.state.withLock { $0.clients[id] = conn }
-                rpcConnection = conn
-                try await withThrowingDiscardingTaskGroup { group in
-                    do {
-                        for try await frame in inbound {
-                            let bytes = Array(frame.readableBytesView)
-                            group.addTask { await self.process(bytes, on: conn) }
+            // The connection's tasks (and default actors they call) run on its event loop: reading a request,
+            // handling it and writing the answer need no wake-up of another thread.
+            try await withTaskExecutorPreference(EventLoopTaskExecutor(channel.eventLoop)) {
+                try await connection.executeThenClose { inbound, outbound in
+                    let conn = RPCConnection(id: id, peer: peer, writer: outbound)
+                    self.state.withLock { $0.clients[id] = conn }
+                    rpcConnection = conn
+                    try await withThrowingDiscardingTaskGroup { group in
+                        do {
+                            for try await frame in inbound {
+                                let bytes = Array(frame.readableBytesView)
+                                group.addTask { await self.process(bytes, on: conn) }
+                            }
+                        } catch is FrameTooLargeError {
+                            await conn.send(RPCWire.response(id: nil, error: TesseraError(
+                                .frameTooLarge, "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
+                        } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel {
+                            // Shutdown closed our input: answer what is in flight, then close.
                         }
-                    } catch is FrameTooLargeError {
-                        await conn.send(RPCWire.response(id: nil, error: TesseraError(
-                            .frameTooLarge, "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
-                    } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel {
-                        // Shutdown closed our input: answer what is in flight, then close.
                     }
                 }
             }
@@ -215,6 +219,20 @@ public final class RPCServer: Sendable {
             }
             return request.isNotification ? nil : RPCWire.response(id: request.id, error: error)
         }
+    }
+}
+
+/// Runs jobs on one NIO event loop. Handlers that block run on it too, so they delay that loop's other connections:
+/// blocking work belongs on its own threads (as hardware PKCS#11 sessions and PC/SC calls already are).
+final class EventLoopTaskExecutor: TaskExecutor {
+    let eventLoop: any EventLoop
+
+    init(_ eventLoop: any EventLoop) { self.eventLoop = eventLoop }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        eventLoop.execute { job.runSynchronously(on: executor) }
     }
 }
 

@@ -8,30 +8,43 @@ public enum Base64URL {
     }()
 
     public static func encode<B: Sequence>(_ bytes: B) -> String where B.Element == UInt8 {
-        let input = Array(bytes)
-        var out = [UInt8]()
-        out.reserveCapacity((input.count * 4 + 2) / 3)
-        var i = 0
-        while i + 3 <= input.count {
-            let v = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
-            out += [alphabet[Int(v >> 18)], alphabet[Int(v >> 12 & 63)], alphabet[Int(v >> 6 & 63)], alphabet[Int(v & 63)]]
-            i += 3
+        encode(Array(bytes))
+    }
+
+    public static func encode(_ input: [UInt8]) -> String {
+        let length = (input.count * 4 + 2) / 3
+        guard length > 0 else { return "" }
+        return input.withUnsafeBufferPointer { src in
+            alphabet.withUnsafeBufferPointer { a in
+                String(unsafeUninitializedCapacity: length) { out in
+                    var i = 0, o = 0
+                    while i + 3 <= src.count {
+                        let v = UInt32(src[i]) << 16 | UInt32(src[i + 1]) << 8 | UInt32(src[i + 2])
+                        out[o] = a[Int(v >> 18)]; out[o + 1] = a[Int(v >> 12 & 63)]
+                        out[o + 2] = a[Int(v >> 6 & 63)]; out[o + 3] = a[Int(v & 63)]
+                        i += 3; o += 4
+                    }
+                    switch src.count - i {
+                    case 1:
+                        let v = UInt32(src[i]) << 16
+                        out[o] = a[Int(v >> 18)]; out[o + 1] = a[Int(v >> 12 & 63)]
+                        o += 2
+                    case 2:
+                        let v = UInt32(src[i]) << 16 | UInt32(src[i + 1]) << 8
+                        out[o] = a[Int(v >> 18)]; out[o + 1] = a[Int(v >> 12 & 63)]; out[o + 2] = a[Int(v >> 6 & 63)]
+                        o += 3
+                    default: break
+                    }
+                    return o
+                }
+            }
         }
-        let rest = input.count - i
-        if rest == 1 {
-            let v = UInt32(input[i]) << 16
-            out += [alphabet[Int(v >> 18)], alphabet[Int(v >> 12 & 63)]]
-        } else if rest == 2 {
-            let v = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8
-            out += [alphabet[Int(v >> 18)], alphabet[Int(v >> 12 & 63)], alphabet[Int(v >> 6 & 63)]]
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Decodes base64url; trailing '=' padding is accepted. Returns nil on any other character,
     /// an impossible length, or non-zero trailing bits.
     public static func decode(_ text: String) -> [UInt8]? {
-        var chars = Array(text.utf8)
+        var chars = text.utf8[...]
         while chars.last == UInt8(ascii: "=") { chars.removeLast() }
         if chars.count % 4 == 1 { return nil }
         var out = [UInt8]()

@@ -7,6 +7,11 @@ extension JSONValue {
         return v
     }
 
+    public static func parse(_ bytes: [UInt8]) throws(TesseraError) -> JSONValue {
+        guard let v = JSONReader.parse(bytes) else { throw TesseraError(.parseError, "malformed JSON") }
+        return v
+    }
+
     /// Serialises compactly with sorted keys (stable output for logs and tests).
     public func serialized() -> [UInt8] {
         var w = JSONWriter()

@@ -103,11 +103,18 @@ struct JSONReader {
         i += 1
         let start = i
         // Fast path: no escapes.
+        var ascii = true
         while i < bytes.count, bytes[i] != UInt8(ascii: "\""), bytes[i] != UInt8(ascii: "\\") {
             if bytes[i] < 0x20 { return nil }
+            if bytes[i] >= 0x80 { ascii = false }
             i += 1
         }
         guard i < bytes.count else { return nil }
+        if bytes[i] == UInt8(ascii: "\""), ascii {
+            // ASCII needs no UTF-8 validation.
+            defer { i += 1 }
+            return String(decoding: bytes[start..<i], as: UTF8.self)
+        }
         var out = Array(bytes[start..<i])
         while bytes[i] != UInt8(ascii: "\"") {
             // At a backslash.
@@ -174,48 +181,82 @@ struct JSONReader {
 /// Writes compact JSON with sorted object keys.
 struct JSONWriter {
     var out: [UInt8] = []
+    private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
+
+    init() { out.reserveCapacity(512) }
 
     mutating func write(_ v: JSONValue) {
         switch v {
-        case .null: out += Array("null".utf8)
-        case .bool(let b): out += Array((b ? "true" : "false").utf8)
+        case .null: append("null")
+        case .bool(let b): append(b ? "true" : "false")
         case .number(let n):
-            if !n.isFinite { out += Array("null".utf8) }
-            else if n.rounded() == n, abs(n) < 9.007_199_254_740_992e15 { out += Array(String(Int64(n)).utf8) }
+            if !n.isFinite { append("null") }
+            else if n.rounded() == n, abs(n) < 9.007_199_254_740_992e15 { integer(Int64(n)) }
             else { out += Array("\(n)".utf8) }
         case .string(let s): string(s)
         case .array(let a):
             out.append(UInt8(ascii: "["))
-            for (k, e) in a.enumerated() {
-                if k > 0 { out.append(UInt8(ascii: ",")) }
+            var first = true
+            for e in a {
+                if !first { out.append(UInt8(ascii: ",")) }
+                first = false
                 write(e)
             }
             out.append(UInt8(ascii: "]"))
         case .object(let o):
             out.append(UInt8(ascii: "{"))
-            for (k, key) in o.keys.sorted().enumerated() {
-                if k > 0 { out.append(UInt8(ascii: ",")) }
+            var first = true
+            for (key, value) in o.sorted(by: { $0.key < $1.key }) {
+                if !first { out.append(UInt8(ascii: ",")) }
+                first = false
                 string(key)
                 out.append(UInt8(ascii: ":"))
-                write(o[key]!)
+                write(value)
             }
             out.append(UInt8(ascii: "}"))
         }
     }
 
-    private mutating func string(_ s: String) {
-        let hex = Array("0123456789abcdef".utf8)
-        out.append(UInt8(ascii: "\""))
-        for c in s.utf8 {
-            switch c {
-            case UInt8(ascii: "\""): out += [0x5C, 0x22]
-            case UInt8(ascii: "\\"): out += [0x5C, 0x5C]
-            case 0x0A: out += [0x5C, UInt8(ascii: "n")]
-            case 0x0D: out += [0x5C, UInt8(ascii: "r")]
-            case 0x09: out += [0x5C, UInt8(ascii: "t")]
-            case 0..<0x20: out += [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(c >> 4)], hex[Int(c & 0xF)]]
-            default: out.append(c)
+    private mutating func append(_ word: StaticString) {
+        word.withUTF8Buffer { out.append(contentsOf: $0) }
+    }
+
+    private mutating func integer(_ n: Int64) {
+        if n == 0 { out.append(UInt8(ascii: "0")); return }
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var m = n.magnitude
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { d in
+            while m > 0 {
+                d[19 - count] = UInt8(ascii: "0") + UInt8(m % 10)
+                m /= 10
+                count += 1
             }
+            if n < 0 { out.append(UInt8(ascii: "-")) }
+            out.append(contentsOf: d[(20 - count)...])
+        }
+    }
+
+    private mutating func string(_ s: String) {
+        out.append(UInt8(ascii: "\""))
+        var s = s
+        s.withUTF8 { utf8 in
+            var clean = 0  // start of the bytes not yet copied
+            for (k, c) in utf8.enumerated() where c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[clean..<k]))
+                clean = k + 1
+                switch c {
+                case UInt8(ascii: "\""): out += [0x5C, 0x22]
+                case UInt8(ascii: "\\"): out += [0x5C, 0x5C]
+                case 0x0A: out += [0x5C, UInt8(ascii: "n")]
+                case 0x0D: out += [0x5C, UInt8(ascii: "r")]
+                case 0x09: out += [0x5C, UInt8(ascii: "t")]
+                default: out += [0x5C, UInt8(ascii: "u"), 0x30, 0x30, Self.hex[Int(c >> 4)], Self.hex[Int(c & 0xF)]]
+                }
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[clean...]))
         }
         out.append(UInt8(ascii: "\""))
     }

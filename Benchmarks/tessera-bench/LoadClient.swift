@@ -1,0 +1,155 @@
+import Foundation
+import TesseraCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The load generator: one OS thread per client, each with a blocking Unix socket that sends the next
+/// `passkey.authenticate` as soon as the previous answer arrives. Requests are pre-serialised (only the id
+/// changes); each answer's envelope is checked by prefix (`{"id":N,"jsonrpc":"2.0","result":{`, the daemon writes
+/// keys sorted), and every 64th answer is parsed in full and its fields checked. No Swift concurrency, no event
+/// loop: the client costs three syscalls and one wake-up per assertion, so the daemon is what is measured.
+enum LoadClient {
+    struct Result {
+        var latencies: [Double] = []
+        var failure: String?
+    }
+
+    /// Runs `clients` connections for `seconds` (off the cooperative pool); returns every latency (seconds) and the wall time.
+    static func run(socket: String, credentialId: String, clients: Int, seconds: Double) async throws -> (latencies: [Double], wall: Double) {
+        try await withCheckedThrowingContinuation { c in
+            Thread {
+                c.resume(with: Swift.Result { try blockingRun(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds) })
+            }.start()
+        }
+    }
+
+    private static func blockingRun(socket: String, credentialId: String, clients: Int, seconds: Double) throws -> (latencies: [Double], wall: Double) {
+        let params: JSONValue = ["rpId": "bench.example", "challenge": "YmVuY2gtY2hhbGxlbmdlLTAxMjM0NTY3",
+                                 "allowCredentials": [.string(credentialId)]]
+        let tail = Array(#","jsonrpc":"2.0","method":"passkey.authenticate","params":"#.utf8) + params.serialized()
+            + Array("}\n".utf8)
+        let fds = try (0..<clients).map { _ in try connect(socket) }
+        defer { fds.forEach { _ = close($0) } }
+        let results = Locked([Result](repeating: Result(), count: clients))
+        let start = monotonicNanos()
+        let deadline = start + UInt64(seconds * 1e9)
+        let finished = DispatchGroup()
+        for (index, fd) in fds.enumerated() {
+            finished.enter()
+            let t = Thread {
+                let r = loop(fd: fd, tail: tail, deadline: deadline)
+                results.withLock { $0[index] = r }
+                finished.leave()
+            }
+            t.stackSize = 1 << 20
+            t.start()
+        }
+        finished.wait()
+        let wall = Double(monotonicNanos() - start) / 1e9
+        let all = results.withLock { $0 }
+        if let failure = all.compactMap(\.failure).first { throw BenchError(failure) }
+        return (all.flatMap(\.latencies), wall)
+    }
+
+    private static func loop(fd: Int32, tail: [UInt8], deadline: UInt64) -> Result {
+        var result = Result()
+        result.latencies.reserveCapacity(200_000)
+        var request = [UInt8]()
+        request.reserveCapacity(tail.count + 40)
+        var expected = [UInt8]()
+        var inbox = [UInt8](repeating: 0, count: 1 << 16)
+        var id = 0
+        while true {
+            id += 1
+            request.removeAll(keepingCapacity: true)
+            request += Array(#"{"id":"#.utf8)
+            request += Array(String(id).utf8)
+            request += tail
+            expected.removeAll(keepingCapacity: true)
+            expected += Array(#"{"id":"#.utf8)
+            expected += Array(String(id).utf8)
+            expected += Array(#","jsonrpc":"2.0","result":{"#.utf8)
+            let t0 = monotonicNanos()
+            guard writeAll(fd, request) else { result.failure = "write failed: errno \(errno)"; return result }
+            // Read one line (the daemon answers one request with one line; nothing else is in flight).
+            // poll() first: a thread blocked in read() on a Unix socket is also woken when the daemon reads the
+            // request (the socket's write-space wake-up is not filtered for readers), and that wake-up costs
+            // the daemon an inter-processor interrupt per request; poll's wait is filtered to POLLIN.
+            var count = 0
+            while true {
+                var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                guard poll(&p, 1, -1) >= 0 || errno == EINTR else { result.failure = "poll failed: errno \(errno)"; return result }
+                let n = inbox.withUnsafeMutableBytes { read(fd, $0.baseAddress! + count, $0.count - count) }
+                guard n > 0 else { result.failure = "read failed: \(n == 0 ? "EOF" : "errno \(errno)")"; return result }
+                count += n
+                if inbox[count - 1] == UInt8(ascii: "\n") { break }
+                guard count < inbox.count else { result.failure = "answer too long"; return result }
+            }
+            let t1 = monotonicNanos()
+            result.latencies.append(Double(t1 - t0) / 1e9)
+            let line = inbox[0..<(count - 1)]
+            if !line.starts(with: expected) || id % 64 == 1 {
+                if let problem = check(Array(line), id: id) { result.failure = problem; return result }
+            }
+            if t1 >= deadline { return result }
+        }
+    }
+
+    /// Full check of one answer: the id, and the assertion's fields.
+    private static func check(_ line: [UInt8], id: Int) -> String? {
+        guard let v = try? JSONValue.parse(line) else { return "unparsable answer: \(String(decoding: line, as: UTF8.self))" }
+        guard v["id"]?.intValue == id else { return "answer for the wrong id: \(String(decoding: line, as: UTF8.self))" }
+        guard let r = v["result"] else { return "error answer: \(String(decoding: line, as: UTF8.self))" }
+        for key in ["authenticatorData", "clientDataJSON", "signature", "credentialId", "userHandle"] {
+            guard let s = r[key]?.stringValue, let b = Base64URL.decode(s), !b.isEmpty else { return "answer lacks \(key)" }
+        }
+        guard r["signCount"]?.intValue != nil else { return "answer lacks signCount" }
+        return nil
+    }
+
+    private static func connect(_ path: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw BenchError("socket: errno \(errno)") }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else { throw BenchError("socket path too long") }
+        withUnsafeMutableBytes(of: &addr.sun_path) { p in
+            for (i, b) in bytes.enumerated() { p[i] = b }
+        }
+        let ok = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard ok == 0 else { close(fd); throw BenchError("connect \(path): errno \(errno)") }
+        return fd
+    }
+
+    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, $0.count - off) }
+            guard n > 0 else { return false }
+            off += n
+        }
+        return true
+    }
+
+    static func monotonicNanos() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    /// CPU seconds (user + system) this process used so far.
+    static func ownCPUSeconds() -> Double {
+        var u = rusage()
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u)
+        return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
