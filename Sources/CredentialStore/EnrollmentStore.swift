@@ -157,6 +157,15 @@ public final class EnrollmentStore: Sendable {
         }
     }
 
+    /// Whether an activation token with this `jti` was used.
+    public func tokenUsed(jti: String) async throws(TesseraError) -> Bool {
+        do {
+            return try await db.read { db in
+                try Bool.fetchOne(db, sql: "SELECT 1 FROM activation_token_use WHERE jti = ?", arguments: [jti]) ?? false
+            }
+        } catch { throw storageError(error) }
+    }
+
     /// Saves the whole row (one transaction).
     public func save(_ row: EnrollmentRow) async throws(TesseraError) {
         try await uncancelled { db in try row.update(db) }

@@ -133,6 +133,10 @@ public actor EnrollmentEngine {
         }
         let resolved = try Self.insertCustomSteps(customSteps, into: workflow.steps)
 
+        if let token, try await store.tokenUsed(jti: token.jti) {
+            // Checked before a forced start interrupts anything; `insert` checks again atomically.
+            throw TesseraError(.activationTokenReplayed, "this activation token was already used")
+        }
         if let active = row {
             guard force else {
                 throw TesseraError(.enrollmentActive, "enrollment \(active.id) is active; pass force: true to interrupt it",
