@@ -57,7 +57,9 @@ let package = Package(
         ], swiftSettings: strict),
 
         // MARK: Devices and storage (I/O at the edges)
-        .target(name: "PKCS11", dependencies: ["TesseraCore", "CPKCS11"], swiftSettings: strict),
+        .target(name: "PKCS11", dependencies: [
+            "TesseraCore", "CPKCS11", .product(name: "Crypto", package: "swift-crypto"),
+        ], swiftSettings: strict),
         .target(name: "PCSC", dependencies: ["TesseraCore", "APDU", "CPCSCLite"],
                 swiftSettings: strict + [.unsafeFlags(["-Xcc", "-I/usr/include/PCSC"])]),
         .target(name: "VPCD", dependencies: [
@@ -142,7 +144,8 @@ let package = Package(
         .testTarget(name: "APDUTests", dependencies: ["APDU"]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ"]),
         .testTarget(name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraTestSupport"]),
-        .testTarget(name: "PKCS11Tests", dependencies: ["PKCS11", "TesseraTestSupport"]),
+        .testTarget(name: "PKCS11Tests", dependencies: [
+            "PKCS11", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore"]),
         .testTarget(name: "RPCTests", dependencies: ["RPC", "TesseraCore"]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),

@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import Foundation
 import ICAO
@@ -256,7 +257,8 @@ public struct DocumentProfile: Sendable {
 
     /// PACEInfo ::= SEQUENCE { protocol OID, version INTEGER (2), parameterId INTEGER }.
     private static func paceInfoDER(_ option: PACEOption) -> [UInt8] {
-        PassportDER.sequence([PassportDER.tlv(0x06, option.algorithm.oidBytes), PassportDER.integer(2), PassportDER.integer(option.parameterId)])
+        PassportDER.sequence([TLV.encode(tag: 0x06, value: option.algorithm.oidBytes), PassportDER.integer(2),
+                              PassportDER.integer(option.parameterId)])
     }
 
     /// DG11 full name: primary and secondary identifiers with '<' separators, as in the MRZ.
@@ -309,20 +311,11 @@ private func passportHex4(_ value: UInt16) -> String {
 
 /// Minimal DER encoding for the SecurityInfos an emulated chip carries.
 enum PassportDER {
-    static func length(_ n: Int) -> [UInt8] {
-        if n < 0x80 { return [UInt8(n)] }
-        if n <= 0xFF { return [0x81, UInt8(n)] }
-        if n <= 0xFFFF { return [0x82, UInt8(n >> 8), UInt8(n & 0xFF)] }
-        return [0x83, UInt8(n >> 16), UInt8((n >> 8) & 0xFF), UInt8(n & 0xFF)]
-    }
-
-    static func tlv(_ tag: UInt8, _ value: [UInt8]) -> [UInt8] { [tag] + length(value.count) + value }
-
-    static func sequence(_ items: [[UInt8]]) -> [UInt8] { tlv(0x30, items.flatMap { $0 }) }
+    static func sequence(_ items: [[UInt8]]) -> [UInt8] { TLV.encode(tag: 0x30, value: items.flatMap { $0 }) }
 
     /// SET OF with its elements sorted by encoding (X.690 §11.6).
     static func setOf(_ items: [[UInt8]]) -> [UInt8] {
-        tlv(0x31, items.sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 })
+        TLV.encode(tag: 0x31, value: items.sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 })
     }
 
     /// A small non-negative INTEGER.
@@ -331,31 +324,11 @@ enum PassportDER {
         var x = v
         repeat { bytes.insert(UInt8(x & 0xFF), at: 0); x >>= 8 } while x > 0
         if bytes[0] & 0x80 != 0 { bytes.insert(0, at: 0) }
-        return tlv(0x02, bytes)
-    }
-
-    /// Header (tag, header length, value length) of the TLV at `offset`; nil when malformed.
-    static func header(_ bytes: [UInt8], at offset: Int = 0) -> (tag: UInt8, headerLength: Int, length: Int)? {
-        guard offset + 2 <= bytes.count else { return nil }
-        let first = bytes[offset + 1]
-        if first < 0x80 { return (bytes[offset], 2, Int(first)) }
-        let n = Int(first & 0x7F)
-        guard n >= 1, n <= 3, offset + 2 + n <= bytes.count else { return nil }
-        var length = 0
-        for i in 0..<n { length = length << 8 | Int(bytes[offset + 2 + i]) }
-        return (bytes[offset], 2 + n, length)
+        return TLV.encode(tag: 0x02, value: bytes)
     }
 
     /// The complete encodings of the elements of a DER SET (or SEQUENCE).
     static func elements(ofSet bytes: [UInt8]) -> [[UInt8]] {
-        guard let outer = header(bytes), outer.headerLength + outer.length <= bytes.count else { return [] }
-        var out: [[UInt8]] = []
-        var i = outer.headerLength
-        let end = outer.headerLength + outer.length
-        while i < end, let h = header(bytes, at: i), i + h.headerLength + h.length <= end {
-            out.append(Array(bytes[i..<(i + h.headerLength + h.length)]))
-            i += h.headerLength + h.length
-        }
-        return out
+        ((try? TLV.parse(bytes, allowTrailing: true).children()) ?? []).map(\.encoded)
     }
 }

@@ -194,7 +194,8 @@ public actor EmulatedPassport: VirtualCard {
             df = .application
             currentFile = nil
             if c.ne != nil && c.p2 & 0x0C != 0x0C {
-                return ResponseAPDU(data: PassportDER.tlv(0x6F, PassportDER.tlv(0x84, eMRTDApplicationID)), sw: .success)
+                let fci = TLV.encode(tag: 0x6F, value: TLV.encode(tag: 0x84, value: eMRTDApplicationID))
+                return ResponseAPDU(data: fci, sw: .success)
             }
             return ResponseAPDU(sw: .success)
         case 0x00 where c.data.isEmpty || c.data == [0x3F, 0x00], 0x03:
@@ -222,9 +223,9 @@ public actor EmulatedPassport: VirtualCard {
         currentFile = fid
         guard c.ne != nil, c.p2 & 0x0C != 0x0C else { return ResponseAPDU(sw: .success) }
         // FCP: file size, descriptor (transparent working EF), file identifier.
-        let fcp = PassportDER.tlv(0x80, [UInt8(file.count >> 8 & 0xFF), UInt8(file.count & 0xFF)])
-            + PassportDER.tlv(0x82, [0x01]) + PassportDER.tlv(0x83, [UInt8(fid >> 8), UInt8(fid & 0xFF)])
-        return ResponseAPDU(data: PassportDER.tlv(0x62, fcp), sw: .success)
+        let fcp = TLV.encode(tag: 0x80, value: [UInt8(file.count >> 8 & 0xFF), UInt8(file.count & 0xFF)])
+            + TLV.encode(tag: 0x82, value: [0x01]) + TLV.encode(tag: 0x83, value: [UInt8(fid >> 8), UInt8(fid & 0xFF)])
+        return ResponseAPDU(data: TLV.encode(tag: 0x62, value: fcp), sw: .success)
     }
 
     private func file(_ fid: UInt16, in dedicated: DedicatedFile) -> [UInt8]? {
@@ -265,9 +266,9 @@ public actor EmulatedPassport: VirtualCard {
                 guard file(fid, in: df) != nil else { return ResponseAPDU(sw: .fileNotFound) }
                 currentFile = fid
             }
-            guard let h = PassportDER.header(c.data), h.tag == 0x54, (1...3).contains(h.length),
-                  h.headerLength + h.length == c.data.count else { return ResponseAPDU(sw: .incorrectData) }
-            offset = c.data[h.headerLength...].reduce(0) { $0 << 8 | Int($1) }
+            guard let object = try? TLV.parse(c.data, options: []), object.tag == 0x54,
+                  (1...3).contains(object.value.count) else { return ResponseAPDU(sw: .incorrectData) }
+            offset = object.value.reduce(0) { $0 << 8 | Int($1) }
         }
         guard let fid = currentFile, let file = file(fid, in: df) else {
             return ResponseAPDU(sw: StatusWord(0x6986))  // no current EF
@@ -288,9 +289,9 @@ public actor EmulatedPassport: VirtualCard {
             return ResponseAPDU(data: Array(file[offset..<(offset + count)]), sw: sw)
         }
         var count = min(remaining, ne - 2)
-        while count > 0 && 1 + PassportDER.length(count).count + count > ne { count -= 1 }
+        while count > 0 && 1 + TLV.encodeLength(count).count + count > ne { count -= 1 }
         guard count > 0 else { return ResponseAPDU(sw: .wrongLength) }
-        let data = PassportDER.tlv(0x53, Array(file[offset..<(offset + count)]))
+        let data = TLV.encode(tag: 0x53, value: Array(file[offset..<(offset + count)]))
         return ResponseAPDU(data: data, sw: .success)
     }
 

@@ -35,7 +35,7 @@ public struct PIVCardIdentity: Sendable, Equatable {
 
     /// Parses CHUID content (the value inside tag 53).
     public static func parseCHUID(_ content: [UInt8]) throws(TesseraError) -> PIVCardIdentity {
-        let items = try TLV.parseAll(content)
+        let items = try TLV.parseAll(content, options: .card)
         var id = PIVCardIdentity()
         if let f = items.first(tag: 0x30), !f.value.isEmpty { id.fascn = f.value }
         if let g = items.first(tag: 0x34), g.value.contains(where: { $0 != 0 }) { id.guid = g.value }
@@ -90,7 +90,7 @@ public struct PIVApplication: Sendable {
         let r = try await send(CommandAPDU(ins: PIV.INS.select, p1: 0x04, p2: 0x00, data: PIV.aid, ne: 256))
         switch r.sw {
         case .success:
-            let items = (try? TLV.parseAll(r.data)) ?? []
+            let items = (try? TLV.parseAll(r.data, options: .card)) ?? []
             return items.first(tag: 0x61)?.value ?? r.data
         case .fileNotFound, .insNotSupported, .claNotSupported, .wrongP1P2:
             throw TesseraError(.unsupportedProtocol, "no PIV application on this card (SELECT: \(r.sw))")
@@ -103,11 +103,11 @@ public struct PIVApplication: Sendable {
 
     /// GET DATA for one object; returns the content of its tag-53 (or 7E) wrapper, or nil when the object is absent.
     public func getData(_ tag: UInt32) async throws(TesseraError) -> [UInt8]? {
-        let tagList = TLV(0x5C, TLV.tagBytes(tag)).encoded
+        let tagList = TLV.encode(tag: 0x5C, value: TLV.tagBytes(tag))
         let r = try await send(CommandAPDU(ins: PIV.INS.getData, p1: 0x3F, p2: 0xFF, data: tagList, ne: 256))
         switch r.sw {
         case .success:
-            guard let outer = try TLV.parseAll(r.data).first else { return [] }
+            guard let outer = try TLV.parseAll(r.data, options: .card).first else { return [] }
             return outer.value
         case .fileNotFound, .referenceNotFound:
             return nil
@@ -121,7 +121,7 @@ public struct PIVApplication: Sendable {
     /// PUT DATA: replaces the object with `content` (wrapped in tag 53; the discovery object is not writable).
     /// Needs the management key to be authenticated first.
     public func putData(_ tag: UInt32, content: [UInt8]) async throws(TesseraError) {
-        let data = TLV(0x5C, TLV.tagBytes(tag)).encoded + TLV(0x53, content).encoded
+        let data = TLV.encode(tag: 0x5C, value: TLV.tagBytes(tag)) + TLV.encode(tag: 0x53, value: content)
         let r = try await send(CommandAPDU(ins: PIV.INS.putData, p1: 0x3F, p2: 0xFF, data: data))
         guard r.sw.isSuccess else {
             if r.sw == .securityStatusNotSatisfied {
@@ -201,20 +201,20 @@ public struct PIVApplication: Sendable {
     public func authenticate(managementKey key: PIVManagementKey) async throws(TesseraError) {
         let alg = key.algorithm.rawValue
         let r1 = try await send(CommandAPDU(ins: PIV.INS.generalAuthenticate, p1: alg, p2: PIV.Slot.cardManagement,
-                                            data: TLV(0x7C, [0x80, 0x00]).encoded, ne: 256))
+                                            data: TLV.encode(tag: 0x7C, value: [0x80, 0x00]), ne: 256))
         guard r1.sw.isSuccess else {
             if r1.sw == .incorrectData || r1.sw == .wrongP1P2 || r1.sw == .referenceNotFound {
                 throw TesseraError(.tokenError, "the card's management key is not \(key.algorithm) (\(r1.sw))")
             }
             throw Self.cardError("GENERAL AUTHENTICATE (witness)", r1.sw)
         }
-        guard let witness = try TLV.parseAll(r1.data).first(tag: 0x7C).flatMap({ try? TLV.parseAll($0.value) })?
-                .first(tag: 0x80)?.value, witness.count == key.blockSize else {
+        guard let witness = try TLV.find([0x7C, 0x80], in: r1.data, options: .card)?.value,
+              witness.count == key.blockSize else {
             throw TesseraError(.malformedData, "GENERAL AUTHENTICATE: no witness in the card's answer")
         }
         let decrypted = try key.decryptBlock(witness)
         let challenge = Self.random(key.blockSize)
-        let step2 = TLV(0x7C, children: [TLV(0x80, decrypted), TLV(0x81, challenge)]).encoded
+        let step2 = TLV(tag: 0x7C, children: [TLV(tag: 0x80, value: decrypted), TLV(tag: 0x81, value: challenge)]).encoded
         let r2 = try await send(CommandAPDU(ins: PIV.INS.generalAuthenticate, p1: alg, p2: PIV.Slot.cardManagement,
                                             data: step2, ne: 256))
         guard r2.sw.isSuccess else {
@@ -223,8 +223,7 @@ public struct PIVApplication: Sendable {
             }
             throw Self.cardError("GENERAL AUTHENTICATE (mutual)", r2.sw)
         }
-        guard let response = try TLV.parseAll(r2.data).first(tag: 0x7C).flatMap({ try? TLV.parseAll($0.value) })?
-                .first(tag: 0x82)?.value else {
+        guard let response = try TLV.find([0x7C, 0x82], in: r2.data, options: .card)?.value else {
             throw TesseraError(.malformedData, "GENERAL AUTHENTICATE: no challenge response from the card")
         }
         guard response == (try key.encryptBlock(challenge)) else {
@@ -237,7 +236,7 @@ public struct PIVApplication: Sendable {
     /// GENERATE ASYMMETRIC KEY PAIR (Part 2 §3.3.2) for ECC P-256 in `slot`; returns the uncompressed point (65 bytes).
     /// Needs the management key to be authenticated. Replaces whatever key the slot held.
     public func generateP256(slot: UInt8) async throws(TesseraError) -> [UInt8] {
-        let template = TLV(0xAC, children: [TLV(0x80, [PIV.Algorithm.eccP256.rawValue])]).encoded
+        let template = TLV(tag: 0xAC, children: [TLV(tag: 0x80, value: [PIV.Algorithm.eccP256.rawValue])]).encoded
         let r = try await send(CommandAPDU(ins: PIV.INS.generateAsymmetricKeyPair, p1: 0x00, p2: slot, data: template, ne: 256))
         guard r.sw.isSuccess else {
             if r.sw == .securityStatusNotSatisfied {
@@ -245,8 +244,7 @@ public struct PIVApplication: Sendable {
             }
             throw Self.cardError("GENERATE ASYMMETRIC KEY PAIR", r.sw)
         }
-        guard let key = try TLV.parseAll(r.data).first(tag: 0x7F49),
-              let point = try TLV.parseAll(key.value).first(tag: 0x86)?.value,
+        guard let point = try TLV.find([0x7F49, 0x86], in: r.data, options: .card)?.value,
               point.count == 65, point[0] == 0x04 else {
             throw TesseraError(.malformedData, "GENERATE: no P-256 point in the card's answer")
         }
@@ -257,7 +255,7 @@ public struct PIVApplication: Sendable {
     /// returns the DER ECDSA signature. PIN_REQUIRED when the card wants the PIN first.
     public func signP256(slot: UInt8, digest: [UInt8]) async throws(TesseraError) -> [UInt8] {
         guard digest.count == 32 else { throw .invalidInput("a P-256 signature is over a 32-byte digest") }
-        let template = TLV(0x7C, children: [TLV(0x82, []), TLV(0x81, digest)]).encoded
+        let template = TLV(tag: 0x7C, children: [TLV(tag: 0x82, value: []), TLV(tag: 0x81, value: digest)]).encoded
         let r = try await send(CommandAPDU(ins: PIV.INS.generalAuthenticate, p1: PIV.Algorithm.eccP256.rawValue, p2: slot,
                                            data: template, ne: 256))
         switch r.sw {
@@ -272,8 +270,7 @@ public struct PIVApplication: Sendable {
         default:
             throw Self.cardError("GENERAL AUTHENTICATE (sign)", r.sw)
         }
-        guard let inner = try TLV.parseAll(r.data).first(tag: 0x7C),
-              let der = try TLV.parseAll(inner.value).first(tag: 0x82)?.value, !der.isEmpty else {
+        guard let der = try TLV.find([0x7C, 0x82], in: r.data, options: .card)?.value, !der.isEmpty else {
             throw TesseraError(.malformedData, "GENERAL AUTHENTICATE: no signature in the card's answer")
         }
         return der

@@ -162,7 +162,7 @@ final class PIVToken: KeyStoreToken {
         }
         let ownedSlots = Set(owned.map { UInt8($0.slot) })
         var reserved = 0
-        if let history = try await app.getData(PIV.Object.keyHistory), let items = try? TLV.parseAll(history) {
+        if let history = try await app.getData(PIV.Object.keyHistory), let items = try? TLV.parseAll(history, options: .card) {
             let onCard = items.first(tag: 0xC1)?.value.first.map(Int.init) ?? 0
             let offCard = items.first(tag: 0xC2)?.value.first.map(Int.init) ?? 0
             reserved = onCard + offCard

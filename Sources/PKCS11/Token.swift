@@ -1,4 +1,5 @@
 import CPKCS11
+import Crypto
 import Foundation
 import TesseraCore
 
@@ -138,7 +139,7 @@ public final class PKCS11Token: Sendable {
         return TesseraError(.pinInvalid, "the PIN is incorrect (the token does not report remaining attempts)")
     }
 
-    private func pinDigest(_ pin: [UInt8]) -> [UInt8] { SHA256.hash(pinSalt + pin) }
+    private func pinDigest(_ pin: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: pinSalt + pin)) }
 
     // MARK: Keys
 
@@ -216,7 +217,7 @@ public final class PKCS11Token: Sendable {
     /// Throws `PASSKEY_NOT_FOUND` for an unknown id and `PIN_REQUIRED` when not logged in.
     public func signP256(keyID: [UInt8], message: [UInt8]) async throws(TesseraError) -> [UInt8] {
         let mechanism = try await signMechanism()
-        let data = mechanism == ck_mechanism_type_t(CKM_ECDSA) ? SHA256.hash(message) : message
+        let data = mechanism == ck_mechanism_type_t(CKM_ECDSA) ? Array(SHA256.hash(data: message)) : message
         return try await sign(keyID: keyID, mechanism: mechanism, data: data)
     }
 
@@ -466,4 +467,12 @@ enum RawSignLoop {
         if let f = firstFailure.withLock({ $0 }) { return .failure(mapFailure(f, module: module, slot: slot)) }
         return .success(Double(iterations) / max(elapsed, 1e-9))
     }
+}
+
+/// Compares two byte strings in time that depends only on their lengths.
+func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    guard a.count == b.count else { return false }
+    var diff: UInt8 = 0
+    for i in 0..<a.count { diff |= a[i] ^ b[i] }
+    return diff == 0
 }

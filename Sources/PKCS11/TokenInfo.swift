@@ -1,4 +1,5 @@
 import CPKCS11
+import Crypto
 import TesseraCore
 
 /// What a token says about itself (`C_GetTokenInfo`, `C_GetSlotInfo`) and which module serves it.
@@ -86,6 +87,6 @@ extension TokenInfo {
     static func stableID(moduleFileName: String, manufacturer: String, model: String, serial: String, label: String,
                          disambiguator: String = "") -> String {
         let material = [moduleFileName, manufacturer, model, serial, label, disambiguator].joined(separator: "\u{0}")
-        return "p11-" + Hex.encode(SHA256.hash(Array(material.utf8)).prefix(8))
+        return "p11-" + Hex.encode(Array(SHA256.hash(data: Array(material.utf8)).prefix(8)))
     }
 }

@@ -133,7 +133,7 @@ struct DirectPIVTransport: APDUTransport {
         try await app.select()
         try await app.authenticate(managementKey: .factoryDefault)
         let cert = (0..<1500).map { UInt8(truncatingIfNeeded: $0 * 31) }
-        let content = TLV(0x70, cert).encoded + TLV(0x71, [0x00]).encoded + TLV(0xFE, []).encoded
+        let content = TLV(tag: 0x70, value: cert).encoded + TLV(tag: 0x71, value: [0x00]).encoded + TLV(tag: 0xFE, value: []).encoded
         try await app.putData(0x5FC105, content: content)
         await card.clearCommands()
         #expect(try await app.getData(0x5FC105) == content)

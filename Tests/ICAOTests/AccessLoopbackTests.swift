@@ -129,7 +129,7 @@ actor AccessLoopbackChip: APDUTransport {
 
     static func tlvFile(tag: UInt8, size: Int) -> [UInt8] {
         let body = (0..<size).map { UInt8(($0 * 7 + 3) & 0xFF) }
-        return [tag] + AccessTLV.encodeLength(size) + body
+        return [tag] + TLV.encodeLength(size) + body
     }
 
     static let efCOM = ax("60145F0104303130365F36063034303030305C026175")

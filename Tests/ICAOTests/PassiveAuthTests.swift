@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import Foundation
 import Testing
@@ -221,7 +222,7 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(result.certificateChain == .valid)
         if c.pss {
             let so = try SecurityObject(parsing: sod)
-            let alg = try BERTLV.parse(try #require(so.signedData.signerInfos.first).signatureAlgorithm)
+            let alg = try TLV.parse(try #require(so.signedData.signerInfos.first).signatureAlgorithm)
             #expect(try AlgorithmOIDs.scheme(alg) == .rsaPSS(.sha256, mgf1: .sha256, saltLength: 32))
         }
 
@@ -249,7 +250,7 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         try pki.write(to: dir.path)
         let groups = try specimenDataGroups()
         let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
-        let contentInfo = try BERTLV.parse(sod).value
+        let contentInfo = try TLV.parse(sod).value
         try OpenSSLCLI.write(contentInfo, "sod.der", in: dir)
         try OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "csca.pem",
                             "-purpose", "any", "-out", "content.der"], in: dir)

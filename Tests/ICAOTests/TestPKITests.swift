@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import Foundation
 import Testing
@@ -6,7 +7,7 @@ import TesseraCore
 
 /// Whether an EC SubjectPublicKeyInfo carries explicit domain parameters (a SEQUENCE) instead of a curve OID.
 private func explicitParameters(_ spki: [UInt8]) throws -> Bool {
-    let algorithm = try #require(try BERTLV.parse(spki).children().first?.children())
+    let algorithm = try #require(try TLV.parse(spki).children().first?.children())
     return algorithm.count == 2 && algorithm[1].tag == 0x30
 }
 

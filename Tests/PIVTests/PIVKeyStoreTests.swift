@@ -242,7 +242,7 @@ struct PIVKeyStoreTests {
         let foreign = P256.Signing.PrivateKey()
         state.keys["82"] = .init(algorithm: 0x11, privateKey: Hex.encode(foreign.rawRepresentation))
         state.keys["9a"] = .init(algorithm: 0x11, privateKey: Hex.encode(P256.Signing.PrivateKey().rawRepresentation))
-        state.objects["5fc10f"] = Hex.encode(TLV(0x70, [0x30, 0x00]).encoded)
+        state.objects["5fc10f"] = Hex.encode(TLV(tag: 0x70, value: [0x30, 0x00]).encoded)
         let card = EmulatedPIVCard(state: state)
         let link = try await h.insert(card)
         defer { Task { await link.remove() } }

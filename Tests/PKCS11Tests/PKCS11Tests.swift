@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Testing
 import TesseraCore
@@ -6,18 +7,6 @@ import TesseraTestSupport
 
 @Suite("Pure helpers")
 struct HelperTests {
-    // FIPS 180-2, Appendix B.1 and B.2 ("abc" and the 448-bit message), plus the empty string.
-    @Test func sha256Vectors() {
-        #expect(Hex.encode(SHA256.hash(Array("abc".utf8)))
-            == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        #expect(Hex.encode(SHA256.hash(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)))
-            == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
-        #expect(Hex.encode(SHA256.hash([]))
-            == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-        #expect(Hex.encode(SHA256.hash([UInt8](repeating: 0x61, count: 1_000)))
-            == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3")
-    }
-
     @Test func ecPointUnwrapping() {
         let point: [UInt8] = [0x04] + [UInt8](repeating: 0xAB, count: 64)
         #expect(P256DER.uncompressedPoint(fromECPoint: point) == point)
@@ -128,7 +117,7 @@ struct SoftHSMTests {
         #expect(try OpenSSLVerifier.verify(point: point, message: message, rawSignature: signature))
         #expect(try !OpenSSLVerifier.verify(point: point, message: message + [0], rawSignature: signature))
 
-        let viaDigest = try await token.signP256(keyID: keyID, message: message, digest: SHA256.hash(message))
+        let viaDigest = try await token.signP256(keyID: keyID, message: message, digest: Array(SHA256.hash(data: message)))
         #expect(try OpenSSLVerifier.verify(point: point, message: message, rawSignature: viaDigest))
         #expect(viaDigest != signature)
     }
@@ -237,10 +226,10 @@ struct SoftHSMTests {
         let token = try await SoftHSMEnvironment.loggedInToken("raw")
         let keyID: [UInt8] = [0x42]
         _ = try await token.generateP256KeyPair(id: keyID, label: "tessera:raw")
-        let rate = try await token.rawSignLoop(keyID: keyID, digest: SHA256.hash([1]), iterations: 400, sessions: 2)
+        let rate = try await token.rawSignLoop(keyID: keyID, digest: Array(SHA256.hash(data: [1])), iterations: 400, sessions: 2)
         #expect(rate > 50)
         #expect(await errorCode {
-            try await token.rawSignLoop(keyID: [0x43], digest: SHA256.hash([1]), iterations: 10, sessions: 1)
+            try await token.rawSignLoop(keyID: [0x43], digest: Array(SHA256.hash(data: [1])), iterations: 10, sessions: 1)
         } == .passkeyNotFound)
     }
 
@@ -271,7 +260,7 @@ struct SoftHSMTests {
         let keyID: [UInt8] = [0x5E]
         _ = try await token.generateP256KeyPair(id: keyID, label: "tessera:speed")
         let message: [UInt8] = Array(repeating: 7, count: 69)
-        let digest = SHA256.hash(message)
+        let digest = Array(SHA256.hash(data: message))
         let raw = try await token.rawSignLoop(keyID: keyID, digest: digest, iterations: 2_000,
                                               sessions: token.sessionCapacity)
         let tasks = 16, perTask = 125

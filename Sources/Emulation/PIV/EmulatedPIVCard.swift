@@ -166,29 +166,31 @@ public actor EmulatedPIVCard: VirtualCard {
         }
         selected = true
         // Application property template (Part 2 §3.1.1): PIX (4F) and coexistent tag allocation authority (79).
-        let apt = TLV(0x61, children: [TLV(0x4F, Array(PIV.aid[5...])),
-                                       TLV(0x79, children: [TLV(0x4F, PIV.rid)]),
-                                       TLV(0x50, Array("Tessera emulated PIV".utf8)),
-                                       TLV(0xAC, children: [TLV(0x80, [0x03]), TLV(0x80, [0x08]), TLV(0x80, [0x0A]),
-                                                            TLV(0x80, [0x0C]), TLV(0x80, [0x11]), TLV(0x06, [0x00])])])
+        let algorithms = [0x03, 0x08, 0x0A, 0x0C, 0x11].map { TLV(tag: 0x80, value: [$0]) } + [TLV(tag: 0x06, value: [0x00])]
+        let apt = TLV(tag: 0x61, children: [TLV(tag: 0x4F, value: Array(PIV.aid[5...])),
+                                            TLV(tag: 0x79, children: [TLV(tag: 0x4F, value: PIV.rid)]),
+                                            TLV(tag: 0x50, value: Array("Tessera emulated PIV".utf8)),
+                                            TLV(tag: 0xAC, children: algorithms)])
         return ResponseAPDU(data: apt.encoded, sw: .success)
     }
 
     private func getData(_ c: CommandAPDU) -> ResponseAPDU {
-        guard c.p1 == 0x3F, c.p2 == 0xFF, let list = try? TLV.parseAll(c.data), let t = list.first(tag: 0x5C),
+        guard c.p1 == 0x3F, c.p2 == 0xFF, let list = try? TLV.parseAll(c.data, options: .card),
+              let t = list.first(tag: 0x5C),
               (1...3).contains(t.value.count) else { return ResponseAPDU(sw: .incorrectData) }
         let tag = t.value.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
         guard let hex = state.objects[PIVCardState.key(tag)], let content = Hex.decode(hex) else {
             return ResponseAPDU(sw: .fileNotFound)
         }
-        if tag == PIV.Object.discovery { return ResponseAPDU(data: TLV(0x7E, content).encoded, sw: .success) }
+        if tag == PIV.Object.discovery { return ResponseAPDU(data: TLV.encode(tag: 0x7E, value: content), sw: .success) }
         // Printed information and other PIN-protected objects are not emulated; everything else is free-read.
-        return ResponseAPDU(data: TLV(0x53, content).encoded, sw: .success)
+        return ResponseAPDU(data: TLV.encode(tag: 0x53, value: content), sw: .success)
     }
 
     private func putData(_ c: CommandAPDU) -> ResponseAPDU {
         guard managementAuthenticated else { return ResponseAPDU(sw: .securityStatusNotSatisfied) }
-        guard c.p1 == 0x3F, c.p2 == 0xFF, let items = try? TLV.parseAll(c.data), let t = items.first(tag: 0x5C),
+        guard c.p1 == 0x3F, c.p2 == 0xFF, let items = try? TLV.parseAll(c.data, options: .card),
+              let t = items.first(tag: 0x5C),
               (1...3).contains(t.value.count), let body = items.first(tag: 0x53) else {
             return ResponseAPDU(sw: .incorrectData)
         }
@@ -293,7 +295,8 @@ public actor EmulatedPIVCard: VirtualCard {
     }
 
     private func generalAuthenticate(_ c: CommandAPDU) -> ResponseAPDU {
-        guard let outer = (try? TLV.parseAll(c.data))?.first(tag: 0x7C), let items = try? TLV.parseAll(outer.value) else {
+        guard let outer = (try? TLV.parseAll(c.data, options: .card))?.first(tag: 0x7C),
+              let items = try? TLV.parseAll(outer.value, options: .card) else {
             return ResponseAPDU(sw: .incorrectData)
         }
         if c.p2 == PIV.Slot.cardManagement { return authenticateManagement(c.p1, items) }
@@ -312,7 +315,8 @@ public actor EmulatedPIVCard: VirtualCard {
                 let plain = Self.random(key.blockSize)
                 pendingWitness = plain
                 managementAuthenticated = false
-                return ResponseAPDU(data: TLV(0x7C, children: [TLV(0x80, try key.encryptBlock(plain))]).encoded, sw: .success)
+                let encrypted = TLV(tag: 0x80, value: try key.encryptBlock(plain))
+                return ResponseAPDU(data: TLV(tag: 0x7C, children: [encrypted]).encoded, sw: .success)
             }
             if let witness, let challenge, !witness.value.isEmpty {
                 // Step 2: the host decrypted the witness and challenges the card.
@@ -322,15 +326,15 @@ public actor EmulatedPIVCard: VirtualCard {
                     return ResponseAPDU(sw: .securityStatusNotSatisfied)
                 }
                 managementAuthenticated = true
-                return ResponseAPDU(data: TLV(0x7C, children: [TLV(0x82, try key.encryptBlock(challenge.value))]).encoded,
-                                    sw: .success)
+                let proof = TLV(tag: 0x82, value: try key.encryptBlock(challenge.value))
+                return ResponseAPDU(data: TLV(tag: 0x7C, children: [proof]).encoded, sw: .success)
             }
             if let challenge, challenge.value.isEmpty {
                 // External authentication, step 1: a challenge for the host to encrypt.
                 let plain = Self.random(key.blockSize)
                 pendingChallenge = plain
                 managementAuthenticated = false
-                return ResponseAPDU(data: TLV(0x7C, children: [TLV(0x81, plain)]).encoded, sw: .success)
+                return ResponseAPDU(data: TLV(tag: 0x7C, children: [TLV(tag: 0x81, value: plain)]).encoded, sw: .success)
             }
             if let response, !response.value.isEmpty {
                 defer { pendingChallenge = nil }
@@ -361,7 +365,8 @@ public actor EmulatedPIVCard: VirtualCard {
               let signature = try? key.signature(for: PrehashedDigest(bytes: digest)) else {
             return ResponseAPDU(sw: .incorrectData)
         }
-        return ResponseAPDU(data: TLV(0x7C, children: [TLV(0x82, Array(signature.derRepresentation))]).encoded, sw: .success)
+        let der = TLV(tag: 0x82, value: Array(signature.derRepresentation))
+        return ResponseAPDU(data: TLV(tag: 0x7C, children: [der]).encoded, sw: .success)
     }
 
     // MARK: keys
@@ -369,8 +374,7 @@ public actor EmulatedPIVCard: VirtualCard {
     private func generate(_ c: CommandAPDU) -> ResponseAPDU {
         guard managementAuthenticated else { return ResponseAPDU(sw: .securityStatusNotSatisfied) }
         guard c.p1 == 0x00, PIV.Object.certificate(slot: c.p2) != nil else { return ResponseAPDU(sw: .wrongP1P2) }
-        guard let template = (try? TLV.parseAll(c.data))?.first(tag: 0xAC),
-              let alg = (try? TLV.parseAll(template.value))?.first(tag: 0x80)?.value, alg.count == 1 else {
+        guard let alg = (try? TLV.find([0xAC, 0x80], in: c.data, options: .card))?.value, alg.count == 1 else {
             return ResponseAPDU(sw: .incorrectData)
         }
         guard alg[0] == PIV.Algorithm.eccP256.rawValue else { return ResponseAPDU(sw: .wrongP1P2) }
@@ -378,21 +382,21 @@ public actor EmulatedPIVCard: VirtualCard {
         state.keys[PIVCardState.key(slot: c.p2)] = .init(algorithm: alg[0], privateKey: Hex.encode(key.rawRepresentation))
         save()
         let point = Array(key.publicKey.x963Representation)
-        return ResponseAPDU(data: TLV(0x7F49, children: [TLV(0x86, point)]).encoded, sw: .success)
+        return ResponseAPDU(data: TLV(tag: 0x7F49, children: [TLV(tag: 0x86, value: point)]).encoded, sw: .success)
     }
 
     /// Yubico GET METADATA subset: algorithm (01), policy (02: PIN once, touch never), origin (03: generated), public key (04).
     private func metadata(_ c: CommandAPDU) -> ResponseAPDU {
         if c.p2 == PIV.Slot.cardManagement {
-            return ResponseAPDU(data: TLV(0x01, [state.managementAlgorithm]).encoded + TLV(0x02, [0x00, 0x01]).encoded,
-                                sw: .success)
+            return ResponseAPDU(data: TLV.encode(tag: 0x01, value: [state.managementAlgorithm])
+                                    + TLV.encode(tag: 0x02, value: [0x00, 0x01]), sw: .success)
         }
         guard PIV.Object.certificate(slot: c.p2) != nil else { return ResponseAPDU(sw: .wrongP1P2) }
         guard let stored = state.keys[PIVCardState.key(slot: c.p2)], let point = publicKey(slot: c.p2) else {
             return ResponseAPDU(sw: .referenceNotFound)
         }
-        let data = TLV(0x01, [stored.algorithm]).encoded + TLV(0x02, [0x02, 0x01]).encoded + TLV(0x03, [0x01]).encoded
-            + TLV(0x04, TLV(0x86, point).encoded).encoded
+        let data = TLV.encode(tag: 0x01, value: [stored.algorithm]) + TLV.encode(tag: 0x02, value: [0x02, 0x01])
+            + TLV.encode(tag: 0x03, value: [0x01]) + TLV.encode(tag: 0x04, value: TLV.encode(tag: 0x86, value: point))
         return ResponseAPDU(data: data, sw: .success)
     }
 

@@ -1,3 +1,4 @@
+import APDU
 import Foundation
 import PIV
 import TesseraCore
@@ -52,13 +53,14 @@ public struct PIVCardState: Codable, Sendable, Equatable {
                               0x58, 0x21, 0x08, 0x42, 0x10, 0x84, 0x21, 0xC8, 0x42, 0x10, 0xC3, 0xEB]
         let s = [UInt8(serial >> 24), UInt8((serial >> 16) & 0xFF), UInt8((serial >> 8) & 0xFF), UInt8(serial & 0xFF)]
         let guid: [UInt8] = [0x54, 0x45, 0x53, 0x53, 0x45, 0x52, 0x41, 0x2D, 0x50, 0x49, 0x56, 0x2D] + s
-        return TLV(0x30, fascn).encoded + TLV(0x34, guid).encoded + TLV(0x35, Array("20991231".utf8)).encoded
-            + TLV(0x3E, []).encoded + TLV(0xFE, []).encoded
+        return TLV.encode(tag: 0x30, value: fascn) + TLV.encode(tag: 0x34, value: guid)
+            + TLV.encode(tag: 0x35, value: Array("20991231".utf8)) + TLV.encode(tag: 0x3E, value: [])
+            + TLV.encode(tag: 0xFE, value: [])
     }
 
     /// Discovery object (Part 1 §3.3.2): PIV AID (4F) and PIN usage policy 40 00 (application PIN only).
     static func discovery() -> [UInt8] {
-        TLV(0x4F, PIV.aid).encoded + TLV(0x5F2F, [0x40, 0x00]).encoded
+        TLV.encode(tag: 0x4F, value: PIV.aid) + TLV.encode(tag: 0x5F2F, value: [0x40, 0x00])
     }
 
     /// Reads a state file; nil when it does not exist.

@@ -96,3 +96,9 @@ public struct BACChipResponder: Sendable {
         return (response, try BAC.session(kIFD: kIFD, kIC: kIC, rndIC: rnd, rndIFD: rndIFD))
     }
 }
+
+/// `fixed` when given (tests), otherwise `count` secure random bytes.
+func orRandom(_ fixed: [UInt8]?, _ count: Int) throws(TesseraError) -> [UInt8] {
+    if let fixed { return fixed }
+    return try SecureRandom.bytes(count)
+}

@@ -74,8 +74,7 @@ public actor ElementaryFileReader {
             try await select(fid: fid)
         }
         while true {
-            if total == nil, let header = AccessTLV.header(content) {
-                let size = header.headerLength + header.length
+            if total == nil, let size = (try? TLV.totalLength(ofPrefix: content)) ?? nil {
                 guard size <= configuration.maximumFileSize else {
                     throw TesseraError(.malformedData, "file announces \(size) bytes, more than the allowed maximum",
                                        details: ["announcedSize": .number(Double(size))])
@@ -140,7 +139,7 @@ public actor ElementaryFileReader {
                 let o = [UInt8((offset >> 16) & 0xFF), UInt8((offset >> 8) & 0xFF), UInt8(offset & 0xFF)]
                 let trimmed = Array(o.drop { $0 == 0 })
                 // Response carries DO'53' around the content; allow for its header.
-                command = CommandAPDU(ins: 0xB1, p1: 0, p2: 0, data: AccessTLV.encode(tag: 0x54, trimmed),
+                command = CommandAPDU(ins: 0xB1, p1: 0, p2: 0, data: TLV.encode(tag: 0x54, value: trimmed),
                                       ne: min(want + 4, 65536))
             }
             let response = try await send(command)
@@ -163,10 +162,10 @@ public actor ElementaryFileReader {
             }
             var data = response.data
             if command.ins == 0xB1 {
-                guard let h = AccessTLV.header(data), h.tag == 0x53, h.headerLength + h.length <= data.count else {
+                guard let wrapper = try? TLV.parse(data, allowTrailing: true, options: []), wrapper.tag == 0x53 else {
                     throw TesseraError(.malformedData, "READ BINARY (B1) response without DO'53'")
                 }
-                data = Array(data[h.headerLength..<(h.headerLength + h.length)])
+                data = wrapper.value
             }
             if data.count > want {
                 throw TesseraError(.malformedData, "card returned \(data.count) bytes for Le \(want)")

@@ -53,7 +53,7 @@ public enum PACE {
 
         // Step 2: mapping
         let mapping = try domain.keyPair(privateKey: mappingPrivateKey)
-        let chipMapping = try await generalAuthenticate(transport, AccessTLV.encode(tag: 0x81, mapping.publicKey),
+        let chipMapping = try await generalAuthenticate(transport, TLV.encode(tag: 0x81, value: mapping.publicKey),
                                                         responseTag: 0x82, step: "mapping")
         let generator: [UInt8]
         do {
@@ -65,7 +65,7 @@ public enum PACE {
 
         // Step 3: key agreement on the mapped generator
         let ephemeral = try domain.keyPair(generator: generator, privateKey: ephemeralPrivateKey)
-        let chipEphemeral = try await generalAuthenticate(transport, AccessTLV.encode(tag: 0x83, ephemeral.publicKey),
+        let chipEphemeral = try await generalAuthenticate(transport, TLV.encode(tag: 0x83, value: ephemeral.publicKey),
                                                           responseTag: 0x84, step: "key agreement")
         guard chipEphemeral != ephemeral.publicKey else {
             throw TesseraError(.secureMessagingError, "chip echoed the terminal's ephemeral public key")
@@ -81,7 +81,7 @@ public enum PACE {
 
         // Step 4: mutual authentication
         let tPCD = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: chipEphemeral)
-        let tPICC = try await generalAuthenticate(transport, AccessTLV.encode(tag: 0x85, tPCD), responseTag: 0x86,
+        let tPICC = try await generalAuthenticate(transport, TLV.encode(tag: 0x85, value: tPCD), responseTag: 0x86,
                                                   step: "mutual authentication", last: true)
         let expected = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain,
                                                           peerPublicKey: ephemeral.publicKey)
@@ -114,12 +114,12 @@ public enum PACE {
     private static func generalAuthenticate(_ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32,
                                             step: String, last: Bool = false) async throws(TesseraError) -> [UInt8] {
         let command = CommandAPDU(cla: last ? 0x00 : 0x10, ins: 0x86, p1: 0, p2: 0,
-                                  data: AccessTLV.encode(tag: 0x7C, content), ne: 256)
+                                  data: TLV.encode(tag: 0x7C, value: content), ne: 256)
         let response = try await transport.send(command)
         guard response.sw.isSuccess else { throw statusError(response.sw, step: step) }
-        let outer = try AccessTLV.parse(response.data)
+        let outer = try TLV.parseAll(response.data, options: [])
         guard outer.count == 1, outer[0].tag == 0x7C,
-              let value = try AccessTLV.parse(outer[0].value).first(where: { $0.tag == responseTag })?.value else {
+              let value = try TLV.parseAll(outer[0].value, options: []).first(tag: responseTag)?.value else {
             throw TesseraError(.malformedData, "PACE \(step): response lacks tag \(String(responseTag, radix: 16))")
         }
         return value
@@ -171,11 +171,11 @@ public struct PACEChip: Sendable {
 
     /// Processes one GENERAL AUTHENTICATE command data field (7C …) and returns the response data field.
     public mutating func generalAuthenticate(_ commandData: [UInt8]) throws(TesseraError) -> [UInt8] {
-        let outer = try AccessTLV.parse(commandData)
+        let outer = try TLV.parseAll(commandData, options: [])
         guard outer.count == 1, outer[0].tag == 0x7C else { throw TesseraError(.malformedData, "expected dynamic authentication data") }
-        let inner = try AccessTLV.parse(outer[0].value)
+        let inner = try TLV.parseAll(outer[0].value, options: [])
         func value(_ tag: UInt32) throws(TesseraError) -> [UInt8] {
-            guard let v = inner.first(where: { $0.tag == tag })?.value else {
+            guard let v = inner.first(tag: tag)?.value else {
                 throw TesseraError(.malformedData, "GENERAL AUTHENTICATE lacks tag \(String(tag, radix: 16))")
             }
             return v
@@ -185,7 +185,7 @@ public struct PACEChip: Sendable {
             nonce = try orRandom(fixed.nonce, algorithm.cipher.blockSize)
             let z = try PACECrypto.encryptNonce(nonce, key: nonceKey, cipher: algorithm.cipher)
             step = 1
-            return AccessTLV.encode(tag: 0x7C, AccessTLV.encode(tag: 0x80, z))
+            return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x80, value: z))
         case 1:
             let terminalMapping = try value(0x81)
             try domain.validate(publicKey: terminalMapping)
@@ -193,7 +193,7 @@ public struct PACEChip: Sendable {
             generator = try domain.mapGenerator(nonce: nonce, privateKey: key.privateKey, peerPublicKey: terminalMapping)
             mappingKey = key
             step = 2
-            return AccessTLV.encode(tag: 0x7C, AccessTLV.encode(tag: 0x82, key.publicKey))
+            return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x82, value: key.publicKey))
         case 2:
             let terminal = try value(0x83)
             try domain.validate(publicKey: terminal)
@@ -204,7 +204,7 @@ public struct PACEChip: Sendable {
             ephemeralKey = key
             terminalEphemeral = terminal
             step = 3
-            return AccessTLV.encode(tag: 0x7C, AccessTLV.encode(tag: 0x84, key.publicKey))
+            return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x84, value: key.publicKey))
         case 3:
             guard let keys, let ephemeralKey, let terminalEphemeral else { throw TesseraError(.internalError, "PACE state") }
             let token = try value(0x85)
@@ -215,7 +215,7 @@ public struct PACEChip: Sendable {
             let tPICC = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: algorithm, domain: domain,
                                                            peerPublicKey: terminalEphemeral)
             session = try SecureMessagingSession(cipher: algorithm.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
-            return AccessTLV.encode(tag: 0x7C, AccessTLV.encode(tag: 0x86, tPICC))
+            return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x86, value: tPICC))
         default:
             throw TesseraError(.cardError, "PACE already finished")
         }

@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import TesseraCore
 
@@ -193,8 +194,8 @@ public enum PACECrypto {
 
     /// The public key data object 7F49 { 06 OID, 86/84 public key } that tokens are computed over.
     public static func publicKeyDataObject(algorithm: PACEAlgorithm, domain: PACEDomain, publicKey: [UInt8]) -> [UInt8] {
-        AccessTLV.encode(tag: 0x7F49, AccessTLV.encode(tag: 0x06, algorithm.oidBytes)
-            + AccessTLV.encode(tag: domain.publicKeyTag, publicKey))
+        TLV.encode(tag: 0x7F49, value: TLV.encode(tag: 0x06, value: algorithm.oidBytes)
+            + TLV.encode(tag: domain.publicKeyTag, value: publicKey))
     }
 
     /// Authentication token T = MAC(KS_mac, 7F49{OID, peer public key}) (8 bytes): AES-CMAC over the
@@ -208,19 +209,19 @@ public enum PACECrypto {
 
     /// MSE:Set AT data for PACE: 80 OID, 83 password reference, 84 domain parameter id.
     public static func setATData(algorithm: PACEAlgorithm, password: AccessPassword, parameterId: Int?) -> [UInt8] {
-        var data = AccessTLV.encode(tag: 0x80, algorithm.oidBytes) + AccessTLV.encode(tag: 0x83, [password.paceReference])
-        if let parameterId { data += AccessTLV.encode(tag: 0x84, [UInt8(parameterId & 0xFF)]) }
+        var data = TLV.encode(tag: 0x80, value: algorithm.oidBytes) + TLV.encode(tag: 0x83, value: [password.paceReference])
+        if let parameterId { data += TLV.encode(tag: 0x84, value: [UInt8(parameterId & 0xFF)]) }
         return data
     }
 
     /// Parses MSE:Set AT data (chip side): OID, password reference, optional parameter id.
     public static func parseSetATData(_ data: [UInt8]) throws(TesseraError) -> (oid: String, passwordReference: UInt8, parameterId: Int?) {
-        let objects = try AccessTLV.parse(data)
-        guard let oidBytes = objects.first(where: { $0.tag == 0x80 })?.value,
-              let ref = objects.first(where: { $0.tag == 0x83 })?.value.first else {
+        let objects = try TLV.parseAll(data, options: [])
+        guard let oidBytes = objects.first(tag: 0x80)?.value,
+              let ref = objects.first(tag: 0x83)?.value.first else {
             throw TesseraError(.malformedData, "MSE:Set AT without OID or password reference")
         }
-        let paramId = objects.first(where: { $0.tag == 0x84 })?.value.reduce(0) { $0 << 8 | Int($1) }
+        let paramId = objects.first(tag: 0x84)?.value.reduce(0) { $0 << 8 | Int($1) }
         return (decodeOIDContent(oidBytes), ref, paramId)
     }
 }

@@ -99,9 +99,16 @@ public struct SecureMessagingSession: Sendable, Equatable {
     }
 
     private static func leDataObject(_ ne: Int) -> [UInt8] {
-        if ne <= 256 { return AccessTLV.encode(tag: 0x97, [UInt8(ne & 0xFF)]) }
+        if ne <= 256 { return TLV.encode(tag: 0x97, value: [UInt8(ne & 0xFF)]) }
         let v = ne == 65536 ? 0 : ne
-        return AccessTLV.encode(tag: 0x97, [UInt8(v >> 8), UInt8(v & 0xFF)])
+        return TLV.encode(tag: 0x97, value: [UInt8(v >> 8), UInt8(v & 0xFF)])
+    }
+
+    /// The data objects of a protected command or response; a malformed encoding is SECURE_MESSAGING_ERROR.
+    private static func dataObjects(_ bytes: [UInt8]) throws(TesseraError) -> [TLV] {
+        do throws(TesseraError) { return try TLV.parseAll(bytes, options: []) } catch {
+            throw TesseraError(.secureMessagingError, error.message)
+        }
     }
 
     // MARK: Reader side
@@ -115,12 +122,12 @@ public struct SecureMessagingSession: Sendable, Equatable {
         if !command.data.isEmpty {
             let encrypted = try encrypt(command.data)
             body += command.ins & 1 == 1
-                ? AccessTLV.encode(tag: 0x85, encrypted)
-                : AccessTLV.encode(tag: 0x87, [0x01] + encrypted)
+                ? TLV.encode(tag: 0x85, value: encrypted)
+                : TLV.encode(tag: 0x87, value: [0x01] + encrypted)
         }
         if let ne = command.ne { body += SecureMessagingSession.leDataObject(ne) }
         let cc = try mac(ISO9797Padding.pad(header, blockSize: cipher.blockSize) + body)
-        body += AccessTLV.encode(tag: 0x8E, cc)
+        body += TLV.encode(tag: 0x8E, value: cc)
         let extended = body.count > 255 || (command.ne ?? 0) > 256
         return CommandAPDU(cla: header[0], ins: command.ins, p1: command.p1, p2: command.p2, data: body,
                            ne: extended ? 65536 : 256, forceExtended: extended)
@@ -140,7 +147,7 @@ public struct SecureMessagingSession: Sendable, Equatable {
             return response
         }
         incrementSSC()
-        let objects = try AccessTLV.parse(response.data, errorCode: .secureMessagingError)
+        let objects = try SecureMessagingSession.dataObjects(response.data)
         var macInput: [UInt8] = []
         var encrypted: [UInt8]?
         var status: [UInt8]?
@@ -186,7 +193,7 @@ public struct SecureMessagingSession: Sendable, Equatable {
             throw TesseraError(.secureMessagingError, "command without SM indication in CLA")
         }
         incrementSSC()
-        let objects = try AccessTLV.parse(command.data, errorCode: .secureMessagingError)
+        let objects = try SecureMessagingSession.dataObjects(command.data)
         var body: [UInt8] = []
         var encrypted: [UInt8]?
         var ne: Int?
@@ -236,10 +243,10 @@ public struct SecureMessagingSession: Sendable, Equatable {
         var body: [UInt8] = []
         if !response.data.isEmpty {
             let encrypted = try encrypt(response.data)
-            body += oddINS ? AccessTLV.encode(tag: 0x85, encrypted) : AccessTLV.encode(tag: 0x87, [0x01] + encrypted)
+            body += oddINS ? TLV.encode(tag: 0x85, value: encrypted) : TLV.encode(tag: 0x87, value: [0x01] + encrypted)
         }
-        body += AccessTLV.encode(tag: 0x99, [response.sw.sw1, response.sw.sw2])
-        body += AccessTLV.encode(tag: 0x8E, try mac(body))
+        body += TLV.encode(tag: 0x99, value: [response.sw.sw1, response.sw.sw2])
+        body += TLV.encode(tag: 0x8E, value: try mac(body))
         return ResponseAPDU(data: body, sw: response.sw)
     }
 }

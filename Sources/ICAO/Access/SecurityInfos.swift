@@ -1,3 +1,4 @@
+import APDU
 import SwiftASN1
 import TesseraCore
 
@@ -67,8 +68,8 @@ public struct SecurityInfos: Sendable, Hashable {
     /// ignored. Throws MALFORMED_DATA when the structure is not a SET of SEQUENCEs starting with an OID.
     public init(encoded bytes: [UInt8]) throws(TesseraError) {
         var input = bytes
-        if let h = AccessTLV.header(bytes), h.headerLength + h.length <= bytes.count {
-            input = Array(bytes.prefix(h.headerLength + h.length))
+        if let total = (try? TLV.totalLength(ofPrefix: bytes)) ?? nil, total <= bytes.count {
+            input = Array(bytes.prefix(total))
         }
         let root: ASN1Node
         do { root = try DER.parse(input) } catch {

@@ -128,9 +128,9 @@ public enum ActiveAuthentication {
 
     /// The RSA modulus (unsigned big-endian, no leading zeros) from an rsaEncryption SubjectPublicKeyInfo.
     static func rsaModulus(_ spki: [UInt8]) -> [UInt8]? {
-        guard let seq = try? BERTLV.parse(spki), let parts = try? seq.children(), parts.count == 2,
+        guard let seq = try? TLV.parse(spki), let parts = try? seq.children(), parts.count == 2,
               parts[1].tag == ASN1.bitString, parts[1].value.first == 0,
-              let key = try? BERTLV.parse(Array(parts[1].value.dropFirst())), let fields = try? key.children(),
+              let key = try? TLV.parse(Array(parts[1].value.dropFirst())), let fields = try? key.children(),
               fields.count == 2, fields[0].tag == ASN1.integer else { return nil }
         return Array(fields[0].value.drop(while: { $0 == 0 }))
     }

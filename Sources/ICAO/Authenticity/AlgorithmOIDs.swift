@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import TesseraCore
 

@@ -1,3 +1,4 @@
+import APDU
 import Foundation
 import TesseraCore
 
@@ -70,7 +71,7 @@ public struct CSCATrustStore: Sendable {
         guard sd.contentType == AlgorithmOIDs.cscaMasterList else {
             throw TesseraError(.malformedData, "not a CSCA master list (content type \(sd.contentType))")
         }
-        let ml = try BERTLV.parse(sd.content)
+        let ml = try TLV.parse(sd.content)
         try ASN1.expect(ml, ASN1.sequence, "CscaMasterList")
         let parts = try ml.children()
         guard parts.count == 2 else { throw TesseraError(.malformedData, "CscaMasterList") }

@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import Foundation
 import TesseraCore
@@ -31,7 +32,7 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
 
     /// Parses a DER certificate. Throws MALFORMED_DATA.
     public init(der: [UInt8]) throws(TesseraError) {
-        let cert = try BERTLV.parse(der)
+        let cert = try TLV.parse(der)
         try ASN1.expect(cert, ASN1.sequence, "Certificate")
         let top = try cert.children()
         guard top.count == 3 else { throw TesseraError(.malformedData, "Certificate must have 3 parts") }
@@ -71,14 +72,14 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
                 }
                 switch try ASN1.oidValue(parts[0]) {
                 case "2.5.29.14":
-                    let v = try BERTLV.parse(value.value)
+                    let v = try TLV.parse(value.value)
                     try ASN1.expect(v, ASN1.octetString, "subjectKeyIdentifier")
                     ski = v.value
                 case "2.5.29.35":
-                    let v = try BERTLV.parse(value.value)
-                    aki = try v.children().first(where: { $0.tag == 0x80 })?.value
+                    let v = try TLV.parse(value.value)
+                    aki = try v.children().first(tag: 0x80)?.value
                 case "2.5.29.15":
-                    let v = try BERTLV.parse(value.value)
+                    let v = try TLV.parse(value.value)
                     try ASN1.expect(v, ASN1.bitString, "keyUsage")
                     guard let unused = v.value.first, unused < 8 else { throw TesseraError(.malformedData, "keyUsage") }
                     let bytes = Array(v.value.dropFirst())
@@ -88,7 +89,7 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
                     }
                     ku = bits
                 case "2.5.29.19":
-                    let v = try BERTLV.parse(value.value)
+                    let v = try TLV.parse(value.value)
                     let items = try v.children()
                     ca = items.first.map { $0.tag == ASN1.boolean && $0.value.first.map { $0 != 0 } == true } ?? false
                 default: break
@@ -115,7 +116,7 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
 
     /// Whether `issuerCertificate`'s key verifies this certificate's signature.
     public func isSigned(by issuerCertificate: ParsedCertificate) throws(TesseraError) -> Bool {
-        let scheme = try AlgorithmOIDs.scheme(try BERTLV.parse(signatureAlgorithm))
+        let scheme = try AlgorithmOIDs.scheme(try TLV.parse(signatureAlgorithm))
         return try Signatures.verify(signature, over: tbsCertificate, publicKey: issuerCertificate.subjectPublicKeyInfo,
                                      scheme: scheme)
     }
@@ -124,7 +125,7 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
     public var pem: String { PEM.encode(der, label: "CERTIFICATE") }
 
     static func attributes(_ name: [UInt8]) -> [(String, String)] {
-        guard let seq = try? BERTLV.parse(name), let rdns = try? seq.children() else { return [] }
+        guard let seq = try? TLV.parse(name), let rdns = try? seq.children() else { return [] }
         var out = [(String, String)]()
         let short = ["2.5.4.6": "C", "2.5.4.3": "CN", "2.5.4.10": "O", "2.5.4.11": "OU", "2.5.4.5": "SERIALNUMBER",
                      "2.5.4.7": "L", "2.5.4.8": "ST", "1.2.840.113549.1.9.1": "E"]

@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import TesseraCore
 
@@ -33,7 +34,7 @@ public struct CMSSignedData: Sendable {
 
     /// Parses a DER/BER ContentInfo holding SignedData. Throws MALFORMED_DATA.
     public init(contentInfo bytes: [UInt8]) throws(TesseraError) {
-        let ci = try BERTLV.parse(bytes, allowTrailing: true)
+        let ci = try TLV.parse(bytes, allowTrailing: true)
         try ASN1.expect(ci, ASN1.sequence, "ContentInfo")
         let ciParts = try ci.children()
         guard ciParts.count == 2, try ASN1.oidValue(ciParts[0]) == AlgorithmOIDs.signedData,
@@ -71,7 +72,7 @@ public struct CMSSignedData: Sendable {
                     if let cert = try? ParsedCertificate(der: c.encoded) { certs.append(cert) }
                 }
             } else if p.tag != 0xA1 {
-                throw TesseraError(.malformedData, "unexpected SignedData field \(BERTLV.tagHex(p.tag))")
+                throw TesseraError(.malformedData, "unexpected SignedData field \(TLV.tagHex(p.tag))")
             }
             index += 1
         }
@@ -103,7 +104,7 @@ public struct CMSSignedData: Sendable {
         var signed: [UInt8]?
         var attrs = [String: TLV]()
         if p[i].tag == 0xA0 {
-            signed = BERTLV.encode(tag: ASN1.set, value: p[i].value)
+            signed = TLV.encode(tag: ASN1.set, value: p[i].value)
             for a in try p[i].children() {
                 let ap = try a.children()
                 guard ap.count == 2, ap[1].tag == ASN1.set else { throw TesseraError(.malformedData, "bad attribute") }
@@ -145,7 +146,7 @@ public struct CMSSignedData: Sendable {
     /// Checks the signed attributes (content-type, message-digest over the content) and the signature with `signerKey`.
     public func verify(_ signer: SignerInfo, signerKey spki: [UInt8]) -> SignerCheck {
         do {
-            let scheme = try AlgorithmOIDs.scheme(try BERTLV.parse(signer.signatureAlgorithm), digest: signer.digestAlgorithm)
+            let scheme = try AlgorithmOIDs.scheme(try TLV.parse(signer.signatureAlgorithm), digest: signer.digestAlgorithm)
             let signedBytes: [UInt8]
             if let signed = signer.signedAttributes {
                 guard let ct = signer.attributes[AlgorithmOIDs.contentTypeAttribute],
@@ -184,13 +185,13 @@ public struct SecurityObject: Sendable {
 
     /// Parses EF.SOD (with or without the 77 wrapper). Throws MALFORMED_DATA or CRYPTO_ERROR (unknown hash).
     public init(parsing bytes: [UInt8]) throws(TesseraError) {
-        let outer = try BERTLV.parse(bytes, allowTrailing: true)
+        let outer = try TLV.parse(bytes, allowTrailing: true)
         let ci = outer.tag == 0x77 ? outer.value : outer.encoded
         signedData = try CMSSignedData(contentInfo: ci)
         guard signedData.contentType == AlgorithmOIDs.ldsSecurityObject else {
             throw TesseraError(.malformedData, "EF.SOD content is \(signedData.contentType), not an LDSSecurityObject")
         }
-        let lso = try BERTLV.parse(signedData.content)
+        let lso = try TLV.parse(signedData.content)
         try ASN1.expect(lso, ASN1.sequence, "LDSSecurityObject")
         let p = try lso.children()
         guard p.count >= 3 else { throw TesseraError(.malformedData, "LDSSecurityObject too short") }

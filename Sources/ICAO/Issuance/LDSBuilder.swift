@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import TesseraCore
 
@@ -6,9 +7,9 @@ public enum LDSBuilder {
     /// EF.COM with LDS version "0107" and Unicode version "040000" by default.
     public static func com(dataGroups: [Int], ldsVersion: String = "0107", unicodeVersion: String = "040000") -> [UInt8] {
         let tags = dataGroups.compactMap { LDSFile(dataGroup: $0)?.tag }
-        return TLV(tag: 0x60, value: BERTLV.encode(tag: 0x5F01, value: Array(ldsVersion.utf8))
-            + BERTLV.encode(tag: 0x5F36, value: Array(unicodeVersion.utf8))
-            + BERTLV.encode(tag: 0x5C, value: tags)).encoded
+        return TLV(tag: 0x60, value: TLV.encode(tag: 0x5F01, value: Array(ldsVersion.utf8))
+            + TLV.encode(tag: 0x5F36, value: Array(unicodeVersion.utf8))
+            + TLV.encode(tag: 0x5C, value: tags)).encoded
     }
 
     /// DG1 from the MRZ text (line breaks removed). Throws INVALID_INPUT for a length other than 88, 72 or 90.
@@ -17,7 +18,7 @@ public enum LDSBuilder {
         guard [88, 72, 90].contains(text.utf8.count), text.allSatisfy({ $0.isASCII }) else {
             throw .invalidInput("MRZ must be 88 (TD3), 72 (TD2) or 90 (TD1) ASCII characters")
         }
-        return TLV(tag: 0x61, value: BERTLV.encode(tag: 0x5F1F, value: Array(text.utf8))).encoded
+        return TLV(tag: 0x61, value: TLV.encode(tag: 0x5F1F, value: Array(text.utf8))).encoded
     }
 
     /// DG2 with one ISO/IEC 19794-5:2005 facial record around a JPEG or JPEG 2000 image of the given size.
@@ -36,18 +37,18 @@ public enum LDSBuilder {
         // Image information: full frontal, data type, width, height, 24-bit RGB, digital still, device 0, quality 0.
         record += [0x01, mime == "image/jpeg" ? 0x00 : 0x01] + u16(width) + u16(height) + [0x01, 0x02] + u16(0) + u16(0)
         record += image
-        let header = TLV(tag: 0xA1, value: BERTLV.encode(tag: 0x80, value: [0x01, 0x01])
-            + BERTLV.encode(tag: 0x81, value: [0x02])
-            + BERTLV.encode(tag: 0x87, value: [0x01, 0x01])
-            + BERTLV.encode(tag: 0x88, value: [0x00, 0x08])).encoded
-        let bit = TLV(tag: 0x7F60, value: header + BERTLV.encode(tag: 0x5F2E, value: record)).encoded
-        let group = TLV(tag: 0x7F61, value: BERTLV.encode(tag: 0x02, value: [0x01]) + bit).encoded
+        let header = TLV(tag: 0xA1, value: TLV.encode(tag: 0x80, value: [0x01, 0x01])
+            + TLV.encode(tag: 0x81, value: [0x02])
+            + TLV.encode(tag: 0x87, value: [0x01, 0x01])
+            + TLV.encode(tag: 0x88, value: [0x00, 0x08])).encoded
+        let bit = TLV(tag: 0x7F60, value: header + TLV.encode(tag: 0x5F2E, value: record)).encoded
+        let group = TLV(tag: 0x7F61, value: TLV.encode(tag: 0x02, value: [0x01]) + bit).encoded
         return TLV(tag: 0x75, value: group).encoded
     }
 
     /// DG7 with one displayed signature image.
     public static func dg7(image: [UInt8]) -> [UInt8] {
-        TLV(tag: 0x67, value: BERTLV.encode(tag: 0x02, value: [0x01]) + BERTLV.encode(tag: 0x5F43, value: image)).encoded
+        TLV(tag: 0x67, value: TLV.encode(tag: 0x02, value: [0x01]) + TLV.encode(tag: 0x5F43, value: image)).encoded
     }
 
     /// DG11 from the set text fields (images other than proof of citizenship are not written).
@@ -56,8 +57,8 @@ public enum LDSBuilder {
         func add(_ tag: UInt32, _ s: String?) { if let s { items.append((tag, Array(s.utf8))) } }
         add(0x5F0E, d.fullName)
         if !d.otherNames.isEmpty {
-            let inner = BERTLV.encode(tag: 0x02, value: [UInt8(min(d.otherNames.count, 255))])
-                + d.otherNames.flatMap { BERTLV.encode(tag: 0x5F0F, value: Array($0.utf8)) }
+            let inner = TLV.encode(tag: 0x02, value: [UInt8(min(d.otherNames.count, 255))])
+                + d.otherNames.flatMap { TLV.encode(tag: 0x5F0F, value: Array($0.utf8)) }
             items.append((0xA0, inner))
         }
         add(0x5F10, d.personalNumber); add(0x5F2B, d.fullDateOfBirth); add(0x5F11, d.placeOfBirth)
@@ -75,8 +76,8 @@ public enum LDSBuilder {
         func add(_ tag: UInt32, _ s: String?) { if let s { items.append((tag, Array(s.utf8))) } }
         add(0x5F19, d.issuingAuthority); add(0x5F26, d.dateOfIssue)
         if !d.otherPersons.isEmpty {
-            items.append((0xA0, BERTLV.encode(tag: 0x02, value: [UInt8(min(d.otherPersons.count, 255))])
-                + d.otherPersons.flatMap { BERTLV.encode(tag: 0x5F1A, value: Array($0.utf8)) }))
+            items.append((0xA0, TLV.encode(tag: 0x02, value: [UInt8(min(d.otherPersons.count, 255))])
+                + d.otherPersons.flatMap { TLV.encode(tag: 0x5F1A, value: Array($0.utf8)) }))
         }
         add(0x5F1B, d.endorsements); add(0x5F1C, d.taxOrExitRequirements)
         if let f = d.frontImage { items.append((0x5F1D, f.data)) }
@@ -99,8 +100,8 @@ public enum LDSBuilder {
 
     /// `tag { 5C taglist, items… }` as DG11/DG12 require.
     private static func tagListed(_ tag: UInt32, _ items: [(UInt32, [UInt8])], groupTag: UInt32) -> [UInt8] {
-        let list = items.flatMap { $0.0 == 0xA0 ? BERTLV.tagBytes(groupTag) : BERTLV.tagBytes($0.0) }
-        let body = BERTLV.encode(tag: 0x5C, value: list) + items.flatMap { BERTLV.encode(tag: $0.0, value: $0.1) }
+        let list = items.flatMap { $0.0 == 0xA0 ? TLV.tagBytes(groupTag) : TLV.tagBytes($0.0) }
+        let body = TLV.encode(tag: 0x5C, value: list) + items.flatMap { TLV.encode(tag: $0.0, value: $0.1) }
         return TLV(tag: tag, value: body).encoded
     }
 }

@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import Foundation
 import TesseraCore
@@ -143,7 +144,7 @@ public struct TestPKI: Sendable {
 
     /// SHA-1 of the subjectPublicKey bits (RFC 5280 §4.2.1.2 method 1).
     static func keyIdentifier(_ spki: [UInt8]) throws(TesseraError) -> [UInt8] {
-        let parts = try BERTLV.parse(spki).children()
+        let parts = try TLV.parse(spki).children()
         guard parts.count == 2, parts[1].tag == ASN1.bitString else { throw TesseraError(.cryptoError, "bad SPKI") }
         return try Signatures.digest(.sha1, Array(parts[1].value.dropFirst()))
     }

@@ -1,3 +1,4 @@
+import APDU
 import Foundation
 import TesseraCore
 
@@ -42,7 +43,7 @@ enum ASN1 {
 
     static func expect(_ tlv: TLV, _ tag: UInt32, _ what: String) throws(TesseraError) {
         guard tlv.tag == tag else {
-            throw TesseraError(.malformedData, "\(what): expected tag \(BERTLV.tagHex(tag)), found \(BERTLV.tagHex(tlv.tag))")
+            throw TesseraError(.malformedData, "\(what): expected tag \(TLV.tagHex(tag)), found \(TLV.tagHex(tlv.tag))")
         }
     }
 
@@ -95,7 +96,7 @@ enum ASN1 {
 
     // MARK: Building
 
-    static func node(_ tag: UInt32, _ content: [UInt8]) -> [UInt8] { BERTLV.encode(tag: tag, value: content) }
+    static func node(_ tag: UInt32, _ content: [UInt8]) -> [UInt8] { TLV.encode(tag: tag, value: content) }
     static func seq(_ parts: [[UInt8]]) -> [UInt8] { node(sequence, parts.flatMap { $0 }) }
     /// A DER SET OF: elements sorted by their encodings.
     static func setOf(_ parts: [[UInt8]]) -> [UInt8] {

@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import MRZ
 import TesseraCore
@@ -255,7 +256,7 @@ public struct DG14: Sendable, Equatable {
 
     public init(parsing bytes: [UInt8]) throws(TesseraError) {
         let outer = try LDSParsing.outer(bytes, .dataGroup(14))
-        let set = try BERTLV.parse(outer.value)
+        let set = try TLV.parse(outer.value)
         try ASN1.expect(set, ASN1.set, "DG14 SecurityInfos")
         securityInfos = set.encoded
         var oids = [String]()
@@ -269,7 +270,7 @@ public struct DG14: Sendable, Equatable {
 
     /// The signature hash named by an ActiveAuthenticationInfo (OID 2.23.136.1.1.5), if present.
     public var activeAuthenticationHash: SignatureHash? {
-        guard let set = try? BERTLV.parse(securityInfos), let infos = try? set.children() else { return nil }
+        guard let set = try? TLV.parse(securityInfos), let infos = try? set.children() else { return nil }
         for info in infos {
             guard let parts = try? info.children(), parts.count >= 3,
                   (try? ASN1.oidValue(parts[0])) == "2.23.136.1.1.5",
@@ -288,7 +289,7 @@ public struct DG15: Sendable, Equatable {
 
     public init(parsing bytes: [UInt8]) throws(TesseraError) {
         let outer = try LDSParsing.outer(bytes, .dataGroup(15))
-        let spki = try BERTLV.parse(outer.value)
+        let spki = try TLV.parse(outer.value)
         try ASN1.expect(spki, ASN1.sequence, "DG15 SubjectPublicKeyInfo")
         publicKeyInfo = spki.encoded
         do { key = try Signatures.describe(publicKey: spki.encoded) } catch {
@@ -333,9 +334,9 @@ enum LDSParsing {
 
     /// Parses the outer TLV of a file and checks its tag.
     static func outer(_ bytes: [UInt8], _ file: LDSFile) throws(TesseraError) -> TLV {
-        let tlv = try BERTLV.parse(bytes, allowTrailing: true)
+        let tlv = try TLV.parse(bytes, allowTrailing: true)
         guard tlv.tag == UInt32(file.tag) else {
-            throw TesseraError(.malformedData, "\(file) starts with tag \(BERTLV.tagHex(tlv.tag)), expected \(BERTLV.tagHex(UInt32(file.tag)))")
+            throw TesseraError(.malformedData, "\(file) starts with tag \(TLV.tagHex(tlv.tag)), expected \(TLV.tagHex(UInt32(file.tag)))")
         }
         return tlv
     }
@@ -362,7 +363,7 @@ enum LDSParsing {
     }
 
     static func image(_ tlv: TLV) throws(TesseraError) -> LDSImage {
-        guard !tlv.value.isEmpty else { throw TesseraError(.malformedData, "empty image \(BERTLV.tagHex(tlv.tag))") }
+        guard !tlv.value.isEmpty else { throw TesseraError(.malformedData, "empty image \(TLV.tagHex(tlv.tag))") }
         let mime = mimeType(of: tlv.value)
         let size = ImageHeader.dimensions(tlv.value, mime: mime)
         return LDSImage(mimeType: mime, data: tlv.value, width: size?.width, height: size?.height)

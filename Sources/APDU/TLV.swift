@@ -1,19 +1,23 @@
 import TesseraCore
 
-/// One BER-TLV data object (ISO/IEC 7816-4 / X.690), as found in LDS files and CMS structures.
+/// One BER-TLV data object (ISO/IEC 7816-4 §5.2, X.690 §8.1), as found in card data objects, LDS files and
+/// CMS structures.
 public struct TLV: Sendable, Equatable {
-    /// The tag bytes as a big-endian number, e.g. `0x61`, `0x5F1F`, `0x7F61`.
-    public var tag: UInt32
+    /// The tag bytes as a big-endian number with class and constructed bits, e.g. `0x61`, `0x5F1F`, `0x5FC102`.
+    public let tag: UInt32
     /// The value field (for indefinite lengths: the contents without the end-of-contents marker).
-    public var value: [UInt8]
+    public let value: [UInt8]
     /// The object exactly as it was read (or as built), header included.
-    public var encoded: [UInt8]
+    public let encoded: [UInt8]
 
     /// Builds an object with a minimal definite-length header.
     public init(tag: UInt32, value: [UInt8]) {
-        self.tag = tag
-        self.value = value
-        encoded = BERTLV.encode(tag: tag, value: value)
+        self.init(tag: tag, value: value, encoded: TLV.encode(tag: tag, value: value))
+    }
+
+    /// Builds a constructed object from its children.
+    public init(tag: UInt32, children: [TLV]) {
+        self.init(tag: tag, value: children.flatMap(\.encoded))
     }
 
     init(tag: UInt32, value: [UInt8], encoded: [UInt8]) {
@@ -21,30 +25,54 @@ public struct TLV: Sendable, Equatable {
     }
 
     /// Whether the constructed bit of the first tag byte is set.
-    public var isConstructed: Bool { BERTLV.tagBytes(tag)[0] & 0x20 != 0 }
+    public var isConstructed: Bool { TLV.isConstructed(tag) }
 
     /// Parses the value as a sequence of objects. Throws MALFORMED_DATA on any inconsistency.
-    public func children() throws(TesseraError) -> [TLV] {
-        guard isConstructed else { throw TesseraError(.malformedData, "tag \(BERTLV.tagHex(tag)) is not constructed") }
-        return try BERTLV.parseAll(value)
+    public func children(options: ParseOptions = .ber) throws(TesseraError) -> [TLV] {
+        guard isConstructed else { throw TesseraError(.malformedData, "tag \(TLV.tagHex(tag)) is not constructed") }
+        return try TLV.parseAll(value, options: options)
     }
 
     /// The first child with `tag`, if any.
     public func child(_ tag: UInt32) throws(TesseraError) -> TLV? {
-        try children().first { $0.tag == tag }
+        try children().first(tag: tag)
     }
 }
 
-/// A bounds-checked BER-TLV reader and writer. Lengths may never exceed the bytes present, tags are at most
-/// 4 bytes, length fields at most 4 bytes, and indefinite-length nesting at most `maxNesting` deep, so a
-/// hostile chip causes MALFORMED_DATA rather than a crash or a large allocation.
-public enum BERTLV {
+extension Array where Element == TLV {
+    /// The first object with `tag`, if any.
+    public func first(tag: UInt32) -> TLV? { first { $0.tag == tag } }
+}
+
+// MARK: Reading and writing
+
+/// The reader is bounds-checked: lengths may never exceed the bytes present, tags are at most 4 bytes, length
+/// fields at most 4 bytes, and indefinite-length nesting at most `maxNesting` deep, so hostile input causes
+/// MALFORMED_DATA rather than a crash or a large allocation.
+extension TLV {
+    /// What the reader accepts beyond definite-length objects.
+    public struct ParseOptions: OptionSet, Sendable {
+        public let rawValue: Int
+        public init(rawValue: Int) { self.rawValue = rawValue }
+
+        /// The X.690 indefinite form on constructed objects (BER; some EF.SOD files use it).
+        public static let indefiniteLength = ParseOptions(rawValue: 1)
+        /// '00' and 'FF' bytes before, between and after objects are skipped (ISO/IEC 7816-4 §5.2.2.1).
+        public static let padding = ParseOptions(rawValue: 2)
+
+        /// X.690 BER: definite and indefinite lengths, no padding.
+        public static let ber: ParseOptions = [.indefiniteLength]
+        /// Interindustry data objects as cards send them: definite lengths, padding between objects.
+        public static let card: ParseOptions = [.padding]
+    }
+
     /// Deepest nesting of indefinite-length objects accepted.
     public static let maxNesting = 32
 
     /// Parses exactly one object. With `allowTrailing`, bytes after it are ignored (files padded by the chip).
-    public static func parse(_ bytes: [UInt8], allowTrailing: Bool = false) throws(TesseraError) -> TLV {
-        var reader = Reader(bytes: bytes)
+    public static func parse(_ bytes: [UInt8], allowTrailing: Bool = false,
+                             options: ParseOptions = .ber) throws(TesseraError) -> TLV {
+        var reader = Reader(bytes: bytes, options: options)
         let tlv = try reader.readObject(depth: 0)
         if !allowTrailing && reader.pos != bytes.count {
             throw TesseraError(.malformedData, "\(bytes.count - reader.pos) trailing bytes after TLV")
@@ -53,19 +81,37 @@ public enum BERTLV {
     }
 
     /// Parses a concatenation of objects filling `bytes` exactly.
-    public static func parseAll(_ bytes: [UInt8]) throws(TesseraError) -> [TLV] {
-        var reader = Reader(bytes: bytes)
+    public static func parseAll(_ bytes: [UInt8], options: ParseOptions = .ber) throws(TesseraError) -> [TLV] {
+        var reader = Reader(bytes: bytes, options: options)
         var out = [TLV]()
         while reader.pos < bytes.count {
+            if options.contains(.padding) && (bytes[reader.pos] == 0x00 || bytes[reader.pos] == 0xFF) {
+                reader.pos += 1
+                continue
+            }
             out.append(try reader.readObject(depth: 0))
         }
         return out
     }
 
+    /// The object reached by following `path` through `bytes`: the first top-level object with `path[0]`, then its
+    /// first child with `path[1]`, and so on. Nil when a tag is missing; MALFORMED_DATA when a level does not parse.
+    public static func find(_ path: [UInt32], in bytes: [UInt8],
+                            options: ParseOptions = .ber) throws(TesseraError) -> TLV? {
+        guard let first = path.first, var found = try parseAll(bytes, options: options).first(tag: first) else {
+            return nil
+        }
+        for tag in path.dropFirst() {
+            guard let next = try parseAll(found.value, options: options).first(tag: tag) else { return nil }
+            found = next
+        }
+        return found
+    }
+
     /// Length in bytes of the first object's header + value when only a prefix of the file is known
     /// (for reading a file whose size is announced in its first bytes). Nil when more bytes are needed.
     public static func totalLength(ofPrefix prefix: [UInt8]) throws(TesseraError) -> Int? {
-        var reader = Reader(bytes: prefix)
+        var reader = Reader(bytes: prefix, options: [])
         do throws(TesseraError) {
             _ = try reader.readTag()
             guard let len = try reader.readLength(constructed: true) else {
@@ -83,7 +129,7 @@ public enum BERTLV {
         tagBytes(tag) + encodeLength(value.count) + value
     }
 
-    /// DER/BER definite length octets.
+    /// Minimal definite length octets (X.690 §8.1.3): short form below 128, else 81, 82, 83 or 84 + big-endian.
     public static func encodeLength(_ n: Int) -> [UInt8] {
         if n < 0x80 { return [UInt8(n)] }
         var bytes = [UInt8]()
@@ -92,19 +138,26 @@ public enum BERTLV {
         return [0x80 | UInt8(bytes.count)] + bytes
     }
 
-    static func tagBytes(_ tag: UInt32) -> [UInt8] {
+    /// The tag as it appears on the wire (1 to 4 bytes).
+    public static func tagBytes(_ tag: UInt32) -> [UInt8] {
         if tag <= 0xFF { return [UInt8(tag)] }
         if tag <= 0xFFFF { return [UInt8(tag >> 8), UInt8(tag & 0xFF)] }
         if tag <= 0xFF_FFFF { return [UInt8(tag >> 16), UInt8((tag >> 8) & 0xFF), UInt8(tag & 0xFF)] }
         return [UInt8(tag >> 24), UInt8((tag >> 16) & 0xFF), UInt8((tag >> 8) & 0xFF), UInt8(tag & 0xFF)]
     }
 
-    static func tagHex(_ tag: UInt32) -> String { Hex.encode(tagBytes(tag)).uppercased() }
+    /// The tag in upper-case hex, for messages (e.g. "5F1F").
+    public static func tagHex(_ tag: UInt32) -> String { Hex.encode(tagBytes(tag)).uppercased() }
+
+    static func isConstructed(_ tag: UInt32) -> Bool { tagBytes(tag)[0] & 0x20 != 0 }
 
     struct Reader {
         static let truncated = "truncated TLV"
         let bytes: [UInt8]
+        let options: ParseOptions
         var pos = 0
+
+        init(bytes: [UInt8], options: ParseOptions) { self.bytes = bytes; self.options = options }
 
         mutating func byte() throws(TesseraError) -> UInt8 {
             guard pos < bytes.count else { throw TesseraError(.malformedData, Reader.truncated) }
@@ -144,10 +197,10 @@ public enum BERTLV {
         }
 
         mutating func readObject(depth: Int) throws(TesseraError) -> TLV {
-            guard depth <= BERTLV.maxNesting else { throw TesseraError(.malformedData, "TLV nested too deeply") }
+            guard depth <= TLV.maxNesting else { throw TesseraError(.malformedData, "TLV nested too deeply") }
             let start = pos
             let tag = try readTag()
-            let constructed = BERTLV.tagBytes(tag)[0] & 0x20 != 0
+            let constructed = TLV.isConstructed(tag)
             if let len = try readLength(constructed: constructed) {
                 guard len <= bytes.count - pos else {
                     throw TesseraError(.malformedData, "TLV length \(len) exceeds the \(bytes.count - pos) bytes present")
@@ -155,6 +208,9 @@ public enum BERTLV {
                 let value = Array(bytes[pos..<(pos + len)])
                 pos += len
                 return TLV(tag: tag, value: value, encoded: Array(bytes[start..<pos]))
+            }
+            guard options.contains(.indefiniteLength) else {
+                throw TesseraError(.malformedData, "indefinite length not allowed here")
             }
             let valueStart = pos
             while true {
