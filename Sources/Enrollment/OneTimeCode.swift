@@ -46,9 +46,7 @@ public struct OneTimeCode: Sendable, Equatable {
             throw TesseraError(.invalidInput, "the code is 6 digits", details: ["field": "otp"])
         }
         let candidate = Self.authenticationCode(submitted, key: key)
-        var difference = UInt8(candidate.count == mac.count ? 0 : 1)
-        for (a, b) in zip(candidate, mac) { difference |= a ^ b }
-        if difference == 0 { return }
+        if ConstantTime.equal(candidate, mac) { return }
         attemptsLeft -= 1
         if attemptsLeft == 0 {
             throw TesseraError(.otpAttemptsExceeded, "wrong code; no attempts left", details: ["attemptsLeft": 0])

@@ -82,7 +82,7 @@ public final class PKCS11Token: Sendable {
                 return
             }
             let candidate = self.pinDigest(pinBytes)
-            if let recorded = self.pinRecord.withLock({ $0 }), constantTimeEqual(recorded, candidate) { return }
+            if let recorded = self.pinRecord.withLock({ $0 }), ConstantTime.equal(recorded, candidate) { return }
             try await self.drained { (ctx: SessionContext) throws(OperationError) in
                 _ = ctx.logout()
             }
@@ -469,10 +469,3 @@ enum RawSignLoop {
     }
 }
 
-/// Compares two byte strings in time that depends only on their lengths.
-func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-    guard a.count == b.count else { return false }
-    var diff: UInt8 = 0
-    for i in 0..<a.count { diff |= a[i] ^ b[i] }
-    return diff == 0
-}

@@ -82,13 +82,6 @@ public struct SecureMessagingSession: Sendable, Equatable {
         return Array(try CMAC.aes(key: key, data: padded).prefix(8))
     }
 
-    private static func constantTimeEqual(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count == b.count else { return false }
-        var diff: UInt8 = 0
-        for i in 0..<a.count { diff |= a[i] ^ b[i] }
-        return diff == 0
-    }
-
     private static func maskedHeader(_ cla: UInt8, _ ins: UInt8, _ p1: UInt8, _ p2: UInt8) -> [UInt8] {
         [smCLA(cla), ins, p1, p2]
     }
@@ -177,7 +170,7 @@ public struct SecureMessagingSession: Sendable, Equatable {
         }
         guard let cc else { throw TesseraError(.secureMessagingError, "response without DO'8E' (MAC)") }
         guard let status, status.count == 2 else { throw TesseraError(.secureMessagingError, "response without DO'99'") }
-        guard SecureMessagingSession.constantTimeEqual(try mac(macInput), cc) else {
+        guard ConstantTime.equal(try mac(macInput), cc) else {
             throw TesseraError(.secureMessagingError, "response MAC does not verify")
         }
         let data = try encrypted.map { (e: [UInt8]) throws(TesseraError) -> [UInt8] in try decrypt(e) } ?? []
@@ -227,7 +220,7 @@ public struct SecureMessagingSession: Sendable, Equatable {
         }
         guard let cc else { throw TesseraError(.secureMessagingError, "command without DO'8E' (MAC)") }
         let header = [command.cla, command.ins, command.p1, command.p2]
-        guard SecureMessagingSession.constantTimeEqual(
+        guard ConstantTime.equal(
             try mac(ISO9797Padding.pad(header, blockSize: cipher.blockSize) + body), cc) else {
             throw TesseraError(.secureMessagingError, "command MAC does not verify")
         }
