@@ -9,7 +9,7 @@ APT_PACKAGES=(
   libnfc-dev libnfc-bin libssl-dev openssl vsmartcard-vpcd libsqlite3-dev sqlite3 socat
   python3 python3-venv python3-pip tshark
 )
-PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 cryptography cbor2)
+PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 cryptography cbor2 pyjwt)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -25,7 +25,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import fido2, webauthn, pytest' 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import fido2, webauthn, pytest, jwt' 2>/dev/null; then
   echo "setup: creating .venv with ${PIP_PACKAGES[*]}"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"

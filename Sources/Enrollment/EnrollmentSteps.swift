@@ -352,8 +352,9 @@ extension EnrollmentEngine {
             return full.isEmpty ? nil : full
         }
         let userHandle = current.parameters["userHandle"]?.stringValue.flatMap(Base64URL.decode) ?? Self.random(16)
-        let userName = current.parameters["userName"]?.stringValue ?? data["email"]?.stringValue
-            ?? current.subject ?? documentName ?? "enrollment-\(current.id.prefix(8))"
+        // An activation token names its subject; a remote enrollment the email collected, else the holder.
+        let userName = current.parameters["userName"]?.stringValue ?? current.subject ?? data["email"]?.stringValue
+            ?? documentName ?? "enrollment-\(current.id.prefix(8))"
         let displayName = current.parameters["userDisplayName"]?.stringValue ?? documentName ?? userName
         let attestation = PasskeyService.Attestation(rawValue: step.string("attestation") ?? "none") ?? .none
         do {

@@ -81,6 +81,22 @@ class Client:
         line, self.buf = self.buf.split(b"\n", 1)
         return json.loads(line)
 
+    def next_notification(self, timeout: float = 30) -> dict:
+        """The next notification: those that arrived during a call first, then the next one from the socket."""
+        if self.notifications:
+            return self.notifications.pop(0)
+        old = self.sock.gettimeout()
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                m = self.read_message()
+                if m is None:
+                    raise ConnectionError("daemon closed the connection")
+                if "id" not in m:
+                    return m
+        finally:
+            self.sock.settimeout(old)
+
     def call(self, method: str, params: dict | None = None) -> dict:
         rid = self.next_id
         self.next_id += 1
@@ -236,3 +252,54 @@ class PCSCD:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+MRZ_ANNA = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
+
+
+def make_passport_profile(directory: pathlib.Path, mrz: str = MRZ_ANNA, *args: str) -> pathlib.Path:
+    """Issues a test e-passport (and its test CSCA, DIR/csca.pem) with `tessera lab make-profile`."""
+    out = subprocess.run([str(BIN / "tessera"), "lab", "make-profile", str(directory), "--mrz", mrz, *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return directory
+
+
+class EmulatedPassport:
+    """`tessera lab emulate-passport` holding a profile's chip in vpcd reader `slot` of a PCSCD while the `with`
+    block runs. `card_present(reader)` (e.g. through a daemon's readers.list) tells when pcscd sees the card."""
+
+    def __init__(self, pcscd: PCSCD, profile: pathlib.Path, card_present, *args: str, slot: int = 0,
+                 log: pathlib.Path | None = None):
+        self.pcscd, self.profile, self.card_present, self.args, self.slot = pcscd, profile, card_present, args, slot
+        self.reader = pcscd.readers[slot]
+        self.log = log or pcscd.dir.parent / f"emulator-{profile.name}-{slot}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def wait_card(self, present: bool, timeout: float = 15) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.card_present(self.reader) == present:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"card in {self.reader} never became {'present' if present else 'absent'}")
+
+    def __enter__(self) -> "EmulatedPassport":
+        self.logf = open(self.log, "ab")
+        self.proc = subprocess.Popen([str(BIN / "tessera"), "lab", "emulate-passport", "--profile", str(self.profile),
+                                      "--vpcd", f"127.0.0.1:{self.pcscd.port + self.slot}", *self.args],
+                                     stdout=subprocess.PIPE, stderr=self.logf, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("inserted"), f"emulator did not start: {line!r}"
+        self.wait_card(True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.logf.close()
+        self.wait_card(False)
