@@ -303,3 +303,37 @@ class EmulatedPassport:
             self.proc.wait()
         self.logf.close()
         self.wait_card(False)
+
+
+NOBODY = 65534
+
+
+def as_nobody(socket_path: str, calls: list[tuple[str, dict]]) -> dict:
+    """Runs the calls in a child process that has become uid/gid nobody; returns method → "ok" or error code."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            c = Client(socket_path)
+            out = {}
+            for method, params in calls:
+                try:
+                    c.call(method, params)
+                    out[method] = "ok"
+                except RPCError as e:
+                    out[method] = e.code
+            os.write(w, json.dumps(out).encode())
+        except BaseException as e:  # report, so the parent's assertion shows why
+            os.write(w, json.dumps({"child error": repr(e)}).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 4096):
+        data += chunk
+    os.waitpid(pid, 0)
+    return json.loads(data)

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Client, Daemon, RPCError, b64u
+from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Client, Daemon, RPCError, as_nobody, b64u
 from test_passkeys import RP, authenticate, enroll
 
 
@@ -168,35 +168,9 @@ def test_unauthorized_by_policy(tmp_path, softhsm):
                                        "--config", str(config)]).start()
     try:
         assert oct(os.stat(d.socket).st_mode & 0o777) == "0o666"
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child: become nobody and try
-            os.close(r)
-            try:
-                os.setgroups([])
-                os.setgid(65534)
-                os.setuid(65534)
-                c = Client(d.socket)
-                out = {}
-                for method, params in [("daemon.status", {}), ("credentials.delete", {"credentialId": b64u(b"x")}),
-                                       ("passkey.authenticate", {"rpId": RP, "challenge": b64u(b"c" * 16),
-                                                                 "allowCredentials": [b64u(b"x")]})]:
-                    try:
-                        c.call(method, params)
-                        out[method] = "ok"
-                    except RPCError as e:
-                        out[method] = e.code
-                os.write(w, json.dumps(out).encode())
-            except BaseException as e:  # report, so the parent's assertion shows why
-                os.write(w, json.dumps({"child error": repr(e)}).encode())
-            finally:
-                os._exit(0)
-        os.close(w)
-        data = b""
-        while chunk := os.read(r, 4096):
-            data += chunk
-        os.waitpid(pid, 0)
-        out = json.loads(data)
+        out = as_nobody(d.socket, [("daemon.status", {}), ("credentials.delete", {"credentialId": b64u(b"x")}),
+                                   ("passkey.authenticate", {"rpId": RP, "challenge": b64u(b"c" * 16),
+                                                             "allowCredentials": [b64u(b"x")]})])
         assert out == {"daemon.status": "ok", "credentials.delete": "UNAUTHORIZED",
                        "passkey.authenticate": "UNAUTHORIZED"}
     finally:
