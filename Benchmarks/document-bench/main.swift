@@ -69,7 +69,7 @@ try await measure("in process, short APDUs", memory, extended: false, profile: p
 try await measure("in process, extended length", memory, extended: true, profile: profile)
 
 // Through a private pcscd with a vpcd reader, as tesserad reads.
-let pcscd = try PCSCDaemonFixture.start()
+let pcscd = try await PCSCDaemonFixture.start()
 defer { pcscd.stop() }
 let link = VirtualCardLink(card: EmulatedPassport(profile: profile), port: Int(pcscd.port))
 try await link.start()

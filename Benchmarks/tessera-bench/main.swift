@@ -35,7 +35,7 @@ enum Bench {
             }
         }
         if piv { try await PIVBench.run(seconds: seconds, tesserad: tesserad); return }
-        let hsm = try SoftHSMFixture(label: "bench", pin: "1234")
+        let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
         defer { hsm.removeDirectory() }
         let work = hsm.directory
         let pinFile = work + "/pin"
@@ -52,60 +52,65 @@ enum Bench {
             "--no-embedded-softhsm", "--config", config, "--log-level", "warning"]
         let spawned = ContinuousClock.now
         try daemon.run()
-        defer { daemon.terminate(); daemon.waitUntilExit() }
-        var client: RPCClient?
-        while client == nil {
-            client = try? await RPCClient.connect(path: socket)
-            if client == nil { try await Task.sleep(for: .milliseconds(1)) }
-        }
-        _ = try await client!.call("daemon.status")
-        let ready = ContinuousClock.now - spawned
-        try await Task.sleep(for: .seconds(1))
-        let idleRSS = rssKiB(pid: daemon.processIdentifier)
-
-        let reg = try await client!.call("passkey.enroll", [
-            "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"], "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
-        ])
-        let credentialId = reg["credentialId"]!.stringValue!
-        let sessions = 8  // the daemon's default pool size for software tokens
-
-        // Baseline: raw C_Sign in this process on the same token, same key.
-        let provider = try PKCS11Provider(modulePaths: [hsm.modulePath])
-        guard let token = provider.tokens().first(where: { $0.info.label == "bench" }) else { fatalError("no token") }
-        try await token.login(pin: "1234")
-        let keyHandle = try await firstKeyID(token)
-        let digest = [UInt8](repeating: 0xA5, count: 32)
-
-        print("tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
-        print("startup to ready: \(format(ready)); idle RSS: \(idleRSS.map { "\($0) KiB" } ?? "?")")
-        if let daemonCPUs { print("tesserad pinned to CPUs \(daemonCPUs)") }
-        print("clients  raw C_Sign/s (sessions)  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/a  client CPU µs/a  daemon cs/a")
-        var rawSingleLatency = 0.0
-        for clients in clientCounts {
-            let rawSessions = min(clients, sessions)
-            let iterations = max(2000, Int(seconds * 4000) * rawSessions)
-            let raw = try await token.rawSignLoop(keyID: keyHandle, digest: digest, iterations: iterations, sessions: rawSessions)
-            if clients == 1 { rawSingleLatency = 1.0 / raw }
-            let pid = daemon.processIdentifier
-            let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(), csBefore = contextSwitches(pid: pid)
-            let (latencies, wall) = try await LoadClient.run(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds)
-            let n = Double(latencies.count)
-            let cpu = (cpuSeconds(pid: pid) - cpuBefore) / n
-            let own = (LoadClient.ownCPUSeconds() - ownBefore) / n
-            let cs = Double(contextSwitches(pid: pid) - csBefore) / n
-            let rate = n / wall
-            let sorted = latencies.sorted()
-            let median = sorted[sorted.count / 2], p99 = sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
-            print(String(format: "%7d  %12.0f (%2d)          %12.0f  %5.2f  %9.3f  %6.3f  %15.0f  %15.0f  %11.1f", clients, raw,
-                         rawSessions, rate, rate / raw, median * 1000, p99 * 1000, cpu * 1e6, own * 1e6, cs))
-            if clients == 1 {
-                print(String(format: "         added latency per assertion at 1 client (median − raw C_Sign): %.0f µs",
-                             (median - rawSingleLatency) * 1e6))
+        do {
+            var client: RPCClient?
+            while client == nil {
+                client = try? await RPCClient.connect(path: socket)
+                if client == nil { try await Task.sleep(for: .milliseconds(1)) }
             }
+            _ = try await client!.call("daemon.status")
+            let ready = ContinuousClock.now - spawned
+            try await Task.sleep(for: .seconds(1))
+            let idleRSS = rssKiB(pid: daemon.processIdentifier)
+
+            let reg = try await client!.call("passkey.enroll", [
+                "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"], "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
+            ])
+            let credentialId = reg["credentialId"]!.stringValue!
+            let sessions = 8  // the daemon's default pool size for software tokens
+
+            // Baseline: raw C_Sign in this process on the same token, same key.
+            let provider = try PKCS11Provider(modulePaths: [hsm.modulePath])
+            guard let token = provider.tokens().first(where: { $0.info.label == "bench" }) else { fatalError("no token") }
+            try await token.login(pin: "1234")
+            let keyHandle = try await firstKeyID(token)
+            let digest = [UInt8](repeating: 0xA5, count: 32)
+
+            print("tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
+            print("startup to ready: \(format(ready)); idle RSS: \(idleRSS.map { "\($0) KiB" } ?? "?")")
+            if let daemonCPUs { print("tesserad pinned to CPUs \(daemonCPUs)") }
+            print("clients  raw C_Sign/s (sessions)  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/a  client CPU µs/a  daemon cs/a")
+            var rawSingleLatency = 0.0
+            for clients in clientCounts {
+                let rawSessions = min(clients, sessions)
+                let iterations = max(2000, Int(seconds * 4000) * rawSessions)
+                let raw = try await token.rawSignLoop(keyID: keyHandle, digest: digest, iterations: iterations, sessions: rawSessions)
+                if clients == 1 { rawSingleLatency = 1.0 / raw }
+                let pid = daemon.processIdentifier
+                let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(), csBefore = contextSwitches(pid: pid)
+                let (latencies, wall) = try await LoadClient.run(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds)
+                let n = Double(latencies.count)
+                let cpu = (cpuSeconds(pid: pid) - cpuBefore) / n
+                let own = (LoadClient.ownCPUSeconds() - ownBefore) / n
+                let cs = Double(contextSwitches(pid: pid) - csBefore) / n
+                let rate = n / wall
+                let sorted = latencies.sorted()
+                let median = sorted[sorted.count / 2], p99 = sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
+                print(String(format: "%7d  %12.0f (%2d)          %12.0f  %5.2f  %9.3f  %6.3f  %15.0f  %15.0f  %11.1f", clients, raw,
+                             rawSessions, rate, rate / raw, median * 1000, p99 * 1000, cpu * 1e6, own * 1e6, cs))
+                if clients == 1 {
+                    print(String(format: "         added latency per assertion at 1 client (median − raw C_Sign): %.0f µs",
+                                 (median - rawSingleLatency) * 1e6))
+                }
+            }
+            print("CPU per assertion: tesserad from /proc/PID/stat, the load generator (this process) from getrusage;")
+            print("cs/a: tesserad context switches (all threads) per assertion")
+            provider.finalize()
+        } catch {
+            await Subprocess.terminate(daemon)
+            throw error
         }
-        print("CPU per assertion: tesserad from /proc/PID/stat, the load generator (this process) from getrusage;")
-        print("cs/a: tesserad context switches (all threads) per assertion")
-        provider.finalize()
+        await Subprocess.terminate(daemon)
     }
 
     static func firstKeyID(_ token: PKCS11Token) async throws -> [UInt8] {

@@ -13,6 +13,9 @@ import TesseraCore
 /// - libpcsclite reads `PCSCLITE_CSOCK_NAME` once per process, so the socket path is fixed per test process and
 ///   only one fixture can run at a time. `acquire` waits for the running one to be stopped; `start` fails fast.
 ///   Start the fixture before the first PC/SC call in the process.
+/// - Nothing here blocks a cooperative thread: waits for pcscd and its clients happen on threads of their own or
+///   as `Task.sleep` polls. A fixture never stopped is stopped when the process exits (its pcscd killed, its
+///   directory removed).
 /// - The vpcd driver keeps per-slot global state, so one pcscd serves exactly one vpcd reader line, which gives
 ///   two readers: "<name> 00 00" on port P and "<name> 00 01" on port P+1.
 public final class PCSCDaemonFixture: Sendable {
@@ -40,6 +43,7 @@ public final class PCSCDaemonFixture: Sendable {
     private struct DaemonState {
         var process: Process?
         var released = false
+        var exitCleanup: ExitCleanup.Token?
     }
 
     private init(readers: [Reader], socketPath: String, directory: String, configPath: String, logPath: String) {
@@ -63,13 +67,14 @@ public final class PCSCDaemonFixture: Sendable {
 
     /// Starts a private pcscd with vpcd readers on `vpcdPorts` (`[]`: free ports are chosen; `[P]` or `[P, P+1]`:
     /// the reader slots use P and P+1), waits until it lists the readers, and points this process's PC/SC
-    /// client at it. Throws INTERNAL when another fixture of this process is still running or pcscd cannot start.
-    public static func start(vpcdPorts: [UInt16] = []) throws(TesseraError) -> PCSCDaemonFixture {
+    /// client at it. Throws INTERNAL when another fixture of this process is still running (or still stopping:
+    /// `stop` returns before pcscd has exited) or pcscd cannot start.
+    public static func start(vpcdPorts: [UInt16] = []) async throws(TesseraError) -> PCSCDaemonFixture {
         guard lease.tryAcquire() else {
             throw .internalError("another PCSCDaemonFixture is running in this process; stop it first or use acquire()")
         }
         do {
-            return try launch(vpcdPorts: vpcdPorts)
+            return try await launch(vpcdPorts: vpcdPorts)
         } catch {
             lease.release()
             throw error
@@ -80,52 +85,58 @@ public final class PCSCDaemonFixture: Sendable {
     public static func acquire(vpcdPorts: [UInt16] = []) async throws(TesseraError) -> PCSCDaemonFixture {
         await lease.acquire()
         do {
-            return try launch(vpcdPorts: vpcdPorts)
+            return try await launch(vpcdPorts: vpcdPorts)
         } catch {
             lease.release()
             throw error
         }
     }
 
-    /// Stops pcscd, removes its directory and releases the fixture (another one may start). Idempotent; also on deinit.
+    /// Stops pcscd, removes its directory and releases the fixture, without waiting: pcscd gets SIGTERM now, and a
+    /// thread of its own waits for it to exit (SIGKILL after 5 s) before the next fixture may start (`acquire`
+    /// waits for that). Idempotent; also on deinit, so it suits `defer`.
     public func stop() {
-        stopDaemon()
-        let release = state.withLock { s -> Bool in
-            defer { s.released = true }
-            return !s.released
+        let (process, exitCleanup, first) = state.withLock { s in
+            defer { s.process = nil; s.released = true }
+            return (s.process.map(ProcessBox.init), s.exitCleanup, !s.released)
         }
-        if release {
+        guard first else { return }
+        let directory = directory
+        let finish: @Sendable () -> Void = {
             try? FileManager.default.removeItem(atPath: directory)
+            if let exitCleanup { ExitCleanup.cancel(exitCleanup) }
             Self.lease.release()
+        }
+        guard let process else { return finish() }
+        if process.process.isRunning { process.process.terminate() }
+        Thread.detachNewThread {
+            Subprocess.terminateBlocking(process.process)
+            finish()
         }
     }
 
-    /// Stops pcscd but keeps the fixture, so `startDaemon()` can bring the same daemon back (same socket, ports).
-    public func stopDaemon() {
-        let process = state.withLock { s -> Process? in
+    /// Stops pcscd (waiting for it to exit) but keeps the fixture, so `startDaemon()` can bring the same daemon
+    /// back (same socket, ports).
+    public func stopDaemon() async {
+        let process = state.withLock { s -> ProcessBox? in
             defer { s.process = nil }
-            return s.process
+            return s.process.map(ProcessBox.init)
         }
         guard let process else { return }
-        if process.isRunning { process.terminate() }
-        let deadline = Date().addingTimeInterval(5)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
+        await Subprocess.terminate(process.process)
         try? FileManager.default.removeItem(atPath: socketPath)
     }
 
     /// Starts pcscd again after `stopDaemon()` and waits until it answers.
-    public func startDaemon() throws(TesseraError) {
+    public func startDaemon() async throws(TesseraError) {
         try state.withLock { s throws(TesseraError) in
             guard !s.released else { throw .internalError("PCSCDaemonFixture was stopped") }
             guard s.process == nil else { return }
         }
         let process = try Self.spawn(directory: directory, configPath: configPath, logPath: logPath)
-        state.withLock { $0.process = process }
-        try waitUntilReady(process: process)
+        let box = ProcessBox(process)
+        state.withLock { $0.process = box.process }
+        try await waitUntilReady(process: box)
     }
 
     /// Whether pcscd is running.
@@ -140,17 +151,19 @@ public final class PCSCDaemonFixture: Sendable {
     }
 
     /// Runs a PC/SC command-line client (opensc-tool, pcsc_scan, …) against this pcscd; returns exit code and output.
+    /// Waits off the cooperative pool (`Subprocess.run`), so a virtual card served by this process keeps answering.
     public func runClient(_ executable: String, _ arguments: [String], timeout: TimeInterval = 20)
-        throws(TesseraError) -> (status: Int32, output: String)
+        async throws(TesseraError) -> (status: Int32, output: String)
     {
-        try Self.run(executable, arguments, environment: environment, timeout: timeout)
+        let r = try await Subprocess.run(executable, arguments, environment: environment, timeout: timeout)
+        return (r.status, r.output)
     }
 
     // MARK: Internals
 
     private static let lease = FixtureLease()
 
-    private static func launch(vpcdPorts: [UInt16]) throws(TesseraError) -> PCSCDaemonFixture {
+    private static func launch(vpcdPorts: [UInt16]) async throws(TesseraError) -> PCSCDaemonFixture {
         let socketPath = try clientSocketPath()
         let directory = (socketPath as NSString).deletingLastPathComponent
         try prepareDirectory(directory)
@@ -176,11 +189,21 @@ public final class PCSCDaemonFixture: Sendable {
             }
             let fixture = PCSCDaemonFixture(readers: readers, socketPath: socketPath, directory: directory,
                                             configPath: configPath, logPath: logPath)
+            let state = fixture.state
+            let token = ExitCleanup.register {
+                // At exit: a fixture nobody stopped (or a test process ending mid-test) takes its pcscd along.
+                if let process = state.withLock({ s in s.process.map(ProcessBox.init) }) {
+                    Subprocess.terminateBlocking(process.process, grace: 2)
+                }
+                try? FileManager.default.removeItem(atPath: directory)
+            }
+            fixture.state.withLock { $0.exitCleanup = token }
             do {
-                try fixture.startDaemon()
+                try await fixture.startDaemon()
                 return fixture
             } catch {
-                fixture.stopDaemon()
+                await fixture.stopDaemon()
+                ExitCleanup.cancel(token)
                 fixture.state.withLock { $0.released = true }  // the caller releases the lease
                 if attempts <= 0 { throw error }
             }
@@ -320,7 +343,8 @@ public final class PCSCDaemonFixture: Sendable {
     }
 
     /// Waits until the socket exists, pcscd logged readiness, the vpcd ports listen and pcsc_scan lists the readers.
-    private func waitUntilReady(process: Process, timeout: TimeInterval = 15) throws(TesseraError) {
+    private func waitUntilReady(process box: ProcessBox, timeout: TimeInterval = 15) async throws(TesseraError) {
+        let process = box.process
         let deadline = Date().addingTimeInterval(timeout)
         var stage = "socket"
         while Date() < deadline {
@@ -333,25 +357,19 @@ public final class PCSCDaemonFixture: Sendable {
                 if log().contains("daemon ready") && readers.allSatisfy({ listening.contains($0.port) }) {
                     stage = "client"
                     guard let scan = try? Self.executable("pcsc_scan") else { return }
-                    if let (status, output) = try? runClient(scan, ["-r"], timeout: 5), status == 0,
+                    if let (status, output) = try? await runClient(scan, ["-r"], timeout: 5), status == 0,
                        readers.allSatisfy({ output.contains($0.name) })
                     {
                         return
                     }
                 }
             }
-            usleep(50_000)
+            try? await Task.sleep(for: .milliseconds(50))
         }
-        stopDaemon()
+        await stopDaemon()
         throw .internalError("private pcscd not ready (waiting for \(stage)) after \(Int(timeout)) s:\n\(log())")
     }
 
-    static func run(_ executable: String, _ arguments: [String], environment: [String: String], timeout: TimeInterval)
-        throws(TesseraError) -> (status: Int32, output: String)
-    {
-        let r = try Subprocess.run(executable, arguments, environment: environment, timeout: timeout)
-        return (r.status, r.output)
-    }
 }
 
 /// The process-wide "one private pcscd at a time" lease (libpcsclite's socket path is per process).
@@ -393,17 +411,5 @@ private final class FixtureLease: Sendable {
             return s.waiters.removeFirst()  // ownership passes on; `held` stays true
         }
         next?.resume()
-    }
-}
-
-private final class FixtureLock<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-
-    func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
     }
 }

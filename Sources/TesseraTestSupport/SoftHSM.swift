@@ -3,7 +3,7 @@ import TesseraCore
 
 /// A private SoftHSM2 token directory for tests.
 ///
-/// Creating a fixture writes `softhsm2.conf` into a fresh temp dir and sets `SOFTHSM2_CONF` for the whole process
+/// Creating a fixture (`make`) writes `softhsm2.conf` into a fresh scratch dir and sets `SOFTHSM2_CONF` for the whole process
 /// (`setenv`): SoftHSM2 reads it in `C_Initialize`, so create the fixture **before** any PKCS#11 provider
 /// initialises, and keep one fixture per test process (`SoftHSMFixture.shared()`), with suites that use it serialised.
 ///
@@ -30,12 +30,29 @@ public final class SoftHSMFixture: Sendable {
     public let spareLabels: [String]
     private let claimed = ClaimCounter()
 
-    /// Creates the directory and config, sets `SOFTHSM2_CONF`, and initialises the token `label` plus
-    /// `spareTokens` more labelled "<label>-spare-<n>".
+    /// Creates the directory (under `Scratch.root`, so it goes when the process exits) and config, sets
+    /// `SOFTHSM2_CONF`, and initialises the token `label` plus `spareTokens` more labelled "<label>-spare-<n>"
+    /// with `softhsm2-util` (waiting off the cooperative pool).
     /// Throws `INTERNAL` (never skips) when SoftHSM2 or `softhsm2-util` is missing or fails.
-    public init(label: String = SoftHSMFixture.defaultLabel, pin: String = SoftHSMFixture.defaultPIN,
-                soPIN: String = SoftHSMFixture.defaultSOPIN, spareTokens: Int = 0,
-                modulePath: String = SoftHSMFixture.defaultModulePath) throws(TesseraError) {
+    public static func make(label: String = SoftHSMFixture.defaultLabel, pin: String = SoftHSMFixture.defaultPIN,
+                            soPIN: String = SoftHSMFixture.defaultSOPIN, spareTokens: Int = 0,
+                            modulePath: String = SoftHSMFixture.defaultModulePath) async throws(TesseraError)
+        -> SoftHSMFixture
+    {
+        let fixture = try SoftHSMFixture(label: label, pin: pin, soPIN: soPIN, spareTokens: spareTokens,
+                                         modulePath: modulePath)
+        do {
+            try await fixture.addToken(label: label, pin: pin, soPIN: soPIN)
+            for spare in fixture.spareLabels { try await fixture.addToken(label: spare, pin: pin, soPIN: soPIN) }
+        } catch {
+            fixture.removeDirectory()
+            throw error
+        }
+        return fixture
+    }
+
+    /// Writes the directory and config and sets `SOFTHSM2_CONF`; `make` adds the tokens.
+    private init(label: String, pin: String, soPIN: String, spareTokens: Int, modulePath: String) throws(TesseraError) {
         let fm = FileManager.default
         guard fm.fileExists(atPath: modulePath) else {
             throw .internalError("SoftHSM2 module not found at \(modulePath); install it with `apt-get install -y softhsm2`")
@@ -43,7 +60,7 @@ public final class SoftHSMFixture: Sendable {
         guard Self.utilityPath() != nil else {
             throw .internalError("softhsm2-util not found in PATH; install it with `apt-get install -y softhsm2`")
         }
-        let base = fm.temporaryDirectory.appendingPathComponent("tessera-softhsm-\(UUID().uuidString)")
+        let base = URL(fileURLWithPath: Scratch.directory("softhsm"))
         let tokens = base.appendingPathComponent("tokens")
         do {
             try fm.createDirectory(at: tokens, withIntermediateDirectories: true)
@@ -72,8 +89,6 @@ public final class SoftHSMFixture: Sendable {
         self.soPIN = soPIN
         spareLabels = (0..<max(0, spareTokens)).map { "\(label)-spare-\($0)" }
         setenv("SOFTHSM2_CONF", config.path, 1)
-        try addToken(label: label, pin: pin, soPIN: soPIN)
-        for spare in spareLabels { try addToken(label: spare, pin: pin, soPIN: soPIN) }
     }
 
     /// The label of a spare token nobody has claimed yet (PIN `pin`); `INTERNAL` when all are taken.
@@ -86,31 +101,33 @@ public final class SoftHSMFixture: Sendable {
 
     /// Initialises another token in the next free slot (`softhsm2-util --init-token --free`).
     /// Only providers whose module is initialised afterwards see it (see the type's note).
-    public func addToken(label: String, pin: String, soPIN: String? = nil) throws(TesseraError) {
-        try runUtility(["--init-token", "--free", "--label", label, "--pin", pin, "--so-pin", soPIN ?? self.soPIN])
+    public func addToken(label: String, pin: String, soPIN: String? = nil) async throws(TesseraError) {
+        try await runUtility(["--init-token", "--free", "--label", label, "--pin", pin, "--so-pin", soPIN ?? self.soPIN])
     }
 
     /// Deletes a token and its objects by label.
-    public func deleteToken(label: String) throws(TesseraError) {
-        try runUtility(["--delete-token", "--token", label])
+    public func deleteToken(label: String) async throws(TesseraError) {
+        try await runUtility(["--delete-token", "--token", label])
     }
 
-    /// Removes the temp directory (the process keeps `SOFTHSM2_CONF` pointing at it).
+    /// Removes the directory now (the process keeps `SOFTHSM2_CONF` pointing at it); it goes at exit anyway.
     public func removeDirectory() {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    private static let sharedFixture: Result<SoftHSMFixture, TesseraError> = {
-        do throws(TesseraError) { return .success(try SoftHSMFixture(spareTokens: sharedSpareTokens)) } catch {
+    /// Created by the first `shared()` call; later callers await the same task instead of blocking on it.
+    private static let sharedFixture = Task { () -> Result<SoftHSMFixture, TesseraError> in
+        do throws(TesseraError) { return .success(try await SoftHSMFixture.make(spareTokens: sharedSpareTokens)) } catch {
             return .failure(error)
         }
-    }()
+    }
 
     /// Spare tokens in the shared fixture.
     public static let sharedSpareTokens = 32
 
-    /// The process-wide fixture (created on first use with the default label and PINs and `sharedSpareTokens` spares).
-    public static func shared() throws(TesseraError) -> SoftHSMFixture { try sharedFixture.get() }
+    /// The process-wide fixture (created on first use with the default label and PINs and `sharedSpareTokens`
+    /// spares; its directory is removed when the process exits).
+    public static func shared() async throws(TesseraError) -> SoftHSMFixture { try await sharedFixture.value.get() }
 
     private static func utilityPath() -> String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
@@ -121,11 +138,11 @@ public final class SoftHSMFixture: Sendable {
         return nil
     }
 
-    private func runUtility(_ arguments: [String]) throws(TesseraError) {
+    private func runUtility(_ arguments: [String]) async throws(TesseraError) {
         guard let tool = Self.utilityPath() else {
             throw .internalError("softhsm2-util not found in PATH; install it with `apt-get install -y softhsm2`")
         }
-        let r = try Subprocess.run(tool, arguments, environment: ["SOFTHSM2_CONF": configPath])
+        let r = try await Subprocess.run(tool, arguments, environment: ["SOFTHSM2_CONF": configPath])
         guard r.status == 0 else {
             let text = r.output
             throw .internalError("softhsm2-util \(arguments.first ?? "") failed (\(r.status)): \(text)")

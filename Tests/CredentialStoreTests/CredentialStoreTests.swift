@@ -3,9 +3,14 @@ import Foundation
 import Testing
 
 @Suite struct CredentialStoreTests {
+    /// A database in a temp file; the caller removes it with `removeDB` (`defer`).
     func tempDB() throws -> (TesseraDatabase, String) {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("cs-\(UUID().uuidString).sqlite").path
         return (try TesseraDatabase(path: path), path)
+    }
+
+    func removeDB(_ path: String) {
+        for suffix in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + suffix) }
     }
 
     func record(_ id: UInt8, rp: String = "example.com", user: UInt8 = 1) -> CredentialRecord {
@@ -15,7 +20,8 @@ import Testing
     }
 
     @Test func insertGetListDelete() async throws {
-        let (db, _) = try tempDB()
+        let (db, path) = try tempDB()
+        defer { removeDB(path) }
         let store = CredentialStore(database: db)
         try await store.insert(record(1))
         try await store.insert(record(2, rp: "other.example", user: 2))
@@ -31,7 +37,8 @@ import Testing
     }
 
     @Test func duplicateIdIsAStorageError() async throws {
-        let (db, _) = try tempDB()
+        let (db, path) = try tempDB()
+        defer { removeDB(path) }
         let store = CredentialStore(database: db)
         try await store.insert(record(1))
         await #expect(throws: (any Error).self) { try await store.insert(record(1)) }
@@ -39,6 +46,7 @@ import Testing
 
     @Test func counterReservationOnlyRisesAndSurvivesReopen() async throws {
         let (db, path) = try tempDB()
+        defer { removeDB(path) }
         let store = CredentialStore(database: db)
         try await store.insert(record(1))
         try await store.reserveCounter(id: [1, 1, 2], upTo: 1024)

@@ -5,14 +5,15 @@ import Foundation
 import ICAO
 import MRZ
 import TesseraCore
+import TesseraTestSupport
 
 /// ICAO Doc 9303 Part 3 TD3 specimen (Anna Maria Eriksson, Utopia).
 let specimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 
-/// Issues a test document into a fresh temporary directory.
+/// Issues a test document into a fresh directory under `Scratch.root` (removed when the test process exits).
 func makeProfile(bac: Bool = true, pace: [String] = ["ecdh-gm-p256-aes128"], activeAuthentication: Bool = false,
                  photoPadding: Int? = nil) throws -> DocumentProfile {
-    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("documents-tests-\(UUID().uuidString)").path
+    let dir = Scratch.directory("documents-tests")
     return try DocumentProfile.make(directory: dir, mrz: specimenMRZ, can: "123456",
                                     access: AccessOptions(bac: bac, pace: try pace.map { try PACEOption(parsing: $0) }),
                                     activeAuthentication: activeAuthentication, photoPadding: photoPadding)

@@ -23,26 +23,26 @@ private struct AAChip: APDUTransport {
 @Suite struct ActiveAuthTests {
     /// Signs an ISO/IEC 9796-2 scheme 1 message built here with the raw RSA private operation of the openssl CLI
     /// (`pkeyutl -decrypt -pkeyopt rsa_padding_mode:none`, i.e. m^d mod n; `-sign` refuses inputs longer than a hash).
-    private func openSSL9796(bits: Int, hash: String, challenge: [UInt8]) throws -> (spki: [UInt8], signature: [UInt8]) {
+    private func openSSL9796(bits: Int, hash: String, challenge: [UInt8]) async throws -> (spki: [UInt8], signature: [UInt8]) {
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
-        try OpenSSLCLI.run(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:\(bits)", "-out", "aa.key"], in: dir)
-        let spki = try OpenSSLCLI.run(["pkey", "-in", "aa.key", "-pubout", "-outform", "DER"], in: dir)
+        try await OpenSSLCLI.run(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:\(bits)", "-out", "aa.key"], in: dir)
+        let spki = try await OpenSSLCLI.run(["pkey", "-in", "aa.key", "-pubout", "-outform", "DER"], in: dir)
         let k = bits / 8
         let (hashLength, trailer): (Int, [UInt8]) = hash == "sha1" ? (20, [0xBC]) : (32, [0x34, 0xCC])
         let m1 = (0..<(k - 1 - hashLength - trailer.count)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) }
         try OpenSSLCLI.write(m1 + challenge, "m.bin", in: dir)
-        let digest = try OpenSSLCLI.run(["dgst", "-\(hash)", "-binary", "m.bin"], in: dir)
+        let digest = try await OpenSSLCLI.run(["dgst", "-\(hash)", "-binary", "m.bin"], in: dir)
         try OpenSSLCLI.write([0x6A] + m1 + digest + trailer, "block.bin", in: dir)
-        try OpenSSLCLI.run(["pkeyutl", "-decrypt", "-inkey", "aa.key", "-pkeyopt", "rsa_padding_mode:none",
+        try await OpenSSLCLI.run(["pkeyutl", "-decrypt", "-inkey", "aa.key", "-pkeyopt", "rsa_padding_mode:none",
                             "-in", "block.bin", "-out", "sig.bin"], in: dir)
         return (spki, try OpenSSLCLI.read("sig.bin", in: dir))
     }
 
     @Test(arguments: [(1024, "sha1"), (2048, "sha1"), (2048, "sha256")])
-    func rsaISO9796FromOpenSSL(bits: Int, hash: String) throws {
+    func rsaISO9796FromOpenSSL(bits: Int, hash: String) async throws {
         let challenge: [UInt8] = [0x78, 0x17, 0x23, 0x86, 0x0C, 0x06, 0xC2, 0x26]
-        let (spki, signature) = try openSSL9796(bits: bits, hash: hash, challenge: challenge)
+        let (spki, signature) = try await openSSL9796(bits: bits, hash: hash, challenge: challenge)
         let ok = ActiveAuthentication.verify(challenge: challenge, response: signature, publicKeyInfo: spki)
         #expect(ok.status == .valid, "\(ok.reason ?? "")")
         #expect(ok.hash == (hash == "sha1" ? .sha1 : .sha256))
@@ -58,14 +58,14 @@ private struct AAChip: APDUTransport {
         #expect(ActiveAuthentication.verify(challenge: challenge, response: complement, publicKeyInfo: spki).status == .valid)
     }
 
-    @Test func ecdsaFromOpenSSL() throws {
+    @Test func ecdsaFromOpenSSL() async throws {
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
-        try OpenSSLCLI.run(["genpkey"] + OpenSSLCLI.genpkeyArgs("brainpoolP256r1") + ["-out", "aa.key"], in: dir)
-        let spki = try OpenSSLCLI.run(["pkey", "-in", "aa.key", "-pubout", "-outform", "DER"], in: dir)
+        try await OpenSSLCLI.run(["genpkey"] + OpenSSLCLI.genpkeyArgs("brainpoolP256r1") + ["-out", "aa.key"], in: dir)
+        let spki = try await OpenSSLCLI.run(["pkey", "-in", "aa.key", "-pubout", "-outform", "DER"], in: dir)
         let challenge: [UInt8] = [1, 2, 3, 4, 5, 6, 7, 8]
         try OpenSSLCLI.write(challenge, "c.bin", in: dir)
-        let der = try OpenSSLCLI.run(["dgst", "-sha256", "-sign", "aa.key", "c.bin"], in: dir)
+        let der = try await OpenSSLCLI.run(["dgst", "-sha256", "-sign", "aa.key", "c.bin"], in: dir)
         let plain = try #require(Signatures.ecdsaDERToPlain(der, coordinateSize: 32))
         #expect(plain.count == 64)
         let byKeySize = ActiveAuthentication.verify(challenge: challenge, response: plain, publicKeyInfo: spki)

@@ -150,7 +150,7 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         }
     }
 
-    @Test func trustStoreFromFilesDirectoriesAndMasterLists() throws {
+    @Test func trustStoreFromFilesDirectoriesAndMasterLists() async throws {
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
         let a = try TestPKI.generate(country: "UTO"), b = try TestPKI.generate(country: "ZZZ", algorithm: .brainpoolP256r1)
@@ -173,10 +173,10 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path)
         #expect(Set(store.certificates) == [a.csca.certificate, b.csca.certificate])
 
-        try OpenSSLCLI.makePKI(in: dir, kind: "prime256v1")
+        try await OpenSSLCLI.makePKI(in: dir, kind: "prime256v1")
         let list = ASN1.seq([ASN1.int(0), ASN1.setOf([a.csca.certificate.der, b.csca.certificate.der])])
         try OpenSSLCLI.write(list, "list.der", in: dir)
-        try OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "list.der", "-signer", "ds.pem", "-inkey", "ds.key",
+        try await OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "list.der", "-signer", "ds.pem", "-inkey", "ds.key",
                             "-outform", "DER", "-out", "openssl.ml", "-nodetach", "-econtent_type", "2.23.136.1.1.2",
                             "-md", "sha256", "-nosmimecap"], in: dir)
         let store2 = try CSCATrustStore(contentsOf: dir.appendingPathComponent("openssl.ml").path)
@@ -204,14 +204,14 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         Case(kind: "prime256v1"), Case(kind: "secp384r1"), Case(kind: "brainpoolP256r1"), Case(kind: "brainpoolP384r1"),
         Case(kind: "brainpoolP256r1", explicitCSCA: true), Case(kind: "rsa"), Case(kind: "rsa", pss: true),
     ])
-    func openSSLSignedSODVerifies(_ c: Case) throws {
+    func openSSLSignedSODVerifies(_ c: Case) async throws {
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
-        try OpenSSLCLI.makePKI(in: dir, kind: c.kind, pss: c.pss, explicitCSCA: c.explicitCSCA)
+        try await OpenSSLCLI.makePKI(in: dir, kind: c.kind, pss: c.pss, explicitCSCA: c.explicitCSCA)
         let groups = try specimenDataGroups()
         try OpenSSLCLI.write(try handBuiltLDSSecurityObject(groups), "lso.der", in: dir)
         let keyopts = c.pss ? ["-keyopt", "rsa_padding_mode:pss", "-keyopt", "rsa_pss_saltlen:32"] : []
-        try OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "lso.der", "-signer", "ds.pem", "-inkey", "ds.key",
+        try await OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "lso.der", "-signer", "ds.pem", "-inkey", "ds.key",
                             "-outform", "DER", "-out", "sod.der", "-nodetach", "-econtent_type", "2.23.136.1.1.1",
                             "-md", "sha256", "-nosmimecap"] + keyopts, in: dir)
         let sod = TLV(tag: 0x77, value: try OpenSSLCLI.read("sod.der", in: dir)).encoded
@@ -235,7 +235,7 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         // The DS certificate of another openssl PKI with the same CSCA name: no anchor (names match, keys do not).
         let other = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: other) }
-        try OpenSSLCLI.makePKI(in: other, kind: c.kind, cscaSubject: "/C=UT/O=Elsewhere/CN=CSCA Elsewhere")
+        try await OpenSSLCLI.makePKI(in: other, kind: c.kind, cscaSubject: "/C=UT/O=Elsewhere/CN=CSCA Elsewhere")
         let otherStore = try CSCATrustStore(contentsOf: other.appendingPathComponent("csca.pem").path)
         let unanchored = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: otherStore)
         #expect(unanchored.certificateChain == .noTrustAnchor)
@@ -243,7 +243,7 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
     }
 
     @Test(arguments: TestKeyAlgorithm.allCases)
-    func openSSLVerifiesIssuedSOD(algorithm: TestKeyAlgorithm) throws {
+    func openSSLVerifiesIssuedSOD(algorithm: TestKeyAlgorithm) async throws {
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
         let pki = try TestPKI.generate(algorithm: algorithm)
@@ -252,15 +252,15 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
         let contentInfo = try TLV.parse(sod).value
         try OpenSSLCLI.write(contentInfo, "sod.der", in: dir)
-        try OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "csca.pem",
+        try await OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "csca.pem",
                             "-purpose", "any", "-out", "content.der"], in: dir)
         let content = try OpenSSLCLI.read("content.der", in: dir)
         #expect(content == (try handBuiltLDSSecurityObject(groups)))
         // And openssl rejects it under a foreign CSCA.
         let foreign = try TestPKI.generate(country: "ZZZ")
         try OpenSSLCLI.write(Array(foreign.csca.certificatePEM.utf8), "foreign.pem", in: dir)
-        #expect(throws: (any Error).self) {
-            try OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "foreign.pem",
+        await #expect(throws: (any Error).self) {
+            try await OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "foreign.pem",
                                 "-purpose", "any", "-out", "content2.der"], in: dir)
         }
     }

@@ -10,19 +10,17 @@ enum OpenSSLCLI {
 
     /// Runs `openssl args…` in `directory`, returning stdout. Throws with stderr on a non-zero exit.
     @discardableResult
-    static func run(_ args: [String], in directory: URL, stdin: [UInt8]? = nil) throws -> [UInt8] {
-        let r = try Subprocess.run("openssl", args, input: stdin ?? [], directory: directory.path, timeout: 120)
+    static func run(_ args: [String], in directory: URL, stdin: [UInt8]? = nil) async throws -> [UInt8] {
+        let r = try await Subprocess.run("openssl", args, input: stdin ?? [], directory: directory.path, timeout: 120)
         guard r.status == 0 else {
             throw Failure(description: "openssl \(args.joined(separator: " ")) failed: \(r.stderrText)")
         }
         return r.stdout
     }
 
-    /// A fresh temporary directory.
+    /// A fresh temporary directory (under `Scratch.root`: gone when the test process exits).
     static func tempDirectory() throws -> URL {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("icao-tests-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        return url
+        URL(fileURLWithPath: Scratch.directory("icao-tests"))
     }
 
     static func write(_ bytes: [UInt8], _ name: String, in dir: URL) throws {
@@ -45,12 +43,12 @@ enum OpenSSLCLI {
     /// Creates csca.pem/csca.key and ds.pem/ds.key in `dir` with the openssl CLI (CA with keyCertSign,
     /// DS with digitalSignature and key identifiers). `pss` signs the certificates with RSA-PSS.
     static func makePKI(in dir: URL, kind: String, pss: Bool = false, explicitCSCA: Bool = false,
-                        cscaSubject: String = "/C=UT/O=OpenSSL Test/CN=CSCA OpenSSL") throws {
-        try run(["genpkey"] + genpkeyArgs(kind) + ["-out", "csca.key"], in: dir)
+                        cscaSubject: String = "/C=UT/O=OpenSSL Test/CN=CSCA OpenSSL") async throws {
+        try await run(["genpkey"] + genpkeyArgs(kind) + ["-out", "csca.key"], in: dir)
         if explicitCSCA {
-            try run(["ec", "-in", "csca.key", "-param_enc", "explicit", "-out", "csca.key"], in: dir)
+            try await run(["ec", "-in", "csca.key", "-param_enc", "explicit", "-out", "csca.key"], in: dir)
         }
-        try run(["genpkey"] + genpkeyArgs(kind) + ["-out", "ds.key"], in: dir)
+        try await run(["genpkey"] + genpkeyArgs(kind) + ["-out", "ds.key"], in: dir)
         let ext = """
         [req]
         distinguished_name = dn
@@ -67,11 +65,11 @@ enum OpenSSLCLI {
         """
         try write(Array(ext.utf8), "ext.cnf", in: dir)
         let sigopts = pss ? ["-sigopt", "rsa_padding_mode:pss", "-sigopt", "rsa_pss_saltlen:32"] : []
-        try run(["req", "-new", "-x509", "-key", "csca.key", "-subj", cscaSubject, "-days", "3650", "-sha256",
+        try await run(["req", "-new", "-x509", "-key", "csca.key", "-subj", cscaSubject, "-days", "3650", "-sha256",
                  "-config", "ext.cnf", "-extensions", "ca", "-out", "csca.pem"] + sigopts, in: dir)
-        try run(["req", "-new", "-key", "ds.key", "-subj", "/C=UT/O=OpenSSL Test/CN=DS OpenSSL", "-out", "ds.csr",
+        try await run(["req", "-new", "-key", "ds.key", "-subj", "/C=UT/O=OpenSSL Test/CN=DS OpenSSL", "-out", "ds.csr",
                  "-config", "ext.cnf"], in: dir)
-        try run(["x509", "-req", "-in", "ds.csr", "-CA", "csca.pem", "-CAkey", "csca.key", "-set_serial", "4660",
+        try await run(["x509", "-req", "-in", "ds.csr", "-CA", "csca.pem", "-CAkey", "csca.key", "-set_serial", "4660",
                  "-days", "1000", "-sha256", "-extfile", "ext.cnf", "-extensions", "ds", "-out", "ds.pem"] + sigopts, in: dir)
     }
 }

@@ -13,21 +13,21 @@ private func explicitParameters(_ spki: [UInt8]) throws -> Bool {
 
 @Suite struct TestPKITests {
     @Test(arguments: TestKeyAlgorithm.allCases)
-    func certificatesPassOpenSSLVerify(algorithm: TestKeyAlgorithm) throws {
+    func certificatesPassOpenSSLVerify(algorithm: TestKeyAlgorithm) async throws {
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
         let pki = try TestPKI.generate(country: "UTO", algorithm: algorithm)
         try pki.write(to: dir.path)
-        let out = String(decoding: try OpenSSLCLI.run(["verify", "-CAfile", "csca.pem", "ds.pem"], in: dir), as: UTF8.self)
+        let out = String(decoding: try await OpenSSLCLI.run(["verify", "-CAfile", "csca.pem", "ds.pem"], in: dir), as: UTF8.self)
         #expect(out.contains("ds.pem: OK"))
-        let text = String(decoding: try OpenSSLCLI.run(["x509", "-in", "csca.der", "-inform", "DER", "-noout", "-text"], in: dir),
+        let text = String(decoding: try await OpenSSLCLI.run(["x509", "-in", "csca.der", "-inform", "DER", "-noout", "-text"], in: dir),
                           as: UTF8.self)
         #expect(text.contains("Certificate Sign"))
         #expect(text.contains("CA:TRUE"))
         #expect(text.contains("C = UT"))
         // The private key file is usable by openssl and matches the certificate.
-        let certKey = try OpenSSLCLI.run(["x509", "-in", "ds.pem", "-noout", "-pubkey"], in: dir)
-        let fileKey = try OpenSSLCLI.run(["pkey", "-in", "ds-key.pem", "-pubout"], in: dir)
+        let certKey = try await OpenSSLCLI.run(["x509", "-in", "ds.pem", "-noout", "-pubkey"], in: dir)
+        let fileKey = try await OpenSSLCLI.run(["pkey", "-in", "ds-key.pem", "-pubout"], in: dir)
         #expect(certKey == fileKey)
         #expect(pki.csca.certificate.keyUsage == ParsedCertificate.keyCertSign | 1 << 6)
         #expect(pki.documentSigner.certificate.keyUsage == ParsedCertificate.digitalSignature)
@@ -37,10 +37,10 @@ private func explicitParameters(_ spki: [UInt8]) throws -> Bool {
         #expect(pki.csca.certificate.subjectCountry == "UT")
     }
 
-    @Test func parsesOpenSSLCertificates() throws {
+    @Test func parsesOpenSSLCertificates() async throws {
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
-        try OpenSSLCLI.makePKI(in: dir, kind: "brainpoolP256r1", explicitCSCA: true)
+        try await OpenSSLCLI.makePKI(in: dir, kind: "brainpoolP256r1", explicitCSCA: true)
         let csca = try ParsedCertificate(pemOrDER: OpenSSLCLI.read("csca.pem", in: dir))
         let ds = try ParsedCertificate(pemOrDER: OpenSSLCLI.read("ds.pem", in: dir))
         #expect(ds.serialNumber == [0x12, 0x34])

@@ -29,18 +29,15 @@ actor EchoCard: VirtualCard {
     }
 }
 
-/// Runs a program to completion off the cooperative pool and returns its exit status and combined output.
+/// Runs a program to completion (waiting off the cooperative pool, so the in-process PN532 keeps answering within
+/// libnfc's timeouts) and returns its exit status and combined output.
 func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
          timeout: TimeInterval = 30) async throws -> (status: Int32, output: String) {
-    let result = try await Task.detached {
-        try Subprocess.run(executable, arguments, environment: environment, timeout: timeout)
-    }.value
+    let result = try await Subprocess.run(executable, arguments, environment: environment, timeout: timeout)
     return (result.status, result.output)
 }
 
-/// A fresh temp directory.
+/// A fresh directory under `Scratch.root` (removed when the test process exits).
 func temporaryDirectory() -> String {
-    let path = NSTemporaryDirectory() + "tessera-nfc-" + UUID().uuidString.prefix(8)
-    try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    return path
+    Scratch.directory("nfc")
 }

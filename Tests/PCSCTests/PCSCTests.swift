@@ -305,7 +305,7 @@ struct PCSCIntegrationTests {
         let select: [UInt8] = [0x00, 0xA4, 0x04, 0x00, 0x00]
         #expect(try await card.transmit(select) == [0x90, 0x00])
 
-        daemon.stopDaemon()
+        await daemon.stopDaemon()
         #expect(await eventually { await plain.isConnected ? nil : true } == true)
         await expectError(.pcscUnavailable) { _ = try await ctx.listReaders() }
         await expectError(.pcscUnavailable) { _ = try await ctx.listReaders() }
@@ -318,7 +318,7 @@ struct PCSCIntegrationTests {
             #expect([.pcscUnavailable, .cardRemoved].contains(error.code), "\(error)")
         }
 
-        try daemon.startDaemon()
+        try await daemon.startDaemon()
         try await plain.insert()
         #expect(await readerState(ctx, daemon.readers[1].name) { $0.cardPresent } != nil)
         // Same PCSCContext, no re-creation; the link reconnected by itself.
@@ -342,17 +342,17 @@ struct PCSCIntegrationTests {
         try await link.start()
         #expect(await readerState(PCSCContext(), daemon.readerName) { $0.cardPresent } != nil)
 
-        let list = try daemon.runClient("/usr/bin/opensc-tool", ["--list-readers"])
+        let list = try await daemon.runClient("/usr/bin/opensc-tool", ["--list-readers"])
         #expect(list.status == 0, "\(list.output)")
         let line = list.output.split(separator: "\n").first { $0.contains(daemon.readerName) }
         #expect(line?.contains("Yes") == true, "\(list.output)")
 
-        let atr = try daemon.runClient("/usr/bin/opensc-tool", ["--reader", "0", "--atr"])
+        let atr = try await daemon.runClient("/usr/bin/opensc-tool", ["--reader", "0", "--atr"])
         #expect(atr.status == 0, "\(atr.output)")
         let expected = testATR().map { Hex.encode([$0]) }.joined(separator: ":")
         #expect(atr.output.lowercased().contains(expected), "\(atr.output)")
 
-        let apdu = try daemon.runClient("/usr/bin/opensc-tool", ["--reader", "0", "--send-apdu", "00:01:00:00:02:12:34:00"])
+        let apdu = try await daemon.runClient("/usr/bin/opensc-tool", ["--reader", "0", "--send-apdu", "00:01:00:00:02:12:34:00"])
         #expect(apdu.output.contains("12 34"), "\(apdu.output)")
         await link.remove()
     }

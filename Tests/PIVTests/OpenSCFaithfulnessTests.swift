@@ -20,7 +20,7 @@ struct OpenSCFaithfulnessTests {
         let token = try #require(await h.token())  // pcscd has seen the card
         let dir = h.directory
         func run(_ args: [String], env: [String] = []) async throws -> (Int32, String) {
-            try await h.pcscd.runClientOffPool("/usr/bin/env", env + args, timeout: 60)
+            try await h.pcscd.runClient("/usr/bin/env", env + args, timeout: 60)
         }
 
         var (status, out) = try await run(["opensc-tool", "--list-readers"])

@@ -177,13 +177,13 @@ struct PIVKeyStoreTests {
         let token = try #require(await h.token())
         let reg = try await h.enroll(tokenId: token.id)
 
-        h.pcscd.stopDaemon()
+        await h.pcscd.stopDaemon()
         let down = await eventually { h.store.status()["status"] == "PCSC_UNAVAILABLE" ? true : nil }
         #expect(down == true)
         #expect(await h.store.tokens().isEmpty)
         _ = await expectError(.tokenNotPresent) { try await h.authenticate(reg.credentialId) }
 
-        try h.pcscd.startDaemon()
+        try await h.pcscd.startDaemon()
         #expect(await link.waitUntilConnected(timeout: .seconds(10)))
         let back = try #require(await h.token())
         #expect(back.id == token.id)
@@ -194,13 +194,13 @@ struct PIVKeyStoreTests {
 
     @Test func storeStartsWithoutPcscdAndRecovers() async throws {
         let pcscd = try await PCSCDaemonFixture.acquire()
-        pcscd.stopDaemon()
+        await pcscd.stopDaemon()
         let h = try PIVHarness(pcscd: pcscd)
         defer { Task { await h.stop() } }
         let down = await eventually { h.store.status()["status"] == "PCSC_UNAVAILABLE" ? true : nil }
         #expect(down == true)
         #expect(await h.store.tokens().isEmpty)
-        try pcscd.startDaemon()
+        try await pcscd.startDaemon()
         let card = EmulatedPIVCard(state: .factoryNew(serial: 1007))
         let link = try await h.insert(card)
         let token = try #require(await h.token())
@@ -219,7 +219,7 @@ struct PIVKeyStoreTests {
         let reg = try await h.enroll(tokenId: token.id)
 
         // opensc-tool talks to the card between two of our operations (we hold no transaction in between).
-        let (status, output) = try await h.pcscd.runClientOffPool("/usr/bin/opensc-tool", [
+        let (status, output) = try await h.pcscd.runClient("/usr/bin/opensc-tool", [
             "--reader", "0", "-s", "00:A4:04:00:09:A0:00:00:03:08:00:00:10:00", "-s", "00:CB:3F:FF:05:5C:03:5F:C1:02"])
         #expect(status == 0, "\(output)")
         #expect(output.contains("SW1=0x90"), "\(output)")

@@ -49,8 +49,7 @@ final class PIVHarness: Sendable {
 
     init(pcscd: PCSCDaemonFixture, managementKey: PIVManagementKey? = .factoryDefault) throws {
         self.pcscd = pcscd
-        directory = NSTemporaryDirectory() + "tessera-piv-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        directory = Scratch.directory("piv")
         let db = try TesseraDatabase(path: directory + "/tessera.sqlite")
         var logger = Logger(label: "piv-test")
         logger.logLevel = .warning
@@ -116,24 +115,6 @@ final class PIVHarness: Sendable {
         let a = try await service.authenticate(.init(rpId: "example.com", challenge: challenge,
                                                      allowCredentials: [credentialId], pin: pin))
         return (a, challenge)
-    }
-}
-
-extension PCSCDaemonFixture {
-    /// `runClient` on its own thread: the client may wait for the emulated card, which needs the cooperative pool.
-    func runClientOffPool(_ executable: String, _ arguments: [String], timeout: TimeInterval = 60) async throws
-        -> (Int32, String)
-    {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread.detachNewThread {
-                do {
-                    let (status, output) = try self.runClient(executable, arguments, timeout: timeout)
-                    continuation.resume(returning: (status, output))
-                } catch {
-                    continuation.resume(throwing: error)
-                }
-            }
-        }
     }
 }
 

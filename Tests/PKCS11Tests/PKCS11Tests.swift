@@ -38,8 +38,8 @@ struct HelperTests {
 
 @Suite("PKCS#11 against SoftHSM2", .serialized)
 struct SoftHSMTests {
-    @Test func enumeratesTheFixtureTokenByLabel() throws {
-        let env = try SoftHSMEnvironment.get()
+    @Test func enumeratesTheFixtureTokenByLabel() async throws {
+        let env = try await SoftHSMEnvironment.get()
         let tokens = env.provider.tokens()
         let token = try #require(tokens.first { $0.info.label == env.fixture.label })
         #expect(token.id.hasPrefix("p11-"))
@@ -53,8 +53,8 @@ struct SoftHSMTests {
         #expect(again === token)
     }
 
-    @Test func tokenFlagsAndPoolSize() throws {
-        let token = try SoftHSMEnvironment.token(label: SoftHSMFixture.defaultLabel)
+    @Test func tokenFlagsAndPoolSize() async throws {
+        let token = try await SoftHSMEnvironment.token(label: SoftHSMFixture.defaultLabel)
         let flags = token.info.flags
         #expect(flags.loginRequired)
         #expect(flags.userPinInitialized)
@@ -65,8 +65,8 @@ struct SoftHSMTests {
         #expect(token.sessionCapacity == 8)
     }
 
-    @Test func distinctTokensHaveDistinctIDs() throws {
-        let env = try SoftHSMEnvironment.get()
+    @Test func distinctTokensHaveDistinctIDs() async throws {
+        let env = try await SoftHSMEnvironment.get()
         let tokens = env.provider.tokens().filter { $0.info.flags.tokenInitialized }
         #expect(tokens.count >= SoftHSMFixture.sharedSpareTokens + 1)
         #expect(Set(tokens.map(\.id)).count == tokens.count)
@@ -74,7 +74,7 @@ struct SoftHSMTests {
     }
 
     @Test func wrongPINThenCorrectPIN() async throws {
-        let token = try SoftHSMEnvironment.freshToken("login")
+        let token = try await SoftHSMEnvironment.freshToken("login")
         #expect(await token.isLoggedIn == false)
         do {
             try await token.login(pin: "000000")
@@ -92,7 +92,7 @@ struct SoftHSMTests {
     }
 
     @Test func signingNeedsLogin() async throws {
-        let token = try SoftHSMEnvironment.freshToken("nologin")
+        let token = try await SoftHSMEnvironment.freshToken("nologin")
         #expect(await errorCode { try await token.signP256(keyID: [1, 2, 3], message: [0]) } == .pinRequired)
         #expect(await errorCode { try await token.generateP256KeyPair(id: [1], label: "x") } == .pinRequired)
     }
@@ -108,11 +108,11 @@ struct SoftHSMTests {
         let message = Array("authenticatorData || clientDataHash".utf8)
         let signature = try await token.signP256(keyID: keyID, message: message)
         #expect(signature.count == 64)
-        #expect(try OpenSSLVerifier.verify(point: point, message: message, rawSignature: signature))
-        #expect(try !OpenSSLVerifier.verify(point: point, message: message + [0], rawSignature: signature))
+        #expect(try await OpenSSLVerifier.verify(point: point, message: message, rawSignature: signature))
+        #expect(try await !OpenSSLVerifier.verify(point: point, message: message + [0], rawSignature: signature))
 
         let viaDigest = try await token.signP256(keyID: keyID, message: message, digest: Array(SHA256.hash(data: message)))
-        #expect(try OpenSSLVerifier.verify(point: point, message: message, rawSignature: viaDigest))
+        #expect(try await OpenSSLVerifier.verify(point: point, message: message, rawSignature: viaDigest))
         #expect(viaDigest != signature)
     }
 
@@ -187,12 +187,12 @@ struct SoftHSMTests {
         #expect(results.count == 16)
         #expect(results.allSatisfy { $0.1.count == 25 && $0.1.allSatisfy { $0.count == 64 } })
         for (task, signatures) in results where task % 4 == 0 {
-            #expect(try OpenSSLVerifier.verify(point: point, message: [UInt8(task), 24], rawSignature: signatures[24]))
+            #expect(try await OpenSSLVerifier.verify(point: point, message: [UInt8(task), 24], rawSignature: signatures[24]))
         }
     }
 
     @Test func verifyPINComparesThenFallsBackToOneLogin() async throws {
-        let token = try SoftHSMEnvironment.freshToken("verify")
+        let token = try await SoftHSMEnvironment.freshToken("verify")
         try await token.verifyPIN(SoftHSMFixture.defaultPIN)
         #expect(await token.isLoggedIn)
         let keyID: [UInt8] = [7]
@@ -228,10 +228,10 @@ struct SoftHSMTests {
     }
 
     @Test func p11KitRegistryFindsSoftHSM() async throws {
-        let env = try SoftHSMEnvironment.get()
+        let env = try await SoftHSMEnvironment.get()
         let provider = try PKCS11Provider(modulePaths: nil)
         let token = try #require(provider.tokens().first { $0.info.label == env.fixture.label })
-        let byPath = try SoftHSMEnvironment.token(label: env.fixture.label)
+        let byPath = try await SoftHSMEnvironment.token(label: env.fixture.label)
         #expect(token.info.serial == byPath.info.serial)
         #expect(token.id == byPath.id)
         provider.finalize()

@@ -10,20 +10,21 @@ enum SoftHSMEnvironment {
         let provider: PKCS11Provider
     }
 
-    private static let shared: Result<Shared, TesseraError> = {
+    /// Created on first use; concurrent callers await the same task instead of blocking on a lazy global.
+    private static let shared = Task { () -> Result<Shared, TesseraError> in
         do throws(TesseraError) {
-            let fixture = try SoftHSMFixture.shared()
+            let fixture = try await SoftHSMFixture.shared()
             let provider = try PKCS11Provider(modulePaths: [fixture.modulePath])
             return .success(Shared(fixture: fixture, provider: provider))
         } catch {
             return .failure(error)
         }
-    }()
+    }
 
-    static func get() throws -> Shared { try shared.get() }
+    static func get() async throws -> Shared { try await shared.value.get() }
 
-    static func token(label: String) throws -> PKCS11Token {
-        let env = try get()
+    static func token(label: String) async throws -> PKCS11Token {
+        let env = try await get()
         guard let token = env.provider.tokens().first(where: { $0.info.label == label }) else {
             throw TesseraError(.tokenNotPresent, "no token labelled \(label)")
         }
@@ -31,12 +32,12 @@ enum SoftHSMEnvironment {
     }
 
     /// A spare token of its own (own login state), so tests do not depend on each other's order.
-    static func freshToken(_ name: String) throws -> PKCS11Token {
-        try token(label: try get().fixture.claimSpareToken())
+    static func freshToken(_ name: String) async throws -> PKCS11Token {
+        try await token(label: try await get().fixture.claimSpareToken())
     }
 
     static func loggedInToken(_ name: String) async throws -> PKCS11Token {
-        let token = try freshToken(name)
+        let token = try await freshToken(name)
         try await token.login(pin: SoftHSMFixture.defaultPIN)
         return token
     }
@@ -44,10 +45,9 @@ enum SoftHSMEnvironment {
 
 /// Checks an ECDSA P-256 / SHA-256 signature with the `openssl` CLI, independently of the token.
 enum OpenSSLVerifier {
-    static func verify(point: [UInt8], message: [UInt8], rawSignature: [UInt8]) throws -> Bool {
+    static func verify(point: [UInt8], message: [UInt8], rawSignature: [UInt8]) async throws -> Bool {
         precondition(point.count == 65 && rawSignature.count == 64)
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tessera-p11-verify-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let dir = URL(fileURLWithPath: Scratch.directory("p11-verify"))
         defer { try? FileManager.default.removeItem(at: dir) }
 
         // SubjectPublicKeyInfo { id-ecPublicKey, prime256v1 } BIT STRING(point)
@@ -64,7 +64,7 @@ enum OpenSSLVerifier {
         try Data(derSignature(rawSignature)).write(to: sigURL)
         try Data(message).write(to: msgURL)
 
-        let r = try Subprocess.run("/usr/bin/openssl", ["dgst", "-sha256", "-verify", pemURL.path, "-signature", sigURL.path,
+        let r = try await Subprocess.run("/usr/bin/openssl", ["dgst", "-sha256", "-verify", pemURL.path, "-signature", sigURL.path,
                                                           msgURL.path])
         return r.status == 0 && r.output.contains("Verified OK")
     }
