@@ -164,21 +164,7 @@ extension EnrollmentEngine {
 
     /// The access data kept for `NFC_PHASE`: `{mrzInformation}` or `{can}`.
     static func documentAccess(_ p: Params) throws(TesseraError) -> JSONValue {
-        let kinds = [p.has("mrz"), p.has("documentNumber") || p.has("dateOfBirth") || p.has("dateOfExpiry"), p.has("can")]
-        guard kinds.filter({ $0 }).count == 1 else {
-            throw TesseraError(.invalidInput, "give exactly one of mrz, documentNumber+dateOfBirth+dateOfExpiry, can",
-                               details: ["field": "payload"])
-        }
-        let key: DocumentAccessKey
-        if let text = try p.optionalString("mrz") {
-            key = try MRZ.parse(text).accessKey
-        } else if let can = try p.optionalString("can") {
-            key = try DocumentAccessKey(can: can)
-        } else {
-            key = try DocumentAccessKey.fromFields(documentNumber: p.string("documentNumber"), dateOfBirth: p.string("dateOfBirth"),
-                                                   dateOfExpiry: p.string("dateOfExpiry"))
-        }
-        switch key {
+        switch try DocumentAccessKey(params: p) {
         case .mrz(let info): return ["mrzInformation": .string(info)]
         case .can(let can): return ["can": .string(can)]
         }

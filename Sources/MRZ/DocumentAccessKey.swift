@@ -94,3 +94,23 @@ extension MRZ {
     /// This document's access key (`DocumentAccessKey.mrz` with `mrzInformation`).
     public var accessKey: DocumentAccessKey { DocumentAccessKey(mrz: self) }
 }
+
+extension DocumentAccessKey {
+    /// The key from request parameters holding exactly one of: `mrz` (the MRZ text), `documentNumber` +
+    /// `dateOfBirth` + `dateOfExpiry` (YYMMDD), or `can`. INVALID_INPUT / MRZ_INVALID name what is wrong.
+    public init(params p: Params) throws(TesseraError) {
+        let fields = ["documentNumber", "dateOfBirth", "dateOfExpiry"]
+        let kinds = [p.has("mrz"), fields.contains { p.has($0) }, p.has("can")].filter { $0 }.count
+        guard kinds == 1 else {
+            throw TesseraError.invalidInput("give exactly one access key: mrz, documentNumber+dateOfBirth+dateOfExpiry, or can")
+        }
+        if let text = try p.optionalString("mrz") {
+            self = try MRZ.parse(text).accessKey
+        } else if let can = try p.optionalString("can") {
+            self = try DocumentAccessKey(can: can)
+        } else {
+            self = try DocumentAccessKey.fromFields(documentNumber: p.string("documentNumber"),
+                                                    dateOfBirth: p.string("dateOfBirth"), dateOfExpiry: p.string("dateOfExpiry"))
+        }
+    }
+}

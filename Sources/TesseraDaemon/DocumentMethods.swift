@@ -32,22 +32,7 @@ extension MethodTable {
 
     /// Parses `documents.read` params: exactly one of `mrz`, `documentNumber`+`dateOfBirth`+`dateOfExpiry`, `can`.
     static func documentReadRequest(_ p: Params) throws(TesseraError) -> DocumentReadRequest {
-        let fields = ["documentNumber", "dateOfBirth", "dateOfExpiry"]
-        let hasFields = fields.contains { p.has($0) }
-        let kinds = [p.has("mrz"), hasFields, p.has("can")].filter { $0 }.count
-        guard kinds == 1 else {
-            throw TesseraError.invalidInput("give exactly one access key: mrz, documentNumber+dateOfBirth+dateOfExpiry, or can")
-        }
-        let key: DocumentAccessKey
-        if let text = try p.optionalString("mrz") {
-            key = try MRZ.parse(text).accessKey
-        } else if let can = try p.optionalString("can") {
-            key = try DocumentAccessKey(can: can)
-        } else {
-            key = try DocumentAccessKey.fromFields(documentNumber: p.string("documentNumber"),
-                                                   dateOfBirth: p.string("dateOfBirth"),
-                                                   dateOfExpiry: p.string("dateOfExpiry"))
-        }
+        let key = try DocumentAccessKey(params: p)
         var groups: [Int]?
         if let list = try p.optionalArray("dataGroups") {
             var out: [Int] = []
