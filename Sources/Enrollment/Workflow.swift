@@ -77,7 +77,7 @@ public struct WorkflowStep: Sendable, Equatable {
 /// A named workflow from the configuration.
 public struct Workflow: Sendable {
     public var name: String
-    /// Can be started without an activation token.
+    /// Can be started without an activation token (default true).
     public var remote: Bool
     /// Expected attributes for remote enrollments.
     public var expected: ExpectedAttributes?
@@ -134,8 +134,10 @@ public struct EnrollmentConfiguration: Sendable {
 
     // MARK: parsing
 
+    /// A workflow is `{steps, remote?, expected?}`, or just its steps array.
     static func workflow(_ name: String, _ json: JSONValue) throws(TesseraError) -> Workflow {
-        guard let o = json.objectValue else { throw error("workflow \(name) must be an object") }
+        if case .array = json { return try workflow(name, ["steps": json]) }
+        guard let o = json.objectValue else { throw error("workflow \(name) must be an object or a steps array") }
         try onlyKeys(o, ["remote", "expected", "steps"], in: "workflow \(name)")
         guard let items = o["steps"]?.arrayValue, !items.isEmpty else {
             throw error("workflow \(name) needs a non-empty steps array")
@@ -147,7 +149,7 @@ public struct EnrollmentConfiguration: Sendable {
             steps.append(step)
         }
         try checkOrder(steps, workflow: name)
-        var remote = false
+        var remote = true
         if let r = o["remote"] {
             guard let b = r.boolValue else { throw error("workflow \(name): remote must be true or false") }
             remote = b

@@ -30,9 +30,16 @@ extension MethodTable {
         register("enrollment.start", .enroll) { p, connection in
             let type = try p.object("type")
             let start: EnrollmentEngine.StartType
+            // The candidate is its workflow name or the object enrollment.candidates returned; the token is the
+            // compact JWS or {token}.
             if type.has("remote") {
-                start = .remote(candidate: try type.object("remote").string("candidate"))
-            } else if let token = try type.optionalString("activationToken") {
+                let remote = try type.object("remote")
+                let candidate = try remote.has("candidate") && remote.value["candidate"]?.objectValue != nil
+                    ? remote.object("candidate").string("workflow") : remote.string("candidate")
+                start = .remote(candidate: candidate)
+            } else if type.has("activationToken") {
+                let token = type.value["activationToken"]?.objectValue != nil
+                    ? try type.object("activationToken").string("token") : try type.string("activationToken")
                 start = .activationToken(token)
             } else {
                 throw TesseraError(.invalidInput, "type must be {remote: {candidate}} or {activationToken}", details: ["field": "type"])

@@ -60,6 +60,13 @@ import TesseraCore
         #expect(try #require(c.workflow(named: "match")).needsActivationToken)
     }
 
+    @Test func aWorkflowMayBeJustItsSteps() throws {
+        let c = try parse(#"{"workflows": {"employee-badge": ["EMAIL_INFO", "PHONE_INFO"], "token-only": {"remote": false, "steps": ["EMAIL_INFO"]}}}"#)
+        let w = try #require(c.workflow(named: "employee-badge"))
+        #expect(w.remote && w.steps.map(\.kind) == [.emailInfo, .phoneInfo])
+        #expect(try #require(c.workflow(named: "token-only")).remote == false)
+    }
+
     @Test func customStepsGoBeforePasskeyCreation() throws {
         let c = try parse(#"{"workflows": {"w": {"steps": ["EMAIL_INFO", {"key": "PASSKEY_CREATION", "rpId": "a.example"}]}}}"#)
         let custom = try WorkflowStep.custom(["key": "TERMS_ACCEPTANCE", "prompt": "Accept?"])

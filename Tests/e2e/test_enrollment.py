@@ -56,11 +56,13 @@ WORKFLOWS = {
     # Remote: the expected attributes come from the configuration.
     "full": {"remote": True, "expected": {"surname": "ERIKSSON", "givenNames": "ANNA MARIA"}, "steps": FULL_STEPS},
     # Only with an activation token (remote is off): the token brings the expected attributes.
-    "badge": {"steps": FULL_STEPS},
+    "badge": {"remote": False, "steps": FULL_STEPS},
     "otp": {"remote": True, "steps": ["PHONE_INFO", "PHONE_OTP", CONFIRM]},
     "contact": {"remote": True, "steps": ["EMAIL_INFO", CONFIRM]},
     "chip": {"remote": True, "steps": ["NFC_MRZ", NFC, CONFIRM]},
-    "match": {"steps": ["NFC_MRZ", NFC, "ATTRIBUTE_MATCHING", CONFIRM]},
+    "match": {"remote": False, "steps": ["NFC_MRZ", NFC, "ATTRIBUTE_MATCHING", CONFIRM]},
+    # The short form: just the steps (remote by default).
+    "short-form": ["EMAIL_INFO", CONFIRM],
     "face": {"remote": True, "steps": ["EMAIL_INFO", "FACE_MATCHING", PASSKEY]},
     "needs-token": {"remote": True, "steps": ["NFC_MRZ", NFC, "ATTRIBUTE_MATCHING"]},
     "email-otp": {"remote": True, "steps": ["EMAIL_INFO", "EMAIL_OTP", CONFIRM]},
@@ -340,6 +342,20 @@ def test_candidates(station):
         assert e.code == "CANDIDATE_UNAVAILABLE", (workflow, e)
     assert rpc_error(c.start, "face").data["reasons"]
     assert c.call("enrollment.status")["active"] is False
+
+
+def test_short_form_workflow_started_with_the_candidate_object(station):
+    c = station.session()
+    (cand,) = [x for x in c.call("enrollment.candidates")["candidates"] if x["workflow"] == "short-form"]
+    assert cand["remoteEnrollmentAvailable"] is True and [s["key"] for s in cand["steps"]] == ["EMAIL_INFO", "CONFIRM"]
+    started = c.call("enrollment.start", {"type": {"remote": {"candidate": cand}}})
+    assert started["workflow"] == "short-form" and started["steps"] == ["EMAIL_INFO", "CONFIRM"]
+    c.call("enrollment.cancel")
+    # The token may also come as {token}; PyJWT's default header (typ JWT) is accepted.
+    token = jwt.encode(jwt.decode(station.lab.mint("short-form"), options={"verify_signature": False}),
+                       station.lab.issuer_key, algorithm="ES256", headers={"kid": KID})
+    assert c.call("enrollment.start", {"type": {"activationToken": {"token": token}}})["workflow"] == "short-form"
+    c.call("enrollment.cancel")
 
 
 def test_candidates_without_notifier(stations):
