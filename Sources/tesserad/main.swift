@@ -18,10 +18,18 @@ struct Tesserad: AsyncParsableCommand {
         DOCUMENTS
         documents.read reads ICAO 9303 passports and ID cards in PC/SC contactless readers and in libnfc devices given with --nfc-device (PACE preferred, BAC fallback), and verifies them against the CSCA trust anchors given with --csca (passive authentication; active authentication when DG15 exists).
 
+        KIOSK ENROLLMENT
+        Workflows declared under "enrollment" in --config (steps such as EMAIL_INFO, PHONE_OTP, NFC_MRZ, NFC_PHASE, ATTRIBUTE_MATCHING, PASSKEY_CREATION), run one at a time through the enrollment.* methods and `tessera enroll-station`; every step is committed to the database, so an enrollment survives a crash and resumes. An unknown step key stops start-up. See docs/ENROLLMENT.md.
+
         FILES
-          STATE_DIR/tessera.sqlite   credential metadata and signature counters (SQLite, WAL)
-          STATE_DIR/tesserad.sock    default socket when --socket is not given
-          --config FILE              JSON configuration: socketGroup, socketMode, policy, pinFiles (docs/CONFIG.md)
+          STATE_DIR/tessera.sqlite
+              credentials, signature counters, enrollments and their audit
+              records, used activation tokens (SQLite, WAL)
+          STATE_DIR/tesserad.sock
+              default socket when --socket is not given
+          --config FILE
+              JSON: socketGroup, socketMode, policy, pinFiles (docs/CONFIG.md);
+              enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
 
         EXAMPLES
           tesserad --socket /run/tesserad/tesserad.sock --state-dir /var/lib/tesserad
