@@ -31,6 +31,12 @@ struct Tesserad: AsyncParsableCommand {
               JSON: socketGroup, socketMode, policy, pinFiles (docs/CONFIG.md);
               enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
 
+        EXIT STATUS
+          0   stopped by SIGTERM or SIGINT after draining connections
+          1   start-up failed (invalid config or enrollment workflow, another tesserad serves
+              the socket, a regular file at the socket path, database); the reason is on stderr
+          64  usage error
+
         EXAMPLES
           tesserad --socket /run/tesserad/tesserad.sock --state-dir /var/lib/tesserad
           tesserad --socket /tmp/t.sock --state-dir /tmp/t --pkcs11-module /usr/lib/x86_64-linux-gnu/opensc-pkcs11.so
