@@ -146,7 +146,7 @@ let package = Package(
         .testTarget(name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraTestSupport"]),
         .testTarget(name: "PKCS11Tests", dependencies: [
             "PKCS11", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore"]),
+        .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore", "TesseraCore"]),
         .testTarget(name: "RPCTests", dependencies: ["RPC", "TesseraCore"]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(name: "DocumentsTests", dependencies: [
