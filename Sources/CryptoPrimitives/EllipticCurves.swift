@@ -125,6 +125,19 @@ public struct ECCurve: Sendable, Hashable, CustomStringConvertible {
         return try g.encode(r)
     }
 
+    /// a · b⁻¹ mod n (n the group order), order-length bytes; CRYPTO_ERROR when b is not invertible.
+    public func scalarDivide(_ a: [UInt8], by b: [UInt8]) throws(TesseraError) -> [UInt8] {
+        let g = try ECGroup(nid)
+        let n = try g.order()
+        let x = try BigNum(a), y = try BigNum(b), inverse = try BigNum(), r = try BigNum()
+        guard !y.isZero, BN_mod_inverse(inverse.pointer, y.pointer, n.pointer, g.ctx.pointer) != nil else {
+            ERR_clear_error()
+            throw TesseraError(.cryptoError, "scalar is not invertible modulo the group order")
+        }
+        try check(BN_mod_mul(r.pointer, x.pointer, inverse.pointer, n.pointer, g.ctx.pointer), "BN_mod_mul")
+        return try r.bytes(length: n.byteCount)
+    }
+
     /// ECDH: the x-coordinate of d·Q (field-size bytes) for a validated peer point Q.
     public func sharedSecret(privateKey: [UInt8], peerPublicKey: [UInt8]) throws(TesseraError) -> [UInt8] {
         try xCoordinate(of: multiply(point: peerPublicKey, scalar: privateKey))

@@ -73,6 +73,10 @@ public struct DocumentReadResult: Sendable {
     public var passiveAuthentication: PassiveAuthenticationResult?
     /// nil unless verification ran and the chip has DG15.
     public var activeAuthentication: ActiveAuthenticationResult?
+    /// The PACE-CAM check against DG14; nil unless access used PACE with chip authentication mapping.
+    public var chipAuthentication: ChipAuthenticationResult? = nil
+    /// The PACE mapping (GM or CAM); nil after BAC.
+    public var paceMapping: PACEMapping? = nil
     /// Requested data groups the chip does not have (not listed in EF.COM, or 6A82).
     public var notPresent: [Int]
     /// Requested data groups the chip refused (e.g. DG3/DG4 need extended access control).
@@ -98,6 +102,13 @@ public struct DocumentReadResult: Sendable {
             return .object(f)
         })
         o["passiveAuthentication"] = Self.passiveJSON(passiveAuthentication)
+        if let mapping = paceMapping { o["paceMapping"] = .string(mapping.rawValue) }
+        if let ca = chipAuthentication {
+            var c: [String: JSONValue] = ["status": .string(ca.status.rawValue)]
+            if let r = ca.reason { c["reason"] = .string(r) }
+            if let k = ca.keyId { c["keyId"] = .number(Double(k)) }
+            o["chipAuthentication"] = .object(c)
+        }
         if let aa = activeAuthentication {
             var a: [String: JSONValue] = ["status": .string(aa.status.rawValue)]
             if let r = aa.reason { a["reason"] = .string(r) }

@@ -123,7 +123,8 @@ public final class DocumentService: Sendable {
                          started: ContinuousClock.Instant,
                          progress: @escaping @Sendable (DocumentReadProgress) -> Void) async throws(TesseraError) -> DocumentReadResult {
         progress(DocumentReadProgress(step: .access))
-        let (channel, used) = try await establishAccess(transport: wire, password: request.key.accessPassword, preferPACE: true)
+        let access = try await establishSecureAccess(transport: wire, password: request.key.accessPassword, preferPACE: true)
+        let channel = access.channel, used = access.protocolUsed
         let afterAccess = wire.counters
 
         var configuration = fileReaderConfiguration
@@ -160,6 +161,8 @@ public final class DocumentService: Sendable {
             wanted.insert(15)
             if present?.contains(14) == true { wanted.insert(14) }
         }
+        // PACE-CAM is checked against the chip authentication key in DG14.
+        if request.verify, access.chipAuthentication != nil, present?.contains(14) != false { wanted.insert(14) }
         for n in wanted.sorted() {
             if let present, !present.contains(n) { notPresent.append(n); continue }
             do {
@@ -215,6 +218,13 @@ public final class DocumentService: Sendable {
             }
         }
 
+        var chipAuthentication: ChipAuthenticationResult?
+        if let cam = access.chipAuthentication {
+            chipAuthentication = request.verify
+                ? Self.checkChipAuthenticationMapping(cam, dg14: files[.dataGroup(14)], passive: passive)
+                : ChipAuthenticationResult(status: .notChecked, reason: "verification was not requested")
+        }
+
         let end = wire.counters
         let elapsed = ContinuousClock.now - started
         let stats = DocumentReadStatistics(
@@ -223,8 +233,28 @@ public final class DocumentService: Sendable {
             durationMs: Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
         return DocumentReadResult(reader: readerName, accessProtocol: used, mrz: mrz, files: files, faceImages: faces,
                                   passiveAuthentication: passive, activeAuthentication: active,
+                                  chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
                                   notPresent: notPresent, notReadable: notReadable, warnings: warnings,
                                   statistics: stats)
+    }
+}
+
+extension DocumentService {
+    /// PACE-CAM verdict: CA_IC · PK_IC = PK_Map,IC with PK_IC from DG14, and DG14 itself authenticated by
+    /// passive authentication (its hash in a correctly signed EF.SOD).
+    static func checkChipAuthenticationMapping(_ cam: PACEChipAuthenticationData, dg14 bytes: [UInt8]?,
+                                               passive: PassiveAuthenticationResult?) -> ChipAuthenticationResult {
+        guard let bytes else { return ChipAuthenticationResult(status: .notChecked, reason: "DG14 was not read") }
+        let infos: SecurityInfos
+        do { infos = try SecurityInfos(encoded: try DG14(parsing: bytes).securityInfos) } catch {
+            return ChipAuthenticationResult(status: .invalid, reason: "DG14 does not parse: \(error.message)")
+        }
+        var result = ChipAuthenticationMapping.verify(cam, securityInfos: infos)
+        if result.status == .valid, passive?.dataGroupHashes[14] != .valid || passive?.signature != .valid {
+            result = ChipAuthenticationResult(status: .invalid, reason: "DG14 is not authenticated by passive authentication",
+                                              keyId: result.keyId)
+        }
+        return result
     }
 }
 

@@ -2,12 +2,13 @@ import Foundation
 import ICAO
 import TesseraCore
 
-/// One PACE configuration an emulated chip offers: generic mapping on a standardized domain parameter set
-/// (BSI TR-03110 Part 3 Table 4) with a session cipher.
+/// One PACE configuration an emulated chip offers: generic mapping (GM) or chip authentication mapping (CAM)
+/// on a standardized domain parameter set (BSI TR-03110 Part 3 Table 4) with a session cipher.
 ///
 /// Text form (case-insensitive, used by `tessera --pace` and profile.json):
-/// `<agreement>-gm-<parameters>-<cipher>`
+/// `<agreement>-<mapping>-<parameters>-<cipher>`
 /// - agreement: `ecdh` or `dh`
+/// - mapping: `gm`, or `cam` (ECDH with AES only; the chip gets a static chip authentication key in DG14)
 /// - parameters for ecdh: `p192` (8), `brainpoolp192r1` (9), `p224` (10), `brainpoolp224r1` (11), `p256` (12),
 ///   `brainpoolp256r1` (13), `brainpoolp320r1` (14), `p384` (15), `brainpoolp384r1` (16), `brainpoolp512r1` (17),
 ///   `p521` (18); `secpNNNr1` spellings are accepted too
@@ -15,28 +16,44 @@ import TesseraCore
 /// - any parameter set may also be given by id as `idN` (e.g. `ecdh-gm-id13-aes128`)
 /// - cipher: `3des`, `aes128`, `aes192`, `aes256`
 ///
-/// Examples: `ecdh-gm-p256-aes128`, `ecdh-gm-brainpoolp512r1-aes256`, `dh-gm-1024-3des`. The single word
+/// Examples: `ecdh-gm-p256-aes128`, `ecdh-cam-p256-aes128`, `ecdh-gm-brainpoolp512r1-aes256`, `dh-gm-1024-3des`. The single word
 /// `default` (or `pace`) means `PACEOption.default`.
 public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, LosslessStringConvertible {
     /// Standardized domain parameter id: 0–2 DH, 8–18 EC.
     public let parameterId: Int
     public let cipher: SessionCipher
+    /// `.generic` or `.chipAuthentication`.
+    public let mapping: PACEMapping
 
     /// What a chip offers when PACE is requested without details: ECDH generic mapping on NIST P-256 with
     /// AES-128, the most widely deployed PACE configuration.
     public static let `default` = PACEOption(validParameterId: 12, cipher: .aes128)
 
-    private init(validParameterId: Int, cipher: SessionCipher) {
+    private init(validParameterId: Int, cipher: SessionCipher, mapping: PACEMapping = .generic) {
         parameterId = validParameterId
         self.cipher = cipher
+        self.mapping = mapping
     }
 
-    /// Throws INVALID_INPUT for an id that is not a standardized parameter set.
-    public init(parameterId: Int, cipher: SessionCipher) throws(TesseraError) {
-        guard PACEDomain.standardized(parameterId) != nil else {
+    /// Throws INVALID_INPUT for an id that is not a standardized parameter set, and for CAM with DH or 3DES.
+    public init(parameterId: Int, cipher: SessionCipher, mapping: PACEMapping = .generic) throws(TesseraError) {
+        guard let domain = PACEDomain.standardized(parameterId) else {
             throw .invalidInput("PACE domain parameter id \(parameterId) is not standardized (0–2 DH, 8–18 EC)")
         }
-        self.init(validParameterId: parameterId, cipher: cipher)
+        try Self.check(mapping: mapping, domain: domain, cipher: cipher, text: "id\(parameterId)")
+        self.init(validParameterId: parameterId, cipher: cipher, mapping: mapping)
+    }
+
+    private static func check(mapping: PACEMapping, domain: PACEDomain, cipher: SessionCipher, text: String) throws(TesseraError) {
+        switch mapping {
+        case .generic: return
+        case .chipAuthentication:
+            guard domain.keyAgreement == .ecdh, cipher != .tripleDES else {
+                throw .invalidInput("PACE option '\(text)': chip authentication mapping needs ecdh and an AES cipher")
+            }
+        case .integrated:
+            throw .invalidInput("PACE option '\(text)': integrated mapping is not supported")
+        }
     }
 
     /// Parses the text form (see the type documentation). Throws INVALID_INPUT naming the bad part.
@@ -48,7 +65,7 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
         }
         let parts = lower.split(separator: "-").map(String.init)
         guard parts.count >= 4 else {
-            throw .invalidInput("PACE option '\(text)' must look like ecdh-gm-p256-aes128")
+            throw .invalidInput("PACE option '\(text)' must look like ecdh-gm-p256-aes128 or ecdh-cam-p256-aes128")
         }
         let agreement: PACEKeyAgreement
         switch parts[0] {
@@ -56,8 +73,11 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
         case "dh": agreement = .dh
         default: throw .invalidInput("PACE option '\(text)': key agreement must be ecdh or dh")
         }
-        guard parts[1] == "gm" else {
-            throw .invalidInput("PACE option '\(text)': only generic mapping (gm) is supported")
+        let mapping: PACEMapping
+        switch parts[1] {
+        case "gm": mapping = .generic
+        case "cam": mapping = .chipAuthentication
+        default: throw .invalidInput("PACE option '\(text)': mapping must be gm or cam")
         }
         let cipher: SessionCipher
         switch parts[parts.count - 1] {
@@ -74,7 +94,8 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
         guard let domain = PACEDomain.standardized(id), domain.keyAgreement == agreement else {
             throw .invalidInput("PACE option '\(text)': parameters '\(parameters)' do not fit \(parts[0])")
         }
-        self.init(validParameterId: id, cipher: cipher)
+        try Self.check(mapping: mapping, domain: domain, cipher: cipher, text: text)
+        self.init(validParameterId: id, cipher: cipher, mapping: mapping)
     }
 
     /// `LosslessStringConvertible`: nil when the text does not parse.
@@ -98,15 +119,15 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
     /// The domain parameters named by `parameterId`.
     public var domain: PACEDomain { PACEDomain.standardized(parameterId)! }
 
-    /// The PACE protocol (generic mapping with this option's key agreement and cipher).
+    /// The PACE protocol (this option's mapping, key agreement and cipher).
     public var algorithm: PACEAlgorithm {
-        PACEAlgorithm(mapping: .generic, keyAgreement: domain.keyAgreement, cipher: cipher)
+        PACEAlgorithm(mapping: mapping, keyAgreement: domain.keyAgreement, cipher: cipher)
     }
 
     /// The PACEInfo a chip lists in EF.CardAccess for this option (version 2).
     public var paceInfo: PACEInfo { PACEInfo(protocolOID: algorithm.oid, version: 2, parameterId: parameterId) }
 
-    /// The canonical text form, e.g. `ecdh-gm-p256-aes128`.
+    /// The canonical text form, e.g. `ecdh-gm-p256-aes128`, `ecdh-cam-p256-aes128`.
     public var description: String {
         let names: [Int: String] = [
             0: "1024", 1: "2048-224", 2: "2048-256", 8: "p192", 9: "brainpoolp192r1", 10: "p224",
@@ -121,7 +142,8 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
         case .aes256: c = "aes256"
         }
         let agreement = domain.keyAgreement == .ecdh ? "ecdh" : "dh"
-        return "\(agreement)-gm-\(names[parameterId] ?? "id\(parameterId)")-\(c)"
+        let m = mapping == .chipAuthentication ? "cam" : "gm"
+        return "\(agreement)-\(m)-\(names[parameterId] ?? "id\(parameterId)")-\(c)"
     }
 
     public init(from decoder: any Decoder) throws {

@@ -11,8 +11,9 @@ import TesseraCore
 /// Directory layout: `profile.json` (MRZ, CAN, access options, file list), `EF.COM.bin`, `DG1.bin`, `DG2.bin`,
 /// `DG11.bin`, `DG12.bin`, `DG14.bin` (with PACE or active authentication), `DG15.bin` (with active
 /// authentication), `EF.SOD.bin`, `EF.CardAccess.bin` (with PACE), the PKI files `csca.pem` (the trust anchor,
-/// see `cscaPath`), `csca.der`, `csca-key.pem`, `ds.pem`, `ds.der`, `ds-key.pem`, and `aa-key.pem` (the
-/// active authentication private key).
+/// see `cscaPath`), `csca.der`, `csca-key.pem`, `ds.pem`, `ds.der`, `ds-key.pem`, `aa-key.pem` (the
+/// active authentication private key) and `ca-key-<parameterId>.bin` (PACE-CAM chip authentication private
+/// keys, raw big-endian scalars; the public keys are in DG14 with keyId = parameterId).
 public struct DocumentProfile: Sendable {
     /// The directory the profile lives in.
     public let directory: String
@@ -31,6 +32,8 @@ public struct DocumentProfile: Sendable {
     public let activeAuthenticationKey: [UInt8]?
     /// The hash the chip signs active authentication challenges with.
     public let activeAuthenticationHash: SignatureHash
+    /// PACE-CAM static chip authentication private keys (SK_IC) by standardized domain parameter id.
+    public let chipAuthenticationKeys: [Int: [UInt8]]
 
     /// Whether the chip supports active authentication.
     public var activeAuthentication: Bool { activeAuthenticationKey != nil }
@@ -113,6 +116,13 @@ public struct DocumentProfile: Sendable {
                 securityInfos += PassportDER.elements(ofSet: LDSBuilder.activeAuthenticationInfo(hash: aaHash))
             }
         }
+        var caKeys: [Int: [UInt8]] = [:]
+        for id in Set(access.pace.filter { $0.mapping == .chipAuthentication }.map(\.parameterId)).sorted() {
+            guard case .ec(let curve) = PACEDomain.standardized(id) else { continue }
+            let pair = try curve.generateKeyPair()
+            caKeys[id] = pair.privateKey
+            securityInfos.append(LDSBuilder.chipAuthenticationPublicKeyInfo(parameterId: id, publicKey: pair.publicKey, keyId: id))
+        }
         if !securityInfos.isEmpty { groups[14] = LDSBuilder.dg14(securityInfos: PassportDER.setOf(securityInfos)) }
 
         let pki = try TestPKI.generate(country: country(parsed), countryCode: countryCode(parsed), algorithm: algorithm)
@@ -139,9 +149,15 @@ public struct DocumentProfile: Sendable {
         if let aaKey {
             try write(Array(PEM.encode(aaKey, label: "PRIVATE KEY").utf8), to: path(directory, "aa-key.pem"), private: true)
         }
+        var caKeyFiles: [String: String] = [:]
+        for (id, key) in caKeys {
+            caKeyFiles[String(id)] = "ca-key-\(id).bin"
+            try write(key, to: path(directory, "ca-key-\(id).bin"), private: true)
+        }
         let description = ProfileFile(format: 1, mrz: parsed.raw, can: can, access: access, algorithm: algorithm.rawValue,
                                       activeAuthenticationKey: aaKey == nil ? nil : "aa-key.pem",
-                                      activeAuthenticationHash: aaHash.rawValue, csca: "csca.pem",
+                                      activeAuthenticationHash: aaHash.rawValue,
+                                      chipAuthenticationKeys: caKeyFiles.isEmpty ? nil : caKeyFiles, csca: "csca.pem",
                                       documentSigner: "ds.pem", files: entries)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
@@ -150,7 +166,7 @@ public struct DocumentProfile: Sendable {
 
         return DocumentProfile(directory: directory, mrz: parsed.raw, can: can, access: access, algorithm: algorithm,
                                applicationFiles: files, cardAccess: cardAccess, activeAuthenticationKey: aaKey,
-                               activeAuthenticationHash: aaHash)
+                               activeAuthenticationHash: aaHash, chipAuthenticationKeys: caKeys)
     }
 
     // MARK: Loading
@@ -191,10 +207,16 @@ public struct DocumentProfile: Sendable {
             }
             aaKey = der
         }
+        var caKeys: [Int: [UInt8]] = [:]
+        for (id, file) in description.chipAuthenticationKeys ?? [:] {
+            guard let n = Int(id) else { throw .invalidInput("\(jsonPath): bad chip authentication key id \(id)") }
+            caKeys[n] = try read(path(directory, file))
+        }
         return DocumentProfile(directory: directory, mrz: description.mrz, can: description.can, access: description.access,
                                algorithm: algorithm, applicationFiles: files, cardAccess: cardAccess,
                                activeAuthenticationKey: aaKey,
-                               activeAuthenticationHash: description.activeAuthenticationHash.flatMap(SignatureHash.init(rawValue:)) ?? .sha256)
+                               activeAuthenticationHash: description.activeAuthenticationHash.flatMap(SignatureHash.init(rawValue:)) ?? .sha256,
+                               chipAuthenticationKeys: caKeys)
     }
 
     // MARK: Helpers
@@ -217,6 +239,8 @@ public struct DocumentProfile: Sendable {
         var algorithm: String
         var activeAuthenticationKey: String?
         var activeAuthenticationHash: String?
+        /// PACE-CAM private key files by parameter id.
+        var chipAuthenticationKeys: [String: String]?
         var csca: String
         var documentSigner: String
         var files: [Entry]
@@ -297,10 +321,11 @@ public struct DocumentProfile: Sendable {
     /// Memberwise (used by `make` and `load`).
     init(directory: String, mrz: String, can: String?, access: AccessOptions, algorithm: TestKeyAlgorithm,
          applicationFiles: [UInt16: [UInt8]], cardAccess: [UInt8]?, activeAuthenticationKey: [UInt8]?,
-         activeAuthenticationHash: SignatureHash) {
+         activeAuthenticationHash: SignatureHash, chipAuthenticationKeys: [Int: [UInt8]]) {
         self.directory = directory; self.mrz = mrz; self.can = can; self.access = access; self.algorithm = algorithm
         self.applicationFiles = applicationFiles; self.cardAccess = cardAccess
         self.activeAuthenticationKey = activeAuthenticationKey; self.activeAuthenticationHash = activeAuthenticationHash
+        self.chipAuthenticationKeys = chipAuthenticationKeys
     }
 }
 

@@ -20,14 +20,21 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
     public var answerCorrectLength: Bool
     /// Answer 6700 to every extended-length APDU (and do not announce extended length in the ATR).
     public var rejectExtendedLength: Bool
+    /// PACE-CAM: flip a bit in the first block of the encrypted chip authentication data A_IC.
+    public var tamperedChipAuthenticationData: Bool
+    /// PACE-CAM: prove a fresh key instead of the chip authentication key listed in DG14.
+    public var wrongChipAuthenticationKey: Bool
 
     public init(tamperedDataGroup: Int? = nil, corruptMACAfter: Int? = nil, maxShortLe: Int? = nil,
-                answerCorrectLength: Bool = false, rejectExtendedLength: Bool = false) {
+                answerCorrectLength: Bool = false, rejectExtendedLength: Bool = false,
+                tamperedChipAuthenticationData: Bool = false, wrongChipAuthenticationKey: Bool = false) {
         self.tamperedDataGroup = tamperedDataGroup
         self.corruptMACAfter = corruptMACAfter
         self.maxShortLe = maxShortLe
         self.answerCorrectLength = answerCorrectLength
         self.rejectExtendedLength = rejectExtendedLength
+        self.tamperedChipAuthenticationData = tamperedChipAuthenticationData
+        self.wrongChipAuthenticationKey = wrongChipAuthenticationKey
     }
 
     public init(from decoder: any Decoder) throws {
@@ -37,6 +44,8 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
         maxShortLe = try c.decodeIfPresent(Int.self, forKey: .maxShortLe)
         answerCorrectLength = try c.decodeIfPresent(Bool.self, forKey: .answerCorrectLength) ?? false
         rejectExtendedLength = try c.decodeIfPresent(Bool.self, forKey: .rejectExtendedLength) ?? false
+        tamperedChipAuthenticationData = try c.decodeIfPresent(Bool.self, forKey: .tamperedChipAuthenticationData) ?? false
+        wrongChipAuthenticationKey = try c.decodeIfPresent(Bool.self, forKey: .wrongChipAuthenticationKey) ?? false
     }
 }
 
@@ -48,7 +57,7 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
 /// after BAC or PACE (6982 before). Commands: SELECT (P1 00/02/03/04/08/09, P2 0C or FCP/FCI with Le),
 /// READ BINARY B0 (offset, or SFI in P1) and B1 (offset in DO'54', data in DO'53'), short and extended Le;
 /// GET CHALLENGE + EXTERNAL AUTHENTICATE (BAC, in the application); MSE:Set AT + chained GENERAL
-/// AUTHENTICATE (PACE generic mapping, CLA 10 for all but the last step); INTERNAL AUTHENTICATE (active
+/// AUTHENTICATE (PACE generic or chip authentication mapping, CLA 10 for all but the last step); INTERNAL AUTHENTICATE (active
 /// authentication, under SM).
 ///
 /// Secure messaging: after access every command must carry SM; a plain command aborts SM (Doc 9303 Part 11
@@ -322,10 +331,18 @@ public actor EmulatedPassport: VirtualCard {
         pace = nil
         paceStep = 0
         guard let setAT = try? PACECrypto.parseSetATData(c.data) else { return ResponseAPDU(sw: .incorrectData) }
-        guard profile.access.pace.contains(where: { $0.algorithm.oid == setAT.oid && $0.parameterId == setAT.parameterId })
+        guard let option = profile.access.pace.first(where: { $0.algorithm.oid == setAT.oid && $0.parameterId == setAT.parameterId })
         else { return ResponseAPDU(sw: .incorrectData) }
         do {
-            pace = try PACEChip(setATData: c.data, mrzInformation: profile.mrzInformation, can: profile.can)
+            var caKey: [UInt8]?
+            if option.mapping == .chipAuthentication {
+                caKey = profile.chipAuthenticationKeys[option.parameterId]
+                if misbehaviour.wrongChipAuthenticationKey, case .ec(let curve) = option.domain {
+                    caKey = try curve.generateKeyPair().privateKey
+                }
+            }
+            pace = try PACEChip(setATData: c.data, mrzInformation: profile.mrzInformation, can: profile.can,
+                                chipAuthenticationKey: caKey)
             return ResponseAPDU(sw: .success)
         } catch {
             return ResponseAPDU(sw: error.code == .accessDenied ? .referenceNotFound : .incorrectData)
@@ -340,8 +357,11 @@ public actor EmulatedPassport: VirtualCard {
             return ResponseAPDU(sw: .incorrectData)
         }
         do {
-            let out = try chip.generalAuthenticate(c.data)
+            var out = try chip.generalAuthenticate(c.data)
             paceStep += 1
+            if chip.session != nil, misbehaviour.tamperedChipAuthenticationData {
+                out = Self.tamperChipAuthenticationData(out)
+            }
             if let session = chip.session {
                 pace = nil
                 sm = session
@@ -354,6 +374,18 @@ public actor EmulatedPassport: VirtualCard {
             pace = nil
             return ResponseAPDU(sw: error.code == .accessDenied ? StatusWord(0x6300) : .incorrectData)
         }
+    }
+
+    /// 7C { …, 8A A_IC } with the low bit of A_IC's first byte flipped.
+    static func tamperChipAuthenticationData(_ response: [UInt8]) -> [UInt8] {
+        guard let outer = try? TLV.parse(response), let inner = try? TLV.parseAll(outer.value, options: []) else { return response }
+        let changed = inner.map { object -> [UInt8] in
+            guard object.tag == 0x8A, !object.value.isEmpty else { return object.encoded }
+            var value = object.value
+            value[0] ^= 0x01
+            return TLV.encode(tag: 0x8A, value: value)
+        }
+        return TLV.encode(tag: 0x7C, value: changed.flatMap { $0 })
     }
 
     // MARK: Active authentication

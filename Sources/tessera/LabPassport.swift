@@ -25,9 +25,11 @@ struct LabMakeProfile: AsyncParsableCommand {
         Serve the profile with `tessera lab emulate-passport --profile DIR --vpcd HOST:PORT`.
 
         PACE OPTIONS (--pace, repeatable, listed in EF.CardAccess in the order given)
-          <agreement>-gm-<parameters>-<cipher>, e.g. ecdh-gm-p256-aes128, ecdh-gm-brainpoolp256r1-aes128,
-          ecdh-gm-p256-aes256, dh-gm-2048-aes128; `default` is ecdh-gm-p256-aes128.
-          agreement: ecdh | dh; parameters: p192 p224 p256 p384 p521 brainpoolp192r1 … brainpoolp512r1 (ecdh),
+          <agreement>-<mapping>-<parameters>-<cipher>, e.g. ecdh-gm-p256-aes128, ecdh-gm-brainpoolp256r1-aes128,
+          ecdh-gm-p256-aes256, dh-gm-2048-aes128, ecdh-cam-p256-aes128; `default` is ecdh-gm-p256-aes128.
+          agreement: ecdh | dh; mapping: gm (generic) | cam (chip authentication mapping: ecdh with AES only;
+          a static chip authentication key per curve goes into DG14 and ca-key-<id>.bin);
+          parameters: p192 p224 p256 p384 p521 brainpoolp192r1 … brainpoolp512r1 (ecdh),
           1024 2048-224 2048-256 (dh), or idN; cipher: 3des aes128 aes192 aes256.
 
         EXAMPLES
@@ -105,6 +107,8 @@ struct LabEmulatePassport: AsyncParsableCommand {
           --tamper-dg N           serve DG N with one byte changed (passive authentication must fail)
           --max-le N              answer 6700 to READ BINARY asking for more than N bytes
           --no-extended           refuse extended-length APDUs and do not announce them in the ATR
+          --tamper-cam            PACE-CAM: corrupt the encrypted chip authentication data (the reader's
+                                  chip authentication check must fail)
           --remove-after-apdus N  pull the card when the Nth command APDU arrives and insert it again a
                                   second later (card-removed tests)
 
@@ -127,6 +131,8 @@ struct LabEmulatePassport: AsyncParsableCommand {
     var maxLe: Int?
     @Flag(name: .customLong("no-extended"), help: "Refuse extended-length APDUs.")
     var noExtended = false
+    @Flag(name: .customLong("tamper-cam"), help: "Corrupt the PACE-CAM chip authentication data.")
+    var tamperCAM = false
     @Option(name: .customLong("remove-after-apdus"), help: ArgumentHelp("Pull the card at the Nth APDU, re-insert it after a second.", valueName: "N"))
     var removeAfter: Int?
     @Flag(name: .customLong("log-apdus"), help: "Trace every APDU exchange on stderr.")
@@ -142,7 +148,8 @@ struct LabEmulatePassport: AsyncParsableCommand {
             throw LabOutput.fail(error, status: 1)
         }
         let card = EmulatedPassport(profile: loaded, misbehaviour: Misbehaviour(
-            tamperedDataGroup: tamperDG, maxShortLe: maxLe, rejectExtendedLength: noExtended))
+            tamperedDataGroup: tamperDG, maxShortLe: maxLe, rejectExtendedLength: noExtended,
+            tamperedChipAuthenticationData: tamperCAM))
         let hooks = try LabOutput.vpcdHooks(trace: trace, log: logAPDUs)
         let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
                                    onExchange: hooks.exchange, onEvent: hooks.event)

@@ -185,3 +185,50 @@ import TesseraCore
         #expect(try await Self.service(doc).read(DocumentReadRequest(key: Self.key)).passiveAuthentication?.status == .valid)
     }
 }
+
+/// documents.read through an emulated chip offering PACE-CAM: DG14 is read and the chip authenticated.
+@Suite struct DocumentServiceCAMTests {
+    @Test func camReadReportsChipAuthentication() async throws {
+        let doc = try makeProfile(bac: false, pace: ["ecdh-cam-brainpoolp256r1-aes128"])
+        let result = try await DocumentServiceTests.service(doc).read(DocumentReadRequest(key: DocumentServiceTests.key))
+        #expect(result.accessProtocol == .pace && result.paceMapping == .chipAuthentication)
+        // DG14 was not requested but is read to check CAM.
+        #expect(result.files[.dataGroup(14)] == doc.dataGroup(14))
+        #expect(result.passiveAuthentication?.status == .valid)
+        #expect(result.passiveAuthentication?.dataGroupHashes[14] == .valid)
+        #expect(result.chipAuthentication == ChipAuthenticationResult(status: .valid, keyId: 13))
+        let json = result.json
+        #expect(json["paceMapping"] == "CAM")
+        #expect(json["chipAuthentication"] == ["status": "valid", "keyId": 13])
+    }
+
+    @Test func tamperedCAMOrDG14IsInvalid() async throws {
+        let doc = try makeProfile(bac: false, pace: ["ecdh-cam-p256-aes128"])
+        let request = DocumentReadRequest(key: DocumentServiceTests.key)
+        let tampered = try await DocumentServiceTests.service(doc, misbehaviour: Misbehaviour(tamperedChipAuthenticationData: true))
+            .read(request)
+        #expect(tampered.chipAuthentication?.status == .invalid)
+        #expect(tampered.json["chipAuthentication"]?["status"] == "invalid")
+        #expect(tampered.json["chipAuthentication"]?["reason"] != nil)
+        let wrongKey = try await DocumentServiceTests.service(doc, misbehaviour: Misbehaviour(wrongChipAuthenticationKey: true))
+            .read(request)
+        #expect(wrongKey.chipAuthentication?.status == .invalid)
+        // A DG14 that no longer matches EF.SOD is not trusted even though its key still fits.
+        let badDG14 = try await DocumentServiceTests.service(doc, misbehaviour: Misbehaviour(tamperedDataGroup: 14)).read(request)
+        #expect(badDG14.passiveAuthentication?.dataGroupHashes[14] == .invalid)
+        #expect(badDG14.chipAuthentication?.status == .invalid)
+    }
+
+    @Test func withoutVerificationOrWithGMNothingIsChecked() async throws {
+        let cam = try makeProfile(bac: false, pace: ["ecdh-cam-p256-aes128"])
+        var request = DocumentReadRequest(key: DocumentServiceTests.key)
+        request.verify = false
+        let unverified = try await DocumentServiceTests.service(cam).read(request)
+        #expect(unverified.chipAuthentication?.status == .notChecked)
+        #expect(unverified.files[.dataGroup(14)] == nil)
+        let gm = try makeProfile(bac: false, pace: ["ecdh-gm-p256-aes128"])
+        let plain = try await DocumentServiceTests.service(gm).read(DocumentReadRequest(key: DocumentServiceTests.key))
+        #expect(plain.paceMapping == .generic && plain.chipAuthentication == nil)
+        #expect(plain.json["chipAuthentication"] == nil && plain.json["paceMapping"] == "GM")
+    }
+}

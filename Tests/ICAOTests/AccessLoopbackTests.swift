@@ -14,6 +14,7 @@ actor AccessLoopbackChip: APDUTransport {
     let cardAccess: [UInt8]?
     let appFiles: [UInt16: [UInt8]]
     let maxLe: Int
+    let chipAuthenticationKey: [UInt8]?
     private var inApp = false
     private var current: [UInt8]?
     private var sm: SecureMessagingSession?
@@ -23,9 +24,10 @@ actor AccessLoopbackChip: APDUTransport {
     private(set) var rejectedLengths = 0
 
     init(mrzInformation: String, can: String = "123456", cardAccess: [UInt8]?, appFiles: [UInt16: [UInt8]],
-         maxLe: Int = 0xDF, extended: Bool = false) {
+         maxLe: Int = 0xDF, extended: Bool = false, chipAuthenticationKey: [UInt8]? = nil) {
         self.mrzInformation = mrzInformation; self.can = can; self.cardAccess = cardAccess
         self.appFiles = appFiles; self.maxLe = maxLe; supportsExtendedLength = extended
+        self.chipAuthenticationKey = chipAuthenticationKey
         bac = BACChipResponder(mrzInformation: mrzInformation)
     }
 
@@ -100,7 +102,8 @@ actor AccessLoopbackChip: APDUTransport {
             } catch { return ResponseAPDU(sw: StatusWord(0x6300)) }
         case 0x22:
             do {
-                pace = try PACEChip(setATData: c.data, mrzInformation: mrzInformation, can: can)
+                pace = try PACEChip(setATData: c.data, mrzInformation: mrzInformation, can: can,
+                                    chipAuthenticationKey: chipAuthenticationKey)
                 sm = nil
                 return ResponseAPDU(sw: .success)
             } catch { return ResponseAPDU(sw: .referenceNotFound) }

@@ -32,6 +32,7 @@ PROFILES = {
     "aes256": ["--pace", "ecdh-gm-p256-aes256", "--no-bac"],
     "aa": ["--pace", "ecdh-gm-p256-aes128", "--aa"],
     "big": ["--pace", "ecdh-gm-p256-aes128", "--photo-padding", "20000"],
+    "cam": ["--pace", "ecdh-gm-p256-aes128", "--pace", "ecdh-cam-brainpoolp256r1-aes128", "--no-bac"],
 }
 
 
@@ -190,6 +191,30 @@ def test_active_authentication(lab):
     check_result(result, lab.profiles["aa"], "PACE")
     assert result["activeAuthentication"]["status"] == "valid"
     assert result["passiveAuthentication"]["dataGroupHashes"]["DG15"] == "valid"
+
+
+def test_pace_cam_authenticates_the_chip(lab):
+    profile = lab.profiles["cam"]
+    with lab.chip("cam"):
+        result = lab.client().call("documents.read", {"mrz": MRZ})
+    check_result(result, profile, "PACE")
+    # A chip offering GM and CAM is read with CAM; DG14 (not requested) is read to check it.
+    assert result["paceMapping"] == "CAM"
+    assert result["chipAuthentication"] == {"status": "valid", "keyId": 13}, result["chipAuthentication"]
+    assert result["passiveAuthentication"]["dataGroupHashes"]["DG14"] == "valid"
+    dg14 = unb64u(result["dataGroups"]["DG14"])
+    assert dg14 == (profile / "DG14.bin").read_bytes()
+    # Independently: DG14 carries the public key of the chip's static key (ca-key-13.bin, brainpoolP256r1).
+    secret = int.from_bytes((profile / "ca-key-13.bin").read_bytes(), "big")
+    public = ec.derive_private_key(secret, ec.BrainpoolP256R1()).public_key().public_numbers()
+    point = b"\x04" + public.x.to_bytes(32, "big") + public.y.to_bytes(32, "big")
+    assert b"\x03\x42\x00" + point in dg14
+
+    with lab.chip("cam", "--tamper-cam"):
+        tampered = lab.client().call("documents.read", {"mrz": MRZ})
+    assert tampered["passiveAuthentication"]["status"] == "valid"
+    assert tampered["chipAuthentication"]["status"] == "invalid"
+    assert tampered["chipAuthentication"]["reason"]
 
 
 def test_tampered_data_group_is_invalid(lab):

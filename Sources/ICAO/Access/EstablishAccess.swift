@@ -27,23 +27,41 @@ public func readCardAccess(transport: any APDUTransport) async throws(TesseraErr
     }
 }
 
+/// Secure messaging established with an eMRTD, and how.
+public struct EstablishedAccess: Sendable {
+    public let channel: SecureChannel
+    public let protocolUsed: AccessProtocol
+    /// The PACE algorithm, nil after BAC.
+    public let paceAlgorithm: PACEAlgorithm?
+    /// PACE-CAM only: the chip authentication data to verify against DG14.
+    public let chipAuthentication: PACEChipAuthenticationData?
+}
+
 /// Establishes secure messaging with an eMRTD: reads EF.CardAccess and runs PACE when it offers a supported
 /// PACEInfo (and `preferPACE`), otherwise BAC; then selects the eMRTD application (under SM after PACE, in
 /// plain before BAC, as Part 11 requires). Throws ACCESS_DENIED for a wrong MRZ/CAN, UNSUPPORTED_PROTOCOL
 /// when only BAC is possible but the password is a CAN.
 public func establishAccess(transport: any APDUTransport, password: AccessPassword,
                             preferPACE: Bool = true) async throws(TesseraError) -> (channel: SecureChannel, protocolUsed: AccessProtocol) {
+    let access = try await establishSecureAccess(transport: transport, password: password, preferPACE: preferPACE)
+    return (access.channel, access.protocolUsed)
+}
+
+/// `establishAccess` with the PACE details (algorithm, PACE-CAM chip authentication data).
+public func establishSecureAccess(transport: any APDUTransport, password: AccessPassword,
+                                  preferPACE: Bool = true) async throws(TesseraError) -> EstablishedAccess {
     let selectApp = CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID)
     if preferPACE, let cardAccess = try await readCardAccess(transport: transport),
        let infos = try? SecurityInfos(encoded: cardAccess), let info = PACE.preferred(infos.paceInfos) {
-        let session = try await PACE.perform(transport: transport, password: password, info: info)
-        let channel = SecureChannel(inner: transport, session: session)
+        let outcome = try await PACE.establish(transport: transport, password: password, info: info)
+        let channel = SecureChannel(inner: transport, session: outcome.session)
         let selected = try await channel.send(selectApp)
         guard selected.sw.isSuccess else {
             throw TesseraError(.cardError, "SELECT eMRTD application failed (\(selected.sw))",
                                details: ["sw": .string(selected.sw.description)])
         }
-        return (channel, .pace)
+        return EstablishedAccess(channel: channel, protocolUsed: .pace, paceAlgorithm: outcome.algorithm,
+                                 chipAuthentication: outcome.chipAuthentication)
     }
     guard case .mrz(let mrzInformation) = password else {
         throw TesseraError(.unsupportedProtocol, "the chip offers no usable PACE; BAC needs the MRZ, not a CAN")
@@ -54,5 +72,6 @@ public func establishAccess(transport: any APDUTransport, password: AccessPasswo
                            details: ["sw": .string(selected.sw.description)])
     }
     let session = try await BAC.perform(transport: transport, mrzInformation: mrzInformation)
-    return (SecureChannel(inner: transport, session: session), .bac)
+    return EstablishedAccess(channel: SecureChannel(inner: transport, session: session), protocolUsed: .bac,
+                             paceAlgorithm: nil, chipAuthentication: nil)
 }

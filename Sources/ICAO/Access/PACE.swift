@@ -2,22 +2,35 @@ import APDU
 import CryptoPrimitives
 import TesseraCore
 
-/// PACE v2 with generic mapping (Doc 9303 Part 11 §4.4), reader side.
+/// What a PACE run established.
+public struct PACEOutcome: Sendable {
+    public let session: SecureMessagingSession
+    public let algorithm: PACEAlgorithm
+    /// PACE-CAM only: what to check against the chip authentication key in DG14 (`ChipAuthenticationMapping.verify`).
+    public let chipAuthentication: PACEChipAuthenticationData?
+}
+
+/// PACE v2 (Doc 9303 Part 11 §4.4), reader side: generic mapping and chip authentication mapping.
 public enum PACE {
-    /// Whether this implementation can run the PACEInfo (generic mapping, standardized domain parameters).
+    /// The mappings this implementation runs.
+    public static let supportedMappings: Set<PACEMapping> = [.generic, .chipAuthentication]
+
+    /// Whether this implementation can run the PACEInfo (GM or CAM, standardized domain parameters).
     public static func isSupported(_ info: PACEInfo) -> Bool {
-        guard let alg = info.algorithm, alg.mapping == .generic, let id = info.parameterId,
+        guard let alg = info.algorithm, supportedMappings.contains(alg.mapping), let id = info.parameterId,
               let domain = PACEDomain.standardized(id) else { return false }
         return domain.keyAgreement == alg.keyAgreement
     }
 
-    /// Picks the preferred supported PACEInfo: ECDH before DH, then the strongest cipher.
+    /// Picks the preferred supported PACEInfo: ECDH before DH, then chip authentication mapping before generic
+    /// mapping (CAM authenticates the chip at no extra cost once DG14 is read), then the strongest cipher.
     public static func preferred(_ infos: [PACEInfo]) -> PACEInfo? {
         func rank(_ i: PACEInfo) -> Int {
             guard let a = i.algorithm else { return 0 }
-            let agreement = a.keyAgreement == .ecdh ? 10 : 0
+            let agreement = a.keyAgreement == .ecdh ? 20 : 0
+            let mapping = a.mapping == .chipAuthentication ? 10 : 0
             let cipher = [SessionCipher.tripleDES: 1, .aes128: 2, .aes192: 3, .aes256: 4][a.cipher] ?? 0
-            return agreement + cipher
+            return agreement + mapping + cipher
         }
         return infos.filter(isSupported).max { rank($0) < rank($1) }
     }
@@ -28,8 +41,17 @@ public enum PACE {
     public static func perform(transport: any APDUTransport, password: AccessPassword, info: PACEInfo,
                                mappingPrivateKey: [UInt8]? = nil,
                                ephemeralPrivateKey: [UInt8]? = nil) async throws(TesseraError) -> SecureMessagingSession {
-        guard let alg = info.algorithm, alg.mapping == .generic else {
-            throw TesseraError(.unsupportedProtocol, "PACE \(info.protocolOID) is not supported (generic mapping only)")
+        try await establish(transport: transport, password: password, info: info, mappingPrivateKey: mappingPrivateKey,
+                            ephemeralPrivateKey: ephemeralPrivateKey).session
+    }
+
+    /// Runs PACE like `perform` and also returns, for PACE-CAM, the chip authentication data to verify
+    /// against DG14. A missing or undecryptable A_IC does not fail PACE: it is reported in `chipAuthentication`.
+    public static func establish(transport: any APDUTransport, password: AccessPassword, info: PACEInfo,
+                                 mappingPrivateKey: [UInt8]? = nil,
+                                 ephemeralPrivateKey: [UInt8]? = nil) async throws(TesseraError) -> PACEOutcome {
+        guard let alg = info.algorithm, supportedMappings.contains(alg.mapping) else {
+            throw TesseraError(.unsupportedProtocol, "PACE \(info.protocolOID) is not supported (generic and chip authentication mapping only)")
         }
         guard let id = info.parameterId, let domain = PACEDomain.standardized(id), domain.keyAgreement == alg.keyAgreement else {
             throw TesseraError(.unsupportedProtocol, "PACE domain parameters \(info.parameterId.map(String.init) ?? "none") are not supported")
@@ -81,14 +103,30 @@ public enum PACE {
 
         // Step 4: mutual authentication
         let tPCD = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: chipEphemeral)
-        let tPICC = try await generalAuthenticate(transport, TLV.encode(tag: 0x85, value: tPCD), responseTag: 0x86,
-                                                  step: "mutual authentication", last: true)
+        let final = try await generalAuthenticateObjects(transport, TLV.encode(tag: 0x85, value: tPCD), responseTag: 0x86,
+                                                         step: "mutual authentication", last: true)
         let expected = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain,
                                                           peerPublicKey: ephemeral.publicKey)
-        guard tPICC == expected else {
+        guard final.first(tag: 0x86)?.value == expected else {
             throw TesseraError(.accessDenied, "chip authentication token does not verify")
         }
-        return try SecureMessagingSession(cipher: alg.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
+        var chipAuthentication: PACEChipAuthenticationData?
+        if alg.mapping == .chipAuthentication {
+            // Step 4 of PACE-CAM also carries A_IC (tag 8A); it is checked once DG14 has been read.
+            do throws(TesseraError) {
+                guard let aIC = final.first(tag: 0x8A)?.value else {
+                    throw TesseraError(.malformedData, "the chip sent no encrypted chip authentication data (tag 8A)")
+                }
+                chipAuthentication = PACEChipAuthenticationData(
+                    domain: domain, chipMappingPublicKey: chipMapping,
+                    chipAuthenticationData: try ChipAuthenticationMapping.decrypt(aIC, encryptionKey: keys.encryption))
+            } catch {
+                chipAuthentication = PACEChipAuthenticationData(domain: domain, chipMappingPublicKey: chipMapping,
+                                                                chipAuthenticationData: nil, problem: error.message)
+            }
+        }
+        let session = try SecureMessagingSession(cipher: alg.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
+        return PACEOutcome(session: session, algorithm: alg, chipAuthentication: chipAuthentication)
     }
 
     /// DH public keys on the mapped generator still lie in the order-q subgroup; EC points are checked on the curve.
@@ -113,22 +151,32 @@ public enum PACE {
     /// GENERAL AUTHENTICATE with dynamic authentication data 7C; returns the value of `responseTag`.
     private static func generalAuthenticate(_ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32,
                                             step: String, last: Bool = false) async throws(TesseraError) -> [UInt8] {
+        let objects = try await generalAuthenticateObjects(transport, content, responseTag: responseTag, step: step, last: last)
+        return objects.first(tag: responseTag)?.value ?? []
+    }
+
+    /// GENERAL AUTHENTICATE returning every data object inside the response's 7C (which must hold `responseTag`).
+    private static func generalAuthenticateObjects(_ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32,
+                                                   step: String, last: Bool = false) async throws(TesseraError) -> [TLV] {
         let command = CommandAPDU(cla: last ? 0x00 : 0x10, ins: 0x86, p1: 0, p2: 0,
                                   data: TLV.encode(tag: 0x7C, value: content), ne: 256)
         let response = try await transport.send(command)
         guard response.sw.isSuccess else { throw statusError(response.sw, step: step) }
         let outer = try TLV.parseAll(response.data, options: [])
-        guard outer.count == 1, outer[0].tag == 0x7C,
-              let value = try TLV.parseAll(outer[0].value, options: []).first(tag: responseTag)?.value else {
+        guard outer.count == 1, outer[0].tag == 0x7C else {
+            throw TesseraError(.malformedData, "PACE \(step): response is not dynamic authentication data")
+        }
+        let objects = try TLV.parseAll(outer[0].value, options: [])
+        guard objects.first(tag: responseTag) != nil else {
             throw TesseraError(.malformedData, "PACE \(step): response lacks tag \(String(responseTag, radix: 16))")
         }
-        return value
+        return objects
     }
 }
 
-/// Chip side of PACE generic mapping for emulated documents. Feed it the MSE:Set AT data, then each
-/// GENERAL AUTHENTICATE's command data; it returns the response data (7C …). After the fourth step
-/// `session` holds the SM keys. A wrong terminal token throws ACCESS_DENIED (answer 6300).
+/// Chip side of PACE (generic and chip authentication mapping) for emulated documents. Feed it the MSE:Set AT
+/// data, then each GENERAL AUTHENTICATE's command data; it returns the response data (7C …). After the fourth
+/// step `session` holds the SM keys. A wrong terminal token throws ACCESS_DENIED (answer 6300).
 public struct PACEChip: Sendable {
     public let algorithm: PACEAlgorithm
     public let domain: PACEDomain
@@ -141,18 +189,23 @@ public struct PACEChip: Sendable {
     private var terminalEphemeral: [UInt8]?
     private var keys: (encryption: [UInt8], mac: [UInt8])?
     private let fixed: (nonce: [UInt8]?, mapping: [UInt8]?, ephemeral: [UInt8]?)
+    private let chipAuthenticationKey: [UInt8]?
     /// The SM session once mutual authentication succeeded.
     public private(set) var session: SecureMessagingSession?
 
-    /// Sets up from MSE:Set AT data and the chip's stored passwords. Throws UNSUPPORTED_PROTOCOL for
-    /// unknown OIDs or parameters and ACCESS_DENIED when the referenced password is not available.
-    /// The fixed values are for tests (random when nil).
-    public init(setATData: [UInt8], mrzInformation: String?, can: String?,
+    /// Sets up from MSE:Set AT data and the chip's stored passwords. `chipAuthenticationKey` is the static
+    /// chip authentication private key SK_IC (big-endian scalar on the PACE curve), required for PACE-CAM.
+    /// Throws UNSUPPORTED_PROTOCOL for unknown OIDs or parameters (or CAM without a key) and ACCESS_DENIED
+    /// when the referenced password is not available. The fixed values are for tests (random when nil).
+    public init(setATData: [UInt8], mrzInformation: String?, can: String?, chipAuthenticationKey: [UInt8]? = nil,
                 fixedNonce: [UInt8]? = nil, fixedMappingKey: [UInt8]? = nil, fixedEphemeralKey: [UInt8]? = nil) throws(TesseraError) {
         let parsed = try PACECrypto.parseSetATData(setATData)
-        guard let alg = PACEAlgorithm(oid: parsed.oid), alg.mapping == .generic,
+        guard let alg = PACEAlgorithm(oid: parsed.oid), PACE.supportedMappings.contains(alg.mapping),
               let id = parsed.parameterId, let domain = PACEDomain.standardized(id), domain.keyAgreement == alg.keyAgreement else {
             throw TesseraError(.unsupportedProtocol, "unsupported PACE parameters")
+        }
+        if alg.mapping == .chipAuthentication && chipAuthenticationKey == nil {
+            throw TesseraError(.unsupportedProtocol, "PACE-CAM needs a chip authentication key")
         }
         let password: AccessPassword
         switch (parsed.passwordReference, mrzInformation, can) {
@@ -164,6 +217,7 @@ public struct PACEChip: Sendable {
         self.domain = domain
         nonceKey = AccessKeyDerivation.paceNonceKey(password, cipher: alg.cipher)
         fixed = (fixedNonce, fixedMappingKey, fixedEphemeralKey)
+        self.chipAuthenticationKey = alg.mapping == .chipAuthentication ? chipAuthenticationKey : nil
     }
 
     /// Whether mutual authentication has completed.
@@ -206,7 +260,9 @@ public struct PACEChip: Sendable {
             step = 3
             return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x84, value: key.publicKey))
         case 3:
-            guard let keys, let ephemeralKey, let terminalEphemeral else { throw TesseraError(.internalError, "PACE state") }
+            guard let keys, let ephemeralKey, let terminalEphemeral, let mappingKey else {
+                throw TesseraError(.internalError, "PACE state")
+            }
             let token = try value(0x85)
             let expected = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: algorithm, domain: domain,
                                                               peerPublicKey: ephemeralKey.publicKey)
@@ -214,8 +270,14 @@ public struct PACEChip: Sendable {
             guard token == expected else { throw TesseraError(.accessDenied, "terminal authentication token does not verify") }
             let tPICC = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: algorithm, domain: domain,
                                                            peerPublicKey: terminalEphemeral)
+            var response = TLV.encode(tag: 0x86, value: tPICC)
+            if let chipAuthenticationKey, case .ec(let curve) = domain {
+                let caIC = try ChipAuthenticationMapping.chipAuthenticationData(
+                    curve: curve, mappingPrivateKey: mappingKey.privateKey, staticPrivateKey: chipAuthenticationKey)
+                response += TLV.encode(tag: 0x8A, value: try ChipAuthenticationMapping.encrypt(caIC, encryptionKey: keys.encryption))
+            }
             session = try SecureMessagingSession(cipher: algorithm.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
-            return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x86, value: tPICC))
+            return TLV.encode(tag: 0x7C, value: response)
         default:
             throw TesseraError(.cardError, "PACE already finished")
         }

@@ -98,6 +98,14 @@ public enum LDSBuilder {
         return ASN1.setOf([ASN1.seq([ASN1.oid("2.23.136.1.1.5"), ASN1.int(1), ASN1.oid(alg)])])
     }
 
+    /// A ChipAuthenticationPublicKeyInfo (id-PK-ECDH, TR-03110 Part 3 §A.1.1.2) for DG14: the EC point
+    /// `publicKey` on standardized domain parameters `parameterId` (AlgorithmIdentifier standardizedDomainParameters).
+    public static func chipAuthenticationPublicKeyInfo(parameterId: Int, publicKey: [UInt8], keyId: Int?) -> [UInt8] {
+        let algorithm = ASN1.seq([ASN1.oid(ChipAuthenticationMapping.standardizedDomainParameters), ASN1.int(parameterId)])
+        let spki = ASN1.seq([algorithm, ASN1.node(ASN1.bitString, [0] + publicKey)])
+        return ASN1.seq([ASN1.oid(ChipAuthenticationMapping.idPKECDH), spki] + (keyId.map { [ASN1.int($0)] } ?? []))
+    }
+
     /// `tag { 5C taglist, items… }` as DG11/DG12 require.
     private static func tagListed(_ tag: UInt32, _ items: [(UInt32, [UInt8])], groupTag: UInt32) -> [UInt8] {
         let list = items.flatMap { $0.0 == 0xA0 ? TLV.tagBytes(groupTag) : TLV.tagBytes($0.0) }
