@@ -208,6 +208,11 @@ extension EnrollmentEngine {
             throw TesseraError(.documentNotAuthentic, "passive authentication did not succeed (\(pa))",
                                details: ["passiveAuthentication": DocumentReadResult.passiveJSON(result.passiveAuthentication)])
         }
+        // A chip that proved a key its document does not list (PACE-CAM, or active authentication) is a clone.
+        for (name, status) in [("chip authentication", result.chipAuthentication?.status.rawValue),
+                               ("active authentication", result.activeAuthentication?.status.rawValue)] where status == "invalid" {
+            throw TesseraError(.documentNotAuthentic, "the chip failed \(name)", details: ["check": .string(name)])
+        }
         guard let mrz = result.mrz else {
             throw TesseraError(.malformedData, "the chip's DG1 could not be read or parsed")
         }
@@ -222,6 +227,8 @@ extension EnrollmentEngine {
         if let b = mrz.birthDate() { summary["dateOfBirth"] = .string(b.description) }
         if let e = mrz.expiryDate() { summary["dateOfExpiry"] = .string(e.description) }
         if let aa = result.activeAuthentication { summary["activeAuthentication"] = .string(aa.status.rawValue) }
+        if let mapping = result.paceMapping { summary["paceMapping"] = .string(mapping.rawValue) }
+        if let ca = result.chipAuthentication { summary["chipAuthentication"] = .string(ca.status.rawValue) }
         return .completed(["document": .object(summary), "documentMRZ": .string(mrz.raw)])
     }
 

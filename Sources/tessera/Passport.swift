@@ -158,7 +158,8 @@ enum PassportSummary {
         } else {
             lines.append("MRZ:              not read")
         }
-        lines.append("Access protocol:  \(r["accessProtocol"]?.stringValue ?? "?") (reader \(r["reader"]?.stringValue ?? "?"))")
+        let mapping = r["paceMapping"]?.stringValue.map { "-\($0)" } ?? ""
+        lines.append("Access protocol:  \(r["accessProtocol"]?.stringValue ?? "?")\(mapping) (reader \(r["reader"]?.stringValue ?? "?"))")
         let groups = (r["dataGroups"]?.objectValue ?? [:]).keys.sorted { order($0) < order($1) }
         lines.append("Files read:       \(groups.joined(separator: " "))")
         let faces = r["faceImages"]?.arrayValue ?? []
@@ -182,6 +183,10 @@ enum PassportSummary {
         if let aa = r["activeAuthentication"] {
             lines.append("Active authentication: \(aa["status"]?.stringValue?.uppercased() ?? "?")"
                 + (aa["reason"]?.stringValue.map { " (\($0))" } ?? ""))
+        }
+        if let ca = r["chipAuthentication"] {
+            lines.append("Chip authentication (PACE-CAM): \(ca["status"]?.stringValue?.uppercased() ?? "?")"
+                + (ca["reason"]?.stringValue.map { " (\($0))" } ?? ""))
         }
         for w in r["warnings"]?.arrayValue ?? [] { lines.append("warning: \(w.stringValue ?? "")") }
         if let s = r["stats"] {

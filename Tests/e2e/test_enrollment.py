@@ -82,7 +82,9 @@ class Lab:
         self.profile = make_passport_profile(root / "passport", MRZ, "--pace", "ecdh-gm-p256-aes128")
         self.big = make_passport_profile(root / "passport-big", MRZ, "--pace", "ecdh-gm-p256-aes128",
                                          "--photo-padding", "20000")
-        self.csca_args = ["--csca", str(self.profile / "csca.pem"), "--csca", str(self.big / "csca.pem")]
+        # PACE with chip authentication mapping: the chip proves the key in its DG14.
+        self.cam = make_passport_profile(root / "passport-cam", MRZ, "--pace", "ecdh-cam-p256-aes128")
+        self.csca_args = [a for p in (self.profile, self.big, self.cam) for a in ("--csca", str(p / "csca.pem"))]
         self.issuer_key = ec.generate_private_key(ec.SECP256R1())
         self.forger_key = ec.generate_private_key(ec.SECP256R1())
         self.issuer_pem = root / "issuer.pem"
@@ -154,8 +156,9 @@ class Station:
     def card_present(self, reader: str) -> bool:
         return any(r["name"] == reader and r["cardPresent"] for r in self.client().call("readers.list")["readers"])
 
-    def chip(self, big: bool = False, *args: str) -> EmulatedPassport:
-        return EmulatedPassport(self.lab.pcscd, self.lab.big if big else self.lab.profile, self.card_present, *args)
+    def chip(self, big: bool = False, *args: str, profile: pathlib.Path | None = None) -> EmulatedPassport:
+        chosen = profile or (self.lab.big if big else self.lab.profile)
+        return EmulatedPassport(self.lab.pcscd, chosen, self.card_present, *args)
 
     def otp_files(self, enrollment_id: str, step: str = "PHONE_OTP") -> list[pathlib.Path]:
         files = self.otp_dir.glob(f"{enrollment_id}-{step}-*.json")
@@ -964,6 +967,23 @@ def test_document_not_authentic_fails(station):
     assert rpc_error(c.call, "enrollment.retry").code in ("NOT_RETRYABLE", "NO_ACTIVE_ENROLLMENT")
     (record,) = [r for r in c.call("enrollment.audit")["records"] if r["enrollmentId"] == eid]
     assert record["errorCode"] == "DOCUMENT_NOT_AUTHENTIC"
+
+
+def test_pace_cam_chip_authenticated_and_a_clone_refused(station):
+    s = station
+    c = s.session()
+    with s.chip(profile=s.lab.cam):
+        c.start("chip")
+        done = c.drive(answers_for(s))
+    assert done["outcome"] == "success", done
+    assert done["document"]["paceMapping"] == "CAM" and done["document"]["chipAuthentication"] == "valid", done
+    # The same document, but the chip cannot prove the key in its DG14: passive authentication alone is not enough.
+    with s.chip(False, "--tamper-cam", profile=s.lab.cam):
+        c.start("chip")
+        done = c.drive(answers_for(s))
+    assert done["outcome"] == "failed", done
+    error = finished_error(done)
+    assert error["code"] == "DOCUMENT_NOT_AUTHENTIC" and "chip authentication" in error["message"], error
 
 
 def test_no_card_in_time_then_retry(station):
