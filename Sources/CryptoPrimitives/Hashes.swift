@@ -24,13 +24,3 @@ public enum MessageDigest {
     }
 }
 
-/// Cryptographically secure random bytes (OpenSSL RAND_bytes).
-public enum SecureRandom {
-    public static func bytes(_ count: Int) throws(TesseraError) -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: count)
-        if count == 0 { return out }
-        let ok = out.withUnsafeMutableBufferPointer { RAND_bytes($0.baseAddress, Int32(count)) }
-        try check(ok, "RAND_bytes")
-        return out
-    }
-}

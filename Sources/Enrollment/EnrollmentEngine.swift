@@ -113,7 +113,7 @@ public actor EnrollmentEngine {
                                    "workflow \(name) matches attributes but has no expected data: start it with an activation token",
                                    details: ["workflow": .string(name)])
             }
-            parameters["userHandle"] = .string(Base64URL.encode(Self.random(16)))
+            parameters["userHandle"] = .string(Base64URL.encode(SecureRandom.bytes(16)))
         case .activationToken(let compact):
             let verified = try verifier.verify(compact, now: now)
             workflow = try available(verified.workflow)
@@ -155,10 +155,10 @@ public actor EnrollmentEngine {
         lastOutcome = nil
         logger.info("enrollment started", metadata: ["enrollment": "\(new.id)", "workflow": "\(workflow.name)", "kind": "\(new.kind)"])
         await emit("enrollment.started", event(["workflow": .string(workflow.name), "steps": stepKeys,
-                                                "startedAt": .string(Self.iso(now)), "resumed": false]))
+                                                "startedAt": .string(now.iso8601Seconds), "resumed": false]))
         run()
         return ["enrollmentId": .string(new.id), "workflow": .string(workflow.name), "steps": stepKeys,
-                "startedAt": .string(Self.iso(now))]
+                "startedAt": .string(now.iso8601Seconds)]
     }
 
     private func available(_ name: String) throws(TesseraError) -> Workflow {
@@ -199,8 +199,8 @@ public actor EnrollmentEngine {
         if case .waiting(let request) = phase { o["required"] = request.json }
         o["completedSteps"] = .array(row.completedSteps.map { .string($0) })
         o["steps"] = stepKeys
-        o["startedAt"] = .string(Self.iso(row.startedAt))
-        o["updatedAt"] = .string(Self.iso(row.updatedAt))
+        o["startedAt"] = .string(row.startedAt.iso8601Seconds)
+        o["updatedAt"] = .string(row.updatedAt.iso8601Seconds)
         if let failure = row.failure { o["error"] = failure }
         return .object(o)
     }
@@ -220,12 +220,12 @@ public actor EnrollmentEngine {
         await sweep()
         if let row {
             var o: [String: JSONValue] = ["status": "canResume", "enrollmentId": .string(row.id),
-                                          "startedAt": .string(Self.iso(row.startedAt))]
+                                          "startedAt": .string(row.startedAt.iso8601Seconds)]
             if row.stepIndex < steps.count { o["step"] = .string(steps[row.stepIndex].key) }
             return .object(o)
         }
         if let latest = try await store.latest(), latest.outcome == "expired" {
-            return ["status": "expired", "enrollmentId": .string(latest.id), "startedAt": .string(Self.iso(latest.startedAt))]
+            return ["status": "expired", "enrollmentId": .string(latest.id), "startedAt": .string(latest.startedAt.iso8601Seconds)]
         }
         return ["status": "nothingToResume"]
     }
@@ -248,7 +248,7 @@ public actor EnrollmentEngine {
         case .idle:
             if current.state == .failedRetryable { try await prepareRetry() }
             await emit("enrollment.started", event(["workflow": .string(current.workflow), "steps": stepKeys,
-                                                    "startedAt": .string(Self.iso(current.startedAt)), "resumed": true]))
+                                                    "startedAt": .string(current.startedAt.iso8601Seconds), "resumed": true]))
             run()
         }
         let now = row ?? current
@@ -307,10 +307,10 @@ public actor EnrollmentEngine {
         return .array(rows.map { r in
             var o: [String: JSONValue] = [
                 "enrollmentId": .string(r.id), "workflow": .string(r.workflow), "type": .string(r.kind),
-                "outcome": .string(r.outcome ?? "unknown"), "startedAt": .string(Self.iso(r.startedAt)),
+                "outcome": .string(r.outcome ?? "unknown"), "startedAt": .string(r.startedAt.iso8601Seconds),
                 "completedSteps": .array(r.completedSteps.map { .string($0) }),
             ]
-            if let f = r.finishedAt { o["finishedAt"] = .string(Self.iso(f)) }
+            if let f = r.finishedAt { o["finishedAt"] = .string(f.iso8601Seconds) }
             if let j = r.tokenJti { o["tokenId"] = .string(j) }
             if let s = r.subject { o["subject"] = .string(s) }
             if let code = r.failure?["code"]?.stringValue { o["errorCode"] = .string(code) }
@@ -561,15 +561,6 @@ public actor EnrollmentEngine {
         return .object(o)
     }
 
-    static func iso(_ d: Date) -> String {
-        d.formatted(.iso8601.year().month().day().dateSeparator(.dash).time(includingFractionalSeconds: false)
-            .timeSeparator(.colon).timeZone(separator: .omitted))
-    }
-
-    static func random(_ n: Int) -> [UInt8] {
-        var g = SystemRandomNumberGenerator()
-        return (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) }
-    }
 }
 
 /// What a step asks of the client (`enrollment.stepRequired`).

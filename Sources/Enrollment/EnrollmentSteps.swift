@@ -96,7 +96,7 @@ extension EnrollmentEngine {
         let message: JSONValue = [
             "type": "otp", "channel": .string(step.kind == .phoneOTP ? "sms" : "email"), "to": .string(to),
             "code": .string(code), "enrollmentId": .string(row.id), "workflow": .string(row.workflow),
-            "stepKey": .string(step.key), "expiresAt": .string(Self.iso(stored.expiresAt)),
+            "stepKey": .string(step.key), "expiresAt": .string(stored.expiresAt.iso8601Seconds),
         ]
         try await notifier.deliver(message, name: "\(row.id)-\(step.key)-\(sends)")
         state["delivered"] = true
@@ -117,7 +117,7 @@ extension EnrollmentEngine {
             input: ["type": "object",
                     "properties": ["otp": ["type": "string", "pattern": "^[0-9]{6}$"], "resend": ["type": "boolean"]],
                     "oneOf": [["required": ["otp"]], ["required": ["resend"]]]],
-            extra: ["to": .string(masked), "expiresAt": .string(Self.iso(stored.expiresAt)),
+            extra: ["to": .string(masked), "expiresAt": .string(stored.expiresAt.iso8601Seconds),
                     "attemptsLeft": .number(Double(stored.attemptsLeft)), "resendsLeft": .number(Double(resendsLeft))])
     }
 
@@ -291,9 +291,9 @@ extension EnrollmentEngine {
         var state = current.stepState.objectValue ?? [:]
         var plan = state["plan"]?.objectValue ?? [:]
         if plan["credentialId"] == nil {
-            plan["credentialId"] = .string(Base64URL.encode(Self.random(32)))
-            plan["keyHandle"] = .string(Base64URL.encode(Self.random(16)))
-            plan["challenge"] = .string(Base64URL.encode(Self.random(32)))
+            plan["credentialId"] = .string(Base64URL.encode(SecureRandom.bytes(32)))
+            plan["keyHandle"] = .string(Base64URL.encode(SecureRandom.bytes(16)))
+            plan["challenge"] = .string(Base64URL.encode(SecureRandom.bytes(32)))
         }
         guard var credentialId = plan["credentialId"]?.stringValue.flatMap(Base64URL.decode),
               var keyHandle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode),
@@ -316,8 +316,8 @@ extension EnrollmentEngine {
                 // Cannot look (token absent, or it wants a PIN to delete): never reuse ids that may be taken.
                 logger.warning("a key from an interrupted attempt may remain on the token",
                                metadata: ["token": "\(previous)", "error": "\(error)"])
-                credentialId = Self.random(32)
-                keyHandle = Self.random(16)
+                credentialId = SecureRandom.bytes(32)
+                keyHandle = SecureRandom.bytes(16)
                 plan["credentialId"] = .string(Base64URL.encode(credentialId))
                 plan["keyHandle"] = .string(Base64URL.encode(keyHandle))
             }
@@ -344,7 +344,7 @@ extension EnrollmentEngine {
             let full = "\(given) \(surname)".trimmingCharacters(in: .whitespaces)
             return full.isEmpty ? nil : full
         }
-        let userHandle = current.parameters["userHandle"]?.stringValue.flatMap(Base64URL.decode) ?? Self.random(16)
+        let userHandle = current.parameters["userHandle"]?.stringValue.flatMap(Base64URL.decode) ?? SecureRandom.bytes(16)
         // An activation token names its subject; a remote enrollment the email collected, else the holder.
         let userName = current.parameters["userName"]?.stringValue ?? current.subject ?? data["email"]?.stringValue
             ?? documentName ?? "enrollment-\(current.id.prefix(8))"

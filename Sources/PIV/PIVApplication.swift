@@ -213,7 +213,7 @@ public struct PIVApplication: Sendable {
             throw TesseraError(.malformedData, "GENERAL AUTHENTICATE: no witness in the card's answer")
         }
         let decrypted = try key.decryptBlock(witness)
-        let challenge = Self.random(key.blockSize)
+        let challenge = SecureRandom.bytes(key.blockSize)
         let step2 = TLV(tag: 0x7C, children: [TLV(tag: 0x80, value: decrypted), TLV(tag: 0x81, value: challenge)]).encoded
         let r2 = try await send(CommandAPDU(ins: PIV.INS.generalAuthenticate, p1: alg, p2: PIV.Slot.cardManagement,
                                             data: step2, ne: 256))
@@ -282,10 +282,5 @@ public struct PIVApplication: Sendable {
             throw TesseraError(.malformedData, "the card's ECDSA signature is not valid DER")
         }
         return raw
-    }
-
-    static func random(_ n: Int) -> [UInt8] {
-        var g = SystemRandomNumberGenerator()
-        return (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) }
     }
 }

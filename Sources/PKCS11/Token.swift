@@ -25,8 +25,7 @@ public final class PKCS11Token: Sendable {
         self.module = module
         self.slot = Locked(slot)
         self.infoState = Locked(info)
-        var rng = SystemRandomNumberGenerator()
-        self.pinSalt = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        self.pinSalt = SecureRandom.bytes(16)
         // Hardware and removable tokens can take 100+ ms per call: they get dedicated threads; software tokens run inline.
         let software = !(info.flags.isHardwareSlot || info.flags.isRemovableDevice)
         self.pool = SessionPool(capacity: sessions, module: module, slot: self.slot, threadName: "tessera.p11.\(id)",

@@ -91,8 +91,8 @@ public final class PasskeyService: Sendable {
 
         if let id = r.credentialId, !(16...255).contains(id.count) { throw .invalidInput("credentialId must be 16 to 255 bytes") }
         if let h = r.keyHandle, !(1...64).contains(h.count) { throw .invalidInput("keyHandle must be 1 to 64 bytes") }
-        let credentialId = r.credentialId ?? Self.random(32)
-        let keyHandle = r.keyHandle ?? Self.random(16)
+        let credentialId = r.credentialId ?? SecureRandom.bytes(32)
+        let keyHandle = r.keyHandle ?? SecureRandom.bytes(16)
         let point = try await token.generateP256Key(handle: keyHandle, label: "tessera:\(Base64URL.encode(credentialId))",
                                                     pin: r.pin)
         Failpoint.hit("passkey.afterKeyGeneration")
@@ -307,10 +307,5 @@ public final class PasskeyService: Sendable {
         guard valid, count > 0, count <= 253, previous != UInt8(ascii: ".") else {
             throw .invalidInput("rpId must be a lower-case domain name")
         }
-    }
-
-    static func random(_ n: Int) -> [UInt8] {
-        var g = SystemRandomNumberGenerator()
-        return (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) }
     }
 }

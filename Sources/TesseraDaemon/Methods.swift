@@ -59,16 +59,12 @@ enum Views {
             "tokenId": .string(r.tokenId),
             "backend": .string(r.backend),
             "publicKey": .string(Base64URL.encode(r.publicKey)),
-            "createdAt": .string(iso8601(r.createdAt)),
+            "createdAt": .string(r.createdAt.iso8601Seconds),
         ]
-        if let used = r.lastUsedAt { o["lastUsedAt"] = .string(iso8601(used)) }
+        if let used = r.lastUsedAt { o["lastUsedAt"] = .string(used.iso8601Seconds) }
         return .object(o)
     }
 
-    static func iso8601(_ d: Date) -> String {
-        d.formatted(.iso8601.year().month().day().dateSeparator(.dash).time(includingFractionalSeconds: false)
-            .timeSeparator(.colon).timeZone(separator: .omitted))
-    }
 }
 
 extension MethodTable {

@@ -54,9 +54,9 @@ struct Enroll: AsyncParsableCommand {
     func run() async throws {
         var p: [String: JSONValue] = [
             "rpId": .string(rpId),
-            "user": ["id": .string(userId ?? Base64URL.encode(randomBytes(16))), "name": .string(userName),
+            "user": ["id": .string(userId ?? Base64URL.encode(SecureRandom.bytes(16))), "name": .string(userName),
                      "displayName": .string(displayName ?? userName)],
-            "challenge": .string(challenge ?? Base64URL.encode(randomBytes(32))),
+            "challenge": .string(challenge ?? Base64URL.encode(SecureRandom.bytes(32))),
             "attestation": .string(attestation),
         ]
         if let origin { p["origin"] = .string(origin) }
@@ -84,7 +84,7 @@ struct Authenticate: AsyncParsableCommand {
     func run() async throws {
         var p: [String: JSONValue] = [
             "rpId": .string(rpId),
-            "challenge": .string(challenge ?? Base64URL.encode(randomBytes(32))),
+            "challenge": .string(challenge ?? Base64URL.encode(SecureRandom.bytes(32))),
             "allowCredentials": .array(credentials.map { .string($0) }),
             "userVerification": .string(userVerification),
         ]

@@ -100,10 +100,6 @@ struct PINOptions: ParsableArguments {
     }
 }
 
-func randomBytes(_ n: Int) -> [UInt8] {
-    var g = SystemRandomNumberGenerator()
-    return (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) }
-}
 
 func decodeBase64URL(_ s: String, _ what: String) throws -> [UInt8] {
     guard let b = Base64URL.decode(s) else { throw ValidationError("\(what) is not base64url") }

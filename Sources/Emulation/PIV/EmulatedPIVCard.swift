@@ -312,7 +312,7 @@ public actor EmulatedPIVCard: VirtualCard {
         do {
             if let witness, witness.value.isEmpty, challenge == nil {
                 // Mutual authentication, step 1: a fresh witness, encrypted.
-                let plain = Self.random(key.blockSize)
+                let plain = SecureRandom.bytes(key.blockSize)
                 pendingWitness = plain
                 managementAuthenticated = false
                 let encrypted = TLV(tag: 0x80, value: try key.encryptBlock(plain))
@@ -331,7 +331,7 @@ public actor EmulatedPIVCard: VirtualCard {
             }
             if let challenge, challenge.value.isEmpty {
                 // External authentication, step 1: a challenge for the host to encrypt.
-                let plain = Self.random(key.blockSize)
+                let plain = SecureRandom.bytes(key.blockSize)
                 pendingChallenge = plain
                 managementAuthenticated = false
                 return ResponseAPDU(data: TLV(tag: 0x7C, children: [TLV(tag: 0x81, value: plain)]).encoded, sw: .success)
@@ -405,11 +405,6 @@ public actor EmulatedPIVCard: VirtualCard {
     private func save() {
         guard let stateFile else { return }
         try? state.save(stateFile)
-    }
-
-    static func random(_ n: Int) -> [UInt8] {
-        var g = SystemRandomNumberGenerator()
-        return (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) }
     }
 }
 

@@ -47,8 +47,8 @@ public enum BAC {
             throw TesseraError(.cardError, "GET CHALLENGE failed (\(challenge.sw))", details: ["sw": .string(challenge.sw.description)])
         }
         let rndIC = challenge.data
-        let rndA = try orRandom(rndIFD, 8)
-        let kA = try orRandom(kIFD, 16)
+        let rndA = orRandom(rndIFD, 8)
+        let kA = orRandom(kIFD, 16)
         let data = try cryptogram(plain: rndA + rndIC + kA, encryptionKey: keys.encryption, macKey: keys.mac)
         let response = try await transport.send(CommandAPDU(ins: 0x82, p1: 0, p2: 0, data: data, ne: 40))
         guard response.sw.isSuccess else {
@@ -77,7 +77,7 @@ public struct BACChipResponder: Sendable {
 
     /// GET CHALLENGE: a fresh 8-byte RND.IC (or `fixed`, for tests), remembered for the next step.
     public mutating func challenge(fixed: [UInt8]? = nil) throws(TesseraError) -> [UInt8] {
-        let r = try orRandom(fixed, 8)
+        let r = orRandom(fixed, 8)
         rndIC = r
         return r
     }
@@ -91,14 +91,13 @@ public struct BACChipResponder: Sendable {
         let s = try BAC.openCryptogram(commandData, encryptionKey: keys.encryption, macKey: keys.mac)
         guard Array(s[8..<16]) == rnd else { throw TesseraError(.accessDenied, "RND.IC mismatch") }
         let rndIFD = Array(s[0..<8]), kIFD = Array(s[16..<32])
-        let kIC = try orRandom(fixedKIC, 16)
+        let kIC = orRandom(fixedKIC, 16)
         let response = try BAC.cryptogram(plain: rnd + rndIFD + kIC, encryptionKey: keys.encryption, macKey: keys.mac)
         return (response, try BAC.session(kIFD: kIFD, kIC: kIC, rndIC: rnd, rndIFD: rndIFD))
     }
 }
 
 /// `fixed` when given (tests), otherwise `count` secure random bytes.
-func orRandom(_ fixed: [UInt8]?, _ count: Int) throws(TesseraError) -> [UInt8] {
-    if let fixed { return fixed }
-    return try SecureRandom.bytes(count)
+func orRandom(_ fixed: [UInt8]?, _ count: Int) -> [UInt8] {
+    fixed ?? SecureRandom.bytes(count)
 }

@@ -236,7 +236,7 @@ public struct PACEChip: Sendable {
         }
         switch step {
         case 0:
-            nonce = try orRandom(fixed.nonce, algorithm.cipher.blockSize)
+            nonce = orRandom(fixed.nonce, algorithm.cipher.blockSize)
             let z = try PACECrypto.encryptNonce(nonce, key: nonceKey, cipher: algorithm.cipher)
             step = 1
             return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x80, value: z))

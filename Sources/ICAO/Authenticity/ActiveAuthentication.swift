@@ -23,8 +23,7 @@ public enum ActiveAuthentication {
     public static func perform(over transport: some APDUTransport, dg15: DG15?, dg14: DG14? = nil,
                                challenge: [UInt8]? = nil) async throws(TesseraError) -> ActiveAuthenticationResult {
         guard let dg15 else { return ActiveAuthenticationResult(status: .notSupported, reason: "no DG15 public key") }
-        var rng = SystemRandomNumberGenerator()
-        let nonce = challenge ?? (0..<8).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        let nonce = challenge ?? SecureRandom.bytes(8)
         let command = CommandAPDU(ins: 0x88, p1: 0, p2: 0, data: nonce, ne: 256)
         let response = try await transport.send(command)
         guard response.sw.isSuccess else {
@@ -120,8 +119,7 @@ public enum ActiveAuthentication {
         let trailer: [UInt8] = hash == .sha1 ? [0xBC] : [trailerHashes.first { $0.value == hash }!.key, 0xCC]
         let m1Length = k - 1 - hash.outputSize - trailer.count
         guard m1Length > 0 else { throw TesseraError(.cryptoError, "RSA key too small for \(hash)") }
-        var rng = SystemRandomNumberGenerator()
-        let m1 = (0..<m1Length).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        let m1 = SecureRandom.bytes(m1Length)
         let block = [0x6A] + m1 + (try Signatures.digest(hash, m1 + challenge)) + trailer
         return try Signatures.rsaRawSign(block, privateKey: privateKey)
     }

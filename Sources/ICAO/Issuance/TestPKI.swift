@@ -151,8 +151,7 @@ public struct TestPKI: Sendable {
 
     static func issue(subject: [UInt8], issuer: [UInt8], publicKey: [UInt8], signerKey: [UInt8], scheme: SignatureScheme,
                       notBefore: Date, days: Int, extensions: [[UInt8]]) throws(TesseraError) -> ParsedCertificate {
-        var rng = SystemRandomNumberGenerator()
-        var serial = (0..<10).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        var serial = SecureRandom.bytes(10)
         serial[0] = serial[0] & 0x7F | 0x10
         let sigAlg = AlgorithmOIDs.algorithmIdentifier(scheme)
         let tbs = ASN1.seq([
