@@ -97,6 +97,15 @@ class Client:
         finally:
             self.sock.settimeout(old)
 
+    def wait_notification(self, method: str, timeout: float = 30) -> dict:
+        """The params of the next `method` notification; notifications before it are dropped."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = self.next_notification(max(0.1, deadline - time.time()))
+            if m.get("method") == method:
+                return m["params"]
+        raise TimeoutError(f"no {method} notification within {timeout} s")
+
     def call(self, method: str, params: dict | None = None) -> dict:
         rid = self.next_id
         self.next_id += 1
@@ -246,12 +255,17 @@ class PCSCD:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL if the process has not exited within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 MRZ_ANNA = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
@@ -295,12 +309,7 @@ class EmulatedPassport:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc)
         self.logf.close()
         self.wait_card(False)
 

@@ -3,13 +3,10 @@ from profiles issued by `tessera lab make-profile`, the real tesserad (PC/SC, --
 Passive authentication is re-checked here independently (pyasn1 + cryptography)."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import pathlib
 import subprocess
-import time
 
 import pytest
 from cryptography import x509
@@ -20,7 +17,7 @@ from pyasn1.codec.der import encoder as der_encoder
 from pyasn1.type import univ
 from pyasn1_modules import rfc5652
 
-from tessera_harness import BIN, PCSCD, Client, Daemon, RPCError, cli, unb64u
+from tessera_harness import BIN, PCSCD, Client, Daemon, EmulatedPassport, RPCError, cli, unb64u
 
 MRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 WRONG_MRZ_FIELDS = {"documentNumber": "L898902C3", "dateOfBirth": "740813", "dateOfExpiry": "120415"}
@@ -59,35 +56,10 @@ class Lab:
         readers = self.client().call("readers.list")["readers"]
         return any(r["name"] == reader and r["cardPresent"] for r in readers)
 
-    def wait_card(self, reader: str, present: bool, timeout: float = 15) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.card_present(reader) == present:
-                return
-            time.sleep(0.05)
-        raise TimeoutError(f"card in {reader} never became {'present' if present else 'absent'}")
-
-    @contextlib.contextmanager
-    def chip(self, profile: str, *args: str, slot: int = 0):
-        """Inserts the emulated passport into vpcd reader `slot` (0 or 1) while the block runs."""
-        log = open(self.root / f"emulator-{profile}-{slot}.log", "ab")
-        proc = subprocess.Popen([str(BIN / "tessera"), "lab", "emulate-passport", "--profile", str(self.profiles[profile]),
-                                 "--vpcd", f"127.0.0.1:{self.pcscd.port + slot}", *args],
-                                stdout=subprocess.PIPE, stderr=log, text=True)
-        try:
-            line = proc.stdout.readline()
-            assert line.startswith("inserted"), f"emulator did not start: {line!r}"
-            self.wait_card(self.pcscd.readers[slot], True)
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
-            self.wait_card(self.pcscd.readers[slot], False)
+    def chip(self, profile: str, *args: str, slot: int = 0) -> EmulatedPassport:
+        """Inserts the emulated passport into vpcd reader `slot` (0 or 1) while the `with` block runs."""
+        return EmulatedPassport(self.pcscd, self.profiles[profile], self.card_present, *args, slot=slot,
+                                log=self.root / f"emulator-{profile}-{slot}.log")
 
     def stop(self) -> None:
         self.daemon.stop()
@@ -276,7 +248,7 @@ def test_bad_keys_and_readers(lab):
 
 
 def test_card_removed_mid_read_then_next_read_works(lab):
-    with lab.chip("big", "--remove-after-apdus", "40"):
+    with lab.chip("big", "--remove-after-apdus", "40") as chip:
         c = lab.client()
         with pytest.raises(RPCError) as e:
             c.call("documents.read", {"mrz": MRZ})
@@ -284,7 +256,7 @@ def test_card_removed_mid_read_then_next_read_works(lab):
         assert e.value.data["retryable"] is True
         # Other clients are served meanwhile, and the re-inserted card reads fine.
         assert lab.client().call("daemon.status")["version"]
-        lab.wait_card(lab.reader, True)
+        chip.wait_card(True)
         result = c.call("documents.read", {"mrz": MRZ})
         check_result(result, lab.profiles["big"], "PACE")
 

@@ -8,11 +8,10 @@ import json
 import os
 import pathlib
 import subprocess
-import time
 
 import pytest
 
-from tessera_harness import SOFTHSM_MODULE, Client, Daemon, SoftHSM, b64u, unb64u
+from tessera_harness import SOFTHSM_MODULE, Daemon, SoftHSM, b64u, unb64u
 from verify import verify_assertion, verify_registration
 
 RP = "kiosk.example"
@@ -47,20 +46,6 @@ def private_keys(hsm: SoftHSM) -> list[str]:
     return [line.split(":", 1)[1].strip() for line in out.splitlines() if line.strip().startswith("label:")]
 
 
-def wait_finished(c: Client, timeout: float = 30) -> dict:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for m in c.notifications:
-            if m.get("method") == "enrollment.finished":
-                return m["params"]
-        c.sock.settimeout(max(0.1, deadline - time.time()))
-        m = c.read_message()
-        if m is None:
-            raise ConnectionError("daemon closed the connection")
-        c.notifications.append(m)
-    raise TimeoutError("no enrollment.finished")
-
-
 def crash_at(root, hsm, args, failpoint: str) -> tuple[Daemon, str]:
     """Runs the workflow until the daemon kills itself at `failpoint`; returns a restarted daemon."""
     d = Daemon(root, {**hsm.env, "TESSERA_FAILPOINTS": failpoint}, args).start()
@@ -77,7 +62,7 @@ def resume_to_success(d: Daemon, eid: str) -> dict:
     assert can == {"status": "canResume", "enrollmentId": eid, "step": "PASSKEY_CREATION",
                    "startedAt": can["startedAt"]}
     assert c.call("enrollment.resume")["completedSteps"] == ["EMAIL_INFO"]
-    finished = wait_finished(c)
+    finished = c.wait_notification("enrollment.finished")
     assert finished["outcome"] == "success", finished
     return finished["credential"]
 

@@ -7,25 +7,10 @@ import json
 import pathlib
 import sqlite3
 import sys
-import time
 
 import pytest
 
-from tessera_harness import SOFTHSM_MODULE, Client, Daemon, RPCError, SoftHSM
-
-
-def wait_for(c: Client, method: str, timeout: float = 20) -> dict:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for i, m in enumerate(c.notifications):
-            if m.get("method") == method:
-                return c.notifications.pop(i)["params"]
-        c.sock.settimeout(max(0.1, deadline - time.time()))
-        m = c.read_message()
-        if m is None:
-            raise ConnectionError("daemon closed the connection")
-        c.notifications.append(m)
-    raise TimeoutError(f"no {method}")
+from tessera_harness import SOFTHSM_MODULE, Daemon, RPCError, SoftHSM
 
 
 @pytest.fixture
@@ -67,15 +52,14 @@ def test_command_notifier_delivers_and_failures_are_retryable(station):
     eid = c.call("enrollment.start", {"type": {"remote": {"candidate": "phone"}}})["enrollmentId"]
     gate.touch()
     c.call("enrollment.submit", {"stepKey": "PHONE_INFO", "payload": {"phone": "+49 151 2345 6789"}})
-    finished = wait_for(c, "enrollment.finished")
+    finished = c.wait_notification("enrollment.finished")
     assert finished["outcome"] == "failedWithRetryPossibility"
     assert finished["error"]["code"] == "OTP_DELIVERY_FAILED" and finished["error"]["retryable"] is True
     assert messages(outbox) == []
 
     gate.unlink()
-    c.notifications.clear()
     assert c.call("enrollment.retry")["step"] == "PHONE_OTP"
-    required = wait_for(c, "enrollment.stepRequired")
+    required = c.wait_notification("enrollment.stepRequired")
     assert required["key"] == "PHONE_OTP" and required["attemptsLeft"] == 3 and required["resendsLeft"] == 1
     assert "2345" not in required["to"] and required["to"].endswith("89")
     [first] = messages(outbox)
@@ -89,7 +73,7 @@ def test_command_notifier_delivers_and_failures_are_retryable(station):
 
     # A resend makes a new code and spends the only resend; the old code no longer works.
     c.call("enrollment.submit", {"stepKey": "PHONE_OTP", "payload": {"resend": True}})
-    assert wait_for(c, "enrollment.stepRequired")["resendsLeft"] == 0
+    assert c.wait_notification("enrollment.stepRequired")["resendsLeft"] == 0
     second = messages(outbox)[-1]
     assert len(messages(outbox)) == 2
     with pytest.raises(RPCError) as e:
@@ -100,4 +84,4 @@ def test_command_notifier_delivers_and_failures_are_retryable(station):
             c.call("enrollment.submit", {"stepKey": "PHONE_OTP", "payload": {"otp": first["code"]}})
         assert e.value.code == "OTP_INVALID" and e.value.data["attemptsLeft"] == 2
     c.call("enrollment.submit", {"stepKey": "PHONE_OTP", "payload": {"otp": second["code"]}})
-    assert wait_for(c, "enrollment.finished")["outcome"] == "success"
+    assert c.wait_notification("enrollment.finished")["outcome"] == "success"
