@@ -27,18 +27,9 @@ enum ASN1 {
     }
 
     static func encodeOIDValue(_ dotted: String) -> [UInt8] {
-        let arcs = dotted.split(separator: ".").compactMap { UInt64($0) }
-        precondition(arcs.count >= 2, "bad OID literal \(dotted)")
-        var out = [UInt8]()
-        func base128(_ v: UInt64) {
-            var chunk = [UInt8(v & 0x7F)]
-            var rest = v >> 7
-            while rest > 0 { chunk.insert(UInt8(rest & 0x7F) | 0x80, at: 0); rest >>= 7 }
-            out += chunk
-        }
-        base128(arcs[0] * 40 + arcs[1])
-        for a in arcs.dropFirst(2) { base128(a) }
-        return out
+        let value = encodeOIDContent(dotted)
+        precondition(!value.isEmpty, "bad OID literal \(dotted)")
+        return value
     }
 
     static func expect(_ tlv: TLV, _ tag: UInt32, _ what: String) throws(TesseraError) {
