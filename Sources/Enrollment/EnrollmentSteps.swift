@@ -322,11 +322,7 @@ extension EnrollmentEngine {
                 plan["keyHandle"] = .string(Base64URL.encode(keyHandle))
             }
         }
-        let tokenId: String
-        if let configured = step.string("tokenId") { tokenId = configured } else {
-            guard let first = await passkeys.tokens().first else { throw TesseraError(.tokenNotPresent, "no token is present") }
-            tokenId = first.id
-        }
+        let tokenId = try await passkeys.chooseToken(step.string("tokenId")).id
         plan["tokenId"] = .string(tokenId)
         if pin == nil, uv == "required" {
             state["plan"] = .object(plan)

@@ -251,7 +251,8 @@ public final class PasskeyService: Sendable {
 
     // MARK: helpers
 
-    private func chooseToken(_ id: String?) async throws(TesseraError) -> any KeyStoreToken {
+    /// The token `id`, or with nil the first token present; TOKEN_NOT_PRESENT when there is none.
+    public func chooseToken(_ id: String?) async throws(TesseraError) -> any KeyStoreToken {
         let all = await tokens()
         if let id {
             guard let t = all.first(where: { $0.id == id }) else {
