@@ -79,8 +79,9 @@ class Lab:
     def __init__(self, root: pathlib.Path):
         self.root = root
         self.pcscd = PCSCD(root).start()
-        self.profile = make_passport_profile(root / "passport", MRZ, "--pace", "ecdh-gm-p256-aes128")
-        self.big = make_passport_profile(root / "passport-big", MRZ, "--pace", "ecdh-gm-p256-aes128",
+        # Active authentication (DG15): the chip proves its key, so NFC_PHASE finds it authentic.
+        self.profile = make_passport_profile(root / "passport", MRZ, "--pace", "ecdh-gm-p256-aes128", "--aa")
+        self.big = make_passport_profile(root / "passport-big", MRZ, "--pace", "ecdh-gm-p256-aes128", "--aa",
                                          "--photo-padding", "20000")
         # PACE with chip authentication mapping: the chip proves the key in its DG14.
         self.cam = make_passport_profile(root / "passport-cam", MRZ, "--pace", "ecdh-cam-p256-aes128")
