@@ -48,6 +48,14 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
     public var documentSigner: String?
     public var trustAnchor: String?
 
+    public init(status: Status, signature: SignatureCheck, certificateChain: ChainCheck, certificateValidity: ValidityCheck,
+                dataGroupHashes: [Int: HashCheck], reason: String? = nil, documentSigner: String? = nil,
+                trustAnchor: String? = nil) {
+        self.status = status; self.signature = signature; self.certificateChain = certificateChain
+        self.certificateValidity = certificateValidity; self.dataGroupHashes = dataGroupHashes; self.reason = reason
+        self.documentSigner = documentSigner; self.trustAnchor = trustAnchor
+    }
+
     /// {"status", "signature", "certificateChain", "certificateValidity", "dataGroupHashes": {"DG1": "valid"}, "reason"}.
     public var json: JSONValue {
         var hashes = [String: JSONValue]()
