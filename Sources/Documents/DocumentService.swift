@@ -169,7 +169,8 @@ public final class DocumentService: Sendable {
         let requested = Set(request.dataGroups ?? [1, 2])
         var wanted = requested
         if let listed {
-            wanted.formUnion(listed)
+            // DG3/DG4 (fingerprints, iris) need extended access control: read only when asked for.
+            wanted.formUnion(listed.subtracting([3, 4]))
         } else if request.verify {
             wanted.formUnion([14, 15].filter { comList?.contains($0) == true })
         }
@@ -177,7 +178,8 @@ public final class DocumentService: Sendable {
         let present = listed ?? comList
         var accessDenied: Set<Int> = []
         var unreadable: Set<Int> = []
-        for n in wanted.sorted() {
+        // EAC-protected groups last: some chips end secure messaging when they refuse one.
+        for n in wanted.sorted(by: { ((3...4).contains($0) ? 100 : 0) + $0 < ((3...4).contains($1) ? 100 : 0) + $1 }) {
             if let present, !present.contains(n) {
                 if requested.contains(n) { notPresent.append(n) }
                 continue
@@ -217,8 +219,9 @@ public final class DocumentService: Sendable {
             var groups: [Int: [UInt8]] = [:]
             for (file, bytes) in files { if let n = file.dataGroupNumber { groups[n] = bytes } }
             if let sod {
-                // Everything listed and not read is missing, except EAC-protected DG3/DG4 the chip refused.
-                let missing = (listed ?? []).subtracting(groups.keys).subtracting(accessDenied.intersection([3, 4]))
+                // Everything listed and not read is missing, except EAC-protected DG3/DG4 (not asked for, or refused).
+                let eac = Set([3, 4]).subtracting(requested).union(accessDenied.intersection([3, 4]))
+                let missing = (listed ?? []).subtracting(groups.keys).subtracting(eac)
                 passive = PassiveAuthentication.verify(sod: sod, dataGroups: groups, missing: missing.union(unreadable),
                                                        trustStore: trustStore)
             } else {

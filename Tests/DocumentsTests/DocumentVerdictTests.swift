@@ -64,6 +64,17 @@ import Testing
         #expect(Self.evaluate(nil) == DocumentVerdict(verdict: .unverified, chipAuthenticity: .notChecked, reasons: [.notVerified]))
     }
 
+    @Test func passiveJSONReportsMissingAndEACGroups() {
+        let pa = Self.pa(.invalid, hashes: [1: .valid, 3: .notRead, 4: .notRead, 15: .missing])
+        let json = DocumentReadResult.passiveJSON(pa)
+        #expect(json["dataGroupHashes"] == ["DG1": "valid"])
+        #expect(json["missingDataGroups"] == [15])
+        #expect(json["notRead"] == ["DG3", "DG4"])
+        #expect(json["notReadReasons"] == ["DG3": "accessDenied", "DG4": "accessDenied"])
+        // Unread EAC groups alone do not fail anything.
+        #expect(Self.evaluate(Self.pa(.valid, hashes: [1: .valid, 3: .notRead]), aa: Self.aaValid).verdict == .authentic)
+    }
+
     @Test func reasonCodesAreStable() {
         #expect(DocumentVerdict.Reason.allCases.map(\.rawValue) == [
             "PASSIVE_AUTH_INVALID", "DATA_GROUP_MISSING", "NO_TRUST_ANCHOR", "ACTIVE_AUTH_INVALID", "CHIP_AUTH_INVALID",
