@@ -76,13 +76,13 @@ public struct DocumentReadResult: Sendable {
     public var faceImages: [LDSImage]
     /// nil when `verify` was false.
     public var passiveAuthentication: PassiveAuthenticationResult?
-    /// nil unless verification ran and the chip has DG15.
+    /// nil unless verification ran and the SOD lists DG15 (or DG15 was read).
     public var activeAuthentication: ActiveAuthenticationResult?
-    /// The PACE-CAM check against DG14; nil unless access used PACE with chip authentication mapping.
+    /// The PACE-CAM check against DG14; nil unless access used PACE-CAM or DG14 announces it.
     public var chipAuthentication: ChipAuthenticationResult? = nil
     /// The PACE mapping (GM or CAM); nil after BAC.
     public var paceMapping: PACEMapping? = nil
-    /// Requested data groups the chip does not have (not listed in EF.COM, or 6A82).
+    /// Requested data groups the chip does not have (not listed in EF.SOD, or in EF.COM without verification; or 6A82).
     public var notPresent: [Int]
     /// Requested data groups the chip refused (e.g. DG3/DG4 need extended access control).
     public var notReadable: [Int]
