@@ -8,18 +8,21 @@ public struct DocumentReadRequest: Sendable {
     public var reader: String?
     /// MRZ information or CAN that unlocks the chip.
     public var key: DocumentAccessKey
-    /// Data groups to read (1…16). nil: DG1 and DG2. Groups the chip does not list in EF.COM are skipped.
+    /// Data groups to return (1…16). nil: DG1 and DG2. With `verify`, groups EF.SOD does not list are skipped;
+    /// without, groups EF.COM does not list.
     public var dataGroups: [Int]?
-    /// Passive authentication (reads EF.SOD) and, when the chip has DG15, active authentication
-    /// (reads DG15, and DG14 when present for the AA hash algorithm).
+    /// Passive authentication (reads EF.SOD and every data group it lists), active authentication when the SOD
+    /// lists DG15, and PACE-CAM when access used it or DG14 announces it.
     public var verify: Bool
+    /// A chip without any anti-clone mechanism (no DG15, no PACE-CAM) may be `authentic` instead of `unverified`.
+    public var allowClonable: Bool
     /// Read with extended-length READ BINARY when the card announces support for it.
     public var extendedLength: Bool
 
     public init(reader: String? = nil, key: DocumentAccessKey, dataGroups: [Int]? = nil, verify: Bool = true,
-                extendedLength: Bool = false) {
+                extendedLength: Bool = false, allowClonable: Bool = false) {
         self.reader = reader; self.key = key; self.dataGroups = dataGroups; self.verify = verify
-        self.extendedLength = extendedLength
+        self.extendedLength = extendedLength; self.allowClonable = allowClonable
     }
 }
 
@@ -68,19 +71,23 @@ public struct DocumentReadResult: Sendable {
     public var mrz: MRZ?
     /// Raw bytes of every file read: `.com`, `.dataGroup(n)`, `.sod`.
     public var files: [LDSFile: [UInt8]]
+    /// The data groups the caller asked for; `json` returns only these of the groups read, plus DG14 and DG15.
+    public var requestedDataGroups: Set<Int>
     public var faceImages: [LDSImage]
     /// nil when `verify` was false.
     public var passiveAuthentication: PassiveAuthenticationResult?
-    /// nil unless verification ran and the chip has DG15.
+    /// nil unless verification ran and the SOD lists DG15 (or DG15 was read).
     public var activeAuthentication: ActiveAuthenticationResult?
-    /// The PACE-CAM check against DG14; nil unless access used PACE with chip authentication mapping.
+    /// The PACE-CAM check against DG14; nil unless access used PACE-CAM or DG14 announces it.
     public var chipAuthentication: ChipAuthenticationResult? = nil
     /// The PACE mapping (GM or CAM); nil after BAC.
     public var paceMapping: PACEMapping? = nil
-    /// Requested data groups the chip does not have (not listed in EF.COM, or 6A82).
+    /// Requested data groups the chip does not have (not listed in EF.SOD, or in EF.COM without verification; or 6A82).
     public var notPresent: [Int]
     /// Requested data groups the chip refused (e.g. DG3/DG4 need extended access control).
     public var notReadable: [Int]
+    /// The summary of every check; `unverified` with `NOT_VERIFIED` when verification was not requested.
+    public var verdict: DocumentVerdict
     /// Problems that did not stop the read (a data group that does not parse, …).
     public var warnings: [String]
     public var statistics: DocumentReadStatistics
@@ -93,7 +100,10 @@ public struct DocumentReadResult: Sendable {
             "mrz": mrz.map { .object($0.jsonFields().mapValues { JSONValue.string($0) }) } ?? .null,
         ]
         var groups: [String: JSONValue] = [:]
-        for (file, bytes) in files { groups[file.description] = .string(Base64URL.encode(bytes)) }
+        for (file, bytes) in files {
+            if let n = file.dataGroupNumber, !requestedDataGroups.contains(n), n != 14, n != 15 { continue }
+            groups[file.description] = .string(Base64URL.encode(bytes))
+        }
         o["dataGroups"] = .object(groups)
         o["faceImages"] = .array(faceImages.map { img in
             var f: [String: JSONValue] = ["mimeType": .string(img.mimeType), "data": .string(Base64URL.encode(img.data))]
@@ -101,6 +111,9 @@ public struct DocumentReadResult: Sendable {
             if let h = img.height { f["height"] = .number(Double(h)) }
             return .object(f)
         })
+        o["verdict"] = .string(verdict.verdict.rawValue)
+        o["reasons"] = .array(verdict.reasons.map { .string($0.rawValue) })
+        o["chipAuthenticity"] = .string(verdict.chipAuthenticity.rawValue)
         o["passiveAuthentication"] = Self.passiveJSON(passiveAuthentication)
         if let mapping = paceMapping { o["paceMapping"] = .string(mapping.rawValue) }
         if let ca = chipAuthentication {
@@ -127,7 +140,8 @@ public struct DocumentReadResult: Sendable {
     }
 
     /// PA as the contract shows it: `dataGroupHashes` holds only groups that were read ("valid"/"invalid");
-    /// groups listed in the SOD but not read are in `notRead`.
+    /// groups listed in the SOD that could not be read are in `missingDataGroups` (numbers); EAC-protected
+    /// groups the chip refused (DG3/DG4) are in `notRead` with `notReadReasons` "accessDenied".
     public static func passiveJSON(_ pa: PassiveAuthenticationResult?) -> JSONValue {
         guard let pa else {
             return ["status": "unverified", "signature": "notChecked", "certificateChain": "notChecked",
@@ -141,6 +155,7 @@ public struct DocumentReadResult: Sendable {
             case .valid: hashes["DG\(n)"] = "valid"
             case .invalid, .notInSecurityObject: hashes["DG\(n)"] = "invalid"
             case .notRead: notRead.append(n)
+            case .missing: break
             }
         }
         var o: [String: JSONValue] = [
@@ -149,7 +164,11 @@ public struct DocumentReadResult: Sendable {
             "certificateValidity": .string(pa.certificateValidity.rawValue),
             "dataGroupHashes": .object(hashes),
             "notRead": .array(notRead.sorted().map { .string("DG\($0)") }),
+            "missingDataGroups": .array(pa.missingDataGroups.map { .number(Double($0)) }),
         ]
+        if !notRead.isEmpty {
+            o["notReadReasons"] = .object(Dictionary(uniqueKeysWithValues: notRead.map { ("DG\($0)", JSONValue.string("accessDenied")) }))
+        }
         if let r = pa.reason { o["reason"] = .string(r) }
         if let s = pa.documentSigner { o["documentSigner"] = .string(s) }
         if let t = pa.trustAnchor { o["trustAnchor"] = .string(t) }

@@ -9,8 +9,8 @@ import TesseraCore
 /// Reads and verifies ICAO 9303 documents (e-passports, ID cards) from the readers of its sources.
 ///
 /// A read: pick the reader → open the card → PACE (BAC only when the chip offers no usable PACE) → EF.COM →
-/// the requested data groups → EF.SOD → passive authentication against the CSCA trust store → active
-/// authentication when the chip has DG15. Reads on different readers run in parallel; a failure (card pulled,
+/// EF.SOD → the requested data groups and every group the SOD lists → passive authentication against the CSCA
+/// trust store → active authentication when the SOD lists DG15, PACE-CAM when DG14 announces it → verdict. Reads on different readers run in parallel; a failure (card pulled,
 /// wrong key) ends only that read.
 public final class DocumentService: Sendable {
     public let sources: [any ReaderSource]
@@ -145,38 +145,57 @@ public final class DocumentService: Sendable {
             return bytes
         }
 
-        // EF.COM lists the data groups present; chips without it get every requested group tried.
-        var present: Set<Int>?
+        // EF.COM is unsigned: it only decides what to read without verification. With verification the signed
+        // EF.SOD decides which data groups exist, and every group it lists is read (a clone cannot hide DG15).
+        var comList: Set<Int>?
         do {
             let com = try await read(.com)
-            do { present = Set(try EFCOM(parsing: com).dataGroups) } catch {
+            do { comList = Set(try EFCOM(parsing: com).dataGroups) } catch {
                 warnings.append("EF.COM does not parse: \(error.message)")
             }
         } catch where error.isFileNotFound {
             warnings.append("the chip has no EF.COM")
         }
-
-        var wanted = Set(request.dataGroups ?? [1, 2])
-        if request.verify, present?.contains(15) == true {
-            wanted.insert(15)
-            if present?.contains(14) == true { wanted.insert(14) }
-        }
-        // PACE-CAM is checked against the chip authentication key in DG14.
-        if request.verify, access.chipAuthentication != nil, present?.contains(14) != false { wanted.insert(14) }
-        for n in wanted.sorted() {
-            if let present, !present.contains(n) { notPresent.append(n); continue }
-            do {
-                _ = try await read(.dataGroup(n))
-            } catch where error.isFileNotFound {
-                notPresent.append(n)
-            } catch where error.code == .accessDenied {
-                notReadable.append(n)
-            }
-        }
         var sod: [UInt8]?
+        var listed: Set<Int>?
         if request.verify {
             do { sod = try await read(.sod) } catch where error.isFileNotFound {
                 warnings.append("the chip has no EF.SOD")
+            }
+            // A SOD that does not parse fails passive authentication, which says why.
+            listed = sod.flatMap { try? SecurityObject(parsing: $0) }.map { Set($0.dataGroupHashes.keys) }
+        }
+
+        let requested = Set(request.dataGroups ?? [1, 2])
+        var wanted = requested
+        if let listed {
+            // DG3/DG4 (fingerprints, iris) need extended access control: read only when asked for.
+            wanted.formUnion(listed.subtracting([3, 4]))
+        } else if request.verify {
+            wanted.formUnion([14, 15].filter { comList?.contains($0) == true })
+        }
+        if request.verify, access.chipAuthentication != nil { wanted.insert(14) }
+        let present = listed ?? comList
+        var accessDenied: Set<Int> = []
+        var unreadable: Set<Int> = []
+        // EAC-protected groups last: some chips end secure messaging when they refuse one.
+        for n in wanted.sorted(by: { ((3...4).contains($0) ? 100 : 0) + $0 < ((3...4).contains($1) ? 100 : 0) + $1 }) {
+            if let present, !present.contains(n) {
+                if requested.contains(n) { notPresent.append(n) }
+                continue
+            }
+            do {
+                _ = try await read(.dataGroup(n))
+            } catch where error.isFileNotFound {
+                unreadable.insert(n)
+                if requested.contains(n) { notPresent.append(n) }
+            } catch where error.code == .accessDenied {
+                accessDenied.insert(n)
+                if requested.contains(n) { notReadable.append(n) }
+            } catch where listed?.contains(n) == true && !error.retryable {
+                // A group the SOD lists that the chip will not deliver fails passive authentication.
+                unreadable.insert(n)
+                warnings.append("DG\(n): \(error.message)")
             }
         }
         let afterRead = wire.counters
@@ -187,43 +206,66 @@ public final class DocumentService: Sendable {
             do { mrz = try DG1(parsing: dg1).parsedMRZ() } catch { warnings.append("DG1: \(error.message)") }
         }
         var faces: [LDSImage] = []
-        if let dg2 = files[.dataGroup(2)] {
+        if let dg2 = files[.dataGroup(2)], requested.contains(2) {
             do { faces = try DG2(parsing: dg2).faces.map(\.image) } catch { warnings.append("DG2: \(error.message)") }
         }
 
         var passive: PassiveAuthenticationResult?
         var active: ActiveAuthenticationResult?
+        var chipAuthentication: ChipAuthenticationResult?
+        var activeRequired = false, chipRequired = access.chipAuthentication != nil
         if request.verify {
             progress(DocumentReadProgress(step: .verify))
             var groups: [Int: [UInt8]] = [:]
             for (file, bytes) in files { if let n = file.dataGroupNumber { groups[n] = bytes } }
             if let sod {
-                passive = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: trustStore)
+                // Everything listed and not read is missing, except EAC-protected DG3/DG4 (not asked for, or refused).
+                let eac = Set([3, 4]).subtracting(requested).union(accessDenied.intersection([3, 4]))
+                let missing = (listed ?? []).subtracting(groups.keys).subtracting(eac)
+                passive = PassiveAuthentication.verify(sod: sod, dataGroups: groups, missing: missing.union(unreadable),
+                                                       trustStore: trustStore)
             } else {
                 // An empty SOD yields status invalid with every check "notChecked".
                 var missing = PassiveAuthentication.verify(sod: [], dataGroups: [:], trustStore: nil)
                 missing.reason = "the chip has no EF.SOD"
                 passive = missing
             }
+            activeRequired = listed?.contains(15) == true || files[.dataGroup(15)] != nil
             if let dg15bytes = files[.dataGroup(15)] {
                 do {
                     let dg15 = try DG15(parsing: dg15bytes)
                     let dg14 = files[.dataGroup(14)].flatMap { try? DG14(parsing: $0) }
                     active = try await ActiveAuthentication.perform(over: channel, dg15: dg15, dg14: dg14)
+                    if active?.status == .notSupported {
+                        // The chip has an AA key (DG15), so refusing to use it is what a clone without the key does.
+                        active = ActiveAuthenticationResult(status: .invalid,
+                                                            reason: "the chip has DG15 but refused active authentication (\(active?.reason ?? ""))")
+                    }
                 } catch where error.code == .malformedData {
                     var failed = ActiveAuthentication.verify(challenge: [], response: [], publicKeyInfo: [])
                     failed.reason = error.message
                     active = failed
                 }
+            } else if activeRequired {
+                active = ActiveAuthenticationResult(status: .invalid, reason: "EF.SOD lists DG15 but the chip did not deliver it")
             }
-        }
 
-        var chipAuthentication: ChipAuthenticationResult?
-        if let cam = access.chipAuthentication {
-            chipAuthentication = request.verify
-                ? Self.checkChipAuthenticationMapping(cam, dg14: files[.dataGroup(14)], passive: passive)
-                : ChipAuthenticationResult(status: .notChecked, reason: "verification was not requested")
+            if let cam = access.chipAuthentication {
+                chipAuthentication = Self.checkChipAuthenticationMapping(cam, dg14: files[.dataGroup(14)], passive: passive)
+            } else if let announced = Self.announcedChipAuthenticationMapping(dg14: files[.dataGroup(14)]) {
+                // DG14 announces PACE-CAM but access did not use it (EF.CardAccess hid it): run it now.
+                chipRequired = true
+                chipAuthentication = try await runChipAuthenticationMapping(announced, request: request, wire: wire,
+                                                                            dg14: files[.dataGroup(14)], passive: passive)
+            }
+        } else if access.chipAuthentication != nil {
+            chipAuthentication = ChipAuthenticationResult(status: .notChecked, reason: "verification was not requested")
         }
+        let verdict = request.verify
+            ? DocumentVerdict.evaluate(passive: passive, activeRequired: activeRequired, active: active,
+                                       chipRequired: chipRequired, chip: chipAuthentication, allowClonable: request.allowClonable)
+            : DocumentVerdict.evaluate(passive: nil, activeRequired: false, active: nil, chipRequired: false, chip: nil,
+                                       allowClonable: request.allowClonable)
 
         let end = wire.counters
         let elapsed = ContinuousClock.now - started
@@ -231,20 +273,55 @@ public final class DocumentService: Sendable {
             apdus: end.apdus, bytes: end.bytes, fileBytes: files.values.reduce(0) { $0 + $1.count },
             readAPDUs: afterRead.apdus - afterAccess.apdus,
             durationMs: Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
-        return DocumentReadResult(reader: readerName, accessProtocol: used, mrz: mrz, files: files, faceImages: faces,
+        return DocumentReadResult(reader: readerName, accessProtocol: used, mrz: mrz, files: files,
+                                  requestedDataGroups: requested, faceImages: faces,
                                   passiveAuthentication: passive, activeAuthentication: active,
                                   chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
-                                  notPresent: notPresent, notReadable: notReadable, warnings: warnings,
+                                  notPresent: notPresent, notReadable: notReadable, verdict: verdict, warnings: warnings,
                                   statistics: stats)
     }
 }
 
 extension DocumentService {
+    /// The preferred supported PACE-CAM PACEInfo DG14 announces; nil when DG14 is absent, does not parse or
+    /// announces no chip authentication mapping.
+    static func announcedChipAuthenticationMapping(dg14 bytes: [UInt8]?) -> PACEInfo? {
+        guard let bytes, let infos = try? SecurityInfos(encoded: try DG14(parsing: bytes).securityInfos) else { return nil }
+        let cam = infos.paceInfos.filter { $0.algorithm?.mapping == .chipAuthentication }
+        guard !cam.isEmpty else { return nil }
+        return PACE.preferred(cam) ?? cam[0]
+    }
+
+    /// Runs PACE-CAM with `info` (announced in DG14) on the raw link after the read and checks it against DG14.
+    /// A chip that refuses or fails it is `invalid`; unsupported parameters are `notChecked`. Retryable errors
+    /// (card removed) end the read.
+    private func runChipAuthenticationMapping(_ info: PACEInfo, request: DocumentReadRequest, wire: CountingTransport,
+                                              dg14: [UInt8]?, passive: PassiveAuthenticationResult?) async throws(TesseraError) -> ChipAuthenticationResult {
+        guard PACE.isSupported(info) else {
+            return ChipAuthenticationResult(status: .notChecked,
+                                            reason: "DG14 announces PACE-CAM \(info.protocolOID) with parameters this reader does not support")
+        }
+        do {
+            // PACE starts from the master file; the plain SELECT ends the current secure messaging session.
+            _ = try await wire.send(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0x3F, 0x00]))
+            let outcome = try await PACE.establish(transport: wire, password: request.key.accessPassword, info: info)
+            guard let cam = outcome.chipAuthentication else {
+                return ChipAuthenticationResult(status: .invalid, reason: "PACE-CAM announced in DG14 gave no chip authentication data")
+            }
+            return Self.checkChipAuthenticationMapping(cam, dg14: dg14, passive: passive)
+        } catch where !error.retryable {
+            return ChipAuthenticationResult(status: .invalid,
+                                            reason: "DG14 announces PACE-CAM, which EF.CardAccess did not offer, and the chip failed it: \(error.message)")
+        }
+    }
+
     /// PACE-CAM verdict: CA_IC · PK_IC = PK_Map,IC with PK_IC from DG14, and DG14 itself authenticated by
-    /// passive authentication (its hash in a correctly signed EF.SOD).
+    /// passive authentication (its hash in a correctly signed EF.SOD). Without DG14 the key is unknown: invalid.
     static func checkChipAuthenticationMapping(_ cam: PACEChipAuthenticationData, dg14 bytes: [UInt8]?,
                                                passive: PassiveAuthenticationResult?) -> ChipAuthenticationResult {
-        guard let bytes else { return ChipAuthenticationResult(status: .notChecked, reason: "DG14 was not read") }
+        guard let bytes else {
+            return ChipAuthenticationResult(status: .invalid, reason: "DG14 with the chip authentication key was not read")
+        }
         let infos: SecurityInfos
         do { infos = try SecurityInfos(encoded: try DG14(parsing: bytes).securityInfos) } catch {
             return ChipAuthenticationResult(status: .invalid, reason: "DG14 does not parse: \(error.message)")

@@ -131,7 +131,7 @@ public struct DocumentProfile: Sendable {
         var files: [UInt16: [UInt8]] = [LDSFile.com.fileID: LDSBuilder.com(dataGroups: groups.keys.sorted()),
                                         LDSFile.sod.fileID: sod]
         for (n, bytes) in groups { files[LDSFile(dataGroup: n)!.fileID] = bytes }
-        let cardAccess = access.pace.isEmpty ? nil : PassportDER.setOf(access.pace.map(paceInfoDER))
+        let cardAccess = Self.cardAccess(offering: access.pace)
 
         // Write everything.
         try createDirectory(directory)
@@ -277,6 +277,11 @@ public struct DocumentProfile: Sendable {
             throw TesseraError(.storageError, "cannot read \(file)")
         }
         return [UInt8](data)
+    }
+
+    /// EF.CardAccess offering `options` (nil for none).
+    static func cardAccess(offering options: [PACEOption]) -> [UInt8]? {
+        options.isEmpty ? nil : PassportDER.setOf(options.map(paceInfoDER))
     }
 
     /// PACEInfo ::= SEQUENCE { protocol OID, version INTEGER (2), parameterId INTEGER }.

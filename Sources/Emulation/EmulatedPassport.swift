@@ -24,10 +24,24 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
     public var tamperedChipAuthenticationData: Bool
     /// PACE-CAM: prove a fresh key instead of the chip authentication key listed in DG14.
     public var wrongChipAuthenticationKey: Bool
+    /// Clone: EF.COM does not list these data groups (the files stay readable unless `missingDataGroups`).
+    public var dataGroupsHiddenFromCOM: [Int]
+    /// Clone: these data groups answer 6A82 (file not found).
+    public var missingDataGroups: [Int]
+    /// Clone: the chip has no active authentication private key (INTERNAL AUTHENTICATE answers 6D00).
+    public var withoutActiveAuthenticationKey: Bool
+    /// Clone: INTERNAL AUTHENTICATE is answered with a fresh key, not the one in DG15.
+    public var wrongActiveAuthenticationKey: Bool
+    /// Clone: EF.CardAccess offers no PACE-CAM (DG14 still announces it) and the chip refuses it, having no
+    /// chip authentication key.
+    public var hiddenChipAuthenticationMapping: Bool
 
     public init(tamperedDataGroup: Int? = nil, corruptMACAfter: Int? = nil, maxShortLe: Int? = nil,
                 answerCorrectLength: Bool = false, rejectExtendedLength: Bool = false,
-                tamperedChipAuthenticationData: Bool = false, wrongChipAuthenticationKey: Bool = false) {
+                tamperedChipAuthenticationData: Bool = false, wrongChipAuthenticationKey: Bool = false,
+                dataGroupsHiddenFromCOM: [Int] = [], missingDataGroups: [Int] = [],
+                withoutActiveAuthenticationKey: Bool = false, wrongActiveAuthenticationKey: Bool = false,
+                hiddenChipAuthenticationMapping: Bool = false) {
         self.tamperedDataGroup = tamperedDataGroup
         self.corruptMACAfter = corruptMACAfter
         self.maxShortLe = maxShortLe
@@ -35,6 +49,11 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
         self.rejectExtendedLength = rejectExtendedLength
         self.tamperedChipAuthenticationData = tamperedChipAuthenticationData
         self.wrongChipAuthenticationKey = wrongChipAuthenticationKey
+        self.dataGroupsHiddenFromCOM = dataGroupsHiddenFromCOM
+        self.missingDataGroups = missingDataGroups
+        self.withoutActiveAuthenticationKey = withoutActiveAuthenticationKey
+        self.wrongActiveAuthenticationKey = wrongActiveAuthenticationKey
+        self.hiddenChipAuthenticationMapping = hiddenChipAuthenticationMapping
     }
 
     public init(from decoder: any Decoder) throws {
@@ -46,6 +65,11 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
         rejectExtendedLength = try c.decodeIfPresent(Bool.self, forKey: .rejectExtendedLength) ?? false
         tamperedChipAuthenticationData = try c.decodeIfPresent(Bool.self, forKey: .tamperedChipAuthenticationData) ?? false
         wrongChipAuthenticationKey = try c.decodeIfPresent(Bool.self, forKey: .wrongChipAuthenticationKey) ?? false
+        dataGroupsHiddenFromCOM = try c.decodeIfPresent([Int].self, forKey: .dataGroupsHiddenFromCOM) ?? []
+        missingDataGroups = try c.decodeIfPresent([Int].self, forKey: .missingDataGroups) ?? []
+        withoutActiveAuthenticationKey = try c.decodeIfPresent(Bool.self, forKey: .withoutActiveAuthenticationKey) ?? false
+        wrongActiveAuthenticationKey = try c.decodeIfPresent(Bool.self, forKey: .wrongActiveAuthenticationKey) ?? false
+        hiddenChipAuthenticationMapping = try c.decodeIfPresent(Bool.self, forKey: .hiddenChipAuthenticationMapping) ?? false
     }
 }
 
@@ -78,6 +102,8 @@ public actor EmulatedPassport: VirtualCard {
     private enum DedicatedFile { case master, application }
 
     private let files: [UInt16: [UInt8]]
+    private let cardAccess: [UInt8]?
+    private let activeAuthenticationKey: [UInt8]?
     private var df = DedicatedFile.master
     private var currentFile: UInt16?
     private var sm: SecureMessagingSession?
@@ -104,7 +130,22 @@ public actor EmulatedPassport: VirtualCard {
         if let n = misbehaviour.tamperedDataGroup, let file = LDSFile(dataGroup: n), let bytes = files[file.fileID] {
             files[file.fileID] = Self.tamper(bytes, dataGroup: n)
         }
+        if !misbehaviour.dataGroupsHiddenFromCOM.isEmpty, let com = files[LDSFile.com.fileID],
+           let listed = try? EFCOM(parsing: com) {
+            files[LDSFile.com.fileID] = LDSBuilder.com(dataGroups: listed.dataGroups.filter { !misbehaviour.dataGroupsHiddenFromCOM.contains($0) })
+        }
+        for n in misbehaviour.missingDataGroups { if let file = LDSFile(dataGroup: n) { files[file.fileID] = nil } }
         self.files = files
+        cardAccess = misbehaviour.hiddenChipAuthenticationMapping
+            ? DocumentProfile.cardAccess(offering: profile.access.pace.filter { $0.mapping != .chipAuthentication })
+            : profile.cardAccess
+        if misbehaviour.withoutActiveAuthenticationKey {
+            activeAuthenticationKey = nil
+        } else if misbehaviour.wrongActiveAuthenticationKey, let key = profile.activeAuthenticationKey {
+            activeAuthenticationKey = Self.freshKey(like: key)
+        } else {
+            activeAuthenticationKey = profile.activeAuthenticationKey
+        }
         let historical: [UInt8] = [0x80, 0x73, 0x00, 0x00, misbehaviour.rejectExtendedLength ? 0x80 : 0xC0]
         var atr: [UInt8] = [0x3B, 0x80 | UInt8(historical.count), 0x80, 0x01] + historical
         atr.append(atr.dropFirst().reduce(0, ^))
@@ -239,7 +280,7 @@ public actor EmulatedPassport: VirtualCard {
 
     private func file(_ fid: UInt16, in dedicated: DedicatedFile) -> [UInt8]? {
         switch dedicated {
-        case .master: fid == 0x011C ? profile.cardAccess : nil
+        case .master: fid == 0x011C ? cardAccess : nil
         case .application: files[fid]
         }
     }
@@ -331,7 +372,8 @@ public actor EmulatedPassport: VirtualCard {
         pace = nil
         paceStep = 0
         guard let setAT = try? PACECrypto.parseSetATData(c.data) else { return ResponseAPDU(sw: .incorrectData) }
-        guard let option = profile.access.pace.first(where: { $0.algorithm.oid == setAT.oid && $0.parameterId == setAT.parameterId })
+        guard let option = profile.access.pace.first(where: { $0.algorithm.oid == setAT.oid && $0.parameterId == setAT.parameterId }),
+              !(misbehaviour.hiddenChipAuthenticationMapping && option.mapping == .chipAuthentication)
         else { return ResponseAPDU(sw: .incorrectData) }
         do {
             var caKey: [UInt8]?
@@ -391,7 +433,7 @@ public actor EmulatedPassport: VirtualCard {
     // MARK: Active authentication
 
     private func internalAuthenticate(_ c: CommandAPDU, accessGranted: Bool) -> ResponseAPDU {
-        guard let key = profile.activeAuthenticationKey else { return ResponseAPDU(sw: .insNotSupported) }
+        guard let key = activeAuthenticationKey else { return ResponseAPDU(sw: .insNotSupported) }
         guard accessGranted else { return ResponseAPDU(sw: .securityStatusNotSatisfied) }
         guard c.data.count == 8 else { return ResponseAPDU(sw: .incorrectData) }
         guard let signature = try? ActiveAuthentication.sign(challenge: c.data, privateKey: key,
@@ -401,6 +443,20 @@ public actor EmulatedPassport: VirtualCard {
     }
 
     // MARK: Tampering
+
+    /// A new private key of the same kind (curve or RSA size) as `key` (PKCS#8 DER); nil when it cannot be made.
+    static func freshKey(like key: [UInt8]) -> [UInt8]? {
+        guard let spki = try? Signatures.publicKey(ofPrivateKey: key),
+              let description = try? Signatures.describe(publicKey: spki) else { return nil }
+        let spec: SignatureKeySpec
+        switch description.kind {
+        case .ec:
+            guard let curve = description.curveName else { return nil }
+            spec = .ec(curve: curve)
+        case .rsa, .rsaPSS: spec = .rsa(bits: description.bits)
+        }
+        return try? Signatures.generateKey(spec).privateKeyDER
+    }
 
     /// One content byte changed: a letter of the name in DG1's MRZ, otherwise the low bit of a byte near the end.
     static func tamper(_ bytes: [UInt8], dataGroup: Int) -> [UInt8] {

@@ -183,6 +183,10 @@ extension EnrollmentEngine {
                                            seconds: step.settings["cardWaitSeconds"]?.intValue ?? 60)
         let groups = (step.settings["dataGroups"]?.arrayValue ?? ["DG1", "DG2"])
             .compactMap { $0.stringValue.flatMap(EnrollmentConfiguration.dataGroupNumber) }
+        let allowClonable = step.settings["allowClonable"]?.boolValue ?? false
+        // `requirePassiveAuthentication: false` is the older spelling of `allowUnverified: true`.
+        let allowUnverified = step.settings["allowUnverified"]?.boolValue
+            ?? (step.settings["requirePassiveAuthentication"]?.boolValue == false)
         let (events, sink) = AsyncStream.makeStream(of: DocumentReadProgress.self, bufferingPolicy: .bufferingNewest(256))
         let emit = self.emit
         let enrollmentId = row?.id ?? ""
@@ -193,7 +197,8 @@ extension EnrollmentEngine {
         }
         let result: DocumentReadResult
         do {
-            result = try await documents.read(DocumentReadRequest(reader: reader, key: key, dataGroups: groups, verify: true)) {
+            result = try await documents.read(DocumentReadRequest(reader: reader, key: key, dataGroups: groups, verify: true,
+                                                                  allowClonable: allowClonable)) {
                 sink.yield($0)
             }
         } catch {
@@ -204,14 +209,15 @@ extension EnrollmentEngine {
         sink.finish()
         await forwarder.value
         let pa = result.passiveAuthentication?.status.rawValue ?? "unverified"
-        if step.settings["requirePassiveAuthentication"]?.boolValue ?? true, pa != "valid" {
-            throw TesseraError(.documentNotAuthentic, "passive authentication did not succeed (\(pa))",
-                               details: ["passiveAuthentication": DocumentReadResult.passiveJSON(result.passiveAuthentication)])
-        }
-        // A chip that proved a key its document does not list (PACE-CAM, or active authentication) is a clone.
-        for (name, status) in [("chip authentication", result.chipAuthentication?.status.rawValue),
-                               ("active authentication", result.activeAuthentication?.status.rawValue)] where status == "invalid" {
-            throw TesseraError(.documentNotAuthentic, "the chip failed \(name)", details: ["check": .string(name)])
+        // Only `authentic` passes, `unverified` when the step allows it; `notAuthentic` (tampered data, a clone) never.
+        let verdict = result.verdict
+        if verdict.verdict != .authentic && !(verdict.verdict == .unverified && allowUnverified) {
+            throw TesseraError(.documentNotAuthentic, "the document is \(verdict.verdict.rawValue): "
+                               + verdict.reasons.map(\.text).joined(separator: "; "),
+                               details: ["verdict": .string(verdict.verdict.rawValue),
+                                         "reasons": .array(verdict.reasons.map { .string($0.rawValue) }),
+                                         "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
+                                         "passiveAuthentication": DocumentReadResult.passiveJSON(result.passiveAuthentication)])
         }
         guard let mrz = result.mrz else {
             throw TesseraError(.malformedData, "the chip's DG1 could not be read or parsed")
@@ -223,6 +229,7 @@ extension EnrollmentEngine {
             "givenNames": .string(MRZ.comparableName(mrz.secondaryIdentifier)),
             "accessProtocol": .string(result.accessProtocol == .pace ? "PACE" : "BAC"),
             "passiveAuthentication": .string(pa),
+            "verdict": .string(verdict.verdict.rawValue), "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
         ]
         if let b = mrz.birthDate() { summary["dateOfBirth"] = .string(b.description) }
         if let e = mrz.expiryDate() { summary["dateOfExpiry"] = .string(e.description) }

@@ -206,7 +206,8 @@ public struct EnrollmentConfiguration: Sendable {
         let s = step.settings
         switch step.kind {
         case .nfcPhase:
-            try onlyKeys(s, ["reader", "dataGroups", "requirePassiveAuthentication", "cardWaitSeconds"], in: context)
+            try onlyKeys(s, ["reader", "dataGroups", "requirePassiveAuthentication", "allowUnverified", "allowClonable",
+                             "cardWaitSeconds"], in: context)
             if let r = s["reader"], r.stringValue == nil { throw error("\(context): reader must be a string") }
             if let g = s["dataGroups"] {
                 guard let list = g.arrayValue, !list.isEmpty,
@@ -214,8 +215,8 @@ public struct EnrollmentConfiguration: Sendable {
                     throw error("\(context): dataGroups must list \"DG1\"…\"DG16\"")
                 }
             }
-            if let b = s["requirePassiveAuthentication"], b.boolValue == nil {
-                throw error("\(context): requirePassiveAuthentication must be true or false")
+            for k in ["requirePassiveAuthentication", "allowUnverified", "allowClonable"] where s[k] != nil && s[k]?.boolValue == nil {
+                throw error("\(context): \(k) must be true or false")
             }
             if let w = s["cardWaitSeconds"] { _ = try positiveInt(w, "\(context): cardWaitSeconds") }
         case .passkeyCreation:

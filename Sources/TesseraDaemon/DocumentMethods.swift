@@ -46,7 +46,8 @@ extension MethodTable {
         }
         return DocumentReadRequest(reader: try p.optionalString("reader"), key: key, dataGroups: groups,
                                    verify: try p.optionalBool("verify") ?? true,
-                                   extendedLength: try p.optionalBool("extendedLength") ?? false)
+                                   extendedLength: try p.optionalBool("extendedLength") ?? false,
+                                   allowClonable: try p.optionalBool("allowClonable") ?? false)
     }
 
     /// "DG2", "dg2" or "2" → 2.

@@ -109,6 +109,15 @@ struct LabEmulatePassport: AsyncParsableCommand {
           --no-extended           refuse extended-length APDUs and do not announce them in the ATR
           --tamper-cam            PACE-CAM: corrupt the encrypted chip authentication data (the reader's
                                   chip authentication check must fail)
+          --wrong-cam-key         PACE-CAM: prove a fresh key instead of the one in DG14
+
+        Clones (the data copied, the private keys not; a reader must find each one not authentic):
+          --com-omit-dg N         EF.COM does not list DG N (repeatable; the file stays readable)
+          --missing-dg N          DG N answers 6A82 file not found (repeatable)
+          --no-aa-key             no active authentication key: INTERNAL AUTHENTICATE answers 6D00
+          --wrong-aa-key          answer INTERNAL AUTHENTICATE with a fresh key, not the one in DG15
+          --hide-cam              EF.CardAccess offers no PACE-CAM (DG14 still announces it) and the chip
+                                  refuses it
           --remove-after-apdus N  pull the card when the Nth command APDU arrives and insert it again a
                                   second later (card-removed tests)
 
@@ -119,6 +128,7 @@ struct LabEmulatePassport: AsyncParsableCommand {
         EXAMPLES
           tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963
           tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963 --tamper-dg 2 --log-apdus
+          tessera lab emulate-passport --profile /tmp/anna-aa --com-omit-dg 15 --no-aa-key
         """)
 
     @Option(help: ArgumentHelp("Profile directory written by `tessera lab make-profile`.", valueName: "DIR"))
@@ -133,6 +143,18 @@ struct LabEmulatePassport: AsyncParsableCommand {
     var noExtended = false
     @Flag(name: .customLong("tamper-cam"), help: "Corrupt the PACE-CAM chip authentication data.")
     var tamperCAM = false
+    @Flag(name: .customLong("wrong-cam-key"), help: "PACE-CAM: prove a fresh key instead of the one in DG14.")
+    var wrongCAMKey = false
+    @Option(name: .customLong("com-omit-dg"), help: ArgumentHelp("Clone: EF.COM does not list this data group (repeatable).", valueName: "N"))
+    var comOmitDG: [Int] = []
+    @Option(name: .customLong("missing-dg"), help: ArgumentHelp("Clone: this data group answers 6A82 (repeatable).", valueName: "N"))
+    var missingDG: [Int] = []
+    @Flag(name: .customLong("no-aa-key"), help: "Clone: no active authentication key (INTERNAL AUTHENTICATE answers 6D00).")
+    var noAAKey = false
+    @Flag(name: .customLong("wrong-aa-key"), help: "Clone: answer INTERNAL AUTHENTICATE with a key other than DG15's.")
+    var wrongAAKey = false
+    @Flag(name: .customLong("hide-cam"), help: "Clone: EF.CardAccess hides PACE-CAM and the chip refuses it.")
+    var hideCAM = false
     @Option(name: .customLong("remove-after-apdus"), help: ArgumentHelp("Pull the card at the Nth APDU, re-insert it after a second.", valueName: "N"))
     var removeAfter: Int?
     @Flag(name: .customLong("log-apdus"), help: "Trace every APDU exchange on stderr.")
@@ -143,13 +165,18 @@ struct LabEmulatePassport: AsyncParsableCommand {
     func run() async throws {
         let (host, port) = try LabOutput.vpcdAddress(vpcd)
         if let tamperDG, !(1...16).contains(tamperDG) { throw ValidationError("--tamper-dg must be 1…16") }
+        if (comOmitDG + missingDG).contains(where: { !(1...16).contains($0) }) {
+            throw ValidationError("--com-omit-dg and --missing-dg must be 1…16")
+        }
         let loaded: DocumentProfile
         do { loaded = try DocumentProfile.load(directory: profile) } catch {
             throw LabOutput.fail(error, status: 1)
         }
         let card = EmulatedPassport(profile: loaded, misbehaviour: Misbehaviour(
             tamperedDataGroup: tamperDG, maxShortLe: maxLe, rejectExtendedLength: noExtended,
-            tamperedChipAuthenticationData: tamperCAM))
+            tamperedChipAuthenticationData: tamperCAM, wrongChipAuthenticationKey: wrongCAMKey,
+            dataGroupsHiddenFromCOM: comOmitDG, missingDataGroups: missingDG, withoutActiveAuthenticationKey: noAAKey,
+            wrongActiveAuthenticationKey: wrongAAKey, hiddenChipAuthenticationMapping: hideCAM))
         let hooks = try LabOutput.vpcdHooks(trace: trace, log: logAPDUs)
         let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
                                    onExchange: hooks.exchange, onEvent: hooks.event)

@@ -34,17 +34,19 @@ struct Passport: AsyncParsableCommand {
             discussion: """
             Unlocks the chip with the MRZ (--mrz, or --number/--birth/--expiry as printed on the data page) or
             with the 6-digit card access number (--can). The daemon runs PACE when the chip offers it and BAC
-            otherwise, reads EF.COM, the requested data groups (default DG1 and DG2) and EF.SOD, checks
-            passive authentication against its CSCA certificates (tesserad --csca) and, when the chip has
-            DG15, active authentication.
+            otherwise, reads EF.COM, EF.SOD and every data group the SOD lists (showing the requested ones,
+            default DG1 and DG2), checks passive authentication against its CSCA certificates (tesserad
+            --csca), active authentication when the SOD lists DG15 and PACE-CAM when DG14 announces it.
 
-            By default a summary is printed: holder, document, access protocol, each passive-authentication
-            check (SOD signature, certificate chain, data group hashes) and active authentication. --json
+            By default a summary is printed: the verdict (AUTHENTIC, NOT AUTHENTIC or UNVERIFIED) with its
+            reason codes, holder, document, access protocol, each passive-authentication check (SOD signature,
+            certificate chain, data group hashes), chip authenticity and active authentication. A chip without
+            any anti-clone mechanism (no DG15, no PACE-CAM) is UNVERIFIED unless --allow-clonable. --json
             prints the documents.read result verbatim (docs/API.md). While reading, a progress bar is drawn
             on stderr when stderr is a terminal.
 
             EXIT STATUS
-              0 read (even when verification failed: see the summary or passiveAuthentication.status),
+              0 read (even when verification failed: see the verdict),
               1 usage error, 2 daemon error (NO_CARD, ACCESS_DENIED, CARD_REMOVED, ...), 3 daemon unreachable.
 
             EXAMPLES
@@ -72,6 +74,8 @@ struct Passport: AsyncParsableCommand {
         var noVerify = false
         @Flag(name: .customLong("extended-length"), help: "Read with extended-length APDUs when the card supports them.")
         var extendedLength = false
+        @Flag(name: .customLong("allow-clonable"), help: "Accept a chip without anti-clone support (no DG15, no PACE-CAM) as authentic.")
+        var allowClonable = false
         @Option(name: .customLong("save-photo"), help: ArgumentHelp("Write the first face image from DG2 to FILE (JPEG or JPEG 2000 as stored).", valueName: "FILE"))
         var savePhoto: String?
 
@@ -100,6 +104,7 @@ struct Passport: AsyncParsableCommand {
             }
             if noVerify { p["verify"] = false }
             if extendedLength { p["extendedLength"] = true }
+            if allowClonable { p["allowClonable"] = true }
             return .object(p)
         }
 
@@ -146,6 +151,11 @@ struct Passport: AsyncParsableCommand {
 enum PassportSummary {
     static func render(_ r: JSONValue, savedPhoto: String?) -> String {
         var lines: [String] = []
+        if let verdict = r["verdict"]?.stringValue {
+            let shown = ["authentic": "AUTHENTIC", "notAuthentic": "NOT AUTHENTIC", "unverified": "UNVERIFIED"][verdict] ?? verdict
+            let reasons = (r["reasons"]?.arrayValue ?? []).compactMap(\.stringValue)
+            lines.append("Verdict:          \(shown)" + (reasons.isEmpty ? "" : " (\(reasons.joined(separator: ", ")))"))
+        }
         if let m = r["mrz"], !m.isNull {
             let name = [m["primaryIdentifier"]?.stringValue, m["secondaryIdentifier"]?.stringValue]
                 .compactMap { $0 }.filter { !$0.isEmpty }.joined(separator: ", ")
@@ -180,6 +190,10 @@ enum PassportSummary {
             }
             if let reason = pa["reason"]?.stringValue { lines.append("  reason: \(reason)") }
         }
+        if let missing = r["passiveAuthentication"]?["missingDataGroups"]?.arrayValue, !missing.isEmpty {
+            lines.append("  missing:            " + missing.compactMap { $0.intValue.map { "DG\($0)" } }.joined(separator: " "))
+        }
+        if let chip = r["chipAuthenticity"]?.stringValue { lines.append("Chip authenticity: \(chip)") }
         if let aa = r["activeAuthentication"] {
             lines.append("Active authentication: \(aa["status"]?.stringValue?.uppercased() ?? "?")"
                 + (aa["reason"]?.stringValue.map { " (\($0))" } ?? ""))

@@ -16,7 +16,7 @@ struct Tesserad: AsyncParsableCommand {
         PIV smart cards in PC/SC readers are key stores too (backend "piv"): keys go to retired slots 82-95 that Tessera created itself; creating them needs the card management key (--piv-management-key-file). pcscd may be absent at start: PIV cards and document readers recover when it appears.
 
         DOCUMENTS
-        documents.read reads ICAO 9303 passports and ID cards in PC/SC contactless readers and in libnfc devices given with --nfc-device (PACE preferred, BAC fallback), and verifies them against the CSCA trust anchors given with --csca (passive authentication; active authentication when DG15 exists).
+        documents.read reads ICAO 9303 passports and ID cards in PC/SC contactless readers and in libnfc devices given with --nfc-device (PACE preferred, BAC fallback), and verifies them against the CSCA trust anchors given with --csca (passive authentication over every data group the signed EF.SOD lists; active authentication when it lists DG15, PACE-CAM when DG14 announces it) and returns a verdict: authentic, notAuthentic (tampered data, a cloned chip) or unverified.
 
         KIOSK ENROLLMENT
         Workflows declared under "enrollment" in --config (steps such as EMAIL_INFO, PHONE_OTP, NFC_MRZ, NFC_PHASE, ATTRIBUTE_MATCHING, PASSKEY_CREATION), run one at a time through the enrollment.* methods and `tessera enroll-station`; every step is committed to the database, so an enrollment survives a crash and resumes. An unknown step key stops start-up. See docs/ENROLLMENT.md.

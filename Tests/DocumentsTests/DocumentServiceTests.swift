@@ -35,9 +35,13 @@ import TesseraCore
         let face = try #require(result.faceImages.first)
         #expect(face.data.starts(with: [0xFF, 0xD8]) && (face.width ?? 0) > 0)
         #expect(try DG2(parsing: doc.dataGroup(2)!).faces.first?.image == face)
-        #expect(Set(result.files.keys) == [.com, .dataGroup(1), .dataGroup(2), .sod])
+        // Every group the SOD lists is read (DG11 and DG12 too); the result shows the requested ones.
+        #expect(Set(result.files.keys) == [.com, .dataGroup(1), .dataGroup(2), .dataGroup(11), .dataGroup(12), .sod])
         #expect(result.passiveAuthentication?.status == .valid)
         #expect(result.activeAuthentication == nil)
+        // BAC only, no DG15: nothing proves the chip is not a copy.
+        #expect(result.verdict == DocumentVerdict(verdict: .unverified, chipAuthenticity: .notSupported,
+                                                  reasons: [.chipAuthNotSupported]))
 
         let json = result.json
         #expect(json["accessProtocol"] == "BAC")
@@ -50,8 +54,11 @@ import TesseraCore
         #expect(json["passiveAuthentication"]?["status"] == "valid")
         #expect(json["passiveAuthentication"]?["signature"] == "valid")
         #expect(json["passiveAuthentication"]?["certificateChain"] == "valid")
-        #expect(json["passiveAuthentication"]?["dataGroupHashes"] == ["DG1": "valid", "DG2": "valid"])
+        #expect(json["passiveAuthentication"]?["dataGroupHashes"] == ["DG1": "valid", "DG2": "valid", "DG11": "valid", "DG12": "valid"])
         #expect(json["activeAuthentication"] == nil)
+        #expect(json["dataGroups"]?.objectValue.map { Set($0.keys) } == ["COM", "DG1", "DG2", "SOD"])
+        #expect(json["verdict"] == "unverified" && json["chipAuthenticity"] == "notSupported")
+        #expect(json["reasons"] == ["CHIP_AUTH_NOT_SUPPORTED"])
         #expect((json["stats"]?["apdus"]?.intValue ?? 0) > 0)
     }
 
@@ -80,7 +87,7 @@ import TesseraCore
         #expect(dg2.last?.bytesRead == total && dg2.last?.totalBytes == total)
         #expect(dg2.count > 10)
         // The minimum for 0xDF chunks is ceil(size / 0xDF) per file; the reader needs no more.
-        let sizes = [LDSFile.com, .dataGroup(1), .dataGroup(2), .sod].map { Self.size(doc, $0) }
+        let sizes = ([LDSFile.com, .sod] + doc.dataGroupNumbers.map { LDSFile.dataGroup($0) }).map { Self.size(doc, $0) }
         let minimum = sizes.reduce(0) { $0 + ($1 + 0xDE) / 0xDF }
         #expect(result.statistics.readAPDUs == minimum)
         #expect(result.statistics.fileBytes == sizes.reduce(0, +))
@@ -95,7 +102,8 @@ import TesseraCore
         let extended = try await Self.service(doc, extended: true)
             .read(DocumentReadRequest(key: Self.key, extendedLength: true))
         #expect(extended.files == short.files)
-        #expect(extended.statistics.readAPDUs == 4)
+        // EF.COM, EF.SOD and the listed DG1, DG2, DG11, DG12, DG14: one READ BINARY each.
+        #expect(extended.statistics.readAPDUs == 7)
         #expect(short.statistics.readAPDUs > 90)
     }
 
@@ -136,11 +144,13 @@ import TesseraCore
     @Test func requestedDataGroupsOnly() async throws {
         let doc = try makeProfile(pace: [])
         let result = try await Self.service(doc).read(DocumentReadRequest(key: Self.key, dataGroups: [1, 11, 13]))
-        #expect(Set(result.files.keys) == [.com, .dataGroup(1), .dataGroup(11), .sod])
+        // DG2 and DG12 are read and hash-checked because the SOD lists them, but not returned.
+        #expect(Set(result.files.keys) == [.com, .dataGroup(1), .dataGroup(2), .dataGroup(11), .dataGroup(12), .sod])
         #expect(result.notPresent == [13])
         #expect(result.faceImages.isEmpty)
-        #expect(result.passiveAuthentication?.dataGroupHashes[2] == .notRead)
-        #expect(result.json["passiveAuthentication"]?["notRead"] == ["DG2", "DG12"])
+        #expect(result.passiveAuthentication?.dataGroupHashes[2] == .valid)
+        #expect(result.json["passiveAuthentication"]?["notRead"] == [])
+        #expect(result.json["dataGroups"]?.objectValue.map { Set($0.keys) } == ["COM", "DG1", "DG11", "SOD"])
         await #expect(throws: TesseraError.self) {
             _ = try await Self.service(doc).read(DocumentReadRequest(key: Self.key, dataGroups: [17]))
         }
@@ -230,5 +240,75 @@ import TesseraCore
         let plain = try await DocumentServiceTests.service(gm).read(DocumentReadRequest(key: DocumentServiceTests.key))
         #expect(plain.paceMapping == .generic && plain.chipAuthentication == nil)
         #expect(plain.json["chipAuthentication"] == nil && plain.json["paceMapping"] == "GM")
+    }
+}
+
+/// Chips that copy a genuine document's data but not its private keys (Misbehaviour clones): each must be
+/// `notAuthentic`, while the genuine chips are `authentic`.
+@Suite struct DocumentServiceCloneTests {
+    static func read(_ doc: DocumentProfile, _ misbehaviour: Misbehaviour = .init(),
+                     allowClonable: Bool = false) async throws -> DocumentReadResult {
+        try await DocumentServiceTests.service(doc, misbehaviour: misbehaviour)
+            .read(DocumentReadRequest(key: DocumentServiceTests.key, allowClonable: allowClonable))
+    }
+
+    @Test func genuineChipsAreAuthentic() async throws {
+        let aa = try await Self.read(try makeProfile(activeAuthentication: true))
+        #expect(aa.verdict == DocumentVerdict(verdict: .authentic, chipAuthenticity: .valid, reasons: []))
+        #expect(aa.json["verdict"] == "authentic" && aa.json["reasons"] == [] && aa.json["chipAuthenticity"] == "valid")
+        let cam = try await Self.read(try makeProfile(bac: false, pace: ["ecdh-cam-p256-aes128"]))
+        #expect(cam.verdict == DocumentVerdict(verdict: .authentic, chipAuthenticity: .valid, reasons: []))
+    }
+
+    @Test func dg15DroppedFromEFCOMStillRunsActiveAuthentication() async throws {
+        let doc = try makeProfile(activeAuthentication: true)
+        let clone = try await Self.read(doc, Misbehaviour(dataGroupsHiddenFromCOM: [15], withoutActiveAuthenticationKey: true))
+        #expect(try EFCOM(parsing: clone.files[.com]!).dataGroups.contains(15) == false)
+        #expect(clone.files[.dataGroup(15)] == doc.dataGroup(15))
+        #expect(clone.passiveAuthentication?.status == .valid)
+        #expect(clone.activeAuthentication?.status == .invalid)
+        #expect(clone.verdict == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.activeAuthInvalid]))
+    }
+
+    @Test func dg15AnsweringFileNotFoundIsMissing() async throws {
+        let doc = try makeProfile(activeAuthentication: true)
+        let clone = try await Self.read(doc, Misbehaviour(dataGroupsHiddenFromCOM: [15], missingDataGroups: [15],
+                                                          withoutActiveAuthenticationKey: true))
+        let pa = try #require(clone.passiveAuthentication)
+        #expect(pa.status == .invalid && pa.missingDataGroups == [15] && pa.dataGroupHashes[15] == .missing)
+        #expect(clone.json["passiveAuthentication"]?["missingDataGroups"] == [15])
+        #expect(clone.activeAuthentication?.status == .invalid)
+        #expect(clone.verdict.verdict == .notAuthentic)
+        #expect(clone.verdict.reasons == [.dataGroupMissing, .activeAuthInvalid])
+        // Any other listed group too (here DG11, not requested).
+        let noDG11 = try await Self.read(doc, Misbehaviour(missingDataGroups: [11]))
+        #expect(noDG11.passiveAuthentication?.missingDataGroups == [11])
+        #expect(noDG11.verdict.reasons == [.dataGroupMissing])
+    }
+
+    @Test func wrongActiveAuthenticationKeyIsNotAuthentic() async throws {
+        let clone = try await Self.read(try makeProfile(activeAuthentication: true), Misbehaviour(wrongActiveAuthenticationKey: true))
+        #expect(clone.activeAuthentication?.status == .invalid)
+        #expect(clone.verdict == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.activeAuthInvalid]))
+    }
+
+    @Test func cardAccessHidingCAMStillRunsIt() async throws {
+        let doc = try makeProfile(bac: false, pace: ["ecdh-gm-p256-aes128", "ecdh-cam-p256-aes128"])
+        let clone = try await Self.read(doc, Misbehaviour(hiddenChipAuthenticationMapping: true))
+        #expect(clone.paceMapping == .generic)
+        #expect(clone.passiveAuthentication?.status == .valid)
+        #expect(clone.chipAuthentication?.status == .invalid)
+        #expect(clone.verdict == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.chipAuthInvalid]))
+    }
+
+    @Test func bacOnlyChipWithoutDG15IsClonable() async throws {
+        let doc = try makeProfile(pace: [])
+        let plain = try await Self.read(doc)
+        #expect(plain.verdict == DocumentVerdict(verdict: .unverified, chipAuthenticity: .notSupported, reasons: [.chipAuthNotSupported]))
+        let allowed = try await Self.read(doc, allowClonable: true)
+        #expect(allowed.verdict == DocumentVerdict(verdict: .authentic, chipAuthenticity: .notSupported, reasons: [.chipAuthNotSupported]))
+        // allowClonable never excuses a failed check.
+        let tampered = try await Self.read(doc, Misbehaviour(tamperedDataGroup: 1), allowClonable: true)
+        #expect(tampered.verdict.verdict == .notAuthentic && tampered.verdict.reasons.contains(.passiveAuthInvalid))
     }
 }

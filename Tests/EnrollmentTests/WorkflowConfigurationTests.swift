@@ -13,7 +13,7 @@ import TesseraCore
              "notifier": {"directory": "/tmp/x"},
              "workflows": {"badge": {"remote": true, "expected": {"surname": "ERIKSSON"},
                "steps": ["EMAIL_INFO", "PHONE_INFO", "PHONE_OTP", "NFC_MRZ",
-                         {"key": "NFC_PHASE", "dataGroups": ["DG1"], "requirePassiveAuthentication": false},
+                         {"key": "NFC_PHASE", "dataGroups": ["DG1"], "allowUnverified": false, "allowClonable": true},
                          "ATTRIBUTE_MATCHING", {"key": "TERMS", "client": true, "prompt": "ok?"},
                          {"key": "PASSKEY_CREATION", "rpId": "example.com", "attestation": "packed"}]}}}
             """)
@@ -22,6 +22,7 @@ import TesseraCore
         let w = try #require(c.workflow(named: "badge"))
         #expect(w.steps.map(\.kind) == [.emailInfo, .phoneInfo, .phoneOTP, .nfcMRZ, .nfcPhase, .attributeMatching, .client, .passkeyCreation])
         #expect(w.steps[4].settings["dataGroups"] == ["DG1"])
+        #expect(w.steps[4].settings["allowClonable"] == true)
         #expect(w.unavailableReasons(notifier: c.notifier).isEmpty)
         #expect(!w.needsActivationToken)
     }
@@ -32,6 +33,9 @@ import TesseraCore
         (#"{"workflows": {"w": {"steps": ["ATTRIBUTE_MATCHING"]}}}"#, "needs NFC_PHASE before it"),
         (#"{"workflows": {"w": {"steps": [{"key": "PASSKEY_CREATION"}]}}}"#, "rpId is required"),
         (#"{"workflows": {"w": {"steps": [{"key": "NFC_MRZ", "colour": "red"}]}}}"#, "unknown setting colour"),
+        (#"{"workflows": {"w": {"steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowClonable": "yes"}]}}}"#, "allowClonable must be true or false"),
+        (#"{"workflows": {"w": {"steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowUnverified": 1}]}}}"#, "allowUnverified must be true or false"),
+        (#"{"workflows": {"w": {"steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowClonabel": true}]}}}"#, "unknown setting allowClonabel"),
         (#"{"workflows": {"w": {"steps": ["EMAIL_INFO", "EMAIL_INFO"]}}}"#, "lists step EMAIL_INFO twice"),
         (#"{"workflows": {"w": {"steps": [{"key": "bad key", "client": true}]}}}"#, "must be UPPER_SNAKE"),
         (#"{"workflows": {"w": {"steps": [{"key": "EMAIL_INFO", "client": true}]}}}"#, "cannot be a client step"),

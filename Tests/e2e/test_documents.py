@@ -151,10 +151,15 @@ def test_pace_read_verifies(lab, profile):
         if profile == "p256":
             by_can = c.call("documents.read", {"can": "123456", "reader": lab.reader, "dataGroups": ["DG1"]})
             assert by_can["accessProtocol"] == "PACE"
-            assert set(by_can["dataGroups"]) == {"COM", "DG1", "SOD"}
+            # Only DG1 is returned (DG14 with the security infos too), but every group EF.SOD lists was
+            # read and hash-checked.
+            assert set(by_can["dataGroups"]) == {"COM", "DG1", "DG14", "SOD"}
             assert by_can["faceImages"] == []
             assert by_can["passiveAuthentication"]["status"] == "valid"
-            assert by_can["passiveAuthentication"]["dataGroupHashes"] == {"DG1": "valid"}
+            assert by_can["passiveAuthentication"]["dataGroupHashes"] == {
+                f"DG{n}": "valid" for n in (1, 2, 11, 12, 14)}
+            # PACE-GM without DG15: nothing proves the chip holds the issuer's keys.
+            assert (by_can["verdict"], by_can["chipAuthenticity"]) == ("unverified", "notSupported")
 
 
 def test_active_authentication(lab):
@@ -163,6 +168,61 @@ def test_active_authentication(lab):
     check_result(result, lab.profiles["aa"], "PACE")
     assert result["activeAuthentication"]["status"] == "valid"
     assert result["passiveAuthentication"]["dataGroupHashes"]["DG15"] == "valid"
+    assert (result["verdict"], result["reasons"], result["chipAuthenticity"]) == ("authentic", [], "valid")
+
+
+# Chips that copied a genuine document's data but not its private keys (tessera lab emulate-passport clone
+# options): profile, emulator arguments, expected reasons.
+CLONES = {
+    "dg15-dropped-from-com": ("aa", ["--com-omit-dg", "15", "--no-aa-key"], ["ACTIVE_AUTH_INVALID"]),
+    "dg15-answers-6a82": ("aa", ["--com-omit-dg", "15", "--missing-dg", "15", "--no-aa-key"],
+                          ["DATA_GROUP_MISSING", "ACTIVE_AUTH_INVALID"]),
+    "wrong-aa-key": ("aa", ["--wrong-aa-key"], ["ACTIVE_AUTH_INVALID"]),
+    "cardaccess-hides-cam": ("cam", ["--hide-cam"], ["CHIP_AUTH_INVALID"]),
+}
+
+
+@pytest.mark.parametrize("clone", CLONES)
+def test_cloned_chip_is_not_authentic(lab, clone):
+    profile, args, reasons = CLONES[clone]
+    with lab.chip(profile, *args):
+        result = lab.client().call("documents.read", {"mrz": MRZ, "dataGroups": ["DG1"]})
+    pa = result["passiveAuthentication"]
+    # The copied data is the issuer's: the SOD signature and chain are fine.
+    assert pa["signature"] == "valid" and pa["certificateChain"] == "valid", pa
+    assert result["verdict"] == "notAuthentic", result["reasons"]
+    assert result["reasons"] == reasons
+    assert result["chipAuthenticity"] == "invalid"
+    if clone == "dg15-answers-6a82":
+        assert pa["status"] == "invalid" and pa["missingDataGroups"] == [15], pa
+        assert result["activeAuthentication"]["status"] == "invalid"
+    elif clone == "cardaccess-hides-cam":
+        # Access ran PACE-GM (all EF.CardAccess offered); DG14 announces CAM, so it was run and failed.
+        assert result["paceMapping"] == "GM" and result["chipAuthentication"]["status"] == "invalid"
+        assert pa["status"] == "valid"
+    else:
+        assert pa["status"] == "valid" and pa["dataGroupHashes"]["DG15"] == "valid"
+        assert result["activeAuthentication"]["status"] == "invalid"
+    # allowClonable accepts chips without anti-clone support, never a chip that fails one.
+    with lab.chip(profile, *args):
+        allowed = lab.client().call("documents.read", {"mrz": MRZ, "dataGroups": ["DG1"], "allowClonable": True})
+    assert allowed["verdict"] == "notAuthentic"
+
+
+def test_bac_only_chip_without_dg15_is_clonable(lab):
+    with lab.chip("bac"):
+        c = lab.client()
+        plain = c.call("documents.read", {"mrz": MRZ})
+        allowed = c.call("documents.read", {"mrz": MRZ, "allowClonable": True})
+    assert plain["passiveAuthentication"]["status"] == "valid"
+    assert (plain["verdict"], plain["reasons"], plain["chipAuthenticity"]) == (
+        "unverified", ["CHIP_AUTH_NOT_SUPPORTED"], "notSupported")
+    assert (allowed["verdict"], allowed["reasons"], allowed["chipAuthenticity"]) == (
+        "authentic", ["CHIP_AUTH_NOT_SUPPORTED"], "notSupported")
+    with lab.chip("bac"):
+        with pytest.raises(RPCError) as e:
+            lab.client().call("documents.read", {"mrz": MRZ, "allowClonable": "yes"})
+    assert e.value.code == "INVALID_INPUT"
 
 
 def test_pace_cam_authenticates_the_chip(lab):
@@ -194,9 +254,10 @@ def test_tampered_data_group_is_invalid(lab):
         result = lab.client().call("documents.read", {"mrz": MRZ})
     pa = result["passiveAuthentication"]
     assert pa["status"] == "invalid"
-    assert pa["dataGroupHashes"] == {"DG1": "valid", "DG2": "invalid"}
+    assert pa["dataGroupHashes"] == {"DG1": "valid", "DG2": "invalid", "DG11": "valid", "DG12": "valid", "DG14": "valid"}
     assert pa["signature"] == "valid"
     assert "DG2" in pa["reason"]
+    assert result["verdict"] == "notAuthentic" and "PASSIVE_AUTH_INVALID" in result["reasons"]
     with pytest.raises(AssertionError):
         groups = {int(k[2:]): unb64u(v) for k, v in result["dataGroups"].items() if k.startswith("DG")}
         independent_passive_authentication(unb64u(result["dataGroups"]["SOD"]), groups,
@@ -214,8 +275,10 @@ def test_without_csca_the_document_is_unverified(lab):
     assert pa["status"] == "unverified"
     assert pa["certificateChain"] == "noTrustAnchor"
     assert pa["signature"] == "valid"
-    assert pa["dataGroupHashes"] == {"DG1": "valid", "DG2": "valid"}
+    assert pa["dataGroupHashes"] == {"DG1": "valid", "DG2": "valid", "DG11": "valid", "DG12": "valid"}
     assert pa["reason"]
+    assert result["verdict"] == "unverified"
+    assert result["reasons"] == ["NO_TRUST_ANCHOR", "CHIP_AUTH_NOT_SUPPORTED"]
 
 
 @pytest.mark.parametrize("profile", ["bac", "p256"])
@@ -318,11 +381,20 @@ def test_cli_passport_read(lab, tmp_path):
     assert "Passive authentication: VALID" in out
     assert "SOD signature:      valid" in out and "certificate chain:  valid" in out
     assert "DG2 hash:" in out and "Active authentication: VALID" in out
+    assert "Verdict:          AUTHENTIC" in out and "Chip authenticity: valid" in out
     result = json.loads(as_json.stdout)
     check_result(result, lab.profiles["aa"], "PACE")
     assert photo.read_bytes() == unb64u(result["faceImages"][0]["data"])
     assert photo.read_bytes()[:2] == b"\xff\xd8"
     assert "card present" in readers.stdout
+    with lab.chip("aa", "--wrong-aa-key"):
+        clone = cli(lab.daemon, "passport", "read", "--mrz", MRZ).stdout
+    assert "Verdict:          NOT AUTHENTIC (ACTIVE_AUTH_INVALID)" in clone and "Active authentication: INVALID" in clone
+    with lab.chip("bac"):
+        bac = cli(lab.daemon, "passport", "read", "--mrz", MRZ).stdout
+        bac_allowed = cli(lab.daemon, "passport", "read", "--mrz", MRZ, "--allow-clonable").stdout
+    assert "Verdict:          UNVERIFIED (CHIP_AUTH_NOT_SUPPORTED)" in bac and "Chip authenticity: notSupported" in bac
+    assert "Verdict:          AUTHENTIC (CHIP_AUTH_NOT_SUPPORTED)" in bac_allowed
     wrong = cli(lab.daemon, "passport", "read", "--can", "123456", check=False)
     assert wrong.returncode == 2 and "NO_CARD" in wrong.stderr
     usage = cli(lab.daemon, "passport", "read", "--can", "123456", "--mrz", MRZ, check=False)

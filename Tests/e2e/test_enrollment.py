@@ -68,6 +68,10 @@ WORKFLOWS = {
     "email-otp": {"remote": True, "steps": ["EMAIL_INFO", "EMAIL_OTP", CONFIRM]},
     "quick-chip": {"remote": True, "steps": ["NFC_MRZ", {"key": "NFC_PHASE", "cardWaitSeconds": 1}, CONFIRM]},
     "quick-passkey": {"remote": True, "steps": ["EMAIL_INFO", PASSKEY]},
+    # A chip without anti-clone support (no DG15, no PACE-CAM) passes only when the step says so.
+    "chip-clonable": {"remote": True, "steps": ["NFC_MRZ", dict(NFC, allowClonable=True), CONFIRM]},
+    "chip-unverified": {"remote": True, "steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowUnverified": True,
+                                                               "cardWaitSeconds": 20}, CONFIRM]},
 }
 
 
@@ -79,12 +83,16 @@ class Lab:
     def __init__(self, root: pathlib.Path):
         self.root = root
         self.pcscd = PCSCD(root).start()
-        self.profile = make_passport_profile(root / "passport", MRZ, "--pace", "ecdh-gm-p256-aes128")
-        self.big = make_passport_profile(root / "passport-big", MRZ, "--pace", "ecdh-gm-p256-aes128",
+        # Active authentication (DG15): the chip proves its key, so NFC_PHASE finds it authentic.
+        self.profile = make_passport_profile(root / "passport", MRZ, "--pace", "ecdh-gm-p256-aes128", "--aa")
+        self.big = make_passport_profile(root / "passport-big", MRZ, "--pace", "ecdh-gm-p256-aes128", "--aa",
                                          "--photo-padding", "20000")
         # PACE with chip authentication mapping: the chip proves the key in its DG14.
         self.cam = make_passport_profile(root / "passport-cam", MRZ, "--pace", "ecdh-cam-p256-aes128")
-        self.csca_args = [a for p in (self.profile, self.big, self.cam) for a in ("--csca", str(p / "csca.pem"))]
+        # PACE-GM without DG15: no anti-clone mechanism at all.
+        self.clonable = make_passport_profile(root / "passport-clonable", MRZ, "--pace", "ecdh-gm-p256-aes128")
+        self.csca_args = [a for p in (self.profile, self.big, self.cam, self.clonable)
+                          for a in ("--csca", str(p / "csca.pem"))]
         self.issuer_key = ec.generate_private_key(ec.SECP256R1())
         self.forger_key = ec.generate_private_key(ec.SECP256R1())
         self.issuer_pem = root / "issuer.pem"
@@ -482,6 +490,7 @@ def test_full_workflow_with_activation_token(station):
     assert (doc["surname"], doc["givenNames"]) == ("ERIKSSON", "ANNA MARIA")
     assert (doc["dateOfBirth"], doc["dateOfExpiry"]) == ("1974-08-12", "2012-04-15")
     assert doc["accessProtocol"] == "PACE" and doc["passiveAuthentication"] == "valid"
+    assert doc["verdict"] == "authentic" and doc["chipAuthenticity"] == "valid"
     check_credential(c, done["credential"], SUBJECT.encode())
 
     creds = c.call("credentials.list")["credentials"]
@@ -984,6 +993,54 @@ def test_pace_cam_chip_authenticated_and_a_clone_refused(station):
     assert done["outcome"] == "failed", done
     error = finished_error(done)
     assert error["code"] == "DOCUMENT_NOT_AUTHENTIC" and "chip authentication" in error["message"], error
+
+
+# Clones of the station's passports: the data copied, the private keys not (tessera lab emulate-passport).
+CLONES = {
+    "dg15-dropped-from-com": (False, ["--com-omit-dg", "15", "--no-aa-key"], ["ACTIVE_AUTH_INVALID"]),
+    "dg15-answers-6a82": (False, ["--com-omit-dg", "15", "--missing-dg", "15", "--no-aa-key"],
+                          ["DATA_GROUP_MISSING", "ACTIVE_AUTH_INVALID"]),
+    "wrong-aa-key": (False, ["--wrong-aa-key"], ["ACTIVE_AUTH_INVALID"]),
+    "cardaccess-hides-cam": (True, ["--hide-cam"], ["CHIP_AUTH_INVALID"]),
+}
+
+
+@pytest.mark.parametrize("clone", CLONES)
+def test_cloned_chip_is_refused_by_nfc_phase(station, clone):
+    s = station
+    c = s.session()
+    cam, args, reasons = CLONES[clone]
+    # Even a step that accepts unverified and clonable documents refuses a chip that fails a check.
+    for workflow in ("chip", "chip-unverified", "chip-clonable"):
+        with s.chip(False, *args, profile=s.lab.cam if cam else None):
+            c.start(workflow)
+            done = c.drive(answers_for(s))
+        assert done["outcome"] == "failed", (workflow, done)
+        error = finished_error(done)
+        data = error.get("data", error)
+        assert error["code"] == "DOCUMENT_NOT_AUTHENTIC", error
+        assert data["verdict"] == "notAuthentic" and data["reasons"] == reasons, error
+        assert data["chipAuthenticity"] == "invalid"
+
+
+def test_chip_without_anti_clone_support_needs_allow_clonable(station):
+    s = station
+    c = s.session()
+    with s.chip(profile=s.lab.clonable):
+        c.start("chip")
+        done = c.drive(answers_for(s))
+    assert done["outcome"] == "failed", done
+    error = finished_error(done)
+    data = error.get("data", error)
+    assert error["code"] == "DOCUMENT_NOT_AUTHENTIC"
+    assert (data["verdict"], data["reasons"], data["chipAuthenticity"]) == (
+        "unverified", ["CHIP_AUTH_NOT_SUPPORTED"], "notSupported"), error
+    for workflow, verdict in (("chip-clonable", "authentic"), ("chip-unverified", "unverified")):
+        with s.chip(profile=s.lab.clonable):
+            c.start(workflow)
+            done = c.drive(answers_for(s))
+        assert done["outcome"] == "success", (workflow, done)
+        assert done["document"]["verdict"] == verdict and done["document"]["chipAuthenticity"] == "notSupported"
 
 
 def test_no_card_in_time_then_retry(station):

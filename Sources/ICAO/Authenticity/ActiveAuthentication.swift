@@ -10,6 +10,10 @@ public struct ActiveAuthenticationResult: Sendable, Equatable {
     /// The hash the signature was checked with, when verified.
     public var hash: SignatureHash?
 
+    public init(status: Status, reason: String? = nil, hash: SignatureHash? = nil) {
+        self.status = status; self.reason = reason; self.hash = hash
+    }
+
     public var json: JSONValue {
         ["status": .string(status.rawValue), "reason": reason.map(JSONValue.string) ?? .null]
     }

@@ -29,6 +29,8 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
         case notRead
         /// Read from the chip but absent from the SOD (counts as invalid).
         case notInSecurityObject
+        /// Listed in the SOD but the chip did not deliver it (counts as invalid: the SOD decides what exists).
+        case missing
     }
 
     public var status: Status
@@ -36,11 +38,23 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
     public var certificateChain: ChainCheck
     public var certificateValidity: ValidityCheck
     public var dataGroupHashes: [Int: HashCheck]
+    /// Data groups listed in the SOD that could not be read (ascending).
+    public var missingDataGroups: [Int] {
+        dataGroupHashes.filter { $0.value == .missing }.map(\.key).sorted()
+    }
     /// Why the status is not `valid` (first problem found), or a note such as an expired certificate.
     public var reason: String?
     /// Subject of the document signer and the matched CSCA.
     public var documentSigner: String?
     public var trustAnchor: String?
+
+    public init(status: Status, signature: SignatureCheck, certificateChain: ChainCheck, certificateValidity: ValidityCheck,
+                dataGroupHashes: [Int: HashCheck], reason: String? = nil, documentSigner: String? = nil,
+                trustAnchor: String? = nil) {
+        self.status = status; self.signature = signature; self.certificateChain = certificateChain
+        self.certificateValidity = certificateValidity; self.dataGroupHashes = dataGroupHashes; self.reason = reason
+        self.documentSigner = documentSigner; self.trustAnchor = trustAnchor
+    }
 
     /// {"status", "signature", "certificateChain", "certificateValidity", "dataGroupHashes": {"DG1": "valid"}, "reason"}.
     public var json: JSONValue {
@@ -51,6 +65,7 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
             "certificateChain": .string(certificateChain.rawValue),
             "certificateValidity": .string(certificateValidity.rawValue),
             "dataGroupHashes": .object(hashes), "reason": reason.map(JSONValue.string) ?? .null,
+            "missingDataGroups": .array(missingDataGroups.map { .number(Double($0)) }),
         ]
         if let documentSigner { o["documentSigner"] = .string(documentSigner) }
         if let trustAnchor { o["trustAnchor"] = .string(trustAnchor) }
@@ -72,10 +87,12 @@ public enum PassiveAuthentication {
         }
     }
 
-    /// Checks EF.SOD against the data groups read (`dataGroups`: number → complete file bytes).
+    /// Checks EF.SOD against the data groups read (`dataGroups`: number → complete file bytes). `missing`
+    /// names groups the reader tried and could not read: those the SOD lists are `missing` and make the
+    /// status invalid; other listed groups that were not read are `notRead`.
     /// Never throws: a malformed SOD yields status invalid with the reason.
-    public static func verify(sod: [UInt8], dataGroups: [Int: [UInt8]], trustStore: CSCATrustStore?,
-                              options: Options = Options()) -> PassiveAuthenticationResult {
+    public static func verify(sod: [UInt8], dataGroups: [Int: [UInt8]], missing: Set<Int> = [],
+                              trustStore: CSCATrustStore?, options: Options = Options()) -> PassiveAuthenticationResult {
         var result = PassiveAuthenticationResult(status: .invalid, signature: .notChecked, certificateChain: .notChecked,
                                                  certificateValidity: .notChecked, dataGroupHashes: [:])
         let so: SecurityObject
@@ -87,8 +104,16 @@ public enum PassiveAuthentication {
         var notes = [String]()
 
         // Data group hashes.
-        for (n, expected) in so.dataGroupHashes {
-            guard let bytes = dataGroups[n] else { result.dataGroupHashes[n] = .notRead; continue }
+        for (n, expected) in so.dataGroupHashes.sorted(by: { $0.key < $1.key }) {
+            guard let bytes = dataGroups[n] else {
+                if missing.contains(n) {
+                    result.dataGroupHashes[n] = .missing
+                    problems.append("DG\(n) is listed in EF.SOD but could not be read")
+                } else {
+                    result.dataGroupHashes[n] = .notRead
+                }
+                continue
+            }
             let actual = try? Signatures.digest(so.hashAlgorithm, bytes)
             result.dataGroupHashes[n] = actual == expected ? .valid : .invalid
             if actual != expected { problems.append("DG\(n) hash does not match the SOD") }
