@@ -31,12 +31,12 @@ import TesseraCore
         let path = dir + "/daemon.secret"
         #expect(FileManager.default.createFile(atPath: path, contents: Data(repeating: 7, count: 32),
                                                attributes: [.posixPermissions: 0o644]))
-        let open = thrown { try DaemonSecret.loadOrCreate(directory: dir) }
+        let open = thrown { () throws(TesseraError) in try DaemonSecret.loadOrCreate(directory: dir) }
         #expect(open?.code == .storageError && open?.message.contains(path) == true)
         try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
         #expect(try DaemonSecret.loadOrCreate(directory: dir) == [UInt8](repeating: 7, count: 32))
         try Data(repeating: 7, count: 31).write(to: URL(fileURLWithPath: path))
-        #expect(thrown { try DaemonSecret.loadOrCreate(directory: dir) }?.code == .storageError)
+        #expect(thrown { () throws(TesseraError) in try DaemonSecret.loadOrCreate(directory: dir) }?.code == .storageError)
     }
 
     @Test func refusesASymbolicLink() throws {
@@ -46,7 +46,7 @@ import TesseraCore
         #expect(FileManager.default.createFile(atPath: target, contents: Data(repeating: 1, count: 32),
                                                attributes: [.posixPermissions: 0o600]))
         try FileManager.default.createSymbolicLink(atPath: dir + "/daemon.secret", withDestinationPath: target)
-        #expect(thrown { try DaemonSecret.loadOrCreate(directory: dir) }?.code == .storageError)
+        #expect(thrown { () throws(TesseraError) in try DaemonSecret.loadOrCreate(directory: dir) }?.code == .storageError)
     }
 
     func thrown(_ body: () throws(TesseraError) -> [UInt8]) -> TesseraError? {
