@@ -106,7 +106,7 @@ public actor EnrollmentEngine {
 
     /// `enrollment.start`.
     public func start(_ type: StartType, customSteps: [WorkflowStep] = [], userVerification: String = "preferred",
-                      force: Bool = false, owner: UInt32) async throws(TesseraError) -> JSONValue {
+                      force: Bool = false, caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
         guard ["required", "preferred", "discouraged"].contains(userVerification) else {
             throw .invalidInput("userVerification must be required, preferred or discouraged")
         }
@@ -155,6 +155,8 @@ public actor EnrollmentEngine {
                 throw TesseraError(.enrollmentActive, "enrollment \(active.id) is active; pass force: true to interrupt it",
                                    details: ["enrollmentId": .string(active.id)])
             }
+            // Interrupting is cancelling: only for the uid that started it, or an administrator.
+            try authorize(caller, active)
             await settle()
             if row?.id == active.id { await finish(outcome: "interrupted", error: nil) }
             if let other = row {
@@ -163,7 +165,7 @@ public actor EnrollmentEngine {
             }
         }
         var new = EnrollmentRow(id: UUID().uuidString.lowercased(), workflow: workflow.name,
-                                kind: token == nil ? "remote" : "activationToken", ownerUid: owner,
+                                kind: token == nil ? "remote" : "activationToken", ownerUid: caller.uid,
                                 definition: .array(resolved.map(\.json)), parameters: .object(parameters),
                                 subject: token?.subject, tokenJti: token?.jti, startedAt: now)
         new.updatedAt = now
@@ -472,7 +474,7 @@ public actor EnrollmentEngine {
             _ = try await submit(stepKey: request.key, payload: ["otp": .string(code)], caller: caller)
             return ["consumed": true, "action": "otp", "enrollmentId": .string(row.id)]
         case .enroll(let token, let force):
-            let started = try await start(.activationToken(token), force: force, owner: caller.uid)
+            let started = try await start(.activationToken(token), force: force, caller: caller)
             return ["consumed": true, "action": "start", "enrollmentId": started["enrollmentId"] ?? .null]
         }
     }

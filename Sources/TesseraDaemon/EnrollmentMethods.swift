@@ -46,7 +46,7 @@ extension MethodTable {
             subscribers.add(connection)
             return ["subscribed": true]
         }
-        register("enrollment.start", .enroll) { p, connection in
+        register("enrollment.start", .enroll) { [policy] p, connection in
             let type = try p.object("type")
             let start: EnrollmentEngine.StartType
             // The candidate is its workflow name or the object enrollment.candidates returned; the token is the
@@ -70,7 +70,8 @@ extension MethodTable {
             subscribers.add(connection)
             return try await engine.start(start, customSteps: custom,
                                           userVerification: p.optionalString("userVerification") ?? "preferred",
-                                          force: p.optionalBool("force") ?? false, owner: connection.peer.uid)
+                                          force: p.optionalBool("force") ?? false,
+                                          caller: policy.enrollmentCaller(connection))
         }
         register("enrollment.status", .enroll) { [policy] _, connection in
             await engine.status(caller: policy.enrollmentCaller(connection))

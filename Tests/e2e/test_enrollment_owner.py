@@ -98,8 +98,9 @@ def test_only_the_owner_or_an_admin_drives_and_reads_an_enrollment(station):
     # Nothing the stranger sends reaches the enrollment.
     refused = calls_as(d, STRANGER_UID, [
         submit("EMAIL_INFO", {"email": "mallory@example.com"}), ("enrollment.retry", {}),
-        ("enrollment.resume", {}), ("enrollment.transactionData", {}), ("enrollment.cancel", {})])
-    assert refused == [{"error": "UNAUTHORIZED"}] * 5
+        ("enrollment.resume", {}), ("enrollment.transactionData", {}), ("enrollment.cancel", {}),
+        ("enrollment.start", {"type": {"remote": {"candidate": "owned"}}, "force": True})])
+    assert refused == [{"error": "UNAUTHORIZED"}] * 6
     owner.call("enrollment.submit", {"stepKey": "EMAIL_INFO", "payload": {"email": EMAIL}})
     required = owner.wait_notification("enrollment.stepRequired")
     assert required["key"] == "EMAIL_OTP" and required["attemptsLeft"] == 5 and "@" in required["to"]
