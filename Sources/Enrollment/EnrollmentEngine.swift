@@ -386,7 +386,7 @@ public actor EnrollmentEngine {
     func advance(_ gen: Int) async {
         while gen == generation, let current = row, current.state == .active {
             guard current.stepIndex < steps.count else {
-                await finishSuccess()
+                await finish(outcome: "success", error: nil)
                 return
             }
             let step = steps[current.stepIndex]
@@ -551,10 +551,6 @@ public actor EnrollmentEngine {
         await emit("enrollment.idle", event([:]))
         await emit("enrollment.finished", event(["outcome": "failedWithRetryPossibility", "error": Self.errorJSON(error),
                                                  "step": .string(step.key)]))
-    }
-
-    func finishSuccess() async {
-        await finish(outcome: "success", error: nil)
     }
 
     /// Records a terminal outcome (wiping collected data), announces it, and forgets the enrollment.
