@@ -166,15 +166,22 @@ public final class EnrollmentStore: Sendable {
         } catch { throw storageError(error) }
     }
 
-    /// Saves the whole row (one transaction).
-    public func save(_ row: EnrollmentRow) async throws(TesseraError) {
-        try await uncancelled { db in try row.update(db) }
+    /// Saves the whole row (one transaction) unless the stored row is already finished: the first terminal
+    /// outcome stays. Returns whether it was saved.
+    @discardableResult
+    public func save(_ row: EnrollmentRow) async throws(TesseraError) -> Bool {
+        try await uncancelled { db in
+            let state = try String.fetchOne(db, sql: "SELECT state FROM enrollment WHERE id = ?", arguments: [row.id])
+            guard state != EnrollmentRow.State.finished.rawValue else { return false }
+            try row.update(db)
+            return true
+        }
     }
 
     /// Runs a write that must not be abandoned when the calling task is cancelled (a step's completion).
-    private func uncancelled(_ body: @escaping @Sendable (Database) throws -> Void) async throws(TesseraError) {
+    private func uncancelled<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(TesseraError) -> T {
         let db = self.db
-        do { try await Task.detached { try await db.write(body) }.value } catch { throw storageError(error) }
+        do { return try await Task.detached { try await db.write(body) }.value } catch { throw storageError(error) }
     }
 
     /// Finished enrollments, newest first.

@@ -89,7 +89,8 @@ public struct ActivationTokenVerifier: Sendable {
     /// structure, header and `iss` (`ACTIVATION_TOKEN_MALFORMED`); `alg` ES256, a configured issuer whose
     /// `keyId` matches a given `kid`, and the signature (`ACTIVATION_TOKEN_SIGNATURE_INVALID`); the claims
     /// (`ACTIVATION_TOKEN_MALFORMED`); `exp + leeway < now` or `nbf - leeway > now`
-    /// (`ACTIVATION_TOKEN_EXPIRED`); `aud`, when present and a station id is set (`ACTIVATION_TOKEN_AUDIENCE`).
+    /// (`ACTIVATION_TOKEN_EXPIRED`); when a station id is set, `aud` must name it (`ACTIVATION_TOKEN_AUDIENCE`, also
+    /// when the token has no `aud`: a token meant for no station in particular is not taken for this one).
     /// Replays (`jti`) are the store's to refuse.
     public func verify(_ compact: String, now: Date) throws(TesseraError) -> ActivationToken {
         let parsed = try JWS.parse(compact)
@@ -134,8 +135,10 @@ public struct ActivationTokenVerifier: Sendable {
         if let nbf = token.notBefore, nbf.addingTimeInterval(-leeway) > now {
             throw TesseraError(.activationTokenExpired, "the token is not valid yet")
         }
-        if let stationId, c["aud"] != nil, !token.audience.contains(stationId) {
-            throw TesseraError(.activationTokenAudience, "the token is not meant for station '\(stationId)'")
+        if let stationId, !token.audience.contains(stationId) {
+            throw TesseraError(.activationTokenAudience, token.audience.isEmpty
+                ? "the token names no audience; station '\(stationId)' takes only tokens whose aud names it"
+                : "the token is not meant for station '\(stationId)'")
         }
         return token
     }

@@ -5,8 +5,8 @@ import Logging
 import Passkeys
 import TesseraCore
 
-/// Sends an enrollment notification (method, params) to subscribed clients.
-public typealias EnrollmentEventSink = @Sendable (_ method: String, _ params: JSONValue) async -> Void
+/// Sends an enrollment notification to subscribed clients (the full params only to its owner and administrators).
+public typealias EnrollmentEventSink = @Sendable (EnrollmentEvent) async -> Void
 
 /// Runs kiosk enrollments (docs/ENROLLMENT.md), one at a time.
 ///
@@ -14,6 +14,11 @@ public typealias EnrollmentEventSink = @Sendable (_ method: String, _ params: JS
 /// starts and before `enrollment.stepCompleted` is sent, so a daemon killed at any point restarts with an
 /// enrollment that `resume` continues at the first step not completed. Daemon-side work runs in a task of the
 /// engine; steps that need a person's input wait for `submit`.
+///
+/// An enrollment has one terminal outcome: the first terminal transition wins (`finish` forgets the enrollment
+/// before its first suspension, and the store never overwrites a finished row), the last step's result and the
+/// outcome `success` are one transaction, and a cancel (or forced start) that arrives while PASSKEY_CREATION runs
+/// waits for that step to end (`settle`).
 public actor EnrollmentEngine {
     public let configuration: EnrollmentConfiguration
     let store: EnrollmentStore
@@ -21,19 +26,25 @@ public actor EnrollmentEngine {
     let documents: DocumentService
     let verifier: ActivationTokenVerifier
     let logger: Logger
-    let emit: EnrollmentEventSink
+    let sink: EnrollmentEventSink
     let clock: @Sendable () -> Date
+    /// The daemon's secret: the one-time codes' MAC keys are derived from it.
+    let secret: [UInt8]
 
     /// The active (or failed-retryable) enrollment, mirrored from the database.
     var row: EnrollmentRow?
     /// Its resolved steps.
     var steps: [WorkflowStep] = []
-    var phase: Phase = .idle
+    var phase: Phase = .idle { didSet { wakeSettleWaiters() } }
+    /// Terminal transitions waiting for PASSKEY_CREATION or an outcome being recorded to end (`settle`).
+    var settleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Outcomes being recorded (`finish` between forgetting the enrollment and announcing its outcome).
+    var finishing = 0
     /// Bumped whenever the active enrollment ends or restarts work: results of older work are dropped.
     var generation = 0
     var work: Task<Void, Never>?
-    /// The last terminal `enrollment.finished` params, for `status`.
-    var lastOutcome: JSONValue?
+    /// The last terminal `enrollment.finished` params and the uid whose enrollment it was, for `status`.
+    var lastOutcome: (params: JSONValue, owner: UInt32)?
 
     enum Phase: Sendable {
         /// No enrollment, or one left by a daemon restart (`suspended`) or failed with retry possible.
@@ -42,9 +53,10 @@ public actor EnrollmentEngine {
         case waiting(StepRequest)
     }
 
+    /// `secret`: the daemon's secret (`DaemonSecret`), from which the one-time codes' MAC keys are derived.
     public init(configuration: EnrollmentConfiguration, store: EnrollmentStore, passkeys: PasskeyService,
-                documents: DocumentService, logger: Logger, clock: @escaping @Sendable () -> Date = { Date() },
-                emit: @escaping EnrollmentEventSink) {
+                documents: DocumentService, secret: [UInt8], logger: Logger,
+                clock: @escaping @Sendable () -> Date = { Date() }, emit: @escaping EnrollmentEventSink) {
         self.configuration = configuration
         self.store = store
         self.passkeys = passkeys
@@ -52,7 +64,8 @@ public actor EnrollmentEngine {
         self.verifier = ActivationTokenVerifier(issuers: configuration.issuers, stationId: configuration.stationId)
         self.logger = logger
         self.clock = clock
-        self.emit = emit
+        self.secret = secret
+        self.sink = emit
     }
 
     /// Loads the enrollment a previous daemon left active (it stays suspended until `resume`) and sweeps it
@@ -93,7 +106,7 @@ public actor EnrollmentEngine {
 
     /// `enrollment.start`.
     public func start(_ type: StartType, customSteps: [WorkflowStep] = [], userVerification: String = "preferred",
-                      force: Bool = false, owner: UInt32) async throws(TesseraError) -> JSONValue {
+                      force: Bool = false, caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
         guard ["required", "preferred", "discouraged"].contains(userVerification) else {
             throw .invalidInput("userVerification must be required, preferred or discouraged")
         }
@@ -142,10 +155,17 @@ public actor EnrollmentEngine {
                 throw TesseraError(.enrollmentActive, "enrollment \(active.id) is active; pass force: true to interrupt it",
                                    details: ["enrollmentId": .string(active.id)])
             }
-            await finish(outcome: "interrupted", error: nil)
+            // Interrupting is cancelling: only for the uid that started it, or an administrator.
+            try authorize(caller, active)
+            await settle()
+            if row?.id == active.id { await finish(outcome: "interrupted", error: nil) }
+            if let other = row {
+                throw TesseraError(.enrollmentActive, "enrollment \(other.id) is active; pass force: true to interrupt it",
+                                   details: ["enrollmentId": .string(other.id)])
+            }
         }
         var new = EnrollmentRow(id: UUID().uuidString.lowercased(), workflow: workflow.name,
-                                kind: token == nil ? "remote" : "activationToken", ownerUid: owner,
+                                kind: token == nil ? "remote" : "activationToken", ownerUid: caller.uid,
                                 definition: .array(resolved.map(\.json)), parameters: .object(parameters),
                                 subject: token?.subject, tokenJti: token?.jti, startedAt: now)
         new.updatedAt = now
@@ -187,21 +207,26 @@ public actor EnrollmentEngine {
 
     // MARK: status, resume, retry, cancel
 
-    /// `enrollment.status`.
-    public func status() -> JSONValue {
+    /// `enrollment.status`. Callers other than the owner and administrators see the state without personal
+    /// data: no `required`, and `error` / `lastOutcome` reduced as in notifications.
+    public func status(caller: EnrollmentCaller) -> JSONValue {
         var o: [String: JSONValue] = ["active": .bool(row != nil)]
-        if let lastOutcome { o["lastOutcome"] = lastOutcome }
+        if let lastOutcome {
+            o["lastOutcome"] = caller.owns(lastOutcome.owner)
+                ? lastOutcome.params : EnrollmentEvent.redact("enrollment.finished", lastOutcome.params)
+        }
         guard let row else { return .object(o) }
+        let owner = caller.owns(row.ownerUid)
         o["enrollmentId"] = .string(row.id)
         o["workflow"] = .string(row.workflow)
         o["state"] = .string(stateName)
         if row.stepIndex < steps.count { o["step"] = .string(steps[row.stepIndex].key) }
-        if case .waiting(let request) = phase { o["required"] = request.json }
+        if owner, case .waiting(let request) = phase { o["required"] = request.json }
         o["completedSteps"] = .array(row.completedSteps.map { .string($0) })
         o["steps"] = stepKeys
         o["startedAt"] = .string(row.startedAt.iso8601Seconds)
         o["updatedAt"] = .string(row.updatedAt.iso8601Seconds)
-        if let failure = row.failure { o["error"] = failure }
+        if let failure = row.failure { o["error"] = owner ? failure : EnrollmentEvent.redactError(failure) }
         return .object(o)
     }
 
@@ -231,7 +256,7 @@ public actor EnrollmentEngine {
     }
 
     /// `enrollment.resume`: continues a suspended or failed enrollment; re-announces a running one.
-    public func resume() async throws(TesseraError) -> JSONValue {
+    public func resume(caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
         await sweep()
         guard let current = row else {
             if let latest = try await store.latest(), latest.outcome == "expired" {
@@ -240,6 +265,7 @@ public actor EnrollmentEngine {
             }
             throw TesseraError(.nothingToResume, "there is no enrollment to resume")
         }
+        try authorize(caller, current)
         switch phase {
         case .waiting(let request):
             await emit("enrollment.stepRequired", event(request.json.objectValue ?? [:]))
@@ -258,12 +284,14 @@ public actor EnrollmentEngine {
     }
 
     /// `enrollment.retry`: after `failedWithRetryPossibility`, runs the failed step again.
-    public func retry() async throws(TesseraError) -> JSONValue {
+    public func retry(caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
         guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no enrollment to retry") }
+        try authorize(caller, current)
         guard current.state == .failedRetryable else {
             throw TesseraError(.notRetryable, "enrollment \(current.id) has not failed with a retry possibility")
         }
         try await prepareRetry()
+        guard row?.id == current.id else { throw TesseraError(.noActiveEnrollment, "the enrollment ended") }
         run()
         return ["enrollmentId": .string(current.id),
                 "step": current.stepIndex < steps.count ? .string(steps[current.stepIndex].key) : .null]
@@ -281,24 +309,37 @@ public actor EnrollmentEngine {
             state["resends"] = 0
             current.stepState = .object(state)
         }
-        try await store.save(current)
-        row = current
+        try await commit(current)
     }
 
-    /// `enrollment.cancel`.
-    public func cancel() async throws(TesseraError) -> JSONValue {
+    /// `enrollment.cancel`. While PASSKEY_CREATION runs, waits for it: when that step ends the enrollment
+    /// (`success`), the cancel lost and says so (`cancelled: false` with the outcome).
+    public func cancel(caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
         guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no enrollment to cancel") }
+        try authorize(caller, current)
+        await settle()
+        guard row?.id == current.id else {
+            var o: [String: JSONValue] = ["cancelled": false, "enrollmentId": .string(current.id)]
+            if let last = lastOutcome?.params, last["enrollmentId"]?.stringValue == current.id { o["outcome"] = last["outcome"] }
+            return .object(o)
+        }
         await finish(outcome: "cancelled", error: nil)
         return ["cancelled": true, "enrollmentId": .string(current.id)]
     }
 
     /// `enrollment.transactionData`: for the uid that started the enrollment, or an administrator.
-    public func transactionData(uid: UInt32, isAdmin: Bool) throws(TesseraError) -> JSONValue {
+    public func transactionData(caller: EnrollmentCaller) throws(TesseraError) -> JSONValue {
         guard let row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
-        guard isAdmin || uid == row.ownerUid else {
-            throw TesseraError(.unauthorized, "only the uid that started the enrollment (or an administrator) may read its data")
-        }
+        try authorize(caller, row)
         return ["enrollmentId": .string(row.id), "data": row.data]
+    }
+
+    /// UNAUTHORIZED unless `caller` started `row` or is an administrator.
+    func authorize(_ caller: EnrollmentCaller, _ row: EnrollmentRow) throws(TesseraError) {
+        guard caller.owns(row.ownerUid) else {
+            throw TesseraError(.unauthorized,
+                               "enrollment \(row.id) belongs to the uid that started it: only it (or an administrator) may do this")
+        }
     }
 
     /// `enrollment.audit`: finished enrollments, newest first.
@@ -345,7 +386,7 @@ public actor EnrollmentEngine {
     func advance(_ gen: Int) async {
         while gen == generation, let current = row, current.state == .active {
             guard current.stepIndex < steps.count else {
-                await finishSuccess()
+                await finish(outcome: "success", error: nil)
                 return
             }
             let step = steps[current.stepIndex]
@@ -354,15 +395,14 @@ public actor EnrollmentEngine {
             do {
                 result = try await begin(step)
             } catch {
-                guard gen == generation else { return }
-                await fail(step, error)
+                await fail(step, error, gen: gen)
                 return
             }
             guard gen == generation else { return }
             switch result {
             case .completed(let data):
-                do { try await complete(step, data: data) } catch {
-                    await fail(step, error)
+                do { try await complete(step, data: data, gen: gen) } catch {
+                    await fail(step, error, gen: gen)
                     return
                 }
             case .needsInput(let request):
@@ -374,9 +414,10 @@ public actor EnrollmentEngine {
         }
     }
 
-    /// `enrollment.submit`.
-    public func submit(stepKey: String, payload: JSONValue) async throws(TesseraError) -> JSONValue {
-        guard row != nil else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
+    /// `enrollment.submit`: only the uid that started the enrollment (or an administrator).
+    public func submit(stepKey: String, payload: JSONValue, caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
+        guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
+        try authorize(caller, current)
         guard case .waiting(let request) = phase, request.key == stepKey else {
             var expected: JSONValue = .null
             if case .waiting(let request) = phase { expected = .string(request.key) }
@@ -386,7 +427,7 @@ public actor EnrollmentEngine {
         guard payload.objectValue != nil else {
             throw TesseraError(.invalidInput, "payload must be an object", details: ["field": "payload"])
         }
-        let step = steps[row!.stepIndex]
+        let step = steps[current.stepIndex]
         let gen = generation
         phase = .working(step: step.key)
         let result: StepResult
@@ -395,7 +436,7 @@ public actor EnrollmentEngine {
         } catch {
             guard gen == generation, row != nil else { throw error }
             if Self.endsStep(error) {
-                await fail(step, error)
+                await fail(step, error, gen: gen)
             } else {
                 phase = .waiting(request)
             }
@@ -404,11 +445,11 @@ public actor EnrollmentEngine {
         guard gen == generation else { return ["accepted": true, "stepKey": .string(stepKey)] }
         switch result {
         case .completed(let data):
-            do { try await complete(step, data: data) } catch {
-                await fail(step, error)
+            do { try await complete(step, data: data, gen: gen) } catch {
+                await fail(step, error, gen: gen)
                 throw error
             }
-            run()
+            if gen == generation, row != nil { run() }
         case .needsInput(let next):
             phase = .waiting(next)
             await emit("enrollment.stepRequired", event(next.json.objectValue ?? [:]))
@@ -421,8 +462,8 @@ public actor EnrollmentEngine {
         [.otpExpired, .otpAttemptsExceeded, .otpDeliveryFailed].contains(error.code)
     }
 
-    /// `enrollment.handleDeepLink`.
-    public func handleDeepLink(_ url: String, owner: UInt32) async throws(TesseraError) -> JSONValue {
+    /// `enrollment.handleDeepLink`. A code goes to the active enrollment only for its owner (or an administrator).
+    public func handleDeepLink(_ url: String, caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
         guard let link = EnrollmentDeepLink(url: url) else { return ["consumed": false] }
         switch link {
         case .otp(let channel, let code):
@@ -430,19 +471,20 @@ public actor EnrollmentEngine {
             guard case .waiting(let request) = phase, let row, steps[row.stepIndex].kind == kind else {
                 return ["consumed": false]
             }
-            _ = try await submit(stepKey: request.key, payload: ["otp": .string(code)])
+            _ = try await submit(stepKey: request.key, payload: ["otp": .string(code)], caller: caller)
             return ["consumed": true, "action": "otp", "enrollmentId": .string(row.id)]
         case .enroll(let token, let force):
-            let started = try await start(.activationToken(token), force: force, owner: owner)
+            let started = try await start(.activationToken(token), force: force, caller: caller)
             return ["consumed": true, "action": "start", "enrollmentId": started["enrollmentId"] ?? .null]
         }
     }
 
     // MARK: transitions
 
-    /// Commits a step's completion (its data merged into transactionData), then announces it.
-    func complete(_ step: WorkflowStep, data: [String: JSONValue]) async throws(TesseraError) {
-        guard var current = row else { return }
+    /// Commits a step's completion (its data merged into transactionData), then announces it. The last step's
+    /// completion and the outcome `success` are one transaction.
+    func complete(_ step: WorkflowStep, data: [String: JSONValue], gen: Int) async throws(TesseraError) {
+        guard gen == generation, var current = row else { return }
         var merged = current.data.objectValue ?? [:]
         for (k, v) in data { merged[k] = v }
         current.data = .object(merged)
@@ -452,23 +494,37 @@ public actor EnrollmentEngine {
         current.updatedAt = clock()
         if let id = data["credential"]?["credentialId"]?.stringValue { current.credentialId = Base64URL.decode(id).map { Data($0) } }
         if let pa = data["document"]?["passiveAuthentication"]?.stringValue { current.passiveAuthentication = pa }
-        try await store.save(current)
-        row = current
+        if current.stepIndex >= steps.count {
+            await finish(outcome: "success", error: nil, from: current, completing: step)
+            return
+        }
+        try await commit(current)
+        guard gen == generation else { return }
         await emit("enrollment.stepCompleted", event(["key": .string(step.key), "index": .number(Double(current.stepIndex - 1))]))
     }
 
     /// Saves the current step's in-progress state (before the effect it protects).
     func saveStepState(_ state: JSONValue) async throws(TesseraError) {
-        guard var current = row else { return }
+        guard var current = row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
         current.stepState = state
         current.updatedAt = clock()
-        try await store.save(current)
-        row = current
+        try await commit(current)
     }
 
-    /// A step failed: retryable failures keep the context for `retry`, others end the enrollment.
-    func fail(_ step: WorkflowStep, _ error: TesseraError) async {
-        guard var current = row else { return }
+    /// Makes `updated` the current row and saves it. NO_ACTIVE_ENROLLMENT when the enrollment ended meanwhile
+    /// (a finished row is never overwritten).
+    func commit(_ updated: EnrollmentRow) async throws(TesseraError) {
+        row = updated
+        let saved = try await store.save(updated)
+        guard saved, row?.id == updated.id else {
+            throw TesseraError(.noActiveEnrollment, "enrollment \(updated.id) has ended")
+        }
+    }
+
+    /// A step failed: retryable failures keep the context for `retry`, others end the enrollment. Ignored when
+    /// the run that saw the failure (`gen`) is no longer current.
+    func fail(_ step: WorkflowStep, _ error: TesseraError, gen: Int) async {
+        guard gen == generation, var current = row else { return }
         logger.info("enrollment step failed", metadata: ["enrollment": "\(current.id)", "step": "\(step.key)", "error": "\(error)"])
         let retryable = error.retryable || [.otpExpired, .otpAttemptsExceeded, .accessDenied].contains(error.code)
         guard retryable else {
@@ -485,34 +541,41 @@ public actor EnrollmentEngine {
         current.state = .failedRetryable
         current.failure = Self.errorJSON(error)
         current.updatedAt = clock()
-        do { try await store.save(current) } catch {
+        generation += 1
+        let mine = generation
+        phase = .idle
+        do { try await commit(current) } catch {
             logger.error("cannot record an enrollment failure", metadata: ["error": "\(error)"])
         }
-        row = current
-        generation += 1
-        phase = .idle
+        guard mine == generation, row?.id == current.id else { return }
         await emit("enrollment.idle", event([:]))
         await emit("enrollment.finished", event(["outcome": "failedWithRetryPossibility", "error": Self.errorJSON(error),
                                                  "step": .string(step.key)]))
     }
 
-    func finishSuccess() async {
-        guard let current = row else { return }
-        let data = current.data.objectValue ?? [:]
-        var extra: [String: JSONValue] = [:]
-        if let c = data["credential"] { extra["credential"] = c }
-        if let d = data["document"] { extra["document"] = d }
-        await finish(outcome: "success", error: nil, extra: extra)
-    }
-
     /// Records a terminal outcome (wiping collected data), announces it, and forgets the enrollment.
-    func finish(outcome: String, error: TesseraError?, extra: [String: JSONValue] = [:]) async {
-        guard var current = row else { return }
+    /// The first terminal transition wins: the enrollment is forgotten before the first suspension, so any later
+    /// one finds nothing to end. `updated`: the row to finish (default the current one); `step`: the step whose
+    /// result `updated` carries, announced (`stepCompleted`) once the outcome is saved with it.
+    func finish(outcome: String, error: TesseraError?, from updated: EnrollmentRow? = nil,
+                completing step: WorkflowStep? = nil) async {
+        guard var current = updated ?? row else { return }
+        row = nil
+        steps = []
+        finishing += 1
+        phase = .idle
         generation += 1
         // `work` may be the caller: it is cancelled only after the outcome is saved and announced.
         let running = work
         work = nil
-        if outcome != "success" { await discardPlannedKey(current) }
+        var params: [String: JSONValue] = ["outcome": .string(outcome)]
+        if outcome == "success" {
+            let data = current.data.objectValue ?? [:]
+            if let c = data["credential"] { params["credential"] = c }
+            if let d = data["document"] { params["document"] = d }
+        } else {
+            await discardPasskey(&current)
+        }
         let now = clock()
         current.state = .finished
         current.outcome = outcome
@@ -521,21 +584,62 @@ public actor EnrollmentEngine {
         current.stepState = .null
         current.updatedAt = now
         current.finishedAt = now
-        do { try await store.save(current) } catch {
+        do { _ = try await store.save(current) } catch {
             logger.error("cannot record an enrollment outcome", metadata: ["error": "\(error)"])
         }
-        row = nil
-        steps = []
-        phase = .idle
-        var params: [String: JSONValue] = ["outcome": .string(outcome)]
         if let error { params["error"] = Self.errorJSON(error) }
-        for (k, v) in extra { params[k] = v }
         params["enrollmentId"] = .string(current.id)
-        lastOutcome = .object(params)
+        if row == nil { lastOutcome = (.object(params), current.ownerUid) }
         logger.info("enrollment finished", metadata: ["enrollment": "\(current.id)", "outcome": "\(outcome)"])
-        await emit("enrollment.finished", .object(params))
+        if let step {
+            await emit("enrollment.stepCompleted", ["key": .string(step.key), "index": .number(Double(current.stepIndex - 1)),
+                                                    "enrollmentId": .string(current.id)], owner: current.ownerUid)
+        }
+        await emit("enrollment.finished", .object(params), owner: current.ownerUid)
+        finishing -= 1
+        wakeSettleWaiters()
         // A cancelled task cannot write to the socket: `work`, which may be the caller, is cancelled last.
         running?.cancel()
+    }
+
+    // MARK: one outcome
+
+    /// Whether a terminal transition must wait: PASSKEY_CREATION is running (its key and the outcome are one
+    /// transition), or an outcome is being recorded.
+    var unsettled: Bool {
+        if finishing > 0 { return true }
+        guard case .working(let key) = phase else { return false }
+        return steps.contains { $0.key == key && $0.kind == .passkeyCreation }
+    }
+
+    /// Waits until no step's effect and no outcome is half-way (see `unsettled`).
+    func settle() async {
+        guard unsettled else { return }
+        await Failpoint.reach("enrollment.terminalTransitionWaits")
+        while unsettled {
+            await withCheckedContinuation { settleWaiters.append($0) }
+        }
+    }
+
+    func wakeSettleWaiters() {
+        guard !settleWaiters.isEmpty, !unsettled else { return }
+        let waiters = settleWaiters
+        settleWaiters = []
+        for w in waiters { w.resume() }
+    }
+
+    // MARK: notifications
+
+    /// Sends a notification owned by `owner` (default: the current enrollment's uid).
+    func emit(_ method: String, _ params: JSONValue, owner: UInt32? = nil) async {
+        await sink(EnrollmentEvent(method: method, params: params, owner: owner ?? row?.ownerUid))
+    }
+
+    /// `emit` bound to the current enrollment's owner, for tasks that report outside the actor.
+    var emitter: @Sendable (String, JSONValue) async -> Void {
+        let sink = self.sink
+        let owner = row?.ownerUid
+        return { method, params in await sink(EnrollmentEvent(method: method, params: params, owner: owner)) }
     }
 
     // MARK: helpers

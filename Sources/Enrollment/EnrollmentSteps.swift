@@ -85,7 +85,8 @@ extension EnrollmentEngine {
     private func sendCode(_ step: WorkflowStep, to: String, notifier: OTPNotifier, state: inout [String: JSONValue],
                           now: Date) async throws(TesseraError) -> StepResult {
         guard let row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
-        let (code, stored) = OneTimeCode.issue(ttl: configuration.otpTTL, attempts: configuration.otpAttempts, now: now)
+        let (code, stored) = OneTimeCode.issue(ttl: configuration.otpTTL, attempts: configuration.otpAttempts, now: now,
+                                                secret: secret)
         let sends = (state["sends"]?.intValue ?? 0) + 1
         state["otp"] = stored.json
         state["sends"] = .number(Double(sends))
@@ -139,7 +140,7 @@ extension EnrollmentEngine {
         guard let json = state["otp"] else { throw TesseraError(.otpExpired, "no code is outstanding for \(step.key)") }
         var stored = try OneTimeCode(json: json)
         do {
-            try stored.verify(submitted, now: now)
+            try stored.verify(submitted, now: now, secret: secret)
         } catch {
             state["otp"] = stored.json
             // The spent attempt is durable before the caller hears about it.
@@ -188,7 +189,7 @@ extension EnrollmentEngine {
         let allowUnverified = step.settings["allowUnverified"]?.boolValue
             ?? (step.settings["requirePassiveAuthentication"]?.boolValue == false)
         let (events, sink) = AsyncStream.makeStream(of: DocumentReadProgress.self, bufferingPolicy: .bufferingNewest(256))
-        let emit = self.emit
+        let emit = self.emitter
         let enrollmentId = row?.id ?? ""
         let forwarder = Task {
             for await e in events {
@@ -359,7 +360,7 @@ extension EnrollmentEngine {
                 origin: origin, tokenId: tokenId, pin: pin, attestation: attestation,
                 userVerification: PasskeyService.UserVerification(rawValue: uv) ?? .preferred,
                 credentialId: credentialId, keyHandle: keyHandle))
-            Failpoint.hit("enrollment.afterPasskeyRecorded")
+            await Failpoint.reach("enrollment.afterPasskeyRecorded")
             return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: userHandle, recovered: false)])
         } catch where error.code == .pinRequired && pin == nil {
             return .needsInput(pinRequest(step, tokenId: tokenId))
@@ -385,13 +386,28 @@ extension EnrollmentEngine {
         return .object(o)
     }
 
-    /// On a non-success end: deletes a key that was planned (and maybe generated) but whose credential was never
-    /// recorded. A recorded credential stays.
-    func discardPlannedKey(_ row: EnrollmentRow) async {
-        guard let plan = row.stepState["plan"], let tokenId = plan["tokenId"]?.stringValue,
-              let id = plan["credentialId"]?.stringValue.flatMap(Base64URL.decode),
-              let handle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode) else { return }
-        if (try? await passkeys.credential(id: id)) != nil { return }
+    /// On a non-success end: deletes the passkey this enrollment made, whether its step completed, it was
+    /// recorded before a crash, or it was only generated, so that no key outlives an enrollment that did not
+    /// succeed. A token that cannot delete it (absent, or wanting a PIN the daemon does not hold) keeps it: that is
+    /// logged, and `row.credentialId` (the audit record) names the credential left.
+    func discardPasskey(_ row: inout EnrollmentRow) async {
+        let plan = row.stepState["plan"]
+        let planned = plan?["credentialId"]?.stringValue.flatMap(Base64URL.decode)
+        if let id = row.credentialId.map({ [UInt8]($0) }) ?? planned, (try? await passkeys.credential(id: id)) != nil {
+            do {
+                try await passkeys.delete(id: id)
+                logger.notice("deleted the passkey of an enrollment that did not succeed", metadata: ["enrollment": "\(row.id)"])
+                row.credentialId = nil
+            } catch {
+                logger.warning("could not delete the passkey of an enrollment that did not succeed",
+                               metadata: ["enrollment": "\(row.id)", "error": "\(error)"])
+                row.credentialId = Data(id)
+            }
+            return
+        }
+        row.credentialId = nil
+        guard let tokenId = plan?["tokenId"]?.stringValue,
+              let handle = plan?["keyHandle"]?.stringValue.flatMap(Base64URL.decode) else { return }
         do { try await passkeys.discardUnrecordedKey(tokenId: tokenId, handle: handle) } catch {
             logger.warning("could not delete an unrecorded key", metadata: ["token": "\(tokenId)", "error": "\(error)"])
         }

@@ -55,10 +55,12 @@ public enum Daemon {
         table.registerLab()
         var enrollmentLogger = logger
         enrollmentLogger[metadataKey: "service"] = "enrollment"
-        let subscribers = EnrollmentSubscribers()
+        let subscribers = EnrollmentSubscribers(policy: policy)
         let enrollment = EnrollmentEngine(configuration: enrollmentConfig, store: EnrollmentStore(database: database),
-                                          passkeys: passkeys, documents: documents, logger: enrollmentLogger) { method, params in
-            await subscribers.send(method, params)
+                                          passkeys: passkeys, documents: documents,
+                                          secret: try DaemonSecret.loadOrCreate(directory: options.stateDir),
+                                          logger: enrollmentLogger) { event in
+            await subscribers.send(event)
         }
         try await enrollment.open()
         table.registerEnrollment(enrollment, subscribers: subscribers)
@@ -77,9 +79,7 @@ public enum Daemon {
                     "tokens": .array(tokens),
                     "readers": .array(((try? await documents.readers()) ?? []).map(Views.reader))]
         }
-        table.register("daemon.methods", .read) { [methods = table.methods] _, _ in
-            ["methods": .array(methods.map { .string($0) })]
-        }
+        table.registerIntrospection()
 
         let server = RPCServer(dispatcher: table, logger: logger)
         let tokenEvents = Task {

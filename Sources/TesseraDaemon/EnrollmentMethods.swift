@@ -5,14 +5,33 @@ import Synchronization
 import TesseraCore
 
 /// Connections that receive `enrollment.*` notifications (`enrollment.subscribe`, or by starting/resuming).
+/// An event's full params go to the uid that started the enrollment and to administrators; the others get it
+/// without personal data (`EnrollmentEvent.redacted`).
 final class EnrollmentSubscribers: Sendable {
-    private let connections = Mutex<[UInt64: RPCConnection]>([:])
+    private struct Subscriber { var connection: RPCConnection; var isAdmin: Bool }
+    private let connections = Mutex<[UInt64: Subscriber]>([:])
+    private let policy: Policy
 
-    func add(_ c: RPCConnection) { connections.withLock { $0[c.id] = c } }
+    init(policy: Policy) { self.policy = policy }
+
+    func add(_ c: RPCConnection) {
+        // The policy's answer is taken once, when the connection subscribes.
+        let isAdmin = policy.grants(.admin, to: c.peer)
+        connections.withLock { $0[c.id] = Subscriber(connection: c, isAdmin: isAdmin) }
+    }
+
     func remove(_ c: RPCConnection) { _ = connections.withLock { $0.removeValue(forKey: c.id) } }
 
-    func send(_ method: String, _ params: JSONValue) async {
-        for c in connections.withLock({ Array($0.values) }) { await c.notify(method, params) }
+    func send(_ event: EnrollmentEvent) async {
+        var redacted: JSONValue?
+        for s in connections.withLock({ Array($0.values) }) {
+            if s.isAdmin || s.connection.peer.uid == event.owner {
+                await s.connection.notify(event.method, event.params)
+            } else {
+                if redacted == nil { redacted = event.redacted }
+                await s.connection.notify(event.method, redacted ?? .object([:]))
+            }
+        }
     }
 }
 
@@ -27,7 +46,7 @@ extension MethodTable {
             subscribers.add(connection)
             return ["subscribed": true]
         }
-        register("enrollment.start", .enroll) { p, connection in
+        register("enrollment.start", .enroll) { [policy] p, connection in
             let type = try p.object("type")
             let start: EnrollmentEngine.StartType
             // The candidate is its workflow name or the object enrollment.candidates returned; the token is the
@@ -51,35 +70,52 @@ extension MethodTable {
             subscribers.add(connection)
             return try await engine.start(start, customSteps: custom,
                                           userVerification: p.optionalString("userVerification") ?? "preferred",
-                                          force: p.optionalBool("force") ?? false, owner: connection.peer.uid)
+                                          force: p.optionalBool("force") ?? false,
+                                          caller: policy.enrollmentCaller(connection))
         }
-        register("enrollment.status", .enroll) { _, _ in await engine.status() }
+        register("enrollment.status", .enroll) { [policy] _, connection in
+            await engine.status(caller: policy.enrollmentCaller(connection))
+        }
         register("enrollment.canResume", .enroll) { _, _ in try await engine.canResume() }
-        register("enrollment.resume", .enroll) { _, connection in
+        register("enrollment.resume", .enroll) { [policy] _, connection in
             subscribers.add(connection)
-            return try await engine.resume()
+            return try await engine.resume(caller: policy.enrollmentCaller(connection))
         }
-        register("enrollment.submit", .enroll) { p, _ in
+        register("enrollment.submit", .enroll) { [policy] p, connection in
             guard let payload = p.value["payload"] else {
                 throw TesseraError(.invalidInput, "missing parameter 'payload'", details: ["field": "payload"])
             }
-            return try await engine.submit(stepKey: p.string("stepKey"), payload: payload)
+            return try await engine.submit(stepKey: p.string("stepKey"), payload: payload,
+                                           caller: policy.enrollmentCaller(connection))
         }
-        register("enrollment.retry", .enroll) { _, connection in
+        register("enrollment.retry", .enroll) { [policy] _, connection in
             subscribers.add(connection)
-            return try await engine.retry()
+            return try await engine.retry(caller: policy.enrollmentCaller(connection))
         }
-        register("enrollment.cancel", .enroll) { _, _ in try await engine.cancel() }
-        register("enrollment.handleDeepLink", .enroll) { p, connection in
+        register("enrollment.cancel", .enroll) { [policy] _, connection in
+            try await engine.cancel(caller: policy.enrollmentCaller(connection))
+        }
+        register("enrollment.handleDeepLink", .enroll) { [policy] p, connection in
             subscribers.add(connection)
-            return try await engine.handleDeepLink(p.string("url"), owner: connection.peer.uid)
+            return try await engine.handleDeepLink(p.string("url"), caller: policy.enrollmentCaller(connection))
         }
         register("enrollment.transactionData", .enroll) { [policy] _, connection in
-            let isAdmin = (try? policy.check(.admin, peer: connection.peer)) != nil
-            return try await engine.transactionData(uid: connection.peer.uid, isAdmin: isAdmin)
+            try await engine.transactionData(caller: policy.enrollmentCaller(connection))
         }
         register("enrollment.audit", .admin) { p, _ in
             ["records": try await engine.audit(limit: p.optionalInt("limit") ?? 100)]
         }
+    }
+}
+
+extension Policy {
+    /// Whether the policy grants `permission` to `peer`.
+    func grants(_ permission: Permission, to peer: PeerCredentials) -> Bool {
+        (try? check(permission, peer: peer)) != nil
+    }
+
+    /// The caller of an `enrollment.*` method: its uid, and whether it is an administrator.
+    func enrollmentCaller(_ connection: RPCConnection) -> EnrollmentCaller {
+        EnrollmentCaller(uid: connection.peer.uid, isAdmin: grants(.admin, to: connection.peer))
     }
 }

@@ -21,6 +21,13 @@ final class MethodTable: RPCDispatcher {
 
     var methods: [String] { handlers.keys.sorted() }
 
+    /// Registers `daemon.methods`: the methods this table serves, read when it is called.
+    func registerIntrospection() {
+        register("daemon.methods", .read) { [unowned self] _, _ in
+            ["methods": .array(methods.map { .string($0) })]
+        }
+    }
+
     /// Runs `hook` for every connection that closes (e.g. to drop its subscriptions).
     func onClose(_ hook: @escaping @Sendable (RPCConnection) -> Void) { closeHooks.append(hook) }
 

@@ -47,7 +47,7 @@ struct Tesserad: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("Unix socket to listen on (mode 0660; a stale socket file is replaced).", valueName: "PATH"))
     var socket: String?
 
-    @Option(name: .customLong("state-dir"), help: ArgumentHelp("Directory for the database and the embedded token (created 0700). Default: $STATE_DIRECTORY or /var/lib/tesserad.", valueName: "DIR"))
+    @Option(name: .customLong("state-dir"), help: ArgumentHelp("Directory for the database, the daemon secret (daemon.secret, 0600) and the embedded token (created 0700). Default: $STATE_DIRECTORY or /var/lib/tesserad.", valueName: "DIR"))
     var stateDir: String?
 
     @Option(name: .customLong("pkcs11-module"), help: ArgumentHelp("PKCS#11 module to load instead of p11-kit's registry (repeatable).", valueName: "PATH"))

@@ -45,6 +45,30 @@ import TesseraCore
         #expect(try await store.finished(limit: 10).map(\.id) == ["a"])
     }
 
+    /// The first terminal outcome stays: a later save of the same enrollment (another outcome, or a step's
+    /// result that lost the race) is refused.
+    @Test func aFinishedRowIsNeverOverwritten() async throws {
+        let (db, path) = try helpers.tempDB()
+        defer { helpers.removeDB(path) }
+        let store = EnrollmentStore(database: db)
+        var r = row("a", startedAt: 1_700_000_000)
+        try await store.insert(r, token: nil)
+        var finished = r
+        finished.state = .finished
+        finished.outcome = "success"
+        finished.finishedAt = Date(timeIntervalSince1970: 1_700_000_100)
+        #expect(try await store.save(finished))
+
+        r.completedSteps = ["EMAIL_INFO"]
+        r.stepIndex = 1
+        #expect(try await !store.save(r))
+        var cancelled = finished
+        cancelled.outcome = "cancelled"
+        #expect(try await !store.save(cancelled))
+        #expect(try await store.latest() == finished)
+        #expect(try await store.current() == nil)
+    }
+
     @Test func anActivationTokenIsConsumedOnceAndOnlyWithItsEnrollment() async throws {
         let (db, path) = try helpers.tempDB()
         defer { helpers.removeDB(path) }

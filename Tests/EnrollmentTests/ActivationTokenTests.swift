@@ -200,8 +200,10 @@ import TesseraCore
         expectRefused(.activationTokenAudience, try sign(c), verifier: verifier(stationId: "kiosk-berlin-1"))
         c["aud"] = []
         expectRefused(.activationTokenAudience, try sign(c), verifier: verifier(stationId: "kiosk-berlin-1"))
+        // Without aud: refused by a station with an id, taken by one without.
         c["aud"] = nil
-        _ = try verifier(stationId: "kiosk-berlin-1").verify(try sign(c), now: now)
+        expectRefused(.activationTokenAudience, try sign(c), verifier: verifier(stationId: "kiosk-berlin-1"))
+        _ = try verifier().verify(try sign(c), now: now)
     }
 
     @Test func rfc7515A3TokenPassesTheSignatureButLacksClaims() throws {

@@ -5,6 +5,7 @@ import base64
 import json
 import os
 import pathlib
+import select
 import signal
 import socket
 import subprocess
@@ -317,32 +318,66 @@ class EmulatedPassport:
 NOBODY = 65534
 
 
-def as_nobody(socket_path: str, calls: list[tuple[str, dict]]) -> dict:
-    """Runs the calls in a child process that has become uid/gid nobody; returns method → "ok" or error code."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            c = Client(socket_path)
-            out = {}
-            for method, params in calls:
-                try:
-                    c.call(method, params)
-                    out[method] = "ok"
-                except RPCError as e:
-                    out[method] = e.code
-            os.write(w, json.dumps(out).encode())
-        except BaseException as e:  # report, so the parent's assertion shows why
-            os.write(w, json.dumps({"child error": repr(e)}).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 4096):
-        data += chunk
-    os.waitpid(pid, 0)
-    return json.loads(data)
+class AsUser:
+    """A forked child that has become uid/gid `uid` (no supplementary groups), connected to the socket, running
+    `body(client, ready)`; `ready()` lets the parent's `wait_ready` return (e.g. once subscribed). `result()` waits for
+    the child and returns what `body` returned (JSON), or {"child error": ...}."""
+
+    def __init__(self, uid: int, socket_path: str, body):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+                out = body(Client(socket_path), lambda: os.write(w, b"R"))
+            except BaseException as e:  # report, so the parent's assertion shows why
+                out = {"child error": repr(e)}
+            try:
+                os.write(w, b"=" + json.dumps(out).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        self.pid, self.fd, self.buf = pid, r, b""
+
+    def _read(self, timeout: float) -> bytes:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"child uid did not answer within {timeout} s")
+        return os.read(self.fd, 4096)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        while not self.buf:
+            chunk = self._read(timeout)
+            if not chunk:
+                raise AssertionError("the child ended before it was ready")
+            self.buf += chunk
+        if self.buf[:1] == b"=":
+            raise AssertionError(f"the child ended before it was ready: {self.buf[1:].decode()}")
+        self.buf = self.buf[1:]
+
+    def result(self, timeout: float = 60):
+        while chunk := self._read(timeout):
+            self.buf += chunk
+        os.close(self.fd)
+        os.waitpid(self.pid, 0)
+        data = self.buf.lstrip(b"R")
+        assert data[:1] == b"=", data
+        return json.loads(data[1:])
+
+
+def as_nobody(socket_path: str, calls: list[tuple[str, dict]], uid: int = NOBODY) -> dict:
+    """Runs the calls in a child process that has become uid/gid nobody (or `uid`); returns method → "ok" or error
+    code."""
+    def body(c: Client, ready) -> dict:
+        out = {}
+        for method, params in calls:
+            try:
+                c.call(method, params)
+                out[method] = "ok"
+            except RPCError as e:
+                out[method] = e.code
+        return out
+    return AsUser(uid, socket_path, body).result()

@@ -1106,11 +1106,14 @@ def test_activation_tokens_expired_replayed_forged(station):
     assert refused(lab.mint("match", sub="x" * 65)) == "ACTIVATION_TOKEN_MALFORMED"
     # Audience and workflow.
     assert refused(lab.mint("match", aud="kiosk-other")) == "ACTIVATION_TOKEN_AUDIENCE"
+    # This station has a stationId: a token meant for no station in particular is not taken for it.
+    assert refused(lab.mint("match", aud=None)) == "ACTIVATION_TOKEN_AUDIENCE"
     assert refused(lab.mint("no-such-workflow")) == "CANDIDATE_UNAVAILABLE"
     assert refused(lab.mint("face")) == "CANDIDATE_UNAVAILABLE"
 
-    # Accepted: within the leeway, without aud, without kid; each only once.
-    for token in [lab.mint("match", exp=now - 20), lab.mint("match", aud=None), lab.mint("match", kid=None)]:
+    # Accepted: within the leeway, with this station among several audiences, without kid; each only once.
+    for token in [lab.mint("match", exp=now - 20), lab.mint("match", aud=["kiosk-other", STATION]),
+                  lab.mint("match", kid=None)]:
         eid = c.start(token=token)["enrollmentId"]
         c.call("enrollment.cancel")
         c.expect("enrollment.finished", enrollmentId=eid)

@@ -110,3 +110,20 @@ def test_crash_after_record_reuses_the_recorded_passkey(station):
         assert audit[0]["outcome"] == "success" and audit[0]["credentialId"] == credential["credentialId"]
     finally:
         d.stop()
+
+
+def test_cancel_after_a_crash_deletes_the_recorded_passkey(station):
+    """A passkey recorded before the crash belongs to the enrollment: cancelled instead of resumed, it goes too."""
+    root, hsm, args = station
+    d, eid = crash_at(root, hsm, args, "enrollment.afterPasskeyRecorded")
+    try:
+        c = d.client()
+        [recorded] = c.call("credentials.list")["credentials"]
+        assert private_keys(hsm) == [f"tessera:{recorded['credentialId']}"]
+        assert c.call("enrollment.cancel") == {"cancelled": True, "enrollmentId": eid}
+        assert c.call("credentials.list")["credentials"] == []
+        assert private_keys(hsm) == []
+        [record] = [r for r in c.call("enrollment.audit")["records"] if r["enrollmentId"] == eid]
+        assert record["outcome"] == "cancelled" and "credentialId" not in record
+    finally:
+        d.stop()
