@@ -374,8 +374,8 @@ public actor EnrollmentEngine {
         }
     }
 
-    /// `enrollment.submit`.
-    public func submit(stepKey: String, payload: JSONValue) async throws(TesseraError) -> JSONValue {
+    /// `enrollment.submit`. `caller`: who submits (a PIN in the payload goes through the PIN rules as theirs).
+    public func submit(stepKey: String, payload: JSONValue, caller: PINCaller? = nil) async throws(TesseraError) -> JSONValue {
         guard row != nil else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
         guard case .waiting(let request) = phase, request.key == stepKey else {
             var expected: JSONValue = .null
@@ -391,7 +391,7 @@ public actor EnrollmentEngine {
         phase = .working(step: step.key)
         let result: StepResult
         do {
-            result = try await handleInput(step, payload: payload)
+            result = try await handleInput(step, payload: payload, caller: caller)
         } catch {
             guard gen == generation, row != nil else { throw error }
             if Self.endsStep(error) {

@@ -1,4 +1,5 @@
 import Enrollment
+import Passkeys
 import Foundation
 import RPC
 import Synchronization
@@ -59,11 +60,11 @@ extension MethodTable {
             subscribers.add(connection)
             return try await engine.resume()
         }
-        register("enrollment.submit", .enroll) { p, _ in
+        register("enrollment.submit", .enroll) { p, connection in
             guard let payload = p.value["payload"] else {
                 throw TesseraError(.invalidInput, "missing parameter 'payload'", details: ["field": "payload"])
             }
-            return try await engine.submit(stepKey: p.string("stepKey"), payload: payload)
+            return try await engine.submit(stepKey: p.string("stepKey"), payload: payload, caller: connection.pinCaller)
         }
         register("enrollment.retry", .enroll) { _, connection in
             subscribers.add(connection)

@@ -77,7 +77,13 @@ struct PIVKeyStoreTests {
         #expect(try await h.store.pinStatus(tokenId: token.id) == .notVerified(retriesLeft: 1))
         let flags = await token.describe()["flags"]
         #expect(flags?["pinFinalTry"] == true)
-        _ = await expectError(.pinLocked) { try await h.authenticate(reg.credentialId, pin: "000000") }
+        // The final try is kept unless the request allows it: refused before VERIFY, the counter unchanged.
+        let guarded = await expectError(.pinFinalTryProtected) { try await h.authenticate(reg.credentialId, pin: "000000") }
+        #expect(guarded?.details["retriesLeft"] == 1)
+        #expect(await card.state.pinRetries == 1)
+        _ = await expectError(.pinLocked) {
+            try await h.authenticate(reg.credentialId, pin: "000000", allowFinalPinTry: true)
+        }
         #expect(try await h.store.pinStatus(tokenId: token.id) == .blocked)
         _ = await expectError(.pinLocked) { try await h.authenticate(reg.credentialId, pin: "123456") }
         #expect(await card.state.pinRetries == 0)
@@ -91,9 +97,9 @@ struct PIVKeyStoreTests {
         let link = try await h.insert(card)
         defer { Task { await link.remove() } }
         let token = try #require(await h.token())
-        let e = await expectError(.pinInvalid) { try await h.store.changePIN(tokenId: token.id, old: "999999", new: "654321") }
+        let e = await expectError(.pinInvalid) { try await h.store.changePIN(tokenId: token.id, old: .unattended("999999"), new: "654321") }
         #expect(e?.details["retriesLeft"] == 2)
-        try await h.store.changePIN(tokenId: token.id, old: "123456", new: "654321")
+        try await h.store.changePIN(tokenId: token.id, old: .unattended("123456"), new: "654321")
         #expect(await card.state.pin == "654321")
         let reg = try await h.enroll(tokenId: token.id, pin: "654321")
         _ = try await h.authenticate(reg.credentialId, pin: "654321")

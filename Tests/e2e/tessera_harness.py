@@ -346,3 +346,34 @@ def as_nobody(socket_path: str, calls: list[tuple[str, dict]]) -> dict:
         data += chunk
     os.waitpid(pid, 0)
     return json.loads(data)
+
+
+def calls_as(uid: int, socket_path: str, calls: list[tuple[str, dict]]) -> tuple[int, list[dict]]:
+    """Runs the calls in order in a child process that has become `uid` (gid nobody); returns the child's pid and,
+    per call, {"result": ...} or {"code": ..., "data": ...}."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(uid)
+            c = Client(socket_path)
+            out = []
+            for method, params in calls:
+                try:
+                    out.append({"result": c.call(method, params)})
+                except RPCError as e:
+                    out.append({"code": e.code, "data": e.data})
+            os.write(w, json.dumps(out).encode())
+        except BaseException as e:  # report, so the parent's assertion shows why
+            os.write(w, json.dumps([{"child error": repr(e)}]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 4096):
+        data += chunk
+    os.waitpid(pid, 0)
+    return pid, json.loads(data)

@@ -1,5 +1,6 @@
 """Socket handling, systemd integration and crash durability of the real daemon."""
 import os
+import pathlib
 import signal
 import socket
 import stat
@@ -131,3 +132,67 @@ def test_kill9_mid_burst_never_repeats_a_sign_count(tmp_path, softhsm):
         verify_assertion(res, ch, RP, ORIGIN, key, max(returned))
     finally:
         d2.stop()
+
+
+def read_proc_environ_without_capabilities(pid: int) -> subprocess.CompletedProcess:
+    """`cat /proc/PID/environ` as the same uid (root) but with no capability (CAP_SYS_PTRACE included): allowed
+    for a dumpable process of that uid, refused for a non-dumpable one."""
+    return subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all",
+                           "cat", f"/proc/{pid}/environ"], capture_output=True, timeout=30)
+
+
+def test_daemon_is_not_dumpable(daemon):
+    pid = int(daemon.client().call("daemon.status")["pid"])
+    assert pid == daemon.proc.pid
+    # Control: an ordinary process of the same uid can be read this way.
+    control = subprocess.Popen(["sleep", "60"])
+    try:
+        ok = read_proc_environ_without_capabilities(control.pid)
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        control.kill()
+        control.wait()
+    refused = read_proc_environ_without_capabilities(pid)
+    assert refused.returncode != 0 and b"Permission denied" in refused.stderr, refused
+    # And the kernel says so too: non-dumpable processes' /proc entries belong to root (no core file either).
+    assert os.stat(f"/proc/{pid}/environ").st_uid == 0
+
+
+def test_systemd_unit_disables_core_dumps():
+    unit = (pathlib.Path(__file__).resolve().parents[2] / "systemd" / "tesserad.service").read_text()
+    assert "LimitCORE=0" in unit.splitlines()
+
+
+def test_embedded_token_is_initialised_through_pkcs11_without_a_pin_on_any_command_line(tmp_path):
+    d = Daemon(tmp_path, {}, ["--pkcs11-module", SOFTHSM_MODULE])
+    d.env.pop("SOFTHSM2_CONF", None)
+    trace = tmp_path / "execve.trace"
+    cmd = ["strace", "-f", "-qq", "-e", "trace=execve", "-s", "4096", "-o", str(trace),
+           str(BIN / "tesserad"), "--socket", d.socket, "--state-dir", str(d.state), *d.args]
+    d.logf = open(d.log, "ab")
+    d.proc = subprocess.Popen(cmd, env=d.env, stdout=d.logf, stderr=d.logf)
+    try:
+        d.wait_ready()
+        status = d.client().call("daemon.status")
+        labels = [t["label"] for t in status["tokens"]]
+        assert "Tessera Embedded" in labels, status
+        daemon_pid = int(status["pid"])
+    finally:
+        try:
+            os.kill(daemon_pid, signal.SIGTERM)
+        except (NameError, ProcessLookupError):
+            pass
+        d.stop()
+    pin_file = d.state / "softhsm" / "user.pin"
+    assert stat.S_IMODE(os.stat(pin_file).st_mode) == 0o600
+    pin = pin_file.read_text().strip()
+    assert len(pin) == 8
+    execs = [line for line in trace.read_text().splitlines() if "execve(" in line]
+    assert execs and all(pin not in line for line in execs), execs
+    assert not any("softhsm2-util" in line for line in execs), execs
+    # The user PIN set through C_InitPIN is the one in user.pin (an independent PKCS#11 client logs in with it).
+    conf = d.state / "softhsm" / "softhsm2.conf"
+    out = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "Tessera Embedded", "--login",
+                          "--pin", pin, "--list-objects"], capture_output=True, text=True,
+                         env={**os.environ, "SOFTHSM2_CONF": str(conf)})
+    assert out.returncode == 0, out.stderr
