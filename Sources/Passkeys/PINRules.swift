@@ -178,7 +178,7 @@ public final class PINRules: Sendable {
         } else {
             metadata["uid"] = "unknown"
         }
-        if let n = error.details["retriesLeft"] { metadata["retriesLeft"] = "\(n)" }
+        if let n = error.details["retriesLeft"]?.intValue { metadata["retriesLeft"] = "\(n)" }
         logger.warning("wrong PIN", metadata: metadata)
     }
 

@@ -134,28 +134,38 @@ def test_kill9_mid_burst_never_repeats_a_sign_count(tmp_path, softhsm):
         d2.stop()
 
 
+NO_CAPS = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"]
+
+
+def start_with_prefix(d: Daemon, prefix: list[str]) -> None:
+    """Starts `d` like Daemon.start does, with `prefix` before the tesserad command line."""
+    cmd = [*prefix, str(BIN / "tesserad"), "--socket", d.socket, "--state-dir", str(d.state), *d.args]
+    d.logf = open(d.log, "ab")
+    d.proc = subprocess.Popen(cmd, env=d.env, stdout=d.logf, stderr=d.logf)
+    d.wait_ready()
+
+
 def read_proc_environ_without_capabilities(pid: int) -> subprocess.CompletedProcess:
-    """`cat /proc/PID/environ` as the same uid (root) but with no capability (CAP_SYS_PTRACE included): allowed
-    for a dumpable process of that uid, refused for a non-dumpable one."""
-    return subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all",
-                           "cat", f"/proc/{pid}/environ"], capture_output=True, timeout=30)
+    return subprocess.run([*NO_CAPS, "cat", f"/proc/{pid}/environ"], capture_output=True, timeout=30)
 
 
-def test_daemon_is_not_dumpable(daemon):
-    pid = int(daemon.client().call("daemon.status")["pid"])
-    assert pid == daemon.proc.pid
-    # Control: an ordinary process of the same uid can be read this way.
-    control = subprocess.Popen(["sleep", "60"])
+def test_daemon_is_not_dumpable(tmp_path, softhsm):
+    """A process of the same uid and the same (here: no) capabilities may read /proc/PID/environ of a dumpable
+    process, not of a non-dumpable one (ptrace access mode READ)."""
+    d = Daemon(tmp_path, softhsm.env, ARGS)
+    start_with_prefix(d, NO_CAPS)
+    control = subprocess.Popen([*NO_CAPS, "sleep", "60"])
     try:
+        pid = int(d.client().call("daemon.status")["pid"])
+        assert pid == d.proc.pid  # setpriv execs tesserad in place
         ok = read_proc_environ_without_capabilities(control.pid)
         assert ok.returncode == 0, ok.stderr
+        refused = read_proc_environ_without_capabilities(pid)
+        assert refused.returncode != 0 and b"Permission denied" in refused.stderr, refused
     finally:
         control.kill()
         control.wait()
-    refused = read_proc_environ_without_capabilities(pid)
-    assert refused.returncode != 0 and b"Permission denied" in refused.stderr, refused
-    # And the kernel says so too: non-dumpable processes' /proc entries belong to root (no core file either).
-    assert os.stat(f"/proc/{pid}/environ").st_uid == 0
+        d.stop()
 
 
 def test_systemd_unit_disables_core_dumps():
@@ -167,21 +177,16 @@ def test_embedded_token_is_initialised_through_pkcs11_without_a_pin_on_any_comma
     d = Daemon(tmp_path, {}, ["--pkcs11-module", SOFTHSM_MODULE])
     d.env.pop("SOFTHSM2_CONF", None)
     trace = tmp_path / "execve.trace"
-    cmd = ["strace", "-f", "-qq", "-e", "trace=execve", "-s", "4096", "-o", str(trace),
-           str(BIN / "tesserad"), "--socket", d.socket, "--state-dir", str(d.state), *d.args]
-    d.logf = open(d.log, "ab")
-    d.proc = subprocess.Popen(cmd, env=d.env, stdout=d.logf, stderr=d.logf)
+    daemon_pid = None
     try:
-        d.wait_ready()
+        start_with_prefix(d, ["strace", "-f", "-qq", "-e", "trace=execve", "-s", "4096", "-o", str(trace)])
         status = d.client().call("daemon.status")
         labels = [t["label"] for t in status["tokens"]]
         assert "Tessera Embedded" in labels, status
         daemon_pid = int(status["pid"])
     finally:
-        try:
+        if daemon_pid:  # d.proc is strace; stop the daemon itself
             os.kill(daemon_pid, signal.SIGTERM)
-        except (NameError, ProcessLookupError):
-            pass
         d.stop()
     pin_file = d.state / "softhsm" / "user.pin"
     assert stat.S_IMODE(os.stat(pin_file).st_mode) == 0o600
