@@ -14,7 +14,7 @@ import VPCD
 /// PIVKeyStore + PasskeyService through a real private pcscd, vpcd readers and emulated PIV cards.
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct PIVKeyStoreTests {
-    @Test func enrollAndAuthenticateWithThreeAPDUsPerAssertion() async throws {
+    @Test func enrollAndAuthenticateWithFourAPDUsPerAssertion() async throws {
         let h = try await PIVHarness.start()
         defer { Task { await h.stop() } }
         let card = EmulatedPIVCard(state: .factoryNew(serial: 1001))
@@ -36,8 +36,10 @@ struct PIVKeyStoreTests {
         let (a, _) = try await h.authenticate(reg.credentialId)
         #expect(try verifyAssertion(a, point: point))
         #expect(a.userVerified)
-        let ins = await card.commands.map { $0[1] }
-        #expect(ins == [PIV.INS.select, PIV.INS.verify, PIV.INS.generalAuthenticate])
+        // SELECT, VERIFY without data (retries left: the final-try guard; spends no try), VERIFY, GENERAL AUTHENTICATE.
+        let commands = await card.commands
+        #expect(commands.map { $0[1] } == [PIV.INS.select, PIV.INS.verify, PIV.INS.verify, PIV.INS.generalAuthenticate])
+        #expect(commands.count == 4 && commands[1].count == 4, "the first VERIFY carries no PIN")
 
         // Without a PIN: no VERIFY, UV not claimed; the PIN verified above still lets the card sign.
         await card.clearCommands()

@@ -32,18 +32,24 @@ struct PINVerifierTests {
     /// The key's mapping is excluded from core dumps ("dd" in VmFlags) and locked when the memlock limit allows ("lo").
     @Test func keyMemoryIsExcludedFromCoreDumps() throws {
         let v = PINVerifier()
-        let smaps = try String(contentsOfFile: "/proc/self/smaps", encoding: .utf8)
-        let start = String(v.mappingAddress, radix: 16)
-        var lines = smaps.split(separator: "\n", omittingEmptySubsequences: false)[...]
+        // /proc files report size 0: read to the end rather than by size.
+        let handle = try #require(FileHandle(forReadingAtPath: "/proc/self/smaps"))
+        let smaps = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+        try handle.close()
+        let address = v.mappingAddress
+        var lines = smaps.split(separator: "\n")[...]
         var flags: [Substring]?
+        // The key's page may share a VMA with a neighbouring mapping of the same kind: find the one containing it.
         while let line = lines.popFirst() {
-            guard line.hasPrefix(start + "-") else { continue }
+            let range = line.split(separator: " ", maxSplits: 1).first?.split(separator: "-") ?? []
+            guard range.count == 2, let low = UInt(range[0], radix: 16), let high = UInt(range[1], radix: 16),
+                  low <= address, address < high else { continue }
             while let next = lines.popFirst() {
                 if next.hasPrefix("VmFlags:") { flags = next.dropFirst(8).split(separator: " "); break }
             }
             break
         }
-        let found = try #require(flags, "mapping \(start) not in /proc/self/smaps")
+        let found = try #require(flags, "no mapping holds \(String(address, radix: 16)) in /proc/self/smaps")
         #expect(found.contains("dd"))
         #expect(found.contains("dc"), "not inherited by children (MADV_DONTFORK)")
         if v.isLocked { #expect(found.contains("lo")) }
