@@ -91,14 +91,16 @@ final class PIVToken: KeyStoreToken {
         if let pin { _ = try PIV.paddedPIN(pin.pin) }  // INVALID_INPUT before anything reaches the card
         return try await session.run { app throws(TesseraError) -> T in
             if let pin {
-                try await self.verify(pin, app)
+                try await self.underPINRules(pin, app) { () async throws(TesseraError) in try await app.verifyPIN(pin.pin) }
             }
             return try await body(app)
         }
     }
 
-    /// Empty VERIFY (retries left, no try spent), the PIN rules' `willSpendTry`, then one VERIFY with the PIN.
-    private func verify(_ pin: PINAttempt, _ app: PIVApplication) async throws(TesseraError) {
+    /// Runs `check` (one PIN try: VERIFY or CHANGE REFERENCE DATA) under the PIN rules: an empty VERIFY first reads
+    /// the retry counter (no try spent) for `willSpendTry`; the outcome goes to `didSpendTry` and the status cache.
+    private func underPINRules(_ pin: PINAttempt, _ app: PIVApplication,
+                               _ check: () async throws(TesseraError) -> Void) async throws(TesseraError) {
         let status = try await app.pinStatus()
         cache.withLock { $0.pinStatus = status }
         switch status {
@@ -107,7 +109,7 @@ final class PIVToken: KeyStoreToken {
         case .verified: try pin.willSpendTry(retriesLeft: nil)
         }
         do throws(TesseraError) {
-            try await trackingPINStatus { () async throws(TesseraError) in try await app.verifyPIN(pin.pin) }
+            try await trackingPINStatus(check)
             pin.didSpendTry(nil)
         } catch {
             pin.didSpendTry(error)
@@ -125,18 +127,8 @@ final class PIVToken: KeyStoreToken {
     /// CHANGE REFERENCE DATA for the application PIN (one try of `old`, under the PIN rules as for `run`).
     func changePIN(old: PINAttempt, new: String) async throws(TesseraError) {
         try await session.run { app throws(TesseraError) in
-            let status = try await app.pinStatus()
-            switch status {
-            case .notVerified(let n): try old.willSpendTry(retriesLeft: n)
-            case .blocked: throw TesseraError(.pinLocked, "the PIN of PIV card \(self.id) is blocked", details: ["retriesLeft": 0])
-            case .verified: try old.willSpendTry(retriesLeft: nil)
-            }
-            do throws(TesseraError) {
-                try await self.trackingPINStatus { () async throws(TesseraError) in try await app.changePIN(old: old.pin, new: new) }
-                old.didSpendTry(nil)
-            } catch {
-                old.didSpendTry(error)
-                throw error
+            try await self.underPINRules(old, app) { () async throws(TesseraError) in
+                try await app.changePIN(old: old.pin, new: new)
             }
         }
     }

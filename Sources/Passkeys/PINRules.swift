@@ -115,8 +115,7 @@ public final class PINAttempt: Sendable {
         rules?.record(caller, tokenId: tokenId, error: error)
     }
 
-    /// Whether `didSpendTry` already recorded a wrong PIN.
-    var recordedFailure: Bool { outcome.withLock { $0 == false } }
+    /// Whether `didSpendTry` already recorded an outcome.
     var recordedOutcome: Bool { outcome.withLock { $0 != nil } }
 }
 
