@@ -34,7 +34,7 @@ let package = Package(
         .systemLibrary(name: "CLibCrypto", path: "Sources/C/CLibCrypto", pkgConfig: "libcrypto",
                        providers: [.apt(["libssl-dev"])]),
 
-        /// Small POSIX helpers Swift cannot express without raw pointers (sd_notify).
+        /// Small POSIX helpers Swift cannot express without raw pointers (sd_notify, secret memory, prctl).
         .target(name: "CSystemShims", path: "Sources/C/CSystemShims"),
 
         // MARK: Foundations and pure protocols (no I/O)
@@ -58,7 +58,7 @@ let package = Package(
 
         // MARK: Devices and storage (I/O at the edges)
         .target(name: "PKCS11", dependencies: [
-            "TesseraCore", "CPKCS11", .product(name: "Crypto", package: "swift-crypto"),
+            "TesseraCore", "CPKCS11", "CSystemShims", .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
         .target(name: "PCSC", dependencies: ["TesseraCore", "APDU", "CPCSCLite"],
                 swiftSettings: strict + [.unsafeFlags(["-Xcc", "-I/usr/include/PCSC"])]),
@@ -146,6 +146,9 @@ let package = Package(
         .testTarget(name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraTestSupport"]),
         .testTarget(name: "PKCS11Tests", dependencies: [
             "PKCS11", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "PasskeysTests", dependencies: [
+            "Passkeys", "TesseraCore", .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore", "TesseraCore"]),
         .testTarget(name: "RPCTests", dependencies: ["RPC", "TesseraCore"]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),

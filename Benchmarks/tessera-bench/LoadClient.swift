@@ -16,17 +16,22 @@ enum LoadClient {
     }
 
     /// Runs `clients` connections for `seconds` (off the cooperative pool); returns every latency (seconds) and the wall time.
-    static func run(socket: String, credentialId: String, clients: Int, seconds: Double) async throws -> (latencies: [Double], wall: Double) {
+    /// `pin`: sent with every assertion (the PIN check the daemon does per request is then measured too).
+    static func run(socket: String, credentialId: String, clients: Int, seconds: Double,
+                    pin: String? = nil) async throws -> (latencies: [Double], wall: Double) {
         try await withCheckedThrowingContinuation { c in
             Thread {
-                c.resume(with: Swift.Result { try blockingRun(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds) })
+                c.resume(with: Swift.Result { try blockingRun(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds, pin: pin) })
             }.start()
         }
     }
 
-    private static func blockingRun(socket: String, credentialId: String, clients: Int, seconds: Double) throws -> (latencies: [Double], wall: Double) {
-        let params: JSONValue = ["rpId": "bench.example", "challenge": "YmVuY2gtY2hhbGxlbmdlLTAxMjM0NTY3",
-                                 "allowCredentials": [.string(credentialId)]]
+    private static func blockingRun(socket: String, credentialId: String, clients: Int, seconds: Double,
+                                    pin: String?) throws -> (latencies: [Double], wall: Double) {
+        var fields: [String: JSONValue] = ["rpId": "bench.example", "challenge": "YmVuY2gtY2hhbGxlbmdlLTAxMjM0NTY3",
+                                           "allowCredentials": [.string(credentialId)]]
+        if let pin { fields["pin"] = .string(pin) }
+        let params = JSONValue.object(fields)
         let tail = Array(#","jsonrpc":"2.0","method":"passkey.authenticate","params":"#.utf8) + params.serialized()
             + Array("}\n".utf8)
         let fds = try (0..<clients).map { _ in try connect(socket) }

@@ -6,12 +6,13 @@ import TesseraTestSupport
 
 /// Assertions per second over the daemon's socket against raw PKCS#11 C_Sign on the same SoftHSM2 token,
 /// measured in the same run. Usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16]
-/// [--daemon-cpus LIST] [--piv]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
+/// [--daemon-cpus LIST] [--piv] [--pin]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
 /// from `RPCClient`; its own CPU time is reported beside the daemon's so a shared machine can be judged.
 @main
 enum Bench {
     static let usage = """
-        usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST] [--piv]
+        usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST] [--piv] [--pin]
+          --pin               send the token's PIN with every assertion (measures the per-request PIN check)
           --daemon-cpus LIST  run tesserad under `taskset -c LIST` (e.g. 1; start the bench itself under
                               `taskset -c 0` to give load generator and daemon a core each)
         """
@@ -23,12 +24,14 @@ enum Bench {
         var tesserad = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
             .appendingPathComponent("tesserad").path
         var piv = false  // --piv: the PIV card benchmark (PIVBench.swift) instead of PKCS#11
+        var withPIN = false
         var it = CommandLine.arguments.dropFirst().makeIterator()
         while let a = it.next() {
             switch a {
             case "--seconds": seconds = Double(it.next() ?? "") ?? seconds
             case "--tesserad": tesserad = it.next() ?? tesserad
             case "--piv": piv = true
+            case "--pin": withPIN = true
             case "--clients": clientCounts = (it.next() ?? "").split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
             case "--daemon-cpus": daemonCPUs = it.next()
             default: print(usage); return
@@ -79,6 +82,7 @@ enum Bench {
             print("tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
             print("startup to ready: \(format(ready)); idle RSS: \(idleRSS.map { "\($0) KiB" } ?? "?")")
             if let daemonCPUs { print("tesserad pinned to CPUs \(daemonCPUs)") }
+            if withPIN { print("every assertion carries the PIN (checked against the last good PIN's verifier)") }
             print("clients  raw C_Sign/s (sessions)  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/a  client CPU µs/a  daemon cs/a")
             var rawSingleLatency = 0.0
             for clients in clientCounts {
@@ -88,7 +92,8 @@ enum Bench {
                 if clients == 1 { rawSingleLatency = 1.0 / raw }
                 let pid = daemon.processIdentifier
                 let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(), csBefore = contextSwitches(pid: pid)
-                let (latencies, wall) = try await LoadClient.run(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds)
+                let (latencies, wall) = try await LoadClient.run(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds,
+                                                                    pin: withPIN ? "1234" : nil)
                 let n = Double(latencies.count)
                 let cpu = (cpuSeconds(pid: pid) - cpuBefore) / n
                 let own = (LoadClient.ownCPUSeconds() - ownBefore) / n

@@ -414,7 +414,8 @@ public actor EnrollmentEngine {
         }
     }
 
-    /// `enrollment.submit`: only the uid that started the enrollment (or an administrator).
+    /// `enrollment.submit`: only the uid that started the enrollment (or an administrator); a PIN in the
+    /// payload goes through the PIN rules as the caller's.
     public func submit(stepKey: String, payload: JSONValue, caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
         guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
         try authorize(caller, current)
@@ -432,7 +433,7 @@ public actor EnrollmentEngine {
         phase = .working(step: step.key)
         let result: StepResult
         do {
-            result = try await handleInput(step, payload: payload)
+            result = try await handleInput(step, payload: payload, caller: caller.pinCaller)
         } catch {
             guard gen == generation, row != nil else { throw error }
             if Self.endsStep(error) {

@@ -33,7 +33,7 @@ extension EnrollmentEngine {
         }
     }
 
-    func handleInput(_ step: WorkflowStep, payload: JSONValue) async throws(TesseraError) -> StepResult {
+    func handleInput(_ step: WorkflowStep, payload: JSONValue, caller: PINCaller?) async throws(TesseraError) -> StepResult {
         let p = try Params(payload)
         switch step.kind {
         case .emailInfo:
@@ -47,7 +47,8 @@ extension EnrollmentEngine {
         case .passkeyCreation:
             let pin = try p.string("pin")
             guard !pin.isEmpty else { throw TesseraError(.invalidInput, "pin must not be empty", details: ["field": "pin"]) }
-            return try await createPasskey(step, pin: pin)
+            return try await createPasskey(step, pin: pin, caller: caller,
+                                           allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
         case .client:
             if let required = step.settings["input"]?["required"]?.arrayValue {
                 for name in required.compactMap(\.stringValue) where payload[name] == nil {
@@ -291,7 +292,8 @@ extension EnrollmentEngine {
 
     /// Creates the passkey, or picks up one created before a crash. The credential id and key handle are
     /// recorded before the key is generated (see docs/ENROLLMENT.md, "Durability").
-    func createPasskey(_ step: WorkflowStep, pin: String?) async throws(TesseraError) -> StepResult {
+    func createPasskey(_ step: WorkflowStep, pin: String?, caller: PINCaller? = nil,
+                       allowFinalPinTry: Bool = false) async throws(TesseraError) -> StepResult {
         guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
         let rpId = step.string("rpId") ?? ""
         let origin = step.string("origin")
@@ -359,7 +361,7 @@ extension EnrollmentEngine {
                 rpId: rpId, userId: userHandle, userName: userName, userDisplayName: displayName, challenge: challenge,
                 origin: origin, tokenId: tokenId, pin: pin, attestation: attestation,
                 userVerification: PasskeyService.UserVerification(rawValue: uv) ?? .preferred,
-                credentialId: credentialId, keyHandle: keyHandle))
+                credentialId: credentialId, keyHandle: keyHandle, caller: caller, allowFinalPinTry: allowFinalPinTry))
             await Failpoint.reach("enrollment.afterPasskeyRecorded")
             return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: userHandle, recovered: false)])
         } catch where error.code == .pinRequired && pin == nil {

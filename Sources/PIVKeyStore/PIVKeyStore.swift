@@ -124,8 +124,8 @@ public final class PIVKeyStore: KeyStore {
     }
 
     /// Changes the PIN of a present card (CHANGE REFERENCE DATA; a wrong old PIN costs one try).
-    public func changePIN(tokenId: String, old: String, new: String) async throws(TesseraError) {
-        _ = try PIV.paddedPIN(old)
+    public func changePIN(tokenId: String, old: PINAttempt, new: String) async throws(TesseraError) {
+        _ = try PIV.paddedPIN(old.pin)
         _ = try PIV.paddedPIN(new)
         guard let token = await token(id: tokenId) else {
             throw TesseraError(.tokenNotPresent, "PIV card \(tokenId) is not present")

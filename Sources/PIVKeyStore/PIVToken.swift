@@ -18,7 +18,8 @@ import Passkeys
 /// answer Yubico GET METADATA — no key in it. Slots 9A/9C/9D/9E are never touched.
 ///
 /// PIN: a request's PIN is sent (one VERIFY, one try) in the same transaction as its signature or key generation,
-/// so an assertion with user verification is SELECT + VERIFY + GENERAL AUTHENTICATE, atomically.
+/// after an empty VERIFY that reads the retry counter (no try spent) for the final-try guard, so an assertion with
+/// user verification is SELECT + VERIFY (status) + VERIFY + GENERAL AUTHENTICATE, atomically.
 final class PIVToken: KeyStoreToken {
     let id: String
     let reader: String
@@ -84,14 +85,35 @@ final class PIVToken: KeyStoreToken {
 
     // MARK: PIN
 
-    /// One operation in one transaction: SELECT, then VERIFY when the request gave a PIN, then `body`.
-    func run<T: Sendable>(pin: String? = nil, _ body: @Sendable (PIVApplication) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
-        if let pin { _ = try PIV.paddedPIN(pin) }  // INVALID_INPUT before anything reaches the card
+    /// One operation in one transaction: SELECT, then (when the request gave a PIN) the PIN rules' checks against
+    /// the card's retry counter and one VERIFY, then `body`.
+    func run<T: Sendable>(pin: PINAttempt? = nil, _ body: @Sendable (PIVApplication) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+        if let pin { _ = try PIV.paddedPIN(pin.pin) }  // INVALID_INPUT before anything reaches the card
         return try await session.run { app throws(TesseraError) -> T in
             if let pin {
-                try await self.trackingPINStatus { () async throws(TesseraError) in try await app.verifyPIN(pin) }
+                try await self.underPINRules(pin, app) { () async throws(TesseraError) in try await app.verifyPIN(pin.pin) }
             }
             return try await body(app)
+        }
+    }
+
+    /// Runs `check` (one PIN try: VERIFY or CHANGE REFERENCE DATA) under the PIN rules: an empty VERIFY first reads
+    /// the retry counter (no try spent) for `willSpendTry`; the outcome goes to `didSpendTry` and the status cache.
+    private func underPINRules(_ pin: PINAttempt, _ app: PIVApplication,
+                               _ check: () async throws(TesseraError) -> Void) async throws(TesseraError) {
+        let status = try await app.pinStatus()
+        cache.withLock { $0.pinStatus = status }
+        switch status {
+        case .notVerified(let n): try pin.willSpendTry(retriesLeft: n)
+        case .blocked: throw TesseraError(.pinLocked, "the PIN of PIV card \(id) is blocked", details: ["retriesLeft": 0])
+        case .verified: try pin.willSpendTry(retriesLeft: nil)
+        }
+        do throws(TesseraError) {
+            try await trackingPINStatus(check)
+            pin.didSpendTry(nil)
+        } catch {
+            pin.didSpendTry(error)
+            throw error
         }
     }
 
@@ -102,10 +124,12 @@ final class PIVToken: KeyStoreToken {
         return status
     }
 
-    /// CHANGE REFERENCE DATA for the application PIN (one try of the old PIN).
-    func changePIN(old: String, new: String) async throws(TesseraError) {
+    /// CHANGE REFERENCE DATA for the application PIN (one try of `old`, under the PIN rules as for `run`).
+    func changePIN(old: PINAttempt, new: String) async throws(TesseraError) {
         try await session.run { app throws(TesseraError) in
-            try await self.trackingPINStatus { () async throws(TesseraError) in try await app.changePIN(old: old, new: new) }
+            try await self.underPINRules(old, app) { () async throws(TesseraError) in
+                try await app.changePIN(old: old.pin, new: new)
+            }
         }
     }
 
@@ -134,7 +158,7 @@ final class PIVToken: KeyStoreToken {
         return managementKey
     }
 
-    func generateP256Key(handle: [UInt8], label: String, pin: String?) async throws(TesseraError) -> [UInt8] {
+    func generateP256Key(handle: [UInt8], label: String, pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
         let key = try requireManagementKey()
         let slots = self.slots
         let tokenId = id
@@ -186,7 +210,7 @@ final class PIVToken: KeyStoreToken {
         return slot
     }
 
-    func signP256(handle: [UInt8], message: [UInt8], pin: String?) async throws(TesseraError) -> [UInt8] {
+    func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
         let slot = try await slot(for: handle)
         let digest = Array(SHA256.hash(data: message))
         let der = try await run(pin: pin) { app throws(TesseraError) in try await app.signP256(slot: slot, digest: digest) }
@@ -195,12 +219,12 @@ final class PIVToken: KeyStoreToken {
 
     /// Destroys the key by generating a fresh one over it (PIV has no delete), clears the slot's certificate
     /// object if there is one, and records the slot as Tessera's free slot.
-    func deleteKey(handle: [UInt8]) async throws(TesseraError) {
+    func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError) {
         let key = try requireManagementKey()
         guard let record = try await slots.slot(tokenId: id, keyHandle: handle), let slot = UInt8(exactly: record.slot) else {
             throw TesseraError(.passkeyNotFound, "no key with this handle on PIV card \(id)")
         }
-        try await run { app throws(TesseraError) in
+        try await run(pin: pin) { app throws(TesseraError) in
             try await app.authenticate(managementKey: key)
             _ = try await app.generateP256(slot: slot)
             if let certTag = PIV.Object.certificate(slot: slot), try await app.getData(certTag) != nil {

@@ -1,4 +1,5 @@
 import CPKCS11
+import CSystemShims
 import Foundation
 import TesseraCore
 
@@ -145,6 +146,26 @@ public final class PKCS11Provider: Sendable {
         }
     }
 
+    /// Initialises the first present but uninitialised token of the module whose file name contains
+    /// `moduleFileNameContaining` (e.g. SoftHSM2's free slot) through PKCS#11 itself: `C_InitToken` with `soPIN` and
+    /// `label`, then a security-officer session that sets the user PIN (`C_InitPIN`). No PIN leaves the process.
+    /// `TOKEN_NOT_PRESENT` when there is no such module or free token; `TOKEN_ERROR` with the `CKR_*` name otherwise.
+    /// Blocking: call it off the cooperative pool or at start-up only. Re-create the provider afterwards to see the token.
+    public func initializeFreeToken(moduleFileNameContaining fragment: String, label: String,
+                                    soPIN: String, userPIN: String) throws(TesseraError) {
+        guard let module = modules.first(where: { $0.fileName.contains(fragment) }) else {
+            throw TesseraError(.tokenNotPresent, "no PKCS#11 module named like \(fragment) is loaded")
+        }
+        guard let slot = module.slotsWithToken().first(where: { slot in
+            guard case .success(let info) = module.tokenInfo(slot) else { return false }
+            return info.flags & ck_flags_t(CKF_TOKEN_INITIALIZED) == 0
+        }) else {
+            throw TesseraError(.tokenNotPresent, "module \(module.name) has no uninitialised token")
+        }
+        try TokenInitialization.run(module: module, slot: slot, label: label, soPIN: Array(soPIN.utf8),
+                                    userPIN: Array(userPIN.utf8)).get()
+    }
+
     private func sessionCount(for info: TokenInfo) -> Int {
         let hardware = info.flags.isHardwareSlot || info.flags.isRemovableDevice
         var n = configuration.sessionsPerToken ?? (hardware ? configuration.hardwareSessions : configuration.softwareSessions)
@@ -162,5 +183,43 @@ public final class PKCS11Provider: Sendable {
     private static func p11KitMessage() -> String {
         guard let m = p11_kit_message() else { return "no details" }
         return String(cString: m)
+    }
+}
+
+/// `C_InitToken` + `C_InitPIN` on one slot.
+enum TokenInitialization {
+    static func run(module: Module, slot: ck_slot_id_t, label: String, soPIN: [UInt8], userPIN: [UInt8]) -> Result<Void, TesseraError> {
+        func fail(_ rv: ck_rv_t, _ call: String) -> Result<Void, TesseraError> {
+            .failure(TesseraError(.tokenError, "\(call) failed: \(ReturnValue.name(rv))", details: ["ckr": .string(ReturnValue.name(rv))]))
+        }
+        guard let initToken = module.f.C_InitToken, let openSession = module.f.C_OpenSession, let login = module.f.C_Login,
+              let initPIN = module.f.C_InitPIN, let closeSession = module.f.C_CloseSession else {
+            return fail(ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED), "C_InitToken")
+        }
+        // The label is 32 bytes, blank-padded, not NUL-terminated.
+        var paddedLabel = Array(label.utf8.prefix(32))
+        paddedLabel += [UInt8](repeating: 0x20, count: 32 - paddedLabel.count)
+        var so = soPIN
+        var user = userPIN
+        defer {
+            so.withUnsafeMutableBytes { tessera_secure_zero($0.baseAddress, $0.count) }
+            user.withUnsafeMutableBytes { tessera_secure_zero($0.baseAddress, $0.count) }
+        }
+        var rv = so.withUnsafeMutableBufferPointer { soBuf in
+            paddedLabel.withUnsafeMutableBufferPointer { labelBuf in
+                initToken(slot, soBuf.baseAddress, UInt(soBuf.count), labelBuf.baseAddress)
+            }
+        }
+        guard rv == CKR_OK else { return fail(rv, "C_InitToken") }
+        var session: ck_session_handle_t = 0
+        rv = openSession(slot, ck_flags_t(CKF_SERIAL_SESSION | CKF_RW_SESSION), nil, nil, &session)
+        guard rv == CKR_OK else { return fail(rv, "C_OpenSession") }
+        defer { _ = closeSession(session) }
+        rv = so.withUnsafeMutableBufferPointer { login(session, ck_user_type_t(CKU_SO), $0.baseAddress, UInt($0.count)) }
+        guard rv == CKR_OK else { return fail(rv, "C_Login(SO)") }
+        rv = user.withUnsafeMutableBufferPointer { initPIN(session, $0.baseAddress, UInt($0.count)) }
+        _ = module.f.C_Logout?(session)
+        guard rv == CKR_OK else { return fail(rv, "C_InitPIN") }
+        return .success(())
     }
 }

@@ -15,8 +15,8 @@ public final class PKCS11Token: Sendable {
     private let infoState: Locked<TokenInfo>
     private let pool: SessionPool
     private let keyHandles = Locked<[[UInt8]: ck_object_handle_t]>([:])
+    /// `PINVerifier.shared` tag of the PIN of the last successful login.
     private let pinRecord = Locked<[UInt8]?>(nil)
-    private let pinSalt: [UInt8]
     private let authLock = AsyncLock()
     private let mechanismChoice = Locked<ck_mechanism_type_t?>(nil)
 
@@ -25,7 +25,6 @@ public final class PKCS11Token: Sendable {
         self.module = module
         self.slot = Locked(slot)
         self.infoState = Locked(info)
-        self.pinSalt = SecureRandom.bytes(16)
         // Hardware and removable tokens can take 100+ ms per call: they get dedicated threads; software tokens run inline.
         let software = !(info.flags.isHardwareSlot || info.flags.isRemovableDevice)
         self.pool = SessionPool(capacity: sessions, module: module, slot: self.slot, threadName: "tessera.p11.\(id)",
@@ -69,24 +68,45 @@ public final class PKCS11Token: Sendable {
     }
 
     /// User verification with a PIN: logs in when needed, otherwise checks `pin` against the PIN of the last
-    /// successful login (salted SHA-256, constant-time). On a mismatch it waits for every pooled session to be free,
-    /// logs out and calls `C_Login` once with `pin`, so a wrong PIN costs exactly one token retry
-    /// and leaves the token logged out.
-    public func verifyPIN(_ pin: String) async throws(TesseraError) {
+    /// successful login (an HMAC tag under the process's `PINVerifier` key, constant-time). On a mismatch it waits
+    /// for every pooled session to be free, logs out and calls `C_Login` once with `pin`, so a wrong PIN costs
+    /// exactly one token retry and leaves the token logged out.
+    ///
+    /// Before a `C_Login` (the only step that can cost a retry) it reads the token's flags and calls
+    /// `beforeTry(retriesLeft)` — 1 when the token reports `CKF_USER_PIN_FINAL_TRY`, else nil — which may refuse by
+    /// throwing; after it, `afterTry` gets nil (correct PIN) or the error. Both run under the token's login lock.
+    public func verifyPIN(
+        _ pin: String,
+        beforeTry: @Sendable (_ retriesLeft: Int?) throws(TesseraError) -> Void = { _ throws(TesseraError) in },
+        afterTry: @Sendable (TesseraError?) -> Void = { _ in }
+    ) async throws(TesseraError) {
         let pinBytes = Array(pin.utf8)
         try await authLock.withLock { () async throws(TesseraError) in
             let loggedIn = try await self.withSession { (ctx: SessionContext) throws(OperationError) in try ctx.isLoggedIn() }
-            if !loggedIn {
-                try await self.loginOnce(pinBytes)
+            if loggedIn, let recorded = self.pinRecord.withLock({ $0 }), PINVerifier.shared.matches(pinBytes, recorded: recorded) {
                 return
             }
-            let candidate = self.pinDigest(pinBytes)
-            if let recorded = self.pinRecord.withLock({ $0 }), ConstantTime.equal(recorded, candidate) { return }
-            try await self.drained { (ctx: SessionContext) throws(OperationError) in
-                _ = ctx.logout()
+            let infoState = self.infoState
+            let finalTry = try await self.withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+                guard let token = ctx.tokenInfo() else { return false }
+                let flags = TokenFlags(token: token.flags, slot: ck_flags_t(0))
+                infoState.withLock { $0.flags = flags.keepingSlot($0.flags) }
+                return flags.userPinFinalTry
             }
-            self.pinRecord.withLock { $0 = nil }
-            try await self.loginOnce(pinBytes)
+            try beforeTry(finalTry ? 1 : nil)
+            if loggedIn {
+                try await self.drained { (ctx: SessionContext) throws(OperationError) in
+                    _ = ctx.logout()
+                }
+                self.pinRecord.withLock { $0 = nil }
+            }
+            do throws(TesseraError) {
+                try await self.loginOnce(pinBytes)
+                afterTry(nil)
+            } catch {
+                afterTry(error)
+                throw error
+            }
         }
     }
 
@@ -117,8 +137,8 @@ public final class PKCS11Token: Sendable {
             }
         }
         if verified {
-            let digest = pinDigest(pin)
-            pinRecord.withLock { $0 = digest }
+            let tag = PINVerifier.shared.tag(pin)
+            pinRecord.withLock { $0 = tag }
         }
     }
 
@@ -137,8 +157,6 @@ public final class PKCS11Token: Sendable {
         }
         return TesseraError(.pinInvalid, "the PIN is incorrect (the token does not report remaining attempts)")
     }
-
-    private func pinDigest(_ pin: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: pinSalt + pin)) }
 
     // MARK: Keys
 

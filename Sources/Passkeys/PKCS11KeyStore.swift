@@ -30,7 +30,7 @@ public final class PKCS11KeyStore: KeyStore {
         var provider = try PKCS11Provider(modulePaths: modules.isEmpty ? nil : modules, configuration: configuration)
         var usable = await provider.tokensAsync().filter(Self.isUsable)
         if usable.isEmpty, let embedded, embedded.active {
-            try embedded.createToken(logger: logger)
+            try embedded.createToken(with: provider, logger: logger)
             provider.finalize()
             provider = try PKCS11Provider(modulePaths: modules.isEmpty ? nil : modules, configuration: configuration)
             usable = await provider.tokensAsync().filter(Self.isUsable)
@@ -98,20 +98,31 @@ struct PKCS11TokenAdapter: KeyStoreToken {
         return await !token.isLoggedIn
     }
 
-    func generateP256Key(handle: [UInt8], label: String, pin: String?) async throws(TesseraError) -> [UInt8] {
-        if let pin { try await token.verifyPIN(pin) }
+    func generateP256Key(handle: [UInt8], label: String, pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
+        try await verify(pin)
         return try await token.generateP256KeyPair(id: handle, label: label)
     }
 
-    func signP256(handle: [UInt8], message: [UInt8], pin: String?) async throws(TesseraError) -> [UInt8] {
-        if let pin { try await token.verifyPIN(pin) }
+    func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
+        try await verify(pin)
         return try await token.signP256(keyID: handle, message: message, digest: Array(SHA256.hash(data: message)))
     }
 
-    func deleteKey(handle: [UInt8]) async throws(TesseraError) {
+    func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError) {
+        try await verify(pin)
         guard try await token.deleteKeyPair(id: handle) else {
             throw TesseraError(.passkeyNotFound, "no key with this handle on token \(token.id)")
         }
+    }
+}
+
+extension PKCS11TokenAdapter {
+    /// The PIN check under the PIN rules: the token's final-try flag and the caller's back-off are checked right
+    /// before `C_Login`, under the token's login lock.
+    private func verify(_ pin: PINAttempt?) async throws(TesseraError) {
+        guard let pin else { return }
+        try await token.verifyPIN(pin.pin, beforeTry: { n throws(TesseraError) in try pin.willSpendTry(retriesLeft: n) },
+                                  afterTry: { pin.didSpendTry($0) })
     }
 }
 
@@ -144,26 +155,19 @@ struct EmbeddedSoftHSM {
         setenv("SOFTHSM2_CONF", configPath, 1)
     }
 
-    /// Creates the embedded token with random PINs; the user PIN goes to `user.pin` (0600).
-    func createToken(logger: Logger) throws(TesseraError) {
+    /// Creates the embedded token with random PINs through PKCS#11 (`C_InitToken`, `C_InitPIN` in SoftHSM2's free
+    /// slot); the user PIN goes to `user.pin` (0600), the SO PIN is forgotten. No PIN is ever on a command line.
+    func createToken(with provider: PKCS11Provider, logger: Logger) throws(TesseraError) {
         let pin = Self.randomDigits(8)
         let soPIN = Self.randomDigits(12)
+        do {
+            try provider.initializeFreeToken(moduleFileNameContaining: "softhsm2", label: Self.label, soPIN: soPIN, userPIN: pin)
+        } catch where error.code == .tokenNotPresent {
+            throw TesseraError(.tokenNotPresent,
+                               "no token found and SoftHSM2 cannot create one (apt-get install softhsm2): \(error.message)")
+        }
         guard FileManager.default.createFile(atPath: pinFile, contents: Data(pin.utf8), attributes: [.posixPermissions: 0o600]) else {
             throw TesseraError(.storageError, "cannot write \(pinFile)")
-        }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/softhsm2-util")
-        p.arguments = ["--init-token", "--free", "--label", Self.label, "--pin", pin, "--so-pin", soPIN]
-        p.standardOutput = FileHandle.nullDevice
-        let err = Pipe()
-        p.standardError = err
-        do { try p.run() } catch {
-            throw TesseraError(.tokenNotPresent, "no token found and softhsm2-util cannot run (apt-get install softhsm2): \(error)")
-        }
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else {
-            let msg = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            throw TesseraError(.tokenError, "softhsm2-util --init-token failed: \(msg)")
         }
         logger.notice("no usable token found: created the embedded SoftHSM2 token '\(Self.label)' in \(directory)")
     }

@@ -12,10 +12,14 @@ public final class PasskeyService: Sendable {
     private let store: CredentialStore
     private let counters: SignCounterAllocator
     private let logger: Logger
+    /// The PIN rules every caller PIN goes through (front doors other than the socket methods reuse them).
+    public let pinRules: PINRules
     /// Credential records by id (they change only on delete), so assertions need no database read.
     private let records = Mutex<[[UInt8]: CredentialRecord]>([:])
 
-    public init(keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024) {
+    public init(keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024,
+                pinBackoff: PINBackoffPolicy = .standard) {
+        self.pinRules = PINRules(backoff: pinBackoff, logger: logger)
         self.keyStores = keyStores
         self.store = store
         self.counters = SignCounterAllocator(store: store, blockSize: counterBlock)
@@ -52,11 +56,17 @@ public final class PasskeyService: Sendable {
         /// crash can find the credential or its unrecorded key (`discardUnrecordedKey`). nil: random.
         public var credentialId: [UInt8]?
         public var keyHandle: [UInt8]?
+        /// Who sent the PIN (for the per-uid back-off and the log).
+        public var caller: PINCaller?
+        /// Whether the token's last PIN try may be spent.
+        public var allowFinalPinTry: Bool
 
         public init(rpId: String, userId: [UInt8], userName: String, userDisplayName: String, challenge: [UInt8],
                     origin: String? = nil, excludeCredentials: [[UInt8]] = [], tokenId: String? = nil,
                     pin: String? = nil, attestation: Attestation = .none, userVerification: UserVerification = .preferred,
-                    credentialId: [UInt8]? = nil, keyHandle: [UInt8]? = nil) {
+                    credentialId: [UInt8]? = nil, keyHandle: [UInt8]? = nil, caller: PINCaller? = nil,
+                    allowFinalPinTry: Bool = false) {
+            self.caller = caller; self.allowFinalPinTry = allowFinalPinTry
             self.rpId = rpId; self.userId = userId; self.userName = userName; self.userDisplayName = userDisplayName
             self.challenge = challenge; self.origin = origin; self.excludeCredentials = excludeCredentials
             self.tokenId = tokenId; self.pin = pin; self.attestation = attestation
@@ -79,6 +89,7 @@ public final class PasskeyService: Sendable {
 
     public func enroll(_ r: EnrollRequest) async throws(TesseraError) -> EnrollResult {
         try Self.validate(rpId: r.rpId)
+        if r.pin != nil { try pinRules.checkBackoff(r.caller) }
         guard (1...64).contains(r.userId.count) else { throw .invalidInput("user.id must be 1 to 64 bytes") }
         guard !r.challenge.isEmpty, r.challenge.count <= 1024 else { throw .invalidInput("challenge must be 1 to 1024 bytes") }
         for excluded in r.excludeCredentials {
@@ -93,8 +104,10 @@ public final class PasskeyService: Sendable {
         if let h = r.keyHandle, !(1...64).contains(h.count) { throw .invalidInput("keyHandle must be 1 to 64 bytes") }
         let credentialId = r.credentialId ?? SecureRandom.bytes(32)
         let keyHandle = r.keyHandle ?? SecureRandom.bytes(16)
-        let point = try await token.generateP256Key(handle: keyHandle, label: "tessera:\(Base64URL.encode(credentialId))",
-                                                    pin: r.pin)
+        let label = "tessera:\(Base64URL.encode(credentialId))"
+        let point = try await withPIN(r.pin, caller: r.caller, allowFinalTry: r.allowFinalPinTry, token: token) { pin throws(TesseraError) in
+            try await token.generateP256Key(handle: keyHandle, label: label, pin: pin)
+        }
         Failpoint.hit("passkey.afterKeyGeneration")
         let clientData = CollectedClientData(type: .create, challenge: r.challenge,
                                              origin: r.origin ?? "https://\(r.rpId)").json
@@ -124,7 +137,7 @@ public final class PasskeyService: Sendable {
                 keyHandle: Data(keyHandle), publicKey: Data(cose)))
         } catch {
             // Nothing recorded: do not leave an orphan key behind.
-            try? await token.deleteKey(handle: keyHandle)
+            try? await token.deleteKey(handle: keyHandle, pin: nil)
             throw error
         }
         logger.info("passkey enrolled", metadata: ["rpId": "\(r.rpId)", "token": "\(token.id)", "uv": "\(verified)"])
@@ -140,7 +153,7 @@ public final class PasskeyService: Sendable {
             throw TesseraError(.tokenNotPresent, "token \(tokenId) is not present")
         }
         do {
-            try await token.deleteKey(handle: handle)
+            try await token.deleteKey(handle: handle, pin: nil)
             logger.notice("deleted a key generated but never recorded", metadata: ["token": "\(tokenId)"])
         } catch where error.code == .passkeyNotFound {}
     }
@@ -169,8 +182,14 @@ public final class PasskeyService: Sendable {
         public var origin: String?
         public var pin: String?
         public var userVerification: UserVerification
+        /// Who sent the PIN (for the per-uid back-off and the log).
+        public var caller: PINCaller?
+        /// Whether the token's last PIN try may be spent.
+        public var allowFinalPinTry: Bool
         public init(rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
-                    pin: String? = nil, userVerification: UserVerification = .preferred) {
+                    pin: String? = nil, userVerification: UserVerification = .preferred, caller: PINCaller? = nil,
+                    allowFinalPinTry: Bool = false) {
+            self.caller = caller; self.allowFinalPinTry = allowFinalPinTry
             self.rpId = rpId; self.challenge = challenge; self.allowCredentials = allowCredentials
             self.origin = origin; self.pin = pin; self.userVerification = userVerification
         }
@@ -211,9 +230,10 @@ public final class PasskeyService: Sendable {
         if verified { flags.insert(.userVerified) }
         let authData = AuthenticatorData(rpId: r.rpId, flags: flags, signCount: count, attestedCredential: nil).encoded
         let clientData = CollectedClientData(type: .get, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json
-        let raw = try await token.signP256(handle: [UInt8](record.keyHandle),
-                                           message: WebAuthnSigning.dataToSign(authenticatorData: authData, clientDataJSON: clientData),
-                                           pin: r.pin)
+        let message = WebAuthnSigning.dataToSign(authenticatorData: authData, clientDataJSON: clientData)
+        let raw = try await withPIN(r.pin, caller: r.caller, allowFinalTry: r.allowFinalPinTry, token: token) { pin throws(TesseraError) in
+            try await token.signP256(handle: [UInt8](record.keyHandle), message: message, pin: pin)
+        }
         return Assertion(credentialId: credentialId, authenticatorData: authData, clientDataJSON: clientData,
                          signature: try ECDSASignature.derFromRaw(raw), userHandle: [UInt8](record.userId),
                          signCount: count, userVerified: verified)
@@ -233,14 +253,19 @@ public final class PasskeyService: Sendable {
     }
 
     /// Deletes the key on its token, then the metadata. A missing token keeps the metadata and fails clearly.
-    public func delete(id: [UInt8]) async throws(TesseraError) {
+    /// `pin` logs in first under the PIN rules (tokens whose keys need a login answer PIN_REQUIRED without it).
+    public func delete(id: [UInt8], pin: String? = nil, caller: PINCaller? = nil,
+                       allowFinalPinTry: Bool = false) async throws(TesseraError) {
+        if pin != nil { try pinRules.checkBackoff(caller) }
         let rec = try await credential(id: id)
         guard let token = await token(id: rec.tokenId) else {
             throw TesseraError(.tokenNotPresent,
                                "token \(rec.tokenId) holding this passkey is not present; metadata kept, nothing deleted")
         }
         do {
-            try await token.deleteKey(handle: [UInt8](rec.keyHandle))
+            try await withPIN(pin, caller: caller, allowFinalTry: allowFinalPinTry, token: token) { pin throws(TesseraError) in
+                try await token.deleteKey(handle: [UInt8](rec.keyHandle), pin: pin)
+            }
         } catch where error.code == .passkeyNotFound {
             logger.warning("key of credential already absent from its token; removing metadata")
         }
@@ -262,6 +287,15 @@ public final class PasskeyService: Sendable {
         }
         guard let t = all.first else { throw TesseraError(.tokenNotPresent, "no token is present") }
         return t
+    }
+
+    /// Runs `operation` with the caller's PIN under `pinRules`, or with nil when the request has no PIN.
+    private func withPIN<T>(_ pin: String?, caller: PINCaller?, allowFinalTry: Bool, token: any KeyStoreToken,
+                            _ operation: (PINAttempt?) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+        guard let pin else { return try await operation(nil) }
+        return try await pinRules.withCallerPIN(pin, caller: caller, allowFinalTry: allowFinalTry, tokenId: token.id) {
+            (attempt: PINAttempt) async throws(TesseraError) -> T in try await operation(attempt)
+        }
     }
 
     /// With a PIN, the operation is user-verified (the token checks the PIN in the operation itself and fails it

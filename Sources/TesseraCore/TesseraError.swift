@@ -42,6 +42,10 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let pinRequired: Code = "PIN_REQUIRED"
         public static let pinInvalid: Code = "PIN_INVALID"
         public static let pinLocked: Code = "PIN_LOCKED"
+        /// The token has one PIN try left and the request did not say `allowFinalPinTry: true`.
+        public static let pinFinalTryProtected: Code = "PIN_FINAL_TRY_PROTECTED"
+        /// A wrong PIN from this uid a moment ago: no PIN is tried for it until `retryAfterSeconds` have passed.
+        public static let pinBackoff: Code = "PIN_BACKOFF"
         public static let passkeyNotFound: Code = "PASSKEY_NOT_FOUND"
         public static let credentialExcluded: Code = "CREDENTIAL_EXCLUDED"
         public static let pcscUnavailable: Code = "PCSC_UNAVAILABLE"
@@ -100,7 +104,7 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
-            case .tokenNotPresent, .tokenRemoved, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
+            case .tokenNotPresent, .tokenRemoved, .pinBackoff, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
                  .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed:
                 return true
             default:

@@ -1,4 +1,5 @@
 import Foundation
+import Passkeys
 import TesseraCore
 
 /// Command-line options of `tesserad` (the stable contract; see `tesserad --help`).
@@ -44,6 +45,8 @@ public struct ConfigFile: Codable, Sendable {
     public var sessionsPerToken: Int?
     /// Kiosk enrollment: workflows, OTP notifier, activation-token issuers (docs/ENROLLMENT.md).
     public var enrollment: JSONValue?
+    /// Per-uid wait after a wrong PIN (docs/CONFIG.md).
+    public var pinBackoff: PINBackoffConfig?
 
     public init() {}
 
@@ -68,5 +71,21 @@ public struct PolicyConfig: Codable, Sendable {
     public struct Rule: Codable, Sendable {
         public var users: [String]?
         public var groups: [String]?
+    }
+}
+
+/// `pinBackoff` section: after a wrong PIN from a uid, its next PIN waits `initialSeconds`, doubling with each
+/// further wrong PIN in a row up to `maxSeconds`; a correct PIN resets it. `initialSeconds: 0` turns it off.
+public struct PINBackoffConfig: Codable, Sendable {
+    public var initialSeconds: Double?
+    public var maxSeconds: Double?
+
+    func policy() throws(TesseraError) -> PINBackoffPolicy {
+        let initial = initialSeconds ?? 2
+        let maximum = maxSeconds ?? max(60, initial)
+        guard initial >= 0, initial <= 3600, maximum >= initial, maximum <= 86_400 else {
+            throw TesseraError(.invalidInput, "pinBackoff: need 0 ≤ initialSeconds ≤ 3600 and initialSeconds ≤ maxSeconds ≤ 86400")
+        }
+        return PINBackoffPolicy(initial: .milliseconds(Int64(initial * 1000)), maximum: .milliseconds(Int64(maximum * 1000)))
     }
 }

@@ -17,6 +17,7 @@ public enum Daemon {
         var logger = Logger(label: "tesserad") { StreamLogHandler.standardError(label: $0) }
         logger.logLevel = Logger.Level(rawValue: options.logLevel) ?? .info
         let started = ContinuousClock.now
+        try ProcessHardening.makeNonDumpable()
 
         let config = try options.configFile.map { path throws(TesseraError) in try ConfigFile.load(path) } ?? ConfigFile()
         let policy = try Policy(config.policy)
@@ -37,13 +38,14 @@ public enum Daemon {
                                    managementKey: try PIVSetup.managementKey(options, logger: logger), logger: logger)
         pivStore.start()
         let passkeys = PasskeyService(keyStores: [keyStore, pivStore], store: store, logger: logger,
-                                      counterBlock: Int64(config.counterBlock ?? 1024))
+                                      counterBlock: Int64(config.counterBlock ?? 1024),
+                                      pinBackoff: try config.pinBackoff?.policy() ?? .standard)
 
         let table = MethodTable(policy: policy)
         // `piv: {status, readers}` in tokens.list: PCSC_UNAVAILABLE shows there.
         table.registerPasskeys(passkeys, storeStatus: ["piv": { pivStore.status() }])
         table.registerDocuments()
-        table.registerPIV(pivStore)
+        table.registerPIV(pivStore, pinRules: passkeys.pinRules)
         var documentLogger = logger
         documentLogger[metadataKey: "service"] = "documents"
         var readerSources: [any ReaderSource] = [PCSCReaderSource()]

@@ -1,4 +1,5 @@
 import Enrollment
+import Passkeys
 import Foundation
 import RPC
 import Synchronization
@@ -116,6 +117,6 @@ extension Policy {
 
     /// The caller of an `enrollment.*` method: its uid, and whether it is an administrator.
     func enrollmentCaller(_ connection: RPCConnection) -> EnrollmentCaller {
-        EnrollmentCaller(uid: connection.peer.uid, isAdmin: grants(.admin, to: connection.peer))
+        EnrollmentCaller(uid: connection.peer.uid, pid: connection.peer.pid, isAdmin: grants(.admin, to: connection.peer))
     }
 }

@@ -55,6 +55,11 @@ final class MethodTable: RPCDispatcher {
 // The table is fully built before the server starts and never changes afterwards.
 extension MethodTable: @unchecked Sendable {}
 
+extension RPCConnection {
+    /// The peer as the PIN rules see it.
+    var pinCaller: PINCaller { PINCaller(uid: peer.uid, pid: peer.pid) }
+}
+
 /// JSON views of service results (binary as base64url).
 enum Views {
     static func credential(_ r: CredentialRecord) -> JSONValue {
@@ -84,7 +89,7 @@ extension MethodTable {
             for (name, status) in storeStatus { result[name] = status() }
             return .object(result)
         }
-        register("passkey.enroll", .enroll) { p, _ in
+        register("passkey.enroll", .enroll) { p, connection in
             let user = try p.object("user")
             let exclude = try Self.credentialIDs(p.optionalArray("excludeCredentials") ?? [], name: "excludeCredentials")
             let att = try p.optionalString("attestation") ?? "none"
@@ -96,7 +101,8 @@ extension MethodTable {
                 userDisplayName: user.optionalString("displayName") ?? user.string("name"),
                 challenge: p.bytes("challenge"), origin: p.optionalString("origin"), excludeCredentials: exclude,
                 tokenId: p.optionalString("tokenId"), pin: p.optionalString("pin"), attestation: attestation,
-                userVerification: Self.userVerification(p)))
+                userVerification: Self.userVerification(p), caller: connection.pinCaller,
+                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false))
             return ["credentialId": .string(Base64URL.encode(r.credentialId)),
                     "attestationObject": .string(Base64URL.encode(r.attestationObject)),
                     "clientDataJSON": .string(Base64URL.encode(r.clientDataJSON)),
@@ -105,7 +111,7 @@ extension MethodTable {
                     "tokenId": .string(r.tokenId),
                     "userVerified": .bool(r.userVerified)]
         }
-        register("passkey.authenticate", .sign) { p, _ in
+        register("passkey.authenticate", .sign) { p, connection in
             guard let allow = try p.optionalArray("allowCredentials") else {
                 throw TesseraError.invalidInput("allowCredentials is required and must not be empty")
             }
@@ -113,7 +119,8 @@ extension MethodTable {
                 rpId: p.string("rpId"), challenge: p.bytes("challenge"),
                 allowCredentials: try Self.credentialIDs(allow, name: "allowCredentials"),
                 origin: p.optionalString("origin"), pin: p.optionalString("pin"),
-                userVerification: Self.userVerification(p)))
+                userVerification: Self.userVerification(p), caller: connection.pinCaller,
+                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false))
             return ["credentialId": .string(Base64URL.encode(a.credentialId)),
                     "authenticatorData": .string(Base64URL.encode(a.authenticatorData)),
                     "clientDataJSON": .string(Base64URL.encode(a.clientDataJSON)),
@@ -129,9 +136,10 @@ extension MethodTable {
         register("credentials.get", .read) { p, _ in
             Views.credential(try await service.credential(id: p.bytes("credentialId")))
         }
-        register("credentials.delete", .admin) { p, _ in
+        register("credentials.delete", .admin) { p, connection in
             let id = try p.bytes("credentialId")
-            try await service.delete(id: id)
+            try await service.delete(id: id, pin: p.optionalString("pin"), caller: connection.pinCaller,
+                                     allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
             return ["deleted": true, "credentialId": .string(Base64URL.encode(id))]
         }
     }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PIV
 import PIVKeyStore
+import Passkeys
 import RPC
 import TesseraCore
 
@@ -33,10 +34,15 @@ enum PIVSetup {
 
 extension MethodTable {
     /// `tokens.changePin` and `tokens.pinStatus`.
-    func registerPIV(_ piv: PIVKeyStore) {
-        register("tokens.changePin", .admin) { p, _ in
+    func registerPIV(_ piv: PIVKeyStore, pinRules: PINRules) {
+        register("tokens.changePin", .admin) { p, connection in
             let tokenId = try p.string("tokenId")
-            try await piv.changePIN(tokenId: tokenId, old: p.string("oldPin"), new: p.string("newPin"))
+            let new = try p.string("newPin")
+            try await pinRules.withCallerPIN(p.string("oldPin"), caller: connection.pinCaller,
+                                             allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false, tokenId: tokenId) {
+                (old: PINAttempt) async throws(TesseraError) in
+                try await piv.changePIN(tokenId: tokenId, old: old, new: new)
+            }
             return ["changed": true, "tokenId": .string(tokenId)]
         }
         register("tokens.pinStatus", .read) { p, _ in

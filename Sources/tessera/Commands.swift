@@ -62,7 +62,7 @@ struct Enroll: AsyncParsableCommand {
         if let origin { p["origin"] = .string(origin) }
         if let tokenId { p["tokenId"] = .string(tokenId) }
         if !exclude.isEmpty { p["excludeCredentials"] = .array(exclude.map { .string($0) }) }
-        if let pin = pin.value() { p["pin"] = .string(pin) }
+        pin.add(to: &p)
         try await globals.run("passkey.enroll", .object(p)) { r in
             "credential \(r["credentialId"]?.stringValue ?? "?") created on token \(r["tokenId"]?.stringValue ?? "?")"
                 + (r["userVerified"]?.boolValue == true ? " (user verified)" : "")
@@ -89,7 +89,7 @@ struct Authenticate: AsyncParsableCommand {
             "userVerification": .string(userVerification),
         ]
         if let origin { p["origin"] = .string(origin) }
-        if let pin = pin.value() { p["pin"] = .string(pin) }
+        pin.add(to: &p)
         try await globals.run("passkey.authenticate", .object(p)) { r in
             "assertion by \(r["credentialId"]?.stringValue ?? "?"), signCount \(r["signCount"]?.intValue ?? -1)"
                 + (r["userVerified"]?.boolValue == true ? " (user verified)" : "")
@@ -132,11 +132,16 @@ struct Credentials: AsyncParsableCommand {
     }
 
     struct Delete: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Delete a passkey and its key on the token (credentials.delete).")
+        static let configuration = CommandConfiguration(
+            abstract: "Delete a passkey and its key on the token (credentials.delete).",
+            discussion: "A token whose keys need a login (not logged in by the daemon) wants its PIN: --pin-stdin.")
         @OptionGroup var globals: GlobalOptions
         @Argument(help: "Credential id, base64url (one starting with '-' goes after `--`).") var credentialId: String
+        @OptionGroup var pin: PINOptions
         func run() async throws {
-            try await globals.run("credentials.delete", ["credentialId": .string(credentialId)]) { _ in "deleted" }
+            var p: [String: JSONValue] = ["credentialId": .string(credentialId)]
+            pin.add(to: &p)
+            try await globals.run("credentials.delete", .object(p)) { _ in "deleted" }
         }
     }
 }

@@ -93,10 +93,19 @@ struct PINOptions: ParsableArguments {
     @Flag(name: .customLong("pin-stdin"), help: "Read the PIN from the first line of standard input.")
     var pinStdin = false
 
+    @Flag(name: .customLong("allow-final-pin-try"), help: "Let the daemon try the PIN even when the token has one try left (a wrong PIN then locks it).")
+    var allowFinalPinTry = false
+
     func value() -> String? {
         if let pin { return pin }
         guard pinStdin, let line = readLine(strippingNewline: true) else { return nil }
         return line
+    }
+
+    /// Adds `pin` and `allowFinalPinTry` to request parameters.
+    func add(to params: inout [String: JSONValue]) {
+        if let pin = value() { params["pin"] = .string(pin) }
+        if allowFinalPinTry { params["allowFinalPinTry"] = true }
     }
 }
 

@@ -11,9 +11,12 @@ struct Tesserad: AsyncParsableCommand {
         tesserad runs in the foreground and logs to stderr. It serves JSON-RPC 2.0 (one JSON object per line) on a Unix stream socket: --socket PATH, or the socket passed by systemd (LISTEN_FDS) when socket-activated. It notifies systemd (READY=1) once serving and drains in-flight requests on SIGTERM/SIGINT. The methods and error codes are documented in docs/API.md.
 
         KEY STORES
-        Without --pkcs11-module, every PKCS#11 module registered with p11-kit is loaded (OpenSC, SoftHSM2, vendor modules); slots that fail are skipped. Keys are generated on the token and never leave it. When no usable token is found, an embedded SoftHSM2 token is created in STATE_DIR/softhsm with a random PIN kept in STATE_DIR/softhsm/user.pin (disable with --no-embedded-softhsm).
+        Without --pkcs11-module, every PKCS#11 module registered with p11-kit is loaded (OpenSC, SoftHSM2, vendor modules); slots that fail are skipped. Keys are generated on the token and never leave it. When no usable token is found, an embedded SoftHSM2 token is created in STATE_DIR/softhsm through PKCS#11 (C_InitToken, C_InitPIN) with a random PIN kept in STATE_DIR/softhsm/user.pin (disable with --no-embedded-softhsm).
 
         PIV smart cards in PC/SC readers are key stores too (backend "piv"): keys go to retired slots 82-95 that Tessera created itself; creating them needs the card management key (--piv-management-key-file). pcscd may be absent at start: PIV cards and document readers recover when it appears.
+
+        PINS
+        Every caller PIN goes through the PIN rules (docs/API.md): a token's final try is spent only when the request says allowFinalPinTry: true (else PIN_FINAL_TRY_PROTECTED); after a wrong PIN the caller's uid waits before its next PIN (PIN_BACKOFF; pinBackoff in --config); every wrong PIN is logged with the caller's uid and pid. tesserad makes itself non-dumpable at start.
 
         DOCUMENTS
         documents.read reads ICAO 9303 passports and ID cards in PC/SC contactless readers and in libnfc devices given with --nfc-device (PACE preferred, BAC fallback), and verifies them against the CSCA trust anchors given with --csca (passive authentication over every data group the signed EF.SOD lists; active authentication when it lists DG15, PACE-CAM when DG14 announces it) and returns a verdict: authentic, notAuthentic (tampered data, a cloned chip) or unverified.
@@ -28,7 +31,7 @@ struct Tesserad: AsyncParsableCommand {
           STATE_DIR/tesserad.sock
               default socket when --socket is not given
           --config FILE
-              JSON: socketGroup, socketMode, policy, pinFiles (docs/CONFIG.md);
+              JSON: socketGroup, socketMode, policy, pinFiles, pinBackoff (docs/CONFIG.md);
               enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
 
         EXIT STATUS

@@ -14,7 +14,7 @@ import VPCD
 /// PIVKeyStore + PasskeyService through a real private pcscd, vpcd readers and emulated PIV cards.
 @Suite(.serialized, .timeLimit(.minutes(3)))
 struct PIVKeyStoreTests {
-    @Test func enrollAndAuthenticateWithThreeAPDUsPerAssertion() async throws {
+    @Test func enrollAndAuthenticateWithFourAPDUsPerAssertion() async throws {
         let h = try await PIVHarness.start()
         defer { Task { await h.stop() } }
         let card = EmulatedPIVCard(state: .factoryNew(serial: 1001))
@@ -36,8 +36,10 @@ struct PIVKeyStoreTests {
         let (a, _) = try await h.authenticate(reg.credentialId)
         #expect(try verifyAssertion(a, point: point))
         #expect(a.userVerified)
-        let ins = await card.commands.map { $0[1] }
-        #expect(ins == [PIV.INS.select, PIV.INS.verify, PIV.INS.generalAuthenticate])
+        // SELECT, VERIFY without data (retries left: the final-try guard; spends no try), VERIFY, GENERAL AUTHENTICATE.
+        let commands = await card.commands
+        #expect(commands.map { $0[1] } == [PIV.INS.select, PIV.INS.verify, PIV.INS.verify, PIV.INS.generalAuthenticate])
+        #expect(commands.count == 4 && commands[1].count == 4, "the first VERIFY carries no PIN")
 
         // Without a PIN: no VERIFY, UV not claimed; the PIN verified above still lets the card sign.
         await card.clearCommands()
@@ -77,7 +79,13 @@ struct PIVKeyStoreTests {
         #expect(try await h.store.pinStatus(tokenId: token.id) == .notVerified(retriesLeft: 1))
         let flags = await token.describe()["flags"]
         #expect(flags?["pinFinalTry"] == true)
-        _ = await expectError(.pinLocked) { try await h.authenticate(reg.credentialId, pin: "000000") }
+        // The final try is kept unless the request allows it: refused before VERIFY, the counter unchanged.
+        let guarded = await expectError(.pinFinalTryProtected) { try await h.authenticate(reg.credentialId, pin: "000000") }
+        #expect(guarded?.details["retriesLeft"] == 1)
+        #expect(await card.state.pinRetries == 1)
+        _ = await expectError(.pinLocked) {
+            try await h.authenticate(reg.credentialId, pin: "000000", allowFinalPinTry: true)
+        }
         #expect(try await h.store.pinStatus(tokenId: token.id) == .blocked)
         _ = await expectError(.pinLocked) { try await h.authenticate(reg.credentialId, pin: "123456") }
         #expect(await card.state.pinRetries == 0)
@@ -91,9 +99,9 @@ struct PIVKeyStoreTests {
         let link = try await h.insert(card)
         defer { Task { await link.remove() } }
         let token = try #require(await h.token())
-        let e = await expectError(.pinInvalid) { try await h.store.changePIN(tokenId: token.id, old: "999999", new: "654321") }
+        let e = await expectError(.pinInvalid) { try await h.store.changePIN(tokenId: token.id, old: .unattended("999999"), new: "654321") }
         #expect(e?.details["retriesLeft"] == 2)
-        try await h.store.changePIN(tokenId: token.id, old: "123456", new: "654321")
+        try await h.store.changePIN(tokenId: token.id, old: .unattended("123456"), new: "654321")
         #expect(await card.state.pin == "654321")
         let reg = try await h.enroll(tokenId: token.id, pin: "654321")
         _ = try await h.authenticate(reg.credentialId, pin: "654321")

@@ -56,7 +56,9 @@ final class PIVHarness: Sendable {
         slots = PIVSlotStore(database: db)
         store = PIVKeyStore(slots: slots, managementKey: managementKey, logger: logger, retryInterval: .milliseconds(200))
         store.start()
-        service = PasskeyService(keyStores: [store], store: CredentialStore(database: db), logger: logger)
+        // No back-off: these tests send wrong PINs in a row on purpose (the back-off has its own tests).
+        service = PasskeyService(keyStores: [store], store: CredentialStore(database: db), logger: logger,
+                                 pinBackoff: PINBackoffPolicy(initial: .zero, maximum: .zero))
     }
 
     static func start(managementKey: PIVManagementKey? = .factoryDefault) async throws -> PIVHarness {
@@ -110,10 +112,12 @@ final class PIVHarness: Sendable {
                                        tokenId: tokenId, pin: pin, attestation: .packed))
     }
 
-    func authenticate(_ credentialId: [UInt8], pin: String? = "123456") async throws(TesseraError) -> (PasskeyService.Assertion, [UInt8]) {
+    func authenticate(_ credentialId: [UInt8], pin: String? = "123456",
+                      allowFinalPinTry: Bool = false) async throws(TesseraError) -> (PasskeyService.Assertion, [UInt8]) {
         let challenge = (0..<32).map { _ in UInt8.random(in: 0...255) }
         let a = try await service.authenticate(.init(rpId: "example.com", challenge: challenge,
-                                                     allowCredentials: [credentialId], pin: pin))
+                                                     allowCredentials: [credentialId], pin: pin,
+                                                     allowFinalPinTry: allowFinalPinTry))
         return (a, challenge)
     }
 }

@@ -209,6 +209,29 @@ struct SoftHSMTests {
         _ = try await token.signP256(keyID: keyID, message: [1])
     }
 
+    /// The PIN rules' hooks: asked before every C_Login (never when the recorded PIN matches), told the outcome;
+    /// a refusal leaves the token untouched.
+    @Test func verifyPINAsksBeforeEachLoginAndHonoursARefusal() async throws {
+        let token = try await SoftHSMEnvironment.freshToken("hooks")
+        let asked = Locked(0), outcomes = Locked<[TesseraError.Code?]>([])
+        let refuse: @Sendable (Int?) throws(TesseraError) -> Void = { _ throws(TesseraError) in
+            throw TesseraError(.pinFinalTryProtected, "refused by the test")
+        }
+        #expect(await errorCode { try await token.verifyPIN(SoftHSMFixture.defaultPIN, beforeTry: refuse) } == .pinFinalTryProtected)
+        #expect(await token.isLoggedIn == false)
+
+        let count: @Sendable (Int?) throws(TesseraError) -> Void = { retries throws(TesseraError) in
+            #expect(retries == nil)  // SoftHSM2 never reports CKF_USER_PIN_FINAL_TRY
+            asked.withLock { $0 += 1 }
+        }
+        let record: @Sendable (TesseraError?) -> Void = { e in outcomes.withLock { $0.append(e?.code) } }
+        try await token.verifyPIN(SoftHSMFixture.defaultPIN, beforeTry: count, afterTry: record)
+        try await token.verifyPIN(SoftHSMFixture.defaultPIN, beforeTry: count, afterTry: record)  // matches: no login
+        #expect(await errorCode { try await token.verifyPIN("999999", beforeTry: count, afterTry: record) } == .pinInvalid)
+        #expect(asked.withLock { $0 } == 2)
+        #expect(outcomes.withLock { $0 } == [nil, .pinInvalid])
+    }
+
     @Test func logoutEndsTheLogin() async throws {
         let token = try await SoftHSMEnvironment.loggedInToken("logout")
         try await token.logout()

@@ -381,3 +381,18 @@ def as_nobody(socket_path: str, calls: list[tuple[str, dict]], uid: int = NOBODY
                 out[method] = e.code
         return out
     return AsUser(uid, socket_path, body).result()
+
+
+def calls_as(uid: int, socket_path: str, calls: list[tuple[str, dict]]) -> tuple[int, list[dict]]:
+    """Runs the calls in order in a child process that has become `uid`; returns the child's pid and, per call,
+    {"result": ...} or {"code": ..., "data": ...}."""
+    def body(c: Client, ready) -> list:
+        out = []
+        for method, params in calls:
+            try:
+                out.append({"result": c.call(method, params)})
+            except RPCError as e:
+                out.append({"code": e.code, "data": e.data})
+        return out
+    child = AsUser(uid, socket_path, body)
+    return child.pid, child.result()

@@ -86,7 +86,10 @@ def test_unknown_credential(daemon):
 def test_wrong_pin_costs_exactly_one_login_attempt(tmp_path, softhsm):
     spy_log = tmp_path / "spy.log"
     env = {**softhsm.env, "PKCS11SPY": SOFTHSM_MODULE, "PKCS11SPY_OUTPUT": str(spy_log)}
-    d = Daemon(tmp_path, env, ["--pkcs11-module", SPY_MODULE, "--no-embedded-softhsm"]).start()
+    config = tmp_path / "tesserad.json"  # no back-off: a correct PIN follows a wrong one at once here
+    config.write_text(json.dumps({"pinBackoff": {"initialSeconds": 0}}))
+    d = Daemon(tmp_path, env, ["--pkcs11-module", SPY_MODULE, "--no-embedded-softhsm",
+                               "--config", str(config)]).start()
     try:
         c = d.client()
         logins = lambda: len(re.findall(r"^\d+: C_Login$", spy_log.read_text(), re.M))  # noqa: E731
@@ -107,6 +110,27 @@ def test_wrong_pin_costs_exactly_one_login_attempt(tmp_path, softhsm):
                                                  "allowCredentials": [reg["credentialId"]], "pin": "9999"})
         assert e.code == "PIN_INVALID"
         assert logins() == before + 3
+    finally:
+        d.stop()
+
+
+def test_pin_backoff_refuses_before_any_login(tmp_path, softhsm):
+    spy_log = tmp_path / "spy.log"
+    env = {**softhsm.env, "PKCS11SPY": SOFTHSM_MODULE, "PKCS11SPY_OUTPUT": str(spy_log)}
+    d = Daemon(tmp_path, env, ["--pkcs11-module", SPY_MODULE, "--no-embedded-softhsm"]).start()
+    try:
+        c = d.client()
+        logins = lambda: len(re.findall(r"^\d+: C_Login$", spy_log.read_text(), re.M))  # noqa: E731
+        before = logins()
+        e = error_of(c, "passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"u"), "name": "u"},
+                                           "challenge": b64u(os.urandom(32)), "pin": "0000"})
+        assert e.code == "PIN_INVALID"
+        assert logins() == before + 1
+        # The next PIN from the same uid, even the right one, is refused without reaching the token.
+        e = error_of(c, "passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"u"), "name": "u"},
+                                           "challenge": b64u(os.urandom(32)), "pin": "1234"})
+        assert e.code == "PIN_BACKOFF" and e.data["retryable"] is True and e.data["retryAfterSeconds"] >= 1
+        assert logins() == before + 1
     finally:
         d.stop()
 

@@ -479,6 +479,11 @@ def test_full_workflow_with_activation_token(station):
         assert e.code == "PIN_INVALID"
         assert s.key_objects() == (0, 0)
         assert c.call("enrollment.status")["required"]["key"] == "PASSKEY_CREATION"
+        # The step's PIN goes through the PIN rules as the submitter's: right after a wrong PIN, back-off.
+        e = rpc_error(c.submit, "PASSKEY_CREATION", {"pin": PIN})
+        assert e.code == "PIN_BACKOFF" and e.data["retryable"] is True
+        assert c.call("enrollment.status")["required"]["key"] == "PASSKEY_CREATION"
+        time.sleep(e.data["retryAfterSeconds"] + 0.1)  # let the back-off pass (not a timing assertion)
         c.submit("PASSKEY_CREATION", {"pin": PIN})
         done = c.expect("enrollment.finished")
 

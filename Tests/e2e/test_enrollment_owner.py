@@ -14,7 +14,8 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from tessera_harness import NOBODY, SOFTHSM_MODULE, AsUser, Client, Daemon, RPCError, SoftHSM, as_nobody, unb64u
+from tessera_harness import NOBODY, SOFTHSM_MODULE, Daemon, SoftHSM, as_nobody, unb64u
+from tessera_harness import calls_as as harness_calls_as
 
 RP = "owner.example"
 EMAIL = "anna.eriksson@example.com"
@@ -72,15 +73,8 @@ def watcher(d: Daemon, uid: int) -> AsUser:
 
 def calls_as(d: Daemon, uid: int, calls: list[tuple[str, dict]]) -> list:
     """Each call's result, or {"error": code}, made by `uid`."""
-    def body(c: Client, ready) -> list:
-        out = []
-        for method, params in calls:
-            try:
-                out.append(c.call(method, params))
-            except RPCError as e:
-                out.append({"error": e.code})
-        return out
-    return AsUser(uid, d.socket, body).result()
+    _, out = harness_calls_as(uid, d.socket, calls)
+    return [o["result"] if "result" in o else {"error": o["code"]} for o in out]
 
 
 def submit(step: str, payload: dict) -> tuple[str, dict]:

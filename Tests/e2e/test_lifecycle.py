@@ -1,5 +1,6 @@
 """Socket handling, systemd integration and crash durability of the real daemon."""
 import os
+import pathlib
 import signal
 import socket
 import stat
@@ -131,3 +132,72 @@ def test_kill9_mid_burst_never_repeats_a_sign_count(tmp_path, softhsm):
         verify_assertion(res, ch, RP, ORIGIN, key, max(returned))
     finally:
         d2.stop()
+
+
+NO_CAPS = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"]
+
+
+def start_with_prefix(d: Daemon, prefix: list[str]) -> None:
+    """Starts `d` like Daemon.start does, with `prefix` before the tesserad command line."""
+    cmd = [*prefix, str(BIN / "tesserad"), "--socket", d.socket, "--state-dir", str(d.state), *d.args]
+    d.logf = open(d.log, "ab")
+    d.proc = subprocess.Popen(cmd, env=d.env, stdout=d.logf, stderr=d.logf)
+    d.wait_ready()
+
+
+def read_proc_environ_without_capabilities(pid: int) -> subprocess.CompletedProcess:
+    return subprocess.run([*NO_CAPS, "cat", f"/proc/{pid}/environ"], capture_output=True, timeout=30)
+
+
+def test_daemon_is_not_dumpable(tmp_path, softhsm):
+    """A process of the same uid and the same (here: no) capabilities may read /proc/PID/environ of a dumpable
+    process, not of a non-dumpable one (ptrace access mode READ)."""
+    d = Daemon(tmp_path, softhsm.env, ARGS)
+    start_with_prefix(d, NO_CAPS)
+    control = subprocess.Popen([*NO_CAPS, "sleep", "60"])
+    try:
+        pid = int(d.client().call("daemon.status")["pid"])
+        assert pid == d.proc.pid  # setpriv execs tesserad in place
+        ok = read_proc_environ_without_capabilities(control.pid)
+        assert ok.returncode == 0, ok.stderr
+        refused = read_proc_environ_without_capabilities(pid)
+        assert refused.returncode != 0 and b"Permission denied" in refused.stderr, refused
+    finally:
+        control.kill()
+        control.wait()
+        d.stop()
+
+
+def test_systemd_unit_disables_core_dumps():
+    unit = (pathlib.Path(__file__).resolve().parents[2] / "systemd" / "tesserad.service").read_text()
+    assert "LimitCORE=0" in unit.splitlines()
+
+
+def test_embedded_token_is_initialised_through_pkcs11_without_a_pin_on_any_command_line(tmp_path):
+    d = Daemon(tmp_path, {}, ["--pkcs11-module", SOFTHSM_MODULE])
+    d.env.pop("SOFTHSM2_CONF", None)
+    trace = tmp_path / "execve.trace"
+    daemon_pid = None
+    try:
+        start_with_prefix(d, ["strace", "-f", "-qq", "-e", "trace=execve", "-s", "4096", "-o", str(trace)])
+        status = d.client().call("daemon.status")
+        labels = [t["label"] for t in status["tokens"]]
+        assert "Tessera Embedded" in labels, status
+        daemon_pid = int(status["pid"])
+    finally:
+        if daemon_pid:  # d.proc is strace; stop the daemon itself
+            os.kill(daemon_pid, signal.SIGTERM)
+        d.stop()
+    pin_file = d.state / "softhsm" / "user.pin"
+    assert stat.S_IMODE(os.stat(pin_file).st_mode) == 0o600
+    pin = pin_file.read_text().strip()
+    assert len(pin) == 8
+    execs = [line for line in trace.read_text().splitlines() if "execve(" in line]
+    assert execs and all(pin not in line for line in execs), execs
+    assert not any("softhsm2-util" in line for line in execs), execs
+    # The user PIN set through C_InitPIN is the one in user.pin (an independent PKCS#11 client logs in with it).
+    conf = d.state / "softhsm" / "softhsm2.conf"
+    out = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "Tessera Embedded", "--login",
+                          "--pin", pin, "--list-objects"], capture_output=True, text=True,
+                         env={**os.environ, "SOFTHSM2_CONF": str(conf)})
+    assert out.returncode == 0, out.stderr

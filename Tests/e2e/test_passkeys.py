@@ -156,3 +156,46 @@ def test_cli_enroll_and_authenticate(daemon):
     assert reg["credentialId"] in human.stdout
     bad = cli(daemon, "authenticate", "--rp-id", RP, "--credential", b64u(b"nope"), check=False)
     assert bad.returncode == 2 and "PASSKEY_NOT_FOUND" in bad.stderr
+
+
+def test_credentials_delete_takes_the_pin_of_a_pin_protected_token(tmp_path, softhsm):
+    from tessera_harness import SOFTHSM_MODULE, Daemon, cli
+    args = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"]
+    first = Daemon(tmp_path, softhsm.env, args).start()
+    try:
+        reg, _ = enroll(first.client())
+        reg2, _ = enroll(first.client(), rp="other.example")
+    finally:
+        first.stop()
+    # A fresh daemon is not logged in: the token's private keys need the PIN.
+    d = Daemon(tmp_path, softhsm.env, args).start()
+    try:
+        c = d.client()
+        with pytest.raises(RPCError) as e:
+            c.call("credentials.delete", {"credentialId": reg["credentialId"]})
+        assert e.value.code == "PIN_REQUIRED"
+        assert c.call("credentials.get", {"credentialId": reg["credentialId"]})
+        with pytest.raises(RPCError) as e:
+            c.call("credentials.delete", {"credentialId": reg["credentialId"], "pin": "9999"})
+        assert e.value.code == "PIN_INVALID"
+        assert f"tessera:{reg['credentialId']}" in token_key_labels(softhsm)
+    finally:
+        d.stop()
+    # A new daemon (the wrong PIN above put root in back-off) deletes with the PIN, over the socket and from the CLI.
+    d = Daemon(tmp_path, softhsm.env, args).start()
+    try:
+        c = d.client()
+        assert c.call("credentials.delete", {"credentialId": reg["credentialId"], "pin": "1234"})["deleted"] is True
+        assert f"tessera:{reg['credentialId']}" not in token_key_labels(softhsm)
+        with pytest.raises(RPCError) as e:
+            c.call("credentials.get", {"credentialId": reg["credentialId"]})
+        assert e.value.code == "PASSKEY_NOT_FOUND"
+    finally:
+        d.stop()
+    d = Daemon(tmp_path, softhsm.env, args).start()
+    try:
+        out = cli(d, "credentials", "delete", reg2["credentialId"], "--pin-stdin", input="1234\n")
+        assert "deleted" in out.stdout
+        assert f"tessera:{reg2['credentialId']}" not in token_key_labels(softhsm)
+    finally:
+        d.stop()

@@ -1,5 +1,6 @@
 """PIV end to end: the real tesserad, a private pcscd with vpcd readers, the emulated PIV card
 (`tessera lab emulate-piv`), and independent WebAuthn verifiers (py_webauthn, python-fido2)."""
+import json
 import os
 import pathlib
 import socket
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from tessera_harness import BIN, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, b64u, unb64u
+from tessera_harness import BIN, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, b64u, calls_as, unb64u
 from verify import verify_assertion, verify_registration
 
 RP = "example.com"
@@ -43,11 +44,18 @@ def pcscd(tmp_path):
     p.stop()
 
 
-def start_daemon(tmp_path, pcscd, extra=()):
+def start_daemon(tmp_path, pcscd, extra=(), config=None):
     hsm = SoftHSM(tmp_path)  # no token: the PIV card is the only key store
     env = {**hsm.env, **pcscd.env}
+    if config is not None:
+        path = tmp_path / "tesserad.json"
+        path.write_text(json.dumps(config))
+        extra = (*extra, "--config", str(path))
     return Daemon(tmp_path, env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
                                   "--allow-default-piv-management-key", *extra]).start()
+
+# Tests that send wrong PINs in a row on purpose turn the per-uid back-off off (it has its own test).
+NO_BACKOFF = {"pinBackoff": {"initialSeconds": 0}}
 
 
 def wait_for(predicate, timeout=15.0):
@@ -66,7 +74,7 @@ def piv_token(client):
 
 def test_enroll_and_authenticate_on_a_piv_card(tmp_path, pcscd):
     card = EmulatedPIV(pcscd, tmp_path).insert()
-    daemon = start_daemon(tmp_path, pcscd)
+    daemon = start_daemon(tmp_path, pcscd, config=NO_BACKOFF)
     try:
         c = daemon.client()
         token = wait_for(lambda: piv_token(c))
@@ -184,3 +192,92 @@ def test_default_management_key_in_a_file_is_refused(tmp_path, pcscd):
     log = d.log.read_text()
     assert "default PIV management key" in log
     assert "0102030405060708" not in log  # the key itself is never logged
+
+
+def enroll_on(c, token, pin="123456"):
+    challenge = os.urandom(32)
+    return c.call("passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"user-1"), "name": "alice"},
+                                     "challenge": b64u(challenge), "tokenId": token["id"], "pin": pin})
+
+
+def assertion_params(reg, pin, **extra):
+    return {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [reg["credentialId"]], "pin": pin,
+            **extra}
+
+
+def test_final_pin_try_is_kept_unless_the_request_allows_it(tmp_path, pcscd):
+    card = EmulatedPIV(pcscd, tmp_path).insert()
+    daemon = start_daemon(tmp_path, pcscd, config=NO_BACKOFF)
+    try:
+        c = daemon.client()
+        token = wait_for(lambda: piv_token(c))
+        assert token, c.call("tokens.list")
+        reg = enroll_on(c, token)
+        for left in (2, 1):
+            with pytest.raises(RPCError) as e:
+                c.call("passkey.authenticate", assertion_params(reg, "000000"))
+            assert e.value.code == "PIN_INVALID" and e.value.data["retriesLeft"] == left
+        assert c.call("tokens.pinStatus", {"tokenId": token["id"]})["retriesLeft"] == 1
+
+        # One try left: no PIN reaches the card without allowFinalPinTry, on any path; the counter stays at 1.
+        refused = [
+            ("passkey.authenticate", assertion_params(reg, "000000")),
+            ("passkey.authenticate", assertion_params(reg, "123456")),
+            ("passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"user-2"), "name": "bob"},
+                                "challenge": b64u(os.urandom(32)), "tokenId": token["id"], "pin": "123456"}),
+            ("credentials.delete", {"credentialId": reg["credentialId"], "pin": "123456"}),
+            ("tokens.changePin", {"tokenId": token["id"], "oldPin": "000000", "newPin": "24681357"}),
+        ]
+        for method, params in refused:
+            with pytest.raises(RPCError) as e:
+                c.call(method, params)
+            assert e.value.code == "PIN_FINAL_TRY_PROTECTED", method
+            assert e.value.data["retriesLeft"] == 1 and e.value.data["retryable"] is False
+            assert c.call("tokens.pinStatus", {"tokenId": token["id"]})["retriesLeft"] == 1, method
+        assert c.call("credentials.get", {"credentialId": reg["credentialId"]})
+
+        # Allowed: the PIN is tried (a correct one resets the counter).
+        res = c.call("passkey.authenticate", assertion_params(reg, "123456", allowFinalPinTry=True))
+        assert res["userVerified"] is True
+        status = c.call("tokens.pinStatus", {"tokenId": token["id"]})
+        assert status["verified"] is True or status.get("retriesLeft") == 3
+    finally:
+        daemon.stop()
+        card.remove()
+
+
+def test_wrong_pin_backs_off_that_uid_before_the_card_is_touched(tmp_path, pcscd):
+    # nobody must be able to reach the socket: open the directories on the way to it.
+    p = tmp_path
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
+    card = EmulatedPIV(pcscd, tmp_path).insert()
+    daemon = start_daemon(tmp_path, pcscd, config={"socketMode": "0666"})  # default back-off: 2 s, doubling
+    try:
+        c = daemon.client()
+        token = wait_for(lambda: piv_token(c))
+        assert token, c.call("tokens.list")
+        reg = enroll_on(c, token)
+
+        pid, out = calls_as(NOBODY, daemon.socket, [
+            ("passkey.authenticate", assertion_params(reg, "000000")),
+            ("passkey.authenticate", assertion_params(reg, "000000")),
+            ("passkey.authenticate", assertion_params(reg, "123456")),
+        ])
+        assert out[0].get("code") == "PIN_INVALID" and out[0]["data"]["retriesLeft"] == 2, out
+        for second in out[1:]:
+            assert second.get("code") == "PIN_BACKOFF", out
+            assert second["data"]["retryable"] is True and second["data"]["retryAfterSeconds"] >= 1
+        # Refused before the card: still two tries left.
+        assert c.call("tokens.pinStatus", {"tokenId": token["id"]})["retriesLeft"] == 2
+        # Another uid (root here) is not held back by nobody's wrong PIN.
+        assert c.call("passkey.authenticate", assertion_params(reg, "123456"))["userVerified"] is True
+
+        # The wrong PIN is logged with the caller's uid and pid.
+        log = daemon.log.read_text()
+        wrong = [line for line in log.splitlines() if "wrong PIN" in line]
+        assert any(f"uid={NOBODY}" in line and f"pid={pid}" in line for line in wrong), wrong
+    finally:
+        daemon.stop()
+        card.remove()

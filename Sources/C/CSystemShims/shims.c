@@ -65,3 +65,42 @@ int tessera_pty_open(int *master, int *slave, char *name, unsigned long namelen)
     *slave = s;
     return 0;
 }
+
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+
+void *tessera_secret_alloc(size_t size, int *locked) {
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    if (madvise(p, size, MADV_DONTDUMP) != 0 || madvise(p, size, MADV_DONTFORK) != 0) {
+        int e = errno; munmap(p, size); errno = e; return NULL;
+    }
+    *locked = mlock(p, size) == 0;
+    size_t filled = 0;
+    while (filled < size) {
+        ssize_t n = getrandom((char *)p + filled, size - filled, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            int e = errno; tessera_secret_free(p, size); errno = e; return NULL;
+        }
+        filled += (size_t)n;
+    }
+    return p;
+}
+
+void tessera_secure_zero(void *p, size_t size) { explicit_bzero(p, size); }
+
+void tessera_secret_free(void *p, size_t size) {
+    if (p == NULL) return;
+    explicit_bzero(p, size);
+    munlock(p, size);
+    munmap(p, size);
+}
+
+int tessera_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : -errno; }
+
+int tessera_get_dumpable(void) {
+    int r = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+    return r < 0 ? -errno : r;
+}

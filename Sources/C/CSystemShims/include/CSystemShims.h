@@ -17,4 +17,23 @@ int tessera_lookup_gid(const char *name, uint32_t *gid);
 /// On success stores both descriptors (close-on-exec) and the slave path in `name`; returns 0, else -errno.
 int tessera_pty_open(int *master, int *slave, char *name, unsigned long namelen);
 
+#include <stddef.h>
+
+/// Maps `size` bytes of private anonymous memory for secrets: excluded from core dumps (MADV_DONTDUMP), not
+/// inherited by children (MADV_DONTFORK), locked in RAM when RLIMIT_MEMLOCK allows (`*locked` tells), and filled
+/// with random bytes from getrandom(2). Returns NULL on failure (errno set).
+void *tessera_secret_alloc(size_t size, int *locked);
+
+/// Zeroes, unlocks and unmaps memory from `tessera_secret_alloc`.
+void tessera_secret_free(void *p, size_t size);
+
+/// Zeroes `size` bytes at `p` in a way the compiler may not remove.
+void tessera_secure_zero(void *p, size_t size);
+
+/// prctl(PR_SET_DUMPABLE, 0): no core dumps, no ptrace or /proc/PID/mem by same-uid processes. 0 or -errno.
+int tessera_set_nondumpable(void);
+
+/// prctl(PR_GET_DUMPABLE): 0 when not dumpable, 1 or 2 when dumpable, -errno on failure.
+int tessera_get_dumpable(void);
+
 #endif

@@ -1,0 +1,57 @@
+import Foundation
+import Testing
+import TesseraCore
+@testable import PKCS11
+
+@Suite("PIN verifier")
+struct PINVerifierTests {
+    /// RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
+    @Test func computesHMACSHA256() {
+        let v = PINVerifier(testKey: Array("Jefe".utf8))
+        #expect(Hex.encode(v.tag(Array("what do ya want for nothing?".utf8)))
+                == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+    }
+
+    /// RFC 4231 test case 1: key 0x0b × 20, data "Hi There".
+    @Test func computesHMACSHA256WithABinaryKey() {
+        let v = PINVerifier(testKey: [UInt8](repeating: 0x0b, count: 20))
+        #expect(Hex.encode(v.tag(Array("Hi There".utf8)))
+                == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
+    }
+
+    @Test func tagsDependOnTheProcessKeyAndMatchOnlyTheSamePIN() {
+        let a = PINVerifier(), b = PINVerifier()
+        let pin = Array("123456".utf8)
+        #expect(a.tag(pin) != b.tag(pin))
+        #expect(a.matches(pin, recorded: a.tag(pin)))
+        #expect(!a.matches(Array("123457".utf8), recorded: a.tag(pin)))
+        // Not the old salted-SHA-256 shape either: a plain hash of the PIN never equals the tag.
+        #expect(a.tag(pin).count == 32)
+    }
+
+    /// The key's mapping is excluded from core dumps ("dd" in VmFlags) and locked when the memlock limit allows ("lo").
+    @Test func keyMemoryIsExcludedFromCoreDumps() throws {
+        let v = PINVerifier()
+        // /proc files report size 0: read to the end rather than by size.
+        let handle = try #require(FileHandle(forReadingAtPath: "/proc/self/smaps"))
+        let smaps = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+        try handle.close()
+        let address = v.mappingAddress
+        var lines = smaps.split(separator: "\n")[...]
+        var flags: [Substring]?
+        // The key's page may share a VMA with a neighbouring mapping of the same kind: find the one containing it.
+        while let line = lines.popFirst() {
+            let range = line.split(separator: " ", maxSplits: 1).first?.split(separator: "-") ?? []
+            guard range.count == 2, let low = UInt(range[0], radix: 16), let high = UInt(range[1], radix: 16),
+                  low <= address, address < high else { continue }
+            while let next = lines.popFirst() {
+                if next.hasPrefix("VmFlags:") { flags = next.dropFirst(8).split(separator: " "); break }
+            }
+            break
+        }
+        let found = try #require(flags, "no mapping holds \(String(address, radix: 16)) in /proc/self/smaps")
+        #expect(found.contains("dd"))
+        #expect(found.contains("dc"), "not inherited by children (MADV_DONTFORK)")
+        if v.isLocked { #expect(found.contains("lo")) }
+    }
+}
