@@ -22,13 +22,12 @@ extension RPCDispatcher {
 public final class RPCConnection: Sendable, Hashable {
     public let id: UInt64
     public let peer: PeerCredentials
-    private let writer: NIOAsyncChannelOutboundWriter<ByteBuffer>
     private let outbox: Outbox
     /// Requests of this connection being handled (a batch counts once).
     let inFlight = Mutex(0)
 
-    init(id: UInt64, peer: PeerCredentials, writer: NIOAsyncChannelOutboundWriter<ByteBuffer>, outbox: Outbox) {
-        self.id = id; self.peer = peer; self.writer = writer; self.outbox = outbox
+    init(id: UInt64, peer: PeerCredentials, outbox: Outbox) {
+        self.id = id; self.peer = peer; self.outbox = outbox
     }
 
     /// Queues a notification and returns at once, never waiting for the peer to read. When the peer lets
@@ -38,9 +37,13 @@ public final class RPCConnection: Sendable, Hashable {
         outbox.enqueue(Self.frame(RPCWire.notification(RPCNotification(method: method, params: params))))
     }
 
-    /// Writes a response, waiting while the peer does not read (bounded by the requests in flight).
+    /// Writes a response after the notifications queued before it, waiting while the peer does not read
+    /// (bounded by the requests in flight).
     func send(_ message: JSONValue) async {
-        try? await writer.write(Self.frame(message))
+        let frame = Self.frame(message)
+        await withCheckedContinuation { (written: CheckedContinuation<Void, Never>) in
+            outbox.enqueueResponse(frame, written: written)
+        }
     }
 
     private static func frame(_ message: JSONValue) -> ByteBuffer {
@@ -53,17 +56,24 @@ public final class RPCConnection: Sendable, Hashable {
     public func hash(into h: inout Hasher) { h.combine(id) }
 }
 
-/// A connection's queue of notifications not yet handed to the channel; past `limit` the connection is closed.
+/// A connection's frames in the order they are to be written. Notifications are counted: past `limit` waiting,
+/// the connection is closed. A response's sender waits until it is written (so responses are bounded by the
+/// requests in flight), and a response never overtakes the notifications its request queued before it.
 final class Outbox: Sendable {
+    enum Frame: Sendable {
+        case notification(ByteBuffer)
+        case response(ByteBuffer, written: CheckedContinuation<Void, Never>)
+    }
+
     private struct State { var queued = 0; var overflowed = false }
     private let state = Mutex(State())
-    private let continuation: AsyncStream<ByteBuffer>.Continuation
-    let frames: AsyncStream<ByteBuffer>
+    private let continuation: AsyncStream<Frame>.Continuation
+    let frames: AsyncStream<Frame>
     private let limit: Int
     private let onOverflow: @Sendable () -> Void
 
     init(limit: Int, onOverflow: @escaping @Sendable () -> Void) {
-        (frames, continuation) = AsyncStream.makeStream(of: ByteBuffer.self)
+        (frames, continuation) = AsyncStream.makeStream(of: Frame.self)
         self.limit = limit
         self.onOverflow = onOverflow
     }
@@ -76,14 +86,29 @@ final class Outbox: Sendable {
             return true
         }
         switch queued {
-        case true?: continuation.yield(frame)
+        case true?: continuation.yield(.notification(frame))
         case false?: onOverflow(); finish()
         case nil: break
         }
     }
 
-    /// One queued frame reached the channel.
-    func delivered() { state.withLock { $0.queued -= 1 } }
+    func enqueueResponse(_ frame: ByteBuffer, written: CheckedContinuation<Void, Never>) {
+        if case .terminated = continuation.yield(.response(frame, written: written)) { written.resume() }
+    }
+
+    /// Writes every frame in order until `finish()`; a failed write (peer gone) still releases its sender.
+    func drain(into writer: NIOAsyncChannelOutboundWriter<ByteBuffer>) async {
+        for await frame in frames {
+            switch frame {
+            case .notification(let bytes):
+                try? await writer.write(bytes)
+                state.withLock { $0.queued -= 1 }
+            case .response(let bytes, let written):
+                try? await writer.write(bytes)
+                written.resume()
+            }
+        }
+    }
 
     func finish() { continuation.finish() }
 }
@@ -239,17 +264,12 @@ public final class RPCServer: Sendable {
                             "queued": "\(self.maxQueuedNotifications)"])
                         channel.close(promise: nil)
                     }
-                    let conn = RPCConnection(id: id, peer: peer, writer: outbound, outbox: outbox)
+                    let conn = RPCConnection(id: id, peer: peer, outbox: outbox)
                     self.state.withLock { $0.clients[id] = conn }
                     rpcConnection = conn
                     try await withThrowingDiscardingTaskGroup { connectionTasks in
-                        // Notifications reach the channel here, so whoever sends one never waits for the peer.
-                        connectionTasks.addTask {
-                            for await frame in outbox.frames {
-                                try? await outbound.write(frame)
-                                outbox.delivered()
-                            }
-                        }
+                        // Frames reach the channel here, so whoever sends a notification never waits for the peer.
+                        connectionTasks.addTask { await outbox.drain(into: outbound) }
                         defer { outbox.finish() }
                         try await withThrowingDiscardingTaskGroup { group in
                             do {
