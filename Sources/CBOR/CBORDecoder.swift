@@ -82,6 +82,15 @@ struct CBORParser {
 
     var remaining: Int { bytes.count - position }
 
+    /// Elements reserved up front for a container that declares `count`: no more than the remaining input can
+    /// hold (`canHold`) and no more than `maxReservation`, so nested containers that each declare the whole
+    /// input cannot multiply memory; larger containers grow as their elements are actually decoded.
+    static func reservation(declared count: UInt64, canHold: Int) -> Int {
+        Int(min(count, UInt64(max(canHold, 0)), UInt64(maxReservation)))
+    }
+
+    static let maxReservation = 256
+
     struct Head {
         var major: UInt8
         var info: UInt8
@@ -197,7 +206,7 @@ struct CBORParser {
                 guard head.argument <= UInt64(remaining) else {
                     throw Self.malformed("array of \(head.argument) items exceeds the remaining input", at: head.offset)
                 }
-                items.reserveCapacity(Int(head.argument))
+                items.reserveCapacity(Self.reservation(declared: head.argument, canHold: remaining))
                 for _ in 0..<head.argument { items.append(try parseItem(depth: depth + 1)) }
             }
             return .array(items)
@@ -222,7 +231,7 @@ struct CBORParser {
             guard head.argument <= UInt64(remaining / 2) else {
                 throw Self.malformed("map of \(head.argument) pairs exceeds the remaining input", at: head.offset)
             }
-            pairs.reserveCapacity(Int(head.argument))
+            pairs.reserveCapacity(Self.reservation(declared: head.argument, canHold: remaining / 2))
         }
         var index: UInt64 = 0
         while true {

@@ -48,4 +48,17 @@ public final class CredentialStore: Sendable {
             }
         } catch { throw storageError(error) }
     }
+
+    /// Records the last use time of several credentials in one transaction (never moving one back).
+    public func recordUse(_ times: [[UInt8]: Date]) async throws(TesseraError) {
+        do {
+            try await db.write { db in
+                for (id, at) in times {
+                    try db.execute(sql: """
+                        UPDATE credential SET lastUsedAt = ? WHERE credentialId = ? AND (lastUsedAt IS NULL OR lastUsedAt < ?)
+                        """, arguments: [at, Data(id), at])
+                }
+            }
+        } catch { throw storageError(error) }
+    }
 }

@@ -40,8 +40,32 @@ public final class DocumentService: Sendable {
     public static func trustStore(paths: [String]) throws(TesseraError) -> CSCATrustStore? {
         guard !paths.isEmpty else { return nil }
         var store = CSCATrustStore()
-        for p in paths { try store.load(path: p) }
+        for path in paths {
+            for file in try anchorFiles(path) {
+                do { try store.load(path: file) } catch {
+                    throw TesseraError(.invalidInput, "CSCA trust anchor \(file) cannot be used: \(error.message)")
+                }
+            }
+        }
         return store
+    }
+
+    /// The files behind one `--csca` path: the file itself, or the regular files of a directory (hidden ones
+    /// skipped). Each must be readable and parse: a broken anchor stops start-up instead of being skipped.
+    static func anchorFiles(_ path: String) throws(TesseraError) -> [String] {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw TesseraError(.invalidInput, "CSCA trust anchor path \(path) does not exist")
+        }
+        guard isDirectory.boolValue else { return [path] }
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: path) else {
+            throw TesseraError(.invalidInput, "CSCA trust anchor directory \(path) cannot be read")
+        }
+        return names.sorted().filter { !$0.hasPrefix(".") }.map { (path as NSString).appendingPathComponent($0) }
+            .filter { file in
+                var isDir: ObjCBool = false
+                return FileManager.default.fileExists(atPath: file, isDirectory: &isDir) && !isDir.boolValue
+            }
     }
 
     /// Readers of every source. A source that is down (pcscd not running) contributes none; when every source

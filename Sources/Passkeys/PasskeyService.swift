@@ -26,6 +26,14 @@ public final class PasskeyService: Sendable {
         self.logger = logger
     }
 
+    /// Writes the credentials' last use times (assertions record them in memory only). The daemon calls it
+    /// every 30 seconds and on a graceful stop.
+    public func flushUsage() async {
+        do { try await counters.flushUsage() } catch {
+            logger.warning("cannot record the credentials' last use", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// All tokens present now, across backends.
     public func tokens() async -> [any KeyStoreToken] {
         var all: [any KeyStoreToken] = []

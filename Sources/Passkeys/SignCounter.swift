@@ -1,11 +1,15 @@
+import Foundation
 import TesseraCore
 import CredentialStore
 
 /// Hands out strictly increasing signature counters per credential without a disk sync per assertion:
 /// a block of values is reserved durably ahead of use, and after a crash counting resumes above the block.
+/// Use times are kept in memory and written by `flushUsage()` (periodically and on a graceful stop).
 actor SignCounterAllocator {
     private struct Entry { var next: Int64; var reserved: Int64 }
     private var entries: [[UInt8]: Entry] = [:]
+    /// Last use of each credential not yet written to the store.
+    private var unflushedUse: [[UInt8]: Date] = [:]
     private var reserving: [[UInt8]: Task<Void, any Error>] = [:]
     private let store: CredentialStore
     let blockSize: Int64
@@ -27,6 +31,7 @@ actor SignCounterAllocator {
                 }
                 entry.next += 1
                 entries[credentialId] = entry
+                unflushedUse[credentialId] = Date()
                 return UInt32(value)
             }
             entries[credentialId] = entry
@@ -53,6 +58,20 @@ actor SignCounterAllocator {
         }
     }
 
+    /// Writes the last use times gathered since the previous flush in one transaction.
+    func flushUsage() async throws(TesseraError) {
+        guard !unflushedUse.isEmpty else { return }
+        let pending = unflushedUse
+        unflushedUse = [:]
+        do { try await store.recordUse(pending) } catch {
+            for (id, at) in pending where unflushedUse[id] == nil { unflushedUse[id] = at }
+            throw error
+        }
+    }
+
     /// Forgets a deleted credential.
-    func forget(_ credentialId: [UInt8]) { entries[credentialId] = nil }
+    func forget(_ credentialId: [UInt8]) {
+        entries[credentialId] = nil
+        unflushedUse[credentialId] = nil
+    }
 }

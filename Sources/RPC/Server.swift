@@ -22,25 +22,107 @@ extension RPCDispatcher {
 public final class RPCConnection: Sendable, Hashable {
     public let id: UInt64
     public let peer: PeerCredentials
-    private let writer: NIOAsyncChannelOutboundWriter<ByteBuffer>
+    private let outbox: Outbox
+    /// Requests of this connection being handled (a batch counts once).
+    let inFlight = Mutex(0)
 
-    init(id: UInt64, peer: PeerCredentials, writer: NIOAsyncChannelOutboundWriter<ByteBuffer>) {
-        self.id = id; self.peer = peer; self.writer = writer
+    init(id: UInt64, peer: PeerCredentials, outbox: Outbox) {
+        self.id = id; self.peer = peer; self.outbox = outbox
     }
 
-    /// Sends a notification; silently dropped when the client has gone.
+    /// Queues a notification and returns at once, never waiting for the peer to read. When the peer lets
+    /// more than the server's notification bound pile up, the connection is closed (counted as `closedSlow`).
+    /// Dropped when the client has gone.
     public func notify(_ method: String, _ params: JSONValue) async {
-        await send(RPCWire.notification(RPCNotification(method: method, params: params)))
+        outbox.enqueue(Self.frame(RPCWire.notification(RPCNotification(method: method, params: params))))
     }
 
+    /// Writes a response after the notifications queued before it, waiting while the peer does not read
+    /// (bounded by the requests in flight).
     func send(_ message: JSONValue) async {
+        let frame = Self.frame(message)
+        await withCheckedContinuation { (written: CheckedContinuation<Void, Never>) in
+            outbox.enqueueResponse(frame, written: written)
+        }
+    }
+
+    private static func frame(_ message: JSONValue) -> ByteBuffer {
         var bytes = message.serialized()
         bytes.append(UInt8(ascii: "\n"))
-        try? await writer.write(ByteBuffer(bytes: bytes))
+        return ByteBuffer(bytes: bytes)
     }
 
     public static func == (a: RPCConnection, b: RPCConnection) -> Bool { a.id == b.id }
     public func hash(into h: inout Hasher) { h.combine(id) }
+}
+
+/// A connection's frames in the order they are to be written. Notifications are counted: past `limit` waiting,
+/// the connection is closed. A response's sender waits until it is written (so responses are bounded by the
+/// requests in flight), and a response never overtakes the notifications its request queued before it.
+final class Outbox: Sendable {
+    enum Frame: Sendable {
+        case notification(ByteBuffer)
+        case response(ByteBuffer, written: CheckedContinuation<Void, Never>)
+    }
+
+    private struct State { var queued = 0; var overflowed = false }
+    private let state = Mutex(State())
+    private let continuation: AsyncStream<Frame>.Continuation
+    let frames: AsyncStream<Frame>
+    private let limit: Int
+    private let onOverflow: @Sendable () -> Void
+
+    init(limit: Int, onOverflow: @escaping @Sendable () -> Void) {
+        (frames, continuation) = AsyncStream.makeStream(of: Frame.self)
+        self.limit = limit
+        self.onOverflow = onOverflow
+    }
+
+    func enqueue(_ frame: ByteBuffer) {
+        let queued: Bool? = state.withLock { s -> Bool? in
+            if s.overflowed { return nil }
+            if s.queued >= limit { s.overflowed = true; return false }
+            s.queued += 1
+            return true
+        }
+        switch queued {
+        case true?: continuation.yield(.notification(frame))
+        case false?: onOverflow(); finish()
+        case nil: break
+        }
+    }
+
+    func enqueueResponse(_ frame: ByteBuffer, written: CheckedContinuation<Void, Never>) {
+        if case .terminated = continuation.yield(.response(frame, written: written)) { written.resume() }
+    }
+
+    /// Writes every frame in order until `finish()`; a failed write (peer gone) still releases its sender.
+    func drain(into writer: NIOAsyncChannelOutboundWriter<ByteBuffer>) async {
+        for await frame in frames {
+            switch frame {
+            case .notification(let bytes):
+                try? await writer.write(bytes)
+                state.withLock { $0.queued -= 1 }
+            case .response(let bytes, let written):
+                try? await writer.write(bytes)
+                written.resume()
+            }
+        }
+    }
+
+    func finish() { continuation.finish() }
+}
+
+/// Connection counters of `RPCServer.statistics()`.
+public struct RPCConnectionStatistics: Sendable {
+    /// Connections open now.
+    public var open: Int
+    /// Connections accepted since start.
+    public var accepted: Int
+    /// Connections closed because their peer let more than the bound of notifications pile up.
+    public var closedSlow: Int
+    /// Requests answered `BUSY` because their connection had the maximum in flight.
+    public var busy: Int
 }
 
 /// Where the server listens.
@@ -54,6 +136,10 @@ public enum RPCListenAddress: Sendable {
 /// The JSON-RPC 2.0 server: NDJSON frames over a Unix stream socket, many clients, concurrent requests.
 public final class RPCServer: Sendable {
     public let maxFrameBytes: Int
+    /// Requests one connection may have in flight; more are answered `BUSY`.
+    public let maxRequestsInFlight: Int
+    /// Notifications queued for one connection at most; past it the connection is closed.
+    public let maxQueuedNotifications: Int
     private let dispatcher: any RPCDispatcher
     private let logger: Logger
     private let group: MultiThreadedEventLoopGroup
@@ -66,14 +152,26 @@ public final class RPCServer: Sendable {
         /// Open connections that can take notifications (for `broadcast`).
         var clients: [UInt64: RPCConnection] = [:]
         var shuttingDown = false
+        var accepted = 0
+        var closedSlow = 0
+        var busy = 0
     }
 
     public init(dispatcher: any RPCDispatcher, logger: Logger, maxFrameBytes: Int = 1 << 20,
+                maxRequestsInFlight: Int = 64, maxQueuedNotifications: Int = 1024,
                 eventLoopGroup: MultiThreadedEventLoopGroup = .singleton) {
         self.dispatcher = dispatcher
         self.logger = logger
         self.maxFrameBytes = maxFrameBytes
+        self.maxRequestsInFlight = maxRequestsInFlight
+        self.maxQueuedNotifications = maxQueuedNotifications
         self.group = eventLoopGroup
+    }
+
+    /// Connection counters for `daemon.status`.
+    public func statistics() -> RPCConnectionStatistics {
+        state.withLock { RPCConnectionStatistics(open: $0.connections.count, accepted: $0.accepted,
+                                                 closedSlow: $0.closedSlow, busy: $0.busy) }
     }
 
     /// Binds and serves until `shutdown()`; returns once every connection has drained.
@@ -98,8 +196,8 @@ public final class RPCServer: Sendable {
             switch address {
             case .path(let path, let mode, let gid):
                 try SocketPath.prepare(path)
-                server = try await bootstrap.bind(unixDomainSocketPath: path, childChannelInitializer: initializer)
-                try SocketPath.setPermissions(path, mode: mode, group: gid)
+                let fd = try SocketPath.bind(path, mode: mode, group: gid)
+                server = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
             case .inheritedDescriptor(let fd):
                 server = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
             }
@@ -147,6 +245,7 @@ public final class RPCServer: Sendable {
         let id: UInt64 = state.withLock { s in
             let id = s.nextID
             s.nextID += 1
+            s.accepted += 1
             s.connections[id] = channel
             return id
         }
@@ -158,20 +257,45 @@ public final class RPCServer: Sendable {
             // handling it and writing the answer need no wake-up of another thread.
             try await withTaskExecutorPreference(EventLoopTaskExecutor(channel.eventLoop)) {
                 try await connection.executeThenClose { inbound, outbound in
-                    let conn = RPCConnection(id: id, peer: peer, writer: outbound)
+                    let outbox = Outbox(limit: self.maxQueuedNotifications) {
+                        self.state.withLock { $0.closedSlow += 1 }
+                        self.logger.warning("closing a connection that does not read its notifications", metadata: [
+                            "conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)",
+                            "queued": "\(self.maxQueuedNotifications)"])
+                        channel.close(promise: nil)
+                    }
+                    let conn = RPCConnection(id: id, peer: peer, outbox: outbox)
                     self.state.withLock { $0.clients[id] = conn }
                     rpcConnection = conn
-                    try await withThrowingDiscardingTaskGroup { group in
-                        do {
-                            for try await frame in inbound {
-                                let bytes = Array(frame.readableBytesView)
-                                group.addTask { await self.process(bytes, on: conn) }
+                    try await withThrowingDiscardingTaskGroup { connectionTasks in
+                        // Frames reach the channel here, so whoever sends a notification never waits for the peer.
+                        connectionTasks.addTask { await outbox.drain(into: outbound) }
+                        defer { outbox.finish() }
+                        try await withThrowingDiscardingTaskGroup { group in
+                            do {
+                                for try await frame in inbound {
+                                    let bytes = Array(frame.readableBytesView)
+                                    let admitted = conn.inFlight.withLock { n in
+                                        guard n < self.maxRequestsInFlight else { return false }
+                                        n += 1
+                                        return true
+                                    }
+                                    guard admitted else {
+                                        // Answered before reading on: a peer that does not read its answers stalls only itself.
+                                        await self.refuseBusy(bytes, on: conn)
+                                        continue
+                                    }
+                                    group.addTask {
+                                        await self.process(bytes, on: conn)
+                                        conn.inFlight.withLock { $0 -= 1 }
+                                    }
+                                }
+                            } catch is FrameTooLargeError {
+                                await conn.send(RPCWire.response(id: nil, error: TesseraError(
+                                    .frameTooLarge, "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
+                            } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel {
+                                // Shutdown closed our input: answer what is in flight, then close.
                             }
-                        } catch is FrameTooLargeError {
-                            await conn.send(RPCWire.response(id: nil, error: TesseraError(
-                                .frameTooLarge, "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
-                        } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel {
-                            // Shutdown closed our input: answer what is in flight, then close.
                         }
                     }
                 }
@@ -183,6 +307,15 @@ public final class RPCServer: Sendable {
         _ = state.withLock { $0.connections.removeValue(forKey: id) }
         _ = state.withLock { $0.clients.removeValue(forKey: id) }
         logger.debug("client disconnected", metadata: ["conn": "\(id)"])
+    }
+
+    /// Answers a request that found its connection with the maximum in flight (`BUSY`, retryable).
+    private func refuseBusy(_ frame: [UInt8], on conn: RPCConnection) async {
+        state.withLock { $0.busy += 1 }
+        let value = try? JSONValue.parse(frame)
+        if let value, value["id"] == nil, value.objectValue != nil { return }  // a notification gets no answer
+        await conn.send(RPCWire.response(id: value?["id"], error: TesseraError(
+            .busy, "\(maxRequestsInFlight) requests of this connection are in flight; retry when one is answered")))
     }
 
     private func process(_ frame: [UInt8], on conn: RPCConnection) async {
@@ -257,6 +390,34 @@ enum SocketPath {
         defer { close(fd) }
         guard let address = try? SocketAddress(unixDomainSocketPath: path) else { return false }
         return address.withSockAddr { sa, len in connect(fd, sa, socklen_t(len)) == 0 }
+    }
+
+    /// A socket bound at `path` with its final owner, group and mode, not yet listening (NIO listens).
+    /// The file is created under a umask that leaves no bit beyond `mode` (beyond its owner bits while a
+    /// `group` is still to be set), so it never exists with wider permissions than configured.
+    static func bind(_ path: String, mode: UInt32, group: UInt32?) throws(TesseraError) -> Int32 {
+        let address: SocketAddress
+        do { address = try SocketAddress(unixDomainSocketPath: path) } catch {
+            throw TesseraError(.invalidInput, "socket path \(path): \(error)")
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw TesseraError(.internalError, "cannot create a socket: errno \(errno)") }
+        let creationMode = group == nil ? mode : mode & 0o700
+        let previous = umask(mode_t(~creationMode & 0o777))
+        let rc = address.withSockAddr { sa, len in Glibc.bind(fd, sa, socklen_t(len)) }
+        let bindErrno = errno
+        umask(previous)
+        guard rc == 0 else {
+            close(fd)
+            throw TesseraError(.internalError, "cannot bind \(path): errno \(bindErrno)")
+        }
+        Failpoint.hit("socket.bound")
+        do { try setPermissions(path, mode: mode, group: group) } catch {
+            close(fd)
+            unlink(path)
+            throw error
+        }
+        return fd
     }
 
     static func setPermissions(_ path: String, mode: UInt32, group: UInt32?) throws(TesseraError) {

@@ -34,6 +34,8 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let internalError: Code = "INTERNAL"
         public static let shuttingDown: Code = "SHUTTING_DOWN"
         public static let daemonUnavailable: Code = "DAEMON_UNAVAILABLE"
+        /// The connection already has the maximum number of requests in flight.
+        public static let busy: Code = "BUSY"
         // Tokens and passkeys
         public static let tokenNotPresent: Code = "TOKEN_NOT_PRESENT"
         public static let tokenError: Code = "TOKEN_ERROR"
@@ -105,7 +107,7 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public var defaultRetryable: Bool {
             switch self {
             case .tokenNotPresent, .tokenRemoved, .pinBackoff, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
-                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed:
+                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy:
                 return true
             default:
                 return false

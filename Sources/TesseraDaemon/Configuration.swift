@@ -27,7 +27,8 @@ public struct DaemonOptions: Sendable {
     }
 }
 
-/// The optional JSON configuration file (`--config FILE`); every key is optional. See docs/CONFIG.md.
+/// The optional JSON configuration file (`--config FILE`); every key is optional, an unknown key stops start-up.
+/// The JSON keys are the stored property names (`knownKeys`): a new key is only a new property. See docs/CONFIG.md.
 public struct ConfigFile: Codable, Sendable {
     /// Group (name or number) that owns the socket; members may connect.
     public var socketGroup: String?
@@ -47,28 +48,97 @@ public struct ConfigFile: Codable, Sendable {
     public var enrollment: JSONValue?
     /// Per-uid wait after a wrong PIN (docs/CONFIG.md).
     public var pinBackoff: PINBackoffConfig?
+    /// Requests one connection may have in flight; more are answered `BUSY`.
+    public var maxRequestsInFlight: Int?
+    /// Notifications queued for one connection whose client does not read; past it the connection is closed.
+    public var maxQueuedNotifications: Int?
 
     public init() {}
+
+    /// The top-level keys the file may hold: the names of the stored properties above.
+    public static var knownKeys: Set<String> { propertyNames(of: ConfigFile()) }
 
     public static func load(_ path: String) throws(TesseraError) -> ConfigFile {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw TesseraError(.invalidInput, "cannot read config file \(path)")
         }
+        let config: ConfigFile
         do {
-            return try JSONDecoder().decode(ConfigFile.self, from: data)
+            try rejectUnknownKeys(JSONValue.parse([UInt8](data)))
+            config = try JSONDecoder().decode(ConfigFile.self, from: data)
+        } catch let error as TesseraError {
+            throw TesseraError(.invalidInput, "config file \(path): \(error.message)")
         } catch {
             throw TesseraError(.invalidInput, "config file \(path) is invalid: \(error)")
         }
+        try config.validate(path)
+        return config
+    }
+
+    /// Refuses keys that no setting reads: a misspelled security setting must not fall back to a default.
+    static func rejectUnknownKeys(_ root: JSONValue) throws(TesseraError) {
+        guard let top = root.objectValue else { throw TesseraError.invalidInput("the file must hold one JSON object") }
+        try unknown(in: top, known: knownKeys, section: nil)
+        if let backoff = top["pinBackoff"]?.objectValue {
+            try unknown(in: backoff, known: propertyNames(of: PINBackoffConfig()), section: "pinBackoff")
+        }
+        guard let policy = top["policy"], !policy.isNull else { return }
+        guard let rules = policy.objectValue else { throw TesseraError.invalidInput("policy must be an object") }
+        try unknown(in: rules, known: propertyNames(of: PolicyConfig()), section: "policy")
+        for (permission, rule) in rules {
+            guard let fields = rule.objectValue else { continue }
+            try unknown(in: fields, known: propertyNames(of: PolicyConfig.Rule()), section: "policy.\(permission)")
+        }
+    }
+
+    private static func unknown(in object: [String: JSONValue], known: Set<String>,
+                                section: String?) throws(TesseraError) {
+        guard let key = object.keys.sorted().first(where: { !known.contains($0) }) else { return }
+        let place = section.map { "key '\(key)' in \($0)" } ?? "key '\(key)'"
+        throw TesseraError.invalidInput("unknown \(place) (known: \(known.sorted().joined(separator: ", ")))")
+    }
+
+    private static func propertyNames(of value: Any) -> Set<String> {
+        Set(Mirror(reflecting: value).children.compactMap(\.label))
+    }
+
+    /// Range checks of the settings whose wrong value would weaken the daemon.
+    func validate(_ path: String) throws(TesseraError) {
+        func bad(_ message: String) -> TesseraError { TesseraError(.invalidInput, "config file \(path): \(message)") }
+        do { _ = try Self.socketMode(socketMode) } catch { throw bad(error.message) }
+        if let pinBackoff { do { _ = try pinBackoff.policy() } catch { throw bad(error.message) } }
+        if let block = counterBlock, !Self.counterBlockRange.contains(block) {
+            throw bad("counterBlock \(block) is out of range 1…1000000")
+        }
+        if let limit = maxRequestsInFlight, !(1...65_536).contains(limit) {
+            throw bad("maxRequestsInFlight \(limit) is out of range 1…65536")
+        }
+        if let limit = maxQueuedNotifications, !(1...1_000_000).contains(limit) {
+            throw bad("maxQueuedNotifications \(limit) is out of range 1…1000000")
+        }
+    }
+
+    static let counterBlockRange = 1...1_000_000
+
+    /// `socketMode` as a mode (default 0660); only permission bits, written in octal.
+    static func socketMode(_ text: String?) throws(TesseraError) -> UInt32 {
+        guard let text else { return 0o660 }
+        guard !text.isEmpty, text.count <= 4, let mode = UInt32(text, radix: 8), mode <= 0o777 else {
+            throw TesseraError.invalidInput("socketMode '\(text)' is not an octal file mode between 0 and 0777")
+        }
+        return mode
     }
 }
 
 /// `policy` section: for each permission, the uids and gids (numbers or names) allowed.
 public struct PolicyConfig: Codable, Sendable {
+    public init() {}
     public var sign: Rule?
     public var enroll: Rule?
     public var admin: Rule?
 
     public struct Rule: Codable, Sendable {
+        public init() {}
         public var users: [String]?
         public var groups: [String]?
     }
@@ -79,6 +149,8 @@ public struct PolicyConfig: Codable, Sendable {
 public struct PINBackoffConfig: Codable, Sendable {
     public var initialSeconds: Double?
     public var maxSeconds: Double?
+
+    public init() {}
 
     func policy() throws(TesseraError) -> PINBackoffPolicy {
         let initial = initialSeconds ?? 2

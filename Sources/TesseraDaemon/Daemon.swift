@@ -21,6 +21,13 @@ public enum Daemon {
 
         let config = try options.configFile.map { path throws(TesseraError) in try ConfigFile.load(path) } ?? ConfigFile()
         let policy = try Policy(config.policy)
+        // Checked even when systemd passes the socket: a misspelled group is an error, never a silent default.
+        let socketGID = try config.socketGroup.map { group throws(TesseraError) in
+            do { return try Policy.gid(group) } catch {
+                throw TesseraError(.invalidInput, "config: socketGroup '\(group)' is not a known group")
+            }
+        }
+        let socketMode = try ConfigFile.socketMode(config.socketMode)
         let configDirectory = options.configFile.map { ($0 as NSString).deletingLastPathComponent } ?? "."
         let enrollmentConfig = try EnrollmentConfiguration(json: config.enrollment,
                                                            baseDirectory: configDirectory.isEmpty ? "." : configDirectory)
@@ -37,11 +44,14 @@ public enum Daemon {
         let pivStore = PIVKeyStore(slots: PIVSlotStore(database: database),
                                    managementKey: try PIVSetup.managementKey(options, logger: logger), logger: logger)
         pivStore.start()
+        let table = MethodTable(policy: policy)
         let passkeys = PasskeyService(keyStores: [keyStore, pivStore], store: store, logger: logger,
                                       counterBlock: Int64(config.counterBlock ?? 1024),
                                       pinBackoff: try config.pinBackoff?.policy() ?? .standard)
+        let server = RPCServer(dispatcher: table, logger: logger,
+                               maxRequestsInFlight: config.maxRequestsInFlight ?? 64,
+                               maxQueuedNotifications: config.maxQueuedNotifications ?? 1024)
 
-        let table = MethodTable(policy: policy)
         // `piv: {status, readers}` in tokens.list: PCSC_UNAVAILABLE shows there.
         table.registerPasskeys(passkeys, storeStatus: ["piv": { pivStore.status() }])
         table.registerDocuments()
@@ -72,6 +82,13 @@ public enum Daemon {
                 await enrollment.sweep()
             }
         }
+        // lastUsedAt is at most 30 s behind while running; a graceful stop writes the rest.
+        let usageFlusher = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(30))
+                await passkeys.flushUsage()
+            }
+        }
         table.register("daemon.status", .read) { _, _ in
             let tokens = await Views.tokens(passkeys)
             let uptime = ContinuousClock.now - started
@@ -79,11 +96,11 @@ public enum Daemon {
                     "uptimeSeconds": .number(Double(uptime.components.seconds)),
                     "pid": .number(Double(getpid())),
                     "tokens": .array(tokens),
-                    "readers": .array(((try? await documents.readers()) ?? []).map(Views.reader))]
+                    "readers": .array(((try? await documents.readers()) ?? []).map(Views.reader)),
+                    "connections": Views.connections(server.statistics())]
         }
         table.registerIntrospection()
 
-        let server = RPCServer(dispatcher: table, logger: logger)
         let tokenEvents = Task {
             for await _ in pivStore.changes { await server.broadcast("tokens.changed", ["backend": "piv"]) }
         }
@@ -92,10 +109,7 @@ public enum Daemon {
             address = .inheritedDescriptor(fd)
         } else {
             let path = options.socketPath ?? (options.stateDir + "/tesserad.sock")
-            var gid: UInt32?
-            if let g = config.socketGroup { gid = try Policy.gid(g) }
-            let mode = config.socketMode.flatMap { UInt32($0, radix: 8) } ?? 0o660
-            address = .path(path, mode: mode, group: gid)
+            address = .path(path, mode: socketMode, group: socketGID)
         }
         let service = SocketService(server: server, address: address, logger: logger, started: started)
         let group = ServiceGroup(configuration: .init(
@@ -103,6 +117,8 @@ public enum Daemon {
         try await group.run()
         tokenEvents.cancel()
         sweeper.cancel()
+        usageFlusher.cancel()
+        await passkeys.flushUsage()
         await pivStore.close()
         await keyStore.close()
         logger.info("stopped")
@@ -128,5 +144,12 @@ struct SocketService: Service {
             logger.info("draining connections")
             server.shutdown()
         }
+    }
+}
+
+extension Views {
+    static func connections(_ s: RPCConnectionStatistics) -> JSONValue {
+        ["open": .number(Double(s.open)), "accepted": .number(Double(s.accepted)),
+         "closedSlow": .number(Double(s.closedSlow)), "busy": .number(Double(s.busy))]
     }
 }

@@ -18,7 +18,7 @@ public enum Permission: String, Sendable {
     case admin
 }
 
-/// Decides from SO_PEERCRED (uid, primary and supplementary gids) whether a caller holds a permission.
+/// Decides from the peer's credentials (SO_PEERCRED uid and primary gid, SO_PEERGROUPS supplementary gids) whether a caller holds a permission.
 /// Root and the daemon's own uid hold every permission. Without a rule, `sign` and `enroll` are open to
 /// every client that can reach the socket (its mode and group are the gate) and `admin` is closed.
 public struct Policy: Sendable {
@@ -51,16 +51,8 @@ public struct Policy: Sendable {
             return
         }
         if rule.uids.contains(peer.uid) || rule.gids.contains(peer.gid) { return }
-        if !rule.gids.isDisjoint(with: Self.supplementaryGroups(pid: peer.pid)) { return }
+        if !rule.gids.isDisjoint(with: peer.groups) { return }
         throw TesseraError(.unauthorized, "uid \(peer.uid) is not allowed to \(permission.rawValue) by the policy")
-    }
-
-    static func supplementaryGroups(pid: Int32) -> Set<UInt32> {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return [] }
-        for line in status.split(separator: "\n") where line.hasPrefix("Groups:") {
-            return Set(line.dropFirst(7).split(separator: " ").compactMap { UInt32($0) })
-        }
-        return []
     }
 
     static func uid(_ s: String) throws(TesseraError) -> UInt32 {

@@ -31,13 +31,16 @@ struct Tesserad: AsyncParsableCommand {
           STATE_DIR/tesserad.sock
               default socket when --socket is not given
           --config FILE
-              JSON: socketGroup, socketMode, policy, pinFiles, pinBackoff (docs/CONFIG.md);
+              JSON: socketGroup, socketMode, policy, pinFiles, pinBackoff, maxRequestsInFlight,
+              maxQueuedNotifications (docs/CONFIG.md); unknown keys stop start-up;
               enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
 
         EXIT STATUS
           0   stopped by SIGTERM or SIGINT after draining connections
-          1   start-up failed (invalid config or enrollment workflow, another tesserad serves
-              the socket, a regular file at the socket path, database); the reason is on stderr
+          1   start-up failed (an unknown key or invalid value in the config, an unknown socketGroup or
+              policy user/group, an unreadable or unparseable --csca file, an invalid enrollment workflow,
+              another tesserad serves the socket, a regular file at the socket path, database); the
+              reason, naming the setting or file, is on stderr
           64  usage error
 
         EXAMPLES
@@ -47,7 +50,7 @@ struct Tesserad: AsyncParsableCommand {
         """,
         version: Daemon.version)
 
-    @Option(name: .long, help: ArgumentHelp("Unix socket to listen on (mode 0660; a stale socket file is replaced).", valueName: "PATH"))
+    @Option(name: .long, help: ArgumentHelp("Unix socket to listen on (created with its final mode, default 0660; a stale socket file is replaced).", valueName: "PATH"))
     var socket: String?
 
     @Option(name: .customLong("state-dir"), help: ArgumentHelp("Directory for the database, the daemon secret (daemon.secret, 0600) and the embedded token (created 0700). Default: $STATE_DIRECTORY or /var/lib/tesserad.", valueName: "DIR"))
@@ -59,7 +62,7 @@ struct Tesserad: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("JSON configuration file.", valueName: "FILE"))
     var config: String?
 
-    @Option(name: .long, help: ArgumentHelp("CSCA trust anchors for passive authentication: a certificate file, a directory of them, or an ICAO master list (repeatable).", valueName: "PATH"))
+    @Option(name: .long, help: ArgumentHelp("CSCA trust anchors for passive authentication: a certificate file, a directory of them, or an ICAO master list (repeatable). Every file must be readable and parse, else start-up fails.", valueName: "PATH"))
     var csca: [String] = []
 
     @Flag(name: .customLong("no-embedded-softhsm"), help: "Never create the embedded SoftHSM2 token.")

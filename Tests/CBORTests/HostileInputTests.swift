@@ -1,4 +1,4 @@
-import CBOR
+@testable import CBOR
 import Testing
 import TesseraCore
 
@@ -41,5 +41,23 @@ private struct XorShift: RandomNumberGenerator {
             }
         }
         #expect(strictAccepted > 100)
+    }
+}
+
+/// Declared element counts are attacker-controlled: they must not decide how much memory is reserved.
+@Suite struct DeclaredCountTests {
+    @Test func reservationNeverExceedsWhatTheInputCanHold() {
+        #expect(CBORParser.reservation(declared: UInt64.max, canHold: 3) == 3)
+        #expect(CBORParser.reservation(declared: 1_000_000, canHold: 1_000_000) == CBORParser.maxReservation)
+        #expect(CBORParser.reservation(declared: 2, canHold: 1_000) == 2)
+        #expect(CBORParser.reservation(declared: 5, canHold: -1) == 0)
+    }
+
+    @Test func hugeDeclaredArrayAndMapInATinyInputAreMalformed() {
+        // Array of 2^64-1 items and map of 2^32-1 pairs, each followed by one byte.
+        for input: [UInt8] in [[0x9B, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+                               [0xBA, 0xFF, 0xFF, 0xFF, 0xFF, 0x00]] {
+            #expect(throws: TesseraError.self) { try CBORValue(decoding: input, options: .lenient) }
+        }
     }
 }

@@ -57,4 +57,18 @@ import Testing
         #expect(r?.counterReserved == 1024)
         #expect(r?.lastUsedAt != nil)
     }
+
+    @Test func recordUseWritesSeveralCredentialsAndNeverMovesOneBack() async throws {
+        let (db, path) = try tempDB()
+        defer { removeDB(path) }
+        let store = CredentialStore(database: db)
+        try await store.insert(record(1))
+        try await store.insert(record(2))
+        let early = Date(timeIntervalSince1970: 1_800_000_000), late = early.addingTimeInterval(90)
+        try await store.recordUse([[1, 1, 2]: late, [2, 1, 2]: early])
+        #expect(try await store.credential(id: [1, 1, 2])?.lastUsedAt == late)
+        #expect(try await store.credential(id: [2, 1, 2])?.lastUsedAt == early)
+        try await store.recordUse([[1, 1, 2]: early])
+        #expect(try await store.credential(id: [1, 1, 2])?.lastUsedAt == late)
+    }
 }
