@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from tessera_harness import NOBODY, SOFTHSM_MODULE, Daemon, SoftHSM, as_nobody, unb64u
+from tessera_harness import NOBODY, SOFTHSM_MODULE, AsUser, Client, Daemon, SoftHSM, as_nobody, unb64u
 from tessera_harness import calls_as as harness_calls_as
 
 RP = "owner.example"
