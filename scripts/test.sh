@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI=${CI:-}
 
+echo "== swift build (warnings are errors)"
+swift build -Xswiftc -warnings-as-errors 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\] |^(Compiling|Building|Write|Emitting)' || true
+test "${PIPESTATUS[0]}" -eq 0 || { echo "swift build failed (warnings count as errors)"; exit 1; }
+
 echo "== swift test"
 swift test 2>&1 | tee .state-swift-test.log | grep -vE '^\[[0-9]+/[0-9]+\] |^(Compiling|Building|Write|Emitting)' || {
   echo "swift test failed"; exit 1; }
@@ -12,3 +16,9 @@ grep -qE "Test run with [0-9]+ tests? .*passed|Executed [0-9]+ tests?, with 0 fa
 
 echo "== end-to-end (real tesserad, SoftHSM2, py_webauthn + python-fido2)"
 .venv/bin/python -m pytest -q Tests/e2e
+
+echo "== systemd units (systemd-analyze verify + security)"
+scripts/check-systemd.sh
+
+echo "== soak smoke (8 clients × 100 requests, kill -9 + restart; the full soak is make soak)"
+scripts/soak.sh --clients 8 --requests 100 --time-limit 300
