@@ -1,13 +1,10 @@
 #!/usr/bin/env bash
 # Every test, against real components: Swift tests (SoftHSM2, pcscd + vpcd with emulated cards), then the real
-# daemon end to end with independent verifiers (pytest). Prints a summary line per stage.
+# daemon end to end with independent verifiers (pytest), the systemd units, and a short soak. Prints a summary
+# line per stage. Warnings are errors in every build (Package.swift), so the build stages cannot pass with one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI=${CI:-}
-
-echo "== swift build (warnings are errors)"
-swift build -Xswiftc -warnings-as-errors 2>&1 | grep -vE '^\[[0-9]+/[0-9]+\] |^(Compiling|Building|Write|Emitting)' || true
-test "${PIPESTATUS[0]}" -eq 0 || { echo "swift build failed (warnings count as errors)"; exit 1; }
 
 echo "== swift test"
 swift test 2>&1 | tee .state-swift-test.log | grep -vE '^\[[0-9]+/[0-9]+\] |^(Compiling|Building|Write|Emitting)' || {
