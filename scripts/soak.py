@@ -161,8 +161,8 @@ class Worker(threading.Thread):
             self.client = None
 
     def run(self) -> None:
-        kinds = [k for k, _ in MIX]
-        weights = [w for _, w in MIX]
+        kinds = [k for k, _ in MIX if k not in self.args.without]
+        weights = [w for k, w in MIX if k not in self.args.without]
         n = 0
         while n < self.args.requests and not self.stop.is_set():
             kind = self.rng.choices(kinds, weights)[0]
@@ -349,6 +349,8 @@ def main() -> int:
     ap.add_argument("--no-restart", action="store_true", help="skip the kill -9 and restart")
     ap.add_argument("--rss-limit", type=float, default=5.0, help="allowed RSS growth in percent")
     ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--without", action="append", default=[], choices=[k for k, _ in MIX],
+                    help="leave a request kind out of the mix (repeatable; for finding what a figure comes from)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (daemon logs)")
     args = ap.parse_args()
 
@@ -534,6 +536,9 @@ def run(args, root: pathlib.Path, hsm: SoftHSM, daemon: Daemon, failures: list[s
             print(f"  RSS pid {pids[epoch] if epoch < len(pids) else '?'}: start {samples[0][1]} KiB, end "
                   f"{samples[-1][1]} KiB ({len(samples)} samples)" +
                   (f", second→last thousand {g[0]} → {g[1]} KiB ({g[2]:+.1f} %)" if g else ""))
+            step = max(1, len(samples) // 8)
+            shown = samples[::step] + ([] if (len(samples) - 1) % step == 0 else samples[-1:])
+            print("    RSS by requests served: " + ", ".join(f"{n}: {k}" for n, k in shown))
     print(f"  fds: baseline {fd_base.get(0)} (first process), {fd_base.get(1, '-')} (after restart), "
           f"end {fd_end}")
     if failures:
