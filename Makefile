@@ -2,7 +2,7 @@
 SWIFT ?= swift
 BUILD_FLAGS ?=
 
-.PHONY: all setup build demo test unit-test e2e-test bench clean
+.PHONY: all setup build demo test unit-test e2e-test bench soak systemd-check format format-check clean
 
 all: build
 
@@ -26,6 +26,25 @@ unit-test: build
 
 e2e-test: build
 	.venv/bin/python -m pytest -q Tests/e2e
+
+## 64 clients × 1000 mixed requests against the real daemon (SoftHSM2), kill -9 + restart in the middle; checks
+## error codes, signCounts, fds and RSS growth and prints the figures. Not part of `make test` (a smoke of it is).
+soak: build
+	@scripts/soak.sh
+
+## systemd-analyze verify and security (exposure <= 2.0) of the units in systemd/.
+systemd-check: setup
+	@scripts/check-systemd.sh
+
+FORMAT_PATHS = Sources Tests Benchmarks Package.swift
+
+## swift-format (ships with the toolchain) with .swift-format: fails on any finding.
+format-check:
+	$(SWIFT) format lint --strict --recursive --parallel $(FORMAT_PATHS)
+
+## Rewrites the sources to .swift-format's style.
+format:
+	$(SWIFT) format format --in-place --recursive --parallel $(FORMAT_PATHS)
 
 bench: setup
 	@scripts/bench.sh

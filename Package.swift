@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.2
 import PackageDescription
 
 /// Tessera: hardware-backed passkeys and ICAO 9303 document reading, served by `tesserad` over a Unix socket.
@@ -121,8 +121,10 @@ let package = Package(
         .executableTarget(name: "tesserad", dependencies: [
             "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
+        /// The tessera CLI's pure logic (enroll-station's JSON-schema forms, progress text), unit-tested.
+        .target(name: "CLISupport", dependencies: ["TesseraCore"], swiftSettings: strict),
         .executableTarget(name: "tessera", dependencies: [
-            "TesseraCore", "RPC", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
@@ -150,6 +152,7 @@ let package = Package(
             "Passkeys", "TesseraCore", .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore", "TesseraCore"]),
+        .testTarget(name: "CLISupportTests", dependencies: ["CLISupport", "TesseraCore"]),
         .testTarget(name: "RPCTests", dependencies: ["RPC", "TesseraCore"]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(name: "DocumentsTests", dependencies: [
@@ -168,3 +171,9 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// Warnings are errors in every Tessera target (tests and benchmarks too) and in every build, local and CI alike,
+// so "no warnings" cannot drift. Dependencies are not affected.
+for target in package.targets where target.type != .system {
+    target.swiftSettings = (target.swiftSettings ?? []) + [.treatAllWarnings(as: .error)]
+}

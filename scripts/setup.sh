@@ -9,6 +9,8 @@ APT_PACKAGES=(
   libnfc-dev libnfc-bin libssl-dev openssl vsmartcard-vpcd libsqlite3-dev sqlite3 socat
   python3 python3-venv python3-pip tshark strace
 )
+# systemd-analyze (scripts/check-systemd.sh) comes with the systemd package; containers often have it already.
+command -v systemd-analyze >/dev/null || APT_PACKAGES+=(systemd)
 PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 cryptography cbor2 pyjwt)
 
 missing=()

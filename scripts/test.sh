@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test, against real components: Swift tests (SoftHSM2, pcscd + vpcd with emulated cards), then the real
-# daemon end to end with independent verifiers (pytest). Prints a summary line per stage.
+# daemon end to end with independent verifiers (pytest), the systemd units, and a short soak. Prints a summary
+# line per stage. Warnings are errors in every build (Package.swift), so the build stages cannot pass with one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI=${CI:-}
@@ -12,3 +13,9 @@ grep -qE "Test run with [0-9]+ tests? .*passed|Executed [0-9]+ tests?, with 0 fa
 
 echo "== end-to-end (real tesserad, SoftHSM2, py_webauthn + python-fido2)"
 .venv/bin/python -m pytest -q Tests/e2e
+
+echo "== systemd units (systemd-analyze verify + security)"
+scripts/check-systemd.sh
+
+echo "== soak smoke (8 clients × 100 requests, kill -9 + restart; the full soak is make soak)"
+scripts/soak.sh --clients 8 --requests 100 --time-limit 300

@@ -1,5 +1,5 @@
 import Foundation
-import PKCS11
+@_spi(Benchmarks) @_spi(Testing) import PKCS11
 import RPC
 import TesseraCore
 import TesseraTestSupport

@@ -1,4 +1,4 @@
-import CLibCrypto
+internal import CLibCrypto
 import TesseraCore
 
 /// A DH key pair: private exponent and public value, big-endian (public padded to the prime length).

@@ -1,4 +1,4 @@
-import CLibCrypto
+internal import CLibCrypto
 import TesseraCore
 
 /// An elliptic-curve key pair: private scalar (big-endian, order length) and uncompressed public point.

@@ -1,5 +1,5 @@
 import Crypto
-import CLibCrypto
+internal import CLibCrypto
 import TesseraCore
 
 /// Message digests used by ICAO 9303 (via swift-crypto).

@@ -1,4 +1,4 @@
-import CLibCrypto
+internal import CLibCrypto
 import TesseraCore
 
 // Internal helpers shared by every OpenSSL-backed file of this module (including Signatures.swift).

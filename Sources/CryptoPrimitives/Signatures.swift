@@ -1,4 +1,4 @@
-import CLibCrypto
+internal import CLibCrypto
 import TesseraCore
 
 /// Hash functions used by signatures and by LDS data-group hashes.

@@ -1,4 +1,4 @@
-import CLibCrypto
+internal import CLibCrypto
 import TesseraCore
 
 /// Runs one EVP cipher over `data` without padding. `data.count` must be a multiple of the block size.

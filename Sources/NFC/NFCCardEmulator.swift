@@ -1,4 +1,4 @@
-import CNFC
+internal import CNFC
 import Foundation
 import TesseraCore
 import VPCD

@@ -1,5 +1,5 @@
 import APDU
-import CNFC
+internal import CNFC
 import Foundation
 import TesseraCore
 

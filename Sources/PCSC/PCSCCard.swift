@@ -1,5 +1,5 @@
 import APDU
-import CPCSCLite
+internal import CPCSCLite
 import Foundation
 import TesseraCore
 

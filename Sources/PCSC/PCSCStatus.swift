@@ -1,4 +1,4 @@
-import CPCSCLite
+internal import CPCSCLite
 import TesseraCore
 
 // pcsc-lite return codes. The header defines them as `((LONG)0x8010xxxx)` casts, which Swift does not

@@ -1,4 +1,4 @@
-import CPCSCLite
+internal import CPCSCLite
 import Foundation
 import TesseraCore
 

@@ -1,4 +1,4 @@
-import CPKCS11
+internal import CPKCS11
 import Foundation
 
 /// One initialised PKCS#11 module (a p11-kit function list).

@@ -1,4 +1,4 @@
-import CSystemShims
+internal import CSystemShims
 import Crypto
 import TesseraCore
 

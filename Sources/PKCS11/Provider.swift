@@ -1,5 +1,5 @@
-import CPKCS11
-import CSystemShims
+internal import CPKCS11
+internal import CSystemShims
 import Foundation
 import TesseraCore
 

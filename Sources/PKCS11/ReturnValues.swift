@@ -1,4 +1,4 @@
-import CPKCS11
+internal import CPKCS11
 
 /// Names for the `CKR_*` values a token is likely to return, for error messages.
 enum ReturnValue {

@@ -1,4 +1,4 @@
-import CPKCS11
+internal import CPKCS11
 import Foundation
 import TesseraCore
 

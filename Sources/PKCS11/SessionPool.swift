@@ -1,5 +1,5 @@
 import TesseraCore
-import CPKCS11
+internal import CPKCS11
 
 /// A bounded set of session workers for one token; async callers queue (FIFO) for a free one.
 final class SessionPool: Sendable {

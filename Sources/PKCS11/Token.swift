@@ -1,4 +1,4 @@
-import CPKCS11
+internal import CPKCS11
 import Crypto
 import Foundation
 import TesseraCore
@@ -341,6 +341,7 @@ public final class PKCS11Token: Sendable {
     }
 
     /// `CKA_ID`s of the EC key objects whose `CKA_LABEL` starts with `labelPrefix` (all when nil), without duplicates.
+    @_spi(Testing)
     public func keyIDs(labelPrefix: String?) async throws(TesseraError) -> [[UInt8]] {
         let prefix = labelPrefix.map { Array($0.utf8) }
         return try await withSession { (ctx: SessionContext) throws(OperationError) -> [[UInt8]] in
@@ -365,6 +366,7 @@ public final class PKCS11Token: Sendable {
     }
 
     /// Reads back the protection attributes of the private key with this `CKA_ID` and tries to read `CKA_VALUE`.
+    @_spi(Testing)
     public func privateKeyAttributes(id keyID: [UInt8]) async throws(TesseraError) -> PrivateKeyAttributes {
         let loginRequired = info.flags.loginRequired
         return try await withSession { (ctx: SessionContext) throws(OperationError) -> PrivateKeyAttributes in
@@ -393,6 +395,7 @@ public final class PKCS11Token: Sendable {
     /// Signs `digest` `iterations` times over `sessions` fresh sessions on as many dedicated threads, bypassing the
     /// pool, and returns signatures per second. The token must already be logged in when its keys need it.
     /// Uses the same mechanism as `signP256` (with `digest` as the input either way).
+    @_spi(Benchmarks)
     public func rawSignLoop(keyID: [UInt8], digest: [UInt8], iterations: Int, sessions: Int) async throws(TesseraError) -> Double {
         guard iterations > 0, sessions > 0, sessions <= 256 else { throw .invalidInput("iterations and sessions must be positive") }
         guard digest.count == 32 else { throw .invalidInput("digest must be 32 bytes (SHA-256)") }

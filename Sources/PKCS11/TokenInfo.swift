@@ -1,4 +1,4 @@
-import CPKCS11
+internal import CPKCS11
 import Crypto
 import TesseraCore
 
@@ -36,6 +36,7 @@ public struct TokenFlags: Sendable, Equatable {
 }
 
 /// Attributes of a private key read back from the token (what the token claims; sensitive values are never read).
+@_spi(Testing)
 public struct PrivateKeyAttributes: Sendable, Equatable {
     public var label: String
     public var isTokenObject: Bool?

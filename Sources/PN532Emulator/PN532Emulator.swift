@@ -1,4 +1,4 @@
-import CSystemShims
+internal import CSystemShims
 import Dispatch
 import Foundation
 import TesseraCore

@@ -71,6 +71,7 @@ public final class RPCClient: Sendable {
     }
 
     /// Sends raw bytes as they are (for tests of framing and malformed input).
+    @_spi(Testing)
     public func sendRaw(_ bytes: [UInt8]) async throws(TesseraError) {
         do { try await channel.writeAndFlush(ByteBuffer(bytes: bytes)).get() } catch {
             throw TesseraError(.daemonUnavailable, "write failed: \(error)")

@@ -1,4 +1,4 @@
-import CSystemShims
+internal import CSystemShims
 import TesseraCore
 
 /// What the daemon does to itself before it handles a secret.

@@ -1,4 +1,4 @@
-import CSystemShims
+internal import CSystemShims
 import Foundation
 
 /// systemd integration without libsystemd: socket activation (LISTEN_FDS) and sd_notify.

@@ -112,15 +112,16 @@ struct Passport: AsyncParsableCommand {
             let result: JSONValue
             do throws(TesseraError) {
                 let client = try await RPCClient.connect(path: globals.socketPath)
-                let bar = isatty(2) == 1 ? Task { await ProgressBar.draw(client.notifications) } : nil
+                let progress = ProgressRenderer(output: .standardError, linesWhenNotTerminal: false)
+                let bar = progress.active ? Task { await progress.follow(client.notifications) } : nil
                 defer { Task { await client.close() } }
                 do {
                     result = try await client.call("documents.read", params)
                     bar?.cancel()
-                    ProgressBar.clear(active: bar != nil)
+                    progress.clear()
                 } catch {
                     bar?.cancel()
-                    ProgressBar.clear(active: bar != nil)
+                    progress.clear()
                     throw error
                 }
             } catch {
@@ -217,29 +218,3 @@ enum PassportSummary {
     }
 }
 
-/// A one-line progress bar on stderr driven by `documents.progress` notifications.
-enum ProgressBar {
-    static func draw(_ notifications: AsyncStream<RPCNotification>) async {
-        for await n in notifications where n.method == "documents.progress" {
-            if Task.isCancelled { return }
-            let step = n.params["step"]?.stringValue ?? ""
-            var line = step
-            if let file = n.params["file"]?.stringValue {
-                let done = n.params["bytesRead"]?.intValue ?? 0
-                if let total = n.params["totalBytes"]?.intValue, total > 0 {
-                    let width = 30
-                    let filled = min(width, done * width / total)
-                    line = "reading \(file) [" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
-                        + "] \(done)/\(total) bytes"
-                } else {
-                    line = "reading \(file)"
-                }
-            }
-            FileHandle.standardError.write(Data(("\r\u{1B}[K" + line).utf8))
-        }
-    }
-
-    static func clear(active: Bool) {
-        if active { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
-    }
-}

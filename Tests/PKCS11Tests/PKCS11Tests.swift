@@ -3,7 +3,7 @@ import Foundation
 import Testing
 import TesseraCore
 import TesseraTestSupport
-@testable import PKCS11
+@_spi(Testing) @_spi(Benchmarks) @testable import PKCS11
 
 @Suite("Pure helpers")
 struct HelperTests {

@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import RPC
+@_spi(Testing) import RPC
 import Testing
 import TesseraCore
 

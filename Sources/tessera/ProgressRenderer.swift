@@ -1,0 +1,60 @@
+import CLISupport
+import Foundation
+import RPC
+import TesseraCore
+
+/// Draws `documents.progress` events: one line redrawn in place when `output` is a terminal, else a line per phase
+/// or file (`linesWhenNotTerminal`) or nothing. The one progress display of the CLI: `tessera passport read`
+/// (stderr) and `tessera enroll-station` (stdout).
+final class ProgressRenderer: Sendable {
+    private struct State {
+        var shown = false
+        var lastKey = ""
+    }
+
+    private let output: FileHandle
+    private let isTerminal: Bool
+    private let prefix: String
+    private let linesWhenNotTerminal: Bool
+    private let state = Locked(State())
+
+    init(output: FileHandle, prefix: String = "", linesWhenNotTerminal: Bool) {
+        self.output = output
+        self.isTerminal = isatty(output.fileDescriptor) == 1
+        self.prefix = prefix
+        self.linesWhenNotTerminal = linesWhenNotTerminal
+    }
+
+    /// Whether anything is drawn at all on this output.
+    var active: Bool { isTerminal || linesWhenNotTerminal }
+
+    func draw(_ event: JSONValue) {
+        let (key, text) = ProgressText.describe(event, bar: isTerminal)
+        let write: String? = state.withLock { s in
+            defer { s.lastKey = key }
+            if isTerminal {
+                s.shown = true
+                return "\r\u{1B}[K" + prefix + text
+            }
+            return linesWhenNotTerminal && key != s.lastKey ? prefix + text + "\n" : nil
+        }
+        if let write { output.write(Data(write.utf8)) }
+    }
+
+    /// Erases the in-place line (before other output, and at the end).
+    func clear() {
+        let shown = state.withLock { s in
+            defer { s = State() }
+            return s.shown
+        }
+        if shown { output.write(Data("\r\u{1B}[K".utf8)) }
+    }
+
+    /// Draws each `documents.progress` notification until the task is cancelled or the stream ends.
+    func follow(_ notifications: AsyncStream<RPCNotification>) async {
+        for await n in notifications where n.method == "documents.progress" {
+            if Task.isCancelled { return }
+            draw(n.params)
+        }
+    }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Checks the units in systemd/: `systemd-analyze verify` must be clean and `systemd-analyze security` must rate
+# tesserad.service at an exposure of at most 2.0 ("OK"). Neither verb needs systemd as PID 1.
+# verify runs against a scratch root holding the distribution's units (sysinit.target, ...) and an executable
+# stand-in for /usr/bin/tesserad, so it checks the unit files themselves, not whether Tessera is installed here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MAX_EXPOSURE=${MAX_EXPOSURE:-2.0}
+
+command -v systemd-analyze >/dev/null || { echo "systemd-analyze missing: run scripts/setup.sh"; exit 1; }
+units=/lib/systemd/system
+[ -d "$units" ] || units=/usr/lib/systemd/system
+
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+mkdir -p "$root/usr/lib/systemd" "$root/etc/systemd/system" "$root/usr/bin"
+cp -r "$units" "$root/usr/lib/systemd/system"
+printf '#!/bin/sh\nexit 0\n' > "$root/usr/bin/tesserad"
+chmod 0755 "$root/usr/bin/tesserad"
+cp systemd/*.service systemd/*.socket "$root/etc/systemd/system/"
+
+names=$(cd systemd && echo *.service *.socket)
+# verify prints problems and may still exit 0 for some of them: any output is a failure.
+out=$(systemd-analyze verify --root="$root" $names 2>&1) || { echo "$out"; echo "systemd-analyze verify failed"; exit 1; }
+if [ -n "$out" ]; then echo "$out"; echo "systemd-analyze verify reported problems"; exit 1; fi
+echo "systemd-analyze verify: clean ($names)"
+
+report=$(systemd-analyze security --offline=yes systemd/tesserad.service 2>&1)
+level=$(sed -n 's/.*Overall exposure level for tesserad.service: \([0-9.]*\).*/\1/p' <<<"$report")
+[ -n "$level" ] || { echo "$report"; echo "no exposure level in systemd-analyze security output"; exit 1; }
+echo "systemd-analyze security: tesserad.service exposure $level (limit $MAX_EXPOSURE)"
+awk -v l="$level" -v m="$MAX_EXPOSURE" 'BEGIN { exit !(l <= m) }' || {
+  grep '✗' <<<"$report"; echo "exposure $level is above $MAX_EXPOSURE"; exit 1; }
