@@ -359,7 +359,13 @@ def main() -> int:
     hsm = SoftHSM(root)
     hsm.add_token("soak", pin=PIN)
     hsm.add_token("soak-wrong-pin", pin=PIN)
-    daemon = Daemon(root, hsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"]).start()
+    # Every soak client is this process's uid, and the per-uid PIN back-off would turn most right-PIN assertions that
+    # follow a wrong PIN into PIN_BACKOFF: the soak measures the daemon under a steady mix, so the back-off is off
+    # here (it has its own end-to-end tests: test_piv.py, test_bad_input.py).
+    config = root / "tesserad.json"
+    config.write_text(json.dumps({"pinBackoff": {"initialSeconds": 0}}))
+    daemon = Daemon(root, hsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+                                    "--config", str(config)]).start()
     failures: list[str] = []
     try:
         return run(args, root, hsm, daemon, failures)
