@@ -36,10 +36,13 @@ public final class DocumentService: Sendable {
         return c
     }
 
-    /// Loads CSCA certificates from files, directories or ICAO master lists; nil for no paths.
-    public static func trustStore(paths: [String]) throws(TesseraError) -> CSCATrustStore? {
+    /// Loads CSCA certificates from files, directories or ICAO master lists; nil for no paths. Master lists must
+    /// be signed by, or by a certificate issued by, one of the certificates at `masterListTrust`.
+    public static func trustStore(paths: [String], masterListTrust: [String] = []) throws(TesseraError) -> CSCATrustStore? {
         guard !paths.isEmpty else { return nil }
-        var store = CSCATrustStore()
+        var mlAnchors = CSCATrustStore()
+        for p in masterListTrust { try mlAnchors.load(path: p) }
+        var store = CSCATrustStore(masterListTrust: mlAnchors.certificates)
         for p in paths { try store.load(path: p) }
         return store
     }

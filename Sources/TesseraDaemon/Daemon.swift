@@ -49,7 +49,8 @@ public enum Daemon {
         var readerSources: [any ReaderSource] = [PCSCReaderSource()]
         if !options.nfcDevices.isEmpty { readerSources.append(try LibNFCReaderSource(connstrings: options.nfcDevices)) }
         let documents = DocumentService(sources: readerSources,
-                                        trustStore: try DocumentService.trustStore(paths: options.cscaPaths),
+                                        trustStore: try DocumentService.trustStore(paths: options.cscaPaths,
+                                                                                masterListTrust: options.masterListTrustPaths),
                                         logger: documentLogger)
         table.registerDocumentReading(documents)
         table.registerLab()

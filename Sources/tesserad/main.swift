@@ -56,8 +56,11 @@ struct Tesserad: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("JSON configuration file.", valueName: "FILE"))
     var config: String?
 
-    @Option(name: .long, help: ArgumentHelp("CSCA trust anchors for passive authentication: a certificate file, a directory of them, or an ICAO master list (repeatable).", valueName: "PATH"))
+    @Option(name: .long, help: ArgumentHelp("CSCA trust anchors for passive authentication: a certificate file, a directory of them, or an ICAO master list (repeatable). A master list is accepted only when its signature verifies and its signer chains to a --master-list-trust certificate; otherwise start-up fails.", valueName: "PATH"))
     var csca: [String] = []
+
+    @Option(name: .customLong("master-list-trust"), help: ArgumentHelp("Certificate (PEM/DER file or directory; a CSCA of the issuing state) that CSCA master lists given with --csca must be signed under (repeatable).", valueName: "CERT"))
+    var masterListTrust: [String] = []
 
     @Flag(name: .customLong("no-embedded-softhsm"), help: "Never create the embedded SoftHSM2 token.")
     var noEmbeddedSoftHSM = false
@@ -80,6 +83,7 @@ struct Tesserad: AsyncParsableCommand {
                                     configFile: config, cscaPaths: csca, embeddedSoftHSM: !noEmbeddedSoftHSM,
                                     logLevel: logLevel)
         options.nfcDevices = nfcDevices
+        options.masterListTrustPaths = masterListTrust
         options.pivManagementKeyFile = pivManagementKeyFile
         options.allowDefaultPIVManagementKey = allowDefaultPIVManagementKey
         do {

@@ -170,7 +170,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
         let ml = try TestPKI.masterList(certificates: [a.csca.certificate, b.csca.certificate], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
-        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path)
+        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path,
+                                       masterListTrust: [mlSigner.csca.certificate])
         #expect(Set(store.certificates) == [a.csca.certificate, b.csca.certificate])
 
         try await OpenSSLCLI.makePKI(in: dir, kind: "prime256v1")
@@ -179,7 +180,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         try await OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "list.der", "-signer", "ds.pem", "-inkey", "ds.key",
                             "-outform", "DER", "-out", "openssl.ml", "-nodetach", "-econtent_type", "2.23.136.1.1.2",
                             "-md", "sha256", "-nosmimecap"], in: dir)
-        let store2 = try CSCATrustStore(contentsOf: dir.appendingPathComponent("openssl.ml").path)
+        let opensslCSCA = try ParsedCertificate(pemOrDER: Array(try Data(contentsOf: dir.appendingPathComponent("csca.pem"))))
+        let store2 = try CSCATrustStore(contentsOf: dir.appendingPathComponent("openssl.ml").path, masterListTrust: [opensslCSCA])
         #expect(Set(store2.certificates) == [a.csca.certificate, b.csca.certificate])
 
         let groups = try specimenDataGroups()
@@ -187,6 +189,55 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store2).status == .valid)
         #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("nope").path) }
         #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("list.der").path) }
+    }
+
+    /// A master list is refused unless its signature verifies and its signer chains to a master-list anchor;
+    /// in a directory of anchors a refused master list is an error, other unusable files are skipped.
+    @Test func masterListsAreRefusedUnlessTrusted() throws {
+        let dir = try OpenSSLCLI.tempDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let a = try TestPKI.generate(country: "UTO"), other = try TestPKI.generate(country: "ZZZ")
+        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let ml = try TestPKI.masterList(certificates: [a.csca.certificate], signer: mlSigner.documentSignerKey)
+        try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
+        let path = dir.appendingPathComponent("UTO.ml").path
+        func refusal(_ trust: [ParsedCertificate], _ file: String? = nil) -> String? {
+            do {
+                _ = try CSCATrustStore(contentsOf: file ?? path, masterListTrust: trust)
+                return nil
+            } catch { return error.code == .invalidInput ? error.message : "wrong code \(error.code)" }
+        }
+        // Trusted directly as an anchor, or through the CSCA that issued it.
+        #expect(refusal([mlSigner.documentSigner.certificate]) == nil)
+        #expect(refusal([other.csca.certificate, mlSigner.csca.certificate]) == nil)
+        #expect(refusal([])?.contains("no master list trust anchor") == true)
+        #expect(refusal([other.csca.certificate])?.contains("does not chain") == true)
+        #expect(refusal([other.csca.certificate])?.contains(path) == true)
+
+        // A flipped byte in the signature.
+        let sd = try CMSSignedData(contentInfo: ml)
+        let sig = try #require(sd.signerInfos.first?.signature)
+        let at = try #require(ml.firstRange(of: sig)).lowerBound
+        var tampered = ml
+        tampered[at + 10] ^= 0x01
+        try OpenSSLCLI.write(tampered, "tampered.ml", in: dir)
+        let why = refusal([mlSigner.csca.certificate], dir.appendingPathComponent("tampered.ml").path)
+        #expect(why?.contains("signature invalid") == true)
+        // A changed certificate in the list (content no longer matches the message digest).
+        let certAt = try #require(ml.firstRange(of: a.csca.certificate.signature)).lowerBound
+        var swapped = ml
+        swapped[certAt + 5] ^= 0x01
+        try OpenSSLCLI.write(swapped, "swapped.ml", in: dir)
+        #expect(refusal([mlSigner.csca.certificate], dir.appendingPathComponent("swapped.ml").path)?.contains("signature invalid") == true)
+
+        // In a directory: a stray text file is skipped, the tampered list is refused naming itself.
+        let d = dir.appendingPathComponent("anchors")
+        try FileManager.default.createDirectory(at: d, withIntermediateDirectories: true)
+        try OpenSSLCLI.write(Array("not a certificate".utf8), "README", in: d)
+        try OpenSSLCLI.write(ml, "UTO.ml", in: d)
+        #expect(try CSCATrustStore(contentsOf: d.path, masterListTrust: [mlSigner.csca.certificate]).certificates == [a.csca.certificate])
+        try OpenSSLCLI.write(tampered, "XXX.ml", in: d)
+        #expect(refusal([mlSigner.csca.certificate], d.path)?.contains("XXX.ml") == true)
     }
 }
 

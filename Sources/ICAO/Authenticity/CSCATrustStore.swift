@@ -5,19 +5,25 @@ import TesseraCore
 /// Country signing CA certificates that anchor passive authentication.
 ///
 /// Loads PEM (one or many certificates), DER certificates, and ICAO CSCA master lists (CMS SignedData with a
-/// CscaMasterList, Doc 9303 Part 12 §9). The master list's own signature is not verified: whoever configures the
-/// store vouches for the file, as with a PEM bundle. The master list signer certificates are not added as anchors.
+/// CscaMasterList, Doc 9303 Part 12 §9). A master list is accepted only when its CMS signature verifies and its
+/// Master List Signer certificate is one of `masterListTrust` or is signed by one of them (a CSCA of the issuing
+/// state); every certificate of an accepted list is kept, link certificates included. The master list signer
+/// certificates are not added as anchors.
 public struct CSCATrustStore: Sendable {
     public private(set) var certificates: [ParsedCertificate]
+    /// Anchors that master lists must chain to (`tesserad --master-list-trust`).
+    public var masterListTrust: [ParsedCertificate]
 
-    public init(certificates: [ParsedCertificate] = []) {
+    public init(certificates: [ParsedCertificate] = [], masterListTrust: [ParsedCertificate] = []) {
         self.certificates = certificates
+        self.masterListTrust = masterListTrust
     }
 
     /// Loads a file or every file in a directory (non-recursive; unreadable or non-certificate files in a
-    /// directory are skipped, a bad single file throws).
-    public init(contentsOf path: String) throws(TesseraError) {
+    /// directory are skipped, a bad single file or a master list that is not trusted throws).
+    public init(contentsOf path: String, masterListTrust: [ParsedCertificate] = []) throws(TesseraError) {
         certificates = []
+        self.masterListTrust = masterListTrust
         try load(path: path)
     }
 
@@ -38,7 +44,7 @@ public struct CSCATrustStore: Sendable {
             add(cert)
             return 1
         }
-        let list = try Self.masterListCertificates(bytes)
+        let list = try Self.masterListCertificates(bytes, trustedSigners: masterListTrust)
         for c in list { add(c) }
         return list.count
     }
@@ -54,23 +60,35 @@ public struct CSCATrustStore: Sendable {
             for name in names.sorted() {
                 let file = (path as NSString).appendingPathComponent(name)
                 guard let data = FileManager.default.contents(atPath: file), data.count < 64 << 20 else { continue }
-                _ = try? add(contentsOf: [UInt8](data))
+                let bytes = [UInt8](data)
+                do { try add(contentsOf: bytes) } catch {
+                    // Other files are skipped, but a master list that does not verify is refused.
+                    if Self.isMasterList(bytes) { throw TesseraError(error.code, "\(file): \(error.message)") }
+                }
             }
         } else {
             guard let data = FileManager.default.contents(atPath: path) else {
                 throw TesseraError(.storageError, "cannot read \(path)")
             }
             guard data.count < 64 << 20 else { throw TesseraError(.invalidInput, "\(path) is too large") }
-            try add(contentsOf: [UInt8](data))
+            do { try add(contentsOf: [UInt8](data)) } catch { throw TesseraError(error.code, "\(path): \(error.message)") }
         }
     }
 
-    /// The CSCA certificates in an ICAO master list (CscaMasterList ::= SEQUENCE { version, certList SET OF Certificate }).
-    public static func masterListCertificates(_ bytes: [UInt8]) throws(TesseraError) -> [ParsedCertificate] {
+    /// Whether `bytes` are a CMS SignedData with the CSCA master list content type (signature not checked).
+    public static func isMasterList(_ bytes: [UInt8]) -> Bool {
+        (try? CMSSignedData(contentInfo: bytes))?.contentType == AlgorithmOIDs.cscaMasterList
+    }
+
+    /// The CSCA certificates in an ICAO master list (CscaMasterList ::= SEQUENCE { version, certList SET OF Certificate }),
+    /// after checking its signature and that its signer chains to `trustedSigners`. Throws INVALID_INPUT with
+    /// the reason when the list is not trusted.
+    public static func masterListCertificates(_ bytes: [UInt8], trustedSigners: [ParsedCertificate]) throws(TesseraError) -> [ParsedCertificate] {
         let sd = try CMSSignedData(contentInfo: bytes)
         guard sd.contentType == AlgorithmOIDs.cscaMasterList else {
             throw TesseraError(.malformedData, "not a CSCA master list (content type \(sd.contentType))")
         }
+        try verifyMasterListSigner(sd, trustedSigners: trustedSigners)
         let ml = try TLV.parse(sd.content)
         try ASN1.expect(ml, ASN1.sequence, "CscaMasterList")
         let parts = try ml.children()
@@ -82,6 +100,33 @@ public struct CSCATrustStore: Sendable {
             if let cert = try? ParsedCertificate(der: c.encoded) { out.append(cert) }
         }
         return out
+    }
+
+    /// Checks the master list's SignerInfo with the Master List Signer certificate it carries, and that this
+    /// certificate is a trusted anchor or is signed by one (found by authority key identifier, else by name).
+    static func verifyMasterListSigner(_ sd: CMSSignedData, trustedSigners: [ParsedCertificate]) throws(TesseraError) {
+        guard !trustedSigners.isEmpty else {
+            throw TesseraError(.invalidInput, "master list refused: no master list trust anchor configured (--master-list-trust)")
+        }
+        guard sd.signerInfos.count == 1, let signer = sd.signerInfos.first else {
+            throw TesseraError(.invalidInput, "master list refused: it has \(sd.signerInfos.count) signers, not one")
+        }
+        guard let signerCert = sd.certificate(for: signer) else {
+            throw TesseraError(.invalidInput, "master list refused: the Master List Signer certificate is not in the list")
+        }
+        switch sd.verify(signer, signerKey: signerCert.subjectPublicKeyInfo) {
+        case .valid: break
+        case .invalid(let why): throw TesseraError(.invalidInput, "master list refused: signature invalid (\(why))")
+        case .unsupported(let why): throw TesseraError(.invalidInput, "master list refused: signature not checkable (\(why))")
+        }
+        if trustedSigners.contains(signerCert) { return }
+        let anchors = CSCATrustStore(certificates: trustedSigners).candidates(forIssuerOf: signerCert).certificates
+        guard let issuer = anchors.first(where: { (try? signerCert.isSigned(by: $0)) == true }) else {
+            throw TesseraError(.invalidInput, "master list refused: signer \(signerCert.subjectDescription) does not chain to a --master-list-trust anchor")
+        }
+        if let ku = issuer.keyUsage, ku & ParsedCertificate.keyCertSign == 0 {
+            throw TesseraError(.invalidInput, "master list refused: anchor \(issuer.subjectDescription) lacks keyCertSign key usage")
+        }
     }
 
     /// Anchors that may have issued `certificate`: those whose subject key identifier equals its authority key

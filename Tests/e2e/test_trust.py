@@ -1,0 +1,138 @@
+"""CSCA master lists as trust anchors (`tesserad --csca LIST --master-list-trust CERT`). The master lists are built
+here independently of Tessera: the CscaMasterList DER by hand, signed by `openssl cms -sign` with a Master List
+Signer certificate that `openssl x509 -req` issues under the emulated passport's CSCA."""
+from __future__ import annotations
+
+import datetime
+import pathlib
+import subprocess
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, make_passport_profile
+
+MRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
+
+
+def der(tag: int, body: bytes) -> bytes:
+    n = len(body)
+    if n < 0x80:
+        length = bytes([n])
+    else:
+        b = n.to_bytes((n.bit_length() + 7) // 8, "big")
+        length = bytes([0x80 | len(b)]) + b
+    return bytes([tag]) + length + body
+
+
+def csca_master_list_content(certs: list[bytes]) -> bytes:
+    """CscaMasterList ::= SEQUENCE { version INTEGER (0), certList SET OF Certificate } (Doc 9303 Part 12 §9).
+    DER SET OF is sorted by encoding."""
+    return der(0x30, der(0x02, b"\x00") + der(0x31, b"".join(sorted(certs))))
+
+
+def openssl(*args: str, cwd: pathlib.Path) -> None:
+    out = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
+def issue_ml_signer(dir: pathlib.Path, csca_cert: pathlib.Path, csca_key: pathlib.Path, name: str) -> None:
+    """DIR/NAME.pem + NAME.key: a Master List Signer certificate issued by the CSCA."""
+    (dir / "mls.cnf").write_text("[mls]\nkeyUsage = critical, digitalSignature\nsubjectKeyIdentifier = hash\n"
+                                 "authorityKeyIdentifier = keyid:always\n")
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", f"{name}.key", cwd=dir)
+    openssl("req", "-new", "-key", f"{name}.key", "-subj", "/C=UT/O=Utopia/CN=Master List Signer", "-out", f"{name}.csr",
+            cwd=dir)
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", str(csca_cert), "-CAkey", str(csca_key), "-set_serial", "77",
+            "-days", "365", "-sha256", "-extfile", "mls.cnf", "-extensions", "mls", "-out", f"{name}.pem", cwd=dir)
+
+
+def sign_master_list(dir: pathlib.Path, certs: list[bytes], signer: str, out: str) -> pathlib.Path:
+    (dir / f"{out}.content").write_bytes(csca_master_list_content(certs))
+    openssl("cms", "-sign", "-binary", "-in", f"{out}.content", "-signer", f"{signer}.pem", "-inkey", f"{signer}.key",
+            "-nodetach", "-econtent_type", "2.23.136.1.1.2", "-md", "sha256", "-nosmimecap", "-outform", "DER",
+            "-out", out, cwd=dir)
+    return dir / out
+
+
+def self_signed_csca(country: str, i: int) -> bytes:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, country),
+                      x509.NameAttribute(NameOID.COMMON_NAME, f"CSCA {country} {i}")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(i + 1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def pem_to_der(path: pathlib.Path) -> bytes:
+    return x509.load_pem_x509_certificate(path.read_bytes()).public_bytes(serialization.Encoding.DER)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trust")
+    profile = make_passport_profile(root / "profile", MRZ, "--pace", "ecdh-gm-p256-aes128")
+    other = make_passport_profile(root / "other", MRZ)
+    issue_ml_signer(root, profile / "csca.pem", profile / "csca-key.pem", "mls")
+    return root, profile, other
+
+
+def start_fails(root: pathlib.Path, args: list[str]) -> str:
+    """Runs tesserad with `args`; asserts it exits 1 at start-up and returns its stderr."""
+    out = subprocess.run([str(BIN / "tesserad"), "--socket", str(root / "fail.sock"), "--state-dir",
+                          str(root / "fail-state"), "--no-embedded-softhsm", *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    return out.stderr
+
+
+def test_master_list_anchors_a_document_read(pki):
+    root, profile, other = pki
+    # The passport's CSCA among 200 others (a German-style list with many anchors).
+    many = [self_signed_csca("DE", i) for i in range(200)]
+    ml = sign_master_list(root, [pem_to_der(profile / "csca.pem"), *many], "mls", "big.ml")
+    pcscd = PCSCD(root).start()
+    try:
+        daemon = Daemon(root, pcscd.env, ["--no-embedded-softhsm", "--csca", str(ml),
+                                          "--master-list-trust", str(profile / "csca.pem")]).start()
+        try:
+            def present(reader: str) -> bool:
+                readers = daemon.client().call("readers.list")["readers"]
+                return any(r["name"] == reader and r["cardPresent"] for r in readers)
+
+            with EmulatedPassport(pcscd, profile, present, log=root / "emulator.log"):
+                result = daemon.client().call("documents.read", {"mrz": MRZ})
+            assert result["passiveAuthentication"]["status"] == "valid", result["passiveAuthentication"]
+            assert result["passiveAuthentication"]["certificateChain"] == "valid"
+        finally:
+            daemon.stop()
+    finally:
+        pcscd.stop()
+
+
+def test_tampered_master_list_stops_start_up(pki):
+    root, profile, _ = pki
+    ml = sign_master_list(root, [pem_to_der(profile / "csca.pem")], "mls", "good.ml")
+    data = bytearray(ml.read_bytes())
+    data[-5] ^= 0x01  # inside the signature, the last field of the SignerInfo
+    bad = root / "tampered.ml"
+    bad.write_bytes(bytes(data))
+    err = start_fails(root, ["--csca", str(bad), "--master-list-trust", str(profile / "csca.pem")])
+    assert "tampered.ml" in err and "signature invalid" in err, err
+
+
+def test_master_list_signer_not_chaining_stops_start_up(pki):
+    root, profile, other = pki
+    ml = sign_master_list(root, [pem_to_der(profile / "csca.pem")], "mls", "unchained.ml")
+    err = start_fails(root, ["--csca", str(ml), "--master-list-trust", str(other / "csca.pem")])
+    assert "unchained.ml" in err and "does not chain" in err, err
+    err = start_fails(root, ["--csca", str(ml)])
+    assert "unchained.ml" in err and "--master-list-trust" in err, err
