@@ -36,14 +36,16 @@ public final class DocumentService: Sendable {
         return c
     }
 
-    /// Loads CSCA certificates from files, directories or ICAO master lists; nil for no paths. Master lists must
-    /// be signed by, or by a certificate issued by, one of the certificates at `masterListTrust`.
-    public static func trustStore(paths: [String], masterListTrust: [String] = []) throws(TesseraError) -> CSCATrustStore? {
-        guard !paths.isEmpty else { return nil }
+    /// Loads CSCA certificates from files, directories or ICAO master lists, then the CRLs at `crls` (each signed
+    /// by one of those CSCAs); nil for no paths. Master lists must be signed by, or by a certificate issued by,
+    /// one of the certificates at `masterListTrust`.
+    public static func trustStore(paths: [String], masterListTrust: [String] = [], crls: [String] = []) throws(TesseraError) -> CSCATrustStore? {
+        guard !paths.isEmpty || !crls.isEmpty else { return nil }
         var mlAnchors = CSCATrustStore()
         for p in masterListTrust { try mlAnchors.load(path: p) }
         var store = CSCATrustStore(masterListTrust: mlAnchors.certificates)
         for p in paths { try store.load(path: p) }
+        for p in crls { try store.loadCRLs(path: p) }
         return store
     }
 

@@ -50,7 +50,8 @@ public enum Daemon {
         if !options.nfcDevices.isEmpty { readerSources.append(try LibNFCReaderSource(connstrings: options.nfcDevices)) }
         let documents = DocumentService(sources: readerSources,
                                         trustStore: try DocumentService.trustStore(paths: options.cscaPaths,
-                                                                                masterListTrust: options.masterListTrustPaths),
+                                                                                masterListTrust: options.masterListTrustPaths,
+                                                                                crls: options.crlPaths),
                                         logger: documentLogger)
         table.registerDocumentReading(documents)
         table.registerLab()

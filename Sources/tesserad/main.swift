@@ -62,6 +62,9 @@ struct Tesserad: AsyncParsableCommand {
     @Option(name: .customLong("master-list-trust"), help: ArgumentHelp("Certificate (PEM/DER file or directory; a CSCA of the issuing state) that CSCA master lists given with --csca must be signed under (repeatable).", valueName: "CERT"))
     var masterListTrust: [String] = []
 
+    @Option(name: .long, help: ArgumentHelp("Certificate revocation lists of the CSCAs (PEM/DER file or directory; repeatable). Each must be signed by a --csca anchor, or start-up fails. A revoked document signer makes passive authentication invalid (verdict reason DS_REVOKED).", valueName: "PATH"))
+    var crl: [String] = []
+
     @Flag(name: .customLong("no-embedded-softhsm"), help: "Never create the embedded SoftHSM2 token.")
     var noEmbeddedSoftHSM = false
 
@@ -84,6 +87,7 @@ struct Tesserad: AsyncParsableCommand {
                                     logLevel: logLevel)
         options.nfcDevices = nfcDevices
         options.masterListTrustPaths = masterListTrust
+        options.crlPaths = crl
         options.pivManagementKeyFile = pivManagementKeyFile
         options.allowDefaultPIVManagementKey = allowDefaultPIVManagementKey
         do {

@@ -191,6 +191,40 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("list.der").path) }
     }
 
+    /// A CRL of the CSCA listing the document signer makes passive authentication invalid; a CRL not listing it
+    /// is "checked", stale past nextUpdate; a CRL no trusted CSCA signed is refused.
+    @Test func revocationByCSCACRLs() throws {
+        let pki = try TestPKI.generate(country: "UTO"), other = try TestPKI.generate(country: "UTO")
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+        var store = pki.trustStore
+        #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store).revocation == .notChecked)
+
+        try store.addCRLs(contentsOf: try pki.crl(revoking: [[0x01, 0x02]]).der)
+        let checked = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store)
+        #expect(checked.status == .valid && checked.revocation == .checked && !checked.crlStale)
+
+        let ds = pki.documentSigner.certificate.serialNumber
+        var revokedStore = pki.trustStore
+        try revokedStore.addCRLs(contentsOf: Array(PEM.encode(try pki.crl(revoking: [ds]).der, label: "X509 CRL").utf8))
+        let revoked = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: revokedStore)
+        #expect(revoked.status == .invalid && revoked.revocation == .revoked && revoked.certificateChain == .invalid)
+        #expect(revoked.reason?.contains("revoked") == true)
+        #expect(revoked.json["revocation"] == .string("revoked"))
+
+        var staleStore = pki.trustStore
+        let old = Date().addingTimeInterval(-40 * 86_400)
+        try staleStore.addCRLs(contentsOf: try pki.crl(revoking: [], thisUpdate: old, nextUpdate: old.addingTimeInterval(86_400)).der)
+        let stale = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: staleStore)
+        #expect(stale.status == .valid && stale.revocation == .checked && stale.crlStale)
+        #expect(stale.json["crlStale"] == .bool(true))
+
+        // Same issuer name, another key: refused.
+        var strict = pki.trustStore
+        #expect(throws: TesseraError.self) { try strict.addCRLs(contentsOf: try other.crl(revoking: [ds]).der) }
+        #expect(strict.crls.isEmpty)
+    }
+
     /// A master list is refused unless its signature verifies and its signer chains to a master-list anchor;
     /// in a directory of anchors a refused master list is an error, other unusable files are skipped.
     @Test func masterListsAreRefusedUnlessTrusted() throws {

@@ -13,6 +13,8 @@ public struct CSCATrustStore: Sendable {
     public private(set) var certificates: [ParsedCertificate]
     /// Anchors that master lists must chain to (`tesserad --master-list-trust`).
     public var masterListTrust: [ParsedCertificate]
+    /// CRLs whose signature a trusted CSCA verified.
+    public private(set) var crls: [CertificateRevocationList] = []
 
     public init(certificates: [ParsedCertificate] = [], masterListTrust: [ParsedCertificate] = []) {
         self.certificates = certificates
@@ -127,6 +129,70 @@ public struct CSCATrustStore: Sendable {
         if let ku = issuer.keyUsage, ku & ParsedCertificate.keyCertSign == 0 {
             throw TesseraError(.invalidInput, "master list refused: anchor \(issuer.subjectDescription) lacks keyCertSign key usage")
         }
+    }
+
+    /// Adds the CRLs in PEM or DER bytes; each must be signed by a trusted CSCA. Returns how many were added.
+    /// Throws MALFORMED_DATA for bytes that are no CRL, INVALID_INPUT for a CRL no trusted CSCA signed.
+    @discardableResult
+    public mutating func addCRLs(contentsOf bytes: [UInt8]) throws(TesseraError) -> Int {
+        let pems = PEM.blocks(bytes, label: "X509 CRL")
+        var parsed = [CertificateRevocationList]()
+        for der in pems.isEmpty ? [bytes] : pems { parsed.append(try CertificateRevocationList(der: der)) }
+        for crl in parsed {
+            var signers = certificates.filter { ParsedCertificate.sameName($0.subject, crl.issuer) }
+            if let aki = crl.authorityKeyIdentifier, signers.contains(where: { $0.subjectKeyIdentifier == aki }) {
+                signers = signers.filter { $0.subjectKeyIdentifier == aki }
+            }
+            guard signers.contains(where: { (try? crl.isSigned(by: $0)) == true }) else {
+                throw TesseraError(.invalidInput, "CRL of \(crl.issuerDescription) refused: no trusted CSCA with that name verifies its signature")
+            }
+            if !crls.contains(crl) { crls.append(crl) }
+        }
+        return parsed.count
+    }
+
+    /// Loads CRLs from a file or a directory (non-recursive; files that are no CRL are skipped in a directory,
+    /// a CRL that no trusted CSCA signed throws naming the file). Load the CSCAs first.
+    public mutating func loadCRLs(path: String) throws(TesseraError) {
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir) else {
+            throw TesseraError(.invalidInput, "CRL path \(path) does not exist")
+        }
+        let files: [String]
+        if isDir.boolValue {
+            files = ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
+                .map { (path as NSString).appendingPathComponent($0) }
+        } else {
+            files = [path]
+        }
+        for file in files {
+            guard let data = FileManager.default.contents(atPath: file), data.count < 64 << 20 else {
+                if isDir.boolValue { continue }
+                throw TesseraError(.storageError, "cannot read \(file)")
+            }
+            do { try addCRLs(contentsOf: [UInt8](data)) } catch {
+                if isDir.boolValue && error.code == .malformedData { continue }
+                throw TesseraError(error.code, "\(file): \(error.message)")
+            }
+        }
+    }
+
+    /// Revocation of a document signer certificate by the CRLs of its issuer.
+    public enum Revocation: String, Sendable {
+        /// A CRL of the issuer was found and does not list the certificate.
+        case checked
+        /// No CRL of the issuer is loaded.
+        case notChecked
+        case revoked
+    }
+
+    /// Looks `certificate` up in the CRLs of its issuer; `stale` when a CRL used is past its nextUpdate at `date`.
+    public func revocation(of certificate: ParsedCertificate, at date: Date) -> (status: Revocation, stale: Bool) {
+        let relevant = crls.filter { $0.covers(certificate) }
+        guard !relevant.isEmpty else { return (.notChecked, false) }
+        let stale = relevant.contains { $0.isStale(at: date) }
+        let revoked = relevant.contains { $0.revokedSerialNumbers.contains(certificate.serialNumber) }
+        return (revoked ? .revoked : .checked, stale)
     }
 
     /// Anchors that may have issued `certificate`: those whose subject key identifier equals its authority key
