@@ -172,6 +172,8 @@ public struct DocumentReadResult: Sendable {
         if let r = pa.reason { o["reason"] = .string(r) }
         if let s = pa.documentSigner { o["documentSigner"] = .string(s) }
         if let t = pa.trustAnchor { o["trustAnchor"] = .string(t) }
+        o["revocation"] = .string(pa.revocation.rawValue)
+        if pa.crlStale { o["crlStale"] = true }
         return .object(o)
     }
 }

@@ -184,6 +184,9 @@ enum PassportSummary {
             lines.append("  SOD signature:      \(pa["signature"]?.stringValue ?? "?")")
             lines.append("  certificate chain:  \(pa["certificateChain"]?.stringValue ?? "?")"
                 + (pa["trustAnchor"]?.stringValue.map { " (\($0))" } ?? ""))
+            if let revocation = pa["revocation"]?.stringValue {
+                lines.append("  revocation:         \(revocation)" + (pa["crlStale"]?.boolValue == true ? " (CRL past nextUpdate)" : ""))
+            }
             let hashes = pa["dataGroupHashes"]?.objectValue ?? [:]
             for k in hashes.keys.sorted(by: { order($0) < order($1) }) {
                 lines.append("  \(k) hash:" + String(repeating: " ", count: max(1, 13 - k.count)) + (hashes[k]?.stringValue ?? "?"))

@@ -1,6 +1,7 @@
-"""CSCA master lists as trust anchors (`tesserad --csca LIST --master-list-trust CERT`). The master lists are built
-here independently of Tessera: the CscaMasterList DER by hand, signed by `openssl cms -sign` with a Master List
-Signer certificate that `openssl x509 -req` issues under the emulated passport's CSCA."""
+"""CSCA master lists as trust anchors (`tesserad --csca LIST --master-list-trust CERT`) and CSCA CRLs (`--crl`).
+The master lists are built here independently of Tessera: the CscaMasterList DER by hand, signed by `openssl cms
+-sign` with a Master List Signer certificate that `openssl x509 -req` issues under the emulated passport's CSCA;
+the CRLs by python cryptography with the CSCA key of the emulated passport's profile."""
 from __future__ import annotations
 
 import datetime
@@ -94,28 +95,81 @@ def start_fails(root: pathlib.Path, args: list[str]) -> str:
     return out.stderr
 
 
-def test_master_list_anchors_a_document_read(pki):
+@pytest.fixture(scope="module")
+def pcscd(pki):
+    p = PCSCD(pki[0]).start()
+    yield p
+    p.stop()
+
+
+def read_with(root: pathlib.Path, pcscd: PCSCD, profile: pathlib.Path, args: list[str], name: str) -> dict:
+    """Starts tesserad with `args`, reads the profile's emulated passport, stops the daemon; the read's result."""
+    daemon = Daemon(root, pcscd.env, ["--no-embedded-softhsm", *args], name=name).start()
+    try:
+        def present(reader: str) -> bool:
+            readers = daemon.client().call("readers.list")["readers"]
+            return any(r["name"] == reader and r["cardPresent"] for r in readers)
+
+        with EmulatedPassport(pcscd, profile, present, log=root / f"emulator-{name}.log"):
+            return daemon.client().call("documents.read", {"mrz": MRZ})
+    finally:
+        daemon.stop()
+
+
+def test_master_list_anchors_a_document_read(pki, pcscd):
     root, profile, other = pki
     # The passport's CSCA among 200 others (a German-style list with many anchors).
     many = [self_signed_csca("DE", i) for i in range(200)]
     ml = sign_master_list(root, [pem_to_der(profile / "csca.pem"), *many], "mls", "big.ml")
-    pcscd = PCSCD(root).start()
-    try:
-        daemon = Daemon(root, pcscd.env, ["--no-embedded-softhsm", "--csca", str(ml),
-                                          "--master-list-trust", str(profile / "csca.pem")]).start()
-        try:
-            def present(reader: str) -> bool:
-                readers = daemon.client().call("readers.list")["readers"]
-                return any(r["name"] == reader and r["cardPresent"] for r in readers)
+    result = read_with(root, pcscd, profile, ["--csca", str(ml), "--master-list-trust", str(profile / "csca.pem")], "ml")
+    assert result["passiveAuthentication"]["status"] == "valid", result["passiveAuthentication"]
+    assert result["passiveAuthentication"]["certificateChain"] == "valid"
+    assert result["passiveAuthentication"]["revocation"] == "notChecked"
 
-            with EmulatedPassport(pcscd, profile, present, log=root / "emulator.log"):
-                result = daemon.client().call("documents.read", {"mrz": MRZ})
-            assert result["passiveAuthentication"]["status"] == "valid", result["passiveAuthentication"]
-            assert result["passiveAuthentication"]["certificateChain"] == "valid"
-        finally:
-            daemon.stop()
-    finally:
-        pcscd.stop()
+
+def make_crl(profile: pathlib.Path, key_profile: pathlib.Path, revoked: list[int], path: pathlib.Path,
+             stale: bool = False) -> pathlib.Path:
+    """A PEM CRL with the issuer name of `profile`'s CSCA, signed with `key_profile`'s CSCA key."""
+    csca = x509.load_pem_x509_certificate((profile / "csca.pem").read_bytes())
+    key = serialization.load_pem_private_key((key_profile / "csca-key.pem").read_bytes(), password=None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    this = now - datetime.timedelta(days=40 if stale else 1)
+    b = (x509.CertificateRevocationListBuilder().issuer_name(csca.subject).last_update(this)
+         .next_update(this + datetime.timedelta(days=30)))
+    for serial in revoked:
+        b = b.add_revoked_certificate(x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(this).build())
+    path.write_bytes(b.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    return path
+
+
+def test_crl_revoking_the_document_signer_makes_it_not_authentic(pki, pcscd):
+    root, profile, _ = pki
+    ds = x509.load_pem_x509_certificate((profile / "ds.pem").read_bytes())
+    crl = make_crl(profile, profile, [12345, ds.serial_number], root / "revoked.crl")
+    result = read_with(root, pcscd, profile, ["--csca", str(profile / "csca.pem"), "--crl", str(crl)], "revoked")
+    assert result["verdict"] == "notAuthentic", result
+    assert "DS_REVOKED" in result["reasons"]
+    pa = result["passiveAuthentication"]
+    assert (pa["status"], pa["revocation"]) == ("invalid", "revoked"), pa
+
+
+def test_crl_without_the_document_signer_is_checked_and_stale_reported(pki, pcscd):
+    root, profile, _ = pki
+    crls = root / "crls"
+    crls.mkdir()
+    make_crl(profile, profile, [12345], crls / "stale.crl", stale=True)
+    (crls / "README").write_text("not a CRL\n")
+    result = read_with(root, pcscd, profile, ["--csca", str(profile / "csca.pem"), "--crl", str(crls)], "checked")
+    pa = result["passiveAuthentication"]
+    assert (pa["status"], pa["revocation"], pa.get("crlStale")) == ("valid", "checked", True), pa
+    assert "DS_REVOKED" not in result["reasons"]
+
+
+def test_crl_not_signed_by_a_trusted_csca_stops_start_up(pki):
+    root, profile, other = pki
+    crl = make_crl(profile, other, [1], root / "forged.crl")
+    err = start_fails(root, ["--csca", str(profile / "csca.pem"), "--crl", str(crl)])
+    assert "forged.crl" in err and "no trusted CSCA" in err, err
 
 
 def test_tampered_master_list_stops_start_up(pki):
