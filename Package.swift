@@ -117,6 +117,7 @@ let package = Package(
             "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: strict),
         .executableTarget(name: "tesserad", dependencies: [
             "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -14,17 +14,21 @@ import TesseraCore
 /// wrong key) ends only that read.
 public final class DocumentService: Sendable {
     public let sources: [any ReaderSource]
-    /// CSCA trust anchors; nil (or empty) makes every document at best "unverified".
-    public let trustStore: CSCATrustStore?
+    /// CSCA trust anchors in force; nil (or empty) makes every document at best "unverified".
+    public var trustStore: CSCATrustStore? { trust.current.store }
+    /// Where `reloadTrust()` loads anchors from; nil when the store was given directly.
+    public let trustSources: TrustSources?
+    let trust: Locked<TrustState>
     /// READ BINARY sizes. `extendedChunkSize` is used only when a request asks for extended length.
     public let fileReaderConfiguration: ElementaryFileReader.Configuration
     private let logger: Logger
 
-    public init(sources: [any ReaderSource], trustStore: CSCATrustStore?,
+    public init(sources: [any ReaderSource], trustStore: CSCATrustStore?, trustSources: TrustSources? = nil,
                 fileReaderConfiguration: ElementaryFileReader.Configuration = DocumentService.defaultFileReaderConfiguration,
                 logger: Logger = Logger(label: "tessera.documents")) {
         self.sources = sources
-        self.trustStore = trustStore
+        self.trust = Locked(TrustState(store: trustStore, loadedAt: Date()))
+        self.trustSources = trustSources
         self.fileReaderConfiguration = fileReaderConfiguration
         self.logger = logger
     }
@@ -229,6 +233,10 @@ public final class DocumentService: Sendable {
                 let missing = (listed ?? []).subtracting(groups.keys).subtracting(eac)
                 passive = PassiveAuthentication.verify(sod: sod, dataGroups: groups, missing: missing.union(unreadable),
                                                        trustStore: trustStore)
+                if passive?.certificateChain == .noTrustAnchor,
+                   let country = (try? SecurityObject(parsing: sod))?.documentSignerCertificate?.issuerCountry {
+                    trust.withLock { _ = $0.unanchoredIssuers.insert(country.uppercased()) }
+                }
             } else {
                 // An empty SOD yields status invalid with every check "notChecked".
                 var missing = PassiveAuthentication.verify(sod: [], dataGroups: [:], trustStore: nil)

@@ -30,6 +30,15 @@ extension MethodTable {
         }
     }
 
+    /// Registers `trust.status` (read) and `trust.reload` (admin) (docs/API.md, "Trust anchors").
+    func registerTrust(_ service: DocumentService) {
+        register("trust.status", .read) { _, _ in service.trustStatus() }
+        register("trust.reload", .admin) { _, _ in
+            try await service.reloadTrust()
+            return service.trustStatus()
+        }
+    }
+
     /// Parses `documents.read` params: exactly one of `mrz`, `documentNumber`+`dateOfBirth`+`dateOfExpiry`, `can`.
     static func documentReadRequest(_ p: Params) throws(TesseraError) -> DocumentReadRequest {
         let key = try DocumentAccessKey(params: p)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime
 import pathlib
+import signal
 import subprocess
+import time
 
 import pytest
 from cryptography import x509
@@ -14,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, make_passport_profile
+from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, RPCError, cli, make_passport_profile
 
 MRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 
@@ -190,3 +192,82 @@ def test_master_list_signer_not_chaining_stops_start_up(pki):
     assert "unchained.ml" in err and "does not chain" in err, err
     err = start_fails(root, ["--csca", str(ml)])
     assert "unchained.ml" in err and "--master-list-trust" in err, err
+
+
+MRZ_ZZZ = MRZ.replace("UTO", "ZZZ")
+
+
+def read_in(daemon: Daemon, pcscd: PCSCD, profile: pathlib.Path, mrz: str, log: pathlib.Path) -> dict:
+    def present(reader: str) -> bool:
+        readers = daemon.client().call("readers.list")["readers"]
+        return any(r["name"] == reader and r["cardPresent"] for r in readers)
+
+    with EmulatedPassport(pcscd, profile, present, log=log):
+        return daemon.client().call("documents.read", {"mrz": mrz})
+
+
+def wait_for(condition, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "condition never became true"
+        time.sleep(0.05)
+
+
+def test_trust_status_reload_and_sighup(pki, pcscd):
+    root, profile, _ = pki
+    stranger = make_passport_profile(root / "stranger", MRZ_ZZZ)
+    anchors = root / "reload-anchors"
+    anchors.mkdir()
+    (anchors / "csca.pem").write_bytes((profile / "csca.pem").read_bytes())
+    many = [self_signed_csca("DE", i) for i in range(3)]
+    ml = sign_master_list(root, many, "mls", "de.ml")
+    crl = make_crl(profile, profile, [4242], root / "reload.crl")
+    daemon = Daemon(root, pcscd.env, ["--no-embedded-softhsm", "--csca", str(anchors), "--csca", str(ml),
+                                      "--master-list-trust", str(profile / "csca.pem"), "--crl", str(crl)],
+                    name="reload").start()
+    try:
+        c = daemon.client()
+        status = c.call("trust.status")
+        by_country = {a["country"]: a for a in status["anchors"]}
+        assert status["anchorCount"] == 4 and by_country["DE"]["count"] == 3, status
+        assert {x["source"] for x in by_country["DE"]["certificates"]} == {str(ml)}
+        assert by_country["UT"]["certificates"][0]["source"] == str(anchors / "csca.pem")
+        assert by_country["UT"]["certificates"][0]["validity"] == "valid"
+        [listed_crl] = status["crls"]
+        assert (listed_crl["source"], listed_crl["stale"], listed_crl["revoked"]) == (str(crl), False, 1)
+        assert status["unanchoredIssuingStates"] == []
+
+        # A document of a state without an anchor is remembered.
+        result = read_in(daemon, pcscd, stranger, MRZ_ZZZ, root / "emulator-stranger.log")
+        assert result["verdict"] == "unverified" and "NO_TRUST_ANCHOR" in result["reasons"], result
+        assert c.call("trust.status")["unanchoredIssuingStates"] == ["ZZ"]
+        listing = cli(daemon, "trust", "list")
+        assert "DE  3 anchor(s)" in listing.stdout and "ZZ" in listing.stdout, listing.stdout
+
+        # A bad new set (the master list's signature broken) is refused and the old one stays.
+        good = ml.read_bytes()
+        ml.write_bytes(good[:-5] + bytes([good[-5] ^ 1]) + good[-4:])
+        (anchors / "stranger.pem").write_bytes((stranger / "csca.pem").read_bytes())
+        with pytest.raises(RPCError) as bad:
+            c.call("trust.reload")
+        assert "de.ml" in bad.value.error["message"] and "signature invalid" in bad.value.error["message"]
+        assert c.call("trust.status")["anchorCount"] == 4
+        daemon.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "trust anchor reload failed" in daemon.log.read_text())
+        assert "de.ml" in daemon.log.read_text()
+        assert daemon.proc.poll() is None and c.call("trust.status")["anchorCount"] == 4
+
+        # Fixed: trust.reload swaps in the new set, with the stranger's CSCA.
+        ml.write_bytes(good)
+        reloaded = c.call("trust.reload")
+        assert reloaded["anchorCount"] == 5 and reloaded["unanchoredIssuingStates"] == []
+        result = read_in(daemon, pcscd, stranger, MRZ_ZZZ, root / "emulator-stranger.log")
+        assert result["passiveAuthentication"]["status"] == "valid", result
+
+        # SIGHUP does the same: the stranger's CSCA gone again after the signal, once the reload ran.
+        (anchors / "stranger.pem").unlink()
+        daemon.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "trust anchors reloaded" in daemon.log.read_text())
+        assert c.call("trust.status")["anchorCount"] == 4
+    finally:
+        daemon.stop()

@@ -15,6 +15,9 @@ public struct CSCATrustStore: Sendable {
     public var masterListTrust: [ParsedCertificate]
     /// CRLs whose signature a trusted CSCA verified.
     public private(set) var crls: [CertificateRevocationList] = []
+    /// The file each certificate and CRL (by DER) was first loaded from.
+    public private(set) var sources: [[UInt8]: String] = [:]
+    private var loading: String?
 
     public init(certificates: [ParsedCertificate] = [], masterListTrust: [ParsedCertificate] = []) {
         self.certificates = certificates
@@ -31,7 +34,9 @@ public struct CSCATrustStore: Sendable {
 
     /// Adds a certificate.
     public mutating func add(_ certificate: ParsedCertificate) {
-        if !certificates.contains(certificate) { certificates.append(certificate) }
+        guard !certificates.contains(certificate) else { return }
+        certificates.append(certificate)
+        if let loading { sources[certificate.der] = loading }
     }
 
     /// Adds the certificates in PEM, DER or master-list bytes; returns how many were found.
@@ -63,6 +68,8 @@ public struct CSCATrustStore: Sendable {
                 let file = (path as NSString).appendingPathComponent(name)
                 guard let data = FileManager.default.contents(atPath: file), data.count < 64 << 20 else { continue }
                 let bytes = [UInt8](data)
+                loading = file
+                defer { loading = nil }
                 do { try add(contentsOf: bytes) } catch {
                     // Other files are skipped, but a master list that does not verify is refused.
                     if Self.isMasterList(bytes) { throw TesseraError(error.code, "\(file): \(error.message)") }
@@ -73,6 +80,8 @@ public struct CSCATrustStore: Sendable {
                 throw TesseraError(.storageError, "cannot read \(path)")
             }
             guard data.count < 64 << 20 else { throw TesseraError(.invalidInput, "\(path) is too large") }
+            loading = path
+            defer { loading = nil }
             do { try add(contentsOf: [UInt8](data)) } catch { throw TesseraError(error.code, "\(path): \(error.message)") }
         }
     }
@@ -146,7 +155,10 @@ public struct CSCATrustStore: Sendable {
             guard signers.contains(where: { (try? crl.isSigned(by: $0)) == true }) else {
                 throw TesseraError(.invalidInput, "CRL of \(crl.issuerDescription) refused: no trusted CSCA with that name verifies its signature")
             }
-            if !crls.contains(crl) { crls.append(crl) }
+            if !crls.contains(crl) {
+                crls.append(crl)
+                if let loading { sources[crl.der] = loading }
+            }
         }
         return parsed.count
     }
@@ -170,6 +182,8 @@ public struct CSCATrustStore: Sendable {
                 if isDir.boolValue { continue }
                 throw TesseraError(.storageError, "cannot read \(file)")
             }
+            loading = file
+            defer { loading = nil }
             do { try addCRLs(contentsOf: [UInt8](data)) } catch {
                 if isDir.boolValue && error.code == .malformedData { continue }
                 throw TesseraError(error.code, "\(file): \(error.message)")
