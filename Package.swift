@@ -123,7 +123,7 @@ let package = Package(
             "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
         .executableTarget(name: "tessera", dependencies: [
-            "TesseraCore", "RPC", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "TesseraCore", "RPC", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)

@@ -248,7 +248,8 @@ public final class DocumentService: Sendable {
                 do {
                     let dg15 = try DG15(parsing: dg15bytes)
                     let dg14 = files[.dataGroup(14)].flatMap { try? DG14(parsing: $0) }
-                    active = try await ActiveAuthentication.perform(over: channel, dg15: dg15, dg14: dg14)
+                    active = try await ActiveAuthentication.perform(over: channel, dg15: dg15, dg14: dg14,
+                                                                    challenge: request.aaChallenge)
                     if active?.status == .notSupported {
                         // The chip has an AA key (DG15), so refusing to use it is what a clone without the key does.
                         active = ActiveAuthenticationResult(status: .invalid,
@@ -286,12 +287,14 @@ public final class DocumentService: Sendable {
             apdus: end.apdus, bytes: end.bytes, fileBytes: files.values.reduce(0) { $0 + $1.count },
             readAPDUs: afterRead.apdus - afterAccess.apdus,
             durationMs: Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
-        return DocumentReadResult(reader: readerName, accessProtocol: used, mrz: mrz, files: files,
-                                  requestedDataGroups: requested, faceImages: faces,
-                                  passiveAuthentication: passive, activeAuthentication: active,
-                                  chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
-                                  notPresent: notPresent, notReadable: notReadable, verdict: verdict, warnings: warnings,
-                                  statistics: stats)
+        var result = DocumentReadResult(reader: readerName, accessProtocol: used, mrz: mrz, files: files,
+                                        requestedDataGroups: requested, faceImages: faces,
+                                        passiveAuthentication: passive, activeAuthentication: active,
+                                        chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
+                                        notPresent: notPresent, notReadable: notReadable, verdict: verdict, warnings: warnings,
+                                        statistics: stats)
+        if request.evidence { result.evidence = DocumentEvidence(result, readAt: Date()) }
+        return result
     }
 }
 

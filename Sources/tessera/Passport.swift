@@ -10,7 +10,7 @@ import Glibc
 struct Passport: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Read and verify e-passports and ID cards (ICAO 9303).",
-        subcommands: [Read.self, Readers.self])
+        subcommands: [Read.self, Readers.self, Verify.self])
 
     struct Readers: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
