@@ -4,7 +4,9 @@ The master lists are built here independently of Tessera: the CscaMasterList DER
 the CRLs by python cryptography with the CSCA key of the emulated passport's profile."""
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 import pathlib
 import signal
 import subprocess
@@ -16,9 +18,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, RPCError, cli, make_passport_profile
+from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, RPCError, cli, make_passport_profile, unb64u
 
 MRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
+
+
+def b64u(b: bytes) -> str:
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 
 
 def der(tag: int, body: bytes) -> bytes:
@@ -271,3 +277,53 @@ def test_trust_status_reload_and_sighup(pki, pcscd):
         assert c.call("trust.status")["anchorCount"] == 4
     finally:
         daemon.stop()
+
+
+def test_evidence_round_trip_and_tampering(pki, pcscd):
+    """documents.read with evidence and a caller's AA nonce → file → `tessera passport verify` offline."""
+    root, _, _ = pki
+    aa = make_passport_profile(root / "aa-profile", MRZ, "--pace", "ecdh-gm-p256-aes128", "--aa")
+    nonce = bytes(range(8))
+    daemon = Daemon(root, pcscd.env, ["--no-embedded-softhsm", "--csca", str(aa / "csca.pem")], name="evidence").start()
+    try:
+        def present(reader: str) -> bool:
+            readers = daemon.client().call("readers.list")["readers"]
+            return any(r["name"] == reader and r["cardPresent"] for r in readers)
+
+        with EmulatedPassport(pcscd, aa, present, log=root / "emulator-evidence.log"):
+            result = daemon.client().call("documents.read", {"mrz": MRZ, "evidence": True,
+                                                             "aaChallenge": b64u(nonce)})
+    finally:
+        daemon.stop()
+    assert result["verdict"] == "authentic", result
+    evidence = result["evidence"]
+    assert unb64u(evidence["activeAuthentication"]["challenge"]) == nonce
+    assert {"DG1", "DG2", "DG15"} <= set(evidence["dataGroups"]) and evidence["accessProtocol"] == "PACE"
+
+    def verify(ev: dict, *extra: str) -> tuple[int, dict]:
+        path = root / "evidence.json"
+        path.write_text(json.dumps(ev))
+        out = subprocess.run([str(BIN / "tessera"), "passport", "verify", str(path), "--csca", str(aa / "csca.pem"), *extra],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode in (0, 1), out.stderr
+        return out.returncode, json.loads(out.stdout)
+
+    code, checked = verify(evidence)
+    assert (code, checked["verdict"], checked["reasons"]) == (0, "authentic", []), checked
+    assert checked["activeAuthentication"]["status"] == "valid"
+
+    # A flipped byte in DG1 (the name) or in the chip's signature: notAuthentic.
+    dg1 = bytearray(unb64u(evidence["dataGroups"]["DG1"]))
+    dg1[20] ^= 0x01
+    code, checked = verify({**evidence, "dataGroups": {**evidence["dataGroups"], "DG1": b64u(bytes(dg1))}})
+    assert (code, checked["verdict"], checked["reasons"]) == (1, "notAuthentic", ["PASSIVE_AUTH_INVALID"]), checked
+    sig = bytearray(unb64u(evidence["activeAuthentication"]["signature"]))
+    sig[5] ^= 0x01
+    code, checked = verify({**evidence, "activeAuthentication": {**evidence["activeAuthentication"], "signature": b64u(bytes(sig))}})
+    assert (code, checked["verdict"], checked["reasons"]) == (1, "notAuthentic", ["ACTIVE_AUTH_INVALID"]), checked
+
+    # The same evidence with a CRL revoking its document signer.
+    ds = x509.load_pem_x509_certificate((aa / "ds.pem").read_bytes())
+    crl = make_crl(aa, aa, [ds.serial_number], root / "evidence.crl")
+    code, checked = verify(evidence, "--crl", str(crl))
+    assert code == 1 and "DS_REVOKED" in checked["reasons"], checked
