@@ -43,7 +43,8 @@ extension DocumentService {
     public func trustStatus(now: Date = Date()) -> JSONValue {
         let state = trust.current
         let store = state.store ?? CSCATrustStore()
-        func time(_ d: Date) -> JSONValue { .string(ISO8601DateFormatter().string(from: d)) }
+        let formatter = ISO8601DateFormatter()
+        func time(_ d: Date) -> JSONValue { .string(formatter.string(from: d)) }
         var byCountry: [String: [ParsedCertificate]] = [:]
         for c in store.certificates { byCountry[c.subjectCountry?.uppercased() ?? "??", default: []].append(c) }
         let anchors: [JSONValue] = byCountry.keys.sorted().map { country in
