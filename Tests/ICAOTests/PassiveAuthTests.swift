@@ -225,6 +225,49 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(strict.crls.isEmpty)
     }
 
+    /// A master list with an expired CSCA and the link certificate to its successor (Doc 9303 Part 12 §5.1.1): the
+    /// expired CSCA still anchors a document it signed (validity reported, not enforced), the link certificate
+    /// anchors documents of the new key.
+    @Test func masterListKeepsLinkCertificatesAndExpiredAnchors() throws {
+        let dir = try OpenSSLCLI.tempDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let longAgo = Date(timeIntervalSinceNow: -20 * 365 * 86_400)
+        let old = try TestPKI.generate(country: "UTO", notBefore: longAgo, cscaValidityDays: 365 * 15,
+                                       documentSignerValidityDays: 365 * 11)
+        let new = try TestPKI.generate(country: "UTO")
+        let newCSCA = new.csca.certificate
+        let link = try TestPKI.issue(
+            subject: newCSCA.subject, issuer: old.csca.certificate.subject, publicKey: newCSCA.subjectPublicKeyInfo,
+            signerKey: old.csca.privateKeyDER, scheme: old.csca.algorithm.scheme, notBefore: Date(timeIntervalSinceNow: -86_400),
+            days: 365 * 10, extensions: [
+                TestPKI.extensionDER("2.5.29.19", critical: true, ASN1.seq([ASN1.node(ASN1.boolean, [0xFF]), ASN1.int(0)])),
+                TestPKI.extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x01, 0x06])),
+                TestPKI.extensionDER("2.5.29.14", critical: false, ASN1.octets(try #require(newCSCA.subjectKeyIdentifier))),
+                TestPKI.extensionDER("2.5.29.35", critical: false,
+                                     ASN1.seq([ASN1.node(0x80, try #require(old.csca.certificate.subjectKeyIdentifier))])),
+            ])
+        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let ml = try TestPKI.masterList(certificates: [old.csca.certificate, link], signer: mlSigner.documentSignerKey)
+        try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
+        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path,
+                                       masterListTrust: [mlSigner.csca.certificate])
+        #expect(Set(store.certificates) == [old.csca.certificate, link])
+
+        let groups = try specimenDataGroups()
+        let oldSOD = try SODBuilder.build(dataGroups: groups, signer: old.documentSignerKey,
+                                          signingTime: longAgo.addingTimeInterval(86_400))
+        let oldResult = PassiveAuthentication.verify(sod: oldSOD, dataGroups: groups, trustStore: store)
+        #expect(oldResult.status == .valid && oldResult.certificateValidity == .expired)
+        #expect(oldResult.reason?.contains("expired") == true)
+        #expect(PassiveAuthentication.verify(sod: oldSOD, dataGroups: groups, trustStore: store,
+                                             options: .init(referenceDate: longAgo.addingTimeInterval(86_400),
+                                                            enforceValidityPeriod: true)).status == .valid)
+
+        let newSOD = try SODBuilder.build(dataGroups: groups, signer: new.documentSignerKey)
+        let newResult = PassiveAuthentication.verify(sod: newSOD, dataGroups: groups, trustStore: store)
+        #expect(newResult.status == .valid && newResult.certificateChain == .valid)
+    }
+
     /// A master list is refused unless its signature verifies and its signer chains to a master-list anchor;
     /// in a directory of anchors a refused master list is an error, other unusable files are skipped.
     @Test func masterListsAreRefusedUnlessTrusted() throws {
