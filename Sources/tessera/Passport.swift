@@ -10,7 +10,8 @@ import Glibc
 struct Passport: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Read and verify e-passports and ID cards (ICAO 9303).",
-        subcommands: [Read.self, Readers.self, Verify.self])
+        subcommands: [Read.self, Readers.self, Verify.self],
+        aliases: ["documents"])
 
     struct Readers: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

@@ -303,7 +303,7 @@ def test_evidence_round_trip_and_tampering(pki, pcscd):
     def verify(ev: dict, *extra: str) -> tuple[int, dict]:
         path = root / "evidence.json"
         path.write_text(json.dumps(ev))
-        out = subprocess.run([str(BIN / "tessera"), "passport", "verify", str(path), "--csca", str(aa / "csca.pem"), *extra],
+        out = subprocess.run([str(BIN / "tessera"), "documents", "verify", str(path), "--csca", str(aa / "csca.pem"), *extra],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode in (0, 1), out.stderr
         return out.returncode, json.loads(out.stdout)
