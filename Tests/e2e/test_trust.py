@@ -293,6 +293,8 @@ def test_evidence_round_trip_and_tampering(pki, pcscd):
         with EmulatedPassport(pcscd, aa, present, log=root / "emulator-evidence.log"):
             result = daemon.client().call("documents.read", {"mrz": MRZ, "evidence": True,
                                                              "aaChallenge": b64u(nonce)})
+            saved = root / "cli-evidence.json"
+            cli(daemon, "passport", "read", "--mrz", MRZ, "--save-evidence", str(saved), "--aa-challenge", b64u(nonce[::-1]))
     finally:
         daemon.stop()
     assert result["verdict"] == "authentic", result
@@ -310,6 +312,10 @@ def test_evidence_round_trip_and_tampering(pki, pcscd):
 
     code, checked = verify(evidence)
     assert (code, checked["verdict"], checked["reasons"]) == (0, "authentic", []), checked
+    from_cli = json.loads(saved.read_text())
+    assert unb64u(from_cli["activeAuthentication"]["challenge"]) == nonce[::-1]
+    code, checked = verify(from_cli)
+    assert (code, checked["verdict"]) == (0, "authentic"), checked
     assert checked["activeAuthentication"]["status"] == "valid"
 
     # A flipped byte in DG1 (the name) or in the chip's signature: notAuthentic.
