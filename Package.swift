@@ -92,7 +92,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], swiftSettings: strict),
         .target(name: "Documents", dependencies: [
-            "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC",
+            "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",
             .product(name: "Logging", package: "swift-log"),
         ], swiftSettings: strict),
 

@@ -1,10 +1,12 @@
+import CryptoPrimitives
 import Foundation
 import ICAO
 import TesseraCore
 
 /// What a read saw, self-contained, so a backend can re-check it offline with the same code (`documents.read`
 /// with `evidence: true`; `tessera passport verify`): EF.SOD, every data group read, the active authentication
-/// challenge and the chip's signature, the access protocol and a reader-side timestamp.
+/// challenge and the chip's signature, the PACE-CAM values (PK_Map,IC and CA_IC), the access protocol and a
+/// reader-side timestamp.
 public struct DocumentEvidence: Sendable, Equatable {
     public var sod: [UInt8]?
     public var dataGroups: [Int: [UInt8]]
@@ -14,11 +16,14 @@ public struct DocumentEvidence: Sendable, Equatable {
     public var accessProtocol: String
     /// The PACE mapping used ("GM", "IM", "CAM").
     public var paceMapping: String?
-    /// Outcome of PACE-CAM as the reader saw it; PACE-CAM is not re-checked offline.
+    /// Outcome of PACE-CAM as the reader saw it.
     public var chipAuthenticationStatus: String?
+    /// What the chip sent in PACE-CAM (EC only), re-checked against DG14 offline.
+    public var chipAuthenticationData: PACEChipAuthenticationData?
     public var readAt: Date
 
-    public init(_ result: DocumentReadResult, readAt: Date) {
+    public init(_ result: DocumentReadResult, chipAuthenticationData: PACEChipAuthenticationData? = nil, readAt: Date) {
+        if case .ec = chipAuthenticationData?.domain { self.chipAuthenticationData = chipAuthenticationData }
         sod = result.files[.sod]
         var groups: [Int: [UInt8]] = [:]
         for (file, bytes) in result.files { if let n = file.dataGroupNumber { groups[n] = bytes } }
@@ -46,7 +51,15 @@ public struct DocumentEvidence: Sendable, Equatable {
                                          "signature": .string(Base64URL.encode(aaSignature))]
         }
         if let paceMapping { o["paceMapping"] = .string(paceMapping) }
-        if let chipAuthenticationStatus { o["chipAuthentication"] = ["status": .string(chipAuthenticationStatus)] }
+        if let chipAuthenticationStatus {
+            var c: [String: JSONValue] = ["status": .string(chipAuthenticationStatus)]
+            if let cam = chipAuthenticationData, case .ec(let curve) = cam.domain {
+                c["curve"] = .string(curve.name)
+                c["chipMappingPublicKey"] = .string(Base64URL.encode(cam.chipMappingPublicKey))
+                if let ca = cam.chipAuthenticationData { c["chipAuthenticationData"] = .string(Base64URL.encode(ca)) }
+            }
+            o["chipAuthentication"] = .object(c)
+        }
         return .object(o)
     }
 
@@ -75,6 +88,15 @@ public struct DocumentEvidence: Sendable, Equatable {
         accessProtocol = access
         paceMapping = e["paceMapping"]?.stringValue
         chipAuthenticationStatus = e["chipAuthentication"]?["status"]?.stringValue
+        if let name = e["chipAuthentication"]?["curve"]?.stringValue {
+            guard let curve = ECCurve.named(name),
+                  let pk = try bytes(e["chipAuthentication"]?["chipMappingPublicKey"], "chipAuthentication.chipMappingPublicKey") else {
+                throw TesseraError(.invalidInput, "evidence: bad chipAuthentication")
+            }
+            chipAuthenticationData = PACEChipAuthenticationData(
+                domain: .ec(curve), chipMappingPublicKey: pk,
+                chipAuthenticationData: try bytes(e["chipAuthentication"]?["chipAuthenticationData"], "chipAuthentication.chipAuthenticationData"))
+        }
         guard let at = e["readAt"]?.stringValue, let date = ISO8601DateFormatter().date(from: at) else {
             throw TesseraError(.invalidInput, "evidence: readAt missing")
         }
@@ -82,8 +104,8 @@ public struct DocumentEvidence: Sendable, Equatable {
     }
 
     /// Re-checks the evidence as a read does: passive authentication against `trustStore`, active authentication
-    /// from the recorded challenge and signature when the SOD lists DG15, and the verdict. PACE-CAM recorded in
-    /// the evidence is `notChecked` (its transcript is not part of the evidence).
+    /// from the recorded challenge and signature when the SOD lists DG15, PACE-CAM from the recorded PK_Map,IC and
+    /// CA_IC against DG14 (`notChecked` when they are not in the evidence), and the verdict.
     public func verify(trustStore: CSCATrustStore?, allowClonable: Bool = false,
                        referenceDate: Date = Date()) -> (passive: PassiveAuthenticationResult, active: ActiveAuthenticationResult?,
                                                          chip: ChipAuthenticationResult?, verdict: DocumentVerdict) {
@@ -111,9 +133,13 @@ public struct DocumentEvidence: Sendable, Equatable {
         let chipRequired = paceMapping == PACEMapping.chipAuthentication.rawValue
             || DocumentService.announcedChipAuthenticationMapping(dg14: dataGroups[14]) != nil
         if chipRequired {
-            chip = chipAuthenticationStatus == ChipAuthenticationResult.Status.invalid.rawValue
-                ? ChipAuthenticationResult(status: .invalid, reason: "the reader recorded a failed PACE-CAM")
-                : ChipAuthenticationResult(status: .notChecked, reason: "PACE-CAM cannot be re-checked from evidence")
+            if let cam = chipAuthenticationData {
+                chip = DocumentService.checkChipAuthenticationMapping(cam, dg14: dataGroups[14], passive: passive)
+            } else if chipAuthenticationStatus == ChipAuthenticationResult.Status.invalid.rawValue {
+                chip = ChipAuthenticationResult(status: .invalid, reason: "the reader recorded a failed PACE-CAM")
+            } else {
+                chip = ChipAuthenticationResult(status: .notChecked, reason: "the evidence holds no PACE-CAM data")
+            }
         }
         let verdict = DocumentVerdict.evaluate(passive: passive, activeRequired: activeRequired, active: active,
                                                chipRequired: chipRequired, chip: chip, allowClonable: allowClonable)

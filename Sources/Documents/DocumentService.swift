@@ -223,6 +223,7 @@ public final class DocumentService: Sendable {
         var active: ActiveAuthenticationResult?
         var chipAuthentication: ChipAuthenticationResult?
         var activeRequired = false, chipRequired = access.chipAuthentication != nil
+        var camData: PACEChipAuthenticationData?
         if request.verify {
             progress(DocumentReadProgress(step: .verify))
             var groups: [Int: [UInt8]] = [:]
@@ -265,12 +266,13 @@ public final class DocumentService: Sendable {
             }
 
             if let cam = access.chipAuthentication {
+                camData = cam
                 chipAuthentication = Self.checkChipAuthenticationMapping(cam, dg14: files[.dataGroup(14)], passive: passive)
             } else if let announced = Self.announcedChipAuthenticationMapping(dg14: files[.dataGroup(14)]) {
                 // DG14 announces PACE-CAM but access did not use it (EF.CardAccess hid it): run it now.
                 chipRequired = true
-                chipAuthentication = try await runChipAuthenticationMapping(announced, request: request, wire: wire,
-                                                                            dg14: files[.dataGroup(14)], passive: passive)
+                (chipAuthentication, camData) = try await runChipAuthenticationMapping(announced, request: request, wire: wire,
+                                                                                       dg14: files[.dataGroup(14)], passive: passive)
             }
         } else if access.chipAuthentication != nil {
             chipAuthentication = ChipAuthenticationResult(status: .notChecked, reason: "verification was not requested")
@@ -293,7 +295,7 @@ public final class DocumentService: Sendable {
                                         chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
                                         notPresent: notPresent, notReadable: notReadable, verdict: verdict, warnings: warnings,
                                         statistics: stats)
-        if request.evidence { result.evidence = DocumentEvidence(result, readAt: Date()) }
+        if request.evidence { result.evidence = DocumentEvidence(result, chipAuthenticationData: camData, readAt: Date()) }
         return result
     }
 }
@@ -312,22 +314,23 @@ extension DocumentService {
     /// A chip that refuses or fails it is `invalid`; unsupported parameters are `notChecked`. Retryable errors
     /// (card removed) end the read.
     private func runChipAuthenticationMapping(_ info: PACEInfo, request: DocumentReadRequest, wire: CountingTransport,
-                                              dg14: [UInt8]?, passive: PassiveAuthenticationResult?) async throws(TesseraError) -> ChipAuthenticationResult {
+                                              dg14: [UInt8]?, passive: PassiveAuthenticationResult?) async throws(TesseraError)
+        -> (ChipAuthenticationResult, PACEChipAuthenticationData?) {
         guard PACE.isSupported(info) else {
-            return ChipAuthenticationResult(status: .notChecked,
-                                            reason: "DG14 announces PACE-CAM \(info.protocolOID) with parameters this reader does not support")
+            return (ChipAuthenticationResult(status: .notChecked,
+                                             reason: "DG14 announces PACE-CAM \(info.protocolOID) with parameters this reader does not support"), nil)
         }
         do {
             // PACE starts from the master file; the plain SELECT ends the current secure messaging session.
             _ = try await wire.send(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0x3F, 0x00]))
             let outcome = try await PACE.establish(transport: wire, password: request.key.accessPassword, info: info)
             guard let cam = outcome.chipAuthentication else {
-                return ChipAuthenticationResult(status: .invalid, reason: "PACE-CAM announced in DG14 gave no chip authentication data")
+                return (ChipAuthenticationResult(status: .invalid, reason: "PACE-CAM announced in DG14 gave no chip authentication data"), nil)
             }
-            return Self.checkChipAuthenticationMapping(cam, dg14: dg14, passive: passive)
+            return (Self.checkChipAuthenticationMapping(cam, dg14: dg14, passive: passive), cam)
         } catch where !error.retryable {
-            return ChipAuthenticationResult(status: .invalid,
-                                            reason: "DG14 announces PACE-CAM, which EF.CardAccess did not offer, and the chip failed it: \(error.message)")
+            return (ChipAuthenticationResult(status: .invalid,
+                                             reason: "DG14 announces PACE-CAM, which EF.CardAccess did not offer, and the chip failed it: \(error.message)"), nil)
         }
     }
 

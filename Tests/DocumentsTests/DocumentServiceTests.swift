@@ -293,6 +293,30 @@ import TesseraTestSupport
         #expect(noDG15.verify(trustStore: store).verdict.reasons == [.activeAuthInvalid])
     }
 
+    /// PACE-CAM evidence (PK_Map,IC and CA_IC) re-checks against DG14 offline; a changed CA_IC is a clone.
+    @Test func camEvidenceIsReChecked() async throws {
+        let doc = try makeProfile(bac: false, pace: ["ecdh-cam-p256-aes128"])
+        var request = DocumentReadRequest(key: DocumentServiceTests.key)
+        request.evidence = true
+        let read = try await DocumentServiceTests.service(doc).read(request)
+        #expect(read.verdict.verdict == .authentic)
+        let evidence = try DocumentEvidence(json: try JSONValue.parse(try #require(read.evidence).json.serialized()))
+        #expect(evidence.chipAuthenticationData != nil)
+        let store = try doc.trustStore()
+        let again = evidence.verify(trustStore: store)
+        #expect(again.verdict == read.verdict && again.chip?.status == .valid)
+        var forged = evidence
+        let ca = try #require(forged.chipAuthenticationData)
+        var caIC = try #require(ca.chipAuthenticationData)
+        caIC[caIC.count - 1] ^= 0x01
+        forged.chipAuthenticationData = PACEChipAuthenticationData(domain: ca.domain, chipMappingPublicKey: ca.chipMappingPublicKey,
+                                                                   chipAuthenticationData: caIC)
+        #expect(forged.verify(trustStore: store).verdict.reasons == [.chipAuthInvalid])
+        var withoutCAM = evidence
+        withoutCAM.chipAuthenticationData = nil
+        #expect(withoutCAM.verify(trustStore: store).verdict.reasons == [.chipAuthNotChecked])
+    }
+
     /// reloadTrust swaps the whole set or nothing: a missing file leaves the old anchors in force.
     @Test func trustReloadIsAtomic() async throws {
         let doc = try makeProfile(activeAuthentication: true)
