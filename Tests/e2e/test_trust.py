@@ -333,3 +333,36 @@ def test_evidence_round_trip_and_tampering(pki, pcscd):
     crl = make_crl(aa, aa, [ds.serial_number], root / "evidence.crl")
     code, checked = verify(evidence, "--crl", str(crl))
     assert code == 1 and "DS_REVOKED" in checked["reasons"], checked
+
+
+def test_cam_evidence_is_rechecked_offline(pki, pcscd):
+    root, _, _ = pki
+    cam = make_passport_profile(root / "cam-profile", MRZ, "--pace", "ecdh-cam-brainpoolp256r1-aes128", "--no-bac")
+    saved = root / "cam-evidence.json"
+    daemon = Daemon(root, pcscd.env, ["--no-embedded-softhsm", "--csca", str(cam / "csca.pem")], name="cam").start()
+    try:
+        def present(reader: str) -> bool:
+            readers = daemon.client().call("readers.list")["readers"]
+            return any(r["name"] == reader and r["cardPresent"] for r in readers)
+
+        with EmulatedPassport(pcscd, cam, present, log=root / "emulator-cam.log"):
+            cli(daemon, "passport", "read", "--mrz", MRZ, "--save-evidence", str(saved))
+    finally:
+        daemon.stop()
+    evidence = json.loads(saved.read_text())
+    assert evidence["paceMapping"] == "CAM" and evidence["chipAuthentication"]["curve"] == "brainpoolP256r1", evidence
+
+    def verify(ev: dict) -> tuple[int, dict]:
+        path = root / "cam-check.json"
+        path.write_text(json.dumps(ev))
+        out = subprocess.run([str(BIN / "tessera"), "documents", "verify", str(path), "--csca", str(cam / "csca.pem")],
+                             capture_output=True, text=True, timeout=60)
+        return out.returncode, json.loads(out.stdout)
+
+    code, checked = verify(evidence)
+    assert (code, checked["verdict"], checked["chipAuthentication"]["status"]) == (0, "authentic", "valid"), checked
+    ca = bytearray(unb64u(evidence["chipAuthentication"]["chipAuthenticationData"]))
+    ca[-1] ^= 0x01
+    forged = {**evidence, "chipAuthentication": {**evidence["chipAuthentication"], "chipAuthenticationData": b64u(bytes(ca))}}
+    code, checked = verify(forged)
+    assert (code, checked["verdict"], checked["reasons"]) == (1, "notAuthentic", ["CHIP_AUTH_INVALID"]), checked
