@@ -92,7 +92,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ], swiftSettings: strict),
         .target(name: "Documents", dependencies: [
-            "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC",
+            "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",
             .product(name: "Logging", package: "swift-log"),
         ], swiftSettings: strict),
 
@@ -117,6 +117,7 @@ let package = Package(
             "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ], swiftSettings: strict),
         .executableTarget(name: "tesserad", dependencies: [
             "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -124,7 +125,7 @@ let package = Package(
         /// The tessera CLI's pure logic (enroll-station's JSON-schema forms, progress text), unit-tested.
         .target(name: "CLISupport", dependencies: ["TesseraCore"], swiftSettings: strict),
         .executableTarget(name: "tessera", dependencies: [
-            "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], swiftSettings: strict),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)

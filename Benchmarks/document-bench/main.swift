@@ -11,7 +11,9 @@ import VPCD
 
 // document-bench: reading DG1 + DG2 (~20 KB photo) + EF.SOD with short and with extended-length READ BINARY,
 // in process (protocol cost only) and through pcscd + vpcd (the daemon's real path), against the minimum
-// number of READ BINARY commands for the chunk size. Not a test: prints figures. Usage: document-bench [--runs N]
+// number of READ BINARY commands for the chunk size; and passive authentication of one document against a
+// 500-anchor trust store (issue 15 target: under 5 ms). Not a test: prints figures.
+// Usage: document-bench [--runs N] [--trust-only]
 
 let mrz = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 let runs = CommandLine.arguments.firstIndex(of: "--runs").flatMap { Int(CommandLine.arguments[$0 + 1]) } ?? 5
@@ -63,6 +65,28 @@ defer { try? FileManager.default.removeItem(atPath: dir) }
 let profile = try DocumentProfile.make(directory: dir, mrz: mrz, access: AccessOptions(bac: true, pace: [.default]),
                                        photoPadding: 20_000)
 print("document: DG2 \(profile.dataGroup(2)!.count) bytes, DG1 \(profile.dataGroup(1)!.count), EF.SOD \(profile.sod.count), EF.COM \(profile.com.count); PACE \(PACEOption.default)")
+
+// Passive authentication against 500 anchors (the document's CSCA among 499 others).
+do {
+    var store = try profile.trustStore()
+    for i in 0..<499 { store.add(try TestPKI.generate(country: "X\(Character(UnicodeScalar(65 + i % 26)!))\(i)").csca.certificate) }
+    var groups: [Int: [UInt8]] = [:]
+    for n in [1, 2] { groups[n] = profile.dataGroup(n) }
+    let verifyRuns = max(runs, 200)
+    var times: [Double] = []
+    var status = PassiveAuthenticationResult.Status.invalid
+    for _ in 0..<verifyRuns {
+        let start = ContinuousClock.now
+        let r = PassiveAuthentication.verify(sod: profile.sod, dataGroups: groups, trustStore: store)
+        let d = ContinuousClock.now - start
+        status = r.status
+        times.append(Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15)
+    }
+    guard status == .valid else { fatalError("passive authentication against 500 anchors: \(status)") }
+    print(String(format: "passive authentication, %d anchors: median %.2f ms (min %.2f, %d runs)",
+                 store.certificates.count, median(times), times.min()!, verifyRuns))
+}
+if CommandLine.arguments.contains("--trust-only") { exit(0) }
 
 let memory = DocumentService(sources: [InMemorySource(profile: profile)], trustStore: try profile.trustStore())
 try await measure("in process, short APDUs", memory, extended: false, profile: profile)

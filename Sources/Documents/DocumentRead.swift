@@ -18,6 +18,10 @@ public struct DocumentReadRequest: Sendable {
     public var allowClonable: Bool
     /// Read with extended-length READ BINARY when the card announces support for it.
     public var extendedLength: Bool
+    /// Return `DocumentReadResult.evidence` for offline re-checking.
+    public var evidence: Bool = false
+    /// The 8-byte active authentication challenge to use instead of a random one (a backend's nonce).
+    public var aaChallenge: [UInt8]?
 
     public init(reader: String? = nil, key: DocumentAccessKey, dataGroups: [Int]? = nil, verify: Bool = true,
                 extendedLength: Bool = false, allowClonable: Bool = false) {
@@ -91,6 +95,8 @@ public struct DocumentReadResult: Sendable {
     /// Problems that did not stop the read (a data group that does not parse, …).
     public var warnings: [String]
     public var statistics: DocumentReadStatistics
+    /// Present when the request asked for evidence.
+    public var evidence: DocumentEvidence? = nil
 
     /// The `documents.read` result object.
     public var json: JSONValue {
@@ -127,6 +133,7 @@ public struct DocumentReadResult: Sendable {
             if let r = aa.reason { a["reason"] = .string(r) }
             o["activeAuthentication"] = .object(a)
         }
+        if let evidence { o["evidence"] = evidence.json }
         o["notPresent"] = .array(notPresent.map { .string("DG\($0)") })
         if !notReadable.isEmpty { o["notReadable"] = .array(notReadable.map { .string("DG\($0)") }) }
         if !warnings.isEmpty { o["warnings"] = .array(warnings.map { .string($0) }) }
@@ -172,6 +179,8 @@ public struct DocumentReadResult: Sendable {
         if let r = pa.reason { o["reason"] = .string(r) }
         if let s = pa.documentSigner { o["documentSigner"] = .string(s) }
         if let t = pa.trustAnchor { o["trustAnchor"] = .string(t) }
+        o["revocation"] = .string(pa.revocation.rawValue)
+        if pa.crlStale { o["crlStale"] = true }
         return .object(o)
     }
 }

@@ -14,17 +14,21 @@ import TesseraCore
 /// wrong key) ends only that read.
 public final class DocumentService: Sendable {
     public let sources: [any ReaderSource]
-    /// CSCA trust anchors; nil (or empty) makes every document at best "unverified".
-    public let trustStore: CSCATrustStore?
+    /// CSCA trust anchors in force; nil (or empty) makes every document at best "unverified".
+    public var trustStore: CSCATrustStore? { trust.current.store }
+    /// Where `reloadTrust()` loads anchors from; nil when the store was given directly.
+    public let trustSources: TrustSources?
+    let trust: Locked<TrustState>
     /// READ BINARY sizes. `extendedChunkSize` is used only when a request asks for extended length.
     public let fileReaderConfiguration: ElementaryFileReader.Configuration
     private let logger: Logger
 
-    public init(sources: [any ReaderSource], trustStore: CSCATrustStore?,
+    public init(sources: [any ReaderSource], trustStore: CSCATrustStore?, trustSources: TrustSources? = nil,
                 fileReaderConfiguration: ElementaryFileReader.Configuration = DocumentService.defaultFileReaderConfiguration,
                 logger: Logger = Logger(label: "tessera.documents")) {
         self.sources = sources
-        self.trustStore = trustStore
+        self.trust = Locked(TrustState(store: trustStore, loadedAt: Date()))
+        self.trustSources = trustSources
         self.fileReaderConfiguration = fileReaderConfiguration
         self.logger = logger
     }
@@ -36,10 +40,18 @@ public final class DocumentService: Sendable {
         return c
     }
 
-    /// Loads CSCA certificates from files, directories or ICAO master lists; nil for no paths.
-    public static func trustStore(paths: [String]) throws(TesseraError) -> CSCATrustStore? {
-        guard !paths.isEmpty else { return nil }
-        var store = CSCATrustStore()
+    /// Loads CSCA certificates from files, directories or ICAO master lists, then the CRLs at `crls` (each signed
+    /// by one of those CSCAs); nil for no paths. Master lists must be signed by, or by a certificate issued by,
+    /// one of the certificates at `masterListTrust`. Every file must be readable and usable: the error names it.
+    public static func trustStore(paths: [String], masterListTrust: [String] = [], crls: [String] = []) throws(TesseraError) -> CSCATrustStore? {
+        guard !paths.isEmpty || !crls.isEmpty else { return nil }
+        var mlAnchors = CSCATrustStore()
+        for p in masterListTrust {
+            do { try mlAnchors.load(path: p) } catch {
+                throw TesseraError(.invalidInput, "master list trust anchor \(p) cannot be used: \(error.message)")
+            }
+        }
+        var store = CSCATrustStore(masterListTrust: mlAnchors.certificates)
         for path in paths {
             for file in try anchorFiles(path) {
                 do { try store.load(path: file) } catch {
@@ -47,6 +59,7 @@ public final class DocumentService: Sendable {
                 }
             }
         }
+        for p in crls { try store.loadCRLs(path: p) }
         return store
     }
 
@@ -238,6 +251,7 @@ public final class DocumentService: Sendable {
         var active: ActiveAuthenticationResult?
         var chipAuthentication: ChipAuthenticationResult?
         var activeRequired = false, chipRequired = access.chipAuthentication != nil
+        var camData: PACEChipAuthenticationData?
         if request.verify {
             progress(DocumentReadProgress(step: .verify))
             var groups: [Int: [UInt8]] = [:]
@@ -248,6 +262,10 @@ public final class DocumentService: Sendable {
                 let missing = (listed ?? []).subtracting(groups.keys).subtracting(eac)
                 passive = PassiveAuthentication.verify(sod: sod, dataGroups: groups, missing: missing.union(unreadable),
                                                        trustStore: trustStore)
+                if passive?.certificateChain == .noTrustAnchor,
+                   let country = (try? SecurityObject(parsing: sod))?.documentSignerCertificate?.issuerCountry {
+                    trust.withLock { _ = $0.unanchoredIssuers.insert(country.uppercased()) }
+                }
             } else {
                 // An empty SOD yields status invalid with every check "notChecked".
                 var missing = PassiveAuthentication.verify(sod: [], dataGroups: [:], trustStore: nil)
@@ -259,7 +277,8 @@ public final class DocumentService: Sendable {
                 do {
                     let dg15 = try DG15(parsing: dg15bytes)
                     let dg14 = files[.dataGroup(14)].flatMap { try? DG14(parsing: $0) }
-                    active = try await ActiveAuthentication.perform(over: channel, dg15: dg15, dg14: dg14)
+                    active = try await ActiveAuthentication.perform(over: channel, dg15: dg15, dg14: dg14,
+                                                                    challenge: request.aaChallenge)
                     if active?.status == .notSupported {
                         // The chip has an AA key (DG15), so refusing to use it is what a clone without the key does.
                         active = ActiveAuthenticationResult(status: .invalid,
@@ -275,12 +294,13 @@ public final class DocumentService: Sendable {
             }
 
             if let cam = access.chipAuthentication {
+                camData = cam
                 chipAuthentication = Self.checkChipAuthenticationMapping(cam, dg14: files[.dataGroup(14)], passive: passive)
             } else if let announced = Self.announcedChipAuthenticationMapping(dg14: files[.dataGroup(14)]) {
                 // DG14 announces PACE-CAM but access did not use it (EF.CardAccess hid it): run it now.
                 chipRequired = true
-                chipAuthentication = try await runChipAuthenticationMapping(announced, request: request, wire: wire,
-                                                                            dg14: files[.dataGroup(14)], passive: passive)
+                (chipAuthentication, camData) = try await runChipAuthenticationMapping(announced, request: request, wire: wire,
+                                                                                       dg14: files[.dataGroup(14)], passive: passive)
             }
         } else if access.chipAuthentication != nil {
             chipAuthentication = ChipAuthenticationResult(status: .notChecked, reason: "verification was not requested")
@@ -297,12 +317,14 @@ public final class DocumentService: Sendable {
             apdus: end.apdus, bytes: end.bytes, fileBytes: files.values.reduce(0) { $0 + $1.count },
             readAPDUs: afterRead.apdus - afterAccess.apdus,
             durationMs: Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
-        return DocumentReadResult(reader: readerName, accessProtocol: used, mrz: mrz, files: files,
-                                  requestedDataGroups: requested, faceImages: faces,
-                                  passiveAuthentication: passive, activeAuthentication: active,
-                                  chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
-                                  notPresent: notPresent, notReadable: notReadable, verdict: verdict, warnings: warnings,
-                                  statistics: stats)
+        var result = DocumentReadResult(reader: readerName, accessProtocol: used, mrz: mrz, files: files,
+                                        requestedDataGroups: requested, faceImages: faces,
+                                        passiveAuthentication: passive, activeAuthentication: active,
+                                        chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
+                                        notPresent: notPresent, notReadable: notReadable, verdict: verdict, warnings: warnings,
+                                        statistics: stats)
+        if request.evidence { result.evidence = DocumentEvidence(result, chipAuthenticationData: camData, readAt: Date()) }
+        return result
     }
 }
 
@@ -320,22 +342,23 @@ extension DocumentService {
     /// A chip that refuses or fails it is `invalid`; unsupported parameters are `notChecked`. Retryable errors
     /// (card removed) end the read.
     private func runChipAuthenticationMapping(_ info: PACEInfo, request: DocumentReadRequest, wire: CountingTransport,
-                                              dg14: [UInt8]?, passive: PassiveAuthenticationResult?) async throws(TesseraError) -> ChipAuthenticationResult {
+                                              dg14: [UInt8]?, passive: PassiveAuthenticationResult?) async throws(TesseraError)
+        -> (ChipAuthenticationResult, PACEChipAuthenticationData?) {
         guard PACE.isSupported(info) else {
-            return ChipAuthenticationResult(status: .notChecked,
-                                            reason: "DG14 announces PACE-CAM \(info.protocolOID) with parameters this reader does not support")
+            return (ChipAuthenticationResult(status: .notChecked,
+                                             reason: "DG14 announces PACE-CAM \(info.protocolOID) with parameters this reader does not support"), nil)
         }
         do {
             // PACE starts from the master file; the plain SELECT ends the current secure messaging session.
             _ = try await wire.send(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0x3F, 0x00]))
             let outcome = try await PACE.establish(transport: wire, password: request.key.accessPassword, info: info)
             guard let cam = outcome.chipAuthentication else {
-                return ChipAuthenticationResult(status: .invalid, reason: "PACE-CAM announced in DG14 gave no chip authentication data")
+                return (ChipAuthenticationResult(status: .invalid, reason: "PACE-CAM announced in DG14 gave no chip authentication data"), nil)
             }
-            return Self.checkChipAuthenticationMapping(cam, dg14: dg14, passive: passive)
+            return (Self.checkChipAuthenticationMapping(cam, dg14: dg14, passive: passive), cam)
         } catch where !error.retryable {
-            return ChipAuthenticationResult(status: .invalid,
-                                            reason: "DG14 announces PACE-CAM, which EF.CardAccess did not offer, and the chip failed it: \(error.message)")
+            return (ChipAuthenticationResult(status: .invalid,
+                                             reason: "DG14 announces PACE-CAM, which EF.CardAccess did not offer, and the chip failed it: \(error.message)"), nil)
         }
     }
 

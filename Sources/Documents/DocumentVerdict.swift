@@ -31,6 +31,8 @@ public struct DocumentVerdict: Sendable, Equatable {
     public enum Reason: String, Sendable, CaseIterable {
         /// EF.SOD is absent or malformed, its signature or certificate chain fails, or a data group hash does not match.
         case passiveAuthInvalid = "PASSIVE_AUTH_INVALID"
+        /// A CRL of the CSCA (`--crl`) revokes the document signer certificate (passive authentication is invalid too).
+        case dsRevoked = "DS_REVOKED"
         /// A data group the SOD lists could not be read.
         case dataGroupMissing = "DATA_GROUP_MISSING"
         /// Signature and hashes are right, but no configured CSCA issued the document signer.
@@ -50,6 +52,7 @@ public struct DocumentVerdict: Sendable, Equatable {
         public var text: String {
             switch self {
             case .passiveAuthInvalid: "passive authentication failed"
+            case .dsRevoked: "the document signer certificate is revoked"
             case .dataGroupMissing: "a data group listed in EF.SOD could not be read"
             case .noTrustAnchor: "no trusted CSCA issued the document signer"
             case .activeAuthInvalid: "active authentication failed"
@@ -63,7 +66,7 @@ public struct DocumentVerdict: Sendable, Equatable {
         /// Reasons that make a document `notAuthentic`.
         public var isFailure: Bool {
             switch self {
-            case .passiveAuthInvalid, .dataGroupMissing, .activeAuthInvalid, .chipAuthInvalid: true
+            case .passiveAuthInvalid, .dsRevoked, .dataGroupMissing, .activeAuthInvalid, .chipAuthInvalid: true
             case .noTrustAnchor, .chipAuthNotChecked, .chipAuthNotSupported, .notVerified: false
             }
         }
@@ -96,6 +99,7 @@ public struct DocumentVerdict: Sendable, Equatable {
             found.insert(.passiveAuthInvalid)
         }
         if passive.status == .unverified { found.insert(.noTrustAnchor) }
+        if passive.revocation == .revoked { found.insert(.dsRevoked) }
 
         var mechanisms: [ChipAuthenticity] = []
         if activeRequired {

@@ -9,6 +9,10 @@ public struct DaemonOptions: Sendable {
     public var pkcs11Modules: [String]
     public var configFile: String?
     public var cscaPaths: [String]
+    /// Certificates that CSCA master lists given in `cscaPaths` must chain to (`--master-list-trust`, repeatable).
+    public var masterListTrustPaths: [String] = []
+    /// CRL files or directories (`--crl`, repeatable), each CRL signed by a CSCA of `cscaPaths`.
+    public var crlPaths: [String] = []
     /// Create a SoftHSM2 token in the state dir when no usable hardware token is found.
     public var embeddedSoftHSM: Bool
     public var logLevel: String

@@ -7,6 +7,7 @@ import PIVKeyStore
 import Passkeys
 import RPC
 import ServiceLifecycle
+import UnixSignals
 import TesseraCore
 
 /// Runs `tesserad`: opens the state dir and database, finds tokens, serves the socket until SIGTERM/SIGINT.
@@ -60,10 +61,27 @@ public enum Daemon {
         documentLogger[metadataKey: "service"] = "documents"
         var readerSources: [any ReaderSource] = [PCSCReaderSource()]
         if !options.nfcDevices.isEmpty { readerSources.append(try LibNFCReaderSource(connstrings: options.nfcDevices)) }
+        let trustSources = TrustSources(cscaPaths: options.cscaPaths, masterListTrustPaths: options.masterListTrustPaths,
+                                        crlPaths: options.crlPaths)
         let documents = DocumentService(sources: readerSources,
-                                        trustStore: try DocumentService.trustStore(paths: options.cscaPaths),
-                                        logger: documentLogger)
+                                        trustStore: try DocumentService.trustStore(paths: options.cscaPaths,
+                                                                                masterListTrust: options.masterListTrustPaths,
+                                                                                crls: options.crlPaths),
+                                        trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents)
+        table.registerTrust(documents)
+        // SIGHUP reloads the trust anchors; a bad set is logged and the old one stays.
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
+        let trustReloader = Task { [logger] in
+            for await _ in hangups {
+                do {
+                    try await documents.reloadTrust()
+                    logger.notice("trust anchors reloaded", metadata: ["anchors": "\(documents.trustStore?.certificates.count ?? 0)"])
+                } catch {
+                    logger.error("trust anchor reload failed, the previous anchors stay", metadata: ["error": "\(error)"])
+                }
+            }
+        }
         table.registerLab()
         var enrollmentLogger = logger
         enrollmentLogger[metadataKey: "service"] = "enrollment"
@@ -116,6 +134,7 @@ public enum Daemon {
             services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
         tokenEvents.cancel()
+        trustReloader.cancel()
         sweeper.cancel()
         usageFlusher.cancel()
         await passkeys.flushUsage()

@@ -30,6 +30,15 @@ extension MethodTable {
         }
     }
 
+    /// Registers `trust.status` (read) and `trust.reload` (admin) (docs/API.md, "Trust anchors").
+    func registerTrust(_ service: DocumentService) {
+        register("trust.status", .read) { _, _ in service.trustStatus() }
+        register("trust.reload", .admin) { _, _ in
+            try await service.reloadTrust()
+            return service.trustStatus()
+        }
+    }
+
     /// Parses `documents.read` params: exactly one of `mrz`, `documentNumber`+`dateOfBirth`+`dateOfExpiry`, `can`.
     static func documentReadRequest(_ p: Params) throws(TesseraError) -> DocumentReadRequest {
         let key = try DocumentAccessKey(params: p)
@@ -44,10 +53,18 @@ extension MethodTable {
             }
             groups = out
         }
-        return DocumentReadRequest(reader: try p.optionalString("reader"), key: key, dataGroups: groups,
-                                   verify: try p.optionalBool("verify") ?? true,
-                                   extendedLength: try p.optionalBool("extendedLength") ?? false,
-                                   allowClonable: try p.optionalBool("allowClonable") ?? false)
+        var request = DocumentReadRequest(reader: try p.optionalString("reader"), key: key, dataGroups: groups,
+                                          verify: try p.optionalBool("verify") ?? true,
+                                          extendedLength: try p.optionalBool("extendedLength") ?? false,
+                                          allowClonable: try p.optionalBool("allowClonable") ?? false)
+        request.evidence = try p.optionalBool("evidence") ?? false
+        if let challenge = try p.optionalString("aaChallenge") {
+            guard let bytes = Base64URL.decode(challenge), bytes.count == 8 else {
+                throw TesseraError(.invalidInput, "aaChallenge must be 8 bytes, base64url", details: ["field": "aaChallenge"])
+            }
+            request.aaChallenge = bytes
+        }
+        return request
     }
 
     /// "DG2", "dg2" or "2" → 2.

@@ -10,7 +10,8 @@ import Glibc
 struct Passport: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Read and verify e-passports and ID cards (ICAO 9303).",
-        subcommands: [Read.self, Readers.self])
+        subcommands: [Read.self, Readers.self, Verify.self],
+        aliases: ["documents"])
 
     struct Readers: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -78,6 +79,10 @@ struct Passport: AsyncParsableCommand {
         var allowClonable = false
         @Option(name: .customLong("save-photo"), help: ArgumentHelp("Write the first face image from DG2 to FILE (JPEG or JPEG 2000 as stored).", valueName: "FILE"))
         var savePhoto: String?
+        @Option(name: .customLong("save-evidence"), help: ArgumentHelp("Ask for the read's evidence and write it to FILE (JSON) for `tessera documents verify`.", valueName: "FILE"))
+        var saveEvidence: String?
+        @Option(name: .customLong("aa-challenge"), help: ArgumentHelp("Active authentication challenge, 8 bytes base64url (default random).", valueName: "B64URL"))
+        var aaChallenge: String?
 
         func validate() throws {
             let keys = [mrz != nil, documentNumber != nil || birth != nil || expiry != nil, can != nil].filter { $0 }.count
@@ -105,6 +110,8 @@ struct Passport: AsyncParsableCommand {
             if noVerify { p["verify"] = false }
             if extendedLength { p["extendedLength"] = true }
             if allowClonable { p["allowClonable"] = true }
+            if saveEvidence != nil { p["evidence"] = true }
+            if let aaChallenge { p["aaChallenge"] = .string(aaChallenge) }
             return .object(p)
         }
 
@@ -136,6 +143,12 @@ struct Passport: AsyncParsableCommand {
                 }
                 do { try Data(bytes).write(to: URL(fileURLWithPath: savePhoto)) } catch {
                     FileHandle.standardError.write(Data("error: cannot write \(savePhoto): \(error)\n".utf8))
+                    throw ExitCode(1)
+                }
+            }
+            if let saveEvidence {
+                do { try Data((result["evidence"] ?? .null).prettyText().utf8).write(to: URL(fileURLWithPath: saveEvidence)) } catch {
+                    FileHandle.standardError.write(Data("error: cannot write \(saveEvidence): \(error)\n".utf8))
                     throw ExitCode(1)
                 }
             }
@@ -185,6 +198,9 @@ enum PassportSummary {
             lines.append("  SOD signature:      \(pa["signature"]?.stringValue ?? "?")")
             lines.append("  certificate chain:  \(pa["certificateChain"]?.stringValue ?? "?")"
                 + (pa["trustAnchor"]?.stringValue.map { " (\($0))" } ?? ""))
+            if let revocation = pa["revocation"]?.stringValue {
+                lines.append("  revocation:         \(revocation)" + (pa["crlStale"]?.boolValue == true ? " (CRL past nextUpdate)" : ""))
+            }
             let hashes = pa["dataGroupHashes"]?.objectValue ?? [:]
             for k in hashes.keys.sorted(by: { order($0) < order($1) }) {
                 lines.append("  \(k) hash:" + String(repeating: " ", count: max(1, 13 - k.count)) + (hashes[k]?.stringValue ?? "?"))

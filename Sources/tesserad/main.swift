@@ -19,7 +19,7 @@ struct Tesserad: AsyncParsableCommand {
         Every caller PIN goes through the PIN rules (docs/API.md): a token's final try is spent only when the request says allowFinalPinTry: true (else PIN_FINAL_TRY_PROTECTED); after a wrong PIN the caller's uid waits before its next PIN (PIN_BACKOFF; pinBackoff in --config); every wrong PIN is logged with the caller's uid and pid. tesserad makes itself non-dumpable at start.
 
         DOCUMENTS
-        documents.read reads ICAO 9303 passports and ID cards in PC/SC contactless readers and in libnfc devices given with --nfc-device (PACE preferred, BAC fallback), and verifies them against the CSCA trust anchors given with --csca (passive authentication over every data group the signed EF.SOD lists; active authentication when it lists DG15, PACE-CAM when DG14 announces it) and returns a verdict: authentic, notAuthentic (tampered data, a cloned chip) or unverified.
+        documents.read reads ICAO 9303 passports and ID cards in PC/SC contactless readers and in libnfc devices given with --nfc-device (PACE preferred, BAC fallback), and verifies them against the CSCA trust anchors given with --csca (passive authentication over every data group the signed EF.SOD lists; active authentication when it lists DG15, PACE-CAM when DG14 announces it) and returns a verdict: authentic, notAuthentic (tampered data, a cloned chip, a document signer revoked by a --crl) or unverified. ICAO master lists given with --csca must be signed under a --master-list-trust certificate. SIGHUP (or trust.reload) reloads anchors and CRLs; a bad new set leaves the old one in force.
 
         KIOSK ENROLLMENT
         Workflows declared under "enrollment" in --config (steps such as EMAIL_INFO, PHONE_OTP, NFC_MRZ, NFC_PHASE, ATTRIBUTE_MATCHING, PASSKEY_CREATION), run one at a time through the enrollment.* methods and `tessera enroll-station`; every step is committed to the database, so an enrollment survives a crash and resumes. An unknown step key stops start-up. See docs/ENROLLMENT.md.
@@ -62,8 +62,14 @@ struct Tesserad: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp("JSON configuration file.", valueName: "FILE"))
     var config: String?
 
-    @Option(name: .long, help: ArgumentHelp("CSCA trust anchors for passive authentication: a certificate file, a directory of them, or an ICAO master list (repeatable). Every file must be readable and parse, else start-up fails.", valueName: "PATH"))
+    @Option(name: .long, help: ArgumentHelp("CSCA trust anchors for passive authentication: a certificate file, a directory of them, or an ICAO master list (repeatable). Every file must be readable and parse, else start-up fails; a master list is accepted only when its signature verifies and its signer chains to a --master-list-trust certificate.", valueName: "PATH"))
     var csca: [String] = []
+
+    @Option(name: .customLong("master-list-trust"), help: ArgumentHelp("Certificate (PEM/DER file or directory; a CSCA of the issuing state) that CSCA master lists given with --csca must be signed under (repeatable).", valueName: "CERT"))
+    var masterListTrust: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Certificate revocation lists of the CSCAs (PEM/DER file or directory; repeatable). Each must be signed by a --csca anchor, or start-up fails. A revoked document signer makes passive authentication invalid (verdict reason DS_REVOKED).", valueName: "PATH"))
+    var crl: [String] = []
 
     @Flag(name: .customLong("no-embedded-softhsm"), help: "Never create the embedded SoftHSM2 token.")
     var noEmbeddedSoftHSM = false
@@ -86,6 +92,8 @@ struct Tesserad: AsyncParsableCommand {
                                     configFile: config, cscaPaths: csca, embeddedSoftHSM: !noEmbeddedSoftHSM,
                                     logLevel: logLevel)
         options.nfcDevices = nfcDevices
+        options.masterListTrustPaths = masterListTrust
+        options.crlPaths = crl
         options.pivManagementKeyFile = pivManagementKeyFile
         options.allowDefaultPIVManagementKey = allowDefaultPIVManagementKey
         do {

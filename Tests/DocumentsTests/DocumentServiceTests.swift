@@ -6,6 +6,7 @@ import ICAO
 import MRZ
 import Testing
 import TesseraCore
+import TesseraTestSupport
 
 /// DocumentService over in-memory readers holding the emulated chip (real BAC/PACE/SM/PA/AA code on both sides).
 @Suite struct DocumentServiceTests {
@@ -258,6 +259,84 @@ import TesseraCore
         #expect(aa.json["verdict"] == "authentic" && aa.json["reasons"] == [] && aa.json["chipAuthenticity"] == "valid")
         let cam = try await Self.read(try makeProfile(bac: false, pace: ["ecdh-cam-p256-aes128"]))
         #expect(cam.verdict == DocumentVerdict(verdict: .authentic, chipAuthenticity: .valid, reasons: []))
+    }
+
+    /// Evidence carries the caller's AA challenge and re-checks offline to the same verdict; any flipped byte
+    /// (data group, AA signature) or a removed DG15 makes it notAuthentic.
+    @Test func evidenceRoundTripsAndTamperingIsNotAuthentic() async throws {
+        let doc = try makeProfile(activeAuthentication: true)
+        var request = DocumentReadRequest(key: DocumentServiceTests.key)
+        request.evidence = true
+        request.aaChallenge = [1, 2, 3, 4, 5, 6, 7, 8]
+        let read = try await DocumentServiceTests.service(doc).read(request)
+        #expect(read.verdict.verdict == .authentic)
+        let evidence = try #require(read.evidence)
+        #expect(evidence.aaChallenge == [1, 2, 3, 4, 5, 6, 7, 8] && evidence.aaSignature?.isEmpty == false)
+        #expect(read.json["evidence"] == evidence.json)
+        let parsed = try DocumentEvidence(json: try JSONValue.parse(read.json.serialized()))
+        #expect(parsed == (try DocumentEvidence(json: evidence.json)))
+        let store = try doc.trustStore()
+        #expect(parsed.verify(trustStore: store).verdict == read.verdict)
+        #expect(parsed.verify(trustStore: nil).verdict.reasons == [.noTrustAnchor])
+
+        var dg1 = parsed
+        dg1.dataGroups[1]![10] ^= 0x01
+        #expect(dg1.verify(trustStore: store).verdict.reasons == [.passiveAuthInvalid])
+        var signature = parsed
+        signature.aaSignature![3] ^= 0x01
+        #expect(signature.verify(trustStore: store).verdict.reasons == [.activeAuthInvalid])
+        var challenge = parsed
+        challenge.aaChallenge = [8, 7, 6, 5, 4, 3, 2, 1]
+        #expect(challenge.verify(trustStore: store).verdict.verdict == .notAuthentic)
+        var noDG15 = parsed
+        noDG15.dataGroups[15] = nil
+        #expect(noDG15.verify(trustStore: store).verdict.reasons == [.activeAuthInvalid])
+    }
+
+    /// PACE-CAM evidence (PK_Map,IC and CA_IC) re-checks against DG14 offline; a changed CA_IC is a clone.
+    @Test func camEvidenceIsReChecked() async throws {
+        let doc = try makeProfile(bac: false, pace: ["ecdh-cam-p256-aes128"])
+        var request = DocumentReadRequest(key: DocumentServiceTests.key)
+        request.evidence = true
+        let read = try await DocumentServiceTests.service(doc).read(request)
+        #expect(read.verdict.verdict == .authentic)
+        let evidence = try DocumentEvidence(json: try JSONValue.parse(try #require(read.evidence).json.serialized()))
+        #expect(evidence.chipAuthenticationData != nil)
+        let store = try doc.trustStore()
+        let again = evidence.verify(trustStore: store)
+        #expect(again.verdict == read.verdict && again.chip?.status == .valid)
+        var forged = evidence
+        let ca = try #require(forged.chipAuthenticationData)
+        var caIC = try #require(ca.chipAuthenticationData)
+        caIC[caIC.count - 1] ^= 0x01
+        forged.chipAuthenticationData = PACEChipAuthenticationData(domain: ca.domain, chipMappingPublicKey: ca.chipMappingPublicKey,
+                                                                   chipAuthenticationData: caIC)
+        #expect(forged.verify(trustStore: store).verdict.reasons == [.chipAuthInvalid])
+        var withoutCAM = evidence
+        withoutCAM.chipAuthenticationData = nil
+        #expect(withoutCAM.verify(trustStore: store).verdict.reasons == [.chipAuthNotChecked])
+    }
+
+    /// reloadTrust swaps the whole set or nothing: a missing file leaves the old anchors in force.
+    @Test func trustReloadIsAtomic() async throws {
+        let doc = try makeProfile(activeAuthentication: true)
+        let dir = Scratch.directory("trust-reload")
+        let anchor = (dir as NSString).appendingPathComponent("csca.pem")
+        try FileManager.default.copyItem(atPath: doc.cscaPath, toPath: anchor)
+        let sources = TrustSources(cscaPaths: [anchor])
+        let service = DocumentService(sources: [], trustStore: try DocumentService.trustStore(paths: [anchor]), trustSources: sources)
+        #expect(service.trustStatus()["anchorCount"] == 1)
+        try FileManager.default.removeItem(atPath: anchor)
+        await #expect(throws: TesseraError.self) { try await service.reloadTrust() }
+        #expect(service.trustStore?.certificates.count == 1)
+        try Data("junk".utf8).write(to: URL(fileURLWithPath: anchor))
+        do { try await service.reloadTrust(); Issue.record("junk loaded") } catch { #expect(error.message.contains(anchor)) }
+        #expect(service.trustStore?.certificates.count == 1)
+        try FileManager.default.removeItem(atPath: anchor)
+        try FileManager.default.copyItem(atPath: doc.cscaPath, toPath: anchor)
+        try await service.reloadTrust()
+        let anchors = service.trustStatus()["anchors"]?.arrayValue?.first?["certificates"]?.arrayValue
+        #expect(anchors?.first?["source"] == .string(anchor))
     }
 
     @Test func dg15DroppedFromEFCOMStillRunsActiveAuthentication() async throws {

@@ -75,9 +75,19 @@ import Testing
         #expect(Self.evaluate(Self.pa(.valid, hashes: [1: .valid, 3: .notRead]), aa: Self.aaValid).verdict == .authentic)
     }
 
+    @Test func revokedDocumentSignerIsNotAuthentic() {
+        var revoked = Self.pa(.invalid, chain: .invalid)
+        revoked.revocation = .revoked
+        #expect(Self.evaluate(revoked, aa: Self.aaValid)
+                == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .valid, reasons: [.passiveAuthInvalid, .dsRevoked]))
+        var checked = Self.pa(.valid)
+        checked.revocation = .checked
+        #expect(Self.evaluate(checked, aa: Self.aaValid).reasons.isEmpty)
+    }
+
     @Test func reasonCodesAreStable() {
         #expect(DocumentVerdict.Reason.allCases.map(\.rawValue) == [
-            "PASSIVE_AUTH_INVALID", "DATA_GROUP_MISSING", "NO_TRUST_ANCHOR", "ACTIVE_AUTH_INVALID", "CHIP_AUTH_INVALID",
+            "PASSIVE_AUTH_INVALID", "DS_REVOKED", "DATA_GROUP_MISSING", "NO_TRUST_ANCHOR", "ACTIVE_AUTH_INVALID", "CHIP_AUTH_INVALID",
             "CHIP_AUTH_NOT_CHECKED", "CHIP_AUTH_NOT_SUPPORTED", "NOT_VERIFIED",
         ])
     }

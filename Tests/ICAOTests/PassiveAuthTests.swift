@@ -170,7 +170,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
         let ml = try TestPKI.masterList(certificates: [a.csca.certificate, b.csca.certificate], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
-        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path)
+        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path,
+                                       masterListTrust: [mlSigner.csca.certificate])
         #expect(Set(store.certificates) == [a.csca.certificate, b.csca.certificate])
 
         try await OpenSSLCLI.makePKI(in: dir, kind: "prime256v1")
@@ -179,7 +180,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         try await OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "list.der", "-signer", "ds.pem", "-inkey", "ds.key",
                             "-outform", "DER", "-out", "openssl.ml", "-nodetach", "-econtent_type", "2.23.136.1.1.2",
                             "-md", "sha256", "-nosmimecap"], in: dir)
-        let store2 = try CSCATrustStore(contentsOf: dir.appendingPathComponent("openssl.ml").path)
+        let opensslCSCA = try ParsedCertificate(pemOrDER: Array(try Data(contentsOf: dir.appendingPathComponent("csca.pem"))))
+        let store2 = try CSCATrustStore(contentsOf: dir.appendingPathComponent("openssl.ml").path, masterListTrust: [opensslCSCA])
         #expect(Set(store2.certificates) == [a.csca.certificate, b.csca.certificate])
 
         let groups = try specimenDataGroups()
@@ -187,6 +189,132 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store2).status == .valid)
         #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("nope").path) }
         #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("list.der").path) }
+    }
+
+    /// A CRL of the CSCA listing the document signer makes passive authentication invalid; a CRL not listing it
+    /// is "checked", stale past nextUpdate; a CRL no trusted CSCA signed is refused.
+    @Test func revocationByCSCACRLs() throws {
+        let pki = try TestPKI.generate(country: "UTO"), other = try TestPKI.generate(country: "UTO")
+        let groups = try specimenDataGroups()
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+        var store = pki.trustStore
+        #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store).revocation == .notChecked)
+
+        try store.addCRLs(contentsOf: try pki.crl(revoking: [[0x01, 0x02]]).der)
+        let checked = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store)
+        #expect(checked.status == .valid && checked.revocation == .checked && !checked.crlStale)
+
+        let ds = pki.documentSigner.certificate.serialNumber
+        var revokedStore = pki.trustStore
+        try revokedStore.addCRLs(contentsOf: Array(PEM.encode(try pki.crl(revoking: [ds]).der, label: "X509 CRL").utf8))
+        let revoked = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: revokedStore)
+        #expect(revoked.status == .invalid && revoked.revocation == .revoked && revoked.certificateChain == .invalid)
+        #expect(revoked.reason?.contains("revoked") == true)
+        #expect(revoked.json["revocation"] == .string("revoked"))
+
+        var staleStore = pki.trustStore
+        let old = Date().addingTimeInterval(-40 * 86_400)
+        try staleStore.addCRLs(contentsOf: try pki.crl(revoking: [], thisUpdate: old, nextUpdate: old.addingTimeInterval(86_400)).der)
+        let stale = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: staleStore)
+        #expect(stale.status == .valid && stale.revocation == .checked && stale.crlStale)
+        #expect(stale.json["crlStale"] == .bool(true))
+
+        // Same issuer name, another key: refused.
+        var strict = pki.trustStore
+        #expect(throws: TesseraError.self) { try strict.addCRLs(contentsOf: try other.crl(revoking: [ds]).der) }
+        #expect(strict.crls.isEmpty)
+    }
+
+    /// A master list with an expired CSCA and the link certificate to its successor (Doc 9303 Part 12 §5.1.1): the
+    /// expired CSCA still anchors a document it signed (validity reported, not enforced), the link certificate
+    /// anchors documents of the new key.
+    @Test func masterListKeepsLinkCertificatesAndExpiredAnchors() throws {
+        let dir = try OpenSSLCLI.tempDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let longAgo = Date(timeIntervalSinceNow: -20 * 365 * 86_400)
+        let old = try TestPKI.generate(country: "UTO", notBefore: longAgo, cscaValidityDays: 365 * 15,
+                                       documentSignerValidityDays: 365 * 11)
+        let new = try TestPKI.generate(country: "UTO")
+        let newCSCA = new.csca.certificate
+        let link = try TestPKI.issue(
+            subject: newCSCA.subject, issuer: old.csca.certificate.subject, publicKey: newCSCA.subjectPublicKeyInfo,
+            signerKey: old.csca.privateKeyDER, scheme: old.csca.algorithm.scheme, notBefore: Date(timeIntervalSinceNow: -86_400),
+            days: 365 * 10, extensions: [
+                TestPKI.extensionDER("2.5.29.19", critical: true, ASN1.seq([ASN1.node(ASN1.boolean, [0xFF]), ASN1.int(0)])),
+                TestPKI.extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x01, 0x06])),
+                TestPKI.extensionDER("2.5.29.14", critical: false, ASN1.octets(try #require(newCSCA.subjectKeyIdentifier))),
+                TestPKI.extensionDER("2.5.29.35", critical: false,
+                                     ASN1.seq([ASN1.node(0x80, try #require(old.csca.certificate.subjectKeyIdentifier))])),
+            ])
+        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let ml = try TestPKI.masterList(certificates: [old.csca.certificate, link], signer: mlSigner.documentSignerKey)
+        try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
+        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path,
+                                       masterListTrust: [mlSigner.csca.certificate])
+        #expect(Set(store.certificates) == [old.csca.certificate, link])
+
+        let groups = try specimenDataGroups()
+        let oldSOD = try SODBuilder.build(dataGroups: groups, signer: old.documentSignerKey,
+                                          signingTime: longAgo.addingTimeInterval(86_400))
+        let oldResult = PassiveAuthentication.verify(sod: oldSOD, dataGroups: groups, trustStore: store)
+        #expect(oldResult.status == .valid && oldResult.certificateValidity == .expired)
+        #expect(oldResult.reason?.contains("expired") == true)
+        #expect(PassiveAuthentication.verify(sod: oldSOD, dataGroups: groups, trustStore: store,
+                                             options: .init(referenceDate: longAgo.addingTimeInterval(86_400),
+                                                            enforceValidityPeriod: true)).status == .valid)
+
+        let newSOD = try SODBuilder.build(dataGroups: groups, signer: new.documentSignerKey)
+        let newResult = PassiveAuthentication.verify(sod: newSOD, dataGroups: groups, trustStore: store)
+        #expect(newResult.status == .valid && newResult.certificateChain == .valid)
+    }
+
+    /// A master list is refused unless its signature verifies and its signer chains to a master-list anchor;
+    /// in a directory of anchors a refused master list is an error, other unusable files are skipped.
+    @Test func masterListsAreRefusedUnlessTrusted() throws {
+        let dir = try OpenSSLCLI.tempDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let a = try TestPKI.generate(country: "UTO"), other = try TestPKI.generate(country: "ZZZ")
+        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let ml = try TestPKI.masterList(certificates: [a.csca.certificate], signer: mlSigner.documentSignerKey)
+        try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
+        let path = dir.appendingPathComponent("UTO.ml").path
+        func refusal(_ trust: [ParsedCertificate], _ file: String? = nil) -> String? {
+            do {
+                _ = try CSCATrustStore(contentsOf: file ?? path, masterListTrust: trust)
+                return nil
+            } catch { return error.code == .invalidInput ? error.message : "wrong code \(error.code)" }
+        }
+        // Trusted directly as an anchor, or through the CSCA that issued it.
+        #expect(refusal([mlSigner.documentSigner.certificate]) == nil)
+        #expect(refusal([other.csca.certificate, mlSigner.csca.certificate]) == nil)
+        #expect(refusal([])?.contains("no master list trust anchor") == true)
+        #expect(refusal([other.csca.certificate])?.contains("does not chain") == true)
+        #expect(refusal([other.csca.certificate])?.contains(path) == true)
+
+        // A flipped byte in the signature.
+        let sd = try CMSSignedData(contentInfo: ml)
+        let sig = try #require(sd.signerInfos.first?.signature)
+        let at = try #require(ml.firstRange(of: sig)).lowerBound
+        var tampered = ml
+        tampered[at + 10] ^= 0x01
+        try OpenSSLCLI.write(tampered, "tampered.ml", in: dir)
+        let why = refusal([mlSigner.csca.certificate], dir.appendingPathComponent("tampered.ml").path)
+        #expect(why?.contains("signature invalid") == true)
+        // A changed certificate in the list (content no longer matches the message digest).
+        let certAt = try #require(ml.firstRange(of: a.csca.certificate.signature)).lowerBound
+        var swapped = ml
+        swapped[certAt + 5] ^= 0x01
+        try OpenSSLCLI.write(swapped, "swapped.ml", in: dir)
+        #expect(refusal([mlSigner.csca.certificate], dir.appendingPathComponent("swapped.ml").path)?.contains("signature invalid") == true)
+
+        // In a directory: a stray text file is skipped, the tampered list is refused naming itself.
+        let d = dir.appendingPathComponent("anchors")
+        try FileManager.default.createDirectory(at: d, withIntermediateDirectories: true)
+        try OpenSSLCLI.write(Array("not a certificate".utf8), "README", in: d)
+        try OpenSSLCLI.write(ml, "UTO.ml", in: d)
+        #expect(try CSCATrustStore(contentsOf: d.path, masterListTrust: [mlSigner.csca.certificate]).certificates == [a.csca.certificate])
+        try OpenSSLCLI.write(tampered, "XXX.ml", in: d)
+        #expect(refusal([mlSigner.csca.certificate], d.path)?.contains("XXX.ml") == true)
     }
 }
 

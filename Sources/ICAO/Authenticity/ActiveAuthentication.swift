@@ -9,6 +9,9 @@ public struct ActiveAuthenticationResult: Sendable, Equatable {
     public var reason: String?
     /// The hash the signature was checked with, when verified.
     public var hash: SignatureHash?
+    /// The challenge sent and the chip's answer, when INTERNAL AUTHENTICATE succeeded (evidence).
+    public var challenge: [UInt8]?
+    public var signature: [UInt8]?
 
     public init(status: Status, reason: String? = nil, hash: SignatureHash? = nil) {
         self.status = status; self.reason = reason; self.hash = hash
@@ -36,8 +39,11 @@ public enum ActiveAuthentication {
             }
             return ActiveAuthenticationResult(status: .invalid, reason: "INTERNAL AUTHENTICATE failed (\(response.sw))")
         }
-        return verify(challenge: nonce, response: response.data, publicKeyInfo: dg15.publicKeyInfo,
-                      hashHint: dg14?.activeAuthenticationHash)
+        var result = verify(challenge: nonce, response: response.data, publicKeyInfo: dg15.publicKeyInfo,
+                            hashHint: dg14?.activeAuthenticationHash)
+        result.challenge = nonce
+        result.signature = response.data
+        return result
     }
 
     /// Verifies a chip's answer to `challenge`. `hashHint` is the hash from DG14's ActiveAuthenticationInfo.

@@ -113,6 +113,8 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
 
     /// Country code (C) of the subject, if present.
     public var subjectCountry: String? { Self.attributes(subject).first { $0.0 == "C" }?.1 }
+    /// Country code (C) of the issuer, if present.
+    public var issuerCountry: String? { Self.attributes(issuer).first { $0.0 == "C" }?.1 }
 
     /// Whether `issuerCertificate`'s key verifies this certificate's signature.
     public func isSigned(by issuerCertificate: ParsedCertificate) throws(TesseraError) -> Bool {

@@ -47,6 +47,10 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
     /// Subject of the document signer and the matched CSCA.
     public var documentSigner: String?
     public var trustAnchor: String?
+    /// Whether the document signer was looked up in a CRL of its CSCA.
+    public var revocation: CSCATrustStore.Revocation = .notChecked
+    /// A CRL used for `revocation` is past its nextUpdate.
+    public var crlStale = false
 
     public init(status: Status, signature: SignatureCheck, certificateChain: ChainCheck, certificateValidity: ValidityCheck,
                 dataGroupHashes: [Int: HashCheck], reason: String? = nil, documentSigner: String? = nil,
@@ -69,6 +73,8 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
         ]
         if let documentSigner { o["documentSigner"] = .string(documentSigner) }
         if let trustAnchor { o["trustAnchor"] = .string(trustAnchor) }
+        o["revocation"] = .string(revocation.rawValue)
+        if crlStale { o["crlStale"] = .bool(true) }
         return .object(o)
     }
 }
@@ -171,6 +177,14 @@ public enum PassiveAuthentication {
                     }
                     let cv = validity(csca, at: options.referenceDate)
                     if result.certificateValidity == .valid { result.certificateValidity = cv }
+                    if let store = trustStore {
+                        (result.revocation, result.crlStale) = store.revocation(of: ds, at: options.referenceDate)
+                        if result.revocation == .revoked {
+                            result.certificateChain = .invalid
+                            problems.append("document signer certificate is revoked by a CRL of \(csca.subjectDescription)")
+                        }
+                        if result.crlStale { notes.append("a CRL of \(csca.subjectDescription) is past its nextUpdate") }
+                    }
                 } else {
                     result.certificateChain = .invalid
                     problems.append("document signer certificate is not signed by the CSCA its authority key identifier names")

@@ -128,6 +128,23 @@ public struct TestPKI: Sendable {
                                          digest: signer.scheme.hash, signingTime: Date())
     }
 
+    /// A CRL of this PKI's CSCA revoking `serialNumbers` (INTEGER content octets), valid from `thisUpdate` to
+    /// `nextUpdate`.
+    public func crl(revoking serialNumbers: [[UInt8]], thisUpdate: Date = Date(),
+                    nextUpdate: Date = Date().addingTimeInterval(30 * 86_400)) throws(TesseraError) -> CertificateRevocationList {
+        let sigAlg = AlgorithmOIDs.algorithmIdentifier(csca.algorithm.scheme)
+        let entries = serialNumbers.map { ASN1.seq([ASN1.node(ASN1.integer, $0), ASN1.x509Time(thisUpdate)]) }
+        var tbsParts = [ASN1.int(1), sigAlg, csca.certificate.subject, ASN1.x509Time(thisUpdate), ASN1.x509Time(nextUpdate)]
+        if !entries.isEmpty { tbsParts.append(ASN1.seq(entries)) }
+        if let ski = csca.certificate.subjectKeyIdentifier {
+            tbsParts.append(ASN1.explicit(0, ASN1.seq([Self.extensionDER("2.5.29.35", critical: false,
+                                                                          ASN1.seq([ASN1.node(0x80, ski)]))])))
+        }
+        let tbs = ASN1.seq(tbsParts)
+        let signature = try Signatures.sign(tbs, privateKey: csca.privateKeyDER, scheme: csca.algorithm.scheme)
+        return try CertificateRevocationList(der: ASN1.seq([tbs, sigAlg, ASN1.node(ASN1.bitString, [0] + signature)]))
+    }
+
     // MARK: - Certificate construction
 
     static func name(country: String, organization: String, commonName: String) -> [UInt8] {

@@ -1,0 +1,166 @@
+import CryptoPrimitives
+import Foundation
+import ICAO
+import TesseraCore
+
+/// What a read saw, self-contained, so a backend can re-check it offline with the same code (`documents.read`
+/// with `evidence: true`; `tessera passport verify`): EF.SOD, every data group read, the active authentication
+/// challenge and the chip's signature, the PACE-CAM values (PK_Map,IC and CA_IC), the access protocol and a
+/// reader-side timestamp.
+public struct DocumentEvidence: Sendable, Equatable {
+    public var sod: [UInt8]?
+    public var dataGroups: [Int: [UInt8]]
+    public var aaChallenge: [UInt8]?
+    public var aaSignature: [UInt8]?
+    /// "PACE" or "BAC".
+    public var accessProtocol: String
+    /// The PACE mapping used ("GM", "IM", "CAM").
+    public var paceMapping: String?
+    /// Outcome of PACE-CAM as the reader saw it.
+    public var chipAuthenticationStatus: String?
+    /// What the chip sent in PACE-CAM (EC only), re-checked against DG14 offline.
+    public var chipAuthenticationData: PACEChipAuthenticationData?
+    public var readAt: Date
+
+    public init(_ result: DocumentReadResult, chipAuthenticationData: PACEChipAuthenticationData? = nil, readAt: Date) {
+        if case .ec = chipAuthenticationData?.domain { self.chipAuthenticationData = chipAuthenticationData }
+        sod = result.files[.sod]
+        var groups: [Int: [UInt8]] = [:]
+        for (file, bytes) in result.files { if let n = file.dataGroupNumber { groups[n] = bytes } }
+        dataGroups = groups
+        aaChallenge = result.activeAuthentication?.challenge
+        aaSignature = result.activeAuthentication?.signature
+        accessProtocol = result.accessProtocol == .pace ? "PACE" : "BAC"
+        paceMapping = result.paceMapping?.rawValue
+        chipAuthenticationStatus = result.chipAuthentication?.status.rawValue
+        self.readAt = readAt
+    }
+
+    /// {version: 1, sod, dataGroups: {"DG1": base64url}, activeAuthentication?: {challenge, signature},
+    /// accessProtocol, paceMapping?, chipAuthentication?: {status}, readAt}
+    public var json: JSONValue {
+        var groups: [String: JSONValue] = [:]
+        for (n, bytes) in dataGroups { groups["DG\(n)"] = .string(Base64URL.encode(bytes)) }
+        var o: [String: JSONValue] = [
+            "version": 1, "dataGroups": .object(groups), "accessProtocol": .string(accessProtocol),
+            "readAt": .string(ISO8601DateFormatter().string(from: readAt)),
+        ]
+        if let sod { o["sod"] = .string(Base64URL.encode(sod)) }
+        if let aaChallenge, let aaSignature {
+            o["activeAuthentication"] = ["challenge": .string(Base64URL.encode(aaChallenge)),
+                                         "signature": .string(Base64URL.encode(aaSignature))]
+        }
+        if let paceMapping { o["paceMapping"] = .string(paceMapping) }
+        if let chipAuthenticationStatus {
+            var c: [String: JSONValue] = ["status": .string(chipAuthenticationStatus)]
+            if let cam = chipAuthenticationData, case .ec(let curve) = cam.domain {
+                c["curve"] = .string(curve.name)
+                c["chipMappingPublicKey"] = .string(Base64URL.encode(cam.chipMappingPublicKey))
+                if let ca = cam.chipAuthenticationData { c["chipAuthenticationData"] = .string(Base64URL.encode(ca)) }
+            }
+            o["chipAuthentication"] = .object(c)
+        }
+        return .object(o)
+    }
+
+    /// Parses `json` (the evidence object, or a whole `documents.read` result holding one). Throws INVALID_INPUT.
+    public init(json: JSONValue) throws(TesseraError) {
+        let e = json["evidence"] ?? json
+        func bytes(_ v: JSONValue?, _ field: String) throws(TesseraError) -> [UInt8]? {
+            guard let v else { return nil }
+            guard let s = v.stringValue, let b = Base64URL.decode(s) else {
+                throw TesseraError(.invalidInput, "evidence: \(field) is not base64url")
+            }
+            return b
+        }
+        guard e["version"]?.intValue == 1 else { throw TesseraError(.invalidInput, "evidence: version 1 expected") }
+        sod = try bytes(e["sod"], "sod")
+        var groups: [Int: [UInt8]] = [:]
+        for (name, value) in e["dataGroups"]?.objectValue ?? [:] {
+            guard name.hasPrefix("DG"), let n = Int(name.dropFirst(2)), (1...16).contains(n),
+                  let b = try bytes(value, name) else { throw TesseraError(.invalidInput, "evidence: bad data group \(name)") }
+            groups[n] = b
+        }
+        dataGroups = groups
+        aaChallenge = try bytes(e["activeAuthentication"]?["challenge"], "activeAuthentication.challenge")
+        aaSignature = try bytes(e["activeAuthentication"]?["signature"], "activeAuthentication.signature")
+        guard let access = e["accessProtocol"]?.stringValue else { throw TesseraError(.invalidInput, "evidence: accessProtocol missing") }
+        accessProtocol = access
+        paceMapping = e["paceMapping"]?.stringValue
+        chipAuthenticationStatus = e["chipAuthentication"]?["status"]?.stringValue
+        if let name = e["chipAuthentication"]?["curve"]?.stringValue {
+            guard let curve = ECCurve.named(name),
+                  let pk = try bytes(e["chipAuthentication"]?["chipMappingPublicKey"], "chipAuthentication.chipMappingPublicKey") else {
+                throw TesseraError(.invalidInput, "evidence: bad chipAuthentication")
+            }
+            chipAuthenticationData = PACEChipAuthenticationData(
+                domain: .ec(curve), chipMappingPublicKey: pk,
+                chipAuthenticationData: try bytes(e["chipAuthentication"]?["chipAuthenticationData"], "chipAuthentication.chipAuthenticationData"))
+        }
+        guard let at = e["readAt"]?.stringValue, let date = ISO8601DateFormatter().date(from: at) else {
+            throw TesseraError(.invalidInput, "evidence: readAt missing")
+        }
+        readAt = date
+    }
+
+    /// Re-checks the evidence as a read does: passive authentication against `trustStore`, active authentication
+    /// from the recorded challenge and signature when the SOD lists DG15, PACE-CAM from the recorded PK_Map,IC and
+    /// CA_IC against DG14 (`notChecked` when they are not in the evidence), and the verdict.
+    public func verify(trustStore: CSCATrustStore?, allowClonable: Bool = false,
+                       referenceDate: Date = Date()) -> (passive: PassiveAuthenticationResult, active: ActiveAuthenticationResult?,
+                                                         chip: ChipAuthenticationResult?, verdict: DocumentVerdict) {
+        var passive: PassiveAuthenticationResult
+        if let sod {
+            passive = PassiveAuthentication.verify(sod: sod, dataGroups: dataGroups, trustStore: trustStore,
+                                                   options: PassiveAuthentication.Options(referenceDate: referenceDate))
+        } else {
+            passive = PassiveAuthentication.verify(sod: [], dataGroups: [:], trustStore: nil)
+            passive.reason = "the evidence has no EF.SOD"
+        }
+        let listed = sod.flatMap { try? SecurityObject(parsing: $0) }.map { Set($0.dataGroupHashes.keys) } ?? []
+        var active: ActiveAuthenticationResult?
+        let activeRequired = listed.contains(15) || dataGroups[15] != nil
+        if activeRequired {
+            if let dg15bytes = dataGroups[15], let dg15 = try? DG15(parsing: dg15bytes), let aaChallenge, let aaSignature {
+                let dg14 = dataGroups[14].flatMap { try? DG14(parsing: $0) }
+                active = ActiveAuthentication.verify(challenge: aaChallenge, response: aaSignature,
+                                                     publicKeyInfo: dg15.publicKeyInfo, hashHint: dg14?.activeAuthenticationHash)
+            } else {
+                active = ActiveAuthenticationResult(status: .invalid, reason: "the SOD lists DG15 but the evidence lacks DG15 or the AA signature")
+            }
+        }
+        var chip: ChipAuthenticationResult?
+        let chipRequired = paceMapping == PACEMapping.chipAuthentication.rawValue
+            || DocumentService.announcedChipAuthenticationMapping(dg14: dataGroups[14]) != nil
+        if chipRequired {
+            if let cam = chipAuthenticationData {
+                chip = DocumentService.checkChipAuthenticationMapping(cam, dg14: dataGroups[14], passive: passive)
+            } else if chipAuthenticationStatus == ChipAuthenticationResult.Status.invalid.rawValue {
+                chip = ChipAuthenticationResult(status: .invalid, reason: "the reader recorded a failed PACE-CAM")
+            } else {
+                chip = ChipAuthenticationResult(status: .notChecked, reason: "the evidence holds no PACE-CAM data")
+            }
+        }
+        let verdict = DocumentVerdict.evaluate(passive: passive, activeRequired: activeRequired, active: active,
+                                               chipRequired: chipRequired, chip: chip, allowClonable: allowClonable)
+        return (passive, active, chip, verdict)
+    }
+
+    /// The re-check as JSON: {verdict, reasons, chipAuthenticity, passiveAuthentication, activeAuthentication?,
+    /// chipAuthentication?}, the fields of a `documents.read` result.
+    public func verificationJSON(trustStore: CSCATrustStore?, allowClonable: Bool = false) -> JSONValue {
+        let r = verify(trustStore: trustStore, allowClonable: allowClonable)
+        var o: [String: JSONValue] = [
+            "verdict": .string(r.verdict.verdict.rawValue), "reasons": .array(r.verdict.reasons.map { .string($0.rawValue) }),
+            "chipAuthenticity": .string(r.verdict.chipAuthenticity.rawValue),
+            "passiveAuthentication": DocumentReadResult.passiveJSON(r.passive),
+        ]
+        if let a = r.active { o["activeAuthentication"] = a.json }
+        if let c = r.chip {
+            var j: [String: JSONValue] = ["status": .string(c.status.rawValue)]
+            if let reason = c.reason { j["reason"] = .string(reason) }
+            o["chipAuthentication"] = .object(j)
+        }
+        return .object(o)
+    }
+}

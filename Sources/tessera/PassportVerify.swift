@@ -1,0 +1,40 @@
+import ArgumentParser
+import Documents
+import Foundation
+import TesseraCore
+
+extension Passport {
+    /// `tessera passport verify EVIDENCE.json`: the daemon's checks, offline, on a read's evidence.
+    struct Verify: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Re-check the evidence of a read offline (documents.read with evidence: true).",
+            discussion: """
+            EVIDENCE.json is the `evidence` object of a documents.read result (or the whole result). Passive \
+            authentication against --csca (with --master-list-trust and --crl as tesserad takes them) and active \
+            authentication from the recorded challenge and signature and PACE-CAM from the recorded values run \
+            with the daemon's code. Prints the verdict JSON; exit status 0 when authentic, 1 otherwise.
+            """)
+        @Argument(help: "Evidence JSON file.") var evidence: String
+        @Option(help: ArgumentHelp("CSCA certificate, directory or master list (repeatable).", valueName: "PATH")) var csca: [String] = []
+        @Option(name: .customLong("master-list-trust"), help: ArgumentHelp("Anchor for master lists (repeatable).", valueName: "CERT"))
+        var masterListTrust: [String] = []
+        @Option(help: ArgumentHelp("CRL file or directory (repeatable).", valueName: "PATH")) var crl: [String] = []
+        @Flag(name: .customLong("allow-clonable")) var allowClonable = false
+
+        func run() async throws {
+            do {
+                guard let data = FileManager.default.contents(atPath: evidence) else {
+                    throw TesseraError(.storageError, "cannot read \(evidence)")
+                }
+                let parsed = try DocumentEvidence(json: try JSONValue.parse([UInt8](data)))
+                let store = try DocumentService.trustStore(paths: csca, masterListTrust: masterListTrust, crls: crl)
+                let result = parsed.verificationJSON(trustStore: store, allowClonable: allowClonable)
+                print(result.prettyText())
+                if result["verdict"]?.stringValue != "authentic" { throw ExitCode(1) }
+            } catch let error as TesseraError {
+                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+                throw ExitCode(2)
+            }
+        }
+    }
+}
