@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   pkg-config libpcsclite-dev pcscd pcsc-tools libp11-kit-dev p11-kit softhsm2 opensc
   libnfc-dev libnfc-bin libssl-dev openssl vsmartcard-vpcd libsqlite3-dev sqlite3 socat
-  python3 python3-venv python3-pip tshark
+  python3 python3-venv python3-pip tshark openssh-client openssh-server git
 )
 PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 cryptography cbor2 pyjwt)
 

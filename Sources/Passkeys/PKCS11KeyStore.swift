@@ -113,6 +113,16 @@ struct PKCS11TokenAdapter: KeyStoreToken {
             throw TesseraError(.passkeyNotFound, "no key with this handle on token \(token.id)")
         }
     }
+
+    func publicKeys() async throws(TesseraError) -> [TokenKey] {
+        try await token.publicKeysP256().map { TokenKey(handle: $0.id, label: $0.label, publicPoint: $0.point) }
+    }
+
+    func login(pin: String) async throws(TesseraError) { try await token.verifyPIN(pin) }
+
+    func logout() async { try? await token.logout() }
+
+    func pinFinalTry() async -> Bool { token.info.flags.userPinFinalTry }
 }
 
 /// The daemon's own SoftHSM2 token store in the state dir (used when no hardware token is available).

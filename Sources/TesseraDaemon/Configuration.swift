@@ -17,6 +17,8 @@ public struct DaemonOptions: Sendable {
     public var pivManagementKeyFile: String?
     /// Accept the well-known default PIV management key (`--allow-default-piv-management-key`).
     public var allowDefaultPIVManagementKey = false
+    /// Serve the SSH agent protocol on this Unix socket (`--ssh-agent-socket`; overrides `sshAgent.socket`).
+    public var sshAgentSocket: String?
 
     public init(socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
                 cscaPaths: [String] = [], embeddedSoftHSM: Bool = true, logLevel: String = "info") {
@@ -44,6 +46,8 @@ public struct ConfigFile: Codable, Sendable {
     public var sessionsPerToken: Int?
     /// Kiosk enrollment: workflows, OTP notifier, activation-token issuers (docs/ENROLLMENT.md).
     public var enrollment: JSONValue?
+    /// The SSH agent socket (docs/CONFIG.md).
+    public var sshAgent: SSHAgentConfig?
 
     public init() {}
 
@@ -69,4 +73,14 @@ public struct PolicyConfig: Codable, Sendable {
         public var users: [String]?
         public var groups: [String]?
     }
+}
+
+/// `sshAgent` section.
+public struct SSHAgentConfig: Codable, Sendable {
+    /// Socket path (the agent is off without it, unless `--ssh-agent-socket` or socket activation gives one).
+    public var socket: String?
+    /// Socket file mode in octal, default "0660" (group from `socketGroup`).
+    public var socketMode: String?
+    /// Seconds a token unlocked with `ssh-add -s` stays unlocked for the agent (default 900).
+    public var pinCacheSeconds: Int?
 }
