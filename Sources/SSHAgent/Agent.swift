@@ -112,7 +112,7 @@ public actor SSHAgent {
         switch request {
         case .requestIdentities:
             if locked { return .identities([]) }
-            return .identities(await offered().map { ($0.key.blob, $0.comment) })
+            return .identities(await offered().map { (blob: $0.key.blob, comment: $0.comment) })
 
         case .sign(let blob, let data, let flags):
             guard !locked, peer.maySign else {

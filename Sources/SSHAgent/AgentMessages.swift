@@ -50,8 +50,7 @@ public struct AgentConstraints: Sendable, Equatable {
             case confirmID: c.confirm = true
             case extensionID:
                 c.extensions.append(try r.text())
-                _ = r.remaining
-                return c  // extension constraint bodies are opaque and run to the end
+                return c  // an extension constraint's body is opaque and runs to the end of the message
             case let other: throw TesseraError(.malformedData, "unknown key constraint \(other)")
             }
         }

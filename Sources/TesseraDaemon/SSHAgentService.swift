@@ -83,7 +83,9 @@ struct SSHKeyBackend: SSHAgentBackend {
     private func token(readerID: String) async -> (any KeyStoreToken)? {
         let all = await passkeys.tokens()
         if let t = all.first(where: { $0.id == readerID }) { return t }
-        for t in all where (await t.describe())["label"]?.stringValue == readerID { return t }
+        for t in all {
+            if await t.describe()["label"]?.stringValue == readerID { return t }
+        }
         return nil
     }
 }

@@ -317,3 +317,99 @@ def test_bad_input(agent):
         t.join()
     assert len(results) == 64 and all(r is not None and r[0] == 12 for r in results)
     assert agent.listed() == [agent.pub]
+
+
+def test_socket_activation_tells_the_two_sockets_apart(tmp_path, softhsm):
+    """systemd-socket-activate passes the agent socket first and the JSON-RPC socket second, named as the units
+    name them (FileDescriptorName=): each serves its own protocol."""
+    main_sock, agent_sock = tmp_path / "main.sock", tmp_path / "ssh.sock"
+    log = open(tmp_path / "activated.log", "ab")
+    proc = subprocess.Popen(
+        ["systemd-socket-activate", "-l", str(agent_sock), "-l", str(main_sock), "--fdname=ssh-agent:tesserad",
+         "-E", "SOFTHSM2_CONF", str(BIN / "tesserad"), "--state-dir", str(tmp_path / "state"),
+         "--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"],
+        env={**os.environ, **softhsm.env}, stdout=log, stderr=log)
+    try:
+        deadline = time.time() + 20
+        while not (main_sock.exists() and agent_sock.exists()):
+            assert time.time() < deadline and proc.poll() is None, (tmp_path / "activated.log").read_text()
+            time.sleep(0.05)
+        from tessera_harness import Client
+        c = Client(str(main_sock), timeout=60)  # the first connection starts tesserad
+        assert "ssh.list" in c.call("daemon.methods")["methods"]
+        c.close()
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(30)
+        s.connect(str(agent_sock))
+        s.sendall(frame(bytes([11])))
+        assert recv_frame(s) == bytes([12, 0, 0, 0, 0])
+        s.close()
+    finally:
+        stop_process(proc)
+
+
+def sign_request(blob: bytes, data: bytes) -> bytes:
+    return frame(bytes([13]) + struct.pack(">I", len(blob)) + blob + struct.pack(">I", len(data)) + data
+                 + struct.pack(">I", 0))
+
+
+def test_policy_on_the_agent_socket(tmp_path, softhsm):
+    """From the config file (sshAgent.socket, socketMode): nobody may list but not sign when `sign` is root's."""
+    import base64
+    import json
+
+    from tessera_harness import NOBODY
+    p = tmp_path
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
+    agent_sock = tmp_path / "cfg-agent.sock"
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"sshAgent": {"socket": str(agent_sock), "socketMode": "0666"},
+                                  "policy": {"sign": {"users": ["0"]}}}))
+    d = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+                                       "--config", str(config)]).start()
+    try:
+        pub = cli(d, "ssh", "keygen", "--pin", PIN).stdout.strip()
+        blob = base64.b64decode(pub.split()[1])
+        assert oct(os.stat(agent_sock).st_mode & 0o777) == "0o666"
+
+        def exchange(requests: list[bytes]) -> list[bytes | None]:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(30)
+            s.connect(str(agent_sock))
+            out = []
+            for r in requests:
+                s.sendall(r)
+                out.append(recv_frame(s))
+            s.close()
+            return out
+
+        requests = [frame(bytes([11])), sign_request(blob, b"data")]
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                os.write(w, json.dumps([a.hex() if a else None for a in exchange(requests)]).encode())
+            except BaseException as e:
+                os.write(w, json.dumps({"child error": repr(e)}).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        data = b""
+        while chunk := os.read(r, 4096):
+            data += chunk
+        os.waitpid(pid, 0)
+        answers = json.loads(data)
+        assert isinstance(answers, list), answers
+        listed, signed = (bytes.fromhex(a) for a in answers)
+        assert listed[0] == 12 and struct.unpack(">I", listed[1:5])[0] == 1
+        assert signed == bytes([5])
+        # Root holds `sign` (the token is logged in since keygen): the same request signs.
+        assert exchange(requests)[1][0] == 14
+    finally:
+        d.stop()
