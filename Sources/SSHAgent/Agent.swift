@@ -173,7 +173,8 @@ public actor SSHAgent {
             case "session-bind@openssh.com":
                 guard let bind = try? SessionBind(contents) else { return .failure }
                 sessionBinds[peer.connectionID, default: []].append(bind)
-                let hostKey = (try? SSHPublicKey(blob: bind.hostKey)).map { $0.algorithm } ?? "unknown"
+                var keyReader = SSHReader(bind.hostKey)
+                let hostKey = (try? keyReader.text()) ?? "unknown"
                 backend.log(.info, "ssh-agent conn \(peer.connectionID): session bound to a \(hostKey) host key"
                             + (bind.forwarding ? " (forwarding)" : ""))
                 return .success

@@ -83,4 +83,8 @@ public struct SSHAgentConfig: Codable, Sendable {
     public var socketMode: String?
     /// Seconds a token unlocked with `ssh-add -s` stays unlocked for the agent (default 900).
     public var pinCacheSeconds: Int?
+    /// Program (argv) that approves a signature with a `confirm` key: JSON description on stdin, exit 0 = approve.
+    public var presenceCommand: [String]?
+    /// Seconds `presenceCommand` may take before the signature is refused (default 30).
+    public var presenceTimeoutSeconds: Int?
 }

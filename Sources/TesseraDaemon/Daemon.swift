@@ -80,7 +80,8 @@ public enum Daemon {
         }
         var sshLogger = logger
         sshLogger[metadataKey: "service"] = "ssh-agent"
-        let sshBackend = SSHKeyBackend(passkeys: passkeys, logger: sshLogger)
+        let sshBackend = SSHKeyBackend(passkeys: passkeys, logger: sshLogger, presenceCommand: config.sshAgent?.presenceCommand,
+                                       presenceTimeout: .seconds(config.sshAgent?.presenceTimeoutSeconds ?? 30))
         table.registerSSH(passkeys, backend: sshBackend)
         table.register("daemon.methods", .read) { [methods = table.methods] _, _ in
             ["methods": .array(methods.map { .string($0) })]

@@ -9,13 +9,17 @@ import TesseraCore
 /// The SSH agent's view of the daemon's key stores (the same tokens as passkeys, never a passkey's key).
 ///
 /// Which keys: every P-256 public key object on a token, except passkey keys (`CKA_LABEL` `tessera:…`).
-/// Keys made by `ssh.keygen` carry `CKA_LABEL` `ssh:COMMENT`; other keys are offered with their label as comment.
+/// Keys made by `ssh.keygen` carry `CKA_LABEL` `ssh:COMMENT` (`ssh-confirm:COMMENT` when every signature needs the
+/// presence command's approval); other keys are offered with their label as comment.
 struct SSHKeyBackend: SSHAgentBackend {
     static let sshLabelPrefix = "ssh:"
+    static let confirmLabelPrefix = "ssh-confirm:"
     static let passkeyLabelPrefix = "tessera:"
 
     let passkeys: PasskeyService
     let logger: Logger
+    var presenceCommand: [String]?
+    var presenceTimeout: Duration = .seconds(30)
 
     func identities() async -> [AgentIdentity] {
         var out: [AgentIdentity] = []
@@ -26,9 +30,15 @@ struct SSHKeyBackend: SSHAgentBackend {
                 continue
             }
             for key in keys where !key.label.hasPrefix(Self.passkeyLabelPrefix) {
-                let comment = key.label.hasPrefix(Self.sshLabelPrefix) ? String(key.label.dropFirst(Self.sshLabelPrefix.count)) : key.label
+                var comment = key.label, confirm = false
+                if key.label.hasPrefix(Self.sshLabelPrefix) {
+                    comment = String(key.label.dropFirst(Self.sshLabelPrefix.count))
+                } else if key.label.hasPrefix(Self.confirmLabelPrefix) {
+                    comment = String(key.label.dropFirst(Self.confirmLabelPrefix.count))
+                    confirm = true
+                }
                 out.append(AgentIdentity(key: .ecdsaP256(point: key.publicPoint), comment: comment,
-                                         tokenID: token.id, handle: key.handle))
+                                         tokenID: token.id, handle: key.handle, confirm: confirm))
             }
         }
         return out
@@ -68,7 +78,21 @@ struct SSHKeyBackend: SSHAgentBackend {
     }
 
     func confirm(_ identity: AgentIdentity, request: JSONValue) async -> Bool {
-        logger.notice("ssh-agent: key \(identity.comment) needs confirmation, and confirmation is not available")
+        guard let presenceCommand, !presenceCommand.isEmpty else {
+            logger.notice("ssh-agent: key \(identity.comment) needs confirmation and no sshAgent.presenceCommand is configured")
+            return false
+        }
+        do {
+            switch try await ProgramRunner.run(presenceCommand, input: request.serialized(), timeout: presenceTimeout) {
+            case .exited(0): return true
+            case .exited(let status):
+                logger.notice("ssh-agent: presence command refused (exit status \(status))")
+            case .timedOut:
+                logger.notice("ssh-agent: presence command timed out after \(presenceTimeout)")
+            }
+        } catch {
+            logger.error("ssh-agent: presence command: \(error)")
+        }
         return false
     }
 
@@ -114,16 +138,16 @@ extension MethodTable {
                 throw TesseraError.invalidInput("comment must be one line of at most 200 bytes")
             }
             let handle = SecureRandom.bytes(16)
-            let point = try await token.generateP256Key(handle: handle, label: SSHKeyBackend.sshLabelPrefix + comment,
-                                                        pin: p.optionalString("pin"))
+            let prefix = try p.optionalBool("confirm") == true ? SSHKeyBackend.confirmLabelPrefix : SSHKeyBackend.sshLabelPrefix
+            let point = try await token.generateP256Key(handle: handle, label: prefix + comment, pin: p.optionalString("pin"))
             let key = SSHPublicKey.ecdsaP256(point: point)
             return ["tokenId": .string(token.id), "keyId": .string(Base64URL.encode(handle)),
                     "publicKey": .string(key.authorizedKeysLine(comment: comment))]
         }
         register("ssh.list", .read) { _, _ in
             let keys = await backend.identities().map { id -> JSONValue in
-                ["tokenId": .string(id.tokenID), "keyId": .string(Base64URL.encode(id.handle)),
-                 "comment": .string(id.comment), "publicKey": .string(id.key.authorizedKeysLine(comment: id.comment))]
+                ["tokenId": .string(id.tokenID), "keyId": .string(Base64URL.encode(id.handle)), "comment": .string(id.comment),
+                 "confirm": .bool(id.confirm), "publicKey": .string(id.key.authorizedKeysLine(comment: id.comment))]
             }
             return ["keys": .array(keys)]
         }

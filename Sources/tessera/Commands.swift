@@ -182,10 +182,11 @@ struct SSH: AsyncParsableCommand {
         @OptionGroup var globals: GlobalOptions
         @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`; default: the first token).") var tokenId: String?
         @Option(help: "Key comment (default: tessera@HOST).") var comment: String?
+        @Flag(help: "Every signature with the key needs the daemon's presence command to approve it.") var confirm = false
         @OptionGroup var pin: PINOptions
 
         func run() async throws {
-            var p: [String: JSONValue] = [:]
+            var p: [String: JSONValue] = confirm ? ["confirm": true] : [:]
             if let tokenId { p["tokenId"] = .string(tokenId) }
             if let comment { p["comment"] = .string(comment) }
             if let pin = pin.value() { p["pin"] = .string(pin) }

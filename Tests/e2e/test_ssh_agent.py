@@ -205,7 +205,7 @@ def test_ssh_login_through_the_agent(agent, sshd):
     assert r.returncode == 0, r.stderr + log.read_text()
     assert r.stdout.strip() == "ok"
     # ssh binds the session: the agent records it.
-    assert "session bound" in agent.daemon.log.read_text()
+    assert "session bound to a ssh-ed25519 host key" in agent.daemon.log.read_text()
     # Without the key in authorized_keys the same login is refused (the check above can fail).
     authorized.write_text("")
     assert agent.run(*args).returncode != 0
@@ -413,3 +413,57 @@ def test_policy_on_the_agent_socket(tmp_path, softhsm):
         assert exchange(requests)[1][0] == 14
     finally:
         d.stop()
+
+
+def test_confirm_runs_the_presence_command(tmp_path, softhsm):
+    """A `confirm` key (ssh keygen --confirm) and the `-c` constraint of ssh-add -s: each signature runs
+    sshAgent.presenceCommand with a JSON description on stdin; exit 0 approves, another status or the timeout refuses."""
+    import json
+    mode = tmp_path / "presence-mode"
+    request = tmp_path / "presence-request.json"
+    script = tmp_path / "presence.sh"
+    script.write_text(f'#!/bin/sh\ncat > {request}\ncase "$(cat {mode})" in\n  approve) exit 0 ;;\n'
+                      '  hang) sleep 60 ;;\n  *) exit 1 ;;\nesac\n')
+    script.chmod(0o755)
+    a = Agent(tmp_path, softhsm)
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"sshAgent": {"presenceCommand": [str(script)], "presenceTimeoutSeconds": 2}}))
+    a.daemon.args += ["--config", str(config)]
+    a.start()
+    try:
+        bob = cli(a.daemon, "ssh", "keygen", "--comment", "bob", "--confirm", "--pin", PIN).stdout.strip()
+        alice = cli(a.daemon, "ssh", "keygen", "--comment", "alice", "--pin", PIN).stdout.strip()
+        confirms = {k["comment"]: k["confirm"] for k in a.daemon.client().call("ssh.list")["keys"]}
+        assert confirms == {"bob": True, "alice": False}
+        msg = tmp_path / "m"
+        msg.write_text("x")
+
+        def sign(pub_line: str) -> int:
+            pub = tmp_path / "k.pub"
+            pub.write_text(pub_line + "\n")
+            (tmp_path / "m.sig").unlink(missing_ok=True)
+            return a.run("ssh-keygen", "-Y", "sign", "-n", "file", "-f", str(pub), str(msg)).returncode
+
+        mode.write_text("approve")
+        assert sign(bob) == 0
+        described = json.loads(request.read_text())
+        assert described["type"] == "ssh-sign" and described["key"] == bob
+        mode.write_text("deny")
+        assert sign(bob) != 0
+        mode.write_text("hang")
+        assert sign(bob) != 0
+        assert "timed out" in a.daemon.log.read_text()
+        # alice needs no confirmation: the command does not run.
+        request.unlink()
+        mode.write_text("deny")
+        assert sign(alice) == 0
+        assert not request.exists()
+        # ssh-add -c -s: every key of the token needs confirmation while that unlock lasts.
+        r = a.run("ssh-add", "-c", "-s", TOKEN, secret=PIN)
+        assert r.returncode == 0, r.stderr
+        assert sign(alice) != 0
+        assert request.exists()
+        mode.write_text("approve")
+        assert sign(alice) == 0
+    finally:
+        a.daemon.stop()
