@@ -60,12 +60,22 @@ class Agent:
         return [l for l in r.stdout.splitlines() if l.strip()] if r.returncode == 0 else []
 
 
+def offers_both(agent) -> bool:
+    """The fixture's token holds two SSH keys: the one from ssh keygen and the pkcs11-tool one."""
+    listed = agent.listed()
+    return len(listed) == 2 and agent.pub in listed
+
+
 def key_part(line: str) -> str:
     return " ".join(line.split()[:2])
 
 
 @pytest.fixture
 def agent(tmp_path, softhsm):
+    # An existing EC key pair made by another program (what OpenSSH's PKCS#11 provider would offer too).
+    subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", TOKEN, "--login", "--pin", PIN,
+                    "--keypairgen", "--key-type", "EC:prime256v1", "--id", "0102", "--label", "legacy"],
+                   env={**os.environ, **softhsm.env}, check=True, capture_output=True)
     a = Agent(tmp_path, softhsm).start()
     # An SSH key made for SSH, and a passkey on the same token (which must never be offered).
     out = cli(a.daemon, "ssh", "keygen", "--comment", "alice@tessera", "--pin", PIN).stdout.strip()
@@ -79,11 +89,59 @@ def agent(tmp_path, softhsm):
 
 def test_ssh_add_lists_exactly_the_ssh_keys(agent):
     assert agent.pub.startswith("ecdsa-sha2-nistp256 ") and agent.pub.endswith(" alice@tessera")
-    assert agent.listed() == [agent.pub]
-    listed = cli(agent.daemon, "ssh", "list").stdout.strip().splitlines()
-    assert listed == [agent.pub]
-    # Passkey keys are on the token as well: tokens have two EC key pairs, the agent offers one.
+    listed = agent.listed()
+    assert len(listed) == 2 and agent.pub in listed
+    legacy = next(l for l in listed if l != agent.pub)
+    assert legacy.startswith("ecdsa-sha2-nistp256 ") and legacy.endswith(" legacy")
+    assert sorted(cli(agent.daemon, "ssh", "list").stdout.strip().splitlines()) == sorted(listed)
+    # The passkey's key pair is on the token as well (three EC pairs), and is not offered.
     assert len(agent.daemon.client().call("credentials.list")["credentials"]) == 1
+    objects = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", TOKEN, "--list-objects",
+                              "--type", "pubkey"], env=agent.daemon.env, capture_output=True, text=True, check=True)
+    assert objects.stdout.count("Public Key Object; EC") == 3
+
+
+def test_existing_key_signs_too(agent, tmp_path):
+    legacy = next(l for l in agent.listed() if l.endswith(" legacy"))
+    assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+    pub = tmp_path / "legacy.pub"
+    pub.write_text(legacy + "\n")
+    msg = tmp_path / "msg"
+    msg.write_text("x")
+    r = agent.run("ssh-keygen", "-Y", "sign", "-n", "file", "-f", str(pub), str(msg))
+    assert r.returncode == 0, r.stderr
+    signers = tmp_path / "signers"
+    signers.write_text("l@x " + key_part(legacy) + "\n")
+    with open(msg) as stdin:
+        v = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(signers), "-I", "l@x", "-n", "file",
+                            "-s", str(msg) + ".sig"], stdin=stdin, capture_output=True, text=True, timeout=60)
+    assert v.returncode == 0, v.stderr
+
+
+def test_unlock_expires_after_pin_cache_seconds(tmp_path, softhsm):
+    import json
+    a = Agent(tmp_path, softhsm)
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"sshAgent": {"pinCacheSeconds": 1}}))
+    a.daemon.args += ["--config", str(config)]
+    a.start()
+    try:
+        pub_line = cli(a.daemon, "ssh", "keygen", "--pin", PIN).stdout.strip()
+        a.restart()
+        pub = tmp_path / "k.pub"
+        pub.write_text(pub_line + "\n")
+        msg = tmp_path / "m"
+        msg.write_text("x")
+        assert a.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+        deadline = time.time() + 30
+        while "expired" not in a.daemon.log.read_text():
+            assert time.time() < deadline, "the unlock never expired"
+            time.sleep(0.1)
+        r = a.run("ssh-keygen", "-Y", "sign", "-n", "file", "-f", str(pub), str(msg))
+        assert r.returncode != 0
+        assert a.daemon.log.read_text().count("needs a PIN") == 1
+    finally:
+        a.daemon.stop()
 
 
 def test_sign_needs_ssh_add_s_and_wrong_pin_costs_one_login(agent, tmp_path):
@@ -137,7 +195,7 @@ def test_lock_and_unlock(agent):
     assert agent.listed() == []
     r = agent.run("ssh-add", "-X", secret="lock-pass")
     assert r.returncode == 0, r.stderr
-    assert agent.listed() == [agent.pub]
+    assert offers_both(agent)
     # Locking dropped the token unlock: signing needs ssh-add -s again.
     pub = agent.tmp / "id.pub"
     pub.write_text(agent.pub + "\n")
@@ -151,7 +209,7 @@ def test_add_identity_of_a_software_key_is_refused(agent, tmp_path):
     subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(key)], check=True)
     r = agent.run("ssh-add", str(key))
     assert r.returncode != 0
-    assert agent.listed() == [agent.pub]
+    assert offers_both(agent)
 
 
 def free_port() -> int:
@@ -277,7 +335,7 @@ def test_bad_input(agent):
     assert recv_frame(s) == bytes([5])
     s.sendall(frame(bytes([11])))
     answer = recv_frame(s)
-    assert answer[0] == 12 and struct.unpack(">I", answer[1:5])[0] == 1
+    assert answer[0] == 12 and struct.unpack(">I", answer[1:5])[0] == 2
     # A query extension lists what the agent understands.
     s.sendall(frame(bytes([27]) + struct.pack(">I", 5) + b"query"))
     answer = recv_frame(s)
@@ -316,7 +374,7 @@ def test_bad_input(agent):
     for t in threads:
         t.join()
     assert len(results) == 64 and all(r is not None and r[0] == 12 for r in results)
-    assert agent.listed() == [agent.pub]
+    assert offers_both(agent)
 
 
 def test_socket_activation_tells_the_two_sockets_apart(tmp_path, softhsm):
