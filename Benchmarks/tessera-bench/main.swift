@@ -6,12 +6,12 @@ import TesseraTestSupport
 
 /// Assertions per second over the daemon's socket against raw PKCS#11 C_Sign on the same SoftHSM2 token,
 /// measured in the same run. Usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16]
-/// [--daemon-cpus LIST] [--piv]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
+/// [--daemon-cpus LIST] [--piv | --ssh-agent]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
 /// from `RPCClient`; its own CPU time is reported beside the daemon's so a shared machine can be judged.
 @main
 enum Bench {
     static let usage = """
-        usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST] [--piv]
+        usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST] [--piv | --ssh-agent]
           --daemon-cpus LIST  run tesserad under `taskset -c LIST` (e.g. 1; start the bench itself under
                               `taskset -c 0` to give load generator and daemon a core each)
         """
@@ -23,18 +23,21 @@ enum Bench {
         var tesserad = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
             .appendingPathComponent("tesserad").path
         var piv = false  // --piv: the PIV card benchmark (PIVBench.swift) instead of PKCS#11
+        var sshAgent = false  // --ssh-agent: the SSH agent benchmark (SSHAgentBench.swift)
         var it = CommandLine.arguments.dropFirst().makeIterator()
         while let a = it.next() {
             switch a {
             case "--seconds": seconds = Double(it.next() ?? "") ?? seconds
             case "--tesserad": tesserad = it.next() ?? tesserad
             case "--piv": piv = true
+            case "--ssh-agent": sshAgent = true
             case "--clients": clientCounts = (it.next() ?? "").split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
             case "--daemon-cpus": daemonCPUs = it.next()
             default: print(usage); return
             }
         }
         if piv { try await PIVBench.run(seconds: seconds, tesserad: tesserad); return }
+        if sshAgent { try await SSHAgentBench.run(seconds: seconds, tesserad: tesserad, clientCounts: clientCounts); return }
         let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
         defer { hsm.removeDirectory() }
         let work = hsm.directory
