@@ -31,7 +31,7 @@ struct Tesserad: AsyncParsableCommand {
           STATE_DIR/tesserad.sock
               default socket when --socket is not given
           --config FILE
-              JSON: socketGroup, socketMode, policy, pinFiles (docs/CONFIG.md);
+              JSON: socketGroup, socketMode, policy, pinFiles, sshAgent (docs/CONFIG.md);
               enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
 
         EXIT STATUS
