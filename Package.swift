@@ -49,6 +49,10 @@ let package = Package(
         .target(name: "CryptoPrimitives", dependencies: [
             "TesseraCore", "CLibCrypto", .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
+        /// The SSH agent protocol (RFC 9987): wire format, key and signature blobs, the agent state machine.
+        .target(name: "SSHAgent", dependencies: [
+            "TesseraCore", .product(name: "Crypto", package: "swift-crypto"),
+        ], swiftSettings: strict),
         .target(name: "ICAO", dependencies: [
             "TesseraCore", "APDU", "MRZ", "CryptoPrimitives",
             .product(name: "Crypto", package: "swift-crypto"),
@@ -114,7 +118,7 @@ let package = Package(
         // MARK: Daemon wiring and executables
         .target(name: "TesseraDaemon", dependencies: [
             "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
-            "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD",
+            "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -143,6 +147,7 @@ let package = Package(
         .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"], swiftSettings: strict),
         .testTarget(name: "TesseraCoreTests", dependencies: ["TesseraCore"]),
         .testTarget(name: "CBORTests", dependencies: ["CBOR"]),
+        .testTarget(name: "SSHAgentTests", dependencies: ["SSHAgent", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "APDUTests", dependencies: ["APDU"]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ"]),

@@ -9,6 +9,8 @@ swift build -c release --product tessera-bench
 if [ "${BENCH_PINNED:-0}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
     taskset -c 0 .build/release/tessera-bench --seconds "${BENCH_SECONDS:-5}" --daemon-cpus 1
 fi
+# SSH agent: SIGN_REQUEST/s and median at 1/4/16 connections vs OpenSSH ssh-agent (PKCS#11 provider) vs raw C_Sign.
+.build/release/tessera-bench --ssh-agent --seconds "${BENCH_SECONDS:-5}"
 # Document reading: APDUs/bytes/time for DG1+DG2(~20 KB)+SOD, short vs extended length, in process and via pcscd+vpcd.
 swift build -c release --product document-bench
 .build/release/document-bench --runs "${BENCH_RUNS:-5}"

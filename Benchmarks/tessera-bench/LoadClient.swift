@@ -113,7 +113,7 @@ enum LoadClient {
         return nil
     }
 
-    private static func connect(_ path: String) throws -> Int32 {
+    static func connect(_ path: String) throws -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw BenchError("socket: errno \(errno)") }
         var addr = sockaddr_un()
@@ -130,7 +130,7 @@ enum LoadClient {
         return fd
     }
 
-    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
         var off = 0
         while off < bytes.count {
             let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, $0.count - off) }

@@ -365,6 +365,28 @@ public final class PKCS11Token: Sendable {
         }
     }
 
+    /// The P-256 public key objects on the token (visible without login): `CKA_ID`, `CKA_LABEL` and the point.
+    /// Objects on other curves or with an unreadable point are left out.
+    public func publicKeysP256() async throws(TesseraError) -> [TokenPublicKey] {
+        try await withSession { (ctx: SessionContext) throws(OperationError) -> [TokenPublicKey] in
+            let handles = try ctx.findObjects([
+                (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
+                (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC))),
+            ], limit: 100_000)
+            var keys: [TokenPublicKey] = []
+            for handle in handles {
+                guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)), !keyID.isEmpty,
+                      case .success(let params) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_PARAMS)),
+                      params == P256DER.curveParameters,
+                      case .success(let value) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_POINT)),
+                      let point = P256DER.uncompressedPoint(fromECPoint: value) else { continue }
+                let label = (try? ctx.attribute(handle, ck_attribute_type_t(CKA_LABEL)).get()) ?? []
+                keys.append(TokenPublicKey(id: keyID, label: String(decoding: label, as: UTF8.self), point: point))
+            }
+            return keys
+        }
+    }
+
     /// Reads back the protection attributes of the private key with this `CKA_ID` and tries to read `CKA_VALUE`.
     @_spi(Testing)
     public func privateKeyAttributes(id keyID: [UInt8]) async throws(TesseraError) -> PrivateKeyAttributes {

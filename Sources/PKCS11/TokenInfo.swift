@@ -91,3 +91,12 @@ extension TokenInfo {
         return "p11-" + Hex.encode(Array(SHA256.hash(data: Array(material.utf8)).prefix(8)))
     }
 }
+
+/// A public key object found on a token.
+public struct TokenPublicKey: Sendable, Equatable {
+    /// `CKA_ID` (shared with the private key of the pair).
+    public var id: [UInt8]
+    public var label: String
+    /// Uncompressed P-256 point (65 bytes).
+    public var point: [UInt8]
+}

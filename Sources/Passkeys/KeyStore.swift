@@ -21,6 +21,35 @@ public protocol KeyStoreToken: Sendable {
     func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8]
     /// Deletes the key pair (and any object belonging to it). `pin` as for `generateP256Key`.
     func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError)
+
+    // SSH agent (defaults below: a backend without them offers no SSH keys and cannot be unlocked).
+    /// The P-256 public keys on the token, readable without a login.
+    func publicKeys() async throws(TesseraError) -> [TokenKey]
+    /// Logs the token in with `pin` (from `PINRules.withCallerPIN`), or checks it against the active login; one
+    /// token try at most (the login stays until `logout`).
+    func login(pin: PINAttempt) async throws(TesseraError)
+    /// Ends the login.
+    func logout() async
+}
+
+/// A public key on a token, with the handle of its private key.
+public struct TokenKey: Sendable, Equatable {
+    public var handle: [UInt8]
+    public var label: String
+    /// Uncompressed P-256 point (65 bytes).
+    public var publicPoint: [UInt8]
+
+    public init(handle: [UInt8], label: String, publicPoint: [UInt8]) {
+        self.handle = handle; self.label = label; self.publicPoint = publicPoint
+    }
+}
+
+extension KeyStoreToken {
+    public func publicKeys() async throws(TesseraError) -> [TokenKey] { [] }
+    public func login(pin: PINAttempt) async throws(TesseraError) {
+        throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) cannot be unlocked for the SSH agent")
+    }
+    public func logout() async {}
 }
 
 /// A source of tokens (one per backend).

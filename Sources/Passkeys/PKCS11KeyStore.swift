@@ -114,6 +114,15 @@ struct PKCS11TokenAdapter: KeyStoreToken {
             throw TesseraError(.passkeyNotFound, "no key with this handle on token \(token.id)")
         }
     }
+
+    func publicKeys() async throws(TesseraError) -> [TokenKey] {
+        try await token.publicKeysP256().map { TokenKey(handle: $0.id, label: $0.label, publicPoint: $0.point) }
+    }
+
+    func login(pin: PINAttempt) async throws(TesseraError) { try await verify(pin) }
+
+    func logout() async { try? await token.logout() }
+
 }
 
 extension PKCS11TokenAdapter {

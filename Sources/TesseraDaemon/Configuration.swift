@@ -22,6 +22,8 @@ public struct DaemonOptions: Sendable {
     public var pivManagementKeyFile: String?
     /// Accept the well-known default PIV management key (`--allow-default-piv-management-key`).
     public var allowDefaultPIVManagementKey = false
+    /// Serve the SSH agent protocol on this Unix socket (`--ssh-agent-socket`; overrides `sshAgent.socket`).
+    public var sshAgentSocket: String?
 
     public init(socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
                 cscaPaths: [String] = [], embeddedSoftHSM: Bool = true, logLevel: String = "info") {
@@ -56,6 +58,8 @@ public struct ConfigFile: Codable, Sendable {
     public var maxRequestsInFlight: Int?
     /// Notifications queued for one connection whose client does not read; past it the connection is closed.
     public var maxQueuedNotifications: Int?
+    /// The SSH agent socket (docs/CONFIG.md).
+    public var sshAgent: SSHAgentConfig?
 
     public init() {}
 
@@ -164,4 +168,18 @@ public struct PINBackoffConfig: Codable, Sendable {
         }
         return PINBackoffPolicy(initial: .milliseconds(Int64(initial * 1000)), maximum: .milliseconds(Int64(maximum * 1000)))
     }
+}
+
+/// `sshAgent` section.
+public struct SSHAgentConfig: Codable, Sendable {
+    /// Socket path (the agent is off without it, unless `--ssh-agent-socket` or socket activation gives one).
+    public var socket: String?
+    /// Socket file mode in octal, default "0660" (group from `socketGroup`).
+    public var socketMode: String?
+    /// Seconds a token unlocked with `ssh-add -s` stays unlocked for the agent (default 900).
+    public var pinCacheSeconds: Int?
+    /// Program (argv) that approves a signature with a `confirm` key: JSON description on stdin, exit 0 = approve.
+    public var presenceCommand: [String]?
+    /// Seconds `presenceCommand` may take before the signature is refused (default 30).
+    public var presenceTimeoutSeconds: Int?
 }

@@ -6,6 +6,7 @@ import Logging
 import PIVKeyStore
 import Passkeys
 import RPC
+import SSHAgent
 import ServiceLifecycle
 import UnixSignals
 import TesseraCore
@@ -117,30 +118,64 @@ public enum Daemon {
                     "readers": .array(((try? await documents.readers()) ?? []).map(Views.reader)),
                     "connections": Views.connections(server.statistics())]
         }
+        var sshLogger = logger
+        sshLogger[metadataKey: "service"] = "ssh-agent"
+        let sshBackend = SSHKeyBackend(passkeys: passkeys, logger: sshLogger, presenceCommand: config.sshAgent?.presenceCommand,
+                                       presenceTimeout: .seconds(config.sshAgent?.presenceTimeoutSeconds ?? 30))
+        table.registerSSH(passkeys, backend: sshBackend)
         table.registerIntrospection()
 
         let tokenEvents = Task {
             for await _ in pivStore.changes { await server.broadcast("tokens.changed", ["backend": "piv"]) }
         }
+        let inherited = Systemd.listenDescriptors()
         let address: RPCListenAddress
-        if let fd = Systemd.listenDescriptor() {
+        if let fd = inherited.rpc {
             address = .inheritedDescriptor(fd)
         } else {
             let path = options.socketPath ?? (options.stateDir + "/tesserad.sock")
             address = .path(path, mode: socketMode, group: socketGID)
         }
         let service = SocketService(server: server, address: address, logger: logger, started: started)
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
+        var agentSweeper: Task<Void, Never>?
+        if let agentAddress = try Self.sshAgentAddress(options, config, inherited: inherited.sshAgent) {
+            let agent = SSHAgent(backend: sshBackend, pinCacheSeconds: config.sshAgent?.pinCacheSeconds ?? 900)
+            let agentServer = LengthPrefixedServer(handler: SSHAgentFrames(agent: agent, policy: policy), logger: sshLogger,
+                                                   maxFrameBytes: AgentFraming.maxFrameBytes)
+            services.append(.init(service: SSHAgentSocketService(server: agentServer, address: agentAddress, logger: sshLogger)))
+            agentSweeper = Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(1))
+                    await agent.expire()
+                }
+            }
+        }
+        services.append(.init(service: service))
         let group = ServiceGroup(configuration: .init(
-            services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+            services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
         tokenEvents.cancel()
         trustReloader.cancel()
         sweeper.cancel()
         usageFlusher.cancel()
         await passkeys.flushUsage()
+        agentSweeper?.cancel()
         await pivStore.close()
         await keyStore.close()
         logger.info("stopped")
+    }
+}
+
+extension Daemon {
+    /// Where the SSH agent listens: the socket systemd passed, else `--ssh-agent-socket`, else `sshAgent.socket`.
+    static func sshAgentAddress(_ options: DaemonOptions, _ config: ConfigFile, inherited: Int32?) throws(TesseraError) -> RPCListenAddress? {
+        if let inherited { return .inheritedDescriptor(inherited) }
+        guard let path = options.sshAgentSocket ?? config.sshAgent?.socket else { return nil }
+        var gid: UInt32?
+        if let g = config.socketGroup { gid = try Policy.gid(g) }
+        let mode = config.sshAgent?.socketMode.flatMap { UInt32($0, radix: 8) } ?? 0o660
+        return .path(path, mode: mode, group: gid)
     }
 }
 

@@ -175,3 +175,39 @@ struct Call: AsyncParsableCommand {
         try await globals.run(method, p) { $0.prettyText() }
     }
 }
+
+struct SSH: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "SSH keys on tokens, for tesserad's SSH agent socket (ssh.keygen, ssh.list).",
+        subcommands: [Keygen.self, List.self])
+
+    struct Keygen: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a P-256 SSH key on a token (ssh.keygen); prints its authorized_keys line.")
+        @OptionGroup var globals: GlobalOptions
+        @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`; default: the first token).") var tokenId: String?
+        @Option(help: "Key comment (default: tessera@HOST).") var comment: String?
+        @Flag(help: "Every signature with the key needs the daemon's presence command to approve it.") var confirm = false
+        @OptionGroup var pin: PINOptions
+
+        func run() async throws {
+            var p: [String: JSONValue] = confirm ? ["confirm": true] : [:]
+            if let tokenId { p["tokenId"] = .string(tokenId) }
+            if let comment { p["comment"] = .string(comment) }
+            if let pin = pin.value() { p["pin"] = .string(pin) }
+            try await globals.run("ssh.keygen", .object(p)) { r in r["publicKey"]?.stringValue ?? "" }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print the authorized_keys lines of the keys the SSH agent offers (ssh.list).")
+        @OptionGroup var globals: GlobalOptions
+
+        func run() async throws {
+            try await globals.run("ssh.list", [:]) { r in
+                (r["keys"]?.arrayValue ?? []).compactMap { $0["publicKey"]?.stringValue }.joined(separator: "\n")
+            }
+        }
+    }
+}

@@ -24,6 +24,9 @@ struct Tesserad: AsyncParsableCommand {
         KIOSK ENROLLMENT
         Workflows declared under "enrollment" in --config (steps such as EMAIL_INFO, PHONE_OTP, NFC_MRZ, NFC_PHASE, ATTRIBUTE_MATCHING, PASSKEY_CREATION), run one at a time through the enrollment.* methods and `tessera enroll-station`; every step is committed to the database, so an enrollment survives a crash and resumes. An unknown step key stops start-up. See docs/ENROLLMENT.md.
 
+        SSH AGENT
+        With --ssh-agent-socket PATH (or "sshAgent" in --config, or a second systemd socket named ssh-agent: tesserad-ssh-agent.socket), tesserad also speaks the SSH agent protocol: point SSH_AUTH_SOCK at it. It offers the SSH keys of every token (made with `tessera ssh keygen`, plus other P-256 keys on the tokens; never a passkey's key). `ssh-add -s TOKEN` (token id or label) logs that token in with the PIN it sends, one try; `ssh-add -e TOKEN` logs it out; `ssh-add -x`/`-X` lock and unlock the agent for the calling user. Adding software keys (plain `ssh-add FILE`) is refused. Listing needs only access to the socket; signing, unlocking and locking need the `sign` permission of the policy.
+
         FILES
           STATE_DIR/tessera.sqlite
               credentials, signature counters, enrollments and their audit
@@ -32,7 +35,7 @@ struct Tesserad: AsyncParsableCommand {
               default socket when --socket is not given
           --config FILE
               JSON: socketGroup, socketMode, policy, pinFiles, pinBackoff, maxRequestsInFlight,
-              maxQueuedNotifications (docs/CONFIG.md); unknown keys stop start-up;
+              maxQueuedNotifications, sshAgent (docs/CONFIG.md); unknown keys stop start-up;
               enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
 
         EXIT STATUS
@@ -86,6 +89,9 @@ struct Tesserad: AsyncParsableCommand {
     @Flag(name: .customLong("allow-default-piv-management-key"), help: "Accept the well-known default PIV management key 010203…08 ×3 (used when no key file is given). Test cards only.")
     var allowDefaultPIVManagementKey = false
 
+    @Option(name: .customLong("ssh-agent-socket"), help: ArgumentHelp("Also serve the SSH agent protocol on this Unix socket (mode 0660; for SSH_AUTH_SOCK). See SSH AGENT.", valueName: "PATH"))
+    var sshAgentSocket: String?
+
     func run() async throws {
         let state = stateDir ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"] ?? "/var/lib/tesserad"
         var options = DaemonOptions(socketPath: socket, stateDir: state, pkcs11Modules: pkcs11Modules,
@@ -96,6 +102,7 @@ struct Tesserad: AsyncParsableCommand {
         options.crlPaths = crl
         options.pivManagementKeyFile = pivManagementKeyFile
         options.allowDefaultPIVManagementKey = allowDefaultPIVManagementKey
+        options.sshAgentSocket = sshAgentSocket
         do {
             try await Daemon.run(options)
         } catch {

@@ -1,0 +1,129 @@
+import Foundation
+@_spi(Benchmarks) @_spi(Testing) import PKCS11
+import RPC
+import TesseraCore
+import TesseraTestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `--ssh-agent`: SIGN_REQUEST/s and latency on tesserad's agent socket vs OpenSSH's `ssh-agent` holding the same
+/// SoftHSM2 key through its PKCS#11 provider (`ssh-add -s`), vs raw C_Sign, in the same run.
+enum SSHAgentBench {
+    static func run(seconds: Double, tesserad: String, clientCounts: [Int]) async throws {
+        let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
+        defer { hsm.removeDirectory() }
+        let work = hsm.directory
+        let pinFile = work + "/pin"
+        try Data("1234".utf8).write(to: URL(fileURLWithPath: pinFile))
+        let config = work + "/tesserad.json"
+        try Data(#"{"pinFiles": {"bench": "\#(pinFile)"}}"#.utf8).write(to: URL(fileURLWithPath: config))
+        let socket = work + "/tesserad.sock", agentSocket = work + "/agent.sock", opensshSocket = work + "/openssh.sock"
+
+        let daemon = Process()
+        daemon.executableURL = URL(fileURLWithPath: tesserad)
+        daemon.arguments = ["--socket", socket, "--ssh-agent-socket", agentSocket, "--state-dir", work + "/state",
+                            "--pkcs11-module", hsm.modulePath, "--no-embedded-softhsm", "--config", config,
+                            "--log-level", "warning"]
+        try daemon.run()
+        let opensshAgent = Process()
+        opensshAgent.executableURL = URL(fileURLWithPath: "/usr/bin/ssh-agent")
+        opensshAgent.arguments = ["-D", "-a", opensshSocket]
+        opensshAgent.environment = ProcessInfo.processInfo.environment.merging(["SOFTHSM2_CONF": hsm.configPath]) { _, n in n }
+        opensshAgent.standardOutput = FileHandle.nullDevice
+        try opensshAgent.run()
+        do {
+            var client: RPCClient?
+            while client == nil {
+                client = try? await RPCClient.connect(path: socket)
+                if client == nil { try await Task.sleep(for: .milliseconds(5)) }
+            }
+            let line = try await client!.call("ssh.keygen", ["comment": "bench"])["publicKey"]!.stringValue!
+            let blob = Array(Data(base64Encoded: String(line.split(separator: " ")[1]))!)
+
+            let askpass = work + "/askpass.sh"
+            try Data("#!/bin/sh\necho 1234\n".utf8).write(to: URL(fileURLWithPath: askpass))
+            chmod(askpass, 0o755)
+            while !FileManager.default.fileExists(atPath: opensshSocket) { try await Task.sleep(for: .milliseconds(5)) }
+            let added = try await Subprocess.run("/usr/bin/ssh-add", ["-s", hsm.modulePath], environment: [
+                "SSH_AUTH_SOCK": opensshSocket, "SSH_ASKPASS": askpass, "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"])
+            guard added.status == 0 else { throw BenchError("ssh-add -s failed: \(added.output)") }
+
+            let provider = try PKCS11Provider(modulePaths: [hsm.modulePath])
+            guard let token = provider.tokens().first(where: { $0.info.label == "bench" }) else { throw BenchError("no token") }
+            try await token.login(pin: "1234")
+            guard let keyID = try await token.keyIDs(labelPrefix: "ssh:").first else { throw BenchError("no SSH key") }
+            let digest = [UInt8](repeating: 0xA5, count: 32)
+
+            print("tessera-bench --ssh-agent: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
+            print("clients  raw C_Sign/s  tesserad sign/s  median ms  OpenSSH sign/s  median ms  tesserad/OpenSSH  tesserad/raw")
+            for clients in clientCounts {
+                let raw = try await token.rawSignLoop(keyID: keyID, digest: digest, iterations: max(2000, Int(seconds * 4000)),
+                                                      sessions: min(clients, 8))
+                let (t, tMedian) = try await load(agentSocket, blob: blob, clients: clients, seconds: seconds)
+                let (o, oMedian) = try await load(opensshSocket, blob: blob, clients: clients, seconds: seconds)
+                print(String(format: "%7d  %12.0f  %15.0f  %9.3f  %14.0f  %9.3f  %16.2f  %12.2f", clients, raw, t, tMedian * 1000,
+                             o, oMedian * 1000, t / o, t / raw))
+            }
+            provider.finalize()
+        } catch {
+            await Subprocess.terminate(opensshAgent, grace: 1)
+            await Subprocess.terminate(daemon)
+            throw error
+        }
+        await Subprocess.terminate(opensshAgent, grace: 1)
+        await Subprocess.terminate(daemon)
+    }
+
+    /// `clients` blocking connections sending SIGN_REQUEST back to back; returns signatures/s and the median latency.
+    static func load(_ path: String, blob: [UInt8], clients: Int, seconds: Double) async throws -> (Double, Double) {
+        try await withCheckedThrowingContinuation { c in
+            Thread { c.resume(with: Swift.Result { try blockingLoad(path, blob: blob, clients: clients, seconds: seconds) }) }.start()
+        }
+    }
+
+    private static func blockingLoad(_ path: String, blob: [UInt8], clients: Int, seconds: Double) throws -> (Double, Double) {
+        func be32(_ n: Int) -> [UInt8] { [UInt8(n >> 24 & 0xff), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)] }
+        let data = [UInt8](repeating: 0x42, count: 64)
+        let body: [UInt8] = [13] + be32(blob.count) + blob + be32(data.count) + data + be32(0)
+        let request = be32(body.count) + body
+        let fds = try (0..<clients).map { _ in try LoadClient.connect(path) }
+        defer { fds.forEach { _ = close($0) } }
+        let results = Locked([[Double]](repeating: [], count: clients))
+        let failure = Locked<String?>(nil)
+        let start = LoadClient.monotonicNanos()
+        let deadline = start + UInt64(seconds * 1e9)
+        let group = DispatchGroup()
+        for (i, fd) in fds.enumerated() {
+            group.enter()
+            Thread {
+                var latencies: [Double] = []
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                while LoadClient.monotonicNanos() < deadline {
+                    let t0 = LoadClient.monotonicNanos()
+                    guard LoadClient.writeAll(fd, request) else { failure.withLock { $0 = "write failed" }; break }
+                    var have = 0, need = 4
+                    while have < need {
+                        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + have, need - have) }
+                        guard n > 0 else { break }
+                        have += n
+                        if have == 4 { need = 4 + (Int(buffer[0]) << 24 | Int(buffer[1]) << 16 | Int(buffer[2]) << 8 | Int(buffer[3])) }
+                    }
+                    guard have == need, have > 4, buffer[4] == 14 else {
+                        failure.withLock { $0 = "no SIGN_RESPONSE from \(path) (type \(have > 4 ? Int(buffer[4]) : -1))" }
+                        break
+                    }
+                    latencies.append(Double(LoadClient.monotonicNanos() - t0) / 1e9)
+                }
+                results.withLock { $0[i] = latencies }
+                group.leave()
+            }.start()
+        }
+        group.wait()
+        let wall = Double(LoadClient.monotonicNanos() - start) / 1e9
+        if let f = failure.withLock({ $0 }) { throw BenchError(f) }
+        let all = results.withLock { $0 }.flatMap { $0 }.sorted()
+        guard !all.isEmpty else { throw BenchError("no signatures") }
+        return (Double(all.count) / wall, all[all.count / 2])
+    }
+}

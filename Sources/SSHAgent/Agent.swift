@@ -1,0 +1,238 @@
+import Crypto
+import Foundation
+import TesseraCore
+
+/// A key the agent offers: where it lives and how SSH sees it.
+public struct AgentIdentity: Sendable, Equatable {
+    public var key: SSHPublicKey
+    public var comment: String
+    /// The token holding the private key (`tokens.list` id).
+    public var tokenID: String
+    /// The key's handle on that token (PKCS#11 `CKA_ID`).
+    public var handle: [UInt8]
+    /// Every signature needs the presence command's approval.
+    public var confirm: Bool
+
+    public init(key: SSHPublicKey, comment: String, tokenID: String, handle: [UInt8], confirm: Bool = false) {
+        self.key = key; self.comment = comment; self.tokenID = tokenID; self.handle = handle; self.confirm = confirm
+    }
+}
+
+/// What the agent needs from the daemon's key stores.
+public protocol SSHAgentBackend: Sendable {
+    /// The SSH keys of every present token.
+    func identities() async -> [AgentIdentity]
+    /// Whether signing with keys of this token needs a PIN login that is not active now.
+    func needsUnlock(tokenID: String) async -> Bool
+    /// Signs `data` for SSH; returns the signature blob. `flags` are SIGN_REQUEST's (RSA hash choice).
+    func sign(_ identity: AgentIdentity, data: [UInt8], flags: UInt32) async throws(TesseraError) -> [UInt8]
+    /// Resolves `ssh-add -s` reader id (token id or label) and logs that token in with `pin` as `peer`'s PIN
+    /// (the daemon's PIN rules: per-uid back-off, final-try guard), exactly one try. Returns the token id.
+    func unlock(readerID: String, pin: String, peer: AgentPeer) async throws(TesseraError) -> String
+    /// Resolves a reader id to a token id without touching the token.
+    func tokenID(readerID: String) async -> String?
+    /// Ends the login the agent made on this token.
+    func forget(tokenID: String) async
+    /// Asks the presence command to approve a signature; false on refusal, timeout or no command.
+    func confirm(_ identity: AgentIdentity, request: JSONValue) async -> Bool
+    /// A line for the daemon log.
+    func log(_ level: AgentLogLevel, _ message: String)
+}
+
+public enum AgentLogLevel: Sendable { case info, notice, warning }
+
+/// What one connected client may do (decided from its peer credentials when it connects).
+public struct AgentPeer: Sendable {
+    public var connectionID: UInt64
+    public var uid: UInt32
+    public var pid: Int32
+    /// Policy `sign`: signing, unlocking tokens, locking.
+    public var maySign: Bool
+
+    public init(connectionID: UInt64, uid: UInt32, pid: Int32 = 0, maySign: Bool) {
+        self.connectionID = connectionID; self.uid = uid; self.pid = pid; self.maySign = maySign
+    }
+}
+
+/// The SSH agent's state and message handling, independent of the socket.
+///
+/// Locking (`ssh-add -x`) is per client uid and keeps only a salted SHA-256 of the passphrase; a locked agent lists
+/// no keys and signs nothing for that uid. Token unlocks (`ssh-add -s`) are the tokens' own login state, shared by
+/// every client, and end on `ssh-add -e`, on any lock, and `pinCacheSeconds` after the unlock.
+public actor SSHAgent {
+    private let backend: any SSHAgentBackend
+    private let pinCache: Duration
+    private var locks: [UInt32: (salt: [UInt8], digest: [UInt8])] = [:]
+    private var unlocked: [String: (until: ContinuousClock.Instant, confirm: Bool)] = [:]
+    private var sessionBinds: [UInt64: [SessionBind]] = [:]
+
+    /// Extensions this agent understands (answered to `query`).
+    public static let extensions = ["query", "session-bind@openssh.com"]
+
+    public init(backend: any SSHAgentBackend, pinCacheSeconds: Int) {
+        self.backend = backend
+        self.pinCache = .seconds(max(1, pinCacheSeconds))
+    }
+
+    /// Handles one frame body and returns the reply body. Malformed messages get FAILURE.
+    public func handle(_ frame: [UInt8], from peer: AgentPeer) async -> [UInt8] {
+        await expire()
+        let request: AgentRequest
+        do { request = try AgentRequest.parse(frame) } catch {
+            backend.log(.info, "ssh-agent conn \(peer.connectionID): malformed message (\(error.message))")
+            return AgentResponse.failure.bytes
+        }
+        return await respond(request, from: peer).bytes
+    }
+
+    /// Tokens the agent unlocked, with seconds until the unlock expires.
+    public func unlockedTokens() -> [String: Int] {
+        let now = ContinuousClock.now
+        return unlocked.mapValues { Int(($0.until - now).components.seconds) }
+    }
+
+    /// Session binds recorded for a connection (`session-bind@openssh.com`).
+    public func binds(connectionID: UInt64) -> [SessionBind] { sessionBinds[connectionID] ?? [] }
+
+    /// Forgets a closed connection's state.
+    public func closed(connectionID: UInt64) { sessionBinds[connectionID] = nil }
+
+    /// Drops unlocks older than `pinCacheSeconds` (logging the tokens out).
+    public func expire() async {
+        let now = ContinuousClock.now
+        let stale = unlocked.filter { $0.value.until <= now }.map(\.key)
+        for id in stale {
+            unlocked[id] = nil
+            await backend.forget(tokenID: id)
+            backend.log(.info, "ssh-agent: unlock of token \(id) expired")
+        }
+    }
+
+    private func respond(_ request: AgentRequest, from peer: AgentPeer) async -> AgentResponse {
+        let locked = locks[peer.uid] != nil
+        switch request {
+        case .requestIdentities:
+            if locked { return .identities([]) }
+            return .identities(await offered().map { (blob: $0.key.blob, comment: $0.comment) })
+
+        case .sign(let blob, let data, let flags):
+            guard !locked, peer.maySign else {
+                if !peer.maySign { backend.log(.notice, "ssh-agent: uid \(peer.uid) may not sign by the policy") }
+                return .failure
+            }
+            return await sign(blob: blob, data: data, flags: flags, peer: peer)
+
+        case .addIdentity:
+            backend.log(.info, "ssh-agent: refused ADD_IDENTITY (keys live on tokens only; use ssh-add -s TOKEN)")
+            return .failure
+
+        case .removeIdentity, .removeAllIdentities:
+            return .failure
+
+        case .addSmartcardKey(let readerID, let pin, let constraints):
+            guard !locked, peer.maySign else { return .failure }
+            do {
+                let id = try await backend.unlock(readerID: readerID, pin: pin, peer: peer)
+                let lifetime = constraints.lifetime.map { min(Duration.seconds(Int($0)), pinCache) } ?? pinCache
+                unlocked[id] = (ContinuousClock.now + lifetime, constraints.confirm)
+                backend.log(.info, "ssh-agent: token \(id) unlocked by uid \(peer.uid)")
+                return .success
+            } catch {
+                backend.log(.warning, "ssh-agent: ssh-add -s \(readerID) refused: \(error)")
+                return .failure
+            }
+
+        case .removeSmartcardKey(let readerID):
+            guard peer.maySign, let id = await backend.tokenID(readerID: readerID), unlocked[id] != nil else { return .failure }
+            unlocked[id] = nil
+            await backend.forget(tokenID: id)
+            backend.log(.info, "ssh-agent: token \(id) locked again (ssh-add -e)")
+            return .success
+
+        case .lock(let passphrase):
+            guard !locked, peer.maySign else { return .failure }
+            let salt = SecureRandom.bytes(16)
+            locks[peer.uid] = (salt, Self.digest(salt, passphrase))
+            await forgetAll()
+            backend.log(.info, "ssh-agent: locked for uid \(peer.uid)")
+            return .success
+
+        case .unlock(let passphrase):
+            guard let lock = locks[peer.uid], ConstantTime.equal(lock.digest, Self.digest(lock.salt, passphrase)) else {
+                return .failure
+            }
+            locks[peer.uid] = nil
+            backend.log(.info, "ssh-agent: unlocked for uid \(peer.uid)")
+            return .success
+
+        case .extension(let name, let contents):
+            switch name {
+            case "query":
+                var w = SSHWriter()
+                for e in Self.extensions { w.string(e) }
+                return .extensionReply(w.bytes)
+            case "session-bind@openssh.com":
+                guard let bind = try? SessionBind(contents) else { return .failure }
+                sessionBinds[peer.connectionID, default: []].append(bind)
+                var keyReader = SSHReader(bind.hostKey)
+                let hostKey = (try? keyReader.text()) ?? "unknown"
+                backend.log(.info, "ssh-agent conn \(peer.connectionID): session bound to a \(hostKey) host key"
+                            + (bind.forwarding ? " (forwarding)" : ""))
+                return .success
+            default:
+                return .extensionFailure
+            }
+
+        case .unknown(let type):
+            backend.log(.info, "ssh-agent conn \(peer.connectionID): unknown message \(type)")
+            return .failure
+        }
+    }
+
+    private func offered() async -> [AgentIdentity] {
+        await backend.identities().map { id in
+            var id = id
+            if unlocked[id.tokenID]?.confirm == true { id.confirm = true }
+            return id
+        }
+    }
+
+    private func sign(blob: [UInt8], data: [UInt8], flags: UInt32, peer: AgentPeer) async -> AgentResponse {
+        guard let identity = await offered().first(where: { $0.key.blob == blob }) else {
+            backend.log(.info, "ssh-agent: sign request for a key this agent does not hold")
+            return .failure
+        }
+        if await backend.needsUnlock(tokenID: identity.tokenID) {
+            backend.log(.notice, "ssh-agent: token \(identity.tokenID) needs a PIN: run `ssh-add -s \(identity.tokenID)`")
+            return .failure
+        }
+        if identity.confirm {
+            let request: JSONValue = [
+                "type": "ssh-sign", "key": .string(identity.key.authorizedKeysLine(comment: identity.comment)),
+                "tokenId": .string(identity.tokenID), "uid": .number(Double(peer.uid)),
+                "connection": .number(Double(peer.connectionID)),
+                "sessionBound": .bool(!(sessionBinds[peer.connectionID] ?? []).isEmpty),
+            ]
+            guard await backend.confirm(identity, request: request) else {
+                backend.log(.notice, "ssh-agent: signature with \(identity.comment) not confirmed")
+                return .failure
+            }
+        }
+        do {
+            return .signature(try await backend.sign(identity, data: data, flags: flags))
+        } catch {
+            backend.log(.warning, "ssh-agent: sign with token \(identity.tokenID) failed: \(error)")
+            return .failure
+        }
+    }
+
+    private func forgetAll() async {
+        let ids = Array(unlocked.keys)
+        unlocked = [:]
+        for id in ids { await backend.forget(tokenID: id) }
+    }
+
+    private static func digest(_ salt: [UInt8], _ passphrase: [UInt8]) -> [UInt8] {
+        Array(SHA256.hash(data: salt + passphrase))
+    }
+}
