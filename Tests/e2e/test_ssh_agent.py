@@ -162,6 +162,13 @@ def test_sign_needs_ssh_add_s_and_wrong_pin_costs_one_login(agent, tmp_path):
     r = agent.run("ssh-keygen", "-Y", "sign", "-n", "file", "-f", str(pub), str(msg))
     assert r.returncode != 0
 
+    # The daemon's PIN rules hold on this socket too: the same uid's next PIN right after a wrong one is refused
+    # before the token (per-uid back-off, 2 s by default), then accepted.
+    r = agent.run("ssh-add", "-s", TOKEN, secret=PIN)
+    assert r.returncode != 0
+    assert agent.logins() == before + 1, "a PIN refused by the back-off must not reach the token"
+    assert "refused: PIN_BACKOFF" in agent.daemon.log.read_text()
+    time.sleep(2.2)
     r = agent.run("ssh-add", "-s", TOKEN, secret=PIN)
     assert r.returncode == 0, r.stderr
     assert agent.logins() == before + 2
