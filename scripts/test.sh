@@ -12,3 +12,7 @@ grep -qE "Test run with [0-9]+ tests? .*passed|Executed [0-9]+ tests?, with 0 fa
 
 echo "== end-to-end (real tesserad, SoftHSM2, py_webauthn + python-fido2)"
 .venv/bin/python -m pytest -q Tests/e2e
+
+echo "== fuzz smoke (libFuzzer + ASan, ${FUZZ_SECONDS:-20} s per target; make fuzz for the long run)"
+scripts/fuzz.sh build
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} scripts/fuzz.sh run
