@@ -175,5 +175,7 @@ if Context.environment["TESSERA_FUZZ"] == "1" {
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOEmbedded", package: "swift-nio"),
         .product(name: "Crypto", package: "swift-crypto"),
-    ], path: "Tests/Fuzz/Harness"))
+    ], path: "Tests/Fuzz/Harness",
+    // The harness's @main looks libFuzzer's driver up with dlsym.
+    linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=LLVMFuzzerRunDriver"])]))
 }

@@ -112,7 +112,7 @@ def main(profile):
                                                       "exp": 1790000300, "nbf": 1789999000})]:
         hj, cj = json.dumps(h).encode(), json.dumps(c).encode()
         write("jws", b"\x01" + hj + b"\x00" + cj)
-        write("jws", b"\x00" + f"{b64u(hj)}.{b64u(cj)}.{b64u(b'\x01' * 64)}".encode())
+        write("jws", b"\x00" + (b64u(hj) + "." + b64u(cj) + "." + b64u(bytes(64))).encode())
     write("jws", b"\x00" + b"eyJhbGciOiJub25lIn0.e30.")
 
     enrollment = json.loads(re.search(r"```json\n(.*?)```", open(os.path.join(TESTS, "..", "docs", "ENROLLMENT.md")).read(),

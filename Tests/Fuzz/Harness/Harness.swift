@@ -1,9 +1,33 @@
 import Foundation
 
-/// libFuzzer entry point of `tessera-fuzz`. One binary holds every target; `TESSERA_FUZZ_TARGET` picks one
-/// (scripts/fuzz.sh sets it). Each target feeds the bytes to the production parsing entry points; a thrown
-/// `TesseraError` is the expected outcome for malformed input, while a trap, an ASan report, a leak or a
-/// hang is a finding.
+/// `tessera-fuzz`: one libFuzzer binary holding every target; `TESSERA_FUZZ_TARGET` picks the target (scripts/fuzz.sh
+/// sets it). Each target feeds the bytes to the production parsing entry points; a thrown `TesseraError` is the
+/// expected outcome for malformed input, while a trap, an ASan report, a leak or a hang is a finding.
+///
+/// SwiftPM links an executable's `main` to the module's entry point, so this `@main` hands the command line to
+/// libFuzzer's driver (`LLVMFuzzerRunDriver`, in the runtime `-sanitize=fuzzer` links) instead of libFuzzer's
+/// own `main`.
+@main
+enum FuzzMain {
+    typealias TestOneInput = @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+    typealias RunDriver = @convention(c) (
+        UnsafeMutablePointer<CInt>, UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
+        TestOneInput
+    ) -> CInt
+
+    static func main() {
+        _ = selectedTarget
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "LLVMFuzzerRunDriver") else {
+            FileHandle.standardError.write(Data("tessera-fuzz: not linked with -sanitize=fuzzer\n".utf8))
+            exit(2)
+        }
+        let runDriver = unsafeBitCast(symbol, to: RunDriver.self)
+        var argc = CommandLine.argc
+        var argv = CommandLine.unsafeArgv
+        exit(runDriver(&argc, &argv, fuzzOneInput))
+    }
+}
+
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []

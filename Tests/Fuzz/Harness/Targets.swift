@@ -142,7 +142,7 @@ enum PassiveAuthenticationTarget {
         store.add(try! ParsedCertificate(der: FixedTrust.cscaDER))
         return store
     }()
-    static let options = PassiveAuthentication.Options(referenceDate: Date(timeIntervalSince1970: 1_790_000_000))
+    static let options = PassiveAuthentication.Options(referenceDate: Date(timeIntervalSince1970: 1_800_000_000))
 
     static func run(_ input: [UInt8]) {
         let (selector, bytes) = input.selectorAndRest
