@@ -67,6 +67,7 @@ def main(profile):
     for i, r in enumerate(requests):
         line = json.dumps(r).encode()
         write("jsonrpc", bytes([i]) + line + b"\n")
+        write("jsonrpc", bytes([0x80 | i]) + line)
     write("jsonrpc", b"\x05" + b"\n".join(json.dumps(r).encode() for r in requests[:3]) + b"\r\n" + b'{"jsonrpc":"2.0"')
     write("jsonrpc", b"\x00" + b'["\\u00e9\\ud83d\\ude00", 1e308, -0.0, 123456789012345678901234567890, true, null]\n')
 

@@ -13,12 +13,14 @@ import TesseraCore
 @testable import VPCD
 
 /// JSON-RPC over the socket: the NDJSON frame decoder (fed in two chunks, so its incremental scan runs),
-/// then per frame the JSON reader, the request envelope and the `Params` accessors handlers use.
+/// then per frame the JSON reader, the request envelope and the `Params` accessors handlers use. Selectors
+/// from 0x80 take the bytes as one frame (the NIO pipeline costs most of an execution).
 enum JSONRPCTarget {
     static let maxFrameBytes = 4096
 
     static func run(_ input: [UInt8]) {
         let (selector, bytes) = input.selectorAndRest
+        if selector >= 0x80 { return request(bytes) }
         let channel = EmbeddedChannel(handler: ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrameBytes)))
         let split = bytes.isEmpty ? 0 : Int(selector) % (bytes.count + 1)
         for chunk in [bytes[..<split], bytes[split...]] where !chunk.isEmpty {
