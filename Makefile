@@ -2,7 +2,7 @@
 SWIFT ?= swift
 BUILD_FLAGS ?=
 
-.PHONY: all setup build demo test unit-test e2e-test bench soak systemd-check format format-check clean
+.PHONY: all setup build demo test unit-test e2e-test bench soak systemd-check format format-check fuzz fuzz-smoke sanitize clean
 
 all: build
 
@@ -49,5 +49,20 @@ format:
 bench: setup
 	@scripts/bench.sh
 
+## libFuzzer (+ ASan/LSan) on every untrusted parser, FUZZ_RUNS executions each (default 1000000) or
+## FUZZ_SECONDS per target; fails on a crash, a leak or a timeout. FUZZ_TARGETS="cbor tlv" runs some.
+fuzz: setup
+	@scripts/fuzz.sh build
+	@scripts/fuzz.sh run $(FUZZ_TARGETS)
+
+## Each fuzz target for about 20 s (what `make test` runs after the suites).
+fuzz-smoke: setup
+	@scripts/fuzz.sh build
+	@FUZZ_SECONDS=$${FUZZ_SECONDS:-20} scripts/fuzz.sh run $(FUZZ_TARGETS)
+
+## The Swift test suite under AddressSanitizer, then ThreadSanitizer (.build-asan, .build-tsan).
+sanitize: setup
+	@scripts/sanitize.sh
+
 clean:
-	rm -rf .build .venv
+	rm -rf .build .build-fuzz .build-asan .build-tsan .venv

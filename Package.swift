@@ -178,6 +178,20 @@ let package = Package(
     swiftLanguageModes: [.v6]
 )
 
+// MARK: Fuzzing (only with TESSERA_FUZZ=1, as `make fuzz` sets it: `swift build`/`swift test` never see this target)
+/// One libFuzzer binary; `TESSERA_FUZZ_TARGET` picks the parser. Built with `-sanitize=fuzzer,address`
+/// into `.build-fuzz` by scripts/fuzz.sh. See CONTRIBUTING.md, "Fuzzing and sanitizers".
+if Context.environment["TESSERA_FUZZ"] == "1" {
+    package.targets.append(.executableTarget(name: "tessera-fuzz", dependencies: [
+        "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD",
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOEmbedded", package: "swift-nio"),
+        .product(name: "Crypto", package: "swift-crypto"),
+    ], path: "Tests/Fuzz/Harness",
+    // The harness's @main looks libFuzzer's driver up with dlsym.
+    linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=LLVMFuzzerRunDriver"])]))
+}
+
 // Warnings are errors in every Tessera target (tests and benchmarks too) and in every build, local and CI alike,
 // so "no warnings" cannot drift. Dependencies are not affected.
 for target in package.targets where target.type != .system {

@@ -19,3 +19,7 @@ scripts/check-systemd.sh
 
 echo "== soak smoke (8 clients × 100 requests, kill -9 + restart; the full soak is make soak)"
 scripts/soak.sh --clients 8 --requests 100 --time-limit 300
+
+echo "== fuzz smoke (libFuzzer + ASan, ${FUZZ_SECONDS:-20} s per target; make fuzz for the long run)"
+scripts/fuzz.sh build
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} scripts/fuzz.sh run

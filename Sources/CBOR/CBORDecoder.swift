@@ -2,7 +2,8 @@ import TesseraCore
 
 /// Limits and strictness for decoding. Every violation throws `MALFORMED_DATA` naming the byte offset.
 public struct CBORDecodingOptions: Sendable {
-    /// Maximum nesting of arrays, maps and tags (a scalar has depth 0, `[1]` depth 1); capped at 1024.
+    /// Maximum nesting of arrays, maps and tags (a scalar has depth 0, `[1]` depth 1); capped at 128, a recursion
+    /// depth that fits a cooperative thread's stack even in AddressSanitizer builds.
     public var maxDepth: Int
     /// Maximum number of data items in the whole input, containers included.
     public var maxItems: Int
@@ -73,7 +74,7 @@ struct CBORParser {
         self.bytes = bytes
         self.position = position
         self.options = options
-        self.maxDepth = min(max(options.maxDepth, 0), 1024)
+        self.maxDepth = min(max(options.maxDepth, 0), 128)
     }
 
     static func malformed(_ what: String, at offset: Int) -> TesseraError {
