@@ -183,7 +183,7 @@ let package = Package(
 /// into `.build-fuzz` by scripts/fuzz.sh. See CONTRIBUTING.md, "Fuzzing and sanitizers".
 if Context.environment["TESSERA_FUZZ"] == "1" {
     package.targets.append(.executableTarget(name: "tessera-fuzz", dependencies: [
-        "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD",
+        "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOEmbedded", package: "swift-nio"),
         .product(name: "Crypto", package: "swift-crypto"),

@@ -173,6 +173,28 @@ def main(profile):
                 f"    static let cscaDER: [UInt8] = {swift_bytes(csca)}\n"
                 f"    static let dg1: [UInt8] = {swift_bytes(dg1)}\n"
                 "}\n")
+    ssh_agent_seeds()
+
+
+def ssh_agent_seeds():
+    """SSH agent frame bodies (selector 0), key blobs (1) and signature blobs (2): a fixed P-256 point, no key."""
+    def s(b):
+        return struct.pack(">I", len(b)) + b
+    # The P-256 generator as a stand-in public point (uncompressed): any valid point shapes the blob the same way.
+    point = bytes.fromhex("04" "6b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c296"
+                          "4fe342e2fe1a7f9b8ee7eb4a7c0f9e162bce33576b315ececbb6406837bf51f5")
+    blob = s(b"ecdsa-sha2-nistp256") + s(b"nistp256") + s(point)
+    sig = s(b"ecdsa-sha2-nistp256") + s(s(b"\x01" * 32) + s(b"\x00\xff" + b"\x02" * 31))
+    write("sshagent", b"\x00" + bytes([11]))                                                   # REQUEST_IDENTITIES
+    write("sshagent", b"\x00" + bytes([13]) + s(blob) + s(b"data to sign") + struct.pack(">I", 0))  # SIGN_REQUEST
+    write("sshagent", b"\x00" + bytes([20]) + s(b"tessera-test") + s(b"1234"))                   # ADD_SMARTCARD_KEY
+    write("sshagent", b"\x00" + bytes([26]) + s(b"tok") + s(b"1234") + b"\x01" + struct.pack(">I", 60) + b"\x02")
+    write("sshagent", b"\x00" + bytes([22]) + s(b"passphrase"))                                   # LOCK
+    write("sshagent", b"\x00" + bytes([27]) + s(b"query"))                                        # EXTENSION query
+    write("sshagent", b"\x00" + bytes([27]) + s(b"session-bind@openssh.com") + s(blob) + s(b"\x07" * 32)
+          + s(sig) + b"\x00")
+    write("sshagent", b"\x01" + blob)
+    write("sshagent", b"\x02" + sig)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ let allTargets: [FuzzTarget] = [
     FuzzTarget(name: "workflow", run: WorkflowTarget.run),
     FuzzTarget(name: "pn532", run: PN532Target.run),
     FuzzTarget(name: "vpcd", run: VPCDTarget.run),
+    FuzzTarget(name: "sshagent", run: SSHAgentTarget.run),
 ]
 
 let selectedTarget: FuzzTarget = {

@@ -8,6 +8,7 @@ import MRZ
 import NIOCore
 import NIOEmbedded
 import PN532Emulator
+import SSHAgent
 @testable import RPC
 import TesseraCore
 @testable import VPCD
@@ -137,7 +138,8 @@ enum LDSTarget {
 }
 
 /// EF.SOD: CMS SignedData, the LDS security object, the document signer certificate and its path to a fixed
-/// CSCA (the trust anchor of the seed passport in the corpus), plus certificate and master-list parsing.
+/// CSCA (the trust anchor of the seed passport in the corpus), plus certificate, master-list (signed under that
+/// CSCA) and CRL parsing.
 enum PassiveAuthenticationTarget {
     static let trustStore: CSCATrustStore = {
         var store = CSCATrustStore()
@@ -148,14 +150,16 @@ enum PassiveAuthenticationTarget {
 
     static func run(_ input: [UInt8]) {
         let (selector, bytes) = input.selectorAndRest
-        switch selector % 3 {
+        switch selector % 4 {
         case 0:
             _ = PassiveAuthentication.verify(sod: bytes, dataGroups: [1: FixedTrust.dg1], trustStore: trustStore,
                                              options: options).json
         case 1:
             _ = try? ParsedCertificate(pemOrDER: bytes)
+        case 2:
+            _ = try? CSCATrustStore.masterListCertificates(bytes, trustedSigners: trustStore.certificates)
         default:
-            _ = try? CSCATrustStore.masterListCertificates(bytes)
+            if let crl = try? CertificateRevocationList(der: bytes) { _ = crl.isStale(at: options.referenceDate) }
         }
     }
 }
@@ -228,5 +232,18 @@ enum VPCDTarget {
         _ = try? channel.finish()
         while let frame = try? channel.readInbound(as: [UInt8].self) { frames.append(frame) }
         for frame in frames where frame.count > 1 { _ = try? CommandAPDU(parsing: frame) }
+    }
+}
+
+/// SSH agent messages (the frame body after its length, as the agent socket hands it over), key blobs and
+/// signature blobs.
+enum SSHAgentTarget {
+    static func run(_ input: [UInt8]) {
+        let (selector, bytes) = input.selectorAndRest
+        switch selector % 3 {
+        case 0: _ = try? AgentRequest.parse(bytes)
+        case 1: _ = try? SSHPublicKey(blob: bytes)
+        default: _ = try? SSHSignature.parse(bytes)
+        }
     }
 }
