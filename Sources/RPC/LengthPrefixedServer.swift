@@ -56,8 +56,8 @@ public final class LengthPrefixedServer: Sendable {
             switch address {
             case .path(let path, let mode, let gid):
                 try SocketPath.prepare(path)
-                server = try await bootstrap.bind(unixDomainSocketPath: path, childChannelInitializer: initializer)
-                try SocketPath.setPermissions(path, mode: mode, group: gid)
+                let fd = try SocketPath.bind(path, mode: mode, group: gid)
+                server = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
             case .inheritedDescriptor(let fd):
                 server = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
             }
