@@ -49,36 +49,16 @@ public enum OTPNotifier: Sendable, Equatable {
     }
 
     private static func run(_ argv: [String], input: [UInt8]) async throws(TesseraError) {
-        // Process waits block: the program runs on its own thread, never on the cooperative pool.
-        let outcome: Result<Int32, TesseraError> = await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: runBlocking(argv, input: input)) }.start()
+        let outcome: ProgramRunner.Outcome
+        do { outcome = try await ProgramRunner.run(argv, input: input, timeout: .milliseconds(Int64(timeout * 1000))) } catch {
+            throw TesseraError(.otpDeliveryFailed, "cannot run the notifier \(argv[0]): \(error.message)")
         }
-        let status = try outcome.get()
-        guard status == 0 else {
+        switch outcome {
+        case .exited(0): return
+        case .exited(let status):
             throw TesseraError(.otpDeliveryFailed, "the notifier \(argv[0]) exited with status \(status)")
+        case .timedOut:
+            throw TesseraError(.otpDeliveryFailed, "the notifier \(argv[0]) did not finish within \(Int(timeout)) s")
         }
-    }
-
-    private static func runBlocking(_ argv: [String], input: [UInt8]) -> Result<Int32, TesseraError> {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: argv[0])
-        process.arguments = Array(argv.dropFirst())
-        let stdin = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        do { try process.run() } catch {
-            return .failure(TesseraError(.otpDeliveryFailed, "cannot run the notifier \(argv[0]): \(error.localizedDescription)"))
-        }
-        stdin.fileHandleForWriting.write(Data(input))
-        try? stdin.fileHandleForWriting.close()
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning {
-            process.terminate()
-            process.waitUntilExit()
-            return .failure(TesseraError(.otpDeliveryFailed, "the notifier \(argv[0]) did not finish within \(Int(timeout)) s"))
-        }
-        return .success(process.terminationStatus)
     }
 }
