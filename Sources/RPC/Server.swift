@@ -177,49 +177,14 @@ public final class RPCServer: Sendable {
     /// Binds and serves until `shutdown()`; returns once every connection has drained.
     /// `onListening` runs once the socket accepts connections (e.g. to notify systemd).
     public func run(on address: RPCListenAddress, onListening: @Sendable () -> Void = {}) async throws(TesseraError) {
-        let server: NIOAsyncChannel<(NIOAsyncChannel<ByteBuffer, ByteBuffer>, PeerCredentials), Never>
-        do {
-            let bootstrap = ServerBootstrap(group: group)
-                .serverChannelOption(.backlog, value: 128)
-                .childChannelOption(.allowRemoteHalfClosure, value: true)
-            let maxFrame = maxFrameBytes
-            let initializer: @Sendable (Channel) -> EventLoopFuture<(NIOAsyncChannel<ByteBuffer, ByteBuffer>, PeerCredentials)> = { channel in
-                channel.eventLoop.makeFutureWithTask {
-                    let peer = try await PeerCredentials.of(channel)
-                    let wrapped = try await channel.eventLoop.submit {
-                        try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrame)))
-                        return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
-                    }.get()
-                    return (wrapped, peer)
-                }
-            }
-            switch address {
-            case .path(let path, let mode, let gid):
-                try SocketPath.prepare(path)
-                let fd = try SocketPath.bind(path, mode: mode, group: gid)
-                server = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
-            case .inheritedDescriptor(let fd):
-                server = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
-            }
-        } catch let e as TesseraError {
-            throw e
-        } catch {
-            throw TesseraError(.internalError, "cannot listen: \(error)")
+        let maxFrame = maxFrameBytes
+        let server = try await UnixListener.bind(address, group: group, allowRemoteHalfClosure: true) { pipeline in
+            try pipeline.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrame)))
         }
         state.withLock { $0.listener = server.channel }
         if state.withLock({ $0.shuttingDown }) { server.channel.close(promise: nil) }
         onListening()
-        do {
-            try await server.executeThenClose { inbound in
-                try await withThrowingDiscardingTaskGroup { group in
-                    for try await (connection, peer) in inbound {
-                        group.addTask { await self.serve(connection, peer: peer) }
-                    }
-                }
-            }
-        } catch {
-            logger.warning("listener ended: \(error)")
-        }
+        await UnixListener.accept(server, logger: logger) { connection, peer in await self.serve(connection, peer: peer) }
     }
 
     /// Stops accepting, lets in-flight requests finish and answers them, then closes connections.
