@@ -55,6 +55,17 @@ class Lab:
         with self.chip(profile, *args):
             return self.daemon.client().call("documents.read", {"mrz": MRZ, **params})
 
+    def read_traced(self, profile: str, *args: str, **params) -> tuple[dict, list[tuple[str, str]]]:
+        """A read with the emulator's APDU log: the result and the (command, response) hex pairs on the wire."""
+        self.traces = getattr(self, "traces", 0) + 1
+        log = self.root / f"trace-{self.traces}.log"
+        with EmulatedPassport(self.pcscd, self.profiles[profile], self.card_present, *args, "--log-apdus", log=log):
+            result = self.daemon.client().call("documents.read", {"mrz": MRZ, **params})
+        lines = [line.split(" ", 2) for line in log.read_text().splitlines() if line[:1].isdigit()]
+        commands = [l[2] for l in lines if l[1] == ">"]
+        responses = [l[2] for l in lines if l[1] == "<"]
+        return result, list(zip(commands, responses))
+
     def stop(self) -> None:
         self.daemon.stop()
         self.pcscd.stop()
@@ -93,16 +104,29 @@ def test_integrated_mapping_only_chip(lab, profile, oid_mapping):
 # --- quirks -----------------------------------------------------------------------------------------------------------
 
 def test_select_and_mse_without_le(lab):
-    result = lab.read("both", "--quirk", "no-le")
+    result, wire = lab.read_traced("both", "--quirk", "no-le")
     assert_good_read(result, lab.profiles["both"])
     assert result["paceMapping"] == "GM"
+    # Plain SELECT and MSE of the read went out as case 3 APDUs (the chip refuses Le with 6700). The daemon's
+    # probe for a PIV application (SELECT A000000308 with Le) is not part of the document read.
+    read = [(c, r) for c, r in wire if "A000000308" not in c]
+    assert any(c.startswith("0022C1A4") for c, _ in read) and all(r[-4:] != "6700" for _, r in read), wire
+
+
+def test_short_and_eof_quirks_reach_the_wire(lab):
+    _, short = lab.read_traced("both", "--quirk", "short-responses")
+    _, eof = lab.read_traced("both", "--quirk", "eof-6282")
+    # Protected READ BINARY answers: under the short quirk none carries more than 64 bytes of content.
+    assert sum(1 for _, r in eof if r.endswith("6282")) >= 5, eof  # COM, DG1, DG2, …, SOD each end with 6282
+    assert sum(1 for c, r in short if c[2:4] == "B0" and r.endswith("9000")) > 20
 
 
 def test_mse_set_at_with_and_without_key_reference(lab):
     plain = lab.read("both")
     assert_good_read(plain, lab.profiles["both"])
     assert "workarounds" not in plain  # DO'84' sent and accepted
-    refusing = lab.read("both", "--quirk", "no-key-reference")
+    refusing, wire = lab.read_traced("both", "--quirk", "no-key-reference")
+    assert [r for c, r in wire if c.startswith("0022C1A4")] == ["6A80", "9000"], wire
     assert_good_read(refusing, lab.profiles["both"])
     assert refusing["paceMapping"] == "GM"
     assert any("domain parameter reference" in w for w in refusing["workarounds"]), refusing.get("workarounds")
@@ -117,7 +141,9 @@ def test_master_file_select_errors(lab, quirk):
 
 
 def test_pace_failure_falls_back_to_bac(lab):
-    result = lab.read("both", "--quirk", "pace-fails")
+    result, wire = lab.read_traced("both", "--quirk", "pace-fails")
+    assert any(r == "6985" for c, r in wire if c[2:4] == "86"), wire  # GENERAL AUTHENTICATE (mapping) refused
+    assert any(c[2:4] == "82" for c, _ in wire)  # then EXTERNAL AUTHENTICATE: BAC
     assert_good_read(result, lab.profiles["both"], protocol="BAC")
     assert result["paceFallback"] is True
     assert "6985" in result["paceFailure"]
