@@ -1,3 +1,4 @@
+import APDU
 import CryptoPrimitives
 import Emulation
 import Testing
@@ -84,7 +85,9 @@ import TesseraCore
         let store = try doc.trustStore()
         #expect(reparsed.verify(trustStore: store).verdict.verdict == .authentic)
         var forged = reparsed
-        forged.cardSecurity?[forged.cardSecurity!.count - 1] ^= 0x01
+        var forgedBytes = try #require(reparsed.cardSecurity)
+        forgedBytes[forgedBytes.count - 1] ^= 0x01
+        forged.cardSecurity = forgedBytes
         let forgedCheck = forged.verify(trustStore: store)
         #expect(forgedCheck.verdict.verdict == .notAuthentic && forgedCheck.verdict.reasons.contains(.cardSecurityInvalid))
 

@@ -31,7 +31,7 @@ import TesseraCore
         do {
             _ = try await Self.read(paceOnly, ["pace-fails"])
             Issue.record("a PACE-only chip cannot fall back")
-        } catch { #expect(error.code == .cardError) }
+        } catch { #expect((error as? TesseraError)?.code == .cardError) }
     }
 
     @Test(arguments: ["no-le", "no-key-reference", "mf-6a82", "mf-6a87", "short-responses", "eof-6282"])
