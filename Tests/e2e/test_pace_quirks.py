@@ -16,7 +16,7 @@ from pyasn1.codec.der import encoder as der_encoder
 from pyasn1.type import univ
 from pyasn1_modules import rfc5652
 
-from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, RPCError, b64u, unb64u
+from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, RPCError, b64u, cli, unb64u
 
 MRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 
@@ -269,3 +269,16 @@ def test_chip_without_card_security(lab):
     assert result["cardSecurity"] == {"status": "notPresent"}
     bac = lab.read("both", "--quirk", "pace-fails")
     assert "cardSecurity" not in bac  # BAC: nothing to read
+
+
+def test_cli_passport_read_shows_card_security_and_fallback(lab):
+    with lab.chip("cam"):
+        cam = cli(lab.daemon, "passport", "read", "--mrz", MRZ).stdout
+    assert "Access protocol:  PACE-CAM" in cam and "EF.CardSecurity:  VALID" in cam, cam
+    with lab.chip("im"):
+        im = cli(lab.daemon, "passport", "read", "--mrz", MRZ).stdout
+    assert "Access protocol:  PACE-IM" in im and "EF.CardSecurity" not in im, im
+    with lab.chip("both", "--quirk", "pace-fails"):
+        fallback = cli(lab.daemon, "passport", "read", "--mrz", MRZ).stdout
+    assert "Access protocol:  BAC" in fallback and "PACE fallback:    BAC was used" in fallback, fallback
+    assert "workaround: PACE failed" in fallback
