@@ -53,7 +53,9 @@ public func establishAccess(transport: any APDUTransport, password: AccessPasswo
     return (access.channel, access.protocolUsed)
 }
 
-/// `establishAccess` with the PACE details (algorithm, PACE-CAM chip authentication data).
+/// `establishAccess` with the PACE details (algorithm, PACE-CAM chip authentication data), EF.CardSecurity (read
+/// right after PACE when the chip has one) and the quirks worked around. When PACE fails (not retryably) and the
+/// password is the MRZ, BAC is tried; if BAC fails too, the PACE error is thrown.
 public func establishSecureAccess(transport: any APDUTransport, password: AccessPassword,
                                   preferPACE: Bool = true) async throws(TesseraError) -> EstablishedAccess {
     let selectApp = CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID)
