@@ -5,11 +5,13 @@ import TesseraCore
 
 /// What a read saw, self-contained, so a backend can re-check it offline with the same code (`documents.read`
 /// with `evidence: true`; `tessera passport verify`): EF.SOD, every data group read, the active authentication
-/// challenge and the chip's signature, the PACE-CAM values (PK_Map,IC and CA_IC), the access protocol and a
+/// challenge and the chip's signature, EF.CardSecurity, the PACE-CAM values (PK_Map,IC and CA_IC), the access protocol and a
 /// reader-side timestamp.
 public struct DocumentEvidence: Sendable, Equatable {
     public var sod: [UInt8]?
     public var dataGroups: [Int: [UInt8]]
+    /// EF.CardSecurity, when the read found one.
+    public var cardSecurity: [UInt8]? = nil
     public var aaChallenge: [UInt8]?
     public var aaSignature: [UInt8]?
     /// "PACE" or "BAC".
@@ -25,6 +27,7 @@ public struct DocumentEvidence: Sendable, Equatable {
     public init(_ result: DocumentReadResult, chipAuthenticationData: PACEChipAuthenticationData? = nil, readAt: Date) {
         if case .ec = chipAuthenticationData?.domain { self.chipAuthenticationData = chipAuthenticationData }
         sod = result.files[.sod]
+        cardSecurity = result.cardSecurityBytes
         var groups: [Int: [UInt8]] = [:]
         for (file, bytes) in result.files { if let n = file.dataGroupNumber { groups[n] = bytes } }
         dataGroups = groups
@@ -46,6 +49,7 @@ public struct DocumentEvidence: Sendable, Equatable {
             "readAt": .string(ISO8601DateFormatter().string(from: readAt)),
         ]
         if let sod { o["sod"] = .string(Base64URL.encode(sod)) }
+        if let cardSecurity { o["cardSecurity"] = .string(Base64URL.encode(cardSecurity)) }
         if let aaChallenge, let aaSignature {
             o["activeAuthentication"] = ["challenge": .string(Base64URL.encode(aaChallenge)),
                                          "signature": .string(Base64URL.encode(aaSignature))]
@@ -75,6 +79,7 @@ public struct DocumentEvidence: Sendable, Equatable {
         }
         guard e["version"]?.intValue == 1 else { throw TesseraError(.invalidInput, "evidence: version 1 expected") }
         sod = try bytes(e["sod"], "sod")
+        cardSecurity = try bytes(e["cardSecurity"], "cardSecurity")
         var groups: [Int: [UInt8]] = [:]
         for (name, value) in e["dataGroups"]?.objectValue ?? [:] {
             guard name.hasPrefix("DG"), let n = Int(name.dropFirst(2)), (1...16).contains(n),
@@ -129,20 +134,25 @@ public struct DocumentEvidence: Sendable, Equatable {
                 active = ActiveAuthenticationResult(status: .invalid, reason: "the SOD lists DG15 but the evidence lacks DG15 or the AA signature")
             }
         }
+        let cardSecurityCheck = cardSecurity.map {
+            CardSecurity.verify($0, trustStore: trustStore, options: PassiveAuthentication.Options(referenceDate: referenceDate))
+        }
         var chip: ChipAuthenticationResult?
         let chipRequired = paceMapping == PACEMapping.chipAuthentication.rawValue
             || DocumentService.announcedChipAuthenticationMapping(dg14: dataGroups[14]) != nil
         if chipRequired {
             if let cam = chipAuthenticationData {
-                chip = DocumentService.checkChipAuthenticationMapping(cam, dg14: dataGroups[14], passive: passive)
+                chip = DocumentService.checkChipAuthenticationMapping(cam, cardSecurity: cardSecurity, cardSecurityResult: cardSecurityCheck,
+                                                                      dg14: dataGroups[14], passive: passive)
             } else if chipAuthenticationStatus == ChipAuthenticationResult.Status.invalid.rawValue {
                 chip = ChipAuthenticationResult(status: .invalid, reason: "the reader recorded a failed PACE-CAM")
             } else {
                 chip = ChipAuthenticationResult(status: .notChecked, reason: "the evidence holds no PACE-CAM data")
             }
         }
-        let verdict = DocumentVerdict.evaluate(passive: passive, activeRequired: activeRequired, active: active,
+        var verdict = DocumentVerdict.evaluate(passive: passive, activeRequired: activeRequired, active: active,
                                                chipRequired: chipRequired, chip: chip, allowClonable: allowClonable)
+        verdict.include(cardSecurity: cardSecurityCheck)
         return (passive, active, chip, verdict)
     }
 
@@ -156,6 +166,7 @@ public struct DocumentEvidence: Sendable, Equatable {
             "passiveAuthentication": DocumentReadResult.passiveJSON(r.passive),
         ]
         if let a = r.active { o["activeAuthentication"] = a.json }
+        if let cardSecurity { o["cardSecurity"] = CardSecurity.verify(cardSecurity, trustStore: trustStore).json }
         if let c = r.chip {
             var j: [String: JSONValue] = ["status": .string(c.status.rawValue)]
             if let reason = c.reason { j["reason"] = .string(reason) }

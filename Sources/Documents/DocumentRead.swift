@@ -97,6 +97,14 @@ public struct DocumentReadResult: Sendable {
     public var statistics: DocumentReadStatistics
     /// Present when the request asked for evidence.
     public var evidence: DocumentEvidence? = nil
+    /// The EF.CardSecurity check (after PACE, with verification); nil otherwise.
+    public var cardSecurity: CardSecurityResult? = nil
+    /// EF.CardSecurity as read (for the evidence).
+    public var cardSecurityBytes: [UInt8]? = nil
+    /// Why PACE failed when access fell back to BAC (`paceFallback` in JSON); nil otherwise.
+    public var paceFailure: String? = nil
+    /// Chip quirks the reader worked around (a refused DO'84', PACE falling back to BAC, …).
+    public var workarounds: [String] = []
 
     /// The `documents.read` result object.
     public var json: JSONValue {
@@ -134,6 +142,12 @@ public struct DocumentReadResult: Sendable {
             o["activeAuthentication"] = .object(a)
         }
         if let evidence { o["evidence"] = evidence.json }
+        if let cardSecurity { o["cardSecurity"] = cardSecurity.json }
+        if let paceFailure {
+            o["paceFallback"] = true
+            o["paceFailure"] = .string(paceFailure)
+        }
+        if !workarounds.isEmpty { o["workarounds"] = .array(workarounds.map { .string($0) }) }
         o["notPresent"] = .array(notPresent.map { .string("DG\($0)") })
         if !notReadable.isEmpty { o["notReadable"] = .array(notReadable.map { .string("DG\($0)") }) }
         if !warnings.isEmpty { o["warnings"] = .array(warnings.map { .string($0) }) }

@@ -252,8 +252,12 @@ public final class DocumentService: Sendable {
         var chipAuthentication: ChipAuthenticationResult?
         var activeRequired = false, chipRequired = access.chipAuthentication != nil
         var camData: PACEChipAuthenticationData?
+        var cardSecurity: CardSecurityResult?
         if request.verify {
             progress(DocumentReadProgress(step: .verify))
+            if used == .pace {
+                cardSecurity = access.cardSecurity.map { CardSecurity.verify($0, trustStore: trustStore) } ?? .notPresent
+            }
             var groups: [Int: [UInt8]] = [:]
             for (file, bytes) in files { if let n = file.dataGroupNumber { groups[n] = bytes } }
             if let sod {
@@ -295,7 +299,8 @@ public final class DocumentService: Sendable {
 
             if let cam = access.chipAuthentication {
                 camData = cam
-                chipAuthentication = Self.checkChipAuthenticationMapping(cam, dg14: files[.dataGroup(14)], passive: passive)
+                chipAuthentication = Self.checkChipAuthenticationMapping(cam, cardSecurity: access.cardSecurity, cardSecurityResult: cardSecurity,
+                                                                         dg14: files[.dataGroup(14)], passive: passive)
             } else if let announced = Self.announcedChipAuthenticationMapping(dg14: files[.dataGroup(14)]) {
                 // DG14 announces PACE-CAM but access did not use it (EF.CardAccess hid it): run it now.
                 chipRequired = true
@@ -305,11 +310,13 @@ public final class DocumentService: Sendable {
         } else if access.chipAuthentication != nil {
             chipAuthentication = ChipAuthenticationResult(status: .notChecked, reason: "verification was not requested")
         }
-        let verdict = request.verify
+        var verdict = request.verify
             ? DocumentVerdict.evaluate(passive: passive, activeRequired: activeRequired, active: active,
                                        chipRequired: chipRequired, chip: chipAuthentication, allowClonable: request.allowClonable)
             : DocumentVerdict.evaluate(passive: nil, activeRequired: false, active: nil, chipRequired: false, chip: nil,
                                        allowClonable: request.allowClonable)
+
+        verdict.include(cardSecurity: cardSecurity)
 
         let end = wire.counters
         let elapsed = ContinuousClock.now - started
@@ -323,6 +330,10 @@ public final class DocumentService: Sendable {
                                         chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
                                         notPresent: notPresent, notReadable: notReadable, verdict: verdict, warnings: warnings,
                                         statistics: stats)
+        result.cardSecurity = cardSecurity
+        result.cardSecurityBytes = access.cardSecurity
+        result.paceFailure = access.paceFailure
+        result.workarounds = access.workarounds
         if request.evidence { result.evidence = DocumentEvidence(result, chipAuthenticationData: camData, readAt: Date()) }
         return result
     }

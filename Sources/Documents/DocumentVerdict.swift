@@ -47,6 +47,8 @@ public struct DocumentVerdict: Sendable, Equatable {
         case chipAuthNotSupported = "CHIP_AUTH_NOT_SUPPORTED"
         /// The read was made with `verify: false`.
         case notVerified = "NOT_VERIFIED"
+        /// EF.CardSecurity is malformed, its signature or document signer chain fails, or its signer is revoked.
+        case cardSecurityInvalid = "CARD_SECURITY_INVALID"
 
         /// A short English description for messages.
         public var text: String {
@@ -60,13 +62,15 @@ public struct DocumentVerdict: Sendable, Equatable {
             case .chipAuthNotChecked: "chip authentication could not be checked"
             case .chipAuthNotSupported: "the chip offers no anti-clone mechanism"
             case .notVerified: "verification was not requested"
+            case .cardSecurityInvalid: "EF.CardSecurity is not validly signed"
             }
         }
 
         /// Reasons that make a document `notAuthentic`.
         public var isFailure: Bool {
             switch self {
-            case .passiveAuthInvalid, .dsRevoked, .dataGroupMissing, .activeAuthInvalid, .chipAuthInvalid: true
+            case .passiveAuthInvalid, .dsRevoked, .dataGroupMissing, .activeAuthInvalid, .chipAuthInvalid,
+                 .cardSecurityInvalid: true
             case .noTrustAnchor, .chipAuthNotChecked, .chipAuthNotSupported, .notVerified: false
             }
         }

@@ -2,13 +2,15 @@ import Foundation
 import ICAO
 import TesseraCore
 
-/// One PACE configuration an emulated chip offers: generic mapping (GM) or chip authentication mapping (CAM)
+/// One PACE configuration an emulated chip offers: generic mapping (GM), integrated mapping (IM) or chip
+/// authentication mapping (CAM)
 /// on a standardized domain parameter set (BSI TR-03110 Part 3 Table 4) with a session cipher.
 ///
 /// Text form (case-insensitive, used by `tessera --pace` and profile.json):
 /// `<agreement>-<mapping>-<parameters>-<cipher>`
 /// - agreement: `ecdh` or `dh`
-/// - mapping: `gm`, or `cam` (ECDH with AES only; the chip gets a static chip authentication key in DG14)
+/// - mapping: `gm`, `im` (integrated mapping; on curves only where p ≡ 3 mod 4, i.e. not p224), or `cam`
+///   (ECDH with AES only; the chip gets a static chip authentication key in DG14)
 /// - parameters for ecdh: `p192` (8), `brainpoolp192r1` (9), `p224` (10), `brainpoolp224r1` (11), `p256` (12),
 ///   `brainpoolp256r1` (13), `brainpoolp320r1` (14), `p384` (15), `brainpoolp384r1` (16), `brainpoolp512r1` (17),
 ///   `p521` (18); `secpNNNr1` spellings are accepted too
@@ -16,13 +18,13 @@ import TesseraCore
 /// - any parameter set may also be given by id as `idN` (e.g. `ecdh-gm-id13-aes128`)
 /// - cipher: `3des`, `aes128`, `aes192`, `aes256`
 ///
-/// Examples: `ecdh-gm-p256-aes128`, `ecdh-cam-p256-aes128`, `ecdh-gm-brainpoolp512r1-aes256`, `dh-gm-1024-3des`. The single word
+/// Examples: `ecdh-gm-p256-aes128`, `ecdh-im-brainpoolp256r1-aes128`, `ecdh-cam-p256-aes128`, `ecdh-gm-brainpoolp512r1-aes256`, `dh-gm-1024-3des`. The single word
 /// `default` (or `pace`) means `PACEOption.default`.
 public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, LosslessStringConvertible {
     /// Standardized domain parameter id: 0–2 DH, 8–18 EC.
     public let parameterId: Int
     public let cipher: SessionCipher
-    /// `.generic` or `.chipAuthentication`.
+    /// `.generic`, `.integrated` or `.chipAuthentication`.
     public let mapping: PACEMapping
 
     /// What a chip offers when PACE is requested without details: ECDH generic mapping on NIST P-256 with
@@ -52,7 +54,9 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
                 throw .invalidInput("PACE option '\(text)': chip authentication mapping needs ecdh and an AES cipher")
             }
         case .integrated:
-            throw .invalidInput("PACE option '\(text)': integrated mapping is not supported")
+            guard domain.supportsIntegratedMapping else {
+                throw .invalidInput("PACE option '\(text)': integrated mapping needs a curve with p ≡ 3 (mod 4) or dh")
+            }
         }
     }
 
@@ -77,7 +81,8 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
         switch parts[1] {
         case "gm": mapping = .generic
         case "cam": mapping = .chipAuthentication
-        default: throw .invalidInput("PACE option '\(text)': mapping must be gm or cam")
+        case "im": mapping = .integrated
+        default: throw .invalidInput("PACE option '\(text)': mapping must be gm, im or cam")
         }
         let cipher: SessionCipher
         switch parts[parts.count - 1] {
@@ -142,7 +147,7 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
         case .aes256: c = "aes256"
         }
         let agreement = domain.keyAgreement == .ecdh ? "ecdh" : "dh"
-        let m = mapping == .chipAuthentication ? "cam" : "gm"
+        let m = [PACEMapping.chipAuthentication: "cam", .integrated: "im"][mapping] ?? "gm"
         return "\(agreement)-\(m)-\(names[parameterId] ?? "id\(parameterId)")-\(c)"
     }
 

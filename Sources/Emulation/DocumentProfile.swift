@@ -13,7 +13,8 @@ import TesseraCore
 /// authentication), `EF.SOD.bin`, `EF.CardAccess.bin` (with PACE), the PKI files `csca.pem` (the trust anchor,
 /// see `cscaPath`), `csca.der`, `csca-key.pem`, `ds.pem`, `ds.der`, `ds-key.pem`, `aa-key.pem` (the
 /// active authentication private key) and `ca-key-<parameterId>.bin` (PACE-CAM chip authentication private
-/// keys, raw big-endian scalars; the public keys are in DG14 with keyId = parameterId).
+/// keys, raw big-endian scalars; the public keys are in DG14 with keyId = parameterId) and, with PACE-CAM,
+/// `EF.CardSecurity.bin` (the same public keys, signed by the document signer).
 public struct DocumentProfile: Sendable {
     /// The directory the profile lives in.
     public let directory: String
@@ -34,6 +35,9 @@ public struct DocumentProfile: Sendable {
     public let activeAuthenticationHash: SignatureHash
     /// PACE-CAM static chip authentication private keys (SK_IC) by standardized domain parameter id.
     public let chipAuthenticationKeys: [Int: [UInt8]]
+    /// EF.CardSecurity (in the master file, FID 011D), issued for PACE-CAM profiles: the PACEInfos and the chip
+    /// authentication public keys, signed by the document signer.
+    public var cardSecurity: [UInt8]? = nil
 
     /// Whether the chip supports active authentication.
     public var activeAuthentication: Bool { activeAuthenticationKey != nil }
@@ -117,16 +121,20 @@ public struct DocumentProfile: Sendable {
             }
         }
         var caKeys: [Int: [UInt8]] = [:]
+        var chipKeyInfos: [[UInt8]] = []
         for id in Set(access.pace.filter { $0.mapping == .chipAuthentication }.map(\.parameterId)).sorted() {
             guard case .ec(let curve) = PACEDomain.standardized(id) else { continue }
             let pair = try curve.generateKeyPair()
             caKeys[id] = pair.privateKey
             securityInfos.append(LDSBuilder.chipAuthenticationPublicKeyInfo(parameterId: id, publicKey: pair.publicKey, keyId: id))
+            chipKeyInfos.append(securityInfos[securityInfos.count - 1])
         }
         if !securityInfos.isEmpty { groups[14] = LDSBuilder.dg14(securityInfos: PassportDER.setOf(securityInfos)) }
 
         let pki = try TestPKI.generate(country: country(parsed), countryCode: countryCode(parsed), algorithm: algorithm)
         let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey, hash: .sha256)
+        let cardSecurity = chipKeyInfos.isEmpty ? nil : try CardSecurityBuilder.build(
+            securityInfos: PassportDER.setOf(access.pace.map(paceInfoDER) + chipKeyInfos), signer: pki.documentSignerKey)
 
         var files: [UInt16: [UInt8]] = [LDSFile.com.fileID: LDSBuilder.com(dataGroups: groups.keys.sorted()),
                                         LDSFile.sod.fileID: sod]
@@ -146,6 +154,10 @@ public struct DocumentProfile: Sendable {
             try write(cardAccess, to: path(directory, "EF.CardAccess.bin"))
             entries.append(.init(name: "EF.CardAccess", fid: "011C", path: "EF.CardAccess.bin", df: "MF"))
         }
+        if let cardSecurity {
+            try write(cardSecurity, to: path(directory, "EF.CardSecurity.bin"))
+            entries.append(.init(name: "EF.CardSecurity", fid: "011D", path: "EF.CardSecurity.bin", df: "MF"))
+        }
         if let aaKey {
             try write(Array(PEM.encode(aaKey, label: "PRIVATE KEY").utf8), to: path(directory, "aa-key.pem"), private: true)
         }
@@ -164,9 +176,11 @@ public struct DocumentProfile: Sendable {
         guard let json = try? encoder.encode(description) else { throw .internalError("cannot encode profile.json") }
         try write([UInt8](json), to: path(directory, "profile.json"))
 
-        return DocumentProfile(directory: directory, mrz: parsed.raw, can: can, access: access, algorithm: algorithm,
-                               applicationFiles: files, cardAccess: cardAccess, activeAuthenticationKey: aaKey,
-                               activeAuthenticationHash: aaHash, chipAuthenticationKeys: caKeys)
+        var profile = DocumentProfile(directory: directory, mrz: parsed.raw, can: can, access: access, algorithm: algorithm,
+                                      applicationFiles: files, cardAccess: cardAccess, activeAuthenticationKey: aaKey,
+                                      activeAuthenticationHash: aaHash, chipAuthenticationKeys: caKeys)
+        profile.cardSecurity = cardSecurity
+        return profile
     }
 
     // MARK: Loading
@@ -189,12 +203,15 @@ public struct DocumentProfile: Sendable {
         }
         var files: [UInt16: [UInt8]] = [:]
         var cardAccess: [UInt8]?
+        var cardSecurity: [UInt8]?
         for entry in description.files {
             guard let fid = UInt16(entry.fid, radix: 16) else { throw .invalidInput("\(jsonPath): bad fid \(entry.fid)") }
             let bytes = try read(path(directory, entry.path))
             if entry.df == "MF" {
-                guard fid == 0x011C else { throw .invalidInput("\(jsonPath): only EF.CardAccess lives in the MF") }
-                cardAccess = bytes
+                guard fid == 0x011C || fid == 0x011D else {
+                    throw .invalidInput("\(jsonPath): only EF.CardAccess and EF.CardSecurity live in the MF")
+                }
+                if fid == 0x011C { cardAccess = bytes } else { cardSecurity = bytes }
             } else {
                 guard LDSFile(fileID: fid) != nil else { throw .invalidInput("\(jsonPath): fid \(entry.fid) is not an LDS file") }
                 files[fid] = bytes
@@ -212,11 +229,13 @@ public struct DocumentProfile: Sendable {
             guard let n = Int(id) else { throw .invalidInput("\(jsonPath): bad chip authentication key id \(id)") }
             caKeys[n] = try read(path(directory, file))
         }
-        return DocumentProfile(directory: directory, mrz: description.mrz, can: description.can, access: description.access,
-                               algorithm: algorithm, applicationFiles: files, cardAccess: cardAccess,
-                               activeAuthenticationKey: aaKey,
-                               activeAuthenticationHash: description.activeAuthenticationHash.flatMap(SignatureHash.init(rawValue:)) ?? .sha256,
-                               chipAuthenticationKeys: caKeys)
+        var profile = DocumentProfile(directory: directory, mrz: description.mrz, can: description.can, access: description.access,
+                                      algorithm: algorithm, applicationFiles: files, cardAccess: cardAccess,
+                                      activeAuthenticationKey: aaKey,
+                                      activeAuthenticationHash: description.activeAuthenticationHash.flatMap(SignatureHash.init(rawValue:)) ?? .sha256,
+                                      chipAuthenticationKeys: caKeys)
+        profile.cardSecurity = cardSecurity
+        return profile
     }
 
     // MARK: Helpers

@@ -35,6 +35,8 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
     /// Clone: EF.CardAccess offers no PACE-CAM (DG14 still announces it) and the chip refuses it, having no
     /// chip authentication key.
     public var hiddenChipAuthenticationMapping: Bool
+    /// EF.CardSecurity is served with the last byte of its signature changed.
+    public var tamperedCardSecurity = false
 
     public init(tamperedDataGroup: Int? = nil, corruptMACAfter: Int? = nil, maxShortLe: Int? = nil,
                 answerCorrectLength: Bool = false, rejectExtendedLength: Bool = false,
@@ -70,13 +72,15 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
         withoutActiveAuthenticationKey = try c.decodeIfPresent(Bool.self, forKey: .withoutActiveAuthenticationKey) ?? false
         wrongActiveAuthenticationKey = try c.decodeIfPresent(Bool.self, forKey: .wrongActiveAuthenticationKey) ?? false
         hiddenChipAuthenticationMapping = try c.decodeIfPresent(Bool.self, forKey: .hiddenChipAuthenticationMapping) ?? false
+        tamperedCardSecurity = try c.decodeIfPresent(Bool.self, forKey: .tamperedCardSecurity) ?? false
     }
 }
 
 /// An ICAO 9303 eMRTD chip emulated from a `DocumentProfile`, for the in-process tests and the lab (through
 /// `VirtualCardLink` to pcscd's vpcd, or the libnfc reader emulator).
 ///
-/// Files: the master file holds EF.CardAccess (011C, SFI 1C; readable without access); the eMRTD application
+/// Files: the master file holds EF.CardAccess (011C, SFI 1C; readable without access) and, for PACE-CAM
+/// profiles, EF.CardSecurity (011D, SFI 1D); the eMRTD application
 /// (AID A0000002471001) holds EF.COM (011E), EF.SOD (011D) and the data groups (01nn, SFI n), readable only
 /// after BAC or PACE (6982 before). Commands: SELECT (P1 00/02/03/04/08/09, P2 0C or FCP/FCI with Le),
 /// READ BINARY B0 (offset, or SFI in P1) and B1 (offset in DO'54', data in DO'53'), short and extended Le;
@@ -95,6 +99,8 @@ public actor EmulatedPassport: VirtualCard {
 
     public nonisolated let profile: DocumentProfile
     public nonisolated let misbehaviour: Misbehaviour
+    /// Real-chip deviations this chip reproduces.
+    public nonisolated let quirks: ChipQuirks
     /// PC/SC part 3 ATR of an ISO/IEC 14443-4 type A card: 3B 85 80 01, historical bytes 80 73 00 00 C0
     /// (card capabilities: command chaining, and extended length unless `rejectExtendedLength`), TCK.
     public nonisolated let atr: [UInt8]
@@ -103,6 +109,7 @@ public actor EmulatedPassport: VirtualCard {
 
     private let files: [UInt16: [UInt8]]
     private let cardAccess: [UInt8]?
+    private let cardSecurity: [UInt8]?
     private let activeAuthenticationKey: [UInt8]?
     private var df = DedicatedFile.master
     private var currentFile: UInt16?
@@ -121,9 +128,11 @@ public actor EmulatedPassport: VirtualCard {
     /// The access protocol of the current session, nil without one.
     public private(set) var establishedAccess: AccessProtocol?
 
-    public init(profile: DocumentProfile, misbehaviour: Misbehaviour = .init(), onCommand: CommandHook? = nil) {
+    public init(profile: DocumentProfile, misbehaviour: Misbehaviour = .init(), quirks: ChipQuirks = .init(),
+                onCommand: CommandHook? = nil) {
         self.profile = profile
         self.misbehaviour = misbehaviour
+        self.quirks = quirks
         self.onCommand = onCommand
         bac = BACChipResponder(mrzInformation: profile.mrzInformation)
         var files = profile.applicationFiles
@@ -139,6 +148,9 @@ public actor EmulatedPassport: VirtualCard {
         cardAccess = misbehaviour.hiddenChipAuthenticationMapping
             ? DocumentProfile.cardAccess(offering: profile.access.pace.filter { $0.mapping != .chipAuthentication })
             : profile.cardAccess
+        var cardSecurity = profile.cardSecurity
+        if misbehaviour.tamperedCardSecurity, let last = cardSecurity?.indices.last { cardSecurity?[last] ^= 0x01 }
+        self.cardSecurity = cardSecurity
         if misbehaviour.withoutActiveAuthenticationKey {
             activeAuthenticationKey = nil
         } else if misbehaviour.wrongActiveAuthenticationKey, let key = profile.activeAuthenticationKey {
@@ -223,6 +235,7 @@ public actor EmulatedPassport: VirtualCard {
 
     private func handle(_ c: CommandAPDU, accessGranted: Bool) -> ResponseAPDU {
         if c.cla & 0x10 != 0 && c.ins != 0x86 { return ResponseAPDU(sw: StatusWord(0x6884)) }
+        if let refused = quirks.refusal(of: c) { return ResponseAPDU(sw: refused) }
         switch c.ins {
         case 0xA4: return select(c)
         case 0xB0, 0xB1: return readBinary(c, accessGranted: accessGranted)
@@ -280,7 +293,7 @@ public actor EmulatedPassport: VirtualCard {
 
     private func file(_ fid: UInt16, in dedicated: DedicatedFile) -> [UInt8]? {
         switch dedicated {
-        case .master: fid == 0x011C ? cardAccess : nil
+        case .master: fid == 0x011C ? cardAccess : fid == CardSecurity.fileID ? cardSecurity : nil
         case .application: files[fid]
         }
     }
@@ -289,7 +302,7 @@ public actor EmulatedPassport: VirtualCard {
 
     private func fid(sfi: UInt8) -> UInt16? {
         switch df {
-        case .master: sfi == 0x1C ? 0x011C : nil
+        case .master: sfi == 0x1C ? 0x011C : sfi == CardSecurity.shortFileID ? CardSecurity.fileID : nil
         case .application: LDSFile(sfi: sfi)?.fileID
         }
     }
@@ -336,7 +349,8 @@ public actor EmulatedPassport: VirtualCard {
         if c.ins == 0xB0 {
             let count = min(ne, remaining)
             let sw: StatusWord = count < ne && !asMuchAsAvailable ? .endOfFileWarning : .success
-            return ResponseAPDU(data: Array(file[offset..<(offset + count)]), sw: sw)
+            let (data, status) = quirks.readBinary(Array(file[offset..<(offset + count)]), sw: sw, toEnd: count == remaining)
+            return ResponseAPDU(data: data, sw: status)
         }
         var count = min(remaining, ne - 2)
         while count > 0 && 1 + TLV.encodeLength(count).count + count > ne { count -= 1 }
@@ -372,7 +386,10 @@ public actor EmulatedPassport: VirtualCard {
         pace = nil
         paceStep = 0
         guard let setAT = try? PACECrypto.parseSetATData(c.data) else { return ResponseAPDU(sw: .incorrectData) }
-        guard let option = profile.access.pace.first(where: { $0.algorithm.oid == setAT.oid && $0.parameterId == setAT.parameterId }),
+        // DO'84' may be left out when the OID leaves one set of domain parameters (Doc 9303 Part 11 §4.4.4.1).
+        let sameOID = profile.access.pace.filter { $0.algorithm.oid == setAT.oid }
+        guard let option = sameOID.first(where: { $0.parameterId == setAT.parameterId })
+                ?? (setAT.parameterId == nil && sameOID.count == 1 ? sameOID.first : nil),
               !(misbehaviour.hiddenChipAuthenticationMapping && option.mapping == .chipAuthentication)
         else { return ResponseAPDU(sw: .incorrectData) }
         do {
@@ -383,7 +400,8 @@ public actor EmulatedPassport: VirtualCard {
                     caKey = try curve.generateKeyPair().privateKey
                 }
             }
-            pace = try PACEChip(setATData: c.data, mrzInformation: profile.mrzInformation, can: profile.can,
+            let setATData = setAT.parameterId == nil ? c.data + TLV.encode(tag: 0x84, value: [UInt8(option.parameterId)]) : c.data
+            pace = try PACEChip(setATData: setATData, mrzInformation: profile.mrzInformation, can: profile.can,
                                 chipAuthenticationKey: caKey)
             return ResponseAPDU(sw: .success)
         } catch {
@@ -393,6 +411,10 @@ public actor EmulatedPassport: VirtualCard {
 
     private func generalAuthenticate(_ c: CommandAPDU) -> ResponseAPDU {
         guard var chip = pace else { return ResponseAPDU(sw: .conditionsNotSatisfied) }
+        if quirks.brokenPACE && paceStep == 1 {
+            pace = nil
+            return ResponseAPDU(sw: .conditionsNotSatisfied)
+        }
         // TR-03110 Part 3 §B.1: steps 1–3 are chained (CLA 10), mutual authentication ends the chain.
         guard (c.cla & 0x10 != 0) == (paceStep < 3) else {
             pace = nil

@@ -19,16 +19,19 @@ struct LabMakeProfile: AsyncParsableCommand {
         Writes a document profile to DIR (created if needed; files of an earlier profile are overwritten):
         profile.json, EF.COM, DG1 (the MRZ), DG2 (the face photo), DG11, DG12, DG14 (PACE infos, active
         authentication info), DG15 (with --aa), EF.SOD signed by a freshly generated test document signer, and
-        EF.CardAccess when PACE is offered. The test PKI is written next to it: csca.pem is the trust anchor to
+        EF.CardAccess when PACE is offered, EF.CardSecurity (signed, with the chip authentication keys) with
+        PACE-CAM. The test PKI is written next to it: csca.pem is the trust anchor to
         give to `tesserad --csca`; the private keys (csca-key.pem, ds-key.pem, aa-key.pem) are for lab use only.
 
         Serve the profile with `tessera lab emulate-passport --profile DIR --vpcd HOST:PORT`.
 
         PACE OPTIONS (--pace, repeatable, listed in EF.CardAccess in the order given)
           <agreement>-<mapping>-<parameters>-<cipher>, e.g. ecdh-gm-p256-aes128, ecdh-gm-brainpoolp256r1-aes128,
-          ecdh-gm-p256-aes256, dh-gm-2048-aes128, ecdh-cam-p256-aes128; `default` is ecdh-gm-p256-aes128.
-          agreement: ecdh | dh; mapping: gm (generic) | cam (chip authentication mapping: ecdh with AES only;
-          a static chip authentication key per curve goes into DG14 and ca-key-<id>.bin);
+          ecdh-gm-p256-aes256, dh-gm-2048-aes128, ecdh-im-brainpoolp256r1-aes128, ecdh-cam-p256-aes128;
+          `default` is ecdh-gm-p256-aes128.
+          agreement: ecdh | dh; mapping: gm (generic) | im (integrated mapping; not on p224) | cam (chip
+          authentication mapping: ecdh with AES only; a static chip authentication key per curve goes into DG14
+          and ca-key-<id>.bin);
           parameters: p192 p224 p256 p384 p521 brainpoolp192r1 … brainpoolp512r1 (ecdh),
           1024 2048-224 2048-256 (dh), or idN; cipher: 3des aes128 aes192 aes256.
 
@@ -110,6 +113,7 @@ struct LabEmulatePassport: AsyncParsableCommand {
           --tamper-cam            PACE-CAM: corrupt the encrypted chip authentication data (the reader's
                                   chip authentication check must fail)
           --wrong-cam-key         PACE-CAM: prove a fresh key instead of the one in DG14
+          --tamper-card-security  serve EF.CardSecurity with its signature changed (it must be invalid)
 
         Clones (the data copied, the private keys not; a reader must find each one not authentic):
           --com-omit-dg N         EF.COM does not list DG N (repeatable; the file stays readable)
@@ -121,6 +125,14 @@ struct LabEmulatePassport: AsyncParsableCommand {
           --remove-after-apdus N  pull the card when the Nth command APDU arrives and insert it again a
                                   second later (card-removed tests)
 
+        Quirks of real chips (--quirk NAME, repeatable; the reader must cope with each):
+          no-le                   SELECT and MSE with Le are refused (6700)
+          no-key-reference        MSE:Set AT with the 0x84 domain parameter reference is refused (6A80)
+          mf-6a82, mf-6a87        SELECT of the master file answers 6A82 / 6A87
+          pace-fails              PACE fails at the mapping step (6985); BAC still works if the profile has it
+          short-responses         READ BINARY returns at most 64 bytes with 9000, whatever Le asks
+          eof-6282                the READ BINARY reaching the end of a file answers 6282
+
         With --log-apdus every exchange is written to stderr (command and response in hex, as seen on the
         wire, i.e. protected by secure messaging). --trace FILE records the exchanges as a pcap (ISO 14443 link
         type, power on/off as field on/off) for `tessera lab trace` and Wireshark.
@@ -129,6 +141,7 @@ struct LabEmulatePassport: AsyncParsableCommand {
           tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963
           tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963 --tamper-dg 2 --log-apdus
           tessera lab emulate-passport --profile /tmp/anna-aa --com-omit-dg 15 --no-aa-key
+          tessera lab emulate-passport --profile /tmp/anna --quirk pace-fails --quirk eof-6282
         """)
 
     @Option(help: ArgumentHelp("Profile directory written by `tessera lab make-profile`.", valueName: "DIR"))
@@ -145,6 +158,8 @@ struct LabEmulatePassport: AsyncParsableCommand {
     var tamperCAM = false
     @Flag(name: .customLong("wrong-cam-key"), help: "PACE-CAM: prove a fresh key instead of the one in DG14.")
     var wrongCAMKey = false
+    @Flag(name: .customLong("tamper-card-security"), help: "Serve EF.CardSecurity with its signature changed.")
+    var tamperCardSecurity = false
     @Option(name: .customLong("com-omit-dg"), help: ArgumentHelp("Clone: EF.COM does not list this data group (repeatable).", valueName: "N"))
     var comOmitDG: [Int] = []
     @Option(name: .customLong("missing-dg"), help: ArgumentHelp("Clone: this data group answers 6A82 (repeatable).", valueName: "N"))
@@ -161,9 +176,15 @@ struct LabEmulatePassport: AsyncParsableCommand {
     var logAPDUs = false
     @Option(help: ArgumentHelp("Write an APDU trace (pcap) to FILE.", valueName: "FILE"))
     var trace: String?
+    @Option(name: .customLong("quirk"), help: ArgumentHelp("Reproduce a real-chip quirk (repeatable; see Quirks).", valueName: "NAME"))
+    var quirk: [String] = []
 
     func run() async throws {
         let (host, port) = try LabOutput.vpcdAddress(vpcd)
+        var quirks = ChipQuirks()
+        for name in quirk {
+            do { try quirks.enable(name) } catch { throw ValidationError(error.message) }
+        }
         if let tamperDG, !(1...16).contains(tamperDG) { throw ValidationError("--tamper-dg must be 1…16") }
         if (comOmitDG + missingDG).contains(where: { !(1...16).contains($0) }) {
             throw ValidationError("--com-omit-dg and --missing-dg must be 1…16")
@@ -172,11 +193,13 @@ struct LabEmulatePassport: AsyncParsableCommand {
         do { loaded = try DocumentProfile.load(directory: profile) } catch {
             throw LabOutput.fail(error, status: 1)
         }
-        let card = EmulatedPassport(profile: loaded, misbehaviour: Misbehaviour(
+        var misbehaviour = Misbehaviour(
             tamperedDataGroup: tamperDG, maxShortLe: maxLe, rejectExtendedLength: noExtended,
             tamperedChipAuthenticationData: tamperCAM, wrongChipAuthenticationKey: wrongCAMKey,
             dataGroupsHiddenFromCOM: comOmitDG, missingDataGroups: missingDG, withoutActiveAuthenticationKey: noAAKey,
-            wrongActiveAuthenticationKey: wrongAAKey, hiddenChipAuthenticationMapping: hideCAM))
+            wrongActiveAuthenticationKey: wrongAAKey, hiddenChipAuthenticationMapping: hideCAM)
+        misbehaviour.tamperedCardSecurity = tamperCardSecurity
+        let card = EmulatedPassport(profile: loaded, misbehaviour: misbehaviour, quirks: quirks)
         let hooks = try LabOutput.vpcdHooks(trace: trace, log: logAPDUs)
         let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
                                    onExchange: hooks.exchange, onEvent: hooks.event)

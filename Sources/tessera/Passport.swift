@@ -219,6 +219,14 @@ enum PassportSummary {
             lines.append("Chip authentication (PACE-CAM): \(ca["status"]?.stringValue?.uppercased() ?? "?")"
                 + (ca["reason"]?.stringValue.map { " (\($0))" } ?? ""))
         }
+        if let cs = r["cardSecurity"], cs["status"]?.stringValue != "notPresent" {
+            lines.append("EF.CardSecurity:  \(cs["status"]?.stringValue?.uppercased() ?? "?")"
+                + (cs["reason"]?.stringValue.map { " (\($0))" } ?? ""))
+        }
+        if r["paceFallback"]?.boolValue == true {
+            lines.append("PACE fallback:    BAC was used (\(r["paceFailure"]?.stringValue ?? "PACE failed"))")
+        }
+        for w in r["workarounds"]?.arrayValue ?? [] { lines.append("workaround: \(w.stringValue ?? "")") }
         for w in r["warnings"]?.arrayValue ?? [] { lines.append("warning: \(w.stringValue ?? "")") }
         if let s = r["stats"] {
             lines.append("Stats:            \(s["apdus"]?.intValue ?? 0) APDUs, \(s["bytes"]?.intValue ?? 0) bytes,"

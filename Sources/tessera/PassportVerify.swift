@@ -11,8 +11,8 @@ extension Passport {
             discussion: """
             EVIDENCE.json is the `evidence` object of a documents.read result (or the whole result). Passive \
             authentication against --csca (with --master-list-trust and --crl as tesserad takes them) and active \
-            authentication from the recorded challenge and signature and PACE-CAM from the recorded values run \
-            with the daemon's code. Prints the verdict JSON; exit status 0 when authentic, 1 otherwise.
+            authentication from the recorded challenge and signature, EF.CardSecurity's signature and chain, and \
+            PACE-CAM from the recorded values run with the daemon's code. Prints the verdict JSON; exit status 0 when authentic, 1 otherwise.
             """)
         @Argument(help: "Evidence JSON file.") var evidence: String
         @Option(help: ArgumentHelp("CSCA certificate, directory or master list (repeatable).", valueName: "PATH")) var csca: [String] = []

@@ -224,10 +224,21 @@ import TesseraTestSupport
         let wrongKey = try await DocumentServiceTests.service(doc, misbehaviour: Misbehaviour(wrongChipAuthenticationKey: true))
             .read(request)
         #expect(wrongKey.chipAuthentication?.status == .invalid)
-        // A DG14 that no longer matches EF.SOD is not trusted even though its key still fits.
-        let badDG14 = try await DocumentServiceTests.service(doc, misbehaviour: Misbehaviour(tamperedDataGroup: 14)).read(request)
+        // Without EF.CardSecurity the key comes from DG14: a DG14 that no longer matches EF.SOD is not trusted even
+        // though its key still fits.
+        var withoutCardSecurity = doc
+        withoutCardSecurity.cardSecurity = nil
+        let badDG14 = try await DocumentServiceTests.service(withoutCardSecurity, misbehaviour: Misbehaviour(tamperedDataGroup: 14))
+            .read(request)
         #expect(badDG14.passiveAuthentication?.dataGroupHashes[14] == .invalid)
         #expect(badDG14.chipAuthentication?.status == .invalid)
+        #expect(badDG14.cardSecurity?.status == .notPresent)
+        // With it (where real chips keep the key) the chip still proves its key, and the tampered DG14 fails passive
+        // authentication: the document is not authentic either way.
+        let withCardSecurity = try await DocumentServiceTests.service(doc, misbehaviour: Misbehaviour(tamperedDataGroup: 14)).read(request)
+        #expect(withCardSecurity.cardSecurity?.status == .valid)
+        #expect(withCardSecurity.chipAuthentication?.status == .valid)
+        #expect(withCardSecurity.verdict.verdict == .notAuthentic)
     }
 
     @Test func withoutVerificationOrWithGMNothingIsChecked() async throws {

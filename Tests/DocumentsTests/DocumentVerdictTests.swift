@@ -88,7 +88,7 @@ import Testing
     @Test func reasonCodesAreStable() {
         #expect(DocumentVerdict.Reason.allCases.map(\.rawValue) == [
             "PASSIVE_AUTH_INVALID", "DS_REVOKED", "DATA_GROUP_MISSING", "NO_TRUST_ANCHOR", "ACTIVE_AUTH_INVALID", "CHIP_AUTH_INVALID",
-            "CHIP_AUTH_NOT_CHECKED", "CHIP_AUTH_NOT_SUPPORTED", "NOT_VERIFIED",
+            "CHIP_AUTH_NOT_CHECKED", "CHIP_AUTH_NOT_SUPPORTED", "NOT_VERIFIED", "CARD_SECURITY_INVALID",
         ])
     }
 }

@@ -14,6 +14,8 @@ import TesseraCore
         ("dh-gm-2048-224-aes192", 1, .aes192),
         ("dh-gm-2048-aes128", 2, .aes128),
         ("ecdh-gm-id11-aes128", 11, .aes128),
+        ("ecdh-im-brainpoolp256r1-aes128", 13, .aes128),
+        ("dh-im-1024-aes256", 0, .aes256),
         ("default", 12, .aes128),
     ])
     func paceOptionParses(text: String, parameterId: Int, cipher: SessionCipher) throws {
@@ -24,7 +26,7 @@ import TesseraCore
         #expect(PACE.isSupported(option.paceInfo))
     }
 
-    @Test(arguments: ["", "ecdh-gm-p256", "ecdh-im-p256-aes128", "dh-gm-p256-aes128", "ecdh-gm-1024-aes128",
+    @Test(arguments: ["", "ecdh-gm-p256", "ecdh-im-p224-aes128", "dh-gm-p256-aes128", "ecdh-gm-1024-aes128",
                       "ecdh-gm-p999-aes128", "ecdh-gm-p256-aes512", "rsa-gm-p256-aes128", "ecdh-gm-id3-aes128"])
     func paceOptionRejects(text: String) {
         #expect(PACEOption(text) == nil)

@@ -17,7 +17,7 @@ import TesseraCore
         #expect(try PACEOption(parsing: "ecdh-gm-p256-aes128").mapping == .generic)
         let json = try JSONEncoder().encode(AccessOptions(bac: false, pace: [option]))
         #expect(try JSONDecoder().decode(AccessOptions.self, from: json).pace == [option])
-        for bad in ["ecdh-cam-p256-3des", "dh-cam-2048-aes128", "ecdh-im-p256-aes128", "ecdh-xm-p256-aes128"] {
+        for bad in ["ecdh-cam-p256-3des", "dh-cam-2048-aes128", "ecdh-im-p224-aes128", "ecdh-xm-p256-aes128"] {
             #expect(throws: TesseraError.self) { try PACEOption(parsing: bad) }
         }
         #expect(throws: TesseraError.self) { try PACEOption(parameterId: 2, cipher: .aes128, mapping: .chipAuthentication) }

@@ -124,10 +124,11 @@ import TesseraCore
         let cam = PACEInfo(protocolOID: "0.4.0.127.0.7.2.2.4.6.2", parameterId: 12)
         let im = PACEInfo(protocolOID: "0.4.0.127.0.7.2.2.4.4.2", parameterId: 12)
         let camOnDH = PACEInfo(protocolOID: "0.4.0.127.0.7.2.2.4.6.2", parameterId: 2)
-        #expect(PACE.isSupported(cam) && !PACE.isSupported(im) && !PACE.isSupported(camOnDH))
+        #expect(PACE.isSupported(cam) && PACE.isSupported(im) && !PACE.isSupported(camOnDH))
         #expect(PACE.preferred([gm, cam]) == cam)
         #expect(PACE.preferred([cam, gm]) == cam)
-        #expect(PACE.preferred([gm, im]) == gm)
+        #expect(PACE.preferred([gm, im]) == gm && PACE.preferred([im, gm]) == gm)
+        #expect(PACE.preferred([im]) == im)
     }
 
     @Test func loopbackReaderAgainstChip() async throws {

@@ -19,8 +19,8 @@ public func readCardAccess(transport: any APDUTransport) async throws(TesseraErr
         // fall through to the explicit SELECT path
     }
     do {
-        let mf = try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0x3F, 0x00]))
-        guard mf.sw.isSuccess else { return nil }
+        // Some chips answer 6A82/6A87 to SELECT of the master file; after reset it is the current DF anyway.
+        _ = try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0x3F, 0x00]))
         return try await reader.readFile(fid: 0x011C)
     } catch where Set([TesseraError.Code.cardError, .accessDenied, .malformedData]).contains(error.code) {
         return nil
@@ -35,6 +35,12 @@ public struct EstablishedAccess: Sendable {
     public let paceAlgorithm: PACEAlgorithm?
     /// PACE-CAM only: the chip authentication data to verify against DG14.
     public let chipAuthentication: PACEChipAuthenticationData?
+    /// Why PACE failed when access fell back to BAC; nil otherwise.
+    public var paceFailure: String? = nil
+    /// Chip quirks worked around while establishing access.
+    public var workarounds: [String] = []
+    /// EF.CardSecurity as read right after PACE (nil after BAC or when the chip has none).
+    public var cardSecurity: [UInt8]? = nil
 }
 
 /// Establishes secure messaging with an eMRTD: reads EF.CardAccess and runs PACE when it offers a supported
@@ -47,21 +53,34 @@ public func establishAccess(transport: any APDUTransport, password: AccessPasswo
     return (access.channel, access.protocolUsed)
 }
 
-/// `establishAccess` with the PACE details (algorithm, PACE-CAM chip authentication data).
+/// `establishAccess` with the PACE details (algorithm, PACE-CAM chip authentication data), EF.CardSecurity (read
+/// right after PACE when the chip has one) and the quirks worked around. When PACE fails (not retryably) and the
+/// password is the MRZ, BAC is tried; if BAC fails too, the PACE error is thrown.
 public func establishSecureAccess(transport: any APDUTransport, password: AccessPassword,
                                   preferPACE: Bool = true) async throws(TesseraError) -> EstablishedAccess {
     let selectApp = CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID)
     if preferPACE, let cardAccess = try await readCardAccess(transport: transport),
        let infos = try? SecurityInfos(encoded: cardAccess), let info = PACE.preferred(infos.paceInfos) {
-        let outcome = try await PACE.establish(transport: transport, password: password, info: info)
+        let outcome: PACEOutcome
+        do {
+            outcome = try await PACE.establish(transport: transport, password: password, info: info)
+        } catch where !error.retryable {
+            // Doc 9303 Part 11 §4.2: a chip that also supports BAC may be read with it when PACE fails.
+            guard case .mrz = password else { throw error }
+            return try await establishBACAfterPACE(transport: transport, password: password, paceError: error)
+        }
         let channel = SecureChannel(inner: transport, session: outcome.session)
+        let cardSecurity = try await readCardSecurity(over: channel)
         let selected = try await channel.send(selectApp)
         guard selected.sw.isSuccess else {
             throw TesseraError(.cardError, "SELECT eMRTD application failed (\(selected.sw))",
                                details: ["sw": .string(selected.sw.description)])
         }
-        return EstablishedAccess(channel: channel, protocolUsed: .pace, paceAlgorithm: outcome.algorithm,
-                                 chipAuthentication: outcome.chipAuthentication)
+        var access = EstablishedAccess(channel: channel, protocolUsed: .pace, paceAlgorithm: outcome.algorithm,
+                                       chipAuthentication: outcome.chipAuthentication)
+        access.workarounds = outcome.workarounds
+        access.cardSecurity = cardSecurity
+        return access
     }
     guard case .mrz(let mrzInformation) = password else {
         throw TesseraError(.unsupportedProtocol, "the chip offers no usable PACE; BAC needs the MRZ, not a CAN")
@@ -74,4 +93,32 @@ public func establishSecureAccess(transport: any APDUTransport, password: Access
     let session = try await BAC.perform(transport: transport, mrzInformation: mrzInformation)
     return EstablishedAccess(channel: SecureChannel(inner: transport, session: session), protocolUsed: .bac,
                              paceAlgorithm: nil, chipAuthentication: nil)
+}
+
+/// BAC after a failed PACE; when BAC fails too (a PACE-only chip, or a wrong MRZ) the PACE error is thrown.
+private func establishBACAfterPACE(transport: any APDUTransport, password: AccessPassword,
+                                   paceError: TesseraError) async throws(TesseraError) -> EstablishedAccess {
+    guard case .mrz(let mrzInformation) = password else { throw paceError }
+    do throws(TesseraError) {
+        let selected = try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID))
+        guard selected.sw.isSuccess else { throw paceError }
+        let session = try await BAC.perform(transport: transport, mrzInformation: mrzInformation)
+        var access = EstablishedAccess(channel: SecureChannel(inner: transport, session: session), protocolUsed: .bac,
+                                       paceAlgorithm: nil, chipAuthentication: nil)
+        access.paceFailure = paceError.message
+        access.workarounds = ["PACE failed (\(paceError.message)); fell back to BAC"]
+        return access
+    } catch where !error.retryable {
+        throw paceError
+    }
+}
+
+/// Reads EF.CardSecurity (SFI 1D in the master file, still the current DF right after PACE) under secure
+/// messaging; nil when the chip has none or refuses it. Secure messaging errors and retryable ones end the read.
+func readCardSecurity(over channel: SecureChannel) async throws(TesseraError) -> [UInt8]? {
+    do throws(TesseraError) {
+        return try await ElementaryFileReader(transport: channel).readFile(fid: CardSecurity.fileID, sfi: CardSecurity.shortFileID)
+    } catch where !error.retryable && error.code != .secureMessagingError {
+        return nil
+    }
 }

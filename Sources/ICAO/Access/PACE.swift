@@ -8,27 +8,32 @@ public struct PACEOutcome: Sendable {
     public let algorithm: PACEAlgorithm
     /// PACE-CAM only: what to check against the chip authentication key in DG14 (`ChipAuthenticationMapping.verify`).
     public let chipAuthentication: PACEChipAuthenticationData?
+    /// Chip quirks the reader worked around on the way (e.g. a refused domain parameter reference).
+    public var workarounds: [String] = []
 }
 
-/// PACE v2 (Doc 9303 Part 11 §4.4), reader side: generic mapping and chip authentication mapping.
+/// PACE v2 (Doc 9303 Part 11 §4.4), reader side: generic, integrated and chip authentication mapping.
 public enum PACE {
     /// The mappings this implementation runs.
-    public static let supportedMappings: Set<PACEMapping> = [.generic, .chipAuthentication]
+    public static let supportedMappings: Set<PACEMapping> = [.generic, .integrated, .chipAuthentication]
 
-    /// Whether this implementation can run the PACEInfo (GM or CAM, standardized domain parameters).
+    /// Whether this implementation can run the PACEInfo (GM, IM or CAM, standardized domain parameters;
+    /// IM on curves only where p ≡ 3 mod 4).
     public static func isSupported(_ info: PACEInfo) -> Bool {
         guard let alg = info.algorithm, supportedMappings.contains(alg.mapping), let id = info.parameterId,
               let domain = PACEDomain.standardized(id) else { return false }
+        if alg.mapping == .integrated && !domain.supportsIntegratedMapping { return false }
         return domain.keyAgreement == alg.keyAgreement
     }
 
     /// Picks the preferred supported PACEInfo: ECDH before DH, then chip authentication mapping before generic
-    /// mapping (CAM authenticates the chip at no extra cost once DG14 is read), then the strongest cipher.
+    /// mapping (CAM authenticates the chip at no extra cost once DG14 is read) before integrated mapping,
+    /// then the strongest cipher.
     public static func preferred(_ infos: [PACEInfo]) -> PACEInfo? {
         func rank(_ i: PACEInfo) -> Int {
             guard let a = i.algorithm else { return 0 }
             let agreement = a.keyAgreement == .ecdh ? 20 : 0
-            let mapping = a.mapping == .chipAuthentication ? 10 : 0
+            let mapping = [PACEMapping.chipAuthentication: 10, .generic: 5][a.mapping] ?? 0
             let cipher = [SessionCipher.tripleDES: 1, .aes128: 2, .aes192: 3, .aes256: 4][a.cipher] ?? 0
             return agreement + mapping + cipher
         }
@@ -37,29 +42,39 @@ public enum PACE {
 
     /// Runs PACE over `transport` and returns the SM session (SSC = 0). A rejected password throws
     /// ACCESS_DENIED (details.retriesLeft when the chip says 63Cx); unsupported mappings or parameters
-    /// throw UNSUPPORTED_PROTOCOL. The fixed private keys are for tests (random when nil).
+    /// throw UNSUPPORTED_PROTOCOL. The fixed private keys and the IM nonce t are for tests (random when nil).
     public static func perform(transport: any APDUTransport, password: AccessPassword, info: PACEInfo,
-                               mappingPrivateKey: [UInt8]? = nil,
-                               ephemeralPrivateKey: [UInt8]? = nil) async throws(TesseraError) -> SecureMessagingSession {
+                               mappingPrivateKey: [UInt8]? = nil, ephemeralPrivateKey: [UInt8]? = nil,
+                               terminalNonce: [UInt8]? = nil) async throws(TesseraError) -> SecureMessagingSession {
         try await establish(transport: transport, password: password, info: info, mappingPrivateKey: mappingPrivateKey,
-                            ephemeralPrivateKey: ephemeralPrivateKey).session
+                            ephemeralPrivateKey: ephemeralPrivateKey, terminalNonce: terminalNonce).session
     }
 
     /// Runs PACE like `perform` and also returns, for PACE-CAM, the chip authentication data to verify
     /// against DG14. A missing or undecryptable A_IC does not fail PACE: it is reported in `chipAuthentication`.
     public static func establish(transport: any APDUTransport, password: AccessPassword, info: PACEInfo,
-                                 mappingPrivateKey: [UInt8]? = nil,
-                                 ephemeralPrivateKey: [UInt8]? = nil) async throws(TesseraError) -> PACEOutcome {
+                                 mappingPrivateKey: [UInt8]? = nil, ephemeralPrivateKey: [UInt8]? = nil,
+                                 terminalNonce: [UInt8]? = nil) async throws(TesseraError) -> PACEOutcome {
         guard let alg = info.algorithm, supportedMappings.contains(alg.mapping) else {
-            throw TesseraError(.unsupportedProtocol, "PACE \(info.protocolOID) is not supported (generic and chip authentication mapping only)")
+            throw TesseraError(.unsupportedProtocol, "PACE \(info.protocolOID) is not supported")
         }
         guard let id = info.parameterId, let domain = PACEDomain.standardized(id), domain.keyAgreement == alg.keyAgreement else {
             throw TesseraError(.unsupportedProtocol, "PACE domain parameters \(info.parameterId.map(String.init) ?? "none") are not supported")
         }
 
         // MSE:Set AT
-        let setAT = try await transport.send(CommandAPDU(ins: 0x22, p1: 0xC1, p2: 0xA4,
+        var workarounds: [String] = []
+        var setAT = try await transport.send(CommandAPDU(ins: 0x22, p1: 0xC1, p2: 0xA4,
                                                          data: PACECrypto.setATData(algorithm: alg, password: password, parameterId: id)))
+        if [0x6A80, 0x6A86, 0x6A88].contains(setAT.sw.value) {
+            // Some chips refuse the domain parameter reference (DO'84') when their parameters are unambiguous.
+            let retry = try await transport.send(CommandAPDU(ins: 0x22, p1: 0xC1, p2: 0xA4,
+                                                             data: PACECrypto.setATData(algorithm: alg, password: password, parameterId: nil)))
+            if retry.sw.isSuccess || retry.sw.retriesLeft != nil {
+                workarounds.append("MSE:Set AT refused the domain parameter reference (\(setAT.sw)); sent without it")
+                setAT = retry
+            }
+        }
         if !setAT.sw.isSuccess {
             if let left = setAT.sw.retriesLeft, left > 0 {
                 // 63Cx warning: the password is still usable (63C1: suspended, needs CAN first on some chips).
@@ -74,15 +89,27 @@ public enum PACE {
         let s = try PACECrypto.decryptNonce(z, key: kPi, cipher: alg.cipher)
 
         // Step 2: mapping
-        let mapping = try domain.keyPair(privateKey: mappingPrivateKey)
-        let chipMapping = try await generalAuthenticate(transport, TLV.encode(tag: 0x81, value: mapping.publicKey),
-                                                        responseTag: 0x82, step: "mapping")
         let generator: [UInt8]
-        do {
-            try domain.validate(publicKey: chipMapping)
-            generator = try domain.mapGenerator(nonce: s, privateKey: mapping.privateKey, peerPublicKey: chipMapping)
-        } catch {
-            throw TesseraError(.secureMessagingError, "PACE mapping failed: \(error.message)")
+        var chipMapping: [UInt8] = []
+        if alg.mapping == .integrated {
+            // IM: the terminal's nonce t goes in clear; the chip answers with empty dynamic authentication data.
+            let t = terminalNonce ?? SecureRandom.bytes(PACEIntegratedMapping.terminalNonceLength(alg.cipher))
+            _ = try await generalAuthenticateObjects(transport, TLV.encode(tag: 0x81, value: t), responseTag: nil, step: "mapping")
+            do {
+                generator = try domain.integratedMapGenerator(chipNonce: s, terminalNonce: t, cipher: alg.cipher)
+            } catch {
+                throw TesseraError(.secureMessagingError, "PACE integrated mapping failed: \(error.message)")
+            }
+        } else {
+            let mapping = try domain.keyPair(privateKey: mappingPrivateKey)
+            chipMapping = try await generalAuthenticate(transport, TLV.encode(tag: 0x81, value: mapping.publicKey),
+                                                        responseTag: 0x82, step: "mapping")
+            do {
+                try domain.validate(publicKey: chipMapping)
+                generator = try domain.mapGenerator(nonce: s, privateKey: mapping.privateKey, peerPublicKey: chipMapping)
+            } catch {
+                throw TesseraError(.secureMessagingError, "PACE mapping failed: \(error.message)")
+            }
         }
 
         // Step 3: key agreement on the mapped generator
@@ -126,7 +153,7 @@ public enum PACE {
             }
         }
         let session = try SecureMessagingSession(cipher: alg.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
-        return PACEOutcome(session: session, algorithm: alg, chipAuthentication: chipAuthentication)
+        return PACEOutcome(session: session, algorithm: alg, chipAuthentication: chipAuthentication, workarounds: workarounds)
     }
 
     /// DH public keys on the mapped generator still lie in the order-q subgroup; EC points are checked on the curve.
@@ -155,8 +182,9 @@ public enum PACE {
         return objects.first(tag: responseTag)?.value ?? []
     }
 
-    /// GENERAL AUTHENTICATE returning every data object inside the response's 7C (which must hold `responseTag`).
-    private static func generalAuthenticateObjects(_ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32,
+    /// GENERAL AUTHENTICATE returning every data object inside the response's 7C (which must hold `responseTag`
+    /// unless it is nil).
+    private static func generalAuthenticateObjects(_ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32?,
                                                    step: String, last: Bool = false) async throws(TesseraError) -> [TLV] {
         let command = CommandAPDU(cla: last ? 0x00 : 0x10, ins: 0x86, p1: 0, p2: 0,
                                   data: TLV.encode(tag: 0x7C, value: content), ne: 256)
@@ -167,14 +195,14 @@ public enum PACE {
             throw TesseraError(.malformedData, "PACE \(step): response is not dynamic authentication data")
         }
         let objects = try TLV.parseAll(outer[0].value, options: [])
-        guard objects.first(tag: responseTag) != nil else {
+        if let responseTag, objects.first(tag: responseTag) == nil {
             throw TesseraError(.malformedData, "PACE \(step): response lacks tag \(String(responseTag, radix: 16))")
         }
         return objects
     }
 }
 
-/// Chip side of PACE (generic and chip authentication mapping) for emulated documents. Feed it the MSE:Set AT
+/// Chip side of PACE (generic, integrated and chip authentication mapping) for emulated documents. Feed it the MSE:Set AT
 /// data, then each GENERAL AUTHENTICATE's command data; it returns the response data (7C …). After the fourth
 /// step `session` holds the SM keys. A wrong terminal token throws ACCESS_DENIED (answer 6300).
 public struct PACEChip: Sendable {
@@ -203,6 +231,9 @@ public struct PACEChip: Sendable {
         guard let alg = PACEAlgorithm(oid: parsed.oid), PACE.supportedMappings.contains(alg.mapping),
               let id = parsed.parameterId, let domain = PACEDomain.standardized(id), domain.keyAgreement == alg.keyAgreement else {
             throw TesseraError(.unsupportedProtocol, "unsupported PACE parameters")
+        }
+        if alg.mapping == .integrated && !domain.supportsIntegratedMapping {
+            throw TesseraError(.unsupportedProtocol, "integrated mapping is not available on \(domain)")
         }
         if alg.mapping == .chipAuthentication && chipAuthenticationKey == nil {
             throw TesseraError(.unsupportedProtocol, "PACE-CAM needs a chip authentication key")
@@ -236,10 +267,17 @@ public struct PACEChip: Sendable {
         }
         switch step {
         case 0:
-            nonce = orRandom(fixed.nonce, algorithm.cipher.blockSize)
+            let length = algorithm.mapping == .integrated
+                ? PACEIntegratedMapping.chipNonceLength(algorithm.cipher) : algorithm.cipher.blockSize
+            nonce = orRandom(fixed.nonce, length)
             let z = try PACECrypto.encryptNonce(nonce, key: nonceKey, cipher: algorithm.cipher)
             step = 1
             return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x80, value: z))
+        case 1 where algorithm.mapping == .integrated:
+            generator = try domain.integratedMapGenerator(chipNonce: nonce, terminalNonce: try value(0x81), cipher: algorithm.cipher)
+            mappingKey = ([], [])
+            step = 2
+            return TLV.encode(tag: 0x7C, value: [])
         case 1:
             let terminalMapping = try value(0x81)
             try domain.validate(publicKey: terminalMapping)

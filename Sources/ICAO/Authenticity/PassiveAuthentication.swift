@@ -129,24 +129,38 @@ public enum PassiveAuthentication {
             problems.append("DG\(n) is not covered by the SOD")
         }
 
-        // SOD signature.
+        let (signerCert, unanchored) = checkSigner(of: so.signedData, label: "SOD", trustStore: trustStore, options: options,
+                                                   result: &result, problems: &problems, notes: &notes)
+
+        conclude(&result, problems: problems, notes: notes, unanchored: unanchored, signer: signerCert)
+        return result
+    }
+
+    /// The signature and certificate-chain part of passive authentication for any signed security object
+    /// (EF.SOD, EF.CardSecurity): signer certificate, CMS signature, chain to a CSCA, key usages, validity and
+    /// revocation. Fills `result` and the problem/note lists; returns the signer certificate and whether no
+    /// trust anchor matched.
+    static func checkSigner(of signedData: CMSSignedData, label: String, trustStore: CSCATrustStore?, options: Options,
+                            result: inout PassiveAuthenticationResult, problems: inout [String],
+                            notes: inout [String]) -> (signer: ParsedCertificate?, unanchored: Bool) {
+        // Signature.
         var signerCert: ParsedCertificate?
-        if let signer = so.signedData.signerInfos.first {
-            signerCert = so.signedData.certificate(for: signer)
+        if let signer = signedData.signerInfos.first {
+            signerCert = signedData.certificate(for: signer)
             if let cert = signerCert {
                 result.documentSigner = cert.subjectDescription
-                switch so.signedData.verify(signer, signerKey: cert.subjectPublicKeyInfo) {
+                switch signedData.verify(signer, signerKey: cert.subjectPublicKeyInfo) {
                 case .valid: result.signature = .valid
-                case .invalid(let why): result.signature = .invalid; problems.append("SOD signature: \(why)")
-                case .unsupported(let why): result.signature = .unsupported; problems.append("SOD signature: \(why)")
+                case .invalid(let why): result.signature = .invalid; problems.append("\(label) signature: \(why)")
+                case .unsupported(let why): result.signature = .unsupported; problems.append("\(label) signature: \(why)")
                 }
             } else {
                 result.signature = .signerNotFound
-                problems.append("document signer certificate not in the SOD")
+                problems.append("document signer certificate not in the \(label)")
             }
         } else {
             result.signature = .invalid
-            problems.append("SOD has no SignerInfo")
+            problems.append("\(label) has no SignerInfo")
         }
 
         // Chain to a CSCA.
@@ -200,7 +214,12 @@ public enum PassiveAuthentication {
                 }
             }
         }
+        return (signerCert, unanchored)
+    }
 
+    /// Sets status and reason from the problems (invalid), a missing trust anchor (unverified) or neither (valid).
+    static func conclude(_ result: inout PassiveAuthenticationResult, problems: [String], notes: [String], unanchored: Bool,
+                         signer signerCert: ParsedCertificate?) {
         if !problems.isEmpty {
             result.status = .invalid
             result.reason = problems.joined(separator: "; ")
@@ -212,7 +231,6 @@ public enum PassiveAuthentication {
             result.status = .valid
             result.reason = notes.isEmpty ? nil : notes.joined(separator: "; ")
         }
-        return result
     }
 
     static func validity(_ c: ParsedCertificate, at date: Date) -> PassiveAuthenticationResult.ValidityCheck {

@@ -70,3 +70,13 @@ public enum SODBuilder {
         return out
     }
 }
+
+/// Builds a signed EF.CardSecurity: the chip's SecurityInfos (DER SET) in CMS SignedData with eContentType
+/// id-SecurityObject, signed like EF.SOD (no 77 wrapper: the file is the ContentInfo).
+public enum CardSecurityBuilder {
+    public static func build(securityInfos: [UInt8], signer: DocumentSignerKey,
+                             signingTime: Date = Date()) throws(TesseraError) -> [UInt8] {
+        try SODBuilder.signedData(content: securityInfos, contentType: CardSecurity.contentType, signer: signer,
+                                  digest: signer.scheme.hash, signingTime: signingTime)
+    }
+}

@@ -139,7 +139,7 @@ enum LDSTarget {
 
 /// EF.SOD: CMS SignedData, the LDS security object, the document signer certificate and its path to a fixed
 /// CSCA (the trust anchor of the seed passport in the corpus), plus certificate, master-list (signed under that
-/// CSCA) and CRL parsing.
+/// CSCA), CRL and EF.CardSecurity parsing.
 enum PassiveAuthenticationTarget {
     static let trustStore: CSCATrustStore = {
         var store = CSCATrustStore()
@@ -160,6 +160,7 @@ enum PassiveAuthenticationTarget {
             _ = try? CSCATrustStore.masterListCertificates(bytes, trustedSigners: trustStore.certificates)
         default:
             if let crl = try? CertificateRevocationList(der: bytes) { _ = crl.isStale(at: options.referenceDate) }
+            _ = CardSecurity.verify(bytes, trustStore: trustStore, options: options).json
         }
     }
 }
