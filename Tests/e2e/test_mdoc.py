@@ -1,0 +1,213 @@
+"""ISO/IEC 18013-5 mdoc against independent implementations, through the `tessera` CLI (no daemon needed):
+- Tessera as issuer: `tessera lab make-mdoc` output verified by pymdoccbor (issuerAuth signature, x5chain to the
+  IACA, MSO digests of every element).
+- Tessera as reader: an mDL built here with python cryptography + cbor2 only (IACA, document signer, MSO,
+  COSE_Sign1 issuerAuth, deviceSignature over DeviceAuthentication) checked by `tessera mdoc verify`; tampered
+  element, expired MSO, wrong device key and wrong IACA each come out notAuthentic with their reason."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import pathlib
+import subprocess
+
+import cbor2
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from cryptography.x509.oid import NameOID
+from pymdoccbor.mdoc.verifier import MdocCbor
+
+from tessera_harness import BIN
+
+DOCTYPE = "org.iso.18013.5.1.mDL"
+NS = "org.iso.18013.5.1"
+
+
+def tessera(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "tessera"), *args], capture_output=True, text=True, timeout=120)
+
+
+def make_mdoc(directory: pathlib.Path, *args: str) -> pathlib.Path:
+    out = tessera("lab", "make-mdoc", str(directory), *args)
+    assert out.returncode == 0, out.stderr
+    return directory
+
+
+def verify(response: pathlib.Path, iaca: pathlib.Path, transcript: pathlib.Path | None) -> tuple[int, dict]:
+    args = ["mdoc", "verify", str(response), "--iaca", str(iaca)]
+    if transcript is not None:
+        args += ["--session-transcript", str(transcript)]
+    out = tessera(*args)
+    assert out.returncode in (0, 1), out.stderr
+    return out.returncode, json.loads(out.stdout)["documents"][0]
+
+
+# --- Tessera issues, pymdoccbor verifies ------------------------------------------------------------------------
+
+def test_pymdoccbor_verifies_the_mdoc_tessera_issues(tmp_path):
+    d = make_mdoc(tmp_path / "mdl")
+    iaca = x509.load_pem_x509_certificate((d / "iaca.pem").read_bytes())
+    mdoc = MdocCbor()
+    mdoc.loads((d / "device-response.cbor").read_bytes())
+    assert mdoc.verify(trusted_root_certs=[iaca]) is True
+    assert mdoc.documents_invalid == []
+    doc = mdoc.documents[0]
+    assert doc.hash_verification["valid"] is True
+    assert mdoc.disclosure_map[NS]["family_name"] == "MUSTERMANN"
+    assert len(mdoc.disclosure_map[NS]) == 15
+
+
+def test_pymdoccbor_rejects_the_mdoc_under_another_iaca(tmp_path):
+    d = make_mdoc(tmp_path / "mdl")
+    other = make_mdoc(tmp_path / "other")
+    mdoc = MdocCbor()
+    mdoc.loads((d / "device-response.cbor").read_bytes())
+    assert mdoc.verify(trusted_root_certs=[x509.load_pem_x509_certificate((other / "iaca.pem").read_bytes())]) is False
+
+
+def test_tessera_verifies_its_own_lab_mdoc_with_a_profile_portrait(tmp_path):
+    profile = tmp_path / "passport"
+    out = tessera("lab", "make-profile", str(profile), "--mrz",
+                  "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10")
+    assert out.returncode == 0, out.stderr
+    d = make_mdoc(tmp_path / "mdl", "--profile", str(profile), "--photo-padding", "20000")
+    rc, doc = verify(d / "device-response.cbor", d / "iaca.pem", d / "session-transcript.cbor")
+    assert rc == 0, doc
+    assert doc["verdict"] == "authentic" and doc["reasons"] == []
+    assert doc["deviceAuthentication"] == "deviceSignature"
+    assert doc["elements"][NS]["family_name"] == "ERIKSSON"
+    assert doc["elements"][NS]["birth_date"] == "1974-08-12"
+    # Without the SessionTranscript the device is not checked: unverified, not authentic.
+    rc, doc = verify(d / "device-response.cbor", d / "iaca.pem", None)
+    assert rc == 1 and doc["verdict"] == "unverified" and doc["reasons"] == ["DEVICE_AUTH_NOT_CHECKED"]
+
+
+# --- The harness issues with cryptography + cbor2, Tessera verifies ---------------------------------------------
+
+def name(cn: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "UT"), x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def make_pki(now: dt.datetime):
+    iaca_key = ec.generate_private_key(ec.SECP256R1())
+    ds_key = ec.generate_private_key(ec.SECP256R1())
+    ski = x509.SubjectKeyIdentifier.from_public_key(iaca_key.public_key())
+    iaca = (x509.CertificateBuilder().subject_name(name("harness IACA")).issuer_name(name("harness IACA"))
+            .public_key(iaca_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(days=3)).not_valid_after(now + dt.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(ski, critical=False)
+            .sign(iaca_key, hashes.SHA256()))
+    ds = (x509.CertificateBuilder().subject_name(name("harness DS")).issuer_name(iaca.subject)
+          .public_key(ds_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - dt.timedelta(days=3)).not_valid_after(now + dt.timedelta(days=365))
+          .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+          .sign(iaca_key, hashes.SHA256()))
+    return iaca, ds, ds_key
+
+
+def raw_signature(key: ec.EllipticCurvePrivateKey, data: bytes) -> bytes:
+    r, s = decode_dss_signature(key.sign(data, ec.ECDSA(hashes.SHA256())))
+    return r.to_bytes(32, "big") + s.to_bytes(32, "big")
+
+
+def cose_key(public: ec.EllipticCurvePublicKey) -> dict:
+    n = public.public_numbers()
+    return {1: 2, -1: 1, -2: n.x.to_bytes(32, "big"), -3: n.y.to_bytes(32, "big")}
+
+
+def tdate(t: dt.datetime) -> cbor2.CBORTag:
+    return cbor2.CBORTag(0, t.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def harness_mdoc(tmp: pathlib.Path, *, valid_until_days: float = 30, tamper: bool = False,
+                 wrong_device_key: bool = False) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+    """Writes response.cbor, iaca.pem and transcript.cbor; returns their paths."""
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    iaca, ds, ds_key = make_pki(now)
+    device_key = ec.generate_private_key(ec.SECP256R1())
+    elements = [("family_name", "HARNESS"), ("given_name", "PY"), ("document_number", "H1234567"),
+                ("birth_date", cbor2.CBORTag(1004, "1990-01-02")), ("portrait", os.urandom(2048))]
+    items, digests = [], {}
+    for digest_id, (ident, value) in enumerate(elements):
+        item = cbor2.dumps({"digestID": digest_id, "random": os.urandom(16), "elementIdentifier": ident,
+                            "elementValue": value})
+        tagged = cbor2.CBORTag(24, item)
+        digests[digest_id] = hashes.Hash(hashes.SHA256())
+        digests[digest_id].update(cbor2.dumps(tagged))
+        digests[digest_id] = digests[digest_id].finalize()
+        items.append(tagged)
+    mso = {"version": "1.0", "digestAlgorithm": "SHA-256", "valueDigests": {NS: digests},
+           "deviceKeyInfo": {"deviceKey": cose_key(device_key.public_key())}, "docType": DOCTYPE,
+           "validityInfo": {"signed": tdate(now - dt.timedelta(days=2)), "validFrom": tdate(now - dt.timedelta(days=2)),
+                            "validUntil": tdate(now + dt.timedelta(days=valid_until_days))}}
+    payload = cbor2.dumps(cbor2.CBORTag(24, cbor2.dumps(mso)))
+    protected = cbor2.dumps({1: -7})
+    issuer_auth = [protected, {33: ds.public_bytes(serialization.Encoding.DER)}, payload,
+                   raw_signature(ds_key, cbor2.dumps(["Signature1", protected, b"", payload]))]
+    if tamper:
+        changed = cbor2.loads(items[0].value)
+        changed["elementValue"] = "FORGED"
+        items[0] = cbor2.CBORTag(24, cbor2.dumps(changed))
+    # A SessionTranscript of a static NFC handover shape: [DeviceEngagementBytes, EReaderKeyBytes, [Hs, null]].
+    e_device = ec.generate_private_key(ec.SECP256R1()).public_key()
+    e_reader = ec.generate_private_key(ec.SECP256R1()).public_key()
+    engagement = cbor2.dumps({0: "1.0", 1: [1, cbor2.CBORTag(24, cbor2.dumps(cose_key(e_device)))]})
+    transcript = [cbor2.CBORTag(24, engagement), cbor2.CBORTag(24, cbor2.dumps(cose_key(e_reader))), [b"\xd1\x02\x00", None]]
+    device_ns = cbor2.dumps({})
+    device_auth = cbor2.dumps(cbor2.CBORTag(24, cbor2.dumps(
+        ["DeviceAuthentication", transcript, DOCTYPE, cbor2.CBORTag(24, device_ns)])))
+    signing_key = ec.generate_private_key(ec.SECP256R1()) if wrong_device_key else device_key
+    device_signature = [protected, {}, None,
+                        raw_signature(signing_key, cbor2.dumps(["Signature1", protected, b"", device_auth]))]
+    response = {"version": "1.0", "documents": [{
+        "docType": DOCTYPE,
+        "issuerSigned": {"nameSpaces": {NS: items}, "issuerAuth": issuer_auth},
+        "deviceSigned": {"nameSpaces": cbor2.CBORTag(24, device_ns), "deviceAuth": {"deviceSignature": device_signature}},
+    }], "status": 0}
+    tmp.mkdir(parents=True, exist_ok=True)
+    (tmp / "response.cbor").write_bytes(cbor2.dumps(response))
+    (tmp / "iaca.pem").write_bytes(iaca.public_bytes(serialization.Encoding.PEM))
+    (tmp / "transcript.cbor").write_bytes(cbor2.dumps(cbor2.CBORTag(24, cbor2.dumps(transcript))))
+    return tmp / "response.cbor", tmp / "iaca.pem", tmp / "transcript.cbor"
+
+
+def test_tessera_verifies_an_mdoc_made_by_cryptography_and_cbor2(tmp_path):
+    response, iaca, transcript = harness_mdoc(tmp_path)
+    rc, doc = verify(response, iaca, transcript)
+    assert rc == 0, doc
+    assert doc["verdict"] == "authentic"
+    assert doc["checks"] == {"issuerSignature": "valid", "certificateChain": "valid", "digests": "valid",
+                             "validity": "valid", "deviceAuthentication": "valid"}
+    assert doc["elements"][NS]["family_name"] == "HARNESS"
+    assert doc["elements"][NS]["birth_date"] == "1990-01-02"
+
+
+def test_a_tampered_element_is_a_digest_mismatch(tmp_path):
+    rc, doc = verify(*harness_mdoc(tmp_path, tamper=True))
+    assert rc == 1
+    assert doc["verdict"] == "notAuthentic" and doc["reasons"] == ["DIGEST_MISMATCH"]
+    assert doc["digestFailures"] == [f"{NS}/family_name"]
+
+
+def test_an_expired_mso_is_not_authentic(tmp_path):
+    rc, doc = verify(*harness_mdoc(tmp_path, valid_until_days=-1 / 24))
+    assert rc == 1
+    assert doc["verdict"] == "notAuthentic" and doc["reasons"] == ["MSO_EXPIRED"]
+
+
+def test_a_signature_by_another_device_key_is_not_authentic(tmp_path):
+    rc, doc = verify(*harness_mdoc(tmp_path, wrong_device_key=True))
+    assert rc == 1
+    assert doc["verdict"] == "notAuthentic" and doc["reasons"] == ["DEVICE_AUTH_INVALID"]
+
+
+def test_another_iaca_is_not_authentic(tmp_path):
+    response, _, transcript = harness_mdoc(tmp_path / "a")
+    _, other_iaca, _ = harness_mdoc(tmp_path / "b")
+    rc, doc = verify(response, other_iaca, transcript)
+    assert rc == 1
+    assert doc["verdict"] == "notAuthentic" and doc["reasons"] == ["UNTRUSTED_ISSUER"]
