@@ -125,7 +125,7 @@ let package = Package(
         // MARK: Daemon wiring and executables
         .target(name: "TesseraDaemon", dependencies: [
             "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
-            "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent",
+            "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),

@@ -24,6 +24,8 @@ public struct DaemonOptions: Sendable {
     public var allowDefaultPIVManagementKey = false
     /// Serve the SSH agent protocol on this Unix socket (`--ssh-agent-socket`; overrides `sshAgent.socket`).
     public var sshAgentSocket: String?
+    /// IACA trust anchors for mdoc verification (`--iaca`, repeatable; PEM or DER files), separate from the CSCAs.
+    public var iacaPaths: [String] = []
 
     public init(socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
                 cscaPaths: [String] = [], embeddedSoftHSM: Bool = true, logLevel: String = "info") {

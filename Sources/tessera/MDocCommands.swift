@@ -9,7 +9,7 @@ struct MDocCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "mdoc",
         abstract: "Mobile documents (ISO/IEC 18013-5 mdoc, e.g. mobile driving licences).",
-        subcommands: [Verify.self])
+        subcommands: [Read.self, Verify.self])
 
     /// `tessera mdoc verify RESPONSE.cbor --iaca PATH`: the reader's checks, offline.
     struct Verify: AsyncParsableCommand {

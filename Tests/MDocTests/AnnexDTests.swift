@@ -35,8 +35,14 @@ import TesseraCore
     @Test func sessionTranscriptIsBuiltByteForByte() throws {
         let vector = try Self.transcript()
         let parts = try CBORValue(decoding: vector.encoded, options: MDocCBOR.options).arrayValue!
+        // The transcript is of the NFC engagement (negotiated handover): its DeviceEngagement has no retrieval
+        // methods, and carries the same EDeviceKey as the QR engagement of D.3.1.
+        let engagement = try DeviceEngagement(bytes: try MDocCBOR.untag24(parts[0], "DeviceEngagementBytes"))
+        #expect(engagement.retrievalMethods.isEmpty)
+        #expect(engagement.eDeviceKey == (try DeviceEngagement(bytes: AnnexD.deviceEngagement)).eDeviceKey)
+        let rebuilt = try DeviceEngagement.make(eDeviceKey: engagement.eDeviceKey)
         let eReaderKey = try MDocECKey(curve: 1, x: AnnexD.eReaderKeyX, y: AnnexD.eReaderKeyY)
-        let built = SessionTranscript(deviceEngagementBytes: AnnexD.deviceEngagement, eReaderKeyBytes: eReaderKey.encoded,
+        let built = SessionTranscript(deviceEngagementBytes: rebuilt.bytes, eReaderKeyBytes: eReaderKey.encoded,
                                       handover: parts[2])
         #expect(built.taggedBytes == AnnexD.sessionTranscriptBytes)
     }
@@ -155,7 +161,7 @@ import TesseraCore
         #expect(result.verdict == .notAuthentic)
         #expect(result.reasons == [.digestMismatch])
         #expect(result.elements.first?.digestValid == false)
-        #expect(result.elements.dropFirst().allSatisfy(\.digestValid))
+        #expect(result.elements.dropFirst().allSatisfy { $0.digestValid })
     }
 
     @Test func afterValidUntilTheMSOIsExpired() throws {

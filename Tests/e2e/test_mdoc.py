@@ -3,7 +3,9 @@
   IACA, MSO digests of every element).
 - Tessera as reader: an mDL built here with python cryptography + cbor2 only (IACA, document signer, MSO,
   COSE_Sign1 issuerAuth, deviceSignature over DeviceAuthentication) checked by `tessera mdoc verify`; tampered
-  element, expired MSO, wrong device key and wrong IACA each come out notAuthentic with their reason."""
+  element, expired MSO, wrong device key and wrong IACA each come out notAuthentic with their reason.
+- Reader ↔ holder over pcscd + vpcd: the daemon's `mdoc.read` against `tessera lab emulate-mdoc` (NFC static
+  handover, session, ENVELOPE extended and chained with GET RESPONSE)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -11,8 +13,10 @@ import json
 import os
 import pathlib
 import subprocess
+import time
 
 import cbor2
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -20,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 from pymdoccbor.mdoc.verifier import MdocCbor
 
-from tessera_harness import BIN
+from tessera_harness import BIN, PCSCD, Daemon, RPCError, stop_process
 
 DOCTYPE = "org.iso.18013.5.1.mDL"
 NS = "org.iso.18013.5.1"
@@ -211,3 +215,103 @@ def test_another_iaca_is_not_authentic(tmp_path):
     rc, doc = verify(response, other_iaca, transcript)
     assert rc == 1
     assert doc["verdict"] == "notAuthentic" and doc["reasons"] == ["UNTRUSTED_ISSUER"]
+
+
+# --- The daemon reads an emulated mdoc over pcscd + vpcd ---------------------------------------------------------
+
+class MDocLab:
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+        self.pcscd = PCSCD(root).start()
+        self.mdl = make_mdoc(root / "mdl", "--photo-padding", "20000")
+        self.daemon = Daemon(root, self.pcscd.env, ["--no-embedded-softhsm", "--iaca", str(self.mdl / "iaca.pem")]).start()
+        self.reader = self.pcscd.readers[0]
+
+    def card_present(self) -> bool:
+        readers = self.daemon.client().call("readers.list")["readers"]
+        return any(r["name"] == self.reader and r["cardPresent"] for r in readers)
+
+    def wait_card(self, present: bool) -> None:
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if self.card_present() == present:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"card never became {'present' if present else 'absent'}")
+
+    def holder(self, *args: str):
+        lab = self
+
+        class Holder:
+            def __enter__(self):
+                self.log = open(lab.root / "emulate-mdoc.log", "ab")
+                self.proc = subprocess.Popen([str(BIN / "tessera"), "lab", "emulate-mdoc", str(lab.mdl),
+                                              "--vpcd", f"127.0.0.1:{lab.pcscd.port}", *args],
+                                             stdout=subprocess.PIPE, stderr=self.log, text=True)
+                line = self.proc.stdout.readline()
+                assert line.startswith("inserted"), f"emulate-mdoc did not start: {line!r}"
+                lab.wait_card(True)
+                return self
+
+            def __exit__(self, *exc):
+                stop_process(self.proc)
+                self.log.close()
+                lab.wait_card(False)
+
+        return Holder()
+
+    def stop(self) -> None:
+        self.daemon.stop()
+        self.pcscd.stop()
+
+
+@pytest.fixture(scope="module")
+def mdoc_lab(tmp_path_factory):
+    lab = MDocLab(tmp_path_factory.mktemp("mdoc"))
+    yield lab
+    lab.stop()
+
+
+@pytest.mark.parametrize("extended", [True, False])
+def test_daemon_reads_an_mdoc_over_nfc(mdoc_lab, extended):
+    with mdoc_lab.holder():
+        result = mdoc_lab.daemon.client().call("mdoc.read", {"reader": mdoc_lab.reader, "extendedLength": extended})
+    doc = result["documents"][0]
+    assert doc["verdict"] == "authentic", doc["reasons"]
+    assert doc["deviceAuthentication"] == "deviceSignature"
+    assert set(doc["elements"][NS]) == {"portrait", "family_name", "given_name", "birth_date", "document_number",
+                                        "expiry_date", "issuing_country"}
+    assert len(base64_decode(doc["elements"][NS]["portrait"])) >= 19000
+    stats = result["statistics"]
+    assert stats["responseBytes"] > 20000
+    if extended:
+        # SELECT NDEF, SELECT CC, READ CC, SELECT NDEF file, READ NLEN, READ (≥ 1), SELECT mdoc, 2 ENVELOPEs.
+        assert stats["apdus"] <= 11
+    else:
+        assert stats["apdus"] >= stats["responseBytes"] // 256
+
+
+def test_daemon_reads_chosen_elements_and_the_cli_saves_the_portrait(mdoc_lab, tmp_path):
+    with mdoc_lab.holder():
+        result = mdoc_lab.daemon.client().call("mdoc.read", {"elements": ["family_name", f"{NS}/age_over_18"]})
+        photo = tmp_path / "face.jpg"
+        out = subprocess.run([str(BIN / "tessera"), "--socket", mdoc_lab.daemon.socket, "mdoc", "read",
+                              "--reader", mdoc_lab.reader, "--save-photo", str(photo)],
+                             capture_output=True, text=True, timeout=60)
+    assert result["documents"][0]["elements"][NS] == {"family_name": "MUSTERMANN", "age_over_18": True}
+    assert out.returncode == 0, out.stderr
+    assert "authentic" in out.stdout and "family_name" in out.stdout
+    assert photo.stat().st_size >= 19000 and photo.read_bytes()[:2] == b"\xff\xd8"
+
+
+def test_a_holder_requiring_reader_auth_releases_nothing(mdoc_lab):
+    # The daemon sends no readerAuth yet: a holder that requires one ends the session with status 20.
+    with mdoc_lab.holder("--reader-root", str(mdoc_lab.mdl / "iaca.pem")):
+        with pytest.raises(RPCError) as failure:
+            mdoc_lab.daemon.client().call("mdoc.read", {"reader": mdoc_lab.reader})
+    assert failure.value.code == "CARD_ERROR"
+
+
+def base64_decode(text: str) -> bytes:
+    import base64
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
