@@ -1,4 +1,6 @@
 import CBOR
+import CryptoPrimitives
+import ICAO
 import TesseraCore
 
 /// The mDL namespace and docType of ISO/IEC 18013-5 §7.
@@ -97,5 +99,26 @@ public struct DeviceRequest: Sendable, Equatable {
 
     public var encoded: [UInt8] {
         MDocCBOR.encode(["version": .textString(version), "docRequests": .array(docRequests.map(\.value))])
+    }
+}
+
+/// The reader's readerAuth material: its private key and certificate chain (DER, leaf first).
+public struct ReaderAuthKey: Sendable {
+    public let chain: [[UInt8]]
+    public let algorithm: COSEAlgorithm
+    public let signer: COSESigner
+
+    /// `privateKey`: PKCS#8 or SEC 1, PEM or DER, on P-256, P-384 or P-521; the leaf of `chain` must hold its
+    /// public key.
+    public init(privateKey bytes: [UInt8], chain: [[UInt8]]) throws(TesseraError) {
+        let der = PEM.blocks(bytes, label: "PRIVATE KEY").first ?? PEM.blocks(bytes, label: "EC PRIVATE KEY").first ?? bytes
+        let spki = try Signatures.publicKey(ofPrivateKey: der)
+        let bits = try Signatures.describe(publicKey: spki).bits
+        algorithm = bits > 384 ? .es512 : bits > 256 ? .es384 : .es256
+        guard let leaf = chain.first, let certificate = try? ParsedCertificate(der: leaf),
+              certificate.subjectPublicKeyInfo.suffix(64) == spki.suffix(64)
+        else { throw .invalidInput("the reader certificate does not hold the reader key") }
+        self.chain = chain
+        signer = COSESign1.privateKeySigner(der: der, algorithm: algorithm)
     }
 }

@@ -8,13 +8,13 @@ import TesseraCore
 extension MethodTable {
     /// Registers `mdoc.read` (docs/API.md, "Mobile documents"): NFC engagement and retrieval of an mdoc in a
     /// reader of the document service, verified against the IACA anchors.
-    func registerMDoc(_ documents: DocumentService, iacas: [ParsedCertificate]) {
+    func registerMDoc(_ documents: DocumentService, iacas: [ParsedCertificate], readerAuth: ReaderAuthKey?) {
         register("mdoc.read", .enroll) { p, _ in
             let request = try Self.mdocReadRequest(p)
             let started = ContinuousClock.now
             let read = try await documents.withCard(reader: request.reader, extendedLength: request.extendedLength) {
                 (transport: any APDUTransport) async throws(TesseraError) -> MDocRetrieval in
-                try await Self.retrieve(transport, docType: request.docType, elements: request.elements)
+                try await Self.retrieve(transport, docType: request.docType, elements: request.elements, readerAuth: readerAuth)
             }
             let results = MDocVerifier.verify(
                 response: read.value.response,
@@ -31,10 +31,22 @@ extension MethodTable {
         }
     }
 
-    static func retrieve<T: APDUTransport>(_ transport: T, docType: String, elements: [String: [String]])
-        async throws(TesseraError) -> MDocRetrieval
+    static func retrieve<T: APDUTransport>(_ transport: T, docType: String, elements: [String: [String]],
+                                           readerAuth: ReaderAuthKey?) async throws(TesseraError) -> MDocRetrieval
     {
-        try await MDocNFCReader(transport: transport).retrieve(docType: docType, elements: elements)
+        try await MDocNFCReader(transport: transport).retrieve(
+            docType: docType, elements: elements, readerAuth: readerAuth.map { ($0.chain, $0.algorithm, $0.signer) })
+    }
+
+    /// readerAuth from `--mdoc-reader-key` and `--mdoc-reader-cert` (both or neither).
+    static func loadReaderAuth(key: String?, chain: String?) throws(TesseraError) -> ReaderAuthKey? {
+        guard key != nil || chain != nil else { return nil }
+        guard let key, let chain else { throw .invalidInput("--mdoc-reader-key and --mdoc-reader-cert go together") }
+        guard let keyData = FileManager.default.contents(atPath: key), let chainData = FileManager.default.contents(atPath: chain) else {
+            throw TesseraError(.storageError, "cannot read --mdoc-reader-key or --mdoc-reader-cert")
+        }
+        let certificates = PEM.blocks([UInt8](chainData), label: "CERTIFICATE")
+        return try ReaderAuthKey(privateKey: [UInt8](keyData), chain: certificates.isEmpty ? [[UInt8](chainData)] : certificates)
     }
 
     struct MDocReadRequest: Sendable {

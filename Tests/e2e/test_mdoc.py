@@ -315,3 +315,46 @@ def test_a_holder_requiring_reader_auth_releases_nothing(mdoc_lab):
 def base64_decode(text: str) -> bytes:
     import base64
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def make_reader_pki(directory: pathlib.Path) -> pathlib.Path:
+    """A reader root and a reader authentication certificate (EKU 1.0.18013.5.1.6) made with cryptography."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    root_key = ec.generate_private_key(ec.SECP256R1())
+    reader_key = ec.generate_private_key(ec.SECP256R1())
+    root = (x509.CertificateBuilder().subject_name(name("reader root")).issuer_name(name("reader root"))
+            .public_key(root_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=365))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .sign(root_key, hashes.SHA256()))
+    reader = (x509.CertificateBuilder().subject_name(name("kiosk reader")).issuer_name(root.subject)
+              .public_key(reader_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+              .add_extension(x509.ExtendedKeyUsage([x509.ObjectIdentifier("1.0.18013.5.1.6")]), critical=True)
+              .sign(root_key, hashes.SHA256()))
+    (directory / "root.pem").write_bytes(root.public_bytes(serialization.Encoding.PEM))
+    (directory / "reader.pem").write_bytes(reader.public_bytes(serialization.Encoding.PEM))
+    (directory / "reader-key.pem").write_bytes(reader_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return directory
+
+
+def test_a_request_with_trusted_reader_auth_is_served_and_an_untrusted_one_is_not(mdoc_lab, tmp_path):
+    trusted = make_reader_pki(tmp_path / "trusted")
+    other = make_reader_pki(tmp_path / "other")
+    daemon = Daemon(mdoc_lab.root, mdoc_lab.pcscd.env, [
+        "--no-embedded-softhsm", "--iaca", str(mdoc_lab.mdl / "iaca.pem"),
+        "--mdoc-reader-key", str(trusted / "reader-key.pem"), "--mdoc-reader-cert", str(trusted / "reader.pem")],
+        name="reader-auth").start()
+    try:
+        with mdoc_lab.holder("--reader-root", str(trusted / "root.pem")):
+            result = daemon.client().call("mdoc.read", {"reader": mdoc_lab.reader, "elements": ["family_name"]})
+        assert result["documents"][0]["verdict"] == "authentic"
+        assert result["documents"][0]["elements"][NS] == {"family_name": "MUSTERMANN"}
+        with mdoc_lab.holder("--reader-root", str(other / "root.pem")):
+            with pytest.raises(RPCError) as failure:
+                daemon.client().call("mdoc.read", {"reader": mdoc_lab.reader})
+        assert failure.value.code == "CARD_ERROR"
+    finally:
+        daemon.stop()
