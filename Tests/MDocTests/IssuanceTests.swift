@@ -140,3 +140,19 @@ import TesseraCore
         #expect(throws: TesseraError.self) { try NFCHandover.deviceEngagement(inHandoverSelect: Array(message.dropLast())) }
     }
 }
+
+@Suite struct ReaderAuthKeyTests {
+    @Test func theKeyMustMatchTheLeafCertificate() throws {
+        let reader = try TestPKI.generateChain(rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
+                                               signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)
+        let key = try ReaderAuthKey(privateKey: Array(reader.signer.privateKeyPEM.utf8),
+                                    chain: [reader.signer.certificate.der, reader.root.certificate.der])
+        #expect(key.algorithm == .es256)
+        #expect(key.chain.count == 2)
+        let signature = try key.signer([1, 2, 3])
+        #expect(signature.count == 64)
+        #expect(throws: TesseraError.self) {
+            _ = try ReaderAuthKey(privateKey: Array(reader.root.privateKeyPEM.utf8), chain: [reader.signer.certificate.der])
+        }
+    }
+}
