@@ -60,6 +60,13 @@ let package = Package(
             .product(name: "X509", package: "swift-certificates"),
         ], swiftSettings: strict),
 
+        /// ISO/IEC 18013-5 mobile documents (mdoc): engagement, session encryption, requests, responses, COSE,
+        /// verification and test issuance. Pure: no I/O. docs/MDOC.md
+        .target(name: "MDoc", dependencies: [
+            "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "ICAO",
+            .product(name: "Crypto", package: "swift-crypto"),
+        ], swiftSettings: strict),
+
         // MARK: Devices and storage (I/O at the edges)
         .target(name: "PKCS11", dependencies: [
             "TesseraCore", "CPKCS11", "CSystemShims", .product(name: "Crypto", package: "swift-crypto"),
@@ -118,7 +125,7 @@ let package = Package(
         // MARK: Daemon wiring and executables
         .target(name: "TesseraDaemon", dependencies: [
             "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
-            "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent",
+            "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -130,6 +137,7 @@ let package = Package(
         .target(name: "CLISupport", dependencies: ["TesseraCore"], swiftSettings: strict),
         .executableTarget(name: "tessera", dependencies: [
             "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "MDoc", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
@@ -171,6 +179,8 @@ let package = Package(
             "NFC", "PN532Emulator", "Emulation", "APDU", "VPCD", "TesseraCore", "TesseraTestSupport", "ICAO"]),
         .testTarget(name: "EnrollmentTests", dependencies: [
             "Enrollment", "MRZ", "TesseraCore", "CredentialStore", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "MDocTests", dependencies: [
+            "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "EmulationTests", dependencies: ["Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport",
                                                            "PCSC", "VPCD", "CryptoPrimitives",
                                                            "PIV", .product(name: "Crypto", package: "swift-crypto")]),
@@ -183,7 +193,7 @@ let package = Package(
 /// into `.build-fuzz` by scripts/fuzz.sh. See CONTRIBUTING.md, "Fuzzing and sanitizers".
 if Context.environment["TESSERA_FUZZ"] == "1" {
     package.targets.append(.executableTarget(name: "tessera-fuzz", dependencies: [
-        "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
+        "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent", "MDoc",
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOEmbedded", package: "swift-nio"),
         .product(name: "Crypto", package: "swift-crypto"),

@@ -11,7 +11,7 @@ APT_PACKAGES=(
 )
 # systemd-analyze (scripts/check-systemd.sh) comes with the systemd package; containers often have it already.
 command -v systemd-analyze >/dev/null || APT_PACKAGES+=(systemd)
-PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 cryptography cbor2 pyjwt)
+PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 cryptography cbor2 pyjwt pymdoccbor==1.4.0)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

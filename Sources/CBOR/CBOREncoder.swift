@@ -45,6 +45,16 @@ extension CBORValue {
         } catch {}
         return out
     }
+
+    /// Encoding with shortest heads and definite lengths that keeps every map's pairs in the order given
+    /// (protocols such as ISO/IEC 18013-5 sign bytes whose maps are not in canonical order).
+    public func encodedPreservingMapOrder() -> [UInt8] {
+        var out: [UInt8] = []
+        do {
+            try CBOREncoding.append(self, to: &out, order: .ctap2, rejectDuplicates: false, preserveMapOrder: true)
+        } catch {}
+        return out
+    }
 }
 
 enum CBOREncoding {
@@ -75,7 +85,8 @@ enum CBOREncoding {
     }
 
     static func append(
-        _ value: CBORValue, to out: inout [UInt8], order: CBORMapKeyOrder, rejectDuplicates: Bool
+        _ value: CBORValue, to out: inout [UInt8], order: CBORMapKeyOrder, rejectDuplicates: Bool,
+        preserveMapOrder: Bool = false
     ) throws(TesseraError) {
         switch value {
         case .unsigned(let n):
@@ -92,7 +103,7 @@ enum CBOREncoding {
         case .array(let items):
             appendHead(major: 4, argument: UInt64(items.count), to: &out)
             for item in items {
-                try append(item, to: &out, order: order, rejectDuplicates: rejectDuplicates)
+                try append(item, to: &out, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder)
             }
         case .map(let pairs):
             var encoded: [(key: [UInt8], value: [UInt8])] = []
@@ -100,12 +111,12 @@ enum CBOREncoding {
             for pair in pairs {
                 var k: [UInt8] = []
                 var v: [UInt8] = []
-                try append(pair.key, to: &k, order: order, rejectDuplicates: rejectDuplicates)
-                try append(pair.value, to: &v, order: order, rejectDuplicates: rejectDuplicates)
+                try append(pair.key, to: &k, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder)
+                try append(pair.value, to: &v, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder)
                 encoded.append((k, v))
             }
-            encoded.sort { order.precedes($0.key[...], $1.key[...]) }
-            if rejectDuplicates {
+            if !preserveMapOrder { encoded.sort { order.precedes($0.key[...], $1.key[...]) } }
+            if rejectDuplicates && !preserveMapOrder {
                 for i in encoded.indices.dropFirst() where encoded[i - 1].key == encoded[i].key {
                     throw TesseraError(.invalidInput, "CBOR map has a duplicate key")
                 }
@@ -117,7 +128,7 @@ enum CBOREncoding {
             }
         case .tagged(let tag, let inner):
             appendHead(major: 6, argument: tag, to: &out)
-            try append(inner, to: &out, order: order, rejectDuplicates: rejectDuplicates)
+            try append(inner, to: &out, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder)
         case .simple(let simple):
             appendHead(major: 7, argument: UInt64(simple.rawValue), to: &out)
         case .bool(let b):

@@ -129,6 +129,26 @@ public final class DocumentService: Sendable {
         }
     }
 
+    /// Opens the card in `reader` (or the first reader holding one) for another document family (mdoc) and runs
+    /// `body` with it exclusively; returns its value with the reader's name and the APDUs and bytes exchanged.
+    public func withCard<T: Sendable>(reader: String?, extendedLength: Bool,
+                                      _ body: @Sendable (any APDUTransport) async throws(TesseraError) -> T)
+        async throws(TesseraError) -> (value: T, reader: String, apdus: Int, bytes: Int)
+    {
+        let (source, readerName) = try await chooseReader(reader)
+        let session = try await source.open(reader: readerName)
+        let wire = CountingTransport(session, extendedLength: extendedLength)
+        do {
+            let value = try await session.exclusively { () throws(TesseraError) -> T in try await body(wire) }
+            await session.close()
+            let counters = wire.counters
+            return (value, readerName, counters.apdus, counters.bytes)
+        } catch {
+            await session.close()
+            throw error
+        }
+    }
+
     private func chooseReader(_ name: String?) async throws(TesseraError) -> (any ReaderSource, String) {
         var firstError: TesseraError?
         var sawReader = false

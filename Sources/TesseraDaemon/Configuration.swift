@@ -24,6 +24,12 @@ public struct DaemonOptions: Sendable {
     public var allowDefaultPIVManagementKey = false
     /// Serve the SSH agent protocol on this Unix socket (`--ssh-agent-socket`; overrides `sshAgent.socket`).
     public var sshAgentSocket: String?
+    /// IACA trust anchors for mdoc verification (`--iaca`, repeatable; PEM or DER files), separate from the CSCAs.
+    public var iacaPaths: [String] = []
+    /// readerAuth for `mdoc.read`: the reader's private key (`--mdoc-reader-key`) and certificate chain, leaf first
+    /// (`--mdoc-reader-cert`, PEM).
+    public var mdocReaderKeyPath: String?
+    public var mdocReaderCertificatePath: String?
 
     public init(socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
                 cscaPaths: [String] = [], embeddedSoftHSM: Bool = true, logLevel: String = "info") {

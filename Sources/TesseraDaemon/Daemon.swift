@@ -71,6 +71,9 @@ public enum Daemon {
                                         trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents)
         table.registerTrust(documents)
+        table.registerMDoc(documents, iacas: try MethodTable.loadIACAs(options.iacaPaths),
+                           readerAuth: try MethodTable.loadReaderAuth(key: options.mdocReaderKeyPath,
+                                                                      chain: options.mdocReaderCertificatePath))
         // SIGHUP reloads the trust anchors; a bad set is logged and the old one stays.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         let trustReloader = Task { [logger] in

@@ -6,5 +6,5 @@ struct Lab: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Lab tools: emulated passports and PIV cards, card emulation with libnfc, a software PN532, APDU traces.",
         subcommands: [LabMakeProfile.self, LabEmulatePassport.self, LabEmulatePIV.self, LabEmulate.self, LabPN532.self,
-                      LabTrace.self])
+                      LabTrace.self, LabMakeMDoc.self, LabEmulateMDoc.self])
 }

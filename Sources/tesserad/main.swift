@@ -92,6 +92,15 @@ struct Tesserad: AsyncParsableCommand {
     @Option(name: .customLong("ssh-agent-socket"), help: ArgumentHelp("Also serve the SSH agent protocol on this Unix socket (mode 0660; for SSH_AUTH_SOCK). See SSH AGENT.", valueName: "PATH"))
     var sshAgentSocket: String?
 
+    @Option(name: .long, help: ArgumentHelp("IACA trust anchors for mdoc.read (ISO/IEC 18013-5 mobile documents): a PEM (one or more certificates) or DER certificate file (repeatable). A trust list of its own: CSCAs are never IACAs. Every file must parse, else start-up fails.", valueName: "PATH"))
+    var iaca: [String] = []
+
+    @Option(name: .customLong("mdoc-reader-key"), help: ArgumentHelp("Private key (PEM, P-256/384/521) that signs mdoc.read requests (readerAuth); needs --mdoc-reader-cert.", valueName: "FILE"))
+    var mdocReaderKey: String?
+
+    @Option(name: .customLong("mdoc-reader-cert"), help: ArgumentHelp("The reader authentication certificate chain for --mdoc-reader-key, PEM, leaf first.", valueName: "FILE"))
+    var mdocReaderCert: String?
+
     func run() async throws {
         let state = stateDir ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"] ?? "/var/lib/tesserad"
         var options = DaemonOptions(socketPath: socket, stateDir: state, pkcs11Modules: pkcs11Modules,
@@ -103,6 +112,9 @@ struct Tesserad: AsyncParsableCommand {
         options.pivManagementKeyFile = pivManagementKeyFile
         options.allowDefaultPIVManagementKey = allowDefaultPIVManagementKey
         options.sshAgentSocket = sshAgentSocket
+        options.iacaPaths = iaca
+        options.mdocReaderKeyPath = mdocReaderKey
+        options.mdocReaderCertificatePath = mdocReaderCert
         do {
             try await Daemon.run(options)
         } catch {

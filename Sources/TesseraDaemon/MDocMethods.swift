@@ -1,0 +1,90 @@
+import APDU
+import Documents
+import Foundation
+import ICAO
+import MDoc
+import TesseraCore
+
+extension MethodTable {
+    /// Registers `mdoc.read` (docs/API.md, "Mobile documents"): NFC engagement and retrieval of an mdoc in a
+    /// reader of the document service, verified against the IACA anchors.
+    func registerMDoc(_ documents: DocumentService, iacas: [ParsedCertificate], readerAuth: ReaderAuthKey?) {
+        register("mdoc.read", .enroll) { p, _ in
+            let request = try Self.mdocReadRequest(p)
+            let started = ContinuousClock.now
+            let read = try await documents.withCard(reader: request.reader, extendedLength: request.extendedLength) {
+                (transport: any APDUTransport) async throws(TesseraError) -> MDocRetrieval in
+                try await Self.retrieve(transport, docType: request.docType, elements: request.elements, readerAuth: readerAuth)
+            }
+            let results = MDocVerifier.verify(
+                response: read.value.response,
+                session: .init(transcript: read.value.transcript, eReaderKey: read.value.eReaderKey),
+                iacas: iacas, now: Date(), expectedDocType: request.docType)
+            let elapsed = ContinuousClock.now - started
+            let ms = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+            return [
+                "reader": .string(read.reader), "status": .number(Double(read.value.response.status)),
+                "documents": .array(results.map(\.json)),
+                "statistics": ["apdus": .number(Double(read.apdus)), "bytes": .number(Double(read.bytes)),
+                               "responseBytes": .number(Double(read.value.responseBytes.count)), "durationMs": .number(ms.rounded())],
+            ]
+        }
+    }
+
+    static func retrieve<T: APDUTransport>(_ transport: T, docType: String, elements: [String: [String]],
+                                           readerAuth: ReaderAuthKey?) async throws(TesseraError) -> MDocRetrieval
+    {
+        try await MDocNFCReader(transport: transport).retrieve(
+            docType: docType, elements: elements, readerAuth: readerAuth.map { ($0.chain, $0.algorithm, $0.signer) })
+    }
+
+    /// readerAuth from `--mdoc-reader-key` and `--mdoc-reader-cert` (both or neither).
+    static func loadReaderAuth(key: String?, chain: String?) throws(TesseraError) -> ReaderAuthKey? {
+        guard key != nil || chain != nil else { return nil }
+        guard let key, let chain else { throw .invalidInput("--mdoc-reader-key and --mdoc-reader-cert go together") }
+        guard let keyData = FileManager.default.contents(atPath: key), let chainData = FileManager.default.contents(atPath: chain) else {
+            throw TesseraError(.storageError, "cannot read --mdoc-reader-key or --mdoc-reader-cert")
+        }
+        let certificates = PEM.blocks([UInt8](chainData), label: "CERTIFICATE")
+        return try ReaderAuthKey(privateKey: [UInt8](keyData), chain: certificates.isEmpty ? [[UInt8](chainData)] : certificates)
+    }
+
+    struct MDocReadRequest: Sendable {
+        var reader: String?
+        var docType: String
+        var elements: [String: [String]]
+        var extendedLength: Bool
+    }
+
+    /// `{reader?, docType?, elements? ["family_name" | "namespace/identifier", …], extendedLength?}`.
+    static func mdocReadRequest(_ p: Params) throws(TesseraError) -> MDocReadRequest {
+        var elements: [String: [String]] = [:]
+        let items = try p.optionalArray("elements") ?? MDL.defaultElements.map { JSONValue.string($0) }
+        for item in items {
+            guard let text = item.stringValue, !text.isEmpty else {
+                throw TesseraError(.invalidInput, "elements items must be strings", details: ["field": "elements"])
+            }
+            if let slash = text.lastIndex(of: "/") {
+                elements[String(text[..<slash]), default: []].append(String(text[text.index(after: slash)...]))
+            } else {
+                elements[MDL.namespace, default: []].append(text)
+            }
+        }
+        return MDocReadRequest(reader: try p.optionalString("reader"), docType: try p.optionalString("docType") ?? MDL.docType,
+                               elements: elements, extendedLength: try p.optionalBool("extendedLength") ?? true)
+    }
+
+    /// The IACA anchors of `--iaca` paths (PEM files with one or more certificates, or DER).
+    static func loadIACAs(_ paths: [String]) throws(TesseraError) -> [ParsedCertificate] {
+        var out: [ParsedCertificate] = []
+        for path in paths {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw TesseraError(.storageError, "cannot read --iaca \(path)")
+            }
+            let bytes = [UInt8](data)
+            let pem = PEM.blocks(bytes, label: "CERTIFICATE")
+            for der in pem.isEmpty ? [bytes] : pem { out.append(try ParsedCertificate(der: der)) }
+        }
+        return out
+    }
+}

@@ -1,0 +1,37 @@
+import Foundation
+import MDoc
+
+/// ISO/IEC 18013-5 bytes from a holder or a reader: DeviceEngagement, the NFC Handover Select, SessionEstablishment,
+/// SessionData, DeviceRequest and DeviceResponse (verified with a fixed transcript, time and no anchors).
+enum MDocTarget {
+    static let transcript = SessionTranscript(deviceEngagementBytes: [0xA0], eReaderKeyBytes: [0xA0], handover: .null)
+    static let now = Date(timeIntervalSince1970: 1_606_780_800)
+
+    static func run(_ input: [UInt8]) {
+        let (selector, bytes) = input.selectorAndRest
+        switch selector % 6 {
+        case 0: _ = try? DeviceEngagement(bytes: bytes)
+        case 1: _ = try? NFCHandover.deviceEngagement(inHandoverSelect: bytes)
+        case 2: _ = try? SessionEstablishment(bytes: bytes)
+        case 3: _ = try? SessionData(bytes: bytes)
+        case 4:
+            if let request = try? DeviceRequest(bytes: bytes) {
+                _ = request.encoded
+                for doc in request.docRequests {
+                    let payload = DocRequest.readerAuthenticationBytes(sessionTranscript: transcript,
+                                                                        itemsRequestBytes: doc.itemsRequestBytes)
+                    if let auth = doc.readerAuth, let der = auth.x5chain.first {
+                        _ = auth.verify(publicKey: der, detachedPayload: payload)
+                    }
+                }
+            }
+        default:
+            if let response = try? DeviceResponse(bytes: bytes) {
+                _ = response.encoded
+                for result in MDocVerifier.verify(response: response, session: .init(transcript: transcript), iacas: [], now: now) {
+                    _ = result.json
+                }
+            }
+        }
+    }
+}
