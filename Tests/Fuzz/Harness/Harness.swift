@@ -54,6 +54,8 @@ let allTargets: [FuzzTarget] = [
     FuzzTarget(name: "pn532", run: PN532Target.run),
     FuzzTarget(name: "vpcd", run: VPCDTarget.run),
     FuzzTarget(name: "sshagent", run: SSHAgentTarget.run),
+    FuzzTarget(name: "ctaphid", run: CTAPHIDTarget.run),
+    FuzzTarget(name: "ctap2", run: CTAP2Target.run),
 ]
 
 let selectedTarget: FuzzTarget = {
