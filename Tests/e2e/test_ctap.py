@@ -331,12 +331,20 @@ class Raw:
         self.s.send((struct.pack(">IBH", cid, 0x80 | cmd, len(payload) if length is None else length) + payload).ljust(64, b"\0"))
 
     def recv(self, skip_keepalive=True):
+        """One message (continuation packets joined)."""
         while True:
             p = self.s.recv(64)
             cid, cmd, n = struct.unpack(">IBH", p[:7])
             if skip_keepalive and cmd == 0xBB:
                 continue
-            return cid, cmd, p[7:7 + n]
+            data = p[7:7 + n]
+            seq = 0
+            while len(data) < n:
+                p = self.s.recv(64)
+                assert struct.unpack(">IB", p[:5]) == (cid, seq)
+                data += p[5:5 + min(59, n - len(data))]
+                seq += 1
+            return cid, cmd, data
 
     def open(self) -> int:
         nonce = os.urandom(8)
@@ -377,14 +385,7 @@ def test_bad_input(ctap):
     r.send(cid, 0x01, payload[:57], length=150)
     r.s.send((struct.pack(">IB", cid, 0) + payload[57:116]).ljust(64, b"\0"))
     r.s.send((struct.pack(">IB", cid, 1) + payload[116:]).ljust(64, b"\0"))
-    got = b""
-    c, cmd, data = r.recv()
-    assert (c, cmd) == (cid, 0x81)
-    got = data
-    while len(got) < 150:
-        p = r.s.recv(64)
-        got += p[5:5 + min(59, 150 - len(got))]
-    assert got == payload
+    assert r.recv() == (cid, 0x81, payload)
     # A message whose continuation never comes: MSG_TIMEOUT.
     r.send(cid, 0x01, b"a" * 57, length=100)
     assert r.recv() == (cid, 0xBF, bytes([0x05]))
