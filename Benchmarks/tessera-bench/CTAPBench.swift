@@ -49,7 +49,7 @@ enum CTAPBench {
             }
             print("tessera-bench --ctap: SoftHSM2, P-256, 1 client, \(seconds)s per path, \(ProcessInfo.processInfo.activeProcessorCount) cores")
             print("path                                   n      median µs   p99 µs")
-            print(String(format: "raw C_Sign (mean)               %8s  %10.0f", "-", 1e6 / rawRate))
+            print(String(format: "%-38@ %6@  %10.0f", "raw C_Sign (mean)" as NSString, "" as NSString, 1e6 / rawRate))
             for (name, latencies) in [("passkey.authenticate (JSON-RPC)", rpc), ("getAssertion (--ctap-socket, up=false)", ctap)] {
                 let s = latencies.sorted()
                 print(String(format: "%-38@ %6d  %10.0f  %7.0f", name as NSString, s.count, s[s.count / 2] * 1e6,

@@ -263,6 +263,11 @@ public final class PasskeyService: Sendable {
         try await store.list(rpId: rpId, userId: userId)
     }
 
+    /// The credential `id` from the in-memory cache assertions use (nil when unknown): no database read once seen.
+    public func cachedCredential(id: [UInt8]) async throws(TesseraError) -> CredentialRecord? {
+        try await cachedRecord(id)
+    }
+
     public func credential(id: [UInt8]) async throws(TesseraError) -> CredentialRecord {
         guard let rec = try await store.credential(id: id) else {
             throw TesseraError(.passkeyNotFound, "no credential with this id")

@@ -8,6 +8,7 @@ import Logging
 import Passkeys
 import RPC
 import ServiceLifecycle
+import Synchronization
 import TesseraCore
 import WebAuthn
 #if canImport(Glibc)
@@ -40,27 +41,34 @@ enum CTAPCaller {
 
 /// The authenticator's credentials are the passkey service's: made with `PasskeyService.enroll`, used with
 /// `PasskeyService.authenticate` (one sign counter), listed by `credentials.list`.
-struct CTAPPasskeyBackend: CTAP2Backend {
+final class CTAPPasskeyBackend: CTAP2Backend {
     let passkeys: PasskeyService
     let options: CTAPCredentialStore
     let presence: PresenceBroker
     let policy: Policy
     let tokenId: String?
     let logger: Logger
+    private let optionsCache = Mutex<[Data: CTAPCredentialOptions?]>([:])
+
+    init(passkeys: PasskeyService, options: CTAPCredentialStore, presence: PresenceBroker, policy: Policy,
+         tokenId: String?, logger: Logger) {
+        self.passkeys = passkeys; self.options = options; self.presence = presence; self.policy = policy
+        self.tokenId = tokenId; self.logger = logger
+    }
 
     func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential] {
         var records: [CredentialRecord] = []
         do throws(TesseraError) {
             if let ids {
                 for id in ids.prefix(64) {
-                    if let rec = try? await passkeys.credential(id: id), rec.rpId == rpId { records.append(rec) }
+                    if let rec = try await passkeys.cachedCredential(id: id), rec.rpId == rpId { records.append(rec) }
                 }
             } else {
                 records = try await passkeys.credentials(rpId: rpId, userId: nil)
             }
             let present = Set(await passkeys.tokens().map(\.id))
             records = records.filter { present.contains($0.tokenId) }.sorted { $0.createdAt > $1.createdAt }
-            let stored = try await options.options(records.map(\.credentialId))
+            let stored = try await cachedOptions(records.map(\.credentialId))
             return records.compactMap { r in
                 let o = stored[r.credentialId]
                 let discoverable = o?.discoverable ?? true
@@ -76,6 +84,28 @@ struct CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
+    /// CTAP options by credential id (nil: no row, a passkey made through JSON-RPC); rows never change once written.
+    private func cachedOptions(_ ids: [Data]) async throws(TesseraError) -> [Data: CTAPCredentialOptions] {
+        var found: [Data: CTAPCredentialOptions] = [:]
+        var missing: [Data] = []
+        optionsCache.withLock { cache in
+            for id in ids {
+                switch cache[id] {
+                case .some(.some(let o)): found[id] = o
+                case .some(.none): break
+                case .none: missing.append(id)
+                }
+            }
+        }
+        guard !missing.isEmpty else { return found }
+        let loaded = try await options.options(missing)
+        optionsCache.withLock { cache in
+            if cache.count >= 65_536 { cache.removeAll(keepingCapacity: true) }
+            for id in missing { cache[id] = .some(loaded[id]) }
+        }
+        return found.merging(loaded) { a, _ in a }
+    }
+
     func makeCredential(rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
                         credProtect: CredProtect, extensions: [UInt8]?) async throws(CTAP2Error) -> CTAP2Attestation {
         if let peer = CTAPCaller.current, (try? policy.check(.enroll, peer: peer)) == nil {
@@ -87,8 +117,10 @@ struct CTAPPasskeyBackend: CTAP2Backend {
         }
         let credentialId = SecureRandom.bytes(32)
         do throws(TesseraError) {
-            try await options.save(CTAPCredentialOptions(credentialId: Data(credentialId), discoverable: discoverable,
-                                                         credProtect: Int(credProtect.rawValue)))
+            let saved = CTAPCredentialOptions(credentialId: Data(credentialId), discoverable: discoverable,
+                                              credProtect: Int(credProtect.rawValue))
+            try await options.save(saved)
+            optionsCache.withLock { $0[saved.credentialId] = .some(saved) }
             var request = PasskeyService.EnrollRequest(
                 rpId: rpId, userId: user.id, userName: user.name ?? "", userDisplayName: user.displayName ?? "",
                 challenge: [], tokenId: tokenId, attestation: .packed, userVerification: .discouraged,
