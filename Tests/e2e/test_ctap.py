@@ -452,3 +452,42 @@ def test_libfido2_make_cred_and_get_assert(ctap, tmp_path):
     assert r.stdout.startswith("OK 32 ")
     listed = ctap.daemon.client().call("credentials.list", {"rpId": RP})["credentials"]
     assert [x["user"]["name"] for x in listed] == ["carol"]
+
+
+def test_policy_refuses_a_client_without_sign(tmp_path, softhsm):
+    """The CTAP socket checks the connecting uid like the main socket: without `sign` the connection is closed."""
+    d = CTAPDaemon(tmp_path, softhsm, extra={"socketMode": "0666"})
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["policy"] = {"sign": {"users": ["root"]}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
+        if p == pathlib.Path("/"):
+            break
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+    d.start()
+    try:
+        assert oct(os.stat(d.sock).st_mode & 0o777) == "0o666"
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                s.connect(d.sock)
+                s.settimeout(30)
+                s.send(struct.pack(">IBH", 0xFFFFFFFF, 0x86, 8).ljust(64, b"\0"))
+                code = 0 if s.recv(64) == b"" else 1
+            except (ConnectionResetError, BrokenPipeError):  # closed before or while it wrote
+                code = 0
+            except BaseException as e:
+                os.write(2, f"child: {e!r}\n".encode())
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, "nobody's CTAP connection was not closed"
+        assert "ctap: connection refused" in d.daemon.log.read_text()
+        # root (holder of sign) is served.
+        assert Ctap2(d.device()).get_info().versions == ["FIDO_2_0", "FIDO_2_1"]
+    finally:
+        d.daemon.stop()
