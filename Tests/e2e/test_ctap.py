@@ -275,6 +275,9 @@ def test_cancel_while_waiting_for_presence(ctap):
     # The authenticator is free again for the next request.
     ctap.answer.write_text("0")
     assert Ctap2(dev).get_info().versions == ["FIDO_2_0", "FIDO_2_1"]
+    # SIGTERM with a client still connected: a clean stop, the socket file removed.
+    assert ctap.daemon.stop() == 0
+    assert not os.path.exists(ctap.sock)
 
 
 def test_no_presence_source_is_refused_with_a_log_line(tmp_path, softhsm):
