@@ -494,3 +494,27 @@ def test_policy_refuses_a_client_without_sign(tmp_path, softhsm):
         assert Ctap2(d.device()).get_info().versions == ["FIDO_2_0", "FIDO_2_1"]
     finally:
         d.daemon.stop()
+
+
+def test_token_choice_with_several_tokens(tmp_path, softhsm):
+    """With two tokens present, makeCredential needs ctap.tokenId; with it, the credential lands on that token."""
+    softhsm.add_token("second", pin="1234")
+    d = CTAPDaemon(tmp_path, softhsm).start()
+    try:
+        args = (hashlib.sha256(b"t").digest(), {"id": RP}, {"id": b"u", "name": "u"}, [{"type": "public-key", "alg": -7}])
+        with pytest.raises(CtapError) as e:
+            Ctap2(d.device()).make_credential(*args)
+        assert e.value.code == CtapError.ERR.OPERATION_DENIED
+        assert "set ctap.tokenId" in d.daemon.log.read_text()
+        tokens = d.daemon.client().call("tokens.list")["tokens"]
+        second = next(t["id"] for t in tokens if t.get("label") == "second")
+        d.daemon.stop()
+        cfg = json.loads((tmp_path / "config.json").read_text())
+        cfg["ctap"]["tokenId"] = second
+        cfg["pinFiles"]["second"] = cfg["pinFiles"]["tessera-test"]
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+        d.daemon.start()
+        Ctap2(d.device()).make_credential(*args)
+        assert [c["tokenId"] for c in d.daemon.client().call("credentials.list", {})["credentials"]] == [second]
+    finally:
+        d.daemon.stop()
