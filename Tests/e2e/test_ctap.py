@@ -518,3 +518,18 @@ def test_token_choice_with_several_tokens(tmp_path, softhsm):
         assert [c["tokenId"] for c in d.daemon.client().call("credentials.list", {})["credentials"]] == [second]
     finally:
         d.daemon.stop()
+
+
+def test_presence_timeout(tmp_path, softhsm):
+    """No answer within ctap.presenceTimeoutSeconds: USER_ACTION_TIMEOUT, nothing made."""
+    d = CTAPDaemon(tmp_path, softhsm, extra={"presenceTimeoutSeconds": 1})
+    d.answer.write_text("sleep")
+    d.start()
+    try:
+        with pytest.raises(CtapError) as e:
+            Ctap2(d.device()).make_credential(hashlib.sha256(b"w").digest(), {"id": RP}, {"id": b"u", "name": "u"},
+                                              [{"type": "public-key", "alg": -7}])
+        assert e.value.code == CtapError.ERR.USER_ACTION_TIMEOUT
+        assert d.daemon.client().call("credentials.list", {})["credentials"] == []
+    finally:
+        d.daemon.stop()
