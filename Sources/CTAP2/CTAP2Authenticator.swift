@@ -9,7 +9,8 @@ public struct CTAP2Credential: Sendable, Equatable {
     public var discoverable: Bool
     public var credProtect: CredProtect
     public init(id: [UInt8], rpId: String, user: CTAP2User, discoverable: Bool, credProtect: CredProtect) {
-        self.id = id; self.rpId = rpId; self.user = user; self.discoverable = discoverable; self.credProtect = credProtect
+        self.id = id; self.rpId = rpId; self.user = user; self.discoverable = discoverable;
+        self.credProtect = credProtect
     }
 }
 
@@ -40,8 +41,10 @@ public protocol CTAP2Backend: Sendable {
     func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential]
     /// Creates a credential (key on the token, record in the store) and returns its packed self attestation over
     /// authData with `extensions` (canonical CBOR map) when given.
-    func makeCredential(rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-                        credProtect: CredProtect, extensions: [UInt8]?) async throws(CTAP2Error) -> CTAP2Attestation
+    func makeCredential(
+        rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
+        credProtect: CredProtect, extensions: [UInt8]?
+    ) async throws(CTAP2Error) -> CTAP2Attestation
     /// Signs authData ‖ clientDataHash with the credential's key (the sign count advances); returns
     /// (authData, DER signature).
     func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool) async throws(CTAP2Error)
@@ -96,7 +99,9 @@ public actor CTAP2Authenticator {
     }
 
     /// As `handle`, with the failure's message (for the log).
-    public func run(_ message: [UInt8], progress: @Sendable (CTAP2Progress) -> Void = { _ in }) async throws(CTAP2Error) -> CBORValue? {
+    public func run(_ message: [UInt8], progress: @Sendable (CTAP2Progress) -> Void = { _ in }) async throws(CTAP2Error)
+        -> CBORValue?
+    {
         guard let commandByte = message.first else { throw CTAP2Error(.invalidLength, "empty request") }
         guard let command = CTAP2Command(rawValue: commandByte) else {
             throw CTAP2Error(.invalidCommand, "unknown command 0x\(String(commandByte, radix: 16))")
@@ -105,8 +110,9 @@ public actor CTAP2Authenticator {
         let parameters: CBORValue?
         if message.count > 1 {
             do {
-                parameters = try CBORValue(decoding: Array(message.dropFirst()),
-                                           options: CBORDecodingOptions(maxDepth: 8, maxItems: 4096))
+                parameters = try CBORValue(
+                    decoding: Array(message.dropFirst()),
+                    options: CBORDecodingOptions(maxDepth: 8, maxItems: 4096))
             } catch {
                 throw CTAP2Error(.invalidCBOR, "request CBOR: \(error.message)")
             }
@@ -144,10 +150,14 @@ public actor CTAP2Authenticator {
         ]
     }
 
-    func makeCredential(_ r: MakeCredentialRequest, progress: @Sendable (CTAP2Progress) -> Void) async throws(CTAP2Error) -> CBORValue {
+    func makeCredential(_ r: MakeCredentialRequest, progress: @Sendable (CTAP2Progress) -> Void)
+        async throws(CTAP2Error) -> CBORValue
+    {
         guard r.clientDataHash.count == 32 else { throw CTAP2Error(.invalidLength, "clientDataHash must be 32 bytes") }
         guard r.algorithms.contains(-7) else { throw CTAP2Error(.unsupportedAlgorithm, "only ES256 (-7) is supported") }
-        if r.pinUvAuthParam != nil { throw CTAP2Error(.pinAuthInvalid, "ClientPIN is not set up on this authenticator") }
+        if r.pinUvAuthParam != nil {
+            throw CTAP2Error(.pinAuthInvalid, "ClientPIN is not set up on this authenticator")
+        }
         if r.userPresence == false { throw CTAP2Error(.invalidOption, "makeCredential always tests user presence") }
         if r.userVerification { throw CTAP2Error(.invalidOption, "no built-in user verification") }
         let presenceRequest = PresenceRequest(operation: "makeCredential", rpId: r.rpId, userName: r.user.name)
@@ -170,9 +180,13 @@ public actor CTAP2Authenticator {
         return [1: .textString(attestation.format), 2: .byteString(attestation.authData), 3: attestation.statement]
     }
 
-    func getAssertion(_ r: GetAssertionRequest, progress: @Sendable (CTAP2Progress) -> Void) async throws(CTAP2Error) -> CBORValue {
+    func getAssertion(_ r: GetAssertionRequest, progress: @Sendable (CTAP2Progress) -> Void) async throws(CTAP2Error)
+        -> CBORValue
+    {
         guard r.clientDataHash.count == 32 else { throw CTAP2Error(.invalidLength, "clientDataHash must be 32 bytes") }
-        if r.pinUvAuthParam != nil { throw CTAP2Error(.pinAuthInvalid, "ClientPIN is not set up on this authenticator") }
+        if r.pinUvAuthParam != nil {
+            throw CTAP2Error(.pinAuthInvalid, "ClientPIN is not set up on this authenticator")
+        }
         if r.userVerification { throw CTAP2Error(.invalidOption, "no built-in user verification") }
         let found = try await backend.credentials(rpId: r.rpId, ids: r.allowList)
         let usable = found.filter { c in
@@ -184,17 +198,21 @@ public actor CTAP2Authenticator {
         }
         guard let first = usable.first else { throw CTAP2Error(.noCredentials, "no usable credential for \(r.rpId)") }
         if r.userPresence {
-            try await presence(PresenceRequest(operation: "getAssertion", rpId: r.rpId,
-                                               userName: r.allowList == nil && usable.count == 1 ? first.user.name : nil),
-                               progress: progress)
+            try await presence(
+                PresenceRequest(
+                    operation: "getAssertion", rpId: r.rpId,
+                    userName: r.allowList == nil && usable.count == 1 ? first.user.name : nil),
+                progress: progress)
             progress(.processing)
         }
-        var response = try await assertion(first, clientDataHash: r.clientDataHash, userPresent: r.userPresence,
-                                           discoverable: r.allowList == nil)
+        var response = try await assertion(
+            first, clientDataHash: r.clientDataHash, userPresent: r.userPresence,
+            discoverable: r.allowList == nil)
         if r.allowList == nil, usable.count > 1 {
             response.append((CBORValue(5), CBORValue(usable.count)))
-            pending = PendingAssertions(credentials: Array(usable.dropFirst()), clientDataHash: r.clientDataHash,
-                                        userPresent: r.userPresence, expires: .now + Self.nextAssertionWindow)
+            pending = PendingAssertions(
+                credentials: Array(usable.dropFirst()), clientDataHash: r.clientDataHash,
+                userPresent: r.userPresence, expires: .now + Self.nextAssertionWindow)
         }
         return .map(response)
     }
@@ -206,12 +224,16 @@ public actor CTAP2Authenticator {
         }
         let next = p.credentials.removeFirst()
         pending = p.credentials.isEmpty ? nil : p
-        return .map(try await assertion(next, clientDataHash: p.clientDataHash, userPresent: p.userPresent, discoverable: true))
+        return .map(
+            try await assertion(next, clientDataHash: p.clientDataHash, userPresent: p.userPresent, discoverable: true))
     }
 
-    private func assertion(_ c: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool,
-                           discoverable: Bool) async throws(CTAP2Error) -> [(key: CBORValue, value: CBORValue)] {
-        let (authData, signature) = try await backend.assert(c, clientDataHash: clientDataHash, userPresent: userPresent)
+    private func assertion(
+        _ c: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool,
+        discoverable: Bool
+    ) async throws(CTAP2Error) -> [(key: CBORValue, value: CBORValue)] {
+        let (authData, signature) = try await backend.assert(
+            c, clientDataHash: clientDataHash, userPresent: userPresent)
         var out: [(key: CBORValue, value: CBORValue)] = [
             (1, ["id": .byteString(c.id), "type": "public-key"]),
             (2, .byteString(authData)),
@@ -222,7 +244,9 @@ public actor CTAP2Authenticator {
         return out
     }
 
-    private func presence(_ request: PresenceRequest, progress: @Sendable (CTAP2Progress) -> Void) async throws(CTAP2Error) {
+    private func presence(_ request: PresenceRequest, progress: @Sendable (CTAP2Progress) -> Void)
+        async throws(CTAP2Error)
+    {
         progress(.waitingForUserPresence)
         try await backend.userPresence(request)
         if Task.isCancelled { throw CTAP2Error(.keepaliveCancel, "cancelled") }

@@ -60,7 +60,9 @@ public struct MakeCredentialRequest: Sendable, Equatable {
         user = CTAP2User(id: userId, name: u["name"]?.textValue, displayName: u["displayName"]?.textValue)
         algorithms = []
         for entry in try p.array(4) {
-            guard entry.mapValue != nil else { throw CTAP2Error(.cborUnexpectedType, "pubKeyCredParams entry is not a map") }
+            guard entry.mapValue != nil else {
+                throw CTAP2Error(.cborUnexpectedType, "pubKeyCredParams entry is not a map")
+            }
             guard let type = entry["type"]?.textValue, let alg = entry["alg"]?.int64Value else {
                 throw CTAP2Error(.missingParameter, "pubKeyCredParams entry lacks type or alg")
             }
@@ -143,12 +145,16 @@ struct Params {
     }
 
     func bytes(_ key: Int) throws(CTAP2Error) -> [UInt8] {
-        guard let b = try value(key).bytesValue else { throw CTAP2Error(.cborUnexpectedType, "parameter \(key) is not bytes") }
+        guard let b = try value(key).bytesValue else {
+            throw CTAP2Error(.cborUnexpectedType, "parameter \(key) is not bytes")
+        }
         return b
     }
 
     func text(_ key: Int) throws(CTAP2Error) -> String {
-        guard let t = try value(key).textValue else { throw CTAP2Error(.cborUnexpectedType, "parameter \(key) is not text") }
+        guard let t = try value(key).textValue else {
+            throw CTAP2Error(.cborUnexpectedType, "parameter \(key) is not text")
+        }
         return t
     }
 
@@ -159,7 +165,9 @@ struct Params {
     }
 
     func array(_ key: Int) throws(CTAP2Error) -> [CBORValue] {
-        guard let a = try value(key).arrayValue else { throw CTAP2Error(.cborUnexpectedType, "parameter \(key) is not an array") }
+        guard let a = try value(key).arrayValue else {
+            throw CTAP2Error(.cborUnexpectedType, "parameter \(key) is not an array")
+        }
         return a
     }
 

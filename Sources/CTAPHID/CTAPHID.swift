@@ -39,7 +39,8 @@ public enum CTAPHID {
     public static func packets(channel: UInt32, command: Command, payload: [UInt8]) -> [[UInt8]] {
         precondition(payload.count <= maxMessageSize, "CTAPHID message too large")
         var out: [[UInt8]] = []
-        var first = channelBytes(channel) + [0x80 | command.rawValue, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+        var first =
+            channelBytes(channel) + [0x80 | command.rawValue, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
         first += payload.prefix(initPayload)
         out.append(padded(first))
         var offset = min(payload.count, initPayload)
@@ -102,7 +103,8 @@ public struct CTAPHIDDevice: Sendable {
     }
 
     /// Handles one report from `owner` received at `now`.
-    public mutating func receive(_ report: [UInt8], from owner: UInt64, now: ContinuousClock.Instant) -> [CTAPHIDAction] {
+    public mutating func receive(_ report: [UInt8], from owner: UInt64, now: ContinuousClock.Instant) -> [CTAPHIDAction]
+    {
         var actions = expire(now: now)
         guard report.count == CTAPHID.reportSize else { return actions }
         let channel = UInt32(report[0]) << 24 | UInt32(report[1]) << 16 | UInt32(report[2]) << 8 | UInt32(report[3])
@@ -133,7 +135,8 @@ public struct CTAPHIDDevice: Sendable {
         }
         let length = Int(report[5]) << 8 | Int(report[6])
         if channel == 0 || (channel == CTAPHID.broadcastChannel && command != .initialize)
-            || (channel != CTAPHID.broadcastChannel && !channelValid(channel, owner)) {
+            || (channel != CTAPHID.broadcastChannel && !channelValid(channel, owner))
+        {
             return actions + [error(.invalidChannel)]
         }
         if command == .initialize {
@@ -146,9 +149,12 @@ public struct CTAPHIDDevice: Sendable {
             }
             let nonce = Array(report[7..<15])
             let assigned = channel == CTAPHID.broadcastChannel ? allocate(owner) : channel
-            let reply = nonce + CTAPHID.channelBytes(assigned)
+            let reply =
+                nonce + CTAPHID.channelBytes(assigned)
                 + [2, version.0, version.1, version.2, CTAPHID.capabilities]
-            return actions + [.send(owner: owner, reports: CTAPHID.packets(channel: channel, command: .initialize, payload: reply))]
+            return actions + [
+                .send(owner: owner, reports: CTAPHID.packets(channel: channel, command: .initialize, payload: reply))
+            ]
         }
         if command == .cancel {
             // CANCEL needs no answer; it ends the processing request of its own channel only.
@@ -165,8 +171,9 @@ public struct CTAPHIDDevice: Sendable {
         }
         guard length <= CTAPHID.maxMessageSize else { return actions + [error(.invalidLength)] }
         let take = min(length, CTAPHID.initPayload)
-        let a = Assembly(channel: channel, owner: owner, command: command, expected: length, data: Array(report[7..<7 + take]),
-                         nextSequence: 0, deadline: now + CTAPHID.transactionTimeout)
+        let a = Assembly(
+            channel: channel, owner: owner, command: command, expected: length, data: Array(report[7..<7 + take]),
+            nextSequence: 0, deadline: now + CTAPHID.transactionTimeout)
         if take == length { return actions + complete(a) }
         assembly = a
         return actions
@@ -176,8 +183,13 @@ public struct CTAPHIDDevice: Sendable {
     public mutating func expire(now: ContinuousClock.Instant) -> [CTAPHIDAction] {
         guard let a = assembly, now >= a.deadline else { return [] }
         assembly = nil
-        return [.send(owner: a.owner, reports: CTAPHID.packets(channel: a.channel, command: .error,
-                                                               payload: [CTAPHID.ErrorCode.messageTimeout.rawValue]))]
+        return [
+            .send(
+                owner: a.owner,
+                reports: CTAPHID.packets(
+                    channel: a.channel, command: .error,
+                    payload: [CTAPHID.ErrorCode.messageTimeout.rawValue]))
+        ]
     }
 
     /// When `expire` has something to do next (nil: no message is being received).
@@ -194,7 +206,9 @@ public struct CTAPHIDDevice: Sendable {
     /// A KEEPALIVE report for the request in processing, if any.
     public func keepalive(_ status: CTAPHID.KeepaliveStatus) -> CTAPHIDAction? {
         guard let p = processing else { return nil }
-        return .send(owner: p.owner, reports: CTAPHID.packets(channel: p.channel, command: .keepalive, payload: [status.rawValue]))
+        return .send(
+            owner: p.owner,
+            reports: CTAPHID.packets(channel: p.channel, command: .keepalive, payload: [status.rawValue]))
     }
 
     /// Forgets the channels of a client that went away (its running request is cancelled).
@@ -215,8 +229,11 @@ public struct CTAPHIDDevice: Sendable {
     private mutating func abandon() -> CTAPHIDAction {
         let a = assembly!
         assembly = nil
-        return .send(owner: a.owner, reports: CTAPHID.packets(channel: a.channel, command: .error,
-                                                              payload: [CTAPHID.ErrorCode.invalidSequence.rawValue]))
+        return .send(
+            owner: a.owner,
+            reports: CTAPHID.packets(
+                channel: a.channel, command: .error,
+                payload: [CTAPHID.ErrorCode.invalidSequence.rawValue]))
     }
 
     private mutating func allocate(_ owner: UInt64) -> UInt32 {

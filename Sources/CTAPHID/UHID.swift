@@ -39,14 +39,17 @@ public enum UHID {
 
     // Offsets in struct uhid_event (type: u32, then the packed union).
     static let create2Name = 4, create2Phys = 132, create2Uniq = 196, create2RDSize = 260, create2Bus = 262
-    static let create2Vendor = 264, create2Product = 268, create2Version = 272, create2Country = 276, create2RDData = 280
+    static let create2Vendor = 264, create2Product = 268, create2Version = 272, create2Country = 276,
+        create2RDData = 280
     static let input2Size = 4, input2Data = 6
     static let outputData = 4, outputSize = 4100, outputRType = 4102
 
     /// UHID_CREATE2 with the FIDO report descriptor.
-    public static func create2(name: String, phys: String = "", uniq: String = "", vendor: UInt32, product: UInt32,
-                               version: UInt32 = 0, country: UInt32 = 0,
-                               descriptor: [UInt8] = fidoReportDescriptor) -> [UInt8] {
+    public static func create2(
+        name: String, phys: String = "", uniq: String = "", vendor: UInt32, product: UInt32,
+        version: UInt32 = 0, country: UInt32 = 0,
+        descriptor: [UInt8] = fidoReportDescriptor
+    ) -> [UInt8] {
         var e = event(.create2)
         put(Array(name.utf8.prefix(127)), at: create2Name, in: &e)
         put(Array(phys.utf8.prefix(63)), at: create2Phys, in: &e)

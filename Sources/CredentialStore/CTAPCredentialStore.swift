@@ -46,6 +46,8 @@ public final class CTAPCredentialStore: Sendable {
     }
 
     public func delete(_ id: Data) async throws(TesseraError) {
-        do { _ = try await db.write { try CTAPCredentialOptions.deleteOne($0, key: id) } } catch { throw storageError(error) }
+        do { _ = try await db.write { try CTAPCredentialOptions.deleteOne($0, key: id) } } catch {
+            throw storageError(error)
+        }
     }
 }

@@ -1,5 +1,5 @@
-internal import CSystemShims
 import CBOR
+internal import CSystemShims
 import CTAP2
 import CTAPHID
 import CredentialStore
@@ -11,8 +11,9 @@ import ServiceLifecycle
 import Synchronization
 import TesseraCore
 import WebAuthn
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `ctap` section: the CTAP 2.1 authenticator (docs/CTAP.md).
@@ -50,8 +51,10 @@ final class CTAPPasskeyBackend: CTAP2Backend {
     let logger: Logger
     private let optionsCache = Mutex<[Data: CTAPCredentialOptions?]>([:])
 
-    init(passkeys: PasskeyService, options: CTAPCredentialStore, presence: PresenceBroker, policy: Policy,
-         tokenId: String?, logger: Logger) {
+    init(
+        passkeys: PasskeyService, options: CTAPCredentialStore, presence: PresenceBroker, policy: Policy,
+        tokenId: String?, logger: Logger
+    ) {
         self.passkeys = passkeys; self.options = options; self.presence = presence; self.policy = policy
         self.tokenId = tokenId; self.logger = logger
     }
@@ -77,7 +80,8 @@ final class CTAPPasskeyBackend: CTAP2Backend {
                     id: [UInt8](r.credentialId), rpId: r.rpId,
                     user: CTAP2User(id: [UInt8](r.userId), name: r.userName, displayName: r.userDisplayName),
                     discoverable: discoverable,
-                    credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1)) ?? .userVerificationRequired)
+                    credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1))
+                        ?? .userVerificationRequired)
             }
         } catch {
             throw map(error, "credential lookup")
@@ -106,8 +110,10 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         return found.merging(loaded) { a, _ in a }
     }
 
-    func makeCredential(rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-                        credProtect: CredProtect, extensions: [UInt8]?) async throws(CTAP2Error) -> CTAP2Attestation {
+    func makeCredential(
+        rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
+        credProtect: CredProtect, extensions: [UInt8]?
+    ) async throws(CTAP2Error) -> CTAP2Attestation {
         if let peer = CTAPCaller.current, (try? policy.check(.enroll, peer: peer)) == nil {
             throw CTAP2Error(.operationDenied, "uid \(peer.uid) may not enroll by the policy")
         }
@@ -117,8 +123,9 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
         let credentialId = SecureRandom.bytes(32)
         do throws(TesseraError) {
-            let saved = CTAPCredentialOptions(credentialId: Data(credentialId), discoverable: discoverable,
-                                              credProtect: Int(credProtect.rawValue))
+            let saved = CTAPCredentialOptions(
+                credentialId: Data(credentialId), discoverable: discoverable,
+                credProtect: Int(credProtect.rawValue))
             try await options.save(saved)
             optionsCache.withLock { $0[saved.credentialId] = .some(saved) }
             var request = PasskeyService.EnrollRequest(
@@ -133,8 +140,12 @@ final class CTAPPasskeyBackend: CTAP2Backend {
                 throw error
             }
             let object = try AttestationObject(parsing: result.attestationObject)
-            logger.info("ctap: credential made", metadata: ["rpId": "\(rpId)", "token": "\(result.tokenId)",
-                                                            "rk": "\(discoverable)", "credProtect": "\(credProtect.rawValue)"])
+            logger.info(
+                "ctap: credential made",
+                metadata: [
+                    "rpId": "\(rpId)", "token": "\(result.tokenId)",
+                    "rk": "\(discoverable)", "credProtect": "\(credProtect.rawValue)",
+                ])
             return CTAP2Attestation(format: object.format, authData: object.authData, statement: object.statement)
         } catch {
             throw map(error, "makeCredential")
@@ -142,9 +153,11 @@ final class CTAPPasskeyBackend: CTAP2Backend {
     }
 
     func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool) async throws(CTAP2Error)
-        -> (authData: [UInt8], signature: [UInt8]) {
-        var request = PasskeyService.AuthenticateRequest(rpId: credential.rpId, challenge: [], allowCredentials: [credential.id],
-                                                         userVerification: .discouraged)
+        -> (authData: [UInt8], signature: [UInt8])
+    {
+        var request = PasskeyService.AuthenticateRequest(
+            rpId: credential.rpId, challenge: [], allowCredentials: [credential.id],
+            userVerification: .discouraged)
         request.clientDataHash = clientDataHash
         request.userPresent = userPresent
         do throws(TesseraError) {
@@ -201,7 +214,8 @@ actor PresenceBroker {
 
     func ask(_ request: PresenceRequest, caller: PeerCredentials?) async throws(CTAP2Error) {
         guard command != nil || confirmOnSocket else {
-            logger.warning("""
+            logger.warning(
+                """
                 ctap: a request needs user presence and no presence source is configured: set ctap.presenceCommand \
                 (a program that approves with exit status 0) or ctap.confirmOnSocket: true (then approve with \
                 presence.confirm on the main socket) in the --config file
@@ -214,10 +228,11 @@ actor PresenceBroker {
             await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
                 var tasks: [Task<Void, Never>] = []
                 let timeout = self.timeout
-                tasks.append(Task { [weak self] in
-                    try? await Task.sleep(for: timeout)
-                    await self?.resolve(id, .timedOut)
-                })
+                tasks.append(
+                    Task { [weak self] in
+                        try? await Task.sleep(for: timeout)
+                        await self?.resolve(id, .timedOut)
+                    })
                 if let command {
                     var description: [String: JSONValue] = ["type": "ctap", "operation": .string(request.operation)]
                     if let rp = request.rpId { description["rpId"] = .string(rp) }
@@ -228,24 +243,26 @@ actor PresenceBroker {
                     }
                     let input = JSONValue.object(description).serialized()
                     let logger = self.logger
-                    tasks.append(Task { [weak self] in
-                        let outcome: Outcome
-                        do {
-                            switch try await ProgramRunner.run(command, input: input, timeout: timeout) {
-                            case .exited(0): outcome = .approved
-                            case .exited(let status):
-                                logger.notice("ctap: presence command refused (exit status \(status))")
+                    tasks.append(
+                        Task { [weak self] in
+                            let outcome: Outcome
+                            do {
+                                switch try await ProgramRunner.run(command, input: input, timeout: timeout) {
+                                case .exited(0): outcome = .approved
+                                case .exited(let status):
+                                    logger.notice("ctap: presence command refused (exit status \(status))")
+                                    outcome = .refused
+                                case .timedOut: outcome = .timedOut
+                                }
+                            } catch {
+                                logger.error("ctap: presence command: \(error)")
                                 outcome = .refused
-                            case .timedOut: outcome = .timedOut
                             }
-                        } catch {
-                            logger.error("ctap: presence command: \(error)")
-                            outcome = .refused
-                        }
-                        await self?.resolve(id, outcome)
-                    })
+                            await self?.resolve(id, outcome)
+                        })
                 }
-                pending[id] = Pending(uid: caller?.uid, request: request, since: Date(), continuation: continuation, tasks: tasks)
+                pending[id] = Pending(
+                    uid: caller?.uid, request: request, since: Date(), continuation: continuation, tasks: tasks)
             }
         } onCancel: {
             Task { await self.resolve(id, .cancelled) }
@@ -279,9 +296,12 @@ actor PresenceBroker {
 
     /// The waiting requests `uid` may answer.
     func list(uid: UInt32) -> [JSONValue] {
-        pending.filter { $0.value.uid == nil || $0.value.uid == uid || uid == 0 }.sorted { $0.key < $1.key }.map { id, p in
-            var o: [String: JSONValue] = ["requestId": .number(Double(id)), "operation": .string(p.request.operation),
-                                          "since": .string(p.since.iso8601Seconds)]
+        pending.filter { $0.value.uid == nil || $0.value.uid == uid || uid == 0 }.sorted { $0.key < $1.key }.map {
+            id, p in
+            var o: [String: JSONValue] = [
+                "requestId": .number(Double(id)), "operation": .string(p.request.operation),
+                "since": .string(p.since.iso8601Seconds),
+            ]
             if let rp = p.request.rpId { o["rpId"] = .string(rp) }
             if let user = p.request.userName { o["userName"] = .string(user) }
             return .object(o)
@@ -294,8 +314,9 @@ extension MethodTable {
     func registerPresence(_ broker: PresenceBroker) {
         register("presence.confirm", .sign) { p, connection in
             let requestId = try p.optionalInt("requestId").map { UInt64(clamping: $0) }
-            let id = try await broker.confirm(uid: connection.peer.uid, requestId: requestId,
-                                              approve: p.optionalBool("approve") ?? true)
+            let id = try await broker.confirm(
+                uid: connection.peer.uid, requestId: requestId,
+                approve: p.optionalBool("approve") ?? true)
             return ["requestId": .number(Double(id))]
         }
         register("presence.list", .read) { _, connection in
@@ -388,22 +409,27 @@ actor CTAPHIDHub {
                 let previous = running?.task
                 let authenticator = self.authenticator
                 let logger = self.logger
-                running = (channel, Task {
-                    // A request cancelled by a re-INIT may still be finishing: requests never overlap.
-                    await previous?.value
-                    let response: [UInt8] = await CTAPCaller.$current.withValue(peer) {
-                        do throws(CTAP2Error) {
-                            let body = try await authenticator.run(payload) { progress in
-                                Task { await self.setStatus(progress) }
+                running = (
+                    channel,
+                    Task {
+                        // A request cancelled by a re-INIT may still be finishing: requests never overlap.
+                        await previous?.value
+                        let response: [UInt8] = await CTAPCaller.$current.withValue(peer) {
+                            do throws(CTAP2Error) {
+                                let body = try await authenticator.run(payload) { progress in
+                                    Task { await self.setStatus(progress) }
+                                }
+                                return [CTAP2Status.ok.rawValue] + (body.map { $0.encodedWithDistinctKeys() } ?? [])
+                            } catch {
+                                logger.debug(
+                                    "ctap: command 0x\(String(payload[0], radix: 16)) → 0x\(String(error.status.rawValue, radix: 16)) \(error.message)"
+                                )
+                                return [error.status.rawValue]
                             }
-                            return [CTAP2Status.ok.rawValue] + (body.map { $0.encodedWithDistinctKeys() } ?? [])
-                        } catch {
-                            logger.debug("ctap: command 0x\(String(payload[0], radix: 16)) → 0x\(String(error.status.rawValue, radix: 16)) \(error.message)")
-                            return [error.status.rawValue]
                         }
+                        self.finished(channel, response)
                     }
-                    self.finished(channel, response)
-                })
+                )
             case .cancel(let channel):
                 if let r = running, r.channel == channel { r.task.cancel() }
             }
@@ -424,7 +450,8 @@ struct CTAPSocketService: Service {
     func run() async throws {
         let listener = tessera_seqpacket_listen(path, mode, group.map { Int($0) } ?? -1)
         guard listener >= 0 else {
-            throw TesseraError(.internalError, "cannot listen on the CTAP socket \(path): \(String(cString: strerror(-listener)))")
+            throw TesseraError(
+                .internalError, "cannot listen on the CTAP socket \(path): \(String(cString: strerror(-listener)))")
         }
         defer {
             close(listener)
@@ -438,7 +465,9 @@ struct CTAPSocketService: Service {
                     if fd == -EINTR || fd == -ECONNABORTED { continue }
                     guard fd >= 0 else { break }
                     var groups = [UInt32](repeating: 0, count: 256)
-                    let n = groups.withUnsafeMutableBufferPointer { tessera_peer_groups(fd, $0.baseAddress, Int32($0.count)) }
+                    let n = groups.withUnsafeMutableBufferPointer {
+                        tessera_peer_groups(fd, $0.baseAddress, Int32($0.count))
+                    }
                     let peer = PeerCredentials(pid: pid, uid: uid, gid: gid, groups: Set(groups.prefix(max(Int(n), 0))))
                     continuation.yield((fd, peer))
                 }
@@ -464,14 +493,21 @@ struct CTAPSocketService: Service {
     }
 
     private func serve(fd: Int32, peer: PeerCredentials) async {
-        let owner = await hub.add(CTAPHIDHub.Connection(peer: peer, send: { reports in
-            for r in reports { _ = r.withUnsafeBufferPointer { tessera_seqpacket_send(fd, $0.baseAddress, $0.count) } }
-        }, shutdown: { tessera_socket_shutdown(fd) }))
+        let owner = await hub.add(
+            CTAPHIDHub.Connection(
+                peer: peer,
+                send: { reports in
+                    for r in reports {
+                        _ = r.withUnsafeBufferPointer { tessera_seqpacket_send(fd, $0.baseAddress, $0.count) }
+                    }
+                }, shutdown: { tessera_socket_shutdown(fd) }))
         let reports = AsyncStream<[UInt8]> { continuation in
             Thread {
                 var buffer = [UInt8](repeating: 0, count: CTAPHID.reportSize)
                 while true {
-                    let n = buffer.withUnsafeMutableBufferPointer { tessera_seqpacket_recv(fd, $0.baseAddress, $0.count) }
+                    let n = buffer.withUnsafeMutableBufferPointer {
+                        tessera_seqpacket_recv(fd, $0.baseAddress, $0.count)
+                    }
                     if n == CTAPHID.reportSize { continuation.yield(buffer); continue }
                     if n > 0 { continue }  // not one report: dropped
                     break
@@ -497,7 +533,9 @@ struct CTAPUHIDService: Service {
     func run() async throws {
         let fd = open(Self.devicePath, O_RDWR | O_CLOEXEC)
         guard fd >= 0 else {
-            throw TesseraError(.internalError, """
+            throw TesseraError(
+                .internalError,
+                """
                 --ctap-uhid: cannot open \(Self.devicePath): \(String(cString: strerror(errno))) (needs the uhid \
                 kernel module and write access, see udev/70-tessera-ctap.rules)
                 """)
@@ -509,9 +547,12 @@ struct CTAPUHIDService: Service {
         guard write(UHID.create2(name: Self.deviceName, vendor: 0x1209, product: 0x7E55)) else {
             throw TesseraError(.internalError, "--ctap-uhid: UHID_CREATE2 failed: \(String(cString: strerror(errno)))")
         }
-        let owner = await hub.add(CTAPHIDHub.Connection(peer: nil, send: { reports in
-            for r in reports { _ = write(UHID.input2(r)) }
-        }, shutdown: { _ = write(UHID.destroy()) }))
+        let owner = await hub.add(
+            CTAPHIDHub.Connection(
+                peer: nil,
+                send: { reports in
+                    for r in reports { _ = write(UHID.input2(r)) }
+                }, shutdown: { _ = write(UHID.destroy()) }))
         let reports = AsyncStream<[UInt8]> { continuation in
             Thread {
                 var buffer = [UInt8](repeating: 0, count: UHID.eventSize)

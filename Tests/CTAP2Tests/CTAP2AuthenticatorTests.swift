@@ -1,7 +1,8 @@
 import CBOR
 import Synchronization
-import Testing
 import TesseraCore
+import Testing
+
 @testable import CTAP2
 
 /// The authenticator state machine (CTAP 2.1 §6) over an in-memory backend; the real backend (passkey service on
@@ -18,21 +19,29 @@ struct CTAP2AuthenticatorTests {
 
         func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential] {
             state.withLock { s in
-                s.credentials.reversed().filter { c in c.rpId == rpId && (ids.map { $0.contains(c.id) } ?? c.discoverable) }
+                s.credentials.reversed().filter { c in
+                    c.rpId == rpId && (ids.map { $0.contains(c.id) } ?? c.discoverable)
+                }
             }
         }
 
-        func makeCredential(rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-                            credProtect: CredProtect, extensions: [UInt8]?) async throws(CTAP2Error) -> CTAP2Attestation {
+        func makeCredential(
+            rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
+            credProtect: CredProtect, extensions: [UInt8]?
+        ) async throws(CTAP2Error) -> CTAP2Attestation {
             let id = [UInt8](repeating: UInt8(state.withLock { $0.credentials.count } + 1), count: 16)
             state.withLock {
-                $0.credentials.append(CTAP2Credential(id: id, rpId: rpId, user: user, discoverable: discoverable, credProtect: credProtect))
+                $0.credentials.append(
+                    CTAP2Credential(
+                        id: id, rpId: rpId, user: user, discoverable: discoverable, credProtect: credProtect))
             }
-            return CTAP2Attestation(format: "packed", authData: id + (extensions ?? []), statement: ["alg": -7, "sig": .byteString([1])])
+            return CTAP2Attestation(
+                format: "packed", authData: id + (extensions ?? []), statement: ["alg": -7, "sig": .byteString([1])])
         }
 
         func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool) async throws(CTAP2Error)
-            -> (authData: [UInt8], signature: [UInt8]) {
+            -> (authData: [UInt8], signature: [UInt8])
+        {
             state.withLock { $0.signed.append((credential.id, userPresent)) }
             return ([userPresent ? 1 : 0], credential.id)
         }
@@ -50,19 +59,26 @@ struct CTAP2AuthenticatorTests {
 
     func authenticator() -> (CTAP2Authenticator, MemoryBackend) {
         let backend = MemoryBackend()
-        return (CTAP2Authenticator(backend: backend, info: .init(aaguid: [UInt8](repeating: 7, count: 16), maxMessageSize: 7609)), backend)
+        return (
+            CTAP2Authenticator(
+                backend: backend, info: .init(aaguid: [UInt8](repeating: 7, count: 16), maxMessageSize: 7609)), backend
+        )
     }
 
     func request(_ command: UInt8, _ params: CBORValue) -> [UInt8] { [command] + params.encodedWithDistinctKeys() }
 
-    func makeCredential(rpId: String = "example.com", user: UInt8, rk: Bool, credProtect: Int? = nil,
-                        exclude: [[UInt8]] = [], algs: [Int] = [-7]) -> [UInt8] {
+    func makeCredential(
+        rpId: String = "example.com", user: UInt8, rk: Bool, credProtect: Int? = nil,
+        exclude: [[UInt8]] = [], algs: [Int] = [-7]
+    ) -> [UInt8] {
         var params: [(key: CBORValue, value: CBORValue)] = [
             (1, .byteString(hash)), (2, ["id": .textString(rpId), "name": "Example"]),
             (3, ["id": .byteString([user]), "name": .textString("user\(user)"), "displayName": "User"]),
             (4, .array(algs.map { ["alg": CBORValue($0), "type": "public-key"] })),
         ]
-        if !exclude.isEmpty { params.append((5, .array(exclude.map { ["id": .byteString($0), "type": "public-key"] }))) }
+        if !exclude.isEmpty {
+            params.append((5, .array(exclude.map { ["id": .byteString($0), "type": "public-key"] })))
+        }
         if let credProtect { params.append((6, ["credProtect": CBORValue(credProtect)])) }
         params.append((7, ["rk": .bool(rk)]))
         return request(0x01, .map(params))
@@ -99,7 +115,9 @@ struct CTAP2AuthenticatorTests {
         let ext = CBORValue.map([("credProtect", 2)]).encodedWithDistinctKeys()
         #expect(r[2]?.bytesValue.map { Array($0.suffix(ext.count)) } == ext)
         #expect(backend.state.withLock { $0.presence.map(\.operation) } == ["makeCredential"])
-        #expect(backend.state.withLock { $0.credentials.first?.credProtect } == .userVerificationOptionalWithCredentialIDList)
+        #expect(
+            backend.state.withLock { $0.credentials.first?.credProtect }
+                == .userVerificationOptionalWithCredentialIDList)
     }
 
     @Test func makeCredentialRefusals() async throws {
@@ -110,7 +128,8 @@ struct CTAP2AuthenticatorTests {
         let existing = backend.state.withLock { $0.credentials[0].id }
         // excludeList: presence is tested first, then CREDENTIAL_EXCLUDED.
         #expect(await a.handle(makeCredential(user: 2, rk: false, exclude: [existing])) == [0x19])
-        #expect(backend.state.withLock { $0.presence.count } == 2, "refused requests asked nothing; the excluded one did")
+        #expect(
+            backend.state.withLock { $0.presence.count } == 2, "refused requests asked nothing; the excluded one did")
         backend.state.withLock { $0.presenceAnswer = CTAP2Error(.userActionTimeout) }
         #expect(await a.handle(makeCredential(user: 3, rk: false)) == [0x2F])
         #expect(backend.state.withLock { $0.credentials.count } == 1)
@@ -181,7 +200,9 @@ struct CTAP2AuthenticatorTests {
         #expect(await a.handle(getAssertion(rpId: "three.example")) == [0x2E])
         #expect(await a.handle(getAssertion(rpId: "three.example", allow: [level3])) == [0x2E])
         // A level-3 credential does not trigger excludeList without UV.
-        #expect(try decode(await a.handle(makeCredential(rpId: "three.example", user: 5, rk: true, exclude: [level3])))[1] == "packed")
+        #expect(
+            try decode(await a.handle(makeCredential(rpId: "three.example", user: 5, rk: true, exclude: [level3])))[1]
+                == "packed")
     }
 
     @Test func selectionAndCancelledPresence() async {

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import CTAPHID
 
 /// CTAPHID framing and channel rules, CTAP 2.1 §11.2.
@@ -17,7 +18,8 @@ struct CTAPHIDTests {
     }
 
     func initPacket(_ channel: UInt32, _ command: UInt8, length: Int, _ data: [UInt8]) -> [UInt8] {
-        CTAPHID.padded(CTAPHID.channelBytes(channel) + [0x80 | command, UInt8(length >> 8), UInt8(length & 0xFF)] + data)
+        CTAPHID.padded(
+            CTAPHID.channelBytes(channel) + [0x80 | command, UInt8(length >> 8), UInt8(length & 0xFF)] + data)
     }
 
     func open(_ d: inout CTAPHIDDevice, owner: UInt64 = 1) -> UInt32 {
@@ -73,8 +75,13 @@ struct CTAPHIDTests {
         let actions = d.receive(initPacket(cid, 0x10, length: 1, [0x04]), from: 1, now: t0)
         #expect(actions == [.dispatch(owner: 1, channel: cid, payload: [0x04])])
         #expect(d.processing?.channel == cid)
-        #expect(d.keepalive(.userPresenceNeeded) == .send(owner: 1, reports: CTAPHID.packets(channel: cid, command: .keepalive, payload: [2])))
-        #expect(d.finish(channel: cid, response: [0]) == [.send(owner: 1, reports: CTAPHID.packets(channel: cid, command: .cbor, payload: [0]))])
+        #expect(
+            d.keepalive(.userPresenceNeeded)
+                == .send(owner: 1, reports: CTAPHID.packets(channel: cid, command: .keepalive, payload: [2])))
+        #expect(
+            d.finish(channel: cid, response: [0]) == [
+                .send(owner: 1, reports: CTAPHID.packets(channel: cid, command: .cbor, payload: [0]))
+            ])
         #expect(d.finish(channel: cid, response: [0]).isEmpty)
         #expect(d.keepalive(.processing) == nil)
     }
@@ -121,15 +128,18 @@ struct CTAPHIDTests {
     @Test func badLengthsAndChannels() {
         var d = device()
         // INIT must carry an 8-byte nonce.
-        #expect(errorCode(d.receive(initPacket(CTAPHID.broadcastChannel, 0x06, length: 7, [1]), from: 1, now: t0)) == 0x03)
+        #expect(
+            errorCode(d.receive(initPacket(CTAPHID.broadcastChannel, 0x06, length: 7, [1]), from: 1, now: t0)) == 0x03)
         // Only INIT on the broadcast channel; channel 0 and unallocated channels are invalid.
-        #expect(errorCode(d.receive(initPacket(CTAPHID.broadcastChannel, 0x01, length: 0, []), from: 1, now: t0)) == 0x0B)
+        #expect(
+            errorCode(d.receive(initPacket(CTAPHID.broadcastChannel, 0x01, length: 0, []), from: 1, now: t0)) == 0x0B)
         #expect(errorCode(d.receive(initPacket(0, 0x01, length: 0, []), from: 1, now: t0)) == 0x0B)
         #expect(errorCode(d.receive(initPacket(0x0102_0304, 0x01, length: 0, []), from: 1, now: t0)) == 0x0B)
         let a = open(&d, owner: 1)
         // Another client may not use this client's channel.
         #expect(errorCode(d.receive(initPacket(a, 0x01, length: 0, []), from: 2, now: t0)) == 0x0B)
-        #expect(errorCode(d.receive(initPacket(a, 0x01, length: CTAPHID.maxMessageSize + 1, []), from: 1, now: t0)) == 0x03)
+        #expect(
+            errorCode(d.receive(initPacket(a, 0x01, length: CTAPHID.maxMessageSize + 1, []), from: 1, now: t0)) == 0x03)
         #expect(errorCode(d.receive(initPacket(a, 0x10, length: 0, []), from: 1, now: t0)) == 0x03)
         #expect(errorCode(d.receive(initPacket(a, 0x03, length: 1, [0]), from: 1, now: t0)) == 0x01)
         #expect(errorCode(d.receive(initPacket(a, 0x55, length: 0, []), from: 1, now: t0)) == 0x01)

@@ -1,6 +1,7 @@
 import Foundation
-import Testing
 import TesseraTestSupport
+import Testing
+
 @testable import CTAPHID
 
 /// The uhid event encoding against the kernel's own `struct uhid_event` (linux/uhid.h, compiled here with cc).
@@ -10,34 +11,39 @@ struct UHIDTests {
         let dir = URL(fileURLWithPath: Scratch.directory("uhid"))
         let source = dir.appendingPathComponent("layout.c")
         try """
-            #include <linux/uhid.h>
-            #include <stddef.h>
-            #include <stdio.h>
-            #define O(m) (int)offsetof(struct uhid_event, m)
-            int main(void) {
-                printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\\n", (int)sizeof(struct uhid_event),
-                    O(u.create2.name), O(u.create2.phys), O(u.create2.uniq), O(u.create2.rd_size), O(u.create2.bus),
-                    O(u.create2.vendor), O(u.create2.product), O(u.create2.version), O(u.create2.country),
-                    O(u.create2.rd_data), O(u.input2.size), O(u.input2.data), O(u.output.data), O(u.output.size),
-                    O(u.output.rtype), UHID_CREATE2, UHID_INPUT2, UHID_OUTPUT);
-                return 0;
-            }
-            """.write(to: source, atomically: true, encoding: .utf8)
+        #include <linux/uhid.h>
+        #include <stddef.h>
+        #include <stdio.h>
+        #define O(m) (int)offsetof(struct uhid_event, m)
+        int main(void) {
+            printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\\n", (int)sizeof(struct uhid_event),
+                O(u.create2.name), O(u.create2.phys), O(u.create2.uniq), O(u.create2.rd_size), O(u.create2.bus),
+                O(u.create2.vendor), O(u.create2.product), O(u.create2.version), O(u.create2.country),
+                O(u.create2.rd_data), O(u.input2.size), O(u.input2.data), O(u.output.data), O(u.output.size),
+                O(u.output.rtype), UHID_CREATE2, UHID_INPUT2, UHID_OUTPUT);
+            return 0;
+        }
+        """.write(to: source, atomically: true, encoding: .utf8)
         let binary = dir.appendingPathComponent("layout").path
         let cc = try await Subprocess.run("/usr/bin/cc", [source.path, "-o", binary])
         #expect(cc.status == 0, "cc: \(cc.stderrText)")
         let out = try await Subprocess.run(binary, [])
-        return out.stdoutText.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        return out.stdoutText.split(separator: " ").compactMap {
+            Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
     }
 
     @Test func layoutMatchesTheKernelHeader() async throws {
         let k = try await kernelLayout()
         try #require(k.count == 19)
-        #expect(k == [UHID.eventSize, UHID.create2Name, UHID.create2Phys, UHID.create2Uniq, UHID.create2RDSize,
-                      UHID.create2Bus, UHID.create2Vendor, UHID.create2Product, UHID.create2Version,
-                      UHID.create2Country, UHID.create2RDData, UHID.input2Size, UHID.input2Data, UHID.outputData,
-                      UHID.outputSize, UHID.outputRType, Int(UHID.EventType.create2.rawValue),
-                      Int(UHID.EventType.input2.rawValue), Int(UHID.EventType.output.rawValue)])
+        #expect(
+            k == [
+                UHID.eventSize, UHID.create2Name, UHID.create2Phys, UHID.create2Uniq, UHID.create2RDSize,
+                UHID.create2Bus, UHID.create2Vendor, UHID.create2Product, UHID.create2Version,
+                UHID.create2Country, UHID.create2RDData, UHID.input2Size, UHID.input2Data, UHID.outputData,
+                UHID.outputSize, UHID.outputRType, Int(UHID.EventType.create2.rawValue),
+                Int(UHID.EventType.input2.rawValue), Int(UHID.EventType.output.rawValue),
+            ])
     }
 
     @Test func create2CarriesTheFIDODescriptor() {
