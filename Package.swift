@@ -53,6 +53,10 @@ let package = Package(
         .target(name: "SSHAgent", dependencies: [
             "TesseraCore", .product(name: "Crypto", package: "swift-crypto"),
         ], swiftSettings: strict),
+        /// CTAPHID framing and channels (CTAP 2.1 §11.2), transport-free.
+        .target(name: "CTAPHID", swiftSettings: strict),
+        /// The CTAP 2.1 authenticator state machine over the `CTAP2Backend` seam.
+        .target(name: "CTAP2", dependencies: ["TesseraCore", "CBOR"], swiftSettings: strict),
         .target(name: "ICAO", dependencies: [
             "TesseraCore", "APDU", "MRZ", "CryptoPrimitives",
             .product(name: "Crypto", package: "swift-crypto"),
@@ -126,6 +130,7 @@ let package = Package(
         .target(name: "TesseraDaemon", dependencies: [
             "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
             "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
+            "CTAPHID", "CTAP2", "WebAuthn", "CBOR",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -158,6 +163,8 @@ let package = Package(
         .testTarget(name: "SSHAgentTests", dependencies: ["SSHAgent", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "APDUTests", dependencies: ["APDU"]),
+        .testTarget(name: "CTAPHIDTests", dependencies: ["CTAPHID", "TesseraTestSupport"]),
+        .testTarget(name: "CTAP2Tests", dependencies: ["CTAP2", "CBOR", "TesseraCore"]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ"]),
         .testTarget(name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraTestSupport"]),
         .testTarget(name: "PKCS11Tests", dependencies: [
@@ -194,6 +201,7 @@ let package = Package(
 if Context.environment["TESSERA_FUZZ"] == "1" {
     package.targets.append(.executableTarget(name: "tessera-fuzz", dependencies: [
         "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent", "MDoc",
+        "CTAPHID", "CTAP2",
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOEmbedded", package: "swift-nio"),
         .product(name: "Crypto", package: "swift-crypto"),

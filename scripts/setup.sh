@@ -8,6 +8,7 @@ APT_PACKAGES=(
   pkg-config libpcsclite-dev pcscd pcsc-tools libp11-kit-dev p11-kit softhsm2 opensc
   libnfc-dev libnfc-bin libssl-dev openssl vsmartcard-vpcd libsqlite3-dev sqlite3 socat
   python3 python3-venv python3-pip tshark strace openssh-client openssh-server git
+  libfido2-dev
 )
 # systemd-analyze (scripts/check-systemd.sh) comes with the systemd package; containers often have it already.
 command -v systemd-analyze >/dev/null || APT_PACKAGES+=(systemd)

@@ -113,8 +113,8 @@ enum LoadClient {
         return nil
     }
 
-    static func connect(_ path: String) throws -> Int32 {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    static func connect(_ path: String, type: Int32 = Int32(SOCK_STREAM.rawValue)) throws -> Int32 {
+        let fd = socket(AF_UNIX, type, 0)
         guard fd >= 0 else { throw BenchError("socket: errno \(errno)") }
         var addr = sockaddr_un()
         addr.sun_family = sa_family_t(AF_UNIX)

@@ -6,12 +6,12 @@ import TesseraTestSupport
 
 /// Assertions per second over the daemon's socket against raw PKCS#11 C_Sign on the same SoftHSM2 token,
 /// measured in the same run. Usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16]
-/// [--daemon-cpus LIST] [--piv | --ssh-agent] [--pin]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
+/// [--daemon-cpus LIST] [--piv | --ssh-agent | --ctap] [--pin]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
 /// from `RPCClient`; its own CPU time is reported beside the daemon's so a shared machine can be judged.
 @main
 enum Bench {
     static let usage = """
-        usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST] [--piv | --ssh-agent] [--pin]
+        usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST] [--piv | --ssh-agent | --ctap] [--pin]
           --pin               send the token's PIN with every assertion (measures the per-request PIN check)
           --daemon-cpus LIST  run tesserad under `taskset -c LIST` (e.g. 1; start the bench itself under
                               `taskset -c 0` to give load generator and daemon a core each)
@@ -26,6 +26,7 @@ enum Bench {
         var piv = false  // --piv: the PIV card benchmark (PIVBench.swift) instead of PKCS#11
         var withPIN = false
         var sshAgent = false  // --ssh-agent: the SSH agent benchmark (SSHAgentBench.swift)
+        var ctap = false  // --ctap: CTAP getAssertion latency (CTAPBench.swift)
         var it = CommandLine.arguments.dropFirst().makeIterator()
         while let a = it.next() {
             switch a {
@@ -34,12 +35,14 @@ enum Bench {
             case "--piv": piv = true
             case "--pin": withPIN = true
             case "--ssh-agent": sshAgent = true
+            case "--ctap": ctap = true
             case "--clients": clientCounts = (it.next() ?? "").split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
             case "--daemon-cpus": daemonCPUs = it.next()
             default: print(usage); return
             }
         }
         if piv { try await PIVBench.run(seconds: seconds, tesserad: tesserad); return }
+        if ctap { try await CTAPBench.run(seconds: seconds, tesserad: tesserad); return }
         if sshAgent { try await SSHAgentBench.run(seconds: seconds, tesserad: tesserad, clientCounts: clientCounts); return }
         let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
         defer { hsm.removeDirectory() }

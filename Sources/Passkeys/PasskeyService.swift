@@ -68,6 +68,10 @@ public final class PasskeyService: Sendable {
         public var caller: PINCaller?
         /// Whether the token's last PIN try may be spent.
         public var allowFinalPinTry: Bool
+        /// A client's hash of its clientDataJSON (CTAP): signed instead of one built from `challenge`/`origin`.
+        public var clientDataHash: [UInt8]?
+        /// Extension outputs (a canonical CBOR map) for the authenticator data.
+        public var extensions: [UInt8]?
 
         public init(rpId: String, userId: [UInt8], userName: String, userDisplayName: String, challenge: [UInt8],
                     origin: String? = nil, excludeCredentials: [[UInt8]] = [], tokenId: String? = nil,
@@ -99,7 +103,7 @@ public final class PasskeyService: Sendable {
         try Self.validate(rpId: r.rpId)
         if r.pin != nil { try pinRules.checkBackoff(r.caller) }
         guard (1...64).contains(r.userId.count) else { throw .invalidInput("user.id must be 1 to 64 bytes") }
-        guard !r.challenge.isEmpty, r.challenge.count <= 1024 else { throw .invalidInput("challenge must be 1 to 1024 bytes") }
+        try Self.validate(challenge: r.challenge, clientDataHash: r.clientDataHash)
         for excluded in r.excludeCredentials {
             if let rec = try await store.credential(id: excluded), rec.rpId == r.rpId {
                 throw TesseraError(.credentialExcluded, "a credential in excludeCredentials already exists on token \(rec.tokenId)")
@@ -117,8 +121,8 @@ public final class PasskeyService: Sendable {
             try await token.generateP256Key(handle: keyHandle, label: label, pin: pin)
         }
         Failpoint.hit("passkey.afterKeyGeneration")
-        let clientData = CollectedClientData(type: .create, challenge: r.challenge,
-                                             origin: r.origin ?? "https://\(r.rpId)").json
+        let clientData = r.clientDataHash == nil
+            ? CollectedClientData(type: .create, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json : []
         let cose: [UInt8]
         let authData: [UInt8]
         let attestationObject: [UInt8]
@@ -128,15 +132,16 @@ public final class PasskeyService: Sendable {
             if verified { flags.insert(.userVerified) }
             authData = AuthenticatorData(
                 rpId: r.rpId, flags: flags, signCount: 0,
-                attestedCredential: try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose)
+                attestedCredential: try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose),
+                extensions: r.extensions
             ).encoded
             switch r.attestation {
             case .none:
                 attestationObject = AttestationObject.none(authData: authData)
             case .packed:
                 // The PIN was verified by the key generation just before.
-                let raw = try await token.signP256(handle: keyHandle, message: WebAuthnSigning.dataToSign(
-                    authenticatorData: authData, clientDataJSON: clientData), pin: nil)
+                let raw = try await token.signP256(handle: keyHandle, message: Self.message(
+                    authData, clientData: clientData, clientDataHash: r.clientDataHash), pin: nil)
                 attestationObject = AttestationObject.packedSelf(authData: authData, signatureDER: try ECDSASignature.derFromRaw(raw))
             }
             try await store.insert(CredentialRecord(
@@ -194,6 +199,10 @@ public final class PasskeyService: Sendable {
         public var caller: PINCaller?
         /// Whether the token's last PIN try may be spent.
         public var allowFinalPinTry: Bool
+        /// A client's hash of its clientDataJSON (CTAP): signed instead of one built from `challenge`/`origin`.
+        public var clientDataHash: [UInt8]?
+        /// Whether the user's presence was tested (the UP flag); CTAP's `up: false` assertions clear it.
+        public var userPresent = true
         public init(rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
                     pin: String? = nil, userVerification: UserVerification = .preferred, caller: PINCaller? = nil,
                     allowFinalPinTry: Bool = false) {
@@ -216,7 +225,7 @@ public final class PasskeyService: Sendable {
     public func authenticate(_ r: AuthenticateRequest) async throws(TesseraError) -> Assertion {
         try Self.validate(rpId: r.rpId)
         guard !r.allowCredentials.isEmpty else { throw .invalidInput("allowCredentials must not be empty") }
-        guard !r.challenge.isEmpty, r.challenge.count <= 1024 else { throw .invalidInput("challenge must be 1 to 1024 bytes") }
+        try Self.validate(challenge: r.challenge, clientDataHash: r.clientDataHash)
         var candidates: [CredentialRecord] = []
         for id in r.allowCredentials {
             if let rec = try await cachedRecord(id), rec.rpId == r.rpId { candidates.append(rec) }
@@ -234,11 +243,12 @@ public final class PasskeyService: Sendable {
         let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification, checkLogin: false)
         let credentialId = [UInt8](record.credentialId)
         let count = try await counters.next(for: credentialId, persistedCeiling: record.counterReserved)
-        var flags: AuthenticatorFlags = [.userPresent]
+        var flags: AuthenticatorFlags = r.userPresent ? [.userPresent] : []
         if verified { flags.insert(.userVerified) }
         let authData = AuthenticatorData(rpId: r.rpId, flags: flags, signCount: count, attestedCredential: nil).encoded
-        let clientData = CollectedClientData(type: .get, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json
-        let message = WebAuthnSigning.dataToSign(authenticatorData: authData, clientDataJSON: clientData)
+        let clientData = r.clientDataHash == nil
+            ? CollectedClientData(type: .get, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json : []
+        let message = Self.message(authData, clientData: clientData, clientDataHash: r.clientDataHash)
         let raw = try await withPIN(r.pin, caller: r.caller, allowFinalTry: r.allowFinalPinTry, token: token) { pin throws(TesseraError) in
             try await token.signP256(handle: [UInt8](record.keyHandle), message: message, pin: pin)
         }
@@ -251,6 +261,11 @@ public final class PasskeyService: Sendable {
 
     public func credentials(rpId: String?, userId: [UInt8]?) async throws(TesseraError) -> [CredentialRecord] {
         try await store.list(rpId: rpId, userId: userId)
+    }
+
+    /// The credential `id` from the in-memory cache assertions use (nil when unknown): no database read once seen.
+    public func cachedCredential(id: [UInt8]) async throws(TesseraError) -> CredentialRecord? {
+        try await cachedRecord(id)
     }
 
     public func credential(id: [UInt8]) async throws(TesseraError) -> CredentialRecord {
@@ -331,6 +346,21 @@ public final class PasskeyService: Sendable {
             cache[id] = rec
         }
         return rec
+    }
+
+    /// A challenge of 1 to 1024 bytes, or (CTAP) a 32-byte clientDataHash.
+    static func validate(challenge: [UInt8], clientDataHash: [UInt8]?) throws(TesseraError) {
+        if let clientDataHash {
+            guard clientDataHash.count == 32 else { throw .invalidInput("clientDataHash must be 32 bytes") }
+            return
+        }
+        guard !challenge.isEmpty, challenge.count <= 1024 else { throw .invalidInput("challenge must be 1 to 1024 bytes") }
+    }
+
+    /// What the credential key signs: authenticatorData ‖ SHA-256(clientDataJSON), or ‖ the client's hash.
+    static func message(_ authData: [UInt8], clientData: [UInt8], clientDataHash: [UInt8]?) -> [UInt8] {
+        if let clientDataHash { return authData + clientDataHash }
+        return WebAuthnSigning.dataToSign(authenticatorData: authData, clientDataJSON: clientData)
     }
 
     static func validate(rpId: String) throws(TesseraError) {

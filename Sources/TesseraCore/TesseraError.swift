@@ -55,6 +55,8 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let cardInUse: Code = "CARD_IN_USE"
         /// The operation was cancelled (client went away, task cancelled).
         public static let cancelled: Code = "CANCELLED"
+        /// `presence.confirm` found no CTAP request of the caller's uid waiting for presence (or it is off).
+        public static let presenceNotPending: Code = "PRESENCE_NOT_PENDING"
         // Documents and readers
         public static let noReader: Code = "NO_READER"
         public static let noCard: Code = "NO_CARD"

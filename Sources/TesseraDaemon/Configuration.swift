@@ -30,6 +30,10 @@ public struct DaemonOptions: Sendable {
     /// (`--mdoc-reader-cert`, PEM).
     public var mdocReaderKeyPath: String?
     public var mdocReaderCertificatePath: String?
+    /// Serve a CTAP 2.1 authenticator on this SOCK_SEQPACKET socket (`--ctap-socket`; overrides `ctap.socket`).
+    public var ctapSocket: String?
+    /// Also serve the authenticator as a virtual FIDO HID device through /dev/uhid (`--ctap-uhid`).
+    public var ctapUHID = false
 
     public init(socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
                 cscaPaths: [String] = [], embeddedSoftHSM: Bool = true, logLevel: String = "info") {
@@ -66,6 +70,8 @@ public struct ConfigFile: Codable, Sendable {
     public var maxQueuedNotifications: Int?
     /// The SSH agent socket (docs/CONFIG.md).
     public var sshAgent: SSHAgentConfig?
+    /// The CTAP 2.1 authenticator (docs/CTAP.md).
+    public var ctap: CTAPConfig?
 
     public init() {}
 
@@ -95,6 +101,9 @@ public struct ConfigFile: Codable, Sendable {
         try unknown(in: top, known: knownKeys, section: nil)
         if let backoff = top["pinBackoff"]?.objectValue {
             try unknown(in: backoff, known: propertyNames(of: PINBackoffConfig()), section: "pinBackoff")
+        }
+        if let ctap = top["ctap"]?.objectValue {
+            try unknown(in: ctap, known: propertyNames(of: CTAPConfig()), section: "ctap")
         }
         guard let policy = top["policy"], !policy.isNull else { return }
         guard let rules = policy.objectValue else { throw TesseraError.invalidInput("policy must be an object") }
@@ -129,6 +138,12 @@ public struct ConfigFile: Codable, Sendable {
         }
         if let limit = maxQueuedNotifications, !(1...1_000_000).contains(limit) {
             throw bad("maxQueuedNotifications \(limit) is out of range 1…1000000")
+        }
+        if let ctap {
+            do { _ = try Self.socketMode(ctap.socketMode) } catch { throw bad("ctap: \(error.message)") }
+            if let t = ctap.presenceTimeoutSeconds, !(1...300).contains(t) {
+                throw bad("ctap.presenceTimeoutSeconds \(t) is out of range 1…300")
+            }
         }
     }
 

@@ -1,3 +1,5 @@
+import CTAP2
+import CTAPHID
 import CredentialStore
 import Documents
 import Enrollment
@@ -10,6 +12,7 @@ import SSHAgent
 import ServiceLifecycle
 import UnixSignals
 import TesseraCore
+import WebAuthn
 
 /// Runs `tesserad`: opens the state dir and database, finds tokens, serves the socket until SIGTERM/SIGINT.
 public enum Daemon {
@@ -126,6 +129,12 @@ public enum Daemon {
         let sshBackend = SSHKeyBackend(passkeys: passkeys, logger: sshLogger, presenceCommand: config.sshAgent?.presenceCommand,
                                        presenceTimeout: .seconds(config.sshAgent?.presenceTimeoutSeconds ?? 30))
         table.registerSSH(passkeys, backend: sshBackend)
+        var ctapLogger = logger
+        ctapLogger[metadataKey: "service"] = "ctap"
+        let presence = PresenceBroker(command: config.ctap?.presenceCommand,
+                                      confirmOnSocket: config.ctap?.confirmOnSocket ?? false,
+                                      timeout: .seconds(config.ctap?.presenceTimeoutSeconds ?? 30), logger: ctapLogger)
+        table.registerPresence(presence)
         table.registerIntrospection()
 
         let tokenEvents = Task {
@@ -153,6 +162,22 @@ public enum Daemon {
                     await agent.expire()
                 }
             }
+        }
+        let ctapPath = options.ctapSocket ?? config.ctap?.socket
+        if ctapPath != nil || options.ctapUHID {
+            let backend = CTAPPasskeyBackend(passkeys: passkeys, options: CTAPCredentialStore(database: database),
+                                             presence: presence, policy: policy, tokenId: config.ctap?.tokenId,
+                                             logger: ctapLogger)
+            let authenticator = CTAP2Authenticator(backend: backend, info: .init(aaguid: tesseraAAGUID,
+                                                                                 maxMessageSize: CTAPHID.maxMessageSize))
+            // One authenticator, one transaction at a time, whichever transport the request comes from.
+            let hub = CTAPHIDHub(authenticator: authenticator, logger: ctapLogger)
+            if let ctapPath {
+                services.append(.init(service: CTAPSocketService(
+                    path: ctapPath, mode: try ConfigFile.socketMode(config.ctap?.socketMode), group: socketGID,
+                    hub: hub, policy: policy, logger: ctapLogger)))
+            }
+            if options.ctapUHID { services.append(.init(service: CTAPUHIDService(hub: hub, logger: ctapLogger))) }
         }
         services.append(.init(service: service))
         let group = ServiceGroup(configuration: .init(

@@ -27,6 +27,9 @@ struct Tesserad: AsyncParsableCommand {
         SSH AGENT
         With --ssh-agent-socket PATH (or "sshAgent" in --config, or a second systemd socket named ssh-agent: tesserad-ssh-agent.socket), tesserad also speaks the SSH agent protocol: point SSH_AUTH_SOCK at it. It offers the SSH keys of every token (made with `tessera ssh keygen`, plus other P-256 keys on the tokens; never a passkey's key). `ssh-add -s TOKEN` (token id or label) logs that token in with the PIN it sends, one try; `ssh-add -e TOKEN` logs it out; `ssh-add -x`/`-X` lock and unlock the agent for the calling user. Adding software keys (plain `ssh-add FILE`) is refused. Listing needs only access to the socket; signing, unlocking and locking need the `sign` permission of the policy.
 
+        CTAP AUTHENTICATOR
+        With --ctap-socket PATH (or "ctap" in --config), tesserad is a CTAP 2.1 authenticator (CTAPHID reports of 64 bytes, one per SOCK_SEQPACKET packet; with --ctap-uhid also a virtual FIDO HID device for browsers) whose credentials are the passkeys on the tokens: made over CTAP they appear in credentials.list and work with passkey.authenticate, and the other way round. User presence comes from ctap.presenceCommand or presence.confirm on the main socket (ctap.confirmOnSocket); without either, requests that need presence are refused. Connecting needs the sign permission, making credentials enroll. See docs/CTAP.md.
+
         FILES
           STATE_DIR/tessera.sqlite
               credentials, signature counters, enrollments and their audit
@@ -35,7 +38,7 @@ struct Tesserad: AsyncParsableCommand {
               default socket when --socket is not given
           --config FILE
               JSON: socketGroup, socketMode, policy, pinFiles, pinBackoff, maxRequestsInFlight,
-              maxQueuedNotifications, sshAgent (docs/CONFIG.md); unknown keys stop start-up;
+              maxQueuedNotifications, sshAgent, ctap (docs/CONFIG.md); unknown keys stop start-up;
               enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
 
         EXIT STATUS
@@ -101,6 +104,12 @@ struct Tesserad: AsyncParsableCommand {
     @Option(name: .customLong("mdoc-reader-cert"), help: ArgumentHelp("The reader authentication certificate chain for --mdoc-reader-key, PEM, leaf first.", valueName: "FILE"))
     var mdocReaderCert: String?
 
+    @Option(name: .customLong("ctap-socket"), help: ArgumentHelp("Also serve a CTAP 2.1 authenticator on this SOCK_SEQPACKET Unix socket (mode 0660). See CTAP AUTHENTICATOR.", valueName: "PATH"))
+    var ctapSocket: String?
+
+    @Flag(name: .customLong("ctap-uhid"), help: "Also serve the CTAP 2.1 authenticator as a virtual FIDO HID device through /dev/uhid, for browsers (udev/70-tessera-ctap.rules). See CTAP AUTHENTICATOR.")
+    var ctapUHID = false
+
     func run() async throws {
         let state = stateDir ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"] ?? "/var/lib/tesserad"
         var options = DaemonOptions(socketPath: socket, stateDir: state, pkcs11Modules: pkcs11Modules,
@@ -115,6 +124,8 @@ struct Tesserad: AsyncParsableCommand {
         options.iacaPaths = iaca
         options.mdocReaderKeyPath = mdocReaderKey
         options.mdocReaderCertificatePath = mdocReaderCert
+        options.ctapSocket = ctapSocket
+        options.ctapUHID = ctapUHID
         do {
             try await Daemon.run(options)
         } catch {

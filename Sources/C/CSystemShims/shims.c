@@ -104,3 +104,73 @@ int tessera_get_dumpable(void) {
     int r = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
     return r < 0 ? -errno : r;
 }
+
+#include <sys/stat.h>
+
+int tessera_seqpacket_listen(const char *path, unsigned int mode, long gid) {
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof addr.sun_path) return -ENAMETOOLONG;
+    strcpy(addr.sun_path, path);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) return -EEXIST;
+        int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (probe < 0) return -errno;
+        int served = connect(probe, (struct sockaddr *)&addr, sizeof addr) == 0;
+        close(probe);
+        if (served) return -EADDRINUSE;
+        unlink(path);
+    }
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    unsigned int creation = gid >= 0 ? (mode & 0700) : mode;
+    mode_t previous = umask((mode_t)(~creation & 0777));
+    int rc = bind(fd, (struct sockaddr *)&addr, sizeof addr);
+    int saved = errno;
+    umask(previous);
+    if (rc != 0) { close(fd); return -saved; }
+    if ((gid >= 0 && chown(path, (uid_t)-1, (gid_t)gid) != 0) || chmod(path, (mode_t)mode) != 0 || listen(fd, 16) != 0) {
+        saved = errno;
+        close(fd);
+        unlink(path);
+        return -saved;
+    }
+    return fd;
+}
+
+int tessera_seqpacket_accept(int listener, int32_t *pid, uint32_t *uid, uint32_t *gid) {
+    int fd;
+    do { fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC); } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return -errno;
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        int saved = errno;
+        close(fd);
+        return -saved;
+    }
+    *pid = cred.pid; *uid = cred.uid; *gid = cred.gid;
+    return fd;
+}
+
+int tessera_peer_groups(int fd, uint32_t *groups, int max) {
+    socklen_t len = (socklen_t)(max * sizeof(gid_t));
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) return -errno;
+    return (int)(len / sizeof(gid_t));
+}
+
+ssize_t tessera_seqpacket_recv(int fd, uint8_t *buf, size_t len) {
+    ssize_t n;
+    do { n = recv(fd, buf, len, MSG_TRUNC); } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : n;
+}
+
+int tessera_seqpacket_send(int fd, const uint8_t *buf, size_t len) {
+    ssize_t n;
+    do { n = send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL); } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : 0;
+}
+
+void tessera_socket_shutdown(int fd) { shutdown(fd, SHUT_RDWR); }

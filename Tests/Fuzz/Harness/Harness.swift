@@ -55,6 +55,8 @@ let allTargets: [FuzzTarget] = [
     FuzzTarget(name: "vpcd", run: VPCDTarget.run),
     FuzzTarget(name: "sshagent", run: SSHAgentTarget.run),
     FuzzTarget(name: "mdoc", run: MDocTarget.run),
+    FuzzTarget(name: "ctaphid", run: CTAPHIDTarget.run),
+    FuzzTarget(name: "ctap2", run: CTAP2Target.run),
 ]
 
 let selectedTarget: FuzzTarget = {

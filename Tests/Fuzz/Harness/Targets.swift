@@ -1,5 +1,7 @@
 import APDU
 import CBOR
+import CTAP2
+import CTAPHID
 import Crypto
 import Enrollment
 import Foundation
@@ -246,5 +248,42 @@ enum SSHAgentTarget {
         case 1: _ = try? SSHPublicKey(blob: bytes)
         default: _ = try? SSHSignature.parse(bytes)
         }
+    }
+}
+
+/// CTAPHID reports from two clients into one device (channel ids from a counter), the clock advancing with the
+/// input, dispatched CBOR requests answered at once.
+enum CTAPHIDTarget {
+    static func run(_ input: [UInt8]) {
+        final class Counter: @unchecked Sendable { var next: UInt32 = 1 }
+        let counter = Counter()
+        var device = CTAPHIDDevice { defer { counter.next &+= 1 }; return counter.next }
+        var now = ContinuousClock.now
+        var offset = 0
+        while offset < input.count {
+            let control = input[offset]
+            offset += 1
+            let report = Array(input[offset..<min(offset + CTAPHID.reportSize, input.count)])
+            offset += report.count
+            now = now + .milliseconds(Int(control & 0x3F) * 20)
+            for action in device.receive(report, from: UInt64(control >> 7), now: now) {
+                if case .dispatch(_, let channel, let payload) = action {
+                    _ = device.finish(channel: channel, response: payload)
+                }
+            }
+            if control & 0x40 != 0 { _ = device.disconnected(UInt64(control >> 7)) }
+            _ = device.expire(now: now)
+        }
+        _ = UHID.parse(input)
+    }
+}
+
+/// CTAP2 requests as the authenticator parses them: command byte ‖ CBOR, decoded with the authenticator's limits,
+/// then the makeCredential and getAssertion parameter parsers.
+enum CTAP2Target {
+    static func run(_ input: [UInt8]) {
+        let (selector, bytes) = input.selectorAndRest
+        guard let map = try? CBORValue(decoding: bytes, options: CBORDecodingOptions(maxDepth: 8, maxItems: 4096)) else { return }
+        if selector & 1 == 0 { _ = try? MakeCredentialRequest(map) } else { _ = try? GetAssertionRequest(map) }
     }
 }

@@ -36,4 +36,28 @@ int tessera_set_nondumpable(void);
 /// prctl(PR_GET_DUMPABLE): 0 when not dumpable, 1 or 2 when dumpable, -errno on failure.
 int tessera_get_dumpable(void);
 
+
+#include <sys/types.h>
+
+/// A SOCK_SEQPACKET Unix socket bound at `path` and listening (close-on-exec). A stale socket file is replaced, a
+/// served one refused (-EADDRINUSE), any other file refused (-EEXIST). The file is created under a umask that
+/// leaves no bit beyond `mode` (owner bits only while `gid` >= 0 is still to be set). Returns the fd or -errno.
+int tessera_seqpacket_listen(const char *path, unsigned int mode, long gid);
+
+/// Accepts one connection (blocking; close-on-exec) and reads its SO_PEERCRED. Returns the fd or -errno.
+int tessera_seqpacket_accept(int listener, int32_t *pid, uint32_t *uid, uint32_t *gid);
+
+/// The peer's supplementary groups (SO_PEERGROUPS), at most `max`; returns how many, or -errno.
+int tessera_peer_groups(int fd, uint32_t *groups, int max);
+
+/// Receives one packet (blocking) into `buf`; returns its length (truncated packets report their full length),
+/// 0 at end of stream, -errno on failure.
+ssize_t tessera_seqpacket_recv(int fd, uint8_t *buf, size_t len);
+
+/// Sends one packet without blocking (MSG_DONTWAIT | MSG_NOSIGNAL); 0 or -errno.
+int tessera_seqpacket_send(int fd, const uint8_t *buf, size_t len);
+
+/// shutdown(fd, SHUT_RDWR): wakes a thread blocked in accept or recv on it.
+void tessera_socket_shutdown(int fd);
+
 #endif

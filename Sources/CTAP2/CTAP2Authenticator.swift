@@ -1,0 +1,254 @@
+import CBOR
+import TesseraCore
+
+/// A stored credential as the authenticator sees it.
+public struct CTAP2Credential: Sendable, Equatable {
+    public var id: [UInt8]
+    public var rpId: String
+    public var user: CTAP2User
+    public var discoverable: Bool
+    public var credProtect: CredProtect
+    public init(id: [UInt8], rpId: String, user: CTAP2User, discoverable: Bool, credProtect: CredProtect) {
+        self.id = id; self.rpId = rpId; self.user = user; self.discoverable = discoverable;
+        self.credProtect = credProtect
+    }
+}
+
+/// A new credential's attestation, as makeCredential returns it.
+public struct CTAP2Attestation: Sendable, Equatable {
+    public var format: String
+    public var authData: [UInt8]
+    public var statement: CBORValue
+    public init(format: String, authData: [UInt8], statement: CBORValue) {
+        self.format = format; self.authData = authData; self.statement = statement
+    }
+}
+
+/// What the user is asked to approve.
+public struct PresenceRequest: Sendable, Equatable {
+    /// "makeCredential", "getAssertion" or "selection".
+    public var operation: String
+    public var rpId: String?
+    public var userName: String?
+    public init(operation: String, rpId: String?, userName: String?) {
+        self.operation = operation; self.rpId = rpId; self.userName = userName
+    }
+}
+
+/// The credential store and keys behind the authenticator (in the daemon: the passkey service and its tokens).
+public protocol CTAP2Backend: Sendable {
+    /// Credentials of `rpId`, newest first: those in `ids`, or with nil every discoverable one.
+    func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential]
+    /// Creates a credential (key on the token, record in the store) and returns its packed self attestation over
+    /// authData with `extensions` (canonical CBOR map) when given.
+    func makeCredential(
+        rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
+        credProtect: CredProtect, extensions: [UInt8]?
+    ) async throws(CTAP2Error) -> CTAP2Attestation
+    /// Signs authData ‖ clientDataHash with the credential's key (the sign count advances); returns
+    /// (authData, DER signature).
+    func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool) async throws(CTAP2Error)
+        -> (authData: [UInt8], signature: [UInt8])
+    /// Waits for the user's approval; throws OPERATION_DENIED (refused or no presence source),
+    /// USER_ACTION_TIMEOUT, or KEEPALIVE_CANCEL when the task is cancelled.
+    func userPresence(_ request: PresenceRequest) async throws(CTAP2Error)
+}
+
+/// Progress an authenticator reports while it works (the transport turns it into KEEPALIVE).
+public enum CTAP2Progress: Sendable {
+    case processing
+    case waitingForUserPresence
+}
+
+/// The CTAP 2.1 authenticator state machine (§6) over a `CTAP2Backend`: decodes a request (command byte ‖ CBOR),
+/// runs it, and encodes the response (status byte ‖ CBOR). One request at a time (the transport ensures it).
+public actor CTAP2Authenticator {
+    /// What getInfo reports.
+    public struct Info: Sendable {
+        public var aaguid: [UInt8]
+        public var maxMessageSize: Int
+        public init(aaguid: [UInt8], maxMessageSize: Int) { self.aaguid = aaguid; self.maxMessageSize = maxMessageSize }
+    }
+
+    struct PendingAssertions {
+        var credentials: [CTAP2Credential]
+        var clientDataHash: [UInt8]
+        var userPresent: Bool
+        var expires: ContinuousClock.Instant
+    }
+
+    private let backend: any CTAP2Backend
+    private let info: Info
+    private var pending: PendingAssertions?
+    /// How long getNextAssertion may follow getAssertion (§6.3: 30 s).
+    static let nextAssertionWindow: Duration = .seconds(30)
+
+    public init(backend: any CTAP2Backend, info: Info) {
+        self.backend = backend
+        self.info = info
+    }
+
+    /// Handles one CTAPHID_CBOR payload; never throws: failures become a status byte.
+    public func handle(_ message: [UInt8], progress: @Sendable (CTAP2Progress) -> Void = { _ in }) async -> [UInt8] {
+        do {
+            let body = try await run(message, progress: progress)
+            return [CTAP2Status.ok.rawValue] + (body.map { $0.encodedWithDistinctKeys() } ?? [])
+        } catch {
+            return [error.status.rawValue]
+        }
+    }
+
+    /// As `handle`, with the failure's message (for the log).
+    public func run(_ message: [UInt8], progress: @Sendable (CTAP2Progress) -> Void = { _ in }) async throws(CTAP2Error)
+        -> CBORValue?
+    {
+        guard let commandByte = message.first else { throw CTAP2Error(.invalidLength, "empty request") }
+        guard let command = CTAP2Command(rawValue: commandByte) else {
+            throw CTAP2Error(.invalidCommand, "unknown command 0x\(String(commandByte, radix: 16))")
+        }
+        if command != .getNextAssertion { pending = nil }
+        let parameters: CBORValue?
+        if message.count > 1 {
+            do {
+                parameters = try CBORValue(
+                    decoding: Array(message.dropFirst()),
+                    options: CBORDecodingOptions(maxDepth: 8, maxItems: 4096))
+            } catch {
+                throw CTAP2Error(.invalidCBOR, "request CBOR: \(error.message)")
+            }
+        } else {
+            parameters = nil
+        }
+        func required() throws(CTAP2Error) -> CBORValue {
+            guard let parameters else { throw CTAP2Error(.missingParameter, "parameters missing") }
+            return parameters
+        }
+        switch command {
+        case .getInfo: return getInfo()
+        case .makeCredential: return try await makeCredential(MakeCredentialRequest(required()), progress: progress)
+        case .getAssertion: return try await getAssertion(GetAssertionRequest(required()), progress: progress)
+        case .getNextAssertion: return try await getNextAssertion()
+        case .selection:
+            try await presence(PresenceRequest(operation: "selection", rpId: nil, userName: nil), progress: progress)
+            return nil
+        case .reset:
+            throw CTAP2Error(.operationDenied, "authenticatorReset is refused: tokens are not wiped through CTAP")
+        case .clientPIN, .credentialManagement:
+            throw CTAP2Error(.invalidCommand, "command 0x\(String(commandByte, radix: 16)) is not supported")
+        }
+    }
+
+    func getInfo() -> CBORValue {
+        [
+            1: ["FIDO_2_0", "FIDO_2_1"],
+            2: ["credProtect"],
+            3: .byteString(info.aaguid),
+            4: ["rk": true, "up": true, "uv": false, "plat": false],
+            5: CBORValue(info.maxMessageSize),
+            9: ["usb"],
+            10: [["alg": CBORValue(-7), "type": "public-key"]],
+        ]
+    }
+
+    func makeCredential(_ r: MakeCredentialRequest, progress: @Sendable (CTAP2Progress) -> Void)
+        async throws(CTAP2Error) -> CBORValue
+    {
+        guard r.clientDataHash.count == 32 else { throw CTAP2Error(.invalidLength, "clientDataHash must be 32 bytes") }
+        guard r.algorithms.contains(-7) else { throw CTAP2Error(.unsupportedAlgorithm, "only ES256 (-7) is supported") }
+        if r.pinUvAuthParam != nil {
+            throw CTAP2Error(.pinAuthInvalid, "ClientPIN is not set up on this authenticator")
+        }
+        if r.userPresence == false { throw CTAP2Error(.invalidOption, "makeCredential always tests user presence") }
+        if r.userVerification { throw CTAP2Error(.invalidOption, "no built-in user verification") }
+        let presenceRequest = PresenceRequest(operation: "makeCredential", rpId: r.rpId, userName: r.user.name)
+        if !r.excludeList.isEmpty {
+            let excluded = try await backend.credentials(rpId: r.rpId, ids: r.excludeList)
+                .filter { $0.credProtect != .userVerificationRequired }
+            if !excluded.isEmpty {
+                try await presence(presenceRequest, progress: progress)
+                throw CTAP2Error(.credentialExcluded, "a credential in excludeList exists")
+            }
+        }
+        try await presence(presenceRequest, progress: progress)
+        progress(.processing)
+        let extensions = r.credProtect.map { level -> [UInt8] in
+            CBORValue.map([("credProtect", CBORValue(Int(level.rawValue)))]).encodedWithDistinctKeys()
+        }
+        let attestation = try await backend.makeCredential(
+            rpId: r.rpId, user: r.user, clientDataHash: r.clientDataHash, discoverable: r.residentKey,
+            credProtect: r.credProtect ?? .userVerificationOptional, extensions: extensions)
+        return [1: .textString(attestation.format), 2: .byteString(attestation.authData), 3: attestation.statement]
+    }
+
+    func getAssertion(_ r: GetAssertionRequest, progress: @Sendable (CTAP2Progress) -> Void) async throws(CTAP2Error)
+        -> CBORValue
+    {
+        guard r.clientDataHash.count == 32 else { throw CTAP2Error(.invalidLength, "clientDataHash must be 32 bytes") }
+        if r.pinUvAuthParam != nil {
+            throw CTAP2Error(.pinAuthInvalid, "ClientPIN is not set up on this authenticator")
+        }
+        if r.userVerification { throw CTAP2Error(.invalidOption, "no built-in user verification") }
+        let found = try await backend.credentials(rpId: r.rpId, ids: r.allowList)
+        let usable = found.filter { c in
+            switch c.credProtect {
+            case .userVerificationOptional: return true
+            case .userVerificationOptionalWithCredentialIDList: return r.allowList != nil
+            case .userVerificationRequired: return false
+            }
+        }
+        guard let first = usable.first else { throw CTAP2Error(.noCredentials, "no usable credential for \(r.rpId)") }
+        if r.userPresence {
+            try await presence(
+                PresenceRequest(
+                    operation: "getAssertion", rpId: r.rpId,
+                    userName: r.allowList == nil && usable.count == 1 ? first.user.name : nil),
+                progress: progress)
+            progress(.processing)
+        }
+        var response = try await assertion(
+            first, clientDataHash: r.clientDataHash, userPresent: r.userPresence,
+            discoverable: r.allowList == nil)
+        if r.allowList == nil, usable.count > 1 {
+            response.append((CBORValue(5), CBORValue(usable.count)))
+            pending = PendingAssertions(
+                credentials: Array(usable.dropFirst()), clientDataHash: r.clientDataHash,
+                userPresent: r.userPresence, expires: .now + Self.nextAssertionWindow)
+        }
+        return .map(response)
+    }
+
+    func getNextAssertion() async throws(CTAP2Error) -> CBORValue {
+        guard var p = pending, ContinuousClock.now < p.expires, !p.credentials.isEmpty else {
+            pending = nil
+            throw CTAP2Error(.notAllowed, "no getAssertion to continue")
+        }
+        let next = p.credentials.removeFirst()
+        pending = p.credentials.isEmpty ? nil : p
+        return .map(
+            try await assertion(next, clientDataHash: p.clientDataHash, userPresent: p.userPresent, discoverable: true))
+    }
+
+    private func assertion(
+        _ c: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool,
+        discoverable: Bool
+    ) async throws(CTAP2Error) -> [(key: CBORValue, value: CBORValue)] {
+        let (authData, signature) = try await backend.assert(
+            c, clientDataHash: clientDataHash, userPresent: userPresent)
+        var out: [(key: CBORValue, value: CBORValue)] = [
+            (1, ["id": .byteString(c.id), "type": "public-key"]),
+            (2, .byteString(authData)),
+            (3, .byteString(signature)),
+        ]
+        // Without UV only the user id is returned (§6.2.2: identifying fields need UV).
+        if discoverable || c.discoverable { out.append((4, CTAP2User(id: c.user.id).cbor)) }
+        return out
+    }
+
+    private func presence(_ request: PresenceRequest, progress: @Sendable (CTAP2Progress) -> Void)
+        async throws(CTAP2Error)
+    {
+        progress(.waitingForUserPresence)
+        try await backend.userPresence(request)
+        if Task.isCancelled { throw CTAP2Error(.keepaliveCancel, "cancelled") }
+    }
+}

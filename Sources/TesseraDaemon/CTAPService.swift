@@ -1,0 +1,577 @@
+import CBOR
+internal import CSystemShims
+import CTAP2
+import CTAPHID
+import CredentialStore
+import Foundation
+import Logging
+import Passkeys
+import RPC
+import ServiceLifecycle
+import Synchronization
+import TesseraCore
+import WebAuthn
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `ctap` section: the CTAP 2.1 authenticator (docs/CTAP.md).
+public struct CTAPConfig: Codable, Sendable {
+    /// SOCK_SEQPACKET socket path (the authenticator is off without it, unless `--ctap-socket` gives one).
+    public var socket: String?
+    /// Socket file mode in octal, default "0660" (group from `socketGroup`).
+    public var socketMode: String?
+    /// Token new credentials go to (default: the only token present, else the first).
+    public var tokenId: String?
+    /// Program (argv) that approves user presence: JSON description on stdin, exit 0 = approve.
+    public var presenceCommand: [String]?
+    /// Seconds to wait for presence before USER_ACTION_TIMEOUT (default 30).
+    public var presenceTimeoutSeconds: Int?
+    /// Whether `presence.confirm` on the main socket (same uid as the CTAP client) may approve presence.
+    public var confirmOnSocket: Bool?
+    public init() {}
+}
+
+/// The CTAP client of the running request (set for the request's task).
+enum CTAPCaller {
+    @TaskLocal static var current: PeerCredentials?
+}
+
+// MARK: backend
+
+/// The authenticator's credentials are the passkey service's: made with `PasskeyService.enroll`, used with
+/// `PasskeyService.authenticate` (one sign counter), listed by `credentials.list`.
+final class CTAPPasskeyBackend: CTAP2Backend {
+    let passkeys: PasskeyService
+    let options: CTAPCredentialStore
+    let presence: PresenceBroker
+    let policy: Policy
+    let tokenId: String?
+    let logger: Logger
+    private let optionsCache = Mutex<[Data: CTAPCredentialOptions?]>([:])
+
+    init(
+        passkeys: PasskeyService, options: CTAPCredentialStore, presence: PresenceBroker, policy: Policy,
+        tokenId: String?, logger: Logger
+    ) {
+        self.passkeys = passkeys; self.options = options; self.presence = presence; self.policy = policy
+        self.tokenId = tokenId; self.logger = logger
+    }
+
+    func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential] {
+        var records: [CredentialRecord] = []
+        do throws(TesseraError) {
+            if let ids {
+                for id in ids.prefix(64) {
+                    if let rec = try await passkeys.cachedCredential(id: id), rec.rpId == rpId { records.append(rec) }
+                }
+            } else {
+                records = try await passkeys.credentials(rpId: rpId, userId: nil)
+            }
+            let present = Set(await passkeys.tokens().map(\.id))
+            records = records.filter { present.contains($0.tokenId) }.sorted { $0.createdAt > $1.createdAt }
+            let stored = try await cachedOptions(records.map(\.credentialId))
+            return records.compactMap { r in
+                let o = stored[r.credentialId]
+                let discoverable = o?.discoverable ?? true
+                if ids == nil && !discoverable { return nil }
+                return CTAP2Credential(
+                    id: [UInt8](r.credentialId), rpId: r.rpId,
+                    user: CTAP2User(id: [UInt8](r.userId), name: r.userName, displayName: r.userDisplayName),
+                    discoverable: discoverable,
+                    credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1))
+                        ?? .userVerificationRequired)
+            }
+        } catch {
+            throw map(error, "credential lookup")
+        }
+    }
+
+    /// CTAP options by credential id (nil: no row, a passkey made through JSON-RPC); rows never change once written.
+    private func cachedOptions(_ ids: [Data]) async throws(TesseraError) -> [Data: CTAPCredentialOptions] {
+        var found: [Data: CTAPCredentialOptions] = [:]
+        var missing: [Data] = []
+        optionsCache.withLock { cache in
+            for id in ids {
+                switch cache[id] {
+                case .some(.some(let o)): found[id] = o
+                case .some(.none): break
+                case .none: missing.append(id)
+                }
+            }
+        }
+        guard !missing.isEmpty else { return found }
+        let loaded = try await options.options(missing)
+        optionsCache.withLock { cache in
+            if cache.count >= 65_536 { cache.removeAll(keepingCapacity: true) }
+            for id in missing { cache[id] = .some(loaded[id]) }
+        }
+        return found.merging(loaded) { a, _ in a }
+    }
+
+    func makeCredential(
+        rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
+        credProtect: CredProtect, extensions: [UInt8]?
+    ) async throws(CTAP2Error) -> CTAP2Attestation {
+        if let peer = CTAPCaller.current, (try? policy.check(.enroll, peer: peer)) == nil {
+            throw CTAP2Error(.operationDenied, "uid \(peer.uid) may not enroll by the policy")
+        }
+        if tokenId == nil, await passkeys.tokens().count > 1 {
+            logger.warning("ctap: several tokens are present: set ctap.tokenId to the token new credentials go to")
+            throw CTAP2Error(.operationDenied, "several tokens present and no ctap.tokenId")
+        }
+        let credentialId = SecureRandom.bytes(32)
+        do throws(TesseraError) {
+            let saved = CTAPCredentialOptions(
+                credentialId: Data(credentialId), discoverable: discoverable,
+                credProtect: Int(credProtect.rawValue))
+            try await options.save(saved)
+            optionsCache.withLock { $0[saved.credentialId] = .some(saved) }
+            var request = PasskeyService.EnrollRequest(
+                rpId: rpId, userId: user.id, userName: user.name ?? "", userDisplayName: user.displayName ?? "",
+                challenge: [], tokenId: tokenId, attestation: .packed, userVerification: .discouraged,
+                credentialId: credentialId)
+            request.clientDataHash = clientDataHash
+            request.extensions = extensions
+            let result: PasskeyService.EnrollResult
+            do throws(TesseraError) { result = try await passkeys.enroll(request) } catch {
+                try? await options.delete(Data(credentialId))
+                throw error
+            }
+            let object = try AttestationObject(parsing: result.attestationObject)
+            logger.info(
+                "ctap: credential made",
+                metadata: [
+                    "rpId": "\(rpId)", "token": "\(result.tokenId)",
+                    "rk": "\(discoverable)", "credProtect": "\(credProtect.rawValue)",
+                ])
+            return CTAP2Attestation(format: object.format, authData: object.authData, statement: object.statement)
+        } catch {
+            throw map(error, "makeCredential")
+        }
+    }
+
+    func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool) async throws(CTAP2Error)
+        -> (authData: [UInt8], signature: [UInt8])
+    {
+        var request = PasskeyService.AuthenticateRequest(
+            rpId: credential.rpId, challenge: [], allowCredentials: [credential.id],
+            userVerification: .discouraged)
+        request.clientDataHash = clientDataHash
+        request.userPresent = userPresent
+        do throws(TesseraError) {
+            let a = try await passkeys.authenticate(request)
+            return (a.authenticatorData, a.signature)
+        } catch {
+            throw map(error, "getAssertion")
+        }
+    }
+
+    func userPresence(_ request: PresenceRequest) async throws(CTAP2Error) {
+        try await presence.ask(request, caller: CTAPCaller.current)
+    }
+
+    private func map(_ error: TesseraError, _ what: String) -> CTAP2Error {
+        logger.notice("ctap: \(what) failed: \(error.code.rawValue): \(error.message)")
+        switch error.code {
+        case .credentialExcluded: return CTAP2Error(.credentialExcluded, error.message)
+        case .pinRequired: return CTAP2Error(.pinUvAuthTokenRequired, error.message)
+        case .invalidInput: return CTAP2Error(.invalidParameter, error.message)
+        case .tokenNotPresent, .tokenRemoved: return CTAP2Error(.operationDenied, error.message)
+        case .passkeyNotFound: return CTAP2Error(.noCredentials, error.message)
+        default: return CTAP2Error(.other, error.message)
+        }
+    }
+}
+
+// MARK: presence
+
+/// User presence for CTAP requests: the configured `presenceCommand`, or a `presence.confirm` call on the main
+/// socket by the CTAP client's uid (with `confirmOnSocket`), whichever answers first within the timeout.
+actor PresenceBroker {
+    enum Outcome: Sendable { case approved, refused, timedOut, cancelled }
+
+    struct Pending {
+        var uid: UInt32?
+        var request: PresenceRequest
+        var since: Date
+        var continuation: CheckedContinuation<Outcome, Never>
+        var tasks: [Task<Void, Never>]
+    }
+
+    let command: [String]?
+    let confirmOnSocket: Bool
+    let timeout: Duration
+    let logger: Logger
+    private var pending: [UInt64: Pending] = [:]
+    private var nextID: UInt64 = 1
+
+    init(command: [String]?, confirmOnSocket: Bool, timeout: Duration, logger: Logger) {
+        self.command = command?.isEmpty == true ? nil : command
+        self.confirmOnSocket = confirmOnSocket; self.timeout = timeout; self.logger = logger
+    }
+
+    func ask(_ request: PresenceRequest, caller: PeerCredentials?) async throws(CTAP2Error) {
+        guard command != nil || confirmOnSocket else {
+            logger.warning(
+                """
+                ctap: a request needs user presence and no presence source is configured: set ctap.presenceCommand \
+                (a program that approves with exit status 0) or ctap.confirmOnSocket: true (then approve with \
+                presence.confirm on the main socket) in the --config file
+                """)
+            throw CTAP2Error(.operationDenied, "no presence source")
+        }
+        let id = nextID
+        nextID += 1
+        let outcome = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
+                var tasks: [Task<Void, Never>] = []
+                let timeout = self.timeout
+                tasks.append(
+                    Task { [weak self] in
+                        try? await Task.sleep(for: timeout)
+                        await self?.resolve(id, .timedOut)
+                    })
+                if let command {
+                    var description: [String: JSONValue] = ["type": "ctap", "operation": .string(request.operation)]
+                    if let rp = request.rpId { description["rpId"] = .string(rp) }
+                    if let user = request.userName { description["userName"] = .string(user) }
+                    if let caller {
+                        description["uid"] = .number(Double(caller.uid))
+                        description["pid"] = .number(Double(caller.pid))
+                    }
+                    let input = JSONValue.object(description).serialized()
+                    let logger = self.logger
+                    tasks.append(
+                        Task { [weak self] in
+                            let outcome: Outcome
+                            do {
+                                switch try await ProgramRunner.run(command, input: input, timeout: timeout) {
+                                case .exited(0): outcome = .approved
+                                case .exited(let status):
+                                    logger.notice("ctap: presence command refused (exit status \(status))")
+                                    outcome = .refused
+                                case .timedOut: outcome = .timedOut
+                                }
+                            } catch {
+                                logger.error("ctap: presence command: \(error)")
+                                outcome = .refused
+                            }
+                            await self?.resolve(id, outcome)
+                        })
+                }
+                pending[id] = Pending(
+                    uid: caller?.uid, request: request, since: Date(), continuation: continuation, tasks: tasks)
+            }
+        } onCancel: {
+            Task { await self.resolve(id, .cancelled) }
+        }
+        switch outcome {
+        case .approved: return
+        case .refused: throw CTAP2Error(.operationDenied, "user presence refused")
+        case .timedOut: throw CTAP2Error(.userActionTimeout, "no user presence within \(timeout)")
+        case .cancelled: throw CTAP2Error(.keepaliveCancel, "cancelled by the client")
+        }
+    }
+
+    private func resolve(_ id: UInt64, _ outcome: Outcome) {
+        guard let p = pending.removeValue(forKey: id) else { return }
+        for t in p.tasks { t.cancel() }
+        p.continuation.resume(returning: outcome)
+    }
+
+    /// `presence.confirm`: answers the oldest (or the given) waiting request of `uid`.
+    func confirm(uid: UInt32, requestId: UInt64?, approve: Bool) throws(TesseraError) -> UInt64 {
+        guard confirmOnSocket else {
+            throw TesseraError(.presenceNotPending, "presence.confirm is off: set ctap.confirmOnSocket: true")
+        }
+        let mine = pending.filter { $0.value.uid == nil || $0.value.uid == uid || uid == 0 }
+        guard let id = requestId ?? mine.min(by: { $0.key < $1.key })?.key, mine[id] != nil else {
+            throw TesseraError(.presenceNotPending, "no CTAP request of uid \(uid) is waiting for presence")
+        }
+        resolve(id, approve ? .approved : .refused)
+        return id
+    }
+
+    /// The waiting requests `uid` may answer.
+    func list(uid: UInt32) -> [JSONValue] {
+        pending.filter { $0.value.uid == nil || $0.value.uid == uid || uid == 0 }.sorted { $0.key < $1.key }.map {
+            id, p in
+            var o: [String: JSONValue] = [
+                "requestId": .number(Double(id)), "operation": .string(p.request.operation),
+                "since": .string(p.since.iso8601Seconds),
+            ]
+            if let rp = p.request.rpId { o["rpId"] = .string(rp) }
+            if let user = p.request.userName { o["userName"] = .string(user) }
+            return .object(o)
+        }
+    }
+}
+
+extension MethodTable {
+    /// `presence.confirm` and `presence.list`.
+    func registerPresence(_ broker: PresenceBroker) {
+        register("presence.confirm", .sign) { p, connection in
+            let requestId = try p.optionalInt("requestId").map { UInt64(clamping: $0) }
+            let id = try await broker.confirm(
+                uid: connection.peer.uid, requestId: requestId,
+                approve: p.optionalBool("approve") ?? true)
+            return ["requestId": .number(Double(id))]
+        }
+        register("presence.list", .read) { _, connection in
+            ["requests": .array(await broker.list(uid: connection.peer.uid))]
+        }
+    }
+}
+
+// MARK: transport
+
+/// The CTAPHID device shared by every connection of the CTAP socket: channels, one transaction at a time,
+/// KEEPALIVE every 100 ms while a request runs, MSG_TIMEOUT for stalled messages.
+actor CTAPHIDHub {
+    /// One client of the device: a socket connection, or the uhid device (no peer credentials: its hidraw
+    /// node's permissions are the gate).
+    struct Connection: Sendable {
+        let peer: PeerCredentials?
+        let send: @Sendable ([[UInt8]]) -> Void
+        let shutdown: @Sendable () -> Void
+    }
+
+    private var device = CTAPHIDDevice { UInt32.random(in: 1..<UInt32.max) }
+    private var connections: [UInt64: Connection] = [:]
+    private var running: (channel: UInt32, task: Task<Void, Never>)?
+    private var status: CTAPHID.KeepaliveStatus = .processing
+    private var nextOwner: UInt64 = 1
+    private var ticker: Task<Void, Never>?
+    private let authenticator: CTAP2Authenticator
+    private let logger: Logger
+
+    init(authenticator: CTAP2Authenticator, logger: Logger) {
+        self.authenticator = authenticator
+        self.logger = logger
+    }
+
+    func add(_ connection: Connection) -> UInt64 {
+        let owner = nextOwner
+        nextOwner += 1
+        connections[owner] = connection
+        if ticker == nil {
+            ticker = Task { [weak self] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .milliseconds(100))
+                    await self?.tick()
+                }
+            }
+        }
+        return owner
+    }
+
+    func receive(_ report: [UInt8], from owner: UInt64) {
+        perform(device.receive(report, from: owner, now: .now))
+    }
+
+    func disconnected(_ owner: UInt64) {
+        perform(device.disconnected(owner))
+        connections[owner] = nil
+    }
+
+    /// Every 100 ms: stalled messages time out, the running request's client gets a KEEPALIVE.
+    func tick() {
+        perform(device.expire(now: .now))
+        if let keepalive = device.keepalive(status) { perform([keepalive]) }
+    }
+
+    /// Wakes every connection's reader (graceful stop).
+    func shutdownAll() {
+        for c in connections.values { c.shutdown() }
+        ticker?.cancel()
+        ticker = nil
+    }
+
+    private func setStatus(_ progress: CTAP2Progress) {
+        status = progress == .waitingForUserPresence ? .userPresenceNeeded : .processing
+    }
+
+    private func finished(_ channel: UInt32, _ response: [UInt8]) {
+        if running?.channel == channel { running = nil }
+        perform(device.finish(channel: channel, response: response))
+    }
+
+    private func perform(_ actions: [CTAPHIDAction]) {
+        for action in actions {
+            switch action {
+            case .send(let owner, let reports):
+                connections[owner]?.send(reports)
+            case .dispatch(let owner, let channel, let payload):
+                status = .processing
+                let peer = connections[owner]?.peer
+                let previous = running?.task
+                let authenticator = self.authenticator
+                let logger = self.logger
+                running = (
+                    channel,
+                    Task {
+                        // A request cancelled by a re-INIT may still be finishing: requests never overlap.
+                        await previous?.value
+                        let response: [UInt8] = await CTAPCaller.$current.withValue(peer) {
+                            do throws(CTAP2Error) {
+                                let body = try await authenticator.run(payload) { progress in
+                                    Task { await self.setStatus(progress) }
+                                }
+                                return [CTAP2Status.ok.rawValue] + (body.map { $0.encodedWithDistinctKeys() } ?? [])
+                            } catch {
+                                logger.debug(
+                                    "ctap: command 0x\(String(payload[0], radix: 16)) → 0x\(String(error.status.rawValue, radix: 16)) \(error.message)"
+                                )
+                                return [error.status.rawValue]
+                            }
+                        }
+                        self.finished(channel, response)
+                    }
+                )
+            case .cancel(let channel):
+                if let r = running, r.channel == channel { r.task.cancel() }
+            }
+        }
+    }
+}
+
+/// The CTAP socket (`--ctap-socket`, SOCK_SEQPACKET, one 64-byte report per packet) as a lifecycle service.
+/// Connecting needs the policy's `sign` permission; making credentials needs `enroll`.
+struct CTAPSocketService: Service {
+    let path: String
+    let mode: UInt32
+    let group: UInt32?
+    let hub: CTAPHIDHub
+    let policy: Policy
+    let logger: Logger
+
+    func run() async throws {
+        let listener = tessera_seqpacket_listen(path, mode, group.map { Int($0) } ?? -1)
+        guard listener >= 0 else {
+            throw TesseraError(
+                .internalError, "cannot listen on the CTAP socket \(path): \(String(cString: strerror(-listener)))")
+        }
+        defer {
+            close(listener)
+            unlink(path)
+        }
+        let accepted = AsyncStream<(Int32, PeerCredentials)> { continuation in
+            Thread {
+                while true {
+                    var pid: Int32 = 0, uid: UInt32 = 0, gid: UInt32 = 0
+                    let fd = tessera_seqpacket_accept(listener, &pid, &uid, &gid)
+                    if fd == -EINTR || fd == -ECONNABORTED { continue }
+                    guard fd >= 0 else { break }
+                    var groups = [UInt32](repeating: 0, count: 256)
+                    let n = groups.withUnsafeMutableBufferPointer {
+                        tessera_peer_groups(fd, $0.baseAddress, Int32($0.count))
+                    }
+                    let peer = PeerCredentials(pid: pid, uid: uid, gid: gid, groups: Set(groups.prefix(max(Int(n), 0))))
+                    continuation.yield((fd, peer))
+                }
+                continuation.finish()
+            }.start()
+        }
+        logger.info("ctap ready", metadata: ["socket": "\(path)"])
+        await withGracefulShutdownHandler {
+            await withDiscardingTaskGroup { group in
+                for await (fd, peer) in accepted {
+                    do throws(TesseraError) { try policy.check(.sign, peer: peer) } catch {
+                        logger.notice("ctap: connection refused: \(error.message)")
+                        close(fd)
+                        continue
+                    }
+                    group.addTask { await serve(fd: fd, peer: peer) }
+                }
+                await hub.shutdownAll()
+            }
+        } onGracefulShutdown: {
+            tessera_socket_shutdown(listener)
+        }
+    }
+
+    private func serve(fd: Int32, peer: PeerCredentials) async {
+        let owner = await hub.add(
+            CTAPHIDHub.Connection(
+                peer: peer,
+                send: { reports in
+                    for r in reports {
+                        _ = r.withUnsafeBufferPointer { tessera_seqpacket_send(fd, $0.baseAddress, $0.count) }
+                    }
+                }, shutdown: { tessera_socket_shutdown(fd) }))
+        let reports = AsyncStream<[UInt8]> { continuation in
+            Thread {
+                var buffer = [UInt8](repeating: 0, count: CTAPHID.reportSize)
+                while true {
+                    let n = buffer.withUnsafeMutableBufferPointer {
+                        tessera_seqpacket_recv(fd, $0.baseAddress, $0.count)
+                    }
+                    if n == CTAPHID.reportSize { continuation.yield(buffer); continue }
+                    if n > 0 { continue }  // not one report: dropped
+                    break
+                }
+                continuation.finish()
+            }.start()
+        }
+        for await report in reports { await hub.receive(report, from: owner) }
+        await hub.disconnected(owner)
+        close(fd)
+    }
+}
+
+/// The authenticator as a virtual FIDO HID device through `/dev/uhid` (`--ctap-uhid`), for browsers: UHID_CREATE2
+/// with the FIDO report descriptor, output reports in, UHID_INPUT2 reports out. Who may use it is decided by the
+/// hidraw node's permissions (udev/70-tessera-ctap.rules); presence for it may be confirmed by any `sign` holder.
+struct CTAPUHIDService: Service {
+    static let devicePath = "/dev/uhid"
+    static let deviceName = "Tessera CTAP"
+    let hub: CTAPHIDHub
+    let logger: Logger
+
+    func run() async throws {
+        let fd = open(Self.devicePath, O_RDWR | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw TesseraError(
+                .internalError,
+                """
+                --ctap-uhid: cannot open \(Self.devicePath): \(String(cString: strerror(errno))) (needs the uhid \
+                kernel module and write access, see udev/70-tessera-ctap.rules)
+                """)
+        }
+        defer { close(fd) }
+        @Sendable func write(_ event: [UInt8]) -> Bool {
+            event.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == event.count
+        }
+        guard write(UHID.create2(name: Self.deviceName, vendor: 0x1209, product: 0x7E55)) else {
+            throw TesseraError(.internalError, "--ctap-uhid: UHID_CREATE2 failed: \(String(cString: strerror(errno)))")
+        }
+        let owner = await hub.add(
+            CTAPHIDHub.Connection(
+                peer: nil,
+                send: { reports in
+                    for r in reports { _ = write(UHID.input2(r)) }
+                }, shutdown: { _ = write(UHID.destroy()) }))
+        let reports = AsyncStream<[UInt8]> { continuation in
+            Thread {
+                var buffer = [UInt8](repeating: 0, count: UHID.eventSize)
+                while true {
+                    let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                    if n < 0 && errno == EINTR { continue }
+                    guard n > 0, let event = UHID.parse(Array(buffer[0..<n])) else { break }
+                    if case .output(let report) = event { continuation.yield(report) }
+                }
+                continuation.finish()
+            }.start()
+        }
+        logger.info("ctap uhid device created", metadata: ["name": "\(Self.deviceName)"])
+        await withGracefulShutdownHandler {
+            for await report in reports { await hub.receive(report, from: owner) }
+        } onGracefulShutdown: {
+            // UHID_DESTROY removes the device; the reader then sees the end of the stream.
+            _ = write(UHID.destroy())
+        }
+        await hub.disconnected(owner)
+    }
+}

@@ -1,0 +1,535 @@
+"""CTAP 2.1 authenticator end to end: the real tesserad serving --ctap-socket (SOCK_SEQPACKET, one 64-byte CTAPHID
+report per packet) over a SoftHSM2 token, driven by python-fido2's CtapHidDevice / Ctap2 / Fido2Client and checked
+by py_webauthn; interoperation with the JSON-RPC passkey methods (one credential store, one signCount)."""
+import hashlib
+import json
+import os
+import pathlib
+import socket
+import struct
+import threading
+
+import pytest
+from fido2 import cbor
+from fido2.client import DefaultClientDataCollector, Fido2Client
+from fido2.ctap import CtapError
+from fido2.ctap2 import Ctap2
+from fido2.hid import CtapHidDevice
+from fido2.hid.base import CtapHidConnection, HidDescriptor
+from fido2.webauthn import (AttestationObject, PublicKeyCredentialCreationOptions, PublicKeyCredentialDescriptor,
+                            PublicKeyCredentialParameters, PublicKeyCredentialRequestOptions,
+                            PublicKeyCredentialRpEntity, PublicKeyCredentialUserEntity)
+from webauthn import verify_authentication_response, verify_registration_response
+
+from tessera_harness import SOFTHSM_MODULE, Daemon, b64u, unb64u
+
+RP = "example.com"
+ORIGIN = "https://example.com"
+
+
+class SeqpacketConnection(CtapHidConnection):
+    """python-fido2's HID connection over the daemon's SOCK_SEQPACKET socket: one report per packet."""
+
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.connect(path)
+        self.sock.settimeout(60)
+
+    def read_packet(self) -> bytes:
+        return self.sock.recv(64)
+
+    def write_packet(self, data: bytes) -> None:
+        assert len(data) == 64
+        self.sock.send(data)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class CTAPDaemon:
+    """tesserad with --ctap-socket; presence from a script whose answer (exit status, or "sleep") a file sets."""
+
+    def __init__(self, tmp_path: pathlib.Path, softhsm, presence: bool = True, extra: dict | None = None):
+        self.tmp = tmp_path
+        self.sock = str(tmp_path / "ctap.sock")
+        pin_file = tmp_path / "pin"
+        pin_file.write_text("1234")
+        self.answer = tmp_path / "presence-answer"
+        self.answer.write_text("0")
+        self.asked = tmp_path / "presence-asked"
+        script = tmp_path / "presence.sh"
+        script.write_text(f'#!/bin/sh\ncat >> "{self.asked}"; echo >> "{self.asked}"\n'
+                          f'a=$(cat "{self.answer}")\n[ "$a" = sleep ] && exec sleep 60\nexit "$a"\n')
+        script.chmod(0o755)
+        ctap = {"presenceCommand": [str(script)]} if presence else {}
+        config = {"pinFiles": {"tessera-test": str(pin_file)}, "ctap": {**ctap, **(extra or {})}}
+        cfg = tmp_path / "config.json"
+        cfg.write_text(json.dumps(config))
+        self.daemon = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+                                                     "--config", str(cfg), "--ctap-socket", self.sock])
+
+    def start(self):
+        self.daemon.start()
+        return self
+
+    def device(self) -> CtapHidDevice:
+        return CtapHidDevice(HidDescriptor(self.sock, 0, 0, 64, 64, "tessera", None), SeqpacketConnection(self.sock))
+
+    def presence_requests(self) -> list[dict]:
+        if not self.asked.exists():
+            return []
+        return [json.loads(l) for l in self.asked.read_text().splitlines() if l.strip()]
+
+
+@pytest.fixture
+def ctap(tmp_path, softhsm):
+    d = CTAPDaemon(tmp_path, softhsm).start()
+    yield d
+    d.daemon.stop()
+
+
+def creation_options(user_id=b"user-1", name="alice", rk="discouraged", challenge=None):
+    return PublicKeyCredentialCreationOptions(
+        rp=PublicKeyCredentialRpEntity(id=RP, name="Example"),
+        user=PublicKeyCredentialUserEntity(id=user_id, name=name, display_name=name.title()),
+        challenge=challenge or os.urandom(32),
+        pub_key_cred_params=[PublicKeyCredentialParameters(type="public-key", alg=-7)],
+        attestation="direct",
+        authenticator_selection={"residentKey": rk, "userVerification": "discouraged"},
+    )
+
+
+def registration_json(reg) -> dict:
+    return {"id": b64u(reg.raw_id), "rawId": b64u(reg.raw_id), "type": "public-key",
+            "response": {"clientDataJSON": b64u(bytes(reg.response.client_data)),
+                         "attestationObject": b64u(bytes(reg.response.attestation_object))}}
+
+
+def assertion_json(a) -> dict:
+    r = a.response
+    out = {"clientDataJSON": b64u(bytes(r.client_data)), "authenticatorData": b64u(bytes(r.authenticator_data)),
+           "signature": b64u(r.signature)}
+    if r.user_handle:
+        out["userHandle"] = b64u(r.user_handle)
+    return {"id": b64u(a.raw_id), "rawId": b64u(a.raw_id), "type": "public-key", "response": out}
+
+
+def client(dev) -> Fido2Client:
+    return Fido2Client(dev, DefaultClientDataCollector(ORIGIN))
+
+
+def test_register_and_authenticate_with_fido2_client_verified_by_py_webauthn(ctap):
+    dev = ctap.device()
+    info = Ctap2(dev).get_info()
+    assert info.versions == ["FIDO_2_0", "FIDO_2_1"]
+    assert info.aaguid == bytes.fromhex("2667032d1b764c2daf0fc249e8f53b79")
+    assert info.options["rk"] is True and info.options["up"] is True
+    options = creation_options()
+    reg = client(dev).make_credential(options)
+    att = AttestationObject(bytes(reg.response.attestation_object))
+    assert att.fmt == "packed"
+    verified = verify_registration_response(credential=registration_json(reg), expected_challenge=options.challenge,
+                                            expected_rp_id=RP, expected_origin=ORIGIN)
+    assert ctap.presence_requests()[-1]["operation"] == "makeCredential"
+    assert ctap.presence_requests()[-1]["rpId"] == RP
+
+    challenge = os.urandom(32)
+    result = client(dev).get_assertion(PublicKeyCredentialRequestOptions(
+        challenge=challenge, rp_id=RP, allow_credentials=[PublicKeyCredentialDescriptor(type="public-key", id=reg.raw_id)],
+        user_verification="discouraged"))
+    a = result.get_response(0)
+    checked = verify_authentication_response(credential=assertion_json(a), expected_challenge=challenge, expected_rp_id=RP,
+                                             expected_origin=ORIGIN, credential_public_key=verified.credential_public_key,
+                                             credential_current_sign_count=0)
+    assert checked.new_sign_count >= 1
+    assert ctap.presence_requests()[-1]["operation"] == "getAssertion"
+
+    # The same credential through the JSON-RPC methods: listed, usable, one signature counter.
+    c = ctap.daemon.client()
+    listed = c.call("credentials.list", {"rpId": RP})["credentials"]
+    assert [x["credentialId"] for x in listed] == [b64u(reg.raw_id)]
+    rpc_challenge = os.urandom(32)
+    rpc = c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(rpc_challenge),
+                                          "allowCredentials": [b64u(reg.raw_id)]})
+    rpc_count = struct.unpack(">I", unb64u(rpc["authenticatorData"])[33:37])[0]
+    assert rpc_count > checked.new_sign_count
+    again = client(dev).get_assertion(PublicKeyCredentialRequestOptions(
+        challenge=os.urandom(32), rp_id=RP, allow_credentials=[PublicKeyCredentialDescriptor(type="public-key", id=reg.raw_id)],
+        user_verification="discouraged")).get_response(0)
+    assert again.response.authenticator_data.counter > rpc_count
+
+
+def test_discoverable_credentials_and_get_next_assertion(ctap):
+    dev = ctap.device()
+    ctap2 = Ctap2(dev)
+    made = []
+    for i in range(2):
+        reg = client(dev).make_credential(creation_options(user_id=b"user-%d" % i, name=f"user{i}", rk="required"))
+        made.append(reg.raw_id)
+    # A passkey made over JSON-RPC is discoverable over CTAP too.
+    c = ctap.daemon.client()
+    rpc = c.call("passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"user-rpc"), "name": "rpc", "displayName": "RPC"},
+                                    "challenge": b64u(os.urandom(32))})
+    made.append(unb64u(rpc["credentialId"]))
+    # A non-discoverable one is not.
+    client(dev).make_credential(creation_options(user_id=b"user-nrk", name="nrk", rk="discouraged"))
+
+    assertions = ctap2.get_assertions(RP, hashlib.sha256(b"cd").digest())
+    assert assertions[0].number_of_credentials == 3
+    assert sorted(a.credential["id"] for a in assertions) == sorted(made)
+    assert {a.user["id"] for a in assertions} == {b"user-0", b"user-1", b"user-rpc"}
+    with pytest.raises(CtapError) as e:
+        ctap2.get_next_assertion()
+    assert e.value.code == CtapError.ERR.NOT_ALLOWED
+    # Fido2Client picks them up too, each signature verifying with its credential's key.
+    keys = {x["credentialId"]: x["publicKey"] for x in c.call("credentials.list", {"rpId": RP})["credentials"]}
+    challenge = os.urandom(32)
+    result = client(dev).get_assertion(PublicKeyCredentialRequestOptions(challenge=challenge, rp_id=RP,
+                                                                        user_verification="discouraged"))
+    assert len(result.get_assertions()) == 3
+    for i in range(3):
+        a = result.get_response(i)
+        verify_authentication_response(credential=assertion_json(a), expected_challenge=challenge, expected_rp_id=RP,
+                                       expected_origin=ORIGIN, credential_public_key=unb64u(keys[b64u(a.raw_id)]),
+                                       credential_current_sign_count=0)
+
+
+def test_exclude_list_and_cred_protect(ctap):
+    dev = ctap.device()
+    ctap2 = Ctap2(dev)
+    cdh = hashlib.sha256(b"x").digest()
+    rp = {"id": RP, "name": "Example"}
+    key_params = [{"type": "public-key", "alg": -7}]
+    r1 = ctap2.make_credential(cdh, rp, {"id": b"u1", "name": "u1"}, key_params, options={"rk": True},
+                               extensions={"credProtect": 2})
+    assert r1.auth_data.extensions == {"credProtect": 2}
+    id1 = r1.auth_data.credential_data.credential_id
+    with pytest.raises(CtapError) as e:
+        ctap2.make_credential(cdh, rp, {"id": b"u1", "name": "u1"}, key_params,
+                              exclude_list=[{"type": "public-key", "id": id1}])
+    assert e.value.code == CtapError.ERR.CREDENTIAL_EXCLUDED
+    # Level 2: not discoverable without UV, usable by id.
+    with pytest.raises(CtapError) as e:
+        ctap2.get_assertion(RP, cdh)
+    assert e.value.code == CtapError.ERR.NO_CREDENTIALS
+    assert ctap2.get_assertion(RP, cdh, allow_list=[{"type": "public-key", "id": id1}]).credential["id"] == id1
+    # Level 3: never without UV.
+    r3 = ctap2.make_credential(cdh, rp, {"id": b"u3", "name": "u3"}, key_params, options={"rk": True},
+                               extensions={"credProtect": 3})
+    id3 = r3.auth_data.credential_data.credential_id
+    with pytest.raises(CtapError) as e:
+        ctap2.get_assertion(RP, cdh, allow_list=[{"type": "public-key", "id": id3}])
+    assert e.value.code == CtapError.ERR.NO_CREDENTIALS
+    # The protection survives a restart (it is stored with the credential).
+    ctap.daemon.stop()
+    ctap.daemon.start()
+    ctap2 = Ctap2(ctap.device())
+    with pytest.raises(CtapError) as e:
+        ctap2.get_assertion(RP, cdh)
+    assert e.value.code == CtapError.ERR.NO_CREDENTIALS
+
+
+def test_silent_assertion_has_no_up_flag_and_asks_no_presence(ctap):
+    dev = ctap.device()
+    ctap2 = Ctap2(dev)
+    cdh = hashlib.sha256(b"y").digest()
+    r = ctap2.make_credential(cdh, {"id": RP}, {"id": b"u", "name": "u"}, [{"type": "public-key", "alg": -7}])
+    cid = r.auth_data.credential_data.credential_id
+    asked = len(ctap.presence_requests())
+    a = ctap2.get_assertion(RP, cdh, allow_list=[{"type": "public-key", "id": cid}], options={"up": False})
+    assert not a.auth_data.is_user_present()
+    assert len(ctap.presence_requests()) == asked
+    a.verify(cdh, r.auth_data.credential_data.public_key)
+
+
+def test_presence_refused_and_reset_refused(ctap):
+    ctap2 = Ctap2(ctap.device())
+    ctap.answer.write_text("1")
+    with pytest.raises(CtapError) as e:
+        ctap2.make_credential(hashlib.sha256(b"z").digest(), {"id": RP}, {"id": b"u", "name": "u"},
+                              [{"type": "public-key", "alg": -7}])
+    assert e.value.code == CtapError.ERR.OPERATION_DENIED
+    assert ctap.daemon.client().call("credentials.list", {})["credentials"] == []
+    with pytest.raises(CtapError) as e:
+        ctap2.reset()
+    assert e.value.code == CtapError.ERR.OPERATION_DENIED
+
+
+def test_cancel_while_waiting_for_presence(ctap):
+    ctap.answer.write_text("sleep")
+    dev = ctap.device()
+    ctap2 = Ctap2(dev)
+    cancel = threading.Event()
+    statuses = []
+
+    def keepalive(status):
+        statuses.append(status)
+        if status == 2:  # UPNEEDED: the user is being asked; the client gives up
+            cancel.set()
+
+    with pytest.raises(CtapError) as e:
+        ctap2.make_credential(hashlib.sha256(b"c").digest(), {"id": RP}, {"id": b"u", "name": "u"},
+                              [{"type": "public-key", "alg": -7}], event=cancel, on_keepalive=keepalive)
+    assert e.value.code == CtapError.ERR.KEEPALIVE_CANCEL
+    assert 2 in statuses
+    # The authenticator is free again for the next request.
+    ctap.answer.write_text("0")
+    assert Ctap2(dev).get_info().versions == ["FIDO_2_0", "FIDO_2_1"]
+    # SIGTERM with a client still connected: a clean stop, the socket file removed.
+    assert ctap.daemon.stop() == 0
+    assert not os.path.exists(ctap.sock)
+
+
+def test_no_presence_source_is_refused_with_a_log_line(tmp_path, softhsm):
+    d = CTAPDaemon(tmp_path, softhsm, presence=False).start()
+    try:
+        ctap2 = Ctap2(d.device())
+        with pytest.raises(CtapError) as e:
+            ctap2.make_credential(hashlib.sha256(b"n").digest(), {"id": RP}, {"id": b"u", "name": "u"},
+                                  [{"type": "public-key", "alg": -7}])
+        assert e.value.code == CtapError.ERR.OPERATION_DENIED
+        assert "ctap.presenceCommand" in d.daemon.log.read_text()
+    finally:
+        d.daemon.stop()
+
+
+def test_presence_confirm_on_the_main_socket(tmp_path, softhsm):
+    d = CTAPDaemon(tmp_path, softhsm, presence=False, extra={"confirmOnSocket": True}).start()
+    try:
+        ctap2 = Ctap2(d.device())
+        out = {}
+
+        def make():
+            try:
+                out["r"] = ctap2.make_credential(hashlib.sha256(b"p").digest(), {"id": RP}, {"id": b"u", "name": "u"},
+                                                 [{"type": "public-key", "alg": -7}])
+            except CtapError as e:
+                out["e"] = e
+
+        t = threading.Thread(target=make)
+        t.start()
+        c = d.daemon.client()
+        pending = []
+        while not pending and t.is_alive():
+            pending = c.call("presence.list", {})["requests"]
+        assert pending[0]["operation"] == "makeCredential" and pending[0]["rpId"] == RP
+        c.call("presence.confirm", {"requestId": pending[0]["requestId"]})
+        t.join(60)
+        assert "r" in out, out
+        assert out["r"].auth_data.is_user_present()
+    finally:
+        d.daemon.stop()
+
+
+# MARK: raw CTAPHID
+
+
+class Raw:
+    def __init__(self, path):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.s.connect(path)
+        self.s.settimeout(30)
+
+    def send(self, cid: int, cmd: int, payload: bytes, length: int | None = None):
+        self.s.send((struct.pack(">IBH", cid, 0x80 | cmd, len(payload) if length is None else length) + payload).ljust(64, b"\0"))
+
+    def recv(self, skip_keepalive=True):
+        """One message (continuation packets joined)."""
+        while True:
+            p = self.s.recv(64)
+            cid, cmd, n = struct.unpack(">IBH", p[:7])
+            if skip_keepalive and cmd == 0xBB:
+                continue
+            data = p[7:7 + n]
+            seq = 0
+            while len(data) < n:
+                p = self.s.recv(64)
+                assert struct.unpack(">IB", p[:5]) == (cid, seq)
+                data += p[5:5 + min(59, n - len(data))]
+                seq += 1
+            return cid, cmd, data
+
+    def open(self) -> int:
+        nonce = os.urandom(8)
+        self.send(0xFFFFFFFF, 0x06, nonce)
+        cid, cmd, data = self.recv()
+        assert cmd == 0x86 and data[:8] == nonce
+        return struct.unpack(">I", data[8:12])[0]
+
+
+def test_bad_input(ctap):
+    r = Raw(ctap.sock)
+    cid = r.open()
+    # Malformed CBOR: INVALID_CBOR (0x12) as a CTAP2 status.
+    r.send(cid, 0x10, bytes([0x01, 0xA1, 0x01]))
+    assert r.recv() == (cid, 0x90, bytes([0x12]))
+    # Not a map: CBOR_UNEXPECTED_TYPE.
+    r.send(cid, 0x10, bytes([0x02, 0x01]))
+    assert r.recv() == (cid, 0x90, bytes([0x11]))
+    # Unknown CTAP2 command.
+    r.send(cid, 0x10, bytes([0x55]))
+    assert r.recv() == (cid, 0x90, bytes([0x01]))
+    # Init packets with wrong lengths: INIT without an 8-byte nonce, a message beyond 7609 bytes.
+    r.send(0xFFFFFFFF, 0x06, b"1234", length=4)
+    assert r.recv() == (0xFFFFFFFF, 0xBF, bytes([0x03]))
+    r.send(cid, 0x01, b"", length=7610)
+    assert r.recv() == (cid, 0xBF, bytes([0x03]))
+    # A channel that was never allocated, and the broadcast channel for anything but INIT.
+    r.send(0x01020304, 0x01, b"x")
+    assert r.recv() == (0x01020304, 0xBF, bytes([0x0B]))
+    r.send(0xFFFFFFFF, 0x01, b"x")
+    assert r.recv() == (0xFFFFFFFF, 0xBF, bytes([0x0B]))
+    # A continuation packet with the wrong sequence number.
+    r.send(cid, 0x01, b"a" * 57, length=100)
+    r.s.send((struct.pack(">IB", cid, 5) + b"b" * 43).ljust(64, b"\0"))
+    assert r.recv() == (cid, 0xBF, bytes([0x04]))
+    # PING still echoes across packets afterwards.
+    payload = os.urandom(150)
+    r.send(cid, 0x01, payload[:57], length=150)
+    r.s.send((struct.pack(">IB", cid, 0) + payload[57:116]).ljust(64, b"\0"))
+    r.s.send((struct.pack(">IB", cid, 1) + payload[116:]).ljust(64, b"\0"))
+    assert r.recv() == (cid, 0x81, payload)
+    # A message whose continuation never comes: MSG_TIMEOUT.
+    r.send(cid, 0x01, b"a" * 57, length=100)
+    assert r.recv() == (cid, 0xBF, bytes([0x05]))
+
+
+def test_interleaved_channels_get_channel_busy(ctap):
+    ctap.answer.write_text("sleep")
+    a = Raw(ctap.sock)
+    b = Raw(ctap.sock)
+    ca = a.open()
+    cb = b.open()
+    assert ca != cb
+    # Selection on A waits for presence; B is told the authenticator is busy; A's channel can't be used by B.
+    a.send(ca, 0x10, bytes([0x0B]))
+    while True:  # KEEPALIVE PROCESSING, then UPNEEDED while the presence command runs
+        cid, cmd, data = a.recv(skip_keepalive=False)
+        assert (cid, cmd) == (ca, 0xBB) and data[0] in (1, 2)
+        if data[0] == 2:
+            break
+    b.send(cb, 0x10, bytes([0x04]))
+    assert b.recv() == (cb, 0xBF, bytes([0x06]))
+    b.send(ca, 0x10, bytes([0x04]))
+    assert b.recv() == (ca, 0xBF, bytes([0x0B]))
+    # CANCEL from A ends its request with KEEPALIVE_CANCEL; then B is served.
+    a.send(ca, 0x11, b"")
+    assert a.recv() == (ca, 0x90, bytes([0x2D]))
+    b.send(cb, 0x10, bytes([0x04]))
+    cid, cmd, data = b.recv()
+    assert (cid, cmd, data[0]) == (cb, 0x90, 0)
+    assert cbor.decode(data[1:])[1] == ["FIDO_2_0", "FIDO_2_1"]
+
+
+# MARK: uhid
+
+
+def test_uhid_device(tmp_path, softhsm):
+    """--ctap-uhid where /dev/uhid exists; where it does not, the daemon must refuse to start and say why."""
+    pin_file = tmp_path / "pin"
+    pin_file.write_text("1234")
+    d = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm", "--ctap-uhid"])
+    if not os.path.exists("/dev/uhid"):
+        d.start(wait=False)
+        assert d.proc.wait(60) == 1
+        assert "cannot open /dev/uhid" in d.log.read_text()
+        pytest.skip("DID NOT RUN: /dev/uhid does not exist on this machine (only the refusal to start was checked)")
+    from fido2.hid import list_devices
+    d.start()
+    try:
+        devices = [dev for dev in list_devices() if dev.descriptor.product_name == "Tessera CTAP"]
+        assert devices, "no hidraw node for the Tessera CTAP uhid device"
+        assert Ctap2(devices[0]).get_info().versions == ["FIDO_2_0", "FIDO_2_1"]
+    finally:
+        d.stop()
+
+
+def test_libfido2_make_cred_and_get_assert(ctap, tmp_path):
+    """libfido2 (an independent C client) over the socket through fido_dev_set_io_functions."""
+    import subprocess
+    source = pathlib.Path(__file__).parent / "fido2_socket.c"
+    binary = tmp_path / "fido2_socket"
+    subprocess.run(["cc", "-Wall", "-Werror", str(source), "-lfido2", "-o", str(binary)], check=True)
+    r = subprocess.run([str(binary), ctap.sock], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("OK 32 ")
+    listed = ctap.daemon.client().call("credentials.list", {"rpId": RP})["credentials"]
+    assert [x["user"]["name"] for x in listed] == ["carol"]
+
+
+def test_policy_refuses_a_client_without_sign(tmp_path, softhsm):
+    """The CTAP socket checks the connecting uid like the main socket: without `sign` the connection is closed."""
+    d = CTAPDaemon(tmp_path, softhsm, extra={"socketMode": "0666"})
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["policy"] = {"sign": {"users": ["root"]}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
+        if p == pathlib.Path("/"):
+            break
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+    d.start()
+    try:
+        assert oct(os.stat(d.sock).st_mode & 0o777) == "0o666"
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                s.connect(d.sock)
+                s.settimeout(30)
+                s.send(struct.pack(">IBH", 0xFFFFFFFF, 0x86, 8).ljust(64, b"\0"))
+                code = 0 if s.recv(64) == b"" else 1
+            except (ConnectionResetError, BrokenPipeError):  # closed before or while it wrote
+                code = 0
+            except BaseException as e:
+                os.write(2, f"child: {e!r}\n".encode())
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, "nobody's CTAP connection was not closed"
+        assert "ctap: connection refused" in d.daemon.log.read_text()
+        # root (holder of sign) is served.
+        assert Ctap2(d.device()).get_info().versions == ["FIDO_2_0", "FIDO_2_1"]
+    finally:
+        d.daemon.stop()
+
+
+def test_token_choice_with_several_tokens(tmp_path, softhsm):
+    """With two tokens present, makeCredential needs ctap.tokenId; with it, the credential lands on that token."""
+    softhsm.add_token("second", pin="1234")
+    d = CTAPDaemon(tmp_path, softhsm).start()
+    try:
+        args = (hashlib.sha256(b"t").digest(), {"id": RP}, {"id": b"u", "name": "u"}, [{"type": "public-key", "alg": -7}])
+        with pytest.raises(CtapError) as e:
+            Ctap2(d.device()).make_credential(*args)
+        assert e.value.code == CtapError.ERR.OPERATION_DENIED
+        assert "set ctap.tokenId" in d.daemon.log.read_text()
+        tokens = d.daemon.client().call("tokens.list")["tokens"]
+        second = next(t["id"] for t in tokens if t.get("label") == "second")
+        d.daemon.stop()
+        cfg = json.loads((tmp_path / "config.json").read_text())
+        cfg["ctap"]["tokenId"] = second
+        cfg["pinFiles"]["second"] = cfg["pinFiles"]["tessera-test"]
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+        d.daemon.start()
+        Ctap2(d.device()).make_credential(*args)
+        assert [c["tokenId"] for c in d.daemon.client().call("credentials.list", {})["credentials"]] == [second]
+    finally:
+        d.daemon.stop()
+
+
+def test_presence_timeout(tmp_path, softhsm):
+    """No answer within ctap.presenceTimeoutSeconds: USER_ACTION_TIMEOUT, nothing made."""
+    d = CTAPDaemon(tmp_path, softhsm, extra={"presenceTimeoutSeconds": 1})
+    d.answer.write_text("sleep")
+    d.start()
+    try:
+        with pytest.raises(CtapError) as e:
+            Ctap2(d.device()).make_credential(hashlib.sha256(b"w").digest(), {"id": RP}, {"id": b"u", "name": "u"},
+                                              [{"type": "public-key", "alg": -7}])
+        assert e.value.code == CtapError.ERR.USER_ACTION_TIMEOUT
+        assert d.daemon.client().call("credentials.list", {})["credentials"] == []
+    finally:
+        d.daemon.stop()
