@@ -220,7 +220,8 @@ public struct EnrollmentConfiguration: Sendable {
             }
             if let w = s["cardWaitSeconds"] { _ = try positiveInt(w, "\(context): cardWaitSeconds") }
         case .passkeyCreation:
-            try onlyKeys(s, ["rpId", "tokenId", "attestation", "origin"], in: context)
+            try onlyKeys(s, ["rpId", "tokenId", "attestation", "origin", "replace"], in: context)
+            if let r = s["replace"], r.boolValue == nil { throw error("\(context): replace must be true or false") }
             guard let rp = s["rpId"]?.stringValue, !rp.isEmpty else { throw error("\(context): rpId is required") }
             if let a = s["attestation"], a.stringValue != "none" && a.stringValue != "packed" {
                 throw error("\(context): attestation must be \"none\" or \"packed\"")

@@ -102,6 +102,16 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let activationTokenReplayed: Code = "ACTIVATION_TOKEN_REPLAYED"
         /// `aud` does not name this station.
         public static let activationTokenAudience: Code = "ACTIVATION_TOKEN_AUDIENCE"
+        /// The credential is suspended (until resumed; not retryable unchanged).
+        public static let credentialSuspended: Code = "CREDENTIAL_SUSPENDED"
+        /// The credential is deactivated or replaced: final.
+        public static let credentialDeactivated: Code = "CREDENTIAL_DEACTIVATED"
+        /// The provisioning check found a credential for this user (`details.decision`); pass `replace: true`.
+        public static let credentialExists: Code = "CREDENTIAL_EXISTS"
+        /// A lifecycle command that does not parse, verify, or name this station, or has expired.
+        public static let lifecycleCommandInvalid: Code = "LIFECYCLE_COMMAND_INVALID"
+        /// The lifecycle command's `jti` was applied before.
+        public static let lifecycleCommandReplayed: Code = "LIFECYCLE_COMMAND_REPLAYED"
 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {

@@ -1,0 +1,316 @@
+"""Credential lifecycle end to end (issue 11; vendor documents 003 and 004): suspend / resume / deactivate by an
+administrator or by a lifecycle command (JWS) from the access-control backend, the audit trail, the
+pre-provisioning check and its use by passkey.enroll and an enrollment's PASSKEY_CREATION. Every assertion the
+daemon signs is checked as a relying party would, with py_webauthn."""
+import json
+import os
+import pathlib
+import time
+import uuid
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tessera_harness import SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, as_nobody, b64u, cli, unb64u
+from verify import verify_assertion, verify_registration
+
+RP = "badge.example.com"
+ORIGIN = f"https://{RP}"
+PIN = "1234"
+STATION = "kiosk-lifecycle-1"
+ISSUER = "https://pacs.example"
+KID = "pacs-2026"
+PASSKEY = {"key": "PASSKEY_CREATION", "rpId": RP, "attestation": "packed"}
+CONFIRM = {"key": "CONFIRM", "client": True, "prompt": "Confirm",
+           "input": {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}}
+
+
+class Station:
+    """A daemon with two SoftHSM2 tokens and an issuer trusted for activation tokens and lifecycle commands."""
+
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+        self.hsm = SoftHSM(root)
+        self.hsm.add_token("first", pin=PIN)
+        self.hsm.add_token("second", pin=PIN)
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        pem = root / "issuer.pem"
+        pem.write_bytes(self.key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                           serialization.PublicFormat.SubjectPublicKeyInfo))
+        config = root / "tesserad.json"
+        config.write_text(json.dumps({"enrollment": {
+            "issuers": [{"issuer": ISSUER, "keyId": KID, "publicKeyFile": str(pem)}],
+            "stationId": STATION,
+            "workflows": {"badge": {"remote": False, "steps": [CONFIRM, PASSKEY]},
+                          "badge-replace": {"remote": False, "steps": [CONFIRM, dict(PASSKEY, replace=True)]}},
+        }}))
+        self.daemon = Daemon(root, self.hsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+                                                  "--config", str(config)]).start()
+        self.c = self.daemon.client()
+        tokens = {t["label"]: t["id"] for t in self.c.call("tokens.list")["tokens"]}
+        self.first, self.second = tokens["first"], tokens["second"]
+
+    def sign(self, claims: dict, typ: str = "tessera-lifecycle+jwt") -> str:
+        now = int(time.time())
+        payload = {"iss": ISSUER, "jti": uuid.uuid4().hex, "iat": now, "exp": now + 300, "aud": [STATION], **claims}
+        payload = {k: v for k, v in payload.items() if v is not None}
+        return jwt.encode(payload, self.key, algorithm="ES256", headers={"typ": typ, "kid": KID})
+
+    def enroll(self, user: bytes, token: str | None = None, **extra) -> tuple[dict, bytes]:
+        """passkey.enroll; returns the result and the credential's public key, verified with py_webauthn."""
+        challenge = os.urandom(32)
+        params = {"rpId": RP, "user": {"id": b64u(user), "name": user.decode()}, "challenge": b64u(challenge),
+                  "pin": PIN, "attestation": "packed", "tokenId": token or self.first, **extra}
+        reg = self.c.call("passkey.enroll", params)
+        verified = verify_registration(reg, challenge, RP, ORIGIN, require_uv=True)
+        return reg, verified.credential_public_key
+
+    def assert_signs(self, cred_id: str, key: bytes, user: bytes) -> int:
+        challenge = os.urandom(32)
+        res = self.c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(challenge), "pin": PIN,
+                                                   "allowCredentials": [cred_id]})
+        v = verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
+        assert unb64u(res["userHandle"]) == user
+        return v.new_sign_count
+
+    def refused(self, cred_id: str) -> RPCError:
+        with pytest.raises(RPCError) as e:
+            self.c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)), "pin": PIN,
+                                                 "allowCredentials": [cred_id]})
+        return e.value
+
+    def error(self, method: str, params: dict) -> RPCError:
+        with pytest.raises(RPCError) as e:
+            self.c.call(method, params)
+        return e.value
+
+    def state(self, cred_id: str) -> str:
+        return self.c.call("credentials.get", {"credentialId": cred_id})["state"]
+
+    def check(self, user: bytes, token: str | None = None) -> dict:
+        params = {"rpId": RP, "userId": b64u(user)}
+        if token:
+            params["tokenId"] = token
+        return self.c.call("credentials.provisioningCheck", params)
+
+
+@pytest.fixture
+def station(tmp_path):
+    s = Station(tmp_path)
+    yield s
+    s.daemon.stop()
+
+
+def test_suspend_resume_deactivate(station):
+    s = station
+    reg, key = s.enroll(b"alice")
+    cid = reg["credentialId"]
+    first = s.assert_signs(cid, key, b"alice")
+    cred = s.c.call("credentials.get", {"credentialId": cid})
+    assert cred["state"] == "active" and cred["rpId"] == RP and cred["createdAt"] and "identityBinding" not in cred
+
+    out = s.c.call("credentials.suspend", {"credentialId": cid, "reason": "badge reported lost"})
+    assert out["changed"] is True and out["credential"]["state"] == "suspended"
+    assert s.c.call("credentials.suspend", {"credentialId": cid})["changed"] is False
+    e = s.refused(cid)
+    assert e.code == "CREDENTIAL_SUSPENDED" and e.data["retryable"] is False and e.data["state"] == "suspended"
+    assert [c["state"] for c in s.c.call("credentials.list", {"rpId": RP})["credentials"]] == ["suspended"]
+
+    assert s.c.call("credentials.resume", {"credentialId": cid, "reason": "found"})["credential"]["state"] == "active"
+    assert s.assert_signs(cid, key, b"alice") > first
+    assert s.c.call("credentials.get", {"credentialId": cid})["lastUsedAt"]
+
+    s.c.call("credentials.deactivate", {"credentialId": cid, "reason": "left the company"})
+    e = s.refused(cid)
+    assert e.code == "CREDENTIAL_DEACTIVATED" and e.data["retryable"] is False
+    # Final: neither resumed nor suspended again.
+    for method in ["credentials.resume", "credentials.suspend"]:
+        assert s.error(method, {"credentialId": cid}).code == "CREDENTIAL_DEACTIVATED"
+    assert s.state(cid) == "deactivated"
+
+    events = s.c.call("credentials.history", {"credentialId": cid})["events"]
+    assert [(e.get("from"), e["to"]) for e in events] == [
+        (None, "active"), ("active", "suspended"), ("suspended", "active"), ("active", "deactivated")]
+    assert [e.get("reason") for e in events[1:]] == ["badge reported lost", "found", "left the company"]
+    assert all(e["actor"] == "uid:0" for e in events)
+    assert s.error("credentials.suspend", {"credentialId": b64u(b"no such credential")}).code == "PASSKEY_NOT_FOUND"
+
+
+def test_delete_returns_the_record_and_is_audited(station):
+    s = station
+    reg, _ = s.enroll(b"bob")
+    s.c.call("credentials.suspend", {"credentialId": reg["credentialId"]})
+    out = s.c.call("credentials.delete", {"credentialId": reg["credentialId"], "pin": PIN})
+    assert out["deleted"] is True and out["credentialId"] == reg["credentialId"]
+    assert out["credential"]["credentialId"] == reg["credentialId"] and out["credential"]["state"] == "suspended"
+    assert out["credential"]["user"]["id"] == b64u(b"bob") and out["credential"]["rpId"] == RP
+    assert s.error("credentials.get", {"credentialId": reg["credentialId"]}).code == "PASSKEY_NOT_FOUND"
+    events = s.c.call("credentials.history", {"credentialId": reg["credentialId"]})["events"]
+    assert events[-1]["to"] == "deleted" and events[-1]["from"] == "suspended"
+
+
+def test_lifecycle_commands(station):
+    s = station
+    a1, k1 = s.enroll(b"carol")
+    a2, k2 = s.enroll(b"carol", token=s.second)
+    other, ko = s.enroll(b"dave")
+
+    command = s.sign({"action": "suspend", "credentialId": a1["credentialId"], "reason": "PACS: badge lost"})
+    out = s.c.call("credentials.applyLifecycle", {"command": command})
+    assert out["action"] == "suspend" and out["changed"] == [a1["credentialId"]]
+    assert s.refused(a1["credentialId"]).code == "CREDENTIAL_SUSPENDED"
+    s.assert_signs(a2["credentialId"], k2, b"carol")
+    # Single use.
+    e = s.error("credentials.applyLifecycle", {"command": command})
+    assert e.code == "LIFECYCLE_COMMAND_REPLAYED" and e.data["retryable"] is False
+
+    # Refused before anything changes: another station, an activation token's type, another key, expired.
+    resume = {"action": "resume", "credentialId": a1["credentialId"]}
+    bad = [s.sign(dict(resume, aud=["kiosk-elsewhere"])), s.sign(dict(resume, aud=None)),
+           s.sign(resume, typ="tessera-activation+jwt"), s.sign(resume, typ="JWT"),
+           s.sign(dict(resume, exp=int(time.time()) - 3600)),
+           jwt.encode({"iss": ISSUER, "jti": "x", "exp": int(time.time()) + 60, "aud": STATION, **resume},
+                      ec.generate_private_key(ec.SECP256R1()), algorithm="ES256",
+                      headers={"typ": "tessera-lifecycle+jwt", "kid": KID})]
+    for token in bad:
+        assert s.error("credentials.applyLifecycle", {"command": token}).code == "LIFECYCLE_COMMAND_INVALID"
+    assert s.state(a1["credentialId"]) == "suspended"
+
+    out = s.c.call("credentials.applyLifecycle", {"command": s.sign(resume)})
+    assert out["changed"] == [a1["credentialId"]]
+    s.assert_signs(a1["credentialId"], k1, b"carol")
+
+    # By user: every credential of carol at the RP, dave's untouched.
+    out = s.c.call("credentials.applyLifecycle", {"command": s.sign(
+        {"action": "deactivate", "rpId": RP, "userId": b64u(b"carol"), "reason": "PACS: contract ended"})})
+    assert sorted(out["changed"]) == sorted([a1["credentialId"], a2["credentialId"]])
+    for cid in [a1["credentialId"], a2["credentialId"]]:
+        assert s.refused(cid).code == "CREDENTIAL_DEACTIVATED"
+    s.assert_signs(other["credentialId"], ko, b"dave")
+    last = s.c.call("credentials.history", {"credentialId": a2["credentialId"]})["events"][-1]
+    assert last["to"] == "deactivated" and last["reason"] == "PACS: contract ended"
+    assert last["actor"].startswith(f"issuer:{ISSUER} jti:")
+
+
+def test_provisioning_check_and_enroll(station):
+    s = station
+    erin = b"erin"
+    assert s.check(erin) == {"decision": "provision", "credentials": []}
+    first, k_first = s.enroll(erin)
+    check = s.check(erin, s.first)
+    assert check["decision"] == "alreadyProvisioned"
+    assert [c["credentialId"] for c in check["credentials"]] == [first["credentialId"]]
+    assert s.check(erin)["decision"] == "alreadyProvisioned"  # the token passkey.enroll would use
+
+    e = s.error("passkey.enroll", {"rpId": RP, "user": {"id": b64u(erin), "name": "erin"}, "pin": PIN,
+                                   "challenge": b64u(os.urandom(32)), "tokenId": s.first})
+    assert e.code == "CREDENTIAL_EXISTS" and e.data["decision"] == "alreadyProvisioned" and not e.data["retryable"]
+    assert e.data["credentialIds"] == [first["credentialId"]]
+    assert len(s.c.call("credentials.list", {"userId": b64u(erin)})["credentials"]) == 1
+
+    # 003's remote pass: a credential on another token only.
+    assert s.check(erin, s.second)["decision"] == "provisionedOnOtherToken"
+    second, k_second = s.enroll(erin, token=s.second)
+
+    s.c.call("credentials.suspend", {"credentialId": second["credentialId"]})
+    assert s.check(erin, s.first)["decision"] == "suspended"
+    e = s.error("passkey.enroll", {"rpId": RP, "user": {"id": b64u(erin), "name": "erin"}, "pin": PIN,
+                                   "challenge": b64u(os.urandom(32)), "tokenId": s.first})
+    assert e.code == "CREDENTIAL_EXISTS" and e.data["decision"] == "suspended"
+
+    # replace: a new credential; the others are replaced (final) and never sign again.
+    third, k_third = s.enroll(erin, replace=True)
+    assert s.state(first["credentialId"]) == "replaced" and s.state(second["credentialId"]) == "replaced"
+    for cid in [first["credentialId"], second["credentialId"]]:
+        assert s.refused(cid).code == "CREDENTIAL_DEACTIVATED"
+    s.assert_signs(third["credentialId"], k_third, erin)
+    assert s.check(erin, s.first)["decision"] == "alreadyProvisioned"
+    replaced = s.c.call("credentials.history", {"credentialId": first["credentialId"]})["events"][-1]
+    assert replaced["to"] == "replaced" and replaced["reason"] == f"replaced by {third['credentialId']}"
+
+    # Deactivated: refused with CREDENTIAL_DEACTIVATED, on any token, unless replace.
+    s.c.call("credentials.deactivate", {"credentialId": third["credentialId"]})
+    assert s.check(erin, s.second)["decision"] == "deactivated"
+    e = s.error("passkey.enroll", {"rpId": RP, "user": {"id": b64u(erin), "name": "erin"}, "pin": PIN,
+                                   "challenge": b64u(os.urandom(32)), "tokenId": s.second})
+    assert e.code == "CREDENTIAL_DEACTIVATED" and e.data["decision"] == "deactivated"
+    fourth, k_fourth = s.enroll(erin, token=s.second, replace=True)
+    assert s.state(third["credentialId"]) == "replaced"
+    s.assert_signs(fourth["credentialId"], k_fourth, erin)
+
+
+def test_enrollment_passkey_creation_applies_the_check(station):
+    s = station
+
+    def run(workflow: str) -> dict:
+        now = int(time.time())
+        token = jwt.encode({"iss": ISSUER, "jti": uuid.uuid4().hex, "exp": now + 300, "aud": STATION,
+                            "workflow": workflow, "sub": "employee-77"}, s.key, algorithm="ES256",
+                           headers={"typ": "tessera-activation+jwt", "kid": KID})
+        c = s.daemon.client()
+        c.call("enrollment.subscribe")
+        eid = c.call("enrollment.start", {"type": {"activationToken": token}})["enrollmentId"]
+        while True:
+            n = c.next_notification(60)
+            p = n["params"]
+            if n["method"] == "enrollment.stepRequired":
+                c.call("enrollment.submit", {"stepKey": p["key"],
+                                             "payload": {"ok": True} if p["key"] == "CONFIRM" else {"pin": PIN}})
+            elif n["method"] == "enrollment.finished" and p["enrollmentId"] == eid:
+                return p
+
+    done = run("badge")
+    assert done["outcome"] == "success", done
+    first = s.c.call("credentials.list", {"userId": b64u(b"employee-77")})["credentials"]
+    assert [c["state"] for c in first] == ["active"]
+    events = s.c.call("credentials.history", {"credentialId": first[0]["credentialId"]})["events"]
+    assert events[0]["actor"].startswith("enrollment:")
+
+    again = run("badge")
+    assert again["outcome"] != "success"
+    assert again["error"]["code"] == "CREDENTIAL_EXISTS", again
+    assert len(s.c.call("credentials.list", {"userId": b64u(b"employee-77")})["credentials"]) == 1
+
+    replaced = run("badge-replace")
+    assert replaced["outcome"] == "success", replaced
+    states = {c["credentialId"]: c["state"] for c in
+              s.c.call("credentials.list", {"userId": b64u(b"employee-77")})["credentials"]}
+    assert states[first[0]["credentialId"]] == "replaced" and sorted(states.values()) == ["active", "replaced"]
+
+
+def test_lifecycle_methods_need_admin(tmp_path, station):
+    s = station
+    reg, _ = s.enroll(b"frank")
+    p = tmp_path
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
+    os.chmod(s.daemon.socket, 0o666)
+    cid = {"credentialId": reg["credentialId"]}
+    out = as_nobody(s.daemon.socket, [("credentials.suspend", cid), ("credentials.deactivate", cid),
+                                      ("credentials.history", cid),
+                                      ("credentials.provisioningCheck", {"rpId": RP, "userId": b64u(b"frank")})])
+    assert out == {"credentials.suspend": "UNAUTHORIZED", "credentials.deactivate": "UNAUTHORIZED",
+                   "credentials.history": "UNAUTHORIZED", "credentials.provisioningCheck": "ok"}
+    assert s.state(reg["credentialId"]) == "active"
+
+
+def test_cli(station):
+    s = station
+    reg, key = s.enroll(b"gina")
+    cid = reg["credentialId"]
+    out = cli(s.daemon, "credentials", "suspend", "--reason", "desk", "--", cid).stdout
+    assert "suspended" in out
+    assert s.refused(cid).code == "CREDENTIAL_SUSPENDED"
+    assert "active" in cli(s.daemon, "credentials", "resume", "--", cid).stdout
+    s.assert_signs(cid, key, b"gina")
+    assert cli(s.daemon, "credentials", "check", "--rp-id", RP, "--user-id", b64u(b"gina"),
+               "--token", s.second).stdout.splitlines()[0] == "provisionedOnOtherToken"
+    history = cli(s.daemon, "credentials", "history", "--", cid).stdout
+    assert "active → suspended" in history and "(desk)" in history
+    command = s.sign({"action": "deactivate", "credentialId": cid})
+    assert "1 of 1" in cli(s.daemon, "credentials", "apply", "-", input=command + "\n").stdout
+    assert "already deactivated" in cli(s.daemon, "credentials", "deactivate", "--", cid).stdout
+    assert s.refused(cid).code == "CREDENTIAL_DEACTIVATED"
