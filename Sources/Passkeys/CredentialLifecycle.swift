@@ -116,6 +116,12 @@ extension PasskeyService {
         }
     }
 
+    /// The first active credential among `candidates` (non-empty), or the refusal of the first one's state
+    /// (`CREDENTIAL_SUSPENDED`, `CREDENTIAL_DEACTIVATED`): what an assertion would sign with.
+    public static func firstActive(_ candidates: [CredentialRecord]) throws(TesseraError) -> CredentialRecord {
+        try signing(candidates)[0]
+    }
+
     /// The candidates that may sign: the active ones, or the refusal of the first one's state.
     static func signing(_ candidates: [CredentialRecord]) throws(TesseraError) -> [CredentialRecord] {
         let active = candidates.filter { $0.state == .active }

@@ -112,12 +112,20 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let lifecycleCommandInvalid: Code = "LIFECYCLE_COMMAND_INVALID"
         /// The lifecycle command's `jti` was applied before.
         public static let lifecycleCommandReplayed: Code = "LIFECYCLE_COMMAND_REPLAYED"
+        /// The step-up's document is not the credential holder's (or does not match the expected attributes).
+        public static let stepUpCredentialUserMismatch: Code = "STEP_UP_CREDENTIAL_USER_MISMATCH"
+        /// A step-up driven by another user or with another `crossPlatformSessionId` than it was started with.
+        public static let stepUpAuthSessionMismatch: Code = "STEP_UP_AUTH_SESSION_MISMATCH"
+        /// The challenge's `expiresAt` passed before the assertion.
+        public static let challengeExpired: Code = "CHALLENGE_EXPIRED"
+        /// The user (or the station's client) cancelled; the same request may be made again.
+        public static let userCancelled: Code = "USER_CANCELLED"
 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
             case .tokenNotPresent, .tokenRemoved, .pinBackoff, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
-                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy:
+                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy, .userCancelled:
                 return true
             default:
                 return false

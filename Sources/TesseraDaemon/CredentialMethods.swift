@@ -111,3 +111,65 @@ final class VerifiedDocumentReads: Sendable {
         return IdentityBinding(identity: entry.identity, secret: secret, enrollmentId: nil)
     }
 }
+
+extension MethodTable {
+    /// Registers `stepup.start`, `stepup.submit` and `stepup.cancel` (docs/LIFECYCLE.md, "Step-up").
+    func registerStepUp(_ service: StepUpService, subscribers: EnrollmentSubscribers) {
+        register("stepup.start", .enroll) { [policy] p, connection in
+            guard let allow = try p.optionalArray("allowCredentials"), !allow.isEmpty else {
+                throw TesseraError.invalidInput("allowCredentials is required and must not be empty")
+            }
+            var context: JSONValue?
+            if p.has("operationContext") {
+                let c = try p.object("operationContext")
+                guard let content = try c.optionalString("contentB64"), Data(base64Encoded: content) != nil
+                        || Base64URL.decode(content) != nil, content.utf8.count <= 65_536 else {
+                    throw TesseraError(.invalidInput, "operationContext.contentB64 must be base64 (at most 64 KiB)",
+                                       details: ["field": "operationContext.contentB64"])
+                }
+                context = ["contentB64": .string(content), "mime": .string(try c.optionalString("mime") ?? "application/json")]
+            }
+            let document = p.has("document") ? try p.object("document") : try Params(.object([:]))
+            if let age = try document.optionalInt("maxAgeSeconds"), age < 0 {
+                throw TesseraError(.invalidInput, "document.maxAgeSeconds must not be negative", details: ["field": "document.maxAgeSeconds"])
+            }
+            var expected: ExpectedAttributes?
+            if let e = document.value["expected"], !e.isNull { expected = try ExpectedAttributes(json: e) }
+            let hasKey = document.has("mrz") || document.has("can") || document.has("documentNumber")
+            subscribers.add(connection)
+            let caller = policy.enrollmentCaller(connection)
+            return try await service.run(.init(
+                rpId: p.string("rpId"), challenge: p.bytes("challenge"),
+                allowCredentials: try Self.credentialIDs(allow, name: "allowCredentials"), origin: p.optionalString("origin"),
+                pin: p.optionalString("pin"), userVerification: Self.userVerification(p),
+                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false, operationContext: context,
+                expiresAt: try Self.date(p, "expiresAt"), documentRequired: document.optionalBool("required") ?? true,
+                expected: expected, documentKey: hasKey ? document.value : nil, reader: document.optionalString("reader"),
+                evidence: document.optionalBool("evidence") ?? false,
+                crossPlatformSessionId: p.optionalString("crossPlatformSessionId")), caller: caller)
+        }
+        register("stepup.submit", .enroll) { [policy] p, connection in
+            guard let payload = p.value["payload"], payload.objectValue != nil else {
+                throw TesseraError(.invalidInput, "payload must be an object", details: ["field": "payload"])
+            }
+            let id = try p.string("stepUpId")
+            try await service.submit(id, payload: payload, sessionId: p.optionalString("crossPlatformSessionId"),
+                                     caller: policy.enrollmentCaller(connection))
+            return ["accepted": true, "stepUpId": .string(id)]
+        }
+        register("stepup.cancel", .enroll) { [policy] p, connection in
+            let id = try p.string("stepUpId")
+            try await service.cancel(id, sessionId: p.optionalString("crossPlatformSessionId"),
+                                     caller: policy.enrollmentCaller(connection))
+            return ["cancelled": true, "stepUpId": .string(id)]
+        }
+    }
+
+    /// An optional instant given as seconds since the epoch or an ISO 8601 string.
+    static func date(_ p: Params, _ name: String) throws(TesseraError) -> Date? {
+        guard let v = p.value[name], !v.isNull else { return nil }
+        if let n = v.doubleValue, n.isFinite { return Date(timeIntervalSince1970: n) }
+        if let s = v.stringValue, let d = ISO8601DateFormatter().date(from: s) { return d }
+        throw TesseraError(.invalidInput, "\(name) must be seconds since the epoch or an ISO 8601 time", details: ["field": .string(name)])
+    }
+}

@@ -99,6 +99,9 @@ public enum Daemon {
         table.registerEnrollment(enrollment, subscribers: subscribers)
         table.registerCredentialLifecycle(passkeys, commands: LifecycleCommandVerifier(
             issuers: enrollmentConfig.issuers, stationId: enrollmentConfig.stationId))
+        let stepUp = StepUpService(passkeys: passkeys, documents: documents, secret: daemonSecret,
+                                   logger: enrollmentLogger) { event in await subscribers.send(event) }
+        table.registerStepUp(stepUp, subscribers: subscribers)
         let sweeper = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(15))

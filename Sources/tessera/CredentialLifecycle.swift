@@ -96,3 +96,54 @@ extension Credentials {
         }
     }
 }
+
+/// `tessera stepup`: an assertion after a verified read of the holder's document (stepup.start).
+struct StepUpCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stepup",
+        abstract: "Step-up: read and verify the holder's document, then sign an assertion (stepup.start).",
+        discussion: "The document in the reader must be authentic and match the passkey's identity binding (or --expect). "
+            + "Prints the assertion; with --json also the document verdict and the echoed operation context.")
+    @OptionGroup var globals: GlobalOptions
+    @Option(name: .customLong("rp-id"), help: "Relying party id.") var rpId: String
+    @Option(name: .customLong("credential"), parsing: .unconditionalSingleValue, help: "Allowed credential id, base64url (repeatable, at least one).") var credentials: [String] = []
+    @Option(parsing: .unconditional, help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
+    @Option(help: "Origin for clientDataJSON (default: https://<rp-id>).") var origin: String?
+    @Option(help: "The document's MRZ (lines separated by newlines).") var mrz: String?
+    @Option(help: "The document's card access number.") var can: String?
+    @Option(help: "Reader name (default: the first holding a card).") var reader: String?
+    @Option(help: "Expected attributes as JSON (instead of the passkey's identity binding).") var expect: String?
+    @Option(help: "Operation context shown to the station's UI, as text (sent base64).") var context: String?
+    @Option(help: "MIME type of --context.") var mime = "application/json"
+    @Option(name: .customLong("expires-in"), help: "Seconds until the challenge expires.") var expiresIn: Int?
+    @OptionGroup var pin: PINOptions
+
+    func run() async throws {
+        guard !credentials.isEmpty else { throw ValidationError("give at least one --credential") }
+        guard (mrz == nil) != (can == nil) else { throw ValidationError("give exactly one of --mrz and --can") }
+        var document: [String: JSONValue] = ["required": true]
+        if let mrz { document["mrz"] = .string(mrz) }
+        if let can { document["can"] = .string(can) }
+        if let reader { document["reader"] = .string(reader) }
+        if let expect {
+            guard let e = try? JSONValue.parse(Array(expect.utf8)), e.objectValue != nil else {
+                throw ValidationError("--expect must be a JSON object")
+            }
+            document["expected"] = e
+        }
+        var p: [String: JSONValue] = [
+            "rpId": .string(rpId), "allowCredentials": .array(credentials.map { .string($0) }),
+            "challenge": .string(challenge ?? Base64URL.encode(SecureRandom.bytes(32))), "document": .object(document),
+        ]
+        if let origin { p["origin"] = .string(origin) }
+        if let context {
+            p["operationContext"] = ["contentB64": .string(Data(context.utf8).base64EncodedString()), "mime": .string(mime)]
+        }
+        if let expiresIn { p["expiresAt"] = .number((Date().timeIntervalSince1970 + Double(expiresIn)).rounded()) }
+        pin.add(to: &p)
+        try await globals.run("stepup.start", .object(p)) { r in
+            "step-up \(r["stepUpId"]?.stringValue ?? "?"): document \(r["document"]?["verdict"]?.stringValue ?? "?"), "
+                + "signature by \(r["credentialId"]?.stringValue ?? "?") (signCount \(r["signCount"]?.intValue ?? 0))"
+        }
+    }
+}

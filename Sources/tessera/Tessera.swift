@@ -33,7 +33,7 @@ struct Tessera: AsyncParsableCommand {
           tessera call daemon.status '{}'
         """,
         subcommands: [Status.self, Tokens.self, Enroll.self, Authenticate.self, Credentials.self, MRZCommand.self,
-                      Passport.self, Trust.self, EnrollStation.self, SSH.self, Lab.self, Call.self])
+                      Passport.self, Trust.self, EnrollStation.self, SSH.self, Lab.self, Call.self, StepUpCommand.self])
 }
 
 /// Options every command takes.

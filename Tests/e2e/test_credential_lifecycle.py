@@ -2,9 +2,12 @@
 administrator or by a lifecycle command (JWS) from the access-control backend, the audit trail, the
 pre-provisioning check and its use by passkey.enroll and an enrollment's PASSKEY_CREATION. Every assertion the
 daemon signs is checked as a relying party would, with py_webauthn."""
+import base64
 import json
 import os
 import pathlib
+import sqlite3
+import threading
 import time
 import uuid
 
@@ -13,7 +16,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tessera_harness import SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, as_nobody, b64u, cli, unb64u
+from tessera_harness import (MRZ_ANNA, PCSCD, SOFTHSM_MODULE, Daemon, EmulatedPassport, RPCError, SoftHSM, as_nobody,
+                             b64u, cli, make_passport_profile, unb64u)
 from verify import verify_assertion, verify_registration
 
 RP = "badge.example.com"
@@ -23,6 +27,7 @@ STATION = "kiosk-lifecycle-1"
 ISSUER = "https://pacs.example"
 KID = "pacs-2026"
 PASSKEY = {"key": "PASSKEY_CREATION", "rpId": RP, "attestation": "packed"}
+NFC = {"key": "NFC_PHASE", "requirePassiveAuthentication": True, "cardWaitSeconds": 20}
 CONFIRM = {"key": "CONFIRM", "client": True, "prompt": "Confirm",
            "input": {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}}
 
@@ -30,8 +35,8 @@ CONFIRM = {"key": "CONFIRM", "client": True, "prompt": "Confirm",
 class Station:
     """A daemon with two SoftHSM2 tokens and an issuer trusted for activation tokens and lifecycle commands."""
 
-    def __init__(self, root: pathlib.Path):
-        self.root = root
+    def __init__(self, root: pathlib.Path, pcscd: PCSCD | None = None, csca: list[pathlib.Path] = ()):
+        self.root, self.pcscd = root, pcscd
         self.hsm = SoftHSM(root)
         self.hsm.add_token("first", pin=PIN)
         self.hsm.add_token("second", pin=PIN)
@@ -44,10 +49,12 @@ class Station:
             "issuers": [{"issuer": ISSUER, "keyId": KID, "publicKeyFile": str(pem)}],
             "stationId": STATION,
             "workflows": {"badge": {"remote": False, "steps": [CONFIRM, PASSKEY]},
-                          "badge-replace": {"remote": False, "steps": [CONFIRM, dict(PASSKEY, replace=True)]}},
+                          "badge-replace": {"remote": False, "steps": [CONFIRM, dict(PASSKEY, replace=True)]},
+                          "chip-badge": {"remote": True, "steps": ["NFC_MRZ", NFC, PASSKEY]}},
         }}))
-        self.daemon = Daemon(root, self.hsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
-                                                  "--config", str(config)]).start()
+        env = {**self.hsm.env, **(pcscd.env if pcscd else {})}
+        self.daemon = Daemon(root, env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+                                         "--config", str(config), *[a for c in csca for a in ("--csca", str(c))]]).start()
         self.c = self.daemon.client()
         tokens = {t["label"]: t["id"] for t in self.c.call("tokens.list")["tokens"]}
         self.first, self.second = tokens["first"], tokens["second"]
@@ -88,6 +95,22 @@ class Station:
 
     def state(self, cred_id: str) -> str:
         return self.c.call("credentials.get", {"credentialId": cred_id})["state"]
+
+    def drive(self, start: dict, answers: dict) -> dict:
+        """Runs an enrollment on a subscribed connection, answering each stepRequired; the finished params."""
+        c = self.daemon.client()
+        c.call("enrollment.subscribe")
+        eid = c.call("enrollment.start", start)["enrollmentId"]
+        while True:
+            n = c.next_notification(60)
+            p = n["params"]
+            if n["method"] == "enrollment.stepRequired":
+                c.call("enrollment.submit", {"stepKey": p["key"], "payload": answers[p["key"]]})
+            elif n["method"] == "enrollment.finished" and p["enrollmentId"] == eid:
+                return p
+
+    def card_present(self, reader: str) -> bool:
+        return any(r["name"] == reader and r["cardPresent"] for r in self.c.call("readers.list")["readers"])
 
     def check(self, user: bytes, token: str | None = None) -> dict:
         params = {"rpId": RP, "userId": b64u(user)}
@@ -249,17 +272,7 @@ def test_enrollment_passkey_creation_applies_the_check(station):
         token = jwt.encode({"iss": ISSUER, "jti": uuid.uuid4().hex, "exp": now + 300, "aud": STATION,
                             "workflow": workflow, "sub": "employee-77"}, s.key, algorithm="ES256",
                            headers={"typ": "tessera-activation+jwt", "kid": KID})
-        c = s.daemon.client()
-        c.call("enrollment.subscribe")
-        eid = c.call("enrollment.start", {"type": {"activationToken": token}})["enrollmentId"]
-        while True:
-            n = c.next_notification(60)
-            p = n["params"]
-            if n["method"] == "enrollment.stepRequired":
-                c.call("enrollment.submit", {"stepKey": p["key"],
-                                             "payload": {"ok": True} if p["key"] == "CONFIRM" else {"pin": PIN}})
-            elif n["method"] == "enrollment.finished" and p["enrollmentId"] == eid:
-                return p
+        return s.drive({"type": {"activationToken": token}}, {"CONFIRM": {"ok": True}, "PASSKEY_CREATION": {"pin": PIN}})
 
     done = run("badge")
     assert done["outcome"] == "success", done
@@ -314,3 +327,247 @@ def test_cli(station):
     assert "1 of 1" in cli(s.daemon, "credentials", "apply", "-", input=command + "\n").stdout
     assert "already deactivated" in cli(s.daemon, "credentials", "deactivate", "--", cid).stdout
     assert s.refused(cid).code == "CREDENTIAL_DEACTIVATED"
+
+
+# --- identity binding (emulated passport behind pcscd + vpcd) -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def chip_lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("binding")
+    pcscd = PCSCD(root).start()
+    profile = make_passport_profile(root / "passport", MRZ_ANNA, "--pace", "ecdh-gm-p256-aes128", "--aa")
+    yield pcscd, profile
+    pcscd.stop()
+
+
+@pytest.fixture
+def chip_station(tmp_path, chip_lab):
+    pcscd, profile = chip_lab
+    s = Station(tmp_path, pcscd, [profile / "csca.pem"])
+    s.profile = profile
+    yield s
+    s.daemon.stop()
+
+
+PLAIN = ["L898902C3", "ERIKSSON", "ANNA", "740812", "1974-08-12"]
+
+
+def stored_bindings(s: Station) -> list[str]:
+    db = sqlite3.connect(s.daemon.state / "tessera.sqlite")
+    try:
+        return [r[0] for r in db.execute("SELECT identityBinding FROM credential WHERE identityBinding IS NOT NULL")]
+    finally:
+        db.close()
+
+
+def test_enrollment_with_a_verified_document_binds_the_passkey(chip_station):
+    s = chip_station
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        done = s.drive({"type": {"remote": {"candidate": "chip-badge"}}},
+                       {"NFC_MRZ": {"mrz": MRZ_ANNA}, "PASSKEY_CREATION": {"pin": PIN}})
+    assert done["outcome"] == "success", done
+    cid = done["credential"]["credentialId"] if "credential" in done else \
+        s.c.call("credentials.list", {"rpId": RP})["credentials"][0]["credentialId"]
+    cred = s.c.call("credentials.get", {"credentialId": cid})
+    assert cred["identityBinding"] == {"issuingState": "UTO"}
+    text = json.dumps(s.c.call("credentials.list", {})) + json.dumps(cred)
+    assert not any(p in text for p in PLAIN)
+    (stored,) = stored_bindings(s)
+    binding = json.loads(stored)
+    assert binding["issuingState"] == "UTO" and binding["documentType"] == "P" and binding["enrollmentId"] == done["enrollmentId"]
+    assert not any(p in stored for p in PLAIN)
+    assert all(len(unb64u(binding[k])) == 32 for k in ["documentNumber", "names", "birthDate"])
+
+
+def test_passkey_enroll_document_binding_needs_an_authentic_read_on_the_connection(chip_station):
+    s = chip_station
+    params = lambda user: {"rpId": RP, "user": {"id": b64u(user), "name": user.decode()}, "pin": PIN,  # noqa: E731
+                           "challenge": b64u(os.urandom(32)), "documentBinding": True}
+    e = s.error("passkey.enroll", params(b"hank"))
+    assert e.code == "INVALID_INPUT" and e.data.get("field") == "documentBinding"
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        read = s.c.call("documents.read", {"mrz": MRZ_ANNA})
+    assert read["verdict"] == "authentic", read["reasons"]
+    # Another connection has read nothing.
+    other = s.daemon.client()
+    with pytest.raises(RPCError) as e:
+        other.call("passkey.enroll", params(b"hank"))
+    assert e.value.code == "INVALID_INPUT"
+    reg = s.c.call("passkey.enroll", params(b"hank"))
+    assert s.c.call("credentials.get", {"credentialId": reg["credentialId"]})["identityBinding"] == {"issuingState": "UTO"}
+    # Used once.
+    assert s.error("passkey.enroll", params(b"ivan")).code == "INVALID_INPUT"
+    (stored,) = stored_bindings(s)
+    assert "enrollmentId" not in json.loads(stored) and not any(p in stored for p in PLAIN)
+
+
+# --- step-up --------------------------------------------------------------------------------------------------------
+
+def check_digit(s: str) -> str:
+    values = {**{str(d): d for d in range(10)}, **{chr(65 + i): 10 + i for i in range(26)}, "<": 0}
+    return str(sum(values[c] * (7, 3, 1)[i % 3] for i, c in enumerate(s)) % 10)
+
+
+def td3(surname: str, given: str, number: str, birth: str, sex: str = "M", expiry: str = "341231") -> str:
+    line1 = f"P<UTO{surname}<<{given.replace(' ', '<')}".ljust(44, "<")
+    number = number.ljust(9, "<")
+    optional = "<" * 14
+    parts = [number + check_digit(number), birth + check_digit(birth), expiry + check_digit(expiry),
+             optional + check_digit(optional)]
+    composite = check_digit(parts[0] + parts[1] + parts[2] + parts[3])
+    line2 = parts[0] + "UTO" + parts[1] + sex + parts[2] + parts[3] + composite
+    assert len(line1) == 44 and len(line2) == 44
+    return line1 + "\n" + line2
+
+
+MRZ_OTHER = td3("MUSTERMANN", "ERIK", "C01X00T47", "830812")
+
+
+@pytest.fixture(scope="module")
+def other_profiles(chip_lab, tmp_path_factory):
+    root = tmp_path_factory.mktemp("stepup")
+    other = make_passport_profile(root / "other", MRZ_OTHER, "--pace", "ecdh-gm-p256-aes128", "--aa")
+    # Anna's data again, under a CSCA the station does not trust: not authentic.
+    untrusted = make_passport_profile(root / "untrusted", MRZ_ANNA, "--pace", "ecdh-gm-p256-aes128", "--aa")
+    return other, untrusted
+
+
+@pytest.fixture
+def bound(chip_station):
+    """A chip station and Anna's passkey with an identity binding (from an enrollment that read her passport)."""
+    s = chip_station
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        done = s.drive({"type": {"remote": {"candidate": "chip-badge"}}},
+                       {"NFC_MRZ": {"mrz": MRZ_ANNA}, "PASSKEY_CREATION": {"pin": PIN}})
+    assert done["outcome"] == "success", done
+    cred = done["credential"]
+    key = verify_registration(cred, unb64u(json.loads(unb64u(cred["clientDataJSON"]))["challenge"]), RP, ORIGIN,
+                              require_uv=True).credential_public_key
+    return s, cred, key
+
+
+CONTEXT = {"contentB64": base64.b64encode(json.dumps({"transfer": "1000 EUR to DE89"}).encode()).decode(),
+           "mime": "application/json"}
+
+
+def stepup_params(cred: dict, challenge: bytes, **extra) -> dict:
+    return {"rpId": RP, "challenge": b64u(challenge), "allowCredentials": [cred["credentialId"]], "pin": PIN,
+            "operationContext": CONTEXT, **extra}
+
+
+def test_stepup_with_the_holders_document(bound):
+    s, cred, key = bound
+    ui = s.daemon.client()
+    ui.call("enrollment.subscribe")
+    challenge = os.urandom(32)
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        res = s.c.call("stepup.start", stepup_params(cred, challenge, document={"required": True, "mrz": MRZ_ANNA}))
+    v = verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
+    assert v.new_sign_count > 0
+    assert res["stepUpId"] and res["postOperationContext"] == CONTEXT
+    assert res["document"]["verdict"] == "authentic" and res["document"]["matched"] == "binding"
+    context = ui.wait_notification("stepup.context")
+    assert context["stepUpId"] == res["stepUpId"] and context["operationContext"] == CONTEXT
+    assert context["user"]["name"]
+    finished = ui.wait_notification("stepup.finished")
+    assert finished == {"stepUpId": res["stepUpId"], "outcome": "success"}
+
+
+def test_stepup_asks_for_the_document_and_takes_it_from_submit(bound):
+    s, cred, key = bound
+    ui = s.daemon.client()
+    ui.call("enrollment.subscribe")
+    challenge = os.urandom(32)
+    out = {}
+    worker = threading.Thread(target=lambda: out.update(
+        result=s.daemon.client().call("stepup.start", stepup_params(cred, challenge, document={"required": True}))))
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        worker.start()
+        asked = ui.wait_notification("stepup.inputRequired")
+        assert asked["key"] == "DOCUMENT"
+        ui.call("stepup.submit", {"stepUpId": asked["stepUpId"], "payload": {"mrz": MRZ_ANNA}})
+        worker.join(60)
+    verify_assertion(out["result"], challenge, RP, ORIGIN, key, 0, require_uv=True)
+
+
+def test_stepup_with_another_persons_document(bound, other_profiles):
+    s, cred, _ = bound
+    other, _ = other_profiles
+    with EmulatedPassport(s.pcscd, other, s.card_present):
+        with pytest.raises(RPCError) as e:
+            s.c.call("stepup.start", stepup_params(cred, os.urandom(32), document={"required": True, "mrz": MRZ_OTHER}))
+    assert e.value.code == "STEP_UP_CREDENTIAL_USER_MISMATCH" and e.value.data["retryable"] is False
+    assert "names" in e.value.data["mismatches"] and "birthDate" in e.value.data["mismatches"]
+    # Expected attributes instead of the binding: the holder's document, but not the expected person.
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        with pytest.raises(RPCError) as e:
+            s.c.call("stepup.start", stepup_params(cred, os.urandom(32), document={
+                "required": True, "mrz": MRZ_ANNA, "expected": {"surname": "MUSTERMANN"}}))
+    assert e.value.code == "STEP_UP_CREDENTIAL_USER_MISMATCH"
+
+
+def test_stepup_document_not_authentic(bound, other_profiles):
+    s, cred, _ = bound
+    _, untrusted = other_profiles
+    with EmulatedPassport(s.pcscd, untrusted, s.card_present):
+        with pytest.raises(RPCError) as e:
+            s.c.call("stepup.start", stepup_params(cred, os.urandom(32), document={"required": True, "mrz": MRZ_ANNA}))
+    assert e.value.code == "DOCUMENT_NOT_AUTHENTIC"
+
+
+def test_stepup_expired_challenge_unknown_passkey_and_suspended(bound):
+    s, cred, _ = bound
+    past = stepup_params(cred, os.urandom(32), document={"required": True}, expiresAt=int(time.time()) - 5)
+    assert s.error("stepup.start", past).code == "CHALLENGE_EXPIRED"
+    # Expires while waiting for the document.
+    soon = stepup_params(cred, os.urandom(32), document={"required": True},
+                         expiresAt=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 2)))
+    e = s.error("stepup.start", soon)
+    assert e.code == "CHALLENGE_EXPIRED" and e.data["retryable"] is False
+    unknown = dict(stepup_params(cred, os.urandom(32)), allowCredentials=[b64u(os.urandom(32))])
+    assert s.error("stepup.start", unknown).code == "PASSKEY_NOT_FOUND"
+    s.c.call("credentials.suspend", {"credentialId": cred["credentialId"]})
+    assert s.error("stepup.start", stepup_params(cred, os.urandom(32))).code == "CREDENTIAL_SUSPENDED"
+
+
+def test_stepup_cancel_and_session_mismatch(bound):
+    s, cred, _ = bound
+    ui = s.daemon.client()
+    ui.call("enrollment.subscribe")
+    out = {}
+
+    def run():
+        try:
+            s.daemon.client().call("stepup.start", stepup_params(
+                cred, os.urandom(32), document={"required": True}, crossPlatformSessionId="session-A"))
+        except RPCError as e:
+            out["error"] = e
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    asked = ui.wait_notification("stepup.inputRequired")
+    sid = asked["stepUpId"]
+    for params in [{"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}, "crossPlatformSessionId": "session-B"},
+                   {"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}}]:
+        with pytest.raises(RPCError) as e:
+            ui.call("stepup.submit", params)
+        assert e.value.code == "STEP_UP_AUTH_SESSION_MISMATCH"
+    with pytest.raises(RPCError) as e:
+        ui.call("stepup.cancel", {"stepUpId": sid, "crossPlatformSessionId": "session-B"})
+    assert e.value.code == "STEP_UP_AUTH_SESSION_MISMATCH"
+    assert ui.call("stepup.cancel", {"stepUpId": sid, "crossPlatformSessionId": "session-A"})["cancelled"] is True
+    worker.join(30)
+    assert out["error"].code == "USER_CANCELLED" and out["error"].data["retryable"] is True
+    finished = ui.wait_notification("stepup.finished")
+    assert finished["outcome"] == "cancelled" and finished["error"]["code"] == "USER_CANCELLED"
+
+
+def test_stepup_cli(bound):
+    s, cred, key = bound
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        out = cli(s.daemon, "--json", "stepup", "--rp-id", RP, "--credential", cred["credentialId"], "--mrz", MRZ_ANNA,
+                  "--context", '{"transfer": 5}', "--pin-stdin", input=PIN + "\n").stdout
+    res = json.loads(out)
+    challenge = unb64u(json.loads(unb64u(res["clientDataJSON"]))["challenge"])
+    verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
+    assert json.loads(base64.b64decode(res["postOperationContext"]["contentB64"])) == {"transfer": 5}
