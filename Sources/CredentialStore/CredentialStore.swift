@@ -89,6 +89,7 @@ public final class CredentialStore: Sendable {
             t.column("issuer", .text).notNull()
             t.column("usedAt", .datetime).notNull()
         }
+        try RecoveryStore.migrate(db)
     }
 
     /// One credential's state change as `transition` reports it.

@@ -120,12 +120,26 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let challengeExpired: Code = "CHALLENGE_EXPIRED"
         /// The user (or the station's client) cancelled; the same request may be made again.
         public static let userCancelled: Code = "USER_CANCELLED"
+        /// A recovery token that does not parse or verify, names no identity, or was used by another attempt.
+        public static let recoveryTokenInvalid: Code = "RECOVERY_TOKEN_INVALID"
+        /// The recovery token (and so the attempt) has expired.
+        public static let recoveryAttemptExpired: Code = "RECOVERY_ATTEMPT_EXPIRED"
+        /// The attempt was cancelled (`recovery.cancel`).
+        public static let recoveryAttemptCancelled: Code = "RECOVERY_ATTEMPT_CANCELLED"
+        /// The document is not the person the recovery token names.
+        public static let recoveryMatchFailed: Code = "RECOVERY_MATCH_FAILED"
+        /// Too many recovery attempts for the user or the station (`retryAfterSeconds`).
+        public static let recoveryRateLimited: Code = "RECOVERY_RATE_LIMITED"
+        /// No authentic document read: the identity check was not completed.
+        public static let recoveryIDVNotCompleted: Code = "RECOVERY_IDV_NOT_COMPLETED"
+        /// Creating the replacement passkey failed (`data.cause`); the same attempt may be started again.
+        public static let recoveryRegistrationFailed: Code = "RECOVERY_REGISTRATION_FAILED"
 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
             case .tokenNotPresent, .tokenRemoved, .pinBackoff, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
-                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy, .userCancelled:
+                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy, .userCancelled, .recoveryRateLimited:
                 return true
             default:
                 return false

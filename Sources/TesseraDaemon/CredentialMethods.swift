@@ -173,3 +173,27 @@ extension MethodTable {
         throw TesseraError(.invalidInput, "\(name) must be seconds since the epoch or an ISO 8601 time", details: ["field": .string(name)])
     }
 }
+
+extension MethodTable {
+    /// Registers `recovery.start` and `recovery.cancel` (docs/LIFECYCLE.md, "Recovery").
+    func registerRecovery(_ service: RecoveryService) {
+        register("recovery.start", .enroll) { p, connection in
+            var document: JSONValue?
+            if let d = p.value["document"], !d.isNull {
+                guard d.objectValue != nil else {
+                    throw TesseraError(.invalidInput, "document must be an object", details: ["field": "document"])
+                }
+                document = d
+            }
+            return try await service.start(.init(
+                attemptId: p.string("recoveryAttemptId"), token: p.string("recoveryToken"),
+                tokenId: p.optionalString("tokenId"), pin: p.optionalString("pin"),
+                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false, document: document,
+                origin: p.optionalString("origin"), challenge: p.optionalBytes("challenge"), caller: connection.pinCaller))
+        }
+        register("recovery.cancel", .enroll) { p, _ in
+            let id = try p.string("recoveryAttemptId")
+            return ["cancelled": .bool(try await service.cancel(attemptId: id)), "recoveryAttemptId": .string(id)]
+        }
+    }
+}

@@ -102,6 +102,9 @@ public enum Daemon {
         let stepUp = StepUpService(passkeys: passkeys, documents: documents, secret: daemonSecret,
                                    logger: enrollmentLogger) { event in await subscribers.send(event) }
         table.registerStepUp(stepUp, subscribers: subscribers)
+        table.registerRecovery(RecoveryService(store: RecoveryStore(database: database), passkeys: passkeys,
+                                               documents: documents, configuration: enrollmentConfig,
+                                               secret: daemonSecret, logger: enrollmentLogger))
         let sweeper = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(15))

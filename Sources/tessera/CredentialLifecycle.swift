@@ -147,3 +147,46 @@ struct StepUpCommand: AsyncParsableCommand {
         }
     }
 }
+
+/// `tessera recover`: a replacement passkey after a verified document read (recovery.start).
+struct RecoverCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "recover",
+        abstract: "Recover a lost passkey at this station: recovery token + document → replacement passkey (recovery.start).",
+        discussion: "The recovery token (a JWS from a configured issuer) is read from --recovery-token or, with '-', from "
+            + "standard input (then the PIN, with --pin-stdin, from the next line). Starting again with the same "
+            + "--attempt resumes an interrupted attempt.")
+    @OptionGroup var globals: GlobalOptions
+    @Option(help: "Recovery attempt id (default: a new one).") var attempt: String?
+    @Option(name: .customLong("recovery-token"), help: "The recovery token, or '-' for standard input.") var recoveryToken: String
+    @Option(help: "The document's MRZ (lines separated by newlines).") var mrz: String?
+    @Option(help: "The document's card access number.") var can: String?
+    @Option(help: "Reader name (default: the first holding a card).") var reader: String?
+    @Option(name: .customLong("token"), help: "Token id for the new passkey (see `tessera tokens`).") var tokenId: String?
+    @Flag(help: "Cancel the attempt given with --attempt instead.") var cancel = false
+    @OptionGroup var pin: PINOptions
+
+    func run() async throws {
+        let token = recoveryToken == "-" ? (readLine(strippingNewline: true) ?? "") : recoveryToken
+        if cancel {
+            guard let attempt else { throw ValidationError("--cancel needs --attempt") }
+            try await globals.run("recovery.cancel", ["recoveryAttemptId": .string(attempt)]) { r in
+                r["cancelled"]?.boolValue == true ? "cancelled" : "nothing to cancel"
+            }
+            return
+        }
+        var document: [String: JSONValue] = [:]
+        if let mrz { document["mrz"] = .string(mrz) }
+        if let can { document["can"] = .string(can) }
+        if let reader { document["reader"] = .string(reader) }
+        var p: [String: JSONValue] = ["recoveryAttemptId": .string(attempt ?? UUID().uuidString.lowercased()),
+                                      "recoveryToken": .string(token)]
+        if !document.isEmpty { p["document"] = .object(document) }
+        if let tokenId { p["tokenId"] = .string(tokenId) }
+        pin.add(to: &p)
+        try await globals.run("recovery.start", .object(p)) { r in
+            "attempt \(r["recoveryAttemptId"]?.stringValue ?? "?"): credential \(r["credentialId"]?.stringValue ?? "?") "
+                + "created on token \(r["tokenId"]?.stringValue ?? "?"); \(r["replaced"]?.arrayValue?.count ?? 0) replaced"
+        }
+    }
+}
