@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import sqlite3
+import subprocess
 import threading
 import time
 import uuid
@@ -35,7 +36,8 @@ CONFIRM = {"key": "CONFIRM", "client": True, "prompt": "Confirm",
 class Station:
     """A daemon with two SoftHSM2 tokens and an issuer trusted for activation tokens and lifecycle commands."""
 
-    def __init__(self, root: pathlib.Path, pcscd: PCSCD | None = None, csca: list[pathlib.Path] = ()):
+    def __init__(self, root: pathlib.Path, pcscd: PCSCD | None = None, csca: list[pathlib.Path] = (),
+                 pin_file: bool = False, recovery: dict | None = None):
         self.root, self.pcscd = root, pcscd
         self.hsm = SoftHSM(root)
         self.hsm.add_token("first", pin=PIN)
@@ -45,16 +47,23 @@ class Station:
         pem.write_bytes(self.key.public_key().public_bytes(serialization.Encoding.PEM,
                                                            serialization.PublicFormat.SubjectPublicKeyInfo))
         config = root / "tesserad.json"
-        config.write_text(json.dumps({"enrollment": {
+        extra = {}
+        if pin_file:  # an unattended token: the daemon can delete a key left by a crash on its own
+            (root / "pin").write_text(PIN)
+            (root / "pin").chmod(0o600)
+            extra["pinFiles"] = {"first": str(root / "pin")}
+        enrollment = {"recovery": recovery} if recovery else {}
+        config.write_text(json.dumps({**extra, "enrollment": {**enrollment,
             "issuers": [{"issuer": ISSUER, "keyId": KID, "publicKeyFile": str(pem)}],
             "stationId": STATION,
             "workflows": {"badge": {"remote": False, "steps": [CONFIRM, PASSKEY]},
                           "badge-replace": {"remote": False, "steps": [CONFIRM, dict(PASSKEY, replace=True)]},
                           "chip-badge": {"remote": True, "steps": ["NFC_MRZ", NFC, PASSKEY]}},
         }}))
-        env = {**self.hsm.env, **(pcscd.env if pcscd else {})}
-        self.daemon = Daemon(root, env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
-                                         "--config", str(config), *[a for c in csca for a in ("--csca", str(c))]]).start()
+        self.env = {**self.hsm.env, **(pcscd.env if pcscd else {})}
+        self.args = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm", "--config", str(config),
+                     *[a for c in csca for a in ("--csca", str(c))]]
+        self.daemon = Daemon(root, self.env, self.args).start()
         self.c = self.daemon.client()
         tokens = {t["label"]: t["id"] for t in self.c.call("tokens.list")["tokens"]}
         self.first, self.second = tokens["first"], tokens["second"]
@@ -108,6 +117,14 @@ class Station:
                 c.call("enrollment.submit", {"stepKey": p["key"], "payload": answers[p["key"]]})
             elif n["method"] == "enrollment.finished" and p["enrollmentId"] == eid:
                 return p
+
+    def restart(self, failpoints: str | None = None) -> None:
+        """A new daemon on the same state (with `failpoints` armed, TESSERA_FAILPOINTS)."""
+        if self.daemon.proc.poll() is None:
+            self.daemon.stop()
+        env = {**self.env, "TESSERA_FAILPOINTS": failpoints} if failpoints else self.env
+        self.daemon = Daemon(self.root, env, self.args).start()
+        self.c = self.daemon.client()
 
     def card_present(self, reader: str) -> bool:
         return any(r["name"] == reader and r["cardPresent"] for r in self.c.call("readers.list")["readers"])
@@ -571,3 +588,150 @@ def test_stepup_cli(bound):
     challenge = unb64u(json.loads(unb64u(res["clientDataJSON"]))["challenge"])
     verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
     assert json.loads(base64.b64decode(res["postOperationContext"]["contentB64"])) == {"transfer": 5}
+
+
+# --- recovery -------------------------------------------------------------------------------------------------------
+
+LIMITS = {"maxAttemptsPerUser": 3, "maxAttemptsPerStation": 20, "windowSeconds": 3600}
+
+
+@pytest.fixture
+def recovering(tmp_path, chip_lab, other_profiles):
+    """A station (the token's PIN in a PIN file) where Anna, user employee-9, lost the passkey she got after a
+    verified read of her passport."""
+    pcscd, profile = chip_lab
+    other, _ = other_profiles
+    s = Station(tmp_path, pcscd, [profile / "csca.pem", other / "csca.pem"], pin_file=True, recovery=LIMITS)
+    s.profile, s.other = profile, other
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        assert s.c.call("documents.read", {"mrz": MRZ_ANNA})["verdict"] == "authentic"
+    lost, lost_key = s.enroll(b"employee-9", documentBinding=True)
+    s.lost, s.lost_key = lost["credentialId"], lost_key
+    yield s
+    s.daemon.stop()
+
+
+def recovery_token(s: Station, **claims) -> str:
+    now = int(time.time())
+    payload = {"iss": ISSUER, "jti": uuid.uuid4().hex, "exp": now + 600, "aud": [STATION], "sub": "employee-9",
+               "rpId": RP, "user": {"name": "anna", "displayName": "Anna"}, "bindingOf": s.lost, **claims}
+    payload = {k: v for k, v in payload.items() if v is not None}
+    return jwt.encode(payload, s.key, algorithm="ES256", headers={"typ": "tessera-recovery+jwt", "kid": KID})
+
+
+def recover(s: Station, token: str, attempt: str | None = None, document: dict | None = None, **extra) -> dict:
+    params = {"recoveryAttemptId": attempt or uuid.uuid4().hex, "recoveryToken": token, "pin": PIN, **extra}
+    if document is not None:
+        params["document"] = document
+    return s.c.call("recovery.start", params)
+
+
+def private_keys(s: Station) -> int:
+    """Private keys on the token "first", as OpenSC's pkcs11-tool (an independent PKCS#11 client) lists them."""
+    out = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "first", "--login", "--pin", PIN,
+                          "--list-objects", "--type", "privkey"], capture_output=True, text=True, check=True,
+                         env={**os.environ, **s.hsm.env}).stdout
+    return sum(line.startswith("Private Key Object") for line in out.splitlines())
+
+
+def check_replacement(s: Station, res: dict, challenge: bytes | None) -> None:
+    """The registration (py_webauthn), the old credential replaced and refused, the new one signing."""
+    if challenge is not None:
+        key = verify_registration(res, challenge, RP, ORIGIN, require_uv=True).credential_public_key
+    else:  # rebuilt after a crash: `none` attestation over the planned challenge
+        challenge = unb64u(json.loads(unb64u(res["clientDataJSON"]))["challenge"])
+        key = verify_registration(res, challenge, RP, ORIGIN).credential_public_key
+    assert res["replaced"] == [s.lost]
+    assert s.state(s.lost) == "replaced" and s.refused(s.lost).code == "CREDENTIAL_DEACTIVATED"
+    s.assert_signs(res["credentialId"], key, b"employee-9")
+    creds = s.c.call("credentials.list", {"userId": b64u(b"employee-9")})["credentials"]
+    assert sorted(c["state"] for c in creds) == ["active", "replaced"]
+    new = next(c for c in creds if c["state"] == "active")
+    assert new["identityBinding"] == {"issuingState": "UTO"}
+
+
+def test_recovery_with_a_valid_token(recovering):
+    s = recovering
+    token = recovery_token(s)
+    challenge = os.urandom(32)
+    attempt = uuid.uuid4().hex
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        res = recover(s, token, attempt, {"mrz": MRZ_ANNA}, challenge=b64u(challenge))
+    assert res["resumed"] is False and res["recoveryAttemptId"] == attempt
+    check_replacement(s, res, challenge)
+    assert private_keys(s) == 2  # the lost key stays (Tessera may not see the lost token), one replacement
+    # The same attempt again: its result, nothing new. The token with another attempt: a replay.
+    again = recover(s, token, attempt)
+    assert again["credentialId"] == res["credentialId"] and again["resumed"] is True
+    e = s.error("recovery.start", {"recoveryAttemptId": "another", "recoveryToken": token})
+    assert e.code == "RECOVERY_TOKEN_INVALID" and e.data["retryable"] is False
+    assert private_keys(s) == 2
+    history = s.c.call("credentials.history", {"credentialId": s.lost})["events"]
+    assert history[-1]["to"] == "replaced" and history[-1]["actor"] == f"recovery:{attempt}"
+
+
+def test_recovery_by_expected_attributes(recovering):
+    s = recovering
+    token = recovery_token(s, bindingOf=None, expected={"surname": "Eriksson", "dateOfBirth": "1974-08-12"})
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        res = recover(s, token, document={"mrz": MRZ_ANNA})
+    check_replacement(s, res, None)
+
+
+def test_recovery_refusals(recovering):
+    s = recovering
+    expired = recovery_token(s, exp=int(time.time()) - 3600)
+    assert s.error("recovery.start", {"recoveryAttemptId": "a1", "recoveryToken": expired}).code == "RECOVERY_ATTEMPT_EXPIRED"
+    for bad in [recovery_token(s, aud=["kiosk-elsewhere"]), recovery_token(s, bindingOf=None),
+                jwt.encode({"iss": ISSUER, "jti": "x", "exp": int(time.time()) + 60, "aud": STATION, "sub": "employee-9",
+                            "rpId": RP, "bindingOf": s.lost}, s.key, algorithm="ES256",
+                           headers={"typ": "tessera-activation+jwt", "kid": KID})]:
+        assert s.error("recovery.start", {"recoveryAttemptId": "a2", "recoveryToken": bad}).code == "RECOVERY_TOKEN_INVALID"
+    # No document: the identity check is not done; the attempt stays open and can be cancelled.
+    token = recovery_token(s)
+    e = s.error("recovery.start", {"recoveryAttemptId": "a3", "recoveryToken": token, "pin": PIN})
+    assert e.code == "RECOVERY_IDV_NOT_COMPLETED"
+    assert s.c.call("recovery.cancel", {"recoveryAttemptId": "a3"})["cancelled"] is True
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        e = s.error("recovery.start", {"recoveryAttemptId": "a3", "recoveryToken": token, "document": {"mrz": MRZ_ANNA}})
+    assert e.code == "RECOVERY_ATTEMPT_CANCELLED"
+    assert s.state(s.lost) == "active" and private_keys(s) == 1
+
+
+def test_recovery_wrong_person(recovering):
+    s = recovering
+    with EmulatedPassport(s.pcscd, s.other, s.card_present):
+        e = s.error("recovery.start", {"recoveryAttemptId": "w1", "recoveryToken": recovery_token(s), "pin": PIN,
+                                       "document": {"mrz": MRZ_OTHER}})
+    assert e.code == "RECOVERY_MATCH_FAILED" and e.data["retryable"] is False
+    assert s.state(s.lost) == "active" and private_keys(s) == 1
+    s.assert_signs(s.lost, s.lost_key, b"employee-9")
+
+
+def test_recovery_rate_limit_per_user(recovering):
+    s = recovering
+    for i in range(LIMITS["maxAttemptsPerUser"]):
+        e = s.error("recovery.start", {"recoveryAttemptId": f"r{i}", "recoveryToken": recovery_token(s)})
+        assert e.code == "RECOVERY_IDV_NOT_COMPLETED"
+    e = s.error("recovery.start", {"recoveryAttemptId": "r-last", "recoveryToken": recovery_token(s)})
+    assert e.code == "RECOVERY_RATE_LIMITED" and e.data["retryable"] is True and e.data["scope"] == "user"
+    # Another user is not limited by employee-9's attempts.
+    other = recovery_token(s, sub="employee-10", bindingOf=None, expected={"surname": "Eriksson"})
+    assert s.error("recovery.start", {"recoveryAttemptId": "o1", "recoveryToken": other}).code == "RECOVERY_IDV_NOT_COMPLETED"
+
+
+@pytest.mark.parametrize("failpoint", ["recovery.afterStart", "recovery.afterMatch", "recovery.afterPlan",
+                                       "passkey.afterKeyGeneration", "recovery.afterPasskeyRecorded"])
+def test_recovery_crash_at_every_step_leaves_one_replacement(recovering, failpoint):
+    s = recovering
+    token = recovery_token(s)
+    attempt = uuid.uuid4().hex
+    s.restart(failpoints=failpoint)
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        with pytest.raises((ConnectionError, OSError)):
+            recover(s, token, attempt, {"mrz": MRZ_ANNA})
+        assert s.daemon.proc.wait(30) == -9, "the failpoint should have killed the daemon"
+        s.restart()
+        res = recover(s, token, attempt, {"mrz": MRZ_ANNA})
+    check_replacement(s, res, None)
+    assert private_keys(s) == 2, "exactly one replacement key besides the lost one"
