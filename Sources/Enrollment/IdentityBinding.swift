@@ -96,7 +96,7 @@ public struct IdentityBinding: Sendable, Equatable {
     /// The stored form (JSON text in the credential record).
     public var json: JSONValue {
         var o: [String: JSONValue] = [
-            "v": 1, "issuingState": .string(issuingState), "documentType": .string(documentType),
+            "v": .number(1), "issuingState": .string(issuingState), "documentType": .string(documentType),
             "salt": .string(Base64URL.encode(salt)), "documentNumber": .string(Base64URL.encode(documentNumberHash)),
             "names": .string(Base64URL.encode(namesHash)), "birthDate": .string(Base64URL.encode(birthDateHash)),
             "createdAt": .number(createdAt.timeIntervalSince1970.rounded()),

@@ -292,9 +292,11 @@ public actor RecoveryService {
         let plan = row.plan.flatMap { try? JSONValue.parse(Array($0.utf8)) }
         let challenge = plan?["challenge"]?.stringValue.flatMap(Base64URL.decode) ?? []
         let r: PasskeyService.EnrollResult
-        if let created { r = created } else {
-            r = try passkeys.rebuiltRegistration(of: try await passkeys.credential(id: [UInt8](id)), challenge: challenge,
-                                                 origin: plan?["origin"]?.stringValue)
+        if let created {
+            r = created
+        } else {
+            let record = try await passkeys.credential(id: [UInt8](id))
+            r = try passkeys.rebuiltRegistration(of: record, challenge: challenge, origin: plan?["origin"]?.stringValue)
         }
         let replaced = try await passkeys.credentials(rpId: token.rpId, userId: Array(token.subject.utf8))
             .filter { $0.state == .replaced }.map { JSONValue.string(Base64URL.encode($0.credentialId)) }

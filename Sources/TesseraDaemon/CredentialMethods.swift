@@ -39,7 +39,7 @@ extension MethodTable {
             }
             let t = try await service.transition(
                 ids: ids, to: state, actor: "issuer:\(command.issuer) jti:\(command.jti) via uid:\(connection.peer.uid)",
-                reason: command.reason, command: (command.jti, command.issuer))
+                reason: command.reason, command: (jti: command.jti, issuer: command.issuer))
             return ["action": .string(command.action.rawValue), "jti": .string(command.jti),
                     "credentials": .array(t.map { Views.credential($0.record) }),
                     "changed": .array(t.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) })]
@@ -96,7 +96,10 @@ final class VerifiedDocumentReads: Sendable {
 
     /// Keeps an authentic read's identity; any other read forgets the connection's previous one.
     func record(_ connection: RPCConnection, _ identity: DocumentIdentity?) {
-        reads.withLock { $0[connection.id] = identity.map { ($0, Date()) } }
+        let now = Date()
+        reads.withLock { reads in
+            if let identity { reads[connection.id] = (identity: identity, at: now) } else { reads[connection.id] = nil }
+        }
     }
 
     func forget(_ connection: RPCConnection) { _ = reads.withLock { $0.removeValue(forKey: connection.id) } }
@@ -129,7 +132,7 @@ extension MethodTable {
                 }
                 context = ["contentB64": .string(content), "mime": .string(try c.optionalString("mime") ?? "application/json")]
             }
-            let document = p.has("document") ? try p.object("document") : try Params(.object([:]))
+            let document = try p.has("document") ? p.object("document") : Params(.object([:]))
             if let age = try document.optionalInt("maxAgeSeconds"), age < 0 {
                 throw TesseraError(.invalidInput, "document.maxAgeSeconds must not be negative", details: ["field": "document.maxAgeSeconds"])
             }
@@ -144,7 +147,7 @@ extension MethodTable {
                 pin: p.optionalString("pin"), userVerification: Self.userVerification(p),
                 allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false, operationContext: context,
                 expiresAt: try Self.date(p, "expiresAt"), documentRequired: document.optionalBool("required") ?? true,
-                expected: expected, documentKey: hasKey ? document.value : nil, reader: document.optionalString("reader"),
+                expected: expected, documentKey: hasKey ? .object(document.value) : nil, reader: document.optionalString("reader"),
                 evidence: document.optionalBool("evidence") ?? false,
                 crossPlatformSessionId: p.optionalString("crossPlatformSessionId")), caller: caller)
         }

@@ -24,7 +24,7 @@ extension MethodTable {
                 let result = try await service.read(request) { sink.yield($0) }
                 sink.finish()
                 await forwarder.value
-                verifiedReads?.record(connection, result.verdict.verdict == .authentic ? result.mrz.map(DocumentIdentity.init) : nil)
+                verifiedReads?.record(connection, result.verdict.verdict == .authentic ? result.mrz.map { DocumentIdentity(mrz: $0) } : nil)
                 return result.json
             } catch {
                 sink.finish()
