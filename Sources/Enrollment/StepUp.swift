@@ -134,7 +134,7 @@ public actor StepUpService {
             if key == nil {
                 await sink(EnrollmentEvent(method: "stepup.inputRequired", params: [
                     "stepUpId": .string(id), "key": "DOCUMENT",
-                    "prompt": "The MRZ or the CAN of the identity document of \(record.userDisplayName)",
+                    "prompt": .string("The MRZ or the CAN of the identity document of \(record.userDisplayName)"),
                     "input": ["type": "object", "properties": ["mrz": ["type": "string"], "can": ["type": "string"]]],
                 ], owner: caller.uid))
                 switch await waitForInput(id, deadline: r.expiresAt ?? clock().addingTimeInterval(r.inputTimeout)) {
@@ -207,7 +207,7 @@ public actor StepUpService {
         let timer = Task { [clock] in
             let seconds = max(0, deadline.timeIntervalSince(clock()))
             try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
-            if !Task.isCancelled { await self.deliver(id, .expired) }
+            if !Task.isCancelled { self.deliver(id, .expired) }
         }
         defer { timer.cancel() }
         return await withTaskCancellationHandler {
