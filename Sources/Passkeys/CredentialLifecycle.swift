@@ -48,15 +48,15 @@ public struct ProvisioningCheck: Sendable, Equatable {
         return ProvisioningCheck(decision: decision, credentials: live)
     }
 
-    /// Whether a new credential may be created: the ids to mark `replaced` when it is, or
-    /// `CREDENTIAL_DEACTIVATED` (deactivated) / `CREDENTIAL_EXISTS` (alreadyProvisioned, suspended) without
-    /// `replace`.
+    /// Whether a new credential may be created: the ids to mark `replaced` when it is (with `replace`, every
+    /// credential counted, on any token), or `CREDENTIAL_DEACTIVATED` (deactivated) / `CREDENTIAL_EXISTS`
+    /// (alreadyProvisioned, suspended) without `replace`.
     public func admit(replace: Bool) throws(TesseraError) -> [[UInt8]] {
+        if replace { return credentials.map { [UInt8]($0.credentialId) } }
         switch decision {
         case .provision, .provisionedOnOtherToken:
             return []
         case .alreadyProvisioned, .suspended, .deactivated:
-            if replace { return credentials.map { [UInt8]($0.credentialId) } }
             let details: [String: JSONValue] = [
                 "decision": .string(decision.rawValue),
                 "credentialIds": .array(credentials.map { .string(Base64URL.encode($0.credentialId)) }),

@@ -1,6 +1,7 @@
 import CredentialStore
 import Foundation
 import Testing
+import TesseraCore
 
 @Suite struct CredentialStoreTests {
     /// A database in a temp file; the caller removes it with `removeDB` (`defer`).
@@ -117,7 +118,7 @@ import Testing
                 _ = try await store.transition(ids: [[1, 1, 2], [2, 1, 2]], to: .suspended, actor: "uid:0", reason: nil)
                 Issue.record("a batch with a deactivated credential was applied")
             } catch {
-                #expect(error.code == .credentialDeactivated)
+                #expect((error as Error as? TesseraError)?.code == .credentialDeactivated)
             }
             #expect(try await store.credential(id: [1, 1, 2])?.state == .active)
         }
@@ -133,7 +134,7 @@ import Testing
                                                command: (jti: "c-1", issuer: "x"))
                 Issue.record("a replayed command was applied")
             } catch {
-                #expect(error.code == .lifecycleCommandReplayed)
+                #expect((error as Error as? TesseraError)?.code == .lifecycleCommandReplayed)
             }
             #expect(try await store.credential(id: [1, 1, 2])?.state == .suspended)
         }

@@ -37,6 +37,7 @@ import TesseraCore
         let check = ProvisioningCheck.decide([record(1, token: "p11-b")], tokenId: "p11-a")
         #expect(check.decision == .provisionedOnOtherToken)
         #expect(try check.admit(replace: false).isEmpty)
+        #expect(try check.admit(replace: true) == [[1]])
         // Without a token to compare, an active credential counts as provisioned.
         #expect(ProvisioningCheck.decide([record(1, token: "p11-b")], tokenId: nil).decision == .alreadyProvisioned)
     }
