@@ -60,7 +60,8 @@ public struct IdentityBinding: Sendable, Equatable {
         let h = Self.hashes(identity, secret: secret, salt: salt)
         self.issuingState = identity.issuingState; self.documentType = identity.documentType; self.salt = salt
         self.documentNumberHash = h.number; self.namesHash = h.names; self.birthDateHash = h.birth
-        self.enrollmentId = enrollmentId; self.createdAt = createdAt
+        self.enrollmentId = enrollmentId
+        self.createdAt = Date(timeIntervalSince1970: createdAt.timeIntervalSince1970.rounded(.down))
     }
 
     /// The fields of `identity` that differ from the bound person ("issuingState", "documentType",
@@ -99,7 +100,7 @@ public struct IdentityBinding: Sendable, Equatable {
             "v": .number(1), "issuingState": .string(issuingState), "documentType": .string(documentType),
             "salt": .string(Base64URL.encode(salt)), "documentNumber": .string(Base64URL.encode(documentNumberHash)),
             "names": .string(Base64URL.encode(namesHash)), "birthDate": .string(Base64URL.encode(birthDateHash)),
-            "createdAt": .number(createdAt.timeIntervalSince1970.rounded()),
+            "createdAt": .number(createdAt.timeIntervalSince1970),
         ]
         if let enrollmentId { o["enrollmentId"] = .string(enrollmentId) }
         return .object(o)
