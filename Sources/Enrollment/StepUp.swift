@@ -23,7 +23,10 @@ public actor StepUpService {
         var owner: UInt32
         var sessionId: String?
         var waiter: CheckedContinuation<Input, Never>?
+        /// Input was asked for (`stepup.inputRequired` sent) and not delivered yet.
         var waiting = false
+        /// Input delivered before the waiter was in place.
+        var pending: Input?
         var cancelled = false
     }
 
@@ -132,6 +135,7 @@ public actor StepUpService {
         if r.documentRequired {
             var key = r.documentKey
             if key == nil {
+                operations[id]?.waiting = true
                 await sink(EnrollmentEvent(method: "stepup.inputRequired", params: [
                     "stepUpId": .string(id), "key": "DOCUMENT",
                     "prompt": .string("The MRZ or the CAN of the identity document of \(record.userDisplayName)"),
@@ -204,6 +208,12 @@ public actor StepUpService {
     }
 
     private func waitForInput(_ id: String, deadline: Date) async -> Input {
+        if operations[id]?.cancelled == true { return .cancelled }
+        if let early = operations[id]?.pending {
+            operations[id]?.pending = nil
+            operations[id]?.waiting = false
+            return early
+        }
         let timer = Task { [clock] in
             let seconds = max(0, deadline.timeIntervalSince(clock()))
             try? await Task.sleep(for: .milliseconds(Int64(seconds * 1000)))
@@ -213,7 +223,6 @@ public actor StepUpService {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<Input, Never>) in
                 operations[id]?.waiter = c
-                operations[id]?.waiting = true
             }
         } onCancel: {
             Task { await self.deliver(id, .cancelled) }
@@ -221,7 +230,11 @@ public actor StepUpService {
     }
 
     private func deliver(_ id: String, _ input: Input) {
-        guard let waiter = operations[id]?.waiter else { return }
+        guard let waiter = operations[id]?.waiter else {
+            // Asked for but not awaited yet: kept for `waitForInput`.
+            if operations[id]?.waiting == true, operations[id]?.pending == nil { operations[id]?.pending = input }
+            return
+        }
         operations[id]?.waiter = nil
         operations[id]?.waiting = false
         waiter.resume(returning: input)

@@ -242,7 +242,9 @@ def test_provisioning_check_and_enroll(station):
     check = s.check(erin, s.first)
     assert check["decision"] == "alreadyProvisioned"
     assert [c["credentialId"] for c in check["credentials"]] == [first["credentialId"]]
-    assert s.check(erin)["decision"] == "alreadyProvisioned"  # the token passkey.enroll would use
+    # Without tokenId: the token passkey.enroll would use (the first of tokens.list).
+    default = s.c.call("tokens.list")["tokens"][0]["id"]
+    assert s.check(erin)["decision"] == ("alreadyProvisioned" if default == s.first else "provisionedOnOtherToken")
 
     e = s.error("passkey.enroll", {"rpId": RP, "user": {"id": b64u(erin), "name": "erin"}, "pin": PIN,
                                    "challenge": b64u(os.urandom(32)), "tokenId": s.first})
