@@ -170,7 +170,7 @@ let package = Package(
         .testTarget(name: "PKCS11Tests", dependencies: [
             "PKCS11", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "PasskeysTests", dependencies: [
-            "Passkeys", "TesseraCore", .product(name: "Logging", package: "swift-log"),
+            "Passkeys", "TesseraCore", "CredentialStore", .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore", "TesseraCore"]),
         .testTarget(name: "CLISupportTests", dependencies: ["CLISupport", "TesseraCore"]),

@@ -22,13 +22,48 @@ public struct CredentialRecord: Codable, Sendable, Equatable, FetchableRecord, P
     public var counterReserved: Int64
     public var createdAt: Date
     public var lastUsedAt: Date?
+    /// Lifecycle state (docs/LIFECYCLE.md); only `active` credentials sign.
+    public var state: CredentialState
+    public var stateChangedAt: Date?
+    /// The identity binding of a document-verified creation (`IdentityBinding` JSON), nil without one.
+    public var identityBinding: String?
 
     public init(credentialId: Data, rpId: String, userId: Data, userName: String, userDisplayName: String,
                 tokenId: String, backend: String, keyHandle: Data, publicKey: Data, counterReserved: Int64 = 0,
-                createdAt: Date = Date(), lastUsedAt: Date? = nil) {
+                createdAt: Date = Date(), lastUsedAt: Date? = nil, state: CredentialState = .active,
+                stateChangedAt: Date? = nil, identityBinding: String? = nil) {
         self.credentialId = credentialId; self.rpId = rpId; self.userId = userId; self.userName = userName
         self.userDisplayName = userDisplayName; self.tokenId = tokenId; self.backend = backend
         self.keyHandle = keyHandle; self.publicKey = publicKey; self.counterReserved = counterReserved
         self.createdAt = createdAt; self.lastUsedAt = lastUsedAt
+        self.state = state; self.stateChangedAt = stateChangedAt; self.identityBinding = identityBinding
+    }
+}
+
+/// A credential's lifecycle state. `deactivated` and `replaced` are final: such a credential never signs again.
+public enum CredentialState: String, Codable, Sendable, CaseIterable, DatabaseValueConvertible {
+    case active, suspended, deactivated, replaced
+
+    /// Whether no transition leads out of this state (except `deactivated` → `replaced` by a replacement).
+    public var isFinal: Bool { self == .deactivated || self == .replaced }
+}
+
+/// One entry of the credential audit trail: a state change or a deletion, who asked and why.
+public struct CredentialEvent: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+    public static let databaseTableName = "credential_event"
+
+    public var credentialId: Data
+    public var at: Date
+    /// The state before; nil for a creation.
+    public var fromState: String?
+    /// The new state, or "deleted".
+    public var toState: String
+    /// Who: "uid:N" for a socket caller, "issuer:ISS jti:JTI" for a lifecycle command, "enrollment:ID", ….
+    public var actor: String
+    public var reason: String?
+
+    public init(credentialId: Data, at: Date, fromState: String?, toState: String, actor: String, reason: String?) {
+        self.credentialId = credentialId; self.at = at; self.fromState = fromState; self.toState = toState
+        self.actor = actor; self.reason = reason
     }
 }

@@ -30,11 +30,16 @@ public final class CredentialStore: Sendable {
         } catch { throw storageError(error) }
     }
 
+    /// Deletes the record; with `event`, records it in the audit trail in the same transaction.
     @discardableResult
-    public func delete(id: [UInt8]) async throws(TesseraError) -> Bool {
-        do { return try await db.write { db in try CredentialRecord.deleteOne(db, key: Data(id)) } } catch {
-            throw storageError(error)
-        }
+    public func delete(id: [UInt8], event: CredentialEvent? = nil) async throws(TesseraError) -> Bool {
+        do {
+            return try await db.write { db in
+                let deleted = try CredentialRecord.deleteOne(db, key: Data(id))
+                if deleted, let event { try event.insert(db) }
+                return deleted
+            }
+        } catch { throw storageError(error) }
     }
 
     /// Durably raises the reserved counter ceiling (never lowers it) and records the use time.
@@ -58,6 +63,118 @@ public final class CredentialStore: Sendable {
                         UPDATE credential SET lastUsedAt = ? WHERE credentialId = ? AND (lastUsedAt IS NULL OR lastUsedAt < ?)
                         """, arguments: [at, Data(id), at])
                 }
+            }
+        } catch { throw storageError(error) }
+    }
+
+    // MARK: lifecycle
+
+    static func migrateLifecycle(_ db: Database) throws {
+        try db.alter(table: "credential") { t in
+            t.add(column: "state", .text).notNull().defaults(to: CredentialState.active.rawValue)
+            t.add(column: "stateChangedAt", .datetime)
+            t.add(column: "identityBinding", .text)
+        }
+        try db.create(table: "credential_event") { t in
+            t.autoIncrementedPrimaryKey("id")
+            t.column("credentialId", .blob).notNull().indexed()
+            t.column("at", .datetime).notNull()
+            t.column("fromState", .text)
+            t.column("toState", .text).notNull()
+            t.column("actor", .text).notNull()
+            t.column("reason", .text)
+        }
+        try db.create(table: "lifecycle_command_use") { t in
+            t.column("jti", .text).primaryKey()
+            t.column("issuer", .text).notNull()
+            t.column("usedAt", .datetime).notNull()
+        }
+        try RecoveryStore.migrate(db)
+    }
+
+    /// One credential's state change as `transition` reports it.
+    public struct Transition: Sendable {
+        public var record: CredentialRecord
+        /// False when the credential already was in the target state (nothing written for it).
+        public var changed: Bool
+    }
+
+    /// Moves every credential in `ids` to `state` in one transaction, with an audit event for each one that
+    /// changes. A credential already in `state` is left as it is. Refused for the whole batch, nothing
+    /// written: an unknown id (`PASSKEY_NOT_FOUND`) or a final state (`CREDENTIAL_DEACTIVATED`; only
+    /// `deactivated` → `replaced` is allowed). With `command`, its `jti` is consumed in the same transaction
+    /// (`LIFECYCLE_COMMAND_REPLAYED` when it was used before).
+    public func transition(ids: [[UInt8]], to state: CredentialState, actor: String, reason: String?,
+                           command: (jti: String, issuer: String)? = nil,
+                           at: Date = Date()) async throws(TesseraError) -> [Transition] {
+        do {
+            return try await db.write { db in
+                if let command {
+                    let used = try Bool.fetchOne(db, sql: "SELECT 1 FROM lifecycle_command_use WHERE jti = ?",
+                                                 arguments: [command.jti]) ?? false
+                    if used { throw TesseraError(.lifecycleCommandReplayed, "this lifecycle command was already applied") }
+                    try db.execute(sql: "INSERT INTO lifecycle_command_use (jti, issuer, usedAt) VALUES (?, ?, ?)",
+                                   arguments: [command.jti, command.issuer, at])
+                }
+                var out: [Transition] = []
+                for id in ids {
+                    guard var rec = try CredentialRecord.fetchOne(db, key: Data(id)) else {
+                        throw TesseraError(.passkeyNotFound, "no credential with id \(Base64URL.encode(id))")
+                    }
+                    if rec.state == state { out.append(Transition(record: rec, changed: false)); continue }
+                    if rec.state.isFinal, !(rec.state == .deactivated && state == .replaced) {
+                        throw TesseraError(.credentialDeactivated, "the credential is \(rec.state.rawValue), a final state",
+                                           details: ["credentialId": .string(Base64URL.encode(id)),
+                                                     "state": .string(rec.state.rawValue)])
+                    }
+                    let from = rec.state
+                    rec.state = state
+                    rec.stateChangedAt = at
+                    try db.execute(sql: "UPDATE credential SET state = ?, stateChangedAt = ? WHERE credentialId = ?",
+                                   arguments: [state.rawValue, at, Data(id)])
+                    try CredentialEvent(credentialId: Data(id), at: at, fromState: from.rawValue, toState: state.rawValue,
+                                        actor: actor, reason: reason).insert(db)
+                    out.append(Transition(record: rec, changed: true))
+                }
+                return out
+            }
+        } catch { throw storageError(error) }
+    }
+
+    /// Inserts a new credential and, in the same transaction, marks `replacing` (other credentials) `replaced`.
+    public func insert(_ record: CredentialRecord, replacing: [[UInt8]], actor: String,
+                       reason: String?) async throws(TesseraError) -> [Transition] {
+        do {
+            return try await db.write { db in
+                try record.insert(db)
+                try CredentialEvent(credentialId: record.credentialId, at: record.createdAt, fromState: nil,
+                                    toState: record.state.rawValue, actor: actor, reason: reason).insert(db)
+                var out: [Transition] = []
+                for id in replacing where Data(id) != record.credentialId {
+                    guard var rec = try CredentialRecord.fetchOne(db, key: Data(id)), rec.state != .replaced else { continue }
+                    let from = rec.state
+                    rec.state = .replaced
+                    rec.stateChangedAt = record.createdAt
+                    try db.execute(sql: "UPDATE credential SET state = ?, stateChangedAt = ? WHERE credentialId = ?",
+                                   arguments: [rec.state.rawValue, record.createdAt, Data(id)])
+                    try CredentialEvent(credentialId: Data(id), at: record.createdAt, fromState: from.rawValue,
+                                        toState: rec.state.rawValue, actor: actor,
+                                        reason: "replaced by \(Base64URL.encode(record.credentialId))").insert(db)
+                    out.append(Transition(record: rec, changed: true))
+                }
+                return out
+            }
+        } catch { throw storageError(error) }
+    }
+
+    /// The audit trail, oldest first: of one credential, or (nil) of all, the newest `limit` entries.
+    public func events(credentialId: [UInt8]?, limit: Int = 1000) async throws(TesseraError) -> [CredentialEvent] {
+        do {
+            return try await db.read { db in
+                var q = CredentialEvent.all()
+                if let credentialId { q = q.filter(Column("credentialId") == Data(credentialId)) }
+                let rows = try q.order(Column("id").desc).limit(limit).fetchAll(db)
+                return rows.reversed()
             }
         } catch { throw storageError(error) }
     }

@@ -43,6 +43,7 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("v2-piv-slots", migrate: PIVSlotStore.migrate)
         m.registerMigration("v3-enrollment", migrate: EnrollmentStore.migrate)
         m.registerMigration("ctap-credential-options", migrate: CTAPCredentialStore.migrate)
+        m.registerMigration("v4-credential-lifecycle", migrate: CredentialStore.migrateLifecycle)
         return m
     }
 }

@@ -29,6 +29,21 @@ public struct IssuerKey: Sendable {
     }
 }
 
+extension IssuerKey {
+    /// Why no key of `issuer` among `keys` (the one named `kid`, when the token and the key both name one)
+    /// verifies `parsed`'s ES256 signature; nil when one does.
+    static func signatureFailure(_ parsed: JWS.Parsed, issuer: String, kid: String?, keys: [IssuerKey]) -> String? {
+        let known = keys.filter { $0.issuer == issuer }
+        guard !known.isEmpty else { return "unknown token issuer '\(issuer)'" }
+        let candidates = known.filter { key in kid == nil || key.keyId == nil || key.keyId == kid }
+        guard !candidates.isEmpty else { return "unknown key id '\(kid ?? "")' for issuer '\(issuer)'" }
+        guard candidates.contains(where: { JWS.verifyES256(parsed, key: $0.publicKey) }) else {
+            return "the token's signature does not verify"
+        }
+        return nil
+    }
+}
+
 /// A verified activation token's claims (docs/ENROLLMENT.md, "Activation tokens").
 public struct ActivationToken: Sendable, Equatable {
     public var issuer: String
@@ -116,16 +131,8 @@ public struct ActivationTokenVerifier: Sendable {
         }
         guard let issuer = c["iss"]?.stringValue else { throw JWS.malformed("the token has no string 'iss'") }
 
-        let known = issuers.filter { $0.issuer == issuer }
-        guard !known.isEmpty else {
-            throw TesseraError(.activationTokenSignatureInvalid, "unknown token issuer '\(issuer)'")
-        }
-        let candidates = known.filter { key in kid == nil || key.keyId == nil || key.keyId == kid }
-        guard !candidates.isEmpty else {
-            throw TesseraError(.activationTokenSignatureInvalid, "unknown key id '\(kid ?? "")' for issuer '\(issuer)'")
-        }
-        guard candidates.contains(where: { JWS.verifyES256(parsed, key: $0.publicKey) }) else {
-            throw TesseraError(.activationTokenSignatureInvalid, "the token's signature does not verify")
+        if let failure = IssuerKey.signatureFailure(parsed, issuer: issuer, kid: kid, keys: issuers) {
+            throw TesseraError(.activationTokenSignatureInvalid, failure)
         }
 
         let token = try Self.claims(c, issuer: issuer, raw: compact)

@@ -21,13 +21,16 @@ public struct EnrollmentEvent: Sendable {
     public var redacted: JSONValue { Self.redact(method, params) }
 
     /// `params` without personal data: `stepRequired` keeps only `{enrollmentId, key}`; `finished` only
-    /// `{enrollmentId, outcome, step?, error?: {code, retryable}}`. The other notifications carry none and pass as
-    /// they are.
+    /// `{enrollmentId, outcome, step?, error?: {code, retryable}}`; the `stepup.*` notifications keep their ids
+    /// (no user, no operation context). The other notifications carry none and pass as they are.
     public static func redact(_ method: String, _ params: JSONValue) -> JSONValue {
         let keep: Set<String>
         switch method {
         case "enrollment.stepRequired": keep = ["enrollmentId", "key"]
         case "enrollment.finished": keep = ["enrollmentId", "outcome", "step", "error"]
+        case "stepup.context": keep = ["stepUpId", "rpId", "documentRequired"]
+        case "stepup.inputRequired": keep = ["stepUpId", "key"]
+        case "stepup.finished": keep = ["stepUpId", "outcome", "error"]
         default: return params
         }
         var out = (params.objectValue ?? [:]).filter { keep.contains($0.key) }

@@ -356,12 +356,19 @@ extension EnrollmentEngine {
             ?? documentName ?? "enrollment-\(current.id.prefix(8))"
         let displayName = current.parameters["userDisplayName"]?.stringValue ?? documentName ?? userName
         let attestation = PasskeyService.Attestation(rawValue: step.string("attestation") ?? "none") ?? .none
+        // A document verified as authentic in this enrollment binds the passkey to its holder.
+        let binding = data["document"].flatMap { d -> IdentityBinding? in
+            guard d["verdict"]?.stringValue == "authentic", let identity = DocumentIdentity(summary: d) else { return nil }
+            return IdentityBinding(identity: identity, secret: secret, enrollmentId: current.id)
+        }
         do {
             let r = try await passkeys.enroll(.init(
                 rpId: rpId, userId: userHandle, userName: userName, userDisplayName: displayName, challenge: challenge,
                 origin: origin, tokenId: tokenId, pin: pin, attestation: attestation,
                 userVerification: PasskeyService.UserVerification(rawValue: uv) ?? .preferred,
-                credentialId: credentialId, keyHandle: keyHandle, caller: caller, allowFinalPinTry: allowFinalPinTry))
+                credentialId: credentialId, keyHandle: keyHandle, caller: caller, allowFinalPinTry: allowFinalPinTry,
+                provisioning: ProvisioningRule(replace: step.settings["replace"]?.boolValue ?? false),
+                actor: "enrollment:\(current.id)", identityBinding: binding?.text))
             await Failpoint.reach("enrollment.afterPasskeyRecorded")
             return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: userHandle, recovered: false)])
         } catch where error.code == .pinRequired && pin == nil {

@@ -95,6 +95,10 @@ public struct EnrollmentConfiguration: Sendable {
     public var stationId: String?
     /// Workflows in configuration order.
     public var workflows: [Workflow] = []
+    /// Recovery rate limits (`recovery`: docs/LIFECYCLE.md, "Recovery").
+    public var recoveryMaxPerUser = 3
+    public var recoveryMaxPerStation = 20
+    public var recoveryWindow: TimeInterval = 86_400
 
     public init() {}
 
@@ -103,7 +107,17 @@ public struct EnrollmentConfiguration: Sendable {
     public init(json: JSONValue?, baseDirectory: String = ".") throws(TesseraError) {
         guard let json, !json.isNull else { return }
         guard let o = json.objectValue else { throw Self.error("enrollment must be an object") }
-        try Self.onlyKeys(o, ["idleTimeoutSeconds", "otp", "notifier", "issuers", "stationId", "workflows"], in: "enrollment")
+        try Self.onlyKeys(o, ["idleTimeoutSeconds", "otp", "notifier", "issuers", "stationId", "workflows", "recovery"],
+                          in: "enrollment")
+        if let r = o["recovery"] {
+            guard let p = r.objectValue else { throw Self.error("enrollment.recovery must be an object") }
+            try Self.onlyKeys(p, ["maxAttemptsPerUser", "maxAttemptsPerStation", "windowSeconds"], in: "enrollment.recovery")
+            if let v = p["maxAttemptsPerUser"] { recoveryMaxPerUser = try Self.positiveInt(v, "enrollment.recovery.maxAttemptsPerUser") }
+            if let v = p["maxAttemptsPerStation"] {
+                recoveryMaxPerStation = try Self.positiveInt(v, "enrollment.recovery.maxAttemptsPerStation")
+            }
+            if let v = p["windowSeconds"] { recoveryWindow = TimeInterval(try Self.positiveInt(v, "enrollment.recovery.windowSeconds")) }
+        }
         if let v = o["idleTimeoutSeconds"] { idleTimeout = TimeInterval(try Self.positiveInt(v, "enrollment.idleTimeoutSeconds")) }
         if let otp = o["otp"] {
             guard let p = otp.objectValue else { throw Self.error("enrollment.otp must be an object") }
@@ -220,7 +234,8 @@ public struct EnrollmentConfiguration: Sendable {
             }
             if let w = s["cardWaitSeconds"] { _ = try positiveInt(w, "\(context): cardWaitSeconds") }
         case .passkeyCreation:
-            try onlyKeys(s, ["rpId", "tokenId", "attestation", "origin"], in: context)
+            try onlyKeys(s, ["rpId", "tokenId", "attestation", "origin", "replace"], in: context)
+            if let r = s["replace"], r.boolValue == nil { throw error("\(context): replace must be true or false") }
             guard let rp = s["rpId"]?.stringValue, !rp.isEmpty else { throw error("\(context): rpId is required") }
             if let a = s["attestation"], a.stringValue != "none" && a.stringValue != "packed" {
                 throw error("\(context): attestation must be \"none\" or \"packed\"")

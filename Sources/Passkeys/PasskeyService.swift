@@ -9,13 +9,14 @@ import WebAuthn
 /// Enrolls and authenticates passkeys whose private keys stay on hardware tokens.
 public final class PasskeyService: Sendable {
     private let keyStores: [any KeyStore]
-    private let store: CredentialStore
+    let store: CredentialStore
     private let counters: SignCounterAllocator
-    private let logger: Logger
+    let logger: Logger
     /// The PIN rules every caller PIN goes through (front doors other than the socket methods reuse them).
     public let pinRules: PINRules
-    /// Credential records by id (they change only on delete), so assertions need no database read.
-    private let records = Mutex<[[UInt8]: CredentialRecord]>([:])
+    /// Credential records by id (they change on delete and on lifecycle transitions, which update it), so
+    /// assertions need no database read.
+    let records = Mutex<[[UInt8]: CredentialRecord]>([:])
 
     public init(keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024,
                 pinBackoff: PINBackoffPolicy = .standard) {
@@ -72,13 +73,21 @@ public final class PasskeyService: Sendable {
         public var clientDataHash: [UInt8]?
         /// Extension outputs (a canonical CBOR map) for the authenticator data.
         public var extensions: [UInt8]?
+        /// The provisioning check to apply (nil: none, e.g. a CTAP client that manages its own credentials).
+        public var provisioning: ProvisioningRule?
+        /// Who asks, for the audit trail ("uid:N", "enrollment:ID"); default the caller's uid.
+        public var actor: String?
+        /// The identity binding to record with the credential (`IdentityBinding` JSON).
+        public var identityBinding: String?
 
         public init(rpId: String, userId: [UInt8], userName: String, userDisplayName: String, challenge: [UInt8],
                     origin: String? = nil, excludeCredentials: [[UInt8]] = [], tokenId: String? = nil,
                     pin: String? = nil, attestation: Attestation = .none, userVerification: UserVerification = .preferred,
                     credentialId: [UInt8]? = nil, keyHandle: [UInt8]? = nil, caller: PINCaller? = nil,
-                    allowFinalPinTry: Bool = false) {
+                    allowFinalPinTry: Bool = false, provisioning: ProvisioningRule? = nil, actor: String? = nil,
+                    identityBinding: String? = nil) {
             self.caller = caller; self.allowFinalPinTry = allowFinalPinTry
+            self.provisioning = provisioning; self.actor = actor; self.identityBinding = identityBinding
             self.rpId = rpId; self.userId = userId; self.userName = userName; self.userDisplayName = userDisplayName
             self.challenge = challenge; self.origin = origin; self.excludeCredentials = excludeCredentials
             self.tokenId = tokenId; self.pin = pin; self.attestation = attestation
@@ -110,6 +119,7 @@ public final class PasskeyService: Sendable {
             }
         }
         let token = try await chooseToken(r.tokenId)
+        let replacing = try await admit(r, tokenId: token.id)
         let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification)
 
         if let id = r.credentialId, !(16...255).contains(id.count) { throw .invalidInput("credentialId must be 16 to 255 bytes") }
@@ -144,10 +154,12 @@ public final class PasskeyService: Sendable {
                     authData, clientData: clientData, clientDataHash: r.clientDataHash), pin: nil)
                 attestationObject = AttestationObject.packedSelf(authData: authData, signatureDER: try ECDSASignature.derFromRaw(raw))
             }
-            try await store.insert(CredentialRecord(
+            let replaced = try await store.insert(CredentialRecord(
                 credentialId: Data(credentialId), rpId: r.rpId, userId: Data(r.userId), userName: r.userName,
                 userDisplayName: r.userDisplayName, tokenId: token.id, backend: token.backend,
-                keyHandle: Data(keyHandle), publicKey: Data(cose)))
+                keyHandle: Data(keyHandle), publicKey: Data(cose), identityBinding: r.identityBinding),
+                replacing: replacing, actor: r.actor ?? r.caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil)
+            remember(replaced)
         } catch {
             // Nothing recorded: do not leave an orphan key behind.
             try? await token.deleteKey(handle: keyHandle, pin: nil)
@@ -233,6 +245,7 @@ public final class PasskeyService: Sendable {
         guard !candidates.isEmpty else {
             throw TesseraError(.passkeyNotFound, "none of allowCredentials is known for rpId \(r.rpId)")
         }
+        candidates = try Self.signing(candidates)
         let present = await tokens()
         guard let (record, token) = candidates.lazy.compactMap({ rec in
             present.first(where: { $0.id == rec.tokenId }).map { (rec, $0) }
@@ -275,10 +288,12 @@ public final class PasskeyService: Sendable {
         return rec
     }
 
-    /// Deletes the key on its token, then the metadata. A missing token keeps the metadata and fails clearly.
-    /// `pin` logs in first under the PIN rules (tokens whose keys need a login answer PIN_REQUIRED without it).
+    /// Deletes the key on its token, then the metadata (noting it in the audit trail); returns the deleted
+    /// record. A missing token keeps the metadata and fails clearly. `pin` logs in first under the PIN rules
+    /// (tokens whose keys need a login answer PIN_REQUIRED without it).
+    @discardableResult
     public func delete(id: [UInt8], pin: String? = nil, caller: PINCaller? = nil,
-                       allowFinalPinTry: Bool = false) async throws(TesseraError) {
+                       allowFinalPinTry: Bool = false, actor: String? = nil) async throws(TesseraError) -> CredentialRecord {
         if pin != nil { try pinRules.checkBackoff(caller) }
         let rec = try await credential(id: id)
         guard let token = await token(id: rec.tokenId) else {
@@ -292,9 +307,12 @@ public final class PasskeyService: Sendable {
         } catch where error.code == .passkeyNotFound {
             logger.warning("key of credential already absent from its token; removing metadata")
         }
-        try await store.delete(id: id)
+        try await store.delete(id: id, event: CredentialEvent(
+            credentialId: Data(id), at: Date(), fromState: rec.state.rawValue, toState: "deleted",
+            actor: actor ?? caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil))
         _ = records.withLock { $0.removeValue(forKey: id) }
         await counters.forget(id)
+        return rec
     }
 
     // MARK: helpers

@@ -104,12 +104,44 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let activationTokenReplayed: Code = "ACTIVATION_TOKEN_REPLAYED"
         /// `aud` does not name this station.
         public static let activationTokenAudience: Code = "ACTIVATION_TOKEN_AUDIENCE"
+        /// The credential is suspended (until resumed; not retryable unchanged).
+        public static let credentialSuspended: Code = "CREDENTIAL_SUSPENDED"
+        /// The credential is deactivated or replaced: final.
+        public static let credentialDeactivated: Code = "CREDENTIAL_DEACTIVATED"
+        /// The provisioning check found a credential for this user (`details.decision`); pass `replace: true`.
+        public static let credentialExists: Code = "CREDENTIAL_EXISTS"
+        /// A lifecycle command that does not parse, verify, or name this station, or has expired.
+        public static let lifecycleCommandInvalid: Code = "LIFECYCLE_COMMAND_INVALID"
+        /// The lifecycle command's `jti` was applied before.
+        public static let lifecycleCommandReplayed: Code = "LIFECYCLE_COMMAND_REPLAYED"
+        /// The step-up's document is not the credential holder's (or does not match the expected attributes).
+        public static let stepUpCredentialUserMismatch: Code = "STEP_UP_CREDENTIAL_USER_MISMATCH"
+        /// A step-up driven by another user or with another `crossPlatformSessionId` than it was started with.
+        public static let stepUpAuthSessionMismatch: Code = "STEP_UP_AUTH_SESSION_MISMATCH"
+        /// The challenge's `expiresAt` passed before the assertion.
+        public static let challengeExpired: Code = "CHALLENGE_EXPIRED"
+        /// The user (or the station's client) cancelled; the same request may be made again.
+        public static let userCancelled: Code = "USER_CANCELLED"
+        /// A recovery token that does not parse or verify, names no identity, or was used by another attempt.
+        public static let recoveryTokenInvalid: Code = "RECOVERY_TOKEN_INVALID"
+        /// The recovery token (and so the attempt) has expired.
+        public static let recoveryAttemptExpired: Code = "RECOVERY_ATTEMPT_EXPIRED"
+        /// The attempt was cancelled (`recovery.cancel`).
+        public static let recoveryAttemptCancelled: Code = "RECOVERY_ATTEMPT_CANCELLED"
+        /// The document is not the person the recovery token names.
+        public static let recoveryMatchFailed: Code = "RECOVERY_MATCH_FAILED"
+        /// Too many recovery attempts for the user or the station (`retryAfterSeconds`).
+        public static let recoveryRateLimited: Code = "RECOVERY_RATE_LIMITED"
+        /// No authentic document read: the identity check was not completed.
+        public static let recoveryIDVNotCompleted: Code = "RECOVERY_IDV_NOT_COMPLETED"
+        /// Creating the replacement passkey failed (`data.cause`); the same attempt may be started again.
+        public static let recoveryRegistrationFailed: Code = "RECOVERY_REGISTRATION_FAILED"
 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
             case .tokenNotPresent, .tokenRemoved, .pinBackoff, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
-                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy:
+                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy, .userCancelled, .recoveryRateLimited:
                 return true
             default:
                 return false

@@ -58,7 +58,9 @@ public enum Daemon {
                                maxQueuedNotifications: config.maxQueuedNotifications ?? 1024)
 
         // `piv: {status, readers}` in tokens.list: PCSC_UNAVAILABLE shows there.
-        table.registerPasskeys(passkeys, storeStatus: ["piv": { pivStore.status() }])
+        let daemonSecret = try DaemonSecret.loadOrCreate(directory: options.stateDir)
+        let documentReads = VerifiedDocumentReads(secret: daemonSecret)
+        table.registerPasskeys(passkeys, storeStatus: ["piv": { pivStore.status() }], documentReads: documentReads)
         table.registerDocuments()
         table.registerPIV(pivStore, pinRules: passkeys.pinRules)
         var documentLogger = logger
@@ -72,7 +74,7 @@ public enum Daemon {
                                                                                 masterListTrust: options.masterListTrustPaths,
                                                                                 crls: options.crlPaths),
                                         trustSources: trustSources, logger: documentLogger)
-        table.registerDocumentReading(documents)
+        table.registerDocumentReading(documents, verifiedReads: documentReads)
         table.registerTrust(documents)
         table.registerMDoc(documents, iacas: try MethodTable.loadIACAs(options.iacaPaths),
                            readerAuth: try MethodTable.loadReaderAuth(key: options.mdocReaderKeyPath,
@@ -95,12 +97,20 @@ public enum Daemon {
         let subscribers = EnrollmentSubscribers(policy: policy)
         let enrollment = EnrollmentEngine(configuration: enrollmentConfig, store: EnrollmentStore(database: database),
                                           passkeys: passkeys, documents: documents,
-                                          secret: try DaemonSecret.loadOrCreate(directory: options.stateDir),
+                                          secret: daemonSecret,
                                           logger: enrollmentLogger) { event in
             await subscribers.send(event)
         }
         try await enrollment.open()
         table.registerEnrollment(enrollment, subscribers: subscribers)
+        table.registerCredentialLifecycle(passkeys, commands: LifecycleCommandVerifier(
+            issuers: enrollmentConfig.issuers, stationId: enrollmentConfig.stationId))
+        let stepUp = StepUpService(passkeys: passkeys, documents: documents, secret: daemonSecret,
+                                   logger: enrollmentLogger) { event in await subscribers.send(event) }
+        table.registerStepUp(stepUp, subscribers: subscribers)
+        table.registerRecovery(RecoveryService(store: RecoveryStore(database: database), passkeys: passkeys,
+                                               documents: documents, configuration: enrollmentConfig,
+                                               secret: daemonSecret, logger: enrollmentLogger))
         let sweeper = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(15))

@@ -1,11 +1,14 @@
 import Documents
+import Enrollment
 import MRZ
 import RPC
 import TesseraCore
 
 extension MethodTable {
     /// Registers `readers.list` and `documents.read` (docs/API.md, "Documents").
-    func registerDocumentReading(_ service: DocumentService) {
+    /// `verifiedReads`: where an authentic read's identity is kept for `passkey.enroll {documentBinding}`.
+    func registerDocumentReading(_ service: DocumentService, verifiedReads: VerifiedDocumentReads? = nil) {
+        if let verifiedReads { onClose { verifiedReads.forget($0) } }
         register("readers.list", .read) { _, _ in
             ["readers": .array(try await service.readers().map(Views.reader))]
         }
@@ -21,6 +24,7 @@ extension MethodTable {
                 let result = try await service.read(request) { sink.yield($0) }
                 sink.finish()
                 await forwarder.value
+                verifiedReads?.record(connection, result.verdict.verdict == .authentic ? result.mrz.map { DocumentIdentity(mrz: $0) } : nil)
                 return result.json
             } catch {
                 sink.finish()

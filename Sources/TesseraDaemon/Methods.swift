@@ -1,4 +1,5 @@
 import CredentialStore
+import Enrollment
 import Foundation
 import MRZ
 import Passkeys
@@ -74,6 +75,7 @@ enum Views {
             "createdAt": .string(r.createdAt.iso8601Seconds),
         ]
         if let used = r.lastUsedAt { o["lastUsedAt"] = .string(used.iso8601Seconds) }
+        lifecycle(r, into: &o)
         return .object(o)
     }
 
@@ -83,7 +85,9 @@ extension MethodTable {
     /// Registers the passkey and credential methods.
     /// `storeStatus`: extra members of the `tokens.list` result, one per key store that reports a status
     /// (e.g. `piv`: whether pcscd is reachable and which readers hold PIV cards).
-    func registerPasskeys(_ service: PasskeyService, storeStatus: [String: @Sendable () -> JSONValue] = [:]) {
+    /// `documentReads`: the connections' authentic reads, for `passkey.enroll {documentBinding: true}`.
+    func registerPasskeys(_ service: PasskeyService, storeStatus: [String: @Sendable () -> JSONValue] = [:],
+                          documentReads: VerifiedDocumentReads? = nil) {
         register("tokens.list", .read) { _, _ in
             var result: [String: JSONValue] = ["tokens": .array(await Views.tokens(service))]
             for (name, status) in storeStatus { result[name] = status() }
@@ -96,13 +100,19 @@ extension MethodTable {
             guard let attestation = PasskeyService.Attestation(rawValue: att) else {
                 throw TesseraError.invalidInput("attestation must be \"none\" or \"packed\"")
             }
+            var binding: IdentityBinding?
+            if try p.optionalBool("documentBinding") ?? false {
+                guard let documentReads else { throw TesseraError.invalidInput("documentBinding is not available") }
+                binding = try documentReads.takeBinding(connection)
+            }
             let r = try await service.enroll(.init(
                 rpId: p.string("rpId"), userId: user.bytes("id"), userName: user.string("name"),
                 userDisplayName: user.optionalString("displayName") ?? user.string("name"),
                 challenge: p.bytes("challenge"), origin: p.optionalString("origin"), excludeCredentials: exclude,
                 tokenId: p.optionalString("tokenId"), pin: p.optionalString("pin"), attestation: attestation,
                 userVerification: Self.userVerification(p), caller: connection.pinCaller,
-                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false))
+                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false,
+                provisioning: ProvisioningRule(replace: p.optionalBool("replace") ?? false), identityBinding: binding?.text))
             return ["credentialId": .string(Base64URL.encode(r.credentialId)),
                     "attestationObject": .string(Base64URL.encode(r.attestationObject)),
                     "clientDataJSON": .string(Base64URL.encode(r.clientDataJSON)),
@@ -138,9 +148,9 @@ extension MethodTable {
         }
         register("credentials.delete", .admin) { p, connection in
             let id = try p.bytes("credentialId")
-            try await service.delete(id: id, pin: p.optionalString("pin"), caller: connection.pinCaller,
-                                     allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
-            return ["deleted": true, "credentialId": .string(Base64URL.encode(id))]
+            let deleted = try await service.delete(id: id, pin: p.optionalString("pin"), caller: connection.pinCaller,
+                                                   allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
+            return ["deleted": true, "credentialId": .string(Base64URL.encode(id)), "credential": Views.credential(deleted)]
         }
     }
 

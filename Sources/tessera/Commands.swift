@@ -49,6 +49,7 @@ struct Enroll: AsyncParsableCommand {
     @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`).") var tokenId: String?
     @Option(help: "none or packed.") var attestation = "none"
     @Option(name: .customLong("exclude"), parsing: .unconditionalSingleValue, help: "Credential id that must not exist yet (repeatable).") var exclude: [String] = []
+    @Flag(help: "Create it even when the user already has a credential here; the user's other credentials become replaced.") var replace = false
     @OptionGroup var pin: PINOptions
 
     func run() async throws {
@@ -62,6 +63,7 @@ struct Enroll: AsyncParsableCommand {
         if let origin { p["origin"] = .string(origin) }
         if let tokenId { p["tokenId"] = .string(tokenId) }
         if !exclude.isEmpty { p["excludeCredentials"] = .array(exclude.map { .string($0) }) }
+        if replace { p["replace"] = true }
         pin.add(to: &p)
         try await globals.run("passkey.enroll", .object(p)) { r in
             "credential \(r["credentialId"]?.stringValue ?? "?") created on token \(r["tokenId"]?.stringValue ?? "?")"
@@ -98,12 +100,14 @@ struct Authenticate: AsyncParsableCommand {
 }
 
 struct Credentials: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List, show or delete passkeys.",
-                                                    subcommands: [List.self, Get.self, Delete.self])
+    static let configuration = CommandConfiguration(abstract: "List, show, delete, suspend, resume or deactivate passkeys.",
+                                                    subcommands: [List.self, Get.self, Delete.self, Suspend.self, Resume.self,
+                                                                  Deactivate.self, Check.self, History.self, Apply.self])
 
     static func describe(_ c: JSONValue) -> String {
         "\(c["credentialId"]?.stringValue ?? "?")  \(c["rpId"]?.stringValue ?? "")  user \(c["user"]?["name"]?.stringValue ?? "")"
             + "  token \(c["tokenId"]?.stringValue ?? "")  created \(c["createdAt"]?.stringValue ?? "")"
+            + "  \(c["state"]?.stringValue ?? "")"
     }
 
     struct List: AsyncParsableCommand {

@@ -33,7 +33,8 @@ struct Tessera: AsyncParsableCommand {
           tessera call daemon.status '{}'
         """,
         subcommands: [Status.self, Tokens.self, Enroll.self, Authenticate.self, Credentials.self, MRZCommand.self,
-                      Passport.self, Trust.self, EnrollStation.self, SSH.self, Lab.self, Call.self, MDocCommand.self])
+                      Passport.self, Trust.self, EnrollStation.self, SSH.self, Lab.self, Call.self, MDocCommand.self,
+                      StepUpCommand.self, RecoverCommand.self])
 }
 
 /// Options every command takes.

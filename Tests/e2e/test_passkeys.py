@@ -11,9 +11,12 @@ RP = "example.com"
 ORIGIN = "https://example.com"
 
 
-def enroll(client, pin="1234", attestation="packed", rp=RP, **extra):
+def enroll(client, pin="1234", attestation="packed", rp=RP, user_id=None, **extra):
+    """A fresh user each call unless `user_id` is given (a second passkey for one user on one token is refused
+    by the provisioning check unless `replace=True`)."""
     challenge = os.urandom(32)
-    params = {"rpId": rp, "user": {"id": b64u(b"user-1"), "name": "alice", "displayName": "Alice"},
+    user_id = user_id or b"user-" + os.urandom(6).hex().encode()
+    params = {"rpId": rp, "user": {"id": b64u(user_id), "name": "alice", "displayName": "Alice"},
               "challenge": b64u(challenge), "attestation": attestation, **extra}
     if pin is not None:
         params["pin"] = pin
@@ -31,7 +34,7 @@ def authenticate(client, cred_id, pin="1234", rp=RP, **extra):
 @pytest.mark.parametrize("attestation", ["packed", "none"])
 def test_enroll_and_authenticate_accepted_by_independent_verifiers(daemon, attestation):
     c = daemon.client()
-    reg, challenge = enroll(c, attestation=attestation)
+    reg, challenge = enroll(c, attestation=attestation, user_id=b"user-1")
     verified = verify_registration(reg, challenge, RP, ORIGIN, require_uv=True)
     assert getattr(verified.fmt, "value", verified.fmt) == attestation
     assert verified.sign_count == 0

@@ -175,19 +175,28 @@ enum MRZTarget {
     }
 }
 
-/// Activation tokens: the compact JWS as received (selector even), or header and claims signed with the fixed
-/// issuer key (odd), so the claims checks past the signature run on arbitrary JSON.
+/// Activation tokens, lifecycle commands and recovery tokens: the compact JWS as received (selector even), or
+/// header and claims signed with the fixed issuer key (odd), so the claims checks past the signature run on
+/// arbitrary JSON.
 enum ActivationTokenTarget {
     static let signingKey = try! P256.Signing.PrivateKey(rawRepresentation: [UInt8](repeating: 0x11, count: 32))
     static let verifier = ActivationTokenVerifier(
         issuers: [IssuerKey(issuer: "https://backend.example", keyId: "k1", publicKey: signingKey.publicKey)],
         stationId: "kiosk-1")
+    static let commands = LifecycleCommandVerifier(issuers: verifier.issuers, stationId: "kiosk-1")
+    static let recovery = RecoveryTokenVerifier(issuers: verifier.issuers, stationId: "kiosk-1")
     static let now = Date(timeIntervalSince1970: 1_790_000_000)
+
+    static func verifyAll(_ compact: String) {
+        _ = try? verifier.verify(compact, now: now)
+        _ = try? commands.verify(compact, now: now)
+        _ = try? recovery.verify(compact, now: now)
+    }
 
     static func run(_ input: [UInt8]) {
         let (selector, bytes) = input.selectorAndRest
         if selector & 1 == 0 {
-            _ = try? verifier.verify(String(decoding: bytes, as: UTF8.self), now: now)
+            verifyAll(String(decoding: bytes, as: UTF8.self))
             return
         }
         // Header and payload separated by the first 0x00 byte.
@@ -196,7 +205,7 @@ enum ActivationTokenTarget {
         let payload = Base64URL.encode(parts.count > 1 ? Array(parts[1]) : [])
         let signingInput = header + "." + payload
         guard let signature = try? signingKey.signature(for: Array(signingInput.utf8)) else { return }
-        _ = try? verifier.verify(signingInput + "." + Base64URL.encode(Array(signature.rawRepresentation)), now: now)
+        verifyAll(signingInput + "." + Base64URL.encode(Array(signature.rawRepresentation)))
     }
 }
 
