@@ -54,6 +54,7 @@ let allTargets: [FuzzTarget] = [
     FuzzTarget(name: "pn532", run: PN532Target.run),
     FuzzTarget(name: "vpcd", run: VPCDTarget.run),
     FuzzTarget(name: "sshagent", run: SSHAgentTarget.run),
+    FuzzTarget(name: "ecdsa", run: ECDSATarget.run),
 ]
 
 let selectedTarget: FuzzTarget = {
