@@ -49,7 +49,7 @@ format:
 bench: setup
 	@scripts/bench.sh
 
-## libFuzzer (+ ASan/LSan) on every untrusted parser, FUZZ_RUNS executions each (default 1000000) or
+## libFuzzer (+ ASan/LSan) on every untrusted parser, FUZZ_RUNS executions each (default 1000000), capped at
 ## FUZZ_SECONDS per target; fails on a crash, a leak or a timeout. FUZZ_TARGETS="cbor tlv" runs some.
 fuzz: setup
 	@scripts/fuzz.sh build

@@ -158,7 +158,7 @@ let package = Package(
         // MARK: Tests
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
         .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"], swiftSettings: strict),
-        .testTarget(name: "TesseraCoreTests", dependencies: ["TesseraCore"]),
+        .testTarget(name: "TesseraCoreTests", dependencies: ["TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "CBORTests", dependencies: ["CBOR"]),
         .testTarget(name: "SSHAgentTests", dependencies: ["SSHAgent", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),

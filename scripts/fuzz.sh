@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # libFuzzer runs of every untrusted parser (Tests/Fuzz/Harness, one binary, TESSERA_FUZZ_TARGET picks the target).
 #   scripts/fuzz.sh build            build .build-fuzz/debug/tessera-fuzz with -sanitize=fuzzer,address
-#   scripts/fuzz.sh run [TARGET…]    run each target (all by default) for a budget: FUZZ_SECONDS per target when
-#                                    set, else FUZZ_RUNS executions (default 1000000)
+#   scripts/fuzz.sh run [TARGET…]    run each target (all by default) for FUZZ_RUNS executions (default 1000000),
+#                                    capped at FUZZ_SECONDS per target when set
 #   scripts/fuzz.sh list             print the target names
 # A crash, an ASan report, a leak (LeakSanitizer) or an input slower than FUZZ_TIMEOUT seconds fails the run; the
 # input is kept under .build-fuzz/artifacts/<target>/ and the script prints how to replay it. New corpus entries go
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 SCRATCH=.build-fuzz
 BIN=$SCRATCH/debug/tessera-fuzz
-TARGETS=(jsonrpc cbor tlv apdu-sm lds sod mrz jws workflow pn532 vpcd sshagent mdoc ctaphid ctap2)
+TARGETS=(jsonrpc cbor tlv apdu-sm lds sod mrz jws workflow pn532 vpcd sshagent ecdsa mdoc ctaphid ctap2)
 FUZZ_RUNS=${FUZZ_RUNS:-1000000}
 FUZZ_SECONDS=${FUZZ_SECONDS:-}
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}
@@ -32,7 +32,7 @@ run() {
   [ ${#targets[@]} -gt 0 ] || targets=("${TARGETS[@]}")
   [ -x "$BIN" ] || { echo "$BIN missing: run scripts/fuzz.sh build"; exit 1; }
   local budget=(-runs="$FUZZ_RUNS")
-  [ -n "$FUZZ_SECONDS" ] && budget=(-max_total_time="$FUZZ_SECONDS")
+  [ -n "$FUZZ_SECONDS" ] && budget+=(-max_total_time="$FUZZ_SECONDS")
   for t in "${targets[@]}"; do
     [ -d "Tests/Fuzz/corpus/$t" ] || { echo "fuzz $t: no seed corpus Tests/Fuzz/corpus/$t"; failed=1; continue; }
     local work=$SCRATCH/corpus/$t artifacts=$SCRATCH/artifacts/$t log=$SCRATCH/logs/$t.log

@@ -19,10 +19,8 @@ enum LoadClient {
     /// `pin`: sent with every assertion (the PIN check the daemon does per request is then measured too).
     static func run(socket: String, credentialId: String, clients: Int, seconds: Double,
                     pin: String? = nil) async throws -> (latencies: [Double], wall: Double) {
-        try await withCheckedThrowingContinuation { c in
-            Thread {
-                c.resume(with: Swift.Result { try blockingRun(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds, pin: pin) })
-            }.start()
+        try await DedicatedThread.run(name: "bench.load") { () throws -> (latencies: [Double], wall: Double) in
+            try blockingRun(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds, pin: pin)
         }
     }
 
@@ -42,13 +40,11 @@ enum LoadClient {
         let finished = DispatchGroup()
         for (index, fd) in fds.enumerated() {
             finished.enter()
-            let t = Thread {
+            DedicatedThread.detach(name: "bench.client.\(index)", stackSize: 1 << 20) {
                 let r = loop(fd: fd, tail: tail, deadline: deadline)
                 results.withLock { $0[index] = r }
                 finished.leave()
             }
-            t.stackSize = 1 << 20
-            t.start()
         }
         finished.wait()
         let wall = Double(monotonicNanos() - start) / 1e9

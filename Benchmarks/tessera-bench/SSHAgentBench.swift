@@ -77,8 +77,8 @@ enum SSHAgentBench {
 
     /// `clients` blocking connections sending SIGN_REQUEST back to back; returns signatures/s and the median latency.
     static func load(_ path: String, blob: [UInt8], clients: Int, seconds: Double) async throws -> (Double, Double) {
-        try await withCheckedThrowingContinuation { c in
-            Thread { c.resume(with: Swift.Result { try blockingLoad(path, blob: blob, clients: clients, seconds: seconds) }) }.start()
+        try await DedicatedThread.run(name: "bench.agent-load") { () throws -> (Double, Double) in
+            try blockingLoad(path, blob: blob, clients: clients, seconds: seconds)
         }
     }
 
@@ -96,7 +96,7 @@ enum SSHAgentBench {
         let group = DispatchGroup()
         for (i, fd) in fds.enumerated() {
             group.enter()
-            Thread {
+            DedicatedThread.detach(name: "bench.agent-client.\(i)") {
                 var latencies: [Double] = []
                 var buffer = [UInt8](repeating: 0, count: 4096)
                 while LoadClient.monotonicNanos() < deadline {
@@ -117,7 +117,7 @@ enum SSHAgentBench {
                 }
                 results.withLock { $0[i] = latencies }
                 group.leave()
-            }.start()
+            }
         }
         group.wait()
         let wall = Double(LoadClient.monotonicNanos() - start) / 1e9

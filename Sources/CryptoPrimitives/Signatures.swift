@@ -107,7 +107,7 @@ public enum Signatures {
             guard kind == .ec else { throw TesseraError(.cryptoError, "ECDSA scheme with a non-EC key") }
         case .ecdsaPlain:
             guard kind == .ec else { throw TesseraError(.cryptoError, "ECDSA scheme with a non-EC key") }
-            guard let der = ecdsaPlainToDER(signature) else { return false }
+            guard let der = try? ECDSASignature.derFromRaw(signature) else { return false }
             sig = der
         }
         guard let ctx = EVP_MD_CTX_new() else { throw opensslError("EVP_MD_CTX_new") }
@@ -147,7 +147,7 @@ public enum Signatures {
         out = Array(out[..<len])
         if case .ecdsaPlain = scheme {
             let size = (Int(EVP_PKEY_get_bits(pkey)) + 7) / 8
-            guard let plain = ecdsaDERToPlain(out, coordinateSize: size) else {
+            guard let plain = try? ECDSASignature.rawFromDER(out, group: .init(componentLength: size)) else {
                 throw TesseraError(.cryptoError, "bad ECDSA signature from OpenSSL")
             }
             return plain
@@ -250,49 +250,6 @@ public enum Signatures {
         return SignatureKeyPair(privateKeyDER: priv, publicKeyDER: try exportPublic(pkey))
     }
 
-    /// Converts a plain `r || s` ECDSA signature to DER `Ecdsa-Sig-Value`; nil on odd length.
-    public static func ecdsaPlainToDER(_ plain: [UInt8]) -> [UInt8]? {
-        guard !plain.isEmpty, plain.count % 2 == 0, plain.count <= 264 else { return nil }
-        let half = plain.count / 2
-        func integer(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
-            var v = Array(bytes.drop(while: { $0 == 0 }))
-            if v.isEmpty { v = [0] }
-            if v[0] & 0x80 != 0 { v.insert(0, at: 0) }
-            return [0x02] + derLength(v.count) + v
-        }
-        let body = integer(plain[..<half]) + integer(plain[half...])
-        return [0x30] + derLength(body.count) + body
-    }
-
-    /// Converts a DER `Ecdsa-Sig-Value` to plain `r || s` with each half `coordinateSize` bytes; nil when malformed.
-    public static func ecdsaDERToPlain(_ der: [UInt8], coordinateSize: Int) -> [UInt8]? {
-        func readLength(_ i: inout Int) -> Int? {
-            guard i < der.count else { return nil }
-            let first = der[i]; i += 1
-            if first < 0x80 { return Int(first) }
-            let n = Int(first & 0x7F)
-            guard n >= 1, n <= 2, i + n <= der.count else { return nil }
-            var len = 0
-            for _ in 0..<n { len = len << 8 | Int(der[i]); i += 1 }
-            return len
-        }
-        var i = 0
-        guard der.count > 2, der[0] == 0x30 else { return nil }
-        i = 1
-        guard let total = readLength(&i), i + total == der.count else { return nil }
-        var out = [UInt8]()
-        for _ in 0..<2 {
-            guard i < der.count, der[i] == 0x02 else { return nil }
-            i += 1
-            guard let len = readLength(&i), len > 0, i + len <= der.count else { return nil }
-            let v = Array(der[i..<(i + len)].drop(while: { $0 == 0 }))
-            guard v.count <= coordinateSize else { return nil }
-            out += [UInt8](repeating: 0, count: coordinateSize - v.count) + v
-            i += len
-        }
-        return i == der.count ? out : nil
-    }
-
     // MARK: - OpenSSL plumbing
 
     private struct PublicKeyHandle {
@@ -364,10 +321,6 @@ public enum Signatures {
         ERR_clear_error()
         guard ok == 1, len > 0, len < buf.count else { return nil }
         return String(decoding: buf[..<len].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
-    private static func derLength(_ n: Int) -> [UInt8] {
-        n < 0x80 ? [UInt8(n)] : (n < 0x100 ? [0x81, UInt8(n)] : [0x82, UInt8(n >> 8), UInt8(n & 0xFF)])
     }
 
     private static func opensslError(_ context: String) -> TesseraError {

@@ -27,15 +27,10 @@ extension DocumentService {
         guard let sources = trustSources else {
             throw TesseraError(.invalidInput, "no trust anchor files are configured (--csca, --crl)")
         }
-        let loaded: Result<CSCATrustStore?, TesseraError> = await withCheckedContinuation { continuation in
-            Thread {
-                continuation.resume(returning: Result { () throws(TesseraError) -> CSCATrustStore? in
-                    try DocumentService.trustStore(paths: sources.cscaPaths, masterListTrust: sources.masterListTrustPaths,
-                                                   crls: sources.crlPaths)
-                })
-            }.start()
+        let store = try await DedicatedThread.run(name: "tessera.trust") { () throws(TesseraError) -> CSCATrustStore? in
+            try DocumentService.trustStore(paths: sources.cscaPaths, masterListTrust: sources.masterListTrustPaths,
+                                           crls: sources.crlPaths)
         }
-        let store = try loaded.get()
         trust.withLock { $0.store = store; $0.loadedAt = Date() }
     }
 

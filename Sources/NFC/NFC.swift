@@ -4,63 +4,15 @@ import TesseraCore
 
 /// libnfc devices as APDU transports: ISO 14443-A/B initiator, ISO-DEP exchange, target (card emulation) mode.
 ///
-/// Every libnfc call runs on a dedicated thread per device (`DeviceThread`), never on Swift's cooperative pool.
+/// Every libnfc call runs on a dedicated thread per device (`DedicatedThread`), never on Swift's cooperative pool.
 /// Raw pointers stay in this module; its public API is plain Swift with `[UInt8]` bytes and `TesseraError`.
-
-/// A thread that runs blocking work items in order (one per device / context).
-final class DeviceThread: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var jobs: [() -> Void] = []
-    private var stopping = false
-
-    init(name: String) {
-        let thread = Thread { [self] in loop() }
-        thread.name = name
-        thread.start()
-    }
-
-    private func loop() {
-        while true {
-            condition.lock()
-            while jobs.isEmpty && !stopping { condition.wait() }
-            if jobs.isEmpty && stopping { condition.unlock(); return }
-            let job = jobs.removeFirst()
-            condition.unlock()
-            job()
-        }
-    }
-
-    /// Runs `body` on the thread and returns its result.
-    func run<T: Sendable>(_ body: @escaping @Sendable () throws(TesseraError) -> T) async throws(TesseraError) -> T {
-        let result: Result<T, TesseraError> = await withCheckedContinuation { continuation in
-            enqueue { continuation.resume(returning: Result { () throws(TesseraError) -> T in try body() }) }
-        }
-        return try result.get()
-    }
-
-    func enqueue(_ job: @escaping @Sendable () -> Void) {
-        condition.lock()
-        jobs.append(job)
-        condition.signal()
-        condition.unlock()
-    }
-
-    /// Lets the thread finish the queued work and exit.
-    func finish() {
-        condition.lock()
-        stopping = true
-        condition.signal()
-        condition.unlock()
-    }
-}
-
 
 /// A libnfc context (`nfc_init`): lists devices from the configuration (libnfc.conf, `LIBNFC_DEFAULT_DEVICE`) and
 /// from autoscan, and opens devices by connstring.
 public final class NFCContext: @unchecked Sendable {
     // Touched only on `thread`.
     private let context: OpaquePointer
-    let thread: DeviceThread
+    let thread: DedicatedThread
     /// Connstrings opened through this context and not yet closed (libnfc's own claim mark does not work on
     /// every tty, e.g. pseudo-terminals).
     let claimed = Locked<Set<String>>([])
@@ -79,7 +31,7 @@ public final class NFCContext: @unchecked Sendable {
         nfc_init(&ctx)
         guard let ctx else { return nil }
         context = ctx
-        thread = DeviceThread(name: "libnfc-context")
+        thread = DedicatedThread(name: "libnfc-context")
     }
 
     /// Connstrings of the devices libnfc knows: configured ones first, then those found by autoscan.

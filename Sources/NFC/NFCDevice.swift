@@ -76,12 +76,12 @@ public final class NFCDevice: @unchecked Sendable {
     public let connstring: String
     /// libnfc's device name (driver, port and chip firmware).
     public let name: String
-    let thread: DeviceThread
+    let thread: DedicatedThread
     // Dereferenced only on `thread`; nil after close.
     private let handle: Locked<OpaquePointer?>
     private let context: NFCContext
 
-    private init(connstring: String, name: String, device: OpaquePointer, context: NFCContext, thread: DeviceThread) {
+    private init(connstring: String, name: String, device: OpaquePointer, context: NFCContext, thread: DedicatedThread) {
         self.connstring = connstring; self.name = name; self.context = context; self.thread = thread
         handle = Locked(device)
     }
@@ -106,7 +106,7 @@ public final class NFCDevice: @unchecked Sendable {
             context.claimed.withLock { _ = $0.remove(connstring) }
             throw diagnoseOpenFailure(connstring)
         }
-        let thread = DeviceThread(name: "libnfc-" + connstring)
+        let thread = DedicatedThread(name: "libnfc-" + connstring)
         let name = try await thread.run { () throws(TesseraError) -> String in
             let device = opened.pointer
             let name = nfc_device_get_name(device).map { String(cString: $0) } ?? connstring

@@ -38,24 +38,24 @@ public final class PCSCCard: APDUTransport, Sendable {
         var activeProtocol: PCSCProtocol
     }
 
-    private let worker: BlockingWorker
+    private let worker: DedicatedThread
     /// Confined to `worker`.
-    private let session: QueueConfined<Session>
+    private let session: ThreadConfined<Session>
     private let info: Locked<Info>
 
-    private init(reader: String, shareMode: PCSCShareMode, protocols: PCSCProtocols, worker: BlockingWorker,
+    private init(reader: String, shareMode: PCSCShareMode, protocols: PCSCProtocols, worker: DedicatedThread,
                  session: Session, atr: [UInt8]) {
         self.reader = reader
         self.shareMode = shareMode
         self.protocols = protocols
         self.worker = worker
-        self.session = QueueConfined(session)
+        self.session = ThreadConfined(session)
         self.info = Locked(Info(atr: atr, activeProtocol: PCSCProtocol(dword: UInt(session.proto))))
     }
 
     deinit {
         let session = self.session
-        worker.async {
+        worker.enqueue {
             Self.close(session, disposition: SCardConst.leaveCard)
         }
     }
@@ -72,7 +72,7 @@ public final class PCSCCard: APDUTransport, Sendable {
     static func connect(reader: String, shareMode: PCSCShareMode, protocols: PCSCProtocols)
         async throws(TesseraError) -> PCSCCard
     {
-        let worker = BlockingWorker(label: "tessera.pcsc.card")
+        let worker = DedicatedThread(name: "tessera.pcsc.card")
         let (session, atr) = try await worker.run { () throws(TesseraError) -> (Session, [UInt8]) in
             try Self.open(reader: reader, shareMode: shareMode, protocols: protocols)
         }
@@ -106,13 +106,13 @@ public final class PCSCCard: APDUTransport, Sendable {
         case .success(let st):
             return (session, st.atr)
         case .failure(let f):
-            close(QueueConfined(session), disposition: SCardConst.leaveCard)
+            close(ThreadConfined(session), disposition: SCardConst.leaveCard)
             session.closed = true
             throw f.error(.connect)
         }
     }
 
-    private static func close(_ session: QueueConfined<Session>, disposition: DWORD) {
+    private static func close(_ session: ThreadConfined<Session>, disposition: DWORD) {
         if let card = session.value.card { _ = SCardDisconnect(card, disposition) }
         if let ctx = session.value.ctx { SCard.release(ctx) }
         session.value.card = nil
@@ -139,7 +139,7 @@ public final class PCSCCard: APDUTransport, Sendable {
     }
 
     /// The open handle, or CARD_REMOVED when the connection was closed.
-    private static func handle(_ session: QueueConfined<Session>) throws(TesseraError) -> SCARDHANDLE {
+    private static func handle(_ session: ThreadConfined<Session>) throws(TesseraError) -> SCARDHANDLE {
         guard !session.value.closed, let card = session.value.card else {
             throw TesseraError(.cardRemoved, "card connection is closed", retryable: false)
         }
@@ -191,7 +191,7 @@ public final class PCSCCard: APDUTransport, Sendable {
 
     /// CARD_REMOVED (or another session error) when the card left or leaves within a short grace period
     /// (pcscd notices a removal on its next reader poll); nil when the card is still there.
-    private static func confirmRemoval(_ session: QueueConfined<Session>, reader: String, cause: String)
+    private static func confirmRemoval(_ session: ThreadConfined<Session>, reader: String, cause: String)
         -> TesseraError?
     {
         guard let card = session.value.card, let ctx = session.value.ctx else {

@@ -8,15 +8,15 @@ import TesseraCore
 /// and the next call establishes a fresh context, so a long-lived `PCSCContext` recovers by itself when
 /// pcscd comes back. Blocking PC/SC calls run on dedicated threads, never on the cooperative pool.
 public final class PCSCContext: Sendable {
-    private let worker = BlockingWorker(label: "tessera.pcsc.context")
+    private let worker = DedicatedThread(name: "tessera.pcsc.context")
     /// Confined to `worker`.
-    private let handle = QueueConfined<SCARDCONTEXT?>(nil)
+    private let handle = ThreadConfined<SCARDCONTEXT?>(nil)
 
     public init() {}
 
     deinit {
         let handle = self.handle
-        worker.async {
+        worker.enqueue {
             if let ctx = handle.value { SCard.release(ctx) }
             handle.value = nil
         }
@@ -75,7 +75,7 @@ public final class PCSCContext: Sendable {
     /// One SCardGetStatusChange on a private context and thread, so SCardCancel can interrupt it.
     private func blockingWait(known: [PCSCReaderState], timeout: Duration) async throws(TesseraError) {
         let waiter = WaitCancellation()
-        let worker = BlockingWorker(label: "tessera.pcsc.wait")
+        let worker = DedicatedThread(name: "tessera.pcsc.wait")
         var entries = known.map { SCard.WaitEntry(name: $0.name, currentState: SCard.currentState(for: $0)) }
         // pcsc-lite keeps the reader count in the upper 16 bits of the PnP pseudo-reader's state.
         entries.append(SCard.WaitEntry(name: SCardConst.pnpReaderName, currentState: DWORD(known.count) << 16))
@@ -220,7 +220,7 @@ final class WaitCancellation: Sendable {
 
     func cancel() {
         state.withLock { $0.cancelled = true }
-        Thread.detachNewThread { [self] in
+        DedicatedThread.detach(name: "tessera.pcsc.cancel") { [self] in
             var delayMs: UInt32 = 5
             for _ in 0..<40 {
                 let (ctx, finished) = state.withLock { ($0.ctx, $0.finished) }
@@ -231,4 +231,10 @@ final class WaitCancellation: Sendable {
             }
         }
     }
+}
+
+/// State confined to one `DedicatedThread` (never touched elsewhere, hence unchecked).
+final class ThreadConfined<Value>: @unchecked Sendable {
+    var value: Value
+    init(_ value: Value) { self.value = value }
 }

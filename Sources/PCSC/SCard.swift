@@ -2,7 +2,7 @@ internal import CPCSCLite
 import Foundation
 import TesseraCore
 
-/// Thin synchronous wrappers around SCard* calls. Every function here blocks; call them on a BlockingWorker.
+/// Thin synchronous wrappers around SCard* calls. Every function here blocks; call them on a DedicatedThread.
 enum SCard {
     static func establish() throws(TesseraError) -> SCARDCONTEXT {
         var ctx: SCARDCONTEXT = 0

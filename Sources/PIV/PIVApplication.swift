@@ -275,12 +275,4 @@ public struct PIVApplication: Sendable {
         }
         return der
     }
-
-    /// DER ECDSA-Sig-Value → raw r||s of `coordinateSize` bytes each.
-    public static func rawSignature(fromDER der: [UInt8], coordinateSize: Int = 32) throws(TesseraError) -> [UInt8] {
-        guard let raw = Signatures.ecdsaDERToPlain(der, coordinateSize: coordinateSize) else {
-            throw TesseraError(.malformedData, "the card's ECDSA signature is not valid DER")
-        }
-        return raw
-    }
 }

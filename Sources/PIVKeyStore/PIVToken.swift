@@ -214,7 +214,8 @@ final class PIVToken: KeyStoreToken {
         let slot = try await slot(for: handle)
         let digest = Array(SHA256.hash(data: message))
         let der = try await run(pin: pin) { app throws(TesseraError) in try await app.signP256(slot: slot, digest: digest) }
-        return try PIVApplication.rawSignature(fromDER: der)
+        // Cards answer DER (SP 800-73-4 §3.2.4); some do not keep it minimal.
+        return try ECDSASignature.rawFromDER(der, group: .p256, strictness: .lenient)
     }
 
     /// Destroys the key by generating a fresh one over it (PIV has no delete), clears the slot's certificate

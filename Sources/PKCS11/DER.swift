@@ -18,25 +18,4 @@ enum P256DER {
         guard value.count == index + length, length == 65, value[index] == 0x04 else { return nil }
         return Array(value[index...])
     }
-
-    /// Raw `r || s` (64 bytes) from a raw or DER `ECDSA-Sig-Value` signature.
-    static func rawSignature(_ signature: [UInt8]) -> [UInt8]? {
-        if signature.count == 64 { return signature }
-        guard signature.count >= 8, signature[0] == 0x30 else { return nil }
-        var index = 2
-        if signature[1] & 0x80 != 0 { index += Int(signature[1] & 0x7F) }
-        var out = [UInt8]()
-        for _ in 0..<2 {
-            guard index + 2 <= signature.count, signature[index] == 0x02 else { return nil }
-            let length = Int(signature[index + 1])
-            index += 2
-            guard length <= 33, index + length <= signature.count else { return nil }
-            var integer = Array(signature[index..<index + length])
-            index += length
-            while integer.count > 32, integer.first == 0 { integer.removeFirst() }
-            guard integer.count <= 32 else { return nil }
-            out += [UInt8](repeating: 0, count: 32 - integer.count) + integer
-        }
-        return out
-    }
 }

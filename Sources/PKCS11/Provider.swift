@@ -122,11 +122,7 @@ public final class PKCS11Provider: Sendable {
 
     /// `tokens()` run on a separate thread, for callers on the cooperative pool.
     public func tokensAsync() async -> [PKCS11Token] {
-        await withCheckedContinuation { (c: CheckedContinuation<[PKCS11Token], Never>) in
-            let thread = Thread { [self] in c.resume(returning: self.tokens()) }
-            thread.name = "tessera.p11.enumerate"
-            thread.start()
-        }
+        await DedicatedThread.run(name: "tessera.p11.enumerate") { [self] in self.tokens() }
     }
 
     /// Stops every session thread (closing sessions) and finalises the modules. Idempotent; later calls fail with

@@ -211,17 +211,15 @@ func mapFailure(_ failure: CKFailure, module: Module, slot: ck_slot_id_t) -> Tes
     }
 }
 
-/// A dedicated OS thread that owns one PKCS#11 session and runs blocking C_* calls for async callers.
+/// A dedicated OS thread (`DedicatedThread`) that owns one PKCS#11 session and runs blocking C_* calls for async
+/// callers.
 final class SessionWorker: @unchecked Sendable {
     private let module: Module
     private let slotRef: Locked<ck_slot_id_t>
     /// Software tokens answer in microseconds: their calls run on the caller's thread (the pool still grants
-    /// each worker to one caller at a time), saving two thread hand-offs per operation.
-    private let inline: Bool
-    private let condition = NSCondition()
-    private var pending: (@Sendable () -> Void)?
-    private var stopRequested = false
-    private let exited = DispatchSemaphore(value: 0)
+    /// each worker to one caller at a time), saving two thread hand-offs per operation. nil then.
+    private let thread: DedicatedThread?
+    private let stopRequested = Locked(false)
     // Touched only by the thread running the current job (the worker thread, or the caller when inline):
     private var session: ck_session_handle_t?
     private var sessionSlot: ck_slot_id_t = 0
@@ -229,63 +227,41 @@ final class SessionWorker: @unchecked Sendable {
     init(module: Module, slot: Locked<ck_slot_id_t>, name: String, inline: Bool = false) {
         self.module = module
         self.slotRef = slot
-        self.inline = inline
-        if inline {
-            exited.signal()
-            return
-        }
-        let thread = Thread { [self] in self.loop() }
-        thread.name = name
-        thread.start()
+        thread = inline ? nil : DedicatedThread(name: name)
     }
 
     /// Runs `body` on the worker thread with an open session; maps failures there.
     func run<T: Sendable>(
         _ body: @escaping @Sendable (SessionContext) throws(OperationError) -> T
     ) async -> Result<T, TesseraError> {
-        if inline {
-            if condition.withLock({ stopRequested }) {
-                return .failure(TesseraError(.shuttingDown, "the PKCS#11 provider was finalized"))
-            }
+        guard let thread else {
+            if stopRequested.withLock({ $0 }) { return Self.finalized() }
             return execute(body)
         }
-        return await withCheckedContinuation { (c: CheckedContinuation<Result<T, TesseraError>, Never>) in
-            let job: @Sendable () -> Void = { [self] in c.resume(returning: self.execute(body)) }
-            let accepted = condition.withLock { () -> Bool in
-                if stopRequested { return false }
-                pending = job
-                condition.signal()
-                return true
+        do {
+            return try await thread.run { [self] () -> Result<T, TesseraError> in
+                // A job queued just before `stop()` must not reopen the session closed by then.
+                stopRequested.withLock { $0 } ? Self.finalized() : execute(body)
             }
-            if !accepted { c.resume(returning: .failure(TesseraError(.shuttingDown, "the PKCS#11 provider was finalized"))) }
+        } catch {
+            return Self.finalized()
         }
+    }
+
+    private static func finalized<T>() -> Result<T, TesseraError> {
+        .failure(TesseraError(.shuttingDown, "the PKCS#11 provider was finalized"))
     }
 
     /// Asks the thread to close its session and exit once its current job is done.
     func stop() {
-        condition.withLock {
-            stopRequested = true
-            condition.signal()
-        }
-        if inline { closeSession() }
+        stopRequested.withLock { $0 = true }
+        guard let thread else { return closeSession() }
+        thread.enqueue { [self] in closeSession() }
+        thread.finish()
     }
 
-    func join() { exited.wait() }
-
-    private func loop() {
-        while true {
-            let job: (@Sendable () -> Void)? = condition.withLock {
-                while pending == nil && !stopRequested { condition.wait() }
-                let job = pending
-                pending = nil
-                return job
-            }
-            if let job { job(); continue }
-            break
-        }
-        closeSession()
-        exited.signal()
-    }
+    /// Waits until the thread has exited (after `stop()`).
+    func join() { thread?.join() }
 
     private func execute<T>(_ body: (SessionContext) throws(OperationError) -> T) -> Result<T, TesseraError> {
         let slot = slotRef.withLock { $0 }

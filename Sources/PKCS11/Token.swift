@@ -264,7 +264,10 @@ public final class PKCS11Token: Sendable {
             switch result {
             case .success(let signature):
                 if cached == nil { cache.withLock { $0[keyID] = handle } }
-                guard let raw = P256DER.rawSignature(signature) else {
+                // PKCS#11 (CKM_ECDSA) returns raw r ‖ s; some tokens return DER instead, not always minimal.
+                let raw = signature.count == 64
+                    ? signature : try? ECDSASignature.rawFromDER(signature, group: .p256, strictness: .lenient)
+                guard let raw else {
                     throw .failure(TesseraError(.tokenError, "the token returned a \(signature.count)-byte ECDSA signature"))
                 }
                 return raw
@@ -428,15 +431,10 @@ public final class PKCS11Token: Sendable {
         }
         let module = self.module
         let slot = self.slotID
-        let result = await withCheckedContinuation { (c: CheckedContinuation<Result<Double, TesseraError>, Never>) in
-            let coordinator = Thread {
-                c.resume(returning: RawSignLoop.run(module: module, slot: slot, key: key, mechanism: mechanism,
-                                                    data: digest, iterations: iterations, sessions: sessions))
-            }
-            coordinator.name = "tessera.p11.rawsign"
-            coordinator.start()
-        }
-        return try result.get()
+        return try await DedicatedThread.run(name: "tessera.p11.rawsign") {
+            RawSignLoop.run(module: module, slot: slot, key: key, mechanism: mechanism, data: digest,
+                            iterations: iterations, sessions: sessions)
+        }.get()
     }
 
     // MARK: Sessions
@@ -489,7 +487,7 @@ enum RawSignLoop {
         for (i, handle) in handles.enumerated() {
             let count = iterations / sessions + (i < iterations % sessions ? 1 : 0)
             group.enter()
-            let thread = Thread {
+            DedicatedThread.detach(name: "tessera.p11.rawsign.\(i)") {
                 start.wait()
                 let ctx = SessionContext(module: module, slot: slot, session: handle)
                 for _ in 0..<count {
@@ -500,7 +498,6 @@ enum RawSignLoop {
                 }
                 group.leave()
             }
-            thread.start()
         }
         let began = DispatchTime.now().uptimeNanoseconds
         for _ in handles { start.signal() }

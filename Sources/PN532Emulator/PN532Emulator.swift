@@ -75,7 +75,6 @@ public final class PN532Emulator: Sendable {
         var options: Options
         var running = false
         var stopped = false
-        var thread: Thread?
         var apdusAnswered = 0
         var cardInField = true
         var removalDone = false
@@ -127,15 +126,12 @@ public final class PN532Emulator: Sendable {
 
     /// Starts serving on a dedicated thread.
     public func start() {
-        let thread = Thread { [self] in serve() }
-        thread.name = "pn532-emulator"
         let begin = state.withLock { s -> Bool in
             guard !s.running && !s.stopped else { return false }
             s.running = true
-            s.thread = thread
             return true
         }
-        if begin { thread.start() }
+        if begin { DedicatedThread.detach(name: "pn532-emulator") { [self] in serve() } }
     }
 
     /// Stops serving (within about 100 ms) and removes the symlink.
@@ -383,15 +379,15 @@ public final class PN532Emulator: Sendable {
     }
 }
 
-/// A task executor backed by one serial dispatch queue (its own thread), for the emulated card's work.
-final class DedicatedTaskExecutor: TaskExecutor, @unchecked Sendable {
-    private let queue: DispatchQueue
+/// A task executor backed by one `DedicatedThread`, for the emulated card's work.
+final class DedicatedTaskExecutor: TaskExecutor {
+    private let thread: DedicatedThread
 
-    init(label: String) { queue = DispatchQueue(label: label) }
+    init(label: String) { thread = DedicatedThread(name: label) }
 
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         let executor = asUnownedTaskExecutor()
-        queue.async { job.runSynchronously(on: executor) }
+        thread.enqueue { job.runSynchronously(on: executor) }
     }
 }

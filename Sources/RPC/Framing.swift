@@ -11,6 +11,20 @@ struct LineFrameDecoder: ByteToMessageDecoder {
     init(maxFrameBytes: Int) { self.maxFrameBytes = maxFrameBytes }
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let frame = try nextFrame(&buffer) else { return .needMoreData }
+        context.fireChannelRead(Self.wrapInboundOut(frame))
+        return .continue
+    }
+
+    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+        while let frame = try nextFrame(&buffer) { context.fireChannelRead(Self.wrapInboundOut(frame)) }
+        if seenEOF, let frame = lastFrame(&buffer) { context.fireChannelRead(Self.wrapInboundOut(frame)) }
+        return .needMoreData
+    }
+
+    /// The next complete frame (without its LF or CRLF) taken from `buffer`, or nil when more bytes are needed.
+    /// The channel-free core of `decode`, which the fuzz harness drives directly.
+    mutating func nextFrame(_ buffer: inout ByteBuffer) throws -> ByteBuffer? {
         let view = buffer.readableBytesView
         if let nl = view.dropFirst(scanned).firstIndex(of: UInt8(ascii: "\n")) {
             let length = nl - view.startIndex
@@ -20,23 +34,18 @@ struct LineFrameDecoder: ByteToMessageDecoder {
             scanned = 0
             // Tolerate CRLF line ends.
             if frame.readableBytesView.last == UInt8(ascii: "\r") { frame = frame.getSlice(at: frame.readerIndex, length: frame.readableBytes - 1)! }
-            context.fireChannelRead(Self.wrapInboundOut(frame))
-            return .continue
+            return frame
         }
         scanned = view.count
         if view.count > maxFrameBytes { throw FrameTooLargeError(limit: maxFrameBytes) }
-        return .needMoreData
+        return nil
     }
 
-    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
-        // A final frame without its newline is still a frame.
-        while try decode(context: context, buffer: &buffer) == .continue {}
-        if buffer.readableBytes > 0, seenEOF {
-            let frame = buffer.readSlice(length: buffer.readableBytes)!
-            scanned = 0
-            context.fireChannelRead(Self.wrapInboundOut(frame))
-        }
-        return .needMoreData
+    /// At end of input: what is left, a final frame without its newline.
+    mutating func lastFrame(_ buffer: inout ByteBuffer) -> ByteBuffer? {
+        guard buffer.readableBytes > 0 else { return nil }
+        scanned = 0
+        return buffer.readSlice(length: buffer.readableBytes)!
     }
 }
 

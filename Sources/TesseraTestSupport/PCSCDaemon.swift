@@ -109,7 +109,7 @@ public final class PCSCDaemonFixture: Sendable {
         }
         guard let process else { return finish() }
         if process.process.isRunning { process.process.terminate() }
-        Thread.detachNewThread {
+        DedicatedThread.detach(name: "tessera.test.pcscd-stop") {
             Subprocess.terminateBlocking(process.process)
             finish()
         }

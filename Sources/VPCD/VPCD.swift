@@ -229,13 +229,19 @@ struct VPCDFrameDecoder: ByteToMessageDecoder {
     typealias InboundOut = [UInt8]
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-        guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self),
-              buffer.readableBytes >= 2 + Int(length)
-        else { return .needMoreData }
-        buffer.moveReaderIndex(forwardBy: 2)
-        let payload = buffer.readBytes(length: Int(length)) ?? []
+        guard let payload = Self.nextFrame(&buffer) else { return .needMoreData }
         context.fireChannelRead(wrapInboundOut(payload))
         return .continue
+    }
+
+    /// The next frame's payload taken from `buffer`, or nil when more bytes are needed (the channel-free core
+    /// of `decode`, which the fuzz harness drives directly).
+    static func nextFrame(_ buffer: inout ByteBuffer) -> [UInt8]? {
+        guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self),
+              buffer.readableBytes >= 2 + Int(length)
+        else { return nil }
+        buffer.moveReaderIndex(forwardBy: 2)
+        return buffer.readBytes(length: Int(length)) ?? []
     }
 
     mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws

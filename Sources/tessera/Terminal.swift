@@ -24,10 +24,10 @@ final class StationTerminal: Sendable {
         }
         if start {
             let lines = self.lines
-            Thread {
+            DedicatedThread.detach(name: "tessera.stdin") {
                 while let text = readLine(strippingNewline: true) { lines(text) }
                 lines(nil)
-            }.start()
+            }
         }
         if secret { echo.disableEcho() }
         FileHandle.standardError.write(Data(prompt.utf8))

@@ -121,7 +121,7 @@ struct DirectPIVTransport: APDUTransport {
         let der = try await app.signP256(slot: 0x83, digest: digest)
         let key = try P256.Signing.PublicKey(x963Representation: point)
         #expect(key.isValidSignature(try P256.Signing.ECDSASignature(derRepresentation: der), for: SHA256.hash(data: Array("hello".utf8))))
-        let raw = try PIVApplication.rawSignature(fromDER: der)
+        let raw = try ECDSASignature.rawFromDER(der)
         #expect(raw.count == 64)
         do { _ = try await app.signP256(slot: 0x84, digest: digest); Issue.record("signed with an empty slot") } catch {
             #expect(error.code == .passkeyNotFound)

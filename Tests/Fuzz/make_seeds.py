@@ -174,6 +174,7 @@ def main(profile):
                 f"    static let dg1: [UInt8] = {swift_bytes(dg1)}\n"
                 "}\n")
     ssh_agent_seeds()
+    ecdsa_seeds()
 
 
 def ssh_agent_seeds():
@@ -195,6 +196,28 @@ def ssh_agent_seeds():
           + s(sig) + b"\x00")
     write("sshagent", b"\x01" + blob)
     write("sshagent", b"\x02" + sig)
+
+
+def ecdsa_seeds():
+    """DER ECDSA signatures (selector: group << 1 | lenient) with r, s of every length class: minimal DER for
+    P-256/384/521 (P-521 needs the long-form length), and the card quirks lenient mode takes (fixed-width
+    INTEGERs, a high bit without its 0x00 pad, non-minimal length octets)."""
+    def integer(v, width=None):
+        b = v.to_bytes(width, "big") if width else v.to_bytes(max(1, (v.bit_length() + 8) // 8), "big")
+        return b"\x02" + bytes([len(b)]) + b
+
+    def seq(body, long_form=False):
+        if long_form or len(body) >= 0x80:
+            return b"\x30\x81" + bytes([len(body)]) + body if len(body) < 0x100 else b"\x30\x82" + struct.pack(">H", len(body)) + body
+        return b"\x30" + bytes([len(body)]) + body
+    r, s = int("8f" * 32, 16), int("1234" * 15, 16)
+    for selector, size in [(0, 32), (2, 48), (4, 66)]:
+        top = (1 << (8 * size - (7 if size == 66 else 1))) - 12345
+        write("ecdsa", bytes([selector]) + seq(integer(r) + integer(s)))
+        write("ecdsa", bytes([selector]) + seq(integer(top) + integer(1)))
+        write("ecdsa", bytes([selector | 1]) + seq(integer(r, size) + integer(s, size), long_form=True))
+    write("ecdsa", b"\x01" + b"\x30\x44\x02\x20" + b"\x8f" * 32 + b"\x02\x20" + b"\x00\x00" + b"\x12" * 30)
+    write("ecdsa", b"\x06" + seq(integer(1) + integer(1)))
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ private struct AAChip: APDUTransport {
         let challenge: [UInt8] = [1, 2, 3, 4, 5, 6, 7, 8]
         try OpenSSLCLI.write(challenge, "c.bin", in: dir)
         let der = try await OpenSSLCLI.run(["dgst", "-sha256", "-sign", "aa.key", "c.bin"], in: dir)
-        let plain = try #require(Signatures.ecdsaDERToPlain(der, coordinateSize: 32))
+        let plain = try ECDSASignature.rawFromDER(der, group: .init(componentLength: 32))
         #expect(plain.count == 64)
         let byKeySize = ActiveAuthentication.verify(challenge: challenge, response: plain, publicKeyInfo: spki)
         #expect(byKeySize.status == .valid)

@@ -16,14 +16,6 @@ struct HelperTests {
         #expect(P256DER.uncompressedPoint(fromECPoint: [0x03, 0x41] + point) == nil)
     }
 
-    @Test func derSignatureToRaw() {
-        let r: [UInt8] = [0x80] + [UInt8](repeating: 1, count: 31)
-        let s: [UInt8] = [0x00, 0x00] + [UInt8](repeating: 2, count: 30)
-        let der = OpenSSLVerifier.derSignature(r + s)
-        #expect(P256DER.rawSignature(der) == r + s)
-        #expect(P256DER.rawSignature([0x30, 0x02, 0x05, 0x00]) == nil)
-    }
-
     @Test func stableIDIgnoresTheSlot() {
         let a = TokenInfo.stableID(moduleFileName: "libsofthsm2.so", manufacturer: "SoftHSM project",
                                    model: "SoftHSM v2", serial: "0dd27affac03541d", label: "T1")

@@ -61,23 +61,12 @@ enum OpenSSLVerifier {
         let sigURL = dir.appendingPathComponent("sig.der")
         let msgURL = dir.appendingPathComponent("msg.bin")
         try Data(pem.utf8).write(to: pemURL)
-        try Data(derSignature(rawSignature)).write(to: sigURL)
+        try Data(ECDSASignature.derFromRaw(rawSignature)).write(to: sigURL)
         try Data(message).write(to: msgURL)
 
         let r = try await Subprocess.run("/usr/bin/openssl", ["dgst", "-sha256", "-verify", pemURL.path, "-signature", sigURL.path,
                                                           msgURL.path])
         return r.status == 0 && r.output.contains("Verified OK")
-    }
-
-    static func derSignature(_ raw: [UInt8]) -> [UInt8] {
-        func integer(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
-            var v = Array(bytes.drop(while: { $0 == 0 }))
-            if v.isEmpty { v = [0] }
-            if v[0] & 0x80 != 0 { v.insert(0, at: 0) }
-            return [0x02, UInt8(v.count)] + v
-        }
-        let body = integer(raw[0..<32]) + integer(raw[32..<64])
-        return [0x30, UInt8(body.count)] + body
     }
 }
 

@@ -57,6 +57,7 @@ let allTargets: [FuzzTarget] = [
     FuzzTarget(name: "mdoc", run: MDocTarget.run),
     FuzzTarget(name: "ctaphid", run: CTAPHIDTarget.run),
     FuzzTarget(name: "ctap2", run: CTAP2Target.run),
+    FuzzTarget(name: "ecdsa", run: ECDSATarget.run),
 ]
 
 let selectedTarget: FuzzTarget = {

@@ -17,15 +17,31 @@ import TesseraCore
 
 /// JSON-RPC over the socket: the NDJSON frame decoder (fed in two chunks, so its incremental scan runs),
 /// then per frame the JSON reader, the request envelope and the `Params` accessors handlers use. Selectors
-/// from 0x80 take the bytes as one frame (the NIO pipeline costs most of an execution).
+/// from 0x80 take the bytes as one frame. The decoder runs channel-free (`nextFrame`/`lastFrame`, what
+/// `decode`/`decodeLast` call) except for selectors 0x70–0x7F, which go through a real NIO pipeline: an
+/// `EmbeddedChannel` per input cost about half of each execution.
 enum JSONRPCTarget {
     static let maxFrameBytes = 4096
 
     static func run(_ input: [UInt8]) {
         let (selector, bytes) = input.selectorAndRest
         if selector >= 0x80 { return request(bytes) }
-        let channel = EmbeddedChannel(handler: ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrameBytes)))
         let split = bytes.isEmpty ? 0 : Int(selector) % (bytes.count + 1)
+        if selector < 0x70 {
+            var decoder = LineFrameDecoder(maxFrameBytes: maxFrameBytes)
+            var buffer = ByteBuffer()
+            var frames: [ByteBuffer] = []
+            do {
+                for chunk in [bytes[..<split], bytes[split...]] where !chunk.isEmpty {
+                    buffer.writeBytes(chunk)
+                    while let frame = try decoder.nextFrame(&buffer) { frames.append(frame) }
+                }
+                if let frame = decoder.lastFrame(&buffer) { frames.append(frame) }
+            } catch {}
+            for frame in frames { request(Array(frame.readableBytesView)) }
+            return
+        }
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrameBytes)))
         for chunk in [bytes[..<split], bytes[split...]] where !chunk.isEmpty {
             do { try channel.writeInbound(channel.allocator.buffer(bytes: chunk)) } catch { break }
         }
@@ -231,11 +247,23 @@ enum PN532Target {
 }
 
 /// vpcd link frames (length-prefixed, fed in two chunks), and each APDU frame as the emulated card parses it.
+/// Channel-free (`VPCDFrameDecoder.nextFrame`, what `decode` calls) except for selectors 0x70–0x7F (a real NIO
+/// pipeline; see `JSONRPCTarget`).
 enum VPCDTarget {
     static func run(_ input: [UInt8]) {
         let (selector, bytes) = input.selectorAndRest
-        let channel = EmbeddedChannel(handler: ByteToMessageHandler(VPCDFrameDecoder()))
         let split = bytes.isEmpty ? 0 : Int(selector) % (bytes.count + 1)
+        if selector < 0x70 {
+            var buffer = ByteBuffer()
+            for chunk in [bytes[..<split], bytes[split...]] where !chunk.isEmpty {
+                buffer.writeBytes(chunk)
+                while let frame = VPCDFrameDecoder.nextFrame(&buffer) {
+                    if frame.count > 1 { _ = try? CommandAPDU(parsing: frame) }
+                }
+            }
+            return
+        }
+        let channel = EmbeddedChannel(handler: ByteToMessageHandler(VPCDFrameDecoder()))
         for chunk in [bytes[..<split], bytes[split...]] where !chunk.isEmpty {
             do { try channel.writeInbound(channel.allocator.buffer(bytes: chunk)) } catch { break }
         }
@@ -294,5 +322,23 @@ enum CTAP2Target {
         let (selector, bytes) = input.selectorAndRest
         guard let map = try? CBORValue(decoding: bytes, options: CBORDecodingOptions(maxDepth: 8, maxItems: 4096)) else { return }
         if selector & 1 == 0 { _ = try? MakeCredentialRequest(map) } else { _ = try? GetAssertionRequest(map) }
+    }
+}
+
+/// ECDSA signatures from tokens and cards (DER, strict or lenient per the selector, for P-256/384/521 or a
+/// length-only group). What decodes must re-encode to minimal DER that decodes strictly to the same `r ‖ s`.
+enum ECDSATarget {
+    static let groups: [ECDSASignature.Group] = [.p256, .p384, .p521, .init(componentLength: 32)]
+
+    static func run(_ input: [UInt8]) {
+        let (selector, bytes) = input.selectorAndRest
+        let group = groups[Int(selector >> 1) % groups.count]
+        let strictness: ECDSASignature.Strictness = selector & 1 == 0 ? .strict : .lenient
+        guard let raw = try? ECDSASignature.rawFromDER(bytes, group: group, strictness: strictness) else { return }
+        guard let der = try? ECDSASignature.derFromRaw(raw, group: group),
+              (try? ECDSASignature.rawFromDER(der, group: group)) == raw else {
+            fatalError("ECDSA signature does not round-trip: \(Hex.encode(bytes))")
+        }
+        if strictness == .strict, der != bytes { fatalError("strict DER accepted a non-canonical encoding") }
     }
 }

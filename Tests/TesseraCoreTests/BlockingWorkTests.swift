@@ -1,0 +1,130 @@
+import Foundation
+import Testing
+import TesseraCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite struct DedicatedThreadTests {
+    @Test func serialThreadRunsJobsInOrderOnOneThread() async throws {
+        let thread = DedicatedThread(name: "test.serial")
+        let seen = Locked<[Int]>([])
+        let threads = Locked<Set<UInt>>([])
+        for i in 0..<50 {
+            thread.enqueue {
+                seen.withLock { $0.append(i) }
+                threads.withLock { _ = $0.insert(UInt(pthread_self())) }
+            }
+        }
+        let last = try await thread.run { () throws(TesseraError) -> Int in seen.withLock { $0.count } }
+        #expect(last == 50)
+        #expect(seen.withLock { $0 } == Array(0..<50))
+        #expect(threads.withLock { $0 }.count == 1)
+        #expect(threads.withLock { $0 }.first != UInt(pthread_self()))
+    }
+
+    @Test func errorsComeBackTyped() async {
+        let thread = DedicatedThread(name: "test.errors")
+        do throws(TesseraError) {
+            try await thread.run { () throws(TesseraError) in throw TesseraError(.tokenError, "boom") }
+            Issue.record("the error was lost")
+        } catch {
+            #expect(error.code == .tokenError)
+        }
+    }
+
+    @Test func finishRunsQueuedJobsThenRefusesNewOnes() async throws {
+        let thread = DedicatedThread(name: "test.finish")
+        let ran = Locked(0)
+        let gate = DispatchSemaphore(value: 0)
+        thread.enqueue { gate.wait() }
+        for _ in 0..<3 { thread.enqueue { ran.withLock { $0 += 1 } } }
+        thread.finish()
+        #expect(thread.enqueue { ran.withLock { $0 += 100 } } == false)
+        gate.signal()
+        thread.join()
+        #expect(ran.withLock { $0 } == 3)
+        do throws(TesseraError) {
+            _ = try await thread.run { () throws(TesseraError) in 1 }
+            Issue.record("a finished thread ran a job")
+        } catch {
+            #expect(error.code == .shuttingDown)
+        }
+    }
+
+    /// More jobs blocked at once than the cooperative pool has threads: they can all be blocked together only
+    /// because none of them holds a pool thread (on the pool, this test would never finish).
+    @Test func blockingJobsLeaveThePoolFree() async throws {
+        let release = DispatchSemaphore(value: 0)
+        let blocked = Locked(0)
+        let jobs = ProcessInfo.processInfo.activeProcessorCount + 2
+        try await withThrowingTaskGroup(of: Bool.self) { group in
+            for _ in 0..<jobs {
+                group.addTask {
+                    await DedicatedThread.run(name: "test.blocked") {
+                        blocked.withLock { $0 += 1 }
+                        release.wait()
+                        return true
+                    }
+                }
+            }
+            while blocked.withLock({ $0 }) < jobs { try await Task.sleep(for: .milliseconds(5)) }
+            for _ in 0..<jobs { release.signal() }
+            var finished = 0
+            for try await done in group where done { finished += 1 }
+            #expect(finished == jobs)
+        }
+    }
+}
+
+@Suite struct ProgramRunnerTests {
+    @Test func capturesStatusInputAndOutput() async throws {
+        let r = try await ProgramRunner.capture(["/bin/sh", "-c", "cat; echo err >&2; exit 3"], input: Array("in".utf8),
+                                                timeout: .seconds(30))
+        #expect(r.status == 3 && !r.timedOut && !r.cancelled)
+        #expect(r.stdout == Array("in".utf8) && r.stderr == Array("err\n".utf8))
+    }
+
+    @Test func environmentAndDirectory() async throws {
+        let r = try await ProgramRunner.capture(["/bin/sh", "-c", "echo $TESSERA_RUNNER_TEST; pwd"],
+                                                environment: ["TESSERA_RUNNER_TEST": "x1"], directory: "/",
+                                                timeout: .seconds(30))
+        #expect(String(decoding: r.stdout, as: UTF8.self) == "x1\n/\n")
+    }
+
+    /// A program that ignores SIGTERM and leaves a grandchild holding its output still ends the call: SIGKILL
+    /// after the grace period, and no wait on the grandchild.
+    @Test func timeoutCannotHang() async throws {
+        let script = "trap '' TERM; sleep 10 & sleep 10"
+        let r = try await ProgramRunner.capture(["/bin/sh", "-c", script], timeout: .milliseconds(200),
+                                                killGrace: .milliseconds(200))
+        #expect(r.timedOut && !r.cancelled)
+        #expect(r.status == nil || r.status == SIGKILL)
+        #expect(try await ProgramRunner.run(["/bin/sh", "-c", script], input: [], timeout: .milliseconds(200)) == .timedOut)
+    }
+
+    /// Input larger than a pipe's buffer, to a program that never reads it: no writer blocks.
+    @Test func unreadLargeInputDoesNotBlock() async throws {
+        let outcome = try await ProgramRunner.run(["/bin/true"], input: [UInt8](repeating: 0x41, count: 1 << 20),
+                                                  timeout: .seconds(30))
+        #expect(outcome == .exited(0))
+    }
+
+    @Test func cancellationTerminatesWithSIGTERM() async throws {
+        let task = Task { try await ProgramRunner.capture(["/bin/sleep", "30"], timeout: .seconds(60)) }
+        try await Task.sleep(for: .milliseconds(200))
+        task.cancel()
+        let r = try await task.value
+        #expect(r.cancelled && !r.timedOut)
+        // SIGKILL (9) would mean SIGTERM was blocked in the child until the grace period ran out.
+        #expect(r.status == SIGTERM)
+    }
+
+    @Test func unstartableProgram() async {
+        await #expect(throws: TesseraError.self) {
+            try await ProgramRunner.run(["/nonexistent/program"], input: [], timeout: .seconds(5))
+        }
+        await #expect(throws: TesseraError.self) { try await ProgramRunner.run([], input: [], timeout: .seconds(5)) }
+    }
+}
