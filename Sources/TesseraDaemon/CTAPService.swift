@@ -458,7 +458,7 @@ struct CTAPSocketService: Service {
             unlink(path)
         }
         let accepted = AsyncStream<(Int32, PeerCredentials)> { continuation in
-            Thread {
+            DedicatedThread.detach(name: "tessera.ctap.accept") {
                 while true {
                     var pid: Int32 = 0, uid: UInt32 = 0, gid: UInt32 = 0
                     let fd = tessera_seqpacket_accept(listener, &pid, &uid, &gid)
@@ -472,7 +472,7 @@ struct CTAPSocketService: Service {
                     continuation.yield((fd, peer))
                 }
                 continuation.finish()
-            }.start()
+            }
         }
         logger.info("ctap ready", metadata: ["socket": "\(path)"])
         await withGracefulShutdownHandler {
@@ -502,7 +502,7 @@ struct CTAPSocketService: Service {
                     }
                 }, shutdown: { tessera_socket_shutdown(fd) }))
         let reports = AsyncStream<[UInt8]> { continuation in
-            Thread {
+            DedicatedThread.detach(name: "tessera.ctap.connection") {
                 var buffer = [UInt8](repeating: 0, count: CTAPHID.reportSize)
                 while true {
                     let n = buffer.withUnsafeMutableBufferPointer {
@@ -513,7 +513,7 @@ struct CTAPSocketService: Service {
                     break
                 }
                 continuation.finish()
-            }.start()
+            }
         }
         for await report in reports { await hub.receive(report, from: owner) }
         await hub.disconnected(owner)
@@ -554,7 +554,7 @@ struct CTAPUHIDService: Service {
                     for r in reports { _ = write(UHID.input2(r)) }
                 }, shutdown: { _ = write(UHID.destroy()) }))
         let reports = AsyncStream<[UInt8]> { continuation in
-            Thread {
+            DedicatedThread.detach(name: "tessera.ctap.uhid") {
                 var buffer = [UInt8](repeating: 0, count: UHID.eventSize)
                 while true {
                     let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
@@ -563,7 +563,7 @@ struct CTAPUHIDService: Service {
                     if case .output(let report) = event { continuation.yield(report) }
                 }
                 continuation.finish()
-            }.start()
+            }
         }
         logger.info("ctap uhid device created", metadata: ["name": "\(Self.deviceName)"])
         await withGracefulShutdownHandler {
