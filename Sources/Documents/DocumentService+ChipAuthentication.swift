@@ -38,11 +38,28 @@ extension DocumentService {
         return infos
     }
 
-    /// Runs CA with the preferred usable key of DG14 over `channel`. A chip that refuses it is `invalid` (its
-    /// old session goes on when still open); keys this reader cannot use are `notChecked`. Retryable errors
-    /// (card removed) end the read.
-    static func runChipAuthentication(_ infos: SecurityInfos, over channel: SecureChannel) async throws(TesseraError) -> ChipAuthenticationStep {
-        let (candidates, problems) = ChipAuthentication.candidates(in: infos)
+    /// Runs CA with the preferred usable key of DG14 over `channel`. A chip that refuses it is `invalid` (the
+    /// caller establishes access again); keys this reader cannot use are `notChecked`, as are keys whose
+    /// protected command needs extended length when the card link (`extendedLength`) cannot carry it (DH-2048
+    /// over a PN532). Retryable errors (card removed) end the read.
+    static func runChipAuthentication(_ infos: SecurityInfos, over channel: SecureChannel,
+                                      extendedLength: Bool) async throws(TesseraError) -> ChipAuthenticationStep {
+        var (candidates, problems) = ChipAuthentication.candidates(in: infos)
+        if !extendedLength, var session = await channel.currentSession {
+            let fitting = candidates.filter { candidate in
+                // The ephemeral key has the length of the chip's public key.
+                ChipAuthentication.commands(algorithm: candidate.algorithm, keyId: candidate.keyId,
+                                            ephemeralPublicKey: candidate.publicKey).allSatisfy { command in
+                    (try? session.protectCommand(command))?.forceExtended == false
+                }
+            }
+            if fitting.count < candidates.count {
+                problems.append("the reader cannot send an extended-length APDU, which Chip Authentication with "
+                    + candidates.filter { !fitting.contains($0) }.map { "\($0.algorithm) on \($0.domain)" }.joined(separator: ", ")
+                    + " needs")
+            }
+            candidates = fitting
+        }
         guard let candidate = candidates.first else {
             return ChipAuthenticationStep(result: ChipAuthenticationResult(
                 status: .notChecked, reason: "DG14 announces Chip Authentication this reader cannot run: " + problems.joined(separator: "; "),

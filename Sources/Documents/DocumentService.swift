@@ -227,7 +227,13 @@ public final class DocumentService: Sendable {
                 // the loop below reads DG14 again and reports what went wrong
             }
             if let infos = Self.announcedChipAuthentication(dg14: files[.dataGroup(14)]) {
-                var step = try await Self.runChipAuthentication(infos, over: channel)
+                var step = try await Self.runChipAuthentication(infos, over: channel, extendedLength: wire.inner.supportsExtendedLength)
+                if step.channel == nil && step.result.status == .invalid {
+                    // The chip refused CA; many chips end secure messaging then: access again to read the rest.
+                    let again = try await establishSecureAccess(transport: wire, password: request.key.accessPassword, preferPACE: true)
+                    channel = again.channel
+                    reader = ElementaryFileReader(transport: channel, configuration: configuration)
+                }
                 if let caChannel = step.channel {
                     channel = caChannel
                     reader = ElementaryFileReader(transport: caChannel, configuration: configuration)

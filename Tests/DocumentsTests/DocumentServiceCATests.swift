@@ -16,10 +16,12 @@ import TesseraTestSupport
                                  activeAuthentication: activeAuthentication)
     }
 
-    static func read(_ doc: DocumentProfile, _ misbehaviour: Misbehaviour = .init(), evidence: Bool = false) async throws -> DocumentReadResult {
+    /// `extended`: whether the card link carries extended-length APDUs (DH-2048 CA needs them).
+    static func read(_ doc: DocumentProfile, _ misbehaviour: Misbehaviour = .init(), evidence: Bool = false,
+                     extended: Bool = true) async throws -> DocumentReadResult {
         var request = DocumentReadRequest(key: DocumentServiceTests.key)
         request.evidence = evidence
-        return try await DocumentServiceTests.service(doc, misbehaviour: misbehaviour).read(request)
+        return try await DocumentServiceTests.service(doc, misbehaviour: misbehaviour, extended: extended).read(request)
     }
 
     @Test(arguments: ["ecdh-p256-aes128", "ecdh-brainpoolp256r1-3des", "dh-2048-aes128"])
@@ -42,6 +44,18 @@ import TesseraTestSupport
         #expect(result.passiveAuthentication?.status == .valid)
         #expect(result.files[.dataGroup(2)] == doc.dataGroup(2))
         #expect(result.activeAuthentication?.status == .valid)
+    }
+
+    @Test func aKeyTooLongForShortAPDUsIsNotChecked() async throws {
+        let doc = try Self.profile(["dh-2048-aes128"])
+        let result = try await Self.read(doc, extended: false)
+        #expect(result.chipAuthentication?.status == .notChecked)
+        #expect(result.chipAuthentication?.reason?.contains("extended-length") == true)
+        #expect(result.verdict == DocumentVerdict(verdict: .unverified, chipAuthenticity: .notChecked, reasons: [.chipAuthNotChecked]))
+        #expect(result.passiveAuthentication?.status == .valid && result.files[.dataGroup(2)] == doc.dataGroup(2))
+        // DH-1024 fits a short APDU.
+        let small = try await Self.read(try Self.profile(["dh-1024-3des"]), extended: false)
+        #expect(small.chipAuthentication?.status == .valid)
     }
 
     @Test func withPACECAMChipAuthenticationIsNotRun() async throws {
