@@ -9,8 +9,9 @@ import TesseraCore
 /// Reads and verifies ICAO 9303 documents (e-passports, ID cards) from the readers of its sources.
 ///
 /// A read: pick the reader → open the card → PACE (BAC only when the chip offers no usable PACE) → EF.COM →
-/// EF.SOD → the requested data groups and every group the SOD lists → passive authentication against the CSCA
-/// trust store → active authentication when the SOD lists DG15, PACE-CAM when DG14 announces it → verdict. Reads on different readers run in parallel; a failure (card pulled,
+/// EF.SOD → DG14 and Chip Authentication when DG14 announces it and PACE-CAM did not run → the requested data
+/// groups and every group the SOD lists → passive authentication against the CSCA trust store → active
+/// authentication when the SOD lists DG15, PACE-CAM when DG14 announces it → verdict. Reads on different readers run in parallel; a failure (card pulled,
 /// wrong key) ends only that read.
 public final class DocumentService: Sendable {
     public let sources: [any ReaderSource]
@@ -222,6 +223,10 @@ public final class DocumentService: Sendable {
         // Chip Authentication v1 (PACE-CAM makes it unnecessary): DG14 under the access session, CA, then the
         // other groups under CA's keys; the first answer under them confirms CA.
         var caStep: ChipAuthenticationStep?
+        func accessAgain() async throws(TesseraError) {
+            channel = try await establishSecureAccess(transport: wire, password: request.key.accessPassword, preferPACE: true).channel
+            reader = ElementaryFileReader(transport: channel, configuration: configuration)
+        }
         if request.verify, access.chipAuthentication == nil, wanted.contains(14), present?.contains(14) ?? true {
             do { _ = try await read(.dataGroup(14)) } catch where !error.retryable {
                 // the loop below reads DG14 again and reports what went wrong
@@ -230,9 +235,7 @@ public final class DocumentService: Sendable {
                 var step = try await Self.runChipAuthentication(infos, over: channel, extendedLength: wire.inner.supportsExtendedLength)
                 if step.channel == nil && step.result.status == .invalid {
                     // The chip refused CA; many chips end secure messaging then: access again to read the rest.
-                    let again = try await establishSecureAccess(transport: wire, password: request.key.accessPassword, preferPACE: true)
-                    channel = again.channel
-                    reader = ElementaryFileReader(transport: channel, configuration: configuration)
+                    try await accessAgain()
                 }
                 if let caChannel = step.channel {
                     channel = caChannel
@@ -249,9 +252,7 @@ public final class DocumentService: Sendable {
                     } catch where error.code == .secureMessagingError {
                         step.fail(error)
                         // The chip ended secure messaging: access again to read the rest.
-                        let again = try await establishSecureAccess(transport: wire, password: request.key.accessPassword, preferPACE: true)
-                        channel = again.channel
-                        reader = ElementaryFileReader(transport: channel, configuration: configuration)
+                        try await accessAgain()
                     } catch where !error.retryable {
                         // 6A82 and the like are not protected answers: the loop below handles the file.
                     }
