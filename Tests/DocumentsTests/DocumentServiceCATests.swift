@@ -58,6 +58,25 @@ import TesseraTestSupport
         #expect(small.chipAuthentication?.status == .valid)
     }
 
+    @Test func aChipThatRefusesChipAuthenticationIsNotAuthentic() async throws {
+        // A clone: DG14 copied, but the chip has no CA key (profile.json without the CA option: it answers 6A86).
+        let genuine = try Self.profile(["ecdh-p256-aes128"], activeAuthentication: true)
+        let path = genuine.directory + "/profile.json"
+        var description = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        var access = try #require(description["access"] as? [String: Any])
+        access["chipAuthentication"] = []
+        description["access"] = access
+        try JSONSerialization.data(withJSONObject: description).write(to: URL(fileURLWithPath: path))
+        let clone = try DocumentProfile.load(directory: genuine.directory)
+        #expect(clone.access.chipAuthentication.isEmpty && clone.dataGroup(14) == genuine.dataGroup(14))
+        let result = try await Self.read(clone)
+        #expect(result.chipAuthentication?.status == .invalid && result.chipAuthentication?.reason?.contains("6A86") == true)
+        #expect(result.verdict == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.chipAuthInvalid]))
+        // Access was established again after the refusal: everything else is read and checked.
+        #expect(result.passiveAuthentication?.status == .valid && result.files[.dataGroup(2)] == genuine.dataGroup(2))
+        #expect(result.activeAuthentication?.status == .valid)
+    }
+
     @Test func withPACECAMChipAuthenticationIsNotRun() async throws {
         // PACE-CAM is preferred; the same key in DG14 also announces CA, which is then unnecessary.
         let doc = try Self.profile(["ecdh-p256-aes128"], pace: ["ecdh-cam-p256-aes128"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -156,6 +157,27 @@ def test_clone_with_the_wrong_ca_key_is_not_authentic(ca_lab):
     with chip("ecdh-aes", "--wrong-ca-key"):
         allowed = daemon.client().call("documents.read", {"mrz": MRZ, "allowClonable": True})
     assert allowed["verdict"] == "notAuthentic"
+
+
+def test_clone_without_chip_authentication_is_not_authentic(ca_lab):
+    # DG14 copied from a genuine chip, but the chip does not do CA (profile.json without the CA option): it refuses
+    # MSE:Set AT, which the signed DG14 says it must accept.
+    root, profiles, daemon, pcscd, _, _ = ca_lab
+    clone = root / "profile-clone-no-ca"
+    shutil.copytree(profiles["ecdh-aes"], clone)
+    description = json.loads((clone / "profile.json").read_text())
+    description["access"]["chipAuthentication"] = []
+    (clone / "profile.json").write_text(json.dumps(description))
+
+    def present(reader: str) -> bool:
+        return any(r["name"] == reader and r["cardPresent"] for r in daemon.client().call("readers.list")["readers"])
+
+    with EmulatedPassport(pcscd, clone, present, log=root / "emulator-clone-no-ca.log"):
+        result = daemon.client().call("documents.read", {"mrz": MRZ})
+    ca = result["chipAuthentication"]
+    assert (ca["status"], ca["mechanism"]) == ("invalid", "CA") and "6A86" in ca["reason"], ca
+    assert (result["verdict"], result["reasons"]) == ("notAuthentic", ["CHIP_AUTH_INVALID"]), result
+    assert result["passiveAuthentication"]["status"] == "valid" and result["activeAuthentication"]["status"] == "valid"
 
 
 def test_ca_evidence_is_an_online_proof_rechecked_offline(ca_lab):
