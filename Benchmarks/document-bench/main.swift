@@ -12,7 +12,9 @@ import VPCD
 // document-bench: reading DG1 + DG2 (~20 KB photo) + EF.SOD with short and with extended-length READ BINARY,
 // in process (protocol cost only) and through pcscd + vpcd (the daemon's real path), against the minimum
 // number of READ BINARY commands for the chunk size; and passive authentication of one document against a
-// 500-anchor trust store (issue 15 target: under 5 ms). Not a test: prints figures.
+// 500-anchor trust store (issue 15 target: under 5 ms); and, through pcscd + vpcd, a chip with Chip Authentication
+// v1 (ECDH P-256, AES-128) and active authentication (DG14 + DG15 read, CA, AA), against the minimum number of
+// APDUs (access + READ BINARY chunks + CA + AA). Not a test: prints figures.
 // Usage: document-bench [--runs N] [--trust-only]
 
 let mrz = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
@@ -106,3 +108,44 @@ let pcsc = DocumentService(sources: [PCSCReaderSource(context: context)], trustS
 try await measure("pcscd + vpcd, short APDUs", pcsc, extended: false, profile: profile)
 try await measure("pcscd + vpcd, extended length", pcsc, extended: true, profile: profile)
 await link.remove()
+
+// Chip Authentication v1 + active authentication through pcscd + vpcd: every file the SOD lists is read (EF.COM,
+// DG1, DG2, DG11, DG12, DG14, DG15, EF.SOD); DG14 under the access session, the rest under CA's keys.
+let caDir = dir + "-ca"
+defer { try? FileManager.default.removeItem(atPath: caDir) }
+let caProfile = try DocumentProfile.make(directory: caDir, mrz: mrz,
+                                         access: AccessOptions(bac: true, pace: [.default],
+                                                               chipAuthentication: [try ChipAuthenticationOption(parsing: "ecdh-p256-aes128")]),
+                                         activeAuthentication: true, photoPadding: 20_000)
+let caLink = VirtualCardLink(card: EmulatedPassport(profile: caProfile), port: Int(pcscd.port))
+try await caLink.start()
+for _ in 0..<200 {
+    if try await context.listReaders().contains(where: { $0.name == pcscd.readerName && $0.cardPresent }) { break }
+    try await Task.sleep(for: .milliseconds(25))
+}
+let caService = DocumentService(sources: [PCSCReaderSource(context: context)], trustStore: try caProfile.trustStore())
+for extended in [false, true] {
+    let request = DocumentReadRequest(key: try MRZ.parse(mrz).accessKey, dataGroups: [1, 2], verify: true, extendedLength: extended)
+    var times: [Double] = []
+    var last: DocumentReadResult?
+    for _ in 0..<runs {
+        let r = try await caService.read(request)
+        guard r.verdict.verdict == .authentic, r.chipAuthentication?.mechanism == .chipAuthentication,
+              r.chipAuthentication?.status == .valid, r.activeAuthentication?.status == .valid else {
+            fatalError("CA read not authentic: \(r.verdict) \(String(describing: r.chipAuthentication))")
+        }
+        times.append(r.statistics.durationMs)
+        last = r
+    }
+    let r = last!
+    let chunk = extended ? caService.fileReaderConfiguration.extendedChunkSize : caService.fileReaderConfiguration.chunkSize
+    let fileChunks = r.files.values.reduce(0) { $0 + ($1.count + chunk - 1) / chunk }
+    // PACE: READ BINARY EF.CardAccess, MSE:Set AT, 4 × GENERAL AUTHENTICATE, SELECT eMRTD; CA (AES): MSE:Set AT +
+    // GENERAL AUTHENTICATE; AA: INTERNAL AUTHENTICATE.
+    let minimum = 7 + fileChunks + 2 + 1
+    let files = r.files.keys.map(\.description).sorted().joined(separator: "+")
+    print("pcscd + vpcd, CA v1 + AA, \(extended ? "extended" : "short") (\(files), \(r.statistics.fileBytes) bytes): "
+        + "total APDUs \(r.statistics.apdus) (min \(minimum)), wire bytes \(r.statistics.bytes), "
+        + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
+}
+await caLink.remove()

@@ -5,7 +5,8 @@ import TesseraCore
 
 /// What a read saw, self-contained, so a backend can re-check it offline with the same code (`documents.read`
 /// with `evidence: true`; `tessera passport verify`): EF.SOD, every data group read, the active authentication
-/// challenge and the chip's signature, EF.CardSecurity, the PACE-CAM values (PK_Map,IC and CA_IC), the access protocol and a
+/// challenge and the chip's signature, EF.CardSecurity, the PACE-CAM values (PK_Map,IC and CA_IC) or the Chip
+/// Authentication record, the access protocol and a
 /// reader-side timestamp.
 public struct DocumentEvidence: Sendable, Equatable {
     public var sod: [UInt8]?
@@ -18,10 +19,14 @@ public struct DocumentEvidence: Sendable, Equatable {
     public var accessProtocol: String
     /// The PACE mapping used ("GM", "IM", "CAM").
     public var paceMapping: String?
-    /// Outcome of PACE-CAM as the reader saw it.
+    /// Outcome of PACE-CAM or Chip Authentication as the reader saw it.
     public var chipAuthenticationStatus: String?
+    /// "PACE-CAM" or "CA".
+    public var chipAuthenticationMechanism: String?
     /// What the chip sent in PACE-CAM (EC only), re-checked against DG14 offline.
     public var chipAuthenticationData: PACEChipAuthenticationData?
+    /// Chip Authentication v1 as the reader ran it (the key from DG14, the terminal's ephemeral key).
+    public var chipAuthenticationRun: ChipAuthenticationRun? = nil
     public var readAt: Date
 
     public init(_ result: DocumentReadResult, chipAuthenticationData: PACEChipAuthenticationData? = nil, readAt: Date) {
@@ -36,11 +41,13 @@ public struct DocumentEvidence: Sendable, Equatable {
         accessProtocol = result.accessProtocol == .pace ? "PACE" : "BAC"
         paceMapping = result.paceMapping?.rawValue
         chipAuthenticationStatus = result.chipAuthentication?.status.rawValue
+        chipAuthenticationMechanism = result.chipAuthentication?.mechanism.rawValue
         self.readAt = readAt
     }
 
     /// {version: 1, sod, dataGroups: {"DG1": base64url}, activeAuthentication?: {challenge, signature},
-    /// accessProtocol, paceMapping?, chipAuthentication?: {status}, readAt}
+    /// accessProtocol, paceMapping?, chipAuthentication?: {status, mechanism, …}, readAt}. For CA the object also holds
+    /// protocol, keyId, chipPublicKey (SubjectPublicKeyInfo), terminalEphemeralPublicKey and proof "online".
     public var json: JSONValue {
         var groups: [String: JSONValue] = [:]
         for (n, bytes) in dataGroups { groups["DG\(n)"] = .string(Base64URL.encode(bytes)) }
@@ -57,6 +64,14 @@ public struct DocumentEvidence: Sendable, Equatable {
         if let paceMapping { o["paceMapping"] = .string(paceMapping) }
         if let chipAuthenticationStatus {
             var c: [String: JSONValue] = ["status": .string(chipAuthenticationStatus)]
+            if let chipAuthenticationMechanism { c["mechanism"] = .string(chipAuthenticationMechanism) }
+            if let run = chipAuthenticationRun {
+                c["protocol"] = .string(run.algorithm.oid)
+                if let keyId = run.keyId { c["keyId"] = .number(Double(keyId)) }
+                c["chipPublicKey"] = .string(Base64URL.encode(run.chipPublicKeyInfo))
+                c["terminalEphemeralPublicKey"] = .string(Base64URL.encode(run.terminalEphemeralPublicKey))
+                c["proof"] = "online"
+            }
             if let cam = chipAuthenticationData, case .ec(let curve) = cam.domain {
                 c["curve"] = .string(curve.name)
                 c["chipMappingPublicKey"] = .string(Base64URL.encode(cam.chipMappingPublicKey))
@@ -93,6 +108,16 @@ public struct DocumentEvidence: Sendable, Equatable {
         accessProtocol = access
         paceMapping = e["paceMapping"]?.stringValue
         chipAuthenticationStatus = e["chipAuthentication"]?["status"]?.stringValue
+        chipAuthenticationMechanism = e["chipAuthentication"]?["mechanism"]?.stringValue
+        if let oid = e["chipAuthentication"]?["protocol"]?.stringValue {
+            guard let algorithm = ChipAuthenticationAlgorithm(oid: oid),
+                  let key = try bytes(e["chipAuthentication"]?["chipPublicKey"], "chipAuthentication.chipPublicKey"),
+                  let ephemeral = try bytes(e["chipAuthentication"]?["terminalEphemeralPublicKey"], "chipAuthentication.terminalEphemeralPublicKey") else {
+                throw TesseraError(.invalidInput, "evidence: bad Chip Authentication record")
+            }
+            chipAuthenticationRun = ChipAuthenticationRun(algorithm: algorithm, keyId: e["chipAuthentication"]?["keyId"]?.intValue,
+                                                          chipPublicKeyInfo: key, terminalEphemeralPublicKey: ephemeral)
+        }
         if let name = e["chipAuthentication"]?["curve"]?.stringValue {
             guard let curve = ECCurve.named(name),
                   let pk = try bytes(e["chipAuthentication"]?["chipMappingPublicKey"], "chipAuthentication.chipMappingPublicKey") else {
@@ -140,14 +165,18 @@ public struct DocumentEvidence: Sendable, Equatable {
         var chip: ChipAuthenticationResult?
         let chipRequired = paceMapping == PACEMapping.chipAuthentication.rawValue
             || DocumentService.announcedChipAuthenticationMapping(dg14: dataGroups[14]) != nil
+            || DocumentService.announcedChipAuthentication(dg14: dataGroups[14]) != nil
         if chipRequired {
             if let cam = chipAuthenticationData {
                 chip = DocumentService.checkChipAuthenticationMapping(cam, cardSecurity: cardSecurity, cardSecurityResult: cardSecurityCheck,
                                                                       dg14: dataGroups[14], passive: passive)
+            } else if let run = chipAuthenticationRun {
+                chip = DocumentService.recheckChipAuthentication(status: chipAuthenticationStatus, run: run, dg14: dataGroups[14],
+                                                                 passive: passive)
             } else if chipAuthenticationStatus == ChipAuthenticationResult.Status.invalid.rawValue {
                 chip = ChipAuthenticationResult(status: .invalid, reason: "the reader recorded a failed PACE-CAM")
             } else {
-                chip = ChipAuthenticationResult(status: .notChecked, reason: "the evidence holds no PACE-CAM data")
+                chip = ChipAuthenticationResult(status: .notChecked, reason: "the evidence holds no PACE-CAM or Chip Authentication data")
             }
         }
         var verdict = DocumentVerdict.evaluate(passive: passive, activeRequired: activeRequired, active: active,
@@ -168,7 +197,7 @@ public struct DocumentEvidence: Sendable, Equatable {
         if let a = r.active { o["activeAuthentication"] = a.json }
         if let cardSecurity { o["cardSecurity"] = CardSecurity.verify(cardSecurity, trustStore: trustStore).json }
         if let c = r.chip {
-            var j: [String: JSONValue] = ["status": .string(c.status.rawValue)]
+            var j: [String: JSONValue] = ["status": .string(c.status.rawValue), "mechanism": .string(c.mechanism.rawValue)]
             if let reason = c.reason { j["reason"] = .string(reason) }
             o["chipAuthentication"] = .object(j)
         }

@@ -12,7 +12,8 @@ public struct DocumentReadRequest: Sendable {
     /// without, groups EF.COM does not list.
     public var dataGroups: [Int]?
     /// Passive authentication (reads EF.SOD and every data group it lists), active authentication when the SOD
-    /// lists DG15, and PACE-CAM when access used it or DG14 announces it.
+    /// lists DG15, PACE-CAM when access used it or DG14 announces it, Chip Authentication v1 when DG14 announces it
+    /// and PACE-CAM did not run.
     public var verify: Bool
     /// A chip without any anti-clone mechanism (no DG15, no PACE-CAM) may be `authentic` instead of `unverified`.
     public var allowClonable: Bool
@@ -82,7 +83,8 @@ public struct DocumentReadResult: Sendable {
     public var passiveAuthentication: PassiveAuthenticationResult?
     /// nil unless verification ran and the SOD lists DG15 (or DG15 was read).
     public var activeAuthentication: ActiveAuthenticationResult?
-    /// The PACE-CAM check against DG14; nil unless access used PACE-CAM or DG14 announces it.
+    /// PACE-CAM checked against DG14, or Chip Authentication v1 (`mechanism`); nil unless access used PACE-CAM or
+    /// DG14 announces either.
     public var chipAuthentication: ChipAuthenticationResult? = nil
     /// The PACE mapping (GM or CAM); nil after BAC.
     public var paceMapping: PACEMapping? = nil
@@ -131,7 +133,7 @@ public struct DocumentReadResult: Sendable {
         o["passiveAuthentication"] = Self.passiveJSON(passiveAuthentication)
         if let mapping = paceMapping { o["paceMapping"] = .string(mapping.rawValue) }
         if let ca = chipAuthentication {
-            var c: [String: JSONValue] = ["status": .string(ca.status.rawValue)]
+            var c: [String: JSONValue] = ["status": .string(ca.status.rawValue), "mechanism": .string(ca.mechanism.rawValue)]
             if let r = ca.reason { c["reason"] = .string(r) }
             if let k = ca.keyId { c["keyId"] = .number(Double(k)) }
             o["chipAuthentication"] = .object(c)

@@ -9,8 +9,9 @@ import TesseraCore
 /// Reads and verifies ICAO 9303 documents (e-passports, ID cards) from the readers of its sources.
 ///
 /// A read: pick the reader → open the card → PACE (BAC only when the chip offers no usable PACE) → EF.COM →
-/// EF.SOD → the requested data groups and every group the SOD lists → passive authentication against the CSCA
-/// trust store → active authentication when the SOD lists DG15, PACE-CAM when DG14 announces it → verdict. Reads on different readers run in parallel; a failure (card pulled,
+/// EF.SOD → DG14 and Chip Authentication when DG14 announces it and PACE-CAM did not run → the requested data
+/// groups and every group the SOD lists → passive authentication against the CSCA trust store → active
+/// authentication when the SOD lists DG15, PACE-CAM when DG14 announces it → verdict. Reads on different readers run in parallel; a failure (card pulled,
 /// wrong key) ends only that read.
 public final class DocumentService: Sendable {
     public let sources: [any ReaderSource]
@@ -181,12 +182,13 @@ public final class DocumentService: Sendable {
                          progress: @escaping @Sendable (DocumentReadProgress) -> Void) async throws(TesseraError) -> DocumentReadResult {
         progress(DocumentReadProgress(step: .access))
         let access = try await establishSecureAccess(transport: wire, password: request.key.accessPassword, preferPACE: true)
-        let channel = access.channel, used = access.protocolUsed
+        var channel = access.channel
+        let used = access.protocolUsed
         let afterAccess = wire.counters
 
         var configuration = fileReaderConfiguration
         if !request.extendedLength { configuration.extendedChunkSize = 0 }
-        let reader = ElementaryFileReader(transport: channel, configuration: configuration)
+        var reader = ElementaryFileReader(transport: channel, configuration: configuration)
         var files: [LDSFile: [UInt8]] = [:]
         var notPresent: [Int] = []
         var notReadable: [Int] = []
@@ -236,13 +238,58 @@ public final class DocumentService: Sendable {
         var accessDenied: Set<Int> = []
         var unreadable: Set<Int> = []
         // EAC-protected groups last: some chips end secure messaging when they refuse one.
-        for n in wanted.sorted(by: { ((3...4).contains($0) ? 100 : 0) + $0 < ((3...4).contains($1) ? 100 : 0) + $1 }) {
+        let order = wanted.sorted(by: { ((3...4).contains($0) ? 100 : 0) + $0 < ((3...4).contains($1) ? 100 : 0) + $1 })
+
+        // Chip Authentication v1 (PACE-CAM makes it unnecessary): DG14 under the access session, CA, then the
+        // other groups under CA's keys; the first answer under them confirms CA.
+        var caStep: ChipAuthenticationStep?
+        func accessAgain() async throws(TesseraError) {
+            channel = try await establishSecureAccess(transport: wire, password: request.key.accessPassword, preferPACE: true).channel
+            reader = ElementaryFileReader(transport: channel, configuration: configuration)
+        }
+        if request.verify, access.chipAuthentication == nil, wanted.contains(14), present?.contains(14) ?? true {
+            do { _ = try await read(.dataGroup(14)) } catch where !error.retryable {
+                // the loop below reads DG14 again and reports what went wrong
+            }
+            if let infos = Self.announcedChipAuthentication(dg14: files[.dataGroup(14)]) {
+                var step = try await Self.runChipAuthentication(infos, over: channel, extendedLength: wire.inner.supportsExtendedLength)
+                if step.channel == nil && step.result.status == .invalid {
+                    // The chip refused CA; many chips end secure messaging then: access again to read the rest.
+                    try await accessAgain()
+                }
+                if let caChannel = step.channel {
+                    channel = caChannel
+                    reader = ElementaryFileReader(transport: caChannel, configuration: configuration)
+                    let next = order.first { n in n != 14 && files[.dataGroup(n)] == nil && present?.contains(n) ?? true }
+                    do throws(TesseraError) {
+                        if let next {
+                            _ = try await read(.dataGroup(next))
+                        } else {
+                            let selected = try await caChannel.send(CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID))
+                            guard selected.sw.isSuccess else { throw TesseraError(.cardError, "SELECT failed (\(selected.sw))") }
+                        }
+                        step.confirm()
+                    } catch where error.code == .secureMessagingError {
+                        step.fail(error)
+                        // The chip ended secure messaging: access again to read the rest.
+                        try await accessAgain()
+                    } catch where !error.retryable {
+                        // 6A82 and the like are not protected answers: the loop below handles the file.
+                    }
+                }
+                caStep = step
+            }
+        }
+
+        for n in order {
             if let present, !present.contains(n) {
                 if requested.contains(n) { notPresent.append(n) }
                 continue
             }
+            if files[.dataGroup(n)] != nil { continue }
             do {
                 _ = try await read(.dataGroup(n))
+                caStep?.confirm()
             } catch where error.isFileNotFound {
                 unreadable.insert(n)
                 if requested.contains(n) { notPresent.append(n) }
@@ -327,6 +374,15 @@ public final class DocumentService: Sendable {
                 (chipAuthentication, camData) = try await runChipAuthenticationMapping(announced, request: request, wire: wire,
                                                                                        dg14: files[.dataGroup(14)], passive: passive)
             }
+            if access.chipAuthentication == nil, Self.announcedChipAuthentication(dg14: files[.dataGroup(14)]) != nil {
+                // DG14 announces Chip Authentication: it must have run (PACE-CAM, preferred, makes it unnecessary).
+                chipRequired = true
+                if chipAuthentication == nil || chipAuthentication?.status == .valid {
+                    chipAuthentication = caStep.map { Self.finishChipAuthentication($0, passive: passive) }
+                        ?? ChipAuthenticationResult(status: .invalid, reason: "DG14 announces Chip Authentication but it did not run",
+                                                    mechanism: .chipAuthentication)
+                }
+            }
         } else if access.chipAuthentication != nil {
             chipAuthentication = ChipAuthenticationResult(status: .notChecked, reason: "verification was not requested")
         }
@@ -354,7 +410,10 @@ public final class DocumentService: Sendable {
         result.cardSecurityBytes = access.cardSecurity
         result.paceFailure = access.paceFailure
         result.workarounds = access.workarounds
-        if request.evidence { result.evidence = DocumentEvidence(result, chipAuthenticationData: camData, readAt: Date()) }
+        if request.evidence {
+            result.evidence = DocumentEvidence(result, chipAuthenticationData: camData, readAt: Date())
+            if chipAuthentication?.mechanism == .chipAuthentication { result.evidence?.chipAuthenticationRun = caStep?.run }
+        }
         return result
     }
 }

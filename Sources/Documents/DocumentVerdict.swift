@@ -39,11 +39,11 @@ public struct DocumentVerdict: Sendable, Equatable {
         case noTrustAnchor = "NO_TRUST_ANCHOR"
         /// The SOD lists DG15 and active authentication failed, was refused or could not run.
         case activeAuthInvalid = "ACTIVE_AUTH_INVALID"
-        /// PACE-CAM ran or is announced in DG14, and the chip did not prove its chip authentication key.
+        /// PACE-CAM or Chip Authentication ran or is announced in DG14, and the chip did not prove its chip authentication key.
         case chipAuthInvalid = "CHIP_AUTH_INVALID"
         /// PACE-CAM is announced with parameters this reader does not support.
         case chipAuthNotChecked = "CHIP_AUTH_NOT_CHECKED"
-        /// The chip offers no anti-clone mechanism (no DG15, no PACE-CAM).
+        /// The chip offers no anti-clone mechanism (no DG15, no PACE-CAM, no Chip Authentication).
         case chipAuthNotSupported = "CHIP_AUTH_NOT_SUPPORTED"
         /// The read was made with `verify: false`.
         case notVerified = "NOT_VERIFIED"
@@ -58,7 +58,7 @@ public struct DocumentVerdict: Sendable, Equatable {
             case .dataGroupMissing: "a data group listed in EF.SOD could not be read"
             case .noTrustAnchor: "no trusted CSCA issued the document signer"
             case .activeAuthInvalid: "active authentication failed"
-            case .chipAuthInvalid: "chip authentication (PACE-CAM) failed"
+            case .chipAuthInvalid: "chip authentication (PACE-CAM or CA) failed"
             case .chipAuthNotChecked: "chip authentication could not be checked"
             case .chipAuthNotSupported: "the chip offers no anti-clone mechanism"
             case .notVerified: "verification was not requested"

@@ -170,15 +170,19 @@ public struct AccessOptions: Codable, Sendable, Hashable {
     public var bac: Bool = true
     /// PACE configurations listed in EF.CardAccess, in order (empty: no PACE, no EF.CardAccess).
     public var pace: [PACEOption] = []
+    /// Chip Authentication v1 protocols announced in DG14 (the chip gets a static key per parameter set).
+    public var chipAuthentication: [ChipAuthenticationOption] = []
 
-    public init(bac: Bool = true, pace: [PACEOption] = []) {
+    public init(bac: Bool = true, pace: [PACEOption] = [], chipAuthentication: [ChipAuthenticationOption] = []) {
         self.bac = bac
         self.pace = pace
+        self.chipAuthentication = chipAuthentication
     }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         bac = try c.decodeIfPresent(Bool.self, forKey: .bac) ?? true
         pace = try c.decodeIfPresent([PACEOption].self, forKey: .pace) ?? []
+        chipAuthentication = try c.decodeIfPresent([ChipAuthenticationOption].self, forKey: .chipAuthentication) ?? []
     }
 }

@@ -12,9 +12,9 @@ import TesseraCore
 /// `DG11.bin`, `DG12.bin`, `DG14.bin` (with PACE or active authentication), `DG15.bin` (with active
 /// authentication), `EF.SOD.bin`, `EF.CardAccess.bin` (with PACE), the PKI files `csca.pem` (the trust anchor,
 /// see `cscaPath`), `csca.der`, `csca-key.pem`, `ds.pem`, `ds.der`, `ds-key.pem`, `aa-key.pem` (the
-/// active authentication private key) and `ca-key-<parameterId>.bin` (PACE-CAM chip authentication private
-/// keys, raw big-endian scalars; the public keys are in DG14 with keyId = parameterId) and, with PACE-CAM,
-/// `EF.CardSecurity.bin` (the same public keys, signed by the document signer).
+/// active authentication private key) and `ca-key-<parameterId>.bin` (PACE-CAM and Chip Authentication private
+/// keys, raw big-endian EC scalars or DH exponents; the public keys are in DG14 with keyId = parameterId) and, with PACE-CAM,
+/// `EF.CardSecurity.bin` (the PACE-CAM public keys, signed by the document signer).
 public struct DocumentProfile: Sendable {
     /// The directory the profile lives in.
     public let directory: String
@@ -33,7 +33,8 @@ public struct DocumentProfile: Sendable {
     public let activeAuthenticationKey: [UInt8]?
     /// The hash the chip signs active authentication challenges with.
     public let activeAuthenticationHash: SignatureHash
-    /// PACE-CAM static chip authentication private keys (SK_IC) by standardized domain parameter id.
+    /// Static chip authentication private keys (SK_IC, for PACE-CAM and Chip Authentication) by standardized
+    /// domain parameter id.
     public let chipAuthenticationKeys: [Int: [UInt8]]
     /// EF.CardSecurity (in the master file, FID 011D), issued for PACE-CAM profiles: the PACEInfos and the chip
     /// authentication public keys, signed by the document signer.
@@ -129,6 +130,7 @@ public struct DocumentProfile: Sendable {
             securityInfos.append(LDSBuilder.chipAuthenticationPublicKeyInfo(parameterId: id, publicKey: pair.publicKey, keyId: id))
             chipKeyInfos.append(securityInfos[securityInfos.count - 1])
         }
+        securityInfos += try chipAuthenticationSecurityInfos(access.chipAuthentication, keys: &caKeys)
         if !securityInfos.isEmpty { groups[14] = LDSBuilder.dg14(securityInfos: PassportDER.setOf(securityInfos)) }
 
         let pki = try TestPKI.generate(country: country(parsed), countryCode: countryCode(parsed), algorithm: algorithm)

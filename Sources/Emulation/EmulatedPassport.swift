@@ -22,7 +22,7 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
     public var rejectExtendedLength: Bool
     /// PACE-CAM: flip a bit in the first block of the encrypted chip authentication data A_IC.
     public var tamperedChipAuthenticationData: Bool
-    /// PACE-CAM: prove a fresh key instead of the chip authentication key listed in DG14.
+    /// PACE-CAM and Chip Authentication: prove a fresh key instead of the chip authentication key listed in DG14.
     public var wrongChipAuthenticationKey: Bool
     /// Clone: EF.COM does not list these data groups (the files stay readable unless `missingDataGroups`).
     public var dataGroupsHiddenFromCOM: [Int]
@@ -86,7 +86,8 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
 /// READ BINARY B0 (offset, or SFI in P1) and B1 (offset in DO'54', data in DO'53'), short and extended Le;
 /// GET CHALLENGE + EXTERNAL AUTHENTICATE (BAC, in the application); MSE:Set AT + chained GENERAL
 /// AUTHENTICATE (PACE generic or chip authentication mapping, CLA 10 for all but the last step); INTERNAL AUTHENTICATE (active
-/// authentication, under SM).
+/// authentication, under SM); MSE:Set KAT, or MSE:Set AT + GENERAL AUTHENTICATE, for Chip Authentication v1
+/// (under SM, when the profile offers it; see EmulatedPassport+ChipAuthentication.swift).
 ///
 /// Secure messaging: after access every command must carry SM; a plain command aborts SM (Doc 9303 Part 11
 /// §9.8) and is then executed without access. A wrong MAC aborts SM with a plain 6988. Successful responses,
@@ -118,6 +119,13 @@ public actor EmulatedPassport: VirtualCard {
     private var pace: PACEChip?
     private var paceStep = 0
     private var onCommand: CommandHook?
+    /// Chip Authentication v1 (EmulatedPassport+ChipAuthentication.swift): the chip's keys, the run in progress,
+    /// and the session that takes over after the current response.
+    let chipAuthenticationTemplate: ChipAuthenticationChip?
+    var chipAuthenticationState: ChipAuthenticationChip?
+    var nextSession: SecureMessagingSession?
+    /// Chip Authentication runs that switched secure messaging to new keys, over the card's lifetime.
+    public internal(set) var chipAuthenticationCount = 0
 
     /// Command APDUs received over the card's lifetime.
     public private(set) var commandCount = 0
@@ -162,6 +170,7 @@ public actor EmulatedPassport: VirtualCard {
         var atr: [UInt8] = [0x3B, 0x80 | UInt8(historical.count), 0x80, 0x01] + historical
         atr.append(atr.dropFirst().reduce(0, ^))
         self.atr = atr
+        chipAuthenticationTemplate = Self.chipAuthenticationChip(profile: profile, misbehaviour: misbehaviour)
     }
 
     /// Installs (or removes) the per-command hook, e.g. for a lab harness that pulls the card after N APDUs.
@@ -184,6 +193,8 @@ public actor EmulatedPassport: VirtualCard {
     private func dropSession() {
         sm = nil
         pace = nil
+        chipAuthenticationState = nil
+        nextSession = nil
         paceStep = 0
         establishedAccess = nil
     }
@@ -226,6 +237,10 @@ public actor EmulatedPassport: VirtualCard {
             return StatusWord.unknown.bytes
         }
         sm = current
+        if let next = nextSession {
+            sm = next
+            nextSession = nil
+        }
         protectedResponseCount += 1
         if protectedResponseCount == misbehaviour.corruptMACAfter, let last = wrapped.data.indices.last {
             wrapped.data[last] ^= 0x01  // DO'8E' comes last
@@ -241,8 +256,10 @@ public actor EmulatedPassport: VirtualCard {
         case 0xB0, 0xB1: return readBinary(c, accessGranted: accessGranted)
         case 0x84: return getChallenge(c)
         case 0x82: return externalAuthenticate(c)
-        case 0x22: return manageSecurityEnvironment(c)
-        case 0x86: return generalAuthenticate(c)
+        case 0x22: return c.p1 == 0x41 ? chipAuthenticationSetup(c, accessGranted: accessGranted) : manageSecurityEnvironment(c)
+        case 0x86:
+            return chipAuthenticationState?.isPending == true
+                ? chipAuthenticationGeneralAuthenticate(c, accessGranted: accessGranted) : generalAuthenticate(c)
         case 0x88: return internalAuthenticate(c, accessGranted: accessGranted)
         default: return ResponseAPDU(sw: .insNotSupported)
         }

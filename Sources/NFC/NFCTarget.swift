@@ -26,8 +26,16 @@ public final class NFCTarget: APDUTransport, @unchecked Sendable {
     /// Short APDUs only: responses travel in one reader frame (a PN532 carries at most 262 bytes).
     public var supportsExtendedLength: Bool { false }
 
+    /// The longest short APDU (4 + 1 + 255 + 1 bytes); libnfc's PN53x driver copies commands into a frame buffer
+    /// of 264 bytes and aborts the process on anything longer.
+    public static let maximumCommandLength = 261
+
     public func transmit(_ command: [UInt8]) async throws(TesseraError) -> [UInt8] {
         if lost.withLock({ $0 }) { throw TesseraError(.cardRemoved, "the card left the field of \(device.connstring)") }
+        guard command.count <= Self.maximumCommandLength else {
+            throw TesseraError(.unsupportedProtocol,
+                               "a \(command.count)-byte APDU does not fit in one frame of \(device.connstring) (short APDUs only)")
+        }
         let timeout = timeoutMilliseconds
         let connstring = device.connstring
         let sent = Date()

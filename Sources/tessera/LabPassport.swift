@@ -35,11 +35,17 @@ struct LabMakeProfile: AsyncParsableCommand {
           parameters: p192 p224 p256 p384 p521 brainpoolp192r1 … brainpoolp512r1 (ecdh),
           1024 2048-224 2048-256 (dh), or idN; cipher: 3des aes128 aes192 aes256.
 
+        CHIP AUTHENTICATION (--ca, repeatable; Chip Authentication v1 announced in DG14)
+          <agreement>-<parameters>-<cipher>, e.g. ecdh-p256-aes128, ecdh-brainpoolp256r1-3des, dh-2048-aes128;
+          the chip gets one static key per parameter set (shared with PACE-CAM on the same curve), written to
+          ca-key-<id>.bin, with its public key in DG14 (keyId = parameter id).
+
         EXAMPLES
           tessera lab make-profile /tmp/anna --mrz 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<
           L898902C36UTO7408122F1204159ZE184226B<<<<<10'
           tessera lab make-profile /tmp/pace --mrz "$MRZ" --can 123456 --pace ecdh-gm-brainpoolp256r1-aes128 --no-bac --aa
           tessera lab make-profile /tmp/big --mrz "$MRZ" --photo face.jpg --photo-padding 20000
+          tessera lab make-profile /tmp/ca --mrz "$MRZ" --ca ecdh-p256-aes128 --aa
         """)
 
     @Argument(help: ArgumentHelp("Profile directory.", valueName: "DIR"))
@@ -52,6 +58,8 @@ struct LabMakeProfile: AsyncParsableCommand {
     var can: String?
     @Option(name: .customLong("pace"), help: ArgumentHelp("PACE configuration to offer (repeatable; see PACE OPTIONS).", valueName: "OPTION"))
     var pace: [String] = []
+    @Option(name: .customLong("ca"), help: ArgumentHelp("Chip Authentication v1 protocol to announce in DG14 (repeatable; see CHIP AUTHENTICATION).", valueName: "OPTION"))
+    var chipAuthentication: [String] = []
     @Flag(name: .customLong("no-bac"), help: "Do not offer BAC (needs at least one --pace).")
     var noBAC = false
     @Flag(name: .customLong("aa"), help: "Give the chip an active authentication key (DG15).")
@@ -70,6 +78,10 @@ struct LabMakeProfile: AsyncParsableCommand {
         for text in pace {
             do { options.append(try PACEOption(parsing: text)) } catch { throw ValidationError(error.message) }
         }
+        var caOptions: [ChipAuthenticationOption] = []
+        for text in chipAuthentication {
+            do { caOptions.append(try ChipAuthenticationOption(parsing: text)) } catch { throw ValidationError(error.message) }
+        }
         var image: [UInt8]?
         if let photo {
             guard let data = FileManager.default.contents(atPath: photo) else { throw ValidationError("cannot read \(photo)") }
@@ -78,7 +90,7 @@ struct LabMakeProfile: AsyncParsableCommand {
         let profile: DocumentProfile
         do {
             profile = try DocumentProfile.make(directory: directory, mrz: mrz, photoJPEG: image, can: can,
-                                               access: AccessOptions(bac: !noBAC, pace: options), algorithm: alg,
+                                               access: AccessOptions(bac: !noBAC, pace: options, chipAuthentication: caOptions), algorithm: alg,
                                                activeAuthentication: activeAuthentication, photoPadding: photoPadding)
         } catch {
             throw LabOutput.fail(error, status: 1)
@@ -90,6 +102,7 @@ struct LabMakeProfile: AsyncParsableCommand {
         access    \(access.joined(separator: ", "))\(profile.can.map { ", CAN \($0)" } ?? "")
         files     \(profile.dataGroupNumbers.map { "DG\($0)" }.joined(separator: " ")) SOD; DG2 \(profile.dataGroup(2)?.count ?? 0) bytes
         AA        \(profile.activeAuthentication ? "yes (\(alg.rawValue))" : "no")
+        CA        \(profile.access.chipAuthentication.isEmpty ? "no" : profile.access.chipAuthentication.map(\.description).joined(separator: ", "))
         csca      \(profile.cscaPath)
         """)
     }
@@ -103,8 +116,9 @@ struct LabEmulatePassport: AsyncParsableCommand {
         discussion: """
         Connects the chip built from --profile to pcscd's vpcd driver (vsmartcard) at HOST:PORT, which makes the
         card appear in that vpcd reader; stopping (SIGINT, SIGTERM) removes it. The chip answers BAC, PACE
-        (as listed in the profile), secure messaging, READ BINARY (short and extended length, odd INS B1) and
-        INTERNAL AUTHENTICATE. Lost links (pcscd restarting) are re-established.
+        (as listed in the profile), secure messaging, READ BINARY (short and extended length, odd INS B1),
+        INTERNAL AUTHENTICATE and Chip Authentication (MSE:Set KAT, MSE:Set AT + GENERAL
+        AUTHENTICATE) when the profile has --ca. Lost links (pcscd restarting) are re-established.
 
         Misbehaviour for testing readers:
           --tamper-dg N           serve DG N with one byte changed (passive authentication must fail)
@@ -122,6 +136,8 @@ struct LabEmulatePassport: AsyncParsableCommand {
           --wrong-aa-key          answer INTERNAL AUTHENTICATE with a fresh key, not the one in DG15
           --hide-cam              EF.CardAccess offers no PACE-CAM (DG14 still announces it) and the chip
                                   refuses it
+          --wrong-ca-key          Chip Authentication (and PACE-CAM): the chip holds a fresh key, not the one
+                                  in DG14, so its answers under the new session keys do not verify
           --remove-after-apdus N  pull the card when the Nth command APDU arrives and insert it again a
                                   second later (card-removed tests)
 
@@ -156,7 +172,8 @@ struct LabEmulatePassport: AsyncParsableCommand {
     var noExtended = false
     @Flag(name: .customLong("tamper-cam"), help: "Corrupt the PACE-CAM chip authentication data.")
     var tamperCAM = false
-    @Flag(name: .customLong("wrong-cam-key"), help: "PACE-CAM: prove a fresh key instead of the one in DG14.")
+    @Flag(name: [.customLong("wrong-cam-key"), .customLong("wrong-ca-key")],
+          help: "PACE-CAM and Chip Authentication: prove a fresh key instead of the one in DG14.")
     var wrongCAMKey = false
     @Flag(name: .customLong("tamper-card-security"), help: "Serve EF.CardSecurity with its signature changed.")
     var tamperCardSecurity = false

@@ -216,7 +216,7 @@ enum PassportSummary {
                 + (aa["reason"]?.stringValue.map { " (\($0))" } ?? ""))
         }
         if let ca = r["chipAuthentication"] {
-            lines.append("Chip authentication (PACE-CAM): \(ca["status"]?.stringValue?.uppercased() ?? "?")"
+            lines.append("Chip authentication (\(ca["mechanism"]?.stringValue ?? "PACE-CAM")): \(ca["status"]?.stringValue?.uppercased() ?? "?")"
                 + (ca["reason"]?.stringValue.map { " (\($0))" } ?? ""))
         }
         if let cs = r["cardSecurity"], cs["status"]?.stringValue != "notPresent" {

@@ -210,7 +210,7 @@ import TesseraTestSupport
         #expect(result.chipAuthentication == ChipAuthenticationResult(status: .valid, keyId: 13))
         let json = result.json
         #expect(json["paceMapping"] == "CAM")
-        #expect(json["chipAuthentication"] == ["status": "valid", "keyId": 13])
+        #expect(json["chipAuthentication"] == ["status": "valid", "keyId": 13, "mechanism": "PACE-CAM"])
     }
 
     @Test func tamperedCAMOrDG14IsInvalid() async throws {

@@ -232,7 +232,7 @@ def test_pace_cam_authenticates_the_chip(lab):
     check_result(result, profile, "PACE")
     # A chip offering GM and CAM is read with CAM; DG14 (not requested) is read to check it.
     assert result["paceMapping"] == "CAM"
-    assert result["chipAuthentication"] == {"status": "valid", "keyId": 13}, result["chipAuthentication"]
+    assert result["chipAuthentication"] == {"status": "valid", "keyId": 13, "mechanism": "PACE-CAM"}, result["chipAuthentication"]
     assert result["passiveAuthentication"]["dataGroupHashes"]["DG14"] == "valid"
     dg14 = unb64u(result["dataGroups"]["DG14"])
     assert dg14 == (profile / "DG14.bin").read_bytes()

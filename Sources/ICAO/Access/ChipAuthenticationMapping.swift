@@ -22,16 +22,19 @@ public struct PACEChipAuthenticationData: Sendable, Equatable {
     }
 }
 
-/// Outcome of chip authentication (here: the PACE-CAM check against DG14).
+/// Outcome of chip authentication: the PACE-CAM check against DG14, or Chip Authentication v1.
 public struct ChipAuthenticationResult: Sendable, Equatable {
     public enum Status: String, Sendable { case valid, invalid, notChecked }
     public var status: Status
     public var reason: String?
     /// keyId of the ChipAuthenticationPublicKeyInfo that matched, when it has one.
     public var keyId: Int?
+    /// Which protocol proved (or failed to prove) the chip authentication key.
+    public enum Mechanism: String, Sendable { case paceCAM = "PACE-CAM", chipAuthentication = "CA" }
+    public var mechanism: Mechanism
 
-    public init(status: Status, reason: String? = nil, keyId: Int? = nil) {
-        self.status = status; self.reason = reason; self.keyId = keyId
+    public init(status: Status, reason: String? = nil, keyId: Int? = nil, mechanism: Mechanism = .paceCAM) {
+        self.status = status; self.reason = reason; self.keyId = keyId; self.mechanism = mechanism
     }
 }
 

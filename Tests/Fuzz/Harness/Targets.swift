@@ -149,7 +149,9 @@ enum LDSTarget {
         guard let group = try? LDSDataGroup.parse(LDSFile.all[index], bytes) else { return }
         switch group {
         case .dg1(let dg1): _ = try? dg1.parsedMRZ()
-        case .dg14(let dg14): _ = try? SecurityInfos(encoded: dg14.securityInfos)
+        case .dg14(let dg14):
+            // Chip Authentication reads its keys (EC points, DH INTEGERs in SubjectPublicKeyInfo) from DG14.
+            if let infos = try? SecurityInfos(encoded: dg14.securityInfos) { _ = ChipAuthentication.candidates(in: infos) }
         default: break
         }
     }
