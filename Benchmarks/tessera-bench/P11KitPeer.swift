@@ -5,8 +5,8 @@ import TesseraTestSupport
 
 /// The p11-kit remoting peer: `p11-kit server` exporting the SoftHSM2 token on a Unix socket, and this process
 /// loading `p11-kit-client.so` pointed at it, so the raw C_Sign loop runs over p11-kit's RPC (apt p11-kit and
-/// p11-kit-modules).
-final class P11KitPeer {
+/// p11-kit-modules). Immutable once started (the server process is only started and terminated).
+final class P11KitPeer: @unchecked Sendable {
     static let clientModule = "/usr/lib/x86_64-linux-gnu/pkcs11/p11-kit-client.so"
 
     let server: Process

@@ -73,6 +73,7 @@ enum Bench {
             "--no-embedded-softhsm", "--config", config, "--log-level", "warning"]
         let spawned = ContinuousClock.now
         try daemon.run()
+        var p11kit: P11KitPeer?
         do {
             var client: RPCClient?
             while client == nil {
@@ -96,7 +97,7 @@ enum Bench {
             try await token.login(pin: "1234")
             let keyHandle = try await firstKeyID(token)
             let digest = [UInt8](repeating: 0xA5, count: 32)
-            let p11kit = withP11Kit ? try await P11KitPeer.start(hsm: hsm, label: "bench", pin: "1234") : nil
+            if withP11Kit { p11kit = try await P11KitPeer.start(hsm: hsm, label: "bench", pin: "1234") }
 
             print("tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
             print("startup to ready: \(format(ready)); idle RSS: \(idleRSS.map { "\($0) KiB" } ?? "?")")
@@ -138,6 +139,7 @@ enum Bench {
             await p11kit?.stop()
             provider.finalize()
         } catch {
+            await p11kit?.stop()
             await Subprocess.terminate(daemon)
             throw error
         }
