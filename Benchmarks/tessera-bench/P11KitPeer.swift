@@ -2,6 +2,9 @@ import Foundation
 @_spi(Benchmarks) @_spi(Testing) import PKCS11
 import TesseraCore
 import TesseraTestSupport
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The p11-kit remoting peer: `p11-kit server` exporting the SoftHSM2 token on a Unix socket, and this process
 /// loading `p11-kit-client.so` pointed at it, so the raw C_Sign loop runs over p11-kit's RPC (apt p11-kit and
