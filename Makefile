@@ -49,6 +49,14 @@ format:
 bench: setup
 	@scripts/bench.sh
 
+## Instructions per passkey.authenticate in tesserad without the token's C_Sign (valgrind callgrind, release
+## build), with the top functions by inclusive cost; CALLGRIND_ASSERTIONS (default 2000) after a warm-up.
+## Needs valgrind >= 3.22: Debian 12's 3.19 cannot read the DWARF 5 of Swift 6.3 binaries.
+.PHONY: bench-callgrind
+bench-callgrind: setup
+	@swift build -c release --product tesserad && swift build -c release --product tessera-bench
+	@.build/release/tessera-bench --callgrind $${CALLGRIND_ASSERTIONS:-2000}
+
 ## libFuzzer (+ ASan/LSan) on every untrusted parser, FUZZ_RUNS executions each (default 1000000), capped at
 ## FUZZ_SECONDS per target; fails on a crash, a leak or a timeout. FUZZ_TARGETS="cbor tlv" runs some.
 fuzz: setup

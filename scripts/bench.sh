@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Benchmarks (release build): daemon assertion throughput/latency vs raw PKCS#11 signing on the same token.
+# Benchmarks (release build): daemon assertion throughput/latency vs raw PKCS#11 signing and vs the same signing
+# through p11-kit remoting (p11-kit server + p11-kit-client.so), on the same token, ratios to raw per row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 swift build -c release --product tesserad
@@ -9,6 +10,7 @@ swift build -c release --product tessera-bench
 if [ "${BENCH_PINNED:-0}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
     taskset -c 0 .build/release/tessera-bench --seconds "${BENCH_SECONDS:-5}" --daemon-cpus 1
 fi
+# (make bench-callgrind: instructions per assertion, the figure load cannot move.)
 # SSH agent: SIGN_REQUEST/s and median at 1/4/16 connections vs OpenSSH ssh-agent (PKCS#11 provider) vs raw C_Sign.
 .build/release/tessera-bench --ssh-agent --seconds "${BENCH_SECONDS:-5}"
 # Document reading: APDUs/bytes/time for DG1+DG2(~20 KB)+SOD, short vs extended length, in process and via pcscd+vpcd.

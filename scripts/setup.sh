@@ -12,6 +12,8 @@ APT_PACKAGES=(
 )
 # systemd-analyze (scripts/check-systemd.sh) comes with the systemd package; containers often have it already.
 command -v systemd-analyze >/dev/null || APT_PACKAGES+=(systemd)
+# tessera-bench: the p11-kit remoting peer (p11-kit-client.so) and --callgrind (valgrind).
+APT_PACKAGES+=(p11-kit-modules valgrind)
 PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 cryptography cbor2 pyjwt pymdoccbor==1.4.0)
 
 missing=()

@@ -56,9 +56,8 @@ enum CTAPBench {
                 iterations: max(2000, Int(seconds * 4000)), sessions: 1)
             let (rpc, _) = try await LoadClient.run(
                 socket: socket, credentialId: credentialId, clients: 1, seconds: seconds)
-            let ctap = try await withCheckedThrowingContinuation { c in
-                Thread { c.resume(with: Result { try ctapLoop(ctapSocket, credentialId: rawId, seconds: seconds) }) }
-                    .start()
+            let ctap = try await DedicatedThread.run(name: "bench.ctap") { () throws -> [Double] in
+                try ctapLoop(ctapSocket, credentialId: rawId, seconds: seconds)
             }
             print(
                 "tessera-bench --ctap: SoftHSM2, P-256, 1 client, \(seconds)s per path, \(ProcessInfo.processInfo.activeProcessorCount) cores"

@@ -5,8 +5,9 @@ import Glibc
 #endif
 
 /// The load generator: one OS thread per client, each with a blocking Unix socket that sends the next
-/// `passkey.authenticate` as soon as the previous answer arrives. Requests are pre-serialised (only the id
-/// changes); each answer's envelope is checked by prefix (`{"id":N,"jsonrpc":"2.0","result":{`, the daemon writes
+/// `passkey.authenticate` as soon as the previous answer arrives. Requests are pre-serialised (only the id and
+/// the challenge change: every request carries a fresh 24-byte challenge); each answer's envelope is checked by
+/// prefix (`{"id":N,"jsonrpc":"2.0","result":{`, the daemon writes
 /// keys sorted), and every 64th answer is parsed in full and its fields checked. No Swift concurrency, no event
 /// loop: the client costs three syscalls and one wake-up per assertion, so the daemon is what is measured.
 enum LoadClient {
@@ -17,21 +18,29 @@ enum LoadClient {
 
     /// Runs `clients` connections for `seconds` (off the cooperative pool); returns every latency (seconds) and the wall time.
     /// `pin`: sent with every assertion (the PIN check the daemon does per request is then measured too).
+    /// `count`: stop each connection after this many assertions instead (the deadline still applies).
     static func run(socket: String, credentialId: String, clients: Int, seconds: Double,
-                    pin: String? = nil) async throws -> (latencies: [Double], wall: Double) {
+                    pin: String? = nil, count: Int? = nil) async throws -> (latencies: [Double], wall: Double) {
         try await DedicatedThread.run(name: "bench.load") { () throws -> (latencies: [Double], wall: Double) in
-            try blockingRun(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds, pin: pin)
+            try blockingRun(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds, pin: pin,
+                            count: count)
         }
     }
 
+    /// Stands in for the challenge in the pre-serialised request; 32 base64url characters (24 bytes).
+    private static let challengePlaceholder = "CHALLENGExPLACEHOLDERx0123456789"
+
     private static func blockingRun(socket: String, credentialId: String, clients: Int, seconds: Double,
-                                    pin: String?) throws -> (latencies: [Double], wall: Double) {
-        var fields: [String: JSONValue] = ["rpId": "bench.example", "challenge": "YmVuY2gtY2hhbGxlbmdlLTAxMjM0NTY3",
+                                    pin: String?, count: Int?) throws -> (latencies: [Double], wall: Double) {
+        var fields: [String: JSONValue] = ["rpId": "bench.example", "challenge": .string(challengePlaceholder),
                                            "allowCredentials": [.string(credentialId)]]
         if let pin { fields["pin"] = .string(pin) }
-        let params = JSONValue.object(fields)
-        let tail = Array(#","jsonrpc":"2.0","method":"passkey.authenticate","params":"#.utf8) + params.serialized()
-            + Array("}\n".utf8)
+        let params = Array(JSONValue.object(fields).serialized())
+        let marker = Array(challengePlaceholder.utf8)
+        guard let at = (0...(params.count - marker.count)).first(where: { params[$0..<($0 + marker.count)].elementsEqual(marker) })
+        else { throw BenchError("challenge placeholder not found in the serialised request") }
+        let head = Array(#","jsonrpc":"2.0","method":"passkey.authenticate","params":"#.utf8) + params[..<at]
+        let tail = Array(params[(at + marker.count)...]) + Array("}\n".utf8)
         let fds = try (0..<clients).map { _ in try connect(socket) }
         defer { fds.forEach { _ = close($0) } }
         let results = Locked([Result](repeating: Result(), count: clients))
@@ -41,7 +50,7 @@ enum LoadClient {
         for (index, fd) in fds.enumerated() {
             finished.enter()
             DedicatedThread.detach(name: "bench.client.\(index)", stackSize: 1 << 20) {
-                let r = loop(fd: fd, tail: tail, deadline: deadline)
+                let r = loop(fd: fd, client: index, head: head, tail: tail, deadline: deadline, count: count ?? Int.max)
                 results.withLock { $0[index] = r }
                 finished.leave()
             }
@@ -53,11 +62,11 @@ enum LoadClient {
         return (all.flatMap(\.latencies), wall)
     }
 
-    private static func loop(fd: Int32, tail: [UInt8], deadline: UInt64) -> Result {
+    private static func loop(fd: Int32, client: Int, head: [UInt8], tail: [UInt8], deadline: UInt64, count limit: Int) -> Result {
         var result = Result()
         result.latencies.reserveCapacity(200_000)
         var request = [UInt8]()
-        request.reserveCapacity(tail.count + 40)
+        request.reserveCapacity(head.count + tail.count + 80)
         var expected = [UInt8]()
         var inbox = [UInt8](repeating: 0, count: 1 << 16)
         var id = 0
@@ -66,6 +75,8 @@ enum LoadClient {
             request.removeAll(keepingCapacity: true)
             request += Array(#"{"id":"#.utf8)
             request += Array(String(id).utf8)
+            request += head
+            request += freshChallenge(client: client, id: id)
             request += tail
             expected.removeAll(keepingCapacity: true)
             expected += Array(#"{"id":"#.utf8)
@@ -93,8 +104,18 @@ enum LoadClient {
             if !line.starts(with: expected) || id % 64 == 1 {
                 if let problem = check(Array(line), id: id) { result.failure = problem; return result }
             }
-            if t1 >= deadline { return result }
+            if t1 >= deadline || id >= limit { return result }
         }
+    }
+
+    /// 32 base64url characters, different for every request of the run: the client and request numbers in hex.
+    private static func freshChallenge(client: Int, id: Int) -> [UInt8] {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8](repeating: UInt8(ascii: "0"), count: 32)
+        var a = UInt64(client), b = UInt64(id)
+        for i in 0..<16 { out[15 - i] = digits[Int(a & 15)]; a >>= 4 }
+        for i in 0..<16 { out[31 - i] = digits[Int(b & 15)]; b >>= 4 }
+        return out
     }
 
     /// Full check of one answer: the id, and the assertion's fields.

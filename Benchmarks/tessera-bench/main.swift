@@ -4,15 +4,21 @@ import RPC
 import TesseraCore
 import TesseraTestSupport
 
-/// Assertions per second over the daemon's socket against raw PKCS#11 C_Sign on the same SoftHSM2 token,
-/// measured in the same run. Usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16]
-/// [--daemon-cpus LIST] [--piv | --ssh-agent | --ctap] [--pin]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
+/// Assertions per second over the daemon's socket against raw PKCS#11 C_Sign and the same C_Sign loop through
+/// p11-kit's remoting (`p11-kit server` + `p11-kit-client.so`) on the same SoftHSM2 token, measured in the same run.
+/// Usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST]
+/// [--piv | --ssh-agent | --ctap | --callgrind N] [--no-pin]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
 /// from `RPCClient`; its own CPU time is reported beside the daemon's so a shared machine can be judged.
 @main
 enum Bench {
     static let usage = """
-        usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST] [--piv | --ssh-agent | --ctap] [--pin]
-          --pin               send the token's PIN with every assertion (measures the per-request PIN check)
+        usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST]
+                             [--piv | --ssh-agent | --ctap | --callgrind N] [--no-pin]
+          --no-pin            send no PIN with the assertions (default: the token's PIN in every one, as a
+                              relying party asking for user verification does)
+          --no-p11-kit        leave out the p11-kit remoting peer
+          --callgrind N       instructions per assertion in tesserad under valgrind --tool=callgrind (N assertions
+                              after a warm-up, less a run without them), without the token's C_Sign; top functions
           --daemon-cpus LIST  run tesserad under `taskset -c LIST` (e.g. 1; start the bench itself under
                               `taskset -c 0` to give load generator and daemon a core each)
         """
@@ -24,7 +30,9 @@ enum Bench {
         var tesserad = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
             .appendingPathComponent("tesserad").path
         var piv = false  // --piv: the PIV card benchmark (PIVBench.swift) instead of PKCS#11
-        var withPIN = false
+        var withPIN = true
+        var withP11Kit = true
+        var callgrindCount: Int?
         var sshAgent = false  // --ssh-agent: the SSH agent benchmark (SSHAgentBench.swift)
         var ctap = false  // --ctap: CTAP getAssertion latency (CTAPBench.swift)
         var it = CommandLine.arguments.dropFirst().makeIterator()
@@ -34,12 +42,19 @@ enum Bench {
             case "--tesserad": tesserad = it.next() ?? tesserad
             case "--piv": piv = true
             case "--pin": withPIN = true
+            case "--no-pin": withPIN = false
+            case "--no-p11-kit": withP11Kit = false
+            case "--callgrind": callgrindCount = Int(it.next() ?? "") ?? 1000
             case "--ssh-agent": sshAgent = true
             case "--ctap": ctap = true
             case "--clients": clientCounts = (it.next() ?? "").split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
             case "--daemon-cpus": daemonCPUs = it.next()
             default: print(usage); return
             }
+        }
+        if let callgrindCount {
+            try await CallgrindBench.run(assertions: callgrindCount, tesserad: tesserad, withPIN: withPIN)
+            return
         }
         if piv { try await PIVBench.run(seconds: seconds, tesserad: tesserad); return }
         if ctap { try await CTAPBench.run(seconds: seconds, tesserad: tesserad); return }
@@ -61,6 +76,7 @@ enum Bench {
             "--no-embedded-softhsm", "--config", config, "--log-level", "warning"]
         let spawned = ContinuousClock.now
         try daemon.run()
+        var p11kit: P11KitPeer?
         do {
             var client: RPCClient?
             while client == nil {
@@ -84,18 +100,21 @@ enum Bench {
             try await token.login(pin: "1234")
             let keyHandle = try await firstKeyID(token)
             let digest = [UInt8](repeating: 0xA5, count: 32)
+            if withP11Kit { p11kit = try await P11KitPeer.start(hsm: hsm, label: "bench", pin: "1234") }
 
             print("tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
             print("startup to ready: \(format(ready)); idle RSS: \(idleRSS.map { "\($0) KiB" } ?? "?")")
             if let daemonCPUs { print("tesserad pinned to CPUs \(daemonCPUs)") }
             if withPIN { print("every assertion carries the PIN (checked against the last good PIN's verifier)") }
-            print("clients  raw C_Sign/s (sessions)  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/a  client CPU µs/a  daemon cs/a")
+            print("clients  raw C_Sign/s (sessions)  p11-kit/s  ratio  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/a  client CPU µs/a  daemon cs/a")
             var rawSingleLatency = 0.0
             for clients in clientCounts {
                 let rawSessions = min(clients, sessions)
                 let iterations = max(2000, Int(seconds * 4000) * rawSessions)
                 let raw = try await token.rawSignLoop(keyID: keyHandle, digest: digest, iterations: iterations, sessions: rawSessions)
                 if clients == 1 { rawSingleLatency = 1.0 / raw }
+                let remote = try await p11kit?.token.rawSignLoop(keyID: keyHandle, digest: digest, iterations: iterations / 2,
+                                                                 sessions: rawSessions)
                 let pid = daemon.processIdentifier
                 let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(), csBefore = contextSwitches(pid: pid)
                 let (latencies, wall) = try await LoadClient.run(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds,
@@ -107,17 +126,23 @@ enum Bench {
                 let rate = n / wall
                 let sorted = latencies.sorted()
                 let median = sorted[sorted.count / 2], p99 = sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
-                print(String(format: "%7d  %12.0f (%2d)          %12.0f  %5.2f  %9.3f  %6.3f  %15.0f  %15.0f  %11.1f", clients, raw,
-                             rawSessions, rate, rate / raw, median * 1000, p99 * 1000, cpu * 1e6, own * 1e6, cs))
+                print(String(format: "%7d  %12.0f (%2d)          %9.0f  %5.2f  %12.0f  %5.2f  %9.3f  %6.3f  %15.0f  %15.0f  %11.1f",
+                             clients, raw, rawSessions, remote ?? .nan, (remote ?? .nan) / raw, rate, rate / raw,
+                             median * 1000, p99 * 1000, cpu * 1e6, own * 1e6, cs))
                 if clients == 1 {
-                    print(String(format: "         added latency per assertion at 1 client (median − raw C_Sign): %.0f µs",
-                                 (median - rawSingleLatency) * 1e6))
+                    print(String(format: "         added latency at 1 client: tesserad median − raw C_Sign %.0f µs (mean %.0f µs); "
+                                 + "p11-kit mean %.0f µs", (median - rawSingleLatency) * 1e6,
+                                 (wall / n - rawSingleLatency) * 1e6, ((remote.map { 1 / $0 } ?? .nan) - rawSingleLatency) * 1e6))
                 }
             }
+            print("tesserad RSS after the load: \(rssKiB(pid: daemon.processIdentifier).map { "\($0) KiB" } ?? "?")")
             print("CPU per assertion: tesserad from /proc/PID/stat, the load generator (this process) from getrusage;")
-            print("cs/a: tesserad context switches (all threads) per assertion")
+            print("cs/a: tesserad context switches (all threads) per assertion; ratios are to raw C_Sign of the same row")
+            print("p11-kit: the raw loop through p11-kit server + p11-kit-client.so (one connection; mean latency = 1/rate)")
+            await p11kit?.stop()
             provider.finalize()
         } catch {
+            await p11kit?.stop()
             await Subprocess.terminate(daemon)
             throw error
         }

@@ -110,6 +110,15 @@ public final class PKCS11Token: Sendable {
         }
     }
 
+    /// Whether `pin` is the PIN of the login in force (constant-time against the tag of the last successful login),
+    /// without a token call or the login lock: what `verifyPIN` would accept without `C_Login` while the token keeps
+    /// that login. Should the token have lost it since, its operations fail with `PIN_REQUIRED`; the caller then
+    /// goes through `verifyPIN`.
+    public func isLoginPIN(_ pin: String) -> Bool {
+        guard let recorded = pinRecord.withLock({ $0 }) else { return false }
+        return PINVerifier.shared.matches(Array(pin.utf8), recorded: recorded)
+    }
+
     /// Logs out (after in-flight operations finish) and forgets the recorded PIN digest.
     public func logout() async throws(TesseraError) {
         try await authLock.withLock { () async throws(TesseraError) in
@@ -119,6 +128,13 @@ public final class PKCS11Token: Sendable {
                 guard rv == CKR_OK || rv == CKR_USER_NOT_LOGGED_IN else { throw .call(rv, "C_Logout") }
             }
         }
+    }
+
+    /// Logs the token out but keeps the recorded PIN: how a token that loses its login by itself (a reset, a
+    /// re-insertion) looks to this process.
+    @_spi(Testing)
+    public func loseLoginForTesting() async throws(TesseraError) {
+        try await drained { (ctx: SessionContext) throws(OperationError) in _ = ctx.logout() }
     }
 
     private func loginOnce(_ pin: [UInt8]) async throws(TesseraError) {

@@ -104,8 +104,16 @@ struct PKCS11TokenAdapter: KeyStoreToken {
     }
 
     func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
+        let digest = Array(SHA256.hash(data: message))
+        // The PIN of the login in force signs without the login lock and its session call (the per-assertion path);
+        // a token that lost that login since answers PIN_REQUIRED, and the full check below logs in again.
+        if let pin, token.isLoginPIN(pin.pin) {
+            do {
+                return try await token.signP256(keyID: handle, message: message, digest: digest)
+            } catch where error.code == .pinRequired {}
+        }
         try await verify(pin)
-        return try await token.signP256(keyID: handle, message: message, digest: Array(SHA256.hash(data: message)))
+        return try await token.signP256(keyID: handle, message: message, digest: digest)
     }
 
     func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError) {

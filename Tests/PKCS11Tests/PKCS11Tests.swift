@@ -83,6 +83,33 @@ struct SoftHSMTests {
         #expect(await token.isLoggedIn)
     }
 
+    @Test func theLoginPINIsKnownWithoutATokenCallUntilLogout() async throws {
+        let token = try await SoftHSMEnvironment.freshToken("loginpin")
+        #expect(!token.isLoginPIN(SoftHSMFixture.defaultPIN))
+        try await token.login(pin: SoftHSMFixture.defaultPIN)
+        #expect(token.isLoginPIN(SoftHSMFixture.defaultPIN))
+        #expect(!token.isLoginPIN("000000"))
+        #expect(!token.isLoginPIN(SoftHSMFixture.defaultPIN + "0"))
+        try await token.logout()
+        #expect(!token.isLoginPIN(SoftHSMFixture.defaultPIN))
+    }
+
+    /// What the signing path's PIN shortcut relies on: a token that lost the login answers PIN_REQUIRED (even with
+    /// the key handle cached), and `verifyPIN` with the same PIN logs in again.
+    @Test func aTokenThatLostItsLoginAnswersPINRequiredUntilVerifyPINLogsInAgain() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("lostlogin")
+        let keyID: [UInt8] = Array("lost-login".utf8)
+        let point = try await token.generateP256KeyPair(id: keyID, label: "tessera:lost")
+        _ = try await token.signP256(keyID: keyID, message: [1])
+        try await token.loseLoginForTesting()
+        #expect(token.isLoginPIN(SoftHSMFixture.defaultPIN))
+        #expect(await errorCode { try await token.signP256(keyID: keyID, message: [1]) } == .pinRequired)
+        try await token.verifyPIN(SoftHSMFixture.defaultPIN)
+        #expect(await token.isLoggedIn)
+        let signature = try await token.signP256(keyID: keyID, message: [2])
+        #expect(try await OpenSSLVerifier.verify(point: point, message: [2], rawSignature: signature))
+    }
+
     @Test func signingNeedsLogin() async throws {
         let token = try await SoftHSMEnvironment.freshToken("nologin")
         #expect(await errorCode { try await token.signP256(keyID: [1, 2, 3], message: [0]) } == .pinRequired)

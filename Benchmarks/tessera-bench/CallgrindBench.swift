@@ -1,0 +1,145 @@
+import Foundation
+import RPC
+import TesseraCore
+import TesseraTestSupport
+
+/// `--callgrind N`: instructions tesserad executes per `passkey.authenticate`, not counting the token's own
+/// C_Sign, from valgrind's callgrind (a count, not a time: the figure does not move with the machine's load).
+///
+/// Two runs of the daemon under callgrind on the same state: both start, answer a warm-up of assertions and stop
+/// (SIGTERM); the second answers `N` more. Per assertion = (instructions of run 2 − run 1) / N, less the same
+/// difference of SoftHSM2's `C_Sign` (inclusive). Functions are ranked by their inclusive difference per assertion.
+enum CallgrindBench {
+    static let warmup = 200
+
+    static func run(assertions: Int, tesserad: String, withPIN: Bool) async throws {
+        guard assertions > 0 else { throw BenchError("--callgrind needs a positive count") }
+        for tool in ["/usr/bin/valgrind", "/usr/bin/callgrind_annotate"] where !FileManager.default.isExecutableFile(atPath: tool) {
+            throw BenchError("\(tool) is missing (apt valgrind; scripts/setup.sh installs it)")
+        }
+        let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
+        defer { hsm.removeDirectory() }
+        let work = hsm.directory
+        let pinFile = work + "/pin"
+        try Data("1234".utf8).write(to: URL(fileURLWithPath: pinFile))
+        let config = work + "/tesserad.json"
+        try Data(#"{"pinFiles": {"bench": "\#(pinFile)"}}"#.utf8).write(to: URL(fileURLWithPath: config))
+        let socket = work + "/tesserad.sock"
+        let arguments = ["--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
+                         "--no-embedded-softhsm", "--config", config, "--log-level", "warning"]
+
+        // Enrol outside valgrind, so both measured runs start from the same state.
+        let plain = Process()
+        plain.executableURL = URL(fileURLWithPath: tesserad)
+        plain.arguments = arguments
+        try plain.run()
+        let credentialId: String
+        do {
+            let client = try await connect(socket, process: plain)
+            credentialId = try await client.call("passkey.enroll", [
+                "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"], "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
+            ])["credentialId"]!.stringValue!
+        } catch {
+            await Subprocess.terminate(plain)
+            throw error
+        }
+        await Subprocess.terminate(plain)
+
+        var profiles: [Profile] = []
+        for (index, count) in [0, assertions].enumerated() {
+            let out = work + "/callgrind.\(index).out"
+            let daemon = Process()
+            daemon.executableURL = URL(fileURLWithPath: "/usr/bin/valgrind")
+            daemon.arguments = ["--tool=callgrind", "--callgrind-out-file=\(out)", "--quiet", tesserad] + arguments
+            try daemon.run()
+            do {
+                let client = try await connect(socket, process: daemon)
+                _ = try await client.call("daemon.status")
+                for batch in [warmup, count] where batch > 0 {
+                    _ = try await LoadClient.run(socket: socket, credentialId: credentialId, clients: 1, seconds: 3600,
+                                                 pin: withPIN ? "1234" : nil, count: batch)
+                }
+            } catch {
+                await Subprocess.terminate(daemon, grace: 60)
+                throw error
+            }
+            await Subprocess.terminate(daemon, grace: 120)
+            guard daemon.terminationReason == .exit else { throw BenchError("tesserad under callgrind did not exit cleanly") }
+            profiles.append(try await Profile.load(out))
+        }
+
+        let n = Double(assertions)
+        let signA = profiles[0].tokenSign, signB = profiles[1].tokenSign
+        let total = Double(profiles[1].total - profiles[0].total) / n
+        let sign = Double(signB - signA) / n
+        print("tessera-bench --callgrind: tesserad, \(assertions) assertions (after \(warmup) warm-up) \(withPIN ? "with" : "without") the PIN")
+        print(String(format: "instructions per assertion: %.0f in tesserad without the token's C_Sign (%.0f with it; C_Sign %.0f)",
+                     total - sign, total, sign))
+        var perFunction: [(String, Double)] = []
+        for (name, cost) in profiles[1].inclusive {
+            let delta = Double(cost - (profiles[0].inclusive[name] ?? 0)) / n
+            if delta > 0 { perFunction.append((name, delta)) }
+        }
+        perFunction.sort { $0.1 > $1.1 }
+        print("top functions by inclusive instructions per assertion (thread entry points and the executor loop left out):")
+        var shown = 0
+        for (name, cost) in perFunction where !isRoot(name) && shown < 15 {
+            print(String(format: "%12.0f  %5.1f%%  ", cost, 100 * cost / total) + name)
+            shown += 1
+        }
+    }
+
+    /// Entry points every thread's work sits under, which say nothing about the path.
+    static func isRoot(_ name: String) -> Bool {
+        ["start_thread", "clone", "clone3", "(below main)", "0x", "main", "_start", "__libc_start"]
+            .contains { name.hasPrefix($0) || name.hasPrefix("???:" + $0) || name.contains(":" + $0 + " ") }
+            || name.contains("NIOPosix.NIOThread") || name.contains("SelectableEventLoop.run")
+            || name.contains("ThreadPosix") || name.contains("swift_job_run")
+    }
+
+    static func connect(_ socket: String, process: Process) async throws -> RPCClient {
+        let deadline = ContinuousClock.now + .seconds(300)
+        while ContinuousClock.now < deadline {
+            guard process.isRunning else { throw BenchError("tesserad exited before it was ready") }
+            if let client = try? await RPCClient.connect(path: socket) { return client }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw BenchError("tesserad was not ready within 300 s")
+    }
+
+    /// One callgrind output, as `callgrind_annotate --inclusive=yes` reports it (Swift names demangled).
+    struct Profile {
+        var total: Int64 = 0
+        var inclusive: [String: Int64] = [:]
+        /// Inclusive instructions of SoftHSM2's C_Sign (the token's own signing work).
+        var tokenSign: Int64 = 0
+
+        static func load(_ path: String) async throws -> Profile {
+            let annotated = try await Subprocess.run("/usr/bin/callgrind_annotate",
+                                                     ["--inclusive=yes", "--threshold=100", path], timeout: 600)
+            guard annotated.status == 0 else { throw BenchError("callgrind_annotate failed: \(annotated.output.prefix(500))") }
+            var text = annotated.stdoutText
+            if let demangled = try? await Subprocess.run("swift-demangle", ["--simplified"], input: Array(text.utf8), timeout: 600),
+               demangled.status == 0 {
+                text = demangled.stdoutText
+            }
+            var profile = Profile()
+            for line in text.split(separator: "\n") {
+                // "1,234,567 (12.34%)  file:function [object]"
+                let trimmed = line.drop { $0 == " " }
+                guard let space = trimmed.firstIndex(of: " "),
+                      let cost = Int64(trimmed[..<space].filter { $0 != "," }) else { continue }
+                var rest = trimmed[space...].drop { $0 == " " }
+                if rest.hasPrefix("("), let close = rest.firstIndex(of: ")") {
+                    rest = rest[rest.index(after: close)...].drop { $0 == " " }
+                }
+                let name = String(rest)
+                if name.hasPrefix("PROGRAM TOTALS") { profile.total = cost; continue }
+                profile.inclusive[name, default: 0] += cost
+                if name.contains(":C_Sign "), name.contains("softhsm") { profile.tokenSign += cost }
+            }
+            guard profile.total > 0 else { throw BenchError("no PROGRAM TOTALS in \(path)") }
+            return profile
+        }
+    }
+}
