@@ -147,7 +147,7 @@ enum CPUTime {
     /// This process (getrusage: microsecond resolution).
     static func ofSelf() -> Double {
         var usage = rusage()
-        getrusage(RUSAGE_SELF, &usage)
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
         return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
     }
 
