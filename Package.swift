@@ -105,6 +105,8 @@ let package = Package(
             "TesseraCore", "APDU", "PIV", "PCSC", "Passkeys", "CryptoPrimitives", "CredentialStore",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "X509", package: "swift-certificates"),
         ], swiftSettings: strict),
         .target(name: "Documents", dependencies: [
             "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",

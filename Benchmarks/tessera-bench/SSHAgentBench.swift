@@ -56,14 +56,25 @@ enum SSHAgentBench {
             let digest = [UInt8](repeating: 0xA5, count: 32)
 
             print("tessera-bench --ssh-agent: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
-            print("clients  raw C_Sign/s  tesserad sign/s  median ms  OpenSSH sign/s  median ms  tesserad/OpenSSH  tesserad/raw")
+            print("CPU µs/sign: user+system CPU time of the agent's processes (OpenSSH: ssh-agent and ssh-pkcs11-helper;"
+                  + " raw: this process) per signature; does not depend on other load on the machine")
+            print("clients  raw C_Sign/s  tesserad sign/s  median ms  OpenSSH sign/s  median ms  tesserad/OpenSSH  tesserad/raw"
+                  + "  raw CPU µs  tesserad CPU µs  OpenSSH CPU µs  OpenSSH/tesserad CPU")
+            let daemonPID = daemon.processIdentifier, opensshPID = opensshAgent.processIdentifier
             for clients in clientCounts {
-                let raw = try await token.rawSignLoop(keyID: keyID, digest: digest, iterations: max(2000, Int(seconds * 4000)),
-                                                      sessions: min(clients, 8))
-                let (t, tMedian) = try await load(agentSocket, blob: blob, clients: clients, seconds: seconds)
-                let (o, oMedian) = try await load(opensshSocket, blob: blob, clients: clients, seconds: seconds)
-                print(String(format: "%7d  %12.0f  %15.0f  %9.3f  %14.0f  %9.3f  %16.2f  %12.2f", clients, raw, t, tMedian * 1000,
-                             o, oMedian * 1000, t / o, t / raw))
+                let iterations = max(2000, Int(seconds * 4000))
+                let rawCPU0 = CPUTime.ofSelf()
+                let raw = try await token.rawSignLoop(keyID: keyID, digest: digest, iterations: iterations, sessions: min(clients, 8))
+                let rawCPU = (CPUTime.ofSelf() - rawCPU0) / Double(iterations)
+                let tCPU0 = CPUTime.of(tree: daemonPID)
+                let (t, tMedian, tCount) = try await load(agentSocket, blob: blob, clients: clients, seconds: seconds)
+                let tCPU = (CPUTime.of(tree: daemonPID) - tCPU0) / Double(tCount)
+                let oCPU0 = CPUTime.of(tree: opensshPID)
+                let (o, oMedian, oCount) = try await load(opensshSocket, blob: blob, clients: clients, seconds: seconds)
+                let oCPU = (CPUTime.of(tree: opensshPID) - oCPU0) / Double(oCount)
+                print(String(format: "%7d  %12.0f  %15.0f  %9.3f  %14.0f  %9.3f  %16.2f  %12.2f  %10.1f  %15.1f  %14.1f  %20.2f",
+                             clients, raw, t, tMedian * 1000, o, oMedian * 1000, t / o, t / raw,
+                             rawCPU * 1e6, tCPU * 1e6, oCPU * 1e6, oCPU / tCPU))
             }
             provider.finalize()
         } catch {
@@ -75,14 +86,15 @@ enum SSHAgentBench {
         await Subprocess.terminate(daemon)
     }
 
-    /// `clients` blocking connections sending SIGN_REQUEST back to back; returns signatures/s and the median latency.
-    static func load(_ path: String, blob: [UInt8], clients: Int, seconds: Double) async throws -> (Double, Double) {
-        try await DedicatedThread.run(name: "bench.agent-load") { () throws -> (Double, Double) in
+    /// `clients` blocking connections sending SIGN_REQUEST back to back; returns signatures/s, the median latency
+    /// and the number of signatures.
+    static func load(_ path: String, blob: [UInt8], clients: Int, seconds: Double) async throws -> (Double, Double, Int) {
+        try await DedicatedThread.run(name: "bench.agent-load") { () throws -> (Double, Double, Int) in
             try blockingLoad(path, blob: blob, clients: clients, seconds: seconds)
         }
     }
 
-    private static func blockingLoad(_ path: String, blob: [UInt8], clients: Int, seconds: Double) throws -> (Double, Double) {
+    private static func blockingLoad(_ path: String, blob: [UInt8], clients: Int, seconds: Double) throws -> (Double, Double, Int) {
         func be32(_ n: Int) -> [UInt8] { [UInt8(n >> 24 & 0xff), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)] }
         let data = [UInt8](repeating: 0x42, count: 64)
         let body: [UInt8] = [13] + be32(blob.count) + blob + be32(data.count) + data + be32(0)
@@ -124,6 +136,37 @@ enum SSHAgentBench {
         if let f = failure.withLock({ $0 }) { throw BenchError(f) }
         let all = results.withLock { $0 }.flatMap { $0 }.sorted()
         guard !all.isEmpty else { throw BenchError("no signatures") }
-        return (Double(all.count) / wall, all[all.count / 2])
+        return (Double(all.count) / wall, all[all.count / 2], all.count)
+    }
+}
+
+/// User + system CPU seconds from /proc (clock ticks), for the CPU cost per signature.
+enum CPUTime {
+    private static let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+
+    /// This process (getrusage: microsecond resolution).
+    static func ofSelf() -> Double {
+        var usage = rusage()
+        getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+        return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    }
+
+    /// `pid` and its live descendants (ssh-agent's ssh-pkcs11-helper).
+    static func of(tree pid: Int32) -> Double {
+        var total = 0.0, queue = [pid]
+        while let p = queue.popLast() {
+            if let stat = try? String(contentsOfFile: "/proc/\(p)/stat", encoding: .utf8),
+               let close = stat.lastIndex(of: ")") {
+                // Fields after "comm)": state is field 3; utime and stime are fields 14 and 15.
+                let fields = stat[stat.index(after: close)...].split(separator: " ")
+                if fields.count > 13, let u = Double(fields[11]), let s = Double(fields[12]) { total += (u + s) / ticks }
+            }
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(p)/task")) ?? []
+            for t in tasks {
+                let children = (try? String(contentsOfFile: "/proc/\(p)/task/\(t)/children", encoding: .utf8)) ?? ""
+                queue += children.split(separator: " ").compactMap { Int32($0) }
+            }
+        }
+        return total
     }
 }

@@ -175,6 +175,12 @@ public struct PIVApplication: Sendable {
         try Self.checkPINStatus(r.sw, what: "VERIFY")
     }
 
+    /// VERIFY with P1 = FF: the card forgets that the PIN was verified (Part 2 §3.2.1; no try spent).
+    public func resetPINStatus(_ reference: PIV.PINReference = .applicationPIN) async throws(TesseraError) {
+        let r = try await send(CommandAPDU(ins: PIV.INS.verify, p1: 0xFF, p2: reference.rawValue))
+        guard r.sw.isSuccess else { throw Self.cardError("VERIFY (reset)", r.sw) }
+    }
+
     /// CHANGE REFERENCE DATA: replaces the PIN (or PUK) after checking the old one (one try).
     public func changePIN(old: String, new: String, reference: PIV.PINReference = .applicationPIN) async throws(TesseraError) {
         let data = try PIV.paddedPIN(old) + PIV.paddedPIN(new)

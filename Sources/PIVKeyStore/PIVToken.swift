@@ -8,6 +8,8 @@ import PIV
 import Synchronization
 import TesseraCore
 import Passkeys
+import SwiftASN1
+import X509
 
 /// One PIV card seen through the `KeyStoreToken` protocol (backend "piv").
 ///
@@ -15,7 +17,8 @@ import Passkeys
 /// `PIVSlotStore`). A slot counts as free for a new key only when Tessera already owns it as free, or when
 /// nothing suggests another program uses it: no certificate object, not among the first
 /// `keysWithOnCardCerts + keysWithOffCardCerts` retired slots of the key history object, and — on cards that
-/// answer Yubico GET METADATA — no key in it. Slots 9A/9C/9D/9E are never touched.
+/// answer Yubico GET METADATA — no key in it. Slots 9A/9C/9D/9E are never written; the SSH agent signs
+/// with the keys of 9A and 9E when they hold a P-256 certificate (`publicKeys`).
 ///
 /// PIN: a request's PIN is sent (one VERIFY, one try) in the same transaction as its signature or key generation,
 /// after an empty VERIFY that reads the retry counter (no try spent) for the final-try guard, so an assertion with
@@ -33,6 +36,8 @@ final class PIVToken: KeyStoreToken {
     private struct Cache {
         var pinStatus: PIVPINStatus?
         var slotByHandle: [[UInt8]: UInt8] = [:]
+        /// The certificate keys of 9A/9E (read once per insertion).
+        var certificateKeys: [TokenKey]?
     }
 
     init(id: String, reader: String, identity: PIVCardIdentity, session: PIVCardSession, slots: PIVSlotStore,
@@ -171,10 +176,13 @@ final class PIVToken: KeyStoreToken {
             // Recorded before the card is written: a crash leaves the slot known as Tessera's.
             try await slots.save(PIVSlotRecord(tokenId: tokenId, slot: Int(slot), state: .pending, keyHandle: Data(handle)))
             let point = try await app.generateP256(slot: slot)
+            if Self.isSSHLabel(label), let certTag = PIV.Object.certificate(slot: slot) {
+                try await app.putData(certTag, content: try Self.certificateObject(label: label, point: point))
+            }
             try await slots.save(PIVSlotRecord(tokenId: tokenId, slot: Int(slot), state: .used, keyHandle: Data(handle)))
             return (slot, point)
         }
-        cache.withLock { $0.slotByHandle[handle] = slot }
+        cache.withLock { $0.slotByHandle[handle] = slot; $0.certificateKeys = nil }
         logger.info("PIV key generated", metadata: ["token": "\(id)", "slot": "\(String(slot, radix: 16))"])
         return point
     }
@@ -211,11 +219,106 @@ final class PIVToken: KeyStoreToken {
     }
 
     func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
-        let slot = try await slot(for: handle)
+        let slot: UInt8
+        if let standard = Self.certificateSlot(handle: handle) { slot = standard } else { slot = try await self.slot(for: handle) }
         let digest = Array(SHA256.hash(data: message))
         let der = try await run(pin: pin) { app throws(TesseraError) in try await app.signP256(slot: slot, digest: digest) }
         // Cards answer DER (SP 800-73-4 §3.2.4); some do not keep it minimal.
         return try ECDSASignature.rawFromDER(der, group: .p256, strictness: .lenient)
+    }
+
+    // MARK: SSH agent
+
+    /// Slots whose key the SSH agent offers when a P-256 certificate is stored for it.
+    static let sshCertificateSlots: [UInt8] = [PIV.Slot.authentication, PIV.Slot.cardAuthentication]
+    private static let certificateHandlePrefix = Array("piv-slot:".utf8)
+
+    /// The handle of the key in a standard slot (9A/9E): not a passkey handle (those are random 16 bytes).
+    static func certificateHandle(slot: UInt8) -> [UInt8] { certificateHandlePrefix + [slot] }
+
+    static func certificateSlot(handle: [UInt8]) -> UInt8? {
+        guard handle.count == certificateHandlePrefix.count + 1, handle.starts(with: certificateHandlePrefix),
+              let slot = handle.last, sshCertificateSlots.contains(slot) else { return nil }
+        return slot
+    }
+
+    /// SSH keys made by `ssh.keygen` (`CKA_LABEL`-style labels `ssh:…` / `ssh-confirm:…`).
+    static func isSSHLabel(_ label: String) -> Bool { label.hasPrefix("ssh:") || label.hasPrefix("ssh-confirm:") }
+
+    /// The certificate object for an SSH key made in a retired slot: a certificate of the card's key whose subject
+    /// CN is the label, issued by a throw-away software key (PIV has no other place for a public key and a name).
+    static func certificateObject(label: String, point: [UInt8]) throws(TesseraError) -> [UInt8] {
+        do {
+            let issuerKey = P256.Signing.PrivateKey()
+            let subject = try DistinguishedName { CommonName(label) }
+            let issuer = try DistinguishedName { CommonName("Tessera SSH key") }
+            let now = Date()
+            let certificate = try Certificate(
+                version: .v3, serialNumber: Certificate.SerialNumber(),
+                publicKey: Certificate.PublicKey(try P256.Signing.PublicKey(x963Representation: point)),
+                notValidBefore: now, notValidAfter: now.addingTimeInterval(100 * 365 * 86_400), issuer: issuer,
+                subject: subject, signatureAlgorithm: .ecdsaWithSHA256, extensions: Certificate.Extensions(),
+                issuerPrivateKey: Certificate.PrivateKey(issuerKey))
+            var serializer = DER.Serializer()
+            try serializer.serialize(certificate)
+            return TLV.encode(tag: 0x70, value: serializer.serializedBytes) + TLV.encode(tag: 0x71, value: [0x00])
+                + TLV.encode(tag: 0xFE, value: [])
+        } catch {
+            throw TesseraError(.cryptoError, "cannot build the certificate object of the SSH key: \(error)")
+        }
+    }
+
+    /// The keys the SSH agent may offer (the point comes from the certificate; reading certificates needs no PIN):
+    /// slots 9A and 9E that hold a P-256 certificate (labelled `PIV 9a <subject>`), and keys `ssh.keygen` made in
+    /// retired slots Tessera owns (labelled with their certificate's CN, `ssh:COMMENT`). Passkey keys have no
+    /// certificate and are never listed. Read once per insertion (and after a key generation).
+    func publicKeys() async throws(TesseraError) -> [TokenKey] {
+        if let keys = cache.withLock({ $0.certificateKeys }) { return keys }
+        let owned = try await slots.slots(tokenId: id).filter { $0.state == .used }
+        let objects = try await session.run { app throws(TesseraError) -> [(UInt8, [UInt8], [UInt8]?)] in
+            var found: [(UInt8, [UInt8], [UInt8]?)] = []
+            for slot in Self.sshCertificateSlots {
+                guard let tag = PIV.Object.certificate(slot: slot), let content = try await app.getData(tag) else { continue }
+                found.append((slot, content, nil))
+            }
+            for record in owned {
+                guard let slot = UInt8(exactly: record.slot), let handle = record.keyHandle,
+                      let tag = PIV.Object.certificate(slot: slot), let content = try await app.getData(tag) else { continue }
+                found.append((slot, content, Array(handle)))
+            }
+            return found
+        }
+        var keys: [TokenKey] = []
+        for (slot, content, handle) in objects {
+            guard let der = (try? TLV.parseAll(content, options: .card))?.first(tag: 0x70)?.value,
+                  let certificate = try? Certificate(derEncoded: der),
+                  let key = P256.Signing.PublicKey(certificate.publicKey) else {
+                logger.debug("PIV card \(id): slot \(String(slot, radix: 16)) holds no P-256 certificate; not offered to SSH")
+                continue
+            }
+            let point = Array(key.x963Representation)
+            if let handle {
+                let cn = certificate.subject.flatMap { $0 }.first { $0.type == .RDNAttributeType.commonName }
+                guard let label = cn.flatMap({ String($0.value) }), Self.isSSHLabel(label) else { continue }
+                keys.append(TokenKey(handle: handle, label: label, publicPoint: point))
+            } else {
+                keys.append(TokenKey(handle: Self.certificateHandle(slot: slot),
+                                     label: "PIV \(String(slot, radix: 16)) \(certificate.subject)", publicPoint: point))
+            }
+        }
+        cache.withLock { $0.certificateKeys = keys }
+        return keys
+    }
+
+    /// VERIFY under the PIN rules (one try at most); the card keeps the PIN verified in this connection.
+    func login(pin: PINAttempt) async throws(TesseraError) {
+        try await run(pin: pin) { _ throws(TesseraError) in }
+    }
+
+    /// Makes the card forget the verified PIN (VERIFY P1=FF).
+    func logout() async {
+        _ = try? await session.run { app throws(TesseraError) in try await app.resetPINStatus() }
+        cache.withLock { $0.pinStatus = nil }
     }
 
     /// Destroys the key by generating a fresh one over it (PIV has no delete), clears the slot's certificate
@@ -233,6 +336,6 @@ final class PIVToken: KeyStoreToken {
             }
         }
         try await slots.save(PIVSlotRecord(tokenId: id, slot: Int(slot), state: .free, keyHandle: nil))
-        _ = cache.withLock { $0.slotByHandle.removeValue(forKey: handle) }
+        cache.withLock { $0.slotByHandle[handle] = nil; $0.certificateKeys = nil }
     }
 }

@@ -264,6 +264,18 @@ public final class PKCS11Token: Sendable {
     }
 
     private func sign(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8]) async throws(TesseraError) -> [UInt8] {
+        let signature = try await signature(keyID: keyID, mechanism: mechanism, data: data)
+        // PKCS#11 (CKM_ECDSA) returns raw r ‖ s; some tokens return DER instead, not always minimal.
+        let raw = signature.count == 64
+            ? signature : try? ECDSASignature.rawFromDER(signature, group: .p256, strictness: .lenient)
+        guard let raw else {
+            throw TesseraError(.tokenError, "the token returned a \(signature.count)-byte ECDSA signature")
+        }
+        return raw
+    }
+
+    /// `C_Sign` with the private key of `keyID` (its handle cached), returning the token's signature bytes.
+    private func signature(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8]) async throws(TesseraError) -> [UInt8] {
         let cache = keyHandles
         let loginRequired = info.flags.loginRequired
         return try await withSession { (ctx: SessionContext) throws(OperationError) -> [UInt8] in
@@ -280,13 +292,7 @@ public final class PKCS11Token: Sendable {
             switch result {
             case .success(let signature):
                 if cached == nil { cache.withLock { $0[keyID] = handle } }
-                // PKCS#11 (CKM_ECDSA) returns raw r ‖ s; some tokens return DER instead, not always minimal.
-                let raw = signature.count == 64
-                    ? signature : try? ECDSASignature.rawFromDER(signature, group: .p256, strictness: .lenient)
-                guard let raw else {
-                    throw .failure(TesseraError(.tokenError, "the token returned a \(signature.count)-byte ECDSA signature"))
-                }
-                return raw
+                return signature
             case .failure(let failure):
                 throw .ck(failure)
             }
@@ -404,6 +410,38 @@ public final class PKCS11Token: Sendable {
             }
             return keys
         }
+    }
+
+    /// The RSA public key objects on the token (visible without login): `CKA_ID`, `CKA_LABEL`, modulus and exponent.
+    public func publicKeysRSA() async throws(TesseraError) -> [TokenRSAPublicKey] {
+        try await withSession { (ctx: SessionContext) throws(OperationError) -> [TokenRSAPublicKey] in
+            let handles = try ctx.findObjects([
+                (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
+                (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_RSA))),
+            ], limit: 100_000)
+            var keys: [TokenRSAPublicKey] = []
+            for handle in handles {
+                guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)), !keyID.isEmpty,
+                      case .success(let modulus) = ctx.attribute(handle, ck_attribute_type_t(CKA_MODULUS)), !modulus.isEmpty,
+                      case .success(let exponent) = ctx.attribute(handle, ck_attribute_type_t(CKA_PUBLIC_EXPONENT)),
+                      !exponent.isEmpty else { continue }
+                let label = (try? ctx.attribute(handle, ck_attribute_type_t(CKA_LABEL)).get()) ?? []
+                keys.append(TokenRSAPublicKey(id: keyID, label: String(decoding: label, as: UTF8.self),
+                                              modulus: modulus, exponent: exponent))
+            }
+            return keys
+        }
+    }
+
+    /// RSA PKCS#1 v1.5 signature over `message` with the hash's `CKM_SHA*_RSA_PKCS` mechanism (the token hashes).
+    /// Throws `PASSKEY_NOT_FOUND` for an unknown id and `PIN_REQUIRED` when not logged in.
+    public func signRSA(keyID: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8] {
+        let mechanism: ck_mechanism_type_t = switch hash {
+        case .sha1: ck_mechanism_type_t(CKM_SHA1_RSA_PKCS)
+        case .sha256: ck_mechanism_type_t(CKM_SHA256_RSA_PKCS)
+        case .sha512: ck_mechanism_type_t(CKM_SHA512_RSA_PKCS)
+        }
+        return try await signature(keyID: keyID, mechanism: mechanism, data: message)
     }
 
     /// Reads back the protection attributes of the private key with this `CKA_ID` and tries to read `CKA_VALUE`.

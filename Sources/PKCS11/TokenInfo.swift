@@ -100,3 +100,18 @@ public struct TokenPublicKey: Sendable, Equatable {
     /// Uncompressed P-256 point (65 bytes).
     public var point: [UInt8]
 }
+
+/// An RSA public key object on a token.
+public struct TokenRSAPublicKey: Sendable, Equatable {
+    /// `CKA_ID` (shared with the private key of the pair).
+    public var id: [UInt8]
+    public var label: String
+    /// `CKA_MODULUS` and `CKA_PUBLIC_EXPONENT`, unsigned big-endian.
+    public var modulus: [UInt8]
+    public var exponent: [UInt8]
+}
+
+/// The hash of an RSA PKCS#1 v1.5 signature.
+public enum RSASignatureHash: Sendable {
+    case sha1, sha256, sha512
+}

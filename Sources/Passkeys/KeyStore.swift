@@ -1,3 +1,4 @@
+import PKCS11
 import TesseraCore
 
 /// What the passkey service needs from a hardware key store (PKCS#11 token, PIV card, ...).
@@ -23,8 +24,10 @@ public protocol KeyStoreToken: Sendable {
     func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError)
 
     // SSH agent (defaults below: a backend without them offers no SSH keys and cannot be unlocked).
-    /// The P-256 public keys on the token, readable without a login.
+    /// The public keys on the token (P-256, and RSA where the backend has them), readable without a login.
     func publicKeys() async throws(TesseraError) -> [TokenKey]
+    /// RSA PKCS#1 v1.5 signature over `message` (SSH `ssh-rsa` / `rsa-sha2-*` keys); the token hashes.
+    func signRSA(handle: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8]
     /// Logs the token in with `pin` (from `PINRules.withCallerPIN`), or checks it against the active login; one
     /// token try at most (the login stays until `logout`).
     func login(pin: PINAttempt) async throws(TesseraError)
@@ -34,18 +37,37 @@ public protocol KeyStoreToken: Sendable {
 
 /// A public key on a token, with the handle of its private key.
 public struct TokenKey: Sendable, Equatable {
+    /// The key's type and public value.
+    public enum Value: Sendable, Equatable {
+        /// Uncompressed P-256 point (65 bytes).
+        case p256(point: [UInt8])
+        /// RSA modulus and public exponent (unsigned big-endian).
+        case rsa(modulus: [UInt8], exponent: [UInt8])
+    }
+
     public var handle: [UInt8]
     public var label: String
-    /// Uncompressed P-256 point (65 bytes).
-    public var publicPoint: [UInt8]
+    public var value: Value
+    /// The P-256 point; empty for an RSA key.
+    public var publicPoint: [UInt8] {
+        if case .p256(let point) = value { return point }
+        return []
+    }
 
     public init(handle: [UInt8], label: String, publicPoint: [UInt8]) {
-        self.handle = handle; self.label = label; self.publicPoint = publicPoint
+        self.init(handle: handle, label: label, value: .p256(point: publicPoint))
+    }
+
+    public init(handle: [UInt8], label: String, value: Value) {
+        self.handle = handle; self.label = label; self.value = value
     }
 }
 
 extension KeyStoreToken {
     public func publicKeys() async throws(TesseraError) -> [TokenKey] { [] }
+    public func signRSA(handle: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8] {
+        throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) holds no RSA keys")
+    }
     public func login(pin: PINAttempt) async throws(TesseraError) {
         throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) cannot be unlocked for the SSH agent")
     }

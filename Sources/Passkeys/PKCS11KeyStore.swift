@@ -125,6 +125,13 @@ struct PKCS11TokenAdapter: KeyStoreToken {
 
     func publicKeys() async throws(TesseraError) -> [TokenKey] {
         try await token.publicKeysP256().map { TokenKey(handle: $0.id, label: $0.label, publicPoint: $0.point) }
+            + token.publicKeysRSA().map {
+                TokenKey(handle: $0.id, label: $0.label, value: .rsa(modulus: $0.modulus, exponent: $0.exponent))
+            }
+    }
+
+    func signRSA(handle: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8] {
+        try await token.signRSA(keyID: handle, message: message, hash: hash)
     }
 
     func login(pin: PINAttempt) async throws(TesseraError) { try await verify(pin) }

@@ -20,10 +20,10 @@ public struct AgentIdentity: Sendable, Equatable {
 
 /// What the agent needs from the daemon's key stores.
 public protocol SSHAgentBackend: Sendable {
-    /// The SSH keys of every present token.
+    /// The SSH keys of every present token (listed afresh).
     func identities() async -> [AgentIdentity]
-    /// Whether signing with keys of this token needs a PIN login that is not active now.
-    func needsUnlock(tokenID: String) async -> Bool
+    /// The offered key with this blob, for a SIGN_REQUEST (may come from a cache the backend keeps current).
+    func identity(blob: [UInt8]) async -> AgentIdentity?
     /// Signs `data` for SSH; returns the signature blob. `flags` are SIGN_REQUEST's (RSA hash choice).
     func sign(_ identity: AgentIdentity, data: [UInt8], flags: UInt32) async throws(TesseraError) -> [UInt8]
     /// Resolves `ssh-add -s` reader id (token id or label) and logs that token in with `pin` as `peer`'s PIN
@@ -59,12 +59,20 @@ public struct AgentPeer: Sendable {
 /// Locking (`ssh-add -x`) is per client uid and keeps only a salted SHA-256 of the passphrase; a locked agent lists
 /// no keys and signs nothing for that uid. Token unlocks (`ssh-add -s`) are the tokens' own login state, shared by
 /// every client, and end on `ssh-add -e`, on any lock, and `pinCacheSeconds` after the unlock.
-public actor SSHAgent {
+///
+/// The state sits behind a lock (never held across a suspension), so a request runs on its connection's executor
+/// without hopping to an actor.
+public final class SSHAgent: Sendable {
     private let backend: any SSHAgentBackend
     private let pinCache: Duration
-    private var locks: [UInt32: (salt: [UInt8], digest: [UInt8])] = [:]
-    private var unlocked: [String: (until: ContinuousClock.Instant, confirm: Bool)] = [:]
-    private var sessionBinds: [UInt64: [SessionBind]] = [:]
+    private let state = Locked(State())
+
+    private struct State {
+        var locks: [UInt32: (salt: [UInt8], digest: [UInt8])] = [:]
+        var unlocked: [String: (until: ContinuousClock.Instant, confirm: Bool)] = [:]
+        var sessionBinds: [UInt64: [SessionBind]] = [:]
+        var nextExpiry: ContinuousClock.Instant?
+    }
 
     /// Extensions this agent understands (answered to `query`).
     public static let extensions = ["query", "session-bind@openssh.com"]
@@ -88,28 +96,33 @@ public actor SSHAgent {
     /// Tokens the agent unlocked, with seconds until the unlock expires.
     public func unlockedTokens() -> [String: Int] {
         let now = ContinuousClock.now
-        return unlocked.mapValues { Int(($0.until - now).components.seconds) }
+        return state.withLock { $0.unlocked.mapValues { Int(($0.until - now).components.seconds) } }
     }
 
     /// Session binds recorded for a connection (`session-bind@openssh.com`).
-    public func binds(connectionID: UInt64) -> [SessionBind] { sessionBinds[connectionID] ?? [] }
+    public func binds(connectionID: UInt64) -> [SessionBind] { state.withLock { $0.sessionBinds[connectionID] ?? [] } }
 
     /// Forgets a closed connection's state.
-    public func closed(connectionID: UInt64) { sessionBinds[connectionID] = nil }
+    public func closed(connectionID: UInt64) { _ = state.withLock { $0.sessionBinds.removeValue(forKey: connectionID) } }
 
     /// Drops unlocks older than `pinCacheSeconds` (logging the tokens out).
     public func expire() async {
         let now = ContinuousClock.now
-        let stale = unlocked.filter { $0.value.until <= now }.map(\.key)
+        let stale: [String] = state.withLock { s in
+            guard let due = s.nextExpiry, due <= now else { return [] }
+            let ids = s.unlocked.filter { $0.value.until <= now }.map(\.key)
+            for id in ids { s.unlocked[id] = nil }
+            s.nextExpiry = s.unlocked.values.map(\.until).min()
+            return ids
+        }
         for id in stale {
-            unlocked[id] = nil
             await backend.forget(tokenID: id)
             backend.log(.info, "ssh-agent: unlock of token \(id) expired")
         }
     }
 
     private func respond(_ request: AgentRequest, from peer: AgentPeer) async -> AgentResponse {
-        let locked = locks[peer.uid] != nil
+        let locked = state.withLock { $0.locks[peer.uid] != nil }
         switch request {
         case .requestIdentities:
             if locked { return .identities([]) }
@@ -134,7 +147,11 @@ public actor SSHAgent {
             do {
                 let id = try await backend.unlock(readerID: readerID, pin: pin, peer: peer)
                 let lifetime = constraints.lifetime.map { min(Duration.seconds(Int($0)), pinCache) } ?? pinCache
-                unlocked[id] = (ContinuousClock.now + lifetime, constraints.confirm)
+                let until = ContinuousClock.now + lifetime
+                state.withLock { s in
+                    s.unlocked[id] = (until, constraints.confirm)
+                    s.nextExpiry = min(s.nextExpiry ?? until, until)
+                }
                 backend.log(.info, "ssh-agent: token \(id) unlocked by uid \(peer.uid)")
                 return .success
             } catch {
@@ -143,8 +160,8 @@ public actor SSHAgent {
             }
 
         case .removeSmartcardKey(let readerID):
-            guard peer.maySign, let id = await backend.tokenID(readerID: readerID), unlocked[id] != nil else { return .failure }
-            unlocked[id] = nil
+            guard peer.maySign, let id = await backend.tokenID(readerID: readerID),
+                  state.withLock({ $0.unlocked.removeValue(forKey: id) }) != nil else { return .failure }
             await backend.forget(tokenID: id)
             backend.log(.info, "ssh-agent: token \(id) locked again (ssh-add -e)")
             return .success
@@ -152,16 +169,20 @@ public actor SSHAgent {
         case .lock(let passphrase):
             guard !locked, peer.maySign else { return .failure }
             let salt = SecureRandom.bytes(16)
-            locks[peer.uid] = (salt, Self.digest(salt, passphrase))
+            state.withLock { $0.locks[peer.uid] = (salt, Self.digest(salt, passphrase)) }
             await forgetAll()
             backend.log(.info, "ssh-agent: locked for uid \(peer.uid)")
             return .success
 
         case .unlock(let passphrase):
-            guard let lock = locks[peer.uid], ConstantTime.equal(lock.digest, Self.digest(lock.salt, passphrase)) else {
-                return .failure
+            let opened = state.withLock { s -> Bool in
+                guard let lock = s.locks[peer.uid], ConstantTime.equal(lock.digest, Self.digest(lock.salt, passphrase)) else {
+                    return false
+                }
+                s.locks[peer.uid] = nil
+                return true
             }
-            locks[peer.uid] = nil
+            guard opened else { return .failure }
             backend.log(.info, "ssh-agent: unlocked for uid \(peer.uid)")
             return .success
 
@@ -173,7 +194,7 @@ public actor SSHAgent {
                 return .extensionReply(w.bytes)
             case "session-bind@openssh.com":
                 guard let bind = try? SessionBind(contents) else { return .failure }
-                sessionBinds[peer.connectionID, default: []].append(bind)
+                state.withLock { $0.sessionBinds[peer.connectionID, default: []].append(bind) }
                 var keyReader = SSHReader(bind.hostKey)
                 let hostKey = (try? keyReader.text()) ?? "unknown"
                 backend.log(.info, "ssh-agent conn \(peer.connectionID): session bound to a \(hostKey) host key"
@@ -190,36 +211,32 @@ public actor SSHAgent {
     }
 
     private func offered() async -> [AgentIdentity] {
-        await backend.identities().map { id in
-            var id = id
-            if unlocked[id.tokenID]?.confirm == true { id.confirm = true }
-            return id
-        }
+        await backend.identities()
     }
 
     private func sign(blob: [UInt8], data: [UInt8], flags: UInt32, peer: AgentPeer) async -> AgentResponse {
-        guard let identity = await offered().first(where: { $0.key.blob == blob }) else {
+        guard var identity = await backend.identity(blob: blob) else {
             backend.log(.info, "ssh-agent: sign request for a key this agent does not hold")
             return .failure
         }
-        if await backend.needsUnlock(tokenID: identity.tokenID) {
-            backend.log(.notice, "ssh-agent: token \(identity.tokenID) needs a PIN: run `ssh-add -s \(identity.tokenID)`")
-            return .failure
-        }
+        if state.withLock({ $0.unlocked[identity.tokenID]?.confirm == true }) { identity.confirm = true }
         if identity.confirm {
             let request: JSONValue = [
                 "type": "ssh-sign", "key": .string(identity.key.authorizedKeysLine(comment: identity.comment)),
                 "tokenId": .string(identity.tokenID), "uid": .number(Double(peer.uid)),
                 "connection": .number(Double(peer.connectionID)),
-                "sessionBound": .bool(!(sessionBinds[peer.connectionID] ?? []).isEmpty),
+                "sessionBound": .bool(!binds(connectionID: peer.connectionID).isEmpty),
             ]
             guard await backend.confirm(identity, request: request) else {
                 backend.log(.notice, "ssh-agent: signature with \(identity.comment) not confirmed")
                 return .failure
             }
         }
-        do {
+        do throws(TesseraError) {
             return .signature(try await backend.sign(identity, data: data, flags: flags))
+        } catch where error.code == .pinRequired {
+            backend.log(.notice, "ssh-agent: token \(identity.tokenID) needs a PIN: run `ssh-add -s \(identity.tokenID)`")
+            return .failure
         } catch {
             backend.log(.warning, "ssh-agent: sign with token \(identity.tokenID) failed: \(error)")
             return .failure
@@ -227,8 +244,10 @@ public actor SSHAgent {
     }
 
     private func forgetAll() async {
-        let ids = Array(unlocked.keys)
-        unlocked = [:]
+        let ids: [String] = state.withLock { s in
+            defer { s.unlocked = [:]; s.nextExpiry = nil }
+            return Array(s.unlocked.keys)
+        }
         for id in ids { await backend.forget(tokenID: id) }
     }
 

@@ -148,7 +148,10 @@ public enum Daemon {
         table.registerIntrospection()
 
         let tokenEvents = Task {
-            for await _ in pivStore.changes { await server.broadcast("tokens.changed", ["backend": "piv"]) }
+            for await _ in pivStore.changes {
+                sshBackend.invalidate()
+                await server.broadcast("tokens.changed", ["backend": "piv"])
+            }
         }
         let inherited = Systemd.listenDescriptors()
         let address: RPCListenAddress

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import PKCS11
 import Passkeys
 import RPC
 import SSHAgent
@@ -8,9 +9,14 @@ import TesseraCore
 
 /// The SSH agent's view of the daemon's key stores (the same tokens as passkeys, never a passkey's key).
 ///
-/// Which keys: every P-256 public key object on a token, except passkey keys (`CKA_LABEL` `tessera:…`).
-/// Keys made by `ssh.keygen` carry `CKA_LABEL` `ssh:COMMENT` (`ssh-confirm:COMMENT` when every signature needs the
-/// presence command's approval); other keys are offered with their label as comment.
+/// Which keys: every P-256 public key object on a PKCS#11 token, except passkey keys (`CKA_LABEL` `tessera:…`),
+/// and the keys of PIV slots 9A and 9E that hold a P-256 certificate. Keys made by `ssh.keygen` carry `CKA_LABEL`
+/// `ssh:COMMENT` (`ssh-confirm:COMMENT` when every signature needs the presence command's approval); other keys
+/// are offered with their label as comment.
+///
+/// REQUEST_IDENTITIES always lists the tokens afresh; SIGN_REQUEST finds its key (and token) in the cache that
+/// listing fills, so a signature is one token operation. The cache is dropped on token events (PIV hotplug,
+/// pcscd), after `ssh.keygen`, and when a signature fails because the token or key is gone.
 struct SSHKeyBackend: SSHAgentBackend {
     static let sshLabelPrefix = "ssh:"
     static let confirmLabelPrefix = "ssh-confirm:"
@@ -20,9 +26,50 @@ struct SSHKeyBackend: SSHAgentBackend {
     let logger: Logger
     var presenceCommand: [String]?
     var presenceTimeout: Duration = .seconds(30)
+    private let cache = IdentityCache()
 
-    func identities() async -> [AgentIdentity] {
-        var out: [AgentIdentity] = []
+    init(passkeys: PasskeyService, logger: Logger, presenceCommand: [String]?, presenceTimeout: Duration) {
+        self.passkeys = passkeys; self.logger = logger
+        self.presenceCommand = presenceCommand; self.presenceTimeout = presenceTimeout
+    }
+
+    /// The offered keys by blob, with their tokens; `generation` makes a listing that raced an invalidation
+    /// not refill the cache with what it saw before.
+    final class IdentityCache: Sendable {
+        private struct State {
+            var generation: UInt64 = 0
+            var byBlob: [[UInt8]: (identity: AgentIdentity, token: any KeyStoreToken)]?
+        }
+        private let state = Locked(State())
+
+        var generation: UInt64 { state.withLock { $0.generation } }
+        func lookup(_ blob: [UInt8]) -> (identity: AgentIdentity, token: any KeyStoreToken)?? {
+            state.withLock { s in s.byBlob.map { $0[blob] } }
+        }
+        func fill(_ entries: [(identity: AgentIdentity, token: any KeyStoreToken)], generation: UInt64) {
+            state.withLock { s in
+                guard s.generation == generation else { return }
+                var map: [[UInt8]: (identity: AgentIdentity, token: any KeyStoreToken)] = [:]
+                for e in entries where map[e.identity.key.blob] == nil { map[e.identity.key.blob] = e }
+                s.byBlob = map
+            }
+        }
+        func invalidate() { state.withLock { $0.generation &+= 1; $0.byBlob = nil } }
+    }
+
+    /// Drops the cached keys (token events, new keys).
+    func invalidate() { cache.invalidate() }
+
+    func identities() async -> [AgentIdentity] { await list().map(\.identity) }
+
+    func identity(blob: [UInt8]) async -> AgentIdentity? {
+        if let cached = cache.lookup(blob) { return cached?.identity }
+        return await list().first { $0.identity.key.blob == blob }?.identity
+    }
+
+    private func list() async -> [(identity: AgentIdentity, token: any KeyStoreToken)] {
+        let generation = cache.generation
+        var out: [(identity: AgentIdentity, token: any KeyStoreToken)] = []
         for token in await passkeys.tokens() {
             let keys: [TokenKey]
             do { keys = try await token.publicKeys() } catch {
@@ -37,25 +84,50 @@ struct SSHKeyBackend: SSHAgentBackend {
                     comment = String(key.label.dropFirst(Self.confirmLabelPrefix.count))
                     confirm = true
                 }
-                out.append(AgentIdentity(key: .ecdsaP256(point: key.publicPoint), comment: comment,
-                                         tokenID: token.id, handle: key.handle, confirm: confirm))
+                let sshKey: SSHPublicKey = switch key.value {
+                case .p256(let point): .ecdsaP256(point: point)
+                case .rsa(let modulus, let exponent): .rsa(exponent: exponent, modulus: modulus)
+                }
+                out.append((AgentIdentity(key: sshKey, comment: comment, tokenID: token.id, handle: key.handle,
+                                          confirm: confirm), token))
             }
         }
+        cache.fill(out, generation: generation)
         return out
     }
 
-    func needsUnlock(tokenID: String) async -> Bool {
-        guard let token = await passkeys.tokens().first(where: { $0.id == tokenID }) else { return false }
-        return await token.needsPIN()
-    }
-
+    /// ECDSA P-256, or RSA PKCS#1 v1.5 with SHA-512 / SHA-256 for the `rsa-sha2-512` / `rsa-sha2-256` flags and
+    /// SHA-1 (`ssh-rsa`) without one, as OpenSSH's agent does.
     func sign(_ identity: AgentIdentity, data: [UInt8], flags: UInt32) async throws(TesseraError) -> [UInt8] {
-        let token = try await passkeys.chooseToken(identity.tokenID)
-        guard case .ecdsaP256 = identity.key else {
-            throw TesseraError(.unsupportedProtocol, "only ecdsa-sha2-nistp256 keys sign")
+        let token: any KeyStoreToken
+        if let cached = cache.lookup(identity.key.blob) ?? nil { token = cached.token } else {
+            token = try await passkeys.chooseToken(identity.tokenID)
         }
-        let raw = try await token.signP256(handle: identity.handle, message: data, pin: nil)
-        return try SSHSignature.ecdsaP256(raw: raw)
+        do throws(TesseraError) {
+            switch identity.key {
+            case .ecdsaP256:
+                let raw = try await token.signP256(handle: identity.handle, message: data, pin: nil)
+                return try SSHSignature.ecdsaP256(raw: raw)
+            case .rsa:
+                let algorithm: String, hash: RSASignatureHash
+                if flags & SSHSignature.rsaSHA2_512 != 0 {
+                    (algorithm, hash) = ("rsa-sha2-512", .sha512)
+                } else if flags & SSHSignature.rsaSHA2_256 != 0 {
+                    (algorithm, hash) = ("rsa-sha2-256", .sha256)
+                } else {
+                    (algorithm, hash) = ("ssh-rsa", .sha1)
+                }
+                let signature = try await token.signRSA(handle: identity.handle, message: data, hash: hash)
+                return SSHSignature.rsa(algorithm: algorithm, signature: signature)
+            }
+        } catch {
+            switch error.code {
+            case .tokenNotPresent, .tokenRemoved, .passkeyNotFound, .cardReset, .pcscUnavailable, .shuttingDown:
+                cache.invalidate()
+            default: break
+            }
+            throw error
+        }
     }
 
     func unlock(readerID: String, pin: String, peer: AgentPeer) async throws(TesseraError) -> String {
@@ -125,7 +197,7 @@ struct SSHAgentFrames: FrameHandler {
         return await agent.handle(frame, from: AgentPeer(connectionID: connectionID, uid: peer.uid, pid: peer.pid, maySign: maySign))
     }
 
-    func closed(connectionID: UInt64) async { await agent.closed(connectionID: connectionID) }
+    func closed(connectionID: UInt64) async { agent.closed(connectionID: connectionID) }
 }
 
 extension MethodTable {
@@ -150,6 +222,7 @@ extension MethodTable {
             } else {
                 point = try await token.generateP256Key(handle: handle, label: label, pin: nil)
             }
+            backend.invalidate()
             let key = SSHPublicKey.ecdsaP256(point: point)
             return ["tokenId": .string(token.id), "keyId": .string(Base64URL.encode(handle)),
                     "publicKey": .string(key.authorizedKeysLine(comment: comment))]

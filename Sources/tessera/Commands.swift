@@ -187,7 +187,8 @@ struct SSH: AsyncParsableCommand {
 
     struct Keygen: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Create a P-256 SSH key on a token (ssh.keygen); prints its authorized_keys line.")
+            abstract: "Create a P-256 SSH key on a token (ssh.keygen); prints its authorized_keys line.",
+            discussion: "On a PIV card (--token piv-…) the key goes into a free retired slot; the daemon needs the card's management key.")
         @OptionGroup var globals: GlobalOptions
         @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`; default: the first token).") var tokenId: String?
         @Option(help: "Key comment (default: tessera@HOST).") var comment: String?

@@ -24,6 +24,7 @@ struct LabEmulatePIV: AsyncParsableCommand {
           tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --serial 1234
           tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --log-apdus
           tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --trace /tmp/piv.pcap
+          tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --delay 87:3000
         """)
 
     @Option(help: ArgumentHelp("The vpcd reader's address (pcscd's reader.conf CHANNELID port).", valueName: "HOST:PORT"))
@@ -36,13 +37,25 @@ struct LabEmulatePIV: AsyncParsableCommand {
     var logAPDUs = false
     @Option(help: ArgumentHelp("Write an APDU trace (pcap, ISO 14443 link type) to FILE.", valueName: "FILE"))
     var trace: String?
+    @Option(help: ArgumentHelp("Answer commands with instruction INS (hex) only after MS milliseconds (tests: a card pulled mid-operation). Repeatable.",
+                               valueName: "INS:MS"))
+    var delay: [String] = []
 
     func run() async throws {
         let (host, port) = try LabOutput.vpcdAddress(vpcd)
+        var delays: [(UInt8, Int)] = []
+        for d in delay {
+            let parts = d.split(separator: ":")
+            guard parts.count == 2, let ins = UInt8(parts[0], radix: 16), let ms = Int(parts[1]), ms >= 0 else {
+                throw ValidationError("--delay takes INS:MS, e.g. 87:3000")
+            }
+            delays.append((ins, ms))
+        }
         let card: EmulatedPIVCard
         do { card = try EmulatedPIVCard.open(stateFile: state, serial: serial) } catch {
             throw LabOutput.fail(error, status: 1)
         }
+        for (ins, ms) in delays { await card.setDelay(.milliseconds(ms), forInstruction: ins) }
         let hooks = try LabOutput.vpcdHooks(trace: trace, log: logAPDUs)
         let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
                                    onExchange: hooks.exchange, onEvent: hooks.event)

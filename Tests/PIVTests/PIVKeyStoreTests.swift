@@ -285,4 +285,26 @@ struct PIVKeyStoreTests {
         #expect(await card.keySlots.isEmpty)
         #expect(await card.state.pinRetries == 3)
     }
+
+    @Test func sshKeysAreKeysWithACertificateNeverPasskeys() async throws {
+        let h = try await PIVHarness.start()
+        defer { Task { await h.stop() } }
+        var state = PIVCardState.factoryNew(serial: 1011)
+        // A key in 9A without a certificate: not offered to SSH.
+        state.keys["9a"] = .init(algorithm: 0x11, privateKey: Hex.encode(P256.Signing.PrivateKey().rawRepresentation))
+        let card = EmulatedPIVCard(state: state)
+        let link = try await h.insert(card)
+        defer { Task { await link.remove() } }
+        let token = try #require(await h.token())
+        #expect(try await token.publicKeys().isEmpty)
+
+        _ = try await h.enroll(tokenId: token.id)  // a passkey (retired slot, no certificate)
+        let handle = [UInt8](repeating: 7, count: 16)
+        let point = try await token.generateP256Key(handle: handle, label: "ssh:unit@test", pin: nil)
+        #expect(try await token.publicKeys() == [TokenKey(handle: handle, label: "ssh:unit@test", publicPoint: point)])
+        let slot = try #require(try await h.slots.slot(tokenId: token.id, keyHandle: handle)?.slot)
+        #expect(PIV.Slot.retired.contains(UInt8(slot)))
+        #expect(await card.state.objects[String(PIV.Object.certificate(slot: UInt8(slot))!, radix: 16)] != nil)
+        #expect(try await h.slots.slots(tokenId: token.id).count == 2)
+    }
 }

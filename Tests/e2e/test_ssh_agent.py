@@ -22,10 +22,10 @@ PIN = "1234"
 class Agent:
     """tesserad with an agent socket, SoftHSM2 behind pkcs11-spy."""
 
-    def __init__(self, tmp_path: pathlib.Path, softhsm):
+    def __init__(self, tmp_path: pathlib.Path, softhsm, extra_env: dict | None = None):
         self.tmp = tmp_path
         self.spy_log = tmp_path / "spy.log"
-        env = {**softhsm.env, "PKCS11SPY": SOFTHSM_MODULE, "PKCS11SPY_OUTPUT": str(self.spy_log)}
+        env = {**softhsm.env, "PKCS11SPY": SOFTHSM_MODULE, "PKCS11SPY_OUTPUT": str(self.spy_log), **(extra_env or {})}
         self.sock = str(tmp_path / "agent.sock")
         self.daemon = Daemon(tmp_path, env, ["--pkcs11-module", SPY_MODULE, "--no-embedded-softhsm",
                                              "--ssh-agent-socket", self.sock])
@@ -532,3 +532,301 @@ def test_confirm_runs_the_presence_command(tmp_path, softhsm):
         assert sign(alice) == 0
     finally:
         a.daemon.stop()
+
+
+# PIV cards: the emulated card (`tessera lab emulate-piv`) behind a private pcscd + vpcd, with P-256 keys and
+# certificates in slots 9A (needs the PIN: `ssh-add -s <token>`) and 9E (no PIN).
+
+def tlv(tag: int, value: bytes) -> bytes:
+    n = len(value)
+    length = bytes([n]) if n < 0x80 else bytes([0x81, n]) if n < 0x100 else bytes([0x82, n >> 8, n & 0xFF])
+    return bytes([tag]) + length + value
+
+
+def piv_card_with_certificates(pcscd, root: pathlib.Path, serial: int, pin_retries: int = 3):
+    """A card whose state file holds keys and self-signed certificates in 9A and 9E; returns the card and
+    {slot: authorized_keys key part}."""
+    import datetime
+    import json
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    from test_piv import EmulatedPIV
+
+    card = EmulatedPIV(pcscd, root, serial=serial)
+    card.insert()  # creates the factory-fresh state file
+    card.remove()
+    state_file = root / f"piv-{serial}.json"
+    state = json.loads(state_file.read_text())
+    keys = {}
+    for slot, tag in (("9a", "5fc105"), ("9e", "5fc101")):
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"slot {slot}")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number()).not_valid_before(now)
+                .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
+        der = cert.public_bytes(serialization.Encoding.DER)
+        state["keys"][slot] = {"algorithm": 0x11, "privateKey": key.private_numbers().private_value.to_bytes(32, "big").hex()}
+        state["objects"][tag] = (tlv(0x70, der) + tlv(0x71, b"\x00") + tlv(0xFE, b"")).hex()
+        keys[slot] = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                   serialization.PublicFormat.OpenSSH).decode()
+    state["pinRetries"] = pin_retries
+    state_file.write_text(json.dumps(state))
+    return card, keys
+
+
+@pytest.fixture
+def pcscd(tmp_path):
+    from tessera_harness import PCSCD
+    p = PCSCD(tmp_path).start()
+    yield p
+    p.stop()
+
+
+def wait_until(predicate, timeout=20.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def piv_agent(tmp_path, softhsm, pcscd, config=None):
+    import json
+    a = Agent(tmp_path, softhsm, extra_env=pcscd.env)
+    if config is not None:
+        path = tmp_path / "tesserad.json"
+        path.write_text(json.dumps(config))
+        a.daemon.args += ["--config", str(path)]
+    return a.start()
+
+
+def piv_token_id(agent) -> str | None:
+    return next((t["id"] for t in agent.daemon.client().call("tokens.list")["tokens"] if t["backend"] == "piv"), None)
+
+
+def sign_with(agent, tmp_path, line: str) -> subprocess.CompletedProcess:
+    pub = tmp_path / "sign.pub"
+    pub.write_text(line + "\n")
+    msg = tmp_path / "sign.msg"
+    msg.write_text("signed by a PIV card\n")
+    sig = pathlib.Path(str(msg) + ".sig")
+    if sig.exists():
+        sig.unlink()
+    r = agent.run("ssh-keygen", "-Y", "sign", "-n", "file", "-f", str(pub), str(msg))
+    if r.returncode == 0:
+        signers = tmp_path / "sign.signers"
+        signers.write_text("piv@x " + key_part(line) + "\n")
+        with open(msg) as stdin:
+            v = subprocess.run(["ssh-keygen", "-Y", "verify", "-f", str(signers), "-I", "piv@x", "-n", "file",
+                                "-s", str(sig)], stdin=stdin, capture_output=True, text=True, timeout=60)
+        assert v.returncode == 0, v.stderr
+    return r
+
+
+def test_piv_card_keys_are_offered_sign_and_follow_the_card(tmp_path, softhsm, pcscd, sshd):
+    card, piv_keys = piv_card_with_certificates(pcscd, tmp_path, serial=5151)
+    card.insert()
+    a = piv_agent(tmp_path, softhsm, pcscd)
+    try:
+        softhsm_line = cli(a.daemon, "ssh", "keygen", "--comment", "hsm@tessera", "--pin", PIN).stdout.strip()
+        expected = {key_part(softhsm_line), key_part(piv_keys["9a"]), key_part(piv_keys["9e"])}
+        # Exactly the SoftHSM2 SSH key and the card's two certificate keys.
+        assert wait_until(lambda: {key_part(l) for l in a.listed()} == expected), a.listed()
+        assert len(a.listed()) == 3
+        token = piv_token_id(a)
+        line_9a = next(l for l in a.listed() if key_part(l) == key_part(piv_keys["9a"]))
+        line_9e = next(l for l in a.listed() if key_part(l) == key_part(piv_keys["9e"]))
+        assert line_9a.endswith("CN=slot 9a") and line_9e.endswith("CN=slot 9e"), a.listed()
+
+        # 9E signs without a PIN: a real ssh login to a real sshd with the card's key.
+        port, authorized, log = sshd
+        authorized.write_text(piv_keys["9e"] + "\n")
+        args = ["ssh", "-o", f"IdentityAgent={a.sock}", "-o", "StrictHostKeyChecking=no", "-o",
+                "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "PreferredAuthentications=publickey",
+                "-p", str(port), f"{os.environ.get('USER', 'root')}@127.0.0.1", "echo", "ok"]
+        r = a.run(*args)
+        assert r.returncode == 0, r.stderr + log.read_text()
+        assert r.stdout.strip() == "ok"
+
+        # 9A needs the card's PIN: refused (and the log says what to do) until ssh-add -s <token>.
+        assert sign_with(a, tmp_path, line_9a).returncode != 0
+        assert f"ssh-add -s {token}" in a.daemon.log.read_text()
+        assert a.run("ssh-add", "-s", token, secret="123456").returncode == 0
+        r = sign_with(a, tmp_path, line_9a)
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+        authorized.write_text(piv_keys["9a"] + "\n")
+        r = a.run(*args)
+        assert r.returncode == 0, r.stderr + log.read_text()
+
+        # The card is pulled: its keys leave the list, a sign fails cleanly (with a log line), the HSM key stays.
+        card.remove()
+        assert wait_until(lambda: {key_part(l) for l in a.listed()} == {key_part(softhsm_line)}), a.listed()
+        assert sign_with(a, tmp_path, line_9e).returncode != 0
+        s = connect(a)
+        s.sendall(sign_request(__import__("base64").b64decode(line_9e.split()[1]), b"card gone"))
+        assert recv_frame(s)[0] == 5  # SSH_AGENT_FAILURE
+        s.close()
+        assert wait_until(lambda: "sign request for a key this agent does not hold" in a.daemon.log.read_text())
+        # Reinserted: the keys come back, and 9E signs with no restart.
+        card.insert()
+        assert wait_until(lambda: {key_part(l) for l in a.listed()} == expected), a.listed()
+        r = sign_with(a, tmp_path, line_9e)
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+
+        # pcscd restarted under the daemon: clean failure while it is gone, then signing again.
+        card.remove()
+        pcscd.stop()
+        assert sign_with(a, tmp_path, line_9e).returncode != 0
+        assert wait_until(lambda: {key_part(l) for l in a.listed()} == {key_part(softhsm_line)}), a.listed()
+        pcscd.start()
+        card.insert()
+        assert wait_until(lambda: {key_part(l) for l in a.listed()} == expected, timeout=30), a.listed()
+        r = sign_with(a, tmp_path, line_9e)
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+        assert a.daemon.proc.poll() is None
+    finally:
+        a.daemon.stop()
+        card.remove()
+
+
+def test_piv_card_pulled_mid_sign_fails_cleanly_and_the_next_sign_works(tmp_path, softhsm, pcscd):
+    card, piv_keys = piv_card_with_certificates(pcscd, tmp_path, serial=5353)
+    normal = list(card.cmd)
+    card.cmd += ["--delay", "87:3000"]  # GENERAL AUTHENTICATE answers after 3 s: time to pull the card
+    card.insert()
+    a = piv_agent(tmp_path, softhsm, pcscd)
+    try:
+        assert wait_until(lambda: key_part(piv_keys["9e"]) in {key_part(l) for l in a.listed()}), a.listed()
+        blob = __import__("base64").b64decode(piv_keys["9e"].split()[1])
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(30)
+        s.connect(a.sock)
+        s.sendall(sign_request(blob, b"pulled mid-sign"))
+        # Pulled while the emulator holds back the signature (the sign is on the card for 3 s).
+        time.sleep(1.0)
+        card.proc.kill()
+        card.proc.wait()
+        assert recv_frame(s)[0] == 5  # SSH_AGENT_FAILURE; the connection stays open
+        assert "ssh-agent: sign with token" in a.daemon.log.read_text()
+        card.cmd = normal
+        card.insert()
+        assert wait_until(lambda: key_part(piv_keys["9e"]) in {key_part(l) for l in a.listed()}), a.listed()
+        s.sendall(sign_request(blob, b"after reinsertion"))
+        assert recv_frame(s)[0] == 14  # SSH_AGENT_SIGN_RESPONSE on the same connection
+        s.close()
+    finally:
+        a.daemon.stop()
+        card.remove()
+
+
+def test_ssh_add_s_on_a_piv_card_never_spends_the_final_pin_try(tmp_path, softhsm, pcscd):
+    card, piv_keys = piv_card_with_certificates(pcscd, tmp_path, serial=5252, pin_retries=2)
+    card.insert()
+    a = piv_agent(tmp_path, softhsm, pcscd, config={"pinBackoff": {"initialSeconds": 0}})
+    try:
+        assert wait_until(lambda: len(a.listed()) == 2), a.listed()
+        token = piv_token_id(a)
+        c = a.daemon.client()
+        assert c.call("tokens.pinStatus", {"tokenId": token})["retriesLeft"] == 2
+        # A wrong PIN costs exactly one try.
+        assert a.run("ssh-add", "-s", token, secret="000000").returncode != 0
+        assert c.call("tokens.pinStatus", {"tokenId": token})["retriesLeft"] == 1
+        # One try left: ssh-add -s cannot allow the final try, so not even the right PIN reaches the card.
+        assert a.run("ssh-add", "-s", token, secret="123456").returncode != 0
+        assert "PIN_FINAL_TRY_PROTECTED" in a.daemon.log.read_text()
+        assert c.call("tokens.pinStatus", {"tokenId": token})["retriesLeft"] == 1
+        line_9a = next(l for l in a.listed() if key_part(l) == key_part(piv_keys["9a"]))
+        assert sign_with(a, tmp_path, line_9a).returncode != 0
+    finally:
+        a.daemon.stop()
+        card.remove()
+
+
+def test_ssh_keygen_on_a_piv_card_makes_an_ssh_key_never_a_passkey(tmp_path, softhsm, pcscd):
+    from test_passkeys import enroll as enroll_passkey
+    card, piv_keys = piv_card_with_certificates(pcscd, tmp_path, serial=5454)
+    card.insert()
+    a = Agent(tmp_path, softhsm, extra_env=pcscd.env)
+    a.daemon.args += ["--allow-default-piv-management-key"]
+    a.start()
+    try:
+        assert wait_until(lambda: piv_token_id(a) is not None)
+        token = piv_token_id(a)
+        c = a.daemon.client()
+        line = cli(a.daemon, "ssh", "keygen", "--token", token, "--comment", "card@tessera").stdout.strip()
+        assert line.startswith("ecdsa-sha2-nistp256 ") and line.endswith(" card@tessera")
+        expected = {key_part(line), key_part(piv_keys["9a"]), key_part(piv_keys["9e"])}
+        assert {key_part(l) for l in a.listed()} == expected
+        assert line in a.listed()
+        assert line in cli(a.daemon, "ssh", "list").stdout.splitlines()
+        # It signs once the card is unlocked (a retired slot needs the PIN).
+        assert sign_with(a, tmp_path, line).returncode != 0
+        assert a.run("ssh-add", "-s", token, secret="123456").returncode == 0
+        r = sign_with(a, tmp_path, line)
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+        # A passkey on the same card (a retired slot too, without certificate) is never offered to SSH, and the SSH
+        # key is no passkey.
+        enroll_passkey(c, tokenId=token, pin="123456")
+        assert {key_part(l) for l in a.listed()} == expected
+        assert len(c.call("credentials.list")["credentials"]) == 1
+        card.remove()
+        assert wait_until(lambda: all(key_part(l) != key_part(line) for l in a.listed()))
+        card.insert()
+        assert wait_until(lambda: line in a.listed()), a.listed()
+    finally:
+        a.daemon.stop()
+        card.remove()
+
+
+def test_rsa_key_on_the_token_is_offered_and_signs_with_each_hash(agent, tmp_path, sshd):
+    import base64
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+    subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", TOKEN, "--login", "--pin", PIN,
+                    "--keypairgen", "--key-type", "rsa:2048", "--id", "0a0b", "--label", "rsa-legacy"],
+                   env=agent.daemon.env, check=True, capture_output=True)
+    agent.restart()
+    listed = agent.listed()
+    rsa_lines = [l for l in listed if l.startswith("ssh-rsa ")]
+    assert len(rsa_lines) == 1 and rsa_lines[0].endswith(" rsa-legacy"), listed
+    assert len(listed) == 3  # the two EC keys of the fixture and the RSA key
+    line = rsa_lines[0]
+    public_key = serialization.load_ssh_public_key(line.encode())
+    assert public_key.key_size == 2048
+    assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+
+    # SIGN_REQUEST flags: 0 = ssh-rsa (SHA-1), 2 = rsa-sha2-256, 4 = rsa-sha2-512; verified independently.
+    blob = base64.b64decode(line.split()[1])
+    s = connect(agent)
+    for flags, algorithm, hash_ in ((0, "ssh-rsa", hashes.SHA1()), (2, "rsa-sha2-256", hashes.SHA256()),
+                                    (4, "rsa-sha2-512", hashes.SHA512())):
+        data = b"data signed with flags %d" % flags
+        s.sendall(frame(bytes([13]) + struct.pack(">I", len(blob)) + blob + struct.pack(">I", len(data)) + data
+                        + struct.pack(">I", flags)))
+        reply = recv_frame(s)
+        assert reply[0] == 14, (flags, reply)
+        sig_blob = reply[5:]
+        n = struct.unpack(">I", sig_blob[:4])[0]
+        assert sig_blob[4:4 + n].decode() == algorithm
+        sig = sig_blob[8 + n:]
+        public_key.verify(sig, data, padding.PKCS1v15(), hash_)
+        with pytest.raises(Exception):
+            public_key.verify(sig, data + b"!", padding.PKCS1v15(), hash_)
+    s.close()
+
+    # ssh-keygen -Y sign/verify and a real sshd login with the RSA key.
+    r = sign_with(agent, tmp_path, line)
+    assert r.returncode == 0, r.stderr + agent.daemon.log.read_text()[-2000:]
+    port, authorized, log = sshd
+    authorized.write_text(line + "\n")
+    r = agent.run("ssh", "-o", f"IdentityAgent={agent.sock}", "-o", "StrictHostKeyChecking=no", "-o",
+                  "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "PreferredAuthentications=publickey",
+                  "-p", str(port), f"{os.environ.get('USER', 'root')}@127.0.0.1", "echo", "rsa-ok")
+    assert r.returncode == 0, r.stderr + log.read_text()
+    assert r.stdout.strip() == "rsa-ok"
