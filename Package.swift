@@ -27,12 +27,15 @@ let package = Package(
         // pcsc-lite's pkg-config file adds -pthread, which SwiftPM rejects with a warning: the include path is
         // given to the one module that imports it instead (see the PCSC target).
         .systemLibrary(name: "CPCSCLite", path: "Sources/C/CPCSCLite", providers: [.apt(["libpcsclite-dev"])]),
-        .systemLibrary(name: "CPKCS11", path: "Sources/C/CPKCS11", pkgConfig: "p11-kit-1",
-                       providers: [.apt(["libp11-kit-dev"])]),
-        .systemLibrary(name: "CNFC", path: "Sources/C/CNFC", pkgConfig: "libnfc",
-                       providers: [.apt(["libnfc-dev"])]),
-        .systemLibrary(name: "CLibCrypto", path: "Sources/C/CLibCrypto", pkgConfig: "libcrypto",
-                       providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CPKCS11", path: "Sources/C/CPKCS11", pkgConfig: "p11-kit-1",
+            providers: [.apt(["libp11-kit-dev"])]),
+        .systemLibrary(
+            name: "CNFC", path: "Sources/C/CNFC", pkgConfig: "libnfc",
+            providers: [.apt(["libnfc-dev"])]),
+        .systemLibrary(
+            name: "CLibCrypto", path: "Sources/C/CLibCrypto", pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]),
 
         /// Small POSIX helpers Swift cannot express without raw pointers (sd_notify, secret memory, prctl).
         .target(name: "CSystemShims", path: "Sources/C/CSystemShims"),
@@ -40,159 +43,234 @@ let package = Package(
         // MARK: Foundations and pure protocols (no I/O)
         .target(name: "TesseraCore", swiftSettings: strict),
         .target(name: "CBOR", dependencies: ["TesseraCore"], swiftSettings: strict),
-        .target(name: "WebAuthn", dependencies: [
-            "TesseraCore", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
-        ], swiftSettings: strict),
+        .target(
+            name: "WebAuthn",
+            dependencies: [
+                "TesseraCore", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
+            ], swiftSettings: strict),
         .target(name: "APDU", dependencies: ["TesseraCore"], swiftSettings: strict),
         .target(name: "MRZ", dependencies: ["TesseraCore"], swiftSettings: strict),
         .target(name: "PIV", dependencies: ["TesseraCore", "APDU", "CryptoPrimitives"], swiftSettings: strict),
-        .target(name: "CryptoPrimitives", dependencies: [
-            "TesseraCore", "CLibCrypto", .product(name: "Crypto", package: "swift-crypto"),
-        ], swiftSettings: strict),
+        .target(
+            name: "CryptoPrimitives",
+            dependencies: [
+                "TesseraCore", "CLibCrypto", .product(name: "Crypto", package: "swift-crypto"),
+            ], swiftSettings: strict),
         /// The SSH agent protocol (RFC 9987): wire format, key and signature blobs, the agent state machine.
-        .target(name: "SSHAgent", dependencies: [
-            "TesseraCore", .product(name: "Crypto", package: "swift-crypto"),
-        ], swiftSettings: strict),
+        .target(
+            name: "SSHAgent",
+            dependencies: [
+                "TesseraCore", .product(name: "Crypto", package: "swift-crypto"),
+            ], swiftSettings: strict),
         /// CTAPHID framing and channels (CTAP 2.1 §11.2), transport-free.
         .target(name: "CTAPHID", swiftSettings: strict),
         /// The CTAP 2.1 authenticator state machine over the `CTAP2Backend` seam.
         .target(name: "CTAP2", dependencies: ["TesseraCore", "CBOR"], swiftSettings: strict),
-        .target(name: "ICAO", dependencies: [
-            "TesseraCore", "APDU", "MRZ", "CryptoPrimitives",
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "SwiftASN1", package: "swift-asn1"),
-            .product(name: "X509", package: "swift-certificates"),
-        ], swiftSettings: strict),
+        .target(
+            name: "ICAO",
+            dependencies: [
+                "TesseraCore", "APDU", "MRZ", "CryptoPrimitives",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+            ], swiftSettings: strict),
 
         /// ISO/IEC 18013-5 mobile documents (mdoc): engagement, session encryption, requests, responses, COSE,
         /// verification and test issuance. Pure: no I/O. docs/MDOC.md
-        .target(name: "MDoc", dependencies: [
-            "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "ICAO",
-            .product(name: "Crypto", package: "swift-crypto"),
-        ], swiftSettings: strict),
+        .target(
+            name: "MDoc",
+            dependencies: [
+                "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "ICAO",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ], swiftSettings: strict),
 
         // MARK: Devices and storage (I/O at the edges)
-        .target(name: "PKCS11", dependencies: [
-            "TesseraCore", "CPKCS11", "CSystemShims", .product(name: "Crypto", package: "swift-crypto"),
-        ], swiftSettings: strict),
-        .target(name: "PCSC", dependencies: ["TesseraCore", "APDU", "CPCSCLite"],
-                swiftSettings: strict + [.unsafeFlags(["-Xcc", "-I/usr/include/PCSC"])]),
-        .target(name: "VPCD", dependencies: [
-            "TesseraCore", "APDU",
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-        ], swiftSettings: strict),
-        .target(name: "Emulation", dependencies: [
-            "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "VPCD", "PIV",
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "SwiftASN1", package: "swift-asn1"),
-            .product(name: "X509", package: "swift-certificates"),
-        ], swiftSettings: strict),
+        .target(
+            name: "PKCS11",
+            dependencies: [
+                "TesseraCore", "CPKCS11", "CSystemShims", .product(name: "Crypto", package: "swift-crypto"),
+            ], swiftSettings: strict),
+        .target(
+            name: "PCSC", dependencies: ["TesseraCore", "APDU", "CPCSCLite"],
+            swiftSettings: strict + [.unsafeFlags(["-Xcc", "-I/usr/include/PCSC"])]),
+        .target(
+            name: "VPCD",
+            dependencies: [
+                "TesseraCore", "APDU",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ], swiftSettings: strict),
+        .target(
+            name: "Emulation",
+            dependencies: [
+                "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "VPCD", "PIV",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+            ], swiftSettings: strict),
         .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC", "VPCD"], swiftSettings: strict),
-        .target(name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "VPCD", "CSystemShims"], swiftSettings: strict),
-        .target(name: "CredentialStore", dependencies: [
-            "TesseraCore", .product(name: "GRDB", package: "GRDB.swift"),
-        ], swiftSettings: strict),
+        .target(
+            name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "VPCD", "CSystemShims"], swiftSettings: strict),
+        .target(
+            name: "CredentialStore",
+            dependencies: [
+                "TesseraCore", .product(name: "GRDB", package: "GRDB.swift"),
+            ], swiftSettings: strict),
 
         // MARK: Services
-        .target(name: "Passkeys", dependencies: [
-            "TesseraCore", "WebAuthn", "PKCS11", "CredentialStore",
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "Logging", package: "swift-log"),
-        ], swiftSettings: strict),
+        .target(
+            name: "Passkeys",
+            dependencies: [
+                "TesseraCore", "WebAuthn", "PKCS11", "CredentialStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ], swiftSettings: strict),
 
-        .target(name: "PIVKeyStore", dependencies: [
-            "TesseraCore", "APDU", "PIV", "PCSC", "Passkeys", "CryptoPrimitives", "CredentialStore",
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "SwiftASN1", package: "swift-asn1"),
-            .product(name: "X509", package: "swift-certificates"),
-        ], swiftSettings: strict),
-        .target(name: "Documents", dependencies: [
-            "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",
-            .product(name: "Logging", package: "swift-log"),
-        ], swiftSettings: strict),
+        .target(
+            name: "PIVKeyStore",
+            dependencies: [
+                "TesseraCore", "APDU", "PIV", "PCSC", "Passkeys", "CryptoPrimitives", "CredentialStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+            ], swiftSettings: strict),
+        .target(
+            name: "Documents",
+            dependencies: [
+                "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",
+                .product(name: "Logging", package: "swift-log"),
+            ], swiftSettings: strict),
 
         /// Kiosk enrollment: resumable multi-step workflows (contact, OTP, chip read, matching, passkey). docs/ENROLLMENT.md
-        .target(name: "Enrollment", dependencies: [
-            "TesseraCore", "MRZ", "Documents", "Passkeys", "CredentialStore",
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "Logging", package: "swift-log"),
-        ], swiftSettings: strict),
+        .target(
+            name: "Enrollment",
+            dependencies: [
+                "TesseraCore", "MRZ", "Documents", "Passkeys", "CredentialStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ], swiftSettings: strict),
 
         // MARK: Socket
-        .target(name: "RPC", dependencies: [
-            "TesseraCore",
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "Logging", package: "swift-log"),
-        ], swiftSettings: strict),
+        .target(
+            name: "RPC",
+            dependencies: [
+                "TesseraCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ], swiftSettings: strict),
 
         // MARK: Daemon wiring and executables
-        .target(name: "TesseraDaemon", dependencies: [
-            "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
-            "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-            "CTAPHID", "CTAP2", "WebAuthn", "CBOR",
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-        ], swiftSettings: strict),
-        .executableTarget(name: "tesserad", dependencies: [
-            "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ], swiftSettings: strict),
+        .target(
+            name: "TesseraDaemon",
+            dependencies: [
+                "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
+                "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
+                "CTAPHID", "CTAP2", "WebAuthn", "CBOR",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+            ], swiftSettings: strict),
+        .executableTarget(
+            name: "tesserad",
+            dependencies: [
+                "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ], swiftSettings: strict),
         /// The tessera CLI's pure logic (enroll-station's JSON-schema forms, progress text), unit-tested.
         .target(name: "CLISupport", dependencies: ["TesseraCore"], swiftSettings: strict),
-        .executableTarget(name: "tessera", dependencies: [
-            "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            "MDoc", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
-        ], swiftSettings: strict),
+        .executableTarget(
+            name: "tessera",
+            dependencies: [
+                "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC",
+                "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "MDoc", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
+            ], swiftSettings: strict),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
-        .executableTarget(name: "tessera-bench", dependencies: ["TesseraCore", "RPC", "PKCS11", "TesseraTestSupport",
-                                                                "APDU", "PIV", "PCSC", "Emulation", "VPCD"],
-                          path: "Benchmarks/tessera-bench",
-                          // main.swift holds `@main`; with a second source file it must be parsed as a library.
-                          swiftSettings: strict + [.unsafeFlags(["-parse-as-library"])]),
-        .executableTarget(name: "document-bench", dependencies: [
-            "Documents", "Emulation", "ICAO", "MRZ", "APDU", "PCSC", "VPCD", "TesseraCore", "TesseraTestSupport"],
-                          path: "Benchmarks/document-bench", swiftSettings: strict),
+        .executableTarget(
+            name: "tessera-bench",
+            dependencies: [
+                "TesseraCore", "RPC", "PKCS11", "TesseraTestSupport",
+                "APDU", "PIV", "PCSC", "Emulation", "VPCD",
+            ],
+            path: "Benchmarks/tessera-bench",
+            // main.swift holds `@main`; with a second source file it must be parsed as a library.
+            swiftSettings: strict + [.unsafeFlags(["-parse-as-library"])]),
+        .executableTarget(
+            name: "document-bench",
+            dependencies: [
+                "Documents", "Emulation", "ICAO", "MRZ", "APDU", "PCSC", "VPCD", "TesseraCore", "TesseraTestSupport",
+            ],
+            path: "Benchmarks/document-bench", swiftSettings: strict),
 
         // MARK: Tests
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
         .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"], swiftSettings: strict),
-        .testTarget(name: "TesseraCoreTests", dependencies: ["TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(
+            name: "TesseraCoreTests", dependencies: ["TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "CBORTests", dependencies: ["CBOR"]),
         .testTarget(name: "SSHAgentTests", dependencies: ["SSHAgent", "TesseraCore", "TesseraTestSupport"]),
-        .testTarget(name: "WebAuthnTests", dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(
+            name: "WebAuthnTests",
+            dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "APDUTests", dependencies: ["APDU"]),
         .testTarget(name: "CTAPHIDTests", dependencies: ["CTAPHID", "TesseraTestSupport"]),
         .testTarget(name: "CTAP2Tests", dependencies: ["CTAP2", "CBOR", "TesseraCore"]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ"]),
-        .testTarget(name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraTestSupport"]),
-        .testTarget(name: "PKCS11Tests", dependencies: [
-            "PKCS11", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "PasskeysTests", dependencies: [
-            "Passkeys", "TesseraCore", "CredentialStore", .product(name: "Logging", package: "swift-log"),
-        ]),
+        .testTarget(
+            name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraTestSupport"]),
+        .testTarget(
+            name: "PKCS11Tests",
+            dependencies: [
+                "PKCS11", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "PasskeysTests",
+            dependencies: [
+                "Passkeys", "TesseraCore", "CredentialStore", .product(name: "Logging", package: "swift-log"),
+            ]),
         .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore", "TesseraCore"]),
         .testTarget(name: "CLISupportTests", dependencies: ["CLISupport", "TesseraCore"]),
         .testTarget(name: "RPCTests", dependencies: ["RPC", "TesseraCore"]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),
-        .testTarget(name: "DocumentsTests", dependencies: [
-            "Documents", "Emulation", "ICAO", "APDU", "MRZ", "PCSC", "VPCD", "TesseraCore", "TesseraTestSupport"]),
-        .testTarget(name: "PIVTests", dependencies: [
-            "PIV", "PIVKeyStore", "Passkeys", "Emulation", "PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport",
-            "CredentialStore", "WebAuthn", .product(name: "Logging", package: "swift-log"),
-            .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "NFCTests", dependencies: [
-            "NFC", "PN532Emulator", "Emulation", "APDU", "VPCD", "TesseraCore", "TesseraTestSupport", "ICAO"]),
-        .testTarget(name: "EnrollmentTests", dependencies: [
-            "Enrollment", "MRZ", "TesseraCore", "CredentialStore", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "MDocTests", dependencies: [
-            "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "EmulationTests", dependencies: ["Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport",
-                                                           "PCSC", "VPCD", "CryptoPrimitives",
-                                                           "PIV", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(
+            name: "DocumentsTests",
+            dependencies: [
+                "Documents", "Emulation", "ICAO", "APDU", "MRZ", "PCSC", "VPCD", "TesseraCore", "TesseraTestSupport",
+            ]),
+        .testTarget(
+            name: "PIVTests",
+            dependencies: [
+                "PIV", "PIVKeyStore", "Passkeys", "Emulation", "PCSC", "VPCD", "APDU", "TesseraCore",
+                "TesseraTestSupport",
+                "CredentialStore", "WebAuthn", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "NFCTests",
+            dependencies: [
+                "NFC", "PN532Emulator", "Emulation", "APDU", "VPCD", "TesseraCore", "TesseraTestSupport", "ICAO",
+            ]),
+        .testTarget(
+            name: "EnrollmentTests",
+            dependencies: [
+                "Enrollment", "MRZ", "TesseraCore", "CredentialStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "MDocTests",
+            dependencies: [
+                "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "EmulationTests",
+            dependencies: [
+                "Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport",
+                "PCSC", "VPCD", "CryptoPrimitives",
+                "PIV", .product(name: "Crypto", package: "swift-crypto"),
+            ]),
     ],
     swiftLanguageModes: [.v6]
 )
@@ -201,15 +279,19 @@ let package = Package(
 /// One libFuzzer binary; `TESSERA_FUZZ_TARGET` picks the parser. Built with `-sanitize=fuzzer,address`
 /// into `.build-fuzz` by scripts/fuzz.sh. See CONTRIBUTING.md, "Fuzzing and sanitizers".
 if Context.environment["TESSERA_FUZZ"] == "1" {
-    package.targets.append(.executableTarget(name: "tessera-fuzz", dependencies: [
-        "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent", "MDoc",
-        "CTAPHID", "CTAP2",
-        .product(name: "NIOCore", package: "swift-nio"),
-        .product(name: "NIOEmbedded", package: "swift-nio"),
-        .product(name: "Crypto", package: "swift-crypto"),
-    ], path: "Tests/Fuzz/Harness",
-    // The harness's @main looks libFuzzer's driver up with dlsym.
-    linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=LLVMFuzzerRunDriver"])]))
+    package.targets.append(
+        .executableTarget(
+            name: "tessera-fuzz",
+            dependencies: [
+                "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
+                "MDoc",
+                "CTAPHID", "CTAP2",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ], path: "Tests/Fuzz/Harness",
+            // The harness's @main looks libFuzzer's driver up with dlsym.
+            linkerSettings: [.unsafeFlags(["-Xlinker", "--export-dynamic-symbol=LLVMFuzzerRunDriver"])]))
 }
 
 // Warnings are errors in every Tessera target (tests and benchmarks too) and in every build, local and CI alike,

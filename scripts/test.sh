@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Every test, against real components: Swift tests (SoftHSM2, pcscd + vpcd with emulated cards), then the real
-# daemon end to end with independent verifiers (pytest), the systemd units, and a short soak. Prints a summary
-# line per stage. Warnings are errors in every build (Package.swift), so the build stages cannot pass with one.
+# Every test, against real components: a format check, Swift tests (SoftHSM2, pcscd + vpcd with emulated cards),
+# then the real daemon end to end with independent verifiers (pytest), the systemd units, a short soak and a fuzz
+# smoke. Prints a summary line per stage. Warnings are errors in every build (Package.swift), so the build stages cannot pass with one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CI=${CI:-}
+
+echo "== format (swift format lint --strict against .swift-format; make format rewrites)"
+swift format lint --strict --recursive --parallel Sources Tests Benchmarks Package.swift || {
+  echo "format check failed: run make format"; exit 1; }
+echo "format: clean"
 
 echo "== swift test"
 swift test 2>&1 | tee .state-swift-test.log | grep -vE '^\[[0-9]+/[0-9]+\] |^(Compiling|Building|Write|Emitting)' || {

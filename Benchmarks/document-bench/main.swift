@@ -31,7 +31,9 @@ struct EmulatedSession: CardSession {
 struct InMemorySource: ReaderSource {
     let profile: DocumentProfile
     var stack: String { "memory" }
-    func readers() async throws(TesseraError) -> [ReaderInfo] { [ReaderInfo(name: "memory", stack: stack, cardPresent: true)] }
+    func readers() async throws(TesseraError) -> [ReaderInfo] {
+        [ReaderInfo(name: "memory", stack: stack, cardPresent: true)]
+    }
     func open(reader: String) async throws(TesseraError) -> any CardSession {
         EmulatedSession(card: EmulatedPassport(profile: profile))
     }
@@ -40,12 +42,15 @@ struct InMemorySource: ReaderSource {
 func median(_ xs: [Double]) -> Double { xs.sorted()[xs.count / 2] }
 
 func measure(_ label: String, _ service: DocumentService, extended: Bool, profile: DocumentProfile) async throws {
-    let request = DocumentReadRequest(key: try MRZ.parse(mrz).accessKey, dataGroups: [1, 2], verify: true, extendedLength: extended)
+    let request = DocumentReadRequest(
+        key: try MRZ.parse(mrz).accessKey, dataGroups: [1, 2], verify: true, extendedLength: extended)
     var times: [Double] = []
     var last: DocumentReadResult?
     for _ in 0..<runs {
         let r = try await service.read(request)
-        guard r.passiveAuthentication?.status == .valid else { fatalError("passive authentication failed: \(String(describing: r.passiveAuthentication))") }
+        guard r.passiveAuthentication?.status == .valid else {
+            fatalError("passive authentication failed: \(String(describing: r.passiveAuthentication))")
+        }
         times.append(r.statistics.durationMs)
         last = r
     }
@@ -54,24 +59,30 @@ func measure(_ label: String, _ service: DocumentService, extended: Bool, profil
     let sizes = [LDSFile.com, .dataGroup(1), .dataGroup(2), .sod].map { r.files[$0]?.count ?? 0 }
     let minimum = sizes.reduce(0) { $0 + ($1 + chunk - 1) / chunk }
     let pad = { (s: String, n: Int) in s + String(repeating: " ", count: max(0, n - s.count)) }
-    print(pad(label, 34) + pad("chunk \(chunk)", 12)
-        + pad("read APDUs \(r.statistics.readAPDUs) (min \(minimum))", 26)
-        + pad("total APDUs \(r.statistics.apdus)", 17)
-        + pad("wire bytes \(r.statistics.bytes)", 19)
-        + pad("file bytes \(r.statistics.fileBytes)", 18)
-        + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
+    print(
+        pad(label, 34) + pad("chunk \(chunk)", 12)
+            + pad("read APDUs \(r.statistics.readAPDUs) (min \(minimum))", 26)
+            + pad("total APDUs \(r.statistics.apdus)", 17)
+            + pad("wire bytes \(r.statistics.bytes)", 19)
+            + pad("file bytes \(r.statistics.fileBytes)", 18)
+            + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
 }
 
 let dir = FileManager.default.temporaryDirectory.appendingPathComponent("document-bench-\(getpid())").path
 defer { try? FileManager.default.removeItem(atPath: dir) }
-let profile = try DocumentProfile.make(directory: dir, mrz: mrz, access: AccessOptions(bac: true, pace: [.default]),
-                                       photoPadding: 20_000)
-print("document: DG2 \(profile.dataGroup(2)!.count) bytes, DG1 \(profile.dataGroup(1)!.count), EF.SOD \(profile.sod.count), EF.COM \(profile.com.count); PACE \(PACEOption.default)")
+let profile = try DocumentProfile.make(
+    directory: dir, mrz: mrz, access: AccessOptions(bac: true, pace: [.default]),
+    photoPadding: 20_000)
+print(
+    "document: DG2 \(profile.dataGroup(2)!.count) bytes, DG1 \(profile.dataGroup(1)!.count), EF.SOD \(profile.sod.count), EF.COM \(profile.com.count); PACE \(PACEOption.default)"
+)
 
 // Passive authentication against 500 anchors (the document's CSCA among 499 others).
 do {
     var store = try profile.trustStore()
-    for i in 0..<499 { store.add(try TestPKI.generate(country: "X\(Character(UnicodeScalar(65 + i % 26)!))\(i)").csca.certificate) }
+    for i in 0..<499 {
+        store.add(try TestPKI.generate(country: "X\(Character(UnicodeScalar(65 + i % 26)!))\(i)").csca.certificate)
+    }
     var groups: [Int: [UInt8]] = [:]
     for n in [1, 2] { groups[n] = profile.dataGroup(n) }
     let verifyRuns = max(runs, 200)
@@ -85,8 +96,10 @@ do {
         times.append(Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15)
     }
     guard status == .valid else { fatalError("passive authentication against 500 anchors: \(status)") }
-    print(String(format: "passive authentication, %d anchors: median %.2f ms (min %.2f, %d runs)",
-                 store.certificates.count, median(times), times.min()!, verifyRuns))
+    print(
+        String(
+            format: "passive authentication, %d anchors: median %.2f ms (min %.2f, %d runs)",
+            store.certificates.count, median(times), times.min()!, verifyRuns))
 }
 if CommandLine.arguments.contains("--trust-only") { exit(0) }
 
@@ -113,10 +126,12 @@ await link.remove()
 // DG1, DG2, DG11, DG12, DG14, DG15, EF.SOD); DG14 under the access session, the rest under CA's keys.
 let caDir = dir + "-ca"
 defer { try? FileManager.default.removeItem(atPath: caDir) }
-let caProfile = try DocumentProfile.make(directory: caDir, mrz: mrz,
-                                         access: AccessOptions(bac: true, pace: [.default],
-                                                               chipAuthentication: [try ChipAuthenticationOption(parsing: "ecdh-p256-aes128")]),
-                                         activeAuthentication: true, photoPadding: 20_000)
+let caProfile = try DocumentProfile.make(
+    directory: caDir, mrz: mrz,
+    access: AccessOptions(
+        bac: true, pace: [.default],
+        chipAuthentication: [try ChipAuthenticationOption(parsing: "ecdh-p256-aes128")]),
+    activeAuthentication: true, photoPadding: 20_000)
 let caLink = VirtualCardLink(card: EmulatedPassport(profile: caProfile), port: Int(pcscd.port))
 try await caLink.start()
 for _ in 0..<200 {
@@ -125,27 +140,31 @@ for _ in 0..<200 {
 }
 let caService = DocumentService(sources: [PCSCReaderSource(context: context)], trustStore: try caProfile.trustStore())
 for extended in [false, true] {
-    let request = DocumentReadRequest(key: try MRZ.parse(mrz).accessKey, dataGroups: [1, 2], verify: true, extendedLength: extended)
+    let request = DocumentReadRequest(
+        key: try MRZ.parse(mrz).accessKey, dataGroups: [1, 2], verify: true, extendedLength: extended)
     var times: [Double] = []
     var last: DocumentReadResult?
     for _ in 0..<runs {
         let r = try await caService.read(request)
         guard r.verdict.verdict == .authentic, r.chipAuthentication?.mechanism == .chipAuthentication,
-              r.chipAuthentication?.status == .valid, r.activeAuthentication?.status == .valid else {
+            r.chipAuthentication?.status == .valid, r.activeAuthentication?.status == .valid
+        else {
             fatalError("CA read not authentic: \(r.verdict) \(String(describing: r.chipAuthentication))")
         }
         times.append(r.statistics.durationMs)
         last = r
     }
     let r = last!
-    let chunk = extended ? caService.fileReaderConfiguration.extendedChunkSize : caService.fileReaderConfiguration.chunkSize
+    let chunk =
+        extended ? caService.fileReaderConfiguration.extendedChunkSize : caService.fileReaderConfiguration.chunkSize
     let fileChunks = r.files.values.reduce(0) { $0 + ($1.count + chunk - 1) / chunk }
     // PACE: READ BINARY EF.CardAccess, MSE:Set AT, 4 × GENERAL AUTHENTICATE, SELECT eMRTD; CA (AES): MSE:Set AT +
     // GENERAL AUTHENTICATE; AA: INTERNAL AUTHENTICATE.
     let minimum = 7 + fileChunks + 2 + 1
     let files = r.files.keys.map(\.description).sorted().joined(separator: "+")
-    print("pcscd + vpcd, CA v1 + AA, \(extended ? "extended" : "short") (\(files), \(r.statistics.fileBytes) bytes): "
-        + "total APDUs \(r.statistics.apdus) (min \(minimum)), wire bytes \(r.statistics.bytes), "
-        + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
+    print(
+        "pcscd + vpcd, CA v1 + AA, \(extended ? "extended" : "short") (\(files), \(r.statistics.fileBytes) bytes): "
+            + "total APDUs \(r.statistics.apdus) (min \(minimum)), wire bytes \(r.statistics.bytes), "
+            + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
 }
 await caLink.remove()

@@ -14,7 +14,8 @@ enum CallgrindBench {
 
     static func run(assertions: Int, tesserad: String, withPIN: Bool) async throws {
         guard assertions > 0 else { throw BenchError("--callgrind needs a positive count") }
-        for tool in ["/usr/bin/valgrind", "/usr/bin/callgrind_annotate"] where !FileManager.default.isExecutableFile(atPath: tool) {
+        for tool in ["/usr/bin/valgrind", "/usr/bin/callgrind_annotate"]
+        where !FileManager.default.isExecutableFile(atPath: tool) {
             throw BenchError("\(tool) is missing (apt valgrind; scripts/setup.sh installs it)")
         }
         let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
@@ -25,8 +26,10 @@ enum CallgrindBench {
         let config = work + "/tesserad.json"
         try Data(#"{"pinFiles": {"bench": "\#(pinFile)"}}"#.utf8).write(to: URL(fileURLWithPath: config))
         let socket = work + "/tesserad.sock"
-        let arguments = ["--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
-                         "--no-embedded-softhsm", "--config", config, "--log-level", "warning"]
+        let arguments = [
+            "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
+            "--no-embedded-softhsm", "--config", config, "--log-level", "warning",
+        ]
 
         // Enrol outside valgrind, so both measured runs start from the same state.
         let plain = Process()
@@ -36,9 +39,12 @@ enum CallgrindBench {
         let credentialId: String
         do {
             let client = try await connect(socket, process: plain)
-            credentialId = try await client.call("passkey.enroll", [
-                "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"], "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
-            ])["credentialId"]!.stringValue!
+            credentialId = try await client.call(
+                "passkey.enroll",
+                [
+                    "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"],
+                    "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
+                ])["credentialId"]!.stringValue!
         } catch {
             await Subprocess.terminate(plain)
             throw error
@@ -56,15 +62,18 @@ enum CallgrindBench {
                 let client = try await connect(socket, process: daemon)
                 _ = try await client.call("daemon.status")
                 for batch in [warmup, count] where batch > 0 {
-                    _ = try await LoadClient.run(socket: socket, credentialId: credentialId, clients: 1, seconds: 3600,
-                                                 pin: withPIN ? "1234" : nil, count: batch)
+                    _ = try await LoadClient.run(
+                        socket: socket, credentialId: credentialId, clients: 1, seconds: 3600,
+                        pin: withPIN ? "1234" : nil, count: batch)
                 }
             } catch {
                 await Subprocess.terminate(daemon, grace: 60)
                 throw error
             }
             await Subprocess.terminate(daemon, grace: 120)
-            guard daemon.terminationReason == .exit else { throw BenchError("tesserad under callgrind did not exit cleanly") }
+            guard daemon.terminationReason == .exit else {
+                throw BenchError("tesserad under callgrind did not exit cleanly")
+            }
             profiles.append(try await Profile.load(out))
         }
 
@@ -72,16 +81,23 @@ enum CallgrindBench {
         let signA = profiles[0].tokenSign, signB = profiles[1].tokenSign
         let total = Double(profiles[1].total - profiles[0].total) / n
         let sign = Double(signB - signA) / n
-        print("tessera-bench --callgrind: tesserad, \(assertions) assertions (after \(warmup) warm-up) \(withPIN ? "with" : "without") the PIN")
-        print(String(format: "instructions per assertion: %.0f in tesserad without the token's C_Sign (%.0f with it; C_Sign %.0f)",
-                     total - sign, total, sign))
+        print(
+            "tessera-bench --callgrind: tesserad, \(assertions) assertions (after \(warmup) warm-up) \(withPIN ? "with" : "without") the PIN"
+        )
+        print(
+            String(
+                format:
+                    "instructions per assertion: %.0f in tesserad without the token's C_Sign (%.0f with it; C_Sign %.0f)",
+                total - sign, total, sign))
         var perFunction: [(String, Double)] = []
         for (name, cost) in profiles[1].inclusive {
             let delta = Double(cost - (profiles[0].inclusive[name] ?? 0)) / n
             if delta > 0 { perFunction.append((name, delta)) }
         }
         perFunction.sort { $0.1 > $1.1 }
-        print("top functions by inclusive instructions per assertion (thread entry points and the executor loop left out):")
+        print(
+            "top functions by inclusive instructions per assertion (thread entry points and the executor loop left out):"
+        )
         var shown = 0
         for (name, cost) in perFunction where !isRoot(name) && shown < 15 {
             print(String(format: "%12.0f  %5.1f%%  ", cost, 100 * cost / total) + name)
@@ -115,12 +131,17 @@ enum CallgrindBench {
         var tokenSign: Int64 = 0
 
         static func load(_ path: String) async throws -> Profile {
-            let annotated = try await Subprocess.run("/usr/bin/callgrind_annotate",
-                                                     ["--inclusive=yes", "--threshold=100", path], timeout: 600)
-            guard annotated.status == 0 else { throw BenchError("callgrind_annotate failed: \(annotated.output.prefix(500))") }
+            let annotated = try await Subprocess.run(
+                "/usr/bin/callgrind_annotate",
+                ["--inclusive=yes", "--threshold=100", path], timeout: 600)
+            guard annotated.status == 0 else {
+                throw BenchError("callgrind_annotate failed: \(annotated.output.prefix(500))")
+            }
             var text = annotated.stdoutText
-            if let demangled = try? await Subprocess.run("swift-demangle", ["--simplified"], input: Array(text.utf8), timeout: 600),
-               demangled.status == 0 {
+            if let demangled = try? await Subprocess.run(
+                "swift-demangle", ["--simplified"], input: Array(text.utf8), timeout: 600),
+                demangled.status == 0
+            {
                 text = demangled.stdoutText
             }
             var profile = Profile()
@@ -128,7 +149,8 @@ enum CallgrindBench {
                 // "1,234,567 (12.34%)  file:function [object]"
                 let trimmed = line.drop { $0 == " " }
                 guard let space = trimmed.firstIndex(of: " "),
-                      let cost = Int64(trimmed[..<space].filter { $0 != "," }) else { continue }
+                    let cost = Int64(trimmed[..<space].filter { $0 != "," })
+                else { continue }
                 var rest = trimmed[space...].drop { $0 == " " }
                 if rest.hasPrefix("("), let close = rest.firstIndex(of: ")") {
                     rest = rest[rest.index(after: close)...].drop { $0 == " " }

@@ -1,7 +1,8 @@
 import Foundation
 import TesseraCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The load generator: one OS thread per client, each with a blocking Unix socket that sends the next
@@ -19,30 +20,40 @@ enum LoadClient {
     /// Runs `clients` connections for `seconds` (off the cooperative pool); returns every latency (seconds) and the wall time.
     /// `pin`: sent with every assertion (the PIN check the daemon does per request is then measured too).
     /// `count`: stop each connection after this many assertions instead (the deadline still applies).
-    static func run(socket: String, credentialId: String, clients: Int, seconds: Double,
-                    pin: String? = nil, count: Int? = nil) async throws -> (latencies: [Double], wall: Double) {
+    static func run(
+        socket: String, credentialId: String, clients: Int, seconds: Double,
+        pin: String? = nil, count: Int? = nil
+    ) async throws -> (latencies: [Double], wall: Double) {
         try await DedicatedThread.run(name: "bench.load") { () throws -> (latencies: [Double], wall: Double) in
-            try blockingRun(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds, pin: pin,
-                            count: count)
+            try blockingRun(
+                socket: socket, credentialId: credentialId, clients: clients, seconds: seconds, pin: pin,
+                count: count)
         }
     }
 
     /// Stands in for the challenge in the pre-serialised request; 32 base64url characters (24 bytes).
     private static let challengePlaceholder = "CHALLENGExPLACEHOLDERx0123456789"
 
-    private static func blockingRun(socket: String, credentialId: String, clients: Int, seconds: Double,
-                                    pin: String?, count: Int?) throws -> (latencies: [Double], wall: Double) {
-        var fields: [String: JSONValue] = ["rpId": "bench.example", "challenge": .string(challengePlaceholder),
-                                           "allowCredentials": [.string(credentialId)]]
+    private static func blockingRun(
+        socket: String, credentialId: String, clients: Int, seconds: Double,
+        pin: String?, count: Int?
+    ) throws -> (latencies: [Double], wall: Double) {
+        var fields: [String: JSONValue] = [
+            "rpId": "bench.example", "challenge": .string(challengePlaceholder),
+            "allowCredentials": [.string(credentialId)],
+        ]
         if let pin { fields["pin"] = .string(pin) }
         let params = Array(JSONValue.object(fields).serialized())
         let marker = Array(challengePlaceholder.utf8)
-        guard let at = (0...(params.count - marker.count)).first(where: { params[$0..<($0 + marker.count)].elementsEqual(marker) })
+        guard
+            let at = (0...(params.count - marker.count)).first(where: {
+                params[$0..<($0 + marker.count)].elementsEqual(marker)
+            })
         else { throw BenchError("challenge placeholder not found in the serialised request") }
         let head = Array(#","jsonrpc":"2.0","method":"passkey.authenticate","params":"#.utf8) + params[..<at]
         let tail = Array(params[(at + marker.count)...]) + Array("}\n".utf8)
         let fds = try (0..<clients).map { _ in try connect(socket) }
-        defer { fds.forEach { _ = close($0) } }
+        defer { for fd in fds { close(fd) } }
         let results = Locked([Result](repeating: Result(), count: clients))
         let start = monotonicNanos()
         let deadline = start + UInt64(seconds * 1e9)
@@ -62,7 +73,9 @@ enum LoadClient {
         return (all.flatMap(\.latencies), wall)
     }
 
-    private static func loop(fd: Int32, client: Int, head: [UInt8], tail: [UInt8], deadline: UInt64, count limit: Int) -> Result {
+    private static func loop(fd: Int32, client: Int, head: [UInt8], tail: [UInt8], deadline: UInt64, count limit: Int)
+        -> Result
+    {
         var result = Result()
         result.latencies.reserveCapacity(200_000)
         var request = [UInt8]()
@@ -91,7 +104,9 @@ enum LoadClient {
             var count = 0
             while true {
                 var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                guard poll(&p, 1, -1) >= 0 || errno == EINTR else { result.failure = "poll failed: errno \(errno)"; return result }
+                guard poll(&p, 1, -1) >= 0 || errno == EINTR else {
+                    result.failure = "poll failed: errno \(errno)"; return result
+                }
                 let n = inbox.withUnsafeMutableBytes { read(fd, $0.baseAddress! + count, $0.count - count) }
                 guard n > 0 else { result.failure = "read failed: \(n == 0 ? "EOF" : "errno \(errno)")"; return result }
                 count += n
@@ -120,11 +135,17 @@ enum LoadClient {
 
     /// Full check of one answer: the id, and the assertion's fields.
     private static func check(_ line: [UInt8], id: Int) -> String? {
-        guard let v = try? JSONValue.parse(line) else { return "unparsable answer: \(String(decoding: line, as: UTF8.self))" }
-        guard v["id"]?.intValue == id else { return "answer for the wrong id: \(String(decoding: line, as: UTF8.self))" }
+        guard let v = try? JSONValue.parse(line) else {
+            return "unparsable answer: \(String(decoding: line, as: UTF8.self))"
+        }
+        guard v["id"]?.intValue == id else {
+            return "answer for the wrong id: \(String(decoding: line, as: UTF8.self))"
+        }
         guard let r = v["result"] else { return "error answer: \(String(decoding: line, as: UTF8.self))" }
         for key in ["authenticatorData", "clientDataJSON", "signature", "credentialId", "userHandle"] {
-            guard let s = r[key]?.stringValue, let b = Base64URL.decode(s), !b.isEmpty else { return "answer lacks \(key)" }
+            guard let s = r[key]?.stringValue, let b = Base64URL.decode(s), !b.isEmpty else {
+                return "answer lacks \(key)"
+            }
         }
         guard r["signCount"]?.intValue != nil else { return "answer lacks signCount" }
         return nil
@@ -141,7 +162,9 @@ enum LoadClient {
             for (i, b) in bytes.enumerated() { p[i] = b }
         }
         let ok = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         guard ok == 0 else { close(fd); throw BenchError("connect \(path): errno \(errno)") }
         return fd

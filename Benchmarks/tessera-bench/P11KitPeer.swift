@@ -2,8 +2,9 @@ import Foundation
 @_spi(Benchmarks) @_spi(Testing) import PKCS11
 import TesseraCore
 import TesseraTestSupport
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The p11-kit remoting peer: `p11-kit server` exporting the SoftHSM2 token on a Unix socket, and this process
@@ -23,20 +24,25 @@ final class P11KitPeer: @unchecked Sendable {
     /// Starts the server for token `label` of `hsm` and logs in through the client module.
     static func start(hsm: SoftHSMFixture, label: String, pin: String) async throws -> P11KitPeer {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/p11-kit"),
-              FileManager.default.fileExists(atPath: clientModule) else {
-            throw BenchError("p11-kit peer: /usr/bin/p11-kit or \(clientModule) missing (scripts/setup.sh installs them)")
+            FileManager.default.fileExists(atPath: clientModule)
+        else {
+            throw BenchError(
+                "p11-kit peer: /usr/bin/p11-kit or \(clientModule) missing (scripts/setup.sh installs them)")
         }
         let socket = hsm.directory + "/p11-kit.sock"
         let server = Process()
         server.executableURL = URL(fileURLWithPath: "/usr/bin/p11-kit")
         server.arguments = ["server", "-f", "--provider", hsm.modulePath, "-n", socket, "pkcs11:token=\(label)"]
-        server.environment = ProcessInfo.processInfo.environment.merging(["SOFTHSM2_CONF": hsm.configPath]) { _, n in n }
+        server.environment = ProcessInfo.processInfo.environment.merging(["SOFTHSM2_CONF": hsm.configPath]) { _, n in n
+        }
         server.standardOutput = FileHandle.nullDevice
         try server.run()
         do {
             var waited = 0
             while !FileManager.default.fileExists(atPath: socket) {
-                guard server.isRunning, waited < 10_000 else { throw BenchError("p11-kit server did not create \(socket)") }
+                guard server.isRunning, waited < 10_000 else {
+                    throw BenchError("p11-kit server did not create \(socket)")
+                }
                 try await Task.sleep(for: .milliseconds(5))
                 waited += 5
             }

@@ -13,9 +13,11 @@ import VPCD
 /// private pcscd + vpcd, and the APDUs the card sees per assertion.
 enum PIVBench {
     static func run(seconds: Double, tesserad: String) async throws {
-        let pcscd = try await PCSCDaemonFixture.start()  // before any PC/SC call; exports PCSCLITE_CSOCK_NAME for the daemon
+        // Before any PC/SC call; exports PCSCLITE_CSOCK_NAME for the daemon.
+        let pcscd = try await PCSCDaemonFixture.start()
         defer { pcscd.stop() }
-        let hsm = try await SoftHSMFixture.make(label: "bench-unused", pin: "1234")  // the PIV card is the key store under test
+        // The PIV card is the key store under test.
+        let hsm = try await SoftHSMFixture.make(label: "bench-unused", pin: "1234")
         defer { hsm.removeDirectory() }
         let work = hsm.directory
         let card = EmulatedPIVCard(state: .factoryNew(serial: 9001))
@@ -26,8 +28,10 @@ enum PIVBench {
         let socket = work + "/tesserad.sock"
         let daemon = Process()
         daemon.executableURL = URL(fileURLWithPath: tesserad)
-        daemon.arguments = ["--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
-                            "--no-embedded-softhsm", "--allow-default-piv-management-key", "--log-level", "error"]
+        daemon.arguments = [
+            "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
+            "--no-embedded-softhsm", "--allow-default-piv-management-key", "--log-level", "error",
+        ]
         try daemon.run()
         do {
             var client: RPCClient?
@@ -45,19 +49,26 @@ enum PIVBench {
                 if tokenId == nil { try await Task.sleep(for: .milliseconds(50)) }
             }
             guard let tokenId else { fatalError("the daemon did not find the emulated PIV card") }
-            let reg = try await c.call("passkey.enroll", [
-                "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"], "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
-                "tokenId": .string(tokenId), "pin": "123456",
-            ])
+            let reg = try await c.call(
+                "passkey.enroll",
+                [
+                    "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"],
+                    "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
+                    "tokenId": .string(tokenId), "pin": "123456",
+                ])
             let credentialId = reg["credentialId"]!.stringValue!
             guard let slot = await card.keySlots.first else { fatalError("no key on the card") }
 
-            print("tessera-bench --piv: emulated PIV card via pcscd + vpcd, P-256 in slot \(String(slot, radix: 16)), \(seconds)s per point")
+            print(
+                "tessera-bench --piv: emulated PIV card via pcscd + vpcd, P-256 in slot \(String(slot, radix: 16)), \(seconds)s per point"
+            )
             print("mode             socket median ms  p99 ms   raw APDU median ms  ratio  APDUs/assertion (card)")
             for uv in [true, false] {
                 // Over the socket.
-                var fields: [String: JSONValue] = ["rpId": "bench.example", "challenge": "YmVuY2gtY2hhbGxlbmdlLTAxMjM0NTY3",
-                                                   "allowCredentials": [.string(credentialId)]]
+                var fields: [String: JSONValue] = [
+                    "rpId": "bench.example", "challenge": "YmVuY2gtY2hhbGxlbmdlLTAxMjM0NTY3",
+                    "allowCredentials": [.string(credentialId)],
+                ]
                 if uv { fields["pin"] = "123456" }
                 let params = JSONValue.object(fields)
                 _ = try await c.call("passkey.authenticate", params)
@@ -71,7 +82,8 @@ enum PIVBench {
                 }
                 let commands = await card.commands
                 let perAssertion = Double(commands.count) / Double(socketLatencies.count)
-                let sequence = commands.prefix(Int(perAssertion.rounded())).map { insName($0[1]) }.joined(separator: "+")
+                let sequence = commands.prefix(Int(perAssertion.rounded())).map { insName($0[1]) }.joined(
+                    separator: "+")
 
                 // The same APDUs from this process, one transaction each, on the same card.
                 let raw = try await PCSCContext().connect(reader: pcscd.readerName, shareMode: .shared)
@@ -92,8 +104,11 @@ enum PIVBench {
                 let s = socketLatencies.sorted(), r = rawLatencies.sorted()
                 let median = s[s.count / 2], p99 = s[min(s.count - 1, s.count * 99 / 100)], rawMedian = r[r.count / 2]
                 let mode = (uv ? "with PIN (UV)" : "without PIN").padding(toLength: 16, withPad: " ", startingAt: 0)
-                print(mode + String(format: " %16.3f  %6.3f   %18.3f  %5.2f  %.2f ", median * 1000, p99 * 1000,
-                                    rawMedian * 1000, median / rawMedian, perAssertion) + "(\(sequence))")
+                print(
+                    mode
+                        + String(
+                            format: " %16.3f  %6.3f   %18.3f  %5.2f  %.2f ", median * 1000, p99 * 1000,
+                            rawMedian * 1000, median / rawMedian, perAssertion) + "(\(sequence))")
             }
             await c.close()
         } catch {

@@ -47,7 +47,8 @@ enum Bench {
             case "--callgrind": callgrindCount = Int(it.next() ?? "") ?? 1000
             case "--ssh-agent": sshAgent = true
             case "--ctap": ctap = true
-            case "--clients": clientCounts = (it.next() ?? "").split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
+            case "--clients":
+                clientCounts = (it.next() ?? "").split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
             case "--daemon-cpus": daemonCPUs = it.next()
             default: print(usage); return
             }
@@ -58,7 +59,9 @@ enum Bench {
         }
         if piv { try await PIVBench.run(seconds: seconds, tesserad: tesserad); return }
         if ctap { try await CTAPBench.run(seconds: seconds, tesserad: tesserad); return }
-        if sshAgent { try await SSHAgentBench.run(seconds: seconds, tesserad: tesserad, clientCounts: clientCounts); return }
+        if sshAgent {
+            try await SSHAgentBench.run(seconds: seconds, tesserad: tesserad, clientCounts: clientCounts); return
+        }
         let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
         defer { hsm.removeDirectory() }
         let work = hsm.directory
@@ -71,9 +74,11 @@ enum Bench {
         let socket = work + "/tesserad.sock"
         let daemon = Process()
         daemon.executableURL = URL(fileURLWithPath: daemonCPUs == nil ? tesserad : "/usr/bin/taskset")
-        daemon.arguments = (daemonCPUs.map { ["-c", $0, tesserad] } ?? []) + [
-            "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
-            "--no-embedded-softhsm", "--config", config, "--log-level", "warning"]
+        daemon.arguments =
+            (daemonCPUs.map { ["-c", $0, tesserad] } ?? []) + [
+                "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
+                "--no-embedded-softhsm", "--config", config, "--log-level", "warning",
+            ]
         let spawned = ContinuousClock.now
         try daemon.run()
         var p11kit: P11KitPeer?
@@ -88,37 +93,50 @@ enum Bench {
             try await Task.sleep(for: .seconds(1))
             let idleRSS = rssKiB(pid: daemon.processIdentifier)
 
-            let reg = try await client!.call("passkey.enroll", [
-                "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"], "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
-            ])
+            let reg = try await client!.call(
+                "passkey.enroll",
+                [
+                    "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"],
+                    "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
+                ])
             let credentialId = reg["credentialId"]!.stringValue!
             let sessions = 8  // the daemon's default pool size for software tokens
 
             // Baseline: raw C_Sign in this process on the same token, same key.
             let provider = try PKCS11Provider(modulePaths: [hsm.modulePath])
-            guard let token = provider.tokens().first(where: { $0.info.label == "bench" }) else { fatalError("no token") }
+            guard let token = provider.tokens().first(where: { $0.info.label == "bench" }) else {
+                fatalError("no token")
+            }
             try await token.login(pin: "1234")
             let keyHandle = try await firstKeyID(token)
             let digest = [UInt8](repeating: 0xA5, count: 32)
             if withP11Kit { p11kit = try await P11KitPeer.start(hsm: hsm, label: "bench", pin: "1234") }
 
-            print("tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores")
+            print(
+                "tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores"
+            )
             print("startup to ready: \(format(ready)); idle RSS: \(idleRSS.map { "\($0) KiB" } ?? "?")")
             if let daemonCPUs { print("tesserad pinned to CPUs \(daemonCPUs)") }
             if withPIN { print("every assertion carries the PIN (checked against the last good PIN's verifier)") }
-            print("clients  raw C_Sign/s (sessions)  p11-kit/s  ratio  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/a  client CPU µs/a  daemon cs/a")
+            print(
+                "clients  raw C_Sign/s (sessions)  p11-kit/s  ratio  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/a  client CPU µs/a  daemon cs/a"
+            )
             var rawSingleLatency = 0.0
             for clients in clientCounts {
                 let rawSessions = min(clients, sessions)
                 let iterations = max(2000, Int(seconds * 4000) * rawSessions)
-                let raw = try await token.rawSignLoop(keyID: keyHandle, digest: digest, iterations: iterations, sessions: rawSessions)
+                let raw = try await token.rawSignLoop(
+                    keyID: keyHandle, digest: digest, iterations: iterations, sessions: rawSessions)
                 if clients == 1 { rawSingleLatency = 1.0 / raw }
-                let remote = try await p11kit?.token.rawSignLoop(keyID: keyHandle, digest: digest, iterations: iterations / 2,
-                                                                 sessions: rawSessions)
+                let remote = try await p11kit?.token.rawSignLoop(
+                    keyID: keyHandle, digest: digest, iterations: iterations / 2,
+                    sessions: rawSessions)
                 let pid = daemon.processIdentifier
-                let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(), csBefore = contextSwitches(pid: pid)
-                let (latencies, wall) = try await LoadClient.run(socket: socket, credentialId: credentialId, clients: clients, seconds: seconds,
-                                                                    pin: withPIN ? "1234" : nil)
+                let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(),
+                    csBefore = contextSwitches(pid: pid)
+                let (latencies, wall) = try await LoadClient.run(
+                    socket: socket, credentialId: credentialId, clients: clients, seconds: seconds,
+                    pin: withPIN ? "1234" : nil)
                 let n = Double(latencies.count)
                 let cpu = (cpuSeconds(pid: pid) - cpuBefore) / n
                 let own = (LoadClient.ownCPUSeconds() - ownBefore) / n
@@ -126,19 +144,29 @@ enum Bench {
                 let rate = n / wall
                 let sorted = latencies.sorted()
                 let median = sorted[sorted.count / 2], p99 = sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
-                print(String(format: "%7d  %12.0f (%2d)          %9.0f  %5.2f  %12.0f  %5.2f  %9.3f  %6.3f  %15.0f  %15.0f  %11.1f",
-                             clients, raw, rawSessions, remote ?? .nan, (remote ?? .nan) / raw, rate, rate / raw,
-                             median * 1000, p99 * 1000, cpu * 1e6, own * 1e6, cs))
+                print(
+                    String(
+                        format:
+                            "%7d  %12.0f (%2d)          %9.0f  %5.2f  %12.0f  %5.2f  %9.3f  %6.3f  %15.0f  %15.0f  %11.1f",
+                        clients, raw, rawSessions, remote ?? .nan, (remote ?? .nan) / raw, rate, rate / raw,
+                        median * 1000, p99 * 1000, cpu * 1e6, own * 1e6, cs))
                 if clients == 1 {
-                    print(String(format: "         added latency at 1 client: tesserad median − raw C_Sign %.0f µs (mean %.0f µs); "
-                                 + "p11-kit mean %.0f µs", (median - rawSingleLatency) * 1e6,
-                                 (wall / n - rawSingleLatency) * 1e6, ((remote.map { 1 / $0 } ?? .nan) - rawSingleLatency) * 1e6))
+                    print(
+                        String(
+                            format:
+                                "         added latency at 1 client: tesserad median − raw C_Sign %.0f µs (mean %.0f µs); "
+                                + "p11-kit mean %.0f µs", (median - rawSingleLatency) * 1e6,
+                            (wall / n - rawSingleLatency) * 1e6,
+                            ((remote.map { 1 / $0 } ?? .nan) - rawSingleLatency) * 1e6))
                 }
             }
             print("tesserad RSS after the load: \(rssKiB(pid: daemon.processIdentifier).map { "\($0) KiB" } ?? "?")")
             print("CPU per assertion: tesserad from /proc/PID/stat, the load generator (this process) from getrusage;")
-            print("cs/a: tesserad context switches (all threads) per assertion; ratios are to raw C_Sign of the same row")
-            print("p11-kit: the raw loop through p11-kit server + p11-kit-client.so (one connection; mean latency = 1/rate)")
+            print(
+                "cs/a: tesserad context switches (all threads) per assertion; ratios are to raw C_Sign of the same row")
+            print(
+                "p11-kit: the raw loop through p11-kit server + p11-kit-client.so (one connection; mean latency = 1/rate)"
+            )
             await p11kit?.stop()
             provider.finalize()
         } catch {
@@ -163,7 +191,8 @@ enum Bench {
     /// utime + stime of a process in seconds (from /proc/PID/stat, clock ticks of 1/100 s).
     static func cpuSeconds(pid: Int32) -> Double {
         guard let s = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = s.lastIndex(of: ")") else { return 0 }
+            let close = s.lastIndex(of: ")")
+        else { return 0 }
         let fields = s[s.index(after: close)...].split(separator: " ")
         // After the command: state(0) ppid(1) … utime(11) stime(12).
         guard fields.count > 12, let u = Double(fields[11]), let k = Double(fields[12]) else { return 0 }

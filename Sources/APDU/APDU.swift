@@ -12,8 +12,10 @@ public struct CommandAPDU: Sendable, Equatable, CustomStringConvertible {
     /// Forces extended-length encoding even when short would do.
     public var forceExtended: Bool
 
-    public init(cla: UInt8 = 0x00, ins: UInt8, p1: UInt8, p2: UInt8, data: [UInt8] = [], ne: Int? = nil,
-                forceExtended: Bool = false) {
+    public init(
+        cla: UInt8 = 0x00, ins: UInt8, p1: UInt8, p2: UInt8, data: [UInt8] = [], ne: Int? = nil,
+        forceExtended: Bool = false
+    ) {
         self.cla = cla; self.ins = ins; self.p1 = p1; self.p2 = p2; self.data = data; self.ne = ne
         self.forceExtended = forceExtended
     }
@@ -28,8 +30,11 @@ public struct CommandAPDU: Sendable, Equatable, CustomStringConvertible {
         var out: [UInt8] = [cla, ins, p1, p2]
         let ext = isExtended
         if !data.isEmpty {
-            if ext { out += [0x00, UInt8(data.count >> 8), UInt8(data.count & 0xFF)] }
-            else { out.append(UInt8(data.count)) }
+            if ext {
+                out += [0x00, UInt8(data.count >> 8), UInt8(data.count & 0xFF)]
+            } else {
+                out.append(UInt8(data.count))
+            }
             out += data
         }
         if let ne {

@@ -70,8 +70,10 @@ extension TLV {
     public static let maxNesting = 32
 
     /// Parses exactly one object. With `allowTrailing`, bytes after it are ignored (files padded by the chip).
-    public static func parse(_ bytes: [UInt8], allowTrailing: Bool = false,
-                             options: ParseOptions = .ber) throws(TesseraError) -> TLV {
+    public static func parse(
+        _ bytes: [UInt8], allowTrailing: Bool = false,
+        options: ParseOptions = .ber
+    ) throws(TesseraError) -> TLV {
         var reader = Reader(bytes: bytes, options: options)
         let tlv = try reader.readObject(depth: 0)
         if !allowTrailing && reader.pos != bytes.count {
@@ -96,8 +98,10 @@ extension TLV {
 
     /// The object reached by following `path` through `bytes`: the first top-level object with `path[0]`, then its
     /// first child with `path[1]`, and so on. Nil when a tag is missing; MALFORMED_DATA when a level does not parse.
-    public static func find(_ path: [UInt32], in bytes: [UInt8],
-                            options: ParseOptions = .ber) throws(TesseraError) -> TLV? {
+    public static func find(
+        _ path: [UInt32], in bytes: [UInt8],
+        options: ParseOptions = .ber
+    ) throws(TesseraError) -> TLV? {
         guard let first = path.first, var found = try parseAll(bytes, options: options).first(tag: first) else {
             return nil
         }
@@ -203,7 +207,8 @@ extension TLV {
             let constructed = TLV.isConstructed(tag)
             if let len = try readLength(constructed: constructed) {
                 guard len <= bytes.count - pos else {
-                    throw TesseraError(.malformedData, "TLV length \(len) exceeds the \(bytes.count - pos) bytes present")
+                    throw TesseraError(
+                        .malformedData, "TLV length \(len) exceeds the \(bytes.count - pos) bytes present")
                 }
                 let value = Array(bytes[pos..<(pos + len)])
                 pos += len

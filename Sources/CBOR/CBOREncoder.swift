@@ -103,7 +103,9 @@ enum CBOREncoding {
         case .array(let items):
             appendHead(major: 4, argument: UInt64(items.count), to: &out)
             for item in items {
-                try append(item, to: &out, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder)
+                try append(
+                    item, to: &out, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder
+                )
             }
         case .map(let pairs):
             var encoded: [(key: [UInt8], value: [UInt8])] = []
@@ -111,8 +113,12 @@ enum CBOREncoding {
             for pair in pairs {
                 var k: [UInt8] = []
                 var v: [UInt8] = []
-                try append(pair.key, to: &k, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder)
-                try append(pair.value, to: &v, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder)
+                try append(
+                    pair.key, to: &k, order: order, rejectDuplicates: rejectDuplicates,
+                    preserveMapOrder: preserveMapOrder)
+                try append(
+                    pair.value, to: &v, order: order, rejectDuplicates: rejectDuplicates,
+                    preserveMapOrder: preserveMapOrder)
                 encoded.append((k, v))
             }
             if !preserveMapOrder { encoded.sort { order.precedes($0.key[...], $1.key[...]) } }
@@ -128,7 +134,8 @@ enum CBOREncoding {
             }
         case .tagged(let tag, let inner):
             appendHead(major: 6, argument: tag, to: &out)
-            try append(inner, to: &out, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder)
+            try append(
+                inner, to: &out, order: order, rejectDuplicates: rejectDuplicates, preserveMapOrder: preserveMapOrder)
         case .simple(let simple):
             appendHead(major: 7, argument: UInt64(simple.rawValue), to: &out)
         case .bool(let b):

@@ -12,8 +12,10 @@ public struct FormField: Sendable, Equatable {
     public var choices: [String]
     public var constant: JSONValue?
 
-    public init(name: String, label: String, kind: Kind, optional: Bool, secret: Bool, choices: [String],
-                constant: JSONValue?) {
+    public init(
+        name: String, label: String, kind: Kind, optional: Bool, secret: Bool, choices: [String],
+        constant: JSONValue?
+    ) {
         self.name = name
         self.label = label
         self.kind = kind
@@ -43,7 +45,9 @@ public enum InputForm {
         let baseProps = schema["properties"]?.objectValue ?? [:]
         let baseRequired = (schema["required"]?.arrayValue ?? []).compactMap(\.stringValue)
         let alts = schema["oneOf"]?.arrayValue ?? schema["anyOf"]?.arrayValue ?? []
-        guard !alts.isEmpty else { return ([fields(baseProps, required: baseRequired, listed: Array(baseProps.keys))], false) }
+        guard !alts.isEmpty else {
+            return ([fields(baseProps, required: baseRequired, listed: Array(baseProps.keys))], false)
+        }
         var result: [[FormField]] = []
         var resend = false
         for alt in alts {
@@ -76,12 +80,16 @@ public enum InputForm {
             case "number": kind = .number
             default: kind = .string
             }
-            let secret = ["pin", "otp", "code", "can", "password"].contains(name.lowercased())
+            let secret =
+                ["pin", "otp", "code", "can", "password"].contains(name.lowercased())
                 || s["format"]?.stringValue == "password" || s["writeOnly"]?.boolValue == true
-            let label = name == "otp" ? "one-time code"
+            let label =
+                name == "otp"
+                ? "one-time code"
                 : s["title"]?.stringValue ?? s["description"]?.stringValue.map { "\(name) (\($0))" } ?? name
-            return FormField(name: name, label: label, kind: kind, optional: !required.contains(name), secret: secret,
-                             choices: (s["enum"]?.arrayValue ?? []).compactMap(\.stringValue), constant: constant)
+            return FormField(
+                name: name, label: label, kind: kind, optional: !required.contains(name), secret: secret,
+                choices: (s["enum"]?.arrayValue ?? []).compactMap(\.stringValue), constant: constant)
         }
     }
 

@@ -14,7 +14,8 @@ public enum ProgressText {
         if bar, let total = event["totalBytes"]?.intValue, total > 0 {
             let done = event["bytesRead"]?.intValue ?? 0
             let filled = max(0, min(barWidth, done * barWidth / total))
-            text += " [" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled)
+            text +=
+                " [" + String(repeating: "#", count: filled) + String(repeating: ".", count: barWidth - filled)
                 + "] \(done)/\(total) bytes"
         }
         return (step + " " + file, text)

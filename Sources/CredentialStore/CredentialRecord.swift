@@ -28,10 +28,12 @@ public struct CredentialRecord: Codable, Sendable, Equatable, FetchableRecord, P
     /// The identity binding of a document-verified creation (`IdentityBinding` JSON), nil without one.
     public var identityBinding: String?
 
-    public init(credentialId: Data, rpId: String, userId: Data, userName: String, userDisplayName: String,
-                tokenId: String, backend: String, keyHandle: Data, publicKey: Data, counterReserved: Int64 = 0,
-                createdAt: Date = Date(), lastUsedAt: Date? = nil, state: CredentialState = .active,
-                stateChangedAt: Date? = nil, identityBinding: String? = nil) {
+    public init(
+        credentialId: Data, rpId: String, userId: Data, userName: String, userDisplayName: String,
+        tokenId: String, backend: String, keyHandle: Data, publicKey: Data, counterReserved: Int64 = 0,
+        createdAt: Date = Date(), lastUsedAt: Date? = nil, state: CredentialState = .active,
+        stateChangedAt: Date? = nil, identityBinding: String? = nil
+    ) {
         self.credentialId = credentialId; self.rpId = rpId; self.userId = userId; self.userName = userName
         self.userDisplayName = userDisplayName; self.tokenId = tokenId; self.backend = backend
         self.keyHandle = keyHandle; self.publicKey = publicKey; self.counterReserved = counterReserved

@@ -46,10 +46,11 @@ public final class CredentialStore: Sendable {
     public func reserveCounter(id: [UInt8], upTo ceiling: Int64, usedAt: Date = Date()) async throws(TesseraError) {
         do {
             try await db.write { db in
-                try db.execute(sql: """
-                    UPDATE credential SET counterReserved = MAX(counterReserved, ?), lastUsedAt = ?
-                    WHERE credentialId = ?
-                    """, arguments: [ceiling, usedAt, Data(id)])
+                try db.execute(
+                    sql: """
+                        UPDATE credential SET counterReserved = MAX(counterReserved, ?), lastUsedAt = ?
+                        WHERE credentialId = ?
+                        """, arguments: [ceiling, usedAt, Data(id)])
             }
         } catch { throw storageError(error) }
     }
@@ -59,9 +60,10 @@ public final class CredentialStore: Sendable {
         do {
             try await db.write { db in
                 for (id, at) in times {
-                    try db.execute(sql: """
-                        UPDATE credential SET lastUsedAt = ? WHERE credentialId = ? AND (lastUsedAt IS NULL OR lastUsedAt < ?)
-                        """, arguments: [at, Data(id), at])
+                    try db.execute(
+                        sql: """
+                            UPDATE credential SET lastUsedAt = ? WHERE credentialId = ? AND (lastUsedAt IS NULL OR lastUsedAt < ?)
+                            """, arguments: [at, Data(id), at])
                 }
             }
         } catch { throw storageError(error) }
@@ -104,17 +106,24 @@ public final class CredentialStore: Sendable {
     /// written: an unknown id (`PASSKEY_NOT_FOUND`) or a final state (`CREDENTIAL_DEACTIVATED`; only
     /// `deactivated` → `replaced` is allowed). With `command`, its `jti` is consumed in the same transaction
     /// (`LIFECYCLE_COMMAND_REPLAYED` when it was used before).
-    public func transition(ids: [[UInt8]], to state: CredentialState, actor: String, reason: String?,
-                           command: (jti: String, issuer: String)? = nil,
-                           at: Date = Date()) async throws(TesseraError) -> [Transition] {
+    public func transition(
+        ids: [[UInt8]], to state: CredentialState, actor: String, reason: String?,
+        command: (jti: String, issuer: String)? = nil,
+        at: Date = Date()
+    ) async throws(TesseraError) -> [Transition] {
         do {
             return try await db.write { db in
                 if let command {
-                    let used = try Bool.fetchOne(db, sql: "SELECT 1 FROM lifecycle_command_use WHERE jti = ?",
-                                                 arguments: [command.jti]) ?? false
-                    if used { throw TesseraError(.lifecycleCommandReplayed, "this lifecycle command was already applied") }
-                    try db.execute(sql: "INSERT INTO lifecycle_command_use (jti, issuer, usedAt) VALUES (?, ?, ?)",
-                                   arguments: [command.jti, command.issuer, at])
+                    let used =
+                        try Bool.fetchOne(
+                            db, sql: "SELECT 1 FROM lifecycle_command_use WHERE jti = ?",
+                            arguments: [command.jti]) ?? false
+                    if used {
+                        throw TesseraError(.lifecycleCommandReplayed, "this lifecycle command was already applied")
+                    }
+                    try db.execute(
+                        sql: "INSERT INTO lifecycle_command_use (jti, issuer, usedAt) VALUES (?, ?, ?)",
+                        arguments: [command.jti, command.issuer, at])
                 }
                 var out: [Transition] = []
                 for id in ids {
@@ -123,17 +132,23 @@ public final class CredentialStore: Sendable {
                     }
                     if rec.state == state { out.append(Transition(record: rec, changed: false)); continue }
                     if rec.state.isFinal, !(rec.state == .deactivated && state == .replaced) {
-                        throw TesseraError(.credentialDeactivated, "the credential is \(rec.state.rawValue), a final state",
-                                           details: ["credentialId": .string(Base64URL.encode(id)),
-                                                     "state": .string(rec.state.rawValue)])
+                        throw TesseraError(
+                            .credentialDeactivated, "the credential is \(rec.state.rawValue), a final state",
+                            details: [
+                                "credentialId": .string(Base64URL.encode(id)),
+                                "state": .string(rec.state.rawValue),
+                            ])
                     }
                     let from = rec.state
                     rec.state = state
                     rec.stateChangedAt = at
-                    try db.execute(sql: "UPDATE credential SET state = ?, stateChangedAt = ? WHERE credentialId = ?",
-                                   arguments: [state.rawValue, at, Data(id)])
-                    try CredentialEvent(credentialId: Data(id), at: at, fromState: from.rawValue, toState: state.rawValue,
-                                        actor: actor, reason: reason).insert(db)
+                    try db.execute(
+                        sql: "UPDATE credential SET state = ?, stateChangedAt = ? WHERE credentialId = ?",
+                        arguments: [state.rawValue, at, Data(id)])
+                    try CredentialEvent(
+                        credentialId: Data(id), at: at, fromState: from.rawValue, toState: state.rawValue,
+                        actor: actor, reason: reason
+                    ).insert(db)
                     out.append(Transition(record: rec, changed: true))
                 }
                 return out
@@ -142,24 +157,33 @@ public final class CredentialStore: Sendable {
     }
 
     /// Inserts a new credential and, in the same transaction, marks `replacing` (other credentials) `replaced`.
-    public func insert(_ record: CredentialRecord, replacing: [[UInt8]], actor: String,
-                       reason: String?) async throws(TesseraError) -> [Transition] {
+    public func insert(
+        _ record: CredentialRecord, replacing: [[UInt8]], actor: String,
+        reason: String?
+    ) async throws(TesseraError) -> [Transition] {
         do {
             return try await db.write { db in
                 try record.insert(db)
-                try CredentialEvent(credentialId: record.credentialId, at: record.createdAt, fromState: nil,
-                                    toState: record.state.rawValue, actor: actor, reason: reason).insert(db)
+                try CredentialEvent(
+                    credentialId: record.credentialId, at: record.createdAt, fromState: nil,
+                    toState: record.state.rawValue, actor: actor, reason: reason
+                ).insert(db)
                 var out: [Transition] = []
                 for id in replacing where Data(id) != record.credentialId {
-                    guard var rec = try CredentialRecord.fetchOne(db, key: Data(id)), rec.state != .replaced else { continue }
+                    guard var rec = try CredentialRecord.fetchOne(db, key: Data(id)), rec.state != .replaced else {
+                        continue
+                    }
                     let from = rec.state
                     rec.state = .replaced
                     rec.stateChangedAt = record.createdAt
-                    try db.execute(sql: "UPDATE credential SET state = ?, stateChangedAt = ? WHERE credentialId = ?",
-                                   arguments: [rec.state.rawValue, record.createdAt, Data(id)])
-                    try CredentialEvent(credentialId: Data(id), at: record.createdAt, fromState: from.rawValue,
-                                        toState: rec.state.rawValue, actor: actor,
-                                        reason: "replaced by \(Base64URL.encode(record.credentialId))").insert(db)
+                    try db.execute(
+                        sql: "UPDATE credential SET state = ?, stateChangedAt = ? WHERE credentialId = ?",
+                        arguments: [rec.state.rawValue, record.createdAt, Data(id)])
+                    try CredentialEvent(
+                        credentialId: Data(id), at: record.createdAt, fromState: from.rawValue,
+                        toState: rec.state.rawValue, actor: actor,
+                        reason: "replaced by \(Base64URL.encode(record.credentialId))"
+                    ).insert(db)
                     out.append(Transition(record: rec, changed: true))
                 }
                 return out

@@ -31,8 +31,9 @@ public enum DaemonSecret {
         }
         let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue ?? 0o777
         guard mode & 0o077 == 0 else {
-            throw TesseraError(.storageError,
-                               "the daemon secret \(path) is accessible to others (mode \(String(mode, radix: 8))); it must be 0600")
+            throw TesseraError(
+                .storageError,
+                "the daemon secret \(path) is accessible to others (mode \(String(mode, radix: 8))); it must be 0600")
         }
         let owner = (attributes[.ownerAccountID] as? NSNumber)?.uint32Value
         guard owner == geteuid() else {
@@ -65,7 +66,8 @@ public enum DaemonSecret {
         } catch {
             // Another process created it first: that one is used.
             if (try? fm.attributesOfItem(atPath: path)) == nil {
-                throw TesseraError(.storageError, "cannot create the daemon secret \(path): \(error.localizedDescription)")
+                throw TesseraError(
+                    .storageError, "cannot create the daemon secret \(path): \(error.localizedDescription)")
             }
         }
     }

@@ -43,8 +43,10 @@ public struct EnrollmentRow: Sendable, Equatable {
     public var updatedAt: Date
     public var finishedAt: Date?
 
-    public init(id: String, workflow: String, kind: String, ownerUid: UInt32, definition: JSONValue,
-                parameters: JSONValue, subject: String?, tokenJti: String?, startedAt: Date) {
+    public init(
+        id: String, workflow: String, kind: String, ownerUid: UInt32, definition: JSONValue,
+        parameters: JSONValue, subject: String?, tokenJti: String?, startedAt: Date
+    ) {
         self.id = id; self.workflow = workflow; self.kind = kind; self.ownerUid = ownerUid; self.state = .active
         self.definition = definition; self.parameters = parameters; self.data = .object([:]); self.stepIndex = 0
         self.completedSteps = []; self.stepState = .null; self.subject = subject; self.tokenJti = tokenJti
@@ -147,11 +149,14 @@ public final class EnrollmentStore: Sendable {
     public func insert(_ row: EnrollmentRow, token: (jti: String, issuer: String)?) async throws(TesseraError) {
         try await uncancelled { db in
             if let token {
-                let used = try Bool.fetchOne(db, sql: "SELECT 1 FROM activation_token_use WHERE jti = ?",
-                                             arguments: [token.jti]) ?? false
+                let used =
+                    try Bool.fetchOne(
+                        db, sql: "SELECT 1 FROM activation_token_use WHERE jti = ?",
+                        arguments: [token.jti]) ?? false
                 if used { throw TesseraError(.activationTokenReplayed, "this activation token was already used") }
-                try db.execute(sql: "INSERT INTO activation_token_use (jti, issuer, enrollmentId, usedAt) VALUES (?, ?, ?, ?)",
-                               arguments: [token.jti, token.issuer, row.id, row.startedAt])
+                try db.execute(
+                    sql: "INSERT INTO activation_token_use (jti, issuer, enrollmentId, usedAt) VALUES (?, ?, ?, ?)",
+                    arguments: [token.jti, token.issuer, row.id, row.startedAt])
             }
             try row.insert(db)
         }
@@ -161,7 +166,8 @@ public final class EnrollmentStore: Sendable {
     public func tokenUsed(jti: String) async throws(TesseraError) -> Bool {
         do {
             return try await db.read { db in
-                try Bool.fetchOne(db, sql: "SELECT 1 FROM activation_token_use WHERE jti = ?", arguments: [jti]) ?? false
+                try Bool.fetchOne(db, sql: "SELECT 1 FROM activation_token_use WHERE jti = ?", arguments: [jti])
+                    ?? false
             }
         } catch { throw storageError(error) }
     }
@@ -179,7 +185,9 @@ public final class EnrollmentStore: Sendable {
     }
 
     /// Runs a write that must not be abandoned when the calling task is cancelled (a step's completion).
-    private func uncancelled<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(TesseraError) -> T {
+    private func uncancelled<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(TesseraError)
+        -> T
+    {
         let db = self.db
         do { return try await Task.detached { try await db.write(body) }.value } catch { throw storageError(error) }
     }

@@ -26,7 +26,8 @@ public struct PIVSlotRecord: Codable, Sendable, Equatable, FetchableRecord, Pers
     public var updatedAt: Date
 
     public init(tokenId: String, slot: Int, state: State, keyHandle: Data?, updatedAt: Date = Date()) {
-        self.tokenId = tokenId; self.slot = slot; self.state = state; self.keyHandle = keyHandle; self.updatedAt = updatedAt
+        self.tokenId = tokenId; self.slot = slot; self.state = state; self.keyHandle = keyHandle;
+        self.updatedAt = updatedAt
     }
 }
 
@@ -61,7 +62,8 @@ public final class PIVSlotStore: Sendable {
     public func slot(tokenId: String, keyHandle: [UInt8]) async throws(TesseraError) -> PIVSlotRecord? {
         do {
             return try await db.read { db in
-                try PIVSlotRecord.filter(Column("tokenId") == tokenId && Column("keyHandle") == Data(keyHandle)).fetchOne(db)
+                try PIVSlotRecord.filter(Column("tokenId") == tokenId && Column("keyHandle") == Data(keyHandle))
+                    .fetchOne(db)
             }
         } catch { throw storageError(error) }
     }

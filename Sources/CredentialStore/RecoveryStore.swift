@@ -33,7 +33,9 @@ public struct RecoveryAttemptRow: Codable, Sendable, Equatable, FetchableRecord,
     public var updatedAt: Date
     public var expiresAt: Date
 
-    public init(id: String, jti: String, issuer: String, subject: String, rpId: String, startedAt: Date, expiresAt: Date) {
+    public init(
+        id: String, jti: String, issuer: String, subject: String, rpId: String, startedAt: Date, expiresAt: Date
+    ) {
         self.id = id; self.jti = jti; self.issuer = issuer; self.subject = subject; self.rpId = rpId
         self.stage = .started; self.startedAt = startedAt; self.updatedAt = startedAt; self.expiresAt = expiresAt
     }
@@ -64,13 +66,17 @@ public final class RecoveryStore: Sendable {
     }
 
     public func attempt(id: String) async throws(TesseraError) -> RecoveryAttemptRow? {
-        do { return try await db.read { db in try RecoveryAttemptRow.fetchOne(db, key: id) } } catch { throw storageError(error) }
+        do { return try await db.read { db in try RecoveryAttemptRow.fetchOne(db, key: id) } } catch {
+            throw storageError(error)
+        }
     }
 
     /// Why a new attempt may not start: the token was used by another attempt (`"replayed"`), or a rate limit
     /// (`"user"` / `"station"`, attempts started since `since`); nil when `row` was inserted (its `jti` consumed).
-    public func insert(_ row: RecoveryAttemptRow, since: Date, maxPerUser: Int,
-                       maxPerStation: Int) async throws(TesseraError) -> String? {
+    public func insert(
+        _ row: RecoveryAttemptRow, since: Date, maxPerUser: Int,
+        maxPerStation: Int
+    ) async throws(TesseraError) -> String? {
         try await uncancelled { db in
             if try RecoveryAttemptRow.filter(Column("jti") == row.jti).fetchCount(db) > 0 { return "replayed" }
             let recent = RecoveryAttemptRow.filter(Column("startedAt") > since)
@@ -86,14 +92,17 @@ public final class RecoveryStore: Sendable {
     public func save(_ row: RecoveryAttemptRow) async throws(TesseraError) -> Bool {
         try await uncancelled { db in
             guard let stored = try RecoveryAttemptRow.fetchOne(db, key: row.id),
-                  stored.stage == .started || stored.stage == .matched else { return false }
+                stored.stage == .started || stored.stage == .matched
+            else { return false }
             try row.update(db)
             return true
         }
     }
 
     /// Runs a write that must not be abandoned when the calling task is cancelled.
-    private func uncancelled<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(TesseraError) -> T {
+    private func uncancelled<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(TesseraError)
+        -> T
+    {
         let db = self.db
         do { return try await Task.detached { try await db.write(body) }.value } catch { throw storageError(error) }
     }

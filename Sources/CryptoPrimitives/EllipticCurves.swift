@@ -39,8 +39,10 @@ public struct ECCurve: Sendable, Hashable, CustomStringConvertible {
 
     /// Looks a curve up by name (also accepts OpenSSL's "prime256v1"-style aliases).
     public static func named(_ name: String) -> ECCurve? {
-        let aliases = ["prime192v1": "secp192r1", "prime256v1": "secp256r1", "P-256": "secp256r1",
-                       "P-384": "secp384r1", "P-521": "secp521r1", "P-224": "secp224r1", "P-192": "secp192r1"]
+        let aliases = [
+            "prime192v1": "secp192r1", "prime256v1": "secp256r1", "P-256": "secp256r1",
+            "P-384": "secp384r1", "P-521": "secp521r1", "P-224": "secp224r1", "P-192": "secp192r1",
+        ]
         let n = aliases[name] ?? name
         return known.first { $0.name.lowercased() == n.lowercased() }
     }
@@ -185,7 +187,9 @@ final class ECGroup {
     var fieldSize: Int { Int((EC_GROUP_get_degree(pointer) + 7) / 8) }
 
     func order() throws(TesseraError) -> BigNum {
-        guard let o = EC_GROUP_get0_order(pointer), let copy = BN_dup(o) else { throw openSSLError("EC_GROUP_get0_order") }
+        guard let o = EC_GROUP_get0_order(pointer), let copy = BN_dup(o) else {
+            throw openSSLError("EC_GROUP_get0_order")
+        }
         return BigNum(owning: copy)
     }
 
@@ -195,7 +199,8 @@ final class ECGroup {
     func decode(_ bytes: [UInt8]) throws(TesseraError) -> OpaquePointer {
         guard let p = EC_POINT_new(pointer) else { throw openSSLError("EC_POINT_new") }
         let ok = bytes.withUnsafeBufferPointer { EC_POINT_oct2point(pointer, p, $0.baseAddress, $0.count, ctx.pointer) }
-        guard ok == 1, EC_POINT_is_at_infinity(pointer, p) == 0, EC_POINT_is_on_curve(pointer, p, ctx.pointer) == 1 else {
+        guard ok == 1, EC_POINT_is_at_infinity(pointer, p) == 0, EC_POINT_is_on_curve(pointer, p, ctx.pointer) == 1
+        else {
             EC_POINT_free(p)
             ERR_clear_error()
             throw TesseraError(.cryptoError, "invalid elliptic-curve point")

@@ -1,5 +1,5 @@
-import Crypto
 internal import CLibCrypto
+import Crypto
 import TesseraCore
 
 /// Message digests used by ICAO 9303 (via swift-crypto).
@@ -23,4 +23,3 @@ public enum MessageDigest {
         return Array(out[0..<Int(len)])
     }
 }
-

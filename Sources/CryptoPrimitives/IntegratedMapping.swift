@@ -68,11 +68,14 @@ extension ECCurve {
         guard let point = EC_POINT_new(g.pointer) else { throw openSSLError("EC_POINT_new") }
         defer { EC_POINT_free(point) }
         guard EC_POINT_set_affine_coordinates(g.pointer, point, x.pointer, y.pointer, ctx) == 1,
-              EC_POINT_is_on_curve(g.pointer, point, ctx) == 1 else {
+            EC_POINT_is_on_curve(g.pointer, point, ctx) == 1
+        else {
             ERR_clear_error()
             throw TesseraError(.cryptoError, "integrated mapping produced no point on \(name)")
         }
-        guard let cofactor = EC_GROUP_get0_cofactor(g.pointer), BN_is_one(cofactor) == 0 else { return try g.encode(point) }
+        guard let cofactor = EC_GROUP_get0_cofactor(g.pointer), BN_is_one(cofactor) == 0 else {
+            return try g.encode(point)
+        }
         guard let copy = BN_dup(cofactor) else { throw openSSLError("BN_dup") }
         return try g.multiply(point, BigNum(owning: copy))
     }
@@ -96,7 +99,9 @@ extension DHGroup {
         try check(BN_div(cofactor.pointer, nil, pMinus1.pointer, order.pointer, ctx.pointer), "BN_div")
         try check(BN_mod_exp(r.pointer, x.pointer, cofactor.pointer, modulus.pointer, ctx.pointer), "BN_mod_exp")
         withExtendedLifetime((modulus, order, input, pMinus1, ctx)) {}
-        guard !r.isZero, !r.isOne else { throw TesseraError(.cryptoError, "integrated mapping produced a trivial generator") }
+        guard !r.isZero, !r.isOne else {
+            throw TesseraError(.cryptoError, "integrated mapping produced a trivial generator")
+        }
         return try r.bytes(length: primeSize)
     }
 }
@@ -114,8 +119,6 @@ extension ECGroup {
 private struct FieldArithmetic {
     let p: BigNum
     let ctx: OpaquePointer
-
-    init(p: BigNum, ctx: OpaquePointer) { self.p = p; self.ctx = ctx }
 
     func reduce(_ x: BigNum) throws(TesseraError) -> BigNum {
         let r = try BigNum()

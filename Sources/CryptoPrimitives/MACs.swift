@@ -65,8 +65,10 @@ public enum CMAC {
         return out
     }
 
-    private static func compute(blockSize n: Int, rb: UInt8, data: [UInt8],
-                                encrypt: ([UInt8]) throws(TesseraError) -> [UInt8]) throws(TesseraError) -> [UInt8] {
+    private static func compute(
+        blockSize n: Int, rb: UInt8, data: [UInt8],
+        encrypt: ([UInt8]) throws(TesseraError) -> [UInt8]
+    ) throws(TesseraError) -> [UInt8] {
         let l = try encrypt([UInt8](repeating: 0, count: n))
         let k1 = shiftLeft(l, rb: rb)
         let k2 = shiftLeft(k1, rb: rb)

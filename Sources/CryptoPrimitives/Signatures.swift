@@ -94,15 +94,19 @@ public enum Signatures {
 
     /// Verifies `signature` over `message`. Returns false for a wrong signature; throws CRYPTO_ERROR when the key
     /// cannot be used (undecodable, wrong type for the scheme).
-    public static func verify(_ signature: [UInt8], over message: [UInt8], publicKey spki: [UInt8],
-                              scheme: SignatureScheme) throws(TesseraError) -> Bool {
+    public static func verify(
+        _ signature: [UInt8], over message: [UInt8], publicKey spki: [UInt8],
+        scheme: SignatureScheme
+    ) throws(TesseraError) -> Bool {
         let key = try PublicKeyHandle(spki)
         defer { EVP_PKEY_free(key.pkey) }
         let kind = key.kind
         var sig = signature
         switch scheme {
         case .rsaPKCS1v15, .rsaPSS:
-            guard kind == .rsa || kind == .rsaPSS else { throw TesseraError(.cryptoError, "RSA scheme with a non-RSA key") }
+            guard kind == .rsa || kind == .rsaPSS else {
+                throw TesseraError(.cryptoError, "RSA scheme with a non-RSA key")
+            }
         case .ecdsa:
             guard kind == .ec else { throw TesseraError(.cryptoError, "ECDSA scheme with a non-EC key") }
         case .ecdsaPlain:
@@ -127,8 +131,10 @@ public enum Signatures {
     }
 
     /// Signs `message` with a DER private key.
-    public static func sign(_ message: [UInt8], privateKey der: [UInt8],
-                            scheme: SignatureScheme) throws(TesseraError) -> [UInt8] {
+    public static func sign(
+        _ message: [UInt8], privateKey der: [UInt8],
+        scheme: SignatureScheme
+    ) throws(TesseraError) -> [UInt8] {
         let pkey = try privateKeyHandle(der)
         defer { EVP_PKEY_free(pkey) }
         guard let ctx = EVP_MD_CTX_new() else { throw opensslError("EVP_MD_CTX_new") }
@@ -167,7 +173,8 @@ public enum Signatures {
         guard let pctx = EVP_PKEY_CTX_new(key.pkey, nil) else { throw opensslError("EVP_PKEY_CTX_new") }
         defer { EVP_PKEY_CTX_free(pctx) }
         guard EVP_PKEY_verify_recover_init(pctx) == 1,
-              EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_NO_PADDING) == 1 else { throw opensslError("recover init") }
+            EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_NO_PADDING) == 1
+        else { throw opensslError("recover init") }
         var out = [UInt8](repeating: 0, count: size)
         var outLen = size
         let rc = input.withUnsafeBufferPointer { i in
@@ -189,11 +196,14 @@ public enum Signatures {
         guard let pctx = EVP_PKEY_CTX_new(pkey, nil) else { throw opensslError("EVP_PKEY_CTX_new") }
         defer { EVP_PKEY_CTX_free(pctx) }
         guard EVP_PKEY_sign_init(pctx) == 1,
-              EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_NO_PADDING) == 1 else { throw opensslError("raw sign init") }
+            EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_NO_PADDING) == 1
+        else { throw opensslError("raw sign init") }
         var out = [UInt8](repeating: 0, count: size)
         var outLen = size
         let rc = block.withUnsafeBufferPointer { i in
-            out.withUnsafeMutableBufferPointer { o in EVP_PKEY_sign(pctx, o.baseAddress, &outLen, i.baseAddress, i.count) }
+            out.withUnsafeMutableBufferPointer { o in
+                EVP_PKEY_sign(pctx, o.baseAddress, &outLen, i.baseAddress, i.count)
+            }
         }
         guard rc == 1 else { throw opensslError("RSA private operation failed") }
         return [UInt8](repeating: 0, count: size - outLen) + out[..<outLen]
@@ -203,8 +213,9 @@ public enum Signatures {
     public static func describe(publicKey spki: [UInt8]) throws(TesseraError) -> PublicKeyDescription {
         let key = try PublicKeyHandle(spki)
         defer { EVP_PKEY_free(key.pkey) }
-        return PublicKeyDescription(kind: key.kind, bits: Int(EVP_PKEY_get_bits(key.pkey)),
-                                    curveName: key.kind == .ec ? groupName(key.pkey) : nil)
+        return PublicKeyDescription(
+            kind: key.kind, bits: Int(EVP_PKEY_get_bits(key.pkey)),
+            curveName: key.kind == .ec ? groupName(key.pkey) : nil)
     }
 
     /// The SubjectPublicKeyInfo (DER) of a DER private key.
@@ -298,9 +309,9 @@ public enum Signatures {
     private static func configure(_ pctx: OpaquePointer?, _ scheme: SignatureScheme) throws(TesseraError) {
         guard case .rsaPSS(_, let mgf1, let salt) = scheme else { return }
         guard let pctx,
-              EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING) == 1,
-              EVP_PKEY_CTX_set_rsa_mgf1_md(pctx, mgf1.md) == 1,
-              EVP_PKEY_CTX_set_rsa_pss_saltlen(pctx, Int32(clamping: salt)) == 1
+            EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING) == 1,
+            EVP_PKEY_CTX_set_rsa_mgf1_md(pctx, mgf1.md) == 1,
+            EVP_PKEY_CTX_set_rsa_pss_saltlen(pctx, Int32(clamping: salt)) == 1
         else { throw opensslError("PSS parameters") }
     }
 
@@ -329,7 +340,8 @@ public enum Signatures {
         if code != 0 {
             var buf = [CChar](repeating: 0, count: 256)
             buf.withUnsafeMutableBufferPointer { ERR_error_string_n(code, $0.baseAddress, $0.count) }
-            detail = ": " + String(decoding: buf.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            detail =
+                ": " + String(decoding: buf.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
         }
         ERR_clear_error()
         return TesseraError(.cryptoError, context + detail)

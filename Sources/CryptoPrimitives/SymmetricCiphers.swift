@@ -2,8 +2,10 @@ internal import CLibCrypto
 import TesseraCore
 
 /// Runs one EVP cipher over `data` without padding. `data.count` must be a multiple of the block size.
-private func evpCrypt(_ cipher: OpaquePointer?, key: [UInt8], iv: [UInt8]?, data: [UInt8], encrypt: Bool,
-                      blockSize: Int) throws(TesseraError) -> [UInt8] {
+private func evpCrypt(
+    _ cipher: OpaquePointer?, key: [UInt8], iv: [UInt8]?, data: [UInt8], encrypt: Bool,
+    blockSize: Int
+) throws(TesseraError) -> [UInt8] {
     guard data.count % blockSize == 0 else {
         throw TesseraError(.cryptoError, "data length \(data.count) is not a multiple of \(blockSize)")
     }
@@ -52,29 +54,37 @@ public enum TripleDESCipher {
     }
 
     /// CBC encryption; `iv` defaults to eight zero bytes.
-    public static func encryptCBC(key: [UInt8], iv: [UInt8] = [UInt8](repeating: 0, count: 8),
-                                  data: [UInt8]) throws(TesseraError) -> [UInt8] {
-        try evpCrypt(EVP_des_ede3_cbc(), key: expandedKey(key), iv: checkedIV(iv), data: data, encrypt: true,
-                     blockSize: blockSize)
+    public static func encryptCBC(
+        key: [UInt8], iv: [UInt8] = [UInt8](repeating: 0, count: 8),
+        data: [UInt8]
+    ) throws(TesseraError) -> [UInt8] {
+        try evpCrypt(
+            EVP_des_ede3_cbc(), key: expandedKey(key), iv: checkedIV(iv), data: data, encrypt: true,
+            blockSize: blockSize)
     }
 
     /// CBC decryption; `iv` defaults to eight zero bytes.
-    public static func decryptCBC(key: [UInt8], iv: [UInt8] = [UInt8](repeating: 0, count: 8),
-                                  data: [UInt8]) throws(TesseraError) -> [UInt8] {
-        try evpCrypt(EVP_des_ede3_cbc(), key: expandedKey(key), iv: checkedIV(iv), data: data, encrypt: false,
-                     blockSize: blockSize)
+    public static func decryptCBC(
+        key: [UInt8], iv: [UInt8] = [UInt8](repeating: 0, count: 8),
+        data: [UInt8]
+    ) throws(TesseraError) -> [UInt8] {
+        try evpCrypt(
+            EVP_des_ede3_cbc(), key: expandedKey(key), iv: checkedIV(iv), data: data, encrypt: false,
+            blockSize: blockSize)
     }
 
     /// ECB encryption of whole blocks.
     public static func encryptECB(key: [UInt8], data: [UInt8]) throws(TesseraError) -> [UInt8] {
-        try evpCrypt(EVP_des_ede3_ecb(), key: expandedKey(key), iv: nil, data: data, encrypt: true,
-                     blockSize: blockSize)
+        try evpCrypt(
+            EVP_des_ede3_ecb(), key: expandedKey(key), iv: nil, data: data, encrypt: true,
+            blockSize: blockSize)
     }
 
     /// ECB decryption of whole blocks.
     public static func decryptECB(key: [UInt8], data: [UInt8]) throws(TesseraError) -> [UInt8] {
-        try evpCrypt(EVP_des_ede3_ecb(), key: expandedKey(key), iv: nil, data: data, encrypt: false,
-                     blockSize: blockSize)
+        try evpCrypt(
+            EVP_des_ede3_ecb(), key: expandedKey(key), iv: nil, data: data, encrypt: false,
+            blockSize: blockSize)
     }
 
     /// Sets the DES parity bit (least significant bit) of every byte so each byte has odd parity.
@@ -105,17 +115,23 @@ public enum AESCipher {
     }
 
     /// CBC encryption; `iv` defaults to sixteen zero bytes.
-    public static func encryptCBC(key: [UInt8], iv: [UInt8] = [UInt8](repeating: 0, count: 16),
-                                  data: [UInt8]) throws(TesseraError) -> [UInt8] {
-        try evpCrypt(cipher(key, cbc: true), key: key, iv: checkedIV(iv), data: data, encrypt: true,
-                     blockSize: blockSize)
+    public static func encryptCBC(
+        key: [UInt8], iv: [UInt8] = [UInt8](repeating: 0, count: 16),
+        data: [UInt8]
+    ) throws(TesseraError) -> [UInt8] {
+        try evpCrypt(
+            cipher(key, cbc: true), key: key, iv: checkedIV(iv), data: data, encrypt: true,
+            blockSize: blockSize)
     }
 
     /// CBC decryption; `iv` defaults to sixteen zero bytes.
-    public static func decryptCBC(key: [UInt8], iv: [UInt8] = [UInt8](repeating: 0, count: 16),
-                                  data: [UInt8]) throws(TesseraError) -> [UInt8] {
-        try evpCrypt(cipher(key, cbc: true), key: key, iv: checkedIV(iv), data: data, encrypt: false,
-                     blockSize: blockSize)
+    public static func decryptCBC(
+        key: [UInt8], iv: [UInt8] = [UInt8](repeating: 0, count: 16),
+        data: [UInt8]
+    ) throws(TesseraError) -> [UInt8] {
+        try evpCrypt(
+            cipher(key, cbc: true), key: key, iv: checkedIV(iv), data: data, encrypt: false,
+            blockSize: blockSize)
     }
 
     /// ECB encryption of whole blocks.

@@ -58,8 +58,10 @@ public struct DocumentEvidence: Sendable, Equatable {
         if let sod { o["sod"] = .string(Base64URL.encode(sod)) }
         if let cardSecurity { o["cardSecurity"] = .string(Base64URL.encode(cardSecurity)) }
         if let aaChallenge, let aaSignature {
-            o["activeAuthentication"] = ["challenge": .string(Base64URL.encode(aaChallenge)),
-                                         "signature": .string(Base64URL.encode(aaSignature))]
+            o["activeAuthentication"] = [
+                "challenge": .string(Base64URL.encode(aaChallenge)),
+                "signature": .string(Base64URL.encode(aaSignature)),
+            ]
         }
         if let paceMapping { o["paceMapping"] = .string(paceMapping) }
         if let chipAuthenticationStatus {
@@ -98,34 +100,44 @@ public struct DocumentEvidence: Sendable, Equatable {
         var groups: [Int: [UInt8]] = [:]
         for (name, value) in e["dataGroups"]?.objectValue ?? [:] {
             guard name.hasPrefix("DG"), let n = Int(name.dropFirst(2)), (1...16).contains(n),
-                  let b = try bytes(value, name) else { throw TesseraError(.invalidInput, "evidence: bad data group \(name)") }
+                let b = try bytes(value, name)
+            else { throw TesseraError(.invalidInput, "evidence: bad data group \(name)") }
             groups[n] = b
         }
         dataGroups = groups
         aaChallenge = try bytes(e["activeAuthentication"]?["challenge"], "activeAuthentication.challenge")
         aaSignature = try bytes(e["activeAuthentication"]?["signature"], "activeAuthentication.signature")
-        guard let access = e["accessProtocol"]?.stringValue else { throw TesseraError(.invalidInput, "evidence: accessProtocol missing") }
+        guard let access = e["accessProtocol"]?.stringValue else {
+            throw TesseraError(.invalidInput, "evidence: accessProtocol missing")
+        }
         accessProtocol = access
         paceMapping = e["paceMapping"]?.stringValue
         chipAuthenticationStatus = e["chipAuthentication"]?["status"]?.stringValue
         chipAuthenticationMechanism = e["chipAuthentication"]?["mechanism"]?.stringValue
         if let oid = e["chipAuthentication"]?["protocol"]?.stringValue {
             guard let algorithm = ChipAuthenticationAlgorithm(oid: oid),
-                  let key = try bytes(e["chipAuthentication"]?["chipPublicKey"], "chipAuthentication.chipPublicKey"),
-                  let ephemeral = try bytes(e["chipAuthentication"]?["terminalEphemeralPublicKey"], "chipAuthentication.terminalEphemeralPublicKey") else {
+                let key = try bytes(e["chipAuthentication"]?["chipPublicKey"], "chipAuthentication.chipPublicKey"),
+                let ephemeral = try bytes(
+                    e["chipAuthentication"]?["terminalEphemeralPublicKey"],
+                    "chipAuthentication.terminalEphemeralPublicKey")
+            else {
                 throw TesseraError(.invalidInput, "evidence: bad Chip Authentication record")
             }
-            chipAuthenticationRun = ChipAuthenticationRun(algorithm: algorithm, keyId: e["chipAuthentication"]?["keyId"]?.intValue,
-                                                          chipPublicKeyInfo: key, terminalEphemeralPublicKey: ephemeral)
+            chipAuthenticationRun = ChipAuthenticationRun(
+                algorithm: algorithm, keyId: e["chipAuthentication"]?["keyId"]?.intValue,
+                chipPublicKeyInfo: key, terminalEphemeralPublicKey: ephemeral)
         }
         if let name = e["chipAuthentication"]?["curve"]?.stringValue {
             guard let curve = ECCurve.named(name),
-                  let pk = try bytes(e["chipAuthentication"]?["chipMappingPublicKey"], "chipAuthentication.chipMappingPublicKey") else {
+                let pk = try bytes(
+                    e["chipAuthentication"]?["chipMappingPublicKey"], "chipAuthentication.chipMappingPublicKey")
+            else {
                 throw TesseraError(.invalidInput, "evidence: bad chipAuthentication")
             }
             chipAuthenticationData = PACEChipAuthenticationData(
                 domain: .ec(curve), chipMappingPublicKey: pk,
-                chipAuthenticationData: try bytes(e["chipAuthentication"]?["chipAuthenticationData"], "chipAuthentication.chipAuthenticationData"))
+                chipAuthenticationData: try bytes(
+                    e["chipAuthentication"]?["chipAuthenticationData"], "chipAuthentication.chipAuthenticationData"))
         }
         guard let at = e["readAt"]?.stringValue, let date = ISO8601DateFormatter().date(from: at) else {
             throw TesseraError(.invalidInput, "evidence: readAt missing")
@@ -136,13 +148,18 @@ public struct DocumentEvidence: Sendable, Equatable {
     /// Re-checks the evidence as a read does: passive authentication against `trustStore`, active authentication
     /// from the recorded challenge and signature when the SOD lists DG15, PACE-CAM from the recorded PK_Map,IC and
     /// CA_IC against DG14 (`notChecked` when they are not in the evidence), and the verdict.
-    public func verify(trustStore: CSCATrustStore?, allowClonable: Bool = false,
-                       referenceDate: Date = Date()) -> (passive: PassiveAuthenticationResult, active: ActiveAuthenticationResult?,
-                                                         chip: ChipAuthenticationResult?, verdict: DocumentVerdict) {
+    public func verify(
+        trustStore: CSCATrustStore?, allowClonable: Bool = false,
+        referenceDate: Date = Date()
+    ) -> (
+        passive: PassiveAuthenticationResult, active: ActiveAuthenticationResult?,
+        chip: ChipAuthenticationResult?, verdict: DocumentVerdict
+    ) {
         var passive: PassiveAuthenticationResult
         if let sod {
-            passive = PassiveAuthentication.verify(sod: sod, dataGroups: dataGroups, trustStore: trustStore,
-                                                   options: PassiveAuthentication.Options(referenceDate: referenceDate))
+            passive = PassiveAuthentication.verify(
+                sod: sod, dataGroups: dataGroups, trustStore: trustStore,
+                options: PassiveAuthentication.Options(referenceDate: referenceDate))
         } else {
             passive = PassiveAuthentication.verify(sod: [], dataGroups: [:], trustStore: nil)
             passive.reason = "the evidence has no EF.SOD"
@@ -151,36 +168,46 @@ public struct DocumentEvidence: Sendable, Equatable {
         var active: ActiveAuthenticationResult?
         let activeRequired = listed.contains(15) || dataGroups[15] != nil
         if activeRequired {
-            if let dg15bytes = dataGroups[15], let dg15 = try? DG15(parsing: dg15bytes), let aaChallenge, let aaSignature {
+            if let dg15bytes = dataGroups[15], let dg15 = try? DG15(parsing: dg15bytes), let aaChallenge,
+                let aaSignature
+            {
                 let dg14 = dataGroups[14].flatMap { try? DG14(parsing: $0) }
-                active = ActiveAuthentication.verify(challenge: aaChallenge, response: aaSignature,
-                                                     publicKeyInfo: dg15.publicKeyInfo, hashHint: dg14?.activeAuthenticationHash)
+                active = ActiveAuthentication.verify(
+                    challenge: aaChallenge, response: aaSignature,
+                    publicKeyInfo: dg15.publicKeyInfo, hashHint: dg14?.activeAuthenticationHash)
             } else {
-                active = ActiveAuthenticationResult(status: .invalid, reason: "the SOD lists DG15 but the evidence lacks DG15 or the AA signature")
+                active = ActiveAuthenticationResult(
+                    status: .invalid, reason: "the SOD lists DG15 but the evidence lacks DG15 or the AA signature")
             }
         }
         let cardSecurityCheck = cardSecurity.map {
-            CardSecurity.verify($0, trustStore: trustStore, options: PassiveAuthentication.Options(referenceDate: referenceDate))
+            CardSecurity.verify(
+                $0, trustStore: trustStore, options: PassiveAuthentication.Options(referenceDate: referenceDate))
         }
         var chip: ChipAuthenticationResult?
-        let chipRequired = paceMapping == PACEMapping.chipAuthentication.rawValue
+        let chipRequired =
+            paceMapping == PACEMapping.chipAuthentication.rawValue
             || DocumentService.announcedChipAuthenticationMapping(dg14: dataGroups[14]) != nil
             || DocumentService.announcedChipAuthentication(dg14: dataGroups[14]) != nil
         if chipRequired {
             if let cam = chipAuthenticationData {
-                chip = DocumentService.checkChipAuthenticationMapping(cam, cardSecurity: cardSecurity, cardSecurityResult: cardSecurityCheck,
-                                                                      dg14: dataGroups[14], passive: passive)
+                chip = DocumentService.checkChipAuthenticationMapping(
+                    cam, cardSecurity: cardSecurity, cardSecurityResult: cardSecurityCheck,
+                    dg14: dataGroups[14], passive: passive)
             } else if let run = chipAuthenticationRun {
-                chip = DocumentService.recheckChipAuthentication(status: chipAuthenticationStatus, run: run, dg14: dataGroups[14],
-                                                                 passive: passive)
+                chip = DocumentService.recheckChipAuthentication(
+                    status: chipAuthenticationStatus, run: run, dg14: dataGroups[14],
+                    passive: passive)
             } else if chipAuthenticationStatus == ChipAuthenticationResult.Status.invalid.rawValue {
                 chip = ChipAuthenticationResult(status: .invalid, reason: "the reader recorded a failed PACE-CAM")
             } else {
-                chip = ChipAuthenticationResult(status: .notChecked, reason: "the evidence holds no PACE-CAM or Chip Authentication data")
+                chip = ChipAuthenticationResult(
+                    status: .notChecked, reason: "the evidence holds no PACE-CAM or Chip Authentication data")
             }
         }
-        var verdict = DocumentVerdict.evaluate(passive: passive, activeRequired: activeRequired, active: active,
-                                               chipRequired: chipRequired, chip: chip, allowClonable: allowClonable)
+        var verdict = DocumentVerdict.evaluate(
+            passive: passive, activeRequired: activeRequired, active: active,
+            chipRequired: chipRequired, chip: chip, allowClonable: allowClonable)
         verdict.include(cardSecurity: cardSecurityCheck)
         return (passive, active, chip, verdict)
     }
@@ -190,14 +217,17 @@ public struct DocumentEvidence: Sendable, Equatable {
     public func verificationJSON(trustStore: CSCATrustStore?, allowClonable: Bool = false) -> JSONValue {
         let r = verify(trustStore: trustStore, allowClonable: allowClonable)
         var o: [String: JSONValue] = [
-            "verdict": .string(r.verdict.verdict.rawValue), "reasons": .array(r.verdict.reasons.map { .string($0.rawValue) }),
+            "verdict": .string(r.verdict.verdict.rawValue),
+            "reasons": .array(r.verdict.reasons.map { .string($0.rawValue) }),
             "chipAuthenticity": .string(r.verdict.chipAuthenticity.rawValue),
             "passiveAuthentication": DocumentReadResult.passiveJSON(r.passive),
         ]
         if let a = r.active { o["activeAuthentication"] = a.json }
         if let cardSecurity { o["cardSecurity"] = CardSecurity.verify(cardSecurity, trustStore: trustStore).json }
         if let c = r.chip {
-            var j: [String: JSONValue] = ["status": .string(c.status.rawValue), "mechanism": .string(c.mechanism.rawValue)]
+            var j: [String: JSONValue] = [
+                "status": .string(c.status.rawValue), "mechanism": .string(c.mechanism.rawValue),
+            ]
             if let reason = c.reason { j["reason"] = .string(reason) }
             o["chipAuthentication"] = .object(j)
         }

@@ -24,8 +24,10 @@ public struct DocumentReadRequest: Sendable {
     /// The 8-byte active authentication challenge to use instead of a random one (a backend's nonce).
     public var aaChallenge: [UInt8]?
 
-    public init(reader: String? = nil, key: DocumentAccessKey, dataGroups: [Int]? = nil, verify: Bool = true,
-                extendedLength: Bool = false, allowClonable: Bool = false) {
+    public init(
+        reader: String? = nil, key: DocumentAccessKey, dataGroups: [Int]? = nil, verify: Bool = true,
+        extendedLength: Bool = false, allowClonable: Bool = false
+    ) {
         self.reader = reader; self.key = key; self.dataGroups = dataGroups; self.verify = verify
         self.extendedLength = extendedLength; self.allowClonable = allowClonable
     }
@@ -121,19 +123,24 @@ public struct DocumentReadResult: Sendable {
             groups[file.description] = .string(Base64URL.encode(bytes))
         }
         o["dataGroups"] = .object(groups)
-        o["faceImages"] = .array(faceImages.map { img in
-            var f: [String: JSONValue] = ["mimeType": .string(img.mimeType), "data": .string(Base64URL.encode(img.data))]
-            if let w = img.width { f["width"] = .number(Double(w)) }
-            if let h = img.height { f["height"] = .number(Double(h)) }
-            return .object(f)
-        })
+        o["faceImages"] = .array(
+            faceImages.map { img in
+                var f: [String: JSONValue] = [
+                    "mimeType": .string(img.mimeType), "data": .string(Base64URL.encode(img.data)),
+                ]
+                if let w = img.width { f["width"] = .number(Double(w)) }
+                if let h = img.height { f["height"] = .number(Double(h)) }
+                return .object(f)
+            })
         o["verdict"] = .string(verdict.verdict.rawValue)
         o["reasons"] = .array(verdict.reasons.map { .string($0.rawValue) })
         o["chipAuthenticity"] = .string(verdict.chipAuthenticity.rawValue)
         o["passiveAuthentication"] = Self.passiveJSON(passiveAuthentication)
         if let mapping = paceMapping { o["paceMapping"] = .string(mapping.rawValue) }
         if let ca = chipAuthentication {
-            var c: [String: JSONValue] = ["status": .string(ca.status.rawValue), "mechanism": .string(ca.mechanism.rawValue)]
+            var c: [String: JSONValue] = [
+                "status": .string(ca.status.rawValue), "mechanism": .string(ca.mechanism.rawValue),
+            ]
             if let r = ca.reason { c["reason"] = .string(r) }
             if let k = ca.keyId { c["keyId"] = .number(Double(k)) }
             o["chipAuthentication"] = .object(c)
@@ -167,9 +174,11 @@ public struct DocumentReadResult: Sendable {
     /// groups the chip refused (DG3/DG4) are in `notRead` with `notReadReasons` "accessDenied".
     public static func passiveJSON(_ pa: PassiveAuthenticationResult?) -> JSONValue {
         guard let pa else {
-            return ["status": "unverified", "signature": "notChecked", "certificateChain": "notChecked",
-                    "certificateValidity": "notChecked", "dataGroupHashes": .object([:]),
-                    "reason": "verification was not requested"]
+            return [
+                "status": "unverified", "signature": "notChecked", "certificateChain": "notChecked",
+                "certificateValidity": "notChecked", "dataGroupHashes": .object([:]),
+                "reason": "verification was not requested",
+            ]
         }
         var hashes: [String: JSONValue] = [:]
         var notRead: [Int] = []
@@ -190,7 +199,8 @@ public struct DocumentReadResult: Sendable {
             "missingDataGroups": .array(pa.missingDataGroups.map { .number(Double($0)) }),
         ]
         if !notRead.isEmpty {
-            o["notReadReasons"] = .object(Dictionary(uniqueKeysWithValues: notRead.map { ("DG\($0)", JSONValue.string("accessDenied")) }))
+            o["notReadReasons"] = .object(
+                Dictionary(uniqueKeysWithValues: notRead.map { ("DG\($0)", JSONValue.string("accessDenied")) }))
         }
         if let r = pa.reason { o["reason"] = .string(r) }
         if let s = pa.documentSigner { o["documentSigner"] = .string(s) }

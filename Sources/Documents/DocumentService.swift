@@ -24,9 +24,11 @@ public final class DocumentService: Sendable {
     public let fileReaderConfiguration: ElementaryFileReader.Configuration
     private let logger: Logger
 
-    public init(sources: [any ReaderSource], trustStore: CSCATrustStore?, trustSources: TrustSources? = nil,
-                fileReaderConfiguration: ElementaryFileReader.Configuration = DocumentService.defaultFileReaderConfiguration,
-                logger: Logger = Logger(label: "tessera.documents")) {
+    public init(
+        sources: [any ReaderSource], trustStore: CSCATrustStore?, trustSources: TrustSources? = nil,
+        fileReaderConfiguration: ElementaryFileReader.Configuration = DocumentService.defaultFileReaderConfiguration,
+        logger: Logger = Logger(label: "tessera.documents")
+    ) {
         self.sources = sources
         self.trust = Locked(TrustState(store: trustStore, loadedAt: Date()))
         self.trustSources = trustSources
@@ -44,7 +46,9 @@ public final class DocumentService: Sendable {
     /// Loads CSCA certificates from files, directories or ICAO master lists, then the CRLs at `crls` (each signed
     /// by one of those CSCAs); nil for no paths. Master lists must be signed by, or by a certificate issued by,
     /// one of the certificates at `masterListTrust`. Every file must be readable and usable: the error names it.
-    public static func trustStore(paths: [String], masterListTrust: [String] = [], crls: [String] = []) throws(TesseraError) -> CSCATrustStore? {
+    public static func trustStore(paths: [String], masterListTrust: [String] = [], crls: [String] = [])
+        throws(TesseraError) -> CSCATrustStore?
+    {
         guard !paths.isEmpty || !crls.isEmpty else { return nil }
         var mlAnchors = CSCATrustStore()
         for p in masterListTrust {
@@ -103,8 +107,10 @@ public final class DocumentService: Sendable {
 
     /// Reads (and by default verifies) the document in `request.reader`, or in the first reader holding a card.
     /// `progress` is called in order from the reading task.
-    public func read(_ request: DocumentReadRequest,
-                     progress: @escaping @Sendable (DocumentReadProgress) -> Void = { _ in }) async throws(TesseraError) -> DocumentReadResult {
+    public func read(
+        _ request: DocumentReadRequest,
+        progress: @escaping @Sendable (DocumentReadProgress) -> Void = { _ in }
+    ) async throws(TesseraError) -> DocumentReadResult {
         if let groups = request.dataGroups, let bad = groups.first(where: { !(1...16).contains($0) }) {
             throw TesseraError.invalidInput("data group \(bad) does not exist (1…16)")
         }
@@ -118,10 +124,13 @@ public final class DocumentService: Sendable {
                 try await self.perform(request, reader: readerName, wire: wire, started: started, progress: progress)
             }
             await session.close()
-            logger.info("document read", metadata: [
-                "reader": "\(readerName)", "protocol": "\(result.accessProtocol.rawValue)",
-                "pa": "\(result.passiveAuthentication?.status.rawValue ?? "skipped")",
-                "apdus": "\(result.statistics.apdus)", "ms": "\(Int(result.statistics.durationMs))"])
+            logger.info(
+                "document read",
+                metadata: [
+                    "reader": "\(readerName)", "protocol": "\(result.accessProtocol.rawValue)",
+                    "pa": "\(result.passiveAuthentication?.status.rawValue ?? "skipped")",
+                    "apdus": "\(result.statistics.apdus)", "ms": "\(Int(result.statistics.durationMs))",
+                ])
             return result
         } catch {
             await session.close()
@@ -132,8 +141,10 @@ public final class DocumentService: Sendable {
 
     /// Opens the card in `reader` (or the first reader holding one) for another document family (mdoc) and runs
     /// `body` with it exclusively; returns its value with the reader's name and the APDUs and bytes exchanged.
-    public func withCard<T: Sendable>(reader: String?, extendedLength: Bool,
-                                      _ body: @Sendable (any APDUTransport) async throws(TesseraError) -> T)
+    public func withCard<T: Sendable>(
+        reader: String?, extendedLength: Bool,
+        _ body: @Sendable (any APDUTransport) async throws(TesseraError) -> T
+    )
         async throws(TesseraError) -> (value: T, reader: String, apdus: Int, bytes: Int)
     {
         let (source, readerName) = try await chooseReader(reader)
@@ -177,11 +188,14 @@ public final class DocumentService: Sendable {
         throw TesseraError(.noCard, "no reader holds a card")
     }
 
-    private func perform(_ request: DocumentReadRequest, reader readerName: String, wire: CountingTransport,
-                         started: ContinuousClock.Instant,
-                         progress: @escaping @Sendable (DocumentReadProgress) -> Void) async throws(TesseraError) -> DocumentReadResult {
+    private func perform(
+        _ request: DocumentReadRequest, reader readerName: String, wire: CountingTransport,
+        started: ContinuousClock.Instant,
+        progress: @escaping @Sendable (DocumentReadProgress) -> Void
+    ) async throws(TesseraError) -> DocumentReadResult {
         progress(DocumentReadProgress(step: .access))
-        let access = try await establishSecureAccess(transport: wire, password: request.key.accessPassword, preferPACE: true)
+        let access = try await establishSecureAccess(
+            transport: wire, password: request.key.accessPassword, preferPACE: true)
         var channel = access.channel
         let used = access.protocolUsed
         let afterAccess = wire.counters
@@ -212,13 +226,13 @@ public final class DocumentService: Sendable {
             do { comList = Set(try EFCOM(parsing: com).dataGroups) } catch {
                 warnings.append("EF.COM does not parse: \(error.message)")
             }
-        } catch where error.isFileNotFound {
+        } catch  where error.isFileNotFound {
             warnings.append("the chip has no EF.COM")
         }
         var sod: [UInt8]?
         var listed: Set<Int>?
         if request.verify {
-            do { sod = try await read(.sod) } catch where error.isFileNotFound {
+            do { sod = try await read(.sod) } catch  where error.isFileNotFound {
                 warnings.append("the chip has no EF.SOD")
             }
             // A SOD that does not parse fails passive authentication, which says why.
@@ -244,15 +258,18 @@ public final class DocumentService: Sendable {
         // other groups under CA's keys; the first answer under them confirms CA.
         var caStep: ChipAuthenticationStep?
         func accessAgain() async throws(TesseraError) {
-            channel = try await establishSecureAccess(transport: wire, password: request.key.accessPassword, preferPACE: true).channel
+            channel = try await establishSecureAccess(
+                transport: wire, password: request.key.accessPassword, preferPACE: true
+            ).channel
             reader = ElementaryFileReader(transport: channel, configuration: configuration)
         }
         if request.verify, access.chipAuthentication == nil, wanted.contains(14), present?.contains(14) ?? true {
-            do { _ = try await read(.dataGroup(14)) } catch where !error.retryable {
+            do { _ = try await read(.dataGroup(14)) } catch  where !error.retryable {
                 // the loop below reads DG14 again and reports what went wrong
             }
             if let infos = Self.announcedChipAuthentication(dg14: files[.dataGroup(14)]) {
-                var step = try await Self.runChipAuthentication(infos, over: channel, extendedLength: wire.inner.supportsExtendedLength)
+                var step = try await Self.runChipAuthentication(
+                    infos, over: channel, extendedLength: wire.inner.supportsExtendedLength)
                 if step.channel == nil && step.result.status == .invalid {
                     // The chip refused CA; many chips end secure messaging then: access again to read the rest.
                     try await accessAgain()
@@ -260,20 +277,24 @@ public final class DocumentService: Sendable {
                 if let caChannel = step.channel {
                     channel = caChannel
                     reader = ElementaryFileReader(transport: caChannel, configuration: configuration)
-                    let next = order.first { n in n != 14 && files[.dataGroup(n)] == nil && present?.contains(n) ?? true }
+                    let next = order.first { n in n != 14 && files[.dataGroup(n)] == nil && present?.contains(n) ?? true
+                    }
                     do throws(TesseraError) {
                         if let next {
                             _ = try await read(.dataGroup(next))
                         } else {
-                            let selected = try await caChannel.send(CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID))
-                            guard selected.sw.isSuccess else { throw TesseraError(.cardError, "SELECT failed (\(selected.sw))") }
+                            let selected = try await caChannel.send(
+                                CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID))
+                            guard selected.sw.isSuccess else {
+                                throw TesseraError(.cardError, "SELECT failed (\(selected.sw))")
+                            }
                         }
                         step.confirm()
-                    } catch where error.code == .secureMessagingError {
+                    } catch  where error.code == .secureMessagingError {
                         step.fail(error)
                         // The chip ended secure messaging: access again to read the rest.
                         try await accessAgain()
-                    } catch where !error.retryable {
+                    } catch  where !error.retryable {
                         // 6A82 and the like are not protected answers: the loop below handles the file.
                     }
                 }
@@ -290,13 +311,13 @@ public final class DocumentService: Sendable {
             do {
                 _ = try await read(.dataGroup(n))
                 caStep?.confirm()
-            } catch where error.isFileNotFound {
+            } catch  where error.isFileNotFound {
                 unreadable.insert(n)
                 if requested.contains(n) { notPresent.append(n) }
-            } catch where error.code == .accessDenied {
+            } catch  where error.code == .accessDenied {
                 accessDenied.insert(n)
                 if requested.contains(n) { notReadable.append(n) }
-            } catch where listed?.contains(n) == true && !error.retryable {
+            } catch  where listed?.contains(n) == true && !error.retryable {
                 // A group the SOD lists that the chip will not deliver fails passive authentication.
                 unreadable.insert(n)
                 warnings.append("DG\(n): \(error.message)")
@@ -323,7 +344,8 @@ public final class DocumentService: Sendable {
         if request.verify {
             progress(DocumentReadProgress(step: .verify))
             if used == .pace {
-                cardSecurity = access.cardSecurity.map { CardSecurity.verify($0, trustStore: trustStore) } ?? .notPresent
+                cardSecurity =
+                    access.cardSecurity.map { CardSecurity.verify($0, trustStore: trustStore) } ?? .notPresent
             }
             var groups: [Int: [UInt8]] = [:]
             for (file, bytes) in files { if let n = file.dataGroupNumber { groups[n] = bytes } }
@@ -331,10 +353,12 @@ public final class DocumentService: Sendable {
                 // Everything listed and not read is missing, except EAC-protected DG3/DG4 (not asked for, or refused).
                 let eac = Set([3, 4]).subtracting(requested).union(accessDenied.intersection([3, 4]))
                 let missing = (listed ?? []).subtracting(groups.keys).subtracting(eac)
-                passive = PassiveAuthentication.verify(sod: sod, dataGroups: groups, missing: missing.union(unreadable),
-                                                       trustStore: trustStore)
+                passive = PassiveAuthentication.verify(
+                    sod: sod, dataGroups: groups, missing: missing.union(unreadable),
+                    trustStore: trustStore)
                 if passive?.certificateChain == .noTrustAnchor,
-                   let country = (try? SecurityObject(parsing: sod))?.documentSignerCertificate?.issuerCountry {
+                    let country = (try? SecurityObject(parsing: sod))?.documentSignerCertificate?.issuerCountry
+                {
                     trust.withLock { _ = $0.unanchoredIssuers.insert(country.uppercased()) }
                 }
             } else {
@@ -348,49 +372,59 @@ public final class DocumentService: Sendable {
                 do {
                     let dg15 = try DG15(parsing: dg15bytes)
                     let dg14 = files[.dataGroup(14)].flatMap { try? DG14(parsing: $0) }
-                    active = try await ActiveAuthentication.perform(over: channel, dg15: dg15, dg14: dg14,
-                                                                    challenge: request.aaChallenge)
+                    active = try await ActiveAuthentication.perform(
+                        over: channel, dg15: dg15, dg14: dg14,
+                        challenge: request.aaChallenge)
                     if active?.status == .notSupported {
                         // The chip has an AA key (DG15), so refusing to use it is what a clone without the key does.
-                        active = ActiveAuthenticationResult(status: .invalid,
-                                                            reason: "the chip has DG15 but refused active authentication (\(active?.reason ?? ""))")
+                        active = ActiveAuthenticationResult(
+                            status: .invalid,
+                            reason: "the chip has DG15 but refused active authentication (\(active?.reason ?? ""))")
                     }
-                } catch where error.code == .malformedData {
+                } catch  where error.code == .malformedData {
                     var failed = ActiveAuthentication.verify(challenge: [], response: [], publicKeyInfo: [])
                     failed.reason = error.message
                     active = failed
                 }
             } else if activeRequired {
-                active = ActiveAuthenticationResult(status: .invalid, reason: "EF.SOD lists DG15 but the chip did not deliver it")
+                active = ActiveAuthenticationResult(
+                    status: .invalid, reason: "EF.SOD lists DG15 but the chip did not deliver it")
             }
 
             if let cam = access.chipAuthentication {
                 camData = cam
-                chipAuthentication = Self.checkChipAuthenticationMapping(cam, cardSecurity: access.cardSecurity, cardSecurityResult: cardSecurity,
-                                                                         dg14: files[.dataGroup(14)], passive: passive)
+                chipAuthentication = Self.checkChipAuthenticationMapping(
+                    cam, cardSecurity: access.cardSecurity, cardSecurityResult: cardSecurity,
+                    dg14: files[.dataGroup(14)], passive: passive)
             } else if let announced = Self.announcedChipAuthenticationMapping(dg14: files[.dataGroup(14)]) {
                 // DG14 announces PACE-CAM but access did not use it (EF.CardAccess hid it): run it now.
                 chipRequired = true
-                (chipAuthentication, camData) = try await runChipAuthenticationMapping(announced, request: request, wire: wire,
-                                                                                       dg14: files[.dataGroup(14)], passive: passive)
+                (chipAuthentication, camData) = try await runChipAuthenticationMapping(
+                    announced, request: request, wire: wire,
+                    dg14: files[.dataGroup(14)], passive: passive)
             }
             if access.chipAuthentication == nil, Self.announcedChipAuthentication(dg14: files[.dataGroup(14)]) != nil {
                 // DG14 announces Chip Authentication: it must have run (PACE-CAM, preferred, makes it unnecessary).
                 chipRequired = true
                 if chipAuthentication == nil || chipAuthentication?.status == .valid {
-                    chipAuthentication = caStep.map { Self.finishChipAuthentication($0, passive: passive) }
-                        ?? ChipAuthenticationResult(status: .invalid, reason: "DG14 announces Chip Authentication but it did not run",
-                                                    mechanism: .chipAuthentication)
+                    chipAuthentication =
+                        caStep.map { Self.finishChipAuthentication($0, passive: passive) }
+                        ?? ChipAuthenticationResult(
+                            status: .invalid, reason: "DG14 announces Chip Authentication but it did not run",
+                            mechanism: .chipAuthentication)
                 }
             }
         } else if access.chipAuthentication != nil {
             chipAuthentication = ChipAuthenticationResult(status: .notChecked, reason: "verification was not requested")
         }
-        var verdict = request.verify
-            ? DocumentVerdict.evaluate(passive: passive, activeRequired: activeRequired, active: active,
-                                       chipRequired: chipRequired, chip: chipAuthentication, allowClonable: request.allowClonable)
-            : DocumentVerdict.evaluate(passive: nil, activeRequired: false, active: nil, chipRequired: false, chip: nil,
-                                       allowClonable: request.allowClonable)
+        var verdict =
+            request.verify
+            ? DocumentVerdict.evaluate(
+                passive: passive, activeRequired: activeRequired, active: active,
+                chipRequired: chipRequired, chip: chipAuthentication, allowClonable: request.allowClonable)
+            : DocumentVerdict.evaluate(
+                passive: nil, activeRequired: false, active: nil, chipRequired: false, chip: nil,
+                allowClonable: request.allowClonable)
 
         verdict.include(cardSecurity: cardSecurity)
 
@@ -400,19 +434,22 @@ public final class DocumentService: Sendable {
             apdus: end.apdus, bytes: end.bytes, fileBytes: files.values.reduce(0) { $0 + $1.count },
             readAPDUs: afterRead.apdus - afterAccess.apdus,
             durationMs: Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
-        var result = DocumentReadResult(reader: readerName, accessProtocol: used, mrz: mrz, files: files,
-                                        requestedDataGroups: requested, faceImages: faces,
-                                        passiveAuthentication: passive, activeAuthentication: active,
-                                        chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
-                                        notPresent: notPresent, notReadable: notReadable, verdict: verdict, warnings: warnings,
-                                        statistics: stats)
+        var result = DocumentReadResult(
+            reader: readerName, accessProtocol: used, mrz: mrz, files: files,
+            requestedDataGroups: requested, faceImages: faces,
+            passiveAuthentication: passive, activeAuthentication: active,
+            chipAuthentication: chipAuthentication, paceMapping: access.paceAlgorithm?.mapping,
+            notPresent: notPresent, notReadable: notReadable, verdict: verdict, warnings: warnings,
+            statistics: stats)
         result.cardSecurity = cardSecurity
         result.cardSecurityBytes = access.cardSecurity
         result.paceFailure = access.paceFailure
         result.workarounds = access.workarounds
         if request.evidence {
             result.evidence = DocumentEvidence(result, chipAuthenticationData: camData, readAt: Date())
-            if chipAuthentication?.mechanism == .chipAuthentication { result.evidence?.chipAuthenticationRun = caStep?.run }
+            if chipAuthentication?.mechanism == .chipAuthentication {
+                result.evidence?.chipAuthenticationRun = caStep?.run
+            }
         }
         return result
     }
@@ -422,7 +459,9 @@ extension DocumentService {
     /// The preferred supported PACE-CAM PACEInfo DG14 announces; nil when DG14 is absent, does not parse or
     /// announces no chip authentication mapping.
     static func announcedChipAuthenticationMapping(dg14 bytes: [UInt8]?) -> PACEInfo? {
-        guard let bytes, let infos = try? SecurityInfos(encoded: try DG14(parsing: bytes).securityInfos) else { return nil }
+        guard let bytes, let infos = try? SecurityInfos(encoded: try DG14(parsing: bytes).securityInfos) else {
+            return nil
+        }
         let cam = infos.paceInfos.filter { $0.algorithm?.mapping == .chipAuthentication }
         guard !cam.isEmpty else { return nil }
         return PACE.preferred(cam) ?? cam[0]
@@ -431,33 +470,51 @@ extension DocumentService {
     /// Runs PACE-CAM with `info` (announced in DG14) on the raw link after the read and checks it against DG14.
     /// A chip that refuses or fails it is `invalid`; unsupported parameters are `notChecked`. Retryable errors
     /// (card removed) end the read.
-    private func runChipAuthenticationMapping(_ info: PACEInfo, request: DocumentReadRequest, wire: CountingTransport,
-                                              dg14: [UInt8]?, passive: PassiveAuthenticationResult?) async throws(TesseraError)
-        -> (ChipAuthenticationResult, PACEChipAuthenticationData?) {
+    private func runChipAuthenticationMapping(
+        _ info: PACEInfo, request: DocumentReadRequest, wire: CountingTransport,
+        dg14: [UInt8]?, passive: PassiveAuthenticationResult?
+    ) async throws(TesseraError)
+        -> (ChipAuthenticationResult, PACEChipAuthenticationData?)
+    {
         guard PACE.isSupported(info) else {
-            return (ChipAuthenticationResult(status: .notChecked,
-                                             reason: "DG14 announces PACE-CAM \(info.protocolOID) with parameters this reader does not support"), nil)
+            return (
+                ChipAuthenticationResult(
+                    status: .notChecked,
+                    reason: "DG14 announces PACE-CAM \(info.protocolOID) with parameters this reader does not support"),
+                nil
+            )
         }
         do {
             // PACE starts from the master file; the plain SELECT ends the current secure messaging session.
             _ = try await wire.send(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0x3F, 0x00]))
             let outcome = try await PACE.establish(transport: wire, password: request.key.accessPassword, info: info)
             guard let cam = outcome.chipAuthentication else {
-                return (ChipAuthenticationResult(status: .invalid, reason: "PACE-CAM announced in DG14 gave no chip authentication data"), nil)
+                return (
+                    ChipAuthenticationResult(
+                        status: .invalid, reason: "PACE-CAM announced in DG14 gave no chip authentication data"), nil
+                )
             }
             return (Self.checkChipAuthenticationMapping(cam, dg14: dg14, passive: passive), cam)
-        } catch where !error.retryable {
-            return (ChipAuthenticationResult(status: .invalid,
-                                             reason: "DG14 announces PACE-CAM, which EF.CardAccess did not offer, and the chip failed it: \(error.message)"), nil)
+        } catch  where !error.retryable {
+            return (
+                ChipAuthenticationResult(
+                    status: .invalid,
+                    reason:
+                        "DG14 announces PACE-CAM, which EF.CardAccess did not offer, and the chip failed it: \(error.message)"
+                ), nil
+            )
         }
     }
 
     /// PACE-CAM verdict: CA_IC · PK_IC = PK_Map,IC with PK_IC from DG14, and DG14 itself authenticated by
     /// passive authentication (its hash in a correctly signed EF.SOD). Without DG14 the key is unknown: invalid.
-    static func checkChipAuthenticationMapping(_ cam: PACEChipAuthenticationData, dg14 bytes: [UInt8]?,
-                                               passive: PassiveAuthenticationResult?) -> ChipAuthenticationResult {
+    static func checkChipAuthenticationMapping(
+        _ cam: PACEChipAuthenticationData, dg14 bytes: [UInt8]?,
+        passive: PassiveAuthenticationResult?
+    ) -> ChipAuthenticationResult {
         guard let bytes else {
-            return ChipAuthenticationResult(status: .invalid, reason: "DG14 with the chip authentication key was not read")
+            return ChipAuthenticationResult(
+                status: .invalid, reason: "DG14 with the chip authentication key was not read")
         }
         let infos: SecurityInfos
         do { infos = try SecurityInfos(encoded: try DG14(parsing: bytes).securityInfos) } catch {
@@ -465,8 +522,9 @@ extension DocumentService {
         }
         var result = ChipAuthenticationMapping.verify(cam, securityInfos: infos)
         if result.status == .valid, passive?.dataGroupHashes[14] != .valid || passive?.signature != .valid {
-            result = ChipAuthenticationResult(status: .invalid, reason: "DG14 is not authenticated by passive authentication",
-                                              keyId: result.keyId)
+            result = ChipAuthenticationResult(
+                status: .invalid, reason: "DG14 is not authenticated by passive authentication",
+                keyId: result.keyId)
         }
         return result
     }
@@ -497,7 +555,9 @@ final class CountingTransport: APDUTransport {
     var counters: Counters { state.withLock { $0 } }
 
     func transmit(_ command: [UInt8]) async throws(TesseraError) -> [UInt8] {
-        state.withLock { $0.apdus += 1; $0.bytes += command.count }
+        state.withLock {
+            $0.apdus += 1; $0.bytes += command.count
+        }
         let response = try await inner.transmit(command)
         state.withLock { $0.bytes += response.count }
         return response

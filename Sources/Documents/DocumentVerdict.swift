@@ -70,7 +70,8 @@ public struct DocumentVerdict: Sendable, Equatable {
         public var isFailure: Bool {
             switch self {
             case .passiveAuthInvalid, .dsRevoked, .dataGroupMissing, .activeAuthInvalid, .chipAuthInvalid,
-                 .cardSecurityInvalid: true
+                .cardSecurityInvalid:
+                true
             case .noTrustAnchor, .chipAuthNotChecked, .chipAuthNotSupported, .notVerified: false
             }
         }
@@ -89,9 +90,11 @@ public struct DocumentVerdict: Sendable, Equatable {
     /// `activeRequired`: the SOD lists DG15 (or DG15 was read), so active authentication must be valid.
     /// `chipRequired`: PACE-CAM ran or DG14 announces it, so `chip` must be valid.
     /// `allowClonable`: a chip without any anti-clone mechanism may still be `authentic`.
-    public static func evaluate(passive: PassiveAuthenticationResult?, activeRequired: Bool,
-                                active: ActiveAuthenticationResult?, chipRequired: Bool,
-                                chip: ChipAuthenticationResult?, allowClonable: Bool) -> DocumentVerdict {
+    public static func evaluate(
+        passive: PassiveAuthenticationResult?, activeRequired: Bool,
+        active: ActiveAuthenticationResult?, chipRequired: Bool,
+        chip: ChipAuthenticationResult?, allowClonable: Bool
+    ) -> DocumentVerdict {
         guard let passive else {
             return DocumentVerdict(verdict: .unverified, chipAuthenticity: .notChecked, reasons: [.notVerified])
         }
@@ -99,7 +102,9 @@ public struct DocumentVerdict: Sendable, Equatable {
         if !passive.missingDataGroups.isEmpty { found.insert(.dataGroupMissing) }
         let hashesFail = passive.dataGroupHashes.values.contains { $0 == .invalid || $0 == .notInSecurityObject }
         if passive.status == .invalid
-            && (passive.missingDataGroups.isEmpty || hashesFail || passive.signature != .valid || passive.certificateChain == .invalid) {
+            && (passive.missingDataGroups.isEmpty || hashesFail || passive.signature != .valid
+                || passive.certificateChain == .invalid)
+        {
             found.insert(.passiveAuthInvalid)
         }
         if passive.status == .unverified { found.insert(.noTrustAnchor) }
@@ -135,7 +140,8 @@ public struct DocumentVerdict: Sendable, Equatable {
         if reasons.contains(where: \.isFailure) {
             verdict = .notAuthentic
         } else if found.contains(.noTrustAnchor) || found.contains(.chipAuthNotChecked)
-                    || (found.contains(.chipAuthNotSupported) && !allowClonable) {
+            || (found.contains(.chipAuthNotSupported) && !allowClonable)
+        {
             verdict = .unverified
         } else {
             verdict = .authentic

@@ -75,9 +75,12 @@ public final class LibNFCReaderSource: ReaderSource {
             guard let target, target.info.isISODEP else {
                 await device.fieldOff()
                 await device.close()
-                throw TesseraError(.noCard, target == nil ? "no card in '\(reader)'"
-                                   : "the card in '\(reader)' does not speak ISO/IEC 14443-4",
-                                   details: ["reader": .string(reader)])
+                throw TesseraError(
+                    .noCard,
+                    target == nil
+                        ? "no card in '\(reader)'"
+                        : "the card in '\(reader)' does not speak ISO/IEC 14443-4",
+                    details: ["reader": .string(reader)])
             }
             return LibNFCCardSession(target: target) { [busy] in busy.remove(reader) }
         } catch {
@@ -104,13 +107,15 @@ final class LibNFCCardSession: CardSession {
         try await target.transmit(command)
     }
 
-    func exclusively<T: Sendable>(_ body: @Sendable () async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+    func exclusively<T: Sendable>(_ body: @Sendable () async throws(TesseraError) -> T) async throws(TesseraError) -> T
+    {
         do {
             return try await body()
         } catch {
             // A failure that is really the card leaving (e.g. a torn secure-messaging response) is CARD_REMOVED.
             if error.code != .cardRemoved, !(await target.isPresent()) {
-                throw TesseraError(.cardRemoved, "card left \(target.device.connstring) during the read (\(error.message))")
+                throw TesseraError(
+                    .cardRemoved, "card left \(target.device.connstring) during the read (\(error.message))")
             }
             throw error
         }

@@ -43,7 +43,8 @@ final class PCSCCardSession: CardSession {
         try await card.transmit(command)
     }
 
-    func exclusively<T: Sendable>(_ body: @Sendable () async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+    func exclusively<T: Sendable>(_ body: @Sendable () async throws(TesseraError) -> T) async throws(TesseraError) -> T
+    {
         do {
             return try await card.transaction { _ throws(TesseraError) in try await body() }
         } catch {

@@ -24,7 +24,9 @@ public protocol CardSession: APDUTransport {
 }
 
 extension CardSession {
-    public func exclusively<T: Sendable>(_ body: @Sendable () async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+    public func exclusively<T: Sendable>(_ body: @Sendable () async throws(TesseraError) -> T)
+        async throws(TesseraError) -> T
+    {
         try await body()
     }
 }

@@ -28,10 +28,13 @@ extension DocumentService {
             throw TesseraError(.invalidInput, "no trust anchor files are configured (--csca, --crl)")
         }
         let store = try await DedicatedThread.run(name: "tessera.trust") { () throws(TesseraError) -> CSCATrustStore? in
-            try DocumentService.trustStore(paths: sources.cscaPaths, masterListTrust: sources.masterListTrustPaths,
-                                           crls: sources.crlPaths)
+            try DocumentService.trustStore(
+                paths: sources.cscaPaths, masterListTrust: sources.masterListTrustPaths,
+                crls: sources.crlPaths)
         }
-        trust.withLock { $0.store = store; $0.loadedAt = Date() }
+        trust.withLock {
+            $0.store = store; $0.loadedAt = Date()
+        }
     }
 
     /// `trust.status`: anchors per country, CRLs, and the issuing states of documents read without an anchor.
@@ -44,15 +47,20 @@ extension DocumentService {
         for c in store.certificates { byCountry[c.subjectCountry?.uppercased() ?? "??", default: []].append(c) }
         let anchors: [JSONValue] = byCountry.keys.sorted().map { country in
             let certs = byCountry[country] ?? []
-            return ["country": .string(country), "count": .number(Double(certs.count)),
-                    "certificates": .array(certs.map { c in
+            return [
+                "country": .string(country), "count": .number(Double(certs.count)),
+                "certificates": .array(
+                    certs.map { c in
                         var o: [String: JSONValue] = [
-                            "subject": .string(c.subjectDescription), "notBefore": time(c.notBefore), "notAfter": time(c.notAfter),
-                            "validity": .string(now < c.notBefore ? "notYetValid" : now > c.notAfter ? "expired" : "valid"),
+                            "subject": .string(c.subjectDescription), "notBefore": time(c.notBefore),
+                            "notAfter": time(c.notAfter),
+                            "validity": .string(
+                                now < c.notBefore ? "notYetValid" : now > c.notAfter ? "expired" : "valid"),
                         ]
                         if let source = store.sources[c.der] { o["source"] = .string(source) }
                         return .object(o)
-                    })]
+                    }),
+            ]
         }
         let crls: [JSONValue] = store.crls.map { crl in
             var o: [String: JSONValue] = [
@@ -68,7 +76,8 @@ extension DocumentService {
             "anchors": .array(anchors), "anchorCount": .number(Double(store.certificates.count)),
             "masterListTrustCount": .number(Double(store.masterListTrust.count)),
             "crls": .array(crls), "loadedAt": time(state.loadedAt),
-            "unanchoredIssuingStates": .array(state.unanchoredIssuers.subtracting(anchored).sorted().map(JSONValue.string)),
+            "unanchoredIssuingStates": .array(
+                state.unanchoredIssuers.subtracting(anchored).sorted().map(JSONValue.string)),
         ]
     }
 }

@@ -46,7 +46,9 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
         self.init(validParameterId: parameterId, cipher: cipher, mapping: mapping)
     }
 
-    private static func check(mapping: PACEMapping, domain: PACEDomain, cipher: SessionCipher, text: String) throws(TesseraError) {
+    private static func check(mapping: PACEMapping, domain: PACEDomain, cipher: SessionCipher, text: String)
+        throws(TesseraError)
+    {
         switch mapping {
         case .generic: return
         case .chipAuthentication:

@@ -18,15 +18,18 @@ public struct ChipAuthenticationOption: Sendable, Hashable, Codable, CustomStrin
 
     /// Parses the text form; INVALID_INPUT naming the bad part.
     public init(parsing text: String) throws(TesseraError) {
-        let parts = text.lowercased().trimmingCharacters(in: .whitespaces).split(separator: "-", maxSplits: 1).map(String.init)
+        let parts = text.lowercased().trimmingCharacters(in: .whitespaces).split(separator: "-", maxSplits: 1).map(
+            String.init)
         guard parts.count == 2 else {
             throw .invalidInput("Chip Authentication option '\(text)' must look like ecdh-p256-aes128 or dh-2048-3des")
         }
         // The same parameter and cipher names as PACE: parse as the generic-mapping PACE option.
         let pace: PACEOption
         do { pace = try PACEOption(parsing: "\(parts[0])-gm-\(parts[1])") } catch {
-            throw .invalidInput(error.message.replacingOccurrences(of: "PACE option '\(parts[0])-gm-\(parts[1])'",
-                                                                   with: "Chip Authentication option '\(text)'"))
+            throw .invalidInput(
+                error.message.replacingOccurrences(
+                    of: "PACE option '\(parts[0])-gm-\(parts[1])'",
+                    with: "Chip Authentication option '\(text)'"))
         }
         parameterId = pace.parameterId
         cipher = pace.cipher
@@ -42,7 +45,9 @@ public struct ChipAuthenticationOption: Sendable, Hashable, Codable, CustomStrin
 
     /// The canonical text form, e.g. `ecdh-p256-aes128`.
     public var description: String {
-        let pace = (try? PACEOption(parameterId: parameterId, cipher: cipher))?.description ?? "ecdh-gm-id\(parameterId)-aes128"
+        let pace =
+            (try? PACEOption(parameterId: parameterId, cipher: cipher))?.description
+            ?? "ecdh-gm-id\(parameterId)-aes128"
         return pace.replacingOccurrences(of: "-gm-", with: "-")
     }
 
@@ -63,14 +68,18 @@ extension DocumentProfile {
     /// DG14 SecurityInfos for `options`: a ChipAuthenticationInfo (version 1, keyId = parameter id) each, and a
     /// ChipAuthenticationPublicKeyInfo for every parameter set that has no key in `keys` yet (the new private
     /// keys are added to `keys`).
-    static func chipAuthenticationSecurityInfos(_ options: [ChipAuthenticationOption],
-                                                keys: inout [Int: [UInt8]]) throws(TesseraError) -> [[UInt8]] {
+    static func chipAuthenticationSecurityInfos(
+        _ options: [ChipAuthenticationOption],
+        keys: inout [Int: [UInt8]]
+    ) throws(TesseraError) -> [[UInt8]] {
         var infos = options.map { LDSBuilder.chipAuthenticationInfo(algorithm: $0.algorithm, keyId: $0.parameterId) }
         for id in Set(options.map(\.parameterId)).sorted() where keys[id] == nil {
             guard let domain = PACEDomain.standardized(id) else { continue }
             let pair = try domain.keyPair()
             keys[id] = pair.privateKey
-            infos.append(LDSBuilder.chipAuthenticationPublicKeyInfo(standardizedParameterId: id, publicKey: pair.publicKey, keyId: id))
+            infos.append(
+                LDSBuilder.chipAuthenticationPublicKeyInfo(
+                    standardizedParameterId: id, publicKey: pair.publicKey, keyId: id))
         }
         return infos
     }

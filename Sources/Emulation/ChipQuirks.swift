@@ -51,11 +51,13 @@ public struct ChipQuirks: Sendable, Codable, Hashable {
             return .wrongLength
         }
         if let status = masterFileSelectStatus, command.ins == 0xA4, command.p1 == 0x00,
-           command.data.isEmpty || command.data == [0x3F, 0x00] {
+            command.data.isEmpty || command.data == [0x3F, 0x00]
+        {
             return StatusWord(status)
         }
         if rejectKeyReference, command.ins == 0x22, command.p1 == 0xC1, command.p2 == 0xA4,
-           let objects = try? TLV.parseAll(command.data, options: []), objects.first(tag: 0x84) != nil {
+            let objects = try? TLV.parseAll(command.data, options: []), objects.first(tag: 0x84) != nil
+        {
             return .incorrectData
         }
         return nil

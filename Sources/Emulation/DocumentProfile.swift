@@ -78,9 +78,11 @@ public struct DocumentProfile: Sendable {
     /// returns it. `photoJPEG` is the face image (a built-in small JPEG when nil); `photoPadding` pads the JPEG
     /// with comment segments to about that many bytes. An empty `access.pace` with `access.bac` false is
     /// rejected. Throws INVALID_INPUT (MRZ_INVALID for a bad MRZ), STORAGE_ERROR when files cannot be written.
-    public static func make(directory: String, mrz: String, photoJPEG: [UInt8]? = nil, can: String? = nil,
-                            access: AccessOptions = .init(), algorithm: TestKeyAlgorithm = .p256,
-                            activeAuthentication: Bool = false, photoPadding: Int? = nil) throws(TesseraError) -> DocumentProfile {
+    public static func make(
+        directory: String, mrz: String, photoJPEG: [UInt8]? = nil, can: String? = nil,
+        access: AccessOptions = .init(), algorithm: TestKeyAlgorithm = .p256,
+        activeAuthentication: Bool = false, photoPadding: Int? = nil
+    ) throws(TesseraError) -> DocumentProfile {
         let parsed = try MRZ.parse(mrz)
         guard access.bac || !access.pace.isEmpty else {
             throw .invalidInput("the document must offer BAC or at least one PACE option")
@@ -91,7 +93,9 @@ public struct DocumentProfile: Sendable {
             }
         }
         var photo = photoJPEG ?? FacePhoto.builtIn
-        guard let size = FacePhoto.dimensions(photo) else { throw .invalidInput("the photo is not a JPEG with a frame header") }
+        guard let size = FacePhoto.dimensions(photo) else {
+            throw .invalidInput("the photo is not a JPEG with a frame header")
+        }
         if let photoPadding { photo = try FacePhoto.padded(photo, to: photoPadding) }
 
         // Data groups.
@@ -127,7 +131,8 @@ public struct DocumentProfile: Sendable {
             guard case .ec(let curve) = PACEDomain.standardized(id) else { continue }
             let pair = try curve.generateKeyPair()
             caKeys[id] = pair.privateKey
-            securityInfos.append(LDSBuilder.chipAuthenticationPublicKeyInfo(parameterId: id, publicKey: pair.publicKey, keyId: id))
+            securityInfos.append(
+                LDSBuilder.chipAuthenticationPublicKeyInfo(parameterId: id, publicKey: pair.publicKey, keyId: id))
             chipKeyInfos.append(securityInfos[securityInfos.count - 1])
         }
         securityInfos += try chipAuthenticationSecurityInfos(access.chipAuthentication, keys: &caKeys)
@@ -135,11 +140,17 @@ public struct DocumentProfile: Sendable {
 
         let pki = try TestPKI.generate(country: country(parsed), countryCode: countryCode(parsed), algorithm: algorithm)
         let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey, hash: .sha256)
-        let cardSecurity = chipKeyInfos.isEmpty ? nil : try CardSecurityBuilder.build(
-            securityInfos: PassportDER.setOf(access.pace.map(paceInfoDER) + chipKeyInfos), signer: pki.documentSignerKey)
+        let cardSecurity =
+            chipKeyInfos.isEmpty
+            ? nil
+            : try CardSecurityBuilder.build(
+                securityInfos: PassportDER.setOf(access.pace.map(paceInfoDER) + chipKeyInfos),
+                signer: pki.documentSignerKey)
 
-        var files: [UInt16: [UInt8]] = [LDSFile.com.fileID: LDSBuilder.com(dataGroups: groups.keys.sorted()),
-                                        LDSFile.sod.fileID: sod]
+        var files: [UInt16: [UInt8]] = [
+            LDSFile.com.fileID: LDSBuilder.com(dataGroups: groups.keys.sorted()),
+            LDSFile.sod.fileID: sod,
+        ]
         for (n, bytes) in groups { files[LDSFile(dataGroup: n)!.fileID] = bytes }
         let cardAccess = Self.cardAccess(offering: access.pace)
 
@@ -161,26 +172,29 @@ public struct DocumentProfile: Sendable {
             entries.append(.init(name: "EF.CardSecurity", fid: "011D", path: "EF.CardSecurity.bin", df: "MF"))
         }
         if let aaKey {
-            try write(Array(PEM.encode(aaKey, label: "PRIVATE KEY").utf8), to: path(directory, "aa-key.pem"), private: true)
+            try write(
+                Array(PEM.encode(aaKey, label: "PRIVATE KEY").utf8), to: path(directory, "aa-key.pem"), private: true)
         }
         var caKeyFiles: [String: String] = [:]
         for (id, key) in caKeys {
             caKeyFiles[String(id)] = "ca-key-\(id).bin"
             try write(key, to: path(directory, "ca-key-\(id).bin"), private: true)
         }
-        let description = ProfileFile(format: 1, mrz: parsed.raw, can: can, access: access, algorithm: algorithm.rawValue,
-                                      activeAuthenticationKey: aaKey == nil ? nil : "aa-key.pem",
-                                      activeAuthenticationHash: aaHash.rawValue,
-                                      chipAuthenticationKeys: caKeyFiles.isEmpty ? nil : caKeyFiles, csca: "csca.pem",
-                                      documentSigner: "ds.pem", files: entries)
+        let description = ProfileFile(
+            format: 1, mrz: parsed.raw, can: can, access: access, algorithm: algorithm.rawValue,
+            activeAuthenticationKey: aaKey == nil ? nil : "aa-key.pem",
+            activeAuthenticationHash: aaHash.rawValue,
+            chipAuthenticationKeys: caKeyFiles.isEmpty ? nil : caKeyFiles, csca: "csca.pem",
+            documentSigner: "ds.pem", files: entries)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         guard let json = try? encoder.encode(description) else { throw .internalError("cannot encode profile.json") }
         try write([UInt8](json), to: path(directory, "profile.json"))
 
-        var profile = DocumentProfile(directory: directory, mrz: parsed.raw, can: can, access: access, algorithm: algorithm,
-                                      applicationFiles: files, cardAccess: cardAccess, activeAuthenticationKey: aaKey,
-                                      activeAuthenticationHash: aaHash, chipAuthenticationKeys: caKeys)
+        var profile = DocumentProfile(
+            directory: directory, mrz: parsed.raw, can: can, access: access, algorithm: algorithm,
+            applicationFiles: files, cardAccess: cardAccess, activeAuthenticationKey: aaKey,
+            activeAuthenticationHash: aaHash, chipAuthenticationKeys: caKeys)
         profile.cardSecurity = cardSecurity
         return profile
     }
@@ -198,7 +212,9 @@ public struct DocumentProfile: Sendable {
         do { description = try JSONDecoder().decode(ProfileFile.self, from: data) } catch {
             throw .invalidInput("\(jsonPath) is malformed: \(error)")
         }
-        guard description.format == 1 else { throw .invalidInput("\(jsonPath): unsupported format \(description.format)") }
+        guard description.format == 1 else {
+            throw .invalidInput("\(jsonPath): unsupported format \(description.format)")
+        }
         _ = try MRZ.parse(description.mrz)
         guard let algorithm = TestKeyAlgorithm(rawValue: description.algorithm) else {
             throw .invalidInput("\(jsonPath): unknown algorithm \(description.algorithm)")
@@ -207,7 +223,9 @@ public struct DocumentProfile: Sendable {
         var cardAccess: [UInt8]?
         var cardSecurity: [UInt8]?
         for entry in description.files {
-            guard let fid = UInt16(entry.fid, radix: 16) else { throw .invalidInput("\(jsonPath): bad fid \(entry.fid)") }
+            guard let fid = UInt16(entry.fid, radix: 16) else {
+                throw .invalidInput("\(jsonPath): bad fid \(entry.fid)")
+            }
             let bytes = try read(path(directory, entry.path))
             if entry.df == "MF" {
                 guard fid == 0x011C || fid == 0x011D else {
@@ -215,7 +233,9 @@ public struct DocumentProfile: Sendable {
                 }
                 if fid == 0x011C { cardAccess = bytes } else { cardSecurity = bytes }
             } else {
-                guard LDSFile(fileID: fid) != nil else { throw .invalidInput("\(jsonPath): fid \(entry.fid) is not an LDS file") }
+                guard LDSFile(fileID: fid) != nil else {
+                    throw .invalidInput("\(jsonPath): fid \(entry.fid) is not an LDS file")
+                }
                 files[fid] = bytes
             }
         }
@@ -231,11 +251,13 @@ public struct DocumentProfile: Sendable {
             guard let n = Int(id) else { throw .invalidInput("\(jsonPath): bad chip authentication key id \(id)") }
             caKeys[n] = try read(path(directory, file))
         }
-        var profile = DocumentProfile(directory: directory, mrz: description.mrz, can: description.can, access: description.access,
-                                      algorithm: algorithm, applicationFiles: files, cardAccess: cardAccess,
-                                      activeAuthenticationKey: aaKey,
-                                      activeAuthenticationHash: description.activeAuthenticationHash.flatMap(SignatureHash.init(rawValue:)) ?? .sha256,
-                                      chipAuthenticationKeys: caKeys)
+        var profile = DocumentProfile(
+            directory: directory, mrz: description.mrz, can: description.can, access: description.access,
+            algorithm: algorithm, applicationFiles: files, cardAccess: cardAccess,
+            activeAuthenticationKey: aaKey,
+            activeAuthenticationHash: description.activeAuthenticationHash.flatMap(SignatureHash.init(rawValue:))
+                ?? .sha256,
+            chipAuthenticationKeys: caKeys)
         profile.cardSecurity = cardSecurity
         return profile
     }
@@ -307,8 +329,10 @@ public struct DocumentProfile: Sendable {
 
     /// PACEInfo ::= SEQUENCE { protocol OID, version INTEGER (2), parameterId INTEGER }.
     private static func paceInfoDER(_ option: PACEOption) -> [UInt8] {
-        PassportDER.sequence([TLV.encode(tag: 0x06, value: option.algorithm.oidBytes), PassportDER.integer(2),
-                              PassportDER.integer(option.parameterId)])
+        PassportDER.sequence([
+            TLV.encode(tag: 0x06, value: option.algorithm.oidBytes), PassportDER.integer(2),
+            PassportDER.integer(option.parameterId),
+        ])
     }
 
     /// DG11 full name: primary and secondary identifiers with '<' separators, as in the MRZ.
@@ -334,7 +358,9 @@ public struct DocumentProfile: Sendable {
     }
 
     /// The active authentication key follows the PKI algorithm: the same curve (ECDSA, plain signatures) or RSA 2048.
-    private static func activeAuthenticationKeySpec(_ algorithm: TestKeyAlgorithm) -> (key: SignatureKeySpec, hash: SignatureHash) {
+    private static func activeAuthenticationKeySpec(_ algorithm: TestKeyAlgorithm) -> (
+        key: SignatureKeySpec, hash: SignatureHash
+    ) {
         switch algorithm {
         case .p256: (.ec(curve: "prime256v1"), .sha256)
         case .p384: (.ec(curve: "secp384r1"), .sha384)
@@ -345,9 +371,11 @@ public struct DocumentProfile: Sendable {
     }
 
     /// Memberwise (used by `make` and `load`).
-    init(directory: String, mrz: String, can: String?, access: AccessOptions, algorithm: TestKeyAlgorithm,
-         applicationFiles: [UInt16: [UInt8]], cardAccess: [UInt8]?, activeAuthenticationKey: [UInt8]?,
-         activeAuthenticationHash: SignatureHash, chipAuthenticationKeys: [Int: [UInt8]]) {
+    init(
+        directory: String, mrz: String, can: String?, access: AccessOptions, algorithm: TestKeyAlgorithm,
+        applicationFiles: [UInt16: [UInt8]], cardAccess: [UInt8]?, activeAuthenticationKey: [UInt8]?,
+        activeAuthenticationHash: SignatureHash, chipAuthenticationKeys: [Int: [UInt8]]
+    ) {
         self.directory = directory; self.mrz = mrz; self.can = can; self.access = access; self.algorithm = algorithm
         self.applicationFiles = applicationFiles; self.cardAccess = cardAccess
         self.activeAuthenticationKey = activeAuthenticationKey; self.activeAuthenticationHash = activeAuthenticationHash

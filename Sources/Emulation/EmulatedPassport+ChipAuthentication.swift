@@ -7,7 +7,8 @@ import TesseraCore
 extension EmulatedPassport {
     /// The chip's Chip Authentication keys and protocols from the profile; nil when it offers none. With
     /// `wrongChipAuthenticationKey` the chip holds fresh keys on the same parameters (a clone).
-    static func chipAuthenticationChip(profile: DocumentProfile, misbehaviour: Misbehaviour) -> ChipAuthenticationChip? {
+    static func chipAuthenticationChip(profile: DocumentProfile, misbehaviour: Misbehaviour) -> ChipAuthenticationChip?
+    {
         let options = profile.access.chipAuthentication
         guard !options.isEmpty else { return nil }
         var keys: [ChipAuthenticationChip.Key] = []
@@ -45,7 +46,9 @@ extension EmulatedPassport {
     }
 
     func chipAuthenticationGeneralAuthenticate(_ c: CommandAPDU, accessGranted: Bool) -> ResponseAPDU {
-        guard accessGranted, var state = chipAuthenticationState else { return ResponseAPDU(sw: .conditionsNotSatisfied) }
+        guard accessGranted, var state = chipAuthenticationState else {
+            return ResponseAPDU(sw: .conditionsNotSatisfied)
+        }
         chipAuthenticationState = nil
         do {
             let result = try state.generalAuthenticate(c.data)

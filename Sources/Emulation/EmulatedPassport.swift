@@ -38,12 +38,14 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
     /// EF.CardSecurity is served with the last byte of its signature changed.
     public var tamperedCardSecurity = false
 
-    public init(tamperedDataGroup: Int? = nil, corruptMACAfter: Int? = nil, maxShortLe: Int? = nil,
-                answerCorrectLength: Bool = false, rejectExtendedLength: Bool = false,
-                tamperedChipAuthenticationData: Bool = false, wrongChipAuthenticationKey: Bool = false,
-                dataGroupsHiddenFromCOM: [Int] = [], missingDataGroups: [Int] = [],
-                withoutActiveAuthenticationKey: Bool = false, wrongActiveAuthenticationKey: Bool = false,
-                hiddenChipAuthenticationMapping: Bool = false) {
+    public init(
+        tamperedDataGroup: Int? = nil, corruptMACAfter: Int? = nil, maxShortLe: Int? = nil,
+        answerCorrectLength: Bool = false, rejectExtendedLength: Bool = false,
+        tamperedChipAuthenticationData: Bool = false, wrongChipAuthenticationKey: Bool = false,
+        dataGroupsHiddenFromCOM: [Int] = [], missingDataGroups: [Int] = [],
+        withoutActiveAuthenticationKey: Bool = false, wrongActiveAuthenticationKey: Bool = false,
+        hiddenChipAuthenticationMapping: Bool = false
+    ) {
         self.tamperedDataGroup = tamperedDataGroup
         self.corruptMACAfter = corruptMACAfter
         self.maxShortLe = maxShortLe
@@ -65,13 +67,16 @@ public struct Misbehaviour: Sendable, Codable, Hashable {
         maxShortLe = try c.decodeIfPresent(Int.self, forKey: .maxShortLe)
         answerCorrectLength = try c.decodeIfPresent(Bool.self, forKey: .answerCorrectLength) ?? false
         rejectExtendedLength = try c.decodeIfPresent(Bool.self, forKey: .rejectExtendedLength) ?? false
-        tamperedChipAuthenticationData = try c.decodeIfPresent(Bool.self, forKey: .tamperedChipAuthenticationData) ?? false
+        tamperedChipAuthenticationData =
+            try c.decodeIfPresent(Bool.self, forKey: .tamperedChipAuthenticationData) ?? false
         wrongChipAuthenticationKey = try c.decodeIfPresent(Bool.self, forKey: .wrongChipAuthenticationKey) ?? false
         dataGroupsHiddenFromCOM = try c.decodeIfPresent([Int].self, forKey: .dataGroupsHiddenFromCOM) ?? []
         missingDataGroups = try c.decodeIfPresent([Int].self, forKey: .missingDataGroups) ?? []
-        withoutActiveAuthenticationKey = try c.decodeIfPresent(Bool.self, forKey: .withoutActiveAuthenticationKey) ?? false
+        withoutActiveAuthenticationKey =
+            try c.decodeIfPresent(Bool.self, forKey: .withoutActiveAuthenticationKey) ?? false
         wrongActiveAuthenticationKey = try c.decodeIfPresent(Bool.self, forKey: .wrongActiveAuthenticationKey) ?? false
-        hiddenChipAuthenticationMapping = try c.decodeIfPresent(Bool.self, forKey: .hiddenChipAuthenticationMapping) ?? false
+        hiddenChipAuthenticationMapping =
+            try c.decodeIfPresent(Bool.self, forKey: .hiddenChipAuthenticationMapping) ?? false
         tamperedCardSecurity = try c.decodeIfPresent(Bool.self, forKey: .tamperedCardSecurity) ?? false
     }
 }
@@ -136,8 +141,10 @@ public actor EmulatedPassport: VirtualCard {
     /// The access protocol of the current session, nil without one.
     public private(set) var establishedAccess: AccessProtocol?
 
-    public init(profile: DocumentProfile, misbehaviour: Misbehaviour = .init(), quirks: ChipQuirks = .init(),
-                onCommand: CommandHook? = nil) {
+    public init(
+        profile: DocumentProfile, misbehaviour: Misbehaviour = .init(), quirks: ChipQuirks = .init(),
+        onCommand: CommandHook? = nil
+    ) {
         self.profile = profile
         self.misbehaviour = misbehaviour
         self.quirks = quirks
@@ -148,12 +155,15 @@ public actor EmulatedPassport: VirtualCard {
             files[file.fileID] = Self.tamper(bytes, dataGroup: n)
         }
         if !misbehaviour.dataGroupsHiddenFromCOM.isEmpty, let com = files[LDSFile.com.fileID],
-           let listed = try? EFCOM(parsing: com) {
-            files[LDSFile.com.fileID] = LDSBuilder.com(dataGroups: listed.dataGroups.filter { !misbehaviour.dataGroupsHiddenFromCOM.contains($0) })
+            let listed = try? EFCOM(parsing: com)
+        {
+            files[LDSFile.com.fileID] = LDSBuilder.com(
+                dataGroups: listed.dataGroups.filter { !misbehaviour.dataGroupsHiddenFromCOM.contains($0) })
         }
         for n in misbehaviour.missingDataGroups { if let file = LDSFile(dataGroup: n) { files[file.fileID] = nil } }
         self.files = files
-        cardAccess = misbehaviour.hiddenChipAuthenticationMapping
+        cardAccess =
+            misbehaviour.hiddenChipAuthenticationMapping
             ? DocumentProfile.cardAccess(offering: profile.access.pace.filter { $0.mapping != .chipAuthentication })
             : profile.cardAccess
         var cardSecurity = profile.cardSecurity
@@ -256,7 +266,9 @@ public actor EmulatedPassport: VirtualCard {
         case 0xB0, 0xB1: return readBinary(c, accessGranted: accessGranted)
         case 0x84: return getChallenge(c)
         case 0x82: return externalAuthenticate(c)
-        case 0x22: return c.p1 == 0x41 ? chipAuthenticationSetup(c, accessGranted: accessGranted) : manageSecurityEnvironment(c)
+        case 0x22:
+            return c.p1 == 0x41
+                ? chipAuthenticationSetup(c, accessGranted: accessGranted) : manageSecurityEnvironment(c)
         case 0x86:
             return chipAuthenticationState?.isPending == true
                 ? chipAuthenticationGeneralAuthenticate(c, accessGranted: accessGranted) : generalAuthenticate(c)
@@ -303,7 +315,8 @@ public actor EmulatedPassport: VirtualCard {
         currentFile = fid
         guard c.ne != nil, c.p2 & 0x0C != 0x0C else { return ResponseAPDU(sw: .success) }
         // FCP: file size, descriptor (transparent working EF), file identifier.
-        let fcp = TLV.encode(tag: 0x80, value: [UInt8(file.count >> 8 & 0xFF), UInt8(file.count & 0xFF)])
+        let fcp =
+            TLV.encode(tag: 0x80, value: [UInt8(file.count >> 8 & 0xFF), UInt8(file.count & 0xFF)])
             + TLV.encode(tag: 0x82, value: [0x01]) + TLV.encode(tag: 0x83, value: [UInt8(fid >> 8), UInt8(fid & 0xFF)])
         return ResponseAPDU(data: TLV.encode(tag: 0x62, value: fcp), sw: .success)
     }
@@ -331,7 +344,9 @@ public actor EmulatedPassport: VirtualCard {
         if c.ins == 0xB0 {
             if c.p1 & 0x80 != 0 {
                 guard c.p1 & 0x60 == 0 else { return ResponseAPDU(sw: .wrongP1P2) }
-                guard let fid = fid(sfi: c.p1 & 0x1F), file(fid, in: df) != nil else { return ResponseAPDU(sw: .fileNotFound) }
+                guard let fid = fid(sfi: c.p1 & 0x1F), file(fid, in: df) != nil else {
+                    return ResponseAPDU(sw: .fileNotFound)
+                }
                 currentFile = fid
                 offset = Int(c.p2)
             } else {
@@ -347,7 +362,8 @@ public actor EmulatedPassport: VirtualCard {
                 currentFile = fid
             }
             guard let object = try? TLV.parse(c.data, options: []), object.tag == 0x54,
-                  (1...3).contains(object.value.count) else { return ResponseAPDU(sw: .incorrectData) }
+                (1...3).contains(object.value.count)
+            else { return ResponseAPDU(sw: .incorrectData) }
             offset = object.value.reduce(0) { $0 << 8 | Int($1) }
         }
         guard let fid = currentFile, let file = file(fid, in: df) else {
@@ -357,8 +373,10 @@ public actor EmulatedPassport: VirtualCard {
         let ne = c.ne ?? 256
         if let limit = misbehaviour.maxShortLe, ne > limit {
             rejectedLengthCount += 1
-            return ResponseAPDU(sw: misbehaviour.answerCorrectLength ? StatusWord(sw1: 0x6C, sw2: UInt8(limit & 0xFF))
-                : .wrongLength)
+            return ResponseAPDU(
+                sw: misbehaviour.answerCorrectLength
+                    ? StatusWord(sw1: 0x6C, sw2: UInt8(limit & 0xFF))
+                    : .wrongLength)
         }
         guard offset < file.count else { return ResponseAPDU(sw: .wrongP1P2Offset) }
         let remaining = file.count - offset
@@ -366,7 +384,8 @@ public actor EmulatedPassport: VirtualCard {
         if c.ins == 0xB0 {
             let count = min(ne, remaining)
             let sw: StatusWord = count < ne && !asMuchAsAvailable ? .endOfFileWarning : .success
-            let (data, status) = quirks.readBinary(Array(file[offset..<(offset + count)]), sw: sw, toEnd: count == remaining)
+            let (data, status) = quirks.readBinary(
+                Array(file[offset..<(offset + count)]), sw: sw, toEnd: count == remaining)
             return ResponseAPDU(data: data, sw: status)
         }
         var count = min(remaining, ne - 2)
@@ -405,9 +424,10 @@ public actor EmulatedPassport: VirtualCard {
         guard let setAT = try? PACECrypto.parseSetATData(c.data) else { return ResponseAPDU(sw: .incorrectData) }
         // DO'84' may be left out when the OID leaves one set of domain parameters (Doc 9303 Part 11 §4.4.4.1).
         let sameOID = profile.access.pace.filter { $0.algorithm.oid == setAT.oid }
-        guard let option = sameOID.first(where: { $0.parameterId == setAT.parameterId })
+        guard
+            let option = sameOID.first(where: { $0.parameterId == setAT.parameterId })
                 ?? (setAT.parameterId == nil && sameOID.count == 1 ? sameOID.first : nil),
-              !(misbehaviour.hiddenChipAuthenticationMapping && option.mapping == .chipAuthentication)
+            !(misbehaviour.hiddenChipAuthenticationMapping && option.mapping == .chipAuthentication)
         else { return ResponseAPDU(sw: .incorrectData) }
         do {
             var caKey: [UInt8]?
@@ -417,9 +437,11 @@ public actor EmulatedPassport: VirtualCard {
                     caKey = try curve.generateKeyPair().privateKey
                 }
             }
-            let setATData = setAT.parameterId == nil ? c.data + TLV.encode(tag: 0x84, value: [UInt8(option.parameterId)]) : c.data
-            pace = try PACEChip(setATData: setATData, mrzInformation: profile.mrzInformation, can: profile.can,
-                                chipAuthenticationKey: caKey)
+            let setATData =
+                setAT.parameterId == nil ? c.data + TLV.encode(tag: 0x84, value: [UInt8(option.parameterId)]) : c.data
+            pace = try PACEChip(
+                setATData: setATData, mrzInformation: profile.mrzInformation, can: profile.can,
+                chipAuthenticationKey: caKey)
             return ResponseAPDU(sw: .success)
         } catch {
             return ResponseAPDU(sw: error.code == .accessDenied ? .referenceNotFound : .incorrectData)
@@ -459,7 +481,9 @@ public actor EmulatedPassport: VirtualCard {
 
     /// 7C { …, 8A A_IC } with the low bit of A_IC's first byte flipped.
     static func tamperChipAuthenticationData(_ response: [UInt8]) -> [UInt8] {
-        guard let outer = try? TLV.parse(response), let inner = try? TLV.parseAll(outer.value, options: []) else { return response }
+        guard let outer = try? TLV.parse(response), let inner = try? TLV.parseAll(outer.value, options: []) else {
+            return response
+        }
         let changed = inner.map { object -> [UInt8] in
             guard object.tag == 0x8A, !object.value.isEmpty else { return object.encoded }
             var value = object.value
@@ -475,8 +499,10 @@ public actor EmulatedPassport: VirtualCard {
         guard let key = activeAuthenticationKey else { return ResponseAPDU(sw: .insNotSupported) }
         guard accessGranted else { return ResponseAPDU(sw: .securityStatusNotSatisfied) }
         guard c.data.count == 8 else { return ResponseAPDU(sw: .incorrectData) }
-        guard let signature = try? ActiveAuthentication.sign(challenge: c.data, privateKey: key,
-                                                             hash: profile.activeAuthenticationHash)
+        guard
+            let signature = try? ActiveAuthentication.sign(
+                challenge: c.data, privateKey: key,
+                hash: profile.activeAuthenticationHash)
         else { return ResponseAPDU(sw: .unknown) }
         return ResponseAPDU(data: signature, sw: .success)
     }
@@ -486,7 +512,8 @@ public actor EmulatedPassport: VirtualCard {
     /// A new private key of the same kind (curve or RSA size) as `key` (PKCS#8 DER); nil when it cannot be made.
     static func freshKey(like key: [UInt8]) -> [UInt8]? {
         guard let spki = try? Signatures.publicKey(ofPrivateKey: key),
-              let description = try? Signatures.describe(publicKey: spki) else { return nil }
+            let description = try? Signatures.describe(publicKey: spki)
+        else { return nil }
         let spec: SignatureKeySpec
         switch description.kind {
         case .ec:

@@ -4,9 +4,11 @@ import TesseraCore
 /// JPEG helpers for the face image of emulated documents.
 public enum FacePhoto {
     /// A built-in 24×32 greyscale baseline JPEG (a rough head-and-shoulders silhouette), 180 bytes.
-    public static let builtIn: [UInt8] = [UInt8](Data(base64Encoded:
-        "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAj/wAALCAAgABgBAREA/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcICQoL/8QAFBABAAAAAAAAAAAAAAAAAAAAAP/aAAgBAQAAPwDzsB9BAAB1rknWv//Z"
-    ) ?? Data())
+    public static let builtIn: [UInt8] = [UInt8](
+        Data(
+            base64Encoded:
+                "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAj/wAALCAAgABgBAREA/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcICQoL/8QAFBABAAAAAAAAAAAAAAAAAAAAAP/aAAgBAQAAPwDzsB9BAAB1rknWv//Z"
+        ) ?? Data())
 
     /// Width and height from the first SOFn marker, nil when the bytes are not a JPEG with a frame header.
     public static func dimensions(_ jpeg: [UInt8]) -> (width: Int, height: Int)? {

@@ -22,8 +22,9 @@ public struct IssuerKey: Sendable {
         do {
             key = try P256.Signing.PublicKey(pemRepresentation: pem.trimmingCharacters(in: .whitespacesAndNewlines))
         } catch {
-            throw TesseraError(.invalidInput, "the public key of issuer '\(issuer)' is not a PEM P-256 public key",
-                               details: ["issuer": .string(issuer)])
+            throw TesseraError(
+                .invalidInput, "the public key of issuer '\(issuer)' is not a PEM P-256 public key",
+                details: ["issuer": .string(issuer)])
         }
         self.init(issuer: issuer, keyId: keyId, publicKey: key)
     }
@@ -63,9 +64,11 @@ public struct ActivationToken: Sendable, Equatable {
     /// The compact token as received.
     public var raw: String
 
-    public init(issuer: String, jti: String, workflow: String, subject: String, expiresAt: Date,
-                issuedAt: Date? = nil, notBefore: Date? = nil, audience: [String] = [], userName: String? = nil,
-                userDisplayName: String? = nil, expected: ExpectedAttributes? = nil, raw: String) {
+    public init(
+        issuer: String, jti: String, workflow: String, subject: String, expiresAt: Date,
+        issuedAt: Date? = nil, notBefore: Date? = nil, audience: [String] = [], userName: String? = nil,
+        userDisplayName: String? = nil, expected: ExpectedAttributes? = nil, raw: String
+    ) {
         self.issuer = issuer
         self.jti = jti
         self.workflow = workflow
@@ -91,8 +94,10 @@ public struct ActivationTokenVerifier: Sendable {
     /// Header `typ` values accepted (RFC 7515 §4.1.9: compared case-insensitively, "application/" optional):
     /// the explicit type, or the generic "JWT" most JOSE libraries write; other explicit types (an access token's
     /// `at+jwt`, …) are refused so that no other kind of token from the same issuer is taken for an activation.
-    static let acceptedTypes: Set<String> = ["tessera-activation+jwt", "application/tessera-activation+jwt",
-                                             "jwt", "application/jwt"]
+    static let acceptedTypes: Set<String> = [
+        "tessera-activation+jwt", "application/tessera-activation+jwt",
+        "jwt", "application/jwt",
+    ]
 
     public init(issuers: [IssuerKey], stationId: String?, leeway: TimeInterval = 60) {
         self.issuers = issuers
@@ -143,9 +148,11 @@ public struct ActivationTokenVerifier: Sendable {
             throw TesseraError(.activationTokenExpired, "the token is not valid yet")
         }
         if let stationId, !token.audience.contains(stationId) {
-            throw TesseraError(.activationTokenAudience, token.audience.isEmpty
-                ? "the token names no audience; station '\(stationId)' takes only tokens whose aud names it"
-                : "the token is not meant for station '\(stationId)'")
+            throw TesseraError(
+                .activationTokenAudience,
+                token.audience.isEmpty
+                    ? "the token names no audience; station '\(stationId)' takes only tokens whose aud names it"
+                    : "the token is not meant for station '\(stationId)'")
         }
         return token
     }
@@ -159,7 +166,9 @@ public struct ActivationTokenVerifier: Sendable {
         }
         func date(_ key: String) throws(TesseraError) -> Date? {
             guard let v = c[key] else { return nil }
-            guard let n = v.doubleValue, n.isFinite else { throw JWS.malformed("the token's '\(key)' must be a number") }
+            guard let n = v.doubleValue, n.isFinite else {
+                throw JWS.malformed("the token's '\(key)' must be a number")
+            }
             return Date(timeIntervalSince1970: n)
         }
         let jti = try string("jti")
@@ -198,12 +207,14 @@ public struct ActivationTokenVerifier: Sendable {
             do {
                 expected = try ExpectedAttributes(json: e)
             } catch {
-                throw TesseraError(.activationTokenMalformed, "the token's expected attributes: \(error.message)",
-                                   details: error.details)
+                throw TesseraError(
+                    .activationTokenMalformed, "the token's expected attributes: \(error.message)",
+                    details: error.details)
             }
         }
-        return ActivationToken(issuer: issuer, jti: jti, workflow: workflow, subject: subject, expiresAt: expiresAt,
-                               issuedAt: try date("iat"), notBefore: try date("nbf"), audience: audience,
-                               userName: userName, userDisplayName: userDisplayName, expected: expected, raw: raw)
+        return ActivationToken(
+            issuer: issuer, jti: jti, workflow: workflow, subject: subject, expiresAt: expiresAt,
+            issuedAt: try date("iat"), notBefore: try date("nbf"), audience: audience,
+            userName: userName, userDisplayName: userDisplayName, expected: expected, raw: raw)
     }
 }

@@ -20,12 +20,16 @@ public struct ExpectedAttributes: Sendable, Equatable {
     /// The first letter of the document code ("P", "I", "A", "C", …), or the whole two-letter code.
     public var documentType: String?
 
-    static let keys = ["surname", "givenNames", "documentNumber", "nationality", "issuingState", "dateOfBirth",
-                       "dateOfExpiry", "sex", "documentType"]
+    static let keys = [
+        "surname", "givenNames", "documentNumber", "nationality", "issuingState", "dateOfBirth",
+        "dateOfExpiry", "sex", "documentType",
+    ]
 
-    public init(surname: String? = nil, givenNames: String? = nil, documentNumber: String? = nil,
-                nationality: String? = nil, issuingState: String? = nil, dateOfBirth: String? = nil,
-                dateOfExpiry: String? = nil, sex: String? = nil, documentType: String? = nil) {
+    public init(
+        surname: String? = nil, givenNames: String? = nil, documentNumber: String? = nil,
+        nationality: String? = nil, issuingState: String? = nil, dateOfBirth: String? = nil,
+        dateOfExpiry: String? = nil, sex: String? = nil, documentType: String? = nil
+    ) {
         self.surname = surname
         self.givenNames = givenNames
         self.documentNumber = documentNumber
@@ -67,13 +71,14 @@ public struct ExpectedAttributes: Sendable, Equatable {
             throw Self.invalid("surname", "expected.surname has no letters that can appear in an MRZ")
         }
         if let givenNames, MRZ.comparableName(givenNames).isEmpty,
-           !givenNames.allSatisfy({ $0.isWhitespace }) {
+            !givenNames.allSatisfy({ $0.isWhitespace })
+        {
             throw Self.invalid("givenNames", "expected.givenNames has no letters that can appear in an MRZ")
         }
         if let documentNumber {
             let b = Array(documentNumber.utf8)
             guard (1...30).contains(b.count), b.contains(where: { $0 != Self.filler }),
-                  b.allSatisfy({ Self.isUpper($0) || (0x30...0x39).contains($0) || $0 == Self.filler })
+                b.allSatisfy({ Self.isUpper($0) || (0x30...0x39).contains($0) || $0 == Self.filler })
             else { throw Self.invalid("documentNumber", "expected.documentNumber must be A–Z, 0–9 and '<'") }
         }
         for (key, value) in [("nationality", nationality), ("issuingState", issuingState)] {
@@ -96,8 +101,10 @@ public struct ExpectedAttributes: Sendable, Equatable {
 
     /// The given attributes as a JSON object (the form `init(json:)` reads).
     public var json: JSONValue {
-        let values = [surname, givenNames, documentNumber, nationality, issuingState, dateOfBirth, dateOfExpiry,
-                      sex, documentType]
+        let values = [
+            surname, givenNames, documentNumber, nationality, issuingState, dateOfBirth, dateOfExpiry,
+            sex, documentType,
+        ]
         var object: [String: JSONValue] = [:]
         for (key, value) in zip(Self.keys, values) { if let value { object[key] = .string(value) } }
         return .object(object)
@@ -159,38 +166,50 @@ public enum AttributeMatcher {
     ///   date after `reference` never matches. `actual` is the MRZ date resolved with MRZ's century rules.
     /// - Document number: '<' fillers are ignored on both sides. Nationality, issuing state and sex: equal.
     /// - Document type: a one-letter type is the document code's first letter, two letters the whole code.
-    public static func compare(_ expected: ExpectedAttributes, with mrz: MRZ,
-                               relativeTo reference: MRZDate = .today()) -> [AttributeMismatch] {
+    public static func compare(
+        _ expected: ExpectedAttributes, with mrz: MRZ,
+        relativeTo reference: MRZDate = .today()
+    ) -> [AttributeMismatch] {
         var mismatches: [AttributeMismatch] = []
-        func check(_ attribute: String, _ expected: String?, _ actual: @autoclosure () -> String,
-                   expectedShown: ((String) -> String)? = nil, matches: (String, String) -> Bool) {
+        func check(
+            _ attribute: String, _ expected: String?, _ actual: @autoclosure () -> String,
+            expectedShown: ((String) -> String)? = nil, matches: (String, String) -> Bool
+        ) {
             guard let expected else { return }
             let actual = actual()
             if !matches(expected, actual) {
-                mismatches.append(AttributeMismatch(attribute: attribute, expected: expectedShown?(expected) ?? expected,
-                                                    actual: actual))
+                mismatches.append(
+                    AttributeMismatch(
+                        attribute: attribute, expected: expectedShown?(expected) ?? expected,
+                        actual: actual))
             }
         }
         let full = nameFieldIsFull(mrz)
         let nameMatches = { (expected: String, actual: String) -> Bool in
             nameForms(expected).contains { $0 == actual || (full && $0.hasPrefix(actual)) }
         }
-        check("surname", expected.surname, MRZ.comparableName(mrz.primaryIdentifier),
-              expectedShown: MRZ.comparableName, matches: nameMatches)
-        check("givenNames", expected.givenNames, MRZ.comparableName(mrz.secondaryIdentifier),
-              expectedShown: MRZ.comparableName, matches: nameMatches)
+        check(
+            "surname", expected.surname, MRZ.comparableName(mrz.primaryIdentifier),
+            expectedShown: MRZ.comparableName, matches: nameMatches)
+        check(
+            "givenNames", expected.givenNames, MRZ.comparableName(mrz.secondaryIdentifier),
+            expectedShown: MRZ.comparableName, matches: nameMatches)
         check("documentNumber", expected.documentNumber, mrz.documentNumber) {
             withoutFillers($0) == withoutFillers($1)
         }
         check("nationality", expected.nationality, mrz.nationality, matches: ==)
         check("issuingState", expected.issuingState, mrz.issuingState, matches: ==)
-        check("dateOfBirth", expected.dateOfBirth,
-              MRZ.birthDate(mrz.dateOfBirth, relativeTo: reference)?.description ?? mrz.dateOfBirth) { e, _ in
+        check(
+            "dateOfBirth", expected.dateOfBirth,
+            MRZ.birthDate(mrz.dateOfBirth, relativeTo: reference)?.description ?? mrz.dateOfBirth
+        ) { e, _ in
             guard let date = ExpectedAttributes.date(e) else { return false }
             return yymmdd(date) == mrz.dateOfBirth && date <= reference
         }
-        check("dateOfExpiry", expected.dateOfExpiry,
-              MRZ.expiryDate(mrz.dateOfExpiry, relativeTo: reference)?.description ?? mrz.dateOfExpiry) { e, _ in
+        check(
+            "dateOfExpiry", expected.dateOfExpiry,
+            MRZ.expiryDate(mrz.dateOfExpiry, relativeTo: reference)?.description ?? mrz.dateOfExpiry
+        ) { e, _ in
             ExpectedAttributes.date(e).map(yymmdd) == mrz.dateOfExpiry
         }
         check("sex", expected.sex, mrz.sex.rawValue, matches: ==)
@@ -208,8 +227,10 @@ public enum AttributeMatcher {
 
     /// The comparable forms an expected name may take in an MRZ.
     static func nameForms(_ name: String) -> Set<String> {
-        [MRZ.comparableName(name),
-         MRZ.comparableName(name.folding(options: .diacriticInsensitive, locale: nil))]
+        [
+            MRZ.comparableName(name),
+            MRZ.comparableName(name.folding(options: .diacriticInsensitive, locale: nil)),
+        ]
     }
 
     static func withoutFillers(_ s: String) -> String { s.filter { $0 != "<" } }

@@ -166,9 +166,10 @@ public enum ContactValidation {
     /// Snum 3("." Snum), Snum = 1*3DIGIT with a value 0–255.
     private static func isIPv4(_ s: ArraySlice<UInt8>) -> Bool {
         let parts = s.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        return parts.count == 4 && parts.allSatisfy { p in
-            (1...3).contains(p.count) && p.allSatisfy(isDigit) && p.reduce(0) { $0 * 10 + Int($1 - 0x30) } <= 255
-        }
+        return parts.count == 4
+            && parts.allSatisfy { p in
+                (1...3).contains(p.count) && p.allSatisfy(isDigit) && p.reduce(0) { $0 * 10 + Int($1 - 0x30) } <= 255
+            }
     }
 
     /// RFC 5321 IPv6-full / IPv6-comp / IPv6v4-full / IPv6v4-comp: eight hex groups (six before an IPv4 tail);
@@ -189,8 +190,10 @@ public enum ContactValidation {
             let g = part.split(separator: colon, omittingEmptySubsequences: false)
             return g.allSatisfy { (1...4).contains($0.count) && $0.allSatisfy(isHex) } ? g : nil
         }
-        if let i = hexPart.indices.first(where: { $0 + 1 < hexPart.endIndex && hexPart[$0] == colon
-                                                  && hexPart[$0 + 1] == colon }) {
+        if let i = hexPart.indices.first(where: {
+            $0 + 1 < hexPart.endIndex && hexPart[$0] == colon
+                && hexPart[$0 + 1] == colon
+        }) {
             guard let left = groups(hexPart[..<i]), let right = groups(hexPart[(i + 2)...]) else { return false }
             return left.count + right.count <= maxGroups - 2
         }

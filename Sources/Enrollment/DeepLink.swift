@@ -30,7 +30,8 @@ public enum EnrollmentDeepLink: Sendable, Equatable {
         for pair in rest.dropFirst().split(separator: "&", omittingEmptySubsequences: true) {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             guard let name = Self.percentDecoded(parts[0]),
-                  let value = Self.percentDecoded(parts.count > 1 ? parts[1] : "") else { return nil }
+                let value = Self.percentDecoded(parts.count > 1 ? parts[1] : "")
+            else { return nil }
             guard parameters[name] == nil else { return nil }
             parameters[name] = value
         }

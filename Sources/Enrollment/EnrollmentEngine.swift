@@ -54,9 +54,11 @@ public actor EnrollmentEngine {
     }
 
     /// `secret`: the daemon's secret (`DaemonSecret`), from which the one-time codes' MAC keys are derived.
-    public init(configuration: EnrollmentConfiguration, store: EnrollmentStore, passkeys: PasskeyService,
-                documents: DocumentService, secret: [UInt8], logger: Logger,
-                clock: @escaping @Sendable () -> Date = { Date() }, emit: @escaping EnrollmentEventSink) {
+    public init(
+        configuration: EnrollmentConfiguration, store: EnrollmentStore, passkeys: PasskeyService,
+        documents: DocumentService, secret: [UInt8], logger: Logger,
+        clock: @escaping @Sendable () -> Date = { Date() }, emit: @escaping EnrollmentEventSink
+    ) {
         self.configuration = configuration
         self.store = store
         self.passkeys = passkeys
@@ -74,8 +76,11 @@ public actor EnrollmentEngine {
         guard let current = try await store.current() else { return }
         row = current
         steps = try Self.steps(of: current)
-        logger.info("enrollment left by a previous run", metadata: [
-            "enrollment": "\(current.id)", "state": "\(current.state.rawValue)", "step": "\(current.stepIndex)"])
+        logger.info(
+            "enrollment left by a previous run",
+            metadata: [
+                "enrollment": "\(current.id)", "state": "\(current.state.rawValue)", "step": "\(current.stepIndex)",
+            ])
         await sweep()
     }
 
@@ -83,17 +88,19 @@ public actor EnrollmentEngine {
 
     /// `enrollment.candidates`.
     public func candidates() -> JSONValue {
-        .array(configuration.workflows.map { w in
-            let reasons = w.unavailableReasons(notifier: configuration.notifier)
-            return [
-                "workflow": .string(w.name),
-                "available": .bool(reasons.isEmpty),
-                "remoteEnrollmentAvailable": .bool(reasons.isEmpty && w.remote && !w.needsActivationToken),
-                "unavailableReasons": .array(reasons.map { .string($0) }),
-                "steps": .array(w.steps.map { ["key": .string($0.key), "performedBy": .string($0.kind.performedBy)] }),
-                "needs": .array(w.needs.map { .string($0) }),
-            ]
-        })
+        .array(
+            configuration.workflows.map { w in
+                let reasons = w.unavailableReasons(notifier: configuration.notifier)
+                return [
+                    "workflow": .string(w.name),
+                    "available": .bool(reasons.isEmpty),
+                    "remoteEnrollmentAvailable": .bool(reasons.isEmpty && w.remote && !w.needsActivationToken),
+                    "unavailableReasons": .array(reasons.map { .string($0) }),
+                    "steps": .array(
+                        w.steps.map { ["key": .string($0.key), "performedBy": .string($0.kind.performedBy)] }),
+                    "needs": .array(w.needs.map { .string($0) }),
+                ]
+            })
     }
 
     // MARK: start
@@ -105,8 +112,10 @@ public actor EnrollmentEngine {
     }
 
     /// `enrollment.start`.
-    public func start(_ type: StartType, customSteps: [WorkflowStep] = [], userVerification: String = "preferred",
-                      force: Bool = false, caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
+    public func start(
+        _ type: StartType, customSteps: [WorkflowStep] = [], userVerification: String = "preferred",
+        force: Bool = false, caller: EnrollmentCaller
+    ) async throws(TesseraError) -> JSONValue {
         guard ["required", "preferred", "discouraged"].contains(userVerification) else {
             throw .invalidInput("userVerification must be required, preferred or discouraged")
         }
@@ -118,21 +127,27 @@ public actor EnrollmentEngine {
         case .remote(let name):
             workflow = try available(name)
             guard workflow.remote else {
-                throw TesseraError(.candidateUnavailable, "workflow \(name) needs an activation token (remote is not enabled)",
-                                   details: ["workflow": .string(name)])
+                throw TesseraError(
+                    .candidateUnavailable, "workflow \(name) needs an activation token (remote is not enabled)",
+                    details: ["workflow": .string(name)])
             }
             guard !workflow.needsActivationToken else {
-                throw TesseraError(.candidateUnavailable,
-                                   "workflow \(name) matches attributes but has no expected data: start it with an activation token",
-                                   details: ["workflow": .string(name)])
+                throw TesseraError(
+                    .candidateUnavailable,
+                    "workflow \(name) matches attributes but has no expected data: start it with an activation token",
+                    details: ["workflow": .string(name)])
             }
             parameters["userHandle"] = .string(Base64URL.encode(SecureRandom.bytes(16)))
         case .activationToken(let compact):
             let verified = try verifier.verify(compact, now: now)
             workflow = try available(verified.workflow)
-            if workflow.steps.contains(where: { $0.kind == .attributeMatching }), verified.expected == nil, workflow.expected == nil {
-                throw TesseraError(.candidateUnavailable,
-                                   "workflow \(workflow.name) matches attributes, but neither the token nor the workflow carries expected data")
+            if workflow.steps.contains(where: { $0.kind == .attributeMatching }), verified.expected == nil,
+                workflow.expected == nil
+            {
+                throw TesseraError(
+                    .candidateUnavailable,
+                    "workflow \(workflow.name) matches attributes, but neither the token nor the workflow carries expected data"
+                )
             }
             parameters["subject"] = .string(verified.subject)
             parameters["userHandle"] = .string(Base64URL.encode(Array(verified.subject.utf8)))
@@ -142,7 +157,8 @@ public actor EnrollmentEngine {
         }
         if let expected = token?.expected ?? workflow.expected { parameters["expected"] = expected.json }
         if let subject = token?.subject, subject.utf8.count > 64 {
-            throw TesseraError(.activationTokenMalformed, "sub must be at most 64 bytes (it becomes the passkey's user handle)")
+            throw TesseraError(
+                .activationTokenMalformed, "sub must be at most 64 bytes (it becomes the passkey's user handle)")
         }
         let resolved = try Self.insertCustomSteps(customSteps, into: workflow.steps)
 
@@ -152,53 +168,72 @@ public actor EnrollmentEngine {
         }
         if let active = row {
             guard force else {
-                throw TesseraError(.enrollmentActive, "enrollment \(active.id) is active; pass force: true to interrupt it",
-                                   details: ["enrollmentId": .string(active.id)])
+                throw TesseraError(
+                    .enrollmentActive, "enrollment \(active.id) is active; pass force: true to interrupt it",
+                    details: ["enrollmentId": .string(active.id)])
             }
             // Interrupting is cancelling: only for the uid that started it, or an administrator.
             try authorize(caller, active)
             await settle()
             if row?.id == active.id { await finish(outcome: "interrupted", error: nil) }
             if let other = row {
-                throw TesseraError(.enrollmentActive, "enrollment \(other.id) is active; pass force: true to interrupt it",
-                                   details: ["enrollmentId": .string(other.id)])
+                throw TesseraError(
+                    .enrollmentActive, "enrollment \(other.id) is active; pass force: true to interrupt it",
+                    details: ["enrollmentId": .string(other.id)])
             }
         }
-        var new = EnrollmentRow(id: UUID().uuidString.lowercased(), workflow: workflow.name,
-                                kind: token == nil ? "remote" : "activationToken", ownerUid: caller.uid,
-                                definition: .array(resolved.map(\.json)), parameters: .object(parameters),
-                                subject: token?.subject, tokenJti: token?.jti, startedAt: now)
+        var new = EnrollmentRow(
+            id: UUID().uuidString.lowercased(), workflow: workflow.name,
+            kind: token == nil ? "remote" : "activationToken", ownerUid: caller.uid,
+            definition: .array(resolved.map(\.json)), parameters: .object(parameters),
+            subject: token?.subject, tokenJti: token?.jti, startedAt: now)
         new.updatedAt = now
         try await store.insert(new, token: token.map { ($0.jti, $0.issuer) })
         row = new
         steps = resolved
         lastOutcome = nil
-        logger.info("enrollment started", metadata: ["enrollment": "\(new.id)", "workflow": "\(workflow.name)", "kind": "\(new.kind)"])
-        await emit("enrollment.started", event(["workflow": .string(workflow.name), "steps": stepKeys,
-                                                "startedAt": .string(now.iso8601Seconds), "resumed": false]))
+        logger.info(
+            "enrollment started",
+            metadata: ["enrollment": "\(new.id)", "workflow": "\(workflow.name)", "kind": "\(new.kind)"])
+        await emit(
+            "enrollment.started",
+            event([
+                "workflow": .string(workflow.name), "steps": stepKeys,
+                "startedAt": .string(now.iso8601Seconds), "resumed": false,
+            ]))
         run()
-        return ["enrollmentId": .string(new.id), "workflow": .string(workflow.name), "steps": stepKeys,
-                "startedAt": .string(now.iso8601Seconds)]
+        return [
+            "enrollmentId": .string(new.id), "workflow": .string(workflow.name), "steps": stepKeys,
+            "startedAt": .string(now.iso8601Seconds),
+        ]
     }
 
     private func available(_ name: String) throws(TesseraError) -> Workflow {
         guard let w = configuration.workflow(named: name) else {
-            throw TesseraError(.candidateUnavailable, "no workflow named \(name) on this station", details: ["workflow": .string(name)])
+            throw TesseraError(
+                .candidateUnavailable, "no workflow named \(name) on this station", details: ["workflow": .string(name)]
+            )
         }
         let reasons = w.unavailableReasons(notifier: configuration.notifier)
         guard reasons.isEmpty else {
-            throw TesseraError(.candidateUnavailable, "workflow \(name) cannot run on this station: \(reasons.joined(separator: "; "))",
-                               details: ["workflow": .string(name), "reasons": .array(reasons.map { .string($0) })])
+            throw TesseraError(
+                .candidateUnavailable,
+                "workflow \(name) cannot run on this station: \(reasons.joined(separator: "; "))",
+                details: ["workflow": .string(name), "reasons": .array(reasons.map { .string($0) })])
         }
         return w
     }
 
-    static func insertCustomSteps(_ custom: [WorkflowStep], into steps: [WorkflowStep]) throws(TesseraError) -> [WorkflowStep] {
+    static func insertCustomSteps(_ custom: [WorkflowStep], into steps: [WorkflowStep]) throws(TesseraError)
+        -> [WorkflowStep]
+    {
         var out = steps
         let at = out.firstIndex { $0.kind == .passkeyCreation } ?? out.count
         for (i, step) in custom.enumerated() {
             if out.contains(where: { $0.key == step.key }) {
-                throw TesseraError(.invalidInput, "customSteps: step \(step.key) is already in the workflow", details: ["field": "customSteps"])
+                throw TesseraError(
+                    .invalidInput, "customSteps: step \(step.key) is already in the workflow",
+                    details: ["field": "customSteps"])
             }
             out.insert(step, at: at + i)
         }
@@ -212,7 +247,8 @@ public actor EnrollmentEngine {
     public func status(caller: EnrollmentCaller) -> JSONValue {
         var o: [String: JSONValue] = ["active": .bool(row != nil)]
         if let lastOutcome {
-            o["lastOutcome"] = caller.owns(lastOutcome.owner)
+            o["lastOutcome"] =
+                caller.owns(lastOutcome.owner)
                 ? lastOutcome.params : EnrollmentEvent.redact("enrollment.finished", lastOutcome.params)
         }
         guard let row else { return .object(o) }
@@ -244,13 +280,18 @@ public actor EnrollmentEngine {
     public func canResume() async throws(TesseraError) -> JSONValue {
         await sweep()
         if let row {
-            var o: [String: JSONValue] = ["status": "canResume", "enrollmentId": .string(row.id),
-                                          "startedAt": .string(row.startedAt.iso8601Seconds)]
+            var o: [String: JSONValue] = [
+                "status": "canResume", "enrollmentId": .string(row.id),
+                "startedAt": .string(row.startedAt.iso8601Seconds),
+            ]
             if row.stepIndex < steps.count { o["step"] = .string(steps[row.stepIndex].key) }
             return .object(o)
         }
         if let latest = try await store.latest(), latest.outcome == "expired" {
-            return ["status": "expired", "enrollmentId": .string(latest.id), "startedAt": .string(latest.startedAt.iso8601Seconds)]
+            return [
+                "status": "expired", "enrollmentId": .string(latest.id),
+                "startedAt": .string(latest.startedAt.iso8601Seconds),
+            ]
         }
         return ["status": "nothingToResume"]
     }
@@ -260,8 +301,9 @@ public actor EnrollmentEngine {
         await sweep()
         guard let current = row else {
             if let latest = try await store.latest(), latest.outcome == "expired" {
-                throw TesseraError(.enrollmentExpired, "enrollment \(latest.id) expired after being idle",
-                                   details: ["enrollmentId": .string(latest.id)])
+                throw TesseraError(
+                    .enrollmentExpired, "enrollment \(latest.id) expired after being idle",
+                    details: ["enrollmentId": .string(latest.id)])
             }
             throw TesseraError(.nothingToResume, "there is no enrollment to resume")
         }
@@ -273,14 +315,20 @@ public actor EnrollmentEngine {
             break
         case .idle:
             if current.state == .failedRetryable { try await prepareRetry() }
-            await emit("enrollment.started", event(["workflow": .string(current.workflow), "steps": stepKeys,
-                                                    "startedAt": .string(current.startedAt.iso8601Seconds), "resumed": true]))
+            await emit(
+                "enrollment.started",
+                event([
+                    "workflow": .string(current.workflow), "steps": stepKeys,
+                    "startedAt": .string(current.startedAt.iso8601Seconds), "resumed": true,
+                ]))
             run()
         }
         let now = row ?? current
-        return ["enrollmentId": .string(now.id), "workflow": .string(now.workflow),
-                "step": now.stepIndex < steps.count ? .string(steps[now.stepIndex].key) : .null,
-                "completedSteps": .array(now.completedSteps.map { .string($0) })]
+        return [
+            "enrollmentId": .string(now.id), "workflow": .string(now.workflow),
+            "step": now.stepIndex < steps.count ? .string(steps[now.stepIndex].key) : .null,
+            "completedSteps": .array(now.completedSteps.map { .string($0) }),
+        ]
     }
 
     /// `enrollment.retry`: after `failedWithRetryPossibility`, runs the failed step again.
@@ -293,8 +341,10 @@ public actor EnrollmentEngine {
         try await prepareRetry()
         guard row?.id == current.id else { throw TesseraError(.noActiveEnrollment, "the enrollment ended") }
         run()
-        return ["enrollmentId": .string(current.id),
-                "step": current.stepIndex < steps.count ? .string(steps[current.stepIndex].key) : .null]
+        return [
+            "enrollmentId": .string(current.id),
+            "step": current.stepIndex < steps.count ? .string(steps[current.stepIndex].key) : .null,
+        ]
     }
 
     private func prepareRetry() async throws(TesseraError) {
@@ -303,7 +353,8 @@ public actor EnrollmentEngine {
         current.failure = nil
         current.updatedAt = clock()
         if current.stepIndex < steps.count, [.phoneOTP, .emailOTP].contains(steps[current.stepIndex].kind),
-           var state = current.stepState.objectValue {
+            var state = current.stepState.objectValue
+        {
             // A new code is sent; the resend allowance starts again.
             state["otp"] = nil
             state["resends"] = 0
@@ -320,7 +371,9 @@ public actor EnrollmentEngine {
         await settle()
         guard row?.id == current.id else {
             var o: [String: JSONValue] = ["cancelled": false, "enrollmentId": .string(current.id)]
-            if let last = lastOutcome?.params, last["enrollmentId"]?.stringValue == current.id { o["outcome"] = last["outcome"] }
+            if let last = lastOutcome?.params, last["enrollmentId"]?.stringValue == current.id {
+                o["outcome"] = last["outcome"]
+            }
             return .object(o)
         }
         await finish(outcome: "cancelled", error: nil)
@@ -337,28 +390,30 @@ public actor EnrollmentEngine {
     /// UNAUTHORIZED unless `caller` started `row` or is an administrator.
     func authorize(_ caller: EnrollmentCaller, _ row: EnrollmentRow) throws(TesseraError) {
         guard caller.owns(row.ownerUid) else {
-            throw TesseraError(.unauthorized,
-                               "enrollment \(row.id) belongs to the uid that started it: only it (or an administrator) may do this")
+            throw TesseraError(
+                .unauthorized,
+                "enrollment \(row.id) belongs to the uid that started it: only it (or an administrator) may do this")
         }
     }
 
     /// `enrollment.audit`: finished enrollments, newest first.
     public func audit(limit: Int) async throws(TesseraError) -> JSONValue {
         let rows = try await store.finished(limit: max(1, min(limit, 1000)))
-        return .array(rows.map { r in
-            var o: [String: JSONValue] = [
-                "enrollmentId": .string(r.id), "workflow": .string(r.workflow), "type": .string(r.kind),
-                "outcome": .string(r.outcome ?? "unknown"), "startedAt": .string(r.startedAt.iso8601Seconds),
-                "completedSteps": .array(r.completedSteps.map { .string($0) }),
-            ]
-            if let f = r.finishedAt { o["finishedAt"] = .string(f.iso8601Seconds) }
-            if let j = r.tokenJti { o["tokenId"] = .string(j) }
-            if let s = r.subject { o["subject"] = .string(s) }
-            if let code = r.failure?["code"]?.stringValue { o["errorCode"] = .string(code) }
-            if let c = r.credentialId { o["credentialId"] = .string(Base64URL.encode([UInt8](c))) }
-            if let pa = r.passiveAuthentication { o["passiveAuthentication"] = .string(pa) }
-            return .object(o)
-        })
+        return .array(
+            rows.map { r in
+                var o: [String: JSONValue] = [
+                    "enrollmentId": .string(r.id), "workflow": .string(r.workflow), "type": .string(r.kind),
+                    "outcome": .string(r.outcome ?? "unknown"), "startedAt": .string(r.startedAt.iso8601Seconds),
+                    "completedSteps": .array(r.completedSteps.map { .string($0) }),
+                ]
+                if let f = r.finishedAt { o["finishedAt"] = .string(f.iso8601Seconds) }
+                if let j = r.tokenJti { o["tokenId"] = .string(j) }
+                if let s = r.subject { o["subject"] = .string(s) }
+                if let code = r.failure?["code"]?.stringValue { o["errorCode"] = .string(code) }
+                if let c = r.credentialId { o["credentialId"] = .string(Base64URL.encode([UInt8](c))) }
+                if let pa = r.passiveAuthentication { o["passiveAuthentication"] = .string(pa) }
+                return .object(o)
+            })
     }
 
     /// Ends an enrollment idle for longer than the configured timeout (not while the daemon works on it).
@@ -416,14 +471,17 @@ public actor EnrollmentEngine {
 
     /// `enrollment.submit`: only the uid that started the enrollment (or an administrator); a PIN in the
     /// payload goes through the PIN rules as the caller's.
-    public func submit(stepKey: String, payload: JSONValue, caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
+    public func submit(stepKey: String, payload: JSONValue, caller: EnrollmentCaller) async throws(TesseraError)
+        -> JSONValue
+    {
         guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
         try authorize(caller, current)
         guard case .waiting(let request) = phase, request.key == stepKey else {
             var expected: JSONValue = .null
             if case .waiting(let request) = phase { expected = .string(request.key) }
-            throw TesseraError(.stepNotExpected, "step \(stepKey) is not waiting for input",
-                               details: ["expected": expected])
+            throw TesseraError(
+                .stepNotExpected, "step \(stepKey) is not waiting for input",
+                details: ["expected": expected])
         }
         guard payload.objectValue != nil else {
             throw TesseraError(.invalidInput, "payload must be an object", details: ["field": "payload"])
@@ -493,7 +551,9 @@ public actor EnrollmentEngine {
         current.stepIndex += 1
         current.stepState = .null
         current.updatedAt = clock()
-        if let id = data["credential"]?["credentialId"]?.stringValue { current.credentialId = Base64URL.decode(id).map { Data($0) } }
+        if let id = data["credential"]?["credentialId"]?.stringValue {
+            current.credentialId = Base64URL.decode(id).map { Data($0) }
+        }
         if let pa = data["document"]?["passiveAuthentication"]?.stringValue { current.passiveAuthentication = pa }
         if current.stepIndex >= steps.count {
             await finish(outcome: "success", error: nil, from: current, completing: step)
@@ -501,7 +561,9 @@ public actor EnrollmentEngine {
         }
         try await commit(current)
         guard gen == generation else { return }
-        await emit("enrollment.stepCompleted", event(["key": .string(step.key), "index": .number(Double(current.stepIndex - 1))]))
+        await emit(
+            "enrollment.stepCompleted",
+            event(["key": .string(step.key), "index": .number(Double(current.stepIndex - 1))]))
     }
 
     /// Saves the current step's in-progress state (before the effect it protects).
@@ -526,13 +588,17 @@ public actor EnrollmentEngine {
     /// the run that saw the failure (`gen`) is no longer current.
     func fail(_ step: WorkflowStep, _ error: TesseraError, gen: Int) async {
         guard gen == generation, var current = row else { return }
-        logger.info("enrollment step failed", metadata: ["enrollment": "\(current.id)", "step": "\(step.key)", "error": "\(error)"])
+        logger.info(
+            "enrollment step failed",
+            metadata: ["enrollment": "\(current.id)", "step": "\(step.key)", "error": "\(error)"])
         let retryable = error.retryable || [.otpExpired, .otpAttemptsExceeded, .accessDenied].contains(error.code)
         guard retryable else {
             await finish(outcome: "failed", error: error)
             return
         }
-        if error.code == .accessDenied, let mrzIndex = steps.firstIndex(where: { $0.kind == .nfcMRZ }), mrzIndex < current.stepIndex {
+        if error.code == .accessDenied, let mrzIndex = steps.firstIndex(where: { $0.kind == .nfcMRZ }),
+            mrzIndex < current.stepIndex
+        {
             // The document key was wrong: the retry asks for it again.
             current.completedSteps = Array(current.completedSteps.prefix(mrzIndex))
             current.stepIndex = mrzIndex
@@ -550,16 +616,22 @@ public actor EnrollmentEngine {
         }
         guard mine == generation, row?.id == current.id else { return }
         await emit("enrollment.idle", event([:]))
-        await emit("enrollment.finished", event(["outcome": "failedWithRetryPossibility", "error": Self.errorJSON(error),
-                                                 "step": .string(step.key)]))
+        await emit(
+            "enrollment.finished",
+            event([
+                "outcome": "failedWithRetryPossibility", "error": Self.errorJSON(error),
+                "step": .string(step.key),
+            ]))
     }
 
     /// Records a terminal outcome (wiping collected data), announces it, and forgets the enrollment.
     /// The first terminal transition wins: the enrollment is forgotten before the first suspension, so any later
     /// one finds nothing to end. `updated`: the row to finish (default the current one); `step`: the step whose
     /// result `updated` carries, announced (`stepCompleted`) once the outcome is saved with it.
-    func finish(outcome: String, error: TesseraError?, from updated: EnrollmentRow? = nil,
-                completing step: WorkflowStep? = nil) async {
+    func finish(
+        outcome: String, error: TesseraError?, from updated: EnrollmentRow? = nil,
+        completing step: WorkflowStep? = nil
+    ) async {
         guard var current = updated ?? row else { return }
         row = nil
         steps = []
@@ -593,8 +665,12 @@ public actor EnrollmentEngine {
         if row == nil { lastOutcome = (.object(params), current.ownerUid) }
         logger.info("enrollment finished", metadata: ["enrollment": "\(current.id)", "outcome": "\(outcome)"])
         if let step {
-            await emit("enrollment.stepCompleted", ["key": .string(step.key), "index": .number(Double(current.stepIndex - 1)),
-                                                    "enrollmentId": .string(current.id)], owner: current.ownerUid)
+            await emit(
+                "enrollment.stepCompleted",
+                [
+                    "key": .string(step.key), "index": .number(Double(current.stepIndex - 1)),
+                    "enrollmentId": .string(current.id),
+                ], owner: current.ownerUid)
         }
         await emit("enrollment.finished", .object(params), owner: current.ownerUid)
         finishing -= 1
@@ -661,7 +737,9 @@ public actor EnrollmentEngine {
     }
 
     static func errorJSON(_ e: TesseraError) -> JSONValue {
-        var o: [String: JSONValue] = ["code": .string(e.code.rawValue), "message": .string(e.message), "retryable": .bool(e.retryable)]
+        var o: [String: JSONValue] = [
+            "code": .string(e.code.rawValue), "message": .string(e.message), "retryable": .bool(e.retryable),
+        ]
         for (k, v) in e.details where o[k] == nil { o[k] = v }
         return .object(o)
     }

@@ -10,15 +10,22 @@ extension EnrollmentEngine {
     func begin(_ step: WorkflowStep) async throws(TesseraError) -> StepResult {
         switch step.kind {
         case .emailInfo:
-            return .needsInput(StepRequest(key: step.key, prompt: "Email address", input: Self.schema(["email": ["type": "string", "format": "email"]])))
+            return .needsInput(
+                StepRequest(
+                    key: step.key, prompt: "Email address",
+                    input: Self.schema(["email": ["type": "string", "format": "email"]])))
         case .phoneInfo:
-            return .needsInput(StepRequest(key: step.key, prompt: "Mobile phone number in international format (+…)",
-                                           input: Self.schema(["phone": ["type": "string", "pattern": "^\\+[1-9][0-9 ().-]{1,20}$"]])))
+            return .needsInput(
+                StepRequest(
+                    key: step.key, prompt: "Mobile phone number in international format (+…)",
+                    input: Self.schema(["phone": ["type": "string", "pattern": "^\\+[1-9][0-9 ().-]{1,20}$"]])))
         case .phoneOTP, .emailOTP:
             return try await beginOTP(step)
         case .nfcMRZ:
-            return .needsInput(StepRequest(key: step.key, prompt: "The document's machine readable zone (or its card access number)",
-                                           input: Self.mrzSchema))
+            return .needsInput(
+                StepRequest(
+                    key: step.key, prompt: "The document's machine readable zone (or its card access number)",
+                    input: Self.mrzSchema))
         case .nfcPhase:
             return try await readDocument(step)
         case .attributeMatching:
@@ -26,14 +33,18 @@ extension EnrollmentEngine {
         case .passkeyCreation:
             return try await createPasskey(step, pin: nil)
         case .client:
-            return .needsInput(StepRequest(key: step.key, prompt: step.string("prompt") ?? step.key,
-                                           input: step.settings["input"] ?? ["type": "object"]))
+            return .needsInput(
+                StepRequest(
+                    key: step.key, prompt: step.string("prompt") ?? step.key,
+                    input: step.settings["input"] ?? ["type": "object"]))
         case .unsupported:
             throw TesseraError(.candidateUnavailable, "step \(step.key) cannot be performed on this station")
         }
     }
 
-    func handleInput(_ step: WorkflowStep, payload: JSONValue, caller: PINCaller?) async throws(TesseraError) -> StepResult {
+    func handleInput(_ step: WorkflowStep, payload: JSONValue, caller: PINCaller?) async throws(TesseraError)
+        -> StepResult
+    {
         let p = try Params(payload)
         switch step.kind {
         case .emailInfo:
@@ -46,9 +57,12 @@ extension EnrollmentEngine {
             return .completed(["documentAccess": try Self.documentAccess(p)])
         case .passkeyCreation:
             let pin = try p.string("pin")
-            guard !pin.isEmpty else { throw TesseraError(.invalidInput, "pin must not be empty", details: ["field": "pin"]) }
-            return try await createPasskey(step, pin: pin, caller: caller,
-                                           allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
+            guard !pin.isEmpty else {
+                throw TesseraError(.invalidInput, "pin must not be empty", details: ["field": "pin"])
+            }
+            return try await createPasskey(
+                step, pin: pin, caller: caller,
+                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
         case .client:
             if let required = step.settings["input"]?["required"]?.arrayValue {
                 for name in required.compactMap(\.stringValue) where payload[name] == nil {
@@ -71,23 +85,28 @@ extension EnrollmentEngine {
         }
         let isPhone = step.kind == .phoneOTP
         guard let to = row.data[isPhone ? "phone" : "email"]?.stringValue else {
-            throw TesseraError(.internalError, "\(step.key) runs before the \(isPhone ? "phone number" : "email address") is known")
+            throw TesseraError(
+                .internalError, "\(step.key) runs before the \(isPhone ? "phone number" : "email address") is known")
         }
         var state = row.stepState.objectValue ?? [:]
         let now = clock()
         // A code already delivered (e.g. before a daemon restart) stays valid: it is not sent again.
         if state["delivered"]?.boolValue == true, let stored = state["otp"].flatMap({ try? OneTimeCode(json: $0) }),
-           stored.expiresAt > now, stored.attemptsLeft > 0 {
+            stored.expiresAt > now, stored.attemptsLeft > 0
+        {
             return .needsInput(otpRequest(step, to: to, stored: stored, resendsLeft: resendsLeft(state)))
         }
         return try await sendCode(step, to: to, notifier: notifier, state: &state, now: now)
     }
 
-    private func sendCode(_ step: WorkflowStep, to: String, notifier: OTPNotifier, state: inout [String: JSONValue],
-                          now: Date) async throws(TesseraError) -> StepResult {
+    private func sendCode(
+        _ step: WorkflowStep, to: String, notifier: OTPNotifier, state: inout [String: JSONValue],
+        now: Date
+    ) async throws(TesseraError) -> StepResult {
         guard let row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
-        let (code, stored) = OneTimeCode.issue(ttl: configuration.otpTTL, attempts: configuration.otpAttempts, now: now,
-                                                secret: secret)
+        let (code, stored) = OneTimeCode.issue(
+            ttl: configuration.otpTTL, attempts: configuration.otpAttempts, now: now,
+            secret: secret)
         let sends = (state["sends"]?.intValue ?? 0) + 1
         state["otp"] = stored.json
         state["sends"] = .number(Double(sends))
@@ -116,11 +135,15 @@ extension EnrollmentEngine {
         let masked = isPhone ? ContactValidation.maskedPhone(to) : ContactValidation.maskedEmail(to)
         return StepRequest(
             key: step.key, prompt: "Enter the 6-digit code sent to \(masked)",
-            input: ["type": "object",
-                    "properties": ["otp": ["type": "string", "pattern": "^[0-9]{6}$"], "resend": ["type": "boolean"]],
-                    "oneOf": [["required": ["otp"]], ["required": ["resend"]]]],
-            extra: ["to": .string(masked), "expiresAt": .string(stored.expiresAt.iso8601Seconds),
-                    "attemptsLeft": .number(Double(stored.attemptsLeft)), "resendsLeft": .number(Double(resendsLeft))])
+            input: [
+                "type": "object",
+                "properties": ["otp": ["type": "string", "pattern": "^[0-9]{6}$"], "resend": ["type": "boolean"]],
+                "oneOf": [["required": ["otp"]], ["required": ["resend"]]],
+            ],
+            extra: [
+                "to": .string(masked), "expiresAt": .string(stored.expiresAt.iso8601Seconds),
+                "attemptsLeft": .number(Double(stored.attemptsLeft)), "resendsLeft": .number(Double(resendsLeft)),
+            ])
     }
 
     func checkOTP(_ step: WorkflowStep, _ p: Params) async throws(TesseraError) -> StepResult {
@@ -161,7 +184,10 @@ extension EnrollmentEngine {
             "dateOfExpiry": ["type": "string", "pattern": "^[0-9]{6}$"],
             "can": ["type": "string", "pattern": "^[0-9]{6}$"],
         ],
-        "oneOf": [["required": ["mrz"]], ["required": ["documentNumber", "dateOfBirth", "dateOfExpiry"]], ["required": ["can"]]],
+        "oneOf": [
+            ["required": ["mrz"]], ["required": ["documentNumber", "dateOfBirth", "dateOfExpiry"]],
+            ["required": ["can"]],
+        ],
     ]
 
     /// The access data kept for `NFC_PHASE`: `{mrzInformation}` or `{can}`.
@@ -177,30 +203,40 @@ extension EnrollmentEngine {
             throw TesseraError(.internalError, "NFC_PHASE runs before the document access data is known")
         }
         let key: DocumentAccessKey
-        if let info = access["mrzInformation"]?.stringValue { key = .mrz(mrzInformation: info) } else {
+        if let info = access["mrzInformation"]?.stringValue {
+            key = .mrz(mrzInformation: info)
+        } else {
             key = try DocumentAccessKey(can: access["can"]?.stringValue ?? "")
         }
         await emit("enrollment.busy", event(["expectedInterval": "long", "step": .string(step.key)]))
-        let reader = try await waitForCard(step, reader: step.string("reader"),
-                                           seconds: step.settings["cardWaitSeconds"]?.intValue ?? 60)
+        let reader = try await waitForCard(
+            step, reader: step.string("reader"),
+            seconds: step.settings["cardWaitSeconds"]?.intValue ?? 60)
         let groups = (step.settings["dataGroups"]?.arrayValue ?? ["DG1", "DG2"])
             .compactMap { $0.stringValue.flatMap(EnrollmentConfiguration.dataGroupNumber) }
         let allowClonable = step.settings["allowClonable"]?.boolValue ?? false
         // `requirePassiveAuthentication: false` is the older spelling of `allowUnverified: true`.
-        let allowUnverified = step.settings["allowUnverified"]?.boolValue
+        let allowUnverified =
+            step.settings["allowUnverified"]?.boolValue
             ?? (step.settings["requirePassiveAuthentication"]?.boolValue == false)
-        let (events, sink) = AsyncStream.makeStream(of: DocumentReadProgress.self, bufferingPolicy: .bufferingNewest(256))
+        let (events, sink) = AsyncStream.makeStream(
+            of: DocumentReadProgress.self, bufferingPolicy: .bufferingNewest(256))
         let emit = self.emitter
         let enrollmentId = row?.id ?? ""
         let forwarder = Task {
             for await e in events {
-                await emit("enrollment.progress", ["enrollmentId": .string(enrollmentId), "step": .string(step.key), "progress": e.json])
+                await emit(
+                    "enrollment.progress",
+                    ["enrollmentId": .string(enrollmentId), "step": .string(step.key), "progress": e.json])
             }
         }
         let result: DocumentReadResult
         do {
-            result = try await documents.read(DocumentReadRequest(reader: reader, key: key, dataGroups: groups, verify: true,
-                                                                  allowClonable: allowClonable)) {
+            result = try await documents.read(
+                DocumentReadRequest(
+                    reader: reader, key: key, dataGroups: groups, verify: true,
+                    allowClonable: allowClonable)
+            ) {
                 sink.yield($0)
             }
         } catch {
@@ -214,12 +250,16 @@ extension EnrollmentEngine {
         // Only `authentic` passes, `unverified` when the step allows it; `notAuthentic` (tampered data, a clone) never.
         let verdict = result.verdict
         if verdict.verdict != .authentic && !(verdict.verdict == .unverified && allowUnverified) {
-            throw TesseraError(.documentNotAuthentic, "the document is \(verdict.verdict.rawValue): "
-                               + verdict.reasons.map(\.text).joined(separator: "; "),
-                               details: ["verdict": .string(verdict.verdict.rawValue),
-                                         "reasons": .array(verdict.reasons.map { .string($0.rawValue) }),
-                                         "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
-                                         "passiveAuthentication": DocumentReadResult.passiveJSON(result.passiveAuthentication)])
+            throw TesseraError(
+                .documentNotAuthentic,
+                "the document is \(verdict.verdict.rawValue): "
+                    + verdict.reasons.map(\.text).joined(separator: "; "),
+                details: [
+                    "verdict": .string(verdict.verdict.rawValue),
+                    "reasons": .array(verdict.reasons.map { .string($0.rawValue) }),
+                    "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
+                    "passiveAuthentication": DocumentReadResult.passiveJSON(result.passiveAuthentication),
+                ])
         }
         guard let mrz = result.mrz else {
             throw TesseraError(.malformedData, "the chip's DG1 could not be read or parsed")
@@ -227,11 +267,13 @@ extension EnrollmentEngine {
         var summary: [String: JSONValue] = [
             "documentType": .string(String(mrz.documentCode.prefix(1))), "documentCode": .string(mrz.documentCode),
             "issuingState": .string(mrz.issuingState), "nationality": .string(mrz.nationality),
-            "documentNumber": .string(mrz.documentNumber), "surname": .string(MRZ.comparableName(mrz.primaryIdentifier)),
+            "documentNumber": .string(mrz.documentNumber),
+            "surname": .string(MRZ.comparableName(mrz.primaryIdentifier)),
             "givenNames": .string(MRZ.comparableName(mrz.secondaryIdentifier)),
             "accessProtocol": .string(result.accessProtocol == .pace ? "PACE" : "BAC"),
             "passiveAuthentication": .string(pa),
-            "verdict": .string(verdict.verdict.rawValue), "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
+            "verdict": .string(verdict.verdict.rawValue),
+            "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
         ]
         if let b = mrz.birthDate() { summary["dateOfBirth"] = .string(b.description) }
         if let e = mrz.expiryDate() { summary["dateOfExpiry"] = .string(e.description) }
@@ -243,18 +285,22 @@ extension EnrollmentEngine {
 
     /// The reader to read from: the configured one, or the first holding a card; waits up to `seconds` for a card.
     /// Announces `{step: "waitingForCard"}` progress once when no card is there yet.
-    private func waitForCard(_ step: WorkflowStep, reader: String?, seconds: Int) async throws(TesseraError) -> String? {
+    private func waitForCard(_ step: WorkflowStep, reader: String?, seconds: Int) async throws(TesseraError) -> String?
+    {
         let deadline = ContinuousClock.now + .seconds(seconds)
         var lastError: TesseraError?
         var announced = false
         while true {
             if lastError != nil, !announced {
                 announced = true
-                await emit("enrollment.progress", event(["step": .string(step.key), "progress": ["step": "waitingForCard"]]))
+                await emit(
+                    "enrollment.progress", event(["step": .string(step.key), "progress": ["step": "waitingForCard"]]))
             }
             do {
                 let list = try await documents.readers()
-                if let hit = list.first(where: { $0.cardPresent && (reader == nil || $0.name == reader) }) { return hit.name }
+                if let hit = list.first(where: { $0.cardPresent && (reader == nil || $0.name == reader) }) {
+                    return hit.name
+                }
                 if let reader, !list.contains(where: { $0.name == reader }) {
                     lastError = TesseraError(.noReader, "reader \(reader) is not connected")
                 } else {
@@ -282,18 +328,25 @@ extension EnrollmentEngine {
         let mismatches = AttributeMatcher.compare(expected, with: mrz)
         guard mismatches.isEmpty else {
             let list = mismatches.map(\.attribute).joined(separator: ", ")
-            throw TesseraError(.attributeMismatch, "the document does not match the expected \(list)",
-                               details: ["mismatches": .array(mismatches.map(\.json))])
+            throw TesseraError(
+                .attributeMismatch, "the document does not match the expected \(list)",
+                details: ["mismatches": .array(mismatches.map(\.json))])
         }
-        return .completed(["attributeMatching": ["matched": true, "attributes": .array((json.objectValue ?? [:]).keys.sorted().map { .string($0) })]])
+        return .completed([
+            "attributeMatching": [
+                "matched": true, "attributes": .array((json.objectValue ?? [:]).keys.sorted().map { .string($0) }),
+            ]
+        ])
     }
 
     // MARK: passkey
 
     /// Creates the passkey, or picks up one created before a crash. The credential id and key handle are
     /// recorded before the key is generated (see docs/ENROLLMENT.md, "Durability").
-    func createPasskey(_ step: WorkflowStep, pin: String?, caller: PINCaller? = nil,
-                       allowFinalPinTry: Bool = false) async throws(TesseraError) -> StepResult {
+    func createPasskey(
+        _ step: WorkflowStep, pin: String?, caller: PINCaller? = nil,
+        allowFinalPinTry: Bool = false
+    ) async throws(TesseraError) -> StepResult {
         guard let current = row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
         let rpId = step.string("rpId") ?? ""
         let origin = step.string("origin")
@@ -306,8 +359,9 @@ extension EnrollmentEngine {
             plan["challenge"] = .string(Base64URL.encode(SecureRandom.bytes(32)))
         }
         guard var credentialId = plan["credentialId"]?.stringValue.flatMap(Base64URL.decode),
-              var keyHandle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode),
-              let challenge = plan["challenge"]?.stringValue.flatMap(Base64URL.decode) else {
+            var keyHandle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode),
+            let challenge = plan["challenge"]?.stringValue.flatMap(Base64URL.decode)
+        else {
             throw TesseraError(.internalError, "the stored passkey plan does not parse")
         }
         await emit("enrollment.busy", event(["expectedInterval": "long", "step": .string(step.key)]))
@@ -316,7 +370,9 @@ extension EnrollmentEngine {
             // Created and recorded before a crash: use it.
             let r = try passkeys.rebuiltRegistration(of: record, challenge: challenge, origin: origin)
             logger.notice("reusing the passkey created before a restart", metadata: ["enrollment": "\(current.id)"])
-            return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: [UInt8](record.userId), recovered: true)])
+            return .completed([
+                "credential": Self.credentialJSON(r, rpId: rpId, userId: [UInt8](record.userId), recovered: true)
+            ])
         }
         if plan["generating"]?.boolValue == true, let previous = plan["tokenId"]?.stringValue {
             // A previous attempt may have generated the key without recording it.
@@ -324,8 +380,9 @@ extension EnrollmentEngine {
                 try await passkeys.discardUnrecordedKey(tokenId: previous, handle: keyHandle)
             } catch {
                 // Cannot look (token absent, or it wants a PIN to delete): never reuse ids that may be taken.
-                logger.warning("a key from an interrupted attempt may remain on the token",
-                               metadata: ["token": "\(previous)", "error": "\(error)"])
+                logger.warning(
+                    "a key from an interrupted attempt may remain on the token",
+                    metadata: ["token": "\(previous)", "error": "\(error)"])
                 credentialId = SecureRandom.bytes(32)
                 keyHandle = SecureRandom.bytes(16)
                 plan["credentialId"] = .string(Base64URL.encode(credentialId))
@@ -350,39 +407,49 @@ extension EnrollmentEngine {
             let full = "\(given) \(surname)".trimmingCharacters(in: .whitespaces)
             return full.isEmpty ? nil : full
         }
-        let userHandle = current.parameters["userHandle"]?.stringValue.flatMap(Base64URL.decode) ?? SecureRandom.bytes(16)
+        let userHandle =
+            current.parameters["userHandle"]?.stringValue.flatMap(Base64URL.decode) ?? SecureRandom.bytes(16)
         // An activation token names its subject; a remote enrollment the email collected, else the holder.
-        let userName = current.parameters["userName"]?.stringValue ?? current.subject ?? data["email"]?.stringValue
+        let userName =
+            current.parameters["userName"]?.stringValue ?? current.subject ?? data["email"]?.stringValue
             ?? documentName ?? "enrollment-\(current.id.prefix(8))"
         let displayName = current.parameters["userDisplayName"]?.stringValue ?? documentName ?? userName
         let attestation = PasskeyService.Attestation(rawValue: step.string("attestation") ?? "none") ?? .none
         // A document verified as authentic in this enrollment binds the passkey to its holder.
         let binding = data["document"].flatMap { d -> IdentityBinding? in
-            guard d["verdict"]?.stringValue == "authentic", let identity = DocumentIdentity(summary: d) else { return nil }
+            guard d["verdict"]?.stringValue == "authentic", let identity = DocumentIdentity(summary: d) else {
+                return nil
+            }
             return IdentityBinding(identity: identity, secret: secret, enrollmentId: current.id)
         }
         do {
-            let r = try await passkeys.enroll(.init(
-                rpId: rpId, userId: userHandle, userName: userName, userDisplayName: displayName, challenge: challenge,
-                origin: origin, tokenId: tokenId, pin: pin, attestation: attestation,
-                userVerification: PasskeyService.UserVerification(rawValue: uv) ?? .preferred,
-                credentialId: credentialId, keyHandle: keyHandle, caller: caller, allowFinalPinTry: allowFinalPinTry,
-                provisioning: ProvisioningRule(replace: step.settings["replace"]?.boolValue ?? false),
-                actor: "enrollment:\(current.id)", identityBinding: binding?.text))
+            let r = try await passkeys.enroll(
+                .init(
+                    rpId: rpId, userId: userHandle, userName: userName, userDisplayName: displayName,
+                    challenge: challenge,
+                    origin: origin, tokenId: tokenId, pin: pin, attestation: attestation,
+                    userVerification: PasskeyService.UserVerification(rawValue: uv) ?? .preferred,
+                    credentialId: credentialId, keyHandle: keyHandle, caller: caller,
+                    allowFinalPinTry: allowFinalPinTry,
+                    provisioning: ProvisioningRule(replace: step.settings["replace"]?.boolValue ?? false),
+                    actor: "enrollment:\(current.id)", identityBinding: binding?.text))
             await Failpoint.reach("enrollment.afterPasskeyRecorded")
             return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: userHandle, recovered: false)])
-        } catch where error.code == .pinRequired && pin == nil {
+        } catch  where error.code == .pinRequired && pin == nil {
             return .needsInput(pinRequest(step, tokenId: tokenId))
         }
     }
 
     private func pinRequest(_ step: WorkflowStep, tokenId: String) -> StepRequest {
-        StepRequest(key: step.key, prompt: "PIN of the token that will hold the passkey",
-                    input: Self.schema(["pin": ["type": "string", "minLength": 1, "writeOnly": true]]),
-                    extra: ["tokenId": .string(tokenId)])
+        StepRequest(
+            key: step.key, prompt: "PIN of the token that will hold the passkey",
+            input: Self.schema(["pin": ["type": "string", "minLength": 1, "writeOnly": true]]),
+            extra: ["tokenId": .string(tokenId)])
     }
 
-    static func credentialJSON(_ r: PasskeyService.EnrollResult, rpId: String, userId: [UInt8], recovered: Bool) -> JSONValue {
+    static func credentialJSON(_ r: PasskeyService.EnrollResult, rpId: String, userId: [UInt8], recovered: Bool)
+        -> JSONValue
+    {
         var o: [String: JSONValue] = [
             "credentialId": .string(Base64URL.encode(r.credentialId)), "rpId": .string(rpId),
             "userId": .string(Base64URL.encode(userId)), "tokenId": .string(r.tokenId),
@@ -405,24 +472,31 @@ extension EnrollmentEngine {
         if let id = row.credentialId.map({ [UInt8]($0) }) ?? planned, (try? await passkeys.credential(id: id)) != nil {
             do {
                 try await passkeys.delete(id: id)
-                logger.notice("deleted the passkey of an enrollment that did not succeed", metadata: ["enrollment": "\(row.id)"])
+                logger.notice(
+                    "deleted the passkey of an enrollment that did not succeed", metadata: ["enrollment": "\(row.id)"])
                 row.credentialId = nil
             } catch {
-                logger.warning("could not delete the passkey of an enrollment that did not succeed",
-                               metadata: ["enrollment": "\(row.id)", "error": "\(error)"])
+                logger.warning(
+                    "could not delete the passkey of an enrollment that did not succeed",
+                    metadata: ["enrollment": "\(row.id)", "error": "\(error)"])
                 row.credentialId = Data(id)
             }
             return
         }
         row.credentialId = nil
         guard let tokenId = plan?["tokenId"]?.stringValue,
-              let handle = plan?["keyHandle"]?.stringValue.flatMap(Base64URL.decode) else { return }
+            let handle = plan?["keyHandle"]?.stringValue.flatMap(Base64URL.decode)
+        else { return }
         do { try await passkeys.discardUnrecordedKey(tokenId: tokenId, handle: handle) } catch {
-            logger.warning("could not delete an unrecorded key", metadata: ["token": "\(tokenId)", "error": "\(error)"])
+            logger.warning(
+                "could not delete an unrecorded key", metadata: ["token": "\(tokenId)", "error": "\(error)"])
         }
     }
 
     static func schema(_ properties: [String: JSONValue]) -> JSONValue {
-        ["type": "object", "required": .array(properties.keys.sorted().map { .string($0) }), "properties": .object(properties)]
+        [
+            "type": "object", "required": .array(properties.keys.sorted().map { .string($0) }),
+            "properties": .object(properties),
+        ]
     }
 }

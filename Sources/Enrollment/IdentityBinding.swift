@@ -14,27 +14,31 @@ public struct DocumentIdentity: Sendable, Equatable {
     /// YYYY-MM-DD, or the MRZ's YYMMDD when the century cannot be told.
     public var birthDate: String
 
-    public init(issuingState: String, documentType: String, documentNumber: String, surname: String,
-                givenNames: String, birthDate: String) {
+    public init(
+        issuingState: String, documentType: String, documentNumber: String, surname: String,
+        givenNames: String, birthDate: String
+    ) {
         self.issuingState = issuingState; self.documentType = documentType; self.documentNumber = documentNumber
         self.surname = surname; self.givenNames = givenNames; self.birthDate = birthDate
     }
 
     /// From a chip's DG1.
     public init(mrz: MRZ) {
-        self.init(issuingState: mrz.issuingState, documentType: String(mrz.documentCode.prefix(1)),
-                  documentNumber: mrz.documentNumber, surname: mrz.primaryIdentifier, givenNames: mrz.secondaryIdentifier,
-                  birthDate: mrz.birthDate()?.description ?? mrz.dateOfBirth)
+        self.init(
+            issuingState: mrz.issuingState, documentType: String(mrz.documentCode.prefix(1)),
+            documentNumber: mrz.documentNumber, surname: mrz.primaryIdentifier, givenNames: mrz.secondaryIdentifier,
+            birthDate: mrz.birthDate()?.description ?? mrz.dateOfBirth)
     }
 
     /// From an enrollment's NFC_PHASE document summary (`transactionData.document`); nil when a field is missing.
     public init?(summary: JSONValue) {
         guard let state = summary["issuingState"]?.stringValue, let type = summary["documentType"]?.stringValue,
-              let number = summary["documentNumber"]?.stringValue, let surname = summary["surname"]?.stringValue,
-              let given = summary["givenNames"]?.stringValue, let birth = summary["dateOfBirth"]?.stringValue
+            let number = summary["documentNumber"]?.stringValue, let surname = summary["surname"]?.stringValue,
+            let given = summary["givenNames"]?.stringValue, let birth = summary["dateOfBirth"]?.stringValue
         else { return nil }
-        self.init(issuingState: state, documentType: type, documentNumber: number, surname: surname,
-                  givenNames: given, birthDate: birth)
+        self.init(
+            issuingState: state, documentType: type, documentNumber: number, surname: surname,
+            givenNames: given, birthDate: birth)
     }
 }
 
@@ -55,8 +59,10 @@ public struct IdentityBinding: Sendable, Equatable {
     static let keyInfo = Array("tessera identity binding v1".utf8)
 
     /// A new binding of `identity` (a fresh random salt unless given).
-    public init(identity: DocumentIdentity, secret: [UInt8], enrollmentId: String?, createdAt: Date = Date(),
-                salt: [UInt8] = SecureRandom.bytes(16)) {
+    public init(
+        identity: DocumentIdentity, secret: [UInt8], enrollmentId: String?, createdAt: Date = Date(),
+        salt: [UInt8] = SecureRandom.bytes(16)
+    ) {
         let h = Self.hashes(identity, secret: secret, salt: salt)
         self.issuingState = identity.issuingState; self.documentType = identity.documentType; self.salt = salt
         self.documentNumberHash = h.number; self.namesHash = h.names; self.birthDateHash = h.birth
@@ -83,9 +89,12 @@ public struct IdentityBinding: Sendable, Equatable {
         mismatches(identity, secret: secret).allSatisfy { $0 == "documentNumber" || $0 == "documentType" }
     }
 
-    static func hashes(_ i: DocumentIdentity, secret: [UInt8], salt: [UInt8]) -> (number: [UInt8], names: [UInt8], birth: [UInt8]) {
-        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: secret), salt: salt, info: keyInfo,
-                                         outputByteCount: 32)
+    static func hashes(_ i: DocumentIdentity, secret: [UInt8], salt: [UInt8]) -> (
+        number: [UInt8], names: [UInt8], birth: [UInt8]
+    ) {
+        let key = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: secret), salt: salt, info: keyInfo,
+            outputByteCount: 32)
         func mac(_ label: String, _ value: String) -> [UInt8] {
             Array(HMAC<SHA256>.authenticationCode(for: Array("\(label)\u{0}\(value)".utf8), using: key))
         }
@@ -111,11 +120,11 @@ public struct IdentityBinding: Sendable, Equatable {
     /// The stored form read back; nil when it does not parse.
     public init?(text: String) {
         guard let o = try? JSONValue.parse(Array(text.utf8)), o["v"]?.intValue == 1,
-              let state = o["issuingState"]?.stringValue, let type = o["documentType"]?.stringValue,
-              let salt = o["salt"]?.stringValue.flatMap(Base64URL.decode),
-              let number = o["documentNumber"]?.stringValue.flatMap(Base64URL.decode),
-              let names = o["names"]?.stringValue.flatMap(Base64URL.decode),
-              let birth = o["birthDate"]?.stringValue.flatMap(Base64URL.decode)
+            let state = o["issuingState"]?.stringValue, let type = o["documentType"]?.stringValue,
+            let salt = o["salt"]?.stringValue.flatMap(Base64URL.decode),
+            let number = o["documentNumber"]?.stringValue.flatMap(Base64URL.decode),
+            let names = o["names"]?.stringValue.flatMap(Base64URL.decode),
+            let birth = o["birthDate"]?.stringValue.flatMap(Base64URL.decode)
         else { return nil }
         issuingState = state; documentType = type; self.salt = salt; documentNumberHash = number; namesHash = names
         birthDateHash = birth; enrollmentId = o["enrollmentId"]?.stringValue

@@ -40,22 +40,25 @@ public enum JWS {
         guard let header = try? JSONValue.parse(decoded[0]), header.objectValue != nil else {
             throw malformed("the header is not a JSON object")
         }
-        return Parsed(header: header, payload: decoded[1], signingInput: Array(bytes[..<parts[1].endIndex]),
-                      signature: decoded[2])
+        return Parsed(
+            header: header, payload: decoded[1], signingInput: Array(bytes[..<parts[1].endIndex]),
+            signature: decoded[2])
     }
 
     /// Whether `parsed.signature` is a valid ES256 signature of `parsed.signingInput` by `key`.
     public static func verifyES256(_ parsed: Parsed, key: P256.Signing.PublicKey) -> Bool {
         guard parsed.signature.count == 64,
-              let signature = try? P256.Signing.ECDSASignature(rawRepresentation: parsed.signature)
+            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: parsed.signature)
         else { return false }
         return key.isValidSignature(signature, for: parsed.signingInput)
     }
 
     /// The compact serialization of `payload` signed with ES256 under `header` (whose `alg` is set to
     /// "ES256"); for tests and tools that issue tokens.
-    public static func signES256(header: [String: JSONValue], payload: [UInt8],
-                                 key: P256.Signing.PrivateKey) throws(TesseraError) -> String {
+    public static func signES256(
+        header: [String: JSONValue], payload: [UInt8],
+        key: P256.Signing.PrivateKey
+    ) throws(TesseraError) -> String {
         var header = header
         header["alg"] = "ES256"
         let signingInput = Base64URL.encode(JSONValue.object(header).serialized()) + "." + Base64URL.encode(payload)

@@ -39,8 +39,9 @@ public struct LifecycleCommandVerifier: Sendable {
     /// names this station (a station without `stationId` takes no command). `LIFECYCLE_COMMAND_INVALID`
     /// with the reason; replays (`jti`) are the store's to refuse.
     public func verify(_ compact: String, now: Date) throws(TesseraError) -> LifecycleCommand {
-        let checked = IssuedToken.check(compact, issuers: issuers, stationId: stationId, types: Self.acceptedTypes,
-                                        leeway: leeway, now: now)
+        let checked = IssuedToken.check(
+            compact, issuers: issuers, stationId: stationId, types: Self.acceptedTypes,
+            leeway: leeway, now: now)
         switch checked {
         case .failure(let reason):
             throw Self.invalid(reason.message)
@@ -52,12 +53,16 @@ public struct LifecycleCommandVerifier: Sendable {
     static func claims(_ c: [String: JSONValue], issuer: String) throws(TesseraError) -> LifecycleCommand {
         func string(_ key: String) throws(TesseraError) -> String? {
             guard let v = c[key] else { return nil }
-            guard let s = v.stringValue, !s.isEmpty else { throw invalid("the command's '\(key)' must be a non-empty string") }
+            guard let s = v.stringValue, !s.isEmpty else {
+                throw invalid("the command's '\(key)' must be a non-empty string")
+            }
             return s
         }
         func bytes(_ key: String) throws(TesseraError) -> [UInt8]? {
             guard let s = try string(key) else { return nil }
-            guard let b = Base64URL.decode(s), !b.isEmpty else { throw invalid("the command's '\(key)' must be base64url") }
+            guard let b = Base64URL.decode(s), !b.isEmpty else {
+                throw invalid("the command's '\(key)' must be base64url")
+            }
             return b
         }
         guard let jti = try string("jti") else { throw invalid("the command has no 'jti'") }
@@ -73,8 +78,9 @@ public struct LifecycleCommandVerifier: Sendable {
         guard byCredential || byUser else {
             throw invalid("the command names either a credentialId or an rpId and a userId")
         }
-        return LifecycleCommand(issuer: issuer, jti: jti, action: action, credentialId: credentialId, rpId: rpId,
-                                userId: userId, reason: try string("reason"), expiresAt: Date(timeIntervalSince1970: exp))
+        return LifecycleCommand(
+            issuer: issuer, jti: jti, action: action, credentialId: credentialId, rpId: rpId,
+            userId: userId, reason: try string("reason"), expiresAt: Date(timeIntervalSince1970: exp))
     }
 
     static func invalid(_ message: String) -> TesseraError { TesseraError(.lifecycleCommandInvalid, message) }
@@ -96,11 +102,15 @@ enum IssuedToken {
         }
     }
 
-    static func check(_ compact: String, issuers: [IssuerKey], stationId: String?, types: Set<String>,
-                      leeway: TimeInterval, now: Date) -> Result<Verified, Failure> {
+    static func check(
+        _ compact: String, issuers: [IssuerKey], stationId: String?, types: Set<String>,
+        leeway: TimeInterval, now: Date
+    ) -> Result<Verified, Failure> {
         let parsed: JWS.Parsed
         do { parsed = try JWS.parse(compact) } catch { return .failure(.invalid(error.message)) }
-        guard parsed.header["alg"]?.stringValue == "ES256" else { return .failure(.invalid("the algorithm must be ES256")) }
+        guard parsed.header["alg"]?.stringValue == "ES256" else {
+            return .failure(.invalid("the algorithm must be ES256"))
+        }
         guard let typ = parsed.header["typ"]?.stringValue, types.contains(typ.lowercased()) else {
             return .failure(.invalid("the typ must be \(types.sorted().first ?? "")"))
         }
@@ -114,8 +124,12 @@ enum IssuedToken {
         if let failure = IssuerKey.signatureFailure(parsed, issuer: issuer, kid: kid?.stringValue, keys: issuers) {
             return .failure(.invalid(failure))
         }
-        guard let exp = c["exp"]?.doubleValue, exp.isFinite else { return .failure(.invalid("the token has no numeric 'exp'")) }
-        if Date(timeIntervalSince1970: exp).addingTimeInterval(leeway) < now { return .failure(.expired("the token has expired")) }
+        guard let exp = c["exp"]?.doubleValue, exp.isFinite else {
+            return .failure(.invalid("the token has no numeric 'exp'"))
+        }
+        if Date(timeIntervalSince1970: exp).addingTimeInterval(leeway) < now {
+            return .failure(.expired("the token has expired"))
+        }
         if let nbf = c["nbf"]?.doubleValue, Date(timeIntervalSince1970: nbf).addingTimeInterval(-leeway) > now {
             return .failure(.invalid("the token is not valid yet"))
         }
@@ -126,7 +140,9 @@ enum IssuedToken {
         case .array(let a)?: audience = a.compactMap(\.stringValue)
         default: audience = []
         }
-        guard audience.contains(stationId) else { return .failure(.invalid("the token's aud does not name station '\(stationId)'")) }
+        guard audience.contains(stationId) else {
+            return .failure(.invalid("the token's aud does not name station '\(stationId)'"))
+        }
         return .success(Verified(issuer: issuer, claims: c))
     }
 }

@@ -38,19 +38,25 @@ public enum OTPNotifier: Sendable, Equatable {
         let temp = directory + "/." + name + ".tmp"
         do {
             try fm.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            guard fm.createFile(atPath: temp, contents: Data(message.serialized()), attributes: [.posixPermissions: 0o600]) else {
+            guard
+                fm.createFile(
+                    atPath: temp, contents: Data(message.serialized()), attributes: [.posixPermissions: 0o600])
+            else {
                 throw CocoaError(.fileWriteUnknown)
             }
             if fm.fileExists(atPath: final) { try fm.removeItem(atPath: final) }
             try fm.moveItem(atPath: temp, toPath: final)
         } catch {
-            throw TesseraError(.otpDeliveryFailed, "cannot write the code to \(directory): \(error.localizedDescription)")
+            throw TesseraError(
+                .otpDeliveryFailed, "cannot write the code to \(directory): \(error.localizedDescription)")
         }
     }
 
     private static func run(_ argv: [String], input: [UInt8]) async throws(TesseraError) {
         let outcome: ProgramRunner.Outcome
-        do { outcome = try await ProgramRunner.run(argv, input: input, timeout: .milliseconds(Int64(timeout * 1000))) } catch {
+        do {
+            outcome = try await ProgramRunner.run(argv, input: input, timeout: .milliseconds(Int64(timeout * 1000)))
+        } catch {
             throw TesseraError(.otpDeliveryFailed, "cannot run the notifier \(argv[0]): \(error.message)")
         }
         switch outcome {

@@ -26,14 +26,17 @@ public struct OneTimeCode: Sendable, Equatable {
 
     /// A fresh uniformly random code ("000000"–"999999", from `SystemRandomNumberGenerator`) valid for
     /// `ttl` seconds from `now` with `attempts` tries, and its stored form (MAC keyed from `secret`).
-    public static func issue(ttl: TimeInterval, attempts: Int, now: Date, secret: [UInt8]) -> (code: String, stored: OneTimeCode) {
+    public static func issue(ttl: TimeInterval, attempts: Int, now: Date, secret: [UInt8]) -> (
+        code: String, stored: OneTimeCode
+    ) {
         var rng = SystemRandomNumberGenerator()
         let value = Int.random(in: 0...999_999, using: &rng)
         let digits = String(value)
         let code = String(repeating: "0", count: 6 - digits.count) + digits
         let salt = SecureRandom.bytes(32)
-        let stored = OneTimeCode(salt: salt, mac: authenticationCode(code, key: macKey(secret: secret, salt: salt)),
-                                 issuedAt: now, expiresAt: now.addingTimeInterval(ttl), attemptsLeft: max(0, attempts))
+        let stored = OneTimeCode(
+            salt: salt, mac: authenticationCode(code, key: macKey(secret: secret, salt: salt)),
+            issuedAt: now, expiresAt: now.addingTimeInterval(ttl), attemptsLeft: max(0, attempts))
         return (code, stored)
     }
 
@@ -73,20 +76,22 @@ public struct OneTimeCode: Sendable, Equatable {
     /// Reads the form written by `json`. `STORAGE_ERROR` when it is not one.
     public init(json: JSONValue) throws(TesseraError) {
         guard let o = json.objectValue,
-              let salt = o["salt"]?.stringValue.flatMap(Base64URL.decode), salt.count == 32,
-              let mac = o["mac"]?.stringValue.flatMap(Base64URL.decode), mac.count == SHA256.byteCount,
-              let issuedAt = o["issuedAt"]?.doubleValue, issuedAt.isFinite,
-              let expiresAt = o["expiresAt"]?.doubleValue, expiresAt.isFinite,
-              let attemptsLeft = o["attemptsLeft"]?.intValue, attemptsLeft >= 0
+            let salt = o["salt"]?.stringValue.flatMap(Base64URL.decode), salt.count == 32,
+            let mac = o["mac"]?.stringValue.flatMap(Base64URL.decode), mac.count == SHA256.byteCount,
+            let issuedAt = o["issuedAt"]?.doubleValue, issuedAt.isFinite,
+            let expiresAt = o["expiresAt"]?.doubleValue, expiresAt.isFinite,
+            let attemptsLeft = o["attemptsLeft"]?.intValue, attemptsLeft >= 0
         else { throw TesseraError(.storageError, "stored one-time code is unreadable") }
-        self.init(salt: salt, mac: mac, issuedAt: Date(timeIntervalSince1970: issuedAt),
-                  expiresAt: Date(timeIntervalSince1970: expiresAt), attemptsLeft: attemptsLeft)
+        self.init(
+            salt: salt, mac: mac, issuedAt: Date(timeIntervalSince1970: issuedAt),
+            expiresAt: Date(timeIntervalSince1970: expiresAt), attemptsLeft: attemptsLeft)
     }
 
     /// HKDF-SHA-256(secret, salt, info "tessera enrollment one-time code v1"), 32 bytes.
     static func macKey(secret: [UInt8], salt: [UInt8]) -> SymmetricKey {
-        HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: secret), salt: salt, info: keyInfo,
-                               outputByteCount: 32)
+        HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: secret), salt: salt, info: keyInfo,
+            outputByteCount: 32)
     }
 
     static func authenticationCode(_ code: String, key: SymmetricKey) -> [UInt8] {

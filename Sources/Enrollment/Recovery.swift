@@ -38,8 +38,10 @@ public struct RecoveryTokenVerifier: Sendable {
     /// `RECOVERY_TOKEN_INVALID` (structure, `typ`, signature, audience, claims) or `RECOVERY_ATTEMPT_EXPIRED`.
     public func verify(_ compact: String, now: Date) throws(TesseraError) -> RecoveryToken {
         let verified: IssuedToken.Verified
-        switch IssuedToken.check(compact, issuers: issuers, stationId: stationId, types: Self.acceptedTypes,
-                                 leeway: leeway, now: now) {
+        switch IssuedToken.check(
+            compact, issuers: issuers, stationId: stationId, types: Self.acceptedTypes,
+            leeway: leeway, now: now)
+        {
         case .failure(.expired(let m)): throw TesseraError(.recoveryAttemptExpired, m)
         case .failure(.invalid(let m)): throw Self.invalid(m)
         case .success(let v): verified = v
@@ -66,10 +68,11 @@ public struct RecoveryTokenVerifier: Sendable {
         guard expected != nil || bindingOf != nil else {
             throw Self.invalid("the token names no identity: give 'expected' or 'bindingOf'")
         }
-        return RecoveryToken(issuer: verified.issuer, jti: jti, subject: sub, rpId: rpId, userName: name,
-                             userDisplayName: user["displayName"]?.stringValue ?? name,
-                             expiresAt: Date(timeIntervalSince1970: c["exp"]?.doubleValue ?? 0),
-                             expected: expected, bindingOf: bindingOf)
+        return RecoveryToken(
+            issuer: verified.issuer, jti: jti, subject: sub, rpId: rpId, userName: name,
+            userDisplayName: user["displayName"]?.stringValue ?? name,
+            expiresAt: Date(timeIntervalSince1970: c["exp"]?.doubleValue ?? 0),
+            expected: expected, bindingOf: bindingOf)
     }
 
     static func invalid(_ message: String) -> TesseraError { TesseraError(.recoveryTokenInvalid, message) }
@@ -91,9 +94,11 @@ public actor RecoveryService {
     /// Attempts being run now (a second `start` of one of them waits for nothing: it is refused).
     private var running: Set<String> = []
 
-    public init(store: RecoveryStore, passkeys: PasskeyService, documents: DocumentService,
-                configuration: EnrollmentConfiguration, secret: [UInt8], logger: Logger,
-                clock: @escaping @Sendable () -> Date = { Date() }) {
+    public init(
+        store: RecoveryStore, passkeys: PasskeyService, documents: DocumentService,
+        configuration: EnrollmentConfiguration, secret: [UInt8], logger: Logger,
+        clock: @escaping @Sendable () -> Date = { Date() }
+    ) {
         self.store = store
         self.passkeys = passkeys
         self.documents = documents
@@ -118,9 +123,11 @@ public actor RecoveryService {
         public var challenge: [UInt8]?
         public var caller: PINCaller?
 
-        public init(attemptId: String, token: String, tokenId: String? = nil, pin: String? = nil,
-                    allowFinalPinTry: Bool = false, document: JSONValue? = nil, origin: String? = nil,
-                    challenge: [UInt8]? = nil, caller: PINCaller? = nil) {
+        public init(
+            attemptId: String, token: String, tokenId: String? = nil, pin: String? = nil,
+            allowFinalPinTry: Bool = false, document: JSONValue? = nil, origin: String? = nil,
+            challenge: [UInt8]? = nil, caller: PINCaller? = nil
+        ) {
             self.attemptId = attemptId; self.token = token; self.tokenId = tokenId; self.pin = pin
             self.allowFinalPinTry = allowFinalPinTry; self.document = document; self.origin = origin
             self.challenge = challenge; self.caller = caller
@@ -130,7 +137,8 @@ public actor RecoveryService {
     /// Runs (or resumes) an attempt to its end; the registration of the replacement passkey.
     public func start(_ r: Request) async throws(TesseraError) -> JSONValue {
         guard !r.attemptId.isEmpty, r.attemptId.utf8.count <= 128 else {
-            throw TesseraError(.invalidInput, "recoveryAttemptId must be 1 to 128 bytes", details: ["field": "recoveryAttemptId"])
+            throw TesseraError(
+                .invalidInput, "recoveryAttemptId must be 1 to 128 bytes", details: ["field": "recoveryAttemptId"])
         }
         let now = clock()
         let token = try verifier.verify(r.token, now: now)
@@ -147,18 +155,24 @@ public actor RecoveryService {
             }
             row = stored
         } else {
-            row = RecoveryAttemptRow(id: r.attemptId, jti: token.jti, issuer: token.issuer,
-                                     subject: Base64URL.encode(Array(token.subject.utf8)), rpId: token.rpId,
-                                     startedAt: now, expiresAt: token.expiresAt)
-            switch try await store.insert(row, since: now.addingTimeInterval(-configuration.recoveryWindow),
-                                          maxPerUser: configuration.recoveryMaxPerUser,
-                                          maxPerStation: configuration.recoveryMaxPerStation) {
+            row = RecoveryAttemptRow(
+                id: r.attemptId, jti: token.jti, issuer: token.issuer,
+                subject: Base64URL.encode(Array(token.subject.utf8)), rpId: token.rpId,
+                startedAt: now, expiresAt: token.expiresAt)
+            switch try await store.insert(
+                row, since: now.addingTimeInterval(-configuration.recoveryWindow),
+                maxPerUser: configuration.recoveryMaxPerUser,
+                maxPerStation: configuration.recoveryMaxPerStation)
+            {
             case nil: break
             case "replayed"?: throw TesseraError(.recoveryTokenInvalid, "this recovery token was already used")
             case let scope?:
-                throw TesseraError(.recoveryRateLimited, "too many recovery attempts for this \(scope)",
-                                   details: ["scope": .string(scope == "user" ? "user" : "station"),
-                                             "retryAfterSeconds": .number(configuration.recoveryWindow)])
+                throw TesseraError(
+                    .recoveryRateLimited, "too many recovery attempts for this \(scope)",
+                    details: [
+                        "scope": .string(scope == "user" ? "user" : "station"),
+                        "retryAfterSeconds": .number(configuration.recoveryWindow),
+                    ])
             }
             Failpoint.hit("recovery.afterStart")
         }
@@ -166,7 +180,8 @@ public actor RecoveryService {
         case .succeeded: return try await result(row, token: token, recovered: true)
         case .cancelled: throw TesseraError(.recoveryAttemptCancelled, "recovery attempt \(row.id) was cancelled")
         case .failed:
-            throw TesseraError(.recoveryMatchFailed, "recovery attempt \(row.id) failed (\(row.failure ?? "?")); start a new one")
+            throw TesseraError(
+                .recoveryMatchFailed, "recovery attempt \(row.id) failed (\(row.failure ?? "?")); start a new one")
         case .started, .matched: break
         }
         if row.stage == .started {
@@ -178,7 +193,8 @@ public actor RecoveryService {
     /// Ends an attempt that has not succeeded.
     public func cancel(attemptId: String) async throws(TesseraError) -> Bool {
         guard var row = try await store.attempt(id: attemptId) else {
-            throw TesseraError(.invalidInput, "no recovery attempt \(attemptId)", details: ["field": "recoveryAttemptId"])
+            throw TesseraError(
+                .invalidInput, "no recovery attempt \(attemptId)", details: ["field": "recoveryAttemptId"])
         }
         guard row.stage == .started || row.stage == .matched else { return false }
         row.stage = .cancelled
@@ -186,17 +202,24 @@ public actor RecoveryService {
         return try await store.save(row)
     }
 
-    private func match(_ row: inout RecoveryAttemptRow, token: RecoveryToken, request r: Request) async throws(TesseraError) {
+    private func match(_ row: inout RecoveryAttemptRow, token: RecoveryToken, request r: Request)
+        async throws(TesseraError)
+    {
         guard let keyJSON = r.document, keyJSON.objectValue != nil else {
             throw TesseraError(.recoveryIDVNotCompleted, "the document's access key is needed: document {mrz} or {can}")
         }
         let p = try Params(keyJSON)
-        let result = try await documents.read(DocumentReadRequest(reader: try p.optionalString("reader"),
-                                                                  key: try DocumentAccessKey(params: p), verify: true))
+        let result = try await documents.read(
+            DocumentReadRequest(
+                reader: try p.optionalString("reader"),
+                key: try DocumentAccessKey(params: p), verify: true))
         guard result.verdict.verdict == .authentic, let mrz = result.mrz else {
-            throw TesseraError(.recoveryIDVNotCompleted, "the document is \(result.verdict.verdict.rawValue), not authentic",
-                               details: ["verdict": .string(result.verdict.verdict.rawValue),
-                                         "reasons": .array(result.verdict.reasons.map { .string($0.rawValue) })])
+            throw TesseraError(
+                .recoveryIDVNotCompleted, "the document is \(result.verdict.verdict.rawValue), not authentic",
+                details: [
+                    "verdict": .string(result.verdict.verdict.rawValue),
+                    "reasons": .array(result.verdict.reasons.map { .string($0.rawValue) }),
+                ])
         }
         let identity = DocumentIdentity(mrz: mrz)
         var matched = true
@@ -222,7 +245,9 @@ public actor RecoveryService {
         Failpoint.hit("recovery.afterMatch")
     }
 
-    private func createPasskey(_ row: inout RecoveryAttemptRow, token: RecoveryToken, request r: Request) async throws(TesseraError) -> JSONValue {
+    private func createPasskey(_ row: inout RecoveryAttemptRow, token: RecoveryToken, request r: Request)
+        async throws(TesseraError) -> JSONValue
+    {
         var plan = row.plan.flatMap { try? JSONValue.parse(Array($0.utf8)) }?.objectValue ?? [:]
         if plan["credentialId"] == nil {
             plan["credentialId"] = .string(Base64URL.encode(SecureRandom.bytes(32)))
@@ -231,8 +256,9 @@ public actor RecoveryService {
             if let origin = r.origin { plan["origin"] = .string(origin) }
         }
         guard var credentialId = plan["credentialId"]?.stringValue.flatMap(Base64URL.decode),
-              var keyHandle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode),
-              let challenge = plan["challenge"]?.stringValue.flatMap(Base64URL.decode) else {
+            var keyHandle = plan["keyHandle"]?.stringValue.flatMap(Base64URL.decode),
+            let challenge = plan["challenge"]?.stringValue.flatMap(Base64URL.decode)
+        else {
             throw TesseraError(.internalError, "the stored recovery plan does not parse")
         }
         if (try? await passkeys.credential(id: credentialId)) != nil {
@@ -242,8 +268,9 @@ public actor RecoveryService {
             do {
                 try await passkeys.discardUnrecordedKey(tokenId: previous, handle: keyHandle)
             } catch {
-                logger.warning("a key from an interrupted recovery may remain on the token",
-                               metadata: ["token": "\(previous)", "error": "\(error)"])
+                logger.warning(
+                    "a key from an interrupted recovery may remain on the token",
+                    metadata: ["token": "\(previous)", "error": "\(error)"])
                 credentialId = SecureRandom.bytes(32)
                 keyHandle = SecureRandom.bytes(16)
                 plan["credentialId"] = .string(Base64URL.encode(credentialId))
@@ -261,13 +288,15 @@ public actor RecoveryService {
         Failpoint.hit("recovery.afterPlan")
         let created: PasskeyService.EnrollResult
         do {
-            created = try await passkeys.enroll(.init(
-                rpId: token.rpId, userId: Array(token.subject.utf8), userName: token.userName,
-                userDisplayName: token.userDisplayName, challenge: challenge, origin: plan["origin"]?.stringValue,
-                tokenId: tokenId,
-                pin: r.pin, attestation: .packed, userVerification: .preferred, credentialId: credentialId,
-                keyHandle: keyHandle, caller: r.caller, allowFinalPinTry: r.allowFinalPinTry,
-                provisioning: ProvisioningRule(replace: true), actor: "recovery:\(row.id)", identityBinding: row.binding))
+            created = try await passkeys.enroll(
+                .init(
+                    rpId: token.rpId, userId: Array(token.subject.utf8), userName: token.userName,
+                    userDisplayName: token.userDisplayName, challenge: challenge, origin: plan["origin"]?.stringValue,
+                    tokenId: tokenId,
+                    pin: r.pin, attestation: .packed, userVerification: .preferred, credentialId: credentialId,
+                    keyHandle: keyHandle, caller: r.caller, allowFinalPinTry: r.allowFinalPinTry,
+                    provisioning: ProvisioningRule(replace: true), actor: "recovery:\(row.id)",
+                    identityBinding: row.binding))
         } catch {
             throw registrationFailed(error)
         }
@@ -275,8 +304,10 @@ public actor RecoveryService {
         return try await succeed(&row, credentialId: credentialId, token: token, created: created)
     }
 
-    private func succeed(_ row: inout RecoveryAttemptRow, credentialId: [UInt8], token: RecoveryToken,
-                         created: PasskeyService.EnrollResult? = nil) async throws(TesseraError) -> JSONValue {
+    private func succeed(
+        _ row: inout RecoveryAttemptRow, credentialId: [UInt8], token: RecoveryToken,
+        created: PasskeyService.EnrollResult? = nil
+    ) async throws(TesseraError) -> JSONValue {
         row.stage = .succeeded
         row.credentialId = Data(credentialId)
         row.updatedAt = clock()
@@ -286,9 +317,13 @@ public actor RecoveryService {
     }
 
     /// The registration: as created (packed attestation), or rebuilt (`none`) when the answer was lost in a crash.
-    private func result(_ row: RecoveryAttemptRow, token: RecoveryToken, recovered: Bool,
-                        created: PasskeyService.EnrollResult? = nil) async throws(TesseraError) -> JSONValue {
-        guard let id = row.credentialId else { throw TesseraError(.internalError, "a succeeded attempt without credential") }
+    private func result(
+        _ row: RecoveryAttemptRow, token: RecoveryToken, recovered: Bool,
+        created: PasskeyService.EnrollResult? = nil
+    ) async throws(TesseraError) -> JSONValue {
+        guard let id = row.credentialId else {
+            throw TesseraError(.internalError, "a succeeded attempt without credential")
+        }
         let plan = row.plan.flatMap { try? JSONValue.parse(Array($0.utf8)) }
         let challenge = plan?["challenge"]?.stringValue.flatMap(Base64URL.decode) ?? []
         let r: PasskeyService.EnrollResult
@@ -300,17 +335,20 @@ public actor RecoveryService {
         }
         let replaced = try await passkeys.credentials(rpId: token.rpId, userId: Array(token.subject.utf8))
             .filter { $0.state == .replaced }.map { JSONValue.string(Base64URL.encode($0.credentialId)) }
-        return ["recoveryAttemptId": .string(row.id), "credentialId": .string(Base64URL.encode(r.credentialId)),
-                "attestationObject": .string(Base64URL.encode(r.attestationObject)),
-                "clientDataJSON": .string(Base64URL.encode(r.clientDataJSON)),
-                "authenticatorData": .string(Base64URL.encode(r.authenticatorData)),
-                "publicKey": .string(Base64URL.encode(r.publicKey)), "tokenId": .string(r.tokenId),
-                "userId": .string(row.subject), "replaced": .array(replaced), "resumed": .bool(recovered)]
+        return [
+            "recoveryAttemptId": .string(row.id), "credentialId": .string(Base64URL.encode(r.credentialId)),
+            "attestationObject": .string(Base64URL.encode(r.attestationObject)),
+            "clientDataJSON": .string(Base64URL.encode(r.clientDataJSON)),
+            "authenticatorData": .string(Base64URL.encode(r.authenticatorData)),
+            "publicKey": .string(Base64URL.encode(r.publicKey)), "tokenId": .string(r.tokenId),
+            "userId": .string(row.subject), "replaced": .array(replaced), "resumed": .bool(recovered),
+        ]
     }
 
     private func registrationFailed(_ error: TesseraError) -> TesseraError {
-        TesseraError(.recoveryRegistrationFailed, "the replacement passkey could not be created: \(error.message)",
-                     retryable: error.retryable, details: ["cause": .string(error.code.rawValue)])
+        TesseraError(
+            .recoveryRegistrationFailed, "the replacement passkey could not be created: \(error.message)",
+            retryable: error.retryable, details: ["cause": .string(error.code.rawValue)])
     }
 
     private func cancelledError(_ row: RecoveryAttemptRow) -> TesseraError {

@@ -32,8 +32,10 @@ public actor StepUpService {
 
     enum Input: Sendable { case document(JSONValue), cancelled, expired }
 
-    public init(passkeys: PasskeyService, documents: DocumentService, secret: [UInt8], logger: Logger,
-                clock: @escaping @Sendable () -> Date = { Date() }, emit: @escaping EnrollmentEventSink) {
+    public init(
+        passkeys: PasskeyService, documents: DocumentService, secret: [UInt8], logger: Logger,
+        clock: @escaping @Sendable () -> Date = { Date() }, emit: @escaping EnrollmentEventSink
+    ) {
         self.passkeys = passkeys
         self.documents = documents
         self.secret = secret
@@ -64,12 +66,14 @@ public actor StepUpService {
         /// How long to wait for the document's access key when there is no `expiresAt`.
         public var inputTimeout: TimeInterval
 
-        public init(rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
-                    pin: String? = nil, userVerification: PasskeyService.UserVerification = .preferred,
-                    allowFinalPinTry: Bool = false, operationContext: JSONValue? = nil, expiresAt: Date? = nil,
-                    documentRequired: Bool = true, expected: ExpectedAttributes? = nil, documentKey: JSONValue? = nil,
-                    reader: String? = nil, evidence: Bool = false, crossPlatformSessionId: String? = nil,
-                    inputTimeout: TimeInterval = 300) {
+        public init(
+            rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
+            pin: String? = nil, userVerification: PasskeyService.UserVerification = .preferred,
+            allowFinalPinTry: Bool = false, operationContext: JSONValue? = nil, expiresAt: Date? = nil,
+            documentRequired: Bool = true, expected: ExpectedAttributes? = nil, documentKey: JSONValue? = nil,
+            reader: String? = nil, evidence: Bool = false, crossPlatformSessionId: String? = nil,
+            inputTimeout: TimeInterval = 300
+        ) {
             self.rpId = rpId; self.challenge = challenge; self.allowCredentials = allowCredentials; self.origin = origin
             self.pin = pin; self.userVerification = userVerification; self.allowFinalPinTry = allowFinalPinTry
             self.operationContext = operationContext; self.expiresAt = expiresAt
@@ -98,30 +102,40 @@ public actor StepUpService {
         let record = try PasskeyService.firstActive(found)
         let binding = record.identityBinding.flatMap(IdentityBinding.init(text:))
         if r.documentRequired, r.expected == nil, binding == nil {
-            throw TesseraError(.invalidInput, "the credential has no identity binding: give document.expected",
-                               details: ["field": "document.expected"])
+            throw TesseraError(
+                .invalidInput, "the credential has no identity binding: give document.expected",
+                details: ["field": "document.expected"])
         }
         operations[id] = Operation(owner: caller.uid, sessionId: r.crossPlatformSessionId)
         defer { operations[id] = nil }
         do {
             let result = try await perform(id, r, record: record, binding: binding, caller: caller)
-            await sink(EnrollmentEvent(method: "stepup.finished", params: ["stepUpId": .string(id), "outcome": "success"],
-                                       owner: caller.uid))
+            await sink(
+                EnrollmentEvent(
+                    method: "stepup.finished", params: ["stepUpId": .string(id), "outcome": "success"],
+                    owner: caller.uid))
             return result
         } catch {
             let outcome = error.code == .userCancelled ? "cancelled" : "failed"
-            await sink(EnrollmentEvent(method: "stepup.finished", params: [
-                "stepUpId": .string(id), "outcome": .string(outcome),
-                "error": ["code": .string(error.code.rawValue), "message": .string(error.message),
-                          "retryable": .bool(error.retryable)],
-            ], owner: caller.uid))
+            await sink(
+                EnrollmentEvent(
+                    method: "stepup.finished",
+                    params: [
+                        "stepUpId": .string(id), "outcome": .string(outcome),
+                        "error": [
+                            "code": .string(error.code.rawValue), "message": .string(error.message),
+                            "retryable": .bool(error.retryable),
+                        ],
+                    ], owner: caller.uid))
             logger.notice("step-up did not succeed", metadata: ["stepUp": "\(id)", "code": "\(error.code.rawValue)"])
             throw error
         }
     }
 
-    private func perform(_ id: String, _ r: Request, record: CredentialRecord, binding: IdentityBinding?,
-                         caller: EnrollmentCaller) async throws(TesseraError) -> JSONValue {
+    private func perform(
+        _ id: String, _ r: Request, record: CredentialRecord, binding: IdentityBinding?,
+        caller: EnrollmentCaller
+    ) async throws(TesseraError) -> JSONValue {
         var context: [String: JSONValue] = [
             "stepUpId": .string(id), "rpId": .string(r.rpId),
             "user": ["name": .string(record.userName), "displayName": .string(record.userDisplayName)],
@@ -136,15 +150,22 @@ public actor StepUpService {
             var key = r.documentKey
             if key == nil {
                 operations[id]?.waiting = true
-                await sink(EnrollmentEvent(method: "stepup.inputRequired", params: [
-                    "stepUpId": .string(id), "key": "DOCUMENT",
-                    "prompt": .string("The MRZ or the CAN of the identity document of \(record.userDisplayName)"),
-                    "input": ["type": "object", "properties": ["mrz": ["type": "string"], "can": ["type": "string"]]],
-                ], owner: caller.uid))
+                await sink(
+                    EnrollmentEvent(
+                        method: "stepup.inputRequired",
+                        params: [
+                            "stepUpId": .string(id), "key": "DOCUMENT",
+                            "prompt": .string(
+                                "The MRZ or the CAN of the identity document of \(record.userDisplayName)"),
+                            "input": [
+                                "type": "object", "properties": ["mrz": ["type": "string"], "can": ["type": "string"]],
+                            ],
+                        ], owner: caller.uid))
                 switch await waitForInput(id, deadline: r.expiresAt ?? clock().addingTimeInterval(r.inputTimeout)) {
                 case .document(let payload): key = payload
                 case .cancelled: throw TesseraError(.userCancelled, "the step-up was cancelled")
-                case .expired: throw TesseraError(.challengeExpired, "no document was presented before the challenge expired")
+                case .expired:
+                    throw TesseraError(.challengeExpired, "no document was presented before the challenge expired")
                 }
             }
             document = try await readAndMatch(key ?? .null, r, binding: binding)
@@ -153,9 +174,12 @@ public actor StepUpService {
         if let expiresAt = r.expiresAt, expiresAt <= clock() {
             throw TesseraError(.challengeExpired, "the challenge expired at \(expiresAt.iso8601Seconds)")
         }
-        let a = try await passkeys.authenticate(.init(
-            rpId: r.rpId, challenge: r.challenge, allowCredentials: [[UInt8](record.credentialId)], origin: r.origin,
-            pin: r.pin, userVerification: r.userVerification, caller: caller.pinCaller, allowFinalPinTry: r.allowFinalPinTry))
+        let a = try await passkeys.authenticate(
+            .init(
+                rpId: r.rpId, challenge: r.challenge, allowCredentials: [[UInt8](record.credentialId)],
+                origin: r.origin,
+                pin: r.pin, userVerification: r.userVerification, caller: caller.pinCaller,
+                allowFinalPinTry: r.allowFinalPinTry))
         var out: [String: JSONValue] = [
             "stepUpId": .string(id),
             "credentialId": .string(Base64URL.encode(a.credentialId)),
@@ -172,35 +196,50 @@ public actor StepUpService {
     }
 
     /// Reads the document with `keyParams`, requires `authentic`, and compares it with `expected` or the binding.
-    private func readAndMatch(_ keyParams: JSONValue, _ r: Request, binding: IdentityBinding?) async throws(TesseraError) -> JSONValue {
+    private func readAndMatch(_ keyParams: JSONValue, _ r: Request, binding: IdentityBinding?)
+        async throws(TesseraError) -> JSONValue
+    {
         let p = try Params(keyParams)
-        var request = DocumentReadRequest(reader: try p.optionalString("reader") ?? r.reader,
-                                          key: try DocumentAccessKey(params: p), dataGroups: nil,
-                                          verify: true)
+        var request = DocumentReadRequest(
+            reader: try p.optionalString("reader") ?? r.reader,
+            key: try DocumentAccessKey(params: p), dataGroups: nil,
+            verify: true)
         request.evidence = r.evidence
         let result = try await documents.read(request)
         let verdict = result.verdict
         guard verdict.verdict == .authentic else {
-            throw TesseraError(.documentNotAuthentic, "the document is \(verdict.verdict.rawValue): "
-                               + verdict.reasons.map(\.text).joined(separator: "; "),
-                               details: ["verdict": .string(verdict.verdict.rawValue),
-                                         "reasons": .array(verdict.reasons.map { .string($0.rawValue) })])
+            throw TesseraError(
+                .documentNotAuthentic,
+                "the document is \(verdict.verdict.rawValue): "
+                    + verdict.reasons.map(\.text).joined(separator: "; "),
+                details: [
+                    "verdict": .string(verdict.verdict.rawValue),
+                    "reasons": .array(verdict.reasons.map { .string($0.rawValue) }),
+                ])
         }
-        guard let mrz = result.mrz else { throw TesseraError(.malformedData, "the chip's DG1 could not be read or parsed") }
+        guard let mrz = result.mrz else {
+            throw TesseraError(.malformedData, "the chip's DG1 could not be read or parsed")
+        }
         if let expected = r.expected {
             let mismatches = AttributeMatcher.compare(expected, with: mrz)
             if !mismatches.isEmpty {
-                throw TesseraError(.stepUpCredentialUserMismatch, "the document does not match the expected attributes",
-                                   details: ["mismatches": .array(mismatches.map(\.json))])
+                throw TesseraError(
+                    .stepUpCredentialUserMismatch, "the document does not match the expected attributes",
+                    details: ["mismatches": .array(mismatches.map(\.json))])
             }
         }
         if let binding, !binding.isSamePerson(DocumentIdentity(mrz: mrz), secret: secret) {
-            throw TesseraError(.stepUpCredentialUserMismatch, "the document is not the credential holder's",
-                               details: ["mismatches": .array(binding.mismatches(DocumentIdentity(mrz: mrz), secret: secret)
-                                   .map { .string($0) })])
+            throw TesseraError(
+                .stepUpCredentialUserMismatch, "the document is not the credential holder's",
+                details: [
+                    "mismatches": .array(
+                        binding.mismatches(DocumentIdentity(mrz: mrz), secret: secret)
+                            .map { .string($0) })
+                ])
         }
         var out: [String: JSONValue] = [
-            "verdict": .string(verdict.verdict.rawValue), "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
+            "verdict": .string(verdict.verdict.rawValue),
+            "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
             "issuingState": .string(mrz.issuingState), "matched": .string(r.expected != nil ? "expected" : "binding"),
         ]
         if r.evidence, let evidence = result.evidence { out["evidence"] = evidence.json }
@@ -253,7 +292,9 @@ public actor StepUpService {
     }
 
     /// The document's access key for a waiting step-up (`stepup.submit`).
-    public func submit(_ id: String, payload: JSONValue, sessionId: String?, caller: EnrollmentCaller) throws(TesseraError) {
+    public func submit(_ id: String, payload: JSONValue, sessionId: String?, caller: EnrollmentCaller)
+        throws(TesseraError)
+    {
         try authorize(id, sessionId: sessionId, caller: caller)
         guard operations[id]?.waiting == true else {
             throw TesseraError(.stepNotExpected, "step-up \(id) is not waiting for input")

@@ -48,7 +48,8 @@ public struct WorkflowStep: Sendable, Equatable {
     }
 
     init(stored: JSONValue) throws(TesseraError) {
-        guard let key = stored["key"]?.stringValue, let kind = stored["kind"]?.stringValue.flatMap(StepKind.init(rawValue:))
+        guard let key = stored["key"]?.stringValue,
+            let kind = stored["kind"]?.stringValue.flatMap(StepKind.init(rawValue:))
         else { throw TesseraError(.internalError, "a stored enrollment step does not parse") }
         self.init(key: key, kind: kind, settings: stored["settings"]?.objectValue ?? [:])
     }
@@ -58,10 +59,12 @@ public struct WorkflowStep: Sendable, Equatable {
     /// A client step given in `enrollment.start`'s `customSteps`: `{key, prompt?, input?}`.
     public static func custom(_ item: JSONValue) throws(TesseraError) -> WorkflowStep {
         guard let o = item.objectValue, let key = o["key"]?.stringValue else {
-            throw TesseraError(.invalidInput, "customSteps items must be {key, prompt?, input?}", details: ["field": "customSteps"])
+            throw TesseraError(
+                .invalidInput, "customSteps items must be {key, prompt?, input?}", details: ["field": "customSteps"])
         }
         guard StepKind(rawValue: key) == nil, !StepKind.unsupportedKeys.contains(key) else {
-            throw TesseraError(.invalidInput, "customSteps: \(key) is a built-in step", details: ["field": "customSteps"])
+            throw TesseraError(
+                .invalidInput, "customSteps: \(key) is a built-in step", details: ["field": "customSteps"])
         }
         let step = WorkflowStep(key: key, kind: .client, settings: o.filter { $0.key != "key" })
         do {
@@ -107,25 +110,35 @@ public struct EnrollmentConfiguration: Sendable {
     public init(json: JSONValue?, baseDirectory: String = ".") throws(TesseraError) {
         guard let json, !json.isNull else { return }
         guard let o = json.objectValue else { throw Self.error("enrollment must be an object") }
-        try Self.onlyKeys(o, ["idleTimeoutSeconds", "otp", "notifier", "issuers", "stationId", "workflows", "recovery"],
-                          in: "enrollment")
+        try Self.onlyKeys(
+            o, ["idleTimeoutSeconds", "otp", "notifier", "issuers", "stationId", "workflows", "recovery"],
+            in: "enrollment")
         if let r = o["recovery"] {
             guard let p = r.objectValue else { throw Self.error("enrollment.recovery must be an object") }
-            try Self.onlyKeys(p, ["maxAttemptsPerUser", "maxAttemptsPerStation", "windowSeconds"], in: "enrollment.recovery")
-            if let v = p["maxAttemptsPerUser"] { recoveryMaxPerUser = try Self.positiveInt(v, "enrollment.recovery.maxAttemptsPerUser") }
+            try Self.onlyKeys(
+                p, ["maxAttemptsPerUser", "maxAttemptsPerStation", "windowSeconds"], in: "enrollment.recovery")
+            if let v = p["maxAttemptsPerUser"] {
+                recoveryMaxPerUser = try Self.positiveInt(v, "enrollment.recovery.maxAttemptsPerUser")
+            }
             if let v = p["maxAttemptsPerStation"] {
                 recoveryMaxPerStation = try Self.positiveInt(v, "enrollment.recovery.maxAttemptsPerStation")
             }
-            if let v = p["windowSeconds"] { recoveryWindow = TimeInterval(try Self.positiveInt(v, "enrollment.recovery.windowSeconds")) }
+            if let v = p["windowSeconds"] {
+                recoveryWindow = TimeInterval(try Self.positiveInt(v, "enrollment.recovery.windowSeconds"))
+            }
         }
-        if let v = o["idleTimeoutSeconds"] { idleTimeout = TimeInterval(try Self.positiveInt(v, "enrollment.idleTimeoutSeconds")) }
+        if let v = o["idleTimeoutSeconds"] {
+            idleTimeout = TimeInterval(try Self.positiveInt(v, "enrollment.idleTimeoutSeconds"))
+        }
         if let otp = o["otp"] {
             guard let p = otp.objectValue else { throw Self.error("enrollment.otp must be an object") }
             try Self.onlyKeys(p, ["attempts", "ttlSeconds", "maxResends"], in: "enrollment.otp")
             if let v = p["attempts"] { otpAttempts = try Self.positiveInt(v, "enrollment.otp.attempts") }
             if let v = p["ttlSeconds"] { otpTTL = TimeInterval(try Self.positiveInt(v, "enrollment.otp.ttlSeconds")) }
             if let v = p["maxResends"] {
-                guard let n = v.intValue, n >= 0 else { throw Self.error("enrollment.otp.maxResends must be a number ≥ 0") }
+                guard let n = v.intValue, n >= 0 else {
+                    throw Self.error("enrollment.otp.maxResends must be a number ≥ 0")
+                }
                 otpMaxResends = n
             }
         }
@@ -159,7 +172,9 @@ public struct EnrollmentConfiguration: Sendable {
         var steps: [WorkflowStep] = []
         for item in items {
             let step = try Self.step(item, workflow: name)
-            if steps.contains(where: { $0.key == step.key }) { throw error("workflow \(name) lists step \(step.key) twice") }
+            if steps.contains(where: { $0.key == step.key }) {
+                throw error("workflow \(name) lists step \(step.key) twice")
+            }
             steps.append(step)
         }
         try checkOrder(steps, workflow: name)
@@ -187,7 +202,9 @@ public struct EnrollmentConfiguration: Sendable {
             guard let k = o["key"]?.stringValue else { throw error("workflow \(workflow): a step object needs a key") }
             key = k
             if let c = o["client"] {
-                guard let b = c.boolValue else { throw error("workflow \(workflow), step \(k): client must be true or false") }
+                guard let b = c.boolValue else {
+                    throw error("workflow \(workflow), step \(k): client must be true or false")
+                }
                 client = b
             }
             settings = o.filter { $0.key != "key" && $0.key != "client" }
@@ -195,7 +212,9 @@ public struct EnrollmentConfiguration: Sendable {
         }
         let kind: StepKind
         if let known = StepKind(rawValue: key), known != .client, known != .unsupported {
-            guard !client else { throw error("workflow \(workflow), step \(key): a built-in step cannot be a client step") }
+            guard !client else {
+                throw error("workflow \(workflow), step \(key): a built-in step cannot be a client step")
+            }
             kind = known
         } else if StepKind.unsupportedKeys.contains(key) {
             kind = .unsupported
@@ -211,7 +230,9 @@ public struct EnrollmentConfiguration: Sendable {
     }
 
     static func validateClientKey(_ key: String, context: String) throws(TesseraError) {
-        let ok = !key.isEmpty && key.count <= 64 && key.utf8.allSatisfy { ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F }
+        let ok =
+            !key.isEmpty && key.count <= 64
+            && key.utf8.allSatisfy { ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x5F }
         guard ok else { throw error("\(context): step key \(key) must be UPPER_SNAKE (A–Z, 0–9, _)") }
     }
 
@@ -220,16 +241,22 @@ public struct EnrollmentConfiguration: Sendable {
         let s = step.settings
         switch step.kind {
         case .nfcPhase:
-            try onlyKeys(s, ["reader", "dataGroups", "requirePassiveAuthentication", "allowUnverified", "allowClonable",
-                             "cardWaitSeconds"], in: context)
+            try onlyKeys(
+                s,
+                [
+                    "reader", "dataGroups", "requirePassiveAuthentication", "allowUnverified", "allowClonable",
+                    "cardWaitSeconds",
+                ], in: context)
             if let r = s["reader"], r.stringValue == nil { throw error("\(context): reader must be a string") }
             if let g = s["dataGroups"] {
                 guard let list = g.arrayValue, !list.isEmpty,
-                      list.allSatisfy({ $0.stringValue.flatMap(dataGroupNumber) != nil }) else {
+                    list.allSatisfy({ $0.stringValue.flatMap(dataGroupNumber) != nil })
+                else {
                     throw error("\(context): dataGroups must list \"DG1\"…\"DG16\"")
                 }
             }
-            for k in ["requirePassiveAuthentication", "allowUnverified", "allowClonable"] where s[k] != nil && s[k]?.boolValue == nil {
+            for k in ["requirePassiveAuthentication", "allowUnverified", "allowClonable"]
+            where s[k] != nil && s[k]?.boolValue == nil {
                 throw error("\(context): \(k) must be true or false")
             }
             if let w = s["cardWaitSeconds"] { _ = try positiveInt(w, "\(context): cardWaitSeconds") }
@@ -246,7 +273,9 @@ public struct EnrollmentConfiguration: Sendable {
         case .client:
             try onlyKeys(s, ["prompt", "input"], in: context)
             if let p = s["prompt"], p.stringValue == nil { throw error("\(context): prompt must be a string") }
-            if let i = s["input"], i.objectValue == nil { throw error("\(context): input must be a JSON Schema object") }
+            if let i = s["input"], i.objectValue == nil {
+                throw error("\(context): input must be a JSON Schema object")
+            }
         case .unsupported:
             break
         default:
@@ -256,8 +285,10 @@ public struct EnrollmentConfiguration: Sendable {
 
     /// Steps that use data collected by an earlier step.
     static func checkOrder(_ steps: [WorkflowStep], workflow: String) throws(TesseraError) {
-        let needs: [StepKind: StepKind] = [.phoneOTP: .phoneInfo, .emailOTP: .emailInfo, .nfcPhase: .nfcMRZ,
-                                           .attributeMatching: .nfcPhase]
+        let needs: [StepKind: StepKind] = [
+            .phoneOTP: .phoneInfo, .emailOTP: .emailInfo, .nfcPhase: .nfcMRZ,
+            .attributeMatching: .nfcPhase,
+        ]
         for (i, step) in steps.enumerated() {
             guard let required = needs[step.kind] else { continue }
             if !steps[..<i].contains(where: { $0.kind == required }) {
@@ -315,7 +346,9 @@ extension Workflow {
         for step in steps {
             switch step.kind {
             case .unsupported:
-                reasons.append("\(step.key): this station has no \(step.key == "FACE_MATCHING" ? "face matcher" : "capability for this step")")
+                reasons.append(
+                    "\(step.key): this station has no \(step.key == "FACE_MATCHING" ? "face matcher" : "capability for this step")"
+                )
             case .phoneOTP, .emailOTP:
                 if notifier == nil { reasons.append("\(step.key): no OTP notifier is configured") }
             default: break

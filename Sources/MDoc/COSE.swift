@@ -30,20 +30,30 @@ public struct MDocECKey: Sendable, Equatable {
 
     public init(curve: Int64, x: [UInt8], y: [UInt8]) throws(TesseraError) {
         guard let size = Self.coordinateSize(curve) else { throw MDocCBOR.malformed("unsupported COSE curve \(curve)") }
-        guard x.count == size, y.count == size else { throw MDocCBOR.malformed("EC2 coordinates must be \(size) bytes") }
+        guard x.count == size, y.count == size else {
+            throw MDocCBOR.malformed("EC2 coordinates must be \(size) bytes")
+        }
         self.curve = curve; self.x = x; self.y = y
     }
 
     /// From an uncompressed point `04 || x || y` on P-256, P-384 or P-521.
     public init(uncompressedPoint point: [UInt8]) throws(TesseraError) {
-        let curve: Int64 = switch point.count { case 65: 1; case 97: 2; case 133: 3; default: 0 }
+        let curve: Int64 =
+            switch point.count {
+            case 65: 1;
+            case 97: 2;
+            case 133: 3;
+            default: 0
+            }
         guard curve != 0, point.first == 0x04 else { throw MDocCBOR.malformed("not an uncompressed EC point") }
         let size = (point.count - 1) / 2
         try self.init(curve: curve, x: Array(point[1...size]), y: Array(point[(size + 1)...]))
     }
 
     public init(_ value: CBORValue) throws(TesseraError) {
-        guard value.mapValue != nil, value[1]?.int64Value == 2 else { throw MDocCBOR.malformed("COSE key is not an EC2 map") }
+        guard value.mapValue != nil, value[1]?.int64Value == 2 else {
+            throw MDocCBOR.malformed("COSE key is not an EC2 map")
+        }
         guard let crv = value[-1]?.int64Value, let x = value[-2]?.bytesValue, let y = value[-3]?.bytesValue else {
             throw MDocCBOR.malformed("COSE EC2 key lacks crv, x or y")
         }
@@ -57,16 +67,22 @@ public struct MDocECKey: Sendable, Equatable {
 
     /// The key as a DER SubjectPublicKeyInfo (named curve).
     public var subjectPublicKeyInfo: [UInt8] {
-        let prefix: String = switch curve {
-        case 1: "3059301306072a8648ce3d020106082a8648ce3d030107034200"
-        case 2: "3076301006072a8648ce3d020106052b81040022036200"
-        default: "30819b301006072a8648ce3d020106052b8104002303818600"
-        }
+        let prefix: String =
+            switch curve {
+            case 1: "3059301306072a8648ce3d020106082a8648ce3d030107034200"
+            case 2: "3076301006072a8648ce3d020106052b81040022036200"
+            default: "30819b301006072a8648ce3d020106052b8104002303818600"
+            }
         return Hex.decode(prefix)! + uncompressedPoint
     }
 
     static func coordinateSize(_ curve: Int64) -> Int? {
-        switch curve { case 1: 32; case 2: 48; case 3: 66; default: nil }
+        switch curve {
+        case 1: 32;
+        case 2: 48;
+        case 3: 66;
+        default: nil
+        }
     }
 }
 
@@ -90,7 +106,9 @@ public struct COSESign1: Sendable, Equatable {
     public init(_ value: CBORValue) throws(TesseraError) {
         var v = value
         if case .tagged(18, let inner) = value { v = inner }
-        guard let parts = v.arrayValue, parts.count == 4 else { throw MDocCBOR.malformed("COSE_Sign1 is not a 4-element array") }
+        guard let parts = v.arrayValue, parts.count == 4 else {
+            throw MDocCBOR.malformed("COSE_Sign1 is not a 4-element array")
+        }
         protectedHeader = try MDocCBOR.bytes(parts[0], "COSE_Sign1 protected header")
         unprotectedHeader = try MDocCBOR.map(parts[1], "COSE_Sign1 unprotected header")
         switch parts[2] {
@@ -102,13 +120,17 @@ public struct COSESign1: Sendable, Equatable {
     }
 
     public var value: CBORValue {
-        [.byteString(protectedHeader), unprotectedHeader, payload.map { CBORValue.byteString($0) } ?? .null, .byteString(signature)]
+        [
+            .byteString(protectedHeader), unprotectedHeader, payload.map { CBORValue.byteString($0) } ?? .null,
+            .byteString(signature),
+        ]
     }
 
     /// The `alg` of the protected header.
     public var algorithm: COSEAlgorithm? {
         guard !protectedHeader.isEmpty, let header = try? MDocCBOR.decode(protectedHeader, "protected header"),
-              let alg = header[1]?.int64Value else { return nil }
+            let alg = header[1]?.int64Value
+        else { return nil }
         return COSEAlgorithm(rawValue: alg)
     }
 
@@ -135,8 +157,10 @@ public struct COSESign1: Sendable, Equatable {
     }
 
     /// Signs `payload` (kept in the message unless `detached`). `x5chain` goes into the unprotected header.
-    public static func sign(payload: [UInt8], detached: Bool = false, algorithm: COSEAlgorithm,
-                            x5chain: [[UInt8]] = [], signer: COSESigner) throws(TesseraError) -> COSESign1 {
+    public static func sign(
+        payload: [UInt8], detached: Bool = false, algorithm: COSEAlgorithm,
+        x5chain: [[UInt8]] = [], signer: COSESigner
+    ) throws(TesseraError) -> COSESign1 {
         let protected = MDocCBOR.encode([1: CBORValue(algorithm.rawValue)])
         var unprotected: [(key: CBORValue, value: CBORValue)] = []
         if x5chain.count == 1 {
@@ -145,8 +169,9 @@ public struct COSESign1: Sendable, Equatable {
             unprotected.append((33, .array(x5chain.map { .byteString($0) })))
         }
         let signature = try signer(toBeSigned(protectedHeader: protected, payload: payload))
-        return COSESign1(protectedHeader: protected, unprotectedHeader: .map(unprotected),
-                         payload: detached ? nil : payload, signature: signature)
+        return COSESign1(
+            protectedHeader: protected, unprotectedHeader: .map(unprotected),
+            payload: detached ? nil : payload, signature: signature)
     }
 
     /// A signer over a DER private key (PKCS#8 or SEC 1) held in memory: for tests and lab issuers.
@@ -168,7 +193,9 @@ public struct COSEMac0: Sendable, Equatable {
     public init(_ value: CBORValue) throws(TesseraError) {
         var v = value
         if case .tagged(17, let inner) = value { v = inner }
-        guard let parts = v.arrayValue, parts.count == 4 else { throw MDocCBOR.malformed("COSE_Mac0 is not a 4-element array") }
+        guard let parts = v.arrayValue, parts.count == 4 else {
+            throw MDocCBOR.malformed("COSE_Mac0 is not a 4-element array")
+        }
         protectedHeader = try MDocCBOR.bytes(parts[0], "COSE_Mac0 protected header")
         unprotectedHeader = try MDocCBOR.map(parts[1], "COSE_Mac0 unprotected header")
         switch parts[2] {
@@ -188,7 +215,10 @@ public struct COSEMac0: Sendable, Equatable {
     }
 
     public var value: CBORValue {
-        [.byteString(protectedHeader), unprotectedHeader, payload.map { CBORValue.byteString($0) } ?? .null, .byteString(tag)]
+        [
+            .byteString(protectedHeader), unprotectedHeader, payload.map { CBORValue.byteString($0) } ?? .null,
+            .byteString(tag),
+        ]
     }
 
     /// `MAC_structure` = ["MAC0", protected, external_aad (empty), payload].
@@ -197,15 +227,18 @@ public struct COSEMac0: Sendable, Equatable {
     }
 
     static func mac(protectedHeader: [UInt8], payload: [UInt8], key: [UInt8]) -> [UInt8] {
-        Array(HMAC<SHA256>.authenticationCode(for: toBeMACed(protectedHeader: protectedHeader, payload: payload),
-                                              using: SymmetricKey(data: key)))
+        Array(
+            HMAC<SHA256>.authenticationCode(
+                for: toBeMACed(protectedHeader: protectedHeader, payload: payload),
+                using: SymmetricKey(data: key)))
     }
 
     /// Checks the tag in constant time; only HMAC 256/256 (alg 5) is accepted.
     public func verify(key: [UInt8], detachedPayload: [UInt8]? = nil) -> Bool {
         guard let header = try? MDocCBOR.decode(protectedHeader, "protected header"),
-              header[1]?.int64Value == COSEAlgorithm.hmac256.rawValue,
-              let content = payload ?? detachedPayload else { return false }
+            header[1]?.int64Value == COSEAlgorithm.hmac256.rawValue,
+            let content = payload ?? detachedPayload
+        else { return false }
         return ConstantTime.equal(Self.mac(protectedHeader: protectedHeader, payload: content, key: key), tag)
     }
 }

@@ -18,18 +18,24 @@ public struct DeviceEngagement: Sendable, Equatable {
         let value = try MDocCBOR.map(try MDocCBOR.decode(bytes, "DeviceEngagement"), "DeviceEngagement")
         self.bytes = bytes
         version = try MDocCBOR.text(value[0], "DeviceEngagement version")
-        guard version.hasPrefix("1.") else { throw MDocCBOR.malformed("DeviceEngagement version \(version) unsupported") }
+        guard version.hasPrefix("1.") else {
+            throw MDocCBOR.malformed("DeviceEngagement version \(version) unsupported")
+        }
         let security = try MDocCBOR.array(value[1], "DeviceEngagement Security")
         guard security.count == 2 else { throw MDocCBOR.malformed("Security is not [cipherSuite, EDeviceKeyBytes]") }
         cipherSuite = try MDocCBOR.uint(security[0], "cipher suite")
-        guard cipherSuite == 1 else { throw TesseraError(.unsupportedProtocol, "mdoc cipher suite \(cipherSuite) unsupported") }
+        guard cipherSuite == 1 else {
+            throw TesseraError(.unsupportedProtocol, "mdoc cipher suite \(cipherSuite) unsupported")
+        }
         eDeviceKeyBytes = try MDocCBOR.untag24(security[1], "EDeviceKeyBytes")
         eDeviceKey = try MDocECKey(try MDocCBOR.decode(eDeviceKeyBytes, "EDeviceKey"))
         retrievalMethods = value[2].map { $0.arrayValue ?? [] } ?? []
     }
 
     /// Builds `{0: "1.0", 1: [1, #6.24(EDeviceKeyBytes)]}` plus retrieval methods when given.
-    public static func make(eDeviceKey: MDocECKey, retrievalMethods: [CBORValue] = []) throws(TesseraError) -> DeviceEngagement {
+    public static func make(eDeviceKey: MDocECKey, retrievalMethods: [CBORValue] = []) throws(TesseraError)
+        -> DeviceEngagement
+    {
         var pairs: [(key: CBORValue, value: CBORValue)] = [(0, "1.0"), (1, [1, MDocCBOR.tag24(eDeviceKey.encoded)])]
         if !retrievalMethods.isEmpty { pairs.append((2, .array(retrievalMethods))) }
         return try DeviceEngagement(bytes: MDocCBOR.encode(.map(pairs)))
@@ -58,7 +64,9 @@ public struct NDEFRecord: Sendable, Equatable {
         while i < bytes.count {
             try need(2)
             let header = bytes[i]
-            guard header & 0x20 == 0 else { throw TesseraError(.unsupportedProtocol, "chunked NDEF records are not supported") }
+            guard header & 0x20 == 0 else {
+                throw TesseraError(.unsupportedProtocol, "chunked NDEF records are not supported")
+            }
             let short = header & 0x10 != 0, hasID = header & 0x08 != 0
             let typeLength = Int(bytes[i + 1])
             i += 2
@@ -117,18 +125,25 @@ public enum NFCHandover {
 
     /// A static Handover Select message: "Hs" (version 1.5) with one alternative carrier (NFC data retrieval,
     /// max command/response data lengths), the NFC carrier record and the DeviceEngagement record (id "mdoc").
-    public static func staticHandoverSelect(deviceEngagement: DeviceEngagement, maxCommandLength: Int = 0xFFFF,
-                                            maxResponseLength: Int = 0x10000) -> [UInt8] {
+    public static func staticHandoverSelect(
+        deviceEngagement: DeviceEngagement, maxCommandLength: Int = 0xFFFF,
+        maxResponseLength: Int = 0x10000
+    ) -> [UInt8] {
         let carrierID = Array("nfc".utf8), auxID = Array("mdoc".utf8)
         // Alternative carrier record: CPS active (1), carrier data reference, one auxiliary data reference.
-        let ac = NDEFRecord(typeNameFormat: 1, type: Array("ac".utf8), payload:
-            [0x01, UInt8(carrierID.count)] + carrierID + [0x01, UInt8(auxID.count)] + auxID)
+        let ac = NDEFRecord(
+            typeNameFormat: 1, type: Array("ac".utf8),
+            payload: [0x01, UInt8(carrierID.count)] + carrierID + [0x01, UInt8(auxID.count)] + auxID)
         let hsPayload = [0x15] + NDEFRecord.encodeMessage([ac])
         let hs = NDEFRecord(typeNameFormat: 1, type: Array("Hs".utf8), payload: hsPayload)
         // NFC carrier: version 1, max command data length (2 bytes), max response data length (up to 3 bytes).
-        let nfc = NDEFRecord(typeNameFormat: 4, type: nfcCarrierType, id: carrierID, payload:
-            [0x01, 0x01, UInt8(maxCommandLength >> 8 & 0xFF), UInt8(maxCommandLength & 0xFF),
-             0x02, UInt8(maxResponseLength >> 16 & 0xFF), UInt8(maxResponseLength >> 8 & 0xFF), UInt8(maxResponseLength & 0xFF)])
+        let nfc = NDEFRecord(
+            typeNameFormat: 4, type: nfcCarrierType, id: carrierID,
+            payload: [
+                0x01, 0x01, UInt8(maxCommandLength >> 8 & 0xFF), UInt8(maxCommandLength & 0xFF),
+                0x02, UInt8(maxResponseLength >> 16 & 0xFF), UInt8(maxResponseLength >> 8 & 0xFF),
+                UInt8(maxResponseLength & 0xFF),
+            ])
         let de = NDEFRecord(typeNameFormat: 4, type: deviceEngagementType, id: auxID, payload: deviceEngagement.bytes)
         return NDEFRecord.encodeMessage([hs, nfc, de])
     }
@@ -136,7 +151,9 @@ public enum NFCHandover {
     /// The DeviceEngagement carried by a Handover Select message.
     public static func deviceEngagement(inHandoverSelect message: [UInt8]) throws(TesseraError) -> DeviceEngagement {
         let records = try NDEFRecord.parseMessage(message)
-        guard records.first?.type == Array("Hs".utf8) else { throw MDocCBOR.malformed("NDEF message is not a Handover Select") }
+        guard records.first?.type == Array("Hs".utf8) else {
+            throw MDocCBOR.malformed("NDEF message is not a Handover Select")
+        }
         guard let de = records.first(where: { $0.typeNameFormat == 4 && $0.type == deviceEngagementType }) else {
             throw MDocCBOR.malformed("Handover Select carries no DeviceEngagement record")
         }

@@ -24,11 +24,12 @@ public enum MDocIssuer {
     /// Issues `elements` (namespace → [(identifier, value)]) for `deviceKey`: random 16-byte salts, digest IDs
     /// in random order, SHA-256 digests, an MSO valid from `validFrom` to `validUntil`, signed by `signer`
     /// (whose certificate, DER, goes into x5chain).
-    public static func issue(docType: String, elements: [(namespace: String, items: [(String, CBORValue)])],
-                             deviceKey: MDocECKey, signerCertificate: [UInt8], algorithm: COSEAlgorithm = .es256,
-                             signer: COSESigner, signed: Date = Date(), validFrom: Date? = nil,
-                             validUntil: Date) throws(TesseraError) -> IssuerSigned
-    {
+    public static func issue(
+        docType: String, elements: [(namespace: String, items: [(String, CBORValue)])],
+        deviceKey: MDocECKey, signerCertificate: [UInt8], algorithm: COSEAlgorithm = .es256,
+        signer: COSESigner, signed: Date = Date(), validFrom: Date? = nil,
+        validUntil: Date
+    ) throws(TesseraError) -> IssuerSigned {
         let total = elements.reduce(0) { $0 + $1.items.count }
         var ids = Array(0..<UInt64(total))
         for i in ids.indices.reversed() where i > 0 {
@@ -42,8 +43,9 @@ public enum MDocIssuer {
             var items: [IssuerSignedItem] = []
             var nsDigests: [(key: CBORValue, value: CBORValue)] = []
             for (identifier, value) in ns.items {
-                let item = try IssuerSignedItem.make(digestID: ids[next], random: SecureRandom.bytes(16),
-                                                     identifier: identifier, value: value)
+                let item = try IssuerSignedItem.make(
+                    digestID: ids[next], random: SecureRandom.bytes(16),
+                    identifier: identifier, value: value)
                 next += 1
                 items.append(item)
                 nsDigests.append((.unsigned(item.digestID), .byteString(MessageDigest.sha256(item.taggedBytes))))
@@ -54,11 +56,14 @@ public enum MDocIssuer {
         let mso: CBORValue = [
             "version": "1.0", "digestAlgorithm": "SHA-256", "valueDigests": .map(digests),
             "deviceKeyInfo": ["deviceKey": deviceKey.value], "docType": .textString(docType),
-            "validityInfo": ["signed": MDocDate.tdate(signed), "validFrom": MDocDate.tdate(validFrom ?? signed),
-                             "validUntil": MDocDate.tdate(validUntil)],
+            "validityInfo": [
+                "signed": MDocDate.tdate(signed), "validFrom": MDocDate.tdate(validFrom ?? signed),
+                "validUntil": MDocDate.tdate(validUntil),
+            ],
         ]
         let payload = MDocCBOR.tag24Bytes(MDocCBOR.encode(mso))
-        let auth = try COSESign1.sign(payload: payload, algorithm: algorithm, x5chain: [signerCertificate], signer: signer)
+        let auth = try COSESign1.sign(
+            payload: payload, algorithm: algorithm, x5chain: [signerCertificate], signer: signer)
         return IssuerSigned(nameSpaces: spaces, issuerAuth: auth)
     }
 }

@@ -28,7 +28,9 @@ public enum MDocCBOR {
 
     /// The bytes inside a tag-24 item.
     public static func untag24(_ value: CBORValue?, _ what: String) throws(TesseraError) -> [UInt8] {
-        guard case .tagged(24, .byteString(let bytes))? = value else { throw malformed("\(what) is not a tag-24 byte string") }
+        guard case .tagged(24, .byteString(let bytes))? = value else {
+            throw malformed("\(what) is not a tag-24 byte string")
+        }
         return bytes
     }
 

@@ -13,7 +13,9 @@ public enum MDocJSON {
         case .array(let a): return .array(a.map(value))
         case .map(let pairs):
             var out: [String: JSONValue] = [:]
-            for pair in pairs { out[pair.key.textValue ?? pair.key.int64Value.map(String.init) ?? "?"] = value(pair.value) }
+            for pair in pairs {
+                out[pair.key.textValue ?? pair.key.int64Value.map(String.init) ?? "?"] = value(pair.value)
+            }
             return .object(out)
         case .tagged(_, let inner): return value(inner)
         case .bool(let b): return .bool(b)
@@ -35,17 +37,23 @@ extension MDocVerification {
         var out: [String: JSONValue] = [
             "docType": .string(docType), "verdict": .string(verdict.rawValue),
             "reasons": .array(reasons.map { .string($0.rawValue) }),
-            "checks": ["issuerSignature": .string(issuerSignature.rawValue), "certificateChain": .string(certificateChain.rawValue),
-                       "digests": .string(digests.rawValue), "validity": .string(validity.rawValue),
-                       "deviceAuthentication": .string(deviceAuthentication.rawValue)],
+            "checks": [
+                "issuerSignature": .string(issuerSignature.rawValue),
+                "certificateChain": .string(certificateChain.rawValue),
+                "digests": .string(digests.rawValue), "validity": .string(validity.rawValue),
+                "deviceAuthentication": .string(deviceAuthentication.rawValue),
+            ],
             "elements": .object(elementsJSON),
-            "digestFailures": .array(elements.filter { !$0.digestValid }.map { .string("\($0.namespace)/\($0.identifier)") }),
+            "digestFailures": .array(
+                elements.filter { !$0.digestValid }.map { .string("\($0.namespace)/\($0.identifier)") }),
         ]
         if let deviceAuthenticationKind { out["deviceAuthentication"] = .string(deviceAuthenticationKind) }
         if let documentSigner { out["documentSigner"] = .string(documentSigner.subjectDescription) }
         if let mso {
-            out["validity"] = ["signed": .string(MDocDate.format(mso.signed)), "validFrom": .string(MDocDate.format(mso.validFrom)),
-                               "validUntil": .string(MDocDate.format(mso.validUntil))]
+            out["validity"] = [
+                "signed": .string(MDocDate.format(mso.signed)), "validFrom": .string(MDocDate.format(mso.validFrom)),
+                "validUntil": .string(MDocDate.format(mso.validUntil)),
+            ]
         }
         return .object(out)
     }

@@ -30,8 +30,10 @@ public actor MDocNFCHolder {
     /// Whether the reader ended the session with status 20.
     public private(set) var terminated = false
 
-    public init(eDeviceKey: P256.KeyAgreement.PrivateKey = P256.KeyAgreement.PrivateKey(),
-                responder: @escaping Responder) throws(TesseraError) {
+    public init(
+        eDeviceKey: P256.KeyAgreement.PrivateKey = P256.KeyAgreement.PrivateKey(),
+        responder: @escaping Responder
+    ) throws(TesseraError) {
         self.eDeviceKey = eDeviceKey
         engagement = try DeviceEngagement.make(
             eDeviceKey: try MDocECKey(uncompressedPoint: Array(eDeviceKey.publicKey.x963Representation)))
@@ -43,8 +45,10 @@ public actor MDocNFCHolder {
 
     var capabilityContainer: [UInt8] {
         let size = ndefFile.count
-        return [0x00, 0x0F, 0x20, 0x00, UInt8(maxReadLength), 0x00, 0xFF,
-                0x04, 0x06, 0xE1, 0x04, UInt8(size >> 8), UInt8(size & 0xFF), 0x00, 0xFF]
+        return [
+            0x00, 0x0F, 0x20, 0x00, UInt8(maxReadLength), 0x00, 0xFF,
+            0x04, 0x06, 0xE1, 0x04, UInt8(size >> 8), UInt8(size & 0xFF), 0x00, 0xFF,
+        ]
     }
 
     /// Answers one command APDU (data + SW1SW2).
@@ -115,11 +119,15 @@ public actor MDocNFCHolder {
             guard let establishment = try? SessionEstablishment(bytes: message) else {
                 return SessionData(status: .decodingError).encoded
             }
-            let transcript = SessionTranscript(deviceEngagementBytes: engagement.bytes,
-                                               eReaderKeyBytes: establishment.eReaderKeyBytes,
-                                               handover: NFCHandover.staticHandover(handoverSelect: handoverSelect))
-            guard let keys = try? SessionEncryption(role: .device, privateKey: eDeviceKey, peer: establishment.eReaderKey,
-                                                     sessionTranscript: transcript) else {
+            let transcript = SessionTranscript(
+                deviceEngagementBytes: engagement.bytes,
+                eReaderKeyBytes: establishment.eReaderKeyBytes,
+                handover: NFCHandover.staticHandover(handoverSelect: handoverSelect))
+            guard
+                let keys = try? SessionEncryption(
+                    role: .device, privateKey: eDeviceKey, peer: establishment.eReaderKey,
+                    sessionTranscript: transcript)
+            else {
                 return SessionData(status: .encryptionError).encoded
             }
             session = keys

@@ -26,10 +26,14 @@ public struct MDocNFCReader<Transport: APDUTransport>: Sendable {
     /// Reads the NDEF message of the Type 4 Tag: SELECT the NDEF application, the CC file (E103), the NDEF file
     /// it names, its NLEN and then its contents in chunks of the tag's MLe.
     public func readHandoverSelect() async throws(TesseraError) -> [UInt8] {
-        try await expectSuccess(CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x00, data: MDocNFC.ndefApplicationID, ne: 256), "SELECT NDEF application")
+        try await expectSuccess(
+            CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x00, data: MDocNFC.ndefApplicationID, ne: 256),
+            "SELECT NDEF application")
         try await expectSuccess(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0xE1, 0x03]), "SELECT CC file")
         let cc = try await expectSuccess(CommandAPDU(ins: 0xB0, p1: 0, p2: 0, ne: 15), "READ BINARY CC")
-        guard cc.count >= 15, cc[7] == 0x04 else { throw MDocCBOR.malformed("Type 4 Tag CC file has no NDEF file control TLV") }
+        guard cc.count >= 15, cc[7] == 0x04 else {
+            throw MDocCBOR.malformed("Type 4 Tag CC file has no NDEF file control TLV")
+        }
         let mle = max(1, min(Int(cc[3]) << 8 | Int(cc[4]), 255))
         try await expectSuccess(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [cc[9], cc[10]]), "SELECT NDEF file")
         let nlenBytes = try await expectSuccess(CommandAPDU(ins: 0xB0, p1: 0, p2: 0, ne: 2), "READ BINARY NLEN")
@@ -39,7 +43,8 @@ public struct MDocNFCReader<Transport: APDUTransport>: Sendable {
         while message.count < nlen {
             let offset = 2 + message.count
             let chunk = try await expectSuccess(
-                CommandAPDU(ins: 0xB0, p1: UInt8(offset >> 8), p2: UInt8(offset & 0xFF), ne: min(mle, nlen - message.count)),
+                CommandAPDU(
+                    ins: 0xB0, p1: UInt8(offset >> 8), p2: UInt8(offset & 0xFF), ne: min(mle, nlen - message.count)),
                 "READ BINARY NDEF")
             guard !chunk.isEmpty else { throw MDocCBOR.malformed("NDEF file shorter than its NLEN") }
             message += chunk
@@ -49,7 +54,8 @@ public struct MDocNFCReader<Transport: APDUTransport>: Sendable {
 
     /// SELECT the mdoc application (AID A0000002480400).
     public func selectMDocApplication() async throws(TesseraError) {
-        try await expectSuccess(CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: MDocNFC.mdocApplicationID), "SELECT mdoc application")
+        try await expectSuccess(
+            CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: MDocNFC.mdocApplicationID), "SELECT mdoc application")
     }
 
     /// Sends one message (SessionEstablishment or SessionData) in DO'53' with ENVELOPE — chained (CLA 0x10) in
@@ -63,10 +69,13 @@ public struct MDocNFCReader<Transport: APDUTransport>: Sendable {
         repeat {
             let end = min(offset + chunkSize, wrapped.count)
             let last = end == wrapped.count
-            let command = CommandAPDU(cla: last ? 0x00 : 0x10, ins: 0xC3, p1: 0, p2: 0, data: Array(wrapped[offset..<end]),
-                                      ne: last ? (useExtendedLength ? 65_536 : 256) : nil, forceExtended: useExtendedLength)
+            let command = CommandAPDU(
+                cla: last ? 0x00 : 0x10, ins: 0xC3, p1: 0, p2: 0, data: Array(wrapped[offset..<end]),
+                ne: last ? (useExtendedLength ? 65_536 : 256) : nil, forceExtended: useExtendedLength)
             response = try await transport.send(command)
-            guard response.sw.isSuccess else { throw TesseraError(.cardError, "mdoc: ENVELOPE answered \(response.sw)") }
+            guard response.sw.isSuccess else {
+                throw TesseraError(.cardError, "mdoc: ENVELOPE answered \(response.sw)")
+            }
             offset = end
         } while offset < wrapped.count
         if response.data.isEmpty { return [] }
@@ -100,33 +109,41 @@ extension MDocNFCReader {
     /// A whole retrieval: engagement from the Handover Select, session establishment with a fresh EReaderKey,
     /// the DeviceRequest for `elements` of `docType` (readerAuth when given), the DeviceResponse, then
     /// SessionData status 20. The response is returned unverified (see `MDocVerifier`).
-    public func retrieve(docType: String = MDL.docType, elements: [String: [String]],
-                         readerAuth: (chain: [[UInt8]], algorithm: COSEAlgorithm, signer: COSESigner)? = nil,
-                         eReaderKey: P256.KeyAgreement.PrivateKey = P256.KeyAgreement.PrivateKey())
+    public func retrieve(
+        docType: String = MDL.docType, elements: [String: [String]],
+        readerAuth: (chain: [[UInt8]], algorithm: COSEAlgorithm, signer: COSESigner)? = nil,
+        eReaderKey: P256.KeyAgreement.PrivateKey = P256.KeyAgreement.PrivateKey()
+    )
         async throws(TesseraError) -> MDocRetrieval
     {
         let handoverSelect = try await readHandoverSelect()
         let engagement = try NFCHandover.deviceEngagement(inHandoverSelect: handoverSelect)
         let readerKey = try MDocECKey(uncompressedPoint: Array(eReaderKey.publicKey.x963Representation))
-        let transcript = SessionTranscript(deviceEngagementBytes: engagement.bytes, eReaderKeyBytes: readerKey.encoded,
-                                           handover: NFCHandover.staticHandover(handoverSelect: handoverSelect))
-        var session = try SessionEncryption(role: .reader, privateKey: eReaderKey, peer: engagement.eDeviceKey,
-                                            sessionTranscript: transcript)
+        let transcript = SessionTranscript(
+            deviceEngagementBytes: engagement.bytes, eReaderKeyBytes: readerKey.encoded,
+            handover: NFCHandover.staticHandover(handoverSelect: handoverSelect))
+        var session = try SessionEncryption(
+            role: .reader, privateKey: eReaderKey, peer: engagement.eDeviceKey,
+            sessionTranscript: transcript)
         let request = DeviceRequest(docRequests: [
-            try DocRequest.make(docType: docType, elements: elements, sessionTranscript: transcript, readerAuth: readerAuth),
+            try DocRequest.make(
+                docType: docType, elements: elements, sessionTranscript: transcript, readerAuth: readerAuth)
         ])
         try await selectMDocApplication()
         let establishment = SessionEstablishment(eReaderKey: readerKey, data: try session.encrypt(request.encoded))
         let answer = try SessionData(bytes: try await envelope(establishment.encoded))
         guard let data = answer.data else {
-            throw TesseraError(.cardError, "mdoc ended the session (status \(answer.status.map { "\($0)" } ?? "none")) without a response")
+            throw TesseraError(
+                .cardError,
+                "mdoc ended the session (status \(answer.status.map { "\($0)" } ?? "none")) without a response")
         }
         let responseBytes = try session.decrypt(data)
         let response = try DeviceResponse(bytes: responseBytes)
         if answer.status != SessionData.Status.sessionTermination.rawValue {
             _ = try? await envelope(SessionData(status: .sessionTermination).encoded)
         }
-        return MDocRetrieval(engagement: engagement, handoverSelect: handoverSelect, transcript: transcript, request: request,
-                             responseBytes: responseBytes, response: response, eReaderKey: eReaderKey)
+        return MDocRetrieval(
+            engagement: engagement, handoverSelect: handoverSelect, transcript: transcript, request: request,
+            responseBytes: responseBytes, response: response, eReaderKey: eReaderKey)
     }
 }

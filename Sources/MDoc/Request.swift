@@ -8,8 +8,10 @@ public enum MDL {
     public static let docType = "org.iso.18013.5.1.mDL"
     public static let namespace = "org.iso.18013.5.1"
     /// Elements a kiosk asks for by default: portrait, names, birth date, document number, expiry, issuing country.
-    public static let defaultElements = ["portrait", "family_name", "given_name", "birth_date", "document_number",
-                                         "expiry_date", "issuing_country"]
+    public static let defaultElements = [
+        "portrait", "family_name", "given_name", "birth_date", "document_number",
+        "expiry_date", "issuing_country",
+    ]
 }
 
 /// One document request (§8.3.2.1.2.1): the ItemsRequest as sent (signed by readerAuth) and its readerAuth.
@@ -34,7 +36,9 @@ public struct DocRequest: Sendable, Equatable {
         for (ns, elements) in try MDocCBOR.textKeyed(items["nameSpaces"], "ItemsRequest nameSpaces") {
             var list: [(identifier: String, intentToRetain: Bool)] = []
             for (id, retain) in try MDocCBOR.textKeyed(elements, "ItemsRequest namespace \(ns)") {
-                guard let flag = retain.boolValue else { throw MDocCBOR.malformed("IntentToRetain of \(id) is not a bool") }
+                guard let flag = retain.boolValue else {
+                    throw MDocCBOR.malformed("IntentToRetain of \(id) is not a bool")
+                }
                 list.append((id, flag))
             }
             spaces.append((ns, list))
@@ -43,8 +47,10 @@ public struct DocRequest: Sendable, Equatable {
     }
 
     /// A request for `elements` (intent to retain false), signed by `readerAuth` when given.
-    public static func make(docType: String, elements: [String: [String]], sessionTranscript: SessionTranscript,
-                            readerAuth: (chain: [[UInt8]], algorithm: COSEAlgorithm, signer: COSESigner)? = nil)
+    public static func make(
+        docType: String, elements: [String: [String]], sessionTranscript: SessionTranscript,
+        readerAuth: (chain: [[UInt8]], algorithm: COSEAlgorithm, signer: COSESigner)? = nil
+    )
         throws(TesseraError) -> DocRequest
     {
         var spaces: [(key: CBORValue, value: CBORValue)] = []
@@ -64,8 +70,11 @@ public struct DocRequest: Sendable, Equatable {
     }
 
     /// ReaderAuthenticationBytes (§9.1.4): `#6.24(["ReaderAuthentication", SessionTranscript, ItemsRequestBytes])`.
-    public static func readerAuthenticationBytes(sessionTranscript: SessionTranscript, itemsRequestBytes: [UInt8]) -> [UInt8] {
-        let inner = [0x83] + MDocCBOR.encode("ReaderAuthentication") + sessionTranscript.encoded
+    public static func readerAuthenticationBytes(sessionTranscript: SessionTranscript, itemsRequestBytes: [UInt8])
+        -> [UInt8]
+    {
+        let inner =
+            [0x83] + MDocCBOR.encode("ReaderAuthentication") + sessionTranscript.encoded
             + MDocCBOR.tag24Bytes(itemsRequestBytes)
         return MDocCBOR.tag24Bytes(inner)
     }
@@ -87,7 +96,9 @@ public struct DeviceRequest: Sendable, Equatable {
     public init(bytes: [UInt8]) throws(TesseraError) {
         let value = try MDocCBOR.map(try MDocCBOR.decode(bytes, "DeviceRequest"), "DeviceRequest")
         version = try MDocCBOR.text(value["version"], "DeviceRequest version")
-        guard version.hasPrefix("1.") else { throw TesseraError(.unsupportedProtocol, "DeviceRequest version \(version)") }
+        guard version.hasPrefix("1.") else {
+            throw TesseraError(.unsupportedProtocol, "DeviceRequest version \(version)")
+        }
         var requests: [DocRequest] = []
         for entry in try MDocCBOR.array(value["docRequests"], "docRequests") {
             let items = try MDocCBOR.untag24(entry["itemsRequest"], "itemsRequest")
@@ -111,12 +122,13 @@ public struct ReaderAuthKey: Sendable {
     /// `privateKey`: PKCS#8 or SEC 1, PEM or DER, on P-256, P-384 or P-521; the leaf of `chain` must hold its
     /// public key.
     public init(privateKey bytes: [UInt8], chain: [[UInt8]]) throws(TesseraError) {
-        let der = PEM.blocks(bytes, label: "PRIVATE KEY").first ?? PEM.blocks(bytes, label: "EC PRIVATE KEY").first ?? bytes
+        let der =
+            PEM.blocks(bytes, label: "PRIVATE KEY").first ?? PEM.blocks(bytes, label: "EC PRIVATE KEY").first ?? bytes
         let spki = try Signatures.publicKey(ofPrivateKey: der)
         let bits = try Signatures.describe(publicKey: spki).bits
         algorithm = bits > 384 ? .es512 : bits > 256 ? .es384 : .es256
         guard let leaf = chain.first, let certificate = try? ParsedCertificate(der: leaf),
-              certificate.subjectPublicKeyInfo.suffix(64) == spki.suffix(64)
+            certificate.subjectPublicKeyInfo.suffix(64) == spki.suffix(64)
         else { throw .invalidInput("the reader certificate does not hold the reader key") }
         self.chain = chain
         signer = COSESign1.privateKeySigner(der: der, algorithm: algorithm)

@@ -23,9 +23,13 @@ public struct IssuerSignedItem: Sendable, Equatable {
         elementValue = v
     }
 
-    public static func make(digestID: UInt64, random: [UInt8], identifier: String, value: CBORValue) throws(TesseraError) -> IssuerSignedItem {
-        let item: CBORValue = ["digestID": .unsigned(digestID), "random": .byteString(random),
-                               "elementIdentifier": .textString(identifier), "elementValue": value]
+    public static func make(digestID: UInt64, random: [UInt8], identifier: String, value: CBORValue)
+        throws(TesseraError) -> IssuerSignedItem
+    {
+        let item: CBORValue = [
+            "digestID": .unsigned(digestID), "random": .byteString(random),
+            "elementIdentifier": .textString(identifier), "elementValue": value,
+        ]
         return try IssuerSignedItem(MDocCBOR.tag24(MDocCBOR.encode(item)))
     }
 
@@ -70,10 +74,11 @@ public struct IssuerSigned: Sendable, Equatable {
 
     /// The same IssuerSigned with only the elements `keep` allows.
     public func disclosing(_ keep: (String, String) -> Bool) -> IssuerSigned {
-        IssuerSigned(nameSpaces: nameSpaces.compactMap { ns -> (namespace: String, items: [IssuerSignedItem])? in
-            let items = ns.items.filter { keep(ns.namespace, $0.elementIdentifier) }
-            return items.isEmpty ? nil : (ns.namespace, items)
-        }, issuerAuth: issuerAuth)
+        IssuerSigned(
+            nameSpaces: nameSpaces.compactMap { ns -> (namespace: String, items: [IssuerSignedItem])? in
+                let items = ns.items.filter { keep(ns.namespace, $0.elementIdentifier) }
+                return items.isEmpty ? nil : (ns.namespace, items)
+            }, issuerAuth: issuerAuth)
     }
 }
 
@@ -119,7 +124,8 @@ public struct MobileSecurityObject: Sendable, Equatable {
     /// The MSO inside an issuerAuth payload (`#6.24(bstr .cbor MobileSecurityObject)`).
     public init(issuerAuth: COSESign1) throws(TesseraError) {
         guard let payload = issuerAuth.payload else { throw MDocCBOR.malformed("issuerAuth has no payload") }
-        let inner = try MDocCBOR.untag24(try MDocCBOR.decode(payload, "MobileSecurityObjectBytes"), "MobileSecurityObjectBytes")
+        let inner = try MDocCBOR.untag24(
+            try MDocCBOR.decode(payload, "MobileSecurityObjectBytes"), "MobileSecurityObjectBytes")
         try self.init(try MDocCBOR.decode(inner, "MobileSecurityObject"))
     }
 
@@ -190,24 +196,32 @@ public struct DeviceSigned: Sendable, Equatable {
     }
 
     public var value: CBORValue {
-        let auth: CBORValue = if let deviceSignature { ["deviceSignature": deviceSignature.value] }
-            else { ["deviceMac": deviceMac?.value ?? .null] }
+        let auth: CBORValue =
+            if let deviceSignature { ["deviceSignature": deviceSignature.value] } else {
+                ["deviceMac": deviceMac?.value ?? .null]
+            }
         return ["nameSpaces": MDocCBOR.tag24(nameSpacesBytes), "deviceAuth": auth]
     }
 
     /// DeviceAuthenticationBytes (§9.1.3.4): `#6.24(["DeviceAuthentication", SessionTranscript, DocType, DeviceNameSpacesBytes])`.
-    public static func deviceAuthenticationBytes(sessionTranscript: SessionTranscript, docType: String,
-                                                 nameSpacesBytes: [UInt8]) -> [UInt8] {
-        let inner = [0x84] + MDocCBOR.encode("DeviceAuthentication") + sessionTranscript.encoded
+    public static func deviceAuthenticationBytes(
+        sessionTranscript: SessionTranscript, docType: String,
+        nameSpacesBytes: [UInt8]
+    ) -> [UInt8] {
+        let inner =
+            [0x84] + MDocCBOR.encode("DeviceAuthentication") + sessionTranscript.encoded
             + MDocCBOR.encode(.textString(docType)) + MDocCBOR.tag24Bytes(nameSpacesBytes)
         return MDocCBOR.tag24Bytes(inner)
     }
 
     /// DeviceSigned with no device-signed elements and a deviceSignature made by `signer` (the device key).
-    public static func signed(sessionTranscript: SessionTranscript, docType: String, algorithm: COSEAlgorithm = .es256,
-                              signer: COSESigner) throws(TesseraError) -> DeviceSigned {
+    public static func signed(
+        sessionTranscript: SessionTranscript, docType: String, algorithm: COSEAlgorithm = .es256,
+        signer: COSESigner
+    ) throws(TesseraError) -> DeviceSigned {
         let empty = MDocCBOR.encode(.map([]))
-        let payload = deviceAuthenticationBytes(sessionTranscript: sessionTranscript, docType: docType, nameSpacesBytes: empty)
+        let payload = deviceAuthenticationBytes(
+            sessionTranscript: sessionTranscript, docType: docType, nameSpacesBytes: empty)
         let sig = try COSESign1.sign(payload: payload, detached: true, algorithm: algorithm, signer: signer)
         return DeviceSigned(nameSpacesBytes: empty, deviceSignature: sig, deviceMac: nil)
     }
@@ -231,7 +245,9 @@ public struct MDocDocument: Sendable, Equatable {
     }
 
     public var value: CBORValue {
-        var pairs: [(key: CBORValue, value: CBORValue)] = [("docType", .textString(docType)), ("issuerSigned", issuerSigned.value)]
+        var pairs: [(key: CBORValue, value: CBORValue)] = [
+            ("docType", .textString(docType)), ("issuerSigned", issuerSigned.value),
+        ]
         if let deviceSigned { pairs.append(("deviceSigned", deviceSigned.value)) }
         return .map(pairs)
     }
@@ -244,12 +260,16 @@ public struct DeviceResponse: Sendable, Equatable {
     /// 0 OK, 10 general error, 11 CBOR decoding error, 12 CBOR validation error.
     public let status: UInt64
 
-    public init(documents: [MDocDocument], status: UInt64 = 0) { version = "1.0"; self.documents = documents; self.status = status }
+    public init(documents: [MDocDocument], status: UInt64 = 0) {
+        version = "1.0"; self.documents = documents; self.status = status
+    }
 
     public init(bytes: [UInt8]) throws(TesseraError) {
         let value = try MDocCBOR.map(try MDocCBOR.decode(bytes, "DeviceResponse"), "DeviceResponse")
         version = try MDocCBOR.text(value["version"], "DeviceResponse version")
-        guard version.hasPrefix("1.") else { throw TesseraError(.unsupportedProtocol, "DeviceResponse version \(version)") }
+        guard version.hasPrefix("1.") else {
+            throw TesseraError(.unsupportedProtocol, "DeviceResponse version \(version)")
+        }
         var docs: [MDocDocument] = []
         if let list = value["documents"] {
             for d in try MDocCBOR.array(list, "documents") { docs.append(try MDocDocument(d)) }

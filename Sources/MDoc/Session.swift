@@ -23,7 +23,8 @@ public struct SessionTranscript: Sendable, Equatable {
 
     /// From SessionTranscriptBytes.
     public init(taggedBytes: [UInt8]) throws(TesseraError) {
-        encoded = try MDocCBOR.untag24(try MDocCBOR.decode(taggedBytes, "SessionTranscriptBytes"), "SessionTranscriptBytes")
+        encoded = try MDocCBOR.untag24(
+            try MDocCBOR.decode(taggedBytes, "SessionTranscriptBytes"), "SessionTranscriptBytes")
     }
 }
 
@@ -40,8 +41,10 @@ public struct SessionEncryption: Sendable {
     public private(set) var receiveCounter: UInt32 = 1
 
     /// `privateKey` is this side's ephemeral key (EReaderKey or EDeviceKey), `peer` the other's.
-    public init(role: Role, privateKey: P256.KeyAgreement.PrivateKey, peer: MDocECKey,
-                sessionTranscript: SessionTranscript) throws(TesseraError) {
+    public init(
+        role: Role, privateKey: P256.KeyAgreement.PrivateKey, peer: MDocECKey,
+        sessionTranscript: SessionTranscript
+    ) throws(TesseraError) {
         let keys = try Self.sessionKeys(privateKey: privateKey, peer: peer, sessionTranscript: sessionTranscript)
         self.role = role
         sendKey = SymmetricKey(data: role == .reader ? keys.skReader : keys.skDevice)
@@ -49,22 +52,30 @@ public struct SessionEncryption: Sendable {
     }
 
     /// SKReader and SKDevice (32 bytes each).
-    public static func sessionKeys(privateKey: P256.KeyAgreement.PrivateKey, peer: MDocECKey,
-                                   sessionTranscript: SessionTranscript) throws(TesseraError) -> (skReader: [UInt8], skDevice: [UInt8]) {
+    public static func sessionKeys(
+        privateKey: P256.KeyAgreement.PrivateKey, peer: MDocECKey,
+        sessionTranscript: SessionTranscript
+    ) throws(TesseraError) -> (skReader: [UInt8], skDevice: [UInt8]) {
         let secret = try sharedSecret(privateKey: privateKey, peer: peer)
         let salt = Array(SHA256.hash(data: sessionTranscript.taggedBytes))
         return (derive(secret, salt: salt, info: "SKReader"), derive(secret, salt: salt, info: "SKDevice"))
     }
 
     /// EMacKey (§9.1.3.5): HKDF over ECDH(static DeviceKey, EReaderKey) with the same salt, info "EMacKey".
-    public static func eMacKey(privateKey: P256.KeyAgreement.PrivateKey, peer: MDocECKey,
-                               sessionTranscript: SessionTranscript) throws(TesseraError) -> [UInt8] {
+    public static func eMacKey(
+        privateKey: P256.KeyAgreement.PrivateKey, peer: MDocECKey,
+        sessionTranscript: SessionTranscript
+    ) throws(TesseraError) -> [UInt8] {
         let secret = try sharedSecret(privateKey: privateKey, peer: peer)
         return derive(secret, salt: Array(SHA256.hash(data: sessionTranscript.taggedBytes)), info: "EMacKey")
     }
 
-    static func sharedSecret(privateKey: P256.KeyAgreement.PrivateKey, peer: MDocECKey) throws(TesseraError) -> SharedSecret {
-        guard peer.curve == 1 else { throw TesseraError(.unsupportedProtocol, "mdoc session keys other than P-256 are not supported") }
+    static func sharedSecret(privateKey: P256.KeyAgreement.PrivateKey, peer: MDocECKey) throws(TesseraError)
+        -> SharedSecret
+    {
+        guard peer.curve == 1 else {
+            throw TesseraError(.unsupportedProtocol, "mdoc session keys other than P-256 are not supported")
+        }
         do {
             let key = try P256.KeyAgreement.PublicKey(x963Representation: peer.uncompressedPoint)
             return try privateKey.sharedSecretFromKeyAgreement(with: key)
@@ -74,13 +85,17 @@ public struct SessionEncryption: Sendable {
     }
 
     static func derive(_ secret: SharedSecret, salt: [UInt8], info: String) -> [UInt8] {
-        secret.hkdfDerivedSymmetricKey(using: SHA256.self, salt: salt, sharedInfo: Array(info.utf8), outputByteCount: 32)
-            .withUnsafeBytes { Array($0) }
+        secret.hkdfDerivedSymmetricKey(
+            using: SHA256.self, salt: salt, sharedInfo: Array(info.utf8), outputByteCount: 32
+        )
+        .withUnsafeBytes { Array($0) }
     }
 
     static func iv(sender: Role, counter: UInt32) -> [UInt8] {
-        [0, 0, 0, 0, 0, 0, 0, sender == .reader ? 0 : 1,
-         UInt8(counter >> 24), UInt8(counter >> 16 & 0xFF), UInt8(counter >> 8 & 0xFF), UInt8(counter & 0xFF)]
+        [
+            0, 0, 0, 0, 0, 0, 0, sender == .reader ? 0 : 1,
+            UInt8(counter >> 24), UInt8(counter >> 16 & 0xFF), UInt8(counter >> 8 & 0xFF), UInt8(counter & 0xFF),
+        ]
     }
 
     /// Encrypts the next outgoing message: ciphertext ‖ 16-byte tag.
@@ -100,8 +115,9 @@ public struct SessionEncryption: Sendable {
         guard message.count >= 16 else { throw TesseraError(.cryptoError, "mdoc: session message too short") }
         let nonceBytes = Self.iv(sender: role == .reader ? .device : .reader, counter: receiveCounter)
         do {
-            let box = try AES.GCM.SealedBox(nonce: try AES.GCM.Nonce(data: nonceBytes),
-                                            ciphertext: message.dropLast(16), tag: message.suffix(16))
+            let box = try AES.GCM.SealedBox(
+                nonce: try AES.GCM.Nonce(data: nonceBytes),
+                ciphertext: message.dropLast(16), tag: message.suffix(16))
             let plain = try AES.GCM.open(box, using: receiveKey)
             receiveCounter &+= 1
             return Array(plain)
@@ -129,7 +145,9 @@ public struct SessionEstablishment: Sendable, Equatable {
         data = try MDocCBOR.bytes(value["data"], "SessionEstablishment data")
     }
 
-    public var encoded: [UInt8] { MDocCBOR.encode(["eReaderKey": MDocCBOR.tag24(eReaderKeyBytes), "data": .byteString(data)]) }
+    public var encoded: [UInt8] {
+        MDocCBOR.encode(["eReaderKey": MDocCBOR.tag24(eReaderKeyBytes), "data": .byteString(data)])
+    }
 }
 
 /// SessionData (§9.1.1.4): an encrypted message, a status, or both.

@@ -92,18 +92,25 @@ public enum MDocVerifier {
     }
 
     /// Verifies every Document of a DeviceResponse.
-    public static func verify(response: DeviceResponse, session: Session?, iacas: [ParsedCertificate], now: Date,
-                              expectedDocType: String? = nil) -> [MDocVerification] {
-        response.documents.map { verify(document: $0, session: session, iacas: iacas, now: now, expectedDocType: expectedDocType) }
+    public static func verify(
+        response: DeviceResponse, session: Session?, iacas: [ParsedCertificate], now: Date,
+        expectedDocType: String? = nil
+    ) -> [MDocVerification] {
+        response.documents.map {
+            verify(document: $0, session: session, iacas: iacas, now: now, expectedDocType: expectedDocType)
+        }
     }
 
     /// Verifies one Document: issuerAuth → document signer → IACA, MSO digests, validity, docType, DeviceAuth.
-    public static func verify(document: MDocDocument, session: Session?, iacas: [ParsedCertificate], now: Date,
-                              expectedDocType: String? = nil) -> MDocVerification {
+    public static func verify(
+        document: MDocDocument, session: Session?, iacas: [ParsedCertificate], now: Date,
+        expectedDocType: String? = nil
+    ) -> MDocVerification {
         var found = Set<MDocVerification.Reason>()
         var result = MDocVerification(
             docType: document.docType, verdict: .unverified, reasons: [], issuerSignature: .invalid,
-            certificateChain: .notChecked, digests: .notChecked, validity: .notChecked, deviceAuthentication: .notChecked,
+            certificateChain: .notChecked, digests: .notChecked, validity: .notChecked,
+            deviceAuthentication: .notChecked,
             deviceAuthenticationKind: nil, elements: [], documentSigner: nil, mso: nil)
         let issuerAuth = document.issuerSigned.issuerAuth
 
@@ -128,8 +135,10 @@ public enum MDocVerifier {
                 let actual = mso?.digest(item.taggedBytes)
                 let ok = expected != nil && actual != nil && ConstantTime.equal(expected!, actual!)
                 if !ok { allDigestsValid = false }
-                result.elements.append(.init(namespace: ns.namespace, identifier: item.elementIdentifier,
-                                             value: item.elementValue, digestValid: ok))
+                result.elements.append(
+                    .init(
+                        namespace: ns.namespace, identifier: item.elementIdentifier,
+                        value: item.elementValue, digestValid: ok))
             }
         }
         if mso != nil {
@@ -154,16 +163,21 @@ public enum MDocVerifier {
         if let session {
             if let mso, let deviceSigned = document.deviceSigned {
                 let payload = DeviceSigned.deviceAuthenticationBytes(
-                    sessionTranscript: session.transcript, docType: document.docType, nameSpacesBytes: deviceSigned.nameSpacesBytes)
+                    sessionTranscript: session.transcript, docType: document.docType,
+                    nameSpacesBytes: deviceSigned.nameSpacesBytes)
                 if let signature = deviceSigned.deviceSignature {
                     result.deviceAuthenticationKind = "deviceSignature"
-                    result.deviceAuthentication = signature.verify(publicKey: mso.deviceKey.subjectPublicKeyInfo,
-                                                                   detachedPayload: payload) ? .valid : .invalid
+                    result.deviceAuthentication =
+                        signature.verify(
+                            publicKey: mso.deviceKey.subjectPublicKeyInfo,
+                            detachedPayload: payload) ? .valid : .invalid
                 } else if let mac = deviceSigned.deviceMac {
                     result.deviceAuthenticationKind = "deviceMac"
                     if let reader = session.eReaderKey,
-                       let key = try? SessionEncryption.eMacKey(privateKey: reader, peer: mso.deviceKey,
-                                                                sessionTranscript: session.transcript) {
+                        let key = try? SessionEncryption.eMacKey(
+                            privateKey: reader, peer: mso.deviceKey,
+                            sessionTranscript: session.transcript)
+                    {
                         result.deviceAuthentication = mac.verify(key: key, detachedPayload: payload) ? .valid : .invalid
                     } else {
                         found.insert(.deviceAuthNotChecked)
@@ -179,15 +193,19 @@ public enum MDocVerifier {
         }
 
         result.reasons = MDocVerification.Reason.allCases.filter { found.contains($0) }
-        result.verdict = result.reasons.contains(where: \.isFailure) ? .notAuthentic
+        result.verdict =
+            result.reasons.contains(where: \.isFailure)
+            ? .notAuthentic
             : result.reasons.isEmpty ? .authentic : .unverified
         return result
     }
 
     /// Document signer → IACA: the anchor whose subject (and key identifier) names the signer's issuer must have
     /// signed it, and both must be valid now and when the MSO was signed.
-    static func chain(signer: ParsedCertificate, signed: Date, iacas: [ParsedCertificate], now: Date,
-                      found: inout Set<MDocVerification.Reason>) -> MDocVerification.Check {
+    static func chain(
+        signer: ParsedCertificate, signed: Date, iacas: [ParsedCertificate], now: Date,
+        found: inout Set<MDocVerification.Reason>
+    ) -> MDocVerification.Check {
         guard !iacas.isEmpty else { found.insert(.noTrustAnchor); return .notChecked }
         let candidates = iacas.filter { iaca in
             guard iaca.subject == signer.issuer else { return false }
@@ -196,7 +214,8 @@ public enum MDocVerifier {
         }
         guard !candidates.isEmpty else { found.insert(.untrustedIssuer); return .invalid }
         for iaca in candidates where (try? signer.isSigned(by: iaca)) == true {
-            let valid = [iaca, signer].allSatisfy { $0.notBefore <= now && now <= $0.notAfter }
+            let valid =
+                [iaca, signer].allSatisfy { $0.notBefore <= now && now <= $0.notAfter }
                 && signer.notBefore <= signed && signed <= signer.notAfter
             if valid { return .valid }
         }

@@ -38,16 +38,18 @@ public enum DocumentAccessKey: Sendable, Hashable {
             throw TesseraError(.invalidInput, "documentNumber is empty", details: ["field": "documentNumber"])
         }
         guard number.allSatisfy({ (0x41...0x5A).contains($0) || (0x30...0x39).contains($0) }) else {
-            throw TesseraError(.invalidInput, "documentNumber may contain only A-Z and 0-9",
-                               details: ["field": "documentNumber"])
+            throw TesseraError(
+                .invalidInput, "documentNumber may contain only A-Z and 0-9",
+                details: ["field": "documentNumber"])
         }
         let numberText = MRZ.padded(String(decoding: number, as: UTF8.self))
         var parts = numberText + String(MRZ.checkDigit(numberText))
         for (name, value) in [("dateOfBirth", dateOfBirth), ("dateOfExpiry", dateOfExpiry)] {
             let d = trimWhitespace(value)
             guard MRZDate.isValidYYMMDD(d) else {
-                throw TesseraError(.invalidInput, "\(name) must be YYMMDD with a valid month and day",
-                                   details: ["field": .string(name)])
+                throw TesseraError(
+                    .invalidInput, "\(name) must be YYMMDD with a valid month and day",
+                    details: ["field": .string(name)])
             }
             parts += d + String(MRZ.checkDigit(d))
         }
@@ -102,15 +104,17 @@ extension DocumentAccessKey {
         let fields = ["documentNumber", "dateOfBirth", "dateOfExpiry"]
         let kinds = [p.has("mrz"), fields.contains { p.has($0) }, p.has("can")].filter { $0 }.count
         guard kinds == 1 else {
-            throw TesseraError.invalidInput("give exactly one access key: mrz, documentNumber+dateOfBirth+dateOfExpiry, or can")
+            throw TesseraError.invalidInput(
+                "give exactly one access key: mrz, documentNumber+dateOfBirth+dateOfExpiry, or can")
         }
         if let text = try p.optionalString("mrz") {
             self = try MRZ.parse(text).accessKey
         } else if let can = try p.optionalString("can") {
             self = try DocumentAccessKey(can: can)
         } else {
-            self = try DocumentAccessKey.fromFields(documentNumber: p.string("documentNumber"),
-                                                    dateOfBirth: p.string("dateOfBirth"), dateOfExpiry: p.string("dateOfExpiry"))
+            self = try DocumentAccessKey.fromFields(
+                documentNumber: p.string("documentNumber"),
+                dateOfBirth: p.string("dateOfBirth"), dateOfExpiry: p.string("dateOfExpiry"))
         }
     }
 }

@@ -63,8 +63,9 @@ public struct MRZ: Sendable, Hashable {
                 guard s.isASCII, MRZ.isMRZCharacter(UInt8(s.value)) else {
                     let f = layout.field(line: li, column: ci)
                     let what = f.isCheckDigit ? "check digit of \(f.name)" : f.name
-                    throw MRZ.failure("invalid character '\(MRZ.printable(s))' in \(what) at line \(li + 1) col \(ci + 1)",
-                                      field: f.name, line: li, column: ci)
+                    throw MRZ.failure(
+                        "invalid character '\(MRZ.printable(s))' in \(what) at line \(li + 1) col \(ci + 1)",
+                        field: f.name, line: li, column: ci)
                 }
                 bytes.append(UInt8(s.value))
             }
@@ -79,9 +80,10 @@ public struct MRZ: Sendable, Hashable {
         case UInt8(ascii: "F"): sex = .female
         case UInt8(ascii: "X"), MRZ.filler: sex = .unspecified
         default:
-            throw MRZ.failure("invalid sex '\(Character(Unicode.Scalar(sexByte)))' at line \(layout.sex.line + 1) "
-                              + "col \(layout.sex.start + 1) (expected M, F, X or <)",
-                              field: "sex", line: layout.sex.line, column: layout.sex.start)
+            throw MRZ.failure(
+                "invalid sex '\(Character(Unicode.Scalar(sexByte)))' at line \(layout.sex.line + 1) "
+                    + "col \(layout.sex.start + 1) (expected M, F, X or <)",
+                field: "sex", line: layout.sex.line, column: layout.sex.start)
         }
         try MRZ.checkDate(reader, layout.dateOfBirth, field: "dateOfBirth", allowFiller: true)
         try MRZ.checkDate(reader, layout.dateOfExpiry, field: "dateOfExpiry", allowFiller: false)
@@ -104,13 +106,15 @@ public struct MRZ: Sendable, Hashable {
             let run = Array(optional.prefix { $0 != MRZ.filler })
             let o = layout.optionalData
             guard run.count >= 2 else {
-                throw MRZ.failure("documentNumber extension missing: check digit position holds '<' but optional data "
-                                  + "at line \(o.line + 1) col \(o.start + 1) carries no continuation and check digit",
-                                  field: "documentNumber", line: o.line, column: o.start)
+                throw MRZ.failure(
+                    "documentNumber extension missing: check digit position holds '<' but optional data "
+                        + "at line \(o.line + 1) col \(o.start + 1) carries no continuation and check digit",
+                    field: "documentNumber", line: o.line, column: o.start)
             }
             let full = numberBytes + run.dropLast()
-            try MRZ.verify(full, against: run[run.count - 1], field: "documentNumber",
-                           line: o.line, column: o.start + run.count - 1)
+            try MRZ.verify(
+                full, against: run[run.count - 1], field: "documentNumber",
+                line: o.line, column: o.start + run.count - 1)
             documentNumber = String(decoding: full, as: UTF8.self)
             documentNumberCheckDigit = Character(Unicode.Scalar(run[run.count - 1]))
             hasExtendedDocumentNumber = true
@@ -126,12 +130,14 @@ public struct MRZ: Sendable, Hashable {
         }
 
         let dobCheck = reader.bytes(layout.dateOfBirthCheck)[0]
-        try MRZ.verify(reader.bytes(layout.dateOfBirth), against: dobCheck, field: "dateOfBirth",
-                       line: layout.dateOfBirthCheck.line, column: layout.dateOfBirthCheck.start)
+        try MRZ.verify(
+            reader.bytes(layout.dateOfBirth), against: dobCheck, field: "dateOfBirth",
+            line: layout.dateOfBirthCheck.line, column: layout.dateOfBirthCheck.start)
         dateOfBirthCheckDigit = Character(Unicode.Scalar(dobCheck))
         let doeCheck = reader.bytes(layout.dateOfExpiryCheck)[0]
-        try MRZ.verify(reader.bytes(layout.dateOfExpiry), against: doeCheck, field: "dateOfExpiry",
-                       line: layout.dateOfExpiryCheck.line, column: layout.dateOfExpiryCheck.start)
+        try MRZ.verify(
+            reader.bytes(layout.dateOfExpiry), against: doeCheck, field: "dateOfExpiry",
+            line: layout.dateOfExpiryCheck.line, column: layout.dateOfExpiryCheck.start)
         dateOfExpiryCheckDigit = Character(Unicode.Scalar(doeCheck))
 
         if let span = layout.optionalDataCheck {
@@ -144,7 +150,8 @@ public struct MRZ: Sendable, Hashable {
         }
         if let span = layout.composite {
             let data = layout.compositeRanges.flatMap { reader.bytes($0) }
-            try MRZ.verify(data, against: reader.bytes(span)[0], field: "composite", line: span.line, column: span.start)
+            try MRZ.verify(
+                data, against: reader.bytes(span)[0], field: "composite", line: span.line, column: span.start)
         }
     }
 
@@ -222,7 +229,11 @@ extension MRZ {
         }
         for s in text.unicodeScalars {
             if s == "\n" || s == "\r" { flush(); continue }
-            if ("a"..."z").contains(s) { current.append(Unicode.Scalar(s.value - 0x20) ?? s) } else { current.append(s) }
+            if ("a"..."z").contains(s) {
+                current.append(Unicode.Scalar(s.value - 0x20) ?? s)
+            } else {
+                current.append(s)
+            }
         }
         flush()
         guard !lines.isEmpty else {
@@ -236,7 +247,13 @@ extension MRZ {
     static func detectFormat(_ lines: inout [[Unicode.Scalar]]) throws(TesseraError) -> MRZFormat {
         if lines.count == 1 {
             let l = lines[0]
-            let width: Int? = switch l.count { case 90: 30; case 72: 36; case 88: 44; default: nil }
+            let width: Int? =
+                switch l.count {
+                case 90: 30;
+                case 72: 36;
+                case 88: 44;
+                default: nil
+                }
             if let width { lines = stride(from: 0, to: l.count, by: width).map { Array(l[$0..<($0 + width)]) } }
         }
         let lengths = lines.map(\.count)
@@ -255,10 +272,12 @@ extension MRZ {
     }
 
     static func checkDate(_ reader: Reader, _ span: Span, field: String, allowFiller: Bool) throws(TesseraError) {
-        for (i, b) in reader.bytes(span).enumerated() where !(0x30...0x39).contains(b) && !(allowFiller && b == filler) {
-            throw failure("\(field) must be digits (YYMMDD) but has '\(Character(Unicode.Scalar(b)))' at line "
-                          + "\(span.line + 1) col \(span.start + i + 1)",
-                          field: field, line: span.line, column: span.start + i)
+        for (i, b) in reader.bytes(span).enumerated() where !(0x30...0x39).contains(b) && !(allowFiller && b == filler)
+        {
+            throw failure(
+                "\(field) must be digits (YYMMDD) but has '\(Character(Unicode.Scalar(b)))' at line "
+                    + "\(span.line + 1) col \(span.start + i + 1)",
+                field: field, line: span.line, column: span.start + i)
         }
     }
 
@@ -268,15 +287,18 @@ extension MRZ {
         let expected = checkDigit(bytes: data)
         let found = Character(Unicode.Scalar(printed))
         guard expected != found else { return }
-        throw failure("check digit of \(field) wrong at line \(line + 1) col \(column + 1) "
-                      + "(expected \(expected), found \(found))",
-                      field: field, line: line, column: column,
-                      extra: ["expected": .string(String(expected)), "found": .string(String(found))])
+        throw failure(
+            "check digit of \(field) wrong at line \(line + 1) col \(column + 1) "
+                + "(expected \(expected), found \(found))",
+            field: field, line: line, column: column,
+            extra: ["expected": .string(String(expected)), "found": .string(String(found))])
     }
 
     /// `line` and `column` are 0-based here; the error carries them 1-based.
-    static func failure(_ message: String, field: String, line: Int, column: Int,
-                        extra: [String: JSONValue] = [:]) -> TesseraError {
+    static func failure(
+        _ message: String, field: String, line: Int, column: Int,
+        extra: [String: JSONValue] = [:]
+    ) -> TesseraError {
         var details: [String: JSONValue] = [
             "field": .string(field), "line": .number(Double(line + 1)), "column": .number(Double(column + 1)),
         ]
@@ -288,7 +310,8 @@ extension MRZ {
     static func splitName(_ field: [UInt8]) -> (String, String) {
         var primary = field[...]
         var secondary: ArraySlice<UInt8> = []
-        if let i = field.indices.first(where: { $0 + 1 < field.count && field[$0] == filler && field[$0 + 1] == filler }) {
+        if let i = field.indices.first(where: { $0 + 1 < field.count && field[$0] == filler && field[$0 + 1] == filler }
+        ) {
             primary = field[..<i]
             secondary = field[(i + 2)...]
         }

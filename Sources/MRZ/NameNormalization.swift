@@ -56,8 +56,10 @@ extension MRZ {
     /// `normalizeName(name, form: .comparable)`: e.g. "Müller-Lüdenscheidt, Ånna" → "MUELLER LUEDENSCHEIDT AANNA".
     public static func comparableName(_ name: String) -> String { normalizeName(name, form: .comparable) }
 
-    static let separatorCharacters: Set<Character> = ["\u{2010}", "\u{2011}", "\u{2012}", "\u{2013}", "\u{2014}",
-                                                      "\u{2015}", "\u{2212}", "\u{00A0}"]
+    static let separatorCharacters: Set<Character> = [
+        "\u{2010}", "\u{2011}", "\u{2012}", "\u{2013}", "\u{2014}",
+        "\u{2015}", "\u{2212}", "\u{00A0}",
+    ]
     static let apostropheCharacters: Set<Character> = ["\u{2018}", "\u{2019}", "\u{02BC}", "\u{00B4}", "\u{0060}"]
 
     /// Doc 9303 Part 3 §6 (Latin-based national characters), upper-case keys.

@@ -47,7 +47,8 @@ public final class APDUTraceWriter: @unchecked Sendable {
     /// Creates (truncates) `path` and writes the pcap header.
     public init(path: String) throws(TesseraError) {
         guard FileManager.default.createFile(atPath: path, contents: nil),
-              let handle = FileHandle(forWritingAtPath: path) else {
+            let handle = FileHandle(forWritingAtPath: path)
+        else {
             throw TesseraError(.invalidInput, "cannot create trace file \(path)")
         }
         self.handle = handle
@@ -69,7 +70,7 @@ public final class APDUTraceWriter: @unchecked Sendable {
     public func activationA(uid: [UInt8], atqa: [UInt8], sak: UInt8, ats: [UInt8], at time: Date = Date()) {
         lock.lock(); blockNumber = 0; lock.unlock()
         append(.toCard, [0x26], time)
-        append(.toReader, atqa.reversed(), time) // ATQA goes LSB first on air; readers report it MSB first
+        append(.toReader, atqa.reversed(), time)  // ATQA goes LSB first on air; readers report it MSB first
         var levels: [[UInt8]] = []
         switch uid.count {
         case 7: levels = [[0x88] + uid[0..<3], Array(uid[3..<7])]
@@ -137,7 +138,9 @@ public final class APDUTraceWriter: @unchecked Sendable {
 public enum APDUTraceReader {
     /// Parses the complete records in `bytes`; returns them and the offset just after the last complete record
     /// (for tailing a growing file). Throws MALFORMED_DATA for a foreign file.
-    public static func parse(_ bytes: [UInt8], from offset: Int = 0) throws(TesseraError) -> (records: [APDUTraceRecord], next: Int) {
+    public static func parse(_ bytes: [UInt8], from offset: Int = 0) throws(TesseraError) -> (
+        records: [APDUTraceRecord], next: Int
+    ) {
         var position = offset
         if position == 0 {
             guard bytes.count >= 24 else { return ([], 0) }

@@ -37,17 +37,18 @@ public final class NFCContext: @unchecked Sendable {
     /// Connstrings of the devices libnfc knows: configured ones first, then those found by autoscan.
     public func listDevices() async -> [String] {
         let ctx = UncheckedPointer(context)
-        return (try? await thread.run { () throws(TesseraError) -> [String] in
-            let capacity = 16
-            let buffer = UnsafeMutablePointer<nfc_connstring>.allocate(capacity: capacity)
-            defer { buffer.deallocate() }
-            let found = nfc_list_devices(ctx.pointer, buffer, capacity)
-            return (0..<min(found, capacity)).map { i in
-                withUnsafeBytes(of: &buffer[i]) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+        return
+            (try? await thread.run { () throws(TesseraError) -> [String] in
+                let capacity = 16
+                let buffer = UnsafeMutablePointer<nfc_connstring>.allocate(capacity: capacity)
+                defer { buffer.deallocate() }
+                let found = nfc_list_devices(ctx.pointer, buffer, capacity)
+                return (0..<min(found, capacity)).map { i in
+                    withUnsafeBytes(of: &buffer[i]) { raw in
+                        String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                    }
                 }
-            }
-        }) ?? []
+            }) ?? []
     }
 
     /// Opens a device on this context's thread (used by `NFCDevice.open`).

@@ -14,8 +14,10 @@ public struct NFCCardIdentity: Sendable, Equatable {
     /// Historical bytes of the ATS (the chip chooses the ATS interface bytes).
     public var historicalBytes: [UInt8]
 
-    public init(uid: [UInt8] = [0x08, 0x54, 0x53, 0x52], atqa: [UInt8] = [0x00, 0x04], sak: UInt8 = 0x20,
-                historicalBytes: [UInt8] = []) {
+    public init(
+        uid: [UInt8] = [0x08, 0x54, 0x53, 0x52], atqa: [UInt8] = [0x00, 0x04], sak: UInt8 = 0x20,
+        historicalBytes: [UInt8] = []
+    ) {
         self.uid = uid; self.atqa = atqa; self.sak = sak; self.historicalBytes = historicalBytes
     }
 
@@ -97,8 +99,10 @@ public final class NFCCardEmulator: Sendable {
     /// Longest response one TgSetData carries.
     public static let maximumResponseLength = 263
 
-    public init(device: NFCDevice, card: any VirtualCard, identity: NFCCardIdentity = NFCCardIdentity(),
-                trace: APDUTraceWriter? = nil, pollInterval: Duration = .seconds(1)) throws(TesseraError) {
+    public init(
+        device: NFCDevice, card: any VirtualCard, identity: NFCCardIdentity = NFCCardIdentity(),
+        trace: APDUTraceWriter? = nil, pollInterval: Duration = .seconds(1)
+    ) throws(TesseraError) {
         try identity.validate()
         self.device = device; self.card = card; self.identity = identity; self.trace = trace
         self.pollInterval = pollInterval
@@ -109,9 +113,12 @@ public final class NFCCardEmulator: Sendable {
 
     /// Serves readers until `stop()`, task cancellation or `duration`. Throws when the device fails
     /// (NO_READER, UNSUPPORTED_PROTOCOL for a device without target mode) or `run` was already used.
-    public func run(for duration: Duration? = nil,
-                    onEvent: @escaping @Sendable (NFCEmulationEvent) -> Void = { _ in }) async throws(TesseraError)
-        -> NFCEmulationSummary {
+    public func run(
+        for duration: Duration? = nil,
+        onEvent: @escaping @Sendable (NFCEmulationEvent) -> Void = { _ in }
+    ) async throws(TesseraError)
+        -> NFCEmulationSummary
+    {
         let started = state.withLock { s -> Bool in
             guard s.phase == .idle else { return false }
             s.phase = .serving
@@ -130,8 +137,10 @@ public final class NFCCardEmulator: Sendable {
                 return .failure(error)
             }
             await finish()
-            return .success(NFCEmulationSummary(reason: state.withLock { $0.stop } ?? .stopped,
-                                                exchanges: counts.exchanges, activations: counts.activations))
+            return .success(
+                NFCEmulationSummary(
+                    reason: state.withLock { $0.stop } ?? .stopped,
+                    exchanges: counts.exchanges, activations: counts.activations))
         } onCancel: {
             self.stop()
         }
@@ -157,8 +166,10 @@ public final class NFCCardEmulator: Sendable {
         }
     }
 
-    private func serve(onEvent: @Sendable (NFCEmulationEvent) -> Void,
-                       counts: inout (exchanges: Int, activations: Int)) async throws(TesseraError) {
+    private func serve(
+        onEvent: @Sendable (NFCEmulationEvent) -> Void,
+        counts: inout (exchanges: Int, activations: Int)
+    ) async throws(TesseraError) {
         while !stopRequested {
             onEvent(.waiting(Date()))
             guard try await armAndWait() else { continue }
@@ -177,10 +188,12 @@ public final class NFCCardEmulator: Sendable {
                     var response = await card.process(command)
                     if response.count > Self.maximumResponseLength { response = [0x67, 0x00] }
                     let outcome = try await send(response)
-                    let exchange = NFCEmulatedExchange(command: command, response: response, commandTime: commandTime,
-                                                       responseTime: Date(), delivered: outcome == nil)
-                    trace?.exchange(command: command, response: exchange.delivered ? response : [],
-                                    commandTime: commandTime, responseTime: exchange.responseTime)
+                    let exchange = NFCEmulatedExchange(
+                        command: command, response: response, commandTime: commandTime,
+                        responseTime: Date(), delivered: outcome == nil)
+                    trace?.exchange(
+                        command: command, response: exchange.delivered ? response : [],
+                        commandTime: commandTime, responseTime: exchange.responseTime)
                     onEvent(.exchange(exchange))
                     if let reason = outcome { lost = (command, reason) } else { counts.exchanges += 1 }
                 }
@@ -240,8 +253,9 @@ public final class NFCCardEmulator: Sendable {
     }
 
     private func receive() async throws(TesseraError) -> Received {
-        let milliseconds = Int32(clamping: pollInterval.components.seconds * 1000
-                                 + pollInterval.components.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = Int32(
+            clamping: pollInterval.components.seconds * 1000
+                + pollInterval.components.attoseconds / 1_000_000_000_000_000)
         let connstring = device.connstring
         return try await device.onDevice { pointer throws(TesseraError) -> Received in
             var rx = [UInt8](repeating: 0, count: 264)
@@ -252,7 +266,8 @@ public final class NFCCardEmulator: Sendable {
             case NFC_ETGRELEASED: return .released("the reader released the card or switched its field off")
             case NFC_ERFTRANS: return .released("RF error: \(NFCDevice.lastError(pointer))")
             default:
-                throw TesseraError(.noReader, "\(connstring) failed receiving in target mode: \(NFCDevice.lastError(pointer))")
+                throw TesseraError(
+                    .noReader, "\(connstring) failed receiving in target mode: \(NFCDevice.lastError(pointer))")
             }
         }
     }
@@ -267,7 +282,8 @@ public final class NFCCardEmulator: Sendable {
             case NFC_ETGRELEASED: return "the reader switched its field off before the response was sent"
             case NFC_ERFTRANS, NFC_ETIMEOUT: return "RF error sending the response: \(NFCDevice.lastError(pointer))"
             default:
-                throw TesseraError(.noReader, "\(connstring) failed sending in target mode: \(NFCDevice.lastError(pointer))")
+                throw TesseraError(
+                    .noReader, "\(connstring) failed sending in target mode: \(NFCDevice.lastError(pointer))")
             }
         }
     }

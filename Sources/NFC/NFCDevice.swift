@@ -31,8 +31,10 @@ public struct NFCTargetInfo: Sendable, Equatable {
     public var applicationData: [UInt8]
     public var protocolInfo: [UInt8]
 
-    public init(modulation: NFCModulation, uid: [UInt8], atqa: [UInt8] = [], sak: UInt8 = 0, ats: [UInt8] = [],
-                applicationData: [UInt8] = [], protocolInfo: [UInt8] = []) {
+    public init(
+        modulation: NFCModulation, uid: [UInt8], atqa: [UInt8] = [], sak: UInt8 = 0, ats: [UInt8] = [],
+        applicationData: [UInt8] = [], protocolInfo: [UInt8] = []
+    ) {
         self.modulation = modulation; self.uid = uid; self.atqa = atqa; self.sak = sak; self.ats = ats
         self.applicationData = applicationData; self.protocolInfo = protocolInfo
     }
@@ -81,7 +83,8 @@ public final class NFCDevice: @unchecked Sendable {
     private let handle: Locked<OpaquePointer?>
     private let context: NFCContext
 
-    private init(connstring: String, name: String, device: OpaquePointer, context: NFCContext, thread: DedicatedThread) {
+    private init(connstring: String, name: String, device: OpaquePointer, context: NFCContext, thread: DedicatedThread)
+    {
         self.connstring = connstring; self.name = name; self.context = context; self.thread = thread
         handle = Locked(device)
     }
@@ -127,8 +130,10 @@ public final class NFCDevice: @unchecked Sendable {
 
     /// Selects the first ISO-DEP target in the field, trying `modulations` in order. Returns nil when no card
     /// answers. The RF field is switched on (after having been off, so the card starts from a power-on reset).
-    public func selectTarget(modulations: [NFCModulation] = [.iso14443A, .iso14443B],
-                             timeout: Duration = .seconds(5)) async throws(TesseraError) -> NFCTarget? {
+    public func selectTarget(
+        modulations: [NFCModulation] = [.iso14443A, .iso14443B],
+        timeout: Duration = .seconds(5)
+    ) async throws(TesseraError) -> NFCTarget? {
         let info = try await onDevice { device throws(TesseraError) -> NFCTargetInfo? in
             guard nfc_initiator_init(device) >= 0 else {
                 throw TesseraError(.noReader, "\(self.connstring): initiator init failed: \(Self.lastError(device))")
@@ -146,7 +151,8 @@ public final class NFCDevice: @unchecked Sendable {
             return nil
         }
         guard let info else { return nil }
-        let ms = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let ms = Int32(
+            clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
         return NFCTarget(device: self, info: info, timeoutMilliseconds: ms)
     }
 
@@ -160,7 +166,11 @@ public final class NFCDevice: @unchecked Sendable {
 
     /// Closes the device (idempotent). The device cannot be used afterwards.
     public func close() async {
-        guard let device = handle.withLock({ h -> OpaquePointer? in defer { h = nil }; return h }) else { return }
+        guard
+            let device = handle.withLock({ h -> OpaquePointer? in
+                defer { h = nil }; return h
+            })
+        else { return }
         let pointer = UncheckedPointer(device)
         _ = try? await thread.run { () throws(TesseraError) in
             _ = nfc_idle(pointer.pointer)
@@ -171,7 +181,8 @@ public final class NFCDevice: @unchecked Sendable {
 
     /// Runs `body` with the device pointer on the device thread; NO_READER once closed.
     func onDevice<T: Sendable>(_ body: @escaping @Sendable (OpaquePointer) throws(TesseraError) -> T)
-        async throws(TesseraError) -> T {
+        async throws(TesseraError) -> T
+    {
         let handle = self.handle
         let connstring = self.connstring
         return try await thread.run { () throws(TesseraError) -> T in
@@ -219,26 +230,32 @@ public final class NFCDevice: @unchecked Sendable {
         let parts = connstring.split(separator: ":", maxSplits: 2).map(String.init)
         let driver = parts.first ?? ""
         let fm = FileManager.default
-        let help = "install udev/tessera-blacklist-pn533.conf to /etc/modprobe.d/ (then modprobe -r pn533_usb pn533 nfc) "
+        let help =
+            "install udev/tessera-blacklist-pn533.conf to /etc/modprobe.d/ (then modprobe -r pn533_usb pn533 nfc) "
             + "so the kernel NFC stack releases PN533-family readers, keep pcscd away from the reader (its CCID/ifdnfc "
             + "driver claims ACR122U/PN533 readers), and install udev/70-tessera-nfc.rules so the tessera group may "
             + "open it"
         switch driver {
         case "pn532_uart", "arygon", "pn532_i2c", "pn532_spi":
             guard parts.count >= 2 else {
-                return TesseraError(.invalidInput, "connstring \(connstring) names no port (e.g. pn532_uart:/dev/ttyUSB0)")
+                return TesseraError(
+                    .invalidInput, "connstring \(connstring) names no port (e.g. pn532_uart:/dev/ttyUSB0)")
             }
             let path = parts[1]
             guard fm.fileExists(atPath: path) else {
                 return TesseraError(.noReader, "libnfc device \(connstring): \(path) does not exist")
             }
             guard access(path, R_OK | W_OK) == 0 else {
-                return TesseraError(.noReader, "libnfc device \(connstring): no permission to open \(path); "
-                                    + "install udev/70-tessera-nfc.rules and add the daemon user to the tessera group")
+                return TesseraError(
+                    .noReader,
+                    "libnfc device \(connstring): no permission to open \(path); "
+                        + "install udev/70-tessera-nfc.rules and add the daemon user to the tessera group")
             }
-            return TesseraError(.deviceBusy, "libnfc device \(connstring) did not answer as a PN532 or is claimed by "
-                                + "another program (libnfc marks serial ports it holds); close other NFC tools or "
-                                + "pcscd's ifdnfc driver using \(path)")
+            return TesseraError(
+                .deviceBusy,
+                "libnfc device \(connstring) did not answer as a PN532 or is claimed by "
+                    + "another program (libnfc marks serial ports it holds); close other NFC tools or "
+                    + "pcscd's ifdnfc driver using \(path)")
         case "pn53x_usb", "acr122_usb", "pn533_usb":
             var holders: [String] = []
             if fm.fileExists(atPath: "/sys/module/pn533_usb") || fm.fileExists(atPath: "/sys/module/pn533") {
@@ -248,8 +265,10 @@ public final class NFCDevice: @unchecked Sendable {
             let why = holders.isEmpty ? "" : " (" + holders.joined(separator: ", ") + ")"
             return TesseraError(.deviceBusy, "libnfc device \(connstring) cannot be claimed\(why): " + help)
         default:
-            return TesseraError(.noReader, "libnfc cannot open \(connstring): unknown device or driver; "
-                                + "list devices with nfc-scan-device -v")
+            return TesseraError(
+                .noReader,
+                "libnfc cannot open \(connstring): unknown device or driver; "
+                    + "list devices with nfc-scan-device -v")
         }
     }
 }

@@ -33,8 +33,9 @@ public final class NFCTarget: APDUTransport, @unchecked Sendable {
     public func transmit(_ command: [UInt8]) async throws(TesseraError) -> [UInt8] {
         if lost.withLock({ $0 }) { throw TesseraError(.cardRemoved, "the card left the field of \(device.connstring)") }
         guard command.count <= Self.maximumCommandLength else {
-            throw TesseraError(.unsupportedProtocol,
-                               "a \(command.count)-byte APDU does not fit in one frame of \(device.connstring) (short APDUs only)")
+            throw TesseraError(
+                .unsupportedProtocol,
+                "a \(command.count)-byte APDU does not fit in one frame of \(device.connstring) (short APDUs only)")
         }
         let timeout = timeoutMilliseconds
         let connstring = device.connstring
@@ -66,9 +67,10 @@ public final class NFCTarget: APDUTransport, @unchecked Sendable {
     /// Whether the target still answers (ISO-DEP presence check). Marks the target lost when it does not.
     public func isPresent() async -> Bool {
         if lost.withLock({ $0 }) { return false }
-        let present = (try? await device.onDevice { pointer throws(TesseraError) -> Bool in
-            nfc_initiator_target_is_present(pointer, nil) >= 0
-        }) ?? false
+        let present =
+            (try? await device.onDevice { pointer throws(TesseraError) -> Bool in
+                nfc_initiator_target_is_present(pointer, nil) >= 0
+            }) ?? false
         if !present { lost.withLock { $0 = true } }
         return present
     }

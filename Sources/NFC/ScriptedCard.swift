@@ -42,9 +42,12 @@ public struct ScriptedCard: VirtualCard {
             let isPrefix = pattern.hasSuffix("*")
             if isPrefix { pattern.removeLast() }
             guard let command = Self.hex(pattern), let response = Self.hex(parts[1].filter { !$0.isWhitespace }),
-                  response.count >= 2 else {
-                throw TesseraError(.invalidInput, "script line \(index + 1): hex command and a response of at least "
-                                   + "a status word expected")
+                response.count >= 2
+            else {
+                throw TesseraError(
+                    .invalidInput,
+                    "script line \(index + 1): hex command and a response of at least "
+                        + "a status word expected")
             }
             rules.append(Rule(command: command, isPrefix: isPrefix, response: response))
         }

@@ -43,8 +43,10 @@ public final class PCSCCard: APDUTransport, Sendable {
     private let session: ThreadConfined<Session>
     private let info: Locked<Info>
 
-    private init(reader: String, shareMode: PCSCShareMode, protocols: PCSCProtocols, worker: DedicatedThread,
-                 session: Session, atr: [UInt8]) {
+    private init(
+        reader: String, shareMode: PCSCShareMode, protocols: PCSCProtocols, worker: DedicatedThread,
+        session: Session, atr: [UInt8]
+    ) {
         self.reader = reader
         self.shareMode = shareMode
         self.protocols = protocols
@@ -76,8 +78,9 @@ public final class PCSCCard: APDUTransport, Sendable {
         let (session, atr) = try await worker.run { () throws(TesseraError) -> (Session, [UInt8]) in
             try Self.open(reader: reader, shareMode: shareMode, protocols: protocols)
         }
-        return PCSCCard(reader: reader, shareMode: shareMode, protocols: protocols, worker: worker,
-                        session: session, atr: atr)
+        return PCSCCard(
+            reader: reader, shareMode: shareMode, protocols: protocols, worker: worker,
+            session: session, atr: atr)
     }
 
     private static func shareDword(_ mode: PCSCShareMode) -> DWORD {
@@ -205,17 +208,22 @@ public final class PCSCCard: APDUTransport, Sendable {
         case .success:
             break
         }
-        let (rv0, now) = SCard.getStatusChange(ctx, [SCard.WaitEntry(name: reader, currentState: SCardConst.stateUnaware)],
-                                               timeoutMs: 0)
+        let (rv0, now) = SCard.getStatusChange(
+            ctx, [SCard.WaitEntry(name: reader, currentState: SCardConst.stateUnaware)],
+            timeoutMs: 0)
         guard rv0 == SCardRV.success || rv0 == SCardRV.timeout, let before = now.first else {
             return pcscError(rv0, "SCardGetStatusChange", phase: .session)
         }
-        if before.eventState & SCardConst.statePresent == 0 { return TesseraError(.cardRemoved, "card left \(reader) (\(cause))") }
+        if before.eventState & SCardConst.statePresent == 0 {
+            return TesseraError(.cardRemoved, "card left \(reader) (\(cause))")
+        }
         let (rv, after) = SCard.getStatusChange(
             ctx, [SCard.WaitEntry(name: reader, currentState: before.eventState & ~SCardConst.stateChanged)],
             timeoutMs: 1500)
         if rv == SCardRV.timeout { return nil }
-        guard rv == SCardRV.success, let state = after.first else { return pcscError(rv, "SCardGetStatusChange", phase: .session) }
+        guard rv == SCardRV.success, let state = after.first else {
+            return pcscError(rv, "SCardGetStatusChange", phase: .session)
+        }
         let countBefore = (before.eventState >> 16) & 0xFFFF
         let countAfter = (state.eventState >> 16) & 0xFFFF
         if state.eventState & SCardConst.statePresent == 0 || countAfter != countBefore
@@ -273,8 +281,10 @@ public final class PCSCCard: APDUTransport, Sendable {
         try await worker.run { () throws(TesseraError) in
             if !session.value.closed, let card = session.value.card {
                 var proto: DWORD = 0
-                let rv = Int(SCardReconnect(card, Self.shareDword(shareMode), DWORD(protocols.rawValue),
-                                            initialization.dword, &proto))
+                let rv = Int(
+                    SCardReconnect(
+                        card, Self.shareDword(shareMode), DWORD(protocols.rawValue),
+                        initialization.dword, &proto))
                 if rv == SCardRV.success, case .success(let st) = Self.status(card) {
                     session.value.proto = proto
                     info.withLock { $0 = Info(atr: st.atr, activeProtocol: PCSCProtocol(dword: UInt(proto))) }

@@ -132,7 +132,9 @@ public final class PCSCContext: Sendable {
                 var first = true
                 while !Task.isCancelled {
                     do throws(TesseraError) {
-                        let next = first ? try await listReaders() : try await waitForChange(known: known, timeout: .seconds(60))
+                        let next =
+                            first
+                            ? try await listReaders() : try await waitForChange(known: known, timeout: .seconds(60))
                         first = false
                         if !available {
                             available = true

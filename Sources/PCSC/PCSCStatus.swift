@@ -59,7 +59,6 @@ enum SCardConst {
     static let pnpReaderName = "\\\\?PnP?\\Notification"
 }
 
-
 /// Where a PC/SC failure happened: decides between NO_CARD/NO_READER (before a session) and CARD_REMOVED (during one).
 enum SCardPhase {
     case context

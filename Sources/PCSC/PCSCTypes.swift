@@ -16,15 +16,18 @@ public struct PCSCReaderState: Sendable, Hashable, CustomStringConvertible {
     /// pcscd's per-reader event counter; it changes on every insertion/removal, even a quick remove+insert.
     public var eventCount: Int
 
-    public init(name: String, cardPresent: Bool = false, atr: [UInt8] = [], exclusive: Bool = false,
-                inUse: Bool = false, mute: Bool = false, eventCount: Int = 0) {
+    public init(
+        name: String, cardPresent: Bool = false, atr: [UInt8] = [], exclusive: Bool = false,
+        inUse: Bool = false, mute: Bool = false, eventCount: Int = 0
+    ) {
         self.name = name; self.cardPresent = cardPresent; self.atr = atr; self.exclusive = exclusive
         self.inUse = inUse; self.mute = mute; self.eventCount = eventCount
     }
 
     public var description: String {
         let card = cardPresent ? "card \(Hex.encode(atr))" : "empty"
-        return "\(name): \(card)\(exclusive ? " exclusive" : "")\(inUse ? " in-use" : "")\(mute ? " mute" : "") #\(eventCount)"
+        return
+            "\(name): \(card)\(exclusive ? " exclusive" : "")\(inUse ? " in-use" : "")\(mute ? " mute" : "") #\(eventCount)"
     }
 }
 

@@ -64,7 +64,7 @@ enum SCard {
         -> (rv: Int, results: [WaitResult])
     {
         let names = entries.map { strdup($0.name) }
-        defer { names.forEach { free($0) } }
+        defer { for name in names { free(name) } }
         var states = entries.enumerated().map { index, entry in
             var s = SCARD_READERSTATE()
             s.szReader = UnsafePointer(names[index])

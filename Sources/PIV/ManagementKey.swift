@@ -32,13 +32,16 @@ public struct PIVManagementKey: Sendable, Equatable {
     public init(parsing text: String) throws(TesseraError) {
         var body = text.filter { !$0.isWhitespace }.lowercased()
         var algorithm: PIV.Algorithm?
-        for (prefix, alg) in [("3des:", PIV.Algorithm.tripleDES), ("tdes:", .tripleDES), ("aes128:", .aes128),
-                              ("aes192:", .aes192), ("aes256:", .aes256)] where body.hasPrefix(prefix) {
+        for (prefix, alg) in [
+            ("3des:", PIV.Algorithm.tripleDES), ("tdes:", .tripleDES), ("aes128:", .aes128),
+            ("aes192:", .aes192), ("aes256:", .aes256),
+        ] where body.hasPrefix(prefix) {
             algorithm = alg
             body.removeFirst(prefix.count)
         }
         guard let key = Hex.decode(body), !key.isEmpty else {
-            throw .invalidInput("the PIV management key file must hold the key in hex (optionally 3des:/aes128:/aes192:/aes256:)")
+            throw .invalidInput(
+                "the PIV management key file must hold the key in hex (optionally 3des:/aes128:/aes192:/aes256:)")
         }
         let chosen: PIV.Algorithm
         if let algorithm {

@@ -29,7 +29,12 @@ public struct PIVCardIdentity: Sendable, Equatable {
     public var identifyingBytes: [UInt8]? {
         if let guid { return [0x34] + guid }
         if let fascn { return [0x30] + fascn }
-        if let serial { return [0x02, UInt8(serial >> 24), UInt8((serial >> 16) & 0xFF), UInt8((serial >> 8) & 0xFF), UInt8(serial & 0xFF)] }
+        if let serial {
+            return [
+                0x02, UInt8(serial >> 24), UInt8((serial >> 16) & 0xFF), UInt8((serial >> 8) & 0xFF),
+                UInt8(serial & 0xFF),
+            ]
+        }
         return nil
     }
 
@@ -66,8 +71,9 @@ public struct PIVApplication: Sendable {
             while offset < c.data.count {
                 let end = min(offset + 255, c.data.count)
                 let final = end == c.data.count
-                let piece = CommandAPDU(cla: final ? c.cla : c.cla | 0x10, ins: c.ins, p1: c.p1, p2: c.p2,
-                                        data: Array(c.data[offset..<end]), ne: final ? c.ne : nil)
+                let piece = CommandAPDU(
+                    cla: final ? c.cla : c.cla | 0x10, ins: c.ins, p1: c.p1, p2: c.p2,
+                    data: Array(c.data[offset..<end]), ne: final ? c.ne : nil)
                 last = try await transport.send(piece)
                 if !final && !last.sw.isSuccess { return last }
                 offset = end
@@ -171,7 +177,8 @@ public struct PIVApplication: Sendable {
 
     /// VERIFY with the PIN: exactly one try (a wrong PIN costs one retry). PIN_INVALID with retriesLeft, PIN_LOCKED.
     public func verifyPIN(_ pin: String, reference: PIV.PINReference = .applicationPIN) async throws(TesseraError) {
-        let r = try await send(CommandAPDU(ins: PIV.INS.verify, p1: 0x00, p2: reference.rawValue, data: PIV.paddedPIN(pin)))
+        let r = try await send(
+            CommandAPDU(ins: PIV.INS.verify, p1: 0x00, p2: reference.rawValue, data: PIV.paddedPIN(pin)))
         try Self.checkPINStatus(r.sw, what: "VERIFY")
     }
 
@@ -182,20 +189,29 @@ public struct PIVApplication: Sendable {
     }
 
     /// CHANGE REFERENCE DATA: replaces the PIN (or PUK) after checking the old one (one try).
-    public func changePIN(old: String, new: String, reference: PIV.PINReference = .applicationPIN) async throws(TesseraError) {
+    public func changePIN(old: String, new: String, reference: PIV.PINReference = .applicationPIN)
+        async throws(TesseraError)
+    {
         let data = try PIV.paddedPIN(old) + PIV.paddedPIN(new)
-        let r = try await send(CommandAPDU(ins: PIV.INS.changeReferenceData, p1: 0x00, p2: reference.rawValue, data: data))
+        let r = try await send(
+            CommandAPDU(ins: PIV.INS.changeReferenceData, p1: 0x00, p2: reference.rawValue, data: data))
         try Self.checkPINStatus(r.sw, what: "CHANGE REFERENCE DATA")
     }
 
     static func checkPINStatus(_ sw: StatusWord, what: String) throws(TesseraError) {
         if sw.isSuccess { return }
         if let n = sw.retriesLeft {
-            if n == 0 { throw TesseraError(.pinLocked, "wrong PIN; the PIN is now blocked", details: ["retriesLeft": 0]) }
+            if n == 0 {
+                throw TesseraError(.pinLocked, "wrong PIN; the PIN is now blocked", details: ["retriesLeft": 0])
+            }
             throw TesseraError(.pinInvalid, "wrong PIN", details: ["retriesLeft": .number(Double(n))])
         }
-        if sw == .authenticationBlocked { throw TesseraError(.pinLocked, "the PIN is blocked (unblock it with the PUK)") }
-        if sw == .wrongLength || sw == .incorrectData { throw TesseraError.invalidInput("\(what): the card refused the PIN format (\(sw))") }
+        if sw == .authenticationBlocked {
+            throw TesseraError(.pinLocked, "the PIN is blocked (unblock it with the PUK)")
+        }
+        if sw == .wrongLength || sw == .incorrectData {
+            throw TesseraError.invalidInput("\(what): the card refused the PIN format (\(sw))")
+        }
         throw cardError(what, sw)
     }
 
@@ -206,8 +222,10 @@ public struct PIVApplication: Sendable {
     /// Throws TOKEN_ERROR when the card rejects the key or its proof does not verify.
     public func authenticate(managementKey key: PIVManagementKey) async throws(TesseraError) {
         let alg = key.algorithm.rawValue
-        let r1 = try await send(CommandAPDU(ins: PIV.INS.generalAuthenticate, p1: alg, p2: PIV.Slot.cardManagement,
-                                            data: TLV.encode(tag: 0x7C, value: [0x80, 0x00]), ne: 256))
+        let r1 = try await send(
+            CommandAPDU(
+                ins: PIV.INS.generalAuthenticate, p1: alg, p2: PIV.Slot.cardManagement,
+                data: TLV.encode(tag: 0x7C, value: [0x80, 0x00]), ne: 256))
         guard r1.sw.isSuccess else {
             if r1.sw == .incorrectData || r1.sw == .wrongP1P2 || r1.sw == .referenceNotFound {
                 throw TesseraError(.tokenError, "the card's management key is not \(key.algorithm) (\(r1.sw))")
@@ -215,14 +233,18 @@ public struct PIVApplication: Sendable {
             throw Self.cardError("GENERAL AUTHENTICATE (witness)", r1.sw)
         }
         guard let witness = try TLV.find([0x7C, 0x80], in: r1.data, options: .card)?.value,
-              witness.count == key.blockSize else {
+            witness.count == key.blockSize
+        else {
             throw TesseraError(.malformedData, "GENERAL AUTHENTICATE: no witness in the card's answer")
         }
         let decrypted = try key.decryptBlock(witness)
         let challenge = SecureRandom.bytes(key.blockSize)
-        let step2 = TLV(tag: 0x7C, children: [TLV(tag: 0x80, value: decrypted), TLV(tag: 0x81, value: challenge)]).encoded
-        let r2 = try await send(CommandAPDU(ins: PIV.INS.generalAuthenticate, p1: alg, p2: PIV.Slot.cardManagement,
-                                            data: step2, ne: 256))
+        let step2 = TLV(tag: 0x7C, children: [TLV(tag: 0x80, value: decrypted), TLV(tag: 0x81, value: challenge)])
+            .encoded
+        let r2 = try await send(
+            CommandAPDU(
+                ins: PIV.INS.generalAuthenticate, p1: alg, p2: PIV.Slot.cardManagement,
+                data: step2, ne: 256))
         guard r2.sw.isSuccess else {
             if r2.sw == .securityStatusNotSatisfied || r2.sw == .incorrectData || r2.sw == .authenticationBlocked {
                 throw TesseraError(.tokenError, "the card rejected the PIV management key")
@@ -243,7 +265,8 @@ public struct PIVApplication: Sendable {
     /// Needs the management key to be authenticated. Replaces whatever key the slot held.
     public func generateP256(slot: UInt8) async throws(TesseraError) -> [UInt8] {
         let template = TLV(tag: 0xAC, children: [TLV(tag: 0x80, value: [PIV.Algorithm.eccP256.rawValue])]).encoded
-        let r = try await send(CommandAPDU(ins: PIV.INS.generateAsymmetricKeyPair, p1: 0x00, p2: slot, data: template, ne: 256))
+        let r = try await send(
+            CommandAPDU(ins: PIV.INS.generateAsymmetricKeyPair, p1: 0x00, p2: slot, data: template, ne: 256))
         guard r.sw.isSuccess else {
             if r.sw == .securityStatusNotSatisfied {
                 throw TesseraError(.tokenError, "GENERATE refused: the management key is not authenticated")
@@ -251,7 +274,8 @@ public struct PIVApplication: Sendable {
             throw Self.cardError("GENERATE ASYMMETRIC KEY PAIR", r.sw)
         }
         guard let point = try TLV.find([0x7F49, 0x86], in: r.data, options: .card)?.value,
-              point.count == 65, point[0] == 0x04 else {
+            point.count == 65, point[0] == 0x04
+        else {
             throw TesseraError(.malformedData, "GENERATE: no P-256 point in the card's answer")
         }
         return point
@@ -262,8 +286,10 @@ public struct PIVApplication: Sendable {
     public func signP256(slot: UInt8, digest: [UInt8]) async throws(TesseraError) -> [UInt8] {
         guard digest.count == 32 else { throw .invalidInput("a P-256 signature is over a 32-byte digest") }
         let template = TLV(tag: 0x7C, children: [TLV(tag: 0x82, value: []), TLV(tag: 0x81, value: digest)]).encoded
-        let r = try await send(CommandAPDU(ins: PIV.INS.generalAuthenticate, p1: PIV.Algorithm.eccP256.rawValue, p2: slot,
-                                           data: template, ne: 256))
+        let r = try await send(
+            CommandAPDU(
+                ins: PIV.INS.generalAuthenticate, p1: PIV.Algorithm.eccP256.rawValue, p2: slot,
+                data: template, ne: 256))
         switch r.sw {
         case .success:
             break

@@ -94,8 +94,10 @@ public enum PIV {
     }
 
     /// The well-known factory management key 01 02 … 08 repeated three times (3DES / AES-192).
-    public static let defaultManagementKey: [UInt8] = Array(repeating: [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08],
-                                                            count: 3).flatMap { $0 }
+    public static let defaultManagementKey: [UInt8] = Array(
+        repeating: [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08],
+        count: 3
+    ).flatMap { $0 }
 
     /// A PIN as VERIFY / CHANGE REFERENCE DATA carry it: 6–8 ASCII characters padded with FF to 8 bytes (Part 2 §2.4.3).
     public static func paddedPIN(_ pin: String) throws(TesseraError) -> [UInt8] {

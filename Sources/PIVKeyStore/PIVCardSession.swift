@@ -45,7 +45,9 @@ final class PIVCardSession: Sendable {
     var isGone: Bool { state.withLock { $0.gone } }
 
     /// Runs `body` in one transaction after SELECT. Serialised with every other operation on this card.
-    func run<T: Sendable>(_ body: @Sendable (PIVApplication) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+    func run<T: Sendable>(_ body: @Sendable (PIVApplication) async throws(TesseraError) -> T) async throws(TesseraError)
+        -> T
+    {
         try await lock.withLock { () async throws(TesseraError) -> T in try await runLocked(body) }
     }
 
@@ -63,7 +65,9 @@ final class PIVCardSession: Sendable {
             } catch {
                 throw Self.mapConnect(error, reader: reader)
             }
-            state.withLock { $0.card = card; $0.verifiedIdentity = false }
+            state.withLock {
+                $0.card = card; $0.verifiedIdentity = false
+            }
         }
         let checkIdentity = !state.withLock { $0.verifiedIdentity }
         let expected = identity
@@ -89,7 +93,8 @@ final class PIVCardSession: Sendable {
                 throw TesseraError(.tokenRemoved, "the PIV card left \(reader) during the operation: \(error.message)")
             case .cardReset:
                 await drop(card)
-                throw TesseraError(.cardReset, "another program reset the PIV card in \(reader); the next operation reconnects")
+                throw TesseraError(
+                    .cardReset, "another program reset the PIV card in \(reader); the next operation reconnects")
             case .pcscUnavailable:
                 await drop(card)
                 throw error

@@ -40,8 +40,10 @@ public final class PIVKeyStore: KeyStore {
     ///   - managementKey: the card management key for creating/deleting keys; nil = key creation is refused
     ///     (MANAGEMENT_KEY_REQUIRED). Whether the factory default key is acceptable is the caller's decision.
     ///   - onCommand: sees every command APDU the store sends (APDU counting in tests and benchmarks).
-    public init(slots: PIVSlotStore, managementKey: PIVManagementKey?, logger: Logger,
-                retryInterval: Duration = .seconds(1), onCommand: (@Sendable (CommandAPDU) -> Void)? = nil) {
+    public init(
+        slots: PIVSlotStore, managementKey: PIVManagementKey?, logger: Logger,
+        retryInterval: Duration = .seconds(1), onCommand: (@Sendable (CommandAPDU) -> Void)? = nil
+    ) {
         self.slots = slots
         self.managementKey = managementKey
         self.logger = logger
@@ -110,14 +112,17 @@ public final class PIVKeyStore: KeyStore {
     /// `{status: "OK"|"PCSC_UNAVAILABLE"|"STARTING", readers: [{name, cardPresent, piv}]}` for `tokens.list`.
     public func status() -> JSONValue {
         state.withLock { s in
-            let status: String = switch s.available {
-            case true?: "OK"
-            case false?: TesseraError.Code.pcscUnavailable.rawValue
-            case nil: "STARTING"
-            }
+            let status: String =
+                switch s.available {
+                case true?: "OK"
+                case false?: TesseraError.Code.pcscUnavailable.rawValue
+                case nil: "STARTING"
+                }
             let readers: [JSONValue] = s.readers.values.sorted { $0.name < $1.name }.map { r in
-                ["name": .string(r.name), "cardPresent": .bool(r.cardPresent),
-                 "piv": .bool(s.tokens[r.name] != nil)]
+                [
+                    "name": .string(r.name), "cardPresent": .bool(r.cardPresent),
+                    "piv": .bool(s.tokens[r.name] != nil),
+                ]
             }
             return ["status": .string(status), "readers": .array(readers)]
         }
@@ -156,7 +161,9 @@ public final class PIVKeyStore: KeyStore {
             for t in gone { await t.session.markGone() }
             logger.notice("PIV: pcscd is not running (PCSC_UNAVAILABLE); waiting for it")
         case .readerAdded(let r):
-            state.withLock { $0.readers[r.name] = r; $0.available = true }
+            state.withLock {
+                $0.readers[r.name] = r; $0.available = true
+            }
             if r.cardPresent { await probe(r) }
         case .cardInserted(let r):
             state.withLock { $0.readers[r.name] = r }
@@ -188,7 +195,8 @@ public final class PIVKeyStore: KeyStore {
         let onCommand = self.onCommand
         do {
             let card = try await context.connect(reader: name, shareMode: .shared)
-            let (identity, pin) = try await card.transaction { (c: PCSCCard) async throws(TesseraError) -> (PIVCardIdentity, PIVPINStatus?) in
+            let (identity, pin) = try await card.transaction {
+                (c: PCSCCard) async throws(TesseraError) -> (PIVCardIdentity, PIVPINStatus?) in
                 let app = PIVApplication(transport: c, onCommand: onCommand)
                 try await app.select()
                 return (try await app.identity(), try? await app.pinStatus())
@@ -200,8 +208,9 @@ public final class PIVKeyStore: KeyStore {
                 return
             }
             let session = PIVCardSession(reader: name, identity: identity, card: card, onCommand: onCommand)
-            let token = PIVToken(id: id, reader: name, identity: identity, session: session, slots: slots,
-                                 managementKey: managementKey, pinStatus: pin, logger: logger)
+            let token = PIVToken(
+                id: id, reader: name, identity: identity, session: session, slots: slots,
+                managementKey: managementKey, pinStatus: pin, logger: logger)
             let old = state.withLock { s in
                 s.retryProbe[name] = nil
                 defer { s.tokens[name] = token }

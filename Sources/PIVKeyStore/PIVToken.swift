@@ -1,14 +1,14 @@
 import APDU
-import Crypto
 import CredentialStore
+import Crypto
 import Foundation
 import Logging
 import PCSC
 import PIV
-import Synchronization
-import TesseraCore
 import Passkeys
 import SwiftASN1
+import Synchronization
+import TesseraCore
 import X509
 
 /// One PIV card seen through the `KeyStoreToken` protocol (backend "piv").
@@ -40,8 +40,10 @@ final class PIVToken: KeyStoreToken {
         var certificateKeys: [TokenKey]?
     }
 
-    init(id: String, reader: String, identity: PIVCardIdentity, session: PIVCardSession, slots: PIVSlotStore,
-         managementKey: PIVManagementKey?, pinStatus: PIVPINStatus?, logger: Logger) {
+    init(
+        id: String, reader: String, identity: PIVCardIdentity, session: PIVCardSession, slots: PIVSlotStore,
+        managementKey: PIVManagementKey?, pinStatus: PIVPINStatus?, logger: Logger
+    ) {
         self.id = id; self.reader = reader; self.identity = identity; self.session = session; self.slots = slots
         self.managementKey = managementKey; self.logger = logger
         cache.withLock { $0.pinStatus = pinStatus }
@@ -74,16 +76,22 @@ final class PIVToken: KeyStoreToken {
             retries = 0; locked = true
         case nil: break
         }
-        return ["id": .string(id), "label": .string("PIV card \(serialText.suffix(8))"), "manufacturer": "PIV",
-                "model": "PIV Card Application", "serial": .string(serialText), "backend": "piv", "present": true,
-                "module": "pcsc", "reader": .string(reader), "pinRetriesLeft": retries,
-                "flags": ["loginRequired": true, "loggedIn": .bool(verified), "pinCountLow": .bool(low),
-                          "pinFinalTry": .bool(finalTry), "pinLocked": .bool(locked), "hardware": true,
-                          "removable": true]]
+        return [
+            "id": .string(id), "label": .string("PIV card \(serialText.suffix(8))"), "manufacturer": "PIV",
+            "model": "PIV Card Application", "serial": .string(serialText), "backend": "piv", "present": true,
+            "module": "pcsc", "reader": .string(reader), "pinRetriesLeft": retries,
+            "flags": [
+                "loginRequired": true, "loggedIn": .bool(verified), "pinCountLow": .bool(low),
+                "pinFinalTry": .bool(finalTry), "pinLocked": .bool(locked), "hardware": true,
+                "removable": true,
+            ],
+        ]
     }
 
     func needsPIN() async -> Bool {
-        guard let status = try? await session.run({ app throws(TesseraError) in try await app.pinStatus() }) else { return true }
+        guard let status = try? await session.run({ app throws(TesseraError) in try await app.pinStatus() }) else {
+            return true
+        }
         cache.withLock { $0.pinStatus = status }
         return status != .verified
     }
@@ -92,11 +100,15 @@ final class PIVToken: KeyStoreToken {
 
     /// One operation in one transaction: SELECT, then (when the request gave a PIN) the PIN rules' checks against
     /// the card's retry counter and one VERIFY, then `body`.
-    func run<T: Sendable>(pin: PINAttempt? = nil, _ body: @Sendable (PIVApplication) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+    func run<T: Sendable>(pin: PINAttempt? = nil, _ body: @Sendable (PIVApplication) async throws(TesseraError) -> T)
+        async throws(TesseraError) -> T
+    {
         if let pin { _ = try PIV.paddedPIN(pin.pin) }  // INVALID_INPUT before anything reaches the card
         return try await session.run { app throws(TesseraError) -> T in
             if let pin {
-                try await self.underPINRules(pin, app) { () async throws(TesseraError) in try await app.verifyPIN(pin.pin) }
+                try await self.underPINRules(pin, app) { () async throws(TesseraError) in
+                    try await app.verifyPIN(pin.pin)
+                }
             }
             return try await body(app)
         }
@@ -104,13 +116,16 @@ final class PIVToken: KeyStoreToken {
 
     /// Runs `check` (one PIN try: VERIFY or CHANGE REFERENCE DATA) under the PIN rules: an empty VERIFY first reads
     /// the retry counter (no try spent) for `willSpendTry`; the outcome goes to `didSpendTry` and the status cache.
-    private func underPINRules(_ pin: PINAttempt, _ app: PIVApplication,
-                               _ check: () async throws(TesseraError) -> Void) async throws(TesseraError) {
+    private func underPINRules(
+        _ pin: PINAttempt, _ app: PIVApplication,
+        _ check: () async throws(TesseraError) -> Void
+    ) async throws(TesseraError) {
         let status = try await app.pinStatus()
         cache.withLock { $0.pinStatus = status }
         switch status {
         case .notVerified(let n): try pin.willSpendTry(retriesLeft: n)
-        case .blocked: throw TesseraError(.pinLocked, "the PIN of PIV card \(id) is blocked", details: ["retriesLeft": 0])
+        case .blocked:
+            throw TesseraError(.pinLocked, "the PIN of PIV card \(id) is blocked", details: ["retriesLeft": 0])
         case .verified: try pin.willSpendTry(retriesLeft: nil)
         }
         do throws(TesseraError) {
@@ -157,8 +172,10 @@ final class PIVToken: KeyStoreToken {
 
     private func requireManagementKey() throws(TesseraError) -> PIVManagementKey {
         guard let managementKey else {
-            throw TesseraError(.managementKeyRequired,
-                               "creating or deleting keys on PIV card \(id) needs its management key: start tesserad with --piv-management-key-file")
+            throw TesseraError(
+                .managementKeyRequired,
+                "creating or deleting keys on PIV card \(id) needs its management key: start tesserad with --piv-management-key-file"
+            )
         }
         return managementKey
     }
@@ -171,18 +188,23 @@ final class PIVToken: KeyStoreToken {
             try await app.authenticate(managementKey: key)
             let owned = try await slots.slots(tokenId: tokenId)
             guard let slot = try await Self.chooseSlot(app, owned: owned) else {
-                throw TesseraError(.tokenError, "no free retired key slot (82…95) on PIV card \(tokenId) that Tessera may use")
+                throw TesseraError(
+                    .tokenError, "no free retired key slot (82…95) on PIV card \(tokenId) that Tessera may use")
             }
             // Recorded before the card is written: a crash leaves the slot known as Tessera's.
-            try await slots.save(PIVSlotRecord(tokenId: tokenId, slot: Int(slot), state: .pending, keyHandle: Data(handle)))
+            try await slots.save(
+                PIVSlotRecord(tokenId: tokenId, slot: Int(slot), state: .pending, keyHandle: Data(handle)))
             let point = try await app.generateP256(slot: slot)
             if Self.isSSHLabel(label), let certTag = PIV.Object.certificate(slot: slot) {
                 try await app.putData(certTag, content: try Self.certificateObject(label: label, point: point))
             }
-            try await slots.save(PIVSlotRecord(tokenId: tokenId, slot: Int(slot), state: .used, keyHandle: Data(handle)))
+            try await slots.save(
+                PIVSlotRecord(tokenId: tokenId, slot: Int(slot), state: .used, keyHandle: Data(handle)))
             return (slot, point)
         }
-        cache.withLock { $0.slotByHandle[handle] = slot; $0.certificateKeys = nil }
+        cache.withLock {
+            $0.slotByHandle[handle] = slot; $0.certificateKeys = nil
+        }
         logger.info("PIV key generated", metadata: ["token": "\(id)", "slot": "\(String(slot, radix: 16))"])
         return point
     }
@@ -194,7 +216,9 @@ final class PIVToken: KeyStoreToken {
         }
         let ownedSlots = Set(owned.map { UInt8($0.slot) })
         var reserved = 0
-        if let history = try await app.getData(PIV.Object.keyHistory), let items = try? TLV.parseAll(history, options: .card) {
+        if let history = try await app.getData(PIV.Object.keyHistory),
+            let items = try? TLV.parseAll(history, options: .card)
+        {
             let onCard = items.first(tag: 0xC1)?.value.first.map(Int.init) ?? 0
             let offCard = items.first(tag: 0xC2)?.value.first.map(Int.init) ?? 0
             reserved = onCard + offCard
@@ -211,7 +235,8 @@ final class PIVToken: KeyStoreToken {
     private func slot(for handle: [UInt8]) async throws(TesseraError) -> UInt8 {
         if let s = cache.withLock({ $0.slotByHandle[handle] }) { return s }
         guard let record = try await slots.slot(tokenId: id, keyHandle: handle), record.state == .used,
-              let slot = UInt8(exactly: record.slot) else {
+            let slot = UInt8(exactly: record.slot)
+        else {
             throw TesseraError(.passkeyNotFound, "no key with this handle on PIV card \(id)")
         }
         cache.withLock { $0.slotByHandle[handle] = slot }
@@ -220,9 +245,15 @@ final class PIVToken: KeyStoreToken {
 
     func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
         let slot: UInt8
-        if let standard = Self.certificateSlot(handle: handle) { slot = standard } else { slot = try await self.slot(for: handle) }
+        if let standard = Self.certificateSlot(handle: handle) {
+            slot = standard
+        } else {
+            slot = try await self.slot(for: handle)
+        }
         let digest = Array(SHA256.hash(data: message))
-        let der = try await run(pin: pin) { app throws(TesseraError) in try await app.signP256(slot: slot, digest: digest) }
+        let der = try await run(pin: pin) { app throws(TesseraError) in
+            try await app.signP256(slot: slot, digest: digest)
+        }
         // Cards answer DER (SP 800-73-4 §3.2.4); some do not keep it minimal.
         return try ECDSASignature.rawFromDER(der, group: .p256, strictness: .lenient)
     }
@@ -238,7 +269,8 @@ final class PIVToken: KeyStoreToken {
 
     static func certificateSlot(handle: [UInt8]) -> UInt8? {
         guard handle.count == certificateHandlePrefix.count + 1, handle.starts(with: certificateHandlePrefix),
-              let slot = handle.last, sshCertificateSlots.contains(slot) else { return nil }
+            let slot = handle.last, sshCertificateSlots.contains(slot)
+        else { return nil }
         return slot
     }
 
@@ -278,12 +310,15 @@ final class PIVToken: KeyStoreToken {
         let objects = try await session.run { app throws(TesseraError) -> [(UInt8, [UInt8], [UInt8]?)] in
             var found: [(UInt8, [UInt8], [UInt8]?)] = []
             for slot in Self.sshCertificateSlots {
-                guard let tag = PIV.Object.certificate(slot: slot), let content = try await app.getData(tag) else { continue }
+                guard let tag = PIV.Object.certificate(slot: slot), let content = try await app.getData(tag) else {
+                    continue
+                }
                 found.append((slot, content, nil))
             }
             for record in owned {
                 guard let slot = UInt8(exactly: record.slot), let handle = record.keyHandle,
-                      let tag = PIV.Object.certificate(slot: slot), let content = try await app.getData(tag) else { continue }
+                    let tag = PIV.Object.certificate(slot: slot), let content = try await app.getData(tag)
+                else { continue }
                 found.append((slot, content, Array(handle)))
             }
             return found
@@ -291,9 +326,11 @@ final class PIVToken: KeyStoreToken {
         var keys: [TokenKey] = []
         for (slot, content, handle) in objects {
             guard let der = (try? TLV.parseAll(content, options: .card))?.first(tag: 0x70)?.value,
-                  let certificate = try? Certificate(derEncoded: der),
-                  let key = P256.Signing.PublicKey(certificate.publicKey) else {
-                logger.debug("PIV card \(id): slot \(String(slot, radix: 16)) holds no P-256 certificate; not offered to SSH")
+                let certificate = try? Certificate(derEncoded: der),
+                let key = P256.Signing.PublicKey(certificate.publicKey)
+            else {
+                logger.debug(
+                    "PIV card \(id): slot \(String(slot, radix: 16)) holds no P-256 certificate; not offered to SSH")
                 continue
             }
             let point = Array(key.x963Representation)
@@ -302,8 +339,10 @@ final class PIVToken: KeyStoreToken {
                 guard let label = cn.flatMap({ String($0.value) }), Self.isSSHLabel(label) else { continue }
                 keys.append(TokenKey(handle: handle, label: label, publicPoint: point))
             } else {
-                keys.append(TokenKey(handle: Self.certificateHandle(slot: slot),
-                                     label: "PIV \(String(slot, radix: 16)) \(certificate.subject)", publicPoint: point))
+                keys.append(
+                    TokenKey(
+                        handle: Self.certificateHandle(slot: slot),
+                        label: "PIV \(String(slot, radix: 16)) \(certificate.subject)", publicPoint: point))
             }
         }
         cache.withLock { $0.certificateKeys = keys }
@@ -325,7 +364,8 @@ final class PIVToken: KeyStoreToken {
     /// object if there is one, and records the slot as Tessera's free slot.
     func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError) {
         let key = try requireManagementKey()
-        guard let record = try await slots.slot(tokenId: id, keyHandle: handle), let slot = UInt8(exactly: record.slot) else {
+        guard let record = try await slots.slot(tokenId: id, keyHandle: handle), let slot = UInt8(exactly: record.slot)
+        else {
             throw TesseraError(.passkeyNotFound, "no key with this handle on PIV card \(id)")
         }
         try await run(pin: pin) { app throws(TesseraError) in
@@ -336,6 +376,8 @@ final class PIVToken: KeyStoreToken {
             }
         }
         try await slots.save(PIVSlotRecord(tokenId: id, slot: Int(slot), state: .free, keyHandle: nil))
-        cache.withLock { $0.slotByHandle[handle] = nil; $0.certificateKeys = nil }
+        cache.withLock {
+            $0.slotByHandle[handle] = nil; $0.certificateKeys = nil
+        }
     }
 }

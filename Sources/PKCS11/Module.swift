@@ -14,7 +14,8 @@ final class Module: @unchecked Sendable {
         self.f = pointer.pointee
         let filename = Self.takeString(p11_kit_module_get_filename(pointer)) ?? fallbackPath ?? "unknown"
         self.path = filename
-        self.name = Self.takeString(p11_kit_module_get_name(pointer))
+        self.name =
+            Self.takeString(p11_kit_module_get_name(pointer))
             ?? ((filename as NSString).lastPathComponent as String)
     }
 
@@ -49,7 +50,9 @@ final class Module: @unchecked Sendable {
 
     func tokenInfo(_ slot: ck_slot_id_t) -> Result<ck_token_info, CKFailure> {
         var info = ck_token_info()
-        guard let call = f.C_GetTokenInfo else { return .failure(CKFailure(CKR_FUNCTION_NOT_SUPPORTED, "C_GetTokenInfo")) }
+        guard let call = f.C_GetTokenInfo else {
+            return .failure(CKFailure(CKR_FUNCTION_NOT_SUPPORTED, "C_GetTokenInfo"))
+        }
         let rv = call(slot, &info)
         return rv == CKR_OK ? .success(info) : .failure(CKFailure(rv, "C_GetTokenInfo"))
     }

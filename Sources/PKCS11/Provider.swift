@@ -46,7 +46,8 @@ public final class PKCS11Provider: Sendable {
         self.configuration = configuration
         guard let paths = modulePaths else {
             guard let list = p11_kit_modules_load_and_initialize(0) else {
-                throw TesseraError(.tokenError, "p11-kit could not load its configured modules: \(Self.p11KitMessage())")
+                throw TesseraError(
+                    .tokenError, "p11-kit could not load its configured modules: \(Self.p11KitMessage())")
             }
             var loaded: [Module] = []
             var i = 0
@@ -62,15 +63,17 @@ public final class PKCS11Provider: Sendable {
         for path in paths {
             guard let m = p11_kit_module_load(path, 0) else {
                 Self.release(loaded)
-                throw TesseraError(.tokenError, "cannot load PKCS#11 module \(path): \(Self.p11KitMessage())",
-                                   details: ["modulePath": .string(path)])
+                throw TesseraError(
+                    .tokenError, "cannot load PKCS#11 module \(path): \(Self.p11KitMessage())",
+                    details: ["modulePath": .string(path)])
             }
             let rv = p11_kit_module_initialize(m)
             guard rv == CKR_OK else {
                 p11_kit_module_release(m)
                 Self.release(loaded)
-                throw TesseraError(.tokenError, "cannot initialise PKCS#11 module \(path): \(ReturnValue.name(rv))",
-                                   details: ["modulePath": .string(path), "ckr": .string(ReturnValue.name(rv))])
+                throw TesseraError(
+                    .tokenError, "cannot initialise PKCS#11 module \(path): \(ReturnValue.name(rv))",
+                    details: ["modulePath": .string(path), "ckr": .string(ReturnValue.name(rv))])
             }
             loaded.append(Module(pointer: m, fallbackPath: path))
         }
@@ -95,12 +98,14 @@ public final class PKCS11Provider: Sendable {
                     continue
                 }
                 let info = TokenInfo(token: tokenInfo, slot: slotInfo, module: module)
-                var id = TokenInfo.stableID(moduleFileName: module.fileName, manufacturer: info.manufacturer,
-                                            model: info.model, serial: info.serial, label: info.label)
+                var id = TokenInfo.stableID(
+                    moduleFileName: module.fileName, manufacturer: info.manufacturer,
+                    model: info.model, serial: info.serial, label: info.label)
                 if seen.contains(id) {
-                    id = TokenInfo.stableID(moduleFileName: module.fileName, manufacturer: info.manufacturer,
-                                            model: info.model, serial: info.serial, label: info.label,
-                                            disambiguator: "slot \(slot)")
+                    id = TokenInfo.stableID(
+                        moduleFileName: module.fileName, manufacturer: info.manufacturer,
+                        model: info.model, serial: info.serial, label: info.label,
+                        disambiguator: "slot \(slot)")
                 }
                 seen.insert(id)
                 let sessions = sessionCount(for: info)
@@ -134,7 +139,7 @@ public final class PKCS11Provider: Sendable {
             return Array(s.tokens.values)
         }
         guard let tokens else { return }
-        tokens.forEach { $0.shutdown() }
+        for token in tokens { token.shutdown() }
         if let list = registryList.pointer {
             p11_kit_modules_finalize_and_release(list)
         } else {
@@ -147,24 +152,32 @@ public final class PKCS11Provider: Sendable {
     /// `label`, then a security-officer session that sets the user PIN (`C_InitPIN`). No PIN leaves the process.
     /// `TOKEN_NOT_PRESENT` when there is no such module or free token; `TOKEN_ERROR` with the `CKR_*` name otherwise.
     /// Blocking: call it off the cooperative pool or at start-up only. Re-create the provider afterwards to see the token.
-    public func initializeFreeToken(moduleFileNameContaining fragment: String, label: String,
-                                    soPIN: String, userPIN: String) throws(TesseraError) {
+    public func initializeFreeToken(
+        moduleFileNameContaining fragment: String, label: String,
+        soPIN: String, userPIN: String
+    ) throws(TesseraError) {
         guard let module = modules.first(where: { $0.fileName.contains(fragment) }) else {
             throw TesseraError(.tokenNotPresent, "no PKCS#11 module named like \(fragment) is loaded")
         }
-        guard let slot = module.slotsWithToken().first(where: { slot in
-            guard case .success(let info) = module.tokenInfo(slot) else { return false }
-            return info.flags & ck_flags_t(CKF_TOKEN_INITIALIZED) == 0
-        }) else {
+        guard
+            let slot = module.slotsWithToken().first(where: { slot in
+                guard case .success(let info) = module.tokenInfo(slot) else { return false }
+                return info.flags & ck_flags_t(CKF_TOKEN_INITIALIZED) == 0
+            })
+        else {
             throw TesseraError(.tokenNotPresent, "module \(module.name) has no uninitialised token")
         }
-        try TokenInitialization.run(module: module, slot: slot, label: label, soPIN: Array(soPIN.utf8),
-                                    userPIN: Array(userPIN.utf8)).get()
+        try TokenInitialization.run(
+            module: module, slot: slot, label: label, soPIN: Array(soPIN.utf8),
+            userPIN: Array(userPIN.utf8)
+        ).get()
     }
 
     private func sessionCount(for info: TokenInfo) -> Int {
         let hardware = info.flags.isHardwareSlot || info.flags.isRemovableDevice
-        var n = configuration.sessionsPerToken ?? (hardware ? configuration.hardwareSessions : configuration.softwareSessions)
+        var n =
+            configuration.sessionsPerToken
+            ?? (hardware ? configuration.hardwareSessions : configuration.softwareSessions)
         if let limit = info.maxSessionCount { n = min(n, limit) }
         return max(1, n)
     }
@@ -184,12 +197,19 @@ public final class PKCS11Provider: Sendable {
 
 /// `C_InitToken` + `C_InitPIN` on one slot.
 enum TokenInitialization {
-    static func run(module: Module, slot: ck_slot_id_t, label: String, soPIN: [UInt8], userPIN: [UInt8]) -> Result<Void, TesseraError> {
+    static func run(module: Module, slot: ck_slot_id_t, label: String, soPIN: [UInt8], userPIN: [UInt8]) -> Result<
+        Void, TesseraError
+    > {
         func fail(_ rv: ck_rv_t, _ call: String) -> Result<Void, TesseraError> {
-            .failure(TesseraError(.tokenError, "\(call) failed: \(ReturnValue.name(rv))", details: ["ckr": .string(ReturnValue.name(rv))]))
+            .failure(
+                TesseraError(
+                    .tokenError, "\(call) failed: \(ReturnValue.name(rv))",
+                    details: ["ckr": .string(ReturnValue.name(rv))]))
         }
-        guard let initToken = module.f.C_InitToken, let openSession = module.f.C_OpenSession, let login = module.f.C_Login,
-              let initPIN = module.f.C_InitPIN, let closeSession = module.f.C_CloseSession else {
+        guard let initToken = module.f.C_InitToken, let openSession = module.f.C_OpenSession,
+            let login = module.f.C_Login,
+            let initPIN = module.f.C_InitPIN, let closeSession = module.f.C_CloseSession
+        else {
             return fail(ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED), "C_InitToken")
         }
         // The label is 32 bytes, blank-padded, not NUL-terminated.
@@ -211,7 +231,9 @@ enum TokenInitialization {
         rv = openSession(slot, ck_flags_t(CKF_SERIAL_SESSION | CKF_RW_SESSION), nil, nil, &session)
         guard rv == CKR_OK else { return fail(rv, "C_OpenSession") }
         defer { _ = closeSession(session) }
-        rv = so.withUnsafeMutableBufferPointer { login(session, ck_user_type_t(CKU_SO), $0.baseAddress, UInt($0.count)) }
+        rv = so.withUnsafeMutableBufferPointer {
+            login(session, ck_user_type_t(CKU_SO), $0.baseAddress, UInt($0.count))
+        }
         guard rv == CKR_OK else { return fail(rv, "C_Login(SO)") }
         rv = user.withUnsafeMutableBufferPointer { initPIN(session, $0.baseAddress, UInt($0.count)) }
         _ = module.f.C_Logout?(session)

@@ -81,7 +81,8 @@ enum ReturnValue {
 
     static func name(_ rv: ck_rv_t) -> String {
         if let name = names[rv] { return name }
-        return rv >= 0x8000_0000 ? "CKR_VENDOR_DEFINED+0x\(String(rv - 0x8000_0000, radix: 16))"
+        return rv >= 0x8000_0000
+            ? "CKR_VENDOR_DEFINED+0x\(String(rv - 0x8000_0000, radix: 16))"
             : "CKR_0x\(String(rv, radix: 16))"
     }
 }

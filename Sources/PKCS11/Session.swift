@@ -73,7 +73,9 @@ struct SessionContext {
     func login(pin: [UInt8]) -> ck_rv_t {
         guard let call = f.C_Login else { return ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED) }
         var pin = pin
-        return pin.withUnsafeMutableBufferPointer { call(session, ck_user_type_t(CKU_USER), $0.baseAddress, UInt($0.count)) }
+        return pin.withUnsafeMutableBufferPointer {
+            call(session, ck_user_type_t(CKU_USER), $0.baseAddress, UInt($0.count))
+        }
     }
 
     func logout() -> ck_rv_t { f.C_Logout?(session) ?? ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED) }
@@ -83,7 +85,8 @@ struct SessionContext {
     func findObjects(
         _ attributes: [(ck_attribute_type_t, AttributeValue)], limit: Int = 64
     ) throws(OperationError) -> [ck_object_handle_t] {
-        guard let initCall = f.C_FindObjectsInit, let findCall = f.C_FindObjects, let finalCall = f.C_FindObjectsFinal else {
+        guard let initCall = f.C_FindObjectsInit, let findCall = f.C_FindObjects, let finalCall = f.C_FindObjectsFinal
+        else {
             throw .call(ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED), "C_FindObjectsInit")
         }
         let session = self.session
@@ -114,7 +117,9 @@ struct SessionContext {
         var probe = ck_attribute(type: type, value: nil, value_len: 0)
         var rv = call(session, object, &probe, 1)
         guard rv == CKR_OK else { return .failure(CKFailure(rv, "C_GetAttributeValue")) }
-        if probe.value_len == UInt.max { return .failure(CKFailure(ck_rv_t(CKR_ATTRIBUTE_SENSITIVE), "C_GetAttributeValue")) }
+        if probe.value_len == UInt.max {
+            return .failure(CKFailure(ck_rv_t(CKR_ATTRIBUTE_SENSITIVE), "C_GetAttributeValue"))
+        }
         if probe.value_len == 0 { return .success([]) }
         var value = [UInt8](repeating: 0, count: Int(probe.value_len))
         rv = value.withUnsafeMutableBytes { buf -> ck_rv_t in
@@ -162,7 +167,9 @@ struct SessionContext {
         publicTemplate: [(ck_attribute_type_t, AttributeValue)],
         privateTemplate: [(ck_attribute_type_t, AttributeValue)]
     ) throws(OperationError) -> (publicKey: ck_object_handle_t, privateKey: ck_object_handle_t) {
-        guard let call = f.C_GenerateKeyPair else { throw .call(ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED), "C_GenerateKeyPair") }
+        guard let call = f.C_GenerateKeyPair else {
+            throw .call(ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED), "C_GenerateKeyPair")
+        }
         let session = self.session
         return try withTemplate(publicTemplate) { (pub, pubCount) throws(OperationError) in
             try withTemplate(privateTemplate) { (priv, privCount) throws(OperationError) in
@@ -190,14 +197,17 @@ func mapFailure(_ failure: CKFailure, module: Module, slot: ck_slot_id_t) -> Tes
     let details: [String: JSONValue] = ["ckr": .string(name), "function": .string(failure.function)]
     switch failure.rv {
     case ck_rv_t(CKR_TOKEN_NOT_PRESENT), ck_rv_t(CKR_DEVICE_REMOVED), ck_rv_t(CKR_TOKEN_NOT_RECOGNIZED),
-         ck_rv_t(CKR_SLOT_ID_INVALID):
-        return TesseraError(.tokenNotPresent, "the token is not present (\(failure.function): \(name))", details: details)
+        ck_rv_t(CKR_SLOT_ID_INVALID):
+        return TesseraError(
+            .tokenNotPresent, "the token is not present (\(failure.function): \(name))", details: details)
     case ck_rv_t(CKR_SESSION_HANDLE_INVALID), ck_rv_t(CKR_SESSION_CLOSED):
         if !module.tokenPresent(in: slot) {
-            return TesseraError(.tokenNotPresent, "the token was removed (\(failure.function): \(name))", details: details)
+            return TesseraError(
+                .tokenNotPresent, "the token was removed (\(failure.function): \(name))", details: details)
         }
-        return TesseraError(.tokenError, "\(failure.function) failed: \(name); the session was reopened",
-                            retryable: true, details: details)
+        return TesseraError(
+            .tokenError, "\(failure.function) failed: \(name); the session was reopened",
+            retryable: true, details: details)
     case ck_rv_t(CKR_USER_NOT_LOGGED_IN):
         return TesseraError(.pinRequired, "the token needs a PIN login first", details: details)
     case ck_rv_t(CKR_PIN_INCORRECT):

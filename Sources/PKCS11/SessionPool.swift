@@ -1,5 +1,5 @@
-import TesseraCore
 internal import CPKCS11
+import TesseraCore
 
 /// A bounded set of session workers for one token; async callers queue (FIFO) for a free one.
 final class SessionPool: Sendable {
@@ -85,14 +85,15 @@ final class SessionPool: Sendable {
 
     /// Stops every worker thread (closing its session) and fails queued callers.
     func shutdown() {
-        let (workers, waiters) = state.withLock { s -> ([SessionWorker], [CheckedContinuation<SessionWorker?, Never>]) in
+        let (workers, waiters) = state.withLock {
+            s -> ([SessionWorker], [CheckedContinuation<SessionWorker?, Never>]) in
             if s.closed { return ([], []) }
             s.closed = true
             defer { s.waiters = []; s.idle = [] }
             return (s.all, s.waiters)
         }
-        waiters.forEach { $0.resume(returning: nil) }
-        workers.forEach { $0.stop() }
-        workers.forEach { $0.join() }
+        for waiter in waiters { waiter.resume(returning: nil) }
+        for worker in workers { worker.stop() }
+        for worker in workers { worker.join() }
     }
 }

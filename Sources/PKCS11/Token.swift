@@ -27,8 +27,9 @@ public final class PKCS11Token: Sendable {
         self.infoState = Locked(info)
         // Hardware and removable tokens can take 100+ ms per call: they get dedicated threads; software tokens run inline.
         let software = !(info.flags.isHardwareSlot || info.flags.isRemovableDevice)
-        self.pool = SessionPool(capacity: sessions, module: module, slot: self.slot, threadName: "tessera.p11.\(id)",
-                                inline: software)
+        self.pool = SessionPool(
+            capacity: sessions, module: module, slot: self.slot, threadName: "tessera.p11.\(id)",
+            inline: software)
     }
 
     /// The token's description as of the last enumeration or login attempt.
@@ -64,7 +65,9 @@ public final class PKCS11Token: Sendable {
 
     /// Whether the application is logged in as user (from `C_GetSessionInfo`); false when the token cannot be reached.
     public var isLoggedIn: Bool {
-        get async { (try? await withSession { (ctx: SessionContext) throws(OperationError) in try ctx.isLoggedIn() }) ?? false }
+        get async {
+            (try? await withSession { (ctx: SessionContext) throws(OperationError) in try ctx.isLoggedIn() }) ?? false
+        }
     }
 
     /// User verification with a PIN: logs in when needed, otherwise checks `pin` against the PIN of the last
@@ -82,8 +85,12 @@ public final class PKCS11Token: Sendable {
     ) async throws(TesseraError) {
         let pinBytes = Array(pin.utf8)
         try await authLock.withLock { () async throws(TesseraError) in
-            let loggedIn = try await self.withSession { (ctx: SessionContext) throws(OperationError) in try ctx.isLoggedIn() }
-            if loggedIn, let recorded = self.pinRecord.withLock({ $0 }), PINVerifier.shared.matches(pinBytes, recorded: recorded) {
+            let loggedIn = try await self.withSession { (ctx: SessionContext) throws(OperationError) in
+                try ctx.isLoggedIn()
+            }
+            if loggedIn, let recorded = self.pinRecord.withLock({ $0 }),
+                PINVerifier.shared.matches(pinBytes, recorded: recorded)
+            {
                 return
             }
             let infoState = self.infoState
@@ -142,13 +149,16 @@ public final class PKCS11Token: Sendable {
         let verified = try await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
             let rv = ctx.login(pin: pin)
             if let token = ctx.tokenInfo() {
-                infoState.withLock { $0.flags = TokenFlags(token: token.flags, slot: ck_flags_t(0)).keepingSlot($0.flags) }
+                infoState.withLock {
+                    $0.flags = TokenFlags(token: token.flags, slot: ck_flags_t(0)).keepingSlot($0.flags)
+                }
             }
             switch rv {
             case ck_rv_t(CKR_OK): return true
             case ck_rv_t(CKR_USER_ALREADY_LOGGED_IN): return false
             case ck_rv_t(CKR_PIN_INCORRECT): throw .failure(Self.pinIncorrect(infoState.withLock { $0.flags }))
-            case ck_rv_t(CKR_PIN_LOCKED): throw .failure(TesseraError(.pinLocked, "the user PIN is locked on the token"))
+            case ck_rv_t(CKR_PIN_LOCKED):
+                throw .failure(TesseraError(.pinLocked, "the user PIN is locked on the token"))
             default: throw .call(rv, "C_Login")
             }
         }
@@ -160,16 +170,19 @@ public final class PKCS11Token: Sendable {
 
     private static func pinIncorrect(_ flags: TokenFlags) -> TesseraError {
         if flags.userPinLocked {
-            return TesseraError(.pinInvalid, "the PIN is incorrect; the token reports the user PIN is now locked",
-                                details: ["retriesLeft": 0])
+            return TesseraError(
+                .pinInvalid, "the PIN is incorrect; the token reports the user PIN is now locked",
+                details: ["retriesLeft": 0])
         }
         if flags.userPinFinalTry {
-            return TesseraError(.pinInvalid, "the PIN is incorrect; the token reports one attempt left before it locks",
-                                details: ["retriesLeft": 1])
+            return TesseraError(
+                .pinInvalid, "the PIN is incorrect; the token reports one attempt left before it locks",
+                details: ["retriesLeft": 1])
         }
         if flags.userPinCountLow {
-            return TesseraError(.pinInvalid, "the PIN is incorrect; the token reports few attempts left",
-                                details: ["retriesLow": true])
+            return TesseraError(
+                .pinInvalid, "the PIN is incorrect; the token reports few attempts left",
+                details: ["retriesLow": true])
         }
         return TesseraError(.pinInvalid, "the PIN is incorrect (the token does not report remaining attempts)")
     }
@@ -227,10 +240,11 @@ public final class PKCS11Token: Sendable {
     /// The 65-byte uncompressed public point of the pair with this `CKA_ID`; `PASSKEY_NOT_FOUND` when absent.
     public func publicKeyP256(id keyID: [UInt8]) async throws(TesseraError) -> [UInt8] {
         try await withSession { (ctx: SessionContext) throws(OperationError) -> [UInt8] in
-            let found = try ctx.findObjects([
-                (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
-                (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
-            ], limit: 1)
+            let found = try ctx.findObjects(
+                [
+                    (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
+                    (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
+                ], limit: 1)
             guard let handle = found.first else {
                 throw .failure(TesseraError(.passkeyNotFound, "no public key with this id on the token"))
             }
@@ -259,14 +273,18 @@ public final class PKCS11Token: Sendable {
     public func signP256(keyID: [UInt8], message: [UInt8], digest: [UInt8]) async throws(TesseraError) -> [UInt8] {
         guard digest.count == 32 else { throw .invalidInput("digest must be 32 bytes (SHA-256)") }
         let mechanism = try await signMechanism()
-        return try await sign(keyID: keyID, mechanism: mechanism,
-                              data: mechanism == ck_mechanism_type_t(CKM_ECDSA) ? digest : message)
+        return try await sign(
+            keyID: keyID, mechanism: mechanism,
+            data: mechanism == ck_mechanism_type_t(CKM_ECDSA) ? digest : message)
     }
 
-    private func sign(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8]) async throws(TesseraError) -> [UInt8] {
+    private func sign(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8]) async throws(TesseraError)
+        -> [UInt8]
+    {
         let signature = try await signature(keyID: keyID, mechanism: mechanism, data: data)
         // PKCS#11 (CKM_ECDSA) returns raw r ‖ s; some tokens return DER instead, not always minimal.
-        let raw = signature.count == 64
+        let raw =
+            signature.count == 64
             ? signature : try? ECDSASignature.rawFromDER(signature, group: .p256, strictness: .lenient)
         guard let raw else {
             throw TesseraError(.tokenError, "the token returned a \(signature.count)-byte ECDSA signature")
@@ -275,16 +293,23 @@ public final class PKCS11Token: Sendable {
     }
 
     /// `C_Sign` with the private key of `keyID` (its handle cached), returning the token's signature bytes.
-    private func signature(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8]) async throws(TesseraError) -> [UInt8] {
+    private func signature(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8]) async throws(TesseraError)
+        -> [UInt8]
+    {
         let cache = keyHandles
         let loginRequired = info.flags.loginRequired
         return try await withSession { (ctx: SessionContext) throws(OperationError) -> [UInt8] in
             let cached = cache.withLock { $0[keyID] }
             var handle: ck_object_handle_t
-            if let cached { handle = cached } else { handle = try Self.findPrivateKey(ctx, keyID, loginRequired: loginRequired) }
+            if let cached {
+                handle = cached
+            } else {
+                handle = try Self.findPrivateKey(ctx, keyID, loginRequired: loginRequired)
+            }
             var result = ctx.sign(mechanism: mechanism, key: handle, data: data)
             if case .failure(let f) = result, cached != nil,
-               f.rv == CKR_KEY_HANDLE_INVALID || f.rv == CKR_OBJECT_HANDLE_INVALID {
+                f.rv == CKR_KEY_HANDLE_INVALID || f.rv == CKR_OBJECT_HANDLE_INVALID
+            {
                 cache.withLock { $0[keyID] = nil }
                 handle = try Self.findPrivateKey(ctx, keyID, loginRequired: loginRequired)
                 result = ctx.sign(mechanism: mechanism, key: handle, data: data)
@@ -302,13 +327,15 @@ public final class PKCS11Token: Sendable {
     private static func findPrivateKey(
         _ ctx: SessionContext, _ keyID: [UInt8], loginRequired: Bool
     ) throws(OperationError) -> ck_object_handle_t {
-        let found = try ctx.findObjects([
-            (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PRIVATE_KEY))),
-            (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
-        ], limit: 1)
+        let found = try ctx.findObjects(
+            [
+                (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PRIVATE_KEY))),
+                (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
+            ], limit: 1)
         if let handle = found.first { return handle }
         if loginRequired, try !ctx.isLoggedIn() {
-            throw .failure(TesseraError(.pinRequired, "the token needs a PIN login before its private keys are visible"))
+            throw .failure(
+                TesseraError(.pinRequired, "the token needs a PIN login before its private keys are visible"))
         }
         throw .failure(TesseraError(.passkeyNotFound, "no private key with this id on the token"))
     }
@@ -355,10 +382,11 @@ public final class PKCS11Token: Sendable {
     public func hasKeyPair(id keyID: [UInt8]) async throws(TesseraError) -> Bool {
         try await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
             for objectClass in [UInt(CKO_PRIVATE_KEY), UInt(CKO_PUBLIC_KEY)] {
-                let found = try ctx.findObjects([
-                    (ck_attribute_type_t(CKA_CLASS), .ulong(objectClass)),
-                    (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
-                ], limit: 1)
+                let found = try ctx.findObjects(
+                    [
+                        (ck_attribute_type_t(CKA_CLASS), .ulong(objectClass)),
+                        (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
+                    ], limit: 1)
                 if !found.isEmpty { return true }
             }
             return false
@@ -373,15 +401,19 @@ public final class PKCS11Token: Sendable {
             var seen = Set<[UInt8]>()
             var ids: [[UInt8]] = []
             for objectClass in [UInt(CKO_PRIVATE_KEY), UInt(CKO_PUBLIC_KEY)] {
-                let handles = try ctx.findObjects([
-                    (ck_attribute_type_t(CKA_CLASS), .ulong(objectClass)),
-                    (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC))),
-                ], limit: 100_000)
+                let handles = try ctx.findObjects(
+                    [
+                        (ck_attribute_type_t(CKA_CLASS), .ulong(objectClass)),
+                        (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC))),
+                    ], limit: 100_000)
                 for handle in handles {
-                    guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)) else { continue }
+                    guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)) else {
+                        continue
+                    }
                     if let prefix {
                         guard case .success(let label) = ctx.attribute(handle, ck_attribute_type_t(CKA_LABEL)),
-                              label.starts(with: prefix) else { continue }
+                            label.starts(with: prefix)
+                        else { continue }
                     }
                     if seen.insert(keyID).inserted { ids.append(keyID) }
                 }
@@ -394,17 +426,19 @@ public final class PKCS11Token: Sendable {
     /// Objects on other curves or with an unreadable point are left out.
     public func publicKeysP256() async throws(TesseraError) -> [TokenPublicKey] {
         try await withSession { (ctx: SessionContext) throws(OperationError) -> [TokenPublicKey] in
-            let handles = try ctx.findObjects([
-                (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
-                (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC))),
-            ], limit: 100_000)
+            let handles = try ctx.findObjects(
+                [
+                    (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
+                    (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC))),
+                ], limit: 100_000)
             var keys: [TokenPublicKey] = []
             for handle in handles {
                 guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)), !keyID.isEmpty,
-                      case .success(let params) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_PARAMS)),
-                      params == P256DER.curveParameters,
-                      case .success(let value) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_POINT)),
-                      let point = P256DER.uncompressedPoint(fromECPoint: value) else { continue }
+                    case .success(let params) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_PARAMS)),
+                    params == P256DER.curveParameters,
+                    case .success(let value) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_POINT)),
+                    let point = P256DER.uncompressedPoint(fromECPoint: value)
+                else { continue }
                 let label = (try? ctx.attribute(handle, ck_attribute_type_t(CKA_LABEL)).get()) ?? []
                 keys.append(TokenPublicKey(id: keyID, label: String(decoding: label, as: UTF8.self), point: point))
             }
@@ -415,19 +449,24 @@ public final class PKCS11Token: Sendable {
     /// The RSA public key objects on the token (visible without login): `CKA_ID`, `CKA_LABEL`, modulus and exponent.
     public func publicKeysRSA() async throws(TesseraError) -> [TokenRSAPublicKey] {
         try await withSession { (ctx: SessionContext) throws(OperationError) -> [TokenRSAPublicKey] in
-            let handles = try ctx.findObjects([
-                (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
-                (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_RSA))),
-            ], limit: 100_000)
+            let handles = try ctx.findObjects(
+                [
+                    (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
+                    (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_RSA))),
+                ], limit: 100_000)
             var keys: [TokenRSAPublicKey] = []
             for handle in handles {
                 guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)), !keyID.isEmpty,
-                      case .success(let modulus) = ctx.attribute(handle, ck_attribute_type_t(CKA_MODULUS)), !modulus.isEmpty,
-                      case .success(let exponent) = ctx.attribute(handle, ck_attribute_type_t(CKA_PUBLIC_EXPONENT)),
-                      !exponent.isEmpty else { continue }
+                    case .success(let modulus) = ctx.attribute(handle, ck_attribute_type_t(CKA_MODULUS)),
+                    !modulus.isEmpty,
+                    case .success(let exponent) = ctx.attribute(handle, ck_attribute_type_t(CKA_PUBLIC_EXPONENT)),
+                    !exponent.isEmpty
+                else { continue }
                 let label = (try? ctx.attribute(handle, ck_attribute_type_t(CKA_LABEL)).get()) ?? []
-                keys.append(TokenRSAPublicKey(id: keyID, label: String(decoding: label, as: UTF8.self),
-                                              modulus: modulus, exponent: exponent))
+                keys.append(
+                    TokenRSAPublicKey(
+                        id: keyID, label: String(decoding: label, as: UTF8.self),
+                        modulus: modulus, exponent: exponent))
             }
             return keys
         }
@@ -435,12 +474,14 @@ public final class PKCS11Token: Sendable {
 
     /// RSA PKCS#1 v1.5 signature over `message` with the hash's `CKM_SHA*_RSA_PKCS` mechanism (the token hashes).
     /// Throws `PASSKEY_NOT_FOUND` for an unknown id and `PIN_REQUIRED` when not logged in.
-    public func signRSA(keyID: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8] {
-        let mechanism: ck_mechanism_type_t = switch hash {
-        case .sha1: ck_mechanism_type_t(CKM_SHA1_RSA_PKCS)
-        case .sha256: ck_mechanism_type_t(CKM_SHA256_RSA_PKCS)
-        case .sha512: ck_mechanism_type_t(CKM_SHA512_RSA_PKCS)
-        }
+    public func signRSA(keyID: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8]
+    {
+        let mechanism: ck_mechanism_type_t =
+            switch hash {
+            case .sha1: ck_mechanism_type_t(CKM_SHA1_RSA_PKCS)
+            case .sha256: ck_mechanism_type_t(CKM_SHA256_RSA_PKCS)
+            case .sha512: ck_mechanism_type_t(CKM_SHA512_RSA_PKCS)
+            }
         return try await signature(keyID: keyID, mechanism: mechanism, data: message)
     }
 
@@ -475,8 +516,12 @@ public final class PKCS11Token: Sendable {
     /// pool, and returns signatures per second. The token must already be logged in when its keys need it.
     /// Uses the same mechanism as `signP256` (with `digest` as the input either way).
     @_spi(Benchmarks)
-    public func rawSignLoop(keyID: [UInt8], digest: [UInt8], iterations: Int, sessions: Int) async throws(TesseraError) -> Double {
-        guard iterations > 0, sessions > 0, sessions <= 256 else { throw .invalidInput("iterations and sessions must be positive") }
+    public func rawSignLoop(keyID: [UInt8], digest: [UInt8], iterations: Int, sessions: Int) async throws(TesseraError)
+        -> Double
+    {
+        guard iterations > 0, sessions > 0, sessions <= 256 else {
+            throw .invalidInput("iterations and sessions must be positive")
+        }
         guard digest.count == 32 else { throw .invalidInput("digest must be 32 bytes (SHA-256)") }
         let mechanism = try await signMechanism()
         let loginRequired = info.flags.loginRequired
@@ -486,8 +531,9 @@ public final class PKCS11Token: Sendable {
         let module = self.module
         let slot = self.slotID
         return try await DedicatedThread.run(name: "tessera.p11.rawsign") {
-            RawSignLoop.run(module: module, slot: slot, key: key, mechanism: mechanism, data: digest,
-                            iterations: iterations, sessions: sessions)
+            RawSignLoop.run(
+                module: module, slot: slot, key: key, mechanism: mechanism, data: digest,
+                iterations: iterations, sessions: sessions)
         }.get()
     }
 
@@ -503,7 +549,9 @@ public final class PKCS11Token: Sendable {
     }
 
     /// Runs `body` on one session while holding every session of the pool (no other operation in flight).
-    private func drained(_ body: @escaping @Sendable (SessionContext) throws(OperationError) -> Void) async throws(TesseraError) {
+    private func drained(_ body: @escaping @Sendable (SessionContext) throws(OperationError) -> Void)
+        async throws(TesseraError)
+    {
         guard let workers = await pool.acquireAll() else { throw Self.finalizedError }
         let result = await workers[0].run(body)
         workers.forEach(pool.release)
@@ -524,15 +572,20 @@ extension TokenFlags {
 
 /// The benchmark baseline: N sessions signing in parallel on plain threads.
 enum RawSignLoop {
-    static func run(module: Module, slot: ck_slot_id_t, key: ck_object_handle_t, mechanism: ck_mechanism_type_t,
-                    data: [UInt8], iterations: Int, sessions: Int) -> Result<Double, TesseraError> {
+    static func run(
+        module: Module, slot: ck_slot_id_t, key: ck_object_handle_t, mechanism: ck_mechanism_type_t,
+        data: [UInt8], iterations: Int, sessions: Int
+    ) -> Result<Double, TesseraError> {
         var handles: [ck_session_handle_t] = []
         defer { for h in handles { _ = module.f.C_CloseSession?(h) } }
         for _ in 0..<sessions {
             var h: ck_session_handle_t = 0
-            let rv = module.f.C_OpenSession?(slot, ck_flags_t(CKF_SERIAL_SESSION), nil, nil, &h)
+            let rv =
+                module.f.C_OpenSession?(slot, ck_flags_t(CKF_SERIAL_SESSION), nil, nil, &h)
                 ?? ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED)
-            guard rv == CKR_OK else { return .failure(mapFailure(CKFailure(rv, "C_OpenSession"), module: module, slot: slot)) }
+            guard rv == CKR_OK else {
+                return .failure(mapFailure(CKFailure(rv, "C_OpenSession"), module: module, slot: slot))
+            }
             handles.append(h)
         }
         let firstFailure = Locked<CKFailure?>(nil)
@@ -561,4 +614,3 @@ enum RawSignLoop {
         return .success(Double(iterations) / max(elapsed, 1e-9))
     }
 }
-

@@ -85,8 +85,10 @@ extension TokenInfo {
     }
 
     /// The stable token id: "p11-" + 16 hex digits of SHA-256 over module file name, manufacturer, model, serial, label.
-    static func stableID(moduleFileName: String, manufacturer: String, model: String, serial: String, label: String,
-                         disambiguator: String = "") -> String {
+    static func stableID(
+        moduleFileName: String, manufacturer: String, model: String, serial: String, label: String,
+        disambiguator: String = ""
+    ) -> String {
         let material = [moduleFileName, manufacturer, model, serial, label, disambiguator].joined(separator: "\u{0}")
         return "p11-" + Hex.encode(Array(SHA256.hash(data: Array(material.utf8)).prefix(8)))
     }

@@ -5,7 +5,7 @@ import TesseraCore
 import VPCD
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A software PN532 speaking the UART frame protocol on a pseudo-terminal, with an emulated card behind it.
@@ -36,8 +36,10 @@ public final class PN532Emulator: Sendable {
         /// at the reader's next poll (InListPassiveTarget). nil = never.
         public var removeAfterAPDUs: Int?
 
-        public init(uid: [UInt8] = [0x08, 0x54, 0x53, 0x52], atqa: [UInt8] = [0x00, 0x04], sak: UInt8 = 0x20,
-                    ats: [UInt8] = [0x05, 0x78, 0x80, 0x70, 0x02], removeAfterAPDUs: Int? = nil) {
+        public init(
+            uid: [UInt8] = [0x08, 0x54, 0x53, 0x52], atqa: [UInt8] = [0x00, 0x04], sak: UInt8 = 0x20,
+            ats: [UInt8] = [0x05, 0x78, 0x80, 0x70, 0x02], removeAfterAPDUs: Int? = nil
+        ) {
             self.uid = uid; self.atqa = atqa; self.sak = sak; self.ats = ats; self.removeAfterAPDUs = removeAfterAPDUs
         }
     }
@@ -90,8 +92,10 @@ public final class PN532Emulator: Sendable {
     }
 
     /// Opens a pseudo-terminal. With `link`, a symlink at that path points to the slave (replacing a stale link).
-    public init(card: any VirtualCard, options: Options = Options(), link: String? = nil,
-                onEvent: EventHook? = nil) throws(TesseraError) {
+    public init(
+        card: any VirtualCard, options: Options = Options(), link: String? = nil,
+        onEvent: EventHook? = nil
+    ) throws(TesseraError) {
         var master: Int32 = -1, slave: Int32 = -1
         var name = [CChar](repeating: 0, count: 256)
         let rc = tessera_pty_open(&master, &slave, &name, UInt(name.count))
@@ -136,7 +140,9 @@ public final class PN532Emulator: Sendable {
 
     /// Stops serving (within about 100 ms) and removes the symlink.
     public func stop() {
-        state.withLock { $0.running = false; $0.stopped = true }
+        state.withLock {
+            $0.running = false; $0.stopped = true
+        }
         if let linkPath { try? FileManager.default.removeItem(atPath: linkPath) }
     }
 
@@ -227,19 +233,19 @@ public final class PN532Emulator: Sendable {
     private func handle(code: UInt8, params: [UInt8]) -> [UInt8]? {
         state.withLock { $0.commandLog.append(code) }
         switch code {
-        case 0x00: // Diagnose
+        case 0x00:  // Diagnose
             guard let test = params.first else { return [] }
             switch test {
-            case 0x00: return params // communication line test: echo
-            case 0x06: // ISO 14443-4 card presence
+            case 0x00: return params  // communication line test: echo
+            case 0x06:  // ISO 14443-4 card presence
                 return [state.withLock { $0.activeTarget && $0.cardInField } ? 0x00 : 0x01]
             default: return [0x00]
             }
-        case 0x02: return [0x32, 0x01, 0x06, 0x07] // GetFirmwareVersion: PN532 v1.6, ISO A/B + 18092
-        case 0x04: // GetGeneralStatus
+        case 0x02: return [0x32, 0x01, 0x06, 0x07]  // GetFirmwareVersion: PN532 v1.6, ISO A/B + 18092
+        case 0x04:  // GetGeneralStatus
             let (field, active) = state.withLock { ($0.field, $0.activeTarget) }
             return [0x00, field ? 0x01 : 0x00] + (active ? [0x01, 0x01, 0x00, 0x00, 0x00] : [0x00]) + [0x00]
-        case 0x06: // ReadRegister
+        case 0x06:  // ReadRegister
             var out: [UInt8] = []
             var i = 0
             while i + 1 < params.count {
@@ -248,7 +254,7 @@ public final class PN532Emulator: Sendable {
                 i += 2
             }
             return out
-        case 0x08: // WriteRegister
+        case 0x08:  // WriteRegister
             var i = 0
             while i + 2 < params.count {
                 let address = UInt16(params[i]) << 8 | UInt16(params[i + 1])
@@ -257,26 +263,26 @@ public final class PN532Emulator: Sendable {
                 i += 3
             }
             return []
-        case 0x12: // SetParameters
+        case 0x12:  // SetParameters
             state.withLock { $0.parameters = params.first ?? 0 }
             return []
-        case 0x14: return [] // SAMConfiguration
-        case 0x16: // PowerDown
+        case 0x14: return []  // SAMConfiguration
+        case 0x16:  // PowerDown
             powerOffCard()
             return [0x00]
-        case 0x32: // RFConfiguration
+        case 0x32:  // RFConfiguration
             if params.first == 0x01, params.count >= 2 { setField(params[1] & 0x01 != 0) }
             return []
         case 0x4A: return listPassiveTarget(params)
         case 0x40: return dataExchange(params)
-        case 0x42: // InCommunicateThru: libnfc's ISO-DEP presence check sends R(NAK); answer R(ACK)
+        case 0x42:  // InCommunicateThru: libnfc's ISO-DEP presence check sends R(NAK); answer R(ACK)
             let active = state.withLock { $0.activeTarget && $0.cardInField }
             if active, params.count == 1, params[0] & 0xF6 == 0xB2 { return [0x00, 0xA2 | (params[0] & 0x01)] }
             return [0x01]
-        case 0x44: // InDeselect
+        case 0x44:  // InDeselect
             state.withLock { $0.activeTarget = false }
             return [0x00]
-        case 0x52: // InRelease (in target mode: stops the emulation)
+        case 0x52:  // InRelease (in target mode: stops the emulation)
             state.withLock { $0.activeTarget = false }
             releaseTarget()
             onEvent?(.released)
@@ -285,9 +291,9 @@ public final class PN532Emulator: Sendable {
         case 0x86: return getData()
         case 0x8E: return setData(params)
         case 0x8A: return targetStatus()
-        case 0x88, 0x90, 0x92, 0x94: return [0x27] // raw target mode (no PICC emulation) is not emulated
-        case 0x56, 0x46, 0x4E, 0x50, 0x60: return [0x01] // DEP / PSL / select / autopoll: nothing answers
-        default: return [0x27] // "command not acceptable in this context"
+        case 0x88, 0x90, 0x92, 0x94: return [0x27]  // raw target mode (no PICC emulation) is not emulated
+        case 0x56, 0x46, 0x4E, 0x50, 0x60: return [0x01]  // DEP / PSL / select / autopoll: nothing answers
+        default: return [0x27]  // "command not acceptable in this context"
         }
     }
 
@@ -355,12 +361,12 @@ public final class PN532Emulator: Sendable {
         }
         guard deliver else {
             onEvent?(.exchange(command: command, response: [], commandTime: started, responseTime: Date()))
-            return [0x01] // timeout: the target does not answer
+            return [0x01]  // timeout: the target does not answer
         }
         let response = blocking { [card] in await card.process(command) }
         state.withLock { $0.apdusAnswered += 1 }
         onEvent?(.exchange(command: command, response: response, commandTime: started, responseTime: Date()))
-        guard response.count <= 263 else { return [0x0E] } // would need MI chaining: internal buffer overflow
+        guard response.count <= 263 else { return [0x0E] }  // would need MI chaining: internal buffer overflow
         return [0x00] + response
     }
 

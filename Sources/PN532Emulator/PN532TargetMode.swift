@@ -34,7 +34,8 @@ struct TargetState: Sendable {
 
 extension PN532Emulator {
     /// A software PN532 with no card in its field (for target mode, where the host emulates the card).
-    public static func withoutCard(link: String? = nil, onEvent: EventHook? = nil) throws(TesseraError) -> PN532Emulator {
+    public static func withoutCard(link: String? = nil, onEvent: EventHook? = nil) throws(TesseraError) -> PN532Emulator
+    {
         let emulator = try PN532Emulator(card: NoCard(), link: link, onEvent: onEvent)
         emulator.state.withLock { $0.cardInField = false }
         return emulator
@@ -83,7 +84,8 @@ extension PN532Emulator {
 
     /// TgSetData: the host's response APDU goes to the waiting external reader.
     func setData(_ response: [UInt8]) -> [UInt8] {
-        let (status, waiter) = state.withLock { s -> (UInt8, CheckedContinuation<Result<[UInt8], TesseraError>, Never>?) in
+        let (status, waiter) = state.withLock {
+            s -> (UInt8, CheckedContinuation<Result<[UInt8], TesseraError>, Never>?) in
             switch s.target.phase {
             case .active:
                 defer { s.target.responseWaiter = nil }
@@ -169,30 +171,38 @@ public struct PN532ExternalReader: APDUTransport {
             let armed = emulator.state.withLock { s -> Result<Activation, TesseraError>? in
                 guard s.target.phase == .armed, s.target.waiting == 0x8C else { return nil }
                 guard s.target.mode & 0x04 != 0, s.parameters & 0x20 != 0 else {
-                    return .failure(TesseraError(.unsupportedProtocol,
-                        "the host armed target mode without ISO 14443-4 PICC emulation (mode \(s.target.mode), "
-                        + "parameters \(s.parameters)); raw target mode is not emulated"))
+                    return .failure(
+                        TesseraError(
+                            .unsupportedProtocol,
+                            "the host armed target mode without ISO 14443-4 PICC emulation (mode \(s.target.mode), "
+                                + "parameters \(s.parameters)); raw target mode is not emulated"))
                 }
                 s.target.phase = .active
                 s.target.waiting = nil
                 s.target.inbound = nil
                 let ats = [0x75, 0x77, 0x81, 0x02] + s.target.historical
-                return .success(Activation(uid: s.target.uid, atqa: s.target.atqa, sak: s.target.sak,
-                                           ats: [UInt8(ats.count + 1)] + ats))
+                return .success(
+                    Activation(
+                        uid: s.target.uid, atqa: s.target.atqa, sak: s.target.sak,
+                        ats: [UInt8(ats.count + 1)] + ats))
             }
             switch armed {
             case .success(let activation):
                 // Mode: 106 kbps, ISO 14443-4 PICC, MIFARE framing; the initiator command was RATS.
                 emulator.respond(to: 0x8C, with: [0x08, 0xE0, 0x80])
-                emulator.onEvent?(.activated(uid: activation.uid, atqa: activation.atqa, sak: activation.sak,
-                                             ats: activation.ats))
+                emulator.onEvent?(
+                    .activated(
+                        uid: activation.uid, atqa: activation.atqa, sak: activation.sak,
+                        ats: activation.ats))
                 return activation
             case .failure(let error):
                 throw error
             case nil:
                 if ContinuousClock.now >= deadline {
-                    throw TesseraError(.noCard, "no emulated card answered: the host did not arm target mode "
-                                       + "(TgInitAsTarget) within \(timeout)")
+                    throw TesseraError(
+                        .noCard,
+                        "no emulated card answered: the host did not arm target mode "
+                            + "(TgInitAsTarget) within \(timeout)")
                 }
                 try? await Task.sleep(for: .milliseconds(2))
             }
@@ -234,14 +244,17 @@ public struct PN532ExternalReader: APDUTransport {
             guard let id = start.id else { return }
             Task {
                 try? await Task.sleep(for: timeout)
-                let expired = emulator.state.withLock { s -> CheckedContinuation<Result<[UInt8], TesseraError>, Never>? in
+                let expired = emulator.state.withLock {
+                    s -> CheckedContinuation<Result<[UInt8], TesseraError>, Never>? in
                     guard let waiter = s.target.responseWaiter, waiter.id == id else { return nil }
                     s.target.responseWaiter = nil
                     s.target.inbound = nil
                     return waiter.continuation
                 }
-                expired?.resume(returning: .failure(TesseraError(
-                    .cardRemoved, "the emulated card did not answer within \(timeout)")))
+                expired?.resume(
+                    returning: .failure(
+                        TesseraError(
+                            .cardRemoved, "the emulated card did not answer within \(timeout)")))
             }
         }
         let response = try result.get()
@@ -265,8 +278,10 @@ public struct PN532ExternalReader: APDUTransport {
             return (wasOn, getData, s.target.responseWaiter?.continuation)
         }
         if abortGetData { emulator.respond(to: 0x86, with: [PN532Status.released]) }
-        waiter?.resume(returning: .failure(TesseraError(
-            .cardRemoved, "the reader switched its field off before the card answered")))
+        waiter?.resume(
+            returning: .failure(
+                TesseraError(
+                    .cardRemoved, "the reader switched its field off before the card answered")))
         if wasOn { emulator.onEvent?(.fieldOff) }
     }
 

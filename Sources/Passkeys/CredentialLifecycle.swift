@@ -62,21 +62,26 @@ public struct ProvisioningCheck: Sendable, Equatable {
                 "credentialIds": .array(credentials.map { .string(Base64URL.encode($0.credentialId)) }),
             ]
             if decision == .deactivated {
-                throw TesseraError(.credentialDeactivated,
-                                   "a credential of this user is deactivated; pass replace: true to issue a new one",
-                                   details: details)
+                throw TesseraError(
+                    .credentialDeactivated,
+                    "a credential of this user is deactivated; pass replace: true to issue a new one",
+                    details: details)
             }
-            throw TesseraError(.credentialExists, decision == .suspended
-                ? "this user's credential here is suspended; resume it, or pass replace: true to replace it"
-                : "this user already has a credential on this token; pass replace: true to replace it",
-                               details: details)
+            throw TesseraError(
+                .credentialExists,
+                decision == .suspended
+                    ? "this user's credential here is suspended; resume it, or pass replace: true to replace it"
+                    : "this user already has a credential on this token; pass replace: true to replace it",
+                details: details)
         }
     }
 }
 
 extension PasskeyService {
     /// The provisioning check for `userId` at `rpId` on `tokenId` (nil: the token `enroll` would choose, if any).
-    public func provisioningCheck(rpId: String, userId: [UInt8], tokenId: String?) async throws(TesseraError) -> ProvisioningCheck {
+    public func provisioningCheck(rpId: String, userId: [UInt8], tokenId: String?) async throws(TesseraError)
+        -> ProvisioningCheck
+    {
         try Self.validate(rpId: rpId)
         let token: String?
         if let tokenId { token = tokenId } else { token = await tokens().first?.id }
@@ -84,14 +89,18 @@ extension PasskeyService {
     }
 
     /// Moves credentials to `state` (one transaction, audit events; see `CredentialStore.transition`).
-    public func transition(ids: [[UInt8]], to state: CredentialState, actor: String, reason: String?,
-                           command: (jti: String, issuer: String)? = nil) async throws(TesseraError) -> [CredentialStore.Transition] {
+    public func transition(
+        ids: [[UInt8]], to state: CredentialState, actor: String, reason: String?,
+        command: (jti: String, issuer: String)? = nil
+    ) async throws(TesseraError) -> [CredentialStore.Transition] {
         let result = try await store.transition(ids: ids, to: state, actor: actor, reason: reason, command: command)
         remember(result)
-        logger.notice("credential state changed", metadata: [
-            "state": "\(state.rawValue)", "actor": "\(actor)",
-            "changed": "\(result.filter(\.changed).count)/\(result.count)",
-        ])
+        logger.notice(
+            "credential state changed",
+            metadata: [
+                "state": "\(state.rawValue)", "actor": "\(actor)",
+                "changed": "\(result.filter(\.changed).count)/\(result.count)",
+            ])
         return result
     }
 
@@ -127,8 +136,10 @@ extension PasskeyService {
         let active = candidates.filter { $0.state == .active }
         if !active.isEmpty { return active }
         let first = candidates[0]
-        let details: [String: JSONValue] = ["credentialId": .string(Base64URL.encode(first.credentialId)),
-                                            "state": .string(first.state.rawValue)]
+        let details: [String: JSONValue] = [
+            "credentialId": .string(Base64URL.encode(first.credentialId)),
+            "state": .string(first.state.rawValue),
+        ]
         if first.state == .suspended {
             throw TesseraError(.credentialSuspended, "the credential is suspended", details: details)
         }

@@ -65,7 +65,8 @@ public struct TokenKey: Sendable, Equatable {
 
 extension KeyStoreToken {
     public func publicKeys() async throws(TesseraError) -> [TokenKey] { [] }
-    public func signRSA(handle: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8] {
+    public func signRSA(handle: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8]
+    {
         throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) holds no RSA keys")
     }
     public func login(pin: PINAttempt) async throws(TesseraError) {

@@ -50,8 +50,9 @@ struct PINBackoffTable: Sendable {
         guard let e = entries[uid], now < e.until else { return }
         let wait = e.until - now
         let seconds = Int((Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18).rounded(.up))
-        throw TesseraError(.pinBackoff, "a wrong PIN came from uid \(uid) a moment ago: no PIN is tried for it for \(seconds) s",
-                           details: ["retryAfterSeconds": .number(Double(max(seconds, 1)))])
+        throw TesseraError(
+            .pinBackoff, "a wrong PIN came from uid \(uid) a moment ago: no PIN is tried for it for \(seconds) s",
+            details: ["retryAfterSeconds": .number(Double(max(seconds, 1)))])
     }
 
     /// Records a wrong PIN from `uid` at `now`; returns the wait it now has.
@@ -84,7 +85,8 @@ public final class PINAttempt: Sendable {
     private let outcome = Mutex<Bool?>(nil)
 
     init(pin: String, allowFinalTry: Bool, caller: PINCaller?, tokenId: String, rules: PINRules?) {
-        self.pin = pin; self.allowFinalTry = allowFinalTry; self.caller = caller; self.tokenId = tokenId; self.rules = rules
+        self.pin = pin; self.allowFinalTry = allowFinalTry; self.caller = caller; self.tokenId = tokenId;
+        self.rules = rules
     }
 
     /// A PIN attempt under no rules but the final-try guard (tests, the benchmark, unattended PIN files).
@@ -97,9 +99,10 @@ public final class PINAttempt: Sendable {
     /// `retriesLeft`: what the token reports now; nil when it does not tell.
     public func willSpendTry(retriesLeft: Int?) throws(TesseraError) {
         if retriesLeft == 1 && !allowFinalTry {
-            throw TesseraError(.pinFinalTryProtected,
-                               "token \(tokenId) has one PIN try left: the PIN is not tried unless the request says allowFinalPinTry: true",
-                               details: ["retriesLeft": 1])
+            throw TesseraError(
+                .pinFinalTryProtected,
+                "token \(tokenId) has one PIN try left: the PIN is not tried unless the request says allowFinalPinTry: true",
+                details: ["retriesLeft": 1])
         }
         try rules?.checkBackoff(caller)
     }
@@ -149,7 +152,9 @@ public final class PINRules: Sendable {
             if !attempt.recordedOutcome { attempt.didSpendTry(nil) }
             return result
         } catch {
-            if !attempt.recordedOutcome, error.code == .pinInvalid || error.code == .pinLocked { attempt.didSpendTry(error) }
+            if !attempt.recordedOutcome, error.code == .pinInvalid || error.code == .pinLocked {
+                attempt.didSpendTry(error)
+            }
             throw error
         }
     }
@@ -169,8 +174,10 @@ public final class PINRules: Sendable {
         }
         let now = ContinuousClock.now
         let wait = table.withLock { $0.recordFailure(uid: uid, now: now) }
-        var metadata: Logger.Metadata = ["token": "\(tokenId)", "result": "\(error.code.rawValue)",
-                                         "backoff": "\(wait)"]
+        var metadata: Logger.Metadata = [
+            "token": "\(tokenId)", "result": "\(error.code.rawValue)",
+            "backoff": "\(wait)",
+        ]
         if let caller {
             metadata["uid"] = "\(caller.uid)"
             metadata["pid"] = "\(caller.pid)"

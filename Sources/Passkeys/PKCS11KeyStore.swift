@@ -21,8 +21,10 @@ public final class PKCS11KeyStore: KeyStore {
 
     /// Loads the modules and logs in unattended software tokens that have a PIN file.
     /// With `embeddedSoftHSMDir`, SoftHSM2 keeps its tokens there, and a token is created when no usable one exists.
-    public static func open(modules: [String], embeddedSoftHSMDir: String?, pinFiles: [String: String],
-                            sessionsPerToken: Int?, logger: Logger) async throws(TesseraError) -> PKCS11KeyStore {
+    public static func open(
+        modules: [String], embeddedSoftHSMDir: String?, pinFiles: [String: String],
+        sessionsPerToken: Int?, logger: Logger
+    ) async throws(TesseraError) -> PKCS11KeyStore {
         var pinFiles = pinFiles
         let embedded = embeddedSoftHSMDir.map { EmbeddedSoftHSM(directory: $0) }
         if let embedded { try embedded.prepare(logger: logger) }
@@ -43,11 +45,13 @@ public final class PKCS11KeyStore: KeyStore {
             logger.info("token \(token.id): \(token.info.label) (\(token.info.manufacturer) \(token.info.model))")
             guard let file = pinFiles[token.id] ?? pinFiles[token.info.label] else { continue }
             if token.info.flags.isHardwareSlot || token.info.flags.isRemovableDevice {
-                logger.warning("refusing PIN file for hardware token \(token.id): PINs of hardware tokens come from the user")
+                logger.warning(
+                    "refusing PIN file for hardware token \(token.id): PINs of hardware tokens come from the user")
                 continue
             }
             do {
-                let pin = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+                let pin = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
+                    in: .whitespacesAndNewlines)
                 try await token.login(pin: pin)
                 logger.info("token \(token.id) logged in with its PIN file")
             } catch {
@@ -84,13 +88,17 @@ struct PKCS11TokenAdapter: KeyStoreToken {
     func describe() async -> JSONValue {
         let i = token.info
         let loggedIn = await token.isLoggedIn
-        return ["id": .string(token.id), "label": .string(i.label), "manufacturer": .string(i.manufacturer),
-                "model": .string(i.model), "serial": .string(i.serial), "backend": "pkcs11", "present": true,
-                "module": .string(i.moduleName),
-                "flags": ["loginRequired": .bool(i.flags.loginRequired), "loggedIn": .bool(loggedIn),
-                          "pinCountLow": .bool(i.flags.userPinCountLow), "pinFinalTry": .bool(i.flags.userPinFinalTry),
-                          "pinLocked": .bool(i.flags.userPinLocked), "hardware": .bool(i.flags.isHardwareSlot),
-                          "removable": .bool(i.flags.isRemovableDevice)]]
+        return [
+            "id": .string(token.id), "label": .string(i.label), "manufacturer": .string(i.manufacturer),
+            "model": .string(i.model), "serial": .string(i.serial), "backend": "pkcs11", "present": true,
+            "module": .string(i.moduleName),
+            "flags": [
+                "loginRequired": .bool(i.flags.loginRequired), "loggedIn": .bool(loggedIn),
+                "pinCountLow": .bool(i.flags.userPinCountLow), "pinFinalTry": .bool(i.flags.userPinFinalTry),
+                "pinLocked": .bool(i.flags.userPinLocked), "hardware": .bool(i.flags.isHardwareSlot),
+                "removable": .bool(i.flags.isRemovableDevice),
+            ],
+        ]
     }
 
     func needsPIN() async -> Bool {
@@ -110,7 +118,7 @@ struct PKCS11TokenAdapter: KeyStoreToken {
         if let pin, token.isLoginPIN(pin.pin) {
             do {
                 return try await token.signP256(keyID: handle, message: message, digest: digest)
-            } catch where error.code == .pinRequired {}
+            } catch  where error.code == .pinRequired {}
         }
         try await verify(pin)
         return try await token.signP256(keyID: handle, message: message, digest: digest)
@@ -145,8 +153,9 @@ extension PKCS11TokenAdapter {
     /// before `C_Login`, under the token's login lock.
     private func verify(_ pin: PINAttempt?) async throws(TesseraError) {
         guard let pin else { return }
-        try await token.verifyPIN(pin.pin, beforeTry: { n throws(TesseraError) in try pin.willSpendTry(retriesLeft: n) },
-                                  afterTry: { pin.didSpendTry($0) })
+        try await token.verifyPIN(
+            pin.pin, beforeTry: { n throws(TesseraError) in try pin.willSpendTry(retriesLeft: n) },
+            afterTry: { pin.didSpendTry($0) })
     }
 }
 
@@ -167,8 +176,9 @@ struct EmbeddedSoftHSM {
         }
         let fm = FileManager.default
         do {
-            try fm.createDirectory(atPath: directory + "/tokens", withIntermediateDirectories: true,
-                                   attributes: [.posixPermissions: 0o700])
+            try fm.createDirectory(
+                atPath: directory + "/tokens", withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
             if !fm.fileExists(atPath: configPath) {
                 let text = "directories.tokendir = \(directory)/tokens\nobjectstore.backend = file\nlog.level = ERROR\n"
                 try Data(text.utf8).write(to: URL(fileURLWithPath: configPath))
@@ -185,12 +195,17 @@ struct EmbeddedSoftHSM {
         let pin = Self.randomDigits(8)
         let soPIN = Self.randomDigits(12)
         do {
-            try provider.initializeFreeToken(moduleFileNameContaining: "softhsm2", label: Self.label, soPIN: soPIN, userPIN: pin)
-        } catch where error.code == .tokenNotPresent {
-            throw TesseraError(.tokenNotPresent,
-                               "no token found and SoftHSM2 cannot create one (apt-get install softhsm2): \(error.message)")
+            try provider.initializeFreeToken(
+                moduleFileNameContaining: "softhsm2", label: Self.label, soPIN: soPIN, userPIN: pin)
+        } catch  where error.code == .tokenNotPresent {
+            throw TesseraError(
+                .tokenNotPresent,
+                "no token found and SoftHSM2 cannot create one (apt-get install softhsm2): \(error.message)")
         }
-        guard FileManager.default.createFile(atPath: pinFile, contents: Data(pin.utf8), attributes: [.posixPermissions: 0o600]) else {
+        guard
+            FileManager.default.createFile(
+                atPath: pinFile, contents: Data(pin.utf8), attributes: [.posixPermissions: 0o600])
+        else {
             throw TesseraError(.storageError, "cannot write \(pinFile)")
         }
         logger.notice("no usable token found: created the embedded SoftHSM2 token '\(Self.label)' in \(directory)")

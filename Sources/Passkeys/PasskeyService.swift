@@ -1,5 +1,5 @@
-import Crypto
 import CredentialStore
+import Crypto
 import Foundation
 import Logging
 import Synchronization
@@ -18,8 +18,10 @@ public final class PasskeyService: Sendable {
     /// assertions need no database read.
     let records = Mutex<[[UInt8]: CredentialRecord]>([:])
 
-    public init(keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024,
-                pinBackoff: PINBackoffPolicy = .standard) {
+    public init(
+        keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024,
+        pinBackoff: PINBackoffPolicy = .standard
+    ) {
         self.pinRules = PINRules(backoff: pinBackoff, logger: logger)
         self.keyStores = keyStores
         self.store = store
@@ -80,12 +82,14 @@ public final class PasskeyService: Sendable {
         /// The identity binding to record with the credential (`IdentityBinding` JSON).
         public var identityBinding: String?
 
-        public init(rpId: String, userId: [UInt8], userName: String, userDisplayName: String, challenge: [UInt8],
-                    origin: String? = nil, excludeCredentials: [[UInt8]] = [], tokenId: String? = nil,
-                    pin: String? = nil, attestation: Attestation = .none, userVerification: UserVerification = .preferred,
-                    credentialId: [UInt8]? = nil, keyHandle: [UInt8]? = nil, caller: PINCaller? = nil,
-                    allowFinalPinTry: Bool = false, provisioning: ProvisioningRule? = nil, actor: String? = nil,
-                    identityBinding: String? = nil) {
+        public init(
+            rpId: String, userId: [UInt8], userName: String, userDisplayName: String, challenge: [UInt8],
+            origin: String? = nil, excludeCredentials: [[UInt8]] = [], tokenId: String? = nil,
+            pin: String? = nil, attestation: Attestation = .none, userVerification: UserVerification = .preferred,
+            credentialId: [UInt8]? = nil, keyHandle: [UInt8]? = nil, caller: PINCaller? = nil,
+            allowFinalPinTry: Bool = false, provisioning: ProvisioningRule? = nil, actor: String? = nil,
+            identityBinding: String? = nil
+        ) {
             self.caller = caller; self.allowFinalPinTry = allowFinalPinTry
             self.provisioning = provisioning; self.actor = actor; self.identityBinding = identityBinding
             self.rpId = rpId; self.userId = userId; self.userName = userName; self.userDisplayName = userDisplayName
@@ -115,24 +119,30 @@ public final class PasskeyService: Sendable {
         try Self.validate(challenge: r.challenge, clientDataHash: r.clientDataHash)
         for excluded in r.excludeCredentials {
             if let rec = try await store.credential(id: excluded), rec.rpId == r.rpId {
-                throw TesseraError(.credentialExcluded, "a credential in excludeCredentials already exists on token \(rec.tokenId)")
+                throw TesseraError(
+                    .credentialExcluded, "a credential in excludeCredentials already exists on token \(rec.tokenId)")
             }
         }
         let token = try await chooseToken(r.tokenId)
         let replacing = try await admit(r, tokenId: token.id)
         let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification)
 
-        if let id = r.credentialId, !(16...255).contains(id.count) { throw .invalidInput("credentialId must be 16 to 255 bytes") }
+        if let id = r.credentialId, !(16...255).contains(id.count) {
+            throw .invalidInput("credentialId must be 16 to 255 bytes")
+        }
         if let h = r.keyHandle, !(1...64).contains(h.count) { throw .invalidInput("keyHandle must be 1 to 64 bytes") }
         let credentialId = r.credentialId ?? SecureRandom.bytes(32)
         let keyHandle = r.keyHandle ?? SecureRandom.bytes(16)
         let label = "tessera:\(Base64URL.encode(credentialId))"
-        let point = try await withPIN(r.pin, caller: r.caller, allowFinalTry: r.allowFinalPinTry, token: token) { pin throws(TesseraError) in
+        let point = try await withPIN(r.pin, caller: r.caller, allowFinalTry: r.allowFinalPinTry, token: token) {
+            pin throws(TesseraError) in
             try await token.generateP256Key(handle: keyHandle, label: label, pin: pin)
         }
         Failpoint.hit("passkey.afterKeyGeneration")
-        let clientData = r.clientDataHash == nil
-            ? CollectedClientData(type: .create, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json : []
+        let clientData =
+            r.clientDataHash == nil
+            ? CollectedClientData(type: .create, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json
+            : []
         let cose: [UInt8]
         let authData: [UInt8]
         let attestationObject: [UInt8]
@@ -140,24 +150,30 @@ public final class PasskeyService: Sendable {
             cose = try COSEKey.ec2P256(ecPoint: point)
             var flags: AuthenticatorFlags = [.userPresent, .attestedCredentialData]
             if verified { flags.insert(.userVerified) }
-            authData = AuthenticatorData(
-                rpId: r.rpId, flags: flags, signCount: 0,
-                attestedCredential: try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose),
-                extensions: r.extensions
-            ).encoded
+            authData =
+                AuthenticatorData(
+                    rpId: r.rpId, flags: flags, signCount: 0,
+                    attestedCredential: try AttestedCredentialData(
+                        aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose),
+                    extensions: r.extensions
+                ).encoded
             switch r.attestation {
             case .none:
                 attestationObject = AttestationObject.none(authData: authData)
             case .packed:
                 // The PIN was verified by the key generation just before.
-                let raw = try await token.signP256(handle: keyHandle, message: Self.message(
-                    authData, clientData: clientData, clientDataHash: r.clientDataHash), pin: nil)
-                attestationObject = AttestationObject.packedSelf(authData: authData, signatureDER: try ECDSASignature.derFromRaw(raw))
+                let raw = try await token.signP256(
+                    handle: keyHandle,
+                    message: Self.message(
+                        authData, clientData: clientData, clientDataHash: r.clientDataHash), pin: nil)
+                attestationObject = AttestationObject.packedSelf(
+                    authData: authData, signatureDER: try ECDSASignature.derFromRaw(raw))
             }
-            let replaced = try await store.insert(CredentialRecord(
-                credentialId: Data(credentialId), rpId: r.rpId, userId: Data(r.userId), userName: r.userName,
-                userDisplayName: r.userDisplayName, tokenId: token.id, backend: token.backend,
-                keyHandle: Data(keyHandle), publicKey: Data(cose), identityBinding: r.identityBinding),
+            let replaced = try await store.insert(
+                CredentialRecord(
+                    credentialId: Data(credentialId), rpId: r.rpId, userId: Data(r.userId), userName: r.userName,
+                    userDisplayName: r.userDisplayName, tokenId: token.id, backend: token.backend,
+                    keyHandle: Data(keyHandle), publicKey: Data(cose), identityBinding: r.identityBinding),
                 replacing: replacing, actor: r.actor ?? r.caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil)
             remember(replaced)
         } catch {
@@ -166,8 +182,9 @@ public final class PasskeyService: Sendable {
             throw error
         }
         logger.info("passkey enrolled", metadata: ["rpId": "\(r.rpId)", "token": "\(token.id)", "uv": "\(verified)"])
-        return EnrollResult(credentialId: credentialId, attestationObject: attestationObject, clientDataJSON: clientData,
-                            authenticatorData: authData, publicKey: cose, tokenId: token.id, userVerified: verified)
+        return EnrollResult(
+            credentialId: credentialId, attestationObject: attestationObject, clientDataJSON: clientData,
+            authenticatorData: authData, publicKey: cose, tokenId: token.id, userVerified: verified)
     }
 
     /// Deletes a key that `enroll` may have generated under `handle` without recording its credential (the
@@ -180,22 +197,28 @@ public final class PasskeyService: Sendable {
         do {
             try await token.deleteKey(handle: handle, pin: nil)
             logger.notice("deleted a key generated but never recorded", metadata: ["token": "\(tokenId)"])
-        } catch where error.code == .passkeyNotFound {}
+        } catch  where error.code == .passkeyNotFound {}
     }
 
     /// The registration of a recorded credential rebuilt with `none` attestation (signCount 0, no UV flag):
     /// what a caller that lost `enroll`'s answer in a crash can still hand on.
-    public func rebuiltRegistration(of record: CredentialRecord, challenge: [UInt8], origin: String?) throws(TesseraError) -> EnrollResult {
+    public func rebuiltRegistration(of record: CredentialRecord, challenge: [UInt8], origin: String?)
+        throws(TesseraError) -> EnrollResult
+    {
         let credentialId = [UInt8](record.credentialId)
         let cose = [UInt8](record.publicKey)
         let authData = AuthenticatorData(
             rpId: record.rpId, flags: [.userPresent, .attestedCredentialData], signCount: 0,
-            attestedCredential: try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose)
+            attestedCredential: try AttestedCredentialData(
+                aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose)
         ).encoded
-        let clientData = CollectedClientData(type: .create, challenge: challenge, origin: origin ?? "https://\(record.rpId)").json
-        return EnrollResult(credentialId: credentialId, attestationObject: AttestationObject.none(authData: authData),
-                            clientDataJSON: clientData, authenticatorData: authData, publicKey: cose,
-                            tokenId: record.tokenId, userVerified: false)
+        let clientData = CollectedClientData(
+            type: .create, challenge: challenge, origin: origin ?? "https://\(record.rpId)"
+        ).json
+        return EnrollResult(
+            credentialId: credentialId, attestationObject: AttestationObject.none(authData: authData),
+            clientDataJSON: clientData, authenticatorData: authData, publicKey: cose,
+            tokenId: record.tokenId, userVerified: false)
     }
 
     // MARK: authenticate
@@ -215,9 +238,11 @@ public final class PasskeyService: Sendable {
         public var clientDataHash: [UInt8]?
         /// Whether the user's presence was tested (the UP flag); CTAP's `up: false` assertions clear it.
         public var userPresent = true
-        public init(rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
-                    pin: String? = nil, userVerification: UserVerification = .preferred, caller: PINCaller? = nil,
-                    allowFinalPinTry: Bool = false) {
+        public init(
+            rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
+            pin: String? = nil, userVerification: UserVerification = .preferred, caller: PINCaller? = nil,
+            allowFinalPinTry: Bool = false
+        ) {
             self.caller = caller; self.allowFinalPinTry = allowFinalPinTry
             self.rpId = rpId; self.challenge = challenge; self.allowCredentials = allowCredentials
             self.origin = origin; self.pin = pin; self.userVerification = userVerification
@@ -247,10 +272,13 @@ public final class PasskeyService: Sendable {
         }
         candidates = try Self.signing(candidates)
         let present = await tokens()
-        guard let (record, token) = candidates.lazy.compactMap({ rec in
-            present.first(where: { $0.id == rec.tokenId }).map { (rec, $0) }
-        }).first else {
-            throw TesseraError(.tokenNotPresent, "the token holding this passkey (\(candidates[0].tokenId)) is not present")
+        guard
+            let (record, token) = candidates.lazy.compactMap({ rec in
+                present.first(where: { $0.id == rec.tokenId }).map { (rec, $0) }
+            }).first
+        else {
+            throw TesseraError(
+                .tokenNotPresent, "the token holding this passkey (\(candidates[0].tokenId)) is not present")
         }
         // Without a PIN the token's own answer (PIN_REQUIRED when not logged in) comes from the signing call.
         let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification, checkLogin: false)
@@ -259,15 +287,18 @@ public final class PasskeyService: Sendable {
         var flags: AuthenticatorFlags = r.userPresent ? [.userPresent] : []
         if verified { flags.insert(.userVerified) }
         let authData = AuthenticatorData(rpId: r.rpId, flags: flags, signCount: count, attestedCredential: nil).encoded
-        let clientData = r.clientDataHash == nil
+        let clientData =
+            r.clientDataHash == nil
             ? CollectedClientData(type: .get, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json : []
         let message = Self.message(authData, clientData: clientData, clientDataHash: r.clientDataHash)
-        let raw = try await withPIN(r.pin, caller: r.caller, allowFinalTry: r.allowFinalPinTry, token: token) { pin throws(TesseraError) in
+        let raw = try await withPIN(r.pin, caller: r.caller, allowFinalTry: r.allowFinalPinTry, token: token) {
+            pin throws(TesseraError) in
             try await token.signP256(handle: [UInt8](record.keyHandle), message: message, pin: pin)
         }
-        return Assertion(credentialId: credentialId, authenticatorData: authData, clientDataJSON: clientData,
-                         signature: try ECDSASignature.derFromRaw(raw), userHandle: [UInt8](record.userId),
-                         signCount: count, userVerified: verified)
+        return Assertion(
+            credentialId: credentialId, authenticatorData: authData, clientDataJSON: clientData,
+            signature: try ECDSASignature.derFromRaw(raw), userHandle: [UInt8](record.userId),
+            signCount: count, userVerified: verified)
     }
 
     // MARK: credentials
@@ -292,24 +323,30 @@ public final class PasskeyService: Sendable {
     /// record. A missing token keeps the metadata and fails clearly. `pin` logs in first under the PIN rules
     /// (tokens whose keys need a login answer PIN_REQUIRED without it).
     @discardableResult
-    public func delete(id: [UInt8], pin: String? = nil, caller: PINCaller? = nil,
-                       allowFinalPinTry: Bool = false, actor: String? = nil) async throws(TesseraError) -> CredentialRecord {
+    public func delete(
+        id: [UInt8], pin: String? = nil, caller: PINCaller? = nil,
+        allowFinalPinTry: Bool = false, actor: String? = nil
+    ) async throws(TesseraError) -> CredentialRecord {
         if pin != nil { try pinRules.checkBackoff(caller) }
         let rec = try await credential(id: id)
         guard let token = await token(id: rec.tokenId) else {
-            throw TesseraError(.tokenNotPresent,
-                               "token \(rec.tokenId) holding this passkey is not present; metadata kept, nothing deleted")
+            throw TesseraError(
+                .tokenNotPresent,
+                "token \(rec.tokenId) holding this passkey is not present; metadata kept, nothing deleted")
         }
         do {
-            try await withPIN(pin, caller: caller, allowFinalTry: allowFinalPinTry, token: token) { pin throws(TesseraError) in
+            try await withPIN(pin, caller: caller, allowFinalTry: allowFinalPinTry, token: token) {
+                pin throws(TesseraError) in
                 try await token.deleteKey(handle: [UInt8](rec.keyHandle), pin: pin)
             }
-        } catch where error.code == .passkeyNotFound {
+        } catch  where error.code == .passkeyNotFound {
             logger.warning("key of credential already absent from its token; removing metadata")
         }
-        try await store.delete(id: id, event: CredentialEvent(
-            credentialId: Data(id), at: Date(), fromState: rec.state.rawValue, toState: "deleted",
-            actor: actor ?? caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil))
+        try await store.delete(
+            id: id,
+            event: CredentialEvent(
+                credentialId: Data(id), at: Date(), fromState: rec.state.rawValue, toState: "deleted",
+                actor: actor ?? caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil))
         _ = records.withLock { $0.removeValue(forKey: id) }
         await counters.forget(id)
         return rec
@@ -331,8 +368,10 @@ public final class PasskeyService: Sendable {
     }
 
     /// Runs `operation` with the caller's PIN under `pinRules`, or with nil when the request has no PIN.
-    private func withPIN<T>(_ pin: String?, caller: PINCaller?, allowFinalTry: Bool, token: any KeyStoreToken,
-                            _ operation: (PINAttempt?) async throws(TesseraError) -> T) async throws(TesseraError) -> T {
+    private func withPIN<T>(
+        _ pin: String?, caller: PINCaller?, allowFinalTry: Bool, token: any KeyStoreToken,
+        _ operation: (PINAttempt?) async throws(TesseraError) -> T
+    ) async throws(TesseraError) -> T {
         guard let pin else { return try await operation(nil) }
         return try await pinRules.withCallerPIN(pin, caller: caller, allowFinalTry: allowFinalTry, tokenId: token.id) {
             (attempt: PINAttempt) async throws(TesseraError) -> T in try await operation(attempt)
@@ -341,8 +380,10 @@ public final class PasskeyService: Sendable {
 
     /// With a PIN, the operation is user-verified (the token checks the PIN in the operation itself and fails it
     /// with PIN_INVALID); without one, checks that the request does not require UV and the token can sign.
-    private func authorize(_ token: any KeyStoreToken, pin: String?, userVerification: UserVerification,
-                           checkLogin: Bool = true) async throws(TesseraError) -> Bool {
+    private func authorize(
+        _ token: any KeyStoreToken, pin: String?, userVerification: UserVerification,
+        checkLogin: Bool = true
+    ) async throws(TesseraError) -> Bool {
         if let pin {
             guard !pin.isEmpty, pin.utf8.count <= 64 else { throw .invalidInput("pin must be 1 to 64 bytes") }
             return true
@@ -372,7 +413,9 @@ public final class PasskeyService: Sendable {
             guard clientDataHash.count == 32 else { throw .invalidInput("clientDataHash must be 32 bytes") }
             return
         }
-        guard !challenge.isEmpty, challenge.count <= 1024 else { throw .invalidInput("challenge must be 1 to 1024 bytes") }
+        guard !challenge.isEmpty, challenge.count <= 1024 else {
+            throw .invalidInput("challenge must be 1 to 1024 bytes")
+        }
     }
 
     /// What the credential key signs: authenticatorData ‖ SHA-256(clientDataJSON), or ‖ the client's hash.

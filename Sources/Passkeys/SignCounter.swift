@@ -1,6 +1,6 @@
+import CredentialStore
 import Foundation
 import TesseraCore
-import CredentialStore
 
 /// Hands out strictly increasing signature counters per credential without a disk sync per assertion:
 /// a block of values is reserved durably ahead of use, and after a crash counting resumes above the block.

@@ -23,16 +23,20 @@ public final class RPCClient: Sendable {
     }
 
     /// Connects to the daemon at `path`. Throws DAEMON_UNAVAILABLE when nothing listens there.
-    public static func connect(path: String, maxFrameBytes: Int = 64 << 20,
-                               group: MultiThreadedEventLoopGroup = .singleton) async throws(TesseraError) -> RPCClient {
-        let (stream, continuation) = AsyncStream.makeStream(of: RPCNotification.self, bufferingPolicy: .bufferingNewest(4096))
+    public static func connect(
+        path: String, maxFrameBytes: Int = 64 << 20,
+        group: MultiThreadedEventLoopGroup = .singleton
+    ) async throws(TesseraError) -> RPCClient {
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: RPCNotification.self, bufferingPolicy: .bufferingNewest(4096))
         let handler = ClientHandler(notifications: continuation)
         let channel: Channel
         do {
             channel = try await ClientBootstrap(group: group)
                 .channelInitializer { ch in
                     ch.eventLoop.makeCompletedFuture {
-                        try ch.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrameBytes)))
+                        try ch.pipeline.syncOperations.addHandler(
+                            ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrameBytes)))
                         try ch.pipeline.syncOperations.addHandler(handler)
                     }
                 }
@@ -91,8 +95,11 @@ public final class RPCClient: Sendable {
     fileprivate func resolve(_ message: JSONValue) -> Bool {
         guard let id = message["id"]?.intValue else { return false }
         guard let cont = state.withLock({ $0.pending.removeValue(forKey: id) }) else { return false }
-        if let error = message["error"] { cont.resume(throwing: RPCWire.decodeError(error)) }
-        else { cont.resume(returning: message["result"] ?? .null) }
+        if let error = message["error"] {
+            cont.resume(throwing: RPCWire.decodeError(error))
+        } else {
+            cont.resume(returning: message["result"] ?? .null)
+        }
         return true
     }
 

@@ -16,7 +16,9 @@ struct LineFrameDecoder: ByteToMessageDecoder {
         return .continue
     }
 
-    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws
+        -> DecodingState
+    {
         while let frame = try nextFrame(&buffer) { context.fireChannelRead(Self.wrapInboundOut(frame)) }
         if seenEOF, let frame = lastFrame(&buffer) { context.fireChannelRead(Self.wrapInboundOut(frame)) }
         return .needMoreData
@@ -33,7 +35,9 @@ struct LineFrameDecoder: ByteToMessageDecoder {
             buffer.moveReaderIndex(forwardBy: 1)
             scanned = 0
             // Tolerate CRLF line ends.
-            if frame.readableBytesView.last == UInt8(ascii: "\r") { frame = frame.getSlice(at: frame.readerIndex, length: frame.readableBytes - 1)! }
+            if frame.readableBytesView.last == UInt8(ascii: "\r") {
+                frame = frame.getSlice(at: frame.readerIndex, length: frame.readableBytes - 1)!
+            }
             return frame
         }
         scanned = view.count

@@ -29,8 +29,10 @@ public final class LengthPrefixedServer: Sendable {
         var shuttingDown = false
     }
 
-    public init(handler: any FrameHandler, logger: Logger, maxFrameBytes: Int,
-                eventLoopGroup: MultiThreadedEventLoopGroup = .singleton) {
+    public init(
+        handler: any FrameHandler, logger: Logger, maxFrameBytes: Int,
+        eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
+    ) {
         self.handler = handler
         self.logger = logger
         self.maxFrameBytes = maxFrameBytes
@@ -46,7 +48,8 @@ public final class LengthPrefixedServer: Sendable {
         state.withLock { $0.listener = server.channel }
         if state.withLock({ $0.shuttingDown }) { server.channel.close(promise: nil) }
         onListening()
-        await UnixListener.accept(server, logger: logger) { connection, peer in await self.serve(connection, peer: peer) }
+        await UnixListener.accept(server, logger: logger) { connection, peer in await self.serve(connection, peer: peer)
+        }
     }
 
     /// Stops accepting and closes every connection.
@@ -70,7 +73,8 @@ public final class LengthPrefixedServer: Sendable {
             try await withTaskExecutorPreference(EventLoopTaskExecutor(channel.eventLoop)) {
                 try await connection.executeThenClose { inbound, outbound in
                     for try await frame in inbound {
-                        let reply = await self.handler.handle(Array(frame.readableBytesView), connectionID: id, peer: peer)
+                        let reply = await self.handler.handle(
+                            Array(frame.readableBytesView), connectionID: id, peer: peer)
                         var out = ByteBuffer()
                         out.writeInteger(UInt32(reply.count))
                         out.writeBytes(reply)
@@ -102,7 +106,9 @@ struct LengthPrefixDecoder: ByteToMessageDecoder {
         return .continue
     }
 
-    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws -> DecodingState {
+    mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws
+        -> DecodingState
+    {
         while try decode(context: context, buffer: &buffer) == .continue {}
         return .needMoreData  // a truncated last frame is dropped with the connection
     }

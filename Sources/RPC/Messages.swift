@@ -33,8 +33,10 @@ public enum RPCWire {
     public static func errorObject(_ error: TesseraError) -> JSONValue {
         var data: [String: JSONValue] = ["code": .string(error.code.rawValue), "retryable": .bool(error.retryable)]
         for (k, v) in error.details where data[k] == nil { data[k] = v }
-        return ["code": .number(Double(numericCode(for: error.code))), "message": .string(error.message),
-                "data": .object(data)]
+        return [
+            "code": .number(Double(numericCode(for: error.code))), "message": .string(error.message),
+            "data": .object(data),
+        ]
     }
 
     public static func response(id: JSONValue?, result: JSONValue) -> JSONValue {
@@ -57,7 +59,9 @@ public enum RPCWire {
     static func parseRequest(_ value: JSONValue) throws(TesseraError) -> RPCRequest {
         guard case .object(let o) = value else { throw TesseraError(.invalidRequest, "request must be an object") }
         guard o["jsonrpc"]?.stringValue == "2.0" else { throw TesseraError(.invalidRequest, "jsonrpc must be \"2.0\"") }
-        guard let method = o["method"]?.stringValue else { throw TesseraError(.invalidRequest, "method must be a string") }
+        guard let method = o["method"]?.stringValue else {
+            throw TesseraError(.invalidRequest, "method must be a string")
+        }
         let id = o["id"]
         if let id {
             switch id {
@@ -82,7 +86,8 @@ public enum RPCWire {
         var details = data
         details["code"] = nil
         details["retryable"] = nil
-        return TesseraError(TesseraError.Code(rawValue: code), message, retryable: data["retryable"]?.boolValue,
-                            details: details)
+        return TesseraError(
+            TesseraError.Code(rawValue: code), message, retryable: data["retryable"]?.boolValue,
+            details: details)
     }
 }

@@ -1,6 +1,7 @@
 import NIOCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The identity of the process at the other end of a Unix socket, as the kernel recorded it when it connected
@@ -44,7 +45,10 @@ extension PeerCredentials {
     private static func groups(_ provider: any SocketOptionProvider) async -> Set<UInt32> {
         let level = SocketOptionLevel(SOL_SOCKET), name = SocketOptionName(SO_PEERGROUPS)
         if (try? await provider.unsafeGetSocketOption(level: level, name: name).get() as NoGroups) != nil { return [] }
-        guard let list: InlineArray<1024, UInt32> = try? await provider.unsafeGetSocketOption(level: level, name: name).get() else {
+        guard
+            let list: InlineArray<1024, UInt32> = try? await provider.unsafeGetSocketOption(level: level, name: name)
+                .get()
+        else {
             return []
         }
         var groups = Set<UInt32>()

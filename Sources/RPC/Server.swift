@@ -1,10 +1,11 @@
 import Logging
 import NIOCore
-import Synchronization
 import NIOPosix
+import Synchronization
 import TesseraCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Handles the requests of one daemon. Implementations route by `request.method`.
@@ -157,9 +158,11 @@ public final class RPCServer: Sendable {
         var busy = 0
     }
 
-    public init(dispatcher: any RPCDispatcher, logger: Logger, maxFrameBytes: Int = 1 << 20,
-                maxRequestsInFlight: Int = 64, maxQueuedNotifications: Int = 1024,
-                eventLoopGroup: MultiThreadedEventLoopGroup = .singleton) {
+    public init(
+        dispatcher: any RPCDispatcher, logger: Logger, maxFrameBytes: Int = 1 << 20,
+        maxRequestsInFlight: Int = 64, maxQueuedNotifications: Int = 1024,
+        eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
+    ) {
         self.dispatcher = dispatcher
         self.logger = logger
         self.maxFrameBytes = maxFrameBytes
@@ -170,8 +173,11 @@ public final class RPCServer: Sendable {
 
     /// Connection counters for `daemon.status`.
     public func statistics() -> RPCConnectionStatistics {
-        state.withLock { RPCConnectionStatistics(open: $0.connections.count, accepted: $0.accepted,
-                                                 closedSlow: $0.closedSlow, busy: $0.busy) }
+        state.withLock {
+            RPCConnectionStatistics(
+                open: $0.connections.count, accepted: $0.accepted,
+                closedSlow: $0.closedSlow, busy: $0.busy)
+        }
     }
 
     /// Binds and serves until `shutdown()`; returns once every connection has drained.
@@ -184,7 +190,8 @@ public final class RPCServer: Sendable {
         state.withLock { $0.listener = server.channel }
         if state.withLock({ $0.shuttingDown }) { server.channel.close(promise: nil) }
         onListening()
-        await UnixListener.accept(server, logger: logger) { connection, peer in await self.serve(connection, peer: peer) }
+        await UnixListener.accept(server, logger: logger) { connection, peer in await self.serve(connection, peer: peer)
+        }
     }
 
     /// Stops accepting, lets in-flight requests finish and answers them, then closes connections.
@@ -224,9 +231,12 @@ public final class RPCServer: Sendable {
                 try await connection.executeThenClose { inbound, outbound in
                     let outbox = Outbox(limit: self.maxQueuedNotifications) {
                         self.state.withLock { $0.closedSlow += 1 }
-                        self.logger.warning("closing a connection that does not read its notifications", metadata: [
-                            "conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)",
-                            "queued": "\(self.maxQueuedNotifications)"])
+                        self.logger.warning(
+                            "closing a connection that does not read its notifications",
+                            metadata: [
+                                "conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)",
+                                "queued": "\(self.maxQueuedNotifications)",
+                            ])
                         channel.close(promise: nil)
                     }
                     let conn = RPCConnection(id: id, peer: peer, outbox: outbox)
@@ -256,9 +266,14 @@ public final class RPCServer: Sendable {
                                     }
                                 }
                             } catch is FrameTooLargeError {
-                                await conn.send(RPCWire.response(id: nil, error: TesseraError(
-                                    .frameTooLarge, "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
-                            } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel {
+                                await conn.send(
+                                    RPCWire.response(
+                                        id: nil,
+                                        error: TesseraError(
+                                            .frameTooLarge,
+                                            "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
+                            } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel
+                            {
                                 // Shutdown closed our input: answer what is in flight, then close.
                             }
                         }
@@ -279,8 +294,12 @@ public final class RPCServer: Sendable {
         state.withLock { $0.busy += 1 }
         let value = try? JSONValue.parse(frame)
         if let value, value["id"] == nil, value.objectValue != nil { return }  // a notification gets no answer
-        await conn.send(RPCWire.response(id: value?["id"], error: TesseraError(
-            .busy, "\(maxRequestsInFlight) requests of this connection are in flight; retry when one is answered")))
+        await conn.send(
+            RPCWire.response(
+                id: value?["id"],
+                error: TesseraError(
+                    .busy,
+                    "\(maxRequestsInFlight) requests of this connection are in flight; retry when one is answered")))
     }
 
     private func process(_ frame: [UInt8], on conn: RPCConnection) async {

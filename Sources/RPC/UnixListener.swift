@@ -11,9 +11,12 @@ enum UnixListener {
     typealias Listener = NIOAsyncChannel<(Connection, PeerCredentials), Never>
 
     /// `addDecoder` installs the frame decoder on a new connection's pipeline (on its event loop).
-    static func bind(_ address: RPCListenAddress, group: MultiThreadedEventLoopGroup, allowRemoteHalfClosure: Bool,
-                     addDecoder: @escaping @Sendable (ChannelPipeline.SynchronousOperations) throws -> Void)
-        async throws(TesseraError) -> Listener {
+    static func bind(
+        _ address: RPCListenAddress, group: MultiThreadedEventLoopGroup, allowRemoteHalfClosure: Bool,
+        addDecoder: @escaping @Sendable (ChannelPipeline.SynchronousOperations) throws -> Void
+    )
+        async throws(TesseraError) -> Listener
+    {
         do {
             let bootstrap = ServerBootstrap(group: group)
                 .serverChannelOption(.backlog, value: 128)
@@ -44,8 +47,10 @@ enum UnixListener {
     }
 
     /// Serves every accepted connection with `serve` until the listener closes.
-    static func accept(_ listener: Listener, logger: Logger,
-                       serve: @escaping @Sendable (Connection, PeerCredentials) async -> Void) async {
+    static func accept(
+        _ listener: Listener, logger: Logger,
+        serve: @escaping @Sendable (Connection, PeerCredentials) async -> Void
+    ) async {
         do {
             try await listener.executeThenClose { inbound in
                 try await withThrowingDiscardingTaskGroup { group in

@@ -103,7 +103,9 @@ public final class SSHAgent: Sendable {
     public func binds(connectionID: UInt64) -> [SessionBind] { state.withLock { $0.sessionBinds[connectionID] ?? [] } }
 
     /// Forgets a closed connection's state.
-    public func closed(connectionID: UInt64) { _ = state.withLock { $0.sessionBinds.removeValue(forKey: connectionID) } }
+    public func closed(connectionID: UInt64) {
+        _ = state.withLock { $0.sessionBinds.removeValue(forKey: connectionID) }
+    }
 
     /// Drops unlocks older than `pinCacheSeconds` (logging the tokens out).
     public func expire() async {
@@ -161,7 +163,8 @@ public final class SSHAgent: Sendable {
 
         case .removeSmartcardKey(let readerID):
             guard peer.maySign, let id = await backend.tokenID(readerID: readerID),
-                  state.withLock({ $0.unlocked.removeValue(forKey: id) }) != nil else { return .failure }
+                state.withLock({ $0.unlocked.removeValue(forKey: id) }) != nil
+            else { return .failure }
             await backend.forget(tokenID: id)
             backend.log(.info, "ssh-agent: token \(id) locked again (ssh-add -e)")
             return .success
@@ -176,7 +179,8 @@ public final class SSHAgent: Sendable {
 
         case .unlock(let passphrase):
             let opened = state.withLock { s -> Bool in
-                guard let lock = s.locks[peer.uid], ConstantTime.equal(lock.digest, Self.digest(lock.salt, passphrase)) else {
+                guard let lock = s.locks[peer.uid], ConstantTime.equal(lock.digest, Self.digest(lock.salt, passphrase))
+                else {
                     return false
                 }
                 s.locks[peer.uid] = nil
@@ -197,8 +201,10 @@ public final class SSHAgent: Sendable {
                 state.withLock { $0.sessionBinds[peer.connectionID, default: []].append(bind) }
                 var keyReader = SSHReader(bind.hostKey)
                 let hostKey = (try? keyReader.text()) ?? "unknown"
-                backend.log(.info, "ssh-agent conn \(peer.connectionID): session bound to a \(hostKey) host key"
-                            + (bind.forwarding ? " (forwarding)" : ""))
+                backend.log(
+                    .info,
+                    "ssh-agent conn \(peer.connectionID): session bound to a \(hostKey) host key"
+                        + (bind.forwarding ? " (forwarding)" : ""))
                 return .success
             default:
                 return .extensionFailure
@@ -234,8 +240,9 @@ public final class SSHAgent: Sendable {
         }
         do throws(TesseraError) {
             return .signature(try await backend.sign(identity, data: data, flags: flags))
-        } catch where error.code == .pinRequired {
-            backend.log(.notice, "ssh-agent: token \(identity.tokenID) needs a PIN: run `ssh-add -s \(identity.tokenID)`")
+        } catch  where error.code == .pinRequired {
+            backend.log(
+                .notice, "ssh-agent: token \(identity.tokenID) needs a PIN: run `ssh-add -s \(identity.tokenID)`")
             return .failure
         } catch {
             backend.log(.warning, "ssh-agent: sign with token \(identity.tokenID) failed: \(error)")

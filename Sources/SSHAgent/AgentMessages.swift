@@ -92,7 +92,9 @@ public enum AgentRequest: Sendable, Equatable {
             request = .removeAllIdentities
         case AgentMessageType.addSmartcardKey, AgentMessageType.addSmartcardKeyConstrained:
             let reader = try r.text(), pin = try r.text()
-            let constraints = type == AgentMessageType.addSmartcardKeyConstrained ? try AgentConstraints.parse(&r) : AgentConstraints()
+            let constraints =
+                type == AgentMessageType.addSmartcardKeyConstrained
+                ? try AgentConstraints.parse(&r) : AgentConstraints()
             return .addSmartcardKey(readerID: reader, pin: pin, constraints: constraints)
         case AgentMessageType.removeSmartcardKey:
             let reader = try r.text()

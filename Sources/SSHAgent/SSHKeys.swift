@@ -44,9 +44,13 @@ public enum SSHPublicKey: Sendable, Hashable {
         let type = try r.text()
         switch type {
         case "ecdsa-sha2-nistp256":
-            guard try r.text() == "nistp256" else { throw TesseraError(.malformedData, "curve name does not match nistp256") }
+            guard try r.text() == "nistp256" else {
+                throw TesseraError(.malformedData, "curve name does not match nistp256")
+            }
             let point = try r.string()
-            guard point.count == 65, point[0] == 4 else { throw TesseraError(.malformedData, "not an uncompressed P-256 point") }
+            guard point.count == 65, point[0] == 4 else {
+                throw TesseraError(.malformedData, "not an uncompressed P-256 point")
+            }
             self = .ecdsaP256(point: point)
         case "ssh-rsa":
             self = .rsa(exponent: try r.unsignedMPInt(), modulus: try r.unsignedMPInt())
@@ -102,7 +106,12 @@ public enum SSHSignature {
         guard algorithm == "ecdsa-sha2-nistp256" else { return (algorithm, body) }
         var inner = SSHReader(body)
         let rr = try inner.unsignedMPInt(), ss = try inner.unsignedMPInt()
-        guard inner.isAtEnd, rr.count <= 32, ss.count <= 32 else { throw TesseraError(.malformedData, "bad ECDSA signature blob") }
-        return (algorithm, [UInt8](repeating: 0, count: 32 - rr.count) + rr + [UInt8](repeating: 0, count: 32 - ss.count) + ss)
+        guard inner.isAtEnd, rr.count <= 32, ss.count <= 32 else {
+            throw TesseraError(.malformedData, "bad ECDSA signature blob")
+        }
+        return (
+            algorithm,
+            [UInt8](repeating: 0, count: 32 - rr.count) + rr + [UInt8](repeating: 0, count: 32 - ss.count) + ss
+        )
     }
 }

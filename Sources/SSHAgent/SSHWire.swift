@@ -9,7 +9,10 @@ public struct SSHWriter: Sendable {
     public mutating func byte(_ b: UInt8) { bytes.append(b) }
 
     public mutating func uint32(_ v: UInt32) {
-        bytes += [UInt8(v >> 24), UInt8(truncatingIfNeeded: v >> 16), UInt8(truncatingIfNeeded: v >> 8), UInt8(truncatingIfNeeded: v)]
+        bytes += [
+            UInt8(v >> 24), UInt8(truncatingIfNeeded: v >> 16), UInt8(truncatingIfNeeded: v >> 8),
+            UInt8(truncatingIfNeeded: v),
+        ]
     }
 
     public mutating func string(_ s: [UInt8]) {

@@ -21,15 +21,21 @@ public enum ECDSASignature {
         }
 
         /// NIST P-256 (secp256r1), SEC 2 §2.4.2.
-        public static let p256 = Group(componentLength: 32, order: Hex.decode(
-            "ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551")!)
+        public static let p256 = Group(
+            componentLength: 32,
+            order: Hex.decode(
+                "ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551")!)
         /// NIST P-384 (secp384r1), SEC 2 §2.5.1.
-        public static let p384 = Group(componentLength: 48, order: Hex.decode(
-            "ffffffffffffffffffffffffffffffffffffffffffffffffc7634d81f4372ddf581a0db248b0a77aecec196accc52973")!)
+        public static let p384 = Group(
+            componentLength: 48,
+            order: Hex.decode(
+                "ffffffffffffffffffffffffffffffffffffffffffffffffc7634d81f4372ddf581a0db248b0a77aecec196accc52973")!)
         /// NIST P-521 (secp521r1), SEC 2 §2.6.1.
-        public static let p521 = Group(componentLength: 66, order: Hex.decode(
-            "01ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"
-                + "fa51868783bf2f966b7fcc0148f709a5d03bb5c9b8899c47aebb6fb71e91386409")!)
+        public static let p521 = Group(
+            componentLength: 66,
+            order: Hex.decode(
+                "01ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff"
+                    + "fa51868783bf2f966b7fcc0148f709a5d03bb5c9b8899c47aebb6fb71e91386409")!)
     }
 
     /// How much of the DER rules a decoder insists on.
@@ -68,8 +74,10 @@ public enum ECDSASignature {
 
     /// Raw `r ‖ s`, each left-padded to the group's component length, from a DER signature.
     /// Throws `MALFORMED_DATA` when the input breaks the rules of `strictness` or r, s are not in `1..<n`.
-    public static func rawFromDER(_ der: [UInt8], group: Group = .p256,
-                                  strictness: Strictness = .strict) throws(TesseraError) -> [UInt8] {
+    public static func rawFromDER(
+        _ der: [UInt8], group: Group = .p256,
+        strictness: Strictness = .strict
+    ) throws(TesseraError) -> [UInt8] {
         func malformed(_ what: String) -> TesseraError {
             TesseraError(.malformedData, "DER ECDSA signature: \(what)")
         }
@@ -123,7 +131,9 @@ public enum ECDSASignature {
             guard magnitude.count <= group.componentLength else {
                 throw malformed("INTEGER longer than \(group.componentLength) bytes")
             }
-            if let order = group.order, !isBelow(magnitude, order) { throw malformed("INTEGER not below the group order") }
+            if let order = group.order, !isBelow(magnitude, order) {
+                throw malformed("INTEGER not below the group order")
+            }
             raw += [UInt8](repeating: 0, count: group.componentLength - magnitude.count) + magnitude
         }
         guard position == der.count else { throw malformed("trailing bytes") }

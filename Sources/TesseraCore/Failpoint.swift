@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Crash and pause points for durability and race tests. `TESSERA_FAILPOINTS` lists comma-separated entries:

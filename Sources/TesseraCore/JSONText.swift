@@ -132,7 +132,9 @@ struct JSONReader {
             case UInt8(ascii: "u"):
                 guard var scalar = hex4() else { return nil }
                 if (0xD800...0xDBFF).contains(scalar) {
-                    guard i + 2 <= bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else { return nil }
+                    guard i + 2 <= bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else {
+                        return nil
+                    }
                     i += 2
                     guard let low = hex4(), (0xDC00...0xDFFF).contains(low) else { return nil }
                     scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
@@ -190,9 +192,13 @@ struct JSONWriter {
         case .null: append("null")
         case .bool(let b): append(b ? "true" : "false")
         case .number(let n):
-            if !n.isFinite { append("null") }
-            else if n.rounded() == n, abs(n) < 9.007_199_254_740_992e15 { integer(Int64(n)) }
-            else { out += Array("\(n)".utf8) }
+            if !n.isFinite {
+                append("null")
+            } else if n.rounded() == n, abs(n) < 9.007_199_254_740_992e15 {
+                integer(Int64(n))
+            } else {
+                out += Array("\(n)".utf8)
+            }
         case .string(let s): string(s)
         case .array(let a):
             out.append(UInt8(ascii: "["))
@@ -223,9 +229,12 @@ struct JSONWriter {
 
     private mutating func integer(_ n: Int64) {
         if n == 0 { out.append(UInt8(ascii: "0")); return }
-        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var digits:
+            (
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
+            ) =
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         var m = n.magnitude
         var count = 0
         withUnsafeMutableBytes(of: &digits) { d in

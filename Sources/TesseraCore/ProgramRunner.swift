@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The one way Tessera runs a program to completion (the daemon's configured helper programs, the test support's
@@ -45,9 +45,10 @@ public enum ProgramRunner {
         timeout: Duration, killGrace: Duration = .seconds(1), keepOutput: Bool = true
     ) async throws(TesseraError) -> Completion {
         guard let program = argv.first else { throw TesseraError.invalidInput("empty command") }
-        let request = Request(program: program, arguments: Array(argv.dropFirst()), input: input,
-                              environment: environment, directory: directory, timeout: seconds(timeout),
-                              killGrace: seconds(killGrace), keepOutput: keepOutput)
+        let request = Request(
+            program: program, arguments: Array(argv.dropFirst()), input: input,
+            environment: environment, directory: directory, timeout: seconds(timeout),
+            killGrace: seconds(killGrace), keepOutput: keepOutput)
         let cancellation = Locked(false)
         let result = await withTaskCancellationHandler {
             await DedicatedThread.run(name: "tessera.program") { () -> Result<Completion, TesseraError> in

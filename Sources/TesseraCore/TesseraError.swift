@@ -140,8 +140,9 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
-            case .tokenNotPresent, .tokenRemoved, .pinBackoff, .cardReset, .noCard, .cardRemoved, .pcscUnavailable, .cardInUse,
-                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy, .userCancelled, .recoveryRateLimited:
+            case .tokenNotPresent, .tokenRemoved, .pinBackoff, .cardReset, .noCard, .cardRemoved, .pcscUnavailable,
+                .cardInUse,
+                .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy, .userCancelled, .recoveryRateLimited:
                 return true
             default:
                 return false

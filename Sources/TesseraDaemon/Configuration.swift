@@ -35,8 +35,10 @@ public struct DaemonOptions: Sendable {
     /// Also serve the authenticator as a virtual FIDO HID device through /dev/uhid (`--ctap-uhid`).
     public var ctapUHID = false
 
-    public init(socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
-                cscaPaths: [String] = [], embeddedSoftHSM: Bool = true, logLevel: String = "info") {
+    public init(
+        socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
+        cscaPaths: [String] = [], embeddedSoftHSM: Bool = true, logLevel: String = "info"
+    ) {
         self.socketPath = socketPath; self.stateDir = stateDir; self.pkcs11Modules = pkcs11Modules
         self.configFile = configFile; self.cscaPaths = cscaPaths; self.embeddedSoftHSM = embeddedSoftHSM
         self.logLevel = logLevel
@@ -114,8 +116,10 @@ public struct ConfigFile: Codable, Sendable {
         }
     }
 
-    private static func unknown(in object: [String: JSONValue], known: Set<String>,
-                                section: String?) throws(TesseraError) {
+    private static func unknown(
+        in object: [String: JSONValue], known: Set<String>,
+        section: String?
+    ) throws(TesseraError) {
         guard let key = object.keys.sorted().first(where: { !known.contains($0) }) else { return }
         let place = section.map { "key '\(key)' in \($0)" } ?? "key '\(key)'"
         throw TesseraError.invalidInput("unknown \(place) (known: \(known.sorted().joined(separator: ", ")))")
@@ -185,9 +189,11 @@ public struct PINBackoffConfig: Codable, Sendable {
         let initial = initialSeconds ?? 2
         let maximum = maxSeconds ?? max(60, initial)
         guard initial >= 0, initial <= 3600, maximum >= initial, maximum <= 86_400 else {
-            throw TesseraError(.invalidInput, "pinBackoff: need 0 ≤ initialSeconds ≤ 3600 and initialSeconds ≤ maxSeconds ≤ 86400")
+            throw TesseraError(
+                .invalidInput, "pinBackoff: need 0 ≤ initialSeconds ≤ 3600 and initialSeconds ≤ maxSeconds ≤ 86400")
         }
-        return PINBackoffPolicy(initial: .milliseconds(Int64(initial * 1000)), maximum: .milliseconds(Int64(maximum * 1000)))
+        return PINBackoffPolicy(
+            initial: .milliseconds(Int64(initial * 1000)), maximum: .milliseconds(Int64(maximum * 1000)))
     }
 }
 

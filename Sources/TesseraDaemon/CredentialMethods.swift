@@ -10,14 +10,19 @@ extension MethodTable {
     /// Registers the credential lifecycle methods (docs/LIFECYCLE.md): suspend, resume, deactivate, lifecycle
     /// commands, the audit trail and the provisioning check.
     func registerCredentialLifecycle(_ service: PasskeyService, commands: LifecycleCommandVerifier) {
-        let admin: [(String, CredentialState)] = [("credentials.suspend", .suspended), ("credentials.resume", .active),
-                                                  ("credentials.deactivate", .deactivated)]
+        let admin: [(String, CredentialState)] = [
+            ("credentials.suspend", .suspended), ("credentials.resume", .active),
+            ("credentials.deactivate", .deactivated),
+        ]
         for (method, state) in admin {
             register(method, .admin) { p, connection in
                 let reason = try p.optionalString("reason")
-                if let reason, reason.utf8.count > 1024 { throw TesseraError.invalidInput("reason is longer than 1024 bytes") }
+                if let reason, reason.utf8.count > 1024 {
+                    throw TesseraError.invalidInput("reason is longer than 1024 bytes")
+                }
                 let id = try p.bytes("credentialId")
-                let t = try await service.transition(ids: [id], to: state, actor: "uid:\(connection.peer.uid)", reason: reason)
+                let t = try await service.transition(
+                    ids: [id], to: state, actor: "uid:\(connection.peer.uid)", reason: reason)
                 return ["credential": Views.credential(t[0].record), "changed": .bool(t[0].changed)]
             }
         }
@@ -38,11 +43,14 @@ extension MethodTable {
             case .deactivate: state = .deactivated
             }
             let t = try await service.transition(
-                ids: ids, to: state, actor: "issuer:\(command.issuer) jti:\(command.jti) via uid:\(connection.peer.uid)",
+                ids: ids, to: state,
+                actor: "issuer:\(command.issuer) jti:\(command.jti) via uid:\(connection.peer.uid)",
                 reason: command.reason, command: (jti: command.jti, issuer: command.issuer))
-            return ["action": .string(command.action.rawValue), "jti": .string(command.jti),
-                    "credentials": .array(t.map { Views.credential($0.record) }),
-                    "changed": .array(t.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) })]
+            return [
+                "action": .string(command.action.rawValue), "jti": .string(command.jti),
+                "credentials": .array(t.map { Views.credential($0.record) }),
+                "changed": .array(t.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) }),
+            ]
         }
         register("credentials.history", .admin) { p, _ in
             let limit = try p.optionalInt("limit") ?? 1000
@@ -51,19 +59,24 @@ extension MethodTable {
             return ["events": .array(events.map(Views.credentialEvent))]
         }
         register("credentials.provisioningCheck", .read) { p, _ in
-            let check = try await service.provisioningCheck(rpId: p.string("rpId"), userId: p.bytes("userId"),
-                                                            tokenId: p.optionalString("tokenId"))
-            return ["decision": .string(check.decision.rawValue),
-                    "credentials": .array(check.credentials.map(Views.credential))]
+            let check = try await service.provisioningCheck(
+                rpId: p.string("rpId"), userId: p.bytes("userId"),
+                tokenId: p.optionalString("tokenId"))
+            return [
+                "decision": .string(check.decision.rawValue),
+                "credentials": .array(check.credentials.map(Views.credential)),
+            ]
         }
     }
 }
 
 extension Views {
     static func credentialEvent(_ e: CredentialEvent) -> JSONValue {
-        var o: [String: JSONValue] = ["credentialId": .string(Base64URL.encode(e.credentialId)),
-                                      "at": .string(e.at.iso8601Seconds), "to": .string(e.toState),
-                                      "actor": .string(e.actor)]
+        var o: [String: JSONValue] = [
+            "credentialId": .string(Base64URL.encode(e.credentialId)),
+            "at": .string(e.at.iso8601Seconds), "to": .string(e.toState),
+            "actor": .string(e.actor),
+        ]
         if let from = e.fromState { o["from"] = .string(from) }
         if let reason = e.reason { o["reason"] = .string(reason) }
         return .object(o)
@@ -108,8 +121,10 @@ final class VerifiedDocumentReads: Sendable {
     func takeBinding(_ connection: RPCConnection) throws(TesseraError) -> IdentityBinding {
         let entry = reads.withLock { $0.removeValue(forKey: connection.id) }
         guard let entry, Date().timeIntervalSince(entry.at) <= maxAge else {
-            throw TesseraError(.invalidInput, "documentBinding needs an authentic documents.read on this connection "
-                               + "in the last \(Int(maxAge)) seconds", details: ["field": "documentBinding"])
+            throw TesseraError(
+                .invalidInput,
+                "documentBinding needs an authentic documents.read on this connection "
+                    + "in the last \(Int(maxAge)) seconds", details: ["field": "documentBinding"])
         }
         return IdentityBinding(identity: entry.identity, secret: secret, enrollmentId: nil)
     }
@@ -125,45 +140,58 @@ extension MethodTable {
             var context: JSONValue?
             if p.has("operationContext") {
                 let c = try p.object("operationContext")
-                guard let content = try c.optionalString("contentB64"), Data(base64Encoded: content) != nil
-                        || Base64URL.decode(content) != nil, content.utf8.count <= 65_536 else {
-                    throw TesseraError(.invalidInput, "operationContext.contentB64 must be base64 (at most 64 KiB)",
-                                       details: ["field": "operationContext.contentB64"])
+                guard let content = try c.optionalString("contentB64"),
+                    Data(base64Encoded: content) != nil
+                        || Base64URL.decode(content) != nil, content.utf8.count <= 65_536
+                else {
+                    throw TesseraError(
+                        .invalidInput, "operationContext.contentB64 must be base64 (at most 64 KiB)",
+                        details: ["field": "operationContext.contentB64"])
                 }
-                context = ["contentB64": .string(content), "mime": .string(try c.optionalString("mime") ?? "application/json")]
+                context = [
+                    "contentB64": .string(content), "mime": .string(try c.optionalString("mime") ?? "application/json"),
+                ]
             }
             let document = try p.has("document") ? p.object("document") : Params(.object([:]))
             if let age = try document.optionalInt("maxAgeSeconds"), age < 0 {
-                throw TesseraError(.invalidInput, "document.maxAgeSeconds must not be negative", details: ["field": "document.maxAgeSeconds"])
+                throw TesseraError(
+                    .invalidInput, "document.maxAgeSeconds must not be negative",
+                    details: ["field": "document.maxAgeSeconds"])
             }
             var expected: ExpectedAttributes?
             if let e = document.value["expected"], !e.isNull { expected = try ExpectedAttributes(json: e) }
             let hasKey = document.has("mrz") || document.has("can") || document.has("documentNumber")
             subscribers.add(connection)
             let caller = policy.enrollmentCaller(connection)
-            return try await service.run(.init(
-                rpId: p.string("rpId"), challenge: p.bytes("challenge"),
-                allowCredentials: try Self.credentialIDs(allow, name: "allowCredentials"), origin: p.optionalString("origin"),
-                pin: p.optionalString("pin"), userVerification: Self.userVerification(p),
-                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false, operationContext: context,
-                expiresAt: try Self.date(p, "expiresAt"), documentRequired: document.optionalBool("required") ?? true,
-                expected: expected, documentKey: hasKey ? .object(document.value) : nil, reader: document.optionalString("reader"),
-                evidence: document.optionalBool("evidence") ?? false,
-                crossPlatformSessionId: p.optionalString("crossPlatformSessionId")), caller: caller)
+            return try await service.run(
+                .init(
+                    rpId: p.string("rpId"), challenge: p.bytes("challenge"),
+                    allowCredentials: try Self.credentialIDs(allow, name: "allowCredentials"),
+                    origin: p.optionalString("origin"),
+                    pin: p.optionalString("pin"), userVerification: Self.userVerification(p),
+                    allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false, operationContext: context,
+                    expiresAt: try Self.date(p, "expiresAt"),
+                    documentRequired: document.optionalBool("required") ?? true,
+                    expected: expected, documentKey: hasKey ? .object(document.value) : nil,
+                    reader: document.optionalString("reader"),
+                    evidence: document.optionalBool("evidence") ?? false,
+                    crossPlatformSessionId: p.optionalString("crossPlatformSessionId")), caller: caller)
         }
         register("stepup.submit", .enroll) { [policy] p, connection in
             guard let payload = p.value["payload"], payload.objectValue != nil else {
                 throw TesseraError(.invalidInput, "payload must be an object", details: ["field": "payload"])
             }
             let id = try p.string("stepUpId")
-            try await service.submit(id, payload: payload, sessionId: p.optionalString("crossPlatformSessionId"),
-                                     caller: policy.enrollmentCaller(connection))
+            try await service.submit(
+                id, payload: payload, sessionId: p.optionalString("crossPlatformSessionId"),
+                caller: policy.enrollmentCaller(connection))
             return ["accepted": true, "stepUpId": .string(id)]
         }
         register("stepup.cancel", .enroll) { [policy] p, connection in
             let id = try p.string("stepUpId")
-            try await service.cancel(id, sessionId: p.optionalString("crossPlatformSessionId"),
-                                     caller: policy.enrollmentCaller(connection))
+            try await service.cancel(
+                id, sessionId: p.optionalString("crossPlatformSessionId"),
+                caller: policy.enrollmentCaller(connection))
             return ["cancelled": true, "stepUpId": .string(id)]
         }
     }
@@ -173,7 +201,9 @@ extension MethodTable {
         guard let v = p.value[name], !v.isNull else { return nil }
         if let n = v.doubleValue, n.isFinite { return Date(timeIntervalSince1970: n) }
         if let s = v.stringValue, let d = ISO8601DateFormatter().date(from: s) { return d }
-        throw TesseraError(.invalidInput, "\(name) must be seconds since the epoch or an ISO 8601 time", details: ["field": .string(name)])
+        throw TesseraError(
+            .invalidInput, "\(name) must be seconds since the epoch or an ISO 8601 time",
+            details: ["field": .string(name)])
     }
 }
 
@@ -188,11 +218,13 @@ extension MethodTable {
                 }
                 document = d
             }
-            return try await service.start(.init(
-                attemptId: p.string("recoveryAttemptId"), token: p.string("recoveryToken"),
-                tokenId: p.optionalString("tokenId"), pin: p.optionalString("pin"),
-                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false, document: document,
-                origin: p.optionalString("origin"), challenge: p.optionalBytes("challenge"), caller: connection.pinCaller))
+            return try await service.start(
+                .init(
+                    attemptId: p.string("recoveryAttemptId"), token: p.string("recoveryToken"),
+                    tokenId: p.optionalString("tokenId"), pin: p.optionalString("pin"),
+                    allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false, document: document,
+                    origin: p.optionalString("origin"), challenge: p.optionalBytes("challenge"),
+                    caller: connection.pinCaller))
         }
         register("recovery.cancel", .enroll) { p, _ in
             let id = try p.string("recoveryAttemptId")

@@ -10,8 +10,8 @@ import Passkeys
 import RPC
 import SSHAgent
 import ServiceLifecycle
-import UnixSignals
 import TesseraCore
+import UnixSignals
 import WebAuthn
 
 /// Runs `tesserad`: opens the state dir and database, finds tokens, serves the socket until SIGTERM/SIGINT.
@@ -24,7 +24,8 @@ public enum Daemon {
         let started = ContinuousClock.now
         try ProcessHardening.makeNonDumpable()
 
-        let config = try options.configFile.map { path throws(TesseraError) in try ConfigFile.load(path) } ?? ConfigFile()
+        let config =
+            try options.configFile.map { path throws(TesseraError) in try ConfigFile.load(path) } ?? ConfigFile()
         let policy = try Policy(config.policy)
         // Checked even when systemd passes the socket: a misspelled group is an error, never a silent default.
         let socketGID = try config.socketGroup.map { group throws(TesseraError) in
@@ -34,10 +35,12 @@ public enum Daemon {
         }
         let socketMode = try ConfigFile.socketMode(config.socketMode)
         let configDirectory = options.configFile.map { ($0 as NSString).deletingLastPathComponent } ?? "."
-        let enrollmentConfig = try EnrollmentConfiguration(json: config.enrollment,
-                                                           baseDirectory: configDirectory.isEmpty ? "." : configDirectory)
-        try FileManager.default.createDirectory(atPath: options.stateDir, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        let enrollmentConfig = try EnrollmentConfiguration(
+            json: config.enrollment,
+            baseDirectory: configDirectory.isEmpty ? "." : configDirectory)
+        try FileManager.default.createDirectory(
+            atPath: options.stateDir, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
         let database = try TesseraDatabase(path: options.stateDir + "/tessera.sqlite")
         let store = CredentialStore(database: database)
 
@@ -46,16 +49,19 @@ public enum Daemon {
             embeddedSoftHSMDir: options.embeddedSoftHSM ? options.stateDir + "/softhsm" : nil,
             pinFiles: config.pinFiles ?? [:], sessionsPerToken: config.sessionsPerToken, logger: logger)
         // PIV cards over PC/SC: watched in the background; never delays start-up (pcscd may be absent).
-        let pivStore = PIVKeyStore(slots: PIVSlotStore(database: database),
-                                   managementKey: try PIVSetup.managementKey(options, logger: logger), logger: logger)
+        let pivStore = PIVKeyStore(
+            slots: PIVSlotStore(database: database),
+            managementKey: try PIVSetup.managementKey(options, logger: logger), logger: logger)
         pivStore.start()
         let table = MethodTable(policy: policy)
-        let passkeys = PasskeyService(keyStores: [keyStore, pivStore], store: store, logger: logger,
-                                      counterBlock: Int64(config.counterBlock ?? 1024),
-                                      pinBackoff: try config.pinBackoff?.policy() ?? .standard)
-        let server = RPCServer(dispatcher: table, logger: logger,
-                               maxRequestsInFlight: config.maxRequestsInFlight ?? 64,
-                               maxQueuedNotifications: config.maxQueuedNotifications ?? 1024)
+        let passkeys = PasskeyService(
+            keyStores: [keyStore, pivStore], store: store, logger: logger,
+            counterBlock: Int64(config.counterBlock ?? 1024),
+            pinBackoff: try config.pinBackoff?.policy() ?? .standard)
+        let server = RPCServer(
+            dispatcher: table, logger: logger,
+            maxRequestsInFlight: config.maxRequestsInFlight ?? 64,
+            maxQueuedNotifications: config.maxQueuedNotifications ?? 1024)
 
         // `piv: {status, readers}` in tokens.list: PCSC_UNAVAILABLE shows there.
         let daemonSecret = try DaemonSecret.loadOrCreate(directory: options.stateDir)
@@ -67,27 +73,35 @@ public enum Daemon {
         documentLogger[metadataKey: "service"] = "documents"
         var readerSources: [any ReaderSource] = [PCSCReaderSource()]
         if !options.nfcDevices.isEmpty { readerSources.append(try LibNFCReaderSource(connstrings: options.nfcDevices)) }
-        let trustSources = TrustSources(cscaPaths: options.cscaPaths, masterListTrustPaths: options.masterListTrustPaths,
-                                        crlPaths: options.crlPaths)
-        let documents = DocumentService(sources: readerSources,
-                                        trustStore: try DocumentService.trustStore(paths: options.cscaPaths,
-                                                                                masterListTrust: options.masterListTrustPaths,
-                                                                                crls: options.crlPaths),
-                                        trustSources: trustSources, logger: documentLogger)
+        let trustSources = TrustSources(
+            cscaPaths: options.cscaPaths, masterListTrustPaths: options.masterListTrustPaths,
+            crlPaths: options.crlPaths)
+        let documents = DocumentService(
+            sources: readerSources,
+            trustStore: try DocumentService.trustStore(
+                paths: options.cscaPaths,
+                masterListTrust: options.masterListTrustPaths,
+                crls: options.crlPaths),
+            trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents, verifiedReads: documentReads)
         table.registerTrust(documents)
-        table.registerMDoc(documents, iacas: try MethodTable.loadIACAs(options.iacaPaths),
-                           readerAuth: try MethodTable.loadReaderAuth(key: options.mdocReaderKeyPath,
-                                                                      chain: options.mdocReaderCertificatePath))
+        table.registerMDoc(
+            documents, iacas: try MethodTable.loadIACAs(options.iacaPaths),
+            readerAuth: try MethodTable.loadReaderAuth(
+                key: options.mdocReaderKeyPath,
+                chain: options.mdocReaderCertificatePath))
         // SIGHUP reloads the trust anchors; a bad set is logged and the old one stays.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         let trustReloader = Task { [logger] in
             for await _ in hangups {
                 do {
                     try await documents.reloadTrust()
-                    logger.notice("trust anchors reloaded", metadata: ["anchors": "\(documents.trustStore?.certificates.count ?? 0)"])
+                    logger.notice(
+                        "trust anchors reloaded",
+                        metadata: ["anchors": "\(documents.trustStore?.certificates.count ?? 0)"])
                 } catch {
-                    logger.error("trust anchor reload failed, the previous anchors stay", metadata: ["error": "\(error)"])
+                    logger.error(
+                        "trust anchor reload failed, the previous anchors stay", metadata: ["error": "\(error)"])
                 }
             }
         }
@@ -95,22 +109,30 @@ public enum Daemon {
         var enrollmentLogger = logger
         enrollmentLogger[metadataKey: "service"] = "enrollment"
         let subscribers = EnrollmentSubscribers(policy: policy)
-        let enrollment = EnrollmentEngine(configuration: enrollmentConfig, store: EnrollmentStore(database: database),
-                                          passkeys: passkeys, documents: documents,
-                                          secret: daemonSecret,
-                                          logger: enrollmentLogger) { event in
+        let enrollment = EnrollmentEngine(
+            configuration: enrollmentConfig, store: EnrollmentStore(database: database),
+            passkeys: passkeys, documents: documents,
+            secret: daemonSecret,
+            logger: enrollmentLogger
+        ) { event in
             await subscribers.send(event)
         }
         try await enrollment.open()
         table.registerEnrollment(enrollment, subscribers: subscribers)
-        table.registerCredentialLifecycle(passkeys, commands: LifecycleCommandVerifier(
-            issuers: enrollmentConfig.issuers, stationId: enrollmentConfig.stationId))
-        let stepUp = StepUpService(passkeys: passkeys, documents: documents, secret: daemonSecret,
-                                   logger: enrollmentLogger) { event in await subscribers.send(event) }
+        table.registerCredentialLifecycle(
+            passkeys,
+            commands: LifecycleCommandVerifier(
+                issuers: enrollmentConfig.issuers, stationId: enrollmentConfig.stationId))
+        let stepUp = StepUpService(
+            passkeys: passkeys, documents: documents, secret: daemonSecret,
+            logger: enrollmentLogger
+        ) { event in await subscribers.send(event) }
         table.registerStepUp(stepUp, subscribers: subscribers)
-        table.registerRecovery(RecoveryService(store: RecoveryStore(database: database), passkeys: passkeys,
-                                               documents: documents, configuration: enrollmentConfig,
-                                               secret: daemonSecret, logger: enrollmentLogger))
+        table.registerRecovery(
+            RecoveryService(
+                store: RecoveryStore(database: database), passkeys: passkeys,
+                documents: documents, configuration: enrollmentConfig,
+                secret: daemonSecret, logger: enrollmentLogger))
         let sweeper = Task {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(15))
@@ -127,23 +149,27 @@ public enum Daemon {
         table.register("daemon.status", .read) { _, _ in
             let tokens = await Views.tokens(passkeys)
             let uptime = ContinuousClock.now - started
-            return ["version": .string(version),
-                    "uptimeSeconds": .number(Double(uptime.components.seconds)),
-                    "pid": .number(Double(getpid())),
-                    "tokens": .array(tokens),
-                    "readers": .array(((try? await documents.readers()) ?? []).map(Views.reader)),
-                    "connections": Views.connections(server.statistics())]
+            return [
+                "version": .string(version),
+                "uptimeSeconds": .number(Double(uptime.components.seconds)),
+                "pid": .number(Double(getpid())),
+                "tokens": .array(tokens),
+                "readers": .array(((try? await documents.readers()) ?? []).map(Views.reader)),
+                "connections": Views.connections(server.statistics()),
+            ]
         }
         var sshLogger = logger
         sshLogger[metadataKey: "service"] = "ssh-agent"
-        let sshBackend = SSHKeyBackend(passkeys: passkeys, logger: sshLogger, presenceCommand: config.sshAgent?.presenceCommand,
-                                       presenceTimeout: .seconds(config.sshAgent?.presenceTimeoutSeconds ?? 30))
+        let sshBackend = SSHKeyBackend(
+            passkeys: passkeys, logger: sshLogger, presenceCommand: config.sshAgent?.presenceCommand,
+            presenceTimeout: .seconds(config.sshAgent?.presenceTimeoutSeconds ?? 30))
         table.registerSSH(passkeys, backend: sshBackend)
         var ctapLogger = logger
         ctapLogger[metadataKey: "service"] = "ctap"
-        let presence = PresenceBroker(command: config.ctap?.presenceCommand,
-                                      confirmOnSocket: config.ctap?.confirmOnSocket ?? false,
-                                      timeout: .seconds(config.ctap?.presenceTimeoutSeconds ?? 30), logger: ctapLogger)
+        let presence = PresenceBroker(
+            command: config.ctap?.presenceCommand,
+            confirmOnSocket: config.ctap?.confirmOnSocket ?? false,
+            timeout: .seconds(config.ctap?.presenceTimeoutSeconds ?? 30), logger: ctapLogger)
         table.registerPresence(presence)
         table.registerIntrospection()
 
@@ -166,9 +192,11 @@ public enum Daemon {
         var agentSweeper: Task<Void, Never>?
         if let agentAddress = try Self.sshAgentAddress(options, config, inherited: inherited.sshAgent) {
             let agent = SSHAgent(backend: sshBackend, pinCacheSeconds: config.sshAgent?.pinCacheSeconds ?? 900)
-            let agentServer = LengthPrefixedServer(handler: SSHAgentFrames(agent: agent, policy: policy), logger: sshLogger,
-                                                   maxFrameBytes: AgentFraming.maxFrameBytes)
-            services.append(.init(service: SSHAgentSocketService(server: agentServer, address: agentAddress, logger: sshLogger)))
+            let agentServer = LengthPrefixedServer(
+                handler: SSHAgentFrames(agent: agent, policy: policy), logger: sshLogger,
+                maxFrameBytes: AgentFraming.maxFrameBytes)
+            services.append(
+                .init(service: SSHAgentSocketService(server: agentServer, address: agentAddress, logger: sshLogger)))
             agentSweeper = Task {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(1))
@@ -178,23 +206,30 @@ public enum Daemon {
         }
         let ctapPath = options.ctapSocket ?? config.ctap?.socket
         if ctapPath != nil || options.ctapUHID {
-            let backend = CTAPPasskeyBackend(passkeys: passkeys, options: CTAPCredentialStore(database: database),
-                                             presence: presence, policy: policy, tokenId: config.ctap?.tokenId,
-                                             logger: ctapLogger)
-            let authenticator = CTAP2Authenticator(backend: backend, info: .init(aaguid: tesseraAAGUID,
-                                                                                 maxMessageSize: CTAPHID.maxMessageSize))
+            let backend = CTAPPasskeyBackend(
+                passkeys: passkeys, options: CTAPCredentialStore(database: database),
+                presence: presence, policy: policy, tokenId: config.ctap?.tokenId,
+                logger: ctapLogger)
+            let authenticator = CTAP2Authenticator(
+                backend: backend,
+                info: .init(
+                    aaguid: tesseraAAGUID,
+                    maxMessageSize: CTAPHID.maxMessageSize))
             // One authenticator, one transaction at a time, whichever transport the request comes from.
             let hub = CTAPHIDHub(authenticator: authenticator, logger: ctapLogger)
             if let ctapPath {
-                services.append(.init(service: CTAPSocketService(
-                    path: ctapPath, mode: try ConfigFile.socketMode(config.ctap?.socketMode), group: socketGID,
-                    hub: hub, policy: policy, logger: ctapLogger)))
+                services.append(
+                    .init(
+                        service: CTAPSocketService(
+                            path: ctapPath, mode: try ConfigFile.socketMode(config.ctap?.socketMode), group: socketGID,
+                            hub: hub, policy: policy, logger: ctapLogger)))
             }
             if options.ctapUHID { services.append(.init(service: CTAPUHIDService(hub: hub, logger: ctapLogger))) }
         }
         services.append(.init(service: service))
-        let group = ServiceGroup(configuration: .init(
-            services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let group = ServiceGroup(
+            configuration: .init(
+                services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
         tokenEvents.cancel()
         trustReloader.cancel()
@@ -210,7 +245,9 @@ public enum Daemon {
 
 extension Daemon {
     /// Where the SSH agent listens: the socket systemd passed, else `--ssh-agent-socket`, else `sshAgent.socket`.
-    static func sshAgentAddress(_ options: DaemonOptions, _ config: ConfigFile, inherited: Int32?) throws(TesseraError) -> RPCListenAddress? {
+    static func sshAgentAddress(_ options: DaemonOptions, _ config: ConfigFile, inherited: Int32?) throws(TesseraError)
+        -> RPCListenAddress?
+    {
         if let inherited { return .inheritedDescriptor(inherited) }
         guard let path = options.sshAgentSocket ?? config.sshAgent?.socket else { return nil }
         var gid: UInt32?
@@ -244,7 +281,9 @@ struct SocketService: Service {
 
 extension Views {
     static func connections(_ s: RPCConnectionStatistics) -> JSONValue {
-        ["open": .number(Double(s.open)), "accepted": .number(Double(s.accepted)),
-         "closedSlow": .number(Double(s.closedSlow)), "busy": .number(Double(s.busy))]
+        [
+            "open": .number(Double(s.open)), "accepted": .number(Double(s.accepted)),
+            "closedSlow": .number(Double(s.closedSlow)), "busy": .number(Double(s.busy)),
+        ]
     }
 }

@@ -15,7 +15,8 @@ extension MethodTable {
         register("documents.read", .enroll) { p, connection in
             let request = try Self.documentReadRequest(p)
             // Progress goes out in order through one forwarding task; the result is sent after the last event.
-            let (events, sink) = AsyncStream.makeStream(of: DocumentReadProgress.self, bufferingPolicy: .bufferingNewest(1024))
+            let (events, sink) = AsyncStream.makeStream(
+                of: DocumentReadProgress.self, bufferingPolicy: .bufferingNewest(1024))
             let forwarder = Task {
                 for await event in events { await connection.notify("documents.progress", event.json) }
             }
@@ -24,7 +25,9 @@ extension MethodTable {
                 let result = try await service.read(request) { sink.yield($0) }
                 sink.finish()
                 await forwarder.value
-                verifiedReads?.record(connection, result.verdict.verdict == .authentic ? result.mrz.map { DocumentIdentity(mrz: $0) } : nil)
+                verifiedReads?.record(
+                    connection,
+                    result.verdict.verdict == .authentic ? result.mrz.map { DocumentIdentity(mrz: $0) } : nil)
                 return result.json
             } catch {
                 sink.finish()
@@ -51,20 +54,23 @@ extension MethodTable {
             var out: [Int] = []
             for item in list {
                 guard let name = item.stringValue, let n = Self.dataGroupNumber(name) else {
-                    throw TesseraError(.invalidInput, "dataGroups items must be \"DG1\"…\"DG16\"", details: ["field": "dataGroups"])
+                    throw TesseraError(
+                        .invalidInput, "dataGroups items must be \"DG1\"…\"DG16\"", details: ["field": "dataGroups"])
                 }
                 out.append(n)
             }
             groups = out
         }
-        var request = DocumentReadRequest(reader: try p.optionalString("reader"), key: key, dataGroups: groups,
-                                          verify: try p.optionalBool("verify") ?? true,
-                                          extendedLength: try p.optionalBool("extendedLength") ?? false,
-                                          allowClonable: try p.optionalBool("allowClonable") ?? false)
+        var request = DocumentReadRequest(
+            reader: try p.optionalString("reader"), key: key, dataGroups: groups,
+            verify: try p.optionalBool("verify") ?? true,
+            extendedLength: try p.optionalBool("extendedLength") ?? false,
+            allowClonable: try p.optionalBool("allowClonable") ?? false)
         request.evidence = try p.optionalBool("evidence") ?? false
         if let challenge = try p.optionalString("aaChallenge") {
             guard let bytes = Base64URL.decode(challenge), bytes.count == 8 else {
-                throw TesseraError(.invalidInput, "aaChallenge must be 8 bytes, base64url", details: ["field": "aaChallenge"])
+                throw TesseraError(
+                    .invalidInput, "aaChallenge must be 8 bytes, base64url", details: ["field": "aaChallenge"])
             }
             request.aaChallenge = bytes
         }
@@ -83,7 +89,9 @@ extension MethodTable {
 extension Views {
     /// {name, stack, cardPresent, atr? (base64url)}
     static func reader(_ r: ReaderInfo) -> JSONValue {
-        var o: [String: JSONValue] = ["name": .string(r.name), "stack": .string(r.stack), "cardPresent": .bool(r.cardPresent)]
+        var o: [String: JSONValue] = [
+            "name": .string(r.name), "stack": .string(r.stack), "cardPresent": .bool(r.cardPresent),
+        ]
         if let atr = r.atr { o["atr"] = .string(Base64URL.encode(atr)) }
         return .object(o)
     }

@@ -1,6 +1,6 @@
 import Enrollment
-import Passkeys
 import Foundation
+import Passkeys
 import RPC
 import Synchronization
 import TesseraCore
@@ -54,25 +54,30 @@ extension MethodTable {
             // compact JWS or {token}.
             if type.has("remote") {
                 let remote = try type.object("remote")
-                let candidate = try remote.has("candidate") && remote.value["candidate"]?.objectValue != nil
+                let candidate =
+                    try remote.has("candidate") && remote.value["candidate"]?.objectValue != nil
                     ? remote.object("candidate").string("workflow") : remote.string("candidate")
                 start = .remote(candidate: candidate)
             } else if type.has("activationToken") {
-                let token = type.value["activationToken"]?.objectValue != nil
+                let token =
+                    type.value["activationToken"]?.objectValue != nil
                     ? try type.object("activationToken").string("token") : try type.string("activationToken")
                 start = .activationToken(token)
             } else {
-                throw TesseraError(.invalidInput, "type must be {remote: {candidate}} or {activationToken}", details: ["field": "type"])
+                throw TesseraError(
+                    .invalidInput, "type must be {remote: {candidate}} or {activationToken}", details: ["field": "type"]
+                )
             }
             var custom: [WorkflowStep] = []
             for item in try p.optionalArray("customSteps") ?? [] {
                 custom.append(try WorkflowStep.custom(item))
             }
             subscribers.add(connection)
-            return try await engine.start(start, customSteps: custom,
-                                          userVerification: p.optionalString("userVerification") ?? "preferred",
-                                          force: p.optionalBool("force") ?? false,
-                                          caller: policy.enrollmentCaller(connection))
+            return try await engine.start(
+                start, customSteps: custom,
+                userVerification: p.optionalString("userVerification") ?? "preferred",
+                force: p.optionalBool("force") ?? false,
+                caller: policy.enrollmentCaller(connection))
         }
         register("enrollment.status", .enroll) { [policy] _, connection in
             await engine.status(caller: policy.enrollmentCaller(connection))
@@ -86,8 +91,9 @@ extension MethodTable {
             guard let payload = p.value["payload"] else {
                 throw TesseraError(.invalidInput, "missing parameter 'payload'", details: ["field": "payload"])
             }
-            return try await engine.submit(stepKey: p.string("stepKey"), payload: payload,
-                                           caller: policy.enrollmentCaller(connection))
+            return try await engine.submit(
+                stepKey: p.string("stepKey"), payload: payload,
+                caller: policy.enrollmentCaller(connection))
         }
         register("enrollment.retry", .enroll) { [policy] _, connection in
             subscribers.add(connection)
@@ -117,6 +123,7 @@ extension Policy {
 
     /// The caller of an `enrollment.*` method: its uid, and whether it is an administrator.
     func enrollmentCaller(_ connection: RPCConnection) -> EnrollmentCaller {
-        EnrollmentCaller(uid: connection.peer.uid, pid: connection.peer.pid, isAdmin: grants(.admin, to: connection.peer))
+        EnrollmentCaller(
+            uid: connection.peer.uid, pid: connection.peer.pid, isAdmin: grants(.admin, to: connection.peer))
     }
 }

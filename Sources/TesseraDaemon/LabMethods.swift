@@ -41,7 +41,8 @@ extension MethodTable {
             let request = try LabEmulateRequest(p)
             let card: any VirtualCard
             switch request.source {
-            case .profile(let directory): card = EmulatedPassport(profile: try DocumentProfile.load(directory: directory))
+            case .profile(let directory):
+                card = EmulatedPassport(profile: try DocumentProfile.load(directory: directory))
             case .script(let path): card = try ScriptedCard.load(path: path)
             }
             let trace = try request.trace.map { path throws(TesseraError) in try APDUTraceWriter(path: path) }
@@ -56,7 +57,8 @@ extension MethodTable {
                 throw error
             }
             defer { sessions.remove(request.device) }
-            let (events, sink) = AsyncStream.makeStream(of: NFCEmulationEvent.self, bufferingPolicy: .bufferingNewest(4096))
+            let (events, sink) = AsyncStream.makeStream(
+                of: NFCEmulationEvent.self, bufferingPolicy: .bufferingNewest(4096))
             let forwarder = Task {
                 for await event in events {
                     let (method, params) = LabViews.notification(event, device: request.device)
@@ -140,14 +142,21 @@ enum LabViews {
         case .activated(let at):
             return ("lab.event", ["device": .string(device), "event": "activated", "time": time(at)])
         case .fieldLost(let at, let pending, let reason):
-            var o: [String: JSONValue] = ["device": .string(device), "event": "fieldLost", "time": time(at),
-                                          "reason": .string(reason)]
+            var o: [String: JSONValue] = [
+                "device": .string(device), "event": "fieldLost", "time": time(at),
+                "reason": .string(reason),
+            ]
             if let pending { o["pendingCommand"] = .string(Base64URL.encode(pending)) }
             return ("lab.event", .object(o))
         case .exchange(let x):
-            return ("lab.apdu", ["device": .string(device), "command": .string(Base64URL.encode(x.command)),
-                                 "response": .string(Base64URL.encode(x.response)), "delivered": .bool(x.delivered),
-                                 "commandTime": time(x.commandTime), "responseTime": time(x.responseTime)])
+            return (
+                "lab.apdu",
+                [
+                    "device": .string(device), "command": .string(Base64URL.encode(x.command)),
+                    "response": .string(Base64URL.encode(x.response)), "delivered": .bool(x.delivered),
+                    "commandTime": time(x.commandTime), "responseTime": time(x.responseTime),
+                ]
+            )
         }
     }
 }

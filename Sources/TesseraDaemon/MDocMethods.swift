@@ -14,7 +14,8 @@ extension MethodTable {
             let started = ContinuousClock.now
             let read = try await documents.withCard(reader: request.reader, extendedLength: request.extendedLength) {
                 (transport: any APDUTransport) async throws(TesseraError) -> MDocRetrieval in
-                try await Self.retrieve(transport, docType: request.docType, elements: request.elements, readerAuth: readerAuth)
+                try await Self.retrieve(
+                    transport, docType: request.docType, elements: request.elements, readerAuth: readerAuth)
             }
             let results = MDocVerifier.verify(
                 response: read.value.response,
@@ -25,15 +26,19 @@ extension MethodTable {
             return [
                 "reader": .string(read.reader), "status": .number(Double(read.value.response.status)),
                 "documents": .array(results.map(\.json)),
-                "statistics": ["apdus": .number(Double(read.apdus)), "bytes": .number(Double(read.bytes)),
-                               "responseBytes": .number(Double(read.value.responseBytes.count)), "durationMs": .number(ms.rounded())],
+                "statistics": [
+                    "apdus": .number(Double(read.apdus)), "bytes": .number(Double(read.bytes)),
+                    "responseBytes": .number(Double(read.value.responseBytes.count)),
+                    "durationMs": .number(ms.rounded()),
+                ],
             ]
         }
     }
 
-    static func retrieve<T: APDUTransport>(_ transport: T, docType: String, elements: [String: [String]],
-                                           readerAuth: ReaderAuthKey?) async throws(TesseraError) -> MDocRetrieval
-    {
+    static func retrieve<T: APDUTransport>(
+        _ transport: T, docType: String, elements: [String: [String]],
+        readerAuth: ReaderAuthKey?
+    ) async throws(TesseraError) -> MDocRetrieval {
         try await MDocNFCReader(transport: transport).retrieve(
             docType: docType, elements: elements, readerAuth: readerAuth.map { ($0.chain, $0.algorithm, $0.signer) })
     }
@@ -42,11 +47,14 @@ extension MethodTable {
     static func loadReaderAuth(key: String?, chain: String?) throws(TesseraError) -> ReaderAuthKey? {
         guard key != nil || chain != nil else { return nil }
         guard let key, let chain else { throw .invalidInput("--mdoc-reader-key and --mdoc-reader-cert go together") }
-        guard let keyData = FileManager.default.contents(atPath: key), let chainData = FileManager.default.contents(atPath: chain) else {
+        guard let keyData = FileManager.default.contents(atPath: key),
+            let chainData = FileManager.default.contents(atPath: chain)
+        else {
             throw TesseraError(.storageError, "cannot read --mdoc-reader-key or --mdoc-reader-cert")
         }
         let certificates = PEM.blocks([UInt8](chainData), label: "CERTIFICATE")
-        return try ReaderAuthKey(privateKey: [UInt8](keyData), chain: certificates.isEmpty ? [[UInt8](chainData)] : certificates)
+        return try ReaderAuthKey(
+            privateKey: [UInt8](keyData), chain: certificates.isEmpty ? [[UInt8](chainData)] : certificates)
     }
 
     struct MDocReadRequest: Sendable {
@@ -70,8 +78,9 @@ extension MethodTable {
                 elements[MDL.namespace, default: []].append(text)
             }
         }
-        return MDocReadRequest(reader: try p.optionalString("reader"), docType: try p.optionalString("docType") ?? MDL.docType,
-                               elements: elements, extendedLength: try p.optionalBool("extendedLength") ?? true)
+        return MDocReadRequest(
+            reader: try p.optionalString("reader"), docType: try p.optionalString("docType") ?? MDL.docType,
+            elements: elements, extendedLength: try p.optionalBool("extendedLength") ?? true)
     }
 
     /// The IACA anchors of `--iaca` paths (PEM files with one or more certificates, or DER).

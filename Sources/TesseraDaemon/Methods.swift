@@ -41,7 +41,9 @@ final class MethodTable: RPCDispatcher {
             throw TesseraError(.methodNotFound, "unknown method '\(request.method)'")
         }
         try policy.check(permission, peer: connection.peer)
-        if case .array = request.params { throw TesseraError.invalidInput("params must be an object (named parameters)") }
+        if case .array = request.params {
+            throw TesseraError.invalidInput("params must be an object (named parameters)")
+        }
         let params = try Params(request.params)
         do {
             return try await handler(params, connection)
@@ -67,8 +69,10 @@ enum Views {
         var o: [String: JSONValue] = [
             "credentialId": .string(Base64URL.encode(r.credentialId)),
             "rpId": .string(r.rpId),
-            "user": ["id": .string(Base64URL.encode(r.userId)), "name": .string(r.userName),
-                     "displayName": .string(r.userDisplayName)],
+            "user": [
+                "id": .string(Base64URL.encode(r.userId)), "name": .string(r.userName),
+                "displayName": .string(r.userDisplayName),
+            ],
             "tokenId": .string(r.tokenId),
             "backend": .string(r.backend),
             "publicKey": .string(Base64URL.encode(r.publicKey)),
@@ -86,8 +90,10 @@ extension MethodTable {
     /// `storeStatus`: extra members of the `tokens.list` result, one per key store that reports a status
     /// (e.g. `piv`: whether pcscd is reachable and which readers hold PIV cards).
     /// `documentReads`: the connections' authentic reads, for `passkey.enroll {documentBinding: true}`.
-    func registerPasskeys(_ service: PasskeyService, storeStatus: [String: @Sendable () -> JSONValue] = [:],
-                          documentReads: VerifiedDocumentReads? = nil) {
+    func registerPasskeys(
+        _ service: PasskeyService, storeStatus: [String: @Sendable () -> JSONValue] = [:],
+        documentReads: VerifiedDocumentReads? = nil
+    ) {
         register("tokens.list", .read) { _, _ in
             var result: [String: JSONValue] = ["tokens": .array(await Views.tokens(service))]
             for (name, status) in storeStatus { result[name] = status() }
@@ -95,7 +101,8 @@ extension MethodTable {
         }
         register("passkey.enroll", .enroll) { p, connection in
             let user = try p.object("user")
-            let exclude = try Self.credentialIDs(p.optionalArray("excludeCredentials") ?? [], name: "excludeCredentials")
+            let exclude = try Self.credentialIDs(
+                p.optionalArray("excludeCredentials") ?? [], name: "excludeCredentials")
             let att = try p.optionalString("attestation") ?? "none"
             guard let attestation = PasskeyService.Attestation(rawValue: att) else {
                 throw TesseraError.invalidInput("attestation must be \"none\" or \"packed\"")
@@ -105,39 +112,46 @@ extension MethodTable {
                 guard let documentReads else { throw TesseraError.invalidInput("documentBinding is not available") }
                 binding = try documentReads.takeBinding(connection)
             }
-            let r = try await service.enroll(.init(
-                rpId: p.string("rpId"), userId: user.bytes("id"), userName: user.string("name"),
-                userDisplayName: user.optionalString("displayName") ?? user.string("name"),
-                challenge: p.bytes("challenge"), origin: p.optionalString("origin"), excludeCredentials: exclude,
-                tokenId: p.optionalString("tokenId"), pin: p.optionalString("pin"), attestation: attestation,
-                userVerification: Self.userVerification(p), caller: connection.pinCaller,
-                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false,
-                provisioning: ProvisioningRule(replace: p.optionalBool("replace") ?? false), identityBinding: binding?.text))
-            return ["credentialId": .string(Base64URL.encode(r.credentialId)),
-                    "attestationObject": .string(Base64URL.encode(r.attestationObject)),
-                    "clientDataJSON": .string(Base64URL.encode(r.clientDataJSON)),
-                    "authenticatorData": .string(Base64URL.encode(r.authenticatorData)),
-                    "publicKey": .string(Base64URL.encode(r.publicKey)),
-                    "tokenId": .string(r.tokenId),
-                    "userVerified": .bool(r.userVerified)]
+            let r = try await service.enroll(
+                .init(
+                    rpId: p.string("rpId"), userId: user.bytes("id"), userName: user.string("name"),
+                    userDisplayName: user.optionalString("displayName") ?? user.string("name"),
+                    challenge: p.bytes("challenge"), origin: p.optionalString("origin"), excludeCredentials: exclude,
+                    tokenId: p.optionalString("tokenId"), pin: p.optionalString("pin"), attestation: attestation,
+                    userVerification: Self.userVerification(p), caller: connection.pinCaller,
+                    allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false,
+                    provisioning: ProvisioningRule(replace: p.optionalBool("replace") ?? false),
+                    identityBinding: binding?.text))
+            return [
+                "credentialId": .string(Base64URL.encode(r.credentialId)),
+                "attestationObject": .string(Base64URL.encode(r.attestationObject)),
+                "clientDataJSON": .string(Base64URL.encode(r.clientDataJSON)),
+                "authenticatorData": .string(Base64URL.encode(r.authenticatorData)),
+                "publicKey": .string(Base64URL.encode(r.publicKey)),
+                "tokenId": .string(r.tokenId),
+                "userVerified": .bool(r.userVerified),
+            ]
         }
         register("passkey.authenticate", .sign) { p, connection in
             guard let allow = try p.optionalArray("allowCredentials") else {
                 throw TesseraError.invalidInput("allowCredentials is required and must not be empty")
             }
-            let a = try await service.authenticate(.init(
-                rpId: p.string("rpId"), challenge: p.bytes("challenge"),
-                allowCredentials: try Self.credentialIDs(allow, name: "allowCredentials"),
-                origin: p.optionalString("origin"), pin: p.optionalString("pin"),
-                userVerification: Self.userVerification(p), caller: connection.pinCaller,
-                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false))
-            return ["credentialId": .string(Base64URL.encode(a.credentialId)),
-                    "authenticatorData": .string(Base64URL.encode(a.authenticatorData)),
-                    "clientDataJSON": .string(Base64URL.encode(a.clientDataJSON)),
-                    "signature": .string(Base64URL.encode(a.signature)),
-                    "userHandle": .string(Base64URL.encode(a.userHandle)),
-                    "signCount": .number(Double(a.signCount)),
-                    "userVerified": .bool(a.userVerified)]
+            let a = try await service.authenticate(
+                .init(
+                    rpId: p.string("rpId"), challenge: p.bytes("challenge"),
+                    allowCredentials: try Self.credentialIDs(allow, name: "allowCredentials"),
+                    origin: p.optionalString("origin"), pin: p.optionalString("pin"),
+                    userVerification: Self.userVerification(p), caller: connection.pinCaller,
+                    allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false))
+            return [
+                "credentialId": .string(Base64URL.encode(a.credentialId)),
+                "authenticatorData": .string(Base64URL.encode(a.authenticatorData)),
+                "clientDataJSON": .string(Base64URL.encode(a.clientDataJSON)),
+                "signature": .string(Base64URL.encode(a.signature)),
+                "userHandle": .string(Base64URL.encode(a.userHandle)),
+                "signCount": .number(Double(a.signCount)),
+                "userVerified": .bool(a.userVerified),
+            ]
         }
         register("credentials.list", .read) { p, _ in
             let list = try await service.credentials(rpId: p.optionalString("rpId"), userId: p.optionalBytes("userId"))
@@ -148,9 +162,12 @@ extension MethodTable {
         }
         register("credentials.delete", .admin) { p, connection in
             let id = try p.bytes("credentialId")
-            let deleted = try await service.delete(id: id, pin: p.optionalString("pin"), caller: connection.pinCaller,
-                                                   allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
-            return ["deleted": true, "credentialId": .string(Base64URL.encode(id)), "credential": Views.credential(deleted)]
+            let deleted = try await service.delete(
+                id: id, pin: p.optionalString("pin"), caller: connection.pinCaller,
+                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
+            return [
+                "deleted": true, "credentialId": .string(Base64URL.encode(id)), "credential": Views.credential(deleted),
+            ]
         }
     }
 

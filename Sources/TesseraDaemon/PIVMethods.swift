@@ -24,8 +24,10 @@ enum PIVSetup {
         }
         let key = try PIVManagementKey(parsing: String(decoding: data, as: UTF8.self))
         if key.isFactoryDefault && !options.allowDefaultPIVManagementKey {
-            throw TesseraError(.invalidInput, "\(path) holds the well-known default PIV management key; change the card's key "
-                               + "or pass --allow-default-piv-management-key")
+            throw TesseraError(
+                .invalidInput,
+                "\(path) holds the well-known default PIV management key; change the card's key "
+                    + "or pass --allow-default-piv-management-key")
         }
         logger.info("PIV: management key loaded (\(key.algorithm))")
         return key
@@ -38,8 +40,10 @@ extension MethodTable {
         register("tokens.changePin", .admin) { p, connection in
             let tokenId = try p.string("tokenId")
             let new = try p.string("newPin")
-            try await pinRules.withCallerPIN(p.string("oldPin"), caller: connection.pinCaller,
-                                             allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false, tokenId: tokenId) {
+            try await pinRules.withCallerPIN(
+                p.string("oldPin"), caller: connection.pinCaller,
+                allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false, tokenId: tokenId
+            ) {
                 (old: PINAttempt) async throws(TesseraError) in
                 try await piv.changePIN(tokenId: tokenId, old: old, new: new)
             }
@@ -50,7 +54,9 @@ extension MethodTable {
             switch try await piv.pinStatus(tokenId: tokenId) {
             case .verified: return ["tokenId": .string(tokenId), "verified": true, "blocked": false]
             case .notVerified(let n):
-                return ["tokenId": .string(tokenId), "verified": false, "blocked": false, "retriesLeft": .number(Double(n))]
+                return [
+                    "tokenId": .string(tokenId), "verified": false, "blocked": false, "retriesLeft": .number(Double(n)),
+                ]
             case .blocked: return ["tokenId": .string(tokenId), "verified": false, "blocked": true, "retriesLeft": 0]
             }
         }

@@ -2,8 +2,9 @@ internal import CSystemShims
 import Foundation
 import RPC
 import TesseraCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// What a method needs from the caller.
@@ -46,7 +47,8 @@ public struct Policy: Sendable {
         if permission == .read || peer.uid == 0 || peer.uid == daemonUID { return }
         guard let rule = rules[permission] else {
             if permission == .admin {
-                throw TesseraError(.unauthorized, "uid \(peer.uid) may not \(permission.rawValue): no admin rule in the policy")
+                throw TesseraError(
+                    .unauthorized, "uid \(peer.uid) may not \(permission.rawValue): no admin rule in the policy")
             }
             return
         }
@@ -58,14 +60,18 @@ public struct Policy: Sendable {
     static func uid(_ s: String) throws(TesseraError) -> UInt32 {
         if let n = UInt32(s) { return n }
         var uid: UInt32 = 0
-        guard tessera_lookup_uid(s, &uid) == 0 else { throw TesseraError(.invalidInput, "unknown user '\(s)' in policy") }
+        guard tessera_lookup_uid(s, &uid) == 0 else {
+            throw TesseraError(.invalidInput, "unknown user '\(s)' in policy")
+        }
         return uid
     }
 
     static func gid(_ s: String) throws(TesseraError) -> UInt32 {
         if let n = UInt32(s) { return n }
         var gid: UInt32 = 0
-        guard tessera_lookup_gid(s, &gid) == 0 else { throw TesseraError(.invalidInput, "unknown group '\(s)' in policy") }
+        guard tessera_lookup_gid(s, &gid) == 0 else {
+            throw TesseraError(.invalidInput, "unknown group '\(s)' in policy")
+        }
         return gid
     }
 }

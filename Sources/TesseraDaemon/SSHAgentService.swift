@@ -54,7 +54,11 @@ struct SSHKeyBackend: SSHAgentBackend {
                 s.byBlob = map
             }
         }
-        func invalidate() { state.withLock { $0.generation &+= 1; $0.byBlob = nil } }
+        func invalidate() {
+            state.withLock {
+                $0.generation &+= 1; $0.byBlob = nil
+            }
+        }
     }
 
     /// Drops the cached keys (token events, new keys).
@@ -84,12 +88,17 @@ struct SSHKeyBackend: SSHAgentBackend {
                     comment = String(key.label.dropFirst(Self.confirmLabelPrefix.count))
                     confirm = true
                 }
-                let sshKey: SSHPublicKey = switch key.value {
-                case .p256(let point): .ecdsaP256(point: point)
-                case .rsa(let modulus, let exponent): .rsa(exponent: exponent, modulus: modulus)
-                }
-                out.append((AgentIdentity(key: sshKey, comment: comment, tokenID: token.id, handle: key.handle,
-                                          confirm: confirm), token))
+                let sshKey: SSHPublicKey =
+                    switch key.value {
+                    case .p256(let point): .ecdsaP256(point: point)
+                    case .rsa(let modulus, let exponent): .rsa(exponent: exponent, modulus: modulus)
+                    }
+                out.append(
+                    (
+                        AgentIdentity(
+                            key: sshKey, comment: comment, tokenID: token.id, handle: key.handle,
+                            confirm: confirm), token
+                    ))
             }
         }
         cache.fill(out, generation: generation)
@@ -100,7 +109,9 @@ struct SSHKeyBackend: SSHAgentBackend {
     /// SHA-1 (`ssh-rsa`) without one, as OpenSSH's agent does.
     func sign(_ identity: AgentIdentity, data: [UInt8], flags: UInt32) async throws(TesseraError) -> [UInt8] {
         let token: any KeyStoreToken
-        if let cached = cache.lookup(identity.key.blob) ?? nil { token = cached.token } else {
+        if let cached = cache.lookup(identity.key.blob) ?? nil {
+            token = cached.token
+        } else {
             token = try await passkeys.chooseToken(identity.tokenID)
         }
         do throws(TesseraError) {
@@ -135,8 +146,10 @@ struct SSHKeyBackend: SSHAgentBackend {
             throw TesseraError(.tokenNotPresent, "no token with id or label '\(readerID)'")
         }
         // `ssh-add -s` cannot say "allow the final try": the agent never spends a token's last PIN try.
-        try await passkeys.pinRules.withCallerPIN(pin, caller: PINCaller(uid: peer.uid, pid: peer.pid),
-                                                  allowFinalTry: false, tokenId: token.id) { attempt throws(TesseraError) in
+        try await passkeys.pinRules.withCallerPIN(
+            pin, caller: PINCaller(uid: peer.uid, pid: peer.pid),
+            allowFinalTry: false, tokenId: token.id
+        ) { attempt throws(TesseraError) in
             try await token.login(pin: attempt)
         }
         return token.id
@@ -151,7 +164,8 @@ struct SSHKeyBackend: SSHAgentBackend {
 
     func confirm(_ identity: AgentIdentity, request: JSONValue) async -> Bool {
         guard let presenceCommand, !presenceCommand.isEmpty else {
-            logger.notice("ssh-agent: key \(identity.comment) needs confirmation and no sshAgent.presenceCommand is configured")
+            logger.notice(
+                "ssh-agent: key \(identity.comment) needs confirmation and no sshAgent.presenceCommand is configured")
             return false
         }
         do {
@@ -194,7 +208,8 @@ struct SSHAgentFrames: FrameHandler {
 
     func handle(_ frame: [UInt8], connectionID: UInt64, peer: PeerCredentials) async -> [UInt8] {
         let maySign = (try? policy.check(.sign, peer: peer)) != nil
-        return await agent.handle(frame, from: AgentPeer(connectionID: connectionID, uid: peer.uid, pid: peer.pid, maySign: maySign))
+        return await agent.handle(
+            frame, from: AgentPeer(connectionID: connectionID, uid: peer.uid, pid: peer.pid, maySign: maySign))
     }
 
     func closed(connectionID: UInt64) async { agent.closed(connectionID: connectionID) }
@@ -210,13 +225,15 @@ extension MethodTable {
                 throw TesseraError.invalidInput("comment must be one line of at most 200 bytes")
             }
             let handle = SecureRandom.bytes(16)
-            let prefix = try p.optionalBool("confirm") == true ? SSHKeyBackend.confirmLabelPrefix : SSHKeyBackend.sshLabelPrefix
+            let prefix =
+                try p.optionalBool("confirm") == true ? SSHKeyBackend.confirmLabelPrefix : SSHKeyBackend.sshLabelPrefix
             let label = prefix + comment
             let point: [UInt8]
             if let pin = try p.optionalString("pin") {
                 point = try await passkeys.pinRules.withCallerPIN(
                     pin, caller: connection.pinCaller, allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false,
-                    tokenId: token.id) { attempt throws(TesseraError) in
+                    tokenId: token.id
+                ) { attempt throws(TesseraError) in
                     try await token.generateP256Key(handle: handle, label: label, pin: attempt)
                 }
             } else {
@@ -224,13 +241,18 @@ extension MethodTable {
             }
             backend.invalidate()
             let key = SSHPublicKey.ecdsaP256(point: point)
-            return ["tokenId": .string(token.id), "keyId": .string(Base64URL.encode(handle)),
-                    "publicKey": .string(key.authorizedKeysLine(comment: comment))]
+            return [
+                "tokenId": .string(token.id), "keyId": .string(Base64URL.encode(handle)),
+                "publicKey": .string(key.authorizedKeysLine(comment: comment)),
+            ]
         }
         register("ssh.list", .read) { _, _ in
             let keys = await backend.identities().map { id -> JSONValue in
-                ["tokenId": .string(id.tokenID), "keyId": .string(Base64URL.encode(id.handle)), "comment": .string(id.comment),
-                 "confirm": .bool(id.confirm), "publicKey": .string(id.key.authorizedKeysLine(comment: id.comment))]
+                [
+                    "tokenId": .string(id.tokenID), "keyId": .string(Base64URL.encode(id.handle)),
+                    "comment": .string(id.comment),
+                    "confirm": .bool(id.confirm), "publicKey": .string(id.key.authorizedKeysLine(comment: id.comment)),
+                ]
             }
             return ["keys": .array(keys)]
         }

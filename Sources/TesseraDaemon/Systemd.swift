@@ -8,10 +8,15 @@ enum Systemd {
 
     /// The sockets passed by systemd, when LISTEN_PID names this process: the one named `ssh-agent` in
     /// LISTEN_FDNAMES is the SSH agent's, the first other one the JSON-RPC socket.
-    static func listenDescriptors(_ env: [String: String] = ProcessInfo.processInfo.environment) -> (rpc: Int32?, sshAgent: Int32?) {
+    static func listenDescriptors(_ env: [String: String] = ProcessInfo.processInfo.environment) -> (
+        rpc: Int32?, sshAgent: Int32?
+    ) {
         guard let pid = env["LISTEN_PID"].flatMap(Int32.init), pid == getpid(),
-              let count = env["LISTEN_FDS"].flatMap(Int.init), count >= 1 else { return (nil, nil) }
-        let names = env["LISTEN_FDNAMES"].map { $0.split(separator: ":", omittingEmptySubsequences: false).map(String.init) } ?? []
+            let count = env["LISTEN_FDS"].flatMap(Int.init), count >= 1
+        else { return (nil, nil) }
+        let names =
+            env["LISTEN_FDNAMES"].map { $0.split(separator: ":", omittingEmptySubsequences: false).map(String.init) }
+            ?? []
         var rpc: Int32?, agent: Int32?
         for i in 0..<count {
             let fd = Int32(3 + i)  // SD_LISTEN_FDS_START

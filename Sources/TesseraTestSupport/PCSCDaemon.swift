@@ -173,8 +173,10 @@ public final class PCSCDaemonFixture: Sendable {
         while true {
             attempts -= 1
             let base = try vpcdPorts.isEmpty ? pickFreePortPair() : validate(vpcdPorts)
-            let readers = [Reader(name: friendlyName + " 00 00", port: base),
-                           Reader(name: friendlyName + " 00 01", port: base + 1)]
+            let readers = [
+                Reader(name: friendlyName + " 00 00", port: base),
+                Reader(name: friendlyName + " 00 01", port: base + 1),
+            ]
             let config = """
                 FRIENDLYNAME "\(friendlyName)"
                 DEVICENAME   /dev/null:0x\(String(base, radix: 16, uppercase: true))
@@ -187,8 +189,9 @@ public final class PCSCDaemonFixture: Sendable {
             } catch {
                 throw .internalError("cannot write \(configPath): \(error)")
             }
-            let fixture = PCSCDaemonFixture(readers: readers, socketPath: socketPath, directory: directory,
-                                            configPath: configPath, logPath: logPath)
+            let fixture = PCSCDaemonFixture(
+                readers: readers, socketPath: socketPath, directory: directory,
+                configPath: configPath, logPath: logPath)
             let state = fixture.state
             let token = ExitCleanup.register {
                 // At exit: a fixture nobody stopped (or a test process ending mid-test) takes its pcscd along.
@@ -242,12 +245,12 @@ public final class PCSCDaemonFixture: Sendable {
         for entry in entries where entry.hasPrefix("tessera-pcscd-") {
             let dir = (tmp as NSString).appendingPathComponent(entry)
             guard dir != current, let owner = Int32(entry.dropFirst("tessera-pcscd-".count)),
-                  kill(owner, 0) != 0 && errno == ESRCH
+                kill(owner, 0) != 0 && errno == ESRCH
             else { continue }
             if let text = try? String(contentsOfFile: dir + "/pcscd.pid", encoding: .utf8),
-               let pid = Int32(text.filter(\.isNumber)),
-               let cmdline = try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8),
-               cmdline.contains(dir + "/reader.conf")
+                let pid = Int32(text.filter(\.isNumber)),
+                let cmdline = try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8),
+                cmdline.contains(dir + "/reader.conf")
             {
                 kill(pid, SIGTERM)
             }
@@ -256,7 +259,9 @@ public final class PCSCDaemonFixture: Sendable {
     }
 
     private static func vpcdDriverPath() throws(TesseraError) -> String {
-        let candidates = ["/usr/lib/pcsc/drivers/serial/libifdvpcd.so", "/usr/local/lib/pcsc/drivers/serial/libifdvpcd.so"]
+        let candidates = [
+            "/usr/lib/pcsc/drivers/serial/libifdvpcd.so", "/usr/local/lib/pcsc/drivers/serial/libifdvpcd.so",
+        ]
         guard let path = candidates.first(where: FileManager.default.fileExists(atPath:)) else {
             throw .internalError("vpcd driver not found (apt-get install vsmartcard-vpcd)")
         }
@@ -264,16 +269,19 @@ public final class PCSCDaemonFixture: Sendable {
     }
 
     private static func executable(_ name: String) throws(TesseraError) -> String {
-        let dirs = (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map(String.init)
+        let dirs =
+            (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map(String.init)
             + ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        guard let path = dirs.map({ $0 + "/" + name }).first(where: FileManager.default.isExecutableFile(atPath:)) else {
+        guard let path = dirs.map({ $0 + "/" + name }).first(where: FileManager.default.isExecutableFile(atPath:))
+        else {
             throw .internalError("\(name) not found (apt-get install pcscd vsmartcard-vpcd util-linux)")
         }
         return path
     }
 
     private static func validate(_ ports: [UInt16]) throws(TesseraError) -> UInt16 {
-        guard let base = ports.first, base < UInt16.max, ports.count <= 2, ports.count == 1 || ports[1] == base + 1 else {
+        guard let base = ports.first, base < UInt16.max, ports.count <= 2, ports.count == 1 || ports[1] == base + 1
+        else {
             throw .invalidInput("vpcd ports must be [P] or [P, P+1]: one vpcd reader line has two slots on P and P+1")
         }
         let busy = busyTCPPorts()
@@ -301,7 +309,7 @@ public final class PCSCDaemonFixture: Sendable {
             for line in text.split(separator: "\n").dropFirst() {
                 let fields = line.split(separator: " ", omittingEmptySubsequences: true)
                 guard fields.count > 3, let colon = fields[1].lastIndex(of: ":"),
-                      let port = UInt16(fields[1][fields[1].index(after: colon)...], radix: 16)
+                    let port = UInt16(fields[1][fields[1].index(after: colon)...], radix: 16)
                 else { continue }
                 if listeningOnly && fields[3] != "0A" { continue }
                 ports.insert(port)
@@ -328,7 +336,8 @@ public final class PCSCDaemonFixture: Sendable {
         log.seekToEndOfFile()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: unshare)
-        process.arguments = (geteuid() == 0 ? ["-m"] : ["-r", "-m"])
+        process.arguments =
+            (geteuid() == 0 ? ["-m"] : ["-r", "-m"])
             + ["/bin/sh", "-c", script, "tessera-pcscd", directory, pcscd, configPath]
         process.standardOutput = log
         process.standardError = log
@@ -349,7 +358,8 @@ public final class PCSCDaemonFixture: Sendable {
         var stage = "socket"
         while Date() < deadline {
             guard process.isRunning else {
-                throw .internalError("private pcscd exited (status \(process.terminationStatus)) during startup:\n\(log())")
+                throw .internalError(
+                    "private pcscd exited (status \(process.terminationStatus)) during startup:\n\(log())")
             }
             if FileManager.default.fileExists(atPath: socketPath) {
                 stage = "readers"
@@ -358,7 +368,7 @@ public final class PCSCDaemonFixture: Sendable {
                     stage = "client"
                     guard let scan = try? Self.executable("pcsc_scan") else { return }
                     if let (status, output) = try? await runClient(scan, ["-r"], timeout: 5), status == 0,
-                       readers.allSatisfy({ output.contains($0.name) })
+                        readers.allSatisfy({ output.contains($0.name) })
                     {
                         return
                     }

@@ -9,7 +9,8 @@ import Foundation
 public enum Scratch {
     /// The root directory of this process (created on first use).
     public static let root: String = {
-        let tmp = NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
+        let tmp =
+            NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
         reapStaleRoots(in: tmp)
         let root = tmp + "/" + namePrefix + String(getpid())
         try? FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
@@ -35,7 +36,7 @@ public enum Scratch {
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: tmp) else { return }
         for entry in entries where entry.hasPrefix(namePrefix) {
             guard let owner = Int32(entry.dropFirst(namePrefix.count)), owner != getpid(),
-                  kill(owner, 0) != 0 && errno == ESRCH
+                kill(owner, 0) != 0 && errno == ESRCH
             else { continue }
             try? FileManager.default.removeItem(atPath: tmp + "/" + entry)
         }

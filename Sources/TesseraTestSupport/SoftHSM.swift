@@ -34,13 +34,16 @@ public final class SoftHSMFixture: Sendable {
     /// `SOFTHSM2_CONF`, and initialises the token `label` plus `spareTokens` more labelled "<label>-spare-<n>"
     /// with `softhsm2-util` (waiting off the cooperative pool).
     /// Throws `INTERNAL` (never skips) when SoftHSM2 or `softhsm2-util` is missing or fails.
-    public static func make(label: String = SoftHSMFixture.defaultLabel, pin: String = SoftHSMFixture.defaultPIN,
-                            soPIN: String = SoftHSMFixture.defaultSOPIN, spareTokens: Int = 0,
-                            modulePath: String = SoftHSMFixture.defaultModulePath) async throws(TesseraError)
+    public static func make(
+        label: String = SoftHSMFixture.defaultLabel, pin: String = SoftHSMFixture.defaultPIN,
+        soPIN: String = SoftHSMFixture.defaultSOPIN, spareTokens: Int = 0,
+        modulePath: String = SoftHSMFixture.defaultModulePath
+    ) async throws(TesseraError)
         -> SoftHSMFixture
     {
-        let fixture = try SoftHSMFixture(label: label, pin: pin, soPIN: soPIN, spareTokens: spareTokens,
-                                         modulePath: modulePath)
+        let fixture = try SoftHSMFixture(
+            label: label, pin: pin, soPIN: soPIN, spareTokens: spareTokens,
+            modulePath: modulePath)
         do {
             try await fixture.addToken(label: label, pin: pin, soPIN: soPIN)
             for spare in fixture.spareLabels { try await fixture.addToken(label: spare, pin: pin, soPIN: soPIN) }
@@ -55,7 +58,8 @@ public final class SoftHSMFixture: Sendable {
     private init(label: String, pin: String, soPIN: String, spareTokens: Int, modulePath: String) throws(TesseraError) {
         let fm = FileManager.default
         guard fm.fileExists(atPath: modulePath) else {
-            throw .internalError("SoftHSM2 module not found at \(modulePath); install it with `apt-get install -y softhsm2`")
+            throw .internalError(
+                "SoftHSM2 module not found at \(modulePath); install it with `apt-get install -y softhsm2`")
         }
         guard Self.utilityPath() != nil else {
             throw .internalError("softhsm2-util not found in PATH; install it with `apt-get install -y softhsm2`")
@@ -102,7 +106,9 @@ public final class SoftHSMFixture: Sendable {
     /// Initialises another token in the next free slot (`softhsm2-util --init-token --free`).
     /// Only providers whose module is initialised afterwards see it (see the type's note).
     public func addToken(label: String, pin: String, soPIN: String? = nil) async throws(TesseraError) {
-        try await runUtility(["--init-token", "--free", "--label", label, "--pin", pin, "--so-pin", soPIN ?? self.soPIN])
+        try await runUtility([
+            "--init-token", "--free", "--label", label, "--pin", pin, "--so-pin", soPIN ?? self.soPIN,
+        ])
     }
 
     /// Deletes a token and its objects by label.
@@ -117,7 +123,8 @@ public final class SoftHSMFixture: Sendable {
 
     /// Created by the first `shared()` call; later callers await the same task instead of blocking on it.
     private static let sharedFixture = Task { () -> Result<SoftHSMFixture, TesseraError> in
-        do throws(TesseraError) { return .success(try await SoftHSMFixture.make(spareTokens: sharedSpareTokens)) } catch {
+        do throws(TesseraError) { return .success(try await SoftHSMFixture.make(spareTokens: sharedSpareTokens)) } catch
+        {
             return .failure(error)
         }
     }

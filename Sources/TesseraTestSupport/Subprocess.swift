@@ -21,9 +21,11 @@ public enum Subprocess {
     /// SIGKILL 5 s later). No cooperative thread is blocked meanwhile (an in-process emulator the program talks to
     /// keeps running); cancelling the task terminates the program. `status` is the signal number when a signal
     /// ended the program.
-    public static func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
-                           input: [UInt8]? = nil, directory: String? = nil,
-                           timeout: TimeInterval = 60) async throws(TesseraError) -> Result {
+    public static func run(
+        _ executable: String, _ arguments: [String], environment: [String: String] = [:],
+        input: [UInt8]? = nil, directory: String? = nil,
+        timeout: TimeInterval = 60
+    ) async throws(TesseraError) -> Result {
         let argv = executable.contains("/") ? [executable] + arguments : ["/usr/bin/env", executable] + arguments
         let completion = try await ProgramRunner.capture(
             argv, input: input ?? [], environment: environment, directory: directory,

@@ -52,9 +52,11 @@ public actor VirtualCardLink {
     /// Whether the card is currently inserted (the TCP link is up).
     public private(set) var isConnected = false
 
-    public init(card: any VirtualCard, host: String = "127.0.0.1", port: Int = 35963, reconnects: Bool = false,
-                reconnectInterval: Duration = .milliseconds(200), onExchange: ExchangeHook? = nil,
-                onEvent: EventHook? = nil) {
+    public init(
+        card: any VirtualCard, host: String = "127.0.0.1", port: Int = 35963, reconnects: Bool = false,
+        reconnectInterval: Duration = .milliseconds(200), onExchange: ExchangeHook? = nil,
+        onEvent: EventHook? = nil
+    ) {
         self.card = card
         self.host = host
         self.port = port
@@ -178,8 +180,10 @@ public actor VirtualCardLink {
     }
 
     /// Answers frames until the peer closes the link or the task is cancelled.
-    private static func serve(_ connection: Connection, card: any VirtualCard, onExchange: ExchangeHook?,
-                              onEvent: EventHook?) async {
+    private static func serve(
+        _ connection: Connection, card: any VirtualCard, onExchange: ExchangeHook?,
+        onEvent: EventHook?
+    ) async {
         try? await connection.executeThenClose { inbound, outbound in
             for try await frame in inbound {
                 if Task.isCancelled { break }
@@ -238,7 +242,7 @@ struct VPCDFrameDecoder: ByteToMessageDecoder {
     /// of `decode`, which the fuzz harness drives directly).
     static func nextFrame(_ buffer: inout ByteBuffer) -> [UInt8]? {
         guard let length = buffer.getInteger(at: buffer.readerIndex, as: UInt16.self),
-              buffer.readableBytes >= 2 + Int(length)
+            buffer.readableBytes >= 2 + Int(length)
         else { return nil }
         buffer.moveReaderIndex(forwardBy: 2)
         return buffer.readBytes(length: Int(length)) ?? []

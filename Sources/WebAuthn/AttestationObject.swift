@@ -12,8 +12,8 @@ public struct AttestationObject: Sendable, Equatable {
         let value = try CBORValue(decoding: bytes)
         guard let map = value.mapValue else { throw TesseraError(.malformedData, "attestation object is not a map") }
         guard let format = value["fmt"]?.textValue,
-              let statement = value["attStmt"], statement.mapValue != nil,
-              let authData = value["authData"]?.bytesValue
+            let statement = value["attStmt"], statement.mapValue != nil,
+            let authData = value["authData"]?.bytesValue
         else {
             throw TesseraError(.malformedData, "attestation object lacks fmt, attStmt or authData")
         }
@@ -31,8 +31,9 @@ public struct AttestationObject: Sendable, Equatable {
     /// Packed self attestation (WebAuthn §8.2, no x5c): `attStmt` is `{"alg": -7, "sig": signatureDER}`,
     /// the credential key's ES256 DER signature over authData ‖ clientDataHash.
     public static func packedSelf(authData: [UInt8], signatureDER: [UInt8]) -> [UInt8] {
-        encode(format: "packed", statement: ["alg": CBORValue(COSEKey.algorithmES256), "sig": .byteString(signatureDER)],
-               authData: authData)
+        encode(
+            format: "packed", statement: ["alg": CBORValue(COSEKey.algorithmES256), "sig": .byteString(signatureDER)],
+            authData: authData)
     }
 
     static func encode(format: String, statement: CBORValue, authData: [UInt8]) -> [UInt8] {

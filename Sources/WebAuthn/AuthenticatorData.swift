@@ -62,14 +62,19 @@ public struct AuthenticatorData: Sendable, Equatable {
     public let extensions: [UInt8]?
 
     /// `rpIdHash` is SHA-256 of the UTF-8 `rpId`; the AT and ED flags are set from the optional parts.
-    public init(rpId: String, flags: AuthenticatorFlags, signCount: UInt32,
-                attestedCredential: AttestedCredentialData? = nil, extensions: [UInt8]? = nil) {
-        self.init(rpIdHash: Array(SHA256.hash(data: Array(rpId.utf8))), flags: flags, signCount: signCount,
-                  attestedCredential: attestedCredential, extensions: extensions)
+    public init(
+        rpId: String, flags: AuthenticatorFlags, signCount: UInt32,
+        attestedCredential: AttestedCredentialData? = nil, extensions: [UInt8]? = nil
+    ) {
+        self.init(
+            rpIdHash: Array(SHA256.hash(data: Array(rpId.utf8))), flags: flags, signCount: signCount,
+            attestedCredential: attestedCredential, extensions: extensions)
     }
 
-    private init(rpIdHash: [UInt8], flags: AuthenticatorFlags, signCount: UInt32,
-                 attestedCredential: AttestedCredentialData?, extensions: [UInt8]?) {
+    private init(
+        rpIdHash: [UInt8], flags: AuthenticatorFlags, signCount: UInt32,
+        attestedCredential: AttestedCredentialData?, extensions: [UInt8]?
+    ) {
         var flags = flags.subtracting([.attestedCredentialData, .extensionData])
         if attestedCredential != nil { flags.insert(.attestedCredentialData) }
         if extensions != nil { flags.insert(.extensionData) }
@@ -125,15 +130,18 @@ public struct AuthenticatorData: Sendable, Equatable {
         guard position == bytes.count else {
             throw TesseraError(.malformedData, "\(bytes.count - position) trailing byte(s) at offset \(position)")
         }
-        self.init(rpIdHash: Array(bytes[0..<32]), flags: flags, signCount: signCount,
-                  attestedCredential: attested, extensions: extensions)
+        self.init(
+            rpIdHash: Array(bytes[0..<32]), flags: flags, signCount: signCount,
+            attestedCredential: attested, extensions: extensions)
     }
 
     public var encoded: [UInt8] {
         var out = rpIdHash
         out.append(flags.rawValue)
-        out += [UInt8(signCount >> 24), UInt8(signCount >> 16 & 0xFF), UInt8(signCount >> 8 & 0xFF),
-                UInt8(signCount & 0xFF)]
+        out += [
+            UInt8(signCount >> 24), UInt8(signCount >> 16 & 0xFF), UInt8(signCount >> 8 & 0xFF),
+            UInt8(signCount & 0xFF),
+        ]
         if let attestedCredential {
             out += attestedCredential.aaguid
             let length = attestedCredential.credentialId.count

@@ -54,7 +54,7 @@ public struct COSEKey: Sendable, Equatable {
             throw TesseraError(.malformedData, "COSE key type is not EC2")
         }
         guard let alg = value[3]?.int64Value, let crv = value[-1]?.int64Value,
-              let x = value[-2]?.bytesValue, let y = value[-3]?.bytesValue
+            let x = value[-2]?.bytesValue, let y = value[-3]?.bytesValue
         else {
             throw TesseraError(.malformedData, "COSE EC2 key lacks alg, crv, x or y")
         }

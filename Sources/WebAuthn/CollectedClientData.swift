@@ -15,8 +15,10 @@ public struct CollectedClientData: Sendable, Equatable {
     /// The top-level origin (WebAuthn Level 3), meant only for cross-origin calls.
     public var topOrigin: String?
 
-    public init(type: CeremonyType, challenge: [UInt8], origin: String, crossOrigin: Bool = false,
-                topOrigin: String? = nil) {
+    public init(
+        type: CeremonyType, challenge: [UInt8], origin: String, crossOrigin: Bool = false,
+        topOrigin: String? = nil
+    ) {
         self.type = type
         self.challenge = challenge
         self.origin = origin

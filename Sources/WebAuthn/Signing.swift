@@ -16,8 +16,8 @@ public enum WebAuthnSigning {
     /// Verifies an ES256 DER signature over `data` (hashed with SHA-256) with a P-256 COSE key.
     public static func verifyES256(signatureDER: [UInt8], data: [UInt8], publicKey: COSEKey) -> Bool {
         guard publicKey.algorithm == COSEKey.algorithmES256,
-              let key = try? publicKey.p256PublicKey(),
-              let signature = try? P256.Signing.ECDSASignature(derRepresentation: signatureDER)
+            let key = try? publicKey.p256PublicKey(),
+            let signature = try? P256.Signing.ECDSASignature(derRepresentation: signatureDER)
         else { return false }
         return key.isValidSignature(signature, for: data)
     }

@@ -38,25 +38,36 @@ struct Tokens: AsyncParsableCommand {
 struct Enroll: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Create a passkey on a token (passkey.enroll).",
-        discussion: "Prints the credential id; with --json the full registration (attestationObject, clientDataJSON, ...).")
+        discussion:
+            "Prints the credential id; with --json the full registration (attestationObject, clientDataJSON, ...).")
     @OptionGroup var globals: GlobalOptions
     @Option(name: .customLong("rp-id"), help: "Relying party id (a domain).") var rpId: String
     @Option(name: .customLong("user-name"), help: "User name.") var userName: String
-    @Option(name: .customLong("display-name"), help: "User display name (default: the user name).") var displayName: String?
-    @Option(name: .customLong("user-id"), parsing: .unconditional, help: "User handle, base64url (default: random 16 bytes).") var userId: String?
+    @Option(name: .customLong("display-name"), help: "User display name (default: the user name).") var displayName:
+        String?
+    @Option(
+        name: .customLong("user-id"), parsing: .unconditional,
+        help: "User handle, base64url (default: random 16 bytes).") var userId: String?
     @Option(parsing: .unconditional, help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
     @Option(help: "Origin for clientDataJSON (default: https://<rp-id>).") var origin: String?
     @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`).") var tokenId: String?
     @Option(help: "none or packed.") var attestation = "none"
-    @Option(name: .customLong("exclude"), parsing: .unconditionalSingleValue, help: "Credential id that must not exist yet (repeatable).") var exclude: [String] = []
-    @Flag(help: "Create it even when the user already has a credential here; the user's other credentials become replaced.") var replace = false
+    @Option(
+        name: .customLong("exclude"), parsing: .unconditionalSingleValue,
+        help: "Credential id that must not exist yet (repeatable).") var exclude: [String] = []
+    @Flag(
+        help:
+            "Create it even when the user already has a credential here; the user's other credentials become replaced.")
+    var replace = false
     @OptionGroup var pin: PINOptions
 
     func run() async throws {
         var p: [String: JSONValue] = [
             "rpId": .string(rpId),
-            "user": ["id": .string(userId ?? Base64URL.encode(SecureRandom.bytes(16))), "name": .string(userName),
-                     "displayName": .string(displayName ?? userName)],
+            "user": [
+                "id": .string(userId ?? Base64URL.encode(SecureRandom.bytes(16))), "name": .string(userName),
+                "displayName": .string(displayName ?? userName),
+            ],
             "challenge": .string(challenge ?? Base64URL.encode(SecureRandom.bytes(32))),
             "attestation": .string(attestation),
         ]
@@ -73,14 +84,18 @@ struct Enroll: AsyncParsableCommand {
 }
 
 struct Authenticate: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Sign an assertion with a passkey (passkey.authenticate).")
+    static let configuration = CommandConfiguration(
+        abstract: "Sign an assertion with a passkey (passkey.authenticate).")
     @OptionGroup var globals: GlobalOptions
     @Option(name: .customLong("rp-id"), help: "Relying party id.") var rpId: String
     // base64url values may start with '-': these options take the next word whatever it looks like.
-    @Option(name: .customLong("credential"), parsing: .unconditionalSingleValue, help: "Allowed credential id, base64url (repeatable, at least one).") var credentials: [String] = []
+    @Option(
+        name: .customLong("credential"), parsing: .unconditionalSingleValue,
+        help: "Allowed credential id, base64url (repeatable, at least one).") var credentials: [String] = []
     @Option(parsing: .unconditional, help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
     @Option(help: "Origin for clientDataJSON (default: https://<rp-id>).") var origin: String?
-    @Option(name: .customLong("user-verification"), help: "required, preferred or discouraged.") var userVerification = "preferred"
+    @Option(name: .customLong("user-verification"), help: "required, preferred or discouraged.") var userVerification =
+        "preferred"
     @OptionGroup var pin: PINOptions
 
     func run() async throws {
@@ -100,9 +115,12 @@ struct Authenticate: AsyncParsableCommand {
 }
 
 struct Credentials: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List, show, delete, suspend, resume or deactivate passkeys.",
-                                                    subcommands: [List.self, Get.self, Delete.self, Suspend.self, Resume.self,
-                                                                  Deactivate.self, Check.self, History.self, Apply.self])
+    static let configuration = CommandConfiguration(
+        abstract: "List, show, delete, suspend, resume or deactivate passkeys.",
+        subcommands: [
+            List.self, Get.self, Delete.self, Suspend.self, Resume.self,
+            Deactivate.self, Check.self, History.self, Apply.self,
+        ])
 
     static func describe(_ c: JSONValue) -> String {
         "\(c["credentialId"]?.stringValue ?? "?")  \(c["rpId"]?.stringValue ?? "")  user \(c["user"]?["name"]?.stringValue ?? "")"
@@ -114,7 +132,8 @@ struct Credentials: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List passkeys (credentials.list).")
         @OptionGroup var globals: GlobalOptions
         @Option(name: .customLong("rp-id")) var rpId: String?
-        @Option(name: .customLong("user-id"), parsing: .unconditional, help: "User handle, base64url.") var userId: String?
+        @Option(name: .customLong("user-id"), parsing: .unconditional, help: "User handle, base64url.") var userId:
+            String?
         func run() async throws {
             var p: [String: JSONValue] = [:]
             if let rpId { p["rpId"] = .string(rpId) }
@@ -151,8 +170,9 @@ struct Credentials: AsyncParsableCommand {
 }
 
 struct MRZCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "mrz", abstract: "Machine-readable zone tools.",
-                                                    subcommands: [Parse.self])
+    static let configuration = CommandConfiguration(
+        commandName: "mrz", abstract: "Machine-readable zone tools.",
+        subcommands: [Parse.self])
     struct Parse: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Parse and check an MRZ (mrz.parse). Lines as separate arguments, or one argument with newlines.")
@@ -160,8 +180,10 @@ struct MRZCommand: AsyncParsableCommand {
         @Argument(help: "MRZ lines.") var lines: [String]
         func run() async throws {
             try await globals.run("mrz.parse", ["text": .string(lines.joined(separator: "\n"))]) { r in
-                let keys = ["format", "documentCode", "issuingState", "documentNumber", "primaryIdentifier",
-                            "secondaryIdentifier", "nationality", "dateOfBirth", "sex", "dateOfExpiry", "optionalData"]
+                let keys = [
+                    "format", "documentCode", "issuingState", "documentNumber", "primaryIdentifier",
+                    "secondaryIdentifier", "nationality", "dateOfBirth", "sex", "dateOfExpiry", "optionalData",
+                ]
                 return keys.compactMap { k in r[k]?.stringValue.map { "\(k): \($0)" } }.joined(separator: "\n")
             }
         }
@@ -169,7 +191,8 @@ struct MRZCommand: AsyncParsableCommand {
 }
 
 struct Call: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Call any method with JSON params and print the JSON result.")
+    static let configuration = CommandConfiguration(
+        abstract: "Call any method with JSON params and print the JSON result.")
     @OptionGroup var globals: GlobalOptions
     @Argument(help: "Method name, e.g. daemon.status.") var method: String
     @Argument(help: "Params as a JSON object (default {}).") var params: String = "{}"
@@ -188,11 +211,15 @@ struct SSH: AsyncParsableCommand {
     struct Keygen: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create a P-256 SSH key on a token (ssh.keygen); prints its authorized_keys line.",
-            discussion: "On a PIV card (--token piv-…) the key goes into a free retired slot; the daemon needs the card's management key.")
+            discussion:
+                "On a PIV card (--token piv-…) the key goes into a free retired slot; the daemon needs the card's management key."
+        )
         @OptionGroup var globals: GlobalOptions
-        @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`; default: the first token).") var tokenId: String?
+        @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`; default: the first token).")
+        var tokenId: String?
         @Option(help: "Key comment (default: tessera@HOST).") var comment: String?
-        @Flag(help: "Every signature with the key needs the daemon's presence command to approve it.") var confirm = false
+        @Flag(help: "Every signature with the key needs the daemon's presence command to approve it.") var confirm =
+            false
         @OptionGroup var pin: PINOptions
 
         func run() async throws {

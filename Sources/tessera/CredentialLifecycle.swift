@@ -6,11 +6,14 @@ extension Credentials {
     /// `tessera credentials suspend|resume|deactivate`: one state change by an administrator.
     struct Suspend: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Suspend a passkey: its assertions fail with CREDENTIAL_SUSPENDED until resumed (credentials.suspend).")
+            abstract:
+                "Suspend a passkey: its assertions fail with CREDENTIAL_SUSPENDED until resumed (credentials.suspend).")
         @OptionGroup var globals: GlobalOptions
         @Argument(help: "Credential id, base64url (one starting with '-' goes after `--`).") var credentialId: String
         @Option(help: "Why (kept in the audit trail).") var reason: String?
-        func run() async throws { try await Credentials.transition("credentials.suspend", credentialId, reason, globals) }
+        func run() async throws {
+            try await Credentials.transition("credentials.suspend", credentialId, reason, globals)
+        }
     }
 
     struct Resume: AsyncParsableCommand {
@@ -18,7 +21,9 @@ extension Credentials {
         @OptionGroup var globals: GlobalOptions
         @Argument(help: "Credential id, base64url (one starting with '-' goes after `--`).") var credentialId: String
         @Option(help: "Why (kept in the audit trail).") var reason: String?
-        func run() async throws { try await Credentials.transition("credentials.resume", credentialId, reason, globals) }
+        func run() async throws {
+            try await Credentials.transition("credentials.resume", credentialId, reason, globals)
+        }
     }
 
     struct Deactivate: AsyncParsableCommand {
@@ -28,7 +33,9 @@ extension Credentials {
         @OptionGroup var globals: GlobalOptions
         @Argument(help: "Credential id, base64url (one starting with '-' goes after `--`).") var credentialId: String
         @Option(help: "Why (kept in the audit trail).") var reason: String?
-        func run() async throws { try await Credentials.transition("credentials.deactivate", credentialId, reason, globals) }
+        func run() async throws {
+            try await Credentials.transition("credentials.deactivate", credentialId, reason, globals)
+        }
     }
 
     static func transition(_ method: String, _ id: String, _ reason: String?, _ globals: GlobalOptions) async throws {
@@ -44,11 +51,15 @@ extension Credentials {
     struct Check: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Whether a passkey may be provisioned for a user (credentials.provisioningCheck).",
-            discussion: "Prints provision, alreadyProvisioned, deactivated, suspended or provisionedOnOtherToken and the user's credentials.")
+            discussion:
+                "Prints provision, alreadyProvisioned, deactivated, suspended or provisionedOnOtherToken and the user's credentials."
+        )
         @OptionGroup var globals: GlobalOptions
         @Option(name: .customLong("rp-id"), help: "Relying party id.") var rpId: String
-        @Option(name: .customLong("user-id"), parsing: .unconditional, help: "User handle, base64url.") var userId: String
-        @Option(name: .customLong("token"), help: "Token id (default: the token passkey.enroll would use).") var tokenId: String?
+        @Option(name: .customLong("user-id"), parsing: .unconditional, help: "User handle, base64url.") var userId:
+            String
+        @Option(name: .customLong("token"), help: "Token id (default: the token passkey.enroll would use).")
+        var tokenId: String?
         func run() async throws {
             var p: [String: JSONValue] = ["rpId": .string(rpId), "userId": .string(userId)]
             if let tokenId { p["tokenId"] = .string(tokenId) }
@@ -61,7 +72,8 @@ extension Credentials {
 
     /// `tessera credentials history`: the audit trail.
     struct History: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show the credentials' audit trail (credentials.history).")
+        static let configuration = CommandConfiguration(
+            abstract: "Show the credentials' audit trail (credentials.history).")
         @OptionGroup var globals: GlobalOptions
         @Argument(help: "Credential id, base64url (default: every credential).") var credentialId: String?
         @Option(help: "At most this many entries, the newest.") var limit: Int?
@@ -71,11 +83,13 @@ extension Credentials {
             if let limit { p["limit"] = .number(Double(limit)) }
             try await globals.run("credentials.history", .object(p)) { r in
                 let events = r["events"]?.arrayValue ?? []
-                return events.isEmpty ? "no events" : events.map { e in
-                    "\(e["at"]?.stringValue ?? "")  \(e["credentialId"]?.stringValue ?? "")  \(e["from"]?.stringValue ?? "-") → "
-                        + "\(e["to"]?.stringValue ?? "?")  by \(e["actor"]?.stringValue ?? "?")"
-                        + (e["reason"]?.stringValue.map { "  (\($0))" } ?? "")
-                }.joined(separator: "\n")
+                return events.isEmpty
+                    ? "no events"
+                    : events.map { e in
+                        "\(e["at"]?.stringValue ?? "")  \(e["credentialId"]?.stringValue ?? "")  \(e["from"]?.stringValue ?? "-") → "
+                            + "\(e["to"]?.stringValue ?? "?")  by \(e["actor"]?.stringValue ?? "?")"
+                            + (e["reason"]?.stringValue.map { "  (\($0))" } ?? "")
+                    }.joined(separator: "\n")
             }
         }
     }
@@ -102,11 +116,14 @@ struct StepUpCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stepup",
         abstract: "Step-up: read and verify the holder's document, then sign an assertion (stepup.start).",
-        discussion: "The document in the reader must be authentic and match the passkey's identity binding (or --expect). "
+        discussion:
+            "The document in the reader must be authentic and match the passkey's identity binding (or --expect). "
             + "Prints the assertion; with --json also the document verdict and the echoed operation context.")
     @OptionGroup var globals: GlobalOptions
     @Option(name: .customLong("rp-id"), help: "Relying party id.") var rpId: String
-    @Option(name: .customLong("credential"), parsing: .unconditionalSingleValue, help: "Allowed credential id, base64url (repeatable, at least one).") var credentials: [String] = []
+    @Option(
+        name: .customLong("credential"), parsing: .unconditionalSingleValue,
+        help: "Allowed credential id, base64url (repeatable, at least one).") var credentials: [String] = []
     @Option(parsing: .unconditional, help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
     @Option(help: "Origin for clientDataJSON (default: https://<rp-id>).") var origin: String?
     @Option(help: "The document's MRZ (lines separated by newlines).") var mrz: String?
@@ -137,7 +154,9 @@ struct StepUpCommand: AsyncParsableCommand {
         ]
         if let origin { p["origin"] = .string(origin) }
         if let context {
-            p["operationContext"] = ["contentB64": .string(Data(context.utf8).base64EncodedString()), "mime": .string(mime)]
+            p["operationContext"] = [
+                "contentB64": .string(Data(context.utf8).base64EncodedString()), "mime": .string(mime),
+            ]
         }
         if let expiresIn { p["expiresAt"] = .number((Date().timeIntervalSince1970 + Double(expiresIn)).rounded()) }
         pin.add(to: &p)
@@ -152,17 +171,21 @@ struct StepUpCommand: AsyncParsableCommand {
 struct RecoverCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "recover",
-        abstract: "Recover a lost passkey at this station: recovery token + document → replacement passkey (recovery.start).",
-        discussion: "The recovery token (a JWS from a configured issuer) is read from --recovery-token or, with '-', from "
+        abstract:
+            "Recover a lost passkey at this station: recovery token + document → replacement passkey (recovery.start).",
+        discussion:
+            "The recovery token (a JWS from a configured issuer) is read from --recovery-token or, with '-', from "
             + "standard input (then the PIN, with --pin-stdin, from the next line). Starting again with the same "
             + "--attempt resumes an interrupted attempt.")
     @OptionGroup var globals: GlobalOptions
     @Option(help: "Recovery attempt id (default: a new one).") var attempt: String?
-    @Option(name: .customLong("recovery-token"), help: "The recovery token, or '-' for standard input.") var recoveryToken: String
+    @Option(name: .customLong("recovery-token"), help: "The recovery token, or '-' for standard input.")
+    var recoveryToken: String
     @Option(help: "The document's MRZ (lines separated by newlines).") var mrz: String?
     @Option(help: "The document's card access number.") var can: String?
     @Option(help: "Reader name (default: the first holding a card).") var reader: String?
-    @Option(name: .customLong("token"), help: "Token id for the new passkey (see `tessera tokens`).") var tokenId: String?
+    @Option(name: .customLong("token"), help: "Token id for the new passkey (see `tessera tokens`).") var tokenId:
+        String?
     @Flag(help: "Cancel the attempt given with --attempt instead.") var cancel = false
     @OptionGroup var pin: PINOptions
 
@@ -179,8 +202,10 @@ struct RecoverCommand: AsyncParsableCommand {
         if let mrz { document["mrz"] = .string(mrz) }
         if let can { document["can"] = .string(can) }
         if let reader { document["reader"] = .string(reader) }
-        var p: [String: JSONValue] = ["recoveryAttemptId": .string(attempt ?? UUID().uuidString.lowercased()),
-                                      "recoveryToken": .string(token)]
+        var p: [String: JSONValue] = [
+            "recoveryAttemptId": .string(attempt ?? UUID().uuidString.lowercased()),
+            "recoveryToken": .string(token),
+        ]
         if !document.isEmpty { p["document"] = .object(document) }
         if let tokenId { p["tokenId"] = .string(tokenId) }
         pin.add(to: &p)

@@ -98,13 +98,18 @@ final class StationSession {
             started = r
             if !json {
                 let done = r["completedSteps"]?.arrayValue?.count ?? 0
-                out.say("resuming enrollment \(r["enrollmentId"]?.stringValue ?? "?") (workflow \(r["workflow"]?.stringValue ?? "?"))"
-                     + " at \(r["step"]?.stringValue ?? "?"); \(done) step\(done == 1 ? "" : "s") done before")
+                out.say(
+                    "resuming enrollment \(r["enrollmentId"]?.stringValue ?? "?") (workflow \(r["workflow"]?.stringValue ?? "?"))"
+                        + " at \(r["step"]?.stringValue ?? "?"); \(done) step\(done == 1 ? "" : "s") done before")
             }
         case .deepLink(let url):
-            guard let r = await call("enrollment.handleDeepLink", ["url": .string(url)]) else { return callFailureStatus }
+            guard let r = await call("enrollment.handleDeepLink", ["url": .string(url)]) else {
+                return callFailureStatus
+            }
             guard r["consumed"]?.boolValue == true else {
-                if !json { out.say("the deep link was not consumed (not a link for this station, or no step waiting for it)") }
+                if !json {
+                    out.say("the deep link was not consumed (not a link for this station, or no step waiting for it)")
+                }
                 return 1
             }
             guard r["action"]?.stringValue == "start" else {
@@ -129,8 +134,9 @@ final class StationSession {
             case .connectionClosed:
                 terminal.restore()
                 out.clearProgress()
-                out.stderr("error: DAEMON_UNAVAILABLE: the connection to tesserad closed;"
-                    + " `tessera enroll-station --resume` continues the enrollment\n")
+                out.stderr(
+                    "error: DAEMON_UNAVAILABLE: the connection to tesserad closed;"
+                        + " `tessera enroll-station --resume` continues the enrollment\n")
                 status = 3
             }
             if let status { return status }
@@ -228,8 +234,9 @@ final class StationSession {
     private func startForm(_ key: String, keeping previous: PendingStep? = nil, onlyField: String? = nil) async {
         var (alternatives, resend) = InputForm.alternatives(schemas[key] ?? .null)
         if alternatives.isEmpty { alternatives = [[]] }
-        var step = PendingStep(key: key, alternatives: alternatives, chosen: alternatives.count == 1 ? 0 : nil,
-                               offersResend: resend)
+        var step = PendingStep(
+            key: key, alternatives: alternatives, chosen: alternatives.count == 1 ? 0 : nil,
+            offersResend: resend)
         if let previous, let onlyField {
             step.chosen = previous.chosen
             step.values = previous.values
@@ -245,7 +252,8 @@ final class StationSession {
         guard var step = pending else { return }
         guard let chosen = step.chosen else {
             let menu = step.alternatives.enumerated().map { i, fields in
-                "\(i + 1)) " + (fields.isEmpty ? "nothing" : fields.filter { !$0.optional }.map(\.name).joined(separator: ", "))
+                "\(i + 1)) "
+                    + (fields.isEmpty ? "nothing" : fields.filter { !$0.optional }.map(\.name).joined(separator: ", "))
             }
             ask("  choose: \(menu.joined(separator: "  ")): ", secret: false)
             return
@@ -355,7 +363,8 @@ final class StationSession {
             default:
                 // Still waiting for this step? Then ask again; otherwise the notifications tell what happened.
                 guard let s = try? await client.call("enrollment.status"), s["state"]?.stringValue == "waitingForInput",
-                      s["required"]?["key"]?.stringValue == key else { return .over }
+                    s["required"]?["key"]?.stringValue == key
+                else { return .over }
                 return .askAgain(field: nil)
             }
         }

@@ -11,29 +11,29 @@ struct LabEmulate: AsyncParsableCommand {
         commandName: "emulate",
         abstract: "Emulate a contactless card with a libnfc device (PN532) in target mode, logging every APDU.",
         discussion: """
-        Opens the libnfc device CONNSTRING in this process and makes it behave as an ISO/IEC 14443-4 type A card (nfc_target_init with ISO 14443-4 PICC emulation: the chip answers REQA, anticollision, SELECT and RATS itself). Every command APDU a reader sends goes to the card and its answer back; the card is either the e-passport chip of a document profile (--profile, see `tessera lab make-profile`: BAC, PACE, secure messaging, active authentication) or a script of canned answers (--script). After a reader leaves, the device waits for the next one. Runs until SIGINT/SIGTERM or --duration.
+            Opens the libnfc device CONNSTRING in this process and makes it behave as an ISO/IEC 14443-4 type A card (nfc_target_init with ISO 14443-4 PICC emulation: the chip answers REQA, anticollision, SELECT and RATS itself). Every command APDU a reader sends goes to the card and its answer back; the card is either the e-passport chip of a document profile (--profile, see `tessera lab make-profile`: BAC, PACE, secure messaging, active authentication) or a script of canned answers (--script). After a reader leaves, the device waits for the next one. Runs until SIGINT/SIGTERM or --duration.
 
-        The log on stdout has one line per event: `waiting for a reader`, `activated`, `> COMMAND  NAME` and `< RESPONSE` (hex, as on the air, i.e. protected by secure messaging), `field lost: REASON`, and a final summary. --trace FILE also writes a pcap for `tessera lab trace` and Wireshark.
+            The log on stdout has one line per event: `waiting for a reader`, `activated`, `> COMMAND  NAME` and `< RESPONSE` (hex, as on the air, i.e. protected by secure messaging), `field lost: REASON`, and a final summary. --trace FILE also writes a pcap for `tessera lab trace` and Wireshark.
 
-        SCRIPT FORMAT (one rule per line, # comments, hex with optional spaces; first match wins; no match → 6D00)
-          00A4040C07A0000002471001 => 9000        exact command
-          00B0 *                   => 0102 9000   command prefix
-          *                        => 6A82        everything else
+            SCRIPT FORMAT (one rule per line, # comments, hex with optional spaces; first match wins; no match → 6D00)
+              00A4040C07A0000002471001 => 9000        exact command
+              00B0 *                   => 0102 9000   command prefix
+              *                        => 6A82        everything else
 
-        LIMITS (PN53x target mode through libnfc 1.8)
-          The UID is 4 bytes starting with 08 (the chip fixes the first byte).
-          The ATS interface bytes are the chip's; the historical bytes are --historical-bytes.
-          Commands and responses hold at most 263 bytes; longer responses become 6700 so readers step down.
-          A stop while a reader is attached takes effect within about a second.
+            LIMITS (PN53x target mode through libnfc 1.8)
+              The UID is 4 bytes starting with 08 (the chip fixes the first byte).
+              The ATS interface bytes are the chip's; the historical bytes are --historical-bytes.
+              Commands and responses hold at most 263 bytes; longer responses become 6700 so readers step down.
+              A stop while a reader is attached takes effect within about a second.
 
-        The socket method lab.emulate does the same inside tesserad (docs/API.md).
+            The socket method lab.emulate does the same inside tesserad (docs/API.md).
 
-        EXAMPLES
-          tessera lab emulate --device pn532_uart:/dev/ttyUSB0 --profile /tmp/anna --trace /tmp/anna.pcap
-          tessera lab emulate --device pn53x_usb:003:005 --script applet.txt --duration 60
-          tessera lab pn532 --pty /tmp/pn532 --reader-mrz "$MRZ" &   # a software reader to try it with
-          tessera lab emulate --device pn532_uart:/tmp/pn532 --profile /tmp/anna
-        """)
+            EXAMPLES
+              tessera lab emulate --device pn532_uart:/dev/ttyUSB0 --profile /tmp/anna --trace /tmp/anna.pcap
+              tessera lab emulate --device pn53x_usb:003:005 --script applet.txt --duration 60
+              tessera lab pn532 --pty /tmp/pn532 --reader-mrz "$MRZ" &   # a software reader to try it with
+              tessera lab emulate --device pn532_uart:/tmp/pn532 --profile /tmp/anna
+            """)
 
     @Option(help: ArgumentHelp("The libnfc device (e.g. pn532_uart:/dev/ttyUSB0).", valueName: "CONNSTRING"))
     var device: String
@@ -51,7 +51,9 @@ struct LabEmulate: AsyncParsableCommand {
     var historicalBytes: String = ""
 
     func validate() throws {
-        guard (profile == nil) != (script == nil) else { throw ValidationError("give exactly one of --profile or --script") }
+        guard (profile == nil) != (script == nil) else {
+            throw ValidationError("give exactly one of --profile or --script")
+        }
         if let duration, duration < 1 { throw ValidationError("--duration must be at least 1") }
     }
 

@@ -14,32 +14,40 @@ struct LabMakeMDoc: AsyncParsableCommand {
         commandName: "make-mdoc",
         abstract: "Issue a test mDL (ISO/IEC 18013-5) with a fresh test IACA and document signer.",
         discussion: """
-        Writes to DIR (created if needed): iaca.pem (the trust anchor for `tessera mdoc verify --iaca`), \
-        iaca-key.pem, ds.pem, ds-key.pem, device-key.pem (the mDL's device key, P-256, in a file: lab use only), \
-        issuer-signed.cbor (IssuerSigned: the elements and issuerAuth over the MSO), device-response.cbor (a \
-        DeviceResponse disclosing every element, deviceSignature over session-transcript.cbor, a static NFC \
-        handover session with fresh ephemeral keys) and session-transcript.cbor (SessionTranscriptBytes).
+            Writes to DIR (created if needed): iaca.pem (the trust anchor for `tessera mdoc verify --iaca`), \
+            iaca-key.pem, ds.pem, ds-key.pem, device-key.pem (the mDL's device key, P-256, in a file: lab use only), \
+            issuer-signed.cbor (IssuerSigned: the elements and issuerAuth over the MSO), device-response.cbor (a \
+            DeviceResponse disclosing every element, deviceSignature over session-transcript.cbor, a static NFC \
+            handover session with fresh ephemeral keys) and session-transcript.cbor (SessionTranscriptBytes).
 
-        The elements (namespace org.iso.18013.5.1) come from --profile (a `tessera lab make-profile` passport: \
-        MRZ names, birth date, document number, expiry, issuing country, sex, nationality, and its face image as \
-        the portrait) or from built-in sample data.
+            The elements (namespace org.iso.18013.5.1) come from --profile (a `tessera lab make-profile` passport: \
+            MRZ names, birth date, document number, expiry, issuing country, sex, nationality, and its face image as \
+            the portrait) or from built-in sample data.
 
-        EXAMPLES
-          tessera lab make-mdoc /tmp/mdl
-          tessera lab make-mdoc /tmp/mdl --profile /tmp/anna --photo-padding 20000
-          tessera mdoc verify /tmp/mdl/device-response.cbor --iaca /tmp/mdl/iaca.pem --session-transcript /tmp/mdl/session-transcript.cbor
-        """)
+            EXAMPLES
+              tessera lab make-mdoc /tmp/mdl
+              tessera lab make-mdoc /tmp/mdl --profile /tmp/anna --photo-padding 20000
+              tessera mdoc verify /tmp/mdl/device-response.cbor --iaca /tmp/mdl/iaca.pem --session-transcript /tmp/mdl/session-transcript.cbor
+            """)
 
     @Argument(help: ArgumentHelp("Output directory.", valueName: "DIR")) var directory: String
     @Option(help: ArgumentHelp("Passport profile directory to take the data and portrait from.", valueName: "DIR"))
     var profile: String?
-    @Option(help: ArgumentHelp("Portrait, JPEG (default: the profile's face, or a small built-in portrait).", valueName: "FILE.jpg"))
+    @Option(
+        help: ArgumentHelp(
+            "Portrait, JPEG (default: the profile's face, or a small built-in portrait).", valueName: "FILE.jpg"))
     var photo: String?
-    @Option(name: .customLong("photo-padding"), help: ArgumentHelp("Pad the portrait to about this many bytes.", valueName: "BYTES"))
+    @Option(
+        name: .customLong("photo-padding"),
+        help: ArgumentHelp("Pad the portrait to about this many bytes.", valueName: "BYTES"))
     var photoPadding: Int?
-    @Option(name: .customLong("valid-from"), help: ArgumentHelp("MSO validFrom (RFC 3339; default: now).", valueName: "TIME"))
+    @Option(
+        name: .customLong("valid-from"),
+        help: ArgumentHelp("MSO validFrom (RFC 3339; default: now).", valueName: "TIME"))
     var validFrom: String?
-    @Option(name: .customLong("valid-until"), help: ArgumentHelp("MSO validUntil (RFC 3339; default: in 365 days).", valueName: "TIME"))
+    @Option(
+        name: .customLong("valid-until"),
+        help: ArgumentHelp("MSO validUntil (RFC 3339; default: in 365 days).", valueName: "TIME"))
     var validUntil: String?
 
     func run() async throws {
@@ -67,20 +75,26 @@ struct LabMakeMDoc: AsyncParsableCommand {
                 signer: COSESign1.privateKeySigner(der: pki.documentSigner.privateKeyDER, algorithm: .es256),
                 signed: min(from, Date()), validFrom: from, validUntil: until)
 
-            let eDevice = try MDocECKey(uncompressedPoint: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))
-            let eReader = try MDocECKey(uncompressedPoint: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))
+            let eDevice = try MDocECKey(
+                uncompressedPoint: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))
+            let eReader = try MDocECKey(
+                uncompressedPoint: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))
             let engagement = try DeviceEngagement.make(eDeviceKey: eDevice)
             let transcript = SessionTranscript(
                 deviceEngagementBytes: engagement.bytes, eReaderKeyBytes: eReader.encoded,
-                handover: NFCHandover.staticHandover(handoverSelect: NFCHandover.staticHandoverSelect(deviceEngagement: engagement)))
+                handover: NFCHandover.staticHandover(
+                    handoverSelect: NFCHandover.staticHandoverSelect(deviceEngagement: engagement)))
             let deviceSigned = try DeviceSigned.signed(sessionTranscript: transcript, docType: MDL.docType) {
                 (tbs: [UInt8]) throws(TesseraError) -> [UInt8] in
                 do { return Array(try deviceKey.signature(for: tbs).rawRepresentation) } catch {
                     throw TesseraError(.cryptoError, "device key signature failed")
                 }
             }
-            let response = DeviceResponse(documents: [MDocDocument(docType: MDL.docType, issuerSigned: issued,
-                                                                   deviceSigned: deviceSigned)])
+            let response = DeviceResponse(documents: [
+                MDocDocument(
+                    docType: MDL.docType, issuerSigned: issued,
+                    deviceSigned: deviceSigned)
+            ])
             func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
             try MDocFiles.write(Array(pki.iaca.certificatePEM.utf8), to: path("iaca.pem"))
             try MDocFiles.write(Array(pki.iaca.privateKeyPEM.utf8), to: path("iaca-key.pem"), private: true)
@@ -90,14 +104,15 @@ struct LabMakeMDoc: AsyncParsableCommand {
             try MDocFiles.write(issued.encoded, to: path("issuer-signed.cbor"))
             try MDocFiles.write(response.encoded, to: path("device-response.cbor"))
             try MDocFiles.write(transcript.taggedBytes, to: path("session-transcript.cbor"))
-            print("""
-            mdoc      \(directory)
-            docType   \(MDL.docType)
-            elements  \(elements.map(\.0).joined(separator: " ")) (portrait \(portrait.count) bytes)
-            valid     \(MDocDate.format(from)) … \(MDocDate.format(until))
-            iaca      \(path("iaca.pem"))
-            response  \(path("device-response.cbor")) (\(response.encoded.count) bytes)
-            """)
+            print(
+                """
+                mdoc      \(directory)
+                docType   \(MDL.docType)
+                elements  \(elements.map(\.0).joined(separator: " ")) (portrait \(portrait.count) bytes)
+                valid     \(MDocDate.format(from)) … \(MDocDate.format(until))
+                iaca      \(path("iaca.pem"))
+                response  \(path("device-response.cbor")) (\(response.encoded.count) bytes)
+                """)
         } catch {
             throw LabOutput.fail(error, status: 1)
         }
@@ -106,27 +121,37 @@ struct LabMakeMDoc: AsyncParsableCommand {
     /// The mDL elements from the profile's MRZ, or sample data.
     func sampleElements() throws(TesseraError) -> [(String, CBORValue)] {
         guard let profile else {
-            return [("family_name", "MUSTERMANN"), ("given_name", "ERIKA"), ("birth_date", MDocDate.fullDate("1964-08-12")),
-                    ("issue_date", MDocDate.fullDate("2024-01-15")), ("expiry_date", MDocDate.fullDate("2034-01-14")),
-                    ("issuing_country", "UT"), ("issuing_authority", "Utopia DMV"), ("document_number", "T22000129"),
-                    ("sex", 2), ("nationality", "UT"), ("age_over_18", true), ("age_over_21", true),
-                    ("driving_privileges", [["vehicle_category_code": "B"]]), ("un_distinguishing_sign", "UT")]
+            return [
+                ("family_name", "MUSTERMANN"), ("given_name", "ERIKA"), ("birth_date", MDocDate.fullDate("1964-08-12")),
+                ("issue_date", MDocDate.fullDate("2024-01-15")), ("expiry_date", MDocDate.fullDate("2034-01-14")),
+                ("issuing_country", "UT"), ("issuing_authority", "Utopia DMV"), ("document_number", "T22000129"),
+                ("sex", 2), ("nationality", "UT"), ("age_over_18", true), ("age_over_21", true),
+                ("driving_privileges", [["vehicle_category_code": "B"]]), ("un_distinguishing_sign", "UT"),
+            ]
         }
         let mrz = try DocumentProfile.load(directory: profile).parsedMRZ
         let birth = mrz.birthDate()?.description ?? "1900-01-01"
         let expiry = mrz.expiryDate()?.description ?? "2099-12-31"
-        let sex: CBORValue = switch mrz.sex { case .male: 1; case .female: 2; default: 0 }
-        return [("family_name", .textString(mrz.primaryIdentifier)), ("given_name", .textString(mrz.secondaryIdentifier)),
-                ("birth_date", MDocDate.fullDate(birth)), ("expiry_date", MDocDate.fullDate(expiry)),
-                ("issuing_country", .textString(String(mrz.issuingState.prefix(2)))),
-                ("issuing_authority", .textString(mrz.issuingState)), ("document_number", .textString(mrz.documentNumber)),
-                ("sex", sex), ("nationality", .textString(mrz.nationality))]
+        let sex: CBORValue =
+            switch mrz.sex {
+            case .male: 1;
+            case .female: 2;
+            default: 0
+            }
+        return [
+            ("family_name", .textString(mrz.primaryIdentifier)), ("given_name", .textString(mrz.secondaryIdentifier)),
+            ("birth_date", MDocDate.fullDate(birth)), ("expiry_date", MDocDate.fullDate(expiry)),
+            ("issuing_country", .textString(String(mrz.issuingState.prefix(2)))),
+            ("issuing_authority", .textString(mrz.issuingState)), ("document_number", .textString(mrz.documentNumber)),
+            ("sex", sex), ("nationality", .textString(mrz.nationality)),
+        ]
     }
 
     func portraitJPEG() throws(TesseraError) -> [UInt8] {
         if let photo { return try MDocFiles.read(photo) }
         if let profile, let dg2 = try DocumentProfile.load(directory: profile).dataGroup(2),
-           let face = try? DG2(parsing: dg2).faces.first, face.image.mimeType == "image/jpeg" {
+            let face = try? DG2(parsing: dg2).faces.first, face.image.mimeType == "image/jpeg"
+        {
             return face.image.data
         }
         return FacePhoto.builtIn

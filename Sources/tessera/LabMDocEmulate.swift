@@ -13,21 +13,25 @@ struct LabEmulateMDoc: AsyncParsableCommand {
         commandName: "emulate-mdoc",
         abstract: "Present a test mDL (tessera lab make-mdoc) as an NFC mdoc in a vpcd reader until interrupted.",
         discussion: """
-        The card answers ISO/IEC 18013-5 NFC engagement (a Type 4 Tag holding the static Handover Select with a \
-        fresh DeviceEngagement) and retrieval (SELECT A0000002480400, ENVELOPE / GET RESPONSE, chained or \
-        extended length). Each DeviceRequest is answered with the requested elements of DIR/issuer-signed.cbor \
-        and a deviceSignature by DIR/device-key.pem. Lab behaviour: elements are released without a consent \
-        step. With --reader-root the request must carry a readerAuth whose certificate that root issued and \
-        whose signature verifies; otherwise the session ends with status 20 and nothing is released.
+            The card answers ISO/IEC 18013-5 NFC engagement (a Type 4 Tag holding the static Handover Select with a \
+            fresh DeviceEngagement) and retrieval (SELECT A0000002480400, ENVELOPE / GET RESPONSE, chained or \
+            extended length). Each DeviceRequest is answered with the requested elements of DIR/issuer-signed.cbor \
+            and a deviceSignature by DIR/device-key.pem. Lab behaviour: elements are released without a consent \
+            step. With --reader-root the request must carry a readerAuth whose certificate that root issued and \
+            whose signature verifies; otherwise the session ends with status 20 and nothing is released.
 
-        EXAMPLES
-          tessera lab make-mdoc /tmp/mdl && tessera lab emulate-mdoc /tmp/mdl --vpcd 127.0.0.1:35963
-        """)
+            EXAMPLES
+              tessera lab make-mdoc /tmp/mdl && tessera lab emulate-mdoc /tmp/mdl --vpcd 127.0.0.1:35963
+            """)
 
-    @Argument(help: ArgumentHelp("Directory written by `tessera lab make-mdoc`.", valueName: "DIR")) var directory: String
-    @Option(help: ArgumentHelp("The vpcd reader's address (pcscd's reader.conf CHANNELID port).", valueName: "HOST:PORT"))
+    @Argument(help: ArgumentHelp("Directory written by `tessera lab make-mdoc`.", valueName: "DIR")) var directory:
+        String
+    @Option(
+        help: ArgumentHelp("The vpcd reader's address (pcscd's reader.conf CHANNELID port).", valueName: "HOST:PORT"))
     var vpcd: String = "127.0.0.1:35963"
-    @Option(name: .customLong("reader-root"), help: ArgumentHelp("Require readerAuth issued by this root (PEM/DER; repeatable).", valueName: "CERT"))
+    @Option(
+        name: .customLong("reader-root"),
+        help: ArgumentHelp("Require readerAuth issued by this root (PEM/DER; repeatable).", valueName: "CERT"))
     var readerRoot: [String] = []
     @Flag(name: .customLong("log-apdus"), help: "Trace every APDU exchange on stderr.")
     var logAPDUs = false
@@ -45,14 +49,16 @@ struct LabEmulateMDoc: AsyncParsableCommand {
             var roots: [ParsedCertificate] = []
             for rootPath in readerRoot { roots += try MDocFiles.certificates(rootPath) }
             holder = try MDocNFCHolder { [roots] request, transcript in
-                Self.answer(request, transcript: transcript, issuerSigned: issuerSigned, deviceKey: deviceKey, roots: roots)
+                Self.answer(
+                    request, transcript: transcript, issuerSigned: issuerSigned, deviceKey: deviceKey, roots: roots)
             }
         } catch {
             throw LabOutput.fail(error, status: 1)
         }
         let hooks = try LabOutput.vpcdHooks(trace: nil, log: logAPDUs)
-        let link = VirtualCardLink(card: MDocCard(holder: holder), host: host.isEmpty ? "127.0.0.1" : host, port: port,
-                                   reconnects: true, onExchange: hooks.exchange, onEvent: hooks.event)
+        let link = VirtualCardLink(
+            card: MDocCard(holder: holder), host: host.isEmpty ? "127.0.0.1" : host, port: port,
+            reconnects: true, onExchange: hooks.exchange, onEvent: hooks.event)
         let stop = LabSignals.install()
         do { try await link.start(timeout: .seconds(10)) } catch {
             throw LabOutput.fail(error, status: 2)
@@ -64,14 +70,18 @@ struct LabEmulateMDoc: AsyncParsableCommand {
     }
 
     /// The requested elements and a deviceSignature, or nil (status 20) when the reader is not trusted.
-    static func answer(_ request: DeviceRequest, transcript: SessionTranscript, issuerSigned: IssuerSigned,
-                       deviceKey: P256.Signing.PrivateKey, roots: [ParsedCertificate]) -> [UInt8]? {
+    static func answer(
+        _ request: DeviceRequest, transcript: SessionTranscript, issuerSigned: IssuerSigned,
+        deviceKey: P256.Signing.PrivateKey, roots: [ParsedCertificate]
+    ) -> [UInt8]? {
         guard let doc = request.docRequests.first(where: { $0.docType == MDL.docType }) else { return nil }
         if !roots.isEmpty {
             guard let auth = doc.readerAuth, let der = auth.x5chain.first, let cert = try? ParsedCertificate(der: der),
-                  roots.contains(where: { (try? cert.isSigned(by: $0)) == true }),
-                  auth.verify(publicKey: cert.subjectPublicKeyInfo, detachedPayload: DocRequest.readerAuthenticationBytes(
-                      sessionTranscript: transcript, itemsRequestBytes: doc.itemsRequestBytes))
+                roots.contains(where: { (try? cert.isSigned(by: $0)) == true }),
+                auth.verify(
+                    publicKey: cert.subjectPublicKeyInfo,
+                    detachedPayload: DocRequest.readerAuthenticationBytes(
+                        sessionTranscript: transcript, itemsRequestBytes: doc.itemsRequestBytes))
             else { return nil }
         }
         var wanted = Set<String>()
@@ -81,10 +91,14 @@ struct LabEmulateMDoc: AsyncParsableCommand {
                 throw TesseraError(.cryptoError, "device key signature failed")
             }
         }
-        guard let deviceSigned = try? DeviceSigned.signed(sessionTranscript: transcript, docType: doc.docType, signer: signer)
+        guard
+            let deviceSigned = try? DeviceSigned.signed(
+                sessionTranscript: transcript, docType: doc.docType, signer: signer)
         else { return nil }
         let disclosed = issuerSigned.disclosing { wanted.contains("\($0)/\($1)") }
-        return DeviceResponse(documents: [MDocDocument(docType: doc.docType, issuerSigned: disclosed, deviceSigned: deviceSigned)]).encoded
+        return DeviceResponse(documents: [
+            MDocDocument(docType: doc.docType, issuerSigned: disclosed, deviceSigned: deviceSigned)
+        ]).encoded
     }
 }
 

@@ -13,33 +13,41 @@ struct LabPN532: AsyncParsableCommand {
         commandName: "pn532",
         abstract: "Run a software PN532 (UART) on a pty with an emulated passport, or a reader, in its field.",
         discussion: """
-        Creates a pseudo-terminal that behaves like a PN532 board on a serial port and makes PATH a symlink to its slave side. libnfc's pn532_uart driver (and so nfc-list, tesserad --nfc-device) opens it:
-          LIBNFC_DEFAULT_DEVICE=pn532_uart:PATH nfc-list
-          tesserad --nfc-device pn532_uart:PATH ...
-        The card is an ISO 14443-4 type A target (UID 08 54 53 52, SAK 20) answering with the passport from --profile (see `tessera lab make-profile`). Runs until SIGINT/SIGTERM.
+            Creates a pseudo-terminal that behaves like a PN532 board on a serial port and makes PATH a symlink to its slave side. libnfc's pn532_uart driver (and so nfc-list, tesserad --nfc-device) opens it:
+              LIBNFC_DEFAULT_DEVICE=pn532_uart:PATH nfc-list
+              tesserad --nfc-device pn532_uart:PATH ...
+            The card is an ISO 14443-4 type A target (UID 08 54 53 52, SAK 20) answering with the passport from --profile (see `tessera lab make-profile`). Runs until SIGINT/SIGTERM.
 
-        --remove-after-apdus N: after N answered APDUs the card leaves the field once (the next APDU gets no answer); it is back at the reader's next poll. --trace FILE writes a pcap (ISO 14443 link type) that `tessera lab trace FILE` and Wireshark read.
+            --remove-after-apdus N: after N answered APDUs the card leaves the field once (the next APDU gets no answer); it is back at the reader's next poll. --trace FILE writes a pcap (ISO 14443 link type) that `tessera lab trace FILE` and Wireshark read.
 
-        READER IN THE FIELD (target mode, instead of --profile)
-        With --reader-mrz, --reader-can or --reader-apdu the field holds a reader instead of a card. When the program on the pty emulates a card (libnfc nfc_target_init, e.g. `tessera lab emulate` or tesserad's lab.emulate), the reader activates it once and either reads it as an e-passport (BAC or PACE with the MRZ or CAN, then DG1) or sends the given APDUs, printing `reader: ...` lines; then it switches its field off and stays idle until SIGINT/SIGTERM.
+            READER IN THE FIELD (target mode, instead of --profile)
+            With --reader-mrz, --reader-can or --reader-apdu the field holds a reader instead of a card. When the program on the pty emulates a card (libnfc nfc_target_init, e.g. `tessera lab emulate` or tesserad's lab.emulate), the reader activates it once and either reads it as an e-passport (BAC or PACE with the MRZ or CAN, then DG1) or sends the given APDUs, printing `reader: ...` lines; then it switches its field off and stays idle until SIGINT/SIGTERM.
 
-        EXAMPLES
-          tessera lab pn532 --pty /tmp/pn532 --profile /tmp/anna --trace /tmp/t.pcap
-          tessera lab pn532 --pty /tmp/pn532 --reader-mrz "$MRZ" &
-          tessera lab emulate --device pn532_uart:/tmp/pn532 --profile /tmp/anna
-        """)
+            EXAMPLES
+              tessera lab pn532 --pty /tmp/pn532 --profile /tmp/anna --trace /tmp/t.pcap
+              tessera lab pn532 --pty /tmp/pn532 --reader-mrz "$MRZ" &
+              tessera lab emulate --device pn532_uart:/tmp/pn532 --profile /tmp/anna
+            """)
 
     @Option(help: ArgumentHelp("Symlink to create for the pty slave (use as pn532_uart:PATH).", valueName: "PATH"))
     var pty: String
     @Option(help: ArgumentHelp("Document profile directory (tessera lab make-profile).", valueName: "DIR"))
     var profile: String?
-    @Option(name: .customLong("reader-mrz"), help: ArgumentHelp("Reader in the field: read the emulated passport with this MRZ.", valueName: "TEXT"))
+    @Option(
+        name: .customLong("reader-mrz"),
+        help: ArgumentHelp("Reader in the field: read the emulated passport with this MRZ.", valueName: "TEXT"))
     var readerMRZ: String?
-    @Option(name: .customLong("reader-can"), help: ArgumentHelp("Reader in the field: read the emulated passport with this CAN.", valueName: "N"))
+    @Option(
+        name: .customLong("reader-can"),
+        help: ArgumentHelp("Reader in the field: read the emulated passport with this CAN.", valueName: "N"))
     var readerCAN: String?
-    @Option(name: .customLong("reader-apdu"), help: ArgumentHelp("Reader in the field: send this APDU (hex; repeatable).", valueName: "HEX"))
+    @Option(
+        name: .customLong("reader-apdu"),
+        help: ArgumentHelp("Reader in the field: send this APDU (hex; repeatable).", valueName: "HEX"))
     var readerAPDUs: [String] = []
-    @Option(name: .customLong("remove-after-apdus"), help: ArgumentHelp("Drop the target once after N APDUs.", valueName: "N"))
+    @Option(
+        name: .customLong("remove-after-apdus"),
+        help: ArgumentHelp("Drop the target once after N APDUs.", valueName: "N"))
     var removeAfter: Int?
     @Option(help: ArgumentHelp("Write an APDU trace (pcap) to FILE.", valueName: "FILE"))
     var trace: String?
@@ -50,7 +58,8 @@ struct LabPN532: AsyncParsableCommand {
 
     func validate() throws {
         guard (profile != nil) != readerMode else {
-            throw ValidationError("give --profile (a card in the field) or a reader (--reader-mrz, --reader-can, --reader-apdu)")
+            throw ValidationError(
+                "give --profile (a card in the field) or a reader (--reader-mrz, --reader-can, --reader-apdu)")
         }
         if let removeAfter, removeAfter < 0 { throw ValidationError("--remove-after-apdus must be ≥ 0") }
     }
@@ -68,7 +77,8 @@ struct LabPN532: AsyncParsableCommand {
         let log = logAPDUs
         let emulator: PN532Emulator
         do {
-            emulator = try PN532Emulator(card: card, options: .init(removeAfterAPDUs: removeAfter), link: pty) { event in
+            emulator = try PN532Emulator(card: card, options: .init(removeAfterAPDUs: removeAfter), link: pty) {
+                event in
                 LabPN532.record(event, writer: writer, log: log)
             }
         } catch {
@@ -128,7 +138,9 @@ struct LabPN532: AsyncParsableCommand {
             activation = try? await reader.activate(timeout: .seconds(1))
         }
         guard let activation else { return }
-        LabOutput.line("reader: activated UID \(Hex.encode(activation.uid).uppercased()) ATS \(Hex.encode(activation.ats).uppercased())")
+        LabOutput.line(
+            "reader: activated UID \(Hex.encode(activation.uid).uppercased()) ATS \(Hex.encode(activation.ats).uppercased())"
+        )
         do throws(TesseraError) {
             for apdu in apdus {
                 let response = try await reader.transmit(apdu)

@@ -6,8 +6,9 @@ import ICAO
 import NFC
 import TesseraCore
 import VPCD
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `tessera lab make-profile`: issues a test e-passport (LDS files signed by a fresh test PKI) into a directory.
@@ -16,63 +17,79 @@ struct LabMakeProfile: AsyncParsableCommand {
         commandName: "make-profile",
         abstract: "Issue a test e-passport into a profile directory.",
         discussion: """
-        Writes a document profile to DIR (created if needed; files of an earlier profile are overwritten):
-        profile.json, EF.COM, DG1 (the MRZ), DG2 (the face photo), DG11, DG12, DG14 (PACE infos, active
-        authentication info), DG15 (with --aa), EF.SOD signed by a freshly generated test document signer, and
-        EF.CardAccess when PACE is offered, EF.CardSecurity (signed, with the chip authentication keys) with
-        PACE-CAM. The test PKI is written next to it: csca.pem is the trust anchor to
-        give to `tesserad --csca`; the private keys (csca-key.pem, ds-key.pem, aa-key.pem) are for lab use only.
+            Writes a document profile to DIR (created if needed; files of an earlier profile are overwritten):
+            profile.json, EF.COM, DG1 (the MRZ), DG2 (the face photo), DG11, DG12, DG14 (PACE infos, active
+            authentication info), DG15 (with --aa), EF.SOD signed by a freshly generated test document signer, and
+            EF.CardAccess when PACE is offered, EF.CardSecurity (signed, with the chip authentication keys) with
+            PACE-CAM. The test PKI is written next to it: csca.pem is the trust anchor to
+            give to `tesserad --csca`; the private keys (csca-key.pem, ds-key.pem, aa-key.pem) are for lab use only.
 
-        Serve the profile with `tessera lab emulate-passport --profile DIR --vpcd HOST:PORT`.
+            Serve the profile with `tessera lab emulate-passport --profile DIR --vpcd HOST:PORT`.
 
-        PACE OPTIONS (--pace, repeatable, listed in EF.CardAccess in the order given)
-          <agreement>-<mapping>-<parameters>-<cipher>, e.g. ecdh-gm-p256-aes128, ecdh-gm-brainpoolp256r1-aes128,
-          ecdh-gm-p256-aes256, dh-gm-2048-aes128, ecdh-im-brainpoolp256r1-aes128, ecdh-cam-p256-aes128;
-          `default` is ecdh-gm-p256-aes128.
-          agreement: ecdh | dh; mapping: gm (generic) | im (integrated mapping; not on p224) | cam (chip
-          authentication mapping: ecdh with AES only; a static chip authentication key per curve goes into DG14
-          and ca-key-<id>.bin);
-          parameters: p192 p224 p256 p384 p521 brainpoolp192r1 … brainpoolp512r1 (ecdh),
-          1024 2048-224 2048-256 (dh), or idN; cipher: 3des aes128 aes192 aes256.
+            PACE OPTIONS (--pace, repeatable, listed in EF.CardAccess in the order given)
+              <agreement>-<mapping>-<parameters>-<cipher>, e.g. ecdh-gm-p256-aes128, ecdh-gm-brainpoolp256r1-aes128,
+              ecdh-gm-p256-aes256, dh-gm-2048-aes128, ecdh-im-brainpoolp256r1-aes128, ecdh-cam-p256-aes128;
+              `default` is ecdh-gm-p256-aes128.
+              agreement: ecdh | dh; mapping: gm (generic) | im (integrated mapping; not on p224) | cam (chip
+              authentication mapping: ecdh with AES only; a static chip authentication key per curve goes into DG14
+              and ca-key-<id>.bin);
+              parameters: p192 p224 p256 p384 p521 brainpoolp192r1 … brainpoolp512r1 (ecdh),
+              1024 2048-224 2048-256 (dh), or idN; cipher: 3des aes128 aes192 aes256.
 
-        CHIP AUTHENTICATION (--ca, repeatable; Chip Authentication v1 announced in DG14)
-          <agreement>-<parameters>-<cipher>, e.g. ecdh-p256-aes128, ecdh-brainpoolp256r1-3des, dh-2048-aes128;
-          the chip gets one static key per parameter set (shared with PACE-CAM on the same curve), written to
-          ca-key-<id>.bin, with its public key in DG14 (keyId = parameter id).
+            CHIP AUTHENTICATION (--ca, repeatable; Chip Authentication v1 announced in DG14)
+              <agreement>-<parameters>-<cipher>, e.g. ecdh-p256-aes128, ecdh-brainpoolp256r1-3des, dh-2048-aes128;
+              the chip gets one static key per parameter set (shared with PACE-CAM on the same curve), written to
+              ca-key-<id>.bin, with its public key in DG14 (keyId = parameter id).
 
-        EXAMPLES
-          tessera lab make-profile /tmp/anna --mrz 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<
-          L898902C36UTO7408122F1204159ZE184226B<<<<<10'
-          tessera lab make-profile /tmp/pace --mrz "$MRZ" --can 123456 --pace ecdh-gm-brainpoolp256r1-aes128 --no-bac --aa
-          tessera lab make-profile /tmp/big --mrz "$MRZ" --photo face.jpg --photo-padding 20000
-          tessera lab make-profile /tmp/ca --mrz "$MRZ" --ca ecdh-p256-aes128 --aa
-        """)
+            EXAMPLES
+              tessera lab make-profile /tmp/anna --mrz 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<
+              L898902C36UTO7408122F1204159ZE184226B<<<<<10'
+              tessera lab make-profile /tmp/pace --mrz "$MRZ" --can 123456 --pace ecdh-gm-brainpoolp256r1-aes128 --no-bac --aa
+              tessera lab make-profile /tmp/big --mrz "$MRZ" --photo face.jpg --photo-padding 20000
+              tessera lab make-profile /tmp/ca --mrz "$MRZ" --ca ecdh-p256-aes128 --aa
+            """)
 
     @Argument(help: ArgumentHelp("Profile directory.", valueName: "DIR"))
     var directory: String
-    @Option(help: ArgumentHelp("The MRZ as printed: lines separated by a newline (TD1, TD2 or TD3).", valueName: "TEXT"))
+    @Option(
+        help: ArgumentHelp("The MRZ as printed: lines separated by a newline (TD1, TD2 or TD3).", valueName: "TEXT"))
     var mrz: String
     @Option(help: ArgumentHelp("Face image, JPEG (default: a small built-in portrait).", valueName: "FILE.jpg"))
     var photo: String?
     @Option(help: ArgumentHelp("Card access number for PACE with the CAN.", valueName: "N"))
     var can: String?
-    @Option(name: .customLong("pace"), help: ArgumentHelp("PACE configuration to offer (repeatable; see PACE OPTIONS).", valueName: "OPTION"))
+    @Option(
+        name: .customLong("pace"),
+        help: ArgumentHelp("PACE configuration to offer (repeatable; see PACE OPTIONS).", valueName: "OPTION"))
     var pace: [String] = []
-    @Option(name: .customLong("ca"), help: ArgumentHelp("Chip Authentication v1 protocol to announce in DG14 (repeatable; see CHIP AUTHENTICATION).", valueName: "OPTION"))
+    @Option(
+        name: .customLong("ca"),
+        help: ArgumentHelp(
+            "Chip Authentication v1 protocol to announce in DG14 (repeatable; see CHIP AUTHENTICATION).",
+            valueName: "OPTION"))
     var chipAuthentication: [String] = []
     @Flag(name: .customLong("no-bac"), help: "Do not offer BAC (needs at least one --pace).")
     var noBAC = false
     @Flag(name: .customLong("aa"), help: "Give the chip an active authentication key (DG15).")
     var activeAuthentication = false
-    @Option(help: ArgumentHelp("Key algorithm of the test PKI and the AA key: p256, p384, brainpoolP256r1, brainpoolP384r1, rsa2048, rsaPSS2048.", valueName: "ALG"))
+    @Option(
+        help: ArgumentHelp(
+            "Key algorithm of the test PKI and the AA key: p256, p384, brainpoolP256r1, brainpoolP384r1, rsa2048, rsaPSS2048.",
+            valueName: "ALG"))
     var algorithm = "p256"
-    @Option(name: .customLong("photo-padding"), help: ArgumentHelp("Pad the JPEG with comment segments to about this many bytes (large DG2 for benchmarks).", valueName: "BYTES"))
+    @Option(
+        name: .customLong("photo-padding"),
+        help: ArgumentHelp(
+            "Pad the JPEG with comment segments to about this many bytes (large DG2 for benchmarks).",
+            valueName: "BYTES"))
     var photoPadding: Int?
 
     func run() async throws {
-        guard let alg = TestKeyAlgorithm.allCases.first(where: { $0.rawValue.lowercased() == algorithm.lowercased() }) else {
-            throw ValidationError("unknown --algorithm \(algorithm); one of "
-                + TestKeyAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))
+        guard let alg = TestKeyAlgorithm.allCases.first(where: { $0.rawValue.lowercased() == algorithm.lowercased() })
+        else {
+            throw ValidationError(
+                "unknown --algorithm \(algorithm); one of "
+                    + TestKeyAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))
         }
         var options: [PACEOption] = []
         for text in pace {
@@ -80,31 +97,37 @@ struct LabMakeProfile: AsyncParsableCommand {
         }
         var caOptions: [ChipAuthenticationOption] = []
         for text in chipAuthentication {
-            do { caOptions.append(try ChipAuthenticationOption(parsing: text)) } catch { throw ValidationError(error.message) }
+            do { caOptions.append(try ChipAuthenticationOption(parsing: text)) } catch {
+                throw ValidationError(error.message)
+            }
         }
         var image: [UInt8]?
         if let photo {
-            guard let data = FileManager.default.contents(atPath: photo) else { throw ValidationError("cannot read \(photo)") }
+            guard let data = FileManager.default.contents(atPath: photo) else {
+                throw ValidationError("cannot read \(photo)")
+            }
             image = [UInt8](data)
         }
         let profile: DocumentProfile
         do {
-            profile = try DocumentProfile.make(directory: directory, mrz: mrz, photoJPEG: image, can: can,
-                                               access: AccessOptions(bac: !noBAC, pace: options, chipAuthentication: caOptions), algorithm: alg,
-                                               activeAuthentication: activeAuthentication, photoPadding: photoPadding)
+            profile = try DocumentProfile.make(
+                directory: directory, mrz: mrz, photoJPEG: image, can: can,
+                access: AccessOptions(bac: !noBAC, pace: options, chipAuthentication: caOptions), algorithm: alg,
+                activeAuthentication: activeAuthentication, photoPadding: photoPadding)
         } catch {
             throw LabOutput.fail(error, status: 1)
         }
         let access = (profile.access.bac ? ["BAC"] : []) + profile.access.pace.map { "PACE \($0)" }
-        print("""
-        profile   \(profile.directory)
-        document  \(profile.parsedMRZ.documentNumber) (\(profile.parsedMRZ.primaryIdentifier))
-        access    \(access.joined(separator: ", "))\(profile.can.map { ", CAN \($0)" } ?? "")
-        files     \(profile.dataGroupNumbers.map { "DG\($0)" }.joined(separator: " ")) SOD; DG2 \(profile.dataGroup(2)?.count ?? 0) bytes
-        AA        \(profile.activeAuthentication ? "yes (\(alg.rawValue))" : "no")
-        CA        \(profile.access.chipAuthentication.isEmpty ? "no" : profile.access.chipAuthentication.map(\.description).joined(separator: ", "))
-        csca      \(profile.cscaPath)
-        """)
+        print(
+            """
+            profile   \(profile.directory)
+            document  \(profile.parsedMRZ.documentNumber) (\(profile.parsedMRZ.primaryIdentifier))
+            access    \(access.joined(separator: ", "))\(profile.can.map { ", CAN \($0)" } ?? "")
+            files     \(profile.dataGroupNumbers.map { "DG\($0)" }.joined(separator: " ")) SOD; DG2 \(profile.dataGroup(2)?.count ?? 0) bytes
+            AA        \(profile.activeAuthentication ? "yes (\(alg.rawValue))" : "no")
+            CA        \(profile.access.chipAuthentication.isEmpty ? "no" : profile.access.chipAuthentication.map(\.description).joined(separator: ", "))
+            csca      \(profile.cscaPath)
+            """)
     }
 }
 
@@ -114,57 +137,60 @@ struct LabEmulatePassport: AsyncParsableCommand {
         commandName: "emulate-passport",
         abstract: "Insert an emulated e-passport into a vpcd reader until interrupted.",
         discussion: """
-        Connects the chip built from --profile to pcscd's vpcd driver (vsmartcard) at HOST:PORT, which makes the
-        card appear in that vpcd reader; stopping (SIGINT, SIGTERM) removes it. The chip answers BAC, PACE
-        (as listed in the profile), secure messaging, READ BINARY (short and extended length, odd INS B1),
-        INTERNAL AUTHENTICATE and Chip Authentication (MSE:Set KAT, MSE:Set AT + GENERAL
-        AUTHENTICATE) when the profile has --ca. Lost links (pcscd restarting) are re-established.
+            Connects the chip built from --profile to pcscd's vpcd driver (vsmartcard) at HOST:PORT, which makes the
+            card appear in that vpcd reader; stopping (SIGINT, SIGTERM) removes it. The chip answers BAC, PACE
+            (as listed in the profile), secure messaging, READ BINARY (short and extended length, odd INS B1),
+            INTERNAL AUTHENTICATE and Chip Authentication (MSE:Set KAT, MSE:Set AT + GENERAL
+            AUTHENTICATE) when the profile has --ca. Lost links (pcscd restarting) are re-established.
 
-        Misbehaviour for testing readers:
-          --tamper-dg N           serve DG N with one byte changed (passive authentication must fail)
-          --max-le N              answer 6700 to READ BINARY asking for more than N bytes
-          --no-extended           refuse extended-length APDUs and do not announce them in the ATR
-          --tamper-cam            PACE-CAM: corrupt the encrypted chip authentication data (the reader's
-                                  chip authentication check must fail)
-          --wrong-cam-key         PACE-CAM: prove a fresh key instead of the one in DG14
-          --tamper-card-security  serve EF.CardSecurity with its signature changed (it must be invalid)
+            Misbehaviour for testing readers:
+              --tamper-dg N           serve DG N with one byte changed (passive authentication must fail)
+              --max-le N              answer 6700 to READ BINARY asking for more than N bytes
+              --no-extended           refuse extended-length APDUs and do not announce them in the ATR
+              --tamper-cam            PACE-CAM: corrupt the encrypted chip authentication data (the reader's
+                                      chip authentication check must fail)
+              --wrong-cam-key         PACE-CAM: prove a fresh key instead of the one in DG14
+              --tamper-card-security  serve EF.CardSecurity with its signature changed (it must be invalid)
 
-        Clones (the data copied, the private keys not; a reader must find each one not authentic):
-          --com-omit-dg N         EF.COM does not list DG N (repeatable; the file stays readable)
-          --missing-dg N          DG N answers 6A82 file not found (repeatable)
-          --no-aa-key             no active authentication key: INTERNAL AUTHENTICATE answers 6D00
-          --wrong-aa-key          answer INTERNAL AUTHENTICATE with a fresh key, not the one in DG15
-          --hide-cam              EF.CardAccess offers no PACE-CAM (DG14 still announces it) and the chip
-                                  refuses it
-          --wrong-ca-key          Chip Authentication (and PACE-CAM): the chip holds a fresh key, not the one
-                                  in DG14, so its answers under the new session keys do not verify
-          --remove-after-apdus N  pull the card when the Nth command APDU arrives and insert it again a
-                                  second later (card-removed tests)
+            Clones (the data copied, the private keys not; a reader must find each one not authentic):
+              --com-omit-dg N         EF.COM does not list DG N (repeatable; the file stays readable)
+              --missing-dg N          DG N answers 6A82 file not found (repeatable)
+              --no-aa-key             no active authentication key: INTERNAL AUTHENTICATE answers 6D00
+              --wrong-aa-key          answer INTERNAL AUTHENTICATE with a fresh key, not the one in DG15
+              --hide-cam              EF.CardAccess offers no PACE-CAM (DG14 still announces it) and the chip
+                                      refuses it
+              --wrong-ca-key          Chip Authentication (and PACE-CAM): the chip holds a fresh key, not the one
+                                      in DG14, so its answers under the new session keys do not verify
+              --remove-after-apdus N  pull the card when the Nth command APDU arrives and insert it again a
+                                      second later (card-removed tests)
 
-        Quirks of real chips (--quirk NAME, repeatable; the reader must cope with each):
-          no-le                   SELECT and MSE with Le are refused (6700)
-          no-key-reference        MSE:Set AT with the 0x84 domain parameter reference is refused (6A80)
-          mf-6a82, mf-6a87        SELECT of the master file answers 6A82 / 6A87
-          pace-fails              PACE fails at the mapping step (6985); BAC still works if the profile has it
-          short-responses         READ BINARY returns at most 64 bytes with 9000, whatever Le asks
-          eof-6282                the READ BINARY reaching the end of a file answers 6282
+            Quirks of real chips (--quirk NAME, repeatable; the reader must cope with each):
+              no-le                   SELECT and MSE with Le are refused (6700)
+              no-key-reference        MSE:Set AT with the 0x84 domain parameter reference is refused (6A80)
+              mf-6a82, mf-6a87        SELECT of the master file answers 6A82 / 6A87
+              pace-fails              PACE fails at the mapping step (6985); BAC still works if the profile has it
+              short-responses         READ BINARY returns at most 64 bytes with 9000, whatever Le asks
+              eof-6282                the READ BINARY reaching the end of a file answers 6282
 
-        With --log-apdus every exchange is written to stderr (command and response in hex, as seen on the
-        wire, i.e. protected by secure messaging). --trace FILE records the exchanges as a pcap (ISO 14443 link
-        type, power on/off as field on/off) for `tessera lab trace` and Wireshark.
+            With --log-apdus every exchange is written to stderr (command and response in hex, as seen on the
+            wire, i.e. protected by secure messaging). --trace FILE records the exchanges as a pcap (ISO 14443 link
+            type, power on/off as field on/off) for `tessera lab trace` and Wireshark.
 
-        EXAMPLES
-          tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963
-          tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963 --tamper-dg 2 --log-apdus
-          tessera lab emulate-passport --profile /tmp/anna-aa --com-omit-dg 15 --no-aa-key
-          tessera lab emulate-passport --profile /tmp/anna --quirk pace-fails --quirk eof-6282
-        """)
+            EXAMPLES
+              tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963
+              tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963 --tamper-dg 2 --log-apdus
+              tessera lab emulate-passport --profile /tmp/anna-aa --com-omit-dg 15 --no-aa-key
+              tessera lab emulate-passport --profile /tmp/anna --quirk pace-fails --quirk eof-6282
+            """)
 
     @Option(help: ArgumentHelp("Profile directory written by `tessera lab make-profile`.", valueName: "DIR"))
     var profile: String
-    @Option(help: ArgumentHelp("The vpcd reader's address (pcscd's reader.conf CHANNELID port).", valueName: "HOST:PORT"))
+    @Option(
+        help: ArgumentHelp("The vpcd reader's address (pcscd's reader.conf CHANNELID port).", valueName: "HOST:PORT"))
     var vpcd: String = "127.0.0.1:35963"
-    @Option(name: .customLong("tamper-dg"), help: ArgumentHelp("Serve this data group with one byte changed.", valueName: "N"))
+    @Option(
+        name: .customLong("tamper-dg"),
+        help: ArgumentHelp("Serve this data group with one byte changed.", valueName: "N"))
     var tamperDG: Int?
     @Option(name: .customLong("max-le"), help: ArgumentHelp("Largest READ BINARY length accepted.", valueName: "N"))
     var maxLe: Int?
@@ -172,28 +198,39 @@ struct LabEmulatePassport: AsyncParsableCommand {
     var noExtended = false
     @Flag(name: .customLong("tamper-cam"), help: "Corrupt the PACE-CAM chip authentication data.")
     var tamperCAM = false
-    @Flag(name: [.customLong("wrong-cam-key"), .customLong("wrong-ca-key")],
-          help: "PACE-CAM and Chip Authentication: prove a fresh key instead of the one in DG14.")
+    @Flag(
+        name: [.customLong("wrong-cam-key"), .customLong("wrong-ca-key")],
+        help: "PACE-CAM and Chip Authentication: prove a fresh key instead of the one in DG14.")
     var wrongCAMKey = false
     @Flag(name: .customLong("tamper-card-security"), help: "Serve EF.CardSecurity with its signature changed.")
     var tamperCardSecurity = false
-    @Option(name: .customLong("com-omit-dg"), help: ArgumentHelp("Clone: EF.COM does not list this data group (repeatable).", valueName: "N"))
+    @Option(
+        name: .customLong("com-omit-dg"),
+        help: ArgumentHelp("Clone: EF.COM does not list this data group (repeatable).", valueName: "N"))
     var comOmitDG: [Int] = []
-    @Option(name: .customLong("missing-dg"), help: ArgumentHelp("Clone: this data group answers 6A82 (repeatable).", valueName: "N"))
+    @Option(
+        name: .customLong("missing-dg"),
+        help: ArgumentHelp("Clone: this data group answers 6A82 (repeatable).", valueName: "N"))
     var missingDG: [Int] = []
-    @Flag(name: .customLong("no-aa-key"), help: "Clone: no active authentication key (INTERNAL AUTHENTICATE answers 6D00).")
+    @Flag(
+        name: .customLong("no-aa-key"),
+        help: "Clone: no active authentication key (INTERNAL AUTHENTICATE answers 6D00).")
     var noAAKey = false
     @Flag(name: .customLong("wrong-aa-key"), help: "Clone: answer INTERNAL AUTHENTICATE with a key other than DG15's.")
     var wrongAAKey = false
     @Flag(name: .customLong("hide-cam"), help: "Clone: EF.CardAccess hides PACE-CAM and the chip refuses it.")
     var hideCAM = false
-    @Option(name: .customLong("remove-after-apdus"), help: ArgumentHelp("Pull the card at the Nth APDU, re-insert it after a second.", valueName: "N"))
+    @Option(
+        name: .customLong("remove-after-apdus"),
+        help: ArgumentHelp("Pull the card at the Nth APDU, re-insert it after a second.", valueName: "N"))
     var removeAfter: Int?
     @Flag(name: .customLong("log-apdus"), help: "Trace every APDU exchange on stderr.")
     var logAPDUs = false
     @Option(help: ArgumentHelp("Write an APDU trace (pcap) to FILE.", valueName: "FILE"))
     var trace: String?
-    @Option(name: .customLong("quirk"), help: ArgumentHelp("Reproduce a real-chip quirk (repeatable; see Quirks).", valueName: "NAME"))
+    @Option(
+        name: .customLong("quirk"),
+        help: ArgumentHelp("Reproduce a real-chip quirk (repeatable; see Quirks).", valueName: "NAME"))
     var quirk: [String] = []
 
     func run() async throws {
@@ -218,8 +255,9 @@ struct LabEmulatePassport: AsyncParsableCommand {
         misbehaviour.tamperedCardSecurity = tamperCardSecurity
         let card = EmulatedPassport(profile: loaded, misbehaviour: misbehaviour, quirks: quirks)
         let hooks = try LabOutput.vpcdHooks(trace: trace, log: logAPDUs)
-        let link = VirtualCardLink(card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
-                                   onExchange: hooks.exchange, onEvent: hooks.event)
+        let link = VirtualCardLink(
+            card: card, host: host.isEmpty ? "127.0.0.1" : host, port: port, reconnects: true,
+            onExchange: hooks.exchange, onEvent: hooks.event)
         if let removeAfter {
             await card.setCommandHook { index, _ in
                 guard index == removeAfter else { return }
@@ -270,7 +308,8 @@ enum LabOutput {
     /// Hooks for a `VirtualCardLink`: APDUs to stderr (`log`) and to a pcap trace at `trace` (power on/off recorded
     /// as field on/off). Exits with status 1 when the trace file cannot be created.
     static func vpcdHooks(trace: String?, log: Bool) throws
-        -> (exchange: VirtualCardLink.ExchangeHook?, event: VirtualCardLink.EventHook?, writer: APDUTraceWriter?) {
+        -> (exchange: VirtualCardLink.ExchangeHook?, event: VirtualCardLink.EventHook?, writer: APDUTraceWriter?)
+    {
         var writer: APDUTraceWriter?
         if let trace {
             do throws(TesseraError) { writer = try APDUTraceWriter(path: trace) } catch { throw fail(error, status: 1) }
@@ -318,6 +357,6 @@ enum LabSignals {
     /// Waits for SIGINT or SIGTERM (installed before the caller starts serving, so none is missed).
     static func waitForStop(_ installed: (AsyncStream<Int32>, [any DispatchSourceSignal])) async {
         for await _ in installed.0 { break }
-        installed.1.forEach { $0.cancel() }
+        for task in installed.1 { task.cancel() }
     }
 }

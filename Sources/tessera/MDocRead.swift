@@ -9,22 +9,24 @@ extension MDocCommand {
         static let configuration = CommandConfiguration(
             abstract: "Read a mobile document over NFC and verify it (mdoc.read).",
             discussion: """
-            The daemon reads the Handover Select from the phone or card in the reader (NFC static handover), \
-            establishes the ISO/IEC 18013-5 session, requests the elements (default: portrait, names, birth date, \
-            document number, expiry, issuing country of org.iso.18013.5.1) and verifies the response against its \
-            IACA anchors (tesserad --iaca). Prints the verdict with its reasons and the elements; --json prints \
-            the result verbatim (docs/API.md).
+                The daemon reads the Handover Select from the phone or card in the reader (NFC static handover), \
+                establishes the ISO/IEC 18013-5 session, requests the elements (default: portrait, names, birth date, \
+                document number, expiry, issuing country of org.iso.18013.5.1) and verifies the response against its \
+                IACA anchors (tesserad --iaca). Prints the verdict with its reasons and the elements; --json prints \
+                the result verbatim (docs/API.md).
 
-            EXIT STATUS
-              0 read (even when verification failed: see the verdict), 2 daemon error, 3 daemon unreachable.
+                EXIT STATUS
+                  0 read (even when verification failed: see the verdict), 2 daemon error, 3 daemon unreachable.
 
-            EXAMPLES
-              tessera mdoc read --reader 'Virtual PCD 00 00' --save-photo face.jpg
-              tessera mdoc read --elements family_name,age_over_18 --json
-            """)
+                EXAMPLES
+                  tessera mdoc read --reader 'Virtual PCD 00 00' --save-photo face.jpg
+                  tessera mdoc read --elements family_name,age_over_18 --json
+                """)
         @OptionGroup var globals: GlobalOptions
-        @Option(help: ArgumentHelp("Reader name; default: the first reader with a card.", valueName: "NAME")) var reader: String?
-        @Option(help: ArgumentHelp("Comma-separated elements (identifier, or namespace/identifier).", valueName: "LIST"))
+        @Option(help: ArgumentHelp("Reader name; default: the first reader with a card.", valueName: "NAME"))
+        var reader: String?
+        @Option(
+            help: ArgumentHelp("Comma-separated elements (identifier, or namespace/identifier).", valueName: "LIST"))
         var elements: String?
         @Option(name: .customLong("save-photo"), help: ArgumentHelp("Write the portrait to FILE.", valueName: "FILE"))
         var savePhoto: String?
@@ -35,7 +37,8 @@ extension MDocCommand {
             var params: [String: JSONValue] = [:]
             if let reader { params["reader"] = .string(reader) }
             if let elements {
-                params["elements"] = .array(elements.split(separator: ",").map { .string($0.trimmingCharacters(in: .whitespaces)) })
+                params["elements"] = .array(
+                    elements.split(separator: ",").map { .string($0.trimmingCharacters(in: .whitespaces)) })
             }
             if noExtendedLength { params["extendedLength"] = false }
             let result: JSONValue
@@ -50,7 +53,8 @@ extension MDocCommand {
             let first = result["documents"]?.arrayValue?.first
             if let savePhoto {
                 guard let text = first?["elements"]?["org.iso.18013.5.1"]?["portrait"]?.stringValue,
-                      let bytes = Base64URL.decode(text) else {
+                    let bytes = Base64URL.decode(text)
+                else {
                     FileHandle.standardError.write(Data("error: the response has no portrait\n".utf8))
                     throw ExitCode(2)
                 }
@@ -66,15 +70,22 @@ extension MDocCommand {
             for doc in result["documents"]?.arrayValue ?? [] {
                 let verdict = doc["verdict"]?.stringValue ?? "?"
                 let reasons = (doc["reasons"]?.arrayValue ?? []).compactMap(\.stringValue)
-                print("\(doc["docType"]?.stringValue ?? "?"): \(verdict)\(reasons.isEmpty ? "" : " (\(reasons.joined(separator: ", ")))")")
+                print(
+                    "\(doc["docType"]?.stringValue ?? "?"): \(verdict)\(reasons.isEmpty ? "" : " (\(reasons.joined(separator: ", ")))")"
+                )
                 for (ns, values) in (doc["elements"]?.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
                     for (id, value) in (values.objectValue ?? [:]).sorted(by: { $0.key < $1.key }) {
-                        let shown = id == "portrait" ? "\(Base64URL.decode(value.stringValue ?? "")?.count ?? 0) bytes" : String(decoding: value.serialized(), as: UTF8.self)
+                        let shown =
+                            id == "portrait"
+                            ? "\(Base64URL.decode(value.stringValue ?? "")?.count ?? 0) bytes"
+                            : String(decoding: value.serialized(), as: UTF8.self)
                         print("  \(ns)/\(id): \(shown)")
                     }
                 }
             }
-            if result["documents"]?.arrayValue?.isEmpty ?? true { print("no document returned (status \(result["status"]?.intValue ?? -1))") }
+            if result["documents"]?.arrayValue?.isEmpty ?? true {
+                print("no document returned (status \(result["status"]?.intValue ?? -1))")
+            }
         }
     }
 }

@@ -9,14 +9,17 @@ extension Passport {
         static let configuration = CommandConfiguration(
             abstract: "Re-check the evidence of a read offline (documents.read with evidence: true).",
             discussion: """
-            EVIDENCE.json is the `evidence` object of a documents.read result (or the whole result). Passive \
-            authentication against --csca (with --master-list-trust and --crl as tesserad takes them) and active \
-            authentication from the recorded challenge and signature, EF.CardSecurity's signature and chain, and \
-            PACE-CAM from the recorded values run with the daemon's code. Prints the verdict JSON; exit status 0 when authentic, 1 otherwise.
-            """)
+                EVIDENCE.json is the `evidence` object of a documents.read result (or the whole result). Passive \
+                authentication against --csca (with --master-list-trust and --crl as tesserad takes them) and active \
+                authentication from the recorded challenge and signature, EF.CardSecurity's signature and chain, and \
+                PACE-CAM from the recorded values run with the daemon's code. Prints the verdict JSON; exit status 0 when authentic, 1 otherwise.
+                """)
         @Argument(help: "Evidence JSON file.") var evidence: String
-        @Option(help: ArgumentHelp("CSCA certificate, directory or master list (repeatable).", valueName: "PATH")) var csca: [String] = []
-        @Option(name: .customLong("master-list-trust"), help: ArgumentHelp("Anchor for master lists (repeatable).", valueName: "CERT"))
+        @Option(help: ArgumentHelp("CSCA certificate, directory or master list (repeatable).", valueName: "PATH"))
+        var csca: [String] = []
+        @Option(
+            name: .customLong("master-list-trust"),
+            help: ArgumentHelp("Anchor for master lists (repeatable).", valueName: "CERT"))
         var masterListTrust: [String] = []
         @Option(help: ArgumentHelp("CRL file or directory (repeatable).", valueName: "PATH")) var crl: [String] = []
         @Flag(name: .customLong("allow-clonable")) var allowClonable = false

@@ -24,8 +24,10 @@ final class StationRenderer {
         case "enrollment.started":
             let steps = p["steps"]?.arrayValue ?? []
             let names = steps.compactMap { $0.stringValue ?? $0["key"]?.stringValue }
-            line("enrollment \(p["enrollmentId"]?.stringValue ?? "?") \(p["resumed"]?.boolValue == true ? "resumed" : "started"):"
-                 + " workflow \(p["workflow"]?.stringValue ?? "?") (\(steps.count) steps: \(names.joined(separator: ", ")))")
+            line(
+                "enrollment \(p["enrollmentId"]?.stringValue ?? "?") \(p["resumed"]?.boolValue == true ? "resumed" : "started"):"
+                    + " workflow \(p["workflow"]?.stringValue ?? "?") (\(steps.count) steps: \(names.joined(separator: ", ")))"
+            )
         case "enrollment.busy":
             let long = p["expectedInterval"]?.stringValue == "long"
             line("working on \(p["step"]?.stringValue ?? "?")\(long ? " (this can take a while)" : "")…")
@@ -42,9 +44,12 @@ final class StationRenderer {
             }
             if let left = p["attemptsLeft"]?.intValue { extras.append("\(left) attempt\(left == 1 ? "" : "s") left") }
             if let token = p["tokenId"]?.stringValue { extras.append("token \(token)") }
-            if let left = p["retriesLeft"]?.intValue { extras.append("\(left) PIN retr\(left == 1 ? "y" : "ies") left") }
-            line("step \(p["key"]?.stringValue ?? "?")" + (prompt.isEmpty ? "" : ": \(prompt)")
-                 + (extras.isEmpty ? "" : " (\(extras.joined(separator: ", ")))"))
+            if let left = p["retriesLeft"]?.intValue {
+                extras.append("\(left) PIN retr\(left == 1 ? "y" : "ies") left")
+            }
+            line(
+                "step \(p["key"]?.stringValue ?? "?")" + (prompt.isEmpty ? "" : ": \(prompt)")
+                    + (extras.isEmpty ? "" : " (\(extras.joined(separator: ", ")))"))
         case "enrollment.stepCompleted":
             let index = p["index"]?.intValue.map { stepCount > 0 ? " (\($0 + 1)/\(stepCount))" : " (\($0 + 1))" } ?? ""
             line("done: \(p["key"]?.stringValue ?? "?")\(index)")
@@ -65,19 +70,23 @@ final class StationRenderer {
         if let e = p["error"], !e.isNull {
             line("  \(e["code"]?.stringValue ?? "?"): \(e["message"]?.stringValue ?? "")")
             for m in e["mismatches"]?.arrayValue ?? e["data"]?["mismatches"]?.arrayValue ?? [] {
-                line("    \(m["attribute"]?.stringValue ?? "?"): expected \(Self.text(m["expected"])),"
-                     + " document has \(Self.text(m["actual"]))")
+                line(
+                    "    \(m["attribute"]?.stringValue ?? "?"): expected \(Self.text(m["expected"])),"
+                        + " document has \(Self.text(m["actual"]))")
             }
         }
         if let c = p["credential"], !c.isNull {
-            line("  passkey \(c["credentialId"]?.stringValue ?? "?") for \(c["rpId"]?.stringValue ?? "?")"
-                 + " on token \(c["tokenId"]?.stringValue ?? "?")")
+            line(
+                "  passkey \(c["credentialId"]?.stringValue ?? "?") for \(c["rpId"]?.stringValue ?? "?")"
+                    + " on token \(c["tokenId"]?.stringValue ?? "?")")
         }
         if let d = p["document"], !d.isNull {
-            let name = [d["surname"]?.stringValue, d["givenNames"]?.stringValue].compactMap { $0 }.joined(separator: ", ")
+            let name = [d["surname"]?.stringValue, d["givenNames"]?.stringValue].compactMap { $0 }.joined(
+                separator: ", ")
             let pa = d["passiveAuthentication"]?["status"] ?? d["passiveAuthentication"]
-            line("  document \(d["documentType"]?.stringValue ?? "?") \(d["issuingState"]?.stringValue ?? "?")"
-                 + " \(d["documentNumber"]?.stringValue ?? "?"): \(name)")
+            line(
+                "  document \(d["documentType"]?.stringValue ?? "?") \(d["issuingState"]?.stringValue ?? "?")"
+                    + " \(d["documentNumber"]?.stringValue ?? "?"): \(name)")
             line("  passive authentication: \(Self.text(pa))")
         }
     }
@@ -100,13 +109,17 @@ final class StationRenderer {
     func report(_ error: TesseraError, call method: String) {
         clearProgress()
         if json {
-            var e: [String: JSONValue] = ["code": .string(error.code.rawValue), "message": .string(error.message),
-                                          "retryable": .bool(error.retryable)]
+            var e: [String: JSONValue] = [
+                "code": .string(error.code.rawValue), "message": .string(error.message),
+                "retryable": .bool(error.retryable),
+            ]
             for (k, v) in error.details { e[k] = v }
             emit(["call": .string(method), "error": .object(e)])
         } else {
             var text = "error: \(error.code.rawValue): \(error.message)"
-            if let left = error.details["attemptsLeft"]?.intValue { text += " (\(left) attempt\(left == 1 ? "" : "s") left)" }
+            if let left = error.details["attemptsLeft"]?.intValue {
+                text += " (\(left) attempt\(left == 1 ? "" : "s") left)"
+            }
             if let field = error.details["field"]?.stringValue { text += " [field \(field)]" }
             if let id = error.details["enrollmentId"]?.stringValue { text += " (enrollment \(id))" }
             stderr(text + "\n")

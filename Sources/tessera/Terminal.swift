@@ -1,7 +1,8 @@
 import Foundation
 import TesseraCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The terminal side of `tessera enroll-station`: questions on stderr, lines of standard input (read on a thread
@@ -48,7 +49,7 @@ final class StationTerminal: Sendable {
         let sources = installed.1
         return {
             task.cancel()
-            sources.forEach { $0.cancel() }
+            for source in sources { source.cancel() }
         }
     }
 }
@@ -67,7 +68,11 @@ private final class TerminalEcho: Sendable {
     }
 
     func restore() {
-        guard var t = saved.withLock({ s -> termios? in defer { s = nil }; return s }) else { return }
+        guard
+            var t = saved.withLock({ s -> termios? in
+                defer { s = nil }; return s
+            })
+        else { return }
         tcsetattr(0, TCSANOW, &t)
         FileHandle.standardError.write(Data("\n".utf8))
     }

@@ -16,25 +16,27 @@ struct Tessera: AsyncParsableCommand {
         commandName: "tessera",
         abstract: "Command-line client of tesserad: passkeys on hardware tokens, documents, lab tools.",
         discussion: """
-        Every command talks to tesserad over its Unix socket (JSON-RPC 2.0; docs/API.md). With --json a command prints the method's JSON result verbatim; otherwise a summary for humans. Errors are printed on stderr as "error: CODE: message"; the exit status is 2 for daemon errors, 3 when the daemon is unreachable, 64 for usage errors. Values in base64url (credential ids, challenges) may begin with '-'; options take them as they are, and positional ones go after `--`.
+            Every command talks to tesserad over its Unix socket (JSON-RPC 2.0; docs/API.md). With --json a command prints the method's JSON result verbatim; otherwise a summary for humans. Errors are printed on stderr as "error: CODE: message"; the exit status is 2 for daemon errors, 3 when the daemon is unreachable, 64 for usage errors. Values in base64url (credential ids, challenges) may begin with '-'; options take them as they are, and positional ones go after `--`.
 
-        SOCKET
-          --socket PATH (before or after the command), else $TESSERA_SOCKET, else /run/tesserad/tesserad.sock.
+            SOCKET
+              --socket PATH (before or after the command), else $TESSERA_SOCKET, else /run/tesserad/tesserad.sock.
 
-        EXAMPLES
-          tessera status
-          tessera enroll --rp-id example.com --user-name alice --pin-stdin
-          tessera authenticate --rp-id example.com --credential <id> --pin-stdin
-          tessera credentials list --rp-id example.com
-          tessera mrz parse 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<' 'L898902C36UTO7408122F1204159ZE184226B<<<<<10'
-          tessera passport read --number L898902C3 --birth 740812 --expiry 120415 --save-photo face.jpg
-          tessera enroll-station --workflow employee-badge
-          tessera lab make-profile /tmp/doc --mrz "$MRZ" --pace default
-          tessera call daemon.status '{}'
-        """,
-        subcommands: [Status.self, Tokens.self, Enroll.self, Authenticate.self, Credentials.self, MRZCommand.self,
-                      Passport.self, Trust.self, EnrollStation.self, SSH.self, Lab.self, Call.self, MDocCommand.self,
-                      StepUpCommand.self, RecoverCommand.self])
+            EXAMPLES
+              tessera status
+              tessera enroll --rp-id example.com --user-name alice --pin-stdin
+              tessera authenticate --rp-id example.com --credential <id> --pin-stdin
+              tessera credentials list --rp-id example.com
+              tessera mrz parse 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<' 'L898902C36UTO7408122F1204159ZE184226B<<<<<10'
+              tessera passport read --number L898902C3 --birth 740812 --expiry 120415 --save-photo face.jpg
+              tessera enroll-station --workflow employee-badge
+              tessera lab make-profile /tmp/doc --mrz "$MRZ" --pace default
+              tessera call daemon.status '{}'
+            """,
+        subcommands: [
+            Status.self, Tokens.self, Enroll.self, Authenticate.self, Credentials.self, MRZCommand.self,
+            Passport.self, Trust.self, EnrollStation.self, SSH.self, Lab.self, Call.self, MDocCommand.self,
+            StepUpCommand.self, RecoverCommand.self,
+        ])
 }
 
 /// Options every command takes.
@@ -94,7 +96,9 @@ struct PINOptions: ParsableArguments {
     @Flag(name: .customLong("pin-stdin"), help: "Read the PIN from the first line of standard input.")
     var pinStdin = false
 
-    @Flag(name: .customLong("allow-final-pin-try"), help: "Let the daemon try the PIN even when the token has one try left (a wrong PIN then locks it).")
+    @Flag(
+        name: .customLong("allow-final-pin-try"),
+        help: "Let the daemon try the PIN even when the token has one try left (a wrong PIN then locks it).")
     var allowFinalPinTry = false
 
     func value() -> String? {
@@ -109,7 +113,6 @@ struct PINOptions: ParsableArguments {
         if allowFinalPinTry { params["allowFinalPinTry"] = true }
     }
 }
-
 
 func decodeBase64URL(_ s: String, _ what: String) throws -> [UInt8] {
     guard let b = Base64URL.decode(s) else { throw ValidationError("\(what) is not base64url") }

@@ -8,73 +8,95 @@ struct Tesserad: AsyncParsableCommand {
         commandName: "tesserad",
         abstract: "Tessera daemon: passkeys on hardware tokens and ICAO 9303 document reading over a Unix socket.",
         discussion: """
-        tesserad runs in the foreground and logs to stderr. It serves JSON-RPC 2.0 (one JSON object per line) on a Unix stream socket: --socket PATH, or the socket passed by systemd (LISTEN_FDS) when socket-activated. It notifies systemd (READY=1) once serving and drains in-flight requests on SIGTERM/SIGINT. The methods and error codes are documented in docs/API.md.
+            tesserad runs in the foreground and logs to stderr. It serves JSON-RPC 2.0 (one JSON object per line) on a Unix stream socket: --socket PATH, or the socket passed by systemd (LISTEN_FDS) when socket-activated. It notifies systemd (READY=1) once serving and drains in-flight requests on SIGTERM/SIGINT. The methods and error codes are documented in docs/API.md.
 
-        KEY STORES
-        Without --pkcs11-module, every PKCS#11 module registered with p11-kit is loaded (OpenSC, SoftHSM2, vendor modules); slots that fail are skipped. Keys are generated on the token and never leave it. When no usable token is found, an embedded SoftHSM2 token is created in STATE_DIR/softhsm through PKCS#11 (C_InitToken, C_InitPIN) with a random PIN kept in STATE_DIR/softhsm/user.pin (disable with --no-embedded-softhsm).
+            KEY STORES
+            Without --pkcs11-module, every PKCS#11 module registered with p11-kit is loaded (OpenSC, SoftHSM2, vendor modules); slots that fail are skipped. Keys are generated on the token and never leave it. When no usable token is found, an embedded SoftHSM2 token is created in STATE_DIR/softhsm through PKCS#11 (C_InitToken, C_InitPIN) with a random PIN kept in STATE_DIR/softhsm/user.pin (disable with --no-embedded-softhsm).
 
-        PIV smart cards in PC/SC readers are key stores too (backend "piv"): keys go to retired slots 82-95 that Tessera created itself; creating them needs the card management key (--piv-management-key-file). pcscd may be absent at start: PIV cards and document readers recover when it appears.
+            PIV smart cards in PC/SC readers are key stores too (backend "piv"): keys go to retired slots 82-95 that Tessera created itself; creating them needs the card management key (--piv-management-key-file). pcscd may be absent at start: PIV cards and document readers recover when it appears.
 
-        PINS
-        Every caller PIN goes through the PIN rules (docs/API.md): a token's final try is spent only when the request says allowFinalPinTry: true (else PIN_FINAL_TRY_PROTECTED); after a wrong PIN the caller's uid waits before its next PIN (PIN_BACKOFF; pinBackoff in --config); every wrong PIN is logged with the caller's uid and pid. tesserad makes itself non-dumpable at start.
+            PINS
+            Every caller PIN goes through the PIN rules (docs/API.md): a token's final try is spent only when the request says allowFinalPinTry: true (else PIN_FINAL_TRY_PROTECTED); after a wrong PIN the caller's uid waits before its next PIN (PIN_BACKOFF; pinBackoff in --config); every wrong PIN is logged with the caller's uid and pid. tesserad makes itself non-dumpable at start.
 
-        DOCUMENTS
-        documents.read reads ICAO 9303 passports and ID cards in PC/SC contactless readers and in libnfc devices given with --nfc-device (PACE preferred, BAC fallback), and verifies them against the CSCA trust anchors given with --csca (passive authentication over every data group the signed EF.SOD lists; active authentication when it lists DG15, PACE-CAM when DG14 announces it) and returns a verdict: authentic, notAuthentic (tampered data, a cloned chip, a document signer revoked by a --crl) or unverified. ICAO master lists given with --csca must be signed under a --master-list-trust certificate. SIGHUP (or trust.reload) reloads anchors and CRLs; a bad new set leaves the old one in force.
+            DOCUMENTS
+            documents.read reads ICAO 9303 passports and ID cards in PC/SC contactless readers and in libnfc devices given with --nfc-device (PACE preferred, BAC fallback), and verifies them against the CSCA trust anchors given with --csca (passive authentication over every data group the signed EF.SOD lists; active authentication when it lists DG15, PACE-CAM when DG14 announces it) and returns a verdict: authentic, notAuthentic (tampered data, a cloned chip, a document signer revoked by a --crl) or unverified. ICAO master lists given with --csca must be signed under a --master-list-trust certificate. SIGHUP (or trust.reload) reloads anchors and CRLs; a bad new set leaves the old one in force.
 
-        KIOSK ENROLLMENT
-        Workflows declared under "enrollment" in --config (steps such as EMAIL_INFO, PHONE_OTP, NFC_MRZ, NFC_PHASE, ATTRIBUTE_MATCHING, PASSKEY_CREATION), run one at a time through the enrollment.* methods and `tessera enroll-station`; every step is committed to the database, so an enrollment survives a crash and resumes. An unknown step key stops start-up. See docs/ENROLLMENT.md.
+            KIOSK ENROLLMENT
+            Workflows declared under "enrollment" in --config (steps such as EMAIL_INFO, PHONE_OTP, NFC_MRZ, NFC_PHASE, ATTRIBUTE_MATCHING, PASSKEY_CREATION), run one at a time through the enrollment.* methods and `tessera enroll-station`; every step is committed to the database, so an enrollment survives a crash and resumes. An unknown step key stops start-up. See docs/ENROLLMENT.md.
 
-        SSH AGENT
-        With --ssh-agent-socket PATH (or "sshAgent" in --config, or a second systemd socket named ssh-agent: tesserad-ssh-agent.socket), tesserad also speaks the SSH agent protocol: point SSH_AUTH_SOCK at it. It offers the SSH keys of every token (made with `tessera ssh keygen`, plus other P-256 and RSA keys on PKCS#11 tokens, and the 9A/9E keys of PIV cards that hold a certificate; never a passkey's key); a card's keys come and go with the card. `ssh-add -s TOKEN` (token id or label) logs that token in with the PIN it sends, one try; `ssh-add -e TOKEN` logs it out; `ssh-add -x`/`-X` lock and unlock the agent for the calling user. Adding software keys (plain `ssh-add FILE`) is refused. Listing needs only access to the socket; signing, unlocking and locking need the `sign` permission of the policy.
+            SSH AGENT
+            With --ssh-agent-socket PATH (or "sshAgent" in --config, or a second systemd socket named ssh-agent: tesserad-ssh-agent.socket), tesserad also speaks the SSH agent protocol: point SSH_AUTH_SOCK at it. It offers the SSH keys of every token (made with `tessera ssh keygen`, plus other P-256 and RSA keys on PKCS#11 tokens, and the 9A/9E keys of PIV cards that hold a certificate; never a passkey's key); a card's keys come and go with the card. `ssh-add -s TOKEN` (token id or label) logs that token in with the PIN it sends, one try; `ssh-add -e TOKEN` logs it out; `ssh-add -x`/`-X` lock and unlock the agent for the calling user. Adding software keys (plain `ssh-add FILE`) is refused. Listing needs only access to the socket; signing, unlocking and locking need the `sign` permission of the policy.
 
-        CTAP AUTHENTICATOR
-        With --ctap-socket PATH (or "ctap" in --config), tesserad is a CTAP 2.1 authenticator (CTAPHID reports of 64 bytes, one per SOCK_SEQPACKET packet; with --ctap-uhid also a virtual FIDO HID device for browsers) whose credentials are the passkeys on the tokens: made over CTAP they appear in credentials.list and work with passkey.authenticate, and the other way round. User presence comes from ctap.presenceCommand or presence.confirm on the main socket (ctap.confirmOnSocket); without either, requests that need presence are refused. Connecting needs the sign permission, making credentials enroll. See docs/CTAP.md.
+            CTAP AUTHENTICATOR
+            With --ctap-socket PATH (or "ctap" in --config), tesserad is a CTAP 2.1 authenticator (CTAPHID reports of 64 bytes, one per SOCK_SEQPACKET packet; with --ctap-uhid also a virtual FIDO HID device for browsers) whose credentials are the passkeys on the tokens: made over CTAP they appear in credentials.list and work with passkey.authenticate, and the other way round. User presence comes from ctap.presenceCommand or presence.confirm on the main socket (ctap.confirmOnSocket); without either, requests that need presence are refused. Connecting needs the sign permission, making credentials enroll. See docs/CTAP.md.
 
-        FILES
-          STATE_DIR/tessera.sqlite
-              credentials, signature counters, enrollments and their audit
-              records, used activation tokens (SQLite, WAL)
-          STATE_DIR/tesserad.sock
-              default socket when --socket is not given
-          --config FILE
-              JSON: socketGroup, socketMode, policy, pinFiles, pinBackoff, maxRequestsInFlight,
-              maxQueuedNotifications, sshAgent, ctap (docs/CONFIG.md); unknown keys stop start-up;
-              enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
+            FILES
+              STATE_DIR/tessera.sqlite
+                  credentials, signature counters, enrollments and their audit
+                  records, used activation tokens (SQLite, WAL)
+              STATE_DIR/tesserad.sock
+                  default socket when --socket is not given
+              --config FILE
+                  JSON: socketGroup, socketMode, policy, pinFiles, pinBackoff, maxRequestsInFlight,
+                  maxQueuedNotifications, sshAgent, ctap (docs/CONFIG.md); unknown keys stop start-up;
+                  enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
 
-        EXIT STATUS
-          0   stopped by SIGTERM or SIGINT after draining connections
-          1   start-up failed (an unknown key or invalid value in the config, an unknown socketGroup or
-              policy user/group, an unreadable or unparseable --csca file, an invalid enrollment workflow,
-              another tesserad serves the socket, a regular file at the socket path, database); the
-              reason, naming the setting or file, is on stderr
-          64  usage error
+            EXIT STATUS
+              0   stopped by SIGTERM or SIGINT after draining connections
+              1   start-up failed (an unknown key or invalid value in the config, an unknown socketGroup or
+                  policy user/group, an unreadable or unparseable --csca file, an invalid enrollment workflow,
+                  another tesserad serves the socket, a regular file at the socket path, database); the
+                  reason, naming the setting or file, is on stderr
+              64  usage error
 
-        EXAMPLES
-          tesserad --socket /run/tesserad/tesserad.sock --state-dir /var/lib/tesserad
-          tesserad --socket /tmp/t.sock --state-dir /tmp/t --pkcs11-module /usr/lib/x86_64-linux-gnu/opensc-pkcs11.so
-          tesserad --socket /tmp/t.sock --state-dir /tmp/t --csca /etc/tessera/csca --nfc-device pn532_uart:/dev/ttyUSB0
-        """,
+            EXAMPLES
+              tesserad --socket /run/tesserad/tesserad.sock --state-dir /var/lib/tesserad
+              tesserad --socket /tmp/t.sock --state-dir /tmp/t --pkcs11-module /usr/lib/x86_64-linux-gnu/opensc-pkcs11.so
+              tesserad --socket /tmp/t.sock --state-dir /tmp/t --csca /etc/tessera/csca --nfc-device pn532_uart:/dev/ttyUSB0
+            """,
         version: Daemon.version)
 
-    @Option(name: .long, help: ArgumentHelp("Unix socket to listen on (created with its final mode, default 0660; a stale socket file is replaced).", valueName: "PATH"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Unix socket to listen on (created with its final mode, default 0660; a stale socket file is replaced).",
+            valueName: "PATH"))
     var socket: String?
 
-    @Option(name: .customLong("state-dir"), help: ArgumentHelp("Directory for the database, the daemon secret (daemon.secret, 0600) and the embedded token (created 0700). Default: $STATE_DIRECTORY or /var/lib/tesserad.", valueName: "DIR"))
+    @Option(
+        name: .customLong("state-dir"),
+        help: ArgumentHelp(
+            "Directory for the database, the daemon secret (daemon.secret, 0600) and the embedded token (created 0700). Default: $STATE_DIRECTORY or /var/lib/tesserad.",
+            valueName: "DIR"))
     var stateDir: String?
 
-    @Option(name: .customLong("pkcs11-module"), help: ArgumentHelp("PKCS#11 module to load instead of p11-kit's registry (repeatable).", valueName: "PATH"))
+    @Option(
+        name: .customLong("pkcs11-module"),
+        help: ArgumentHelp("PKCS#11 module to load instead of p11-kit's registry (repeatable).", valueName: "PATH"))
     var pkcs11Modules: [String] = []
 
     @Option(name: .long, help: ArgumentHelp("JSON configuration file.", valueName: "FILE"))
     var config: String?
 
-    @Option(name: .long, help: ArgumentHelp("CSCA trust anchors for passive authentication: a certificate file, a directory of them, or an ICAO master list (repeatable). Every file must be readable and parse, else start-up fails; a master list is accepted only when its signature verifies and its signer chains to a --master-list-trust certificate.", valueName: "PATH"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "CSCA trust anchors for passive authentication: a certificate file, a directory of them, or an ICAO master list (repeatable). Every file must be readable and parse, else start-up fails; a master list is accepted only when its signature verifies and its signer chains to a --master-list-trust certificate.",
+            valueName: "PATH"))
     var csca: [String] = []
 
-    @Option(name: .customLong("master-list-trust"), help: ArgumentHelp("Certificate (PEM/DER file or directory; a CSCA of the issuing state) that CSCA master lists given with --csca must be signed under (repeatable).", valueName: "CERT"))
+    @Option(
+        name: .customLong("master-list-trust"),
+        help: ArgumentHelp(
+            "Certificate (PEM/DER file or directory; a CSCA of the issuing state) that CSCA master lists given with --csca must be signed under (repeatable).",
+            valueName: "CERT"))
     var masterListTrust: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp("Certificate revocation lists of the CSCAs (PEM/DER file or directory; repeatable). Each must be signed by a --csca anchor, or start-up fails. A revoked document signer makes passive authentication invalid (verdict reason DS_REVOKED).", valueName: "PATH"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "Certificate revocation lists of the CSCAs (PEM/DER file or directory; repeatable). Each must be signed by a --csca anchor, or start-up fails. A revoked document signer makes passive authentication invalid (verdict reason DS_REVOKED).",
+            valueName: "PATH"))
     var crl: [String] = []
 
     @Flag(name: .customLong("no-embedded-softhsm"), help: "Never create the embedded SoftHSM2 token.")
@@ -83,38 +105,74 @@ struct Tesserad: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel = "info"
 
-    @Option(name: .customLong("nfc-device"), help: ArgumentHelp("libnfc reader to offer beside PC/SC readers, as a connstring such as pn532_uart:/dev/ttyUSB0 or pn53x_usb:003:005; 'auto' = every device libnfc finds (repeatable).", valueName: "CONNSTRING"))
+    @Option(
+        name: .customLong("nfc-device"),
+        help: ArgumentHelp(
+            "libnfc reader to offer beside PC/SC readers, as a connstring such as pn532_uart:/dev/ttyUSB0 or pn53x_usb:003:005; 'auto' = every device libnfc finds (repeatable).",
+            valueName: "CONNSTRING"))
     var nfcDevices: [String] = []
 
-    @Option(name: .customLong("piv-management-key-file"), help: ArgumentHelp("File with the PIV card management key for creating and deleting keys: hex, optionally prefixed 3des:, aes128:, aes192: or aes256: (default by length: 24 bytes 3DES, 16 AES-128, 32 AES-256). Never logged.", valueName: "FILE"))
+    @Option(
+        name: .customLong("piv-management-key-file"),
+        help: ArgumentHelp(
+            "File with the PIV card management key for creating and deleting keys: hex, optionally prefixed 3des:, aes128:, aes192: or aes256: (default by length: 24 bytes 3DES, 16 AES-128, 32 AES-256). Never logged.",
+            valueName: "FILE"))
     var pivManagementKeyFile: String?
 
-    @Flag(name: .customLong("allow-default-piv-management-key"), help: "Accept the well-known default PIV management key 010203…08 ×3 (used when no key file is given). Test cards only.")
+    @Flag(
+        name: .customLong("allow-default-piv-management-key"),
+        help:
+            "Accept the well-known default PIV management key 010203…08 ×3 (used when no key file is given). Test cards only."
+    )
     var allowDefaultPIVManagementKey = false
 
-    @Option(name: .customLong("ssh-agent-socket"), help: ArgumentHelp("Also serve the SSH agent protocol on this Unix socket (mode 0660; for SSH_AUTH_SOCK). See SSH AGENT.", valueName: "PATH"))
+    @Option(
+        name: .customLong("ssh-agent-socket"),
+        help: ArgumentHelp(
+            "Also serve the SSH agent protocol on this Unix socket (mode 0660; for SSH_AUTH_SOCK). See SSH AGENT.",
+            valueName: "PATH"))
     var sshAgentSocket: String?
 
-    @Option(name: .long, help: ArgumentHelp("IACA trust anchors for mdoc.read (ISO/IEC 18013-5 mobile documents): a PEM (one or more certificates) or DER certificate file (repeatable). A trust list of its own: CSCAs are never IACAs. Every file must parse, else start-up fails.", valueName: "PATH"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "IACA trust anchors for mdoc.read (ISO/IEC 18013-5 mobile documents): a PEM (one or more certificates) or DER certificate file (repeatable). A trust list of its own: CSCAs are never IACAs. Every file must parse, else start-up fails.",
+            valueName: "PATH"))
     var iaca: [String] = []
 
-    @Option(name: .customLong("mdoc-reader-key"), help: ArgumentHelp("Private key (PEM, P-256/384/521) that signs mdoc.read requests (readerAuth); needs --mdoc-reader-cert.", valueName: "FILE"))
+    @Option(
+        name: .customLong("mdoc-reader-key"),
+        help: ArgumentHelp(
+            "Private key (PEM, P-256/384/521) that signs mdoc.read requests (readerAuth); needs --mdoc-reader-cert.",
+            valueName: "FILE"))
     var mdocReaderKey: String?
 
-    @Option(name: .customLong("mdoc-reader-cert"), help: ArgumentHelp("The reader authentication certificate chain for --mdoc-reader-key, PEM, leaf first.", valueName: "FILE"))
+    @Option(
+        name: .customLong("mdoc-reader-cert"),
+        help: ArgumentHelp(
+            "The reader authentication certificate chain for --mdoc-reader-key, PEM, leaf first.", valueName: "FILE"))
     var mdocReaderCert: String?
 
-    @Option(name: .customLong("ctap-socket"), help: ArgumentHelp("Also serve a CTAP 2.1 authenticator on this SOCK_SEQPACKET Unix socket (mode 0660). See CTAP AUTHENTICATOR.", valueName: "PATH"))
+    @Option(
+        name: .customLong("ctap-socket"),
+        help: ArgumentHelp(
+            "Also serve a CTAP 2.1 authenticator on this SOCK_SEQPACKET Unix socket (mode 0660). See CTAP AUTHENTICATOR.",
+            valueName: "PATH"))
     var ctapSocket: String?
 
-    @Flag(name: .customLong("ctap-uhid"), help: "Also serve the CTAP 2.1 authenticator as a virtual FIDO HID device through /dev/uhid, for browsers (udev/70-tessera-ctap.rules). See CTAP AUTHENTICATOR.")
+    @Flag(
+        name: .customLong("ctap-uhid"),
+        help:
+            "Also serve the CTAP 2.1 authenticator as a virtual FIDO HID device through /dev/uhid, for browsers (udev/70-tessera-ctap.rules). See CTAP AUTHENTICATOR."
+    )
     var ctapUHID = false
 
     func run() async throws {
         let state = stateDir ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"] ?? "/var/lib/tesserad"
-        var options = DaemonOptions(socketPath: socket, stateDir: state, pkcs11Modules: pkcs11Modules,
-                                    configFile: config, cscaPaths: csca, embeddedSoftHSM: !noEmbeddedSoftHSM,
-                                    logLevel: logLevel)
+        var options = DaemonOptions(
+            socketPath: socket, stateDir: state, pkcs11Modules: pkcs11Modules,
+            configFile: config, cscaPaths: csca, embeddedSoftHSM: !noEmbeddedSoftHSM,
+            logLevel: logLevel)
         options.nfcDevices = nfcDevices
         options.masterListTrustPaths = masterListTrust
         options.crlPaths = crl

@@ -1,6 +1,6 @@
 import APDU
-import Testing
 import TesseraCore
+import Testing
 
 private func expectMalformed(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) {
     do {
@@ -13,11 +13,12 @@ private func expectMalformed(_ body: () throws -> Void, sourceLocation: SourceLo
 
 @Suite struct TLVLengthTests {
     /// X.690 §8.1.3: short form below 128, then 81, 82, 83, 84 followed by the minimal big-endian length.
-    @Test(arguments: [
-        (0, [0x00]), (0x7F, [0x7F]), (0x80, [0x81, 0x80]), (0xFF, [0x81, 0xFF]), (0x100, [0x82, 0x01, 0x00]),
-        (0xFFFF, [0x82, 0xFF, 0xFF]), (0x1_0000, [0x83, 0x01, 0x00, 0x00]), (0xFF_FFFF, [0x83, 0xFF, 0xFF, 0xFF]),
-        (0x100_0000, [0x84, 0x01, 0x00, 0x00, 0x00]),
-    ] as [(Int, [UInt8])])
+    @Test(
+        arguments: [
+            (0, [0x00]), (0x7F, [0x7F]), (0x80, [0x81, 0x80]), (0xFF, [0x81, 0xFF]), (0x100, [0x82, 0x01, 0x00]),
+            (0xFFFF, [0x82, 0xFF, 0xFF]), (0x1_0000, [0x83, 0x01, 0x00, 0x00]), (0xFF_FFFF, [0x83, 0xFF, 0xFF, 0xFF]),
+            (0x100_0000, [0x84, 0x01, 0x00, 0x00, 0x00]),
+        ] as [(Int, [UInt8])])
     func minimalLengthEncoding(length: Int, octets: [UInt8]) {
         #expect(TLV.encodeLength(length) == octets)
     }
@@ -62,8 +63,10 @@ private func expectMalformed(_ body: () throws -> Void, sourceLocation: SourceLo
     @Test func multiByteTags() throws {
         // 5F1F MRZ (Doc 9303 Part 10), 7F49 public key and 7F21 CV certificate (BSI TR-03110), 5FC102 PIV CHUID
         // (SP 800-73-4), and a four-byte tag.
-        for (tag, wire) in [(0x5F1F, [0x5F, 0x1F]), (0x7F49, [0x7F, 0x49]), (0x7F21, [0x7F, 0x21]),
-                            (0x5FC102, [0x5F, 0xC1, 0x02]), (0x5F81_8101, [0x5F, 0x81, 0x81, 0x01])] as [(UInt32, [UInt8])] {
+        for (tag, wire) in [
+            (0x5F1F, [0x5F, 0x1F]), (0x7F49, [0x7F, 0x49]), (0x7F21, [0x7F, 0x21]),
+            (0x5FC102, [0x5F, 0xC1, 0x02]), (0x5F81_8101, [0x5F, 0x81, 0x81, 0x01]),
+        ] as [(UInt32, [UInt8])] {
             #expect(TLV.tagBytes(tag) == wire)
             let bytes = wire + [0x01, 0x99]
             let tlv = try TLV.parse(bytes)

@@ -1,6 +1,6 @@
 import CBOR
-import Testing
 import TesseraCore
+import Testing
 
 private func bytes(_ hex: String) -> [UInt8] { Hex.decode(hex)! }
 
@@ -13,7 +13,8 @@ private func expectMalformed(
         Issue.record("decoded \(value) from \(hex)", sourceLocation: sourceLocation)
     } catch {
         #expect(error.code == .malformedData, sourceLocation: sourceLocation)
-        #expect(fragment.isEmpty || error.message.contains(fragment), "\(error.message)", sourceLocation: sourceLocation)
+        #expect(
+            fragment.isEmpty || error.message.contains(fragment), "\(error.message)", sourceLocation: sourceLocation)
         #expect(error.message.contains("offset"), sourceLocation: sourceLocation)
     }
 }
@@ -39,7 +40,8 @@ private func expectMalformed(
         let map: CBORValue = ["b": 0, 256: 0, -1: 0, "aa": 0, 24: 0, 1: 0, .byteString([0]): 0]
         let encoded = try map.encoded()
         // 1 (01), 24 (1818), 256 (190100), -1 (20), h'00' (4100), "b" (6162), "aa" (626161)
-        #expect(Hex.encode(encoded) == "a7" + "0100" + "181800" + "19010000" + "2000" + "410000" + "616200" + "62616100")
+        #expect(
+            Hex.encode(encoded) == "a7" + "0100" + "181800" + "19010000" + "2000" + "410000" + "616200" + "62616100")
         #expect(try CBORValue(decoding: encoded) != map)
         #expect(try CBORValue(decoding: encoded).encoded() == encoded)
     }
@@ -52,7 +54,9 @@ private func expectMalformed(
         #expect(Hex.encode(try map.encoded(keyOrder: .bytewise)) == "a3" + "19010000" + "2000" + "616100")
         var lengthFirst = CBORDecodingOptions.strict
         lengthFirst.keyOrder = .lengthFirst
-        #expect(throws: TesseraError.self) { try CBORValue(decoding: bytes("a3" + "19010000" + "2000" + "616100"), options: lengthFirst) }
+        #expect(throws: TesseraError.self) {
+            try CBORValue(decoding: bytes("a3" + "19010000" + "2000" + "616100"), options: lengthFirst)
+        }
         _ = try CBORValue(decoding: bytes("a3" + "2000" + "616100" + "19010000"), options: lengthFirst)
     }
 
@@ -119,7 +123,7 @@ private func expectMalformed(
         expectMalformed("d80101", mentioning: "non-shortest")
         expectMalformed("fa3fc00000", mentioning: "float16")
         expectMalformed("fb3ff8000000000000", mentioning: "shorter float")
-        expectMalformed("fb40f0000000000000", mentioning: "shorter float") // 65536.0 fits in float32
+        expectMalformed("fb40f0000000000000", mentioning: "shorter float")  // 65536.0 fits in float32
     }
 
     @Test func lenientAcceptsNonShortestEncodings() throws {
@@ -142,8 +146,10 @@ private func expectMalformed(
     }
 
     @Test func truncatedInput() {
-        for hex in ["", "18", "19 01", "1a000001", "1b00000000000001", "42 01", "63 6161", "82 01", "a1 01",
-                    "c1", "fa 0000", "9f 01", "5f 41", "a2 0102 03"] {
+        for hex in [
+            "", "18", "19 01", "1a000001", "1b00000000000001", "42 01", "63 6161", "82 01", "a1 01",
+            "c1", "fa 0000", "9f 01", "5f 41", "a2 0102 03",
+        ] {
             expectMalformed(hex, options: .lenient, mentioning: "")
         }
         expectMalformed("8201", mentioning: "exceeds")
@@ -173,7 +179,8 @@ private func expectMalformed(
         // The cap: at 1024, ASan builds overflowed the stack of the test's cooperative thread (make sanitize).
         options.maxDepth = 10_000_000
         expectMalformed(Hex.encode(deep), options: options, mentioning: "nesting deeper than 128")
-        expectMalformed(Hex.encode([UInt8](repeating: 0xA1, count: depth)), options: options, mentioning: "nesting deeper than 128")
+        expectMalformed(
+            Hex.encode([UInt8](repeating: 0xA1, count: depth)), options: options, mentioning: "nesting deeper than 128")
     }
 
     @Test func itemCountIsBounded() throws {

@@ -1,6 +1,7 @@
-@testable import CBOR
-import Testing
 import TesseraCore
+import Testing
+
+@testable import CBOR
 
 /// A fixed-seed xorshift generator so failures reproduce.
 private struct XorShift: RandomNumberGenerator {
@@ -17,13 +18,16 @@ private struct XorShift: RandomNumberGenerator {
     @Test func randomInputsNeverCrashAndStrictRoundTripsAreExact() throws {
         var rng = XorShift(state: 0x9E37_79B9_7F4A_7C15)
         // Bias towards structural bytes so containers, heads and breaks are common.
-        let interesting: [UInt8] = [0x18, 0x19, 0x1A, 0x1B, 0x5B, 0x7B, 0x9B, 0xBB, 0x9F, 0xBF, 0x5F, 0x7F, 0xFF,
-                                    0xF9, 0xFA, 0xFB, 0xF8, 0x81, 0xA1, 0xC1, 0x00, 0x20, 0x41, 0x61]
+        let interesting: [UInt8] = [
+            0x18, 0x19, 0x1A, 0x1B, 0x5B, 0x7B, 0x9B, 0xBB, 0x9F, 0xBF, 0x5F, 0x7F, 0xFF,
+            0xF9, 0xFA, 0xFB, 0xF8, 0x81, 0xA1, 0xC1, 0x00, 0x20, 0x41, 0x61,
+        ]
         var strictAccepted = 0
         for _ in 0..<20_000 {
             let count = Int.random(in: 0...24, using: &rng)
             let input: [UInt8] = (0..<count).map { _ in
-                Bool.random(using: &rng) ? interesting.randomElement(using: &rng)! : UInt8.random(in: 0...255, using: &rng)
+                Bool.random(using: &rng)
+                    ? interesting.randomElement(using: &rng)! : UInt8.random(in: 0...255, using: &rng)
             }
             do {
                 let value = try CBORValue(decoding: input, options: .strict)
@@ -55,8 +59,10 @@ private struct XorShift: RandomNumberGenerator {
 
     @Test func hugeDeclaredArrayAndMapInATinyInputAreMalformed() {
         // Array of 2^64-1 items and map of 2^32-1 pairs, each followed by one byte.
-        for input: [UInt8] in [[0x9B, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
-                               [0xBA, 0xFF, 0xFF, 0xFF, 0xFF, 0x00]] {
+        for input: [UInt8] in [
+            [0x9B, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+            [0xBA, 0xFF, 0xFF, 0xFF, 0xFF, 0x00],
+        ] {
             #expect(throws: TesseraError.self) { try CBORValue(decoding: input, options: .lenient) }
         }
     }

@@ -1,6 +1,6 @@
 import CBOR
-import Testing
 import TesseraCore
+import Testing
 
 /// RFC 8949 Appendix A, "Examples of Encoded CBOR Data Items" (https://www.rfc-editor.org/rfc/rfc8949#appendix-A).
 /// `canonical` marks items whose listed encoding is also their CTAP2 canonical form.
@@ -66,14 +66,16 @@ let rfc8949Vectors: [Vector] = [
     v("undefined", "f7", .undefined),
     v("simple(16)", "f0", .simple(CBORSimpleValue(16)!)),
     v("simple(255)", "f8ff", .simple(CBORSimpleValue(255)!)),
-    v("0(\"2013-03-21T20:04:00Z\")", "c074323031332d30332d32315432303a30343a30305a",
-      .tagged(0, text("2013-03-21T20:04:00Z"))),
+    v(
+        "0(\"2013-03-21T20:04:00Z\")", "c074323031332d30332d32315432303a30343a30305a",
+        .tagged(0, text("2013-03-21T20:04:00Z"))),
     v("1(1363896240)", "c11a514b67b0", .tagged(1, .unsigned(1_363_896_240))),
     v("1(1363896240.5)", "c1fb41d452d9ec200000", .tagged(1, .float64(1_363_896_240.5))),
     v("23(h'01020304')", "d74401020304", .tagged(23, .byteString([1, 2, 3, 4]))),
     v("24(h'6449455446')", "d818456449455446", .tagged(24, .byteString([0x64, 0x49, 0x45, 0x54, 0x46]))),
-    v("32(\"http://www.example.com\")", "d82076687474703a2f2f7777772e6578616d706c652e636f6d",
-      .tagged(32, text("http://www.example.com"))),
+    v(
+        "32(\"http://www.example.com\")", "d82076687474703a2f2f7777772e6578616d706c652e636f6d",
+        .tagged(32, text("http://www.example.com"))),
     v("h''", "40", .byteString([])),
     v("h'01020304'", "4401020304", .byteString([1, 2, 3, 4])),
     v("\"\"", "60", text("")),
@@ -91,8 +93,9 @@ let rfc8949Vectors: [Vector] = [
     v("{1: 2, 3: 4}", "a201020304", [1: 2, 3: 4]),
     v("{\"a\": 1, \"b\": [2, 3]}", "a26161016162820203", ["a": 1, "b": [2, 3]]),
     v("[\"a\", {\"b\": \"c\"}]", "826161a161626163", ["a", ["b": "c"]]),
-    v("{\"a\": \"A\", ..., \"e\": \"E\"}", "a56161614161626142616361436164614461656145",
-      ["a": "A", "b": "B", "c": "C", "d": "D", "e": "E"]),
+    v(
+        "{\"a\": \"A\", ..., \"e\": \"E\"}", "a56161614161626142616361436164614461656145",
+        ["a": "A", "b": "B", "c": "C", "d": "D", "e": "E"]),
     v("(_ h'0102', h'030405')", "5f42010243030405ff", .byteString([1, 2, 3, 4, 5]), canonical: false),
     v("(_ \"strea\", \"ming\")", "7f657374726561646d696e67ff", text("streaming"), canonical: false),
     v("[_ ]", "9fff", .array([]), canonical: false),
@@ -100,8 +103,9 @@ let rfc8949Vectors: [Vector] = [
     v("[_ 1, [2, 3], [4, 5]]", "9f01820203820405ff", [1, [2, 3], [4, 5]], canonical: false),
     v("[1, [2, 3], [_ 4, 5]]", "83018202039f0405ff", [1, [2, 3], [4, 5]], canonical: false),
     v("[1, [_ 2, 3], [4, 5]]", "83019f0203ff820405", [1, [2, 3], [4, 5]], canonical: false),
-    v("[_ 1, 2, ..., 25]", "9f0102030405060708090a0b0c0d0e0f101112131415161718181819ff",
-      .array(oneToTwentyFive), canonical: false),
+    v(
+        "[_ 1, 2, ..., 25]", "9f0102030405060708090a0b0c0d0e0f101112131415161718181819ff",
+        .array(oneToTwentyFive), canonical: false),
     v("{_ \"a\": 1, \"b\": [_ 2, 3]}", "bf61610161629f0203ffff", ["a": 1, "b": [2, 3]], canonical: false),
     v("[\"a\", {_ \"b\": \"c\"}]", "826161bf61626163ff", ["a", ["b": "c"]], canonical: false),
     v("{_ \"Fun\": true, \"Amt\": -2}", "bf6346756ef563416d7421ff", ["Fun": true, "Amt": -2], canonical: false),

@@ -1,6 +1,6 @@
 import CLISupport
-import Testing
 import TesseraCore
+import Testing
 
 /// The forms `tessera enroll-station` asks from step input schemas (the schemas are the daemon's, docs/ENROLLMENT.md).
 @Suite struct InputFormTests {
@@ -13,14 +13,19 @@ import TesseraCore
             "dateOfExpiry": ["type": "string", "pattern": "^[0-9]{6}$"],
             "can": ["type": "string", "pattern": "^[0-9]{6}$"],
         ],
-        "oneOf": [["required": ["mrz"]], ["required": ["documentNumber", "dateOfBirth", "dateOfExpiry"]],
-                  ["required": ["can"]]],
+        "oneOf": [
+            ["required": ["mrz"]], ["required": ["documentNumber", "dateOfBirth", "dateOfExpiry"]],
+            ["required": ["can"]],
+        ],
     ]
 
     @Test func oneOfAlternativesKeepRequiredOrder() {
         let (alternatives, resend) = InputForm.alternatives(Self.mrzSchema)
         #expect(!resend)
-        #expect(alternatives.map { $0.map(\.name) } == [["mrz"], ["documentNumber", "dateOfBirth", "dateOfExpiry"], ["can"]])
+        #expect(
+            alternatives.map { $0.map(\.name) } == [
+                ["mrz"], ["documentNumber", "dateOfBirth", "dateOfExpiry"], ["can"],
+            ])
         #expect(alternatives[0][0].label == "mrz (the 2 or 3 MRZ lines)")
         #expect(alternatives[2][0].secret, "a CAN is typed without echo")
         #expect(!alternatives[1][0].secret)
@@ -45,7 +50,8 @@ import TesseraCore
         let schema: JSONValue = [
             "type": "object",
             "properties": [
-                "zeta": ["type": "string"], "alpha": ["type": ["integer", "null"]], "email": ["type": "string", "title": "Your email"],
+                "zeta": ["type": "string"], "alpha": ["type": ["integer", "null"]],
+                "email": ["type": "string", "title": "Your email"],
                 "consent": ["type": "boolean"], "pw": ["type": "string", "format": "password"],
                 "role": ["enum": ["user", "admin"]], "version": ["const": 2],
             ],
@@ -68,8 +74,11 @@ import TesseraCore
         #expect(alternatives == [[]])
     }
 
-    static func field(_ name: String, _ kind: FormField.Kind, optional: Bool = false, choices: [String] = []) -> FormField {
-        FormField(name: name, label: name, kind: kind, optional: optional, secret: false, choices: choices, constant: nil)
+    static func field(_ name: String, _ kind: FormField.Kind, optional: Bool = false, choices: [String] = [])
+        -> FormField
+    {
+        FormField(
+            name: name, label: name, kind: kind, optional: optional, secret: false, choices: choices, constant: nil)
     }
 
     @Test func parsesTypedValues() {
@@ -78,24 +87,30 @@ import TesseraCore
         #expect(InputForm.parse("N", Self.field("ok", .boolean), mrzLines: &lines) == .value(false))
         #expect(InputForm.parse("maybe", Self.field("ok", .boolean), mrzLines: &lines) == .invalid("answer y or n"))
         #expect(InputForm.parse("42", Self.field("n", .integer), mrzLines: &lines) == .value(42))
-        #expect(InputForm.parse("4.5", Self.field("n", .integer), mrzLines: &lines) == .invalid("n must be a whole number"))
+        #expect(
+            InputForm.parse("4.5", Self.field("n", .integer), mrzLines: &lines) == .invalid("n must be a whole number"))
         #expect(InputForm.parse("4.5", Self.field("x", .number), mrzLines: &lines) == .value(4.5))
         #expect(InputForm.parse("", Self.field("x", .string), mrzLines: &lines) == .invalid("x is required"))
         #expect(InputForm.parse("", Self.field("x", .string, optional: true), mrzLines: &lines) == .value(nil))
-        #expect(InputForm.parse("root", Self.field("role", .string, choices: ["user", "admin"]), mrzLines: &lines)
+        #expect(
+            InputForm.parse("root", Self.field("role", .string, choices: ["user", "admin"]), mrzLines: &lines)
                 == .invalid("answer one of user, admin"))
-        #expect(InputForm.parse("admin", Self.field("role", .string, choices: ["user", "admin"]), mrzLines: &lines)
+        #expect(
+            InputForm.parse("admin", Self.field("role", .string, choices: ["user", "admin"]), mrzLines: &lines)
                 == .value("admin"))
     }
 
     static let td3 = ["P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"]
-    static let td1 = ["I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6",
-                      "ERIKSSON<<ANNA<MARIA<<<<<<<<<<"]
+    static let td1 = [
+        "I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6",
+        "ERIKSSON<<ANNA<MARIA<<<<<<<<<<",
+    ]
 
     @Test func mrzOnOneLineSeparatedBySpaces() {
         var lines: [String] = []
         let mrz = Self.field("mrz", .string)
-        #expect(InputForm.parse(Self.td3.joined(separator: " "), mrz, mrzLines: &lines)
+        #expect(
+            InputForm.parse(Self.td3.joined(separator: " "), mrz, mrzLines: &lines)
                 == .value(.string(Self.td3.joined(separator: "\n"))))
         #expect(lines.isEmpty)
     }
@@ -104,15 +119,19 @@ import TesseraCore
         var lines: [String] = []
         let mrz = Self.field("mrz", .string)
         #expect(InputForm.parse(Self.td3[0], mrz, mrzLines: &lines) == .more)
-        #expect(InputForm.parse(Self.td3[1], mrz, mrzLines: &lines) == .value(.string(Self.td3.joined(separator: "\n"))))
+        #expect(
+            InputForm.parse(Self.td3[1], mrz, mrzLines: &lines) == .value(.string(Self.td3.joined(separator: "\n"))))
         #expect(lines.isEmpty)
         // TD1 has three lines of 30.
         #expect(InputForm.parse(Self.td1[0], mrz, mrzLines: &lines) == .more)
         #expect(InputForm.parse(Self.td1[1], mrz, mrzLines: &lines) == .more)
-        #expect(InputForm.parse(Self.td1[2], mrz, mrzLines: &lines) == .value(.string(Self.td1.joined(separator: "\n"))))
+        #expect(
+            InputForm.parse(Self.td1[2], mrz, mrzLines: &lines) == .value(.string(Self.td1.joined(separator: "\n"))))
         // An empty line in the middle of an MRZ is not "left empty", even for an optional field.
         #expect(InputForm.parse(Self.td3[0], Self.field("mrz", .string, optional: true), mrzLines: &lines) == .more)
-        #expect(InputForm.parse("", Self.field("mrz", .string, optional: true), mrzLines: &lines) == .invalid("mrz is required"))
+        #expect(
+            InputForm.parse("", Self.field("mrz", .string, optional: true), mrzLines: &lines)
+                == .invalid("mrz is required"))
     }
 }
 
@@ -132,9 +151,13 @@ import TesseraCore
 
     @Test func barStaysInItsWidth() {
         let over: JSONValue = ["step": "reading", "file": "DG1", "bytesRead": 200, "totalBytes": 100]
-        #expect(ProgressText.describe(over, bar: true).text == "reading DG1 [" + String(repeating: "#", count: 30) + "] 200/100 bytes")
+        #expect(
+            ProgressText.describe(over, bar: true).text == "reading DG1 [" + String(repeating: "#", count: 30)
+                + "] 200/100 bytes")
         let negative: JSONValue = ["step": "reading", "file": "DG1", "bytesRead": -5, "totalBytes": 100]
-        #expect(ProgressText.describe(negative, bar: true).text == "reading DG1 [" + String(repeating: ".", count: 30) + "] -5/100 bytes")
+        #expect(
+            ProgressText.describe(negative, bar: true).text == "reading DG1 [" + String(repeating: ".", count: 30)
+                + "] -5/100 bytes")
         let noTotal: JSONValue = ["step": "reading", "file": "SOD", "bytesRead": 10]
         #expect(ProgressText.describe(noTotal, bar: true).text == "reading SOD")
     }

@@ -1,7 +1,7 @@
 import CredentialStore
 import Foundation
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct CredentialStoreTests {
     /// A database in a temp file; the caller removes it with `removeDB` (`defer`).
@@ -15,9 +15,10 @@ import TesseraCore
     }
 
     func record(_ id: UInt8, rp: String = "example.com", user: UInt8 = 1) -> CredentialRecord {
-        CredentialRecord(credentialId: Data([id, 1, 2]), rpId: rp, userId: Data([user]), userName: "u\(user)",
-                         userDisplayName: "U", tokenId: "p11-x", backend: "pkcs11", keyHandle: Data([9, id]),
-                         publicKey: Data([0xA5]), createdAt: Date(timeIntervalSince1970: 1_700_000_000 + Double(id)))
+        CredentialRecord(
+            credentialId: Data([id, 1, 2]), rpId: rp, userId: Data([user]), userName: "u\(user)",
+            userDisplayName: "U", tokenId: "p11-x", backend: "pkcs11", keyHandle: Data([9, id]),
+            publicKey: Data([0xA5]), createdAt: Date(timeIntervalSince1970: 1_700_000_000 + Double(id)))
     }
 
     @Test func insertGetListDelete() async throws {
@@ -76,9 +77,10 @@ import TesseraCore
 
 @Suite struct CredentialLifecycleStoreTests {
     func record(_ id: UInt8, user: UInt8 = 1) -> CredentialRecord {
-        CredentialRecord(credentialId: Data([id, 1, 2]), rpId: "example.com", userId: Data([user]), userName: "u",
-                         userDisplayName: "U", tokenId: "p11-x", backend: "pkcs11", keyHandle: Data([9, id]),
-                         publicKey: Data([0xA5]), createdAt: Date(timeIntervalSince1970: 1_700_000_000 + Double(id)))
+        CredentialRecord(
+            credentialId: Data([id, 1, 2]), rpId: "example.com", userId: Data([user]), userName: "u",
+            userDisplayName: "U", tokenId: "p11-x", backend: "pkcs11", keyHandle: Data([9, id]),
+            publicKey: Data([0xA5]), createdAt: Date(timeIntervalSince1970: 1_700_000_000 + Double(id)))
     }
 
     func withStore(_ body: (CredentialStore) async throws -> Void) async throws {
@@ -93,7 +95,9 @@ import TesseraCore
             #expect(try await store.credential(id: [1, 1, 2])?.state == .active)
             let s = try await store.transition(ids: [[1, 1, 2]], to: .suspended, actor: "uid:0", reason: "lost badge")
             #expect(s[0].changed && s[0].record.state == .suspended)
-            #expect(try await store.transition(ids: [[1, 1, 2]], to: .suspended, actor: "uid:0", reason: nil)[0].changed == false)
+            #expect(
+                try await store.transition(ids: [[1, 1, 2]], to: .suspended, actor: "uid:0", reason: nil)[0].changed
+                    == false)
             _ = try await store.transition(ids: [[1, 1, 2]], to: .active, actor: "uid:0", reason: "found")
             _ = try await store.transition(ids: [[1, 1, 2]], to: .deactivated, actor: "uid:1", reason: "left")
             for target in [CredentialState.active, .suspended] {
@@ -115,7 +119,8 @@ import TesseraCore
             try await store.insert(record(2))
             _ = try await store.transition(ids: [[2, 1, 2]], to: .deactivated, actor: "uid:0", reason: nil)
             do {
-                _ = try await store.transition(ids: [[1, 1, 2], [2, 1, 2]], to: .suspended, actor: "uid:0", reason: nil)
+                _ = try await store.transition(
+                    ids: [[1, 1, 2], [2, 1, 2]], to: .suspended, actor: "uid:0", reason: nil)
                 Issue.record("a batch with a deactivated credential was applied")
             } catch {
                 #expect((error as Error as? TesseraError)?.code == .credentialDeactivated)
@@ -127,11 +132,13 @@ import TesseraCore
     @Test func commandJtiIsSingleUse() async throws {
         try await withStore { store in
             try await store.insert(record(1))
-            _ = try await store.transition(ids: [[1, 1, 2]], to: .suspended, actor: "issuer:x", reason: nil,
-                                           command: (jti: "c-1", issuer: "x"))
+            _ = try await store.transition(
+                ids: [[1, 1, 2]], to: .suspended, actor: "issuer:x", reason: nil,
+                command: (jti: "c-1", issuer: "x"))
             do {
-                _ = try await store.transition(ids: [[1, 1, 2]], to: .active, actor: "issuer:x", reason: nil,
-                                               command: (jti: "c-1", issuer: "x"))
+                _ = try await store.transition(
+                    ids: [[1, 1, 2]], to: .active, actor: "issuer:x", reason: nil,
+                    command: (jti: "c-1", issuer: "x"))
                 Issue.record("a replayed command was applied")
             } catch {
                 #expect((error as Error as? TesseraError)?.code == .lifecycleCommandReplayed)
@@ -145,13 +152,18 @@ import TesseraCore
             try await store.insert(record(1))
             try await store.insert(record(2))
             _ = try await store.transition(ids: [[2, 1, 2]], to: .deactivated, actor: "uid:0", reason: nil)
-            let replaced = try await store.insert(record(3), replacing: [[1, 1, 2], [2, 1, 2]], actor: "uid:5", reason: nil)
+            let replaced = try await store.insert(
+                record(3), replacing: [[1, 1, 2], [2, 1, 2]], actor: "uid:5", reason: nil)
             #expect(replaced.map(\.record.state) == [.replaced, .replaced])
             #expect(try await store.list().map(\.state) == [.replaced, .replaced, .active])
             #expect(try await store.events(credentialId: [3, 1, 2]).map(\.toState) == ["active"])
             #expect(try await store.events(credentialId: [2, 1, 2]).last?.reason?.hasPrefix("replaced by") == true)
-            #expect(try await store.delete(id: [1, 1, 2], event: CredentialEvent(
-                credentialId: Data([1, 1, 2]), at: Date(), fromState: "replaced", toState: "deleted", actor: "uid:0", reason: nil)))
+            #expect(
+                try await store.delete(
+                    id: [1, 1, 2],
+                    event: CredentialEvent(
+                        credentialId: Data([1, 1, 2]), at: Date(), fromState: "replaced", toState: "deleted",
+                        actor: "uid:0", reason: nil)))
             #expect(try await store.events(credentialId: [1, 1, 2]).last?.toState == "deleted")
         }
     }

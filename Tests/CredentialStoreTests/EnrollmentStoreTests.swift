@@ -1,16 +1,17 @@
 import CredentialStore
 import Foundation
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct EnrollmentStoreTests {
     let helpers = CredentialStoreTests()
 
     func row(_ id: String, startedAt seconds: Double) -> EnrollmentRow {
-        EnrollmentRow(id: id, workflow: "badge", kind: "activationToken", ownerUid: 1000,
-                      definition: [["key": "EMAIL_INFO", "kind": "EMAIL_INFO", "settings": [:]]],
-                      parameters: ["userVerification": "preferred"], subject: "employee-4711", tokenJti: "jti-\(id)",
-                      startedAt: Date(timeIntervalSince1970: seconds))
+        EnrollmentRow(
+            id: id, workflow: "badge", kind: "activationToken", ownerUid: 1000,
+            definition: [["key": "EMAIL_INFO", "kind": "EMAIL_INFO", "settings": [:]]],
+            parameters: ["userVerification": "preferred"], subject: "employee-4711", tokenJti: "jti-\(id)",
+            startedAt: Date(timeIntervalSince1970: seconds))
     }
 
     @Test func rowsRoundTripAndOnlyUnfinishedOnesAreCurrent() async throws {

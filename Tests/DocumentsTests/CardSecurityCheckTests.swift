@@ -1,8 +1,9 @@
 import APDU
 import CryptoPrimitives
 import Emulation
-import Testing
 import TesseraCore
+import Testing
+
 @testable import Documents
 @testable import ICAO
 
@@ -12,19 +13,24 @@ import TesseraCore
 
     static func cardSecurity(publicKey: [UInt8], pki: TestPKI) throws -> [UInt8] {
         let info = LDSBuilder.chipAuthenticationPublicKeyInfo(parameterId: 13, publicKey: publicKey, keyId: 13)
-        return try CardSecurityBuilder.build(securityInfos: TLV.encode(tag: 0x31, value: info), signer: pki.documentSignerKey)
+        return try CardSecurityBuilder.build(
+            securityInfos: TLV.encode(tag: 0x31, value: info), signer: pki.documentSignerKey)
     }
 
     static func dg14(publicKey: [UInt8]) -> [UInt8] {
-        LDSBuilder.dg14(securityInfos: TLV.encode(tag: 0x31, value: LDSBuilder.chipAuthenticationPublicKeyInfo(
-            parameterId: 13, publicKey: publicKey, keyId: 13)))
+        LDSBuilder.dg14(
+            securityInfos: TLV.encode(
+                tag: 0x31,
+                value: LDSBuilder.chipAuthenticationPublicKeyInfo(
+                    parameterId: 13, publicKey: publicKey, keyId: 13)))
     }
 
     /// What a chip holding `key` sends in PACE-CAM: PK_Map,IC = CA_IC · PK_IC.
     static func camData(for publicKey: [UInt8]) throws -> PACEChipAuthenticationData {
         let ca = try curve.generateKeyPair().privateKey
-        return PACEChipAuthenticationData(domain: .ec(curve), chipMappingPublicKey: try curve.multiply(point: publicKey, scalar: ca),
-                                          chipAuthenticationData: ca)
+        return PACEChipAuthenticationData(
+            domain: .ec(curve), chipMappingPublicKey: try curve.multiply(point: publicKey, scalar: ca),
+            chipAuthenticationData: ca)
     }
 
     @Test func pairingKeyComesFromCardSecurityBeforeDG14() throws {
@@ -32,18 +38,23 @@ import TesseraCore
         let chipKey = try Self.curve.generateKeyPair().publicKey
         let otherKey = try Self.curve.generateKeyPair().publicKey
         let cam = try Self.camData(for: chipKey)
-        let passive = PassiveAuthenticationResult(status: .valid, signature: .valid, certificateChain: .valid,
-                                                  certificateValidity: .valid, dataGroupHashes: [14: .valid])
+        let passive = PassiveAuthenticationResult(
+            status: .valid, signature: .valid, certificateChain: .valid,
+            certificateValidity: .valid, dataGroupHashes: [14: .valid])
         let cs = try Self.cardSecurity(publicKey: chipKey, pki: pki)
         let csResult = CardSecurity.verify(cs, trustStore: pki.trustStore)
         // DG14 names another key: only EF.CardSecurity's key makes the proof valid.
         let fromCardSecurity = DocumentService.checkChipAuthenticationMapping(
             cam, cardSecurity: cs, cardSecurityResult: csResult, dg14: Self.dg14(publicKey: otherKey), passive: passive)
         #expect(fromCardSecurity.status == .valid && fromCardSecurity.keyId == 13)
-        #expect(DocumentService.checkChipAuthenticationMapping(cam, dg14: Self.dg14(publicKey: otherKey), passive: passive).status == .invalid)
+        #expect(
+            DocumentService.checkChipAuthenticationMapping(cam, dg14: Self.dg14(publicKey: otherKey), passive: passive)
+                .status == .invalid)
         // Without EF.CardSecurity, DG14 decides.
-        #expect(DocumentService.checkChipAuthenticationMapping(
-            cam, cardSecurity: nil, cardSecurityResult: nil, dg14: Self.dg14(publicKey: chipKey), passive: passive).status == .valid)
+        #expect(
+            DocumentService.checkChipAuthenticationMapping(
+                cam, cardSecurity: nil, cardSecurityResult: nil, dg14: Self.dg14(publicKey: chipKey), passive: passive
+            ).status == .valid)
         // A badly signed EF.CardSecurity cannot vouch for the key.
         var tampered = cs
         tampered[tampered.count - 1] ^= 0x01
@@ -54,10 +65,12 @@ import TesseraCore
     }
 
     @Test func invalidCardSecurityMakesTheDocumentNotAuthentic() {
-        let passive = PassiveAuthenticationResult(status: .valid, signature: .valid, certificateChain: .valid,
-                                                  certificateValidity: .valid, dataGroupHashes: [1: .valid])
-        let base = DocumentVerdict.evaluate(passive: passive, activeRequired: false, active: nil, chipRequired: true,
-                                            chip: ChipAuthenticationResult(status: .valid), allowClonable: false)
+        let passive = PassiveAuthenticationResult(
+            status: .valid, signature: .valid, certificateChain: .valid,
+            certificateValidity: .valid, dataGroupHashes: [1: .valid])
+        let base = DocumentVerdict.evaluate(
+            passive: passive, activeRequired: false, active: nil, chipRequired: true,
+            chip: ChipAuthenticationResult(status: .valid), allowClonable: false)
         #expect(base.verdict == .authentic)
         var valid = base
         valid.include(cardSecurity: CardSecurityResult(status: .valid, check: passive))
@@ -89,7 +102,8 @@ import TesseraCore
         forgedBytes[forgedBytes.count - 1] ^= 0x01
         forged.cardSecurity = forgedBytes
         let forgedCheck = forged.verify(trustStore: store)
-        #expect(forgedCheck.verdict.verdict == .notAuthentic && forgedCheck.verdict.reasons.contains(.cardSecurityInvalid))
+        #expect(
+            forgedCheck.verdict.verdict == .notAuthentic && forgedCheck.verdict.reasons.contains(.cardSecurityInvalid))
 
         var misbehaviour = Misbehaviour()
         misbehaviour.tamperedCardSecurity = true

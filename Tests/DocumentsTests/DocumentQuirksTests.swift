@@ -1,7 +1,8 @@
 import Emulation
 import ICAO
-import Testing
 import TesseraCore
+import Testing
+
 @testable import Documents
 
 /// documents.read against in-process chips with real-chip quirks (`ChipQuirks`).
@@ -10,9 +11,16 @@ import TesseraCore
         var quirks = ChipQuirks()
         for name in names { try quirks.enable(name) }
         let chosen = quirks
-        let source = MemoryReaderSource(slots: [("reader 1", {
-            EmulatedSession(card: EmulatedPassport(profile: profile, quirks: chosen), supportsExtendedLength: false, removeAfter: nil)
-        })])
+        let source = MemoryReaderSource(slots: [
+            (
+                "reader 1",
+                {
+                    EmulatedSession(
+                        card: EmulatedPassport(profile: profile, quirks: chosen), supportsExtendedLength: false,
+                        removeAfter: nil)
+                }
+            )
+        ])
         let service = DocumentService(sources: [source], trustStore: try profile.trustStore())
         return try await service.read(DocumentReadRequest(key: DocumentServiceTests.key))
     }

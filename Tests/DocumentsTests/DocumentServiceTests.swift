@@ -4,27 +4,35 @@ import Emulation
 import Foundation
 import ICAO
 import MRZ
-import Testing
 import TesseraCore
 import TesseraTestSupport
+import Testing
 
 /// DocumentService over in-memory readers holding the emulated chip (real BAC/PACE/SM/PA/AA code on both sides).
 @Suite struct DocumentServiceTests {
     static let key = DocumentAccessKey.mrz(mrzInformation: "L898902C3674081221204159")
 
-    static func service(_ profile: DocumentProfile, trusted: Bool = true, misbehaviour: Misbehaviour = .init(),
-                        extended: Bool = false, removeAfter: Int? = nil) throws -> DocumentService {
+    static func service(
+        _ profile: DocumentProfile, trusted: Bool = true, misbehaviour: Misbehaviour = .init(),
+        extended: Bool = false, removeAfter: Int? = nil
+    ) throws -> DocumentService {
         let source = MemoryReaderSource(slots: [
             ("empty reader", nil),
-            ("reader 1", {
-                EmulatedSession(card: EmulatedPassport(profile: profile, misbehaviour: misbehaviour),
-                                supportsExtendedLength: extended, removeAfter: removeAfter)
-            }),
+            (
+                "reader 1",
+                {
+                    EmulatedSession(
+                        card: EmulatedPassport(profile: profile, misbehaviour: misbehaviour),
+                        supportsExtendedLength: extended, removeAfter: removeAfter)
+                }
+            ),
         ])
         return DocumentService(sources: [source], trustStore: trusted ? try profile.trustStore() : nil)
     }
 
-    static func size(_ profile: DocumentProfile, _ file: LDSFile) -> Int { profile.applicationFiles[file.fileID]?.count ?? 0 }
+    static func size(_ profile: DocumentProfile, _ file: LDSFile) -> Int {
+        profile.applicationFiles[file.fileID]?.count ?? 0
+    }
 
     @Test func bacReadVerifiesAndReportsTheContract() async throws {
         let doc = try makeProfile(pace: [])
@@ -41,8 +49,11 @@ import TesseraTestSupport
         #expect(result.passiveAuthentication?.status == .valid)
         #expect(result.activeAuthentication == nil)
         // BAC only, no DG15: nothing proves the chip is not a copy.
-        #expect(result.verdict == DocumentVerdict(verdict: .unverified, chipAuthenticity: .notSupported,
-                                                  reasons: [.chipAuthNotSupported]))
+        #expect(
+            result.verdict
+                == DocumentVerdict(
+                    verdict: .unverified, chipAuthenticity: .notSupported,
+                    reasons: [.chipAuthNotSupported]))
 
         let json = result.json
         #expect(json["accessProtocol"] == "BAC")
@@ -55,7 +66,10 @@ import TesseraTestSupport
         #expect(json["passiveAuthentication"]?["status"] == "valid")
         #expect(json["passiveAuthentication"]?["signature"] == "valid")
         #expect(json["passiveAuthentication"]?["certificateChain"] == "valid")
-        #expect(json["passiveAuthentication"]?["dataGroupHashes"] == ["DG1": "valid", "DG2": "valid", "DG11": "valid", "DG12": "valid"])
+        #expect(
+            json["passiveAuthentication"]?["dataGroupHashes"] == [
+                "DG1": "valid", "DG2": "valid", "DG11": "valid", "DG12": "valid",
+            ])
         #expect(json["activeAuthentication"] == nil)
         #expect(json["dataGroups"]?.objectValue.map { Set($0.keys) } == ["COM", "DG1", "DG2", "SOD"])
         #expect(json["verdict"] == "unverified" && json["chipAuthenticity"] == "notSupported")
@@ -63,7 +77,9 @@ import TesseraTestSupport
         #expect((json["stats"]?["apdus"]?.intValue ?? 0) > 0)
     }
 
-    @Test(arguments: ["ecdh-gm-p256-aes128", "ecdh-gm-brainpoolp256r1-aes128", "ecdh-gm-p256-aes256", "dh-gm-2048-aes128"])
+    @Test(arguments: [
+        "ecdh-gm-p256-aes128", "ecdh-gm-brainpoolp256r1-aes128", "ecdh-gm-p256-aes256", "dh-gm-2048-aes128",
+    ])
     func paceWithMRZAndCAN(option: String) async throws {
         let doc = try makeProfile(bac: false, pace: [option])
         let service = try Self.service(doc)
@@ -88,7 +104,9 @@ import TesseraTestSupport
         #expect(dg2.last?.bytesRead == total && dg2.last?.totalBytes == total)
         #expect(dg2.count > 10)
         // The minimum for 0xDF chunks is ceil(size / 0xDF) per file; the reader needs no more.
-        let sizes = ([LDSFile.com, .sod] + doc.dataGroupNumbers.map { LDSFile.dataGroup($0) }).map { Self.size(doc, $0) }
+        let sizes = ([LDSFile.com, .sod] + doc.dataGroupNumbers.map { LDSFile.dataGroup($0) }).map {
+            Self.size(doc, $0)
+        }
         let minimum = sizes.reduce(0) { $0 + ($1 + 0xDE) / 0xDF }
         #expect(result.statistics.readAPDUs == minimum)
         #expect(result.statistics.fileBytes == sizes.reduce(0, +))
@@ -110,7 +128,8 @@ import TesseraTestSupport
 
     @Test func tamperedDataGroupIsInvalid() async throws {
         let doc = try makeProfile()
-        let result = try await Self.service(doc, misbehaviour: Misbehaviour(tamperedDataGroup: 2)).read(DocumentReadRequest(key: Self.key))
+        let result = try await Self.service(doc, misbehaviour: Misbehaviour(tamperedDataGroup: 2)).read(
+            DocumentReadRequest(key: Self.key))
         let pa = try #require(result.passiveAuthentication)
         #expect(pa.status == .invalid)
         #expect(pa.dataGroupHashes[2] == .invalid)
@@ -160,7 +179,8 @@ import TesseraTestSupport
     @Test func wrongKeysAreAccessDenied() async throws {
         for pace in [[], ["ecdh-gm-p256-aes128"]] {
             let doc = try makeProfile(pace: pace)
-            let wrong = try DocumentAccessKey.fromFields(documentNumber: "L898902C3", dateOfBirth: "740813", dateOfExpiry: "120415")
+            let wrong = try DocumentAccessKey.fromFields(
+                documentNumber: "L898902C3", dateOfBirth: "740813", dateOfExpiry: "120415")
             let service = try Self.service(doc)
             do {
                 _ = try await service.read(DocumentReadRequest(key: wrong))
@@ -193,7 +213,9 @@ import TesseraTestSupport
             _ = try await failing.read(DocumentReadRequest(key: Self.key))
             Issue.record("expected CARD_REMOVED")
         } catch { #expect(error.code == .cardRemoved) }
-        #expect(try await Self.service(doc).read(DocumentReadRequest(key: Self.key)).passiveAuthentication?.status == .valid)
+        #expect(
+            try await Self.service(doc).read(DocumentReadRequest(key: Self.key)).passiveAuthentication?.status == .valid
+        )
     }
 }
 
@@ -201,7 +223,8 @@ import TesseraTestSupport
 @Suite struct DocumentServiceCAMTests {
     @Test func camReadReportsChipAuthentication() async throws {
         let doc = try makeProfile(bac: false, pace: ["ecdh-cam-brainpoolp256r1-aes128"])
-        let result = try await DocumentServiceTests.service(doc).read(DocumentReadRequest(key: DocumentServiceTests.key))
+        let result = try await DocumentServiceTests.service(doc).read(
+            DocumentReadRequest(key: DocumentServiceTests.key))
         #expect(result.accessProtocol == .pace && result.paceMapping == .chipAuthentication)
         // DG14 was not requested but is read to check CAM.
         #expect(result.files[.dataGroup(14)] == doc.dataGroup(14))
@@ -216,26 +239,34 @@ import TesseraTestSupport
     @Test func tamperedCAMOrDG14IsInvalid() async throws {
         let doc = try makeProfile(bac: false, pace: ["ecdh-cam-p256-aes128"])
         let request = DocumentReadRequest(key: DocumentServiceTests.key)
-        let tampered = try await DocumentServiceTests.service(doc, misbehaviour: Misbehaviour(tamperedChipAuthenticationData: true))
-            .read(request)
+        let tampered = try await DocumentServiceTests.service(
+            doc, misbehaviour: Misbehaviour(tamperedChipAuthenticationData: true)
+        )
+        .read(request)
         #expect(tampered.chipAuthentication?.status == .invalid)
         #expect(tampered.json["chipAuthentication"]?["status"] == "invalid")
         #expect(tampered.json["chipAuthentication"]?["reason"] != nil)
-        let wrongKey = try await DocumentServiceTests.service(doc, misbehaviour: Misbehaviour(wrongChipAuthenticationKey: true))
-            .read(request)
+        let wrongKey = try await DocumentServiceTests.service(
+            doc, misbehaviour: Misbehaviour(wrongChipAuthenticationKey: true)
+        )
+        .read(request)
         #expect(wrongKey.chipAuthentication?.status == .invalid)
         // Without EF.CardSecurity the key comes from DG14: a DG14 that no longer matches EF.SOD is not trusted even
         // though its key still fits.
         var withoutCardSecurity = doc
         withoutCardSecurity.cardSecurity = nil
-        let badDG14 = try await DocumentServiceTests.service(withoutCardSecurity, misbehaviour: Misbehaviour(tamperedDataGroup: 14))
-            .read(request)
+        let badDG14 = try await DocumentServiceTests.service(
+            withoutCardSecurity, misbehaviour: Misbehaviour(tamperedDataGroup: 14)
+        )
+        .read(request)
         #expect(badDG14.passiveAuthentication?.dataGroupHashes[14] == .invalid)
         #expect(badDG14.chipAuthentication?.status == .invalid)
         #expect(badDG14.cardSecurity?.status == .notPresent)
         // With it (where real chips keep the key) the chip still proves its key, and the tampered DG14 fails passive
         // authentication: the document is not authentic either way.
-        let withCardSecurity = try await DocumentServiceTests.service(doc, misbehaviour: Misbehaviour(tamperedDataGroup: 14)).read(request)
+        let withCardSecurity = try await DocumentServiceTests.service(
+            doc, misbehaviour: Misbehaviour(tamperedDataGroup: 14)
+        ).read(request)
         #expect(withCardSecurity.cardSecurity?.status == .valid)
         #expect(withCardSecurity.chipAuthentication?.status == .valid)
         #expect(withCardSecurity.verdict.verdict == .notAuthentic)
@@ -258,8 +289,10 @@ import TesseraTestSupport
 /// Chips that copy a genuine document's data but not its private keys (Misbehaviour clones): each must be
 /// `notAuthentic`, while the genuine chips are `authentic`.
 @Suite struct DocumentServiceCloneTests {
-    static func read(_ doc: DocumentProfile, _ misbehaviour: Misbehaviour = .init(),
-                     allowClonable: Bool = false) async throws -> DocumentReadResult {
+    static func read(
+        _ doc: DocumentProfile, _ misbehaviour: Misbehaviour = .init(),
+        allowClonable: Bool = false
+    ) async throws -> DocumentReadResult {
         try await DocumentServiceTests.service(doc, misbehaviour: misbehaviour)
             .read(DocumentReadRequest(key: DocumentServiceTests.key, allowClonable: allowClonable))
     }
@@ -320,8 +353,9 @@ import TesseraTestSupport
         let ca = try #require(forged.chipAuthenticationData)
         var caIC = try #require(ca.chipAuthenticationData)
         caIC[caIC.count - 1] ^= 0x01
-        forged.chipAuthenticationData = PACEChipAuthenticationData(domain: ca.domain, chipMappingPublicKey: ca.chipMappingPublicKey,
-                                                                   chipAuthenticationData: caIC)
+        forged.chipAuthenticationData = PACEChipAuthenticationData(
+            domain: ca.domain, chipMappingPublicKey: ca.chipMappingPublicKey,
+            chipAuthenticationData: caIC)
         #expect(forged.verify(trustStore: store).verdict.reasons == [.chipAuthInvalid])
         var withoutCAM = evidence
         withoutCAM.chipAuthenticationData = nil
@@ -335,13 +369,16 @@ import TesseraTestSupport
         let anchor = (dir as NSString).appendingPathComponent("csca.pem")
         try FileManager.default.copyItem(atPath: doc.cscaPath, toPath: anchor)
         let sources = TrustSources(cscaPaths: [anchor])
-        let service = DocumentService(sources: [], trustStore: try DocumentService.trustStore(paths: [anchor]), trustSources: sources)
+        let service = DocumentService(
+            sources: [], trustStore: try DocumentService.trustStore(paths: [anchor]), trustSources: sources)
         #expect(service.trustStatus()["anchorCount"] == 1)
         try FileManager.default.removeItem(atPath: anchor)
         await #expect(throws: TesseraError.self) { try await service.reloadTrust() }
         #expect(service.trustStore?.certificates.count == 1)
         try Data("junk".utf8).write(to: URL(fileURLWithPath: anchor))
-        do { try await service.reloadTrust(); Issue.record("junk loaded") } catch { #expect(error.message.contains(anchor)) }
+        do { try await service.reloadTrust(); Issue.record("junk loaded") } catch {
+            #expect(error.message.contains(anchor))
+        }
         #expect(service.trustStore?.certificates.count == 1)
         try FileManager.default.removeItem(atPath: anchor)
         try FileManager.default.copyItem(atPath: doc.cscaPath, toPath: anchor)
@@ -352,18 +389,24 @@ import TesseraTestSupport
 
     @Test func dg15DroppedFromEFCOMStillRunsActiveAuthentication() async throws {
         let doc = try makeProfile(activeAuthentication: true)
-        let clone = try await Self.read(doc, Misbehaviour(dataGroupsHiddenFromCOM: [15], withoutActiveAuthenticationKey: true))
+        let clone = try await Self.read(
+            doc, Misbehaviour(dataGroupsHiddenFromCOM: [15], withoutActiveAuthenticationKey: true))
         #expect(try EFCOM(parsing: clone.files[.com]!).dataGroups.contains(15) == false)
         #expect(clone.files[.dataGroup(15)] == doc.dataGroup(15))
         #expect(clone.passiveAuthentication?.status == .valid)
         #expect(clone.activeAuthentication?.status == .invalid)
-        #expect(clone.verdict == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.activeAuthInvalid]))
+        #expect(
+            clone.verdict
+                == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.activeAuthInvalid]))
     }
 
     @Test func dg15AnsweringFileNotFoundIsMissing() async throws {
         let doc = try makeProfile(activeAuthentication: true)
-        let clone = try await Self.read(doc, Misbehaviour(dataGroupsHiddenFromCOM: [15], missingDataGroups: [15],
-                                                          withoutActiveAuthenticationKey: true))
+        let clone = try await Self.read(
+            doc,
+            Misbehaviour(
+                dataGroupsHiddenFromCOM: [15], missingDataGroups: [15],
+                withoutActiveAuthenticationKey: true))
         let pa = try #require(clone.passiveAuthentication)
         #expect(pa.status == .invalid && pa.missingDataGroups == [15] && pa.dataGroupHashes[15] == .missing)
         #expect(clone.json["passiveAuthentication"]?["missingDataGroups"] == [15])
@@ -377,9 +420,12 @@ import TesseraTestSupport
     }
 
     @Test func wrongActiveAuthenticationKeyIsNotAuthentic() async throws {
-        let clone = try await Self.read(try makeProfile(activeAuthentication: true), Misbehaviour(wrongActiveAuthenticationKey: true))
+        let clone = try await Self.read(
+            try makeProfile(activeAuthentication: true), Misbehaviour(wrongActiveAuthenticationKey: true))
         #expect(clone.activeAuthentication?.status == .invalid)
-        #expect(clone.verdict == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.activeAuthInvalid]))
+        #expect(
+            clone.verdict
+                == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.activeAuthInvalid]))
     }
 
     @Test func cardAccessHidingCAMStillRunsIt() async throws {
@@ -388,15 +434,23 @@ import TesseraTestSupport
         #expect(clone.paceMapping == .generic)
         #expect(clone.passiveAuthentication?.status == .valid)
         #expect(clone.chipAuthentication?.status == .invalid)
-        #expect(clone.verdict == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.chipAuthInvalid]))
+        #expect(
+            clone.verdict
+                == DocumentVerdict(verdict: .notAuthentic, chipAuthenticity: .invalid, reasons: [.chipAuthInvalid]))
     }
 
     @Test func bacOnlyChipWithoutDG15IsClonable() async throws {
         let doc = try makeProfile(pace: [])
         let plain = try await Self.read(doc)
-        #expect(plain.verdict == DocumentVerdict(verdict: .unverified, chipAuthenticity: .notSupported, reasons: [.chipAuthNotSupported]))
+        #expect(
+            plain.verdict
+                == DocumentVerdict(
+                    verdict: .unverified, chipAuthenticity: .notSupported, reasons: [.chipAuthNotSupported]))
         let allowed = try await Self.read(doc, allowClonable: true)
-        #expect(allowed.verdict == DocumentVerdict(verdict: .authentic, chipAuthenticity: .notSupported, reasons: [.chipAuthNotSupported]))
+        #expect(
+            allowed.verdict
+                == DocumentVerdict(
+                    verdict: .authentic, chipAuthenticity: .notSupported, reasons: [.chipAuthNotSupported]))
         // allowClonable never excuses a failed check.
         let tampered = try await Self.read(doc, Misbehaviour(tamperedDataGroup: 1), allowClonable: true)
         #expect(tampered.verdict.verdict == .notAuthentic && tampered.verdict.reasons.contains(.passiveAuthInvalid))

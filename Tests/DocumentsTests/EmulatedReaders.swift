@@ -11,12 +11,15 @@ import TesseraTestSupport
 let specimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 
 /// Issues a test document into a fresh directory under `Scratch.root` (removed when the test process exits).
-func makeProfile(bac: Bool = true, pace: [String] = ["ecdh-gm-p256-aes128"], activeAuthentication: Bool = false,
-                 photoPadding: Int? = nil) throws -> DocumentProfile {
+func makeProfile(
+    bac: Bool = true, pace: [String] = ["ecdh-gm-p256-aes128"], activeAuthentication: Bool = false,
+    photoPadding: Int? = nil
+) throws -> DocumentProfile {
     let dir = Scratch.directory("documents-tests")
-    return try DocumentProfile.make(directory: dir, mrz: specimenMRZ, can: "123456",
-                                    access: AccessOptions(bac: bac, pace: try pace.map { try PACEOption(parsing: $0) }),
-                                    activeAuthentication: activeAuthentication, photoPadding: photoPadding)
+    return try DocumentProfile.make(
+        directory: dir, mrz: specimenMRZ, can: "123456",
+        access: AccessOptions(bac: bac, pace: try pace.map { try PACEOption(parsing: $0) }),
+        activeAuthentication: activeAuthentication, photoPadding: photoPadding)
 }
 
 /// The emulated chip as an in-memory card session. With `removeAfter`, the card "leaves the field" once it has
@@ -46,7 +49,9 @@ struct MemoryReaderSource: ReaderSource {
     }
 
     func open(reader: String) async throws(TesseraError) -> any CardSession {
-        guard let slot = slots.first(where: { $0.name == reader }) else { throw TesseraError(.noReader, "no reader \(reader)") }
+        guard let slot = slots.first(where: { $0.name == reader }) else {
+            throw TesseraError(.noReader, "no reader \(reader)")
+        }
         guard let make = slot.chip else { throw TesseraError(.noCard, "no card in \(reader)") }
         return make()
     }

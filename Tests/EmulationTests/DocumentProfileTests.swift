@@ -1,8 +1,8 @@
 import Emulation
 import Foundation
 import ICAO
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct DocumentProfileTests {
     @Test(arguments: [
@@ -26,8 +26,10 @@ import TesseraCore
         #expect(PACE.isSupported(option.paceInfo))
     }
 
-    @Test(arguments: ["", "ecdh-gm-p256", "ecdh-im-p224-aes128", "dh-gm-p256-aes128", "ecdh-gm-1024-aes128",
-                      "ecdh-gm-p999-aes128", "ecdh-gm-p256-aes512", "rsa-gm-p256-aes128", "ecdh-gm-id3-aes128"])
+    @Test(arguments: [
+        "", "ecdh-gm-p256", "ecdh-im-p224-aes128", "dh-gm-p256-aes128", "ecdh-gm-1024-aes128",
+        "ecdh-gm-p999-aes128", "ecdh-gm-p256-aes512", "rsa-gm-p256-aes128", "ecdh-gm-id3-aes128",
+    ])
     func paceOptionRejects(text: String) {
         #expect(PACEOption(text) == nil)
         #expect(throws: TesseraError.self) { try PACEOption(parsing: text) }
@@ -47,12 +49,15 @@ import TesseraCore
     }
 
     @Test func makeWritesAndLoadReadsBack() throws {
-        let profile = try makeProfile(access: AccessOptions(bac: true, pace: [.default]), can: "123456",
-                                      activeAuthentication: true)
+        let profile = try makeProfile(
+            access: AccessOptions(bac: true, pace: [.default]), can: "123456",
+            activeAuthentication: true)
         defer { profile.cleanup() }
         let names = Set(try FileManager.default.contentsOfDirectory(atPath: profile.directory))
-        for name in ["profile.json", "EF.COM.bin", "DG1.bin", "DG2.bin", "DG11.bin", "DG12.bin", "DG14.bin", "DG15.bin",
-                     "EF.SOD.bin", "EF.CardAccess.bin", "csca.pem", "ds.pem", "aa-key.pem"] {
+        for name in [
+            "profile.json", "EF.COM.bin", "DG1.bin", "DG2.bin", "DG11.bin", "DG12.bin", "DG14.bin", "DG15.bin",
+            "EF.SOD.bin", "EF.CardAccess.bin", "csca.pem", "ds.pem", "aa-key.pem",
+        ] {
             #expect(names.contains(name), "\(name) missing")
         }
         #expect(FileManager.default.fileExists(atPath: profile.cscaPath))
@@ -73,13 +78,17 @@ import TesseraCore
     }
 
     @Test func badInputIsRejected() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tessera-emu-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "tessera-emu-\(UUID().uuidString)"
+        ).path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         #expect(throws: TesseraError.self) { try DocumentProfile.make(directory: directory, mrz: "P<UTO") }
         #expect(throws: TesseraError.self) {
             try DocumentProfile.make(directory: directory, mrz: specimenMRZ, access: AccessOptions(bac: false))
         }
-        #expect(throws: TesseraError.self) { try DocumentProfile.make(directory: directory, mrz: specimenMRZ, can: "12a456") }
+        #expect(throws: TesseraError.self) {
+            try DocumentProfile.make(directory: directory, mrz: specimenMRZ, can: "12a456")
+        }
         #expect(throws: TesseraError.self) {
             try DocumentProfile.make(directory: directory, mrz: specimenMRZ, photoJPEG: [0x89, 0x50, 0x4E, 0x47])
         }

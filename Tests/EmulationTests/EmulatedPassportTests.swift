@@ -3,8 +3,8 @@ import Emulation
 import Foundation
 import ICAO
 import MRZ
-import Testing
 import TesseraCore
+import Testing
 
 /// ICAO Doc 9303 Part 3 TD3 specimen (Anna Maria Eriksson, Utopia): document L898902C3, born 740812, expires 120415.
 let specimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
@@ -12,11 +12,15 @@ let specimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO74
 let specimenMRZInformation = "L898902C3674081221204159"
 
 /// A profile in a fresh temporary directory; `cleanup()` removes it.
-func makeProfile(access: AccessOptions = .init(), can: String? = nil, algorithm: TestKeyAlgorithm = .p256,
-                 activeAuthentication: Bool = false, photoPadding: Int? = nil) throws -> DocumentProfile {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tessera-emu-\(UUID().uuidString)").path
-    return try DocumentProfile.make(directory: directory, mrz: specimenMRZ, can: can, access: access, algorithm: algorithm,
-                                    activeAuthentication: activeAuthentication, photoPadding: photoPadding)
+func makeProfile(
+    access: AccessOptions = .init(), can: String? = nil, algorithm: TestKeyAlgorithm = .p256,
+    activeAuthentication: Bool = false, photoPadding: Int? = nil
+) throws -> DocumentProfile {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tessera-emu-\(UUID().uuidString)")
+        .path
+    return try DocumentProfile.make(
+        directory: directory, mrz: specimenMRZ, can: can, access: access, algorithm: algorithm,
+        activeAuthentication: activeAuthentication, photoPadding: photoPadding)
 }
 
 extension DocumentProfile {
@@ -38,8 +42,10 @@ func readAll(_ channel: SecureChannel, configuration: ElementaryFileReader.Confi
     return (groups, sod, reader)
 }
 
-func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_sourceLocation,
-                 _ body: () async throws -> Void) async {
+func expectError(
+    _ code: TesseraError.Code, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> Void
+) async {
     do {
         try await body()
         Issue.record("expected \(code.rawValue), got success", sourceLocation: sourceLocation)
@@ -63,7 +69,8 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         #expect(profile.cardAccess == nil)
         let card = EmulatedPassport(profile: profile)
         let transport = InProcessCardTransport(card: card)
-        let (channel, used) = try await establishAccess(transport: transport, password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, used) = try await establishAccess(
+            transport: transport, password: .mrz(mrzInformation: specimenMRZInformation))
         #expect(used == .bac)
         #expect(await card.establishedAccess == .bac)
         let dg1 = try await ElementaryFileReader(transport: channel).readFile(fid: 0x0101, sfi: 0x01)
@@ -87,8 +94,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         let profile = try makeProfile(access: AccessOptions(bac: true, pace: [pace]))
         defer { profile.cleanup() }
         let card = EmulatedPassport(profile: profile)
-        let (channel, used) = try await establishAccess(transport: InProcessCardTransport(card: card),
-                                                        password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, used) = try await establishAccess(
+            transport: InProcessCardTransport(card: card),
+            password: .mrz(mrzInformation: specimenMRZInformation))
         #expect(used == .pace)
         #expect(await card.establishedAccess == .pace)
         #expect(await channel.currentSession?.cipher == pace.cipher)
@@ -103,14 +111,16 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         let transport = InProcessCardTransport(card: card)
         let (channel, used) = try await establishAccess(transport: transport, password: .can("123456"))
         #expect(used == .pace)
-        #expect(try await ElementaryFileReader(transport: channel).readFile(fid: 0x0101, sfi: 0x01) == profile.dataGroup(1))
+        #expect(
+            try await ElementaryFileReader(transport: channel).readFile(fid: 0x0101, sfi: 0x01) == profile.dataGroup(1))
         await expectError(.accessDenied) {
             _ = try await establishAccess(transport: transport, password: .can("654321"))
         }
         // PACE-only: BAC is refused even with the right MRZ.
         await expectError(.accessDenied) {
-            _ = try await establishAccess(transport: transport, password: .mrz(mrzInformation: specimenMRZInformation),
-                                          preferPACE: false)
+            _ = try await establishAccess(
+                transport: transport, password: .mrz(mrzInformation: specimenMRZInformation),
+                preferPACE: false)
         }
     }
 
@@ -118,8 +128,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         let profile = try makeProfile()
         defer { profile.cleanup() }
         await expectError(.unsupportedProtocol) {
-            _ = try await establishAccess(transport: InProcessCardTransport(card: EmulatedPassport(profile: profile)),
-                                          password: .can("123456"))
+            _ = try await establishAccess(
+                transport: InProcessCardTransport(card: EmulatedPassport(profile: profile)),
+                password: .can("123456"))
         }
     }
 
@@ -129,8 +140,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
             let profile = try makeProfile(access: access)
             defer { profile.cleanup() }
             await expectError(.accessDenied) {
-                _ = try await establishAccess(transport: InProcessCardTransport(card: EmulatedPassport(profile: profile)),
-                                              password: .mrz(mrzInformation: wrong))
+                _ = try await establishAccess(
+                    transport: InProcessCardTransport(card: EmulatedPassport(profile: profile)),
+                    password: .mrz(mrzInformation: wrong))
             }
         }
     }
@@ -139,8 +151,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         let profile = try makeProfile(access: AccessOptions(bac: true, pace: [.default]))
         defer { profile.cleanup() }
         let card = EmulatedPassport(profile: profile)
-        let (channel, _) = try await establishAccess(transport: InProcessCardTransport(card: card),
-                                                     password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, _) = try await establishAccess(
+            transport: InProcessCardTransport(card: card),
+            password: .mrz(mrzInformation: specimenMRZInformation))
         let (groups, sod, _) = try await readAll(channel)
         #expect(groups.keys.sorted() == [1, 2, 11, 12, 14])
         #expect(sod == profile.sod)
@@ -162,8 +175,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         let profile = try makeProfile()
         defer { profile.cleanup() }
         let card = EmulatedPassport(profile: profile, misbehaviour: Misbehaviour(tamperedDataGroup: 1))
-        let (channel, _) = try await establishAccess(transport: InProcessCardTransport(card: card),
-                                                     password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, _) = try await establishAccess(
+            transport: InProcessCardTransport(card: card),
+            password: .mrz(mrzInformation: specimenMRZInformation))
         let (groups, sod, _) = try await readAll(channel)
         let dg1 = try #require(groups[1])
         #expect(dg1 != profile.dataGroup(1))
@@ -178,8 +192,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
     @Test func withoutTrustAnchorIsUnverified() async throws {
         let profile = try makeProfile()
         defer { profile.cleanup() }
-        let (channel, _) = try await establishAccess(transport: InProcessCardTransport(card: EmulatedPassport(profile: profile)),
-                                                     password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, _) = try await establishAccess(
+            transport: InProcessCardTransport(card: EmulatedPassport(profile: profile)),
+            password: .mrz(mrzInformation: specimenMRZInformation))
         let (groups, sod, _) = try await readAll(channel)
         let result = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: nil)
         #expect(result.status == .unverified)
@@ -188,7 +203,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         // Another document's CSCA does not anchor this one either.
         let other = try makeProfile()
         defer { other.cleanup() }
-        #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: try other.trustStore()).status != .valid)
+        #expect(
+            PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: try other.trustStore()).status
+                != .valid)
     }
 
     /// Chips with small buffers: 6700 or 6Cxx above 0x80 bytes, or no extended length at all. The reader steps
@@ -203,8 +220,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         defer { profile.cleanup() }
         #expect(try #require(profile.dataGroup(2)).count > 20_000)
         let card = EmulatedPassport(profile: profile, misbehaviour: misbehaviour)
-        let (channel, _) = try await establishAccess(transport: InProcessCardTransport(card: card, supportsExtendedLength: true),
-                                                     password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, _) = try await establishAccess(
+            transport: InProcessCardTransport(card: card, supportsExtendedLength: true),
+            password: .mrz(mrzInformation: specimenMRZInformation))
         var configuration = ElementaryFileReader.Configuration()
         configuration.extendedChunkSize = 0x1000
         let (groups, sod, reader) = try await readAll(channel, configuration: configuration)
@@ -220,7 +238,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
             #expect(await reader.statistics.stepDowns >= 1)
         }
         #expect(await card.isSecureMessagingActive)
-        #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: try profile.trustStore()).status == .valid)
+        #expect(
+            PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: try profile.trustStore()).status
+                == .valid)
     }
 
     /// Without misbehaviour the chip serves extended-length READ BINARY (odd INS B1 beyond offset 32767 too).
@@ -228,8 +248,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         let profile = try makeProfile(access: AccessOptions(bac: true, pace: [.default]), photoPadding: 40_000)
         defer { profile.cleanup() }
         let card = EmulatedPassport(profile: profile)
-        let (channel, _) = try await establishAccess(transport: InProcessCardTransport(card: card),
-                                                     password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, _) = try await establishAccess(
+            transport: InProcessCardTransport(card: card),
+            password: .mrz(mrzInformation: specimenMRZInformation))
         var configuration = ElementaryFileReader.Configuration()
         configuration.extendedChunkSize = 0x2000
         let reader = ElementaryFileReader(transport: channel, configuration: configuration)
@@ -244,8 +265,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         defer { profile.cleanup() }
         // BAC: SELECT is plain, so the first protected response is DG1's only chunk, the second DG2's first.
         let card = EmulatedPassport(profile: profile, misbehaviour: Misbehaviour(corruptMACAfter: 2))
-        let (channel, _) = try await establishAccess(transport: InProcessCardTransport(card: card),
-                                                     password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, _) = try await establishAccess(
+            transport: InProcessCardTransport(card: card),
+            password: .mrz(mrzInformation: specimenMRZInformation))
         let reader = ElementaryFileReader(transport: channel)
         #expect(try await reader.readFile(fid: 0x0101, sfi: 0x01) == profile.dataGroup(1))
         await expectError(.secureMessagingError) { _ = try await reader.readFile(fid: 0x0102, sfi: 0x02) }
@@ -255,12 +277,14 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
 
     @Test(arguments: [TestKeyAlgorithm.p256, .brainpoolP384r1, .rsa2048])
     func activeAuthenticationValid(algorithm: TestKeyAlgorithm) async throws {
-        let profile = try makeProfile(access: AccessOptions(bac: true, pace: [.default]), algorithm: algorithm,
-                                      activeAuthentication: true)
+        let profile = try makeProfile(
+            access: AccessOptions(bac: true, pace: [.default]), algorithm: algorithm,
+            activeAuthentication: true)
         defer { profile.cleanup() }
         #expect(profile.activeAuthentication)
-        let (channel, _) = try await establishAccess(transport: InProcessCardTransport(card: EmulatedPassport(profile: profile)),
-                                                     password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, _) = try await establishAccess(
+            transport: InProcessCardTransport(card: EmulatedPassport(profile: profile)),
+            password: .mrz(mrzInformation: specimenMRZInformation))
         let (groups, sod, _) = try await readAll(channel)
         #expect(groups.keys.sorted() == [1, 2, 11, 12, 14, 15])
         let dg15 = try DG15(parsing: try #require(groups[15]))
@@ -268,15 +292,19 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         let result = try await ActiveAuthentication.perform(over: channel, dg15: dg15, dg14: dg14)
         #expect(result.status == .valid, "\(result.reason ?? "")")
         #expect(result.hash == profile.activeAuthenticationHash)
-        #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: try profile.trustStore()).status == .valid)
+        #expect(
+            PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: try profile.trustStore()).status
+                == .valid)
     }
 
     @Test func activeAuthenticationAbsentOrBeforeAccess() async throws {
         let profile = try makeProfile()
         defer { profile.cleanup() }
         let transport = InProcessCardTransport(card: EmulatedPassport(profile: profile))
-        let (channel, _) = try await establishAccess(transport: transport, password: .mrz(mrzInformation: specimenMRZInformation))
-        let response = try await channel.send(CommandAPDU(ins: 0x88, p1: 0, p2: 0, data: [1, 2, 3, 4, 5, 6, 7, 8], ne: 256))
+        let (channel, _) = try await establishAccess(
+            transport: transport, password: .mrz(mrzInformation: specimenMRZInformation))
+        let response = try await channel.send(
+            CommandAPDU(ins: 0x88, p1: 0, p2: 0, data: [1, 2, 3, 4, 5, 6, 7, 8], ne: 256))
         #expect(response.sw == .insNotSupported)
 
         let withAA = try makeProfile(activeAuthentication: true)
@@ -287,7 +315,8 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
     }
 
     @Test func filesBeforeAccess() async throws {
-        let profile = try makeProfile(access: AccessOptions(bac: true, pace: [.default, try PACEOption(parsing: "dh-gm-2048-aes128")]))
+        let profile = try makeProfile(
+            access: AccessOptions(bac: true, pace: [.default, try PACEOption(parsing: "dh-gm-2048-aes128")]))
         defer { profile.cleanup() }
         let transport = InProcessCardTransport(card: EmulatedPassport(profile: profile))
         // EF.CardAccess is free to read and lists the offered PACE configurations.
@@ -295,16 +324,25 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         #expect(cardAccess == profile.cardAccess)
         #expect(Set(try SecurityInfos(encoded: cardAccess).paceInfos) == Set(profile.access.pace.map(\.paceInfo)))
         // Data groups are not.
-        #expect(try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID)).sw == .success)
-        await expectError(.accessDenied) { _ = try await ElementaryFileReader(transport: transport).readFile(fid: 0x0101, sfi: 0x01) }
-        await expectError(.accessDenied) { _ = try await ElementaryFileReader(transport: transport).readFile(fid: 0x011E) }
+        #expect(
+            try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID)).sw
+                == .success)
+        await expectError(.accessDenied) {
+            _ = try await ElementaryFileReader(transport: transport).readFile(fid: 0x0101, sfi: 0x01)
+        }
+        await expectError(.accessDenied) {
+            _ = try await ElementaryFileReader(transport: transport).readFile(fid: 0x011E)
+        }
         // SELECT variants: FCP with the file size, path from the MF, absent files.
         let fcp = try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x02, p2: 0x04, data: [0x01, 0x01], ne: 256))
         #expect(fcp.sw == .success)
         let size = try #require(profile.dataGroup(1)).count
         #expect(fcp.data.starts(with: [0x62]) && fcp.data.contains(UInt8(size)))
-        #expect(try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x02, p2: 0x0C, data: [0x01, 0x07])).sw == .fileNotFound)
-        #expect(try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x08, p2: 0x0C, data: [0x01, 0x1C])).sw == .success)
+        #expect(
+            try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x02, p2: 0x0C, data: [0x01, 0x07])).sw == .fileNotFound
+        )
+        #expect(
+            try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x08, p2: 0x0C, data: [0x01, 0x1C])).sw == .success)
         let first = try await transport.send(CommandAPDU(ins: 0xB0, p1: 0, p2: 0, ne: 4))
         #expect(first.sw == .success && first.data == Array(cardAccess.prefix(4)))
     }
@@ -314,18 +352,26 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         defer { profile.cleanup() }
         let card = EmulatedPassport(profile: profile)
         let transport = InProcessCardTransport(card: card)
-        let (channel, _) = try await establishAccess(transport: transport, password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, _) = try await establishAccess(
+            transport: transport, password: .mrz(mrzInformation: specimenMRZInformation))
         // A plain READ BINARY aborts SM and is refused.
-        #expect(try await transport.send(CommandAPDU(ins: 0xB0, p1: 0x81, p2: 0, ne: 4)).sw == .securityStatusNotSatisfied)
+        #expect(
+            try await transport.send(CommandAPDU(ins: 0xB0, p1: 0x81, p2: 0, ne: 4)).sw == .securityStatusNotSatisfied)
         #expect(await card.isSecureMessagingActive == false)
-        await expectError(.secureMessagingError) { _ = try await ElementaryFileReader(transport: channel).readFile(fid: 0x0101) }
+        await expectError(.secureMessagingError) {
+            _ = try await ElementaryFileReader(transport: channel).readFile(fid: 0x0101)
+        }
 
         // Re-establish, then reset.
-        let (again, _) = try await establishAccess(transport: transport, password: .mrz(mrzInformation: specimenMRZInformation))
-        #expect(try await ElementaryFileReader(transport: again).readFile(fid: 0x0101, sfi: 0x01) == profile.dataGroup(1))
+        let (again, _) = try await establishAccess(
+            transport: transport, password: .mrz(mrzInformation: specimenMRZInformation))
+        #expect(
+            try await ElementaryFileReader(transport: again).readFile(fid: 0x0101, sfi: 0x01) == profile.dataGroup(1))
         await card.reset()
         #expect(await card.establishedAccess == nil)
-        await expectError(.secureMessagingError) { _ = try await ElementaryFileReader(transport: again).readFile(fid: 0x0101) }
+        await expectError(.secureMessagingError) {
+            _ = try await ElementaryFileReader(transport: again).readFile(fid: 0x0101)
+        }
     }
 
     @Test func commandHookCountsExchanges() async throws {
@@ -333,8 +379,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         defer { profile.cleanup() }
         let seen = LockedCounter()
         let card = EmulatedPassport(profile: profile, onCommand: { index, _ in seen.set(index) })
-        let (channel, _) = try await establishAccess(transport: InProcessCardTransport(card: card),
-                                                     password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, _) = try await establishAccess(
+            transport: InProcessCardTransport(card: card),
+            password: .mrz(mrzInformation: specimenMRZInformation))
         _ = try await ElementaryFileReader(transport: channel).readFile(fid: 0x0101, sfi: 0x01)
         let count = await card.commandCount
         #expect(count >= 4)
@@ -349,7 +396,9 @@ func expectError(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_s
         #expect(Array(atr.prefix(4)) == [0x3B, 0x85, 0x80, 0x01])
         #expect(atr.dropFirst().reduce(0, ^) == 0)  // TCK
         #expect(atr[8] & 0x40 != 0)
-        #expect(EmulatedPassport(profile: profile, misbehaviour: Misbehaviour(rejectExtendedLength: true)).atr[8] & 0x40 == 0)
+        #expect(
+            EmulatedPassport(profile: profile, misbehaviour: Misbehaviour(rejectExtendedLength: true)).atr[8] & 0x40
+                == 0)
     }
 }
 

@@ -3,8 +3,8 @@ import CryptoPrimitives
 import Emulation
 import Foundation
 import ICAO
-import Testing
 import TesseraCore
+import Testing
 
 /// PACE-CAM on the emulated chip: profile options, the static key in DG14, and the real reader against it.
 @Suite struct PACECAMEmulationTests {
@@ -20,13 +20,18 @@ import TesseraCore
         for bad in ["ecdh-cam-p256-3des", "dh-cam-2048-aes128", "ecdh-im-p224-aes128", "ecdh-xm-p256-aes128"] {
             #expect(throws: TesseraError.self) { try PACEOption(parsing: bad) }
         }
-        #expect(throws: TesseraError.self) { try PACEOption(parameterId: 2, cipher: .aes128, mapping: .chipAuthentication) }
+        #expect(throws: TesseraError.self) {
+            try PACEOption(parameterId: 2, cipher: .aes128, mapping: .chipAuthentication)
+        }
     }
 
     @Test func profileCarriesTheChipAuthenticationKey() throws {
-        let profile = try makeProfile(access: AccessOptions(bac: false, pace: [
-            try PACEOption(parsing: "ecdh-gm-p256-aes128"), try PACEOption(parsing: "ecdh-cam-p256-aes128"),
-        ]))
+        let profile = try makeProfile(
+            access: AccessOptions(
+                bac: false,
+                pace: [
+                    try PACEOption(parsing: "ecdh-gm-p256-aes128"), try PACEOption(parsing: "ecdh-cam-p256-aes128"),
+                ]))
         defer { profile.cleanup() }
         let key = try #require(profile.chipAuthenticationKeys[12])
         let dg14 = try DG14(parsing: try #require(profile.dataGroup(14)))
@@ -40,32 +45,46 @@ import TesseraCore
         // The key survives a reload from disk, readable only by the owner.
         let loaded = try DocumentProfile.load(directory: profile.directory)
         #expect(loaded.chipAuthenticationKeys == profile.chipAuthenticationKeys)
-        let mode = try FileManager.default.attributesOfItem(atPath: profile.directory + "/ca-key-12.bin")[.posixPermissions] as? Int
+        let mode =
+            try FileManager.default.attributesOfItem(atPath: profile.directory + "/ca-key-12.bin")[.posixPermissions]
+            as? Int
         #expect(mode == 0o600)
         // GM-only profiles have no chip authentication key.
         let gm = try makeProfile(access: AccessOptions(bac: false, pace: [.default]))
         defer { gm.cleanup() }
         #expect(gm.chipAuthenticationKeys.isEmpty)
-        #expect(try SecurityInfos(encoded: DG14(parsing: gm.dataGroup(14)!).securityInfos).chipAuthenticationPublicKeyInfos.isEmpty)
+        #expect(
+            try SecurityInfos(encoded: DG14(parsing: gm.dataGroup(14)!).securityInfos).chipAuthenticationPublicKeyInfos
+                .isEmpty)
     }
 
-    static func camRun(_ options: [String], misbehaviour: Misbehaviour = .init(),
-                       password: AccessPassword = .mrz(mrzInformation: specimenMRZInformation))
-        async throws -> (access: EstablishedAccess, result: ChipAuthenticationResult?, card: EmulatedPassport, profile: DocumentProfile)
+    static func camRun(
+        _ options: [String], misbehaviour: Misbehaviour = .init(),
+        password: AccessPassword = .mrz(mrzInformation: specimenMRZInformation)
+    )
+        async throws -> (
+            access: EstablishedAccess, result: ChipAuthenticationResult?, card: EmulatedPassport,
+            profile: DocumentProfile
+        )
     {
-        let profile = try makeProfile(access: AccessOptions(bac: false, pace: try options.map { try PACEOption(parsing: $0) }),
-                                      can: "123456")
+        let profile = try makeProfile(
+            access: AccessOptions(bac: false, pace: try options.map { try PACEOption(parsing: $0) }),
+            can: "123456")
         let card = EmulatedPassport(profile: profile, misbehaviour: misbehaviour)
         let access = try await establishSecureAccess(transport: InProcessCardTransport(card: card), password: password)
         // DG14 is read under SM, as a reader must.
-        let dg14 = try DG14(parsing: try await ElementaryFileReader(transport: access.channel).readFile(fid: 0x010E, sfi: 0x0E))
+        let dg14 = try DG14(
+            parsing: try await ElementaryFileReader(transport: access.channel).readFile(fid: 0x010E, sfi: 0x0E))
         let result = access.chipAuthentication.map {
             ChipAuthenticationMapping.verify($0, securityInfos: (try? SecurityInfos(encoded: dg14.securityInfos))!)
         }
         return (access, result, card, profile)
     }
 
-    @Test(arguments: ["ecdh-cam-p256-aes128", "ecdh-cam-brainpoolp256r1-aes128", "ecdh-cam-p384-aes192", "ecdh-cam-brainpoolp512r1-aes256"])
+    @Test(arguments: [
+        "ecdh-cam-p256-aes128", "ecdh-cam-brainpoolp256r1-aes128", "ecdh-cam-p384-aes192",
+        "ecdh-cam-brainpoolp512r1-aes256",
+    ])
     func readerAuthenticatesTheEmulatedChip(option: String) async throws {
         let run = try await Self.camRun([option])
         defer { run.profile.cleanup() }
@@ -78,7 +97,9 @@ import TesseraCore
     @Test func camIsPreferredAndWorksWithTheCAN() async throws {
         let run = try await Self.camRun(["ecdh-gm-p256-aes256", "ecdh-cam-p256-aes128"], password: .can("123456"))
         defer { run.profile.cleanup() }
-        #expect(run.access.paceAlgorithm == PACEAlgorithm(mapping: .chipAuthentication, keyAgreement: .ecdh, cipher: .aes128))
+        #expect(
+            run.access.paceAlgorithm
+                == PACEAlgorithm(mapping: .chipAuthentication, keyAgreement: .ecdh, cipher: .aes128))
         #expect(run.result?.status == .valid)
     }
 
@@ -90,12 +111,14 @@ import TesseraCore
     }
 
     @Test func tamperedDataOrWrongKeyIsInvalid() async throws {
-        let tampered = try await Self.camRun(["ecdh-cam-p256-aes128"], misbehaviour: Misbehaviour(tamperedChipAuthenticationData: true))
+        let tampered = try await Self.camRun(
+            ["ecdh-cam-p256-aes128"], misbehaviour: Misbehaviour(tamperedChipAuthenticationData: true))
         defer { tampered.profile.cleanup() }
         #expect(tampered.result?.status == .invalid)
         // The padding block is intact, so this is the PK_Map,IC comparison failing, not decryption.
         #expect(tampered.result?.reason?.contains("PK_Map,IC") == true)
-        let wrongKey = try await Self.camRun(["ecdh-cam-p256-aes128"], misbehaviour: Misbehaviour(wrongChipAuthenticationKey: true))
+        let wrongKey = try await Self.camRun(
+            ["ecdh-cam-p256-aes128"], misbehaviour: Misbehaviour(wrongChipAuthenticationKey: true))
         defer { wrongKey.profile.cleanup() }
         #expect(wrongKey.result?.status == .invalid)
     }

@@ -35,13 +35,13 @@ struct DirectPIVTransport: APDUTransport {
     }
 
     @Test func identityComesFromTheCHUID() async throws {
-        let (_, app) = await fresh(serial: 0x01020304)
+        let (_, app) = await fresh(serial: 0x0102_0304)
         try await app.select()
         let id = try await app.identity()
         #expect(id.guid?.count == 16)
         #expect(id.guid?.suffix(4) == [1, 2, 3, 4])
         #expect(id.fascn?.count == 25)
-        #expect(try await app.serialNumber() == 0x01020304)
+        #expect(try await app.serialNumber() == 0x0102_0304)
         let discovery = try #require(try await app.getData(PIV.Object.discovery))
         #expect(try TLV.parseAll(discovery).first(tag: 0x4F)?.value == PIV.aid)
     }
@@ -99,7 +99,10 @@ struct DirectPIVTransport: APDUTransport {
         }
         var wrong = keyBytes
         wrong[0] ^= 0xFF
-        do { try await app.authenticate(managementKey: try PIVManagementKey(algorithm: algorithm, key: wrong)); Issue.record("wrong key accepted") } catch {
+        do {
+            try await app.authenticate(managementKey: try PIVManagementKey(algorithm: algorithm, key: wrong));
+            Issue.record("wrong key accepted")
+        } catch {
             #expect(error.code == .tokenError)
         }
         try await app.authenticate(managementKey: try PIVManagementKey(algorithm: algorithm, key: keyBytes))
@@ -120,7 +123,9 @@ struct DirectPIVTransport: APDUTransport {
         try await app.verifyPIN("123456")
         let der = try await app.signP256(slot: 0x83, digest: digest)
         let key = try P256.Signing.PublicKey(x963Representation: point)
-        #expect(key.isValidSignature(try P256.Signing.ECDSASignature(derRepresentation: der), for: SHA256.hash(data: Array("hello".utf8))))
+        #expect(
+            key.isValidSignature(
+                try P256.Signing.ECDSASignature(derRepresentation: der), for: SHA256.hash(data: Array("hello".utf8))))
         let raw = try ECDSASignature.rawFromDER(der)
         #expect(raw.count == 64)
         do { _ = try await app.signP256(slot: 0x84, digest: digest); Issue.record("signed with an empty slot") } catch {
@@ -133,7 +138,9 @@ struct DirectPIVTransport: APDUTransport {
         try await app.select()
         try await app.authenticate(managementKey: .factoryDefault)
         let cert = (0..<1500).map { UInt8(truncatingIfNeeded: $0 * 31) }
-        let content = TLV(tag: 0x70, value: cert).encoded + TLV(tag: 0x71, value: [0x00]).encoded + TLV(tag: 0xFE, value: []).encoded
+        let content =
+            TLV(tag: 0x70, value: cert).encoded + TLV(tag: 0x71, value: [0x00]).encoded
+            + TLV(tag: 0xFE, value: []).encoded
         try await app.putData(0x5FC105, content: content)
         await card.clearCommands()
         #expect(try await app.getData(0x5FC105) == content)
@@ -162,8 +169,11 @@ struct DirectPIVTransport: APDUTransport {
     }
 
     @Test func managementKeyFileFormats() throws {
-        #expect(try PIVManagementKey(parsing: "010203040506070801020304050607080102030405060708\n").algorithm == .tripleDES)
-        #expect(try PIVManagementKey(parsing: "aes192:010203040506070801020304050607080102030405060708").algorithm == .aes192)
+        #expect(
+            try PIVManagementKey(parsing: "010203040506070801020304050607080102030405060708\n").algorithm == .tripleDES)
+        #expect(
+            try PIVManagementKey(parsing: "aes192:010203040506070801020304050607080102030405060708").algorithm
+                == .aes192)
         #expect(try PIVManagementKey(parsing: String(repeating: "ab", count: 16)).algorithm == .aes128)
         #expect(try PIVManagementKey(parsing: String(repeating: "ab", count: 32)).algorithm == .aes256)
         #expect(throws: TesseraError.self) { try PIVManagementKey(parsing: "aes128:0102") }

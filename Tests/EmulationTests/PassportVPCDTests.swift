@@ -2,9 +2,9 @@ import APDU
 import Emulation
 import ICAO
 import PCSC
-import Testing
 import TesseraCore
 import TesseraTestSupport
+import Testing
 import VPCD
 
 /// The emulated passport through a real private pcscd and its vpcd reader, read with the PC/SC reader code.
@@ -30,7 +30,8 @@ struct PassportVPCDTests {
         #expect(connected.atr == passport.atr)
         #expect(connected.supportsExtendedLength)
 
-        let (channel, used) = try await establishAccess(transport: connected, password: .mrz(mrzInformation: specimenMRZInformation))
+        let (channel, used) = try await establishAccess(
+            transport: connected, password: .mrz(mrzInformation: specimenMRZInformation))
         #expect(used == .pace)
         let dg1 = try await ElementaryFileReader(transport: channel).readFile(fid: 0x0101, sfi: 0x01)
         #expect(dg1 == profile.dataGroup(1))

@@ -1,8 +1,8 @@
 import Crypto
 import Enrollment
 import Foundation
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct ActivationTokenTests {
     static let issuer = "https://backend.example"
@@ -16,18 +16,23 @@ import TesseraCore
         ]
     }
 
-    func sign(_ claims: [String: JSONValue], header: [String: JSONValue] = ["typ": "tessera-activation+jwt"],
-              with key: P256.Signing.PrivateKey? = nil) throws -> String {
+    func sign(
+        _ claims: [String: JSONValue], header: [String: JSONValue] = ["typ": "tessera-activation+jwt"],
+        with key: P256.Signing.PrivateKey? = nil
+    ) throws -> String {
         try JWS.signES256(header: header, payload: JSONValue.object(claims).serialized(), key: key ?? self.key)
     }
 
     func verifier(keyId: String? = nil, stationId: String? = nil) -> ActivationTokenVerifier {
-        ActivationTokenVerifier(issuers: [IssuerKey(issuer: Self.issuer, keyId: keyId, publicKey: key.publicKey)],
-                                stationId: stationId)
+        ActivationTokenVerifier(
+            issuers: [IssuerKey(issuer: Self.issuer, keyId: keyId, publicKey: key.publicKey)],
+            stationId: stationId)
     }
 
-    func expectRefused(_ code: TesseraError.Code, _ compact: String, verifier: ActivationTokenVerifier? = nil,
-                       sourceLocation: SourceLocation = #_sourceLocation) {
+    func expectRefused(
+        _ code: TesseraError.Code, _ compact: String, verifier: ActivationTokenVerifier? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         let v = verifier ?? self.verifier()
         expectError(code, sourceLocation: sourceLocation) { () throws(TesseraError) in try v.verify(compact, now: now) }
     }
@@ -40,12 +45,14 @@ import TesseraCore
         c["expected"] = ["surname": "ERIKSSON", "dateOfBirth": "1974-08-12"]
         let compact = try sign(c, header: ["typ": "tessera-activation+jwt", "kid": "2026-1"])
         let token = try verifier(keyId: "2026-1", stationId: "kiosk-berlin-1").verify(compact, now: now)
-        #expect(token == ActivationToken(
-            issuer: Self.issuer, jti: "token-1", workflow: "employee-badge", subject: "user-42",
-            expiresAt: now.addingTimeInterval(300), issuedAt: now.addingTimeInterval(-10),
-            notBefore: now.addingTimeInterval(-5), audience: ["kiosk-berlin-1", "kiosk-hamburg-2"],
-            userName: "anna@example.com", userDisplayName: "Anna Maria Eriksson",
-            expected: ExpectedAttributes(surname: "ERIKSSON", dateOfBirth: "1974-08-12"), raw: compact))
+        #expect(
+            token
+                == ActivationToken(
+                    issuer: Self.issuer, jti: "token-1", workflow: "employee-badge", subject: "user-42",
+                    expiresAt: now.addingTimeInterval(300), issuedAt: now.addingTimeInterval(-10),
+                    notBefore: now.addingTimeInterval(-5), audience: ["kiosk-berlin-1", "kiosk-hamburg-2"],
+                    userName: "anna@example.com", userDisplayName: "Anna Maria Eriksson",
+                    expected: ExpectedAttributes(surname: "ERIKSSON", dateOfBirth: "1974-08-12"), raw: compact))
     }
 
     @Test func minimalTokenWithoutTypOrKid() throws {
@@ -90,8 +97,9 @@ import TesseraCore
         c["iss"] = "https://elsewhere.example"
         expectRefused(.activationTokenSignatureInvalid, try sign(c))
 
-        expectRefused(.activationTokenSignatureInvalid, try sign(claims, header: ["kid": "2025-9"]),
-                      verifier: verifier(keyId: "2026-1"))
+        expectRefused(
+            .activationTokenSignatureInvalid, try sign(claims, header: ["kid": "2025-9"]),
+            verifier: verifier(keyId: "2026-1"))
         // A kid is matched only when the configuration names one.
         _ = try verifier().verify(try sign(claims, header: ["kid": "anything"]), now: now)
         expectRefused(.activationTokenMalformed, try sign(claims, header: ["kid": 7]))
@@ -99,14 +107,16 @@ import TesseraCore
 
     @Test func keyRotation() throws {
         let old = P256.Signing.PrivateKey()
-        let v = ActivationTokenVerifier(issuers: [
-            IssuerKey(issuer: Self.issuer, keyId: "old", publicKey: old.publicKey),
-            IssuerKey(issuer: Self.issuer, keyId: "new", publicKey: key.publicKey),
-        ], stationId: nil)
+        let v = ActivationTokenVerifier(
+            issuers: [
+                IssuerKey(issuer: Self.issuer, keyId: "old", publicKey: old.publicKey),
+                IssuerKey(issuer: Self.issuer, keyId: "new", publicKey: key.publicKey),
+            ], stationId: nil)
         _ = try v.verify(try sign(claims, header: ["kid": "old"], with: old), now: now)
         _ = try v.verify(try sign(claims, header: ["kid": "new"]), now: now)
         _ = try v.verify(try sign(claims, header: [:], with: old), now: now)
-        expectRefused(.activationTokenSignatureInvalid, try sign(claims, header: ["kid": "new"], with: old), verifier: v)
+        expectRefused(
+            .activationTokenSignatureInvalid, try sign(claims, header: ["kid": "new"], with: old), verifier: v)
     }
 
     /// Builds a token with an arbitrary header and signature part.
@@ -122,12 +132,16 @@ import TesseraCore
         expectRefused(.activationTokenSignatureInvalid, unsigned(header: ["alg": "es256"], signature: []))
         // HS256 keyed with the issuer's public key (the classic algorithm-confusion attack).
         let header: JSONValue = ["alg": "HS256"]
-        let input = Base64URL.encode(header.serialized()) + "." + Base64URL.encode(JSONValue.object(claims).serialized())
-        let mac = HMAC<SHA256>.authenticationCode(for: Array(input.utf8),
-                                                  using: SymmetricKey(data: key.publicKey.x963Representation))
+        let input =
+            Base64URL.encode(header.serialized()) + "." + Base64URL.encode(JSONValue.object(claims).serialized())
+        let mac = HMAC<SHA256>.authenticationCode(
+            for: Array(input.utf8),
+            using: SymmetricKey(data: key.publicKey.x963Representation))
         expectRefused(.activationTokenSignatureInvalid, input + "." + Base64URL.encode(mac))
         // ES256 with a signature of the wrong size.
-        expectRefused(.activationTokenSignatureInvalid, unsigned(header: ["alg": "ES256"], signature: [UInt8](repeating: 1, count: 64)))
+        expectRefused(
+            .activationTokenSignatureInvalid,
+            unsigned(header: ["alg": "ES256"], signature: [UInt8](repeating: 1, count: 64)))
         expectRefused(.activationTokenMalformed, try sign(claims, header: ["crit": ["exp"], "exp": 1]))
     }
 
@@ -141,13 +155,17 @@ import TesseraCore
 
     @Test func badEncoding() throws {
         let compact = try sign(claims)
-        expectRefused(.activationTokenMalformed, compact.replacingOccurrences(of: ".", with: ".*", options: [],
-                                                                              range: compact.range(of: ".")))
+        expectRefused(
+            .activationTokenMalformed,
+            compact.replacingOccurrences(
+                of: ".", with: ".*", options: [],
+                range: compact.range(of: ".")))
         expectRefused(.activationTokenMalformed, compact + "=")
         expectRefused(.activationTokenMalformed, "not a token")
         // A signed payload that is not a JSON object.
-        expectRefused(.activationTokenMalformed,
-                      try JWS.signES256(header: [:], payload: Array("[1,2]".utf8), key: key))
+        expectRefused(
+            .activationTokenMalformed,
+            try JWS.signES256(header: [:], payload: Array("[1,2]".utf8), key: key))
     }
 
     @Test(arguments: ["jti", "workflow", "sub", "exp"])
@@ -207,8 +225,9 @@ import TesseraCore
     }
 
     @Test func rfc7515A3TokenPassesTheSignatureButLacksClaims() throws {
-        let v = ActivationTokenVerifier(issuers: [IssuerKey(issuer: "joe", keyId: nil, publicKey: try RFC7515A3.publicKey())],
-                                        stationId: nil)
+        let v = ActivationTokenVerifier(
+            issuers: [IssuerKey(issuer: "joe", keyId: nil, publicKey: try RFC7515A3.publicKey())],
+            stationId: nil)
         let e = thrownError { () throws(TesseraError) in
             try v.verify(RFC7515A3.compact, now: Date(timeIntervalSince1970: 1_300_819_000))
         }
@@ -221,8 +240,10 @@ import TesseraCore
         let issuerKey = try IssuerKey(issuer: Self.issuer, keyId: "k", pem: "\n" + pem + "\n")
         #expect(issuerKey.publicKey.x963Representation == key.publicKey.x963Representation)
 
-        for bad in [P384.Signing.PrivateKey().publicKey.pemRepresentation, key.pemRepresentation, "garbage",
-                    pem.replacingOccurrences(of: "PUBLIC KEY", with: "CERTIFICATE")] {
+        for bad in [
+            P384.Signing.PrivateKey().publicKey.pemRepresentation, key.pemRepresentation, "garbage",
+            pem.replacingOccurrences(of: "PUBLIC KEY", with: "CERTIFICATE"),
+        ] {
             let e = expectError(.invalidInput) { () throws(TesseraError) in
                 try IssuerKey(issuer: Self.issuer, keyId: nil, pem: bad)
             }

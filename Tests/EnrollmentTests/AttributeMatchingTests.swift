@@ -1,11 +1,13 @@
 import Enrollment
 import MRZ
-import Testing
 import TesseraCore
+import Testing
 
 /// A TD3 with the given name field and data; check digits computed with `MRZ.checkDigit`.
-func td3(name: String, number: String = "L898902C3", dateOfBirth: String = "740812", dateOfExpiry: String = "120415",
-         sex: String = "F", state: String = "UTO") -> String {
+func td3(
+    name: String, number: String = "L898902C3", dateOfBirth: String = "740812", dateOfExpiry: String = "120415",
+    sex: String = "F", state: String = "UTO"
+) -> String {
     func pad(_ s: String, _ n: Int) -> String { s + String(repeating: "<", count: max(0, n - s.count)) }
     let personal = pad("ZE184226B", 14)
     let numberPart = pad(number, 9) + String(MRZ.checkDigit(pad(number, 9)))
@@ -40,8 +42,12 @@ func td3(name: String, number: String = "L898902C3", dateOfBirth: String = "7408
         #expect(try mismatches(e, Specimen.td1) == [])
         #expect(try mismatches(e, Specimen.td2) == [])
         e.documentType = "P"
-        #expect(try mismatches(e, Specimen.td1) == [AttributeMismatch(attribute: "documentType", expected: "P",
-                                                                       actual: "I")])
+        #expect(
+            try mismatches(e, Specimen.td1) == [
+                AttributeMismatch(
+                    attribute: "documentType", expected: "P",
+                    actual: "I")
+            ])
     }
 
     @Test func everyKindOfMismatch() throws {
@@ -49,17 +55,18 @@ func td3(name: String, number: String = "L898902C3", dateOfBirth: String = "7408
             surname: "Eriksen", givenNames: "Anna", documentNumber: "L898902C4", nationality: "D",
             issuingState: "UTA", dateOfBirth: "1974-08-13", dateOfExpiry: "2012-04-16", sex: "M", documentType: "V")
         let found = try mismatches(e, Specimen.td3)
-        #expect(found == [
-            AttributeMismatch(attribute: "surname", expected: "ERIKSEN", actual: "ERIKSSON"),
-            AttributeMismatch(attribute: "givenNames", expected: "ANNA", actual: "ANNA MARIA"),
-            AttributeMismatch(attribute: "documentNumber", expected: "L898902C4", actual: "L898902C3"),
-            AttributeMismatch(attribute: "nationality", expected: "D", actual: "UTO"),
-            AttributeMismatch(attribute: "issuingState", expected: "UTA", actual: "UTO"),
-            AttributeMismatch(attribute: "dateOfBirth", expected: "1974-08-13", actual: "1974-08-12"),
-            AttributeMismatch(attribute: "dateOfExpiry", expected: "2012-04-16", actual: "2012-04-15"),
-            AttributeMismatch(attribute: "sex", expected: "M", actual: "F"),
-            AttributeMismatch(attribute: "documentType", expected: "V", actual: "P"),
-        ])
+        #expect(
+            found == [
+                AttributeMismatch(attribute: "surname", expected: "ERIKSEN", actual: "ERIKSSON"),
+                AttributeMismatch(attribute: "givenNames", expected: "ANNA", actual: "ANNA MARIA"),
+                AttributeMismatch(attribute: "documentNumber", expected: "L898902C4", actual: "L898902C3"),
+                AttributeMismatch(attribute: "nationality", expected: "D", actual: "UTO"),
+                AttributeMismatch(attribute: "issuingState", expected: "UTA", actual: "UTO"),
+                AttributeMismatch(attribute: "dateOfBirth", expected: "1974-08-13", actual: "1974-08-12"),
+                AttributeMismatch(attribute: "dateOfExpiry", expected: "2012-04-16", actual: "2012-04-15"),
+                AttributeMismatch(attribute: "sex", expected: "M", actual: "F"),
+                AttributeMismatch(attribute: "documentType", expected: "V", actual: "P"),
+            ])
         #expect(found[0].json == ["attribute": "surname", "expected": "ERIKSEN", "actual": "ERIKSSON"])
     }
 
@@ -91,9 +98,10 @@ func td3(name: String, number: String = "L898902C3", dateOfBirth: String = "7408
         // Shorter than the MRZ name is never a match.
         #expect(try mismatches(ExpectedAttributes(givenNames: "Anna Maria Louise"), full).count == 1)
         // A prefix is a match only when the field is full.
-        #expect(try mismatches(ExpectedAttributes(givenNames: "Anna Maria Louise"), Specimen.td3) == [
-            AttributeMismatch(attribute: "givenNames", expected: "ANNA MARIA LOUISE", actual: "ANNA MARIA"),
-        ])
+        #expect(
+            try mismatches(ExpectedAttributes(givenNames: "Anna Maria Louise"), Specimen.td3) == [
+                AttributeMismatch(attribute: "givenNames", expected: "ANNA MARIA LOUISE", actual: "ANNA MARIA")
+            ])
         let oneShort = td3(name: "ERIKSSON<<ANNA<MARIA<LOUISE<CHRISTINA")
         #expect(try mismatches(e, oneShort).count == 1)
     }
@@ -113,10 +121,12 @@ func td3(name: String, number: String = "L898902C3", dateOfBirth: String = "7408
         #expect(try mismatches(ExpectedAttributes(documentNumber: "D23145890734"), Specimen.td1Extended) == [])
         #expect(try mismatches(ExpectedAttributes(documentNumber: "D23145890<734"), Specimen.td1Extended) == [])
         #expect(try mismatches(ExpectedAttributes(documentNumber: "D2314589073"), Specimen.td1Extended).count == 1)
-        #expect(try mismatches(ExpectedAttributes(documentNumber: "L898902C"), td3(name: "X<<Y", number: "L898902C"))
-            == [])
-        #expect(try mismatches(ExpectedAttributes(documentNumber: "L898902C<"), td3(name: "X<<Y", number: "L898902C"))
-            == [])
+        #expect(
+            try mismatches(ExpectedAttributes(documentNumber: "L898902C"), td3(name: "X<<Y", number: "L898902C"))
+                == [])
+        #expect(
+            try mismatches(ExpectedAttributes(documentNumber: "L898902C<"), td3(name: "X<<Y", number: "L898902C"))
+                == [])
     }
 
     /// A German identity card: issuing state and nationality "D" (Doc 9303 Part 3), document code "ID".
@@ -126,9 +136,10 @@ func td3(name: String, number: String = "L898902C3", dateOfBirth: String = "7408
         #expect(try mismatches(e, german) == [])
         #expect(try mismatches(ExpectedAttributes(documentType: "ID"), german) == [])
         #expect(try mismatches(ExpectedAttributes(documentType: "IP"), german).count == 1)
-        #expect(try mismatches(ExpectedAttributes(nationality: "DEU"), german) == [
-            AttributeMismatch(attribute: "nationality", expected: "DEU", actual: "D"),
-        ])
+        #expect(
+            try mismatches(ExpectedAttributes(nationality: "DEU"), german) == [
+                AttributeMismatch(attribute: "nationality", expected: "DEU", actual: "D")
+            ])
     }
 
     @Test func dateCenturies() throws {
@@ -137,18 +148,21 @@ func td3(name: String, number: String = "L898902C3", dateOfBirth: String = "7408
         #expect(try mismatches(ExpectedAttributes(dateOfBirth: "1925-01-01"), old) == [])
         #expect(try mismatches(ExpectedAttributes(dateOfBirth: "2025-01-01"), old) == [])
         // A birth date after the reference date never matches.
-        #expect(try mismatches(ExpectedAttributes(dateOfBirth: "2074-08-12"), Specimen.td3) == [
-            AttributeMismatch(attribute: "dateOfBirth", expected: "2074-08-12", actual: "1974-08-12"),
-        ])
+        #expect(
+            try mismatches(ExpectedAttributes(dateOfBirth: "2074-08-12"), Specimen.td3) == [
+                AttributeMismatch(attribute: "dateOfBirth", expected: "2074-08-12", actual: "1974-08-12")
+            ])
         #expect(try mismatches(ExpectedAttributes(dateOfExpiry: "2030-01-01"), old) == [])
-        #expect(try mismatches(ExpectedAttributes(dateOfExpiry: "2030-01-02"), old) == [
-            AttributeMismatch(attribute: "dateOfExpiry", expected: "2030-01-02", actual: "2030-01-01"),
-        ])
+        #expect(
+            try mismatches(ExpectedAttributes(dateOfExpiry: "2030-01-02"), old) == [
+                AttributeMismatch(attribute: "dateOfExpiry", expected: "2030-01-02", actual: "2030-01-01")
+            ])
         // Unknown parts of a birth date ('<') never match and are reported as printed.
         let unknown = td3(name: "X<<Y", dateOfBirth: "7408<<")
-        #expect(try mismatches(ExpectedAttributes(dateOfBirth: "1974-08-01"), unknown) == [
-            AttributeMismatch(attribute: "dateOfBirth", expected: "1974-08-01", actual: "7408<<"),
-        ])
+        #expect(
+            try mismatches(ExpectedAttributes(dateOfBirth: "1974-08-01"), unknown) == [
+                AttributeMismatch(attribute: "dateOfBirth", expected: "1974-08-01", actual: "7408<<")
+            ])
     }
 
     @Test func sexUnspecified() throws {
@@ -180,7 +194,7 @@ func td3(name: String, number: String = "L898902C3", dateOfBirth: String = "7408
         ("documentNumber", "L898 902"),
         ("nationality", "uto"), ("nationality", "UTOP"), ("nationality", ""), ("issuingState", "D1"),
         ("dateOfBirth", "1974-02-30"), ("dateOfBirth", "74-08-12"), ("dateOfBirth", "1974-8-12"),
-        ("dateOfExpiry", "1900-02-29"), ("dateOfExpiry", "2012/04/15"), ("dateOfExpiry", 20120415),
+        ("dateOfExpiry", "1900-02-29"), ("dateOfExpiry", "2012/04/15"), ("dateOfExpiry", 20_120_415),
         ("sex", "W"), ("sex", "f"), ("documentType", "ID1"), ("documentType", "1"), ("documentType", ""),
     ])
     func refused(key: String, value: JSONValue) {

@@ -1,6 +1,6 @@
 import Enrollment
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct PhoneNumberTests {
     @Test(arguments: [

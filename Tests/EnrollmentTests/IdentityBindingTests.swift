@@ -1,8 +1,8 @@
 import Enrollment
 import Foundation
 import MRZ
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct IdentityBindingTests {
     let secret = [UInt8](repeating: 7, count: 32)
@@ -27,8 +27,10 @@ import TesseraCore
         let b = IdentityBinding(identity: anna, secret: secret, enrollmentId: nil)
         #expect(b.mismatches(anna, secret: secret).isEmpty)
         // The enrollment summary's form (comparable names) of the same document matches too.
-        let summary: JSONValue = ["issuingState": "UTO", "documentType": "P", "documentNumber": "L898902C3",
-                                  "surname": "ERIKSSON", "givenNames": "ANNA MARIA", "dateOfBirth": "1974-08-12"]
+        let summary: JSONValue = [
+            "issuingState": "UTO", "documentType": "P", "documentNumber": "L898902C3",
+            "surname": "ERIKSSON", "givenNames": "ANNA MARIA", "dateOfBirth": "1974-08-12",
+        ]
         #expect(b.mismatches(try #require(DocumentIdentity(summary: summary)), secret: secret).isEmpty)
         var renewed = anna
         renewed.documentNumber = "X12345678"
@@ -40,7 +42,8 @@ import TesseraCore
         #expect(b.mismatches(other, secret: secret) == ["names", "birthDate"])
         #expect(!b.isSamePerson(other, secret: secret))
         // Another daemon secret: nothing matches.
-        #expect(b.mismatches(anna, secret: [UInt8](repeating: 8, count: 32)) == ["documentNumber", "names", "birthDate"])
+        #expect(
+            b.mismatches(anna, secret: [UInt8](repeating: 8, count: 32)) == ["documentNumber", "names", "birthDate"])
     }
 
     @Test func saltsDiffer() {

@@ -1,8 +1,8 @@
 import Crypto
 import Enrollment
 import Foundation
-import Testing
 import TesseraCore
+import Testing
 
 /// RFC 7515 Appendix A.3, "Example JWS Using ECDSA P-256 SHA-256".
 enum RFC7515A3 {
@@ -11,7 +11,8 @@ enum RFC7515A3 {
     static let y = "x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"
     static let d = "jpsQnnGQmL-YBIffH1136cspYG6-0iY7X1fCE9-E9LI"
     /// A.3.1: the complete JWS in compact serialization.
-    static let compact = "eyJhbGciOiJFUzI1NiJ9"
+    static let compact =
+        "eyJhbGciOiJFUzI1NiJ9"
         + ".eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxlLmNvbS9pc19yb290Ijp0cnVlfQ"
         + ".DtEhU3ljbEg8L38VWAfUAqOyKAM6-Xx-F4GawxaepmXFCgfTjDxw5djxLa8ISlSApmWQxfKTUJqPP3-Kg6NU1Q"
     /// A.3.1 (from A.1.1): the payload, with its CRLF line breaks.

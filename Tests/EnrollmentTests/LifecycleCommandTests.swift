@@ -1,8 +1,8 @@
 import Crypto
 import Enrollment
 import Foundation
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct LifecycleCommandTests {
     static let issuer = "https://pacs.example"
@@ -10,22 +10,30 @@ import TesseraCore
     let now = Date(timeIntervalSince1970: 1_760_000_000)
 
     var claims: [String: JSONValue] {
-        ["iss": .string(Self.issuer), "jti": "cmd-1", "action": "suspend", "credentialId": "AQID",
-         "aud": "kiosk-1", "exp": .number(now.timeIntervalSince1970 + 300), "reason": "badge lost"]
+        [
+            "iss": .string(Self.issuer), "jti": "cmd-1", "action": "suspend", "credentialId": "AQID",
+            "aud": "kiosk-1", "exp": .number(now.timeIntervalSince1970 + 300), "reason": "badge lost",
+        ]
     }
 
-    func sign(_ claims: [String: JSONValue], typ: String = "tessera-lifecycle+jwt",
-              with key: P256.Signing.PrivateKey? = nil) throws -> String {
-        try JWS.signES256(header: ["typ": .string(typ)], payload: JSONValue.object(claims).serialized(), key: key ?? self.key)
+    func sign(
+        _ claims: [String: JSONValue], typ: String = "tessera-lifecycle+jwt",
+        with key: P256.Signing.PrivateKey? = nil
+    ) throws -> String {
+        try JWS.signES256(
+            header: ["typ": .string(typ)], payload: JSONValue.object(claims).serialized(), key: key ?? self.key)
     }
 
     var verifier: LifecycleCommandVerifier {
-        LifecycleCommandVerifier(issuers: [IssuerKey(issuer: Self.issuer, keyId: nil, publicKey: key.publicKey)],
-                                 stationId: "kiosk-1")
+        LifecycleCommandVerifier(
+            issuers: [IssuerKey(issuer: Self.issuer, keyId: nil, publicKey: key.publicKey)],
+            stationId: "kiosk-1")
     }
 
-    func refused(_ compact: String, verifier: LifecycleCommandVerifier? = nil,
-                 sourceLocation: SourceLocation = #_sourceLocation) {
+    func refused(
+        _ compact: String, verifier: LifecycleCommandVerifier? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         let v = verifier ?? self.verifier
         expectError(.lifecycleCommandInvalid, sourceLocation: sourceLocation) { () throws(TesseraError) in
             try v.verify(compact, now: now)
@@ -42,7 +50,9 @@ import TesseraCore
         byUser["action"] = "deactivate"
         byUser["aud"] = ["kiosk-0", "kiosk-1"]
         let u = try verifier.verify(sign(byUser), now: now)
-        #expect(u.action == .deactivate && u.rpId == "example.com" && u.userId == Array("user-1".utf8) && u.credentialId == nil)
+        #expect(
+            u.action == .deactivate && u.rpId == "example.com" && u.userId == Array("user-1".utf8)
+                && u.credentialId == nil)
     }
 
     @Test func refusals() throws {
@@ -71,7 +81,9 @@ import TesseraCore
         refused(try sign(c))
         refused("a.b")
         // A station without an id takes no command.
-        refused(try sign(claims), verifier: LifecycleCommandVerifier(
-            issuers: [IssuerKey(issuer: Self.issuer, keyId: nil, publicKey: key.publicKey)], stationId: nil))
+        refused(
+            try sign(claims),
+            verifier: LifecycleCommandVerifier(
+                issuers: [IssuerKey(issuer: Self.issuer, keyId: nil, publicKey: key.publicKey)], stationId: nil))
     }
 }

@@ -1,8 +1,8 @@
 import Crypto
 import Enrollment
 import Foundation
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct OneTimeCodeTests {
     let now = Date(timeIntervalSince1970: 1_760_000_000)
@@ -19,21 +19,27 @@ import TesseraCore
         #expect(stored.issuedAt == now)
         #expect(stored.expiresAt == now.addingTimeInterval(600))
         #expect(stored.attemptsLeft == 5)
-        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: secret), salt: stored.salt,
-                                         info: Array("tessera enrollment one-time code v1".utf8), outputByteCount: 32)
+        let key = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: secret), salt: stored.salt,
+            info: Array("tessera enrollment one-time code v1".utf8), outputByteCount: 32)
         let expected = HMAC<SHA256>.authenticationCode(for: Array(code.utf8), using: key)
         #expect(stored.mac == Array(expected))
         // The stored form holds no key: nothing in it alone recomputes the MAC.
-        #expect(stored.json.objectValue.map { Set($0.keys) } == ["salt", "mac", "issuedAt", "expiresAt", "attemptsLeft"])
-        #expect(Array(HMAC<SHA256>.authenticationCode(for: Array(code.utf8), using: SymmetricKey(data: stored.salt))) != stored.mac)
+        #expect(
+            stored.json.objectValue.map { Set($0.keys) } == ["salt", "mac", "issuedAt", "expiresAt", "attemptsLeft"])
+        #expect(
+            Array(HMAC<SHA256>.authenticationCode(for: Array(code.utf8), using: SymmetricKey(data: stored.salt)))
+                != stored.mac)
     }
 
     /// RFC 5869 Test Case 1 (HKDF-SHA-256), pinning the derivation of the MAC key.
     @Test func hkdfSHA256Vector() {
-        let okm = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: [UInt8](repeating: 0x0b, count: 22)),
-                                         salt: Hex.decode("000102030405060708090a0b0c")!,
-                                         info: Hex.decode("f0f1f2f3f4f5f6f7f8f9")!, outputByteCount: 42)
-        #expect(okm.withUnsafeBytes { Hex.encode(Array($0)) }
+        let okm = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: [UInt8](repeating: 0x0b, count: 22)),
+            salt: Hex.decode("000102030405060708090a0b0c")!,
+            info: Hex.decode("f0f1f2f3f4f5f6f7f8f9")!, outputByteCount: 42)
+        #expect(
+            okm.withUnsafeBytes { Hex.encode(Array($0)) }
                 == "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865")
     }
 
@@ -47,8 +53,9 @@ import TesseraCore
 
     /// RFC 4231 Test Case 2 (HMAC-SHA-256, key "Jefe"), pinning the MAC the stored form relies on.
     @Test func hmacSHA256Vector() {
-        let mac = HMAC<SHA256>.authenticationCode(for: Array("what do ya want for nothing?".utf8),
-                                                  using: SymmetricKey(data: Array("Jefe".utf8)))
+        let mac = HMAC<SHA256>.authenticationCode(
+            for: Array("what do ya want for nothing?".utf8),
+            using: SymmetricKey(data: Array("Jefe".utf8)))
         #expect(Hex.encode(mac) == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
     }
 
@@ -69,21 +76,30 @@ import TesseraCore
     @Test func wrongCodesCountDownThenExceed() throws {
         var (code, stored) = issue()
         let wrong = code == "000000" ? "000001" : "000000"
-        let first = expectError(.otpInvalid) { () throws(TesseraError) in try stored.verify(wrong, now: now, secret: secret) }
+        let first = expectError(.otpInvalid) { () throws(TesseraError) in
+            try stored.verify(wrong, now: now, secret: secret)
+        }
         #expect(first?.details["attemptsLeft"] == 2)
         #expect(first?.retryable == false)
-        let second = expectError(.otpInvalid) { () throws(TesseraError) in try stored.verify(wrong, now: now, secret: secret) }
+        let second = expectError(.otpInvalid) { () throws(TesseraError) in
+            try stored.verify(wrong, now: now, secret: secret)
+        }
         #expect(second?.details["attemptsLeft"] == 1)
-        expectError(.otpAttemptsExceeded) { () throws(TesseraError) in try stored.verify(wrong, now: now, secret: secret) }
+        expectError(.otpAttemptsExceeded) { () throws(TesseraError) in
+            try stored.verify(wrong, now: now, secret: secret)
+        }
         #expect(stored.attemptsLeft == 0)
         // Once exhausted even the right code is refused.
-        expectError(.otpAttemptsExceeded) { () throws(TesseraError) in try stored.verify(code, now: now, secret: secret) }
+        expectError(.otpAttemptsExceeded) { () throws(TesseraError) in try stored.verify(code, now: now, secret: secret)
+        }
         #expect(stored.attemptsLeft == 0)
     }
 
     @Test func expiredCodeConsumesNoAttempt() {
         var (code, stored) = issue()
-        expectError(.otpExpired) { () throws(TesseraError) in try stored.verify(code, now: now.addingTimeInterval(600), secret: secret) }
+        expectError(.otpExpired) { () throws(TesseraError) in
+            try stored.verify(code, now: now.addingTimeInterval(600), secret: secret)
+        }
         expectError(.otpExpired) { () throws(TesseraError) in
             try stored.verify("12345x", now: now.addingTimeInterval(601), secret: secret)
         }
@@ -93,7 +109,9 @@ import TesseraCore
     @Test(arguments: ["", "12345", "1234567", "12345a", " 123456", "１２３４５６", "+12345"])
     func malformedCodeConsumesNoAttempt(submitted: String) {
         var (_, stored) = issue()
-        let e = expectError(.invalidInput) { () throws(TesseraError) in try stored.verify(submitted, now: now, secret: secret) }
+        let e = expectError(.invalidInput) { () throws(TesseraError) in
+            try stored.verify(submitted, now: now, secret: secret)
+        }
         #expect(e?.details["field"] == "otp")
         #expect(stored.attemptsLeft == 3)
     }
@@ -113,8 +131,10 @@ import TesseraCore
         let good = issue().stored.json
         guard case .object(let o) = good else { Issue.record("not an object"); return }
         var cases: [JSONValue] = [.null, .array([]), "x"]
-        for (key, bad) in [("salt", JSONValue.string("AAAA")), ("mac", "%%%"), ("issuedAt", "1"),
-                           ("expiresAt", .null), ("attemptsLeft", -1), ("attemptsLeft", 1.5)] {
+        for (key, bad) in [
+            ("salt", JSONValue.string("AAAA")), ("mac", "%%%"), ("issuedAt", "1"),
+            ("expiresAt", .null), ("attemptsLeft", -1), ("attemptsLeft", 1.5),
+        ] {
             var copy = o
             copy[key] = bad
             cases.append(.object(copy))

@@ -1,10 +1,13 @@
-@testable import Enrollment
-import Testing
 import TesseraCore
+import Testing
+
+@testable import Enrollment
 
 /// Runs `body` and returns the TesseraError it must throw (records an issue when it does not).
-func thrownError<T>(sourceLocation: SourceLocation = #_sourceLocation,
-                    _ body: () throws(TesseraError) -> T) -> TesseraError? {
+func thrownError<T>(
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws(TesseraError) -> T
+) -> TesseraError? {
     do {
         let value = try body()
         Issue.record("expected a TesseraError, got \(value)", sourceLocation: sourceLocation)
@@ -16,8 +19,10 @@ func thrownError<T>(sourceLocation: SourceLocation = #_sourceLocation,
 
 /// Asserts that `body` throws a TesseraError with `code` and returns it.
 @discardableResult
-func expectError<T>(_ code: TesseraError.Code, sourceLocation: SourceLocation = #_sourceLocation,
-                    _ body: () throws(TesseraError) -> T) -> TesseraError? {
+func expectError<T>(
+    _ code: TesseraError.Code, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws(TesseraError) -> T
+) -> TesseraError? {
     guard let e = thrownError(sourceLocation: sourceLocation, body) else { return nil }
     #expect(e.code == code, "\(e)", sourceLocation: sourceLocation)
     return e
@@ -32,5 +37,6 @@ enum Specimen {
     /// Doc 9303 Part 6 (TD2), Appendix A.
     static let td2 = "I<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<\nD231458907UTO7408122F1204159<<<<<<<6"
     /// Doc 9303 Part 11 Appendix D.2: TD1 with the 12-character document number D23145890734.
-    static let td1Extended = "I<UTOD23145890<7349<<<<<<<<<<<\n3407127M9507122UTO<<<<<<<<<<<2\nSTEVENSON<<PETER<JOHN<<<<<<<<<"
+    static let td1Extended =
+        "I<UTOD23145890<7349<<<<<<<<<<<\n3407127M9507122UTO<<<<<<<<<<<2\nSTEVENSON<<PETER<JOHN<<<<<<<<<"
 }

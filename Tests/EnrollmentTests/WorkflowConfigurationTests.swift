@@ -1,5 +1,6 @@
-import Testing
 import TesseraCore
+import Testing
+
 @testable import Enrollment
 
 @Suite struct WorkflowConfigurationTests {
@@ -8,7 +9,8 @@ import TesseraCore
     }
 
     @Test func fullWorkflowParsesWithSettings() throws {
-        let c = try parse("""
+        let c = try parse(
+            """
             {"idleTimeoutSeconds": 600, "otp": {"attempts": 3, "ttlSeconds": 60, "maxResends": 0},
              "notifier": {"directory": "/tmp/x"},
              "workflows": {"badge": {"remote": true, "expected": {"surname": "ERIKSSON"},
@@ -20,7 +22,10 @@ import TesseraCore
         #expect(c.idleTimeout == 600 && c.otpAttempts == 3 && c.otpTTL == 60 && c.otpMaxResends == 0)
         #expect(c.notifier == .directory("/tmp/x"))
         let w = try #require(c.workflow(named: "badge"))
-        #expect(w.steps.map(\.kind) == [.emailInfo, .phoneInfo, .phoneOTP, .nfcMRZ, .nfcPhase, .attributeMatching, .client, .passkeyCreation])
+        #expect(
+            w.steps.map(\.kind) == [
+                .emailInfo, .phoneInfo, .phoneOTP, .nfcMRZ, .nfcPhase, .attributeMatching, .client, .passkeyCreation,
+            ])
         #expect(w.steps[4].settings["dataGroups"] == ["DG1"])
         #expect(w.steps[4].settings["allowClonable"] == true)
         #expect(w.unavailableReasons(notifier: c.notifier).isEmpty)
@@ -33,9 +38,18 @@ import TesseraCore
         (#"{"workflows": {"w": {"steps": ["ATTRIBUTE_MATCHING"]}}}"#, "needs NFC_PHASE before it"),
         (#"{"workflows": {"w": {"steps": [{"key": "PASSKEY_CREATION"}]}}}"#, "rpId is required"),
         (#"{"workflows": {"w": {"steps": [{"key": "NFC_MRZ", "colour": "red"}]}}}"#, "unknown setting colour"),
-        (#"{"workflows": {"w": {"steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowClonable": "yes"}]}}}"#, "allowClonable must be true or false"),
-        (#"{"workflows": {"w": {"steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowUnverified": 1}]}}}"#, "allowUnverified must be true or false"),
-        (#"{"workflows": {"w": {"steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowClonabel": true}]}}}"#, "unknown setting allowClonabel"),
+        (
+            #"{"workflows": {"w": {"steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowClonable": "yes"}]}}}"#,
+            "allowClonable must be true or false"
+        ),
+        (
+            #"{"workflows": {"w": {"steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowUnverified": 1}]}}}"#,
+            "allowUnverified must be true or false"
+        ),
+        (
+            #"{"workflows": {"w": {"steps": ["NFC_MRZ", {"key": "NFC_PHASE", "allowClonabel": true}]}}}"#,
+            "unknown setting allowClonabel"
+        ),
         (#"{"workflows": {"w": {"steps": ["EMAIL_INFO", "EMAIL_INFO"]}}}"#, "lists step EMAIL_INFO twice"),
         (#"{"workflows": {"w": {"steps": [{"key": "bad key", "client": true}]}}}"#, "must be UPPER_SNAKE"),
         (#"{"workflows": {"w": {"steps": [{"key": "EMAIL_INFO", "client": true}]}}}"#, "cannot be a client step"),
@@ -53,26 +67,34 @@ import TesseraCore
     }
 
     @Test func unavailableStepsAndMissingNotifierMakeACandidateUnavailable() throws {
-        let c = try parse("""
+        let c = try parse(
+            """
             {"workflows": {"face": {"remote": true, "steps": ["FACE_MATCHING", {"key": "PASSKEY_CREATION", "rpId": "a.example"}]},
                            "otp": {"remote": true, "steps": ["PHONE_INFO", "PHONE_OTP"]},
                            "match": {"remote": true, "steps": ["NFC_MRZ", "NFC_PHASE", "ATTRIBUTE_MATCHING"]}}}
             """)
-        #expect(try #require(c.workflow(named: "face")).unavailableReasons(notifier: nil).first?.contains("face matcher") == true)
-        #expect(try #require(c.workflow(named: "otp")).unavailableReasons(notifier: nil).first?.contains("no OTP notifier") == true)
+        #expect(
+            try #require(c.workflow(named: "face")).unavailableReasons(notifier: nil).first?.contains("face matcher")
+                == true)
+        #expect(
+            try #require(c.workflow(named: "otp")).unavailableReasons(notifier: nil).first?.contains("no OTP notifier")
+                == true)
         #expect(try #require(c.workflow(named: "otp")).unavailableReasons(notifier: .directory("/x")).isEmpty)
         #expect(try #require(c.workflow(named: "match")).needsActivationToken)
     }
 
     @Test func aWorkflowMayBeJustItsSteps() throws {
-        let c = try parse(#"{"workflows": {"employee-badge": ["EMAIL_INFO", "PHONE_INFO"], "token-only": {"remote": false, "steps": ["EMAIL_INFO"]}}}"#)
+        let c = try parse(
+            #"{"workflows": {"employee-badge": ["EMAIL_INFO", "PHONE_INFO"], "token-only": {"remote": false, "steps": ["EMAIL_INFO"]}}}"#
+        )
         let w = try #require(c.workflow(named: "employee-badge"))
         #expect(w.remote && w.steps.map(\.kind) == [.emailInfo, .phoneInfo])
         #expect(try #require(c.workflow(named: "token-only")).remote == false)
     }
 
     @Test func customStepsGoBeforePasskeyCreation() throws {
-        let c = try parse(#"{"workflows": {"w": {"steps": ["EMAIL_INFO", {"key": "PASSKEY_CREATION", "rpId": "a.example"}]}}}"#)
+        let c = try parse(
+            #"{"workflows": {"w": {"steps": ["EMAIL_INFO", {"key": "PASSKEY_CREATION", "rpId": "a.example"}]}}}"#)
         let custom = try WorkflowStep.custom(["key": "TERMS_ACCEPTANCE", "prompt": "Accept?"])
         let steps = try EnrollmentEngine.insertCustomSteps([custom], into: try #require(c.workflow(named: "w")).steps)
         #expect(steps.map(\.key) == ["EMAIL_INFO", "TERMS_ACCEPTANCE", "PASSKEY_CREATION"])

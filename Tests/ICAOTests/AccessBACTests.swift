@@ -1,6 +1,7 @@
 import APDU
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// ICAO Doc 9303 Part 11 (8th ed.) Appendix D: worked example of BAC and 3DES secure messaging
@@ -18,7 +19,9 @@ import TesseraCore
 
     // Appendix D.2: K_seed, K_enc, K_mac.
     @Test func documentBasicAccessKeys() {
-        #expect(AccessKeyDerivation.bacKeySeed(mrzInformation: Self.mrzInformation) == ax("239AB9CB282DAF66231DC5A4DF6BFBAE"))
+        #expect(
+            AccessKeyDerivation.bacKeySeed(mrzInformation: Self.mrzInformation)
+                == ax("239AB9CB282DAF66231DC5A4DF6BFBAE"))
         let keys = AccessKeyDerivation.bacKeys(mrzInformation: Self.mrzInformation)
         #expect(keys.encryption == Self.kEnc)
         #expect(keys.mac == Self.kMac)
@@ -37,7 +40,9 @@ import TesseraCore
         #expect(session.ssc == ax("887022120C06C226"))
         var tampered = Self.responseData
         tampered[39] ^= 1
-        #expect(throws: TesseraError.self) { try BAC.openCryptogram(tampered, encryptionKey: Self.kEnc, macKey: Self.kMac) }
+        #expect(throws: TesseraError.self) {
+            try BAC.openCryptogram(tampered, encryptionKey: Self.kEnc, macKey: Self.kMac)
+        }
     }
 
     // The reader side over a scripted chip that answers with the Appendix D.3 values.
@@ -46,8 +51,9 @@ import TesseraCore
             ("0084000008", "4608F91988702212 9000"),
             ("0082000028" + Hex.encode(Self.commandData) + "28", Hex.encode(Self.responseData) + "9000"),
         ])
-        let session = try await BAC.perform(transport: chip, mrzInformation: Self.mrzInformation,
-                                            rndIFD: Self.rndIFD, kIFD: Self.kIFD)
+        let session = try await BAC.perform(
+            transport: chip, mrzInformation: Self.mrzInformation,
+            rndIFD: Self.rndIFD, kIFD: Self.kIFD)
         #expect(session.encryptionKey == ax("979EC13B1CBFE9DCD01AB0FED307EAE5"))
         #expect(session.ssc == ax("887022120C06C226"))
         #expect(await chip.remaining == 0)
@@ -59,7 +65,8 @@ import TesseraCore
             ("0082000028" + Hex.encode(Self.commandData) + "28", "6300"),
         ])
         do {
-            _ = try await BAC.perform(transport: chip, mrzInformation: Self.mrzInformation, rndIFD: Self.rndIFD, kIFD: Self.kIFD)
+            _ = try await BAC.perform(
+                transport: chip, mrzInformation: Self.mrzInformation, rndIFD: Self.rndIFD, kIFD: Self.kIFD)
             Issue.record("expected ACCESS_DENIED")
         } catch {
             #expect(error.code == .accessDenied)

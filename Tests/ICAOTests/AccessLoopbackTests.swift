@@ -1,7 +1,8 @@
 import APDU
 import Foundation
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// A tiny in-memory eMRTD chip built from the side-neutral Access functions (BAC responder, PACEChip,
@@ -23,8 +24,10 @@ actor AccessLoopbackChip: APDUTransport {
     private(set) var commandCount = 0
     private(set) var rejectedLengths = 0
 
-    init(mrzInformation: String, can: String = "123456", cardAccess: [UInt8]?, appFiles: [UInt16: [UInt8]],
-         maxLe: Int = 0xDF, extended: Bool = false, chipAuthenticationKey: [UInt8]? = nil) {
+    init(
+        mrzInformation: String, can: String = "123456", cardAccess: [UInt8]?, appFiles: [UInt16: [UInt8]],
+        maxLe: Int = 0xDF, extended: Bool = false, chipAuthenticationKey: [UInt8]? = nil
+    ) {
         self.mrzInformation = mrzInformation; self.can = can; self.cardAccess = cardAccess
         self.appFiles = appFiles; self.maxLe = maxLe; supportsExtendedLength = extended
         self.chipAuthenticationKey = chipAuthenticationKey
@@ -47,7 +50,9 @@ actor AccessLoopbackChip: APDUTransport {
             return [0x69, 0x87]
         }
         let response = process(command)
-        guard protected, var state = sm, response.data.isEmpty == false || response.sw.isSuccess || response.sw == .endOfFileWarning else {
+        guard protected, var state = sm,
+            response.data.isEmpty == false || response.sw.isSuccess || response.sw == .endOfFileWarning
+        else {
             return response.encoded
         }
         let wrapped = try state.protectResponse(response, oddINS: command.ins & 1 == 1)
@@ -102,8 +107,9 @@ actor AccessLoopbackChip: APDUTransport {
             } catch { return ResponseAPDU(sw: StatusWord(0x6300)) }
         case 0x22:
             do {
-                pace = try PACEChip(setATData: c.data, mrzInformation: mrzInformation, can: can,
-                                    chipAuthenticationKey: chipAuthenticationKey)
+                pace = try PACEChip(
+                    setATData: c.data, mrzInformation: mrzInformation, can: can,
+                    chipAuthenticationKey: chipAuthenticationKey)
                 sm = nil
                 return ResponseAPDU(sw: .success)
             } catch { return ResponseAPDU(sw: .referenceNotFound) }
@@ -147,8 +153,9 @@ actor AccessLoopbackChip: APDUTransport {
     }
 
     @Test func bacThenReadWithStepDown() async throws {
-        let chip = AccessLoopbackChip(mrzInformation: Self.mrz, cardAccess: nil,
-                                      appFiles: [0x011E: Self.efCOM, 0x0102: Self.dg2], maxLe: 0x80)
+        let chip = AccessLoopbackChip(
+            mrzInformation: Self.mrz, cardAccess: nil,
+            appFiles: [0x011E: Self.efCOM, 0x0102: Self.dg2], maxLe: 0x80)
         let (channel, used) = try await establishAccess(transport: chip, password: .mrz(mrzInformation: Self.mrz))
         #expect(used == .bac)
         let reader = ElementaryFileReader(transport: channel)
@@ -173,15 +180,16 @@ actor AccessLoopbackChip: APDUTransport {
     }
 
     @Test(arguments: [
-        ("0.4.0.127.0.7.2.2.4.2.2", 13), // ECDH GM AES-128 brainpoolP256r1
-        ("0.4.0.127.0.7.2.2.4.2.4", 18), // ECDH GM AES-256 secp521r1
-        ("0.4.0.127.0.7.2.2.4.2.1", 12), // ECDH GM 3DES secp256r1
+        ("0.4.0.127.0.7.2.2.4.2.2", 13),  // ECDH GM AES-128 brainpoolP256r1
+        ("0.4.0.127.0.7.2.2.4.2.4", 18),  // ECDH GM AES-256 secp521r1
+        ("0.4.0.127.0.7.2.2.4.2.1", 12),  // ECDH GM 3DES secp256r1
         ("0.4.0.127.0.7.2.2.4.1.2", 2),  // DH GM AES-128 2048/256
         ("0.4.0.127.0.7.2.2.4.1.3", 0),  // DH GM AES-192 1024/160
     ])
     func paceWithCANThenRead(oid: String, parameterId: Int) async throws {
-        let chip = AccessLoopbackChip(mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: oid, parameterId: parameterId),
-                                      appFiles: [0x0101: Self.dg1, 0x0102: Self.dg2], maxLe: 0xDF)
+        let chip = AccessLoopbackChip(
+            mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: oid, parameterId: parameterId),
+            appFiles: [0x0101: Self.dg1, 0x0102: Self.dg2], maxLe: 0xDF)
         let (channel, used) = try await establishAccess(transport: chip, password: .can("123456"))
         #expect(used == .pace)
         #expect(await channel.currentSession?.cipher == PACEAlgorithm(oid: oid)?.cipher)
@@ -191,27 +199,33 @@ actor AccessLoopbackChip: APDUTransport {
     }
 
     @Test func paceWithMRZ() async throws {
-        let chip = AccessLoopbackChip(mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: "0.4.0.127.0.7.2.2.4.2.2", parameterId: 13),
-                                      appFiles: [0x0101: Self.dg1])
+        let chip = AccessLoopbackChip(
+            mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: "0.4.0.127.0.7.2.2.4.2.2", parameterId: 13),
+            appFiles: [0x0101: Self.dg1])
         let (channel, used) = try await establishAccess(transport: chip, password: .mrz(mrzInformation: Self.mrz))
         #expect(used == .pace)
         #expect(try await ElementaryFileReader(transport: channel).readFile(fid: 0x0101, sfi: 0x01) == Self.dg1)
         // preferPACE: false uses BAC even though PACE is offered.
-        let chip2 = AccessLoopbackChip(mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: "0.4.0.127.0.7.2.2.4.2.2", parameterId: 13),
-                                       appFiles: [0x0101: Self.dg1])
-        #expect(try await establishAccess(transport: chip2, password: .mrz(mrzInformation: Self.mrz), preferPACE: false).protocolUsed == .bac)
+        let chip2 = AccessLoopbackChip(
+            mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: "0.4.0.127.0.7.2.2.4.2.2", parameterId: 13),
+            appFiles: [0x0101: Self.dg1])
+        #expect(
+            try await establishAccess(transport: chip2, password: .mrz(mrzInformation: Self.mrz), preferPACE: false)
+                .protocolUsed == .bac)
     }
 
     @Test func wrongPasswordsAreAccessDenied() async throws {
-        let paceChip = AccessLoopbackChip(mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: "0.4.0.127.0.7.2.2.4.2.2", parameterId: 13),
-                                          appFiles: [:])
+        let paceChip = AccessLoopbackChip(
+            mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: "0.4.0.127.0.7.2.2.4.2.2", parameterId: 13),
+            appFiles: [:])
         do {
             _ = try await establishAccess(transport: paceChip, password: .can("654321"))
             Issue.record("expected ACCESS_DENIED")
         } catch { #expect(error.code == .accessDenied) }
         let bacChip = AccessLoopbackChip(mrzInformation: Self.mrz, cardAccess: nil, appFiles: [:])
         do {
-            _ = try await establishAccess(transport: bacChip, password: .mrz(mrzInformation: "L898902C<369080619406237"))
+            _ = try await establishAccess(
+                transport: bacChip, password: .mrz(mrzInformation: "L898902C<369080619406237"))
             Issue.record("expected ACCESS_DENIED")
         } catch { #expect(error.code == .accessDenied) }
         do {
@@ -224,8 +238,9 @@ actor AccessLoopbackChip: APDUTransport {
     /// extended-length APDUs under AES secure messaging.
     @Test func largeFileWithOddINSAndExtendedLength() async throws {
         let big = Self.tlvFile(tag: 0x75, size: 40000)
-        let chip = AccessLoopbackChip(mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: "0.4.0.127.0.7.2.2.4.2.2", parameterId: 13),
-                                      appFiles: [0x0102: big], maxLe: 4096, extended: true)
+        let chip = AccessLoopbackChip(
+            mrzInformation: Self.mrz, cardAccess: Self.cardAccess(oid: "0.4.0.127.0.7.2.2.4.2.2", parameterId: 13),
+            appFiles: [0x0102: big], maxLe: 4096, extended: true)
         let (channel, _) = try await establishAccess(transport: chip, password: .can("123456"))
         var config = ElementaryFileReader.Configuration()
         config.extendedChunkSize = 0x2000

@@ -1,7 +1,8 @@
 import APDU
 import CryptoPrimitives
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// ICAO Doc 9303 Part 11 (8th ed.) Appendix H: worked examples of PACE Integrated Mapping, AES-128:
@@ -17,15 +18,19 @@ import TesseraCore
         static let s = ax("2923BE84E16CD6AE529049F1F1BBE9EB")
         static let z = ax("143DC40C08C8E891FBED7DEDB92B64AD")
         static let t = ax("5DD4CBFC96F5453B130D890A1CDBAE32")
-        static let r = ax("E4447E2DFB3586BAC05DDB00156B57FBB2179A3949294C97254189800C517BAA8DA0FF397ED8C445D3E421E4FEB57322")
+        static let r = ax(
+            "E4447E2DFB3586BAC05DDB00156B57FBB2179A3949294C97254189800C517BAA8DA0FF397ED8C445D3E421E4FEB57322")
         static let rp = ax("A2F8FF2DF50E52C6599F386ADCB595D229F6A167ADE2BE5F2C3296ADD5B7430E")
-        static let generator = "04" + "8E82D31559ED0FDE92A4D0498ADD3C23BABA94FB77691E31E90AEA77FB17D427"
+        static let generator =
+            "04" + "8E82D31559ED0FDE92A4D0498ADD3C23BABA94FB77691E31E90AEA77FB17D427"
             + "4C1AE14BD0C3DBAC0C871B7F3608169364437CA30AC243A089D3F266C1E60FAD"
         static let skIC = ax("107CF58696EF6155053340FD633392BA81909DF7B9706F226F32086C7AFF974A")
-        static let pkIC = "04" + "67F78E5F7F7686082B293E8D087E056916D0F74BC01A5F8957D0DE45691E51E8"
+        static let pkIC =
+            "04" + "67F78E5F7F7686082B293E8D087E056916D0F74BC01A5F8957D0DE45691E51E8"
             + "932B69A962B52A0985AD2C0A271EE6A13A8ADDDCD1A3A994B9DED257F4D22753"
         static let skIFD = ax("A73FB703AC1436A18E0CFA5ABB3F7BEC7A070E7A6788486BEE230C4A22762595")
-        static let pkIFD = "04" + "89CBA23FFE96AA18D824627C3E934E54A9FD0B87A95D1471DC1C0ABFDCD640D4"
+        static let pkIFD =
+            "04" + "89CBA23FFE96AA18D824627C3E934E54A9FD0B87A95D1471DC1C0ABFDCD640D4"
             + "6755DE9B7B778280B6BEBD57439ADFEB0E21FD4ED6DF42578C13418A59B34C37"
         static let k = ax("4F150FDE1D4F0E38E95017B891BAE17133A0DF45B0D3E18B60BA7BEAFDC2C713")
         static let kEnc = ax("0D3FEB33251A6370893D62AE8DAAF51B")
@@ -39,7 +44,8 @@ import TesseraCore
         static let s = ax("FA5B7E3E49753A0DB9178B7B9BD898C8")
         static let z = ax("9ABB8864CA0FF1551E620D1EF4E13510")
         static let t = ax("B3A6DB3C870C3E99245E0D1C06B747DE")
-        static let r = ax("""
+        static let r = ax(
+            """
             EAB98D13E09052952AA729907C3C946184DEA0FE74AD2B3AF506F0A83018459C38099CD1F7FF4EA0A078DB1FAC136550
             5E3DC85500EF95E20B4EEF2E88489233BEE0546B472F994B618D168702406791DEEF3CB4810932EC278F3533FDB860EB
             4835C36FA4F1BF3FA0B828A718C96BDE88FBA38A3E6C35AAA10959251EB5FC710FC187258995944C0F926E249373F485
@@ -49,7 +55,8 @@ import TesseraCore
             A5BE25578BD4551D0B10903236F0B0F976852FA78EEA14EA0ACA87D1E91F688FE0DFF897BBE35A472621D343564B262F
             34223AE8FC59B664BFEDFA2BFE7516CA5510A6BBB633D517EC25D4E0BBAA16C2
             """
-        static let skIC = ax("""
+        static let skIC = ax(
+            """
             020F018C7284B047FA7721A337EFB7ACB1440BB30C5252BD41C97C30C994BB78E9F0C5B32744D84017D21FFA6878396A
             6469CA283EF5C000DAF7D261A39AB8860ED4610AB5343390897AAB5A7787E4FAEFA0649C6A94FDF82D991E8E3FC332F5
             142729E7040A3F7D5A4D3CD75CBEE1F043C1CAD2DD484FEB4ED22B597D36688E
@@ -59,7 +66,8 @@ import TesseraCore
             AA87B07907AAD9FBA6B169AF6D8C26AF8DDDC39ADC3AD2E3FF882B84D23E9768E95A80E4746FB07A9767679FE92133B4
             D379935C771BD7FBED6C7BB4B1708B275EA75679524CDC9C6A91370CC662A2F3
             """
-        static let skIFD = ax("""
+        static let skIFD = ax(
+            """
             4BD0E54740F9A028E6A515BFDAF967848C4F5F5FFF65AA0915947FFD1A0DF2FA6981271BC905F3551457B7E03AC3B806
             6DE4AA406C1171FB43DD939C4BA16175103BA3DEE16419AA248118F90CC36A3D6F4C373652E0C3CCE7F0F1D0C5425B36
             00F0F0D6A67F004C8BBA33F2B4733C7252445C1DFC4F1107203F71D2EFB28161
@@ -69,7 +77,8 @@ import TesseraCore
             CD7C351A9BD2CD722C07EDE166770F08FFCB370262CF308DD7B07F2E0DA9CAAA1492344C852906919538C98A4BA4187E
             76CE9D87832386D319CE2E043C3343AEAE6EDBA1A9894DC5094D22F7FE1351D5
             """
-        static let k = ax("""
+        static let k = ax(
+            """
             419410D6C0A17A4C07C54872CE1CBCEB0A2705C1A434C8A89A4CFE41F1D78124CA7EC52BDE7615E5345E48AB1ABB6E7D
             1D59A57F3174084D3CA4570397C1F62228BDFDB2DA191EA2239E2C060DBE3BBC23C2FCD0AF12E0F9E0B99FCF91FF1959
             011D5798B2FCBC1F14FCC24E441F4C8F9B08D977E9498560E63E7FFAB3134EA7
@@ -83,7 +92,9 @@ import TesseraCore
 
     @Test func ecdhWorkedExampleStepByStep() throws {
         #expect(try PACECrypto.encryptNonce(H1.s, key: Self.kPi, cipher: .aes128) == H1.z)
-        #expect(try PACEIntegratedMapping.pseudoRandom(chipNonce: H1.s, terminalNonce: H1.t, cipher: .aes128, primeBits: 256) == H1.r)
+        #expect(
+            try PACEIntegratedMapping.pseudoRandom(
+                chipNonce: H1.s, terminalNonce: H1.t, cipher: .aes128, primeBits: 256) == H1.r)
         let curve = ECCurve.brainpoolP256r1
         #expect(try curve.fieldBits == 256)
         #expect(try curve.encodeToPoint(fieldElement: H1.r) == ax(H1.generator))
@@ -99,17 +110,24 @@ import TesseraCore
         #expect(keys.encryption == H1.kEnc && keys.mac == H1.kMAC)
         let alg = try #require(PACEAlgorithm(oid: H1.oid))
         #expect(alg.mapping == .integrated && alg.keyAgreement == .ecdh)
-        #expect(PACECrypto.publicKeyDataObject(algorithm: alg, domain: domain, publicKey: ax(H1.pkIFD))
+        #expect(
+            PACECrypto.publicKeyDataObject(algorithm: alg, domain: domain, publicKey: ax(H1.pkIFD))
                 == ax("7F494F060A04007F000702020404028641" + H1.pkIFD))
-        #expect(try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: ax(H1.pkIFD)) == ax(H1.tIC))
-        #expect(try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: ax(H1.pkIC)) == ax(H1.tIFD))
+        #expect(
+            try PACECrypto.authenticationToken(
+                macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: ax(H1.pkIFD)) == ax(H1.tIC))
+        #expect(
+            try PACECrypto.authenticationToken(
+                macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: ax(H1.pkIC)) == ax(H1.tIFD))
     }
 
     @Test func dhWorkedExampleStepByStep() throws {
         #expect(try PACECrypto.encryptNonce(H2.s, key: Self.kPi, cipher: .aes128) == H2.z)
         let group = DHGroup.rfc5114_1024_160
         #expect(group.primeBits == 1024)
-        #expect(try PACEIntegratedMapping.pseudoRandom(chipNonce: H2.s, terminalNonce: H2.t, cipher: .aes128, primeBits: 1024) == H2.r)
+        #expect(
+            try PACEIntegratedMapping.pseudoRandom(
+                chipNonce: H2.s, terminalNonce: H2.t, cipher: .aes128, primeBits: 1024) == H2.r)
         let domain = try #require(PACEDomain.standardized(0))
         let generator = try domain.integratedMapGenerator(chipNonce: H2.s, terminalNonce: H2.t, cipher: .aes128)
         #expect(generator == ax(H2.generator))
@@ -120,8 +138,12 @@ import TesseraCore
         let keys = AccessKeyDerivation.sessionKeys(shared, cipher: .aes128)
         #expect(keys.encryption == H2.kEnc && keys.mac == H2.kMAC)
         let alg = try #require(PACEAlgorithm(oid: H2.oid))
-        #expect(try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: ax(H2.pkIFD)) == ax(H2.tIC))
-        #expect(try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: ax(H2.pkIC)) == ax(H2.tIFD))
+        #expect(
+            try PACECrypto.authenticationToken(
+                macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: ax(H2.pkIFD)) == ax(H2.tIC))
+        #expect(
+            try PACECrypto.authenticationToken(
+                macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: ax(H2.pkIC)) == ax(H2.tIFD))
     }
 
     /// The reader's APDUs for H.1: t in clear in step 2 (empty answer), then the appendix's keys and tokens.
@@ -137,15 +159,17 @@ import TesseraCore
         ])
         let info = PACEInfo(protocolOID: H1.oid, version: 2, parameterId: 13)
         #expect(PACE.isSupported(info))
-        let session = try await PACE.perform(transport: chip, password: Self.password, info: info,
-                                             ephemeralPrivateKey: H1.skIFD, terminalNonce: H1.t)
+        let session = try await PACE.perform(
+            transport: chip, password: Self.password, info: info,
+            ephemeralPrivateKey: H1.skIFD, terminalNonce: H1.t)
         #expect(session.encryptionKey == H1.kEnc && session.macKey == H1.kMAC)
         #expect(await chip.remaining == 0)
     }
 
     @Test func chipSideAppendixH1AndH2() throws {
-        var ec = try PACEChip(setATData: ax("800A04007F00070202040402 830101 84010D"), mrzInformation: Self.mrzInformation,
-                              can: nil, fixedNonce: H1.s, fixedEphemeralKey: H1.skIC)
+        var ec = try PACEChip(
+            setATData: ax("800A04007F00070202040402 830101 84010D"), mrzInformation: Self.mrzInformation,
+            can: nil, fixedNonce: H1.s, fixedEphemeralKey: H1.skIC)
         let kPi = AccessKeyDerivation.paceNonceKey(Self.password, cipher: .aes128)
         let z = try PACECrypto.encryptNonce(H1.s, key: kPi, cipher: .aes128)
         #expect(try ec.generalAuthenticate(ax("7C00")) == ax("7C128010") + z)
@@ -154,8 +178,9 @@ import TesseraCore
         #expect(try ec.generalAuthenticate(ax("7C0A8508" + H1.tIFD)) == ax("7C0A8608" + H1.tIC))
         #expect(ec.session?.macKey == H1.kMAC)
 
-        var dh = try PACEChip(setATData: ax("800A04007F00070202040302 830101 840100"), mrzInformation: Self.mrzInformation,
-                              can: nil, fixedNonce: H2.s, fixedEphemeralKey: H2.skIC)
+        var dh = try PACEChip(
+            setATData: ax("800A04007F00070202040302 830101 840100"), mrzInformation: Self.mrzInformation,
+            can: nil, fixedNonce: H2.s, fixedEphemeralKey: H2.skIC)
         _ = try dh.generalAuthenticate(ax("7C00"))
         #expect(try dh.generalAuthenticate(ax("7C128110") + H2.t) == ax("7C00"))
         #expect(try dh.generalAuthenticate(ax("7C8183838180" + H2.pkIFD)) == ax("7C8183848180" + H2.pkIC))
@@ -185,7 +210,8 @@ import TesseraCore
         #expect(throws: TesseraError.self) { try ECCurve.secp224r1.encodeToPoint(fieldElement: H1.r) }
         // A wrong-length t is refused, not silently used as a key.
         #expect(throws: TesseraError.self) {
-            try PACEIntegratedMapping.pseudoRandom(chipNonce: H1.s, terminalNonce: Array(H1.t.prefix(8)), cipher: .aes128, primeBits: 256)
+            try PACEIntegratedMapping.pseudoRandom(
+                chipNonce: H1.s, terminalNonce: Array(H1.t.prefix(8)), cipher: .aes128, primeBits: 256)
         }
     }
 }

@@ -1,6 +1,7 @@
 import APDU
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// The reader against chips with known quirks (scripted or in-process); the end-to-end versions run against
@@ -25,8 +26,9 @@ import TesseraCore
     @Test func setATWithoutKeyReference() async throws {
         let chip = IMLoopbackChip(mrzInformation: AccessPACETests.mrzInformation, refusingKeyReference: 12)
         let alg = PACEAlgorithm(mapping: .generic, keyAgreement: .ecdh, cipher: .aes128)
-        let outcome = try await PACE.establish(transport: chip, password: AccessPACETests.password,
-                                               info: PACEInfo(protocolOID: alg.oid, version: 2, parameterId: 12))
+        let outcome = try await PACE.establish(
+            transport: chip, password: AccessPACETests.password,
+            info: PACEInfo(protocolOID: alg.oid, version: 2, parameterId: 12))
         #expect(await chip.refusedSetAT == 1)
         #expect(outcome.workarounds.count == 1 && outcome.workarounds[0].contains("domain parameter reference"))
         let chipSession = await chip.session
@@ -37,8 +39,9 @@ import TesseraCore
     @Test func setATWithKeyReference() async throws {
         let chip = IMLoopbackChip(mrzInformation: AccessPACETests.mrzInformation)
         let alg = PACEAlgorithm(mapping: .generic, keyAgreement: .ecdh, cipher: .aes128)
-        let outcome = try await PACE.establish(transport: chip, password: AccessPACETests.password,
-                                               info: PACEInfo(protocolOID: alg.oid, version: 2, parameterId: 12))
+        let outcome = try await PACE.establish(
+            transport: chip, password: AccessPACETests.password,
+            info: PACEInfo(protocolOID: alg.oid, version: 2, parameterId: 12))
         #expect(outcome.workarounds.isEmpty)
     }
 }

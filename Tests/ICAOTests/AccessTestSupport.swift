@@ -1,5 +1,6 @@
 import APDU
 import TesseraCore
+
 @testable import ICAO
 
 /// Hex literal → bytes for Access tests (white space ignored; a bad literal yields a value no test expects).
@@ -17,7 +18,8 @@ actor AccessScriptedTransport: APDUTransport {
         guard !script.isEmpty else { throw TesseraError(.cardError, "script exhausted at \(Hex.encode(command))") }
         let step = script.removeFirst()
         guard step.command == command else {
-            throw TesseraError(.cardError, "unexpected command \(Hex.encode(command)), expected \(Hex.encode(step.command))")
+            throw TesseraError(
+                .cardError, "unexpected command \(Hex.encode(command)), expected \(Hex.encode(step.command))")
         }
         return step.response
     }

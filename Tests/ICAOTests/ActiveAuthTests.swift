@@ -1,8 +1,9 @@
 import APDU
 import CryptoPrimitives
 import Foundation
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// An in-test chip answering INTERNAL AUTHENTICATE with a fixed private key (or a fixed status word).
@@ -23,10 +24,13 @@ private struct AAChip: APDUTransport {
 @Suite struct ActiveAuthTests {
     /// Signs an ISO/IEC 9796-2 scheme 1 message built here with the raw RSA private operation of the openssl CLI
     /// (`pkeyutl -decrypt -pkeyopt rsa_padding_mode:none`, i.e. m^d mod n; `-sign` refuses inputs longer than a hash).
-    private func openSSL9796(bits: Int, hash: String, challenge: [UInt8]) async throws -> (spki: [UInt8], signature: [UInt8]) {
+    private func openSSL9796(bits: Int, hash: String, challenge: [UInt8]) async throws -> (
+        spki: [UInt8], signature: [UInt8]
+    ) {
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
-        try await OpenSSLCLI.run(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:\(bits)", "-out", "aa.key"], in: dir)
+        try await OpenSSLCLI.run(
+            ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:\(bits)", "-out", "aa.key"], in: dir)
         let spki = try await OpenSSLCLI.run(["pkey", "-in", "aa.key", "-pubout", "-outform", "DER"], in: dir)
         let k = bits / 8
         let (hashLength, trailer): (Int, [UInt8]) = hash == "sha1" ? (20, [0xBC]) : (32, [0x34, 0xCC])
@@ -34,8 +38,11 @@ private struct AAChip: APDUTransport {
         try OpenSSLCLI.write(m1 + challenge, "m.bin", in: dir)
         let digest = try await OpenSSLCLI.run(["dgst", "-\(hash)", "-binary", "m.bin"], in: dir)
         try OpenSSLCLI.write([0x6A] + m1 + digest + trailer, "block.bin", in: dir)
-        try await OpenSSLCLI.run(["pkeyutl", "-decrypt", "-inkey", "aa.key", "-pkeyopt", "rsa_padding_mode:none",
-                            "-in", "block.bin", "-out", "sig.bin"], in: dir)
+        try await OpenSSLCLI.run(
+            [
+                "pkeyutl", "-decrypt", "-inkey", "aa.key", "-pkeyopt", "rsa_padding_mode:none",
+                "-in", "block.bin", "-out", "sig.bin",
+            ], in: dir)
         return (spki, try OpenSSLCLI.read("sig.bin", in: dir))
     }
 
@@ -48,14 +55,18 @@ private struct AAChip: APDUTransport {
         #expect(ok.hash == (hash == "sha1" ? .sha1 : .sha256))
         var other = challenge
         other[0] ^= 1
-        #expect(ActiveAuthentication.verify(challenge: other, response: signature, publicKeyInfo: spki).status == .invalid)
+        #expect(
+            ActiveAuthentication.verify(challenge: other, response: signature, publicKeyInfo: spki).status == .invalid)
         var badSig = signature
         badSig[5] ^= 1
-        #expect(ActiveAuthentication.verify(challenge: challenge, response: badSig, publicKeyInfo: spki).status == .invalid)
+        #expect(
+            ActiveAuthentication.verify(challenge: challenge, response: badSig, publicKeyInfo: spki).status == .invalid)
         // The signer may send n - s instead of s (ISO/IEC 9796-2): still valid.
         let n = try #require(ActiveAuthentication.rsaModulus(spki))
         let complement = ActiveAuthentication.subtract(n, signature)
-        #expect(ActiveAuthentication.verify(challenge: challenge, response: complement, publicKeyInfo: spki).status == .valid)
+        #expect(
+            ActiveAuthentication.verify(challenge: challenge, response: complement, publicKeyInfo: spki).status
+                == .valid)
     }
 
     @Test func ecdsaFromOpenSSL() async throws {
@@ -71,10 +82,18 @@ private struct AAChip: APDUTransport {
         let byKeySize = ActiveAuthentication.verify(challenge: challenge, response: plain, publicKeyInfo: spki)
         #expect(byKeySize.status == .valid)
         #expect(byKeySize.hash == .sha256)
-        #expect(ActiveAuthentication.verify(challenge: challenge, response: plain, publicKeyInfo: spki, hashHint: .sha256).status == .valid)
-        #expect(ActiveAuthentication.verify(challenge: challenge, response: plain, publicKeyInfo: spki, hashHint: .sha384).status == .invalid)
-        #expect(ActiveAuthentication.verify(challenge: [0] + challenge.dropFirst(), response: plain, publicKeyInfo: spki).status == .invalid)
-        #expect(ActiveAuthentication.verify(challenge: challenge, response: Array(plain.dropLast()), publicKeyInfo: spki).status == .invalid)
+        #expect(
+            ActiveAuthentication.verify(challenge: challenge, response: plain, publicKeyInfo: spki, hashHint: .sha256)
+                .status == .valid)
+        #expect(
+            ActiveAuthentication.verify(challenge: challenge, response: plain, publicKeyInfo: spki, hashHint: .sha384)
+                .status == .invalid)
+        #expect(
+            ActiveAuthentication.verify(challenge: [0] + challenge.dropFirst(), response: plain, publicKeyInfo: spki)
+                .status == .invalid)
+        #expect(
+            ActiveAuthentication.verify(challenge: challenge, response: Array(plain.dropLast()), publicKeyInfo: spki)
+                .status == .invalid)
     }
 
     @Test(arguments: [SignatureKeySpec.rsa(bits: 2048), .ec(curve: "prime256v1"), .ec(curve: "brainpoolP384r1")])

@@ -1,8 +1,9 @@
 import APDU
 import CryptoPrimitives
 import Foundation
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// EF.CardSecurity: issued by `CardSecurityBuilder`, parsed and verified with passive authentication's signer checks,
@@ -55,8 +56,11 @@ import TesseraCore
         let dir = try OpenSSLCLI.tempDirectory()
         _ = try pki.write(to: dir.path)
         try OpenSSLCLI.write(bytes, "cs.der", in: dir)
-        let content = try await OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "cs.der", "-CAfile", "csca.pem",
-                                                "-purpose", "any", "-binary"], in: dir)
+        let content = try await OpenSSLCLI.run(
+            [
+                "cms", "-verify", "-inform", "DER", "-in", "cs.der", "-CAfile", "csca.pem",
+                "-purpose", "any", "-binary",
+            ], in: dir)
         #expect(content == infos.set)
     }
 }

@@ -1,19 +1,22 @@
 import APDU
 import CryptoPrimitives
 import Foundation
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// A 3×2 baseline JPEG written by Pillow 11 (`Image.new("RGB", (3, 2)).save(…, "JPEG", quality=50)`).
-let ldsTestJPEG: [UInt8] = Hex.decode("""
-ffd8ffe000104a46494600010100000100010000ffdb004300100b0c0e0c0a100e0d0e1211101318281a181616183123251d283a333d3c3933383740485c4e404457453738506d51575f626768673e4d71797064785c656763ffdb0043011112121815182f1a1a2f634238426363636363636363636363636363636363636363636363636363636363636363636363636363636363636363636363636363ffc00011080002000303012200021101031101ffc4001f0000010501010101010100000000000000000102030405060708090a0bffc400b5100002010303020403050504040000017d01020300041105122131410613516107227114328191a1082342b1c11552d1f02433627282090a161718191a25262728292a3435363738393a434445464748494a535455565758595a636465666768696a737475767778797a838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2d3d4d5d6d7d8d9dae1e2e3e4e5e6e7e8e9eaf1f2f3f4f5f6f7f8f9faffc4001f0100030101010101010101010000000000000102030405060708090a0bffc400b51100020102040403040705040400010277000102031104052131061241510761711322328108144291a1b1c109233352f0156272d10a162434e125f11718191a262728292a35363738393a434445464748494a535455565758595a636465666768696a737475767778797a82838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2d3d4d5d6d7d8d9dae2e3e4e5e6e7e8e9eaf2f3f4f5f6f7f8f9faffda000c03010002110311003f00c7a28a2b84fa83ffd9
-""")!
+let ldsTestJPEG: [UInt8] = Hex.decode(
+    """
+    ffd8ffe000104a46494600010100000100010000ffdb004300100b0c0e0c0a100e0d0e1211101318281a181616183123251d283a333d3c3933383740485c4e404457453738506d51575f626768673e4d71797064785c656763ffdb0043011112121815182f1a1a2f634238426363636363636363636363636363636363636363636363636363636363636363636363636363636363636363636363636363ffc00011080002000303012200021101031101ffc4001f0000010501010101010100000000000000000102030405060708090a0bffc400b5100002010303020403050504040000017d01020300041105122131410613516107227114328191a1082342b1c11552d1f02433627282090a161718191a25262728292a3435363738393a434445464748494a535455565758595a636465666768696a737475767778797a838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2d3d4d5d6d7d8d9dae1e2e3e4e5e6e7e8e9eaf1f2f3f4f5f6f7f8f9faffc4001f0100030101010101010101010000000000000102030405060708090a0bffc400b51100020102040403040705040400010277000102031104052131061241510761711322328108144291a1b1c109233352f0156272d10a162434e125f11718191a262728292a35363738393a434445464748494a535455565758595a636465666768696a737475767778797a82838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2d3d4d5d6d7d8d9dae2e3e4e5e6e7e8e9eaf2f3f4f5f6f7f8f9faffda000c03010002110311003f00c7a28a2b84fa83ffd9
+    """)!
 
 /// The same 3×2 image as JPEG 2000 (JP2 container) written by Pillow 11 with OpenJPEG 2.5.4.
-let ldsTestJP2: [UInt8] = Hex.decode("""
-0000000c6a5020200d0a870a00000014667479706a703220000000006a7032200000002d6a703268000000166968647200000002000000030003070700000000000f636f6c72010000000000100000009e6a703263ff4fff51002f000000000003000000020000000000000000000000030000000200000000000000000003070101070101070101ff52000c00000001000104040001ff5c00074040484850ff640025000143726561746564206279204f70656e4a5045472076657273696f6e20322e352e34ff90000a0000000000230001ff93cfb40c02659fcfb40c08857fcfb40c08857f808080ffd9
-""")!
+let ldsTestJP2: [UInt8] = Hex.decode(
+    """
+    0000000c6a5020200d0a870a00000014667479706a703220000000006a7032200000002d6a703268000000166968647200000002000000030003070700000000000f636f6c72010000000000100000009e6a703263ff4fff51002f000000000003000000020000000000000000000000030000000200000000000000000003070101070101070101ff52000c00000001000104040001ff5c00074040484850ff640025000143726561746564206279204f70656e4a5045472076657273696f6e20322e352e34ff90000a0000000000230001ff93cfb40c02659fcfb40c08857fcfb40c08857f808080ffd9
+    """)!
 
 /// TD3 specimen MRZ of Doc 9303 Part 4 Appendix A (Anna Maria Eriksson, Utopia).
 let ldsSpecimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<" + "L898902C36UTO7408122F1204159ZE184226B<<<<<10"
@@ -41,15 +44,23 @@ private func expectMalformed(_ body: () throws -> Void, sourceLocation: SourceLo
         var inner = TLV(tag: 0x80, value: ldsTestJPEG).encoded
         for _ in 0..<40 { inner = TLV(tag: 0xA1, value: inner).encoded }
         let bdb = TLV(tag: 0x7F2E, value: inner).encoded
-        let dg2 = TLV(tag: 0x75, value: TLV(tag: 0x7F61, value: [0x02, 0x01, 0x01]
-            + TLV(tag: 0x7F60, value: bdb).encoded).encoded).encoded
+        let dg2 = TLV(
+            tag: 0x75,
+            value: TLV(
+                tag: 0x7F61,
+                value: [0x02, 0x01, 0x01]
+                    + TLV(tag: 0x7F60, value: bdb).encoded
+            ).encoded
+        ).encoded
         expectMalformed { _ = try DG2(parsing: dg2) }
     }
 
     @Test func oidCoding() throws {
         #expect(try ASN1.decodeOID(ASN1.encodeOIDValue("2.23.136.1.1.1")) == "2.23.136.1.1.1")
         #expect(ASN1.encodeOIDValue("1.2.840.113549.1.7.2") == [0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x02])
-        #expect(try ASN1.decodeOID([0x04, 0x00, 0x7F, 0x00, 0x07, 0x01, 0x01, 0x04, 0x01, 0x03]) == "0.4.0.127.0.7.1.1.4.1.3")
+        #expect(
+            try ASN1.decodeOID([0x04, 0x00, 0x7F, 0x00, 0x07, 0x01, 0x01, 0x04, 0x01, 0x03])
+                == "0.4.0.127.0.7.1.1.4.1.3")
         expectMalformed { _ = try ASN1.decodeOID([0x2A, 0x86]) }
     }
 }
@@ -58,9 +69,12 @@ private func expectMalformed(_ body: () throws -> Void, sourceLocation: SourceLo
     @Test func fileMapping() {
         let expected: [(LDSFile, UInt16, UInt8, UInt8)] = [
             (.com, 0x011E, 0x1E, 0x60), (.sod, 0x011D, 0x1D, 0x77), (.dataGroup(1), 0x0101, 0x01, 0x61),
-            (.dataGroup(2), 0x0102, 0x02, 0x75), (.dataGroup(3), 0x0103, 0x03, 0x63), (.dataGroup(4), 0x0104, 0x04, 0x76),
-            (.dataGroup(7), 0x0107, 0x07, 0x67), (.dataGroup(11), 0x010B, 0x0B, 0x6B), (.dataGroup(12), 0x010C, 0x0C, 0x6C),
-            (.dataGroup(14), 0x010E, 0x0E, 0x6E), (.dataGroup(15), 0x010F, 0x0F, 0x6F), (.dataGroup(16), 0x0110, 0x10, 0x70),
+            (.dataGroup(2), 0x0102, 0x02, 0x75), (.dataGroup(3), 0x0103, 0x03, 0x63),
+            (.dataGroup(4), 0x0104, 0x04, 0x76),
+            (.dataGroup(7), 0x0107, 0x07, 0x67), (.dataGroup(11), 0x010B, 0x0B, 0x6B),
+            (.dataGroup(12), 0x010C, 0x0C, 0x6C),
+            (.dataGroup(14), 0x010E, 0x0E, 0x6E), (.dataGroup(15), 0x010F, 0x0F, 0x6F),
+            (.dataGroup(16), 0x0110, 0x10, 0x70),
         ]
         for (file, fid, sfi, tag) in expected {
             #expect(file.fileID == fid)
@@ -84,7 +98,11 @@ private func expectMalformed(_ body: () throws -> Void, sourceLocation: SourceLo
         #expect(com.unicodeVersion == "4.0.0")
         #expect(com.dataGroups == [1, 2, 11, 15])
         #expect(LDSBuilder.com(dataGroups: [1, 2, 11, 15]) == bytes)
-        if case .com(let parsed) = try LDSDataGroup.parse(.com, bytes) { #expect(parsed == com) } else { Issue.record("not COM") }
+        if case .com(let parsed) = try LDSDataGroup.parse(.com, bytes) {
+            #expect(parsed == com)
+        } else {
+            Issue.record("not COM")
+        }
     }
 
     @Test func dg1() throws {
@@ -130,12 +148,22 @@ private func expectMalformed(_ body: () throws -> Void, sourceLocation: SourceLo
 
     @Test func dg2InISO39794Encoding() throws {
         // A 39794-5 style block: constructed 7F2E with context-tagged BER inside; the image sits in a primitive.
-        let representation = TLV(tag: 0xA0, value: TLV(tag: 0x80, value: [0x01]).encoded
-            + TLV(tag: 0xA1, value: TLV(tag: 0x80, value: ldsTestJP2).encoded).encoded).encoded
-        let bdb = TLV(tag: 0x7F2E, value: TLV(tag: 0xA1, value: TLV(tag: 0x80, value: [0x03]).encoded + representation).encoded)
+        let representation = TLV(
+            tag: 0xA0,
+            value: TLV(tag: 0x80, value: [0x01]).encoded
+                + TLV(tag: 0xA1, value: TLV(tag: 0x80, value: ldsTestJP2).encoded).encoded
+        ).encoded
+        let bdb = TLV(
+            tag: 0x7F2E, value: TLV(tag: 0xA1, value: TLV(tag: 0x80, value: [0x03]).encoded + representation).encoded)
         let bht = TLV(tag: 0xA1, value: Hex.decode("8702 0101 8802 0040")!).encoded
-        let dg2Bytes = TLV(tag: 0x75, value: TLV(tag: 0x7F61, value: [0x02, 0x01, 0x01]
-            + TLV(tag: 0x7F60, value: bht + bdb.encoded).encoded).encoded).encoded
+        let dg2Bytes = TLV(
+            tag: 0x75,
+            value: TLV(
+                tag: 0x7F61,
+                value: [0x02, 0x01, 0x01]
+                    + TLV(tag: 0x7F60, value: bht + bdb.encoded).encoded
+            ).encoded
+        ).encoded
         let face = try #require(try DG2(parsing: dg2Bytes).faces.first)
         #expect(face.encoding == .iso39794_5)
         #expect(face.image.mimeType == "image/jp2")
@@ -161,9 +189,13 @@ private func expectMalformed(_ body: () throws -> Void, sourceLocation: SourceLo
 
     @Test func dg11HandBuilt() throws {
         // Hand-assembled per Doc 9303 Part 10 §4.7.11, with a BCD full date of birth and an other-names group.
-        let fields = TLV(tag: 0x5F0E, value: Array("ERIKSSON<<ANNA<MARIA".utf8)).encoded
-            + TLV(tag: 0xA0, value: [0x02, 0x01, 0x02] + TLV(tag: 0x5F0F, value: Array("ANNA<M".utf8)).encoded
-                + TLV(tag: 0x5F0F, value: Array("MARIA<E".utf8)).encoded).encoded
+        let fields =
+            TLV(tag: 0x5F0E, value: Array("ERIKSSON<<ANNA<MARIA".utf8)).encoded
+            + TLV(
+                tag: 0xA0,
+                value: [0x02, 0x01, 0x02] + TLV(tag: 0x5F0F, value: Array("ANNA<M".utf8)).encoded
+                    + TLV(tag: 0x5F0F, value: Array("MARIA<E".utf8)).encoded
+            ).encoded
             + TLV(tag: 0x5F10, value: Array("123456789".utf8)).encoded
             + TLV(tag: 0x5F2B, value: [0x19, 0x74, 0x08, 0x12]).encoded
             + TLV(tag: 0x5F11, value: Array("ZENITH,UTOPIA".utf8)).encoded

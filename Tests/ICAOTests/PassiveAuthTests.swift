@@ -1,8 +1,9 @@
 import APDU
 import CryptoPrimitives
 import Foundation
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// DG1, DG2 and DG15 of a specimen document.
@@ -113,13 +114,16 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(lenient.status == .valid)
         #expect(lenient.certificateValidity == .expired)
         #expect(lenient.reason?.contains("expired") == true)
-        let strict = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: pki.trustStore,
-                                                  options: .init(enforceValidityPeriod: true))
+        let strict = PassiveAuthentication.verify(
+            sod: sod, dataGroups: groups, trustStore: pki.trustStore,
+            options: .init(enforceValidityPeriod: true))
         #expect(strict.status == .invalid)
         #expect(strict.certificateChain == .invalid)
-        let then = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: pki.trustStore,
-                                                options: .init(referenceDate: tenYearsAgo.addingTimeInterval(86_400),
-                                                               enforceValidityPeriod: true))
+        let then = PassiveAuthentication.verify(
+            sod: sod, dataGroups: groups, trustStore: pki.trustStore,
+            options: .init(
+                referenceDate: tenYearsAgo.addingTimeInterval(86_400),
+                enforceValidityPeriod: true))
         #expect(then.status == .valid)
     }
 
@@ -143,7 +147,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let groups = try specimenDataGroups()
         let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
         for cut in [1, 10, 100, sod.count / 2, sod.count - 1] {
-            let r = PassiveAuthentication.verify(sod: Array(sod.prefix(cut)), dataGroups: groups, trustStore: pki.trustStore)
+            let r = PassiveAuthentication.verify(
+                sod: Array(sod.prefix(cut)), dataGroups: groups, trustStore: pki.trustStore)
             #expect(r.status == .invalid)
             #expect(r.signature == .notChecked)
             #expect(r.reason?.contains("MALFORMED") == true || r.reason?.contains("unusable") == true)
@@ -153,13 +158,20 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
     @Test func trustStoreFromFilesDirectoriesAndMasterLists() async throws {
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
-        let a = try TestPKI.generate(country: "UTO"), b = try TestPKI.generate(country: "ZZZ", algorithm: .brainpoolP256r1)
+        let a = try TestPKI.generate(country: "UTO"),
+            b = try TestPKI.generate(country: "ZZZ", algorithm: .brainpoolP256r1)
         let written = try a.write(to: dir.appendingPathComponent("a").path)
         #expect(written.count == 6)
         try b.write(to: dir.appendingPathComponent("b").path)
         // Single PEM, single DER, a PEM bundle, a directory.
-        #expect(try CSCATrustStore(contentsOf: dir.appendingPathComponent("a/csca.pem").path).certificates == [a.csca.certificate])
-        #expect(try CSCATrustStore(contentsOf: dir.appendingPathComponent("a/csca.der").path).certificates == [a.csca.certificate])
+        #expect(
+            try CSCATrustStore(contentsOf: dir.appendingPathComponent("a/csca.pem").path).certificates == [
+                a.csca.certificate
+            ])
+        #expect(
+            try CSCATrustStore(contentsOf: dir.appendingPathComponent("a/csca.der").path).certificates == [
+                a.csca.certificate
+            ])
         let bundle = Array((a.csca.certificatePEM + b.csca.certificatePEM).utf8)
         try OpenSSLCLI.write(bundle, "bundle.pem", in: dir)
         #expect(try CSCATrustStore(contentsOf: dir.appendingPathComponent("bundle.pem").path).certificates.count == 2)
@@ -168,27 +180,36 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
 
         // A master list built here, and one signed by the openssl CLI over a CscaMasterList assembled by hand.
         let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
-        let ml = try TestPKI.masterList(certificates: [a.csca.certificate, b.csca.certificate], signer: mlSigner.documentSignerKey)
+        let ml = try TestPKI.masterList(
+            certificates: [a.csca.certificate, b.csca.certificate], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
-        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path,
-                                       masterListTrust: [mlSigner.csca.certificate])
+        let store = try CSCATrustStore(
+            contentsOf: dir.appendingPathComponent("UTO.ml").path,
+            masterListTrust: [mlSigner.csca.certificate])
         #expect(Set(store.certificates) == [a.csca.certificate, b.csca.certificate])
 
         try await OpenSSLCLI.makePKI(in: dir, kind: "prime256v1")
         let list = ASN1.seq([ASN1.int(0), ASN1.setOf([a.csca.certificate.der, b.csca.certificate.der])])
         try OpenSSLCLI.write(list, "list.der", in: dir)
-        try await OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "list.der", "-signer", "ds.pem", "-inkey", "ds.key",
-                            "-outform", "DER", "-out", "openssl.ml", "-nodetach", "-econtent_type", "2.23.136.1.1.2",
-                            "-md", "sha256", "-nosmimecap"], in: dir)
-        let opensslCSCA = try ParsedCertificate(pemOrDER: Array(try Data(contentsOf: dir.appendingPathComponent("csca.pem"))))
-        let store2 = try CSCATrustStore(contentsOf: dir.appendingPathComponent("openssl.ml").path, masterListTrust: [opensslCSCA])
+        try await OpenSSLCLI.run(
+            [
+                "cms", "-sign", "-binary", "-in", "list.der", "-signer", "ds.pem", "-inkey", "ds.key",
+                "-outform", "DER", "-out", "openssl.ml", "-nodetach", "-econtent_type", "2.23.136.1.1.2",
+                "-md", "sha256", "-nosmimecap",
+            ], in: dir)
+        let opensslCSCA = try ParsedCertificate(
+            pemOrDER: Array(try Data(contentsOf: dir.appendingPathComponent("csca.pem"))))
+        let store2 = try CSCATrustStore(
+            contentsOf: dir.appendingPathComponent("openssl.ml").path, masterListTrust: [opensslCSCA])
         #expect(Set(store2.certificates) == [a.csca.certificate, b.csca.certificate])
 
         let groups = try specimenDataGroups()
         let sod = try SODBuilder.build(dataGroups: groups, signer: b.documentSignerKey)
         #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store2).status == .valid)
         #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("nope").path) }
-        #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("list.der").path) }
+        #expect(throws: TesseraError.self) {
+            try CSCATrustStore(contentsOf: dir.appendingPathComponent("list.der").path)
+        }
     }
 
     /// A CRL of the CSCA listing the document signer makes passive authentication invalid; a CRL not listing it
@@ -214,7 +235,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
 
         var staleStore = pki.trustStore
         let old = Date().addingTimeInterval(-40 * 86_400)
-        try staleStore.addCRLs(contentsOf: try pki.crl(revoking: [], thisUpdate: old, nextUpdate: old.addingTimeInterval(86_400)).der)
+        try staleStore.addCRLs(
+            contentsOf: try pki.crl(revoking: [], thisUpdate: old, nextUpdate: old.addingTimeInterval(86_400)).der)
         let stale = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: staleStore)
         #expect(stale.status == .valid && stale.revocation == .checked && stale.crlStale)
         #expect(stale.json["crlStale"] == .bool(true))
@@ -232,36 +254,48 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
         let longAgo = Date(timeIntervalSinceNow: -20 * 365 * 86_400)
-        let old = try TestPKI.generate(country: "UTO", notBefore: longAgo, cscaValidityDays: 365 * 15,
-                                       documentSignerValidityDays: 365 * 11)
+        let old = try TestPKI.generate(
+            country: "UTO", notBefore: longAgo, cscaValidityDays: 365 * 15,
+            documentSignerValidityDays: 365 * 11)
         let new = try TestPKI.generate(country: "UTO")
         let newCSCA = new.csca.certificate
         let link = try TestPKI.issue(
             subject: newCSCA.subject, issuer: old.csca.certificate.subject, publicKey: newCSCA.subjectPublicKeyInfo,
-            signerKey: old.csca.privateKeyDER, scheme: old.csca.algorithm.scheme, notBefore: Date(timeIntervalSinceNow: -86_400),
-            days: 365 * 10, extensions: [
-                TestPKI.extensionDER("2.5.29.19", critical: true, ASN1.seq([ASN1.node(ASN1.boolean, [0xFF]), ASN1.int(0)])),
+            signerKey: old.csca.privateKeyDER, scheme: old.csca.algorithm.scheme,
+            notBefore: Date(timeIntervalSinceNow: -86_400),
+            days: 365 * 10,
+            extensions: [
+                TestPKI.extensionDER(
+                    "2.5.29.19", critical: true, ASN1.seq([ASN1.node(ASN1.boolean, [0xFF]), ASN1.int(0)])),
                 TestPKI.extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x01, 0x06])),
-                TestPKI.extensionDER("2.5.29.14", critical: false, ASN1.octets(try #require(newCSCA.subjectKeyIdentifier))),
-                TestPKI.extensionDER("2.5.29.35", critical: false,
-                                     ASN1.seq([ASN1.node(0x80, try #require(old.csca.certificate.subjectKeyIdentifier))])),
+                TestPKI.extensionDER(
+                    "2.5.29.14", critical: false, ASN1.octets(try #require(newCSCA.subjectKeyIdentifier))),
+                TestPKI.extensionDER(
+                    "2.5.29.35", critical: false,
+                    ASN1.seq([ASN1.node(0x80, try #require(old.csca.certificate.subjectKeyIdentifier))])),
             ])
         let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
         let ml = try TestPKI.masterList(certificates: [old.csca.certificate, link], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
-        let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("UTO.ml").path,
-                                       masterListTrust: [mlSigner.csca.certificate])
+        let store = try CSCATrustStore(
+            contentsOf: dir.appendingPathComponent("UTO.ml").path,
+            masterListTrust: [mlSigner.csca.certificate])
         #expect(Set(store.certificates) == [old.csca.certificate, link])
 
         let groups = try specimenDataGroups()
-        let oldSOD = try SODBuilder.build(dataGroups: groups, signer: old.documentSignerKey,
-                                          signingTime: longAgo.addingTimeInterval(86_400))
+        let oldSOD = try SODBuilder.build(
+            dataGroups: groups, signer: old.documentSignerKey,
+            signingTime: longAgo.addingTimeInterval(86_400))
         let oldResult = PassiveAuthentication.verify(sod: oldSOD, dataGroups: groups, trustStore: store)
         #expect(oldResult.status == .valid && oldResult.certificateValidity == .expired)
         #expect(oldResult.reason?.contains("expired") == true)
-        #expect(PassiveAuthentication.verify(sod: oldSOD, dataGroups: groups, trustStore: store,
-                                             options: .init(referenceDate: longAgo.addingTimeInterval(86_400),
-                                                            enforceValidityPeriod: true)).status == .valid)
+        #expect(
+            PassiveAuthentication.verify(
+                sod: oldSOD, dataGroups: groups, trustStore: store,
+                options: .init(
+                    referenceDate: longAgo.addingTimeInterval(86_400),
+                    enforceValidityPeriod: true)
+            ).status == .valid)
 
         let newSOD = try SODBuilder.build(dataGroups: groups, signer: new.documentSignerKey)
         let newResult = PassiveAuthentication.verify(sod: newSOD, dataGroups: groups, trustStore: store)
@@ -305,14 +339,19 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         var swapped = ml
         swapped[certAt + 5] ^= 0x01
         try OpenSSLCLI.write(swapped, "swapped.ml", in: dir)
-        #expect(refusal([mlSigner.csca.certificate], dir.appendingPathComponent("swapped.ml").path)?.contains("signature invalid") == true)
+        #expect(
+            refusal([mlSigner.csca.certificate], dir.appendingPathComponent("swapped.ml").path)?.contains(
+                "signature invalid") == true)
 
         // In a directory: a stray text file is skipped, the tampered list is refused naming itself.
         let d = dir.appendingPathComponent("anchors")
         try FileManager.default.createDirectory(at: d, withIntermediateDirectories: true)
         try OpenSSLCLI.write(Array("not a certificate".utf8), "README", in: d)
         try OpenSSLCLI.write(ml, "UTO.ml", in: d)
-        #expect(try CSCATrustStore(contentsOf: d.path, masterListTrust: [mlSigner.csca.certificate]).certificates == [a.csca.certificate])
+        #expect(
+            try CSCATrustStore(contentsOf: d.path, masterListTrust: [mlSigner.csca.certificate]).certificates == [
+                a.csca.certificate
+            ])
         try OpenSSLCLI.write(tampered, "XXX.ml", in: d)
         #expect(refusal([mlSigner.csca.certificate], d.path)?.contains("XXX.ml") == true)
     }
@@ -339,9 +378,12 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let groups = try specimenDataGroups()
         try OpenSSLCLI.write(try handBuiltLDSSecurityObject(groups), "lso.der", in: dir)
         let keyopts = c.pss ? ["-keyopt", "rsa_padding_mode:pss", "-keyopt", "rsa_pss_saltlen:32"] : []
-        try await OpenSSLCLI.run(["cms", "-sign", "-binary", "-in", "lso.der", "-signer", "ds.pem", "-inkey", "ds.key",
-                            "-outform", "DER", "-out", "sod.der", "-nodetach", "-econtent_type", "2.23.136.1.1.1",
-                            "-md", "sha256", "-nosmimecap"] + keyopts, in: dir)
+        try await OpenSSLCLI.run(
+            [
+                "cms", "-sign", "-binary", "-in", "lso.der", "-signer", "ds.pem", "-inkey", "ds.key",
+                "-outform", "DER", "-out", "sod.der", "-nodetach", "-econtent_type", "2.23.136.1.1.1",
+                "-md", "sha256", "-nosmimecap",
+            ] + keyopts, in: dir)
         let sod = TLV(tag: 0x77, value: try OpenSSLCLI.read("sod.der", in: dir)).encoded
         let store = try CSCATrustStore(contentsOf: dir.appendingPathComponent("csca.pem").path)
         let result = PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store)
@@ -380,16 +422,22 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
         let contentInfo = try TLV.parse(sod).value
         try OpenSSLCLI.write(contentInfo, "sod.der", in: dir)
-        try await OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "csca.pem",
-                            "-purpose", "any", "-out", "content.der"], in: dir)
+        try await OpenSSLCLI.run(
+            [
+                "cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "csca.pem",
+                "-purpose", "any", "-out", "content.der",
+            ], in: dir)
         let content = try OpenSSLCLI.read("content.der", in: dir)
         #expect(content == (try handBuiltLDSSecurityObject(groups)))
         // And openssl rejects it under a foreign CSCA.
         let foreign = try TestPKI.generate(country: "ZZZ")
         try OpenSSLCLI.write(Array(foreign.csca.certificatePEM.utf8), "foreign.pem", in: dir)
         await #expect(throws: (any Error).self) {
-            try await OpenSSLCLI.run(["cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "foreign.pem",
-                                "-purpose", "any", "-out", "content2.der"], in: dir)
+            try await OpenSSLCLI.run(
+                [
+                    "cms", "-verify", "-inform", "DER", "-in", "sod.der", "-CAfile", "foreign.pem",
+                    "-purpose", "any", "-out", "content2.der",
+                ], in: dir)
         }
     }
 }

@@ -1,13 +1,15 @@
 import APDU
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// ICAO Doc 9303 Part 11 Appendix D.4: secure messaging worked example (3DES, KS from D.3, SSC 887022120C06C226).
 @Suite struct SecureMessagingTests {
     static func d4Session() throws -> SecureMessagingSession {
-        try SecureMessagingSession(cipher: .tripleDES, encryptionKey: ax("979EC13B1CBFE9DCD01AB0FED307EAE5"),
-                                   macKey: ax("F1CB1F1FB5ADF208806B89DC579DC1F8"), ssc: ax("887022120C06C226"))
+        try SecureMessagingSession(
+            cipher: .tripleDES, encryptionKey: ax("979EC13B1CBFE9DCD01AB0FED307EAE5"),
+            macKey: ax("F1CB1F1FB5ADF208806B89DC579DC1F8"), ssc: ax("887022120C06C226"))
     }
 
     static let selectEFCOM = CommandAPDU(ins: 0xA4, p1: 0x02, p2: 0x0C, data: [0x01, 0x1E])
@@ -42,10 +44,14 @@ import TesseraCore
         #expect(try chip.protectResponse(ResponseAPDU(sw: .success)).encoded == ax(Self.selectResponse))
         let c2 = try chip.unprotectCommand(CommandAPDU(parsing: ax(Self.protectedRead4)))
         #expect(c2.ne == 4 && c2.ins == 0xB0 && c2.data.isEmpty)
-        #expect(try chip.protectResponse(ResponseAPDU(data: ax("60145F01"), sw: .success)).encoded == ax(Self.read4Response))
+        #expect(
+            try chip.protectResponse(ResponseAPDU(data: ax("60145F01"), sw: .success)).encoded == ax(Self.read4Response)
+        )
         let c3 = try chip.unprotectCommand(CommandAPDU(parsing: ax(Self.protectedRead18)))
         #expect(c3.ne == 0x12 && c3.p2 == 4)
-        #expect(try chip.protectResponse(ResponseAPDU(data: ax("04303130365F36063034303030305C026175"), sw: .success)).encoded
+        #expect(
+            try chip.protectResponse(ResponseAPDU(data: ax("04303130365F36063034303030305C026175"), sw: .success))
+                .encoded
                 == ax(Self.read18Response))
     }
 
@@ -96,8 +102,9 @@ import TesseraCore
     /// including extended length, odd INS (DO'85') and protected error status words.
     @Test func aesRoundTrips() throws {
         let make = { () throws -> SecureMessagingSession in
-            try SecureMessagingSession(cipher: .aes128, encryptionKey: ax("F5F0E35C0D7161EE6724EE513A0D9A7F"),
-                                       macKey: ax("FE251C7858B356B24514B3BD5F4297D1"))
+            try SecureMessagingSession(
+                cipher: .aes128, encryptionKey: ax("F5F0E35C0D7161EE6724EE513A0D9A7F"),
+                macKey: ax("FE251C7858B356B24514B3BD5F4297D1"))
         }
         var reader = try make(), chip = try make()
         let commands = [

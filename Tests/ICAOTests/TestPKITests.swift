@@ -1,8 +1,9 @@
 import APDU
 import CryptoPrimitives
 import Foundation
-import Testing
 import TesseraCore
+import Testing
+
 @testable import ICAO
 
 /// Whether an EC SubjectPublicKeyInfo carries explicit domain parameters (a SEQUENCE) instead of a curve OID.
@@ -18,10 +19,13 @@ private func explicitParameters(_ spki: [UInt8]) throws -> Bool {
         defer { try? FileManager.default.removeItem(at: dir) }
         let pki = try TestPKI.generate(country: "UTO", algorithm: algorithm)
         try pki.write(to: dir.path)
-        let out = String(decoding: try await OpenSSLCLI.run(["verify", "-CAfile", "csca.pem", "ds.pem"], in: dir), as: UTF8.self)
+        let out = String(
+            decoding: try await OpenSSLCLI.run(["verify", "-CAfile", "csca.pem", "ds.pem"], in: dir), as: UTF8.self)
         #expect(out.contains("ds.pem: OK"))
-        let text = String(decoding: try await OpenSSLCLI.run(["x509", "-in", "csca.der", "-inform", "DER", "-noout", "-text"], in: dir),
-                          as: UTF8.self)
+        let text = String(
+            decoding: try await OpenSSLCLI.run(
+                ["x509", "-in", "csca.der", "-inform", "DER", "-noout", "-text"], in: dir),
+            as: UTF8.self)
         #expect(text.contains("Certificate Sign"))
         #expect(text.contains("CA:TRUE"))
         #expect(text.contains("C = UT"))
@@ -66,8 +70,11 @@ private func explicitParameters(_ spki: [UInt8]) throws -> Bool {
         // FIPS 180-2 "abc" test vectors.
         let abc = Array("abc".utf8)
         #expect(Hex.encode(try Signatures.digest(.sha1, abc)) == "a9993e364706816aba3e25717850c26c9cd0d89d")
-        #expect(Hex.encode(try Signatures.digest(.sha224, abc)) == "23097d223405d8228642a477bda255b32aadbce4bda0b3f7e36c9da7")
-        #expect(Hex.encode(try Signatures.digest(.sha256, abc))
-            == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(
+            Hex.encode(try Signatures.digest(.sha224, abc))
+                == "23097d223405d8228642a477bda255b32aadbce4bda0b3f7e36c9da7")
+        #expect(
+            Hex.encode(try Signatures.digest(.sha256, abc))
+                == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }
 }

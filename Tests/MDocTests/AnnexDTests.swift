@@ -3,15 +3,17 @@ import Crypto
 import Foundation
 import ICAO
 import MDoc
-import Testing
 import TesseraCore
+import Testing
 
 /// ISO/IEC 18013-5 Annex D, byte for byte (vectors and their source in AnnexDVectors.swift).
 @Suite struct AnnexDTests {
     /// Inside the validity of the Annex D MSO (2020-10-01T13:30:02Z … 2021-10-01) and document signer.
     static let now = MDocDate.parse("2020-12-01T00:00:00Z")!
 
-    static func transcript() throws -> SessionTranscript { try SessionTranscript(taggedBytes: AnnexD.sessionTranscriptBytes) }
+    static func transcript() throws -> SessionTranscript {
+        try SessionTranscript(taggedBytes: AnnexD.sessionTranscriptBytes)
+    }
     static func eReaderPrivate() throws -> P256.KeyAgreement.PrivateKey {
         try P256.KeyAgreement.PrivateKey(rawRepresentation: AnnexD.eReaderKeyD)
     }
@@ -42,8 +44,9 @@ import TesseraCore
         #expect(engagement.eDeviceKey == (try DeviceEngagement(bytes: AnnexD.deviceEngagement)).eDeviceKey)
         let rebuilt = try DeviceEngagement.make(eDeviceKey: engagement.eDeviceKey)
         let eReaderKey = try MDocECKey(curve: 1, x: AnnexD.eReaderKeyX, y: AnnexD.eReaderKeyY)
-        let built = SessionTranscript(deviceEngagementBytes: rebuilt.bytes, eReaderKeyBytes: eReaderKey.encoded,
-                                      handover: parts[2])
+        let built = SessionTranscript(
+            deviceEngagementBytes: rebuilt.bytes, eReaderKeyBytes: eReaderKey.encoded,
+            handover: parts[2])
         #expect(built.taggedBytes == AnnexD.sessionTranscriptBytes)
     }
 
@@ -52,16 +55,18 @@ import TesseraCore
         #expect(establishment.eReaderKey.x == AnnexD.eReaderKeyX)
         let de = try DeviceEngagement(bytes: AnnexD.deviceEngagement)
         _ = de
-        var device = try SessionEncryption(role: .device, privateKey: try Self.eDevicePrivate(),
-                                           peer: establishment.eReaderKey, sessionTranscript: try Self.transcript())
+        var device = try SessionEncryption(
+            role: .device, privateKey: try Self.eDevicePrivate(),
+            peer: establishment.eReaderKey, sessionTranscript: try Self.transcript())
         #expect(try device.decrypt(establishment.data) == AnnexD.deviceRequest)
         #expect(device.receiveCounter == 2)
     }
 
     @Test func readerEncryptsTheSessionEstablishmentByteForByte() throws {
         let de = try DeviceEngagement(bytes: AnnexD.deviceEngagement)
-        var reader = try SessionEncryption(role: .reader, privateKey: try Self.eReaderPrivate(), peer: de.eDeviceKey,
-                                           sessionTranscript: try Self.transcript())
+        var reader = try SessionEncryption(
+            role: .reader, privateKey: try Self.eReaderPrivate(), peer: de.eDeviceKey,
+            sessionTranscript: try Self.transcript())
         let data = try reader.encrypt(AnnexD.deviceRequest)
         let eReaderKey = try MDocECKey(uncompressedPoint: Array(try Self.eReaderPrivate().publicKey.x963Representation))
         #expect(SessionEstablishment(eReaderKey: eReaderKey, data: data).encoded == AnnexD.sessionEstablishment)
@@ -70,18 +75,22 @@ import TesseraCore
     @Test func sessionKeysAgreeOnBothSides() throws {
         let de = try DeviceEngagement(bytes: AnnexD.deviceEngagement)
         let eReaderKey = try MDocECKey(curve: 1, x: AnnexD.eReaderKeyX, y: AnnexD.eReaderKeyY)
-        let r = try SessionEncryption.sessionKeys(privateKey: try Self.eReaderPrivate(), peer: de.eDeviceKey,
-                                                  sessionTranscript: try Self.transcript())
-        let d = try SessionEncryption.sessionKeys(privateKey: try Self.eDevicePrivate(), peer: eReaderKey,
-                                                  sessionTranscript: try Self.transcript())
+        let r = try SessionEncryption.sessionKeys(
+            privateKey: try Self.eReaderPrivate(), peer: de.eDeviceKey,
+            sessionTranscript: try Self.transcript())
+        let d = try SessionEncryption.sessionKeys(
+            privateKey: try Self.eDevicePrivate(), peer: eReaderKey,
+            sessionTranscript: try Self.transcript())
         #expect(r.skReader == d.skReader)
         #expect(r.skDevice == d.skDevice)
         #expect(r.skReader != r.skDevice)
         // Device → reader: the DeviceResponse in SessionData, decrypted by the reader; a replay fails (counter).
-        var device = try SessionEncryption(role: .device, privateKey: try Self.eDevicePrivate(), peer: eReaderKey,
-                                           sessionTranscript: try Self.transcript())
-        var reader = try SessionEncryption(role: .reader, privateKey: try Self.eReaderPrivate(), peer: de.eDeviceKey,
-                                           sessionTranscript: try Self.transcript())
+        var device = try SessionEncryption(
+            role: .device, privateKey: try Self.eDevicePrivate(), peer: eReaderKey,
+            sessionTranscript: try Self.transcript())
+        var reader = try SessionEncryption(
+            role: .reader, privateKey: try Self.eReaderPrivate(), peer: de.eDeviceKey,
+            sessionTranscript: try Self.transcript())
         let message = try device.encrypt(AnnexD.deviceResponse)
         let sessionData = try SessionData(bytes: SessionData(data: message).encoded)
         #expect(try reader.decrypt(sessionData.data!) == AnnexD.deviceResponse)
@@ -99,20 +108,25 @@ import TesseraCore
         #expect(request.encoded == AnnexD.deviceRequest)
         let doc = try #require(request.docRequests.first)
         #expect(doc.docType == MDL.docType)
-        #expect(doc.nameSpaces.first?.elements.map { $0.identifier }
-            == ["family_name", "document_number", "driving_privileges", "issue_date", "expiry_date", "portrait"])
+        #expect(
+            doc.nameSpaces.first?.elements.map { $0.identifier }
+                == ["family_name", "document_number", "driving_privileges", "issue_date", "expiry_date", "portrait"])
         #expect(doc.nameSpaces.first?.elements.map { $0.intentToRetain } == [true, true, true, true, true, false])
         let auth = try #require(doc.readerAuth)
         let readerCert = try ParsedCertificate(der: try #require(auth.x5chain.first))
         #expect(try readerCert.isSigned(by: try ParsedCertificate(der: AnnexD.readerRootCertificate)))
-        let payload = DocRequest.readerAuthenticationBytes(sessionTranscript: try Self.transcript(),
-                                                           itemsRequestBytes: doc.itemsRequestBytes)
+        let payload = DocRequest.readerAuthenticationBytes(
+            sessionTranscript: try Self.transcript(),
+            itemsRequestBytes: doc.itemsRequestBytes)
         #expect(auth.verify(publicKey: readerCert.subjectPublicKeyInfo, detachedPayload: payload))
         // Over another transcript the same signature does not verify.
         let other = SessionTranscript(deviceEngagementBytes: [0xA0], eReaderKeyBytes: [0xA0], handover: .null)
-        #expect(!auth.verify(publicKey: readerCert.subjectPublicKeyInfo,
-                             detachedPayload: DocRequest.readerAuthenticationBytes(sessionTranscript: other,
-                                                                                   itemsRequestBytes: doc.itemsRequestBytes)))
+        #expect(
+            !auth.verify(
+                publicKey: readerCert.subjectPublicKeyInfo,
+                detachedPayload: DocRequest.readerAuthenticationBytes(
+                    sessionTranscript: other,
+                    itemsRequestBytes: doc.itemsRequestBytes)))
     }
 
     @Test func deviceResponseReencodesAndCarriesTheDocumentSigner() throws {
@@ -133,7 +147,8 @@ import TesseraCore
         let response = try DeviceResponse(bytes: AnnexD.deviceResponse)
         let session = MDocVerifier.Session(transcript: try Self.transcript(), eReaderKey: try Self.eReaderPrivate())
         let iaca = try ParsedCertificate(der: AnnexD.iacaCertificate)
-        let result = try #require(MDocVerifier.verify(response: response, session: session, iacas: [iaca], now: Self.now).first)
+        let result = try #require(
+            MDocVerifier.verify(response: response, session: session, iacas: [iaca], now: Self.now).first)
         #expect(result.reasons == [])
         #expect(result.verdict == .authentic)
         #expect(result.deviceAuthenticationKind == "deviceMac")
@@ -150,14 +165,17 @@ import TesseraCore
         let ns = doc.issuerSigned.nameSpaces[0]
         var items = ns.items
         let original = items[0]
-        items[0] = try IssuerSignedItem.make(digestID: original.digestID, random: original.random,
-                                             identifier: original.elementIdentifier, value: "Roe")
-        let tampered = MDocDocument(docType: doc.docType,
-                                    issuerSigned: IssuerSigned(nameSpaces: [(ns.namespace, items)], issuerAuth: doc.issuerSigned.issuerAuth),
-                                    deviceSigned: doc.deviceSigned)
+        items[0] = try IssuerSignedItem.make(
+            digestID: original.digestID, random: original.random,
+            identifier: original.elementIdentifier, value: "Roe")
+        let tampered = MDocDocument(
+            docType: doc.docType,
+            issuerSigned: IssuerSigned(nameSpaces: [(ns.namespace, items)], issuerAuth: doc.issuerSigned.issuerAuth),
+            deviceSigned: doc.deviceSigned)
         let session = MDocVerifier.Session(transcript: try Self.transcript(), eReaderKey: try Self.eReaderPrivate())
-        let result = MDocVerifier.verify(document: tampered, session: session,
-                                         iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)], now: Self.now)
+        let result = MDocVerifier.verify(
+            document: tampered, session: session,
+            iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)], now: Self.now)
         #expect(result.verdict == .notAuthentic)
         #expect(result.reasons == [.digestMismatch])
         #expect(result.elements.first?.digestValid == false)
@@ -167,14 +185,16 @@ import TesseraCore
     @Test func afterValidUntilTheMSOIsExpired() throws {
         let response = try DeviceResponse(bytes: AnnexD.deviceResponse)
         let session = MDocVerifier.Session(transcript: try Self.transcript(), eReaderKey: try Self.eReaderPrivate())
-        let result = MDocVerifier.verify(response: response, session: session,
-                                         iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)],
-                                         now: MDocDate.parse("2021-11-01T00:00:00Z")!)[0]
+        let result = MDocVerifier.verify(
+            response: response, session: session,
+            iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)],
+            now: MDocDate.parse("2021-11-01T00:00:00Z")!)[0]
         #expect(result.verdict == .notAuthentic)
         #expect(result.reasons.contains(.msoExpired))
-        let early = MDocVerifier.verify(response: response, session: session,
-                                        iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)],
-                                        now: MDocDate.parse("2020-10-01T13:00:00Z")!)[0]
+        let early = MDocVerifier.verify(
+            response: response, session: session,
+            iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)],
+            now: MDocDate.parse("2020-10-01T13:00:00Z")!)[0]
         #expect(early.reasons.contains(.msoNotYetValid))
     }
 
@@ -193,14 +213,17 @@ import TesseraCore
     @Test func deviceMacOverAnotherTranscriptIsInvalid() throws {
         let response = try DeviceResponse(bytes: AnnexD.deviceResponse)
         let de = try DeviceEngagement(bytes: AnnexD.deviceEngagement)
-        let other = SessionTranscript(deviceEngagementBytes: de.bytes, eReaderKeyBytes: de.eDeviceKeyBytes, handover: .null)
-        let result = MDocVerifier.verify(response: response,
-                                         session: .init(transcript: other, eReaderKey: try Self.eReaderPrivate()),
-                                         iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)], now: Self.now)[0]
+        let other = SessionTranscript(
+            deviceEngagementBytes: de.bytes, eReaderKeyBytes: de.eDeviceKeyBytes, handover: .null)
+        let result = MDocVerifier.verify(
+            response: response,
+            session: .init(transcript: other, eReaderKey: try Self.eReaderPrivate()),
+            iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)], now: Self.now)[0]
         #expect(result.verdict == .notAuthentic)
         #expect(result.reasons == [.deviceAuthInvalid])
-        let unchecked = MDocVerifier.verify(response: response, session: nil,
-                                            iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)], now: Self.now)[0]
+        let unchecked = MDocVerifier.verify(
+            response: response, session: nil,
+            iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)], now: Self.now)[0]
         #expect(unchecked.verdict == .unverified)
         #expect(unchecked.reasons == [.deviceAuthNotChecked])
     }
@@ -208,9 +231,10 @@ import TesseraCore
     @Test func wrongDocTypeIsReported() throws {
         let response = try DeviceResponse(bytes: AnnexD.deviceResponse)
         let session = MDocVerifier.Session(transcript: try Self.transcript(), eReaderKey: try Self.eReaderPrivate())
-        let result = MDocVerifier.verify(response: response, session: session,
-                                         iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)], now: Self.now,
-                                         expectedDocType: "org.iso.23220.photoid.1")[0]
+        let result = MDocVerifier.verify(
+            response: response, session: session,
+            iacas: [try ParsedCertificate(der: AnnexD.iacaCertificate)], now: Self.now,
+            expectedDocType: "org.iso.23220.photoid.1")[0]
         #expect(result.reasons == [.docTypeMismatch])
     }
 }

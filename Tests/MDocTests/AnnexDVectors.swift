@@ -11,7 +11,8 @@ enum AnnexD {
     static func bytes(_ text: String) -> [UInt8] { Hex.decode(text)! }
 
     /// D.3.1 DeviceEngagement (QR, with a BLE retrieval method).
-    static let deviceEngagement = bytes("""
+    static let deviceEngagement = bytes(
+        """
         a30063312e30018201d818584ba4010220012158205a88d182bce5f42efa59943f33359d2
         e8a968ff289d93e5fa444b624343167fe225820b16e8cf858ddc7690407ba61d4c338237a
         8cfcf3de6aa672fc60a557aa32fc670281830201a300f401f50b5045efef742b2c4837a9a
@@ -19,7 +20,8 @@ enum AnnexD {
         """)
 
     /// D.5.4 / D.4.1.2: the DeviceResponse (issuerSigned with 6 elements, deviceMac).
-    static let deviceResponse = bytes("""
+    static let deviceResponse = bytes(
+        """
         a36776657273696f6e63312e3069646f63756d656e747381a367646f6354797065756f72672e69736
         f2e31383031332e352e312e6d444c6c6973737565725369676e6564a26a6e616d65537061636573a1
         716f72672e69736f2e31383031332e352e3186d8185863a4686469676573744944006672616e646f6
@@ -111,7 +113,8 @@ enum AnnexD {
         """)
 
     /// D.5.2: the document signer certificate (also in the issuerAuth x5chain).
-    static let documentSignerCertificate = bytes("""
+    static let documentSignerCertificate = bytes(
+        """
         308201ef30820195a00302010202143c4416eed784f3b413e48f56f075abfa6d87eb84300a06082
         a8648ce3d04030230233114301206035504030c0b75746f7069612069616361310b30090603550406
         13025553301e170d3230313030313030303030305a170d3231313030313030303030305a302131123
@@ -128,7 +131,8 @@ enum AnnexD {
         """)
 
     /// D.5.1: the IACA root certificate (CN=utopia iaca).
-    static let iacaCertificate = bytes("""
+    static let iacaCertificate = bytes(
+        """
         308201ce30820173a00302010202142ab4edd052b2582f4c6ad96186de70f4de5a3994300a06082a8648ce3d04030230233114301
         206035504030c0b75746f7069612069616361310b3009060355040613025553301e170d3230313030313030303030305a170d3239
         303932393030303030305a30233114301206035504030c0b75746f7069612069616361310b3009060355040613025553305930130
@@ -141,7 +145,8 @@ enum AnnexD {
         """)
 
     /// D.5.1: the reader root certificate (CN=reader root).
-    static let readerRootCertificate = bytes("""
+    static let readerRootCertificate = bytes(
+        """
         3082019030820137a003020102021430d747795405d564b7ac48be6f364ae2c774f2fc300a06082a8648ce3d04030230163114301
         206035504030c0b72656164657220726f6f74301e170d3230313030313030303030305a170d3239303932393030303030305a3016
         3114301206035504030c0b72656164657220726f6f743059301306072a8648ce3d020106082a8648ce3d030107034200043643293
@@ -153,7 +158,8 @@ enum AnnexD {
         """)
 
     /// D.5.1 SessionTranscriptBytes (tag 24 around [DeviceEngagementBytes, EReaderKeyBytes, Handover (NFC)]).
-    static let sessionTranscriptBytes = bytes("""
+    static let sessionTranscriptBytes = bytes(
+        """
         d81859024183d8185858a20063312e30018201d818584ba4010220012158205a88d182bce5f42efa5
         9943f33359d2e8a968ff289d93e5fa444b624343167fe225820b16e8cf858ddc7690407ba61d4c338
         237a8cfcf3de6aa672fc60a557aa32fc67d818584ba40102200121582060e3392385041f51403051f
@@ -172,7 +178,8 @@ enum AnnexD {
         """)
 
     /// D.4.1.1 DeviceRequest (with readerAuth).
-    static let deviceRequest = bytes("""
+    static let deviceRequest = bytes(
+        """
         a26776657273696f6e63312e306b646f63526571756573747381a26c6974656d7352657175657374d
         8185893a267646f6354797065756f72672e69736f2e31383031332e352e312e6d444c6a6e616d6553
         7061636573a1716f72672e69736f2e31383031332e352e31a66b66616d696c795f6e616d65f56f646
@@ -194,7 +201,8 @@ enum AnnexD {
         """)
 
     /// D.4.1.1 SessionEstablishment (eReaderKey + the DeviceRequest encrypted with SKReader, counter 1).
-    static let sessionEstablishment = bytes("""
+    static let sessionEstablishment = bytes(
+        """
         a26a655265616465724b6579d818584ba40102200121582060e3392385041f51403051f2415531cb5
         6dd3f999c71687013aac6768bc8187e225820e58deb8fdbe907f7dd5368245551a34796f7d2215c44
         0c339bb0f7b67beccdfa64646174615902df52ada2acbeb6c390f2ca0bc659b484678eb94dd450743

@@ -3,8 +3,8 @@ import Crypto
 import Foundation
 import ICAO
 import MDoc
-import Testing
 import TesseraCore
+import Testing
 
 /// Tessera as issuer and holder against Tessera as reader: deviceSignature, validity, trust, handover.
 @Suite struct IssuanceTests {
@@ -20,39 +20,58 @@ import TesseraCore
         }
     }
 
-    static func issue(validUntil: Date = Date(timeIntervalSinceNow: 86_400 * 30),
-                      validFrom: Date? = nil) throws -> Holder {
+    static func issue(
+        validUntil: Date = Date(timeIntervalSinceNow: 86_400 * 30),
+        validFrom: Date? = nil
+    ) throws -> Holder {
         let pki = try MDocIssuer.testIACA()
         let deviceKey = P256.Signing.PrivateKey()
-        let elements: [(namespace: String, items: [(String, CBORValue)])] = [(MDL.namespace, [
-            ("family_name", "Mustermann"), ("given_name", "Erika"), ("birth_date", MDocDate.fullDate("1964-08-12")),
-            ("document_number", "T22000129"), ("issuing_country", "UT"), ("portrait", .byteString([0xFF, 0xD8, 0xFF, 0xD9])),
-        ])]
+        let elements: [(namespace: String, items: [(String, CBORValue)])] = [
+            (
+                MDL.namespace,
+                [
+                    ("family_name", "Mustermann"), ("given_name", "Erika"),
+                    ("birth_date", MDocDate.fullDate("1964-08-12")),
+                    ("document_number", "T22000129"), ("issuing_country", "UT"),
+                    ("portrait", .byteString([0xFF, 0xD8, 0xFF, 0xD9])),
+                ]
+            )
+        ]
         let issued = try MDocIssuer.issue(
             docType: MDL.docType, elements: elements,
             deviceKey: try MDocECKey(uncompressedPoint: Array(deviceKey.publicKey.x963Representation)),
             signerCertificate: pki.documentSigner.certificate.der,
             signer: COSESign1.privateKeySigner(der: pki.documentSigner.privateKeyDER, algorithm: .es256),
             signed: Date(timeIntervalSinceNow: -60), validFrom: validFrom, validUntil: validUntil)
-        return Holder(iaca: pki.iaca.certificate, issuerSigned: try IssuerSigned(bytes: issued.encoded), deviceKey: deviceKey)
+        return Holder(
+            iaca: pki.iaca.certificate, issuerSigned: try IssuerSigned(bytes: issued.encoded), deviceKey: deviceKey)
     }
 
     static func transcript() throws -> SessionTranscript {
-        let eDevice = try MDocECKey(uncompressedPoint: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))
-        let eReader = try MDocECKey(uncompressedPoint: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))
+        let eDevice = try MDocECKey(
+            uncompressedPoint: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))
+        let eReader = try MDocECKey(
+            uncompressedPoint: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))
         let de = try DeviceEngagement.make(eDeviceKey: eDevice)
         let hs = NFCHandover.staticHandoverSelect(deviceEngagement: de)
-        return SessionTranscript(deviceEngagementBytes: de.bytes, eReaderKeyBytes: eReader.encoded,
-                                 handover: NFCHandover.staticHandover(handoverSelect: hs))
+        return SessionTranscript(
+            deviceEngagementBytes: de.bytes, eReaderKeyBytes: eReader.encoded,
+            handover: NFCHandover.staticHandover(handoverSelect: hs))
     }
 
-    static func present(_ holder: Holder, transcript: SessionTranscript, signingKey: P256.Signing.PrivateKey? = nil,
-                        keep: Set<String>? = nil) throws -> DeviceResponse {
+    static func present(
+        _ holder: Holder, transcript: SessionTranscript, signingKey: P256.Signing.PrivateKey? = nil,
+        keep: Set<String>? = nil
+    ) throws -> DeviceResponse {
         let disclosed = holder.issuerSigned.disclosing { _, id in keep?.contains(id) ?? true }
-        let deviceSigned = try DeviceSigned.signed(sessionTranscript: transcript, docType: MDL.docType,
-                                                   signer: signer(signingKey ?? holder.deviceKey))
-        let response = DeviceResponse(documents: [MDocDocument(docType: MDL.docType, issuerSigned: disclosed,
-                                                               deviceSigned: deviceSigned)])
+        let deviceSigned = try DeviceSigned.signed(
+            sessionTranscript: transcript, docType: MDL.docType,
+            signer: signer(signingKey ?? holder.deviceKey))
+        let response = DeviceResponse(documents: [
+            MDocDocument(
+                docType: MDL.docType, issuerSigned: disclosed,
+                deviceSigned: deviceSigned)
+        ])
         return try DeviceResponse(bytes: response.encoded)
     }
 
@@ -60,8 +79,9 @@ import TesseraCore
         let holder = try Self.issue()
         let transcript = try Self.transcript()
         let response = try Self.present(holder, transcript: transcript, keep: ["family_name", "portrait"])
-        let result = MDocVerifier.verify(response: response, session: .init(transcript: transcript), iacas: [holder.iaca],
-                                         now: Date())[0]
+        let result = MDocVerifier.verify(
+            response: response, session: .init(transcript: transcript), iacas: [holder.iaca],
+            now: Date())[0]
         #expect(result.reasons == [])
         #expect(result.verdict == .authentic)
         #expect(result.deviceAuthenticationKind == "deviceSignature")
@@ -75,8 +95,9 @@ import TesseraCore
         let holder = try Self.issue()
         let transcript = try Self.transcript()
         let response = try Self.present(holder, transcript: transcript, signingKey: P256.Signing.PrivateKey())
-        let result = MDocVerifier.verify(response: response, session: .init(transcript: transcript), iacas: [holder.iaca],
-                                         now: Date())[0]
+        let result = MDocVerifier.verify(
+            response: response, session: .init(transcript: transcript), iacas: [holder.iaca],
+            now: Date())[0]
         #expect(result.verdict == .notAuthentic)
         #expect(result.reasons == [.deviceAuthInvalid])
     }
@@ -84,17 +105,20 @@ import TesseraCore
     @Test func aSignatureOverAnotherSessionIsInvalid() throws {
         let holder = try Self.issue()
         let response = try Self.present(holder, transcript: try Self.transcript())
-        let result = MDocVerifier.verify(response: response, session: .init(transcript: try Self.transcript()),
-                                         iacas: [holder.iaca], now: Date())[0]
+        let result = MDocVerifier.verify(
+            response: response, session: .init(transcript: try Self.transcript()),
+            iacas: [holder.iaca], now: Date())[0]
         #expect(result.reasons == [.deviceAuthInvalid])
     }
 
     @Test func anExpiredMSOIsNotAuthentic() throws {
-        let holder = try Self.issue(validUntil: Date(timeIntervalSinceNow: -10), validFrom: Date(timeIntervalSinceNow: -3600))
+        let holder = try Self.issue(
+            validUntil: Date(timeIntervalSinceNow: -10), validFrom: Date(timeIntervalSinceNow: -3600))
         let transcript = try Self.transcript()
         let response = try Self.present(holder, transcript: transcript)
-        let result = MDocVerifier.verify(response: response, session: .init(transcript: transcript), iacas: [holder.iaca],
-                                         now: Date())[0]
+        let result = MDocVerifier.verify(
+            response: response, session: .init(transcript: transcript), iacas: [holder.iaca],
+            now: Date())[0]
         #expect(result.verdict == .notAuthentic)
         #expect(result.reasons == [.msoExpired])
     }
@@ -103,28 +127,34 @@ import TesseraCore
         let holder = try Self.issue()
         var auth = holder.issuerSigned.issuerAuth
         auth.signature[5] ^= 0x01
-        let forged = Holder(iaca: holder.iaca, issuerSigned: IssuerSigned(nameSpaces: holder.issuerSigned.nameSpaces, issuerAuth: auth),
-                            deviceKey: holder.deviceKey)
+        let forged = Holder(
+            iaca: holder.iaca, issuerSigned: IssuerSigned(nameSpaces: holder.issuerSigned.nameSpaces, issuerAuth: auth),
+            deviceKey: holder.deviceKey)
         let transcript = try Self.transcript()
-        let result = MDocVerifier.verify(response: try Self.present(forged, transcript: transcript),
-                                         session: .init(transcript: transcript), iacas: [holder.iaca], now: Date())[0]
+        let result = MDocVerifier.verify(
+            response: try Self.present(forged, transcript: transcript),
+            session: .init(transcript: transcript), iacas: [holder.iaca], now: Date())[0]
         #expect(result.verdict == .notAuthentic)
         #expect(result.reasons.contains(.issuerSignatureInvalid))
     }
 
     @Test func readerAuthIsSignedOverTheTranscript() throws {
-        let reader = try TestPKI.generateChain(rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
-                                               signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)
+        let reader = try TestPKI.generateChain(
+            rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
+            signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)
         let transcript = try Self.transcript()
         let request = try DocRequest.make(
             docType: MDL.docType, elements: [MDL.namespace: MDL.defaultElements], sessionTranscript: transcript,
-            readerAuth: ([reader.signer.certificate.der], .es256,
-                         COSESign1.privateKeySigner(der: reader.signer.privateKeyDER, algorithm: .es256)))
+            readerAuth: (
+                [reader.signer.certificate.der], .es256,
+                COSESign1.privateKeySigner(der: reader.signer.privateKeyDER, algorithm: .es256)
+            ))
         let parsed = try DeviceRequest(bytes: DeviceRequest(docRequests: [request]).encoded)
         let doc = try #require(parsed.docRequests.first)
         #expect(doc.nameSpaces.first?.elements.map { $0.identifier } == MDL.defaultElements)
         let auth = try #require(doc.readerAuth)
-        let payload = DocRequest.readerAuthenticationBytes(sessionTranscript: transcript, itemsRequestBytes: doc.itemsRequestBytes)
+        let payload = DocRequest.readerAuthenticationBytes(
+            sessionTranscript: transcript, itemsRequestBytes: doc.itemsRequestBytes)
         #expect(auth.verify(publicKey: reader.signer.certificate.subjectPublicKeyInfo, detachedPayload: payload))
         #expect(try reader.signer.certificate.isSigned(by: reader.root.certificate))
     }
@@ -134,25 +164,31 @@ import TesseraCore
         let de = try DeviceEngagement.make(eDeviceKey: key)
         let message = NFCHandover.staticHandoverSelect(deviceEngagement: de)
         let records = try NDEFRecord.parseMessage(message)
-        #expect(records.map { String(decoding: $0.type, as: UTF8.self) }
-            == ["Hs", "iso.org:18013:nfc", "iso.org:18013:deviceengagement"])
+        #expect(
+            records.map { String(decoding: $0.type, as: UTF8.self) }
+                == ["Hs", "iso.org:18013:nfc", "iso.org:18013:deviceengagement"])
         #expect(try NFCHandover.deviceEngagement(inHandoverSelect: message) == de)
-        #expect(throws: TesseraError.self) { try NFCHandover.deviceEngagement(inHandoverSelect: Array(message.dropLast())) }
+        #expect(throws: TesseraError.self) {
+            try NFCHandover.deviceEngagement(inHandoverSelect: Array(message.dropLast()))
+        }
     }
 }
 
 @Suite struct ReaderAuthKeyTests {
     @Test func theKeyMustMatchTheLeafCertificate() throws {
-        let reader = try TestPKI.generateChain(rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
-                                               signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)
-        let key = try ReaderAuthKey(privateKey: Array(reader.signer.privateKeyPEM.utf8),
-                                    chain: [reader.signer.certificate.der, reader.root.certificate.der])
+        let reader = try TestPKI.generateChain(
+            rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
+            signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)
+        let key = try ReaderAuthKey(
+            privateKey: Array(reader.signer.privateKeyPEM.utf8),
+            chain: [reader.signer.certificate.der, reader.root.certificate.der])
         #expect(key.algorithm == .es256)
         #expect(key.chain.count == 2)
         let signature = try key.signer([1, 2, 3])
         #expect(signature.count == 64)
         #expect(throws: TesseraError.self) {
-            _ = try ReaderAuthKey(privateKey: Array(reader.root.privateKeyPEM.utf8), chain: [reader.signer.certificate.der])
+            _ = try ReaderAuthKey(
+                privateKey: Array(reader.root.privateKeyPEM.utf8), chain: [reader.signer.certificate.der])
         }
     }
 }

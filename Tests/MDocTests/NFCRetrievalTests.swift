@@ -4,8 +4,8 @@ import Crypto
 import Foundation
 import ICAO
 import MDoc
-import Testing
 import TesseraCore
+import Testing
 
 /// The reader's APDU sequence against the holder's card side, in process: static handover, session, request,
 /// response over short (chained, GET RESPONSE) and extended-length ENVELOPEs.
@@ -39,13 +39,20 @@ import TesseraCore
             guard answer, let doc = request.docRequests.first else { return nil }
             let wanted = Set(doc.nameSpaces.flatMap { ns in ns.elements.map { "\(ns.namespace)/\($0.identifier)" } })
             let signer: COSESigner = { (tbs: [UInt8]) throws(TesseraError) -> [UInt8] in
-                do { return Array(try deviceKey.signature(for: tbs).rawRepresentation) } catch { throw .internalError("sign") }
+                do { return Array(try deviceKey.signature(for: tbs).rawRepresentation) } catch {
+                    throw .internalError("sign")
+                }
             }
-            guard let deviceSigned = try? DeviceSigned.signed(sessionTranscript: transcript, docType: doc.docType, signer: signer)
+            guard
+                let deviceSigned = try? DeviceSigned.signed(
+                    sessionTranscript: transcript, docType: doc.docType, signer: signer)
             else { return nil }
             let disclosed = issuerSigned.disclosing { wanted.contains("\($0)/\($1)") }
-            return DeviceResponse(documents: [MDocDocument(docType: doc.docType, issuerSigned: disclosed,
-                                                           deviceSigned: deviceSigned)]).encoded
+            return DeviceResponse(documents: [
+                MDocDocument(
+                    docType: doc.docType, issuerSigned: disclosed,
+                    deviceSigned: deviceSigned)
+            ]).encoded
         }
     }
 
@@ -53,11 +60,18 @@ import TesseraCore
         var mdl = try IssuanceTests.issue()
         // Re-issue with a 20 KB portrait so the response spans many APDUs.
         let pki = try MDocIssuer.testIACA()
-        let elements: [(namespace: String, items: [(String, CBORValue)])] = [(MDL.namespace, [
-            ("family_name", "Mustermann"), ("given_name", "Erika"), ("birth_date", MDocDate.fullDate("1964-08-12")),
-            ("document_number", "T22000129"), ("expiry_date", MDocDate.fullDate("2034-01-01")), ("issuing_country", "UT"),
-            ("portrait", .byteString(SecureRandom.bytes(20_000))), ("sex", 2),
-        ])]
+        let elements: [(namespace: String, items: [(String, CBORValue)])] = [
+            (
+                MDL.namespace,
+                [
+                    ("family_name", "Mustermann"), ("given_name", "Erika"),
+                    ("birth_date", MDocDate.fullDate("1964-08-12")),
+                    ("document_number", "T22000129"), ("expiry_date", MDocDate.fullDate("2034-01-01")),
+                    ("issuing_country", "UT"),
+                    ("portrait", .byteString(SecureRandom.bytes(20_000))), ("sex", 2),
+                ]
+            )
+        ]
         mdl.issuerSigned = try MDocIssuer.issue(
             docType: MDL.docType, elements: elements,
             deviceKey: try MDocECKey(uncompressedPoint: Array(mdl.deviceKey.publicKey.x963Representation)),
@@ -74,14 +88,19 @@ import TesseraCore
         let transport = HolderTransport(holder: holder, extended: extended)
         let reader = MDocNFCReader(transport: transport)
         let retrieval = try await reader.retrieve(elements: [MDL.namespace: MDL.defaultElements])
-        let result = MDocVerifier.verify(response: retrieval.response,
-                                         session: .init(transcript: retrieval.transcript, eReaderKey: retrieval.eReaderKey),
-                                         iacas: [mdl.iaca], now: Date())[0]
+        let result = MDocVerifier.verify(
+            response: retrieval.response,
+            session: .init(transcript: retrieval.transcript, eReaderKey: retrieval.eReaderKey),
+            iacas: [mdl.iaca], now: Date())[0]
         #expect(result.verdict == .authentic)
         #expect(result.reasons == [])
         // Requested and issued: all but given_name/birth_date etc. that were issued; sex was not requested.
-        #expect(Set(result.elements.map(\.identifier))
-            == ["portrait", "family_name", "given_name", "birth_date", "document_number", "expiry_date", "issuing_country"])
+        #expect(
+            Set(result.elements.map(\.identifier))
+                == [
+                    "portrait", "family_name", "given_name", "birth_date", "document_number", "expiry_date",
+                    "issuing_country",
+                ])
         #expect(result.element("portrait")?.bytesValue?.count == 20_000)
         #expect(await holder.requests.count == 1)
         #expect(await holder.terminated)
@@ -98,7 +117,9 @@ import TesseraCore
         let mdl = try IssuanceTests.issue()
         let holder = try Self.holder(mdl, answer: false)
         let reader = MDocNFCReader(transport: HolderTransport(holder: holder, extended: false))
-        await #expect(throws: TesseraError.self) { _ = try await reader.retrieve(elements: [MDL.namespace: ["family_name"]]) }
+        await #expect(throws: TesseraError.self) {
+            _ = try await reader.retrieve(elements: [MDL.namespace: ["family_name"]])
+        }
         #expect(await holder.terminated)
     }
 

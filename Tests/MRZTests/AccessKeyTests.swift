@@ -1,12 +1,13 @@
 import MRZ
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct AccessKeyTests {
     /// Doc 9303 Part 11 Appendix D: document number L898902C (8 characters) is padded to "L898902C<";
     /// the printed MRZ information is "L898902C<369080619406236".
     @Test func fieldsArePaddedLikePart11() throws {
-        let key = try AccessKeyInput.fromFields(documentNumber: "L898902C", dateOfBirth: "690806", dateOfExpiry: "940623")
+        let key = try AccessKeyInput.fromFields(
+            documentNumber: "L898902C", dateOfBirth: "690806", dateOfExpiry: "940623")
         #expect(key == .mrz(mrzInformation: "L898902C<369080619406236"))
         #expect(key.mrzInformation == "L898902C<369080619406236")
         #expect(key.passwordBytes == Array("L898902C<369080619406236".utf8))
@@ -16,19 +17,22 @@ import TesseraCore
 
     @Test func shortNumberPadding() throws {
         // "1234<<<<<": 1·7 + 2·3 + 3·1 + 4·7 = 44 → 4
-        let key = try DocumentAccessKey.fromFields(documentNumber: " 1234 ", dateOfBirth: "740812", dateOfExpiry: "120415")
+        let key = try DocumentAccessKey.fromFields(
+            documentNumber: " 1234 ", dateOfBirth: "740812", dateOfExpiry: "120415")
         #expect(key.mrzInformation == "1234<<<<<474081221204159")
     }
 
     @Test func lowerCaseAndTrailingFillersAccepted() throws {
-        let key = try DocumentAccessKey.fromFields(documentNumber: "l898902c<", dateOfBirth: "690806", dateOfExpiry: "940623")
+        let key = try DocumentAccessKey.fromFields(
+            documentNumber: "l898902c<", dateOfBirth: "690806", dateOfExpiry: "940623")
         #expect(key.mrzInformation == "L898902C<369080619406236")
     }
 
     /// Long numbers are used whole (Part 11 D.2: D23145890734 → "D23145890734934071279507122").
     @Test func longNumberUsedWhole() throws {
-        let key = try DocumentAccessKey.fromFields(documentNumber: "D23145890734", dateOfBirth: "340712",
-                                                   dateOfExpiry: "950712")
+        let key = try DocumentAccessKey.fromFields(
+            documentNumber: "D23145890734", dateOfBirth: "340712",
+            dateOfExpiry: "950712")
         #expect(key.mrzInformation == "D23145890734934071279507122")
         #expect(key == (try MRZ(Specimen.td1Extended)).accessKey)
         #expect(key == (try MRZ(Specimen.td2Extended)).accessKey)

@@ -28,7 +28,8 @@ import Testing
 
     @Test func spaceInsideLineIsRejected() {
         // An embedded space makes line 1 45 characters long: wrong shape.
-        let e = parseError("P<UTO ERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10")
+        let e = parseError(
+            "P<UTO ERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10")
         #expect(e?.code == .mrzInvalid)
         #expect(e?.details["field"] == "format")
     }

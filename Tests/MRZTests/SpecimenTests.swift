@@ -116,7 +116,8 @@ import Testing
     /// + A=10·7 + B=11·3 = 310 → 0), then a filler, then further optional data "XYZ".
     /// Composite over "D23145890<AB0<XYZ<<<<<<<<" + "7408122" + "1204159" + "<<<<<<<<<<<" = 4 (Python).
     @Test func td1ExtendedNumberFollowedByOptionalData() throws {
-        let m = try MRZ("I<UTOD23145890<AB0<XYZ<<<<<<<<\n7408122F1204159UTO<<<<<<<<<<<4\nERIKSSON<<ANNA<MARIA<<<<<<<<<<")
+        let m = try MRZ(
+            "I<UTOD23145890<AB0<XYZ<<<<<<<<\n7408122F1204159UTO<<<<<<<<<<<4\nERIKSSON<<ANNA<MARIA<<<<<<<<<<")
         #expect(m.documentNumber == "D23145890AB")
         #expect(m.documentNumberCheckDigit == "0")
         #expect(m.optionalData == "XYZ")
@@ -132,11 +133,12 @@ import Testing
 
     @Test func jsonFieldsContract() throws {
         let fields = try MRZ(Specimen.td3).jsonFields()
-        #expect(fields == [
-            "documentCode": "P", "issuingState": "UTO", "documentNumber": "L898902C3",
-            "primaryIdentifier": "ERIKSSON", "secondaryIdentifier": "ANNA MARIA", "nationality": "UTO",
-            "dateOfBirth": "740812", "sex": "F", "dateOfExpiry": "120415", "optionalData": "ZE184226B",
-        ])
+        #expect(
+            fields == [
+                "documentCode": "P", "issuingState": "UTO", "documentNumber": "L898902C3",
+                "primaryIdentifier": "ERIKSSON", "secondaryIdentifier": "ANNA MARIA", "nationality": "UTO",
+                "dateOfBirth": "740812", "sex": "F", "dateOfExpiry": "120415", "optionalData": "ZE184226B",
+            ])
     }
 
     /// The TD3 personal-number check digit may be '<' when the field is all fillers (Part 4).

@@ -1,6 +1,6 @@
 import MRZ
-import Testing
 import TesseraCore
+import Testing
 
 /// Parses `text` and returns the TesseraError it must throw (records an issue when it does not).
 func parseError(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) -> TesseraError? {
@@ -14,8 +14,10 @@ func parseError(_ text: String, sourceLocation: SourceLocation = #_sourceLocatio
 }
 
 /// Asserts that `text` fails with MRZ_INVALID at `field`, 1-based `line` and `column`.
-func expectFailure(_ text: String, field: String, line: Int, column: Int, expected: String? = nil,
-                   found: String? = nil, sourceLocation: SourceLocation = #_sourceLocation) {
+func expectFailure(
+    _ text: String, field: String, line: Int, column: Int, expected: String? = nil,
+    found: String? = nil, sourceLocation: SourceLocation = #_sourceLocation
+) {
     guard let e = parseError(text, sourceLocation: sourceLocation) else { return }
     #expect(e.code == .mrzInvalid, sourceLocation: sourceLocation)
     #expect(e.details["field"] == .string(field), "\(e.message)", sourceLocation: sourceLocation)
@@ -46,7 +48,8 @@ enum Specimen {
     static let mrvB = "V<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<\nL8988901C4XXX4009078F9612109<<<<<<<<"
     /// Doc 9303 Part 11 Appendix D.2: TD1 with a 12-character document number D23145890734
     /// (position 15 is '<'; "7349" in the optional data = continuation "734" + check digit 9).
-    static let td1Extended = "I<UTOD23145890<7349<<<<<<<<<<<\n3407127M9507122UTO<<<<<<<<<<<2\nSTEVENSON<<PETER<JOHN<<<<<<<<<"
+    static let td1Extended =
+        "I<UTOD23145890<7349<<<<<<<<<<<\n3407127M9507122UTO<<<<<<<<<<<2\nSTEVENSON<<PETER<JOHN<<<<<<<<<"
     /// Doc 9303 Part 11 Appendix D.2: the same document number in a TD2.
     static let td2Extended = "I<UTOSTEVENSON<<PETER<JOHN<<<<<<<<<<\nD23145890<UTO3407127M95071227349<<<8"
     /// TD3 around the Doc 9303 Part 11 Appendix D BAC worked example, whose printed MRZ information is

@@ -24,18 +24,22 @@ struct CardEmulationTests {
         let events: Locked<[NFCEmulationEvent]>
         var reader: PN532ExternalReader { pn532.externalReader }
 
-        static func start(card: any VirtualCard, trace: APDUTraceWriter? = nil, duration: Duration? = nil,
-                          pollInterval: Duration = .milliseconds(300)) async throws -> Rig {
+        static func start(
+            card: any VirtualCard, trace: APDUTraceWriter? = nil, duration: Duration? = nil,
+            pollInterval: Duration = .milliseconds(300)
+        ) async throws -> Rig {
             let pn532 = try PN532Emulator.withoutCard()
             pn532.start()
             let device = try await NFCDevice.open(pn532.connstring, context: try NFCContext.shared())
-            let emulator = try NFCCardEmulator(device: device, card: card,
-                                               identity: NFCCardIdentity(uid: [0x08, 0x12, 0x34, 0x56], historicalBytes: [0x80]),
-                                               trace: trace, pollInterval: pollInterval)
+            let emulator = try NFCCardEmulator(
+                device: device, card: card,
+                identity: NFCCardIdentity(uid: [0x08, 0x12, 0x34, 0x56], historicalBytes: [0x80]),
+                trace: trace, pollInterval: pollInterval)
             let events = Locked<[NFCEmulationEvent]>([])
             let session = Task { () -> Result<NFCEmulationSummary, TesseraError> in
                 do throws(TesseraError) {
-                    return .success(try await emulator.run(for: duration) { event in events.withLock { $0.append(event) } })
+                    return .success(
+                        try await emulator.run(for: duration) { event in events.withLock { $0.append(event) } })
                 } catch {
                     return .failure(error)
                 }
@@ -52,12 +56,15 @@ struct CardEmulationTests {
         }
     }
 
-    func readPassport(access: AccessOptions, expected: AccessProtocol,
-                      password: (DocumentProfile) -> AccessPassword) async throws {
+    func readPassport(
+        access: AccessOptions, expected: AccessProtocol,
+        password: (DocumentProfile) -> AccessPassword
+    ) async throws {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let profile = try DocumentProfile.make(directory: directory + "/profile", mrz: specimenMRZ, can: "123456",
-                                               access: access)
+        let profile = try DocumentProfile.make(
+            directory: directory + "/profile", mrz: specimenMRZ, can: "123456",
+            access: access)
         let rig = try await Rig.start(card: EmulatedPassport(profile: profile))
         let activation = try await rig.reader.activate()
         #expect(activation.uid == [0x08, 0x12, 0x34, 0x56])
@@ -66,9 +73,13 @@ struct CardEmulationTests {
         let (channel, used) = try await establishAccess(transport: rig.reader, password: password(profile))
         #expect(used == expected)
         let reader = ElementaryFileReader(transport: channel)
-        #expect(try await reader.readFile(fid: LDSFile.dataGroup(1).fileID) == profile.applicationFiles[LDSFile.dataGroup(1).fileID])
+        #expect(
+            try await reader.readFile(fid: LDSFile.dataGroup(1).fileID)
+                == profile.applicationFiles[LDSFile.dataGroup(1).fileID])
         #expect(try await reader.readFile(fid: LDSFile.sod.fileID) == profile.sod)
-        #expect(try await reader.readFile(fid: LDSFile.dataGroup(2).fileID) == profile.applicationFiles[LDSFile.dataGroup(2).fileID])
+        #expect(
+            try await reader.readFile(fid: LDSFile.dataGroup(2).fileID)
+                == profile.applicationFiles[LDSFile.dataGroup(2).fileID])
         let apdus = await reader.statistics.apduCount
         rig.reader.removeField()
         let summary = try await rig.finish()
@@ -82,8 +93,10 @@ struct CardEmulationTests {
 
     @Test("PACE (ECDH GM P-256, AES-128) with the CAN, then DG1, EF.SOD and DG2 read from the emulated card")
     func pace() async throws {
-        try await readPassport(access: .init(bac: false, pace: [try PACEOption(parsing: "ecdh-gm-p256-aes128")]),
-                               expected: .pace) { _ in .can("123456") }
+        try await readPassport(
+            access: .init(bac: false, pace: [try PACEOption(parsing: "ecdh-gm-p256-aes128")]),
+            expected: .pace
+        ) { _ in .can("123456") }
     }
 
     @Test("BAC, then DG1, EF.SOD and DG2 read from the emulated card")
@@ -93,19 +106,26 @@ struct CardEmulationTests {
 
     @Test("a scripted card answers by its rules through libnfc; unmatched commands get 6D00")
     func scripted() async throws {
-        let card = try ScriptedCard(script: """
-            # select the test applet
-            00A4 0400 07 A0000002471001 => 9000
-            00B0 *                      => 0102030405 9000
-            """)
+        let card = try ScriptedCard(
+            script: """
+                # select the test applet
+                00A4 0400 07 A0000002471001 => 9000
+                00B0 *                      => 0102030405 9000
+                """)
         let rig = try await Rig.start(card: card)
         try await rig.reader.activate()
-        #expect(try await rig.reader.transmit([0x00, 0xA4, 0x04, 0x00, 0x07, 0xA0, 0x00, 0x00, 0x02, 0x47, 0x10, 0x01]) == [0x90, 0x00])
+        #expect(
+            try await rig.reader.transmit([0x00, 0xA4, 0x04, 0x00, 0x07, 0xA0, 0x00, 0x00, 0x02, 0x47, 0x10, 0x01]) == [
+                0x90, 0x00,
+            ])
         #expect(try await rig.reader.transmit([0x00, 0xB0, 0x00, 0x10, 0x05]) == [1, 2, 3, 4, 5, 0x90, 0x00])
         #expect(try await rig.reader.transmit([0x00, 0xCA, 0x00, 0x00, 0x00]) == [0x6D, 0x00])
         let summary = try await rig.finish()
         #expect(summary.exchanges == 3)
-        #expect(rig.events.current.contains { if case .activated = $0 { return true }; return false })
+        #expect(
+            rig.events.current.contains {
+                if case .activated = $0 { return true }; return false
+            })
     }
 
     @Test("script syntax errors name the line")
@@ -119,7 +139,9 @@ struct CardEmulationTests {
         }
     }
 
-    @Test("the field removed while the card computes: the reader gets CARD_REMOVED, the emulator reports the lost APDU and serves the next activation")
+    @Test(
+        "the field removed while the card computes: the reader gets CARD_REMOVED, the emulator reports the lost APDU and serves the next activation"
+    )
     func fieldRemovedMidExchange() async throws {
         let slow = SlowCard(delay: .milliseconds(400))
         let rig = try await Rig.start(card: slow)
@@ -150,7 +172,9 @@ struct CardEmulationTests {
         #expect(lost.first?.1.contains("field off") == true, "\(lost)")
     }
 
-    @Test("stop() ends a session waiting for a reader at once, and one with a reader attached within the poll interval; duration ends it too")
+    @Test(
+        "stop() ends a session waiting for a reader at once, and one with a reader attached within the poll interval; duration ends it too"
+    )
     func stopping() async throws {
         let idle = try await Rig.start(card: SlowCard(delay: .zero))
         try await Task.sleep(for: .milliseconds(200))
@@ -179,7 +203,8 @@ struct CardEmulationTests {
         defer { pn532.stop() }
         let device = try await NFCDevice.open(pn532.connstring, context: try NFCContext.shared())
         #expect(throws: TesseraError.self) {
-            _ = try NFCCardEmulator(device: device, card: SlowCard(delay: .zero), identity: .init(uid: [0x04, 1, 2, 3]))
+            _ = try NFCCardEmulator(
+                device: device, card: SlowCard(delay: .zero), identity: .init(uid: [0x04, 1, 2, 3]))
         }
         await device.close()
     }
@@ -198,17 +223,27 @@ struct CardEmulationTests {
         _ = try await rig.finish()
         writer.close()
 
-        let records = try APDUTraceReader.parse([UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/emulated.pcap")))).records
+        let records = try APDUTraceReader.parse(
+            [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/emulated.pcap")))
+        ).records
         #expect(records.compactMap(\.apdu).contains([0xCA, 0xFE, 0x90, 0x00]))
-        #expect(records.contains { $0.kind == .toReader && $0.data == [0x08, 0x12, 0x34, 0x56, 0x08 ^ 0x12 ^ 0x34 ^ 0x56] }, "UID in the anticollision")
+        #expect(
+            records.contains {
+                $0.kind == .toReader && $0.data == [0x08, 0x12, 0x34, 0x56, 0x08 ^ 0x12 ^ 0x34 ^ 0x56]
+            }, "UID in the anticollision")
         #expect(records.first?.kind == .fieldOn && records.last?.kind == .fieldOff)
 
         let config = dir + "/wireshark"
         try FileManager.default.createDirectory(atPath: config, withIntermediateDirectories: true)
-        try APDUTraceWriter.wiresharkDecodeAs.write(toFile: config + "/decode_as_entries", atomically: true, encoding: .utf8)
-        let fields = try await run("/usr/bin/tshark", ["-r", dir + "/emulated.pcap", "-Y", "iso7816.apdu.ins",
-                                                       "-T", "fields", "-e", "iso7816.apdu.ins", "-e", "iso7816.apdu.body"],
-                                   environment: ["WIRESHARK_CONFIG_DIR": config])
+        try APDUTraceWriter.wiresharkDecodeAs.write(
+            toFile: config + "/decode_as_entries", atomically: true, encoding: .utf8)
+        let fields = try await run(
+            "/usr/bin/tshark",
+            [
+                "-r", dir + "/emulated.pcap", "-Y", "iso7816.apdu.ins",
+                "-T", "fields", "-e", "iso7816.apdu.ins", "-e", "iso7816.apdu.body",
+            ],
+            environment: ["WIRESHARK_CONFIG_DIR": config])
         #expect(fields.status == 0, "\(fields.output)")
         #expect(fields.output.contains("0xa4") && fields.output.contains("0xb0"), "\(fields.output)")
         #expect(fields.output.contains("a0000002471001"), "\(fields.output)")

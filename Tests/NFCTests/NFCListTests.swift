@@ -10,8 +10,9 @@ struct NFCListTests {
         let emulator = try PN532Emulator(card: EchoCard(), link: dir + "/pn532")
         emulator.start()
         defer { emulator.stop() }
-        let result = try await run("/usr/bin/nfc-list", ["-v"],
-                             environment: ["LIBNFC_DEFAULT_DEVICE": emulator.connstring, "LIBNFC_LOG_LEVEL": "3"])
+        let result = try await run(
+            "/usr/bin/nfc-list", ["-v"],
+            environment: ["LIBNFC_DEFAULT_DEVICE": emulator.connstring, "LIBNFC_LOG_LEVEL": "3"])
         #expect(result.status == 0, "\(result.output)")
         #expect(result.output.contains("1 ISO14443A passive target(s) found"), "\(result.output)")
         #expect(result.output.contains("08  54  53  52"), "\(result.output)")

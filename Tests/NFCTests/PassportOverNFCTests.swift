@@ -13,11 +13,14 @@ private let specimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902
 /// Full document reads through libnfc → software PN532 → EmulatedPassport, with ICAO's establishAccess.
 @Suite("e-passport reads through libnfc", .serialized)
 struct PassportOverNFCTests {
-    func read(access: AccessOptions, expected: AccessProtocol, password: (DocumentProfile) -> AccessPassword) async throws {
+    func read(access: AccessOptions, expected: AccessProtocol, password: (DocumentProfile) -> AccessPassword)
+        async throws
+    {
         let directory = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let profile = try DocumentProfile.make(directory: directory + "/profile", mrz: specimenMRZ, can: "123456",
-                                               access: access)
+        let profile = try DocumentProfile.make(
+            directory: directory + "/profile", mrz: specimenMRZ, can: "123456",
+            access: access)
         let emulator = try PN532Emulator(card: EmulatedPassport(profile: profile))
         emulator.start()
         defer { emulator.stop() }
@@ -43,7 +46,9 @@ struct PassportOverNFCTests {
 
     @Test("PACE (ECDH GM P-256, AES-128) with the CAN, then DG1, DG2 and EF.SOD")
     func pace() async throws {
-        try await read(access: .init(bac: false, pace: [try PACEOption(parsing: "ecdh-gm-p256-aes128")]),
-                       expected: .pace) { _ in .can("123456") }
+        try await read(
+            access: .init(bac: false, pace: [try PACEOption(parsing: "ecdh-gm-p256-aes128")]),
+            expected: .pace
+        ) { _ in .can("123456") }
     }
 }

@@ -1,7 +1,7 @@
-import TesseraTestSupport
 import Foundation
 import PN532Emulator
 import TesseraCore
+import TesseraTestSupport
 import VPCD
 
 /// A small ISO 7816-4 card for link tests: SELECT answers 9000, `00 B0 00 00 Le` returns Le bytes 00 01 02…,
@@ -31,8 +31,10 @@ actor EchoCard: VirtualCard {
 
 /// Runs a program to completion (waiting off the cooperative pool, so the in-process PN532 keeps answering within
 /// libnfc's timeouts) and returns its exit status and combined output.
-func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:],
-         timeout: TimeInterval = 30) async throws -> (status: Int32, output: String) {
+func run(
+    _ executable: String, _ arguments: [String], environment: [String: String] = [:],
+    timeout: TimeInterval = 30
+) async throws -> (status: Int32, output: String) {
     let result = try await Subprocess.run(executable, arguments, environment: environment, timeout: timeout)
     return (result.status, result.output)
 }

@@ -16,8 +16,10 @@ struct TraceTests {
         let emulator = try PN532Emulator(card: EchoCard()) { event in
             switch event {
             case .fieldOn: cardSide.fieldOn()
-            case .activated(let uid, let atqa, let sak, let ats): cardSide.activationA(uid: uid, atqa: atqa, sak: sak, ats: ats)
-            case .exchange(let c, let r, let t1, let t2): cardSide.exchange(command: c, response: r, commandTime: t1, responseTime: t2)
+            case .activated(let uid, let atqa, let sak, let ats):
+                cardSide.activationA(uid: uid, atqa: atqa, sak: sak, ats: ats)
+            case .exchange(let c, let r, let t1, let t2):
+                cardSide.exchange(command: c, response: r, commandTime: t1, responseTime: t2)
             default: break
             }
         }
@@ -37,21 +39,29 @@ struct TraceTests {
         #expect(apdus.contains([0x00, 0xB0, 0x00, 0x00, 0x04]))
         #expect(apdus.contains([0x00, 0x01, 0x02, 0x03, 0x90, 0x00]))
         #expect(parsed.records.contains { $0.kind == .toCard && $0.data == [0xE0, 0x80] }, "RATS recorded")
-        let readerRecords = try APDUTraceReader.parse([UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/reader.pcap")))).records
+        let readerRecords = try APDUTraceReader.parse(
+            [UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/reader.pcap")))
+        ).records
         #expect(readerRecords.count == 4)
 
         // tshark (Debian's Wireshark 4) decodes the I-block payloads as ISO 7816 with the decode-as entry.
         let config = dir + "/wireshark"
         try FileManager.default.createDirectory(atPath: config, withIntermediateDirectories: true)
-        try APDUTraceWriter.wiresharkDecodeAs.write(toFile: config + "/decode_as_entries", atomically: true, encoding: .utf8)
+        try APDUTraceWriter.wiresharkDecodeAs.write(
+            toFile: config + "/decode_as_entries", atomically: true, encoding: .utf8)
         for file in ["card.pcap", "reader.pcap"] {
-            let summary = try await run("/usr/bin/tshark", ["-r", dir + "/" + file], environment: ["WIRESHARK_CONFIG_DIR": config])
+            let summary = try await run(
+                "/usr/bin/tshark", ["-r", dir + "/" + file], environment: ["WIRESHARK_CONFIG_DIR": config])
             #expect(summary.status == 0, "\(summary.output)")
             #expect(summary.output.contains("ISO 7816"), "\(summary.output)")
             #expect(summary.output.contains("Select file"), "\(summary.output)")
-            let fields = try await run("/usr/bin/tshark", ["-r", dir + "/" + file, "-Y", "iso7816.apdu.ins",
-                                                           "-T", "fields", "-e", "iso7816.apdu.ins", "-e", "iso7816.apdu.body"],
-                                       environment: ["WIRESHARK_CONFIG_DIR": config])
+            let fields = try await run(
+                "/usr/bin/tshark",
+                [
+                    "-r", dir + "/" + file, "-Y", "iso7816.apdu.ins",
+                    "-T", "fields", "-e", "iso7816.apdu.ins", "-e", "iso7816.apdu.body",
+                ],
+                environment: ["WIRESHARK_CONFIG_DIR": config])
             #expect(fields.output.contains("0xa4"), "\(fields.output)")
             #expect(fields.output.contains("0xb0"), "\(fields.output)")
             #expect(fields.output.contains("a0000002471001"), "APDU bytes visible: \(fields.output)")

@@ -19,7 +19,9 @@ extension Task where Failure == Never, Success: Sendable {
     /// Whether the task has finished, without waiting for it.
     func isDone() async -> Bool {
         let flag = Locked(false)
-        let watcher = Task<Void, Never> { _ = await self.value; flag.set(true) }
+        let watcher = Task<Void, Never> {
+            _ = await self.value; flag.set(true)
+        }
         try? await Task<Never, Never>.sleep(for: .milliseconds(20))
         watcher.cancel()
         return flag.get()
@@ -37,8 +39,10 @@ func eventually<T>(_ timeout: Duration = .seconds(10), _ body: () async -> T?) a
 }
 
 /// The reader's state once it matches `predicate`.
-func readerState(_ ctx: PCSCContext, _ name: String, timeout: Duration = .seconds(10),
-                 where predicate: @escaping (PCSCReaderState) -> Bool) async -> PCSCReaderState? {
+func readerState(
+    _ ctx: PCSCContext, _ name: String, timeout: Duration = .seconds(10),
+    where predicate: @escaping (PCSCReaderState) -> Bool
+) async -> PCSCReaderState? {
     await eventually(timeout) {
         guard let readers = try? await ctx.listReaders() else { return nil }
         return readers.first { $0.name == name && predicate($0) }
@@ -59,7 +63,9 @@ actor EventRecorder {
 
     func stop() { task?.cancel() }
 
-    func waitFor(_ timeout: Duration = .seconds(10), _ predicate: @escaping @Sendable (PCSCEvent) -> Bool) async -> PCSCEvent? {
+    func waitFor(_ timeout: Duration = .seconds(10), _ predicate: @escaping @Sendable (PCSCEvent) -> Bool) async
+        -> PCSCEvent?
+    {
         let deadline = ContinuousClock.now.advanced(by: timeout)
         while ContinuousClock.now < deadline {
             if let e = events.first(where: predicate) { return e }
@@ -69,8 +75,10 @@ actor EventRecorder {
     }
 }
 
-func expectError(_ code: TesseraError.Code, _ body: () async throws -> Void,
-                 sourceLocation: SourceLocation = #_sourceLocation) async {
+func expectError(
+    _ code: TesseraError.Code, _ body: () async throws -> Void,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async {
     do {
         try await body()
         Issue.record("expected \(code.rawValue), got success", sourceLocation: sourceLocation)
@@ -99,7 +107,10 @@ struct PCSCIntegrationTests {
         let recorder = EventRecorder()
         await recorder.start(ctx)
         let reader = daemon.readerName
-        #expect(await recorder.waitFor { if case .readerAdded(let s) = $0 { s.name == reader && !s.cardPresent } else { false } } != nil)
+        #expect(
+            await recorder.waitFor {
+                if case .readerAdded(let s) = $0 { s.name == reader && !s.cardPresent } else { false }
+            } != nil)
 
         let link = VirtualCardLink(card: EchoCard(), port: Int(daemon.port))
         try await link.start()
@@ -151,7 +162,9 @@ struct PCSCIntegrationTests {
         long.cancel()
         let outcome = await long.result
         #expect(ContinuousClock.now - cancelStart < .seconds(5))
-        if case .failure(let error) = outcome { #expect((error as? TesseraError)?.code == .cancelled) } else {
+        if case .failure(let error) = outcome {
+            #expect((error as? TesseraError)?.code == .cancelled)
+        } else {
             Issue.record("cancelled wait returned \(outcome)")
         }
         await link.remove()
@@ -294,8 +307,9 @@ struct PCSCIntegrationTests {
         let ctx = PCSCContext()
         let recorder = EventRecorder()
         await recorder.start(ctx)
-        let link = VirtualCardLink(card: EchoCard(), port: Int(daemon.port), reconnects: true,
-                                   reconnectInterval: .milliseconds(100))
+        let link = VirtualCardLink(
+            card: EchoCard(), port: Int(daemon.port), reconnects: true,
+            reconnectInterval: .milliseconds(100))
         try await link.start()
         // A second card in slot 1, without automatic reconnection.
         let plain = VirtualCardLink(card: EchoCard(), port: Int(daemon.readers[1].port))
@@ -352,7 +366,8 @@ struct PCSCIntegrationTests {
         let expected = testATR().map { Hex.encode([$0]) }.joined(separator: ":")
         #expect(atr.output.lowercased().contains(expected), "\(atr.output)")
 
-        let apdu = try await daemon.runClient("/usr/bin/opensc-tool", ["--reader", "0", "--send-apdu", "00:01:00:00:02:12:34:00"])
+        let apdu = try await daemon.runClient(
+            "/usr/bin/opensc-tool", ["--reader", "0", "--send-apdu", "00:01:00:00:02:12:34:00"])
         #expect(apdu.output.contains("12 34"), "\(apdu.output)")
         await link.remove()
     }
@@ -388,7 +403,8 @@ struct PCSCIntegrationTests {
         #expect(PCSCEvent.changes(from: [], to: [r1]) == [.readerAdded(r1)])
         #expect(PCSCEvent.changes(from: [r1], to: [r1card]) == [.cardInserted(r1card)])
         #expect(PCSCEvent.changes(from: [r1card], to: [r1card]) == [])
-        #expect(PCSCEvent.changes(from: [r1card], to: [r1again]) == [.cardRemoved(reader: "A"), .cardInserted(r1again)])
+        #expect(
+            PCSCEvent.changes(from: [r1card], to: [r1again]) == [.cardRemoved(reader: "A"), .cardInserted(r1again)])
         #expect(PCSCEvent.changes(from: [r1card], to: []) == [.cardRemoved(reader: "A"), .readerRemoved(name: "A")])
     }
 }

@@ -35,7 +35,8 @@ struct OpenSCFaithfulnessTests {
         // on the host side; the card has generated the key by then, which is what is checked.)
         let keyFile = dir + "/mgmt.key"
         try Data(Hex.encode(PIV.defaultManagementKey).utf8).write(to: URL(fileURLWithPath: keyFile))
-        (status, out) = try await run(["piv-tool", "--reader", "0", "-A", "M:9B:03", "-G", "9A:11"], env: ["PIV_EXT_AUTH_KEY=\(keyFile)"])
+        (status, out) = try await run(
+            ["piv-tool", "--reader", "0", "-A", "M:9B:03", "-G", "9A:11"], env: ["PIV_EXT_AUTH_KEY=\(keyFile)"])
         let point = try #require(await card.publicKey(slot: 0x9A), "piv-tool did not generate a key: \(out)")
         let publicKey = try P256.Signing.PublicKey(x963Representation: point)
 
@@ -43,24 +44,31 @@ struct OpenSCFaithfulnessTests {
         let pubPEM = dir + "/pub.pem", signer = dir + "/signer.pem", certPEM = dir + "/cert.pem"
         try Data(publicKey.pemRepresentation.utf8).write(to: URL(fileURLWithPath: pubPEM))
         try Data(P256.Signing.PrivateKey().pemRepresentation.utf8).write(to: URL(fileURLWithPath: signer))
-        (status, out) = try await run(["openssl", "x509", "-new", "-subj", "/CN=tessera-piv-test", "-key", signer,
-                                 "-force_pubkey", pubPEM, "-days", "30", "-out", certPEM])
+        (status, out) = try await run([
+            "openssl", "x509", "-new", "-subj", "/CN=tessera-piv-test", "-key", signer,
+            "-force_pubkey", pubPEM, "-days", "30", "-out", certPEM,
+        ])
         #expect(status == 0, "\(out)")
-        (status, out) = try await run(["piv-tool", "--reader", "0", "-A", "M:9B:03", "-C", "9A", "-i", certPEM],
-                                env: ["PIV_EXT_AUTH_KEY=\(keyFile)"])
+        (status, out) = try await run(
+            ["piv-tool", "--reader", "0", "-A", "M:9B:03", "-C", "9A", "-i", certPEM],
+            env: ["PIV_EXT_AUTH_KEY=\(keyFile)"])
         #expect(await card.state.objects["5fc105"] != nil, "certificate not stored: \(out)")
 
         (status, out) = try await run(["pkcs11-tool", "--module", Self.module, "--list-objects", "--type", "cert"])
         #expect(out.contains("tessera-piv-test") && out.contains("ID:         01"), "\(out)")
-        (status, out) = try await run(["pkcs11-tool", "--module", Self.module, "--login", "--pin", "123456",
-                                 "--list-objects", "--type", "privkey"])
+        (status, out) = try await run([
+            "pkcs11-tool", "--module", Self.module, "--login", "--pin", "123456",
+            "--list-objects", "--type", "privkey",
+        ])
         #expect(out.contains("Private Key Object; EC") && out.contains("PIV AUTH key"), "\(out)")
 
         let data = Array("signed by the emulated PIV card through opensc-pkcs11".utf8)
         let input = dir + "/data.bin", sigFile = dir + "/sig.bin"
         try Data(data).write(to: URL(fileURLWithPath: input))
-        (status, out) = try await run(["pkcs11-tool", "--module", Self.module, "--login", "--pin", "123456", "--sign",
-                                 "--id", "01", "-m", "ECDSA-SHA256", "-i", input, "-o", sigFile])
+        (status, out) = try await run([
+            "pkcs11-tool", "--module", Self.module, "--login", "--pin", "123456", "--sign",
+            "--id", "01", "-m", "ECDSA-SHA256", "-i", input, "-o", sigFile,
+        ])
         #expect(status == 0, "\(out)")
         let raw = try #require(FileManager.default.contents(atPath: sigFile))
         #expect(raw.count == 64)

@@ -38,7 +38,8 @@ struct PIVKeyStoreTests {
         #expect(a.userVerified)
         // SELECT, VERIFY without data (retries left: the final-try guard; spends no try), VERIFY, GENERAL AUTHENTICATE.
         let commands = await card.commands
-        #expect(commands.map { $0[1] } == [PIV.INS.select, PIV.INS.verify, PIV.INS.verify, PIV.INS.generalAuthenticate])
+        #expect(
+            commands.map { $0[1] } == [PIV.INS.select, PIV.INS.verify, PIV.INS.verify, PIV.INS.generalAuthenticate])
         #expect(commands.count == 4 && commands[1].count == 4, "the first VERIFY carries no PIN")
 
         // Without a PIN: no VERIFY, UV not claimed; the PIN verified above still lets the card sign.
@@ -80,7 +81,9 @@ struct PIVKeyStoreTests {
         let flags = await token.describe()["flags"]
         #expect(flags?["pinFinalTry"] == true)
         // The final try is kept unless the request allows it: refused before VERIFY, the counter unchanged.
-        let guarded = await expectError(.pinFinalTryProtected) { try await h.authenticate(reg.credentialId, pin: "000000") }
+        let guarded = await expectError(.pinFinalTryProtected) {
+            try await h.authenticate(reg.credentialId, pin: "000000")
+        }
         #expect(guarded?.details["retriesLeft"] == 1)
         #expect(await card.state.pinRetries == 1)
         _ = await expectError(.pinLocked) {
@@ -99,7 +102,9 @@ struct PIVKeyStoreTests {
         let link = try await h.insert(card)
         defer { Task { await link.remove() } }
         let token = try #require(await h.token())
-        let e = await expectError(.pinInvalid) { try await h.store.changePIN(tokenId: token.id, old: .unattended("999999"), new: "654321") }
+        let e = await expectError(.pinInvalid) {
+            try await h.store.changePIN(tokenId: token.id, old: .unattended("999999"), new: "654321")
+        }
         #expect(e?.details["retriesLeft"] == 2)
         try await h.store.changePIN(tokenId: token.id, old: .unattended("123456"), new: "654321")
         #expect(await card.state.pin == "654321")
@@ -158,7 +163,9 @@ struct PIVKeyStoreTests {
     @Test func twoCardsAtOnce() async throws {
         let h = try await PIVHarness.start()
         defer { Task { await h.stop() } }
-        let cards = [EmulatedPIVCard(state: .factoryNew(serial: 2001)), EmulatedPIVCard(state: .factoryNew(serial: 2002))]
+        let cards = [
+            EmulatedPIVCard(state: .factoryNew(serial: 2001)), EmulatedPIVCard(state: .factoryNew(serial: 2002)),
+        ]
         let links = [try await h.insert(cards[0], reader: 0), try await h.insert(cards[1], reader: 1)]
         let t0 = try #require(await h.token(reader: 0))
         let t1 = try #require(await h.token(reader: 1))
@@ -227,8 +234,12 @@ struct PIVKeyStoreTests {
         let reg = try await h.enroll(tokenId: token.id)
 
         // opensc-tool talks to the card between two of our operations (we hold no transaction in between).
-        let (status, output) = try await h.pcscd.runClient("/usr/bin/opensc-tool", [
-            "--reader", "0", "-s", "00:A4:04:00:09:A0:00:00:03:08:00:00:10:00", "-s", "00:CB:3F:FF:05:5C:03:5F:C1:02"])
+        let (status, output) = try await h.pcscd.runClient(
+            "/usr/bin/opensc-tool",
+            [
+                "--reader", "0", "-s", "00:A4:04:00:09:A0:00:00:03:08:00:00:10:00", "-s",
+                "00:CB:3F:FF:05:5C:03:5F:C1:02",
+            ])
         #expect(status == 0, "\(output)")
         #expect(output.contains("SW1=0x90"), "\(output)")
         _ = try await h.authenticate(reg.credentialId)

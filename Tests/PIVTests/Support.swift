@@ -24,8 +24,10 @@ func eventually<T>(_ timeout: Duration = .seconds(15), _ body: () async -> T?) a
 }
 
 @discardableResult
-func expectError<T>(_ code: TesseraError.Code, _ body: () async throws -> T,
-                    sourceLocation: SourceLocation = #_sourceLocation) async -> TesseraError? {
+func expectError<T>(
+    _ code: TesseraError.Code, _ body: () async throws -> T,
+    sourceLocation: SourceLocation = #_sourceLocation
+) async -> TesseraError? {
     do {
         _ = try await body()
         Issue.record("expected \(code.rawValue), got success", sourceLocation: sourceLocation)
@@ -54,11 +56,13 @@ final class PIVHarness: Sendable {
         var logger = Logger(label: "piv-test")
         logger.logLevel = .warning
         slots = PIVSlotStore(database: db)
-        store = PIVKeyStore(slots: slots, managementKey: managementKey, logger: logger, retryInterval: .milliseconds(200))
+        store = PIVKeyStore(
+            slots: slots, managementKey: managementKey, logger: logger, retryInterval: .milliseconds(200))
         store.start()
         // No back-off: these tests send wrong PINs in a row on purpose (the back-off has its own tests).
-        service = PasskeyService(keyStores: [store], store: CredentialStore(database: db), logger: logger,
-                                 pinBackoff: PINBackoffPolicy(initial: .zero, maximum: .zero))
+        service = PasskeyService(
+            keyStores: [store], store: CredentialStore(database: db), logger: logger,
+            pinBackoff: PINBackoffPolicy(initial: .zero, maximum: .zero))
     }
 
     static func start(managementKey: PIVManagementKey? = .factoryDefault) async throws -> PIVHarness {
@@ -107,17 +111,23 @@ final class PIVHarness: Sendable {
     }
 
     func enroll(tokenId: String?, pin: String? = "123456") async throws(TesseraError) -> PasskeyService.EnrollResult {
-        try await service.enroll(.init(rpId: "example.com", userId: Array("user-1".utf8), userName: "alice",
-                                       userDisplayName: "Alice", challenge: Array(repeating: 7, count: 32),
-                                       tokenId: tokenId, pin: pin, attestation: .packed))
+        try await service.enroll(
+            .init(
+                rpId: "example.com", userId: Array("user-1".utf8), userName: "alice",
+                userDisplayName: "Alice", challenge: Array(repeating: 7, count: 32),
+                tokenId: tokenId, pin: pin, attestation: .packed))
     }
 
-    func authenticate(_ credentialId: [UInt8], pin: String? = "123456",
-                      allowFinalPinTry: Bool = false) async throws(TesseraError) -> (PasskeyService.Assertion, [UInt8]) {
+    func authenticate(
+        _ credentialId: [UInt8], pin: String? = "123456",
+        allowFinalPinTry: Bool = false
+    ) async throws(TesseraError) -> (PasskeyService.Assertion, [UInt8]) {
         let challenge = (0..<32).map { _ in UInt8.random(in: 0...255) }
-        let a = try await service.authenticate(.init(rpId: "example.com", challenge: challenge,
-                                                     allowCredentials: [credentialId], pin: pin,
-                                                     allowFinalPinTry: allowFinalPinTry))
+        let a = try await service.authenticate(
+            .init(
+                rpId: "example.com", challenge: challenge,
+                allowCredentials: [credentialId], pin: pin,
+                allowFinalPinTry: allowFinalPinTry))
         return (a, challenge)
     }
 }

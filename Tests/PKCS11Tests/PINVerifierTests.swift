@@ -1,6 +1,7 @@
 import Foundation
-import Testing
 import TesseraCore
+import Testing
+
 @testable import PKCS11
 
 @Suite("PIN verifier")
@@ -8,14 +9,16 @@ struct PINVerifierTests {
     /// RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?".
     @Test func computesHMACSHA256() {
         let v = PINVerifier(testKey: Array("Jefe".utf8))
-        #expect(Hex.encode(v.tag(Array("what do ya want for nothing?".utf8)))
+        #expect(
+            Hex.encode(v.tag(Array("what do ya want for nothing?".utf8)))
                 == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
     }
 
     /// RFC 4231 test case 1: key 0x0b × 20, data "Hi There".
     @Test func computesHMACSHA256WithABinaryKey() {
         let v = PINVerifier(testKey: [UInt8](repeating: 0x0b, count: 20))
-        #expect(Hex.encode(v.tag(Array("Hi There".utf8)))
+        #expect(
+            Hex.encode(v.tag(Array("Hi There".utf8)))
                 == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
     }
 
@@ -43,7 +46,8 @@ struct PINVerifierTests {
         while let line = lines.popFirst() {
             let range = line.split(separator: " ", maxSplits: 1).first?.split(separator: "-") ?? []
             guard range.count == 2, let low = UInt(range[0], radix: 16), let high = UInt(range[1], radix: 16),
-                  low <= address, address < high else { continue }
+                low <= address, address < high
+            else { continue }
             while let next = lines.popFirst() {
                 if next.hasPrefix("VmFlags:") { flags = next.dropFirst(8).split(separator: " "); break }
             }

@@ -1,8 +1,9 @@
 import Crypto
 import Foundation
-import Testing
 import TesseraCore
 import TesseraTestSupport
+import Testing
+
 @_spi(Testing) @_spi(Benchmarks) @testable import PKCS11
 
 @Suite("Pure helpers")
@@ -17,14 +18,19 @@ struct HelperTests {
     }
 
     @Test func stableIDIgnoresTheSlot() {
-        let a = TokenInfo.stableID(moduleFileName: "libsofthsm2.so", manufacturer: "SoftHSM project",
-                                   model: "SoftHSM v2", serial: "0dd27affac03541d", label: "T1")
-        let b = TokenInfo.stableID(moduleFileName: "libsofthsm2.so", manufacturer: "SoftHSM project",
-                                   model: "SoftHSM v2", serial: "0dd27affac03541e", label: "T1")
+        let a = TokenInfo.stableID(
+            moduleFileName: "libsofthsm2.so", manufacturer: "SoftHSM project",
+            model: "SoftHSM v2", serial: "0dd27affac03541d", label: "T1")
+        let b = TokenInfo.stableID(
+            moduleFileName: "libsofthsm2.so", manufacturer: "SoftHSM project",
+            model: "SoftHSM v2", serial: "0dd27affac03541e", label: "T1")
         #expect(a.hasPrefix("p11-") && a.count == 20)
         #expect(a != b)
-        #expect(a == TokenInfo.stableID(moduleFileName: "libsofthsm2.so", manufacturer: "SoftHSM project",
-                                        model: "SoftHSM v2", serial: "0dd27affac03541d", label: "T1"))
+        #expect(
+            a
+                == TokenInfo.stableID(
+                    moduleFileName: "libsofthsm2.so", manufacturer: "SoftHSM project",
+                    model: "SoftHSM v2", serial: "0dd27affac03541d", label: "T1"))
     }
 }
 
@@ -130,7 +136,8 @@ struct SoftHSMTests {
         #expect(try await OpenSSLVerifier.verify(point: point, message: message, rawSignature: signature))
         #expect(try await !OpenSSLVerifier.verify(point: point, message: message + [0], rawSignature: signature))
 
-        let viaDigest = try await token.signP256(keyID: keyID, message: message, digest: Array(SHA256.hash(data: message)))
+        let viaDigest = try await token.signP256(
+            keyID: keyID, message: message, digest: Array(SHA256.hash(data: message)))
         #expect(try await OpenSSLVerifier.verify(point: point, message: message, rawSignature: viaDigest))
         #expect(viaDigest != signature)
     }
@@ -206,7 +213,9 @@ struct SoftHSMTests {
         #expect(results.count == 16)
         #expect(results.allSatisfy { $0.1.count == 25 && $0.1.allSatisfy { $0.count == 64 } })
         for (task, signatures) in results where task % 4 == 0 {
-            #expect(try await OpenSSLVerifier.verify(point: point, message: [UInt8(task), 24], rawSignature: signatures[24]))
+            #expect(
+                try await OpenSSLVerifier.verify(
+                    point: point, message: [UInt8(task), 24], rawSignature: signatures[24]))
         }
     }
 
@@ -236,7 +245,9 @@ struct SoftHSMTests {
         let refuse: @Sendable (Int?) throws(TesseraError) -> Void = { _ throws(TesseraError) in
             throw TesseraError(.pinFinalTryProtected, "refused by the test")
         }
-        #expect(await errorCode { try await token.verifyPIN(SoftHSMFixture.defaultPIN, beforeTry: refuse) } == .pinFinalTryProtected)
+        #expect(
+            await errorCode { try await token.verifyPIN(SoftHSMFixture.defaultPIN, beforeTry: refuse) }
+                == .pinFinalTryProtected)
         #expect(await token.isLoggedIn == false)
 
         let count: @Sendable (Int?) throws(TesseraError) -> Void = { retries throws(TesseraError) in
@@ -246,7 +257,8 @@ struct SoftHSMTests {
         let record: @Sendable (TesseraError?) -> Void = { e in outcomes.withLock { $0.append(e?.code) } }
         try await token.verifyPIN(SoftHSMFixture.defaultPIN, beforeTry: count, afterTry: record)
         try await token.verifyPIN(SoftHSMFixture.defaultPIN, beforeTry: count, afterTry: record)  // matches: no login
-        #expect(await errorCode { try await token.verifyPIN("999999", beforeTry: count, afterTry: record) } == .pinInvalid)
+        #expect(
+            await errorCode { try await token.verifyPIN("999999", beforeTry: count, afterTry: record) } == .pinInvalid)
         #expect(asked.withLock { $0 } == 2)
         #expect(outcomes.withLock { $0 } == [nil, .pinInvalid])
     }
@@ -262,11 +274,14 @@ struct SoftHSMTests {
         let token = try await SoftHSMEnvironment.loggedInToken("raw")
         let keyID: [UInt8] = [0x42]
         _ = try await token.generateP256KeyPair(id: keyID, label: "tessera:raw")
-        let rate = try await token.rawSignLoop(keyID: keyID, digest: Array(SHA256.hash(data: [1])), iterations: 400, sessions: 2)
+        let rate = try await token.rawSignLoop(
+            keyID: keyID, digest: Array(SHA256.hash(data: [1])), iterations: 400, sessions: 2)
         #expect(rate > 50)
-        #expect(await errorCode {
-            try await token.rawSignLoop(keyID: [0x43], digest: Array(SHA256.hash(data: [1])), iterations: 10, sessions: 1)
-        } == .passkeyNotFound)
+        #expect(
+            await errorCode {
+                try await token.rawSignLoop(
+                    keyID: [0x43], digest: Array(SHA256.hash(data: [1])), iterations: 10, sessions: 1)
+            } == .passkeyNotFound)
     }
 
     @Test func p11KitRegistryFindsSoftHSM() async throws {
@@ -297,8 +312,9 @@ struct SoftHSMTests {
         _ = try await token.generateP256KeyPair(id: keyID, label: "tessera:speed")
         let message: [UInt8] = Array(repeating: 7, count: 69)
         let digest = Array(SHA256.hash(data: message))
-        let raw = try await token.rawSignLoop(keyID: keyID, digest: digest, iterations: 2_000,
-                                              sessions: token.sessionCapacity)
+        let raw = try await token.rawSignLoop(
+            keyID: keyID, digest: digest, iterations: 2_000,
+            sessions: token.sessionCapacity)
         let tasks = 16, perTask = 125
         let clock = ContinuousClock()
         let elapsed = try await clock.measure {
@@ -315,7 +331,9 @@ struct SoftHSMTests {
         }
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let pooled = Double(tasks * perTask) / seconds
-        print("PKCS11 throughput: raw \(Int(raw))/s over \(token.sessionCapacity) sessions, pooled \(Int(pooled))/s from \(tasks) tasks")
+        print(
+            "PKCS11 throughput: raw \(Int(raw))/s over \(token.sessionCapacity) sessions, pooled \(Int(pooled))/s from \(tasks) tasks"
+        )
         #expect(pooled > raw * 0.1)
     }
 }

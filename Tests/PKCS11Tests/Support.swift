@@ -55,7 +55,9 @@ enum OpenSSLVerifier {
             0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x02, 0x01, 0x06, 0x08, 0x2A,
             0x86, 0x48, 0xCE, 0x3D, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
         ]
-        let base64 = Data(spkiPrefix + point).base64EncodedString(options: [.lineLength64Characters, .endLineWithLineFeed])
+        let base64 = Data(spkiPrefix + point).base64EncodedString(options: [
+            .lineLength64Characters, .endLineWithLineFeed,
+        ])
         let pem = "-----BEGIN PUBLIC KEY-----\n\(base64)\n-----END PUBLIC KEY-----\n"
         let pemURL = dir.appendingPathComponent("pub.pem")
         let sigURL = dir.appendingPathComponent("sig.der")
@@ -64,8 +66,12 @@ enum OpenSSLVerifier {
         try Data(ECDSASignature.derFromRaw(rawSignature)).write(to: sigURL)
         try Data(message).write(to: msgURL)
 
-        let r = try await Subprocess.run("/usr/bin/openssl", ["dgst", "-sha256", "-verify", pemURL.path, "-signature", sigURL.path,
-                                                          msgURL.path])
+        let r = try await Subprocess.run(
+            "/usr/bin/openssl",
+            [
+                "dgst", "-sha256", "-verify", pemURL.path, "-signature", sigURL.path,
+                msgURL.path,
+            ])
         return r.status == 0 && r.output.contains("Verified OK")
     }
 }

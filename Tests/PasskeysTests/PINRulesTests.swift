@@ -1,6 +1,7 @@
 import Logging
-import Testing
 import TesseraCore
+import Testing
+
 @testable import Passkeys
 
 @Suite("PIN back-off policy")
@@ -94,7 +95,9 @@ struct PINRulesTests {
         #expect(e?.code == .pinBackoff)
         #expect(!ran)
         // Another uid goes through.
-        try await rules.withCallerPIN("123456", caller: PINCaller(uid: 4243, pid: 100), allowFinalTry: false, tokenId: "t") {
+        try await rules.withCallerPIN(
+            "123456", caller: PINCaller(uid: 4243, pid: 100), allowFinalTry: false, tokenId: "t"
+        ) {
             (_: PINAttempt) async throws(TesseraError) in
         }
     }

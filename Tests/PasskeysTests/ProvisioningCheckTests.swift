@@ -1,15 +1,16 @@
 import CredentialStore
 import Foundation
 import Passkeys
-import Testing
 import TesseraCore
+import Testing
 
 /// The pre-provisioning decision tree (vendor document 003, decisions 3–6; docs/LIFECYCLE.md).
 @Suite struct ProvisioningCheckTests {
     func record(_ id: UInt8, token: String = "p11-a", state: CredentialState = .active) -> CredentialRecord {
-        CredentialRecord(credentialId: Data([id]), rpId: "example.com", userId: Data([1]), userName: "u",
-                         userDisplayName: "U", tokenId: token, backend: "pkcs11", keyHandle: Data([id]),
-                         publicKey: Data([0xA5]), state: state)
+        CredentialRecord(
+            credentialId: Data([id]), rpId: "example.com", userId: Data([1]), userName: "u",
+            userDisplayName: "U", tokenId: token, backend: "pkcs11", keyHandle: Data([id]),
+            publicKey: Data([0xA5]), state: state)
     }
 
     @Test func noCredentialProvisions() throws {
@@ -46,7 +47,8 @@ import TesseraCore
         let all = [record(1), record(2, state: .suspended), record(3, token: "p11-b", state: .deactivated)]
         let check = ProvisioningCheck.decide(all, tokenId: "p11-c")
         #expect(check.decision == .deactivated)
-        #expect(thrown { () throws(TesseraError) in _ = try check.admit(replace: false) }?.code == .credentialDeactivated)
+        #expect(
+            thrown { () throws(TesseraError) in _ = try check.admit(replace: false) }?.code == .credentialDeactivated)
         #expect(try check.admit(replace: true) == [[1], [2], [3]])
     }
 

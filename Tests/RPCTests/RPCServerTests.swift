@@ -1,8 +1,8 @@
 import Foundation
 import Logging
 @_spi(Testing) import RPC
-import Testing
 import TesseraCore
+import Testing
 
 /// Holds `gate` requests until `n` of them are in flight at once (or gives up after 30 s, which fails the test).
 actor Gate {
@@ -90,7 +90,8 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
     @Test func errorsCarryStableCodeRetryableAndDetails() async throws {
         try await withServer { path, _ in
             let c = try await RPCClient.connect(path: path)
-            await #expect(throws: TesseraError(.pinInvalid, "wrong PIN", retryable: false, details: ["retriesLeft": 2])) {
+            await #expect(throws: TesseraError(.pinInvalid, "wrong PIN", retryable: false, details: ["retriesLeft": 2]))
+            {
                 _ = try await c.call("fail")
             }
             do { _ = try await c.call("nope"); Issue.record("expected an error") } catch let error as TesseraError {

@@ -13,7 +13,8 @@ import Testing
         if let bits { args += ["-b", String(bits)] }
         let r = try await Subprocess.run("ssh-keygen", args)
         #expect(r.status == 0, "\(r.output)")
-        let pub = try String(contentsOfFile: path + ".pub", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let pub = try String(contentsOfFile: path + ".pub", encoding: .utf8).trimmingCharacters(
+            in: .whitespacesAndNewlines)
         return (path, pub)
     }
 
@@ -68,7 +69,8 @@ import Testing
         w.mpint(unsigned: [0x80])
         w.mpint(unsigned: [0x00, 0x00])
         w.mpint(unsigned: [0x09, 0xa3, 0x78, 0xf9, 0xb2, 0xe3, 0x32, 0xa7])
-        #expect(w.bytes == [0, 0, 0, 2, 0x00, 0x80, 0, 0, 0, 0, 0, 0, 0, 8, 0x09, 0xa3, 0x78, 0xf9, 0xb2, 0xe3, 0x32, 0xa7])
+        #expect(
+            w.bytes == [0, 0, 0, 2, 0x00, 0x80, 0, 0, 0, 0, 0, 0, 0, 8, 0x09, 0xa3, 0x78, 0xf9, 0xb2, 0xe3, 0x32, 0xa7])
     }
 }
 

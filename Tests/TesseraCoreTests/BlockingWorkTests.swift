@@ -1,9 +1,9 @@
 import Foundation
-import Testing
 import TesseraCore
+import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 @Suite struct DedicatedThreadTests {
@@ -80,16 +80,18 @@ import Glibc
 
 @Suite struct ProgramRunnerTests {
     @Test func capturesStatusInputAndOutput() async throws {
-        let r = try await ProgramRunner.capture(["/bin/sh", "-c", "cat; echo err >&2; exit 3"], input: Array("in".utf8),
-                                                timeout: .seconds(30))
+        let r = try await ProgramRunner.capture(
+            ["/bin/sh", "-c", "cat; echo err >&2; exit 3"], input: Array("in".utf8),
+            timeout: .seconds(30))
         #expect(r.status == 3 && !r.timedOut && !r.cancelled)
         #expect(r.stdout == Array("in".utf8) && r.stderr == Array("err\n".utf8))
     }
 
     @Test func environmentAndDirectory() async throws {
-        let r = try await ProgramRunner.capture(["/bin/sh", "-c", "echo $TESSERA_RUNNER_TEST; pwd"],
-                                                environment: ["TESSERA_RUNNER_TEST": "x1"], directory: "/",
-                                                timeout: .seconds(30))
+        let r = try await ProgramRunner.capture(
+            ["/bin/sh", "-c", "echo $TESSERA_RUNNER_TEST; pwd"],
+            environment: ["TESSERA_RUNNER_TEST": "x1"], directory: "/",
+            timeout: .seconds(30))
         #expect(String(decoding: r.stdout, as: UTF8.self) == "x1\n/\n")
     }
 
@@ -97,17 +99,20 @@ import Glibc
     /// after the grace period, and no wait on the grandchild.
     @Test func timeoutCannotHang() async throws {
         let script = "trap '' TERM; sleep 10 & sleep 10"
-        let r = try await ProgramRunner.capture(["/bin/sh", "-c", script], timeout: .milliseconds(200),
-                                                killGrace: .milliseconds(200))
+        let r = try await ProgramRunner.capture(
+            ["/bin/sh", "-c", script], timeout: .milliseconds(200),
+            killGrace: .milliseconds(200))
         #expect(r.timedOut && !r.cancelled)
         #expect(r.status == nil || r.status == SIGKILL)
-        #expect(try await ProgramRunner.run(["/bin/sh", "-c", script], input: [], timeout: .milliseconds(200)) == .timedOut)
+        #expect(
+            try await ProgramRunner.run(["/bin/sh", "-c", script], input: [], timeout: .milliseconds(200)) == .timedOut)
     }
 
     /// Input larger than a pipe's buffer, to a program that never reads it: no writer blocks.
     @Test func unreadLargeInputDoesNotBlock() async throws {
-        let outcome = try await ProgramRunner.run(["/bin/true"], input: [UInt8](repeating: 0x41, count: 1 << 20),
-                                                  timeout: .seconds(30))
+        let outcome = try await ProgramRunner.run(
+            ["/bin/true"], input: [UInt8](repeating: 0x41, count: 1 << 20),
+            timeout: .seconds(30))
         #expect(outcome == .exited(0))
     }
 

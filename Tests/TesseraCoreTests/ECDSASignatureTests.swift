@@ -1,6 +1,6 @@
 import Crypto
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct ECDSASignatureConversion {
     @Test func matchesSwiftCryptoForManyRealSignatures() throws {
@@ -20,8 +20,15 @@ import TesseraCore
     @Test(arguments: [
         ("high bit in r and s", [UInt8](repeating: 0xFF, count: 32) + [0x80] + [UInt8](repeating: 0x01, count: 31)),
         ("leading zeros in r", [UInt8](repeating: 0, count: 31) + [0x01] + [UInt8](repeating: 0x42, count: 32)),
-        ("zero byte then high bit", [0x00, 0x80] + [UInt8](repeating: 0x11, count: 30) + [0x00, 0x00, 0x7F] + [UInt8](repeating: 0x22, count: 29)),
-        ("0x7F first byte", [0x7F] + [UInt8](repeating: 0xEE, count: 31) + [0x00, 0xFF] + [UInt8](repeating: 0x33, count: 30)),
+        (
+            "zero byte then high bit",
+            [0x00, 0x80] + [UInt8](repeating: 0x11, count: 30) + [0x00, 0x00, 0x7F]
+                + [UInt8](repeating: 0x22, count: 29)
+        ),
+        (
+            "0x7F first byte",
+            [0x7F] + [UInt8](repeating: 0xEE, count: 31) + [0x00, 0xFF] + [UInt8](repeating: 0x33, count: 30)
+        ),
     ])
     func edgeCasesMatchSwiftCrypto(_ name: String, _ raw: [UInt8]) throws {
         let reference = try P256.Signing.ECDSASignature(rawRepresentation: raw)
@@ -33,14 +40,16 @@ import TesseraCore
 
     @Test func handBuiltMinimalEncoding() throws {
         let raw = [UInt8](repeating: 0, count: 31) + [0x01] + [0x80] + [UInt8](repeating: 0, count: 31)
-        let expected: [UInt8] = [0x30, 0x26, 0x02, 0x01, 0x01, 0x02, 0x21, 0x00, 0x80] + [UInt8](repeating: 0, count: 31)
+        let expected: [UInt8] =
+            [0x30, 0x26, 0x02, 0x01, 0x01, 0x02, 0x21, 0x00, 0x80] + [UInt8](repeating: 0, count: 31)
         #expect(try ECDSASignature.derFromRaw(raw) == expected)
     }
 
     @Test func largerCurvesIncludingLongFormLength() throws {
         let p384 = try P384.Signing.PrivateKey().signature(for: [1, 2, 3])
         #expect(try ECDSASignature.derFromRaw(Array(p384.rawRepresentation)) == Array(p384.derRepresentation))
-        #expect(try ECDSASignature.rawFromDER(Array(p384.derRepresentation), group: .p384) == Array(p384.rawRepresentation))
+        #expect(
+            try ECDSASignature.rawFromDER(Array(p384.derRepresentation), group: .p384) == Array(p384.rawRepresentation))
 
         let key521 = P521.Signing.PrivateKey()
         for i in 0..<20 {
@@ -56,7 +65,9 @@ import TesseraCore
     @Test func rejectsBadRawInput() {
         #expect(throws: TesseraError.self) { try ECDSASignature.derFromRaw([]) }
         #expect(throws: TesseraError.self) { try ECDSASignature.derFromRaw([UInt8](repeating: 1, count: 63)) }
-        #expect(throws: TesseraError.self) { try ECDSASignature.derFromRaw([UInt8](repeating: 0, count: 32) + [UInt8](repeating: 1, count: 32)) }
+        #expect(throws: TesseraError.self) {
+            try ECDSASignature.derFromRaw([UInt8](repeating: 0, count: 32) + [UInt8](repeating: 1, count: 32))
+        }
     }
 
     @Test func rejectsNonDERSignatures() throws {
@@ -81,7 +92,9 @@ import TesseraCore
                 #expect(error.code == .malformedData, "\(name)")
             }
         }
-        #expect(try ECDSASignature.rawFromDER([0x30, 0x06] + one + one) == [UInt8](repeating: 0, count: 31) + [1] + [UInt8](repeating: 0, count: 31) + [1])
+        #expect(
+            try ECDSASignature.rawFromDER([0x30, 0x06] + one + one) == [UInt8](repeating: 0, count: 31) + [1]
+                + [UInt8](repeating: 0, count: 31) + [1])
     }
 
     /// n − x for big-endian numbers of equal length (x ≤ n).
@@ -105,15 +118,27 @@ import TesseraCore
         let p384 = P384.Signing.PrivateKey()
         let p521 = P521.Signing.PrivateKey()
         let checks: [(ECDSASignature.Group, [UInt8], ([UInt8]) throws -> Bool)] = [
-            (.p256, Array(try p256.signature(for: message).rawRepresentation), {
-                p256.publicKey.isValidSignature(try P256.Signing.ECDSASignature(rawRepresentation: $0), for: message)
-            }),
-            (.p384, Array(try p384.signature(for: message).rawRepresentation), {
-                p384.publicKey.isValidSignature(try P384.Signing.ECDSASignature(rawRepresentation: $0), for: message)
-            }),
-            (.p521, Array(try p521.signature(for: message).rawRepresentation), {
-                p521.publicKey.isValidSignature(try P521.Signing.ECDSASignature(rawRepresentation: $0), for: message)
-            }),
+            (
+                .p256, Array(try p256.signature(for: message).rawRepresentation),
+                {
+                    p256.publicKey.isValidSignature(
+                        try P256.Signing.ECDSASignature(rawRepresentation: $0), for: message)
+                }
+            ),
+            (
+                .p384, Array(try p384.signature(for: message).rawRepresentation),
+                {
+                    p384.publicKey.isValidSignature(
+                        try P384.Signing.ECDSASignature(rawRepresentation: $0), for: message)
+                }
+            ),
+            (
+                .p521, Array(try p521.signature(for: message).rawRepresentation),
+                {
+                    p521.publicKey.isValidSignature(
+                        try P521.Signing.ECDSASignature(rawRepresentation: $0), for: message)
+                }
+            ),
         ]
         for (group, raw, verify) in checks {
             let n = try #require(group.order)
@@ -145,21 +170,27 @@ import TesseraCore
             }
         }
         // Without an order only the length bounds the value.
-        #expect(try ECDSASignature.rawFromDER([0x30, 0x26] + nInteger + one, group: .init(componentLength: 32)).prefix(32) == n[...])
+        #expect(
+            try ECDSASignature.rawFromDER([0x30, 0x26] + nInteger + one, group: .init(componentLength: 32)).prefix(32)
+                == n[...])
     }
 
     @Test func longFormLengths() throws {
         let one: [UInt8] = [0x02, 0x01, 0x01]
         let expected = [UInt8](repeating: 0, count: 31) + [1] + [UInt8](repeating: 0, count: 31) + [1]
         // Non-minimal long forms: a card's quirk, accepted only when asked for.
-        for der in [[0x30, 0x81, 0x06] + one + one, [0x30, 0x82, 0x00, 0x06] + one + one,
-                    [0x30, 0x08, 0x02, 0x81, 0x01, 0x01, 0x02, 0x81, 0x01, 0x01]] as [[UInt8]] {
+        for der in [
+            [0x30, 0x81, 0x06] + one + one, [0x30, 0x82, 0x00, 0x06] + one + one,
+            [0x30, 0x08, 0x02, 0x81, 0x01, 0x01, 0x02, 0x81, 0x01, 0x01],
+        ] as [[UInt8]] {
             #expect(throws: TesseraError.self) { try ECDSASignature.rawFromDER(der) }
             #expect(try ECDSASignature.rawFromDER(der, strictness: .lenient) == expected)
         }
         // Three length octets, indefinite length, and a length longer than the input fail in both modes.
-        for der in [[0x30, 0x83, 0x00, 0x00, 0x06] + one + one, [0x30, 0x80] + one + one + [0, 0],
-                    [0x30, 0x82, 0xFF, 0xFF] + one + one, [0x30, 0x81], [0x30, 0x06, 0x02, 0x81]] as [[UInt8]] {
+        for der in [
+            [0x30, 0x83, 0x00, 0x00, 0x06] + one + one, [0x30, 0x80] + one + one + [0, 0],
+            [0x30, 0x82, 0xFF, 0xFF] + one + one, [0x30, 0x81], [0x30, 0x06, 0x02, 0x81],
+        ] as [[UInt8]] {
             for strictness in [ECDSASignature.Strictness.strict, .lenient] {
                 #expect(throws: TesseraError.self) { try ECDSASignature.rawFromDER(der, strictness: strictness) }
             }
@@ -197,7 +228,9 @@ import TesseraCore
     }
 
     @Test func rawInputMustFitTheGroup() {
-        #expect(throws: TesseraError.self) { try ECDSASignature.derFromRaw([UInt8](repeating: 1, count: 96), group: .p256) }
+        #expect(throws: TesseraError.self) {
+            try ECDSASignature.derFromRaw([UInt8](repeating: 1, count: 96), group: .p256)
+        }
         #expect(throws: TesseraError.self) { try ECDSASignature.derFromRaw([UInt8](repeating: 1, count: 134)) }
         #expect(throws: TesseraError.self) {
             try ECDSASignature.derFromRaw([UInt8](repeating: 1, count: 32) + [UInt8](repeating: 0, count: 32))

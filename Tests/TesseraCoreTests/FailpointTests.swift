@@ -1,11 +1,13 @@
-import Testing
 import TesseraCore
+import Testing
 
 @Suite struct FailpointTests {
     @Test func parsesKillAndPauseEntries() {
         #expect(Failpoint.parse("a.b") == ["a.b": .kill])
-        #expect(Failpoint.parse("a,b=pause:/tmp/x y,c=pause:") == [
-            "a": .kill, "b": .pause(directory: "/tmp/x y")])
+        #expect(
+            Failpoint.parse("a,b=pause:/tmp/x y,c=pause:") == [
+                "a": .kill, "b": .pause(directory: "/tmp/x y"),
+            ])
         #expect(Failpoint.parse("d=explode,,e=pause:/p=q") == ["e": .pause(directory: "/p=q")])
         #expect(Failpoint.parse("").isEmpty)
     }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TesseraCore
+import Testing
 
 /// The JSON reader/writer is checked against Foundation's JSONSerialization (an independent implementation).
 @Suite struct JSONTextTests {

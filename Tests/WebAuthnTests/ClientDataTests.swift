@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TesseraCore
+import Testing
 import WebAuthn
 
 private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
@@ -11,7 +11,8 @@ private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
     @Test func exactSerializationForASimpleCase() throws {
         let data = CollectedClientData(type: .create, challenge: Array(0...15), origin: "https://example.com")
         // base64url(00 01 … 0f) without padding, computed with Python's base64 module.
-        let expected = #"{"type":"webauthn.create","challenge":"AAECAwQFBgcICQoLDA0ODw","origin":"https://example.com","crossOrigin":false}"#
+        let expected =
+            #"{"type":"webauthn.create","challenge":"AAECAwQFBgcICQoLDA0ODw","origin":"https://example.com","crossOrigin":false}"#
         #expect(String(decoding: data.json, as: UTF8.self) == expected)
     }
 
@@ -40,10 +41,13 @@ private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
     }
 
     @Test func crossOriginAndTopOrigin() throws {
-        let data = CollectedClientData(type: .get, challenge: [0xFF], origin: "https://a.example",
-                                       crossOrigin: true, topOrigin: "https://b.example")
-        #expect(String(decoding: data.json, as: UTF8.self)
-            == #"{"type":"webauthn.get","challenge":"_w","origin":"https://a.example","crossOrigin":true,"topOrigin":"https://b.example"}"#)
+        let data = CollectedClientData(
+            type: .get, challenge: [0xFF], origin: "https://a.example",
+            crossOrigin: true, topOrigin: "https://b.example")
+        #expect(
+            String(decoding: data.json, as: UTF8.self)
+                == #"{"type":"webauthn.get","challenge":"_w","origin":"https://a.example","crossOrigin":true,"topOrigin":"https://b.example"}"#
+        )
         let object = try jsonObject(data.json)
         #expect(object["crossOrigin"] as? Bool == true)
         #expect(object["topOrigin"] as? String == "https://b.example")
@@ -55,13 +59,15 @@ private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
         let data = CollectedClientData(type: .get, challenge: [], origin: origin)
         let expectedOrigin = #""a\"b\\c\u0001d\u000ae\u001ff"# + "\u{7F}g/h\u{E9}i\u{1F600}\""
         let text = String(decoding: data.json, as: UTF8.self)
-        #expect(text == #"{"type":"webauthn.get","challenge":"","origin":"# + expectedOrigin + #","crossOrigin":false}"#)
+        #expect(
+            text == #"{"type":"webauthn.get","challenge":"","origin":"# + expectedOrigin + #","crossOrigin":false}"#)
         #expect(try jsonObject(data.json)["origin"] as? String == origin)
     }
 
     @Test func hashIsSHA256OfTheJSON() {
         let data = CollectedClientData(type: .create, challenge: Array(0...15), origin: "https://example.com")
         #expect(data.hash.count == 32)
-        #expect(data.hash != CollectedClientData(type: .get, challenge: Array(0...15), origin: "https://example.com").hash)
+        #expect(
+            data.hash != CollectedClientData(type: .get, challenge: Array(0...15), origin: "https://example.com").hash)
     }
 }

@@ -1,7 +1,7 @@
 import CBOR
 import Crypto
-import Testing
 import TesseraCore
+import Testing
 import WebAuthn
 
 /// SHA-256("example.com"), as in the WebAuthn spec's examples.
@@ -20,10 +20,12 @@ private func randomBytes(_ count: Int) -> [UInt8] {
     @Test func coseKeyHasTheCTAP2CanonicalLayout() throws {
         let cose = try COSEKey.ec2P256(x: x, y: y)
         // {1: 2, 3: -7, -1: 1, -2: h'x', -3: h'y'} hand-encoded per RFC 8949 / RFC 9053.
-        let expected: [UInt8] = [0xA5, 0x01, 0x02, 0x03, 0x26, 0x20, 0x01, 0x21, 0x58, 0x20] + x + [0x22, 0x58, 0x20] + y
+        let expected: [UInt8] =
+            [0xA5, 0x01, 0x02, 0x03, 0x26, 0x20, 0x01, 0x21, 0x58, 0x20] + x + [0x22, 0x58, 0x20] + y
         #expect(cose == expected)
         #expect(try COSEKey.ec2P256(ecPoint: Array(privateKey.publicKey.x963Representation)) == expected)
-        #expect(try COSEKey.ec2P256(ecPoint: [0x04, 0x41] + Array(privateKey.publicKey.x963Representation)) == expected)
+        #expect(
+            try COSEKey.ec2P256(ecPoint: [0x04, 0x41] + Array(privateKey.publicKey.x963Representation)) == expected)
 
         let parsed = try COSEKey(parsing: cose)
         #expect(parsed.algorithm == -7 && parsed.curve == 1 && parsed.x == x && parsed.y == y)
@@ -41,7 +43,8 @@ private func randomBytes(_ count: Int) -> [UInt8] {
         let missing: CBORValue = [1: 2, 3: -7, -1: 1, -2: .byteString(x)]
         #expect(throws: TesseraError.self) { try COSEKey(parsing: try missing.encoded()) }
         // Not canonical: keys out of order.
-        let unsorted: [UInt8] = [0xA5, 0x03, 0x26, 0x01, 0x02, 0x20, 0x01, 0x21, 0x58, 0x20] + x + [0x22, 0x58, 0x20] + y
+        let unsorted: [UInt8] =
+            [0xA5, 0x03, 0x26, 0x01, 0x02, 0x20, 0x01, 0x21, 0x58, 0x20] + x + [0x22, 0x58, 0x20] + y
         #expect(throws: TesseraError.self) { try COSEKey(parsing: unsorted) }
         // A point not on the curve.
         let offCurve = try COSEKey(parsing: try COSEKey.ec2P256(x: x, y: x))
@@ -52,8 +55,10 @@ private func randomBytes(_ count: Int) -> [UInt8] {
         let credentialId = randomBytes(32)
         let cose = try COSEKey.ec2P256(x: x, y: y)
         let attested = try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose)
-        let authData = AuthenticatorData(rpId: "example.com", flags: [.userPresent, .userVerified], signCount: 0,
-                                         attestedCredential: attested).encoded
+        let authData = AuthenticatorData(
+            rpId: "example.com", flags: [.userPresent, .userVerified], signCount: 0,
+            attestedCredential: attested
+        ).encoded
 
         // Layout per WebAuthn §6.1 and §6.5.2.
         #expect(Array(authData[0..<32]) == exampleRpIdHash)
@@ -77,7 +82,8 @@ private func randomBytes(_ count: Int) -> [UInt8] {
         let signature = try P256.Signing.ECDSASignature(derRepresentation: der)
         #expect(privateKey.publicKey.isValidSignature(signature, for: toSign))
         #expect(WebAuthnSigning.verifyES256(signatureDER: der, data: toSign, publicKey: try COSEKey(parsing: cose)))
-        #expect(!WebAuthnSigning.verifyES256(signatureDER: der, data: toSign + [0], publicKey: try COSEKey(parsing: cose)))
+        #expect(
+            !WebAuthnSigning.verifyES256(signatureDER: der, data: toSign + [0], publicKey: try COSEKey(parsing: cose)))
 
         let attestationObject = AttestationObject.packedSelf(authData: authData, signatureDER: der)
         let decoded = try CBORValue(decoding: attestationObject, options: .strict)
@@ -90,7 +96,8 @@ private func randomBytes(_ count: Int) -> [UInt8] {
         #expect(statement[1].value.bytesValue == der)
         #expect(members[2].value.bytesValue == authData)
         // Header bytes: map(3), "fmt", "packed", "attStmt", map(2), "alg", -7, "sig".
-        let header = ["a3", "63666d74", "667061636b6564", "6761747453746d74", "a2", "63616c67", "26", "63736967"].joined()
+        let header = ["a3", "63666d74", "667061636b6564", "6761747453746d74", "a2", "63616c67", "26", "63736967"]
+            .joined()
         #expect(Hex.encode(attestationObject).hasPrefix(header))
 
         let parsedObject = try AttestationObject(parsing: attestationObject)
@@ -110,8 +117,10 @@ private func randomBytes(_ count: Int) -> [UInt8] {
     @Test func noneAttestationIsExact() throws {
         let authData: [UInt8] = Array(repeating: 0xAB, count: 37)
         let object = AttestationObject.none(authData: authData)
-        let expected = ["a3", "63666d74", "646e6f6e65", "6761747453746d74", "a0", "6861757468446174615825",
-                        String(repeating: "ab", count: 37)].joined()
+        let expected = [
+            "a3", "63666d74", "646e6f6e65", "6761747453746d74", "a0", "6861757468446174615825",
+            String(repeating: "ab", count: 37),
+        ].joined()
         #expect(Hex.encode(object) == expected)
         let parsed = try AttestationObject(parsing: object)
         #expect(parsed.format == "none" && parsed.statement == .map([]) && parsed.authData == authData)
@@ -121,8 +130,10 @@ private func randomBytes(_ count: Int) -> [UInt8] {
 @Suite struct Assertion {
     @Test func assertionAuthenticatorDataLayoutAndSignature() throws {
         let key = P256.Signing.PrivateKey()
-        let authData = AuthenticatorData(rpId: "example.com", flags: [.userPresent, .backupEligible, .backedUp],
-                                         signCount: 0x0102_0304).encoded
+        let authData = AuthenticatorData(
+            rpId: "example.com", flags: [.userPresent, .backupEligible, .backedUp],
+            signCount: 0x0102_0304
+        ).encoded
         #expect(authData.count == 37)
         #expect(Array(authData[0..<32]) == exampleRpIdHash)
         #expect(authData[32] == 0x19)
@@ -148,12 +159,14 @@ private func randomBytes(_ count: Int) -> [UInt8] {
     }
 
     @Test func atAndEDFollowTheContent() throws {
-        let forged = AuthenticatorData(rpId: "example.com", flags: [.userPresent, .attestedCredentialData, .extensionData],
-                                       signCount: 1)
+        let forged = AuthenticatorData(
+            rpId: "example.com", flags: [.userPresent, .attestedCredentialData, .extensionData],
+            signCount: 1)
         #expect(forged.encoded[32] == 0x01)
         let extensions = try (["credProtect": 2] as CBORValue).encoded()
-        let withExtensions = AuthenticatorData(rpId: "example.com", flags: .userPresent, signCount: 1,
-                                               extensions: extensions)
+        let withExtensions = AuthenticatorData(
+            rpId: "example.com", flags: .userPresent, signCount: 1,
+            extensions: extensions)
         #expect(withExtensions.encoded[32] == 0x81)
         #expect(Array(withExtensions.encoded[37...]) == extensions)
         let parsed = try AuthenticatorData(parsing: withExtensions.encoded)
@@ -163,23 +176,25 @@ private func randomBytes(_ count: Int) -> [UInt8] {
     @Test func parserRejectsMalformedAuthenticatorData() throws {
         let cose = try COSEKey.ec2P256(x: [UInt8](repeating: 1, count: 32), y: [UInt8](repeating: 2, count: 32))
         let attested = try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: [9, 9, 9], publicKey: cose)
-        let good = AuthenticatorData(rpId: "example.com", flags: .userPresent, signCount: 5, attestedCredential: attested).encoded
+        let good = AuthenticatorData(
+            rpId: "example.com", flags: .userPresent, signCount: 5, attestedCredential: attested
+        ).encoded
         _ = try AuthenticatorData(parsing: good)
 
         var bad: [[UInt8]] = [
-            Array(good.prefix(36)),          // shorter than the fixed header
-            Array(good.prefix(50)),          // attested credential data cut short
-            Array(good.dropLast()),          // COSE key truncated
-            good + [0x00],                   // trailing byte
+            Array(good.prefix(36)),  // shorter than the fixed header
+            Array(good.prefix(50)),  // attested credential data cut short
+            Array(good.dropLast()),  // COSE key truncated
+            good + [0x00],  // trailing byte
         ]
         var hugeId = good
-        hugeId[53] = 0x04                    // credential ID length 1027 (> 1023)
+        hugeId[53] = 0x04  // credential ID length 1027 (> 1023)
         bad.append(hugeId)
         var longId = good
-        longId[54] = 0x40                    // credential ID length beyond the data
+        longId[54] = 0x40  // credential ID length beyond the data
         bad.append(longId)
         var noMap = Array(good.prefix(58))
-        noMap += [0x01]                      // "public key" that is an integer
+        noMap += [0x01]  // "public key" that is an integer
         bad.append(noMap)
         var edWithoutMap = Array(good.prefix(37))
         edWithoutMap[32] = 0x81
@@ -196,17 +211,21 @@ private func randomBytes(_ count: Int) -> [UInt8] {
 
     @Test func attestedCredentialDataValidatesItsParts() throws {
         let cose = try COSEKey.ec2P256(x: [UInt8](repeating: 1, count: 32), y: [UInt8](repeating: 2, count: 32))
-        #expect(throws: TesseraError.self) { try AttestedCredentialData(aaguid: [0], credentialId: [1], publicKey: cose) }
+        #expect(throws: TesseraError.self) {
+            try AttestedCredentialData(aaguid: [0], credentialId: [1], publicKey: cose)
+        }
         #expect(throws: TesseraError.self) {
             try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: [], publicKey: cose)
         }
         #expect(throws: TesseraError.self) {
-            try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: [UInt8](repeating: 0, count: 1024), publicKey: cose)
+            try AttestedCredentialData(
+                aaguid: tesseraAAGUID, credentialId: [UInt8](repeating: 0, count: 1024), publicKey: cose)
         }
         #expect(throws: TesseraError.self) {
             try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: [1], publicKey: cose + [0])
         }
-        _ = try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: [UInt8](repeating: 0, count: 1023), publicKey: cose)
+        _ = try AttestedCredentialData(
+            aaguid: tesseraAAGUID, credentialId: [UInt8](repeating: 0, count: 1023), publicKey: cose)
     }
 
     @Test func tesseraAAGUIDIsSixteenNonZeroBytes() {

@@ -85,7 +85,8 @@ public actor EmulatedPIVCard: VirtualCard {
     /// The public key (uncompressed point) in `slot`, if any.
     public func publicKey(slot: UInt8) -> [UInt8]? {
         guard let k = state.keys[PIVCardState.key(slot: slot)], let d = Hex.decode(k.privateKey),
-              let key = try? P256.Signing.PrivateKey(rawRepresentation: d) else { return nil }
+            let key = try? P256.Signing.PrivateKey(rawRepresentation: d)
+        else { return nil }
         return Array(key.publicKey.x963Representation)
     }
 
@@ -131,8 +132,9 @@ public actor EmulatedPIVCard: VirtualCard {
         case PIV.INS.generateAsymmetricKeyPair: response = generate(c)
         case PIV.INS.yubicoGetSerial:
             let s = state.serial
-            response = ResponseAPDU(data: [UInt8(s >> 24), UInt8((s >> 16) & 0xFF), UInt8((s >> 8) & 0xFF), UInt8(s & 0xFF)],
-                                    sw: .success)
+            response = ResponseAPDU(
+                data: [UInt8(s >> 24), UInt8((s >> 16) & 0xFF), UInt8((s >> 8) & 0xFF), UInt8(s & 0xFF)],
+                sw: .success)
         case PIV.INS.yubicoGetMetadata: response = metadata(c)
         default: response = ResponseAPDU(sw: .insNotSupported)
         }
@@ -156,33 +158,44 @@ public actor EmulatedPIVCard: VirtualCard {
         return ResponseAPDU(data: piece, sw: outgoing.isEmpty ? .success : Self.more(outgoing.count))
     }
 
-    private static func more(_ remaining: Int) -> StatusWord { StatusWord(sw1: 0x61, sw2: remaining >= 256 ? 0 : UInt8(remaining)) }
+    private static func more(_ remaining: Int) -> StatusWord {
+        StatusWord(sw1: 0x61, sw2: remaining >= 256 ? 0 : UInt8(remaining))
+    }
 
     private func select(_ c: CommandAPDU) -> ResponseAPDU {
         guard c.p1 == 0x04, !c.data.isEmpty, c.data.count <= PIV.aid.count,
-              Array(PIV.aid.prefix(c.data.count)) == c.data, c.data.count >= PIV.rid.count else {
+            Array(PIV.aid.prefix(c.data.count)) == c.data, c.data.count >= PIV.rid.count
+        else {
             selected = false
             return ResponseAPDU(sw: .fileNotFound)
         }
         selected = true
         // Application property template (Part 2 §3.1.1): PIX (4F) and coexistent tag allocation authority (79).
-        let algorithms = [0x03, 0x08, 0x0A, 0x0C, 0x11].map { TLV(tag: 0x80, value: [$0]) } + [TLV(tag: 0x06, value: [0x00])]
-        let apt = TLV(tag: 0x61, children: [TLV(tag: 0x4F, value: Array(PIV.aid[5...])),
-                                            TLV(tag: 0x79, children: [TLV(tag: 0x4F, value: PIV.rid)]),
-                                            TLV(tag: 0x50, value: Array("Tessera emulated PIV".utf8)),
-                                            TLV(tag: 0xAC, children: algorithms)])
+        let algorithms =
+            [0x03, 0x08, 0x0A, 0x0C, 0x11].map { TLV(tag: 0x80, value: [$0]) } + [TLV(tag: 0x06, value: [0x00])]
+        let apt = TLV(
+            tag: 0x61,
+            children: [
+                TLV(tag: 0x4F, value: Array(PIV.aid[5...])),
+                TLV(tag: 0x79, children: [TLV(tag: 0x4F, value: PIV.rid)]),
+                TLV(tag: 0x50, value: Array("Tessera emulated PIV".utf8)),
+                TLV(tag: 0xAC, children: algorithms),
+            ])
         return ResponseAPDU(data: apt.encoded, sw: .success)
     }
 
     private func getData(_ c: CommandAPDU) -> ResponseAPDU {
         guard c.p1 == 0x3F, c.p2 == 0xFF, let list = try? TLV.parseAll(c.data, options: .card),
-              let t = list.first(tag: 0x5C),
-              (1...3).contains(t.value.count) else { return ResponseAPDU(sw: .incorrectData) }
+            let t = list.first(tag: 0x5C),
+            (1...3).contains(t.value.count)
+        else { return ResponseAPDU(sw: .incorrectData) }
         let tag = t.value.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
         guard let hex = state.objects[PIVCardState.key(tag)], let content = Hex.decode(hex) else {
             return ResponseAPDU(sw: .fileNotFound)
         }
-        if tag == PIV.Object.discovery { return ResponseAPDU(data: TLV.encode(tag: 0x7E, value: content), sw: .success) }
+        if tag == PIV.Object.discovery {
+            return ResponseAPDU(data: TLV.encode(tag: 0x7E, value: content), sw: .success)
+        }
         // Printed information and other PIN-protected objects are not emulated; everything else is free-read.
         return ResponseAPDU(data: TLV.encode(tag: 0x53, value: content), sw: .success)
     }
@@ -190,8 +203,9 @@ public actor EmulatedPIVCard: VirtualCard {
     private func putData(_ c: CommandAPDU) -> ResponseAPDU {
         guard managementAuthenticated else { return ResponseAPDU(sw: .securityStatusNotSatisfied) }
         guard c.p1 == 0x3F, c.p2 == 0xFF, let items = try? TLV.parseAll(c.data, options: .card),
-              let t = items.first(tag: 0x5C),
-              (1...3).contains(t.value.count), let body = items.first(tag: 0x53) else {
+            let t = items.first(tag: 0x5C),
+            (1...3).contains(t.value.count), let body = items.first(tag: 0x53)
+        else {
             return ResponseAPDU(sw: .incorrectData)
         }
         let tag = t.value.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
@@ -281,14 +295,16 @@ public actor EmulatedPIVCard: VirtualCard {
     private static func unpad(_ bytes: [UInt8]) -> String? {
         let core = bytes.prefix { $0 != 0xFF }
         guard (6...8).contains(core.count), bytes.dropFirst(core.count).allSatisfy({ $0 == 0xFF }),
-              core.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { return nil }
+            core.allSatisfy({ $0 >= 0x20 && $0 < 0x7F })
+        else { return nil }
         return String(decoding: core, as: UTF8.self)
     }
 
     // MARK: GENERAL AUTHENTICATE
 
     private var managementKey: PIVManagementKey? {
-        guard let alg = PIV.Algorithm(rawValue: state.managementAlgorithm), let key = Hex.decode(state.managementKey) else {
+        guard let alg = PIV.Algorithm(rawValue: state.managementAlgorithm), let key = Hex.decode(state.managementKey)
+        else {
             return nil
         }
         return try? PIVManagementKey(algorithm: alg, key: key)
@@ -296,7 +312,8 @@ public actor EmulatedPIVCard: VirtualCard {
 
     private func generalAuthenticate(_ c: CommandAPDU) -> ResponseAPDU {
         guard let outer = (try? TLV.parseAll(c.data, options: .card))?.first(tag: 0x7C),
-              let items = try? TLV.parseAll(outer.value, options: .card) else {
+            let items = try? TLV.parseAll(outer.value, options: .card)
+        else {
             return ResponseAPDU(sw: .incorrectData)
         }
         if c.p2 == PIV.Slot.cardManagement { return authenticateManagement(c.p1, items) }
@@ -321,7 +338,8 @@ public actor EmulatedPIVCard: VirtualCard {
             if let witness, let challenge, !witness.value.isEmpty {
                 // Step 2: the host decrypted the witness and challenges the card.
                 defer { pendingWitness = nil }
-                guard let expected = pendingWitness, expected == witness.value, challenge.value.count == key.blockSize else {
+                guard let expected = pendingWitness, expected == witness.value, challenge.value.count == key.blockSize
+                else {
                     managementAuthenticated = false
                     return ResponseAPDU(sw: .securityStatusNotSatisfied)
                 }
@@ -334,7 +352,8 @@ public actor EmulatedPIVCard: VirtualCard {
                 let plain = SecureRandom.bytes(key.blockSize)
                 pendingChallenge = plain
                 managementAuthenticated = false
-                return ResponseAPDU(data: TLV(tag: 0x7C, children: [TLV(tag: 0x81, value: plain)]).encoded, sw: .success)
+                return ResponseAPDU(
+                    data: TLV(tag: 0x7C, children: [TLV(tag: 0x81, value: plain)]).encoded, sw: .success)
             }
             if let response, !response.value.isEmpty {
                 defer { pendingChallenge = nil }
@@ -356,13 +375,15 @@ public actor EmulatedPIVCard: VirtualCard {
         guard algorithm == stored.algorithm, algorithm == PIV.Algorithm.eccP256.rawValue else {
             return ResponseAPDU(sw: .incorrectData)
         }
-        guard let request = items.first(tag: 0x82), request.value.isEmpty, let digest = items.first(tag: 0x81)?.value else {
+        guard let request = items.first(tag: 0x82), request.value.isEmpty, let digest = items.first(tag: 0x81)?.value
+        else {
             return ResponseAPDU(sw: .incorrectData)
         }
         if slot != PIV.Slot.cardAuthentication && !pinVerified { return ResponseAPDU(sw: .securityStatusNotSatisfied) }
         guard digest.count == 32, let d = Hex.decode(stored.privateKey),
-              let key = try? P256.Signing.PrivateKey(rawRepresentation: d),
-              let signature = try? key.signature(for: PrehashedDigest(bytes: digest)) else {
+            let key = try? P256.Signing.PrivateKey(rawRepresentation: d),
+            let signature = try? key.signature(for: PrehashedDigest(bytes: digest))
+        else {
             return ResponseAPDU(sw: .incorrectData)
         }
         let der = TLV(tag: 0x82, value: Array(signature.derRepresentation))
@@ -379,7 +400,8 @@ public actor EmulatedPIVCard: VirtualCard {
         }
         guard alg[0] == PIV.Algorithm.eccP256.rawValue else { return ResponseAPDU(sw: .wrongP1P2) }
         let key = P256.Signing.PrivateKey()
-        state.keys[PIVCardState.key(slot: c.p2)] = .init(algorithm: alg[0], privateKey: Hex.encode(key.rawRepresentation))
+        state.keys[PIVCardState.key(slot: c.p2)] = .init(
+            algorithm: alg[0], privateKey: Hex.encode(key.rawRepresentation))
         save()
         let point = Array(key.publicKey.x963Representation)
         return ResponseAPDU(data: TLV(tag: 0x7F49, children: [TLV(tag: 0x86, value: point)]).encoded, sw: .success)
@@ -388,14 +410,16 @@ public actor EmulatedPIVCard: VirtualCard {
     /// Yubico GET METADATA subset: algorithm (01), policy (02: PIN once, touch never), origin (03: generated), public key (04).
     private func metadata(_ c: CommandAPDU) -> ResponseAPDU {
         if c.p2 == PIV.Slot.cardManagement {
-            return ResponseAPDU(data: TLV.encode(tag: 0x01, value: [state.managementAlgorithm])
-                                    + TLV.encode(tag: 0x02, value: [0x00, 0x01]), sw: .success)
+            return ResponseAPDU(
+                data: TLV.encode(tag: 0x01, value: [state.managementAlgorithm])
+                    + TLV.encode(tag: 0x02, value: [0x00, 0x01]), sw: .success)
         }
         guard PIV.Object.certificate(slot: c.p2) != nil else { return ResponseAPDU(sw: .wrongP1P2) }
         guard let stored = state.keys[PIVCardState.key(slot: c.p2)], let point = publicKey(slot: c.p2) else {
             return ResponseAPDU(sw: .referenceNotFound)
         }
-        let data = TLV.encode(tag: 0x01, value: [stored.algorithm]) + TLV.encode(tag: 0x02, value: [0x02, 0x01])
+        let data =
+            TLV.encode(tag: 0x01, value: [stored.algorithm]) + TLV.encode(tag: 0x02, value: [0x02, 0x01])
             + TLV.encode(tag: 0x03, value: [0x01]) + TLV.encode(tag: 0x04, value: TLV.encode(tag: 0x86, value: point))
         return ResponseAPDU(data: data, sw: .success)
     }

@@ -35,9 +35,10 @@ public struct PIVCardState: Codable, Sendable, Equatable {
     /// A factory-fresh card: PIN 123456, PUK 12345678, the default 3DES management key, a CHUID whose GUID derives
     /// from `serial`, and a discovery object. No keys.
     public static func factoryNew(serial: UInt32) -> PIVCardState {
-        var s = PIVCardState(serial: serial, pin: "123456", pinRetries: 3, pinMaxRetries: 3, puk: "12345678",
-                             pukRetries: 3, pukMaxRetries: 3, managementAlgorithm: PIV.Algorithm.tripleDES.rawValue,
-                             managementKey: Hex.encode(PIV.defaultManagementKey), keys: [:], objects: [:])
+        var s = PIVCardState(
+            serial: serial, pin: "123456", pinRetries: 3, pinMaxRetries: 3, puk: "12345678",
+            pukRetries: 3, pukMaxRetries: 3, managementAlgorithm: PIV.Algorithm.tripleDES.rawValue,
+            managementKey: Hex.encode(PIV.defaultManagementKey), keys: [:], objects: [:])
         s.objects[Self.key(PIV.Object.chuid)] = Hex.encode(Self.chuid(serial: serial))
         s.objects[Self.key(PIV.Object.discovery)] = Hex.encode(Self.discovery())
         return s
@@ -49,8 +50,10 @@ public struct PIVCardState: Codable, Sendable, Equatable {
     /// CHUID (SP 800-73-4 Part 1 §3.1.2): FASC-N (tag 30), GUID (34), expiration (35), empty signature (3E), LRC (FE).
     static func chuid(serial: UInt32) -> [UInt8] {
         // A FASC-N of agency code 9999 (test cards, SP 800-73-4 / TIG SCEPACS), system 9999, credential = serial.
-        let fascn: [UInt8] = [0xD4, 0xE7, 0x39, 0xDA, 0x73, 0x9C, 0xED, 0x39, 0xCE, 0x73, 0x9D, 0x83, 0x68,
-                              0x58, 0x21, 0x08, 0x42, 0x10, 0x84, 0x21, 0xC8, 0x42, 0x10, 0xC3, 0xEB]
+        let fascn: [UInt8] = [
+            0xD4, 0xE7, 0x39, 0xDA, 0x73, 0x9C, 0xED, 0x39, 0xCE, 0x73, 0x9D, 0x83, 0x68,
+            0x58, 0x21, 0x08, 0x42, 0x10, 0x84, 0x21, 0xC8, 0x42, 0x10, 0xC3, 0xEB,
+        ]
         let s = [UInt8(serial >> 24), UInt8((serial >> 16) & 0xFF), UInt8((serial >> 8) & 0xFF), UInt8(serial & 0xFF)]
         let guid: [UInt8] = [0x54, 0x45, 0x53, 0x53, 0x45, 0x52, 0x41, 0x2D, 0x50, 0x49, 0x56, 0x2D] + s
         return TLV.encode(tag: 0x30, value: fascn) + TLV.encode(tag: 0x34, value: guid)

@@ -11,15 +11,21 @@ public enum BAC {
 
     /// Cryptogram E ‖ M over a 32-byte plaintext: E = 3DES-CBC(K_enc, plain), M = retail MAC(K_mac, E).
     /// Reader: plain = RND.IFD ‖ RND.IC ‖ K.IFD; chip: plain = RND.IC ‖ RND.IFD ‖ K.IC.
-    public static func cryptogram(plain: [UInt8], encryptionKey: [UInt8], macKey: [UInt8]) throws(TesseraError) -> [UInt8] {
+    public static func cryptogram(plain: [UInt8], encryptionKey: [UInt8], macKey: [UInt8]) throws(TesseraError)
+        -> [UInt8]
+    {
         guard plain.count == 32 else { throw TesseraError(.cryptoError, "BAC plaintext must be 32 bytes") }
         let e = try TripleDESCipher.encryptCBC(key: encryptionKey, data: plain)
         return e + (try RetailMAC.mac(key: macKey, data: e))
     }
 
     /// Verifies M and decrypts E of a 40-byte cryptogram; throws ACCESS_DENIED when the MAC does not verify.
-    public static func openCryptogram(_ data: [UInt8], encryptionKey: [UInt8], macKey: [UInt8]) throws(TesseraError) -> [UInt8] {
-        guard data.count == 40 else { throw TesseraError(.accessDenied, "BAC cryptogram must be 40 bytes, got \(data.count)") }
+    public static func openCryptogram(_ data: [UInt8], encryptionKey: [UInt8], macKey: [UInt8]) throws(TesseraError)
+        -> [UInt8]
+    {
+        guard data.count == 40 else {
+            throw TesseraError(.accessDenied, "BAC cryptogram must be 40 bytes, got \(data.count)")
+        }
         let e = Array(data[0..<32]), m = Array(data[32..<40])
         guard try RetailMAC.mac(key: macKey, data: e) == m else {
             throw TesseraError(.accessDenied, "BAC cryptogram MAC does not verify (wrong MRZ?)")
@@ -28,23 +34,32 @@ public enum BAC {
     }
 
     /// Session from the two key halves and the nonces: K_seed = K.IFD ⊕ K.IC, 3DES keys, SSC from the nonces.
-    public static func session(kIFD: [UInt8], kIC: [UInt8], rndIC: [UInt8], rndIFD: [UInt8]) throws(TesseraError) -> SecureMessagingSession {
-        guard kIFD.count == 16, kIC.count == 16 else { throw TesseraError(.cryptoError, "BAC key material must be 16 bytes") }
+    public static func session(kIFD: [UInt8], kIC: [UInt8], rndIC: [UInt8], rndIFD: [UInt8]) throws(TesseraError)
+        -> SecureMessagingSession
+    {
+        guard kIFD.count == 16, kIC.count == 16 else {
+            throw TesseraError(.cryptoError, "BAC key material must be 16 bytes")
+        }
         let seed = zip(kIFD, kIC).map { $0 ^ $1 }
         let keys = AccessKeyDerivation.sessionKeys(seed, cipher: .tripleDES)
-        return try SecureMessagingSession(cipher: .tripleDES, encryptionKey: keys.encryption, macKey: keys.mac,
-                                          ssc: initialSSC(rndIC: rndIC, rndIFD: rndIFD))
+        return try SecureMessagingSession(
+            cipher: .tripleDES, encryptionKey: keys.encryption, macKey: keys.mac,
+            ssc: initialSSC(rndIC: rndIC, rndIFD: rndIFD))
     }
 
     /// Runs BAC over `transport` (GET CHALLENGE, EXTERNAL AUTHENTICATE) and returns the SM session.
     /// `rndIFD`/`kIFD` are random when nil (fixed values are for tests). A rejected authentication
     /// (6300, 6982, …) or a wrong chip cryptogram throws ACCESS_DENIED.
-    public static func perform(transport: any APDUTransport, mrzInformation: String,
-                               rndIFD: [UInt8]? = nil, kIFD: [UInt8]? = nil) async throws(TesseraError) -> SecureMessagingSession {
+    public static func perform(
+        transport: any APDUTransport, mrzInformation: String,
+        rndIFD: [UInt8]? = nil, kIFD: [UInt8]? = nil
+    ) async throws(TesseraError) -> SecureMessagingSession {
         let keys = AccessKeyDerivation.bacKeys(mrzInformation: mrzInformation)
         let challenge = try await transport.send(CommandAPDU(ins: 0x84, p1: 0, p2: 0, ne: 8))
         guard challenge.sw.isSuccess, challenge.data.count == 8 else {
-            throw TesseraError(.cardError, "GET CHALLENGE failed (\(challenge.sw))", details: ["sw": .string(challenge.sw.description)])
+            throw TesseraError(
+                .cardError, "GET CHALLENGE failed (\(challenge.sw))", details: ["sw": .string(challenge.sw.description)]
+            )
         }
         let rndIC = challenge.data
         let rndA = orRandom(rndIFD, 8)
@@ -52,8 +67,9 @@ public enum BAC {
         let data = try cryptogram(plain: rndA + rndIC + kA, encryptionKey: keys.encryption, macKey: keys.mac)
         let response = try await transport.send(CommandAPDU(ins: 0x82, p1: 0, p2: 0, data: data, ne: 40))
         guard response.sw.isSuccess else {
-            throw TesseraError(.accessDenied, "chip rejected BAC authentication (\(response.sw)); check the MRZ data",
-                               details: ["sw": .string(response.sw.description)])
+            throw TesseraError(
+                .accessDenied, "chip rejected BAC authentication (\(response.sw)); check the MRZ data",
+                details: ["sw": .string(response.sw.description)])
         }
         let r = try openCryptogram(response.data, encryptionKey: keys.encryption, macKey: keys.mac)
         guard Array(r[0..<8]) == rndIC, Array(r[8..<16]) == rndA else {
@@ -85,7 +101,9 @@ public struct BACChipResponder: Sendable {
     /// EXTERNAL AUTHENTICATE: verifies the terminal's cryptogram and returns the chip cryptogram and the
     /// SM session. Throws ACCESS_DENIED (answer 6300) on a wrong MAC or nonce, CARD_ERROR without a
     /// prior challenge (answer 6985). The challenge is consumed either way.
-    public mutating func externalAuthenticate(_ commandData: [UInt8]) throws(TesseraError) -> (response: [UInt8], session: SecureMessagingSession) {
+    public mutating func externalAuthenticate(_ commandData: [UInt8]) throws(TesseraError) -> (
+        response: [UInt8], session: SecureMessagingSession
+    ) {
         guard let rnd = rndIC else { throw TesseraError(.cardError, "EXTERNAL AUTHENTICATE without GET CHALLENGE") }
         rndIC = nil
         let s = try BAC.openCryptogram(commandData, encryptionKey: keys.encryption, macKey: keys.mac)

@@ -59,7 +59,10 @@ public struct ChipAuthenticationRun: Sendable, Equatable {
     /// The terminal's ephemeral public key sent to the chip.
     public let terminalEphemeralPublicKey: [UInt8]
 
-    public init(algorithm: ChipAuthenticationAlgorithm, keyId: Int?, chipPublicKeyInfo: [UInt8], terminalEphemeralPublicKey: [UInt8]) {
+    public init(
+        algorithm: ChipAuthenticationAlgorithm, keyId: Int?, chipPublicKeyInfo: [UInt8],
+        terminalEphemeralPublicKey: [UInt8]
+    ) {
         self.algorithm = algorithm; self.keyId = keyId
         self.chipPublicKeyInfo = chipPublicKeyInfo; self.terminalEphemeralPublicKey = terminalEphemeralPublicKey
     }
@@ -86,7 +89,9 @@ public enum ChipAuthentication {
     /// authentication public key alone, which Doc 9303 Part 11 §9.2.6 makes a 3DES CA — unless PACE-CAM
     /// PACEInfos say the key is for PACE-CAM).
     public static func isAnnounced(in infos: SecurityInfos) -> Bool {
-        infos.chipAuthenticationInfos.contains { ChipAuthenticationAlgorithm(oid: $0.protocolOID) != nil && $0.version == 1 }
+        infos.chipAuthenticationInfos.contains {
+            ChipAuthenticationAlgorithm(oid: $0.protocolOID) != nil && $0.version == 1
+        }
             || keysImply3DES(infos)
     }
 
@@ -109,14 +114,17 @@ public enum ChipAuthentication {
         }
         for info in infos.chipAuthenticationInfos {
             guard let algorithm = ChipAuthenticationAlgorithm(oid: info.protocolOID), info.version == 1 else {
-                problems.append("ChipAuthenticationInfo \(info.protocolOID) version \(info.version) is not Chip Authentication v1")
+                problems.append(
+                    "ChipAuthenticationInfo \(info.protocolOID) version \(info.version) is not Chip Authentication v1")
                 continue
             }
             let pkOID = algorithm.keyAgreement == .dh ? idPKDH : ChipAuthenticationMapping.idPKECDH
             let keys = infos.chipAuthenticationPublicKeyInfos.filter { $0.protocolOID == pkOID }
             let key = info.keyId.map { id in keys.first { $0.keyId == id } } ?? (keys.count == 1 ? keys.first : nil)
             guard let key else {
-                problems.append("no \(algorithm.keyAgreement.rawValue) chip authentication public key for keyId \(info.keyId.map(String.init) ?? "-")")
+                problems.append(
+                    "no \(algorithm.keyAgreement.rawValue) chip authentication public key for keyId \(info.keyId.map(String.init) ?? "-")"
+                )
                 continue
             }
             pairs.append((algorithm, info.keyId ?? key.keyId, key))
@@ -129,13 +137,16 @@ public enum ChipAuthentication {
                     problems.append("key \(keyId.map(String.init) ?? "-") does not fit \(algorithm)")
                     continue
                 }
-                out.append(Candidate(algorithm: algorithm, keyId: keyId, publicKeyInfo: key, domain: domain, publicKey: publicKey))
+                out.append(
+                    Candidate(
+                        algorithm: algorithm, keyId: keyId, publicKeyInfo: key, domain: domain, publicKey: publicKey))
             } catch {
                 problems.append("key \(keyId.map(String.init) ?? "-"): \(error.message)")
             }
         }
         func rank(_ c: Candidate) -> Int {
-            (c.algorithm.keyAgreement == .ecdh ? 10 : 0) + ([SessionCipher.tripleDES: 1, .aes128: 2, .aes192: 3, .aes256: 4][c.algorithm.cipher] ?? 0)
+            (c.algorithm.keyAgreement == .ecdh ? 10 : 0)
+                + ([SessionCipher.tripleDES: 1, .aes128: 2, .aes192: 3, .aes256: 4][c.algorithm.cipher] ?? 0)
         }
         return (out.sorted { rank($0) > rank($1) }, problems)
     }
@@ -143,33 +154,46 @@ public enum ChipAuthentication {
     /// The domain parameters and public key of a ChipAuthenticationPublicKeyInfo: EC on standardized parameters
     /// or a named curve, DH on standardized parameters (the key a DER INTEGER, RFC 3279). Explicit parameters
     /// are UNSUPPORTED_PROTOCOL; a malformed key is MALFORMED_DATA.
-    public static func publicKey(of info: ChipAuthenticationPublicKeyInfo) throws(TesseraError) -> (domain: PACEDomain, key: [UInt8]) {
+    public static func publicKey(of info: ChipAuthenticationPublicKeyInfo) throws(TesseraError) -> (
+        domain: PACEDomain, key: [UInt8]
+    ) {
         if info.protocolOID == ChipAuthenticationMapping.idPKECDH {
             let key = try ChipAuthenticationMapping.publicKey(of: info)
             guard let curve = key.curve else {
-                throw TesseraError(.unsupportedProtocol, "chip authentication key with explicit EC parameters is not supported")
+                throw TesseraError(
+                    .unsupportedProtocol, "chip authentication key with explicit EC parameters is not supported")
             }
             let domain = PACEDomain.ec(curve)
             try domain.validate(publicKey: key.point)
             return (domain, key.point)
         }
         guard info.protocolOID == idPKDH else {
-            throw TesseraError(.unsupportedProtocol, "chip authentication key \(info.protocolOID) is neither DH nor ECDH")
+            throw TesseraError(
+                .unsupportedProtocol, "chip authentication key \(info.protocolOID) is neither DH nor ECDH")
         }
         let parts = try TLV.parse(info.subjectPublicKeyInfo).children()
         guard parts.count == 2, parts[0].tag == ASN1.sequence, parts[1].tag == ASN1.bitString,
-              parts[1].value.first == 0, parts[1].value.count > 1 else {
+            parts[1].value.first == 0, parts[1].value.count > 1
+        else {
             throw TesseraError(.malformedData, "chip authentication public key is not a SubjectPublicKeyInfo")
         }
         let algorithm = try parts[0].children()
-        guard algorithm.count == 2, try ASN1.oidValue(algorithm[0]) == ChipAuthenticationMapping.standardizedDomainParameters,
-              case .dh(let group)? = PACEDomain.standardized(try ASN1.smallInt(algorithm[1])) else {
-            throw TesseraError(.unsupportedProtocol, "DH chip authentication key without standardized domain parameters is not supported")
+        guard algorithm.count == 2,
+            try ASN1.oidValue(algorithm[0]) == ChipAuthenticationMapping.standardizedDomainParameters,
+            case .dh(let group)? = PACEDomain.standardized(try ASN1.smallInt(algorithm[1]))
+        else {
+            throw TesseraError(
+                .unsupportedProtocol,
+                "DH chip authentication key without standardized domain parameters is not supported")
         }
         let integer = try TLV.parse(Array(parts[1].value.dropFirst()))
-        guard integer.tag == ASN1.integer else { throw TesseraError(.malformedData, "DH chip authentication key is not an INTEGER") }
+        guard integer.tag == ASN1.integer else {
+            throw TesseraError(.malformedData, "DH chip authentication key is not an INTEGER")
+        }
         var y = Array(integer.value.drop { $0 == 0 })
-        guard y.count <= group.primeSize else { throw TesseraError(.malformedData, "DH chip authentication key is too long") }
+        guard y.count <= group.primeSize else {
+            throw TesseraError(.malformedData, "DH chip authentication key is too long")
+        }
         y = [UInt8](repeating: 0, count: group.primeSize - y.count) + y
         let domain = PACEDomain.dh(group)
         try domain.validate(publicKey: y)
@@ -178,7 +202,9 @@ public enum ChipAuthentication {
 
     /// SubjectPublicKeyInfo DER for a chip key on standardized parameters `parameterId` (EC point, or DH value as INTEGER).
     public static func subjectPublicKeyInfo(parameterId: Int, publicKey: [UInt8]) -> [UInt8] {
-        let algorithm = ASN1.seq([ASN1.oid(ChipAuthenticationMapping.standardizedDomainParameters), ASN1.int(parameterId)])
+        let algorithm = ASN1.seq([
+            ASN1.oid(ChipAuthenticationMapping.standardizedDomainParameters), ASN1.int(parameterId),
+        ])
         let isDH: Bool
         if case .dh? = PACEDomain.standardized(parameterId) { isDH = true } else { isDH = false }
         let key = isDH ? ASN1.unsignedInt(publicKey) : publicKey
@@ -186,7 +212,9 @@ public enum ChipAuthentication {
     }
 
     /// Session keys and the SM session (SSC = 0) from the shared secret K (KDF of Doc 9303 Part 11 §9.7.1).
-    public static func session(sharedSecret: [UInt8], cipher: SessionCipher) throws(TesseraError) -> SecureMessagingSession {
+    public static func session(sharedSecret: [UInt8], cipher: SessionCipher) throws(TesseraError)
+        -> SecureMessagingSession
+    {
         let keys = AccessKeyDerivation.sessionKeys(sharedSecret, cipher: cipher)
         return try SecureMessagingSession(cipher: cipher, encryptionKey: keys.encryption, macKey: keys.mac)
     }
@@ -194,39 +222,60 @@ public enum ChipAuthentication {
     /// The command that hands the terminal's ephemeral key to the chip: 3DES — MSE:Set KAT (0022 41A6, 91 key
     /// [, 84 keyId]); AES — MSE:Set AT (0022 41A4, 80 OID [, 84 keyId]) followed by GENERAL AUTHENTICATE
     /// (7C { 80 key }). Returns the commands in order.
-    public static func commands(algorithm: ChipAuthenticationAlgorithm, keyId: Int?, ephemeralPublicKey: [UInt8]) -> [CommandAPDU] {
+    public static func commands(algorithm: ChipAuthenticationAlgorithm, keyId: Int?, ephemeralPublicKey: [UInt8])
+        -> [CommandAPDU]
+    {
         let keyReference = keyId.map { TLV.encode(tag: 0x84, value: minimalBytes($0)) } ?? []
         if algorithm.cipher == .tripleDES {
-            return [CommandAPDU(ins: 0x22, p1: 0x41, p2: 0xA6, data: TLV.encode(tag: 0x91, value: ephemeralPublicKey) + keyReference)]
+            return [
+                CommandAPDU(
+                    ins: 0x22, p1: 0x41, p2: 0xA6, data: TLV.encode(tag: 0x91, value: ephemeralPublicKey) + keyReference
+                )
+            ]
         }
-        return [CommandAPDU(ins: 0x22, p1: 0x41, p2: 0xA4, data: TLV.encode(tag: 0x80, value: algorithm.oidBytes) + keyReference),
-                CommandAPDU(ins: 0x86, p1: 0, p2: 0, data: TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x80, value: ephemeralPublicKey)),
-                            ne: 256)]
+        return [
+            CommandAPDU(
+                ins: 0x22, p1: 0x41, p2: 0xA4, data: TLV.encode(tag: 0x80, value: algorithm.oidBytes) + keyReference),
+            CommandAPDU(
+                ins: 0x86, p1: 0, p2: 0,
+                data: TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x80, value: ephemeralPublicKey)),
+                ne: 256),
+        ]
     }
 
     /// Reader side: sends the terminal's ephemeral key over `channel` (the access session) and returns the new
     /// SM session (SSC = 0) with what was sent. A chip that refuses a command throws (CARD_ERROR with the SW,
     /// or UNSUPPORTED_PROTOCOL for 6A80/6A86/6A88/6D00). `ephemeralPrivateKey` is for tests (random when nil).
-    public static func perform(over channel: any APDUTransport, candidate: Candidate,
-                               ephemeralPrivateKey: [UInt8]? = nil) async throws(TesseraError) -> (session: SecureMessagingSession, run: ChipAuthenticationRun) {
+    public static func perform(
+        over channel: any APDUTransport, candidate: Candidate,
+        ephemeralPrivateKey: [UInt8]? = nil
+    ) async throws(TesseraError) -> (session: SecureMessagingSession, run: ChipAuthenticationRun) {
         let ephemeral = try candidate.domain.keyPair(privateKey: ephemeralPrivateKey)
-        let shared = try candidate.domain.sharedSecret(privateKey: ephemeral.privateKey, peerPublicKey: candidate.publicKey)
-        for command in commands(algorithm: candidate.algorithm, keyId: candidate.keyId, ephemeralPublicKey: ephemeral.publicKey) {
+        let shared = try candidate.domain.sharedSecret(
+            privateKey: ephemeral.privateKey, peerPublicKey: candidate.publicKey)
+        for command in commands(
+            algorithm: candidate.algorithm, keyId: candidate.keyId, ephemeralPublicKey: ephemeral.publicKey)
+        {
             let response = try await channel.send(command)
             guard response.sw.isSuccess else {
                 let step = command.ins == 0x22 ? "MSE:Set \(command.p2 == 0xA6 ? "KAT" : "AT")" : "GENERAL AUTHENTICATE"
                 let details: [String: JSONValue] = ["sw": .string(response.sw.description)]
                 switch response.sw.value {
                 case 0x6A80, 0x6A86, 0x6A88, 0x6D00:
-                    throw TesseraError(.unsupportedProtocol, "Chip Authentication \(step) not supported by the chip (\(response.sw))", details: details)
+                    throw TesseraError(
+                        .unsupportedProtocol, "Chip Authentication \(step) not supported by the chip (\(response.sw))",
+                        details: details)
                 default:
-                    throw TesseraError(.cardError, "Chip Authentication \(step) refused by the chip (\(response.sw))", details: details)
+                    throw TesseraError(
+                        .cardError, "Chip Authentication \(step) refused by the chip (\(response.sw))", details: details
+                    )
                 }
             }
         }
-        let run = ChipAuthenticationRun(algorithm: candidate.algorithm, keyId: candidate.keyId,
-                                        chipPublicKeyInfo: candidate.publicKeyInfo.subjectPublicKeyInfo,
-                                        terminalEphemeralPublicKey: ephemeral.publicKey)
+        let run = ChipAuthenticationRun(
+            algorithm: candidate.algorithm, keyId: candidate.keyId,
+            chipPublicKeyInfo: candidate.publicKeyInfo.subjectPublicKeyInfo,
+            terminalEphemeralPublicKey: ephemeral.publicKey)
         return (try session(sharedSecret: shared, cipher: candidate.algorithm.cipher), run)
     }
 
@@ -266,7 +315,9 @@ public struct ChipAuthenticationChip: Sendable {
         let fitting = keys.filter { $0.domain.keyAgreement == agreement }
         if let reference {
             let id = reference.reduce(0) { $0 << 8 | Int($1) }
-            guard let key = fitting.first(where: { $0.keyId == id }) else { throw TesseraError(.invalidInput, "no key \(id)") }
+            guard let key = fitting.first(where: { $0.keyId == id }) else {
+                throw TesseraError(.invalidInput, "no key \(id)")
+            }
             return key
         }
         guard fitting.count == 1 else { throw TesseraError(.invalidInput, "key reference needed") }
@@ -276,9 +327,15 @@ public struct ChipAuthenticationChip: Sendable {
     /// MSE:Set KAT data (91 key [, 84 keyId]): the new session (3DES CA).
     public func setKAT(_ data: [UInt8]) throws(TesseraError) -> SecureMessagingSession {
         let objects = try TLV.parseAll(data, options: [])
-        guard let ephemeral = objects.first(tag: 0x91)?.value else { throw TesseraError(.malformedData, "MSE:Set KAT without key") }
+        guard let ephemeral = objects.first(tag: 0x91)?.value else {
+            throw TesseraError(.malformedData, "MSE:Set KAT without key")
+        }
         let key = try keyForKAT(reference: objects.first(tag: 0x84)?.value)
-        guard let algorithm = algorithms.first(where: { $0.cipher == .tripleDES && $0.keyAgreement == key.domain.keyAgreement }) else {
+        guard
+            let algorithm = algorithms.first(where: {
+                $0.cipher == .tripleDES && $0.keyAgreement == key.domain.keyAgreement
+            })
+        else {
             throw TesseraError(.unsupportedProtocol, "3DES Chip Authentication not offered")
         }
         return try Self.agree(key: key, ephemeral: ephemeral, cipher: algorithm.cipher)
@@ -287,7 +344,9 @@ public struct ChipAuthenticationChip: Sendable {
     private func keyForKAT(reference: [UInt8]?) throws(TesseraError) -> Key {
         if let reference {
             let id = reference.reduce(0) { $0 << 8 | Int($1) }
-            guard let key = keys.first(where: { $0.keyId == id }) else { throw TesseraError(.invalidInput, "no key \(id)") }
+            guard let key = keys.first(where: { $0.keyId == id }) else {
+                throw TesseraError(.invalidInput, "no key \(id)")
+            }
             return key
         }
         guard keys.count == 1 else { throw TesseraError(.invalidInput, "key reference needed") }
@@ -298,8 +357,10 @@ public struct ChipAuthenticationChip: Sendable {
     public mutating func setAT(_ data: [UInt8]) throws(TesseraError) {
         selected = nil
         let objects = try TLV.parseAll(data, options: [])
-        guard let oid = objects.first(tag: 0x80)?.value, let algorithm = ChipAuthenticationAlgorithm(oid: decodeOIDContent(oid)),
-              algorithms.contains(algorithm) else {
+        guard let oid = objects.first(tag: 0x80)?.value,
+            let algorithm = ChipAuthenticationAlgorithm(oid: decodeOIDContent(oid)),
+            algorithms.contains(algorithm)
+        else {
             throw TesseraError(.unsupportedProtocol, "Chip Authentication protocol not offered")
         }
         selected = (algorithm, try key(agreement: algorithm.keyAgreement, reference: objects.first(tag: 0x84)?.value))
@@ -309,17 +370,26 @@ public struct ChipAuthenticationChip: Sendable {
     public var isPending: Bool { selected != nil }
 
     /// GENERAL AUTHENTICATE data (7C { 80 key }): the response data (7C 00) and the new session.
-    public mutating func generalAuthenticate(_ data: [UInt8]) throws(TesseraError) -> (response: [UInt8], session: SecureMessagingSession) {
+    public mutating func generalAuthenticate(_ data: [UInt8]) throws(TesseraError) -> (
+        response: [UInt8], session: SecureMessagingSession
+    ) {
         guard let selected else { throw TesseraError(.cardError, "GENERAL AUTHENTICATE without MSE:Set AT") }
         self.selected = nil
         let outer = try TLV.parseAll(data, options: [])
-        guard outer.count == 1, outer[0].tag == 0x7C, let ephemeral = try TLV.parseAll(outer[0].value, options: []).first(tag: 0x80)?.value else {
+        guard outer.count == 1, outer[0].tag == 0x7C,
+            let ephemeral = try TLV.parseAll(outer[0].value, options: []).first(tag: 0x80)?.value
+        else {
             throw TesseraError(.malformedData, "GENERAL AUTHENTICATE without ephemeral key")
         }
-        return (TLV.encode(tag: 0x7C, value: []), try Self.agree(key: selected.key, ephemeral: ephemeral, cipher: selected.algorithm.cipher))
+        return (
+            TLV.encode(tag: 0x7C, value: []),
+            try Self.agree(key: selected.key, ephemeral: ephemeral, cipher: selected.algorithm.cipher)
+        )
     }
 
-    private static func agree(key: Key, ephemeral: [UInt8], cipher: SessionCipher) throws(TesseraError) -> SecureMessagingSession {
+    private static func agree(key: Key, ephemeral: [UInt8], cipher: SessionCipher) throws(TesseraError)
+        -> SecureMessagingSession
+    {
         try key.domain.validate(publicKey: ephemeral)
         let shared = try key.domain.sharedSecret(privateKey: key.privateKey, peerPublicKey: ephemeral)
         return try ChipAuthentication.session(sharedSecret: shared, cipher: cipher)
@@ -333,11 +403,16 @@ extension LDSBuilder {
     }
 
     /// A ChipAuthenticationPublicKeyInfo (id-PK-DH or id-PK-ECDH by the parameters) for DG14.
-    public static func chipAuthenticationPublicKeyInfo(standardizedParameterId id: Int, publicKey: [UInt8], keyId: Int?) -> [UInt8] {
+    public static func chipAuthenticationPublicKeyInfo(standardizedParameterId id: Int, publicKey: [UInt8], keyId: Int?)
+        -> [UInt8]
+    {
         let isDH: Bool
         if case .dh? = PACEDomain.standardized(id) { isDH = true } else { isDH = false }
-        return ASN1.seq([ASN1.oid(isDH ? ChipAuthentication.idPKDH : ChipAuthenticationMapping.idPKECDH),
-                         ChipAuthentication.subjectPublicKeyInfo(parameterId: id, publicKey: publicKey)]
-                        + (keyId.map { [ASN1.int($0)] } ?? []))
+        return ASN1.seq(
+            [
+                ASN1.oid(isDH ? ChipAuthentication.idPKDH : ChipAuthenticationMapping.idPKECDH),
+                ChipAuthentication.subjectPublicKeyInfo(parameterId: id, publicKey: publicKey),
+            ]
+                + (keyId.map { [ASN1.int($0)] } ?? []))
     }
 }

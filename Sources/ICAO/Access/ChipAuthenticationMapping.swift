@@ -14,7 +14,9 @@ public struct PACEChipAuthenticationData: Sendable, Equatable {
     /// Why `chipAuthenticationData` is nil.
     public let problem: String?
 
-    public init(domain: PACEDomain, chipMappingPublicKey: [UInt8], chipAuthenticationData: [UInt8]?, problem: String? = nil) {
+    public init(
+        domain: PACEDomain, chipMappingPublicKey: [UInt8], chipAuthenticationData: [UInt8]?, problem: String? = nil
+    ) {
         self.domain = domain
         self.chipMappingPublicKey = chipMappingPublicKey
         self.chipAuthenticationData = chipAuthenticationData
@@ -55,8 +57,9 @@ public enum ChipAuthenticationMapping {
 
     /// A_IC = AES-CBC(KS_Enc, IV = E(KS_Enc, −1), CA_IC padded with ISO/IEC 9797-1 method 2).
     public static func encrypt(_ caIC: [UInt8], encryptionKey: [UInt8]) throws(TesseraError) -> [UInt8] {
-        try AESCipher.encryptCBC(key: encryptionKey, iv: iv(key: encryptionKey),
-                                 data: ISO9797Padding.pad(caIC, blockSize: AESCipher.blockSize))
+        try AESCipher.encryptCBC(
+            key: encryptionKey, iv: iv(key: encryptionKey),
+            data: ISO9797Padding.pad(caIC, blockSize: AESCipher.blockSize))
     }
 
     /// CA_IC from A_IC; MALFORMED_DATA when the length or the padding is wrong.
@@ -72,18 +75,23 @@ public enum ChipAuthenticationMapping {
     }
 
     /// Chip side: CA_IC = SK_Map,IC · SK_IC⁻¹ mod n.
-    public static func chipAuthenticationData(curve: ECCurve, mappingPrivateKey: [UInt8],
-                                              staticPrivateKey: [UInt8]) throws(TesseraError) -> [UInt8] {
+    public static func chipAuthenticationData(
+        curve: ECCurve, mappingPrivateKey: [UInt8],
+        staticPrivateKey: [UInt8]
+    ) throws(TesseraError) -> [UInt8] {
         try curve.scalarDivide(mappingPrivateKey, by: staticPrivateKey)
     }
 
     /// The EC public key of a ChipAuthenticationPublicKeyInfo with its curve when the SPKI names one
     /// (standardized domain parameter id, or a named curve); nil curve for explicit parameters.
-    public static func publicKey(of info: ChipAuthenticationPublicKeyInfo) throws(TesseraError) -> (point: [UInt8], curve: ECCurve?) {
+    public static func publicKey(of info: ChipAuthenticationPublicKeyInfo) throws(TesseraError) -> (
+        point: [UInt8], curve: ECCurve?
+    ) {
         let spki = try TLV.parse(info.subjectPublicKeyInfo)
         let parts = try spki.children()
         guard parts.count == 2, parts[0].tag == ASN1.sequence, parts[1].tag == ASN1.bitString,
-              parts[1].value.first == 0, parts[1].value.count > 1 else {
+            parts[1].value.first == 0, parts[1].value.count > 1
+        else {
             throw TesseraError(.malformedData, "chip authentication public key is not a SubjectPublicKeyInfo")
         }
         let point = Array(parts[1].value.dropFirst())
@@ -91,8 +99,10 @@ public enum ChipAuthenticationMapping {
         guard let oid = algorithm.first else { throw TesseraError(.malformedData, "empty AlgorithmIdentifier") }
         switch try ASN1.oidValue(oid) {
         case standardizedDomainParameters:
-            guard algorithm.count == 2, case .ec(let curve)? = PACEDomain.standardized(try ASN1.smallInt(algorithm[1])) else {
-                throw TesseraError(.malformedData, "chip authentication key names unknown standardized domain parameters")
+            guard algorithm.count == 2, case .ec(let curve)? = PACEDomain.standardized(try ASN1.smallInt(algorithm[1]))
+            else {
+                throw TesseraError(
+                    .malformedData, "chip authentication key names unknown standardized domain parameters")
             }
             return (point, curve)
         case idECPublicKey:
@@ -106,23 +116,28 @@ public enum ChipAuthenticationMapping {
     /// Reader side: checks PK_Map,IC = CA_IC · PK_IC against every id-PK-ECDH key in `securityInfos` (DG14).
     /// Valid when one matches; invalid when A_IC did not decrypt, no key fits or none matches; notChecked when
     /// DG14 has no EC chip authentication key.
-    public static func verify(_ data: PACEChipAuthenticationData, securityInfos: SecurityInfos) -> ChipAuthenticationResult {
+    public static func verify(_ data: PACEChipAuthenticationData, securityInfos: SecurityInfos)
+        -> ChipAuthenticationResult
+    {
         guard case .ec(let curve) = data.domain else {
             return ChipAuthenticationResult(status: .invalid, reason: "PACE-CAM needs elliptic-curve domain parameters")
         }
         guard let caIC = data.chipAuthenticationData else {
-            return ChipAuthenticationResult(status: .invalid, reason: data.problem ?? "the chip sent no chip authentication data")
+            return ChipAuthenticationResult(
+                status: .invalid, reason: data.problem ?? "the chip sent no chip authentication data")
         }
         let keys = securityInfos.chipAuthenticationPublicKeyInfos.filter { $0.protocolOID == idPKECDH }
         guard !keys.isEmpty else {
-            return ChipAuthenticationResult(status: .notChecked, reason: "DG14 has no ECDH chip authentication public key")
+            return ChipAuthenticationResult(
+                status: .notChecked, reason: "DG14 has no ECDH chip authentication public key")
         }
         var problems: [String] = []
         for info in keys {
             do {
                 let key = try publicKey(of: info)
                 if let named = key.curve, named != curve {
-                    problems.append("key \(info.keyId.map(String.init) ?? "-") is on \(named.name), PACE ran on \(curve.name)")
+                    problems.append(
+                        "key \(info.keyId.map(String.init) ?? "-") is on \(named.name), PACE ran on \(curve.name)")
                     continue
                 }
                 if try curve.multiply(point: key.point, scalar: caIC) == data.chipMappingPublicKey {

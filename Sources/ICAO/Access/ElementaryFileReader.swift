@@ -54,7 +54,8 @@ public actor ElementaryFileReader {
 
     /// Selects an EF by file identifier under the current DF (SELECT P1=02 P2=0C).
     public func select(fid: UInt16) async throws(TesseraError) {
-        let response = try await send(CommandAPDU(ins: 0xA4, p1: 0x02, p2: 0x0C, data: [UInt8(fid >> 8), UInt8(fid & 0xFF)]))
+        let response = try await send(
+            CommandAPDU(ins: 0xA4, p1: 0x02, p2: 0x0C, data: [UInt8(fid >> 8), UInt8(fid & 0xFF)]))
         try Self.check(response.sw, context: "SELECT \(hex4(fid))")
     }
 
@@ -62,8 +63,10 @@ public actor ElementaryFileReader {
     /// otherwise the file is selected by `fid` first. `progress` receives (bytes read, total bytes).
     /// Throws CARD_ERROR with `details.sw` ("6A82" for an absent file; see `isFileNotFound`),
     /// ACCESS_DENIED on 6982, MALFORMED_DATA on an implausible length.
-    public func readFile(fid: UInt16, sfi: UInt8? = nil,
-                         progress: (@Sendable (Int, Int) -> Void)? = nil) async throws(TesseraError) -> [UInt8] {
+    public func readFile(
+        fid: UInt16, sfi: UInt8? = nil,
+        progress: (@Sendable (Int, Int) -> Void)? = nil
+    ) async throws(TesseraError) -> [UInt8] {
         var content: [UInt8] = []
         var total: Int?
         if let sfi {
@@ -76,8 +79,9 @@ public actor ElementaryFileReader {
         while true {
             if total == nil, let size = (try? TLV.totalLength(ofPrefix: content)) ?? nil {
                 guard size <= configuration.maximumFileSize else {
-                    throw TesseraError(.malformedData, "file announces \(size) bytes, more than the allowed maximum",
-                                       details: ["announcedSize": .number(Double(size))])
+                    throw TesseraError(
+                        .malformedData, "file announces \(size) bytes, more than the allowed maximum",
+                        details: ["announcedSize": .number(Double(size))])
                 }
                 total = size
             }
@@ -89,7 +93,8 @@ public actor ElementaryFileReader {
             }
             let remaining = total.map { $0 - content.count }
             let length = remaining.map { min(chunkSize, $0) } ?? min(chunkSize, 8)
-            let chunk = try await readChunk(offset: content.count, length: length, sfi: nil, expectedRemaining: remaining)
+            let chunk = try await readChunk(
+                offset: content.count, length: length, sfi: nil, expectedRemaining: remaining)
             content += chunk
         }
         statistics.filesRead += 1
@@ -127,7 +132,9 @@ public actor ElementaryFileReader {
     }
 
     /// One READ BINARY with retries at smaller sizes. Returns at least one byte.
-    private func readChunk(offset: Int, length: Int, sfi: UInt8?, expectedRemaining: Int?) async throws(TesseraError) -> [UInt8] {
+    private func readChunk(offset: Int, length: Int, sfi: UInt8?, expectedRemaining: Int?) async throws(TesseraError)
+        -> [UInt8]
+    {
         var want = length
         while true {
             let command: CommandAPDU
@@ -139,8 +146,9 @@ public actor ElementaryFileReader {
                 let o = [UInt8((offset >> 16) & 0xFF), UInt8((offset >> 8) & 0xFF), UInt8(offset & 0xFF)]
                 let trimmed = Array(o.drop { $0 == 0 })
                 // Response carries DO'53' around the content; allow for its header.
-                command = CommandAPDU(ins: 0xB1, p1: 0, p2: 0, data: TLV.encode(tag: 0x54, value: trimmed),
-                                      ne: min(want + 4, 65536))
+                command = CommandAPDU(
+                    ins: 0xB1, p1: 0, p2: 0, data: TLV.encode(tag: 0x54, value: trimmed),
+                    ne: min(want + 4, 65536))
             }
             let response = try await send(command)
             let sw = response.sw
@@ -171,8 +179,9 @@ public actor ElementaryFileReader {
                 throw TesseraError(.malformedData, "card returned \(data.count) bytes for Le \(want)")
             }
             if data.isEmpty {
-                throw TesseraError(.malformedData, "card returned no data at offset \(offset)",
-                                   details: ["sw": .string(sw.description)])
+                throw TesseraError(
+                    .malformedData, "card returned no data at offset \(offset)",
+                    details: ["sw": .string(sw.description)])
             }
             if let expectedRemaining, data.count < min(want, expectedRemaining), !sw.isSuccess {
                 throw TesseraError(.malformedData, "file ended before its announced length (\(sw))")

@@ -45,8 +45,11 @@ public enum AccessKeyDerivation {
 
     /// KDF(K, c) (§9.7.1): SHA-1 for 3DES (parity adjusted) and AES-128, SHA-256 for AES-192/256.
     public static func kdf(_ sharedSecret: [UInt8], counter: UInt32, cipher: SessionCipher) -> [UInt8] {
-        let input = sharedSecret + [UInt8(counter >> 24), UInt8((counter >> 16) & 0xFF),
-                                    UInt8((counter >> 8) & 0xFF), UInt8(counter & 0xFF)]
+        let input =
+            sharedSecret + [
+                UInt8(counter >> 24), UInt8((counter >> 16) & 0xFF),
+                UInt8((counter >> 8) & 0xFF), UInt8(counter & 0xFF),
+            ]
         switch cipher {
         case .tripleDES: return TripleDESCipher.adjustParity(Array(MessageDigest.sha1(input).prefix(16)))
         case .aes128: return Array(MessageDigest.sha1(input).prefix(16))
@@ -63,7 +66,10 @@ public enum AccessKeyDerivation {
     /// The document basic access keys K_enc, K_mac derived from the MRZ information (§9.7.2).
     public static func bacKeys(mrzInformation: String) -> (encryption: [UInt8], mac: [UInt8]) {
         let seed = bacKeySeed(mrzInformation: mrzInformation)
-        return (kdf(seed, counter: encryptionCounter, cipher: .tripleDES), kdf(seed, counter: macCounter, cipher: .tripleDES))
+        return (
+            kdf(seed, counter: encryptionCounter, cipher: .tripleDES),
+            kdf(seed, counter: macCounter, cipher: .tripleDES)
+        )
     }
 
     /// The PACE password key K = f(π) (§9.7.3): SHA-1(MRZ information) or the CAN's bytes.
@@ -80,7 +86,12 @@ public enum AccessKeyDerivation {
     }
 
     /// Session keys (KS_enc, KS_mac) from a shared secret.
-    public static func sessionKeys(_ sharedSecret: [UInt8], cipher: SessionCipher) -> (encryption: [UInt8], mac: [UInt8]) {
-        (kdf(sharedSecret, counter: encryptionCounter, cipher: cipher), kdf(sharedSecret, counter: macCounter, cipher: cipher))
+    public static func sessionKeys(_ sharedSecret: [UInt8], cipher: SessionCipher) -> (
+        encryption: [UInt8], mac: [UInt8]
+    ) {
+        (
+            kdf(sharedSecret, counter: encryptionCounter, cipher: cipher),
+            kdf(sharedSecret, counter: macCounter, cipher: cipher)
+        )
     }
 }

@@ -21,7 +21,8 @@ public enum PACE {
     /// IM on curves only where p ≡ 3 mod 4).
     public static func isSupported(_ info: PACEInfo) -> Bool {
         guard let alg = info.algorithm, supportedMappings.contains(alg.mapping), let id = info.parameterId,
-              let domain = PACEDomain.standardized(id) else { return false }
+            let domain = PACEDomain.standardized(id)
+        else { return false }
         if alg.mapping == .integrated && !domain.supportsIntegratedMapping { return false }
         return domain.keyAgreement == alg.keyAgreement
     }
@@ -43,33 +44,47 @@ public enum PACE {
     /// Runs PACE over `transport` and returns the SM session (SSC = 0). A rejected password throws
     /// ACCESS_DENIED (details.retriesLeft when the chip says 63Cx); unsupported mappings or parameters
     /// throw UNSUPPORTED_PROTOCOL. The fixed private keys and the IM nonce t are for tests (random when nil).
-    public static func perform(transport: any APDUTransport, password: AccessPassword, info: PACEInfo,
-                               mappingPrivateKey: [UInt8]? = nil, ephemeralPrivateKey: [UInt8]? = nil,
-                               terminalNonce: [UInt8]? = nil) async throws(TesseraError) -> SecureMessagingSession {
-        try await establish(transport: transport, password: password, info: info, mappingPrivateKey: mappingPrivateKey,
-                            ephemeralPrivateKey: ephemeralPrivateKey, terminalNonce: terminalNonce).session
+    public static func perform(
+        transport: any APDUTransport, password: AccessPassword, info: PACEInfo,
+        mappingPrivateKey: [UInt8]? = nil, ephemeralPrivateKey: [UInt8]? = nil,
+        terminalNonce: [UInt8]? = nil
+    ) async throws(TesseraError) -> SecureMessagingSession {
+        try await establish(
+            transport: transport, password: password, info: info, mappingPrivateKey: mappingPrivateKey,
+            ephemeralPrivateKey: ephemeralPrivateKey, terminalNonce: terminalNonce
+        ).session
     }
 
     /// Runs PACE like `perform` and also returns, for PACE-CAM, the chip authentication data to verify
     /// against DG14. A missing or undecryptable A_IC does not fail PACE: it is reported in `chipAuthentication`.
-    public static func establish(transport: any APDUTransport, password: AccessPassword, info: PACEInfo,
-                                 mappingPrivateKey: [UInt8]? = nil, ephemeralPrivateKey: [UInt8]? = nil,
-                                 terminalNonce: [UInt8]? = nil) async throws(TesseraError) -> PACEOutcome {
+    public static func establish(
+        transport: any APDUTransport, password: AccessPassword, info: PACEInfo,
+        mappingPrivateKey: [UInt8]? = nil, ephemeralPrivateKey: [UInt8]? = nil,
+        terminalNonce: [UInt8]? = nil
+    ) async throws(TesseraError) -> PACEOutcome {
         guard let alg = info.algorithm, supportedMappings.contains(alg.mapping) else {
             throw TesseraError(.unsupportedProtocol, "PACE \(info.protocolOID) is not supported")
         }
-        guard let id = info.parameterId, let domain = PACEDomain.standardized(id), domain.keyAgreement == alg.keyAgreement else {
-            throw TesseraError(.unsupportedProtocol, "PACE domain parameters \(info.parameterId.map(String.init) ?? "none") are not supported")
+        guard let id = info.parameterId, let domain = PACEDomain.standardized(id),
+            domain.keyAgreement == alg.keyAgreement
+        else {
+            throw TesseraError(
+                .unsupportedProtocol,
+                "PACE domain parameters \(info.parameterId.map(String.init) ?? "none") are not supported")
         }
 
         // MSE:Set AT
         var workarounds: [String] = []
-        var setAT = try await transport.send(CommandAPDU(ins: 0x22, p1: 0xC1, p2: 0xA4,
-                                                         data: PACECrypto.setATData(algorithm: alg, password: password, parameterId: id)))
+        var setAT = try await transport.send(
+            CommandAPDU(
+                ins: 0x22, p1: 0xC1, p2: 0xA4,
+                data: PACECrypto.setATData(algorithm: alg, password: password, parameterId: id)))
         if [0x6A80, 0x6A86, 0x6A88].contains(setAT.sw.value) {
             // Some chips refuse the domain parameter reference (DO'84') when their parameters are unambiguous.
-            let retry = try await transport.send(CommandAPDU(ins: 0x22, p1: 0xC1, p2: 0xA4,
-                                                             data: PACECrypto.setATData(algorithm: alg, password: password, parameterId: nil)))
+            let retry = try await transport.send(
+                CommandAPDU(
+                    ins: 0x22, p1: 0xC1, p2: 0xA4,
+                    data: PACECrypto.setATData(algorithm: alg, password: password, parameterId: nil)))
             if retry.sw.isSuccess || retry.sw.retriesLeft != nil {
                 workarounds.append("MSE:Set AT refused the domain parameter reference (\(setAT.sw)); sent without it")
                 setAT = retry
@@ -94,7 +109,8 @@ public enum PACE {
         if alg.mapping == .integrated {
             // IM: the terminal's nonce t goes in clear; the chip answers with empty dynamic authentication data.
             let t = terminalNonce ?? SecureRandom.bytes(PACEIntegratedMapping.terminalNonceLength(alg.cipher))
-            _ = try await generalAuthenticateObjects(transport, TLV.encode(tag: 0x81, value: t), responseTag: nil, step: "mapping")
+            _ = try await generalAuthenticateObjects(
+                transport, TLV.encode(tag: 0x81, value: t), responseTag: nil, step: "mapping")
             do {
                 generator = try domain.integratedMapGenerator(chipNonce: s, terminalNonce: t, cipher: alg.cipher)
             } catch {
@@ -102,11 +118,13 @@ public enum PACE {
             }
         } else {
             let mapping = try domain.keyPair(privateKey: mappingPrivateKey)
-            chipMapping = try await generalAuthenticate(transport, TLV.encode(tag: 0x81, value: mapping.publicKey),
-                                                        responseTag: 0x82, step: "mapping")
+            chipMapping = try await generalAuthenticate(
+                transport, TLV.encode(tag: 0x81, value: mapping.publicKey),
+                responseTag: 0x82, step: "mapping")
             do {
                 try domain.validate(publicKey: chipMapping)
-                generator = try domain.mapGenerator(nonce: s, privateKey: mapping.privateKey, peerPublicKey: chipMapping)
+                generator = try domain.mapGenerator(
+                    nonce: s, privateKey: mapping.privateKey, peerPublicKey: chipMapping)
             } catch {
                 throw TesseraError(.secureMessagingError, "PACE mapping failed: \(error.message)")
             }
@@ -114,8 +132,9 @@ public enum PACE {
 
         // Step 3: key agreement on the mapped generator
         let ephemeral = try domain.keyPair(generator: generator, privateKey: ephemeralPrivateKey)
-        let chipEphemeral = try await generalAuthenticate(transport, TLV.encode(tag: 0x83, value: ephemeral.publicKey),
-                                                          responseTag: 0x84, step: "key agreement")
+        let chipEphemeral = try await generalAuthenticate(
+            transport, TLV.encode(tag: 0x83, value: ephemeral.publicKey),
+            responseTag: 0x84, step: "key agreement")
         guard chipEphemeral != ephemeral.publicKey else {
             throw TesseraError(.secureMessagingError, "chip echoed the terminal's ephemeral public key")
         }
@@ -129,11 +148,14 @@ public enum PACE {
         let keys = AccessKeyDerivation.sessionKeys(shared, cipher: alg.cipher)
 
         // Step 4: mutual authentication
-        let tPCD = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: chipEphemeral)
-        let final = try await generalAuthenticateObjects(transport, TLV.encode(tag: 0x85, value: tPCD), responseTag: 0x86,
-                                                         step: "mutual authentication", last: true)
-        let expected = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: alg, domain: domain,
-                                                          peerPublicKey: ephemeral.publicKey)
+        let tPCD = try PACECrypto.authenticationToken(
+            macKey: keys.mac, algorithm: alg, domain: domain, peerPublicKey: chipEphemeral)
+        let final = try await generalAuthenticateObjects(
+            transport, TLV.encode(tag: 0x85, value: tPCD), responseTag: 0x86,
+            step: "mutual authentication", last: true)
+        let expected = try PACECrypto.authenticationToken(
+            macKey: keys.mac, algorithm: alg, domain: domain,
+            peerPublicKey: ephemeral.publicKey)
         guard final.first(tag: 0x86)?.value == expected else {
             throw TesseraError(.accessDenied, "chip authentication token does not verify")
         }
@@ -148,16 +170,20 @@ public enum PACE {
                     domain: domain, chipMappingPublicKey: chipMapping,
                     chipAuthenticationData: try ChipAuthenticationMapping.decrypt(aIC, encryptionKey: keys.encryption))
             } catch {
-                chipAuthentication = PACEChipAuthenticationData(domain: domain, chipMappingPublicKey: chipMapping,
-                                                                chipAuthenticationData: nil, problem: error.message)
+                chipAuthentication = PACEChipAuthenticationData(
+                    domain: domain, chipMappingPublicKey: chipMapping,
+                    chipAuthenticationData: nil, problem: error.message)
             }
         }
         let session = try SecureMessagingSession(cipher: alg.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
-        return PACEOutcome(session: session, algorithm: alg, chipAuthentication: chipAuthentication, workarounds: workarounds)
+        return PACEOutcome(
+            session: session, algorithm: alg, chipAuthentication: chipAuthentication, workarounds: workarounds)
     }
 
     /// DH public keys on the mapped generator still lie in the order-q subgroup; EC points are checked on the curve.
-    private static func validateOnMappedDomain(_ domain: PACEDomain, generator: [UInt8], publicKey: [UInt8]) throws(TesseraError) {
+    private static func validateOnMappedDomain(_ domain: PACEDomain, generator: [UInt8], publicKey: [UInt8])
+        throws(TesseraError)
+    {
         try domain.validate(publicKey: publicKey)
     }
 
@@ -166,28 +192,36 @@ public enum PACE {
         if let left = sw.retriesLeft { details["retriesLeft"] = .number(Double(left)) }
         switch sw.value {
         case 0x6300, 0x63C0...0x63CF, 0x6982, 0x6983, 0x6984:
-            return TesseraError(.accessDenied, "PACE \(step) rejected by the chip (\(sw)); check the MRZ data or CAN",
-                                details: details)
+            return TesseraError(
+                .accessDenied, "PACE \(step) rejected by the chip (\(sw)); check the MRZ data or CAN",
+                details: details)
         case 0x6A80, 0x6A86, 0x6A88, 0x6D00:
-            return TesseraError(.unsupportedProtocol, "PACE \(step) not supported by the chip (\(sw))", details: details)
+            return TesseraError(
+                .unsupportedProtocol, "PACE \(step) not supported by the chip (\(sw))", details: details)
         default:
             return TesseraError(.cardError, "PACE \(step) failed (\(sw))", details: details)
         }
     }
 
     /// GENERAL AUTHENTICATE with dynamic authentication data 7C; returns the value of `responseTag`.
-    private static func generalAuthenticate(_ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32,
-                                            step: String, last: Bool = false) async throws(TesseraError) -> [UInt8] {
-        let objects = try await generalAuthenticateObjects(transport, content, responseTag: responseTag, step: step, last: last)
+    private static func generalAuthenticate(
+        _ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32,
+        step: String, last: Bool = false
+    ) async throws(TesseraError) -> [UInt8] {
+        let objects = try await generalAuthenticateObjects(
+            transport, content, responseTag: responseTag, step: step, last: last)
         return objects.first(tag: responseTag)?.value ?? []
     }
 
     /// GENERAL AUTHENTICATE returning every data object inside the response's 7C (which must hold `responseTag`
     /// unless it is nil).
-    private static func generalAuthenticateObjects(_ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32?,
-                                                   step: String, last: Bool = false) async throws(TesseraError) -> [TLV] {
-        let command = CommandAPDU(cla: last ? 0x00 : 0x10, ins: 0x86, p1: 0, p2: 0,
-                                  data: TLV.encode(tag: 0x7C, value: content), ne: 256)
+    private static func generalAuthenticateObjects(
+        _ transport: any APDUTransport, _ content: [UInt8], responseTag: UInt32?,
+        step: String, last: Bool = false
+    ) async throws(TesseraError) -> [TLV] {
+        let command = CommandAPDU(
+            cla: last ? 0x00 : 0x10, ins: 0x86, p1: 0, p2: 0,
+            data: TLV.encode(tag: 0x7C, value: content), ne: 256)
         let response = try await transport.send(command)
         guard response.sw.isSuccess else { throw statusError(response.sw, step: step) }
         let outer = try TLV.parseAll(response.data, options: [])
@@ -225,11 +259,15 @@ public struct PACEChip: Sendable {
     /// chip authentication private key SK_IC (big-endian scalar on the PACE curve), required for PACE-CAM.
     /// Throws UNSUPPORTED_PROTOCOL for unknown OIDs or parameters (or CAM without a key) and ACCESS_DENIED
     /// when the referenced password is not available. The fixed values are for tests (random when nil).
-    public init(setATData: [UInt8], mrzInformation: String?, can: String?, chipAuthenticationKey: [UInt8]? = nil,
-                fixedNonce: [UInt8]? = nil, fixedMappingKey: [UInt8]? = nil, fixedEphemeralKey: [UInt8]? = nil) throws(TesseraError) {
+    public init(
+        setATData: [UInt8], mrzInformation: String?, can: String?, chipAuthenticationKey: [UInt8]? = nil,
+        fixedNonce: [UInt8]? = nil, fixedMappingKey: [UInt8]? = nil, fixedEphemeralKey: [UInt8]? = nil
+    ) throws(TesseraError) {
         let parsed = try PACECrypto.parseSetATData(setATData)
         guard let alg = PACEAlgorithm(oid: parsed.oid), PACE.supportedMappings.contains(alg.mapping),
-              let id = parsed.parameterId, let domain = PACEDomain.standardized(id), domain.keyAgreement == alg.keyAgreement else {
+            let id = parsed.parameterId, let domain = PACEDomain.standardized(id),
+            domain.keyAgreement == alg.keyAgreement
+        else {
             throw TesseraError(.unsupportedProtocol, "unsupported PACE parameters")
         }
         if alg.mapping == .integrated && !domain.supportsIntegratedMapping {
@@ -257,7 +295,9 @@ public struct PACEChip: Sendable {
     /// Processes one GENERAL AUTHENTICATE command data field (7C …) and returns the response data field.
     public mutating func generalAuthenticate(_ commandData: [UInt8]) throws(TesseraError) -> [UInt8] {
         let outer = try TLV.parseAll(commandData, options: [])
-        guard outer.count == 1, outer[0].tag == 0x7C else { throw TesseraError(.malformedData, "expected dynamic authentication data") }
+        guard outer.count == 1, outer[0].tag == 0x7C else {
+            throw TesseraError(.malformedData, "expected dynamic authentication data")
+        }
         let inner = try TLV.parseAll(outer[0].value, options: [])
         func value(_ tag: UInt32) throws(TesseraError) -> [UInt8] {
             guard let v = inner.first(tag: tag)?.value else {
@@ -267,14 +307,16 @@ public struct PACEChip: Sendable {
         }
         switch step {
         case 0:
-            let length = algorithm.mapping == .integrated
+            let length =
+                algorithm.mapping == .integrated
                 ? PACEIntegratedMapping.chipNonceLength(algorithm.cipher) : algorithm.cipher.blockSize
             nonce = orRandom(fixed.nonce, length)
             let z = try PACECrypto.encryptNonce(nonce, key: nonceKey, cipher: algorithm.cipher)
             step = 1
             return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x80, value: z))
         case 1 where algorithm.mapping == .integrated:
-            generator = try domain.integratedMapGenerator(chipNonce: nonce, terminalNonce: try value(0x81), cipher: algorithm.cipher)
+            generator = try domain.integratedMapGenerator(
+                chipNonce: nonce, terminalNonce: try value(0x81), cipher: algorithm.cipher)
             mappingKey = ([], [])
             step = 2
             return TLV.encode(tag: 0x7C, value: [])
@@ -282,7 +324,8 @@ public struct PACEChip: Sendable {
             let terminalMapping = try value(0x81)
             try domain.validate(publicKey: terminalMapping)
             let key = try domain.keyPair(privateKey: fixed.mapping)
-            generator = try domain.mapGenerator(nonce: nonce, privateKey: key.privateKey, peerPublicKey: terminalMapping)
+            generator = try domain.mapGenerator(
+                nonce: nonce, privateKey: key.privateKey, peerPublicKey: terminalMapping)
             mappingKey = key
             step = 2
             return TLV.encode(tag: 0x7C, value: TLV.encode(tag: 0x82, value: key.publicKey))
@@ -302,19 +345,25 @@ public struct PACEChip: Sendable {
                 throw TesseraError(.internalError, "PACE state")
             }
             let token = try value(0x85)
-            let expected = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: algorithm, domain: domain,
-                                                              peerPublicKey: ephemeralKey.publicKey)
+            let expected = try PACECrypto.authenticationToken(
+                macKey: keys.mac, algorithm: algorithm, domain: domain,
+                peerPublicKey: ephemeralKey.publicKey)
             step = 4
-            guard token == expected else { throw TesseraError(.accessDenied, "terminal authentication token does not verify") }
-            let tPICC = try PACECrypto.authenticationToken(macKey: keys.mac, algorithm: algorithm, domain: domain,
-                                                           peerPublicKey: terminalEphemeral)
+            guard token == expected else {
+                throw TesseraError(.accessDenied, "terminal authentication token does not verify")
+            }
+            let tPICC = try PACECrypto.authenticationToken(
+                macKey: keys.mac, algorithm: algorithm, domain: domain,
+                peerPublicKey: terminalEphemeral)
             var response = TLV.encode(tag: 0x86, value: tPICC)
             if let chipAuthenticationKey, case .ec(let curve) = domain {
                 let caIC = try ChipAuthenticationMapping.chipAuthenticationData(
                     curve: curve, mappingPrivateKey: mappingKey.privateKey, staticPrivateKey: chipAuthenticationKey)
-                response += TLV.encode(tag: 0x8A, value: try ChipAuthenticationMapping.encrypt(caIC, encryptionKey: keys.encryption))
+                response += TLV.encode(
+                    tag: 0x8A, value: try ChipAuthenticationMapping.encrypt(caIC, encryptionKey: keys.encryption))
             }
-            session = try SecureMessagingSession(cipher: algorithm.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
+            session = try SecureMessagingSession(
+                cipher: algorithm.cipher, encryptionKey: keys.encryption, macKey: keys.mac)
             return TLV.encode(tag: 0x7C, value: response)
         default:
             throw TesseraError(.cardError, "PACE already finished")

@@ -134,7 +134,9 @@ public enum PACEDomain: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// A fresh key pair (private, public). `privateKey` fixes the private key (tests).
-    public func keyPair(generator: [UInt8]? = nil, privateKey: [UInt8]? = nil) throws(TesseraError) -> (privateKey: [UInt8], publicKey: [UInt8]) {
+    public func keyPair(generator: [UInt8]? = nil, privateKey: [UInt8]? = nil) throws(TesseraError) -> (
+        privateKey: [UInt8], publicKey: [UInt8]
+    ) {
         switch self {
         case .ec(let curve):
             if let privateKey { return (privateKey, try curve.publicKey(privateKey: privateKey, generator: generator)) }
@@ -157,7 +159,9 @@ public enum PACEDomain: Sendable, Hashable, CustomStringConvertible {
 
     /// Generic mapping: from nonce s, own mapping private key and the peer's mapping public key, the mapped
     /// generator (EC: G̃ = s·G + H with H = d·PK; DH: g̃ = g^s · h with h = PK^x).
-    public func mapGenerator(nonce: [UInt8], privateKey: [UInt8], peerPublicKey: [UInt8]) throws(TesseraError) -> [UInt8] {
+    public func mapGenerator(nonce: [UInt8], privateKey: [UInt8], peerPublicKey: [UInt8]) throws(TesseraError)
+        -> [UInt8]
+    {
         switch self {
         case .ec(let curve):
             let h = try curve.multiply(point: peerPublicKey, scalar: privateKey)
@@ -181,7 +185,8 @@ public enum PACEDomain: Sendable, Hashable, CustomStringConvertible {
 public enum PACECrypto {
     /// z = E(K_π, s): the chip's nonce encryption (CBC, zero IV).
     public static func encryptNonce(_ s: [UInt8], key: [UInt8], cipher: SessionCipher) throws(TesseraError) -> [UInt8] {
-        cipher == .tripleDES ? try TripleDESCipher.encryptCBC(key: key, data: s) : try AESCipher.encryptCBC(key: key, data: s)
+        cipher == .tripleDES
+            ? try TripleDESCipher.encryptCBC(key: key, data: s) : try AESCipher.encryptCBC(key: key, data: s)
     }
 
     /// s = D(K_π, z): the reader's nonce decryption.
@@ -189,19 +194,25 @@ public enum PACECrypto {
         guard !z.isEmpty, z.count % cipher.blockSize == 0 else {
             throw TesseraError(.malformedData, "encrypted nonce has a bad length (\(z.count))")
         }
-        return cipher == .tripleDES ? try TripleDESCipher.decryptCBC(key: key, data: z) : try AESCipher.decryptCBC(key: key, data: z)
+        return cipher == .tripleDES
+            ? try TripleDESCipher.decryptCBC(key: key, data: z) : try AESCipher.decryptCBC(key: key, data: z)
     }
 
     /// The public key data object 7F49 { 06 OID, 86/84 public key } that tokens are computed over.
-    public static func publicKeyDataObject(algorithm: PACEAlgorithm, domain: PACEDomain, publicKey: [UInt8]) -> [UInt8] {
-        TLV.encode(tag: 0x7F49, value: TLV.encode(tag: 0x06, value: algorithm.oidBytes)
-            + TLV.encode(tag: domain.publicKeyTag, value: publicKey))
+    public static func publicKeyDataObject(algorithm: PACEAlgorithm, domain: PACEDomain, publicKey: [UInt8]) -> [UInt8]
+    {
+        TLV.encode(
+            tag: 0x7F49,
+            value: TLV.encode(tag: 0x06, value: algorithm.oidBytes)
+                + TLV.encode(tag: domain.publicKeyTag, value: publicKey))
     }
 
     /// Authentication token T = MAC(KS_mac, 7F49{OID, peer public key}) (8 bytes): AES-CMAC over the
     /// unpadded object truncated to 8 bytes, or the 3DES retail MAC with padding method 2.
-    public static func authenticationToken(macKey: [UInt8], algorithm: PACEAlgorithm, domain: PACEDomain,
-                                           peerPublicKey: [UInt8]) throws(TesseraError) -> [UInt8] {
+    public static func authenticationToken(
+        macKey: [UInt8], algorithm: PACEAlgorithm, domain: PACEDomain,
+        peerPublicKey: [UInt8]
+    ) throws(TesseraError) -> [UInt8] {
         let data = publicKeyDataObject(algorithm: algorithm, domain: domain, publicKey: peerPublicKey)
         if algorithm.cipher == .tripleDES { return try RetailMAC.mac(key: macKey, data: data) }
         return Array(try CMAC.aes(key: macKey, data: data).prefix(8))
@@ -209,16 +220,20 @@ public enum PACECrypto {
 
     /// MSE:Set AT data for PACE: 80 OID, 83 password reference, 84 domain parameter id.
     public static func setATData(algorithm: PACEAlgorithm, password: AccessPassword, parameterId: Int?) -> [UInt8] {
-        var data = TLV.encode(tag: 0x80, value: algorithm.oidBytes) + TLV.encode(tag: 0x83, value: [password.paceReference])
+        var data =
+            TLV.encode(tag: 0x80, value: algorithm.oidBytes) + TLV.encode(tag: 0x83, value: [password.paceReference])
         if let parameterId { data += TLV.encode(tag: 0x84, value: [UInt8(parameterId & 0xFF)]) }
         return data
     }
 
     /// Parses MSE:Set AT data (chip side): OID, password reference, optional parameter id.
-    public static func parseSetATData(_ data: [UInt8]) throws(TesseraError) -> (oid: String, passwordReference: UInt8, parameterId: Int?) {
+    public static func parseSetATData(_ data: [UInt8]) throws(TesseraError) -> (
+        oid: String, passwordReference: UInt8, parameterId: Int?
+    ) {
         let objects = try TLV.parseAll(data, options: [])
         guard let oidBytes = objects.first(tag: 0x80)?.value,
-              let ref = objects.first(tag: 0x83)?.value.first else {
+            let ref = objects.first(tag: 0x83)?.value.first
+        else {
             throw TesseraError(.malformedData, "MSE:Set AT without OID or password reference")
         }
         let paramId = objects.first(tag: 0x84)?.value.reduce(0) { $0 << 8 | Int($1) }

@@ -27,15 +27,22 @@ public enum PACEIntegratedMapping {
 
     /// R(s, t) = x1 ‖ … ‖ xn before the reduction modulo p (Figure 2): k0 = E(t, s), then for each block
     /// x(i+1) = E(ki, c1) and k(i+1) = E(ki, c0), keys truncated to the key size, n·l ≥ log2 p + 64.
-    public static func pseudoRandom(chipNonce s: [UInt8], terminalNonce t: [UInt8], cipher: SessionCipher,
-                                    primeBits: Int) throws(TesseraError) -> [UInt8] {
+    public static func pseudoRandom(
+        chipNonce s: [UInt8], terminalNonce t: [UInt8], cipher: SessionCipher,
+        primeBits: Int
+    ) throws(TesseraError) -> [UInt8] {
         let l = chipNonceLength(cipher), k = terminalNonceLength(cipher)
-        guard s.count == l else { throw TesseraError(.malformedData, "integrated mapping nonce s must be \(l) bytes, not \(s.count)") }
-        guard t.count == k else { throw TesseraError(.malformedData, "integrated mapping nonce t must be \(k) bytes, not \(t.count)") }
+        guard s.count == l else {
+            throw TesseraError(.malformedData, "integrated mapping nonce s must be \(l) bytes, not \(s.count)")
+        }
+        guard t.count == k else {
+            throw TesseraError(.malformedData, "integrated mapping nonce t must be \(k) bytes, not \(t.count)")
+        }
         let (c0, c1) = l == 16 ? (c0_128, c1_128) : (c0_256, c1_256)
         let n = (primeBits + 64 + l * 8 - 1) / (l * 8)
         func encrypt(_ key: [UInt8], _ data: [UInt8]) throws(TesseraError) -> [UInt8] {
-            cipher == .tripleDES ? try TripleDESCipher.encryptCBC(key: key, data: data) : try AESCipher.encryptCBC(key: key, data: data)
+            cipher == .tripleDES
+                ? try TripleDESCipher.encryptCBC(key: key, data: data) : try AESCipher.encryptCBC(key: key, data: data)
         }
         var key = try encrypt(t, s)
         var output: [UInt8] = []
@@ -59,14 +66,18 @@ extension PACEDomain {
     }
 
     /// The Integrated Mapping generator f(Rp(s, t)): an uncompressed point (EC) or a p-length value (DH).
-    public func integratedMapGenerator(chipNonce s: [UInt8], terminalNonce t: [UInt8],
-                                       cipher: SessionCipher) throws(TesseraError) -> [UInt8] {
+    public func integratedMapGenerator(
+        chipNonce s: [UInt8], terminalNonce t: [UInt8],
+        cipher: SessionCipher
+    ) throws(TesseraError) -> [UInt8] {
         switch self {
         case .ec(let curve):
-            let r = try PACEIntegratedMapping.pseudoRandom(chipNonce: s, terminalNonce: t, cipher: cipher, primeBits: curve.fieldBits)
+            let r = try PACEIntegratedMapping.pseudoRandom(
+                chipNonce: s, terminalNonce: t, cipher: cipher, primeBits: curve.fieldBits)
             return try curve.encodeToPoint(fieldElement: r)
         case .dh(let group):
-            let r = try PACEIntegratedMapping.pseudoRandom(chipNonce: s, terminalNonce: t, cipher: cipher, primeBits: group.primeBits)
+            let r = try PACEIntegratedMapping.pseudoRandom(
+                chipNonce: s, terminalNonce: t, cipher: cipher, primeBits: group.primeBits)
             return try group.encodeToGenerator(fieldElement: r)
         }
     }

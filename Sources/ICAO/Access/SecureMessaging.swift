@@ -19,7 +19,9 @@ public struct SecureMessagingSession: Sendable, Equatable {
     public private(set) var ssc: [UInt8]
 
     /// A session with the given keys; `ssc` defaults to zero (PACE, §9.8.6.3 / §9.8.7.3).
-    public init(cipher: SessionCipher, encryptionKey: [UInt8], macKey: [UInt8], ssc: [UInt8]? = nil) throws(TesseraError) {
+    public init(cipher: SessionCipher, encryptionKey: [UInt8], macKey: [UInt8], ssc: [UInt8]? = nil)
+        throws(TesseraError)
+    {
         guard encryptionKey.count == cipher.keyLength, macKey.count == cipher.keyLength else {
             throw TesseraError(.cryptoError, "session keys must be \(cipher.keyLength) bytes for \(cipher.rawValue)")
         }
@@ -57,7 +59,8 @@ public struct SecureMessagingSession: Sendable, Equatable {
         }
         let plain: [UInt8]
         do {
-            plain = cipher == .tripleDES
+            plain =
+                cipher == .tripleDES
                 ? try TripleDESCipher.decryptCBC(key: encryptionKey, data: encrypted)
                 : try AESCipher.decryptCBC(key: encryptionKey, iv: iv(), data: encrypted)
         } catch {
@@ -114,7 +117,8 @@ public struct SecureMessagingSession: Sendable, Equatable {
         var body: [UInt8] = []
         if !command.data.isEmpty {
             let encrypted = try encrypt(command.data)
-            body += command.ins & 1 == 1
+            body +=
+                command.ins & 1 == 1
                 ? TLV.encode(tag: 0x85, value: encrypted)
                 : TLV.encode(tag: 0x87, value: [0x01] + encrypted)
         }
@@ -122,8 +126,9 @@ public struct SecureMessagingSession: Sendable, Equatable {
         let cc = try mac(ISO9797Padding.pad(header, blockSize: cipher.blockSize) + body)
         body += TLV.encode(tag: 0x8E, value: cc)
         let extended = body.count > 255 || (command.ne ?? 0) > 256
-        return CommandAPDU(cla: header[0], ins: command.ins, p1: command.p1, p2: command.p2, data: body,
-                           ne: extended ? 65536 : 256, forceExtended: extended)
+        return CommandAPDU(
+            cla: header[0], ins: command.ins, p1: command.p1, p2: command.p2, data: body,
+            ne: extended ? 65536 : 256, forceExtended: extended)
     }
 
     /// Reader side: verifies DO'8E' over DO'87'/'85' and DO'99', decrypts, and returns the plain response
@@ -134,8 +139,9 @@ public struct SecureMessagingSession: Sendable, Equatable {
                 throw TesseraError(.secureMessagingError, "unprotected 9000 response under secure messaging")
             }
             if response.sw == .smDataMissing || response.sw == .smDataObjectsIncorrect {
-                throw TesseraError(.secureMessagingError, "chip reported a secure-messaging error (\(response.sw))",
-                                   details: ["sw": .string(response.sw.description)])
+                throw TesseraError(
+                    .secureMessagingError, "chip reported a secure-messaging error (\(response.sw))",
+                    details: ["sw": .string(response.sw.description)])
             }
             return response
         }
@@ -162,14 +168,17 @@ public struct SecureMessagingSession: Sendable, Equatable {
             case 0x8E:
                 cc = object.value
             default:
-                throw TesseraError(.secureMessagingError, "unexpected data object \(String(object.tag, radix: 16)) in response")
+                throw TesseraError(
+                    .secureMessagingError, "unexpected data object \(String(object.tag, radix: 16)) in response")
             }
             if cc != nil && object.tag != 0x8E {
                 throw TesseraError(.secureMessagingError, "data object after DO'8E'")
             }
         }
         guard let cc else { throw TesseraError(.secureMessagingError, "response without DO'8E' (MAC)") }
-        guard let status, status.count == 2 else { throw TesseraError(.secureMessagingError, "response without DO'99'") }
+        guard let status, status.count == 2 else {
+            throw TesseraError(.secureMessagingError, "response without DO'99'")
+        }
         guard ConstantTime.equal(try mac(macInput), cc) else {
             throw TesseraError(.secureMessagingError, "response MAC does not verify")
         }
@@ -215,23 +224,29 @@ public struct SecureMessagingSession: Sendable, Equatable {
             case 0x8E:
                 cc = object.value
             default:
-                throw TesseraError(.secureMessagingError, "unexpected data object \(String(object.tag, radix: 16)) in command")
+                throw TesseraError(
+                    .secureMessagingError, "unexpected data object \(String(object.tag, radix: 16)) in command")
             }
         }
         guard let cc else { throw TesseraError(.secureMessagingError, "command without DO'8E' (MAC)") }
         let header = [command.cla, command.ins, command.p1, command.p2]
-        guard ConstantTime.equal(
-            try mac(ISO9797Padding.pad(header, blockSize: cipher.blockSize) + body), cc) else {
+        guard
+            ConstantTime.equal(
+                try mac(ISO9797Padding.pad(header, blockSize: cipher.blockSize) + body), cc)
+        else {
             throw TesseraError(.secureMessagingError, "command MAC does not verify")
         }
         let data = try encrypted.map { (e: [UInt8]) throws(TesseraError) -> [UInt8] in try decrypt(e) } ?? []
         let plainCLA = command.cla & 0x40 != 0 ? command.cla & ~0x20 : command.cla & 0xF3
-        return CommandAPDU(cla: plainCLA, ins: command.ins, p1: command.p1, p2: command.p2, data: data, ne: ne,
-                           forceExtended: (ne ?? 0) > 256 || data.count > 255)
+        return CommandAPDU(
+            cla: plainCLA, ins: command.ins, p1: command.p1, p2: command.p2, data: data, ne: ne,
+            forceExtended: (ne ?? 0) > 256 || data.count > 255)
     }
 
     /// Card side: protects a response (DO'87' — or DO'85' for odd INS — DO'99', DO'8E').
-    public mutating func protectResponse(_ response: ResponseAPDU, oddINS: Bool = false) throws(TesseraError) -> ResponseAPDU {
+    public mutating func protectResponse(_ response: ResponseAPDU, oddINS: Bool = false) throws(TesseraError)
+        -> ResponseAPDU
+    {
         incrementSSC()
         var body: [UInt8] = []
         if !response.data.isEmpty {

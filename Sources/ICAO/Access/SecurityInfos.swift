@@ -92,9 +92,11 @@ public struct SecurityInfos: Sendable, Hashable {
                 throw TesseraError(.malformedData, "SecurityInfo without protocol OID")
             }
             let o = oid.description
-            all.append(SecurityInfo(protocolOID: o, requiredData: Array(items[1].encodedBytes),
-                                    optionalData: items.count > 2 ? Array(items[2].encodedBytes) : nil,
-                                    encoded: Array(child.encodedBytes)))
+            all.append(
+                SecurityInfo(
+                    protocolOID: o, requiredData: Array(items[1].encodedBytes),
+                    optionalData: items.count > 2 ? Array(items[2].encodedBytes) : nil,
+                    encoded: Array(child.encodedBytes)))
             let optionalInt = items.count > 2 ? try? Int(derEncoded: items[2]) : nil
             if o.hasPrefix(Self.idPACE + "."), let version = try? Int(derEncoded: items[1]) {
                 // Both PACEInfo and PACEDomainParameterInfo share the prefix; the latter has a SEQUENCE second.
@@ -102,11 +104,15 @@ public struct SecurityInfos: Sendable, Hashable {
             } else if o.hasPrefix(Self.idCA + "."), let version = try? Int(derEncoded: items[1]) {
                 ca.append(ChipAuthenticationInfo(protocolOID: o, version: version, keyId: optionalInt))
             } else if o.hasPrefix(Self.idPK + "."), items[1].identifier == .sequence {
-                pk.append(ChipAuthenticationPublicKeyInfo(protocolOID: o, subjectPublicKeyInfo: Array(items[1].encodedBytes),
-                                                          keyId: optionalInt))
+                pk.append(
+                    ChipAuthenticationPublicKeyInfo(
+                        protocolOID: o, subjectPublicKeyInfo: Array(items[1].encodedBytes),
+                        keyId: optionalInt))
             } else if o == Self.idAA, let version = try? Int(derEncoded: items[1]), items.count > 2,
-                      let alg = try? ASN1ObjectIdentifier(derEncoded: items[2]) {
-                aa.append(ActiveAuthenticationInfo(protocolOID: o, version: version, signatureAlgorithm: alg.description))
+                let alg = try? ASN1ObjectIdentifier(derEncoded: items[2])
+            {
+                aa.append(
+                    ActiveAuthenticationInfo(protocolOID: o, version: version, signatureAlgorithm: alg.description))
             }
         }
         self.all = all; paceInfos = pace; chipAuthenticationInfos = ca; chipAuthenticationPublicKeyInfos = pk

@@ -27,58 +27,80 @@ public struct ActiveAuthenticationResult: Sendable, Equatable {
 public enum ActiveAuthentication {
     /// Sends INTERNAL AUTHENTICATE with an 8-byte random challenge and verifies the answer with DG15's key.
     /// Use a transport that applies secure messaging when the session has it. Throws only transport errors.
-    public static func perform(over transport: some APDUTransport, dg15: DG15?, dg14: DG14? = nil,
-                               challenge: [UInt8]? = nil) async throws(TesseraError) -> ActiveAuthenticationResult {
+    public static func perform(
+        over transport: some APDUTransport, dg15: DG15?, dg14: DG14? = nil,
+        challenge: [UInt8]? = nil
+    ) async throws(TesseraError) -> ActiveAuthenticationResult {
         guard let dg15 else { return ActiveAuthenticationResult(status: .notSupported, reason: "no DG15 public key") }
         let nonce = challenge ?? SecureRandom.bytes(8)
         let command = CommandAPDU(ins: 0x88, p1: 0, p2: 0, data: nonce, ne: 256)
         let response = try await transport.send(command)
         guard response.sw.isSuccess else {
             if response.sw == .insNotSupported || response.sw == .claNotSupported || response.sw == .wrongP1P2 {
-                return ActiveAuthenticationResult(status: .notSupported, reason: "INTERNAL AUTHENTICATE refused (\(response.sw))")
+                return ActiveAuthenticationResult(
+                    status: .notSupported, reason: "INTERNAL AUTHENTICATE refused (\(response.sw))")
             }
             return ActiveAuthenticationResult(status: .invalid, reason: "INTERNAL AUTHENTICATE failed (\(response.sw))")
         }
-        var result = verify(challenge: nonce, response: response.data, publicKeyInfo: dg15.publicKeyInfo,
-                            hashHint: dg14?.activeAuthenticationHash)
+        var result = verify(
+            challenge: nonce, response: response.data, publicKeyInfo: dg15.publicKeyInfo,
+            hashHint: dg14?.activeAuthenticationHash)
         result.challenge = nonce
         result.signature = response.data
         return result
     }
 
     /// Verifies a chip's answer to `challenge`. `hashHint` is the hash from DG14's ActiveAuthenticationInfo.
-    public static func verify(challenge: [UInt8], response: [UInt8], publicKeyInfo: [UInt8],
-                              hashHint: SignatureHash? = nil) -> ActiveAuthenticationResult {
+    public static func verify(
+        challenge: [UInt8], response: [UInt8], publicKeyInfo: [UInt8],
+        hashHint: SignatureHash? = nil
+    ) -> ActiveAuthenticationResult {
         let key: PublicKeyDescription
         do { key = try Signatures.describe(publicKey: publicKeyInfo) } catch {
             return ActiveAuthenticationResult(status: .invalid, reason: "DG15 key unusable: \(error.message)")
         }
         switch key.kind {
         case .rsa, .rsaPSS:
-            return verifyISO9796(challenge: challenge, response: response, publicKeyInfo: publicKeyInfo, hashHint: hashHint)
+            return verifyISO9796(
+                challenge: challenge, response: response, publicKeyInfo: publicKeyInfo, hashHint: hashHint)
         case .ec:
             var order: [SignatureHash] = hashHint.map { [$0] } ?? []
-            let bySize: SignatureHash = key.bits <= 160 ? .sha1 : key.bits <= 224 ? .sha224 : key.bits <= 256 ? .sha256
-                : key.bits <= 384 ? .sha384 : .sha512
+            let bySize: SignatureHash =
+                key.bits <= 160
+                ? .sha1
+                : key.bits <= 224
+                    ? .sha224
+                    : key.bits <= 256
+                        ? .sha256
+                        : key.bits <= 384 ? .sha384 : .sha512
             if hashHint == nil {
                 order.append(bySize)
                 order += SignatureHash.allCases.filter { $0 != bySize }
             }
             for h in order {
-                if (try? Signatures.verify(response, over: challenge, publicKey: publicKeyInfo, scheme: .ecdsaPlain(h))) == true {
+                if (try? Signatures.verify(response, over: challenge, publicKey: publicKeyInfo, scheme: .ecdsaPlain(h)))
+                    == true
+                {
                     return ActiveAuthenticationResult(status: .valid, hash: h)
                 }
             }
-            return ActiveAuthenticationResult(status: .invalid, reason: "ECDSA signature over the challenge does not verify")
+            return ActiveAuthenticationResult(
+                status: .invalid, reason: "ECDSA signature over the challenge does not verify")
         }
     }
 
     /// ISO/IEC 10118-3 hash identifiers used in the two-byte 9796-2 trailer (xx CC).
-    static let trailerHashes: [UInt8: SignatureHash] = [0x33: .sha1, 0x34: .sha256, 0x35: .sha512, 0x36: .sha384, 0x38: .sha224]
+    static let trailerHashes: [UInt8: SignatureHash] = [
+        0x33: .sha1, 0x34: .sha256, 0x35: .sha512, 0x36: .sha384, 0x38: .sha224,
+    ]
 
-    static func verifyISO9796(challenge: [UInt8], response: [UInt8], publicKeyInfo: [UInt8],
-                              hashHint: SignatureHash?) -> ActiveAuthenticationResult {
-        func fail(_ why: String) -> ActiveAuthenticationResult { ActiveAuthenticationResult(status: .invalid, reason: why) }
+    static func verifyISO9796(
+        challenge: [UInt8], response: [UInt8], publicKeyInfo: [UInt8],
+        hashHint: SignatureHash?
+    ) -> ActiveAuthenticationResult {
+        func fail(_ why: String) -> ActiveAuthenticationResult {
+            ActiveAuthenticationResult(status: .invalid, reason: why)
+        }
         guard var f = try? Signatures.rsaRecover(response, publicKey: publicKeyInfo) else {
             return fail("RSA operation on the response failed")
         }
@@ -120,11 +142,15 @@ public enum ActiveAuthentication {
 
     /// Chip side (emulation, tests): answers `challenge` with the active authentication private key (DER).
     /// RSA: 9796-2 scheme 1 with partial recovery, trailer BC for SHA-1 or xx CC otherwise. EC: plain r || s.
-    public static func sign(challenge: [UInt8], privateKey: [UInt8],
-                            hash: SignatureHash = .sha256) throws(TesseraError) -> [UInt8] {
+    public static func sign(
+        challenge: [UInt8], privateKey: [UInt8],
+        hash: SignatureHash = .sha256
+    ) throws(TesseraError) -> [UInt8] {
         let spki = try Signatures.publicKey(ofPrivateKey: privateKey)
         let key = try Signatures.describe(publicKey: spki)
-        guard key.kind != .ec else { return try Signatures.sign(challenge, privateKey: privateKey, scheme: .ecdsaPlain(hash)) }
+        guard key.kind != .ec else {
+            return try Signatures.sign(challenge, privateKey: privateKey, scheme: .ecdsaPlain(hash))
+        }
         let k = (key.bits + 7) / 8
         let trailer: [UInt8] = hash == .sha1 ? [0xBC] : [trailerHashes.first { $0.value == hash }!.key, 0xCC]
         let m1Length = k - 1 - hash.outputSize - trailer.count
@@ -137,9 +163,10 @@ public enum ActiveAuthentication {
     /// The RSA modulus (unsigned big-endian, no leading zeros) from an rsaEncryption SubjectPublicKeyInfo.
     static func rsaModulus(_ spki: [UInt8]) -> [UInt8]? {
         guard let seq = try? TLV.parse(spki), let parts = try? seq.children(), parts.count == 2,
-              parts[1].tag == ASN1.bitString, parts[1].value.first == 0,
-              let key = try? TLV.parse(Array(parts[1].value.dropFirst())), let fields = try? key.children(),
-              fields.count == 2, fields[0].tag == ASN1.integer else { return nil }
+            parts[1].tag == ASN1.bitString, parts[1].value.first == 0,
+            let key = try? TLV.parse(Array(parts[1].value.dropFirst())), let fields = try? key.children(),
+            fields.count == 2, fields[0].tag == ASN1.integer
+        else { return nil }
         return Array(fields[0].value.drop(while: { $0 == 0 }))
     }
 

@@ -63,14 +63,21 @@ enum AlgorithmOIDs {
             for p in try params.children() {
                 switch p.tag {
                 case 0xA0:
-                    guard let alg = try p.children().first?.children().first else { throw TesseraError(.malformedData, "PSS hash") }
-                    guard let h = hashes[try ASN1.oidValue(alg)] else { throw TesseraError(.cryptoError, "unsupported PSS hash") }
+                    guard let alg = try p.children().first?.children().first else {
+                        throw TesseraError(.malformedData, "PSS hash")
+                    }
+                    guard let h = hashes[try ASN1.oidValue(alg)] else {
+                        throw TesseraError(.cryptoError, "unsupported PSS hash")
+                    }
                     hash = h
                 case 0xA1:
                     guard let mgf = try p.children().first?.children(), mgf.count == 2,
-                          try ASN1.oidValue(mgf[0]) == mgf1,
-                          let inner = try mgf[1].children().first else { throw TesseraError(.malformedData, "PSS MGF") }
-                    guard let h = hashes[try ASN1.oidValue(inner)] else { throw TesseraError(.cryptoError, "unsupported MGF1 hash") }
+                        try ASN1.oidValue(mgf[0]) == mgf1,
+                        let inner = try mgf[1].children().first
+                    else { throw TesseraError(.malformedData, "PSS MGF") }
+                    guard let h = hashes[try ASN1.oidValue(inner)] else {
+                        throw TesseraError(.cryptoError, "unsupported MGF1 hash")
+                    }
                     mgfHash = h
                 case 0xA2:
                     guard let v = try p.children().first else { throw TesseraError(.malformedData, "PSS salt") }
@@ -98,8 +105,10 @@ enum AlgorithmOIDs {
         case .rsaPSS(let h, let m, let salt):
             let hashAlg = ASN1.seq([ASN1.oid(oid(of: h)), ASN1.node(ASN1.null, [])])
             let mgfAlg = ASN1.seq([ASN1.oid(mgf1), ASN1.seq([ASN1.oid(oid(of: m)), ASN1.node(ASN1.null, [])])])
-            return ASN1.seq([ASN1.oid(rsaPSS),
-                             ASN1.seq([ASN1.explicit(0, hashAlg), ASN1.explicit(1, mgfAlg), ASN1.explicit(2, ASN1.int(salt))])])
+            return ASN1.seq([
+                ASN1.oid(rsaPSS),
+                ASN1.seq([ASN1.explicit(0, hashAlg), ASN1.explicit(1, mgfAlg), ASN1.explicit(2, ASN1.int(salt))]),
+            ])
         }
     }
 
@@ -107,7 +116,9 @@ enum AlgorithmOIDs {
     static func digestIdentifier(_ hash: SignatureHash) -> [UInt8] { ASN1.seq([ASN1.oid(oid(of: hash))]) }
 
     static func hash(fromIdentifier tlv: TLV) throws(TesseraError) -> SignatureHash {
-        guard let first = try tlv.children().first else { throw TesseraError(.malformedData, "empty AlgorithmIdentifier") }
+        guard let first = try tlv.children().first else {
+            throw TesseraError(.malformedData, "empty AlgorithmIdentifier")
+        }
         let oid = try ASN1.oidValue(first)
         guard let h = hashes[oid] else { throw TesseraError(.cryptoError, "unsupported hash algorithm \(oid)") }
         return h

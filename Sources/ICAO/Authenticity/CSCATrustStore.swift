@@ -82,7 +82,9 @@ public struct CSCATrustStore: Sendable {
             guard data.count < 64 << 20 else { throw TesseraError(.invalidInput, "\(path) is too large") }
             loading = path
             defer { loading = nil }
-            do { try add(contentsOf: [UInt8](data)) } catch { throw TesseraError(error.code, "\(path): \(error.message)") }
+            do { try add(contentsOf: [UInt8](data)) } catch {
+                throw TesseraError(error.code, "\(path): \(error.message)")
+            }
         }
     }
 
@@ -94,7 +96,9 @@ public struct CSCATrustStore: Sendable {
     /// The CSCA certificates in an ICAO master list (CscaMasterList ::= SEQUENCE { version, certList SET OF Certificate }),
     /// after checking its signature and that its signer chains to `trustedSigners`. Throws INVALID_INPUT with
     /// the reason when the list is not trusted.
-    public static func masterListCertificates(_ bytes: [UInt8], trustedSigners: [ParsedCertificate]) throws(TesseraError) -> [ParsedCertificate] {
+    public static func masterListCertificates(_ bytes: [UInt8], trustedSigners: [ParsedCertificate])
+        throws(TesseraError) -> [ParsedCertificate]
+    {
         let sd = try CMSSignedData(contentInfo: bytes)
         guard sd.contentType == AlgorithmOIDs.cscaMasterList else {
             throw TesseraError(.malformedData, "not a CSCA master list (content type \(sd.contentType))")
@@ -117,26 +121,33 @@ public struct CSCATrustStore: Sendable {
     /// certificate is a trusted anchor or is signed by one (found by authority key identifier, else by name).
     static func verifyMasterListSigner(_ sd: CMSSignedData, trustedSigners: [ParsedCertificate]) throws(TesseraError) {
         guard !trustedSigners.isEmpty else {
-            throw TesseraError(.invalidInput, "master list refused: no master list trust anchor configured (--master-list-trust)")
+            throw TesseraError(
+                .invalidInput, "master list refused: no master list trust anchor configured (--master-list-trust)")
         }
         guard sd.signerInfos.count == 1, let signer = sd.signerInfos.first else {
             throw TesseraError(.invalidInput, "master list refused: it has \(sd.signerInfos.count) signers, not one")
         }
         guard let signerCert = sd.certificate(for: signer) else {
-            throw TesseraError(.invalidInput, "master list refused: the Master List Signer certificate is not in the list")
+            throw TesseraError(
+                .invalidInput, "master list refused: the Master List Signer certificate is not in the list")
         }
         switch sd.verify(signer, signerKey: signerCert.subjectPublicKeyInfo) {
         case .valid: break
         case .invalid(let why): throw TesseraError(.invalidInput, "master list refused: signature invalid (\(why))")
-        case .unsupported(let why): throw TesseraError(.invalidInput, "master list refused: signature not checkable (\(why))")
+        case .unsupported(let why):
+            throw TesseraError(.invalidInput, "master list refused: signature not checkable (\(why))")
         }
         if trustedSigners.contains(signerCert) { return }
         let anchors = CSCATrustStore(certificates: trustedSigners).candidates(forIssuerOf: signerCert).certificates
         guard let issuer = anchors.first(where: { (try? signerCert.isSigned(by: $0)) == true }) else {
-            throw TesseraError(.invalidInput, "master list refused: signer \(signerCert.subjectDescription) does not chain to a --master-list-trust anchor")
+            throw TesseraError(
+                .invalidInput,
+                "master list refused: signer \(signerCert.subjectDescription) does not chain to a --master-list-trust anchor"
+            )
         }
         if let ku = issuer.keyUsage, ku & ParsedCertificate.keyCertSign == 0 {
-            throw TesseraError(.invalidInput, "master list refused: anchor \(issuer.subjectDescription) lacks keyCertSign key usage")
+            throw TesseraError(
+                .invalidInput, "master list refused: anchor \(issuer.subjectDescription) lacks keyCertSign key usage")
         }
     }
 
@@ -153,7 +164,9 @@ public struct CSCATrustStore: Sendable {
                 signers = signers.filter { $0.subjectKeyIdentifier == aki }
             }
             guard signers.contains(where: { (try? crl.isSigned(by: $0)) == true }) else {
-                throw TesseraError(.invalidInput, "CRL of \(crl.issuerDescription) refused: no trusted CSCA with that name verifies its signature")
+                throw TesseraError(
+                    .invalidInput,
+                    "CRL of \(crl.issuerDescription) refused: no trusted CSCA with that name verifies its signature")
             }
             if !crls.contains(crl) {
                 crls.append(crl)
@@ -211,7 +224,9 @@ public struct CSCATrustStore: Sendable {
 
     /// Anchors that may have issued `certificate`: those whose subject key identifier equals its authority key
     /// identifier (`byKeyIdentifier` true), else those whose subject name equals its issuer name.
-    public func candidates(forIssuerOf certificate: ParsedCertificate) -> (certificates: [ParsedCertificate], byKeyIdentifier: Bool) {
+    public func candidates(forIssuerOf certificate: ParsedCertificate) -> (
+        certificates: [ParsedCertificate], byKeyIdentifier: Bool
+    ) {
         if let aki = certificate.authorityKeyIdentifier {
             let byKey = certificates.filter { $0.subjectKeyIdentifier == aki }
             if !byKey.isEmpty { return (byKey, true) }

@@ -18,31 +18,37 @@ public struct CardSecurity: Sendable {
     public init(parsing bytes: [UInt8]) throws(TesseraError) {
         signedData = try CMSSignedData(contentInfo: bytes)
         guard signedData.contentType == Self.contentType else {
-            throw TesseraError(.malformedData, "EF.CardSecurity content is \(signedData.contentType), not id-SecurityObject")
+            throw TesseraError(
+                .malformedData, "EF.CardSecurity content is \(signedData.contentType), not id-SecurityObject")
         }
         securityInfos = try SecurityInfos(encoded: signedData.content)
     }
 
     /// Checks the signature and the document signer's chain exactly as passive authentication checks EF.SOD's
     /// (same trust store, CRLs and validity options). Never throws: a malformed file is `invalid` with the reason.
-    public static func verify(_ bytes: [UInt8], trustStore: CSCATrustStore?,
-                              options: PassiveAuthentication.Options = .init()) -> CardSecurityResult {
-        var check = PassiveAuthenticationResult(status: .invalid, signature: .notChecked, certificateChain: .notChecked,
-                                                certificateValidity: .notChecked, dataGroupHashes: [:])
+    public static func verify(
+        _ bytes: [UInt8], trustStore: CSCATrustStore?,
+        options: PassiveAuthentication.Options = .init()
+    ) -> CardSecurityResult {
+        var check = PassiveAuthenticationResult(
+            status: .invalid, signature: .notChecked, certificateChain: .notChecked,
+            certificateValidity: .notChecked, dataGroupHashes: [:])
         let parsed: CardSecurity
         do { parsed = try CardSecurity(parsing: bytes) } catch {
-            return CardSecurityResult(status: .invalid, check: check, reason: "EF.CardSecurity unusable: \(error.message)")
+            return CardSecurityResult(
+                status: .invalid, check: check, reason: "EF.CardSecurity unusable: \(error.message)")
         }
         var problems: [String] = [], notes: [String] = []
         let (signer, unanchored) = PassiveAuthentication.checkSigner(
             of: parsed.signedData, label: "EF.CardSecurity", trustStore: trustStore, options: options,
             result: &check, problems: &problems, notes: &notes)
         PassiveAuthentication.conclude(&check, problems: problems, notes: notes, unanchored: unanchored, signer: signer)
-        let status: CardSecurityResult.Status = switch check.status {
-        case .valid: .valid
-        case .invalid: .invalid
-        case .unverified: .unverified
-        }
+        let status: CardSecurityResult.Status =
+            switch check.status {
+            case .valid: .valid
+            case .invalid: .invalid
+            case .unverified: .unverified
+            }
         return CardSecurityResult(status: status, check: check, reason: check.reason)
     }
 }
@@ -64,8 +70,9 @@ public struct CardSecurityResult: Sendable, Equatable {
     /// A chip without EF.CardSecurity.
     public static let notPresent = CardSecurityResult(
         status: .notPresent,
-        check: PassiveAuthenticationResult(status: .unverified, signature: .notChecked, certificateChain: .notChecked,
-                                           certificateValidity: .notChecked, dataGroupHashes: [:]))
+        check: PassiveAuthenticationResult(
+            status: .unverified, signature: .notChecked, certificateChain: .notChecked,
+            certificateValidity: .notChecked, dataGroupHashes: [:]))
 
     /// {status, signature, certificateChain, certificateValidity, documentSigner?, trustAnchor?, revocation, reason?}
     public var json: JSONValue {

@@ -39,7 +39,9 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
         try ASN1.expect(top[0], ASN1.sequence, "TBSCertificate")
         try ASN1.expect(top[1], ASN1.sequence, "signatureAlgorithm")
         try ASN1.expect(top[2], ASN1.bitString, "signature")
-        guard top[2].value.first == 0 else { throw TesseraError(.malformedData, "signature BIT STRING with unused bits") }
+        guard top[2].value.first == 0 else {
+            throw TesseraError(.malformedData, "signature BIT STRING with unused bits")
+        }
         self.der = cert.encoded
         tbsCertificate = top[0].encoded
         signatureAlgorithm = top[1].encoded
@@ -64,7 +66,9 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
 
         var ski: [UInt8]?, aki: [UInt8]?, ku: UInt16?, ca: Bool?
         if let extWrapper = fields.dropFirst(6).first(where: { $0.tag == 0xA3 }) {
-            guard let list = try extWrapper.children().first else { throw TesseraError(.malformedData, "empty extensions") }
+            guard let list = try extWrapper.children().first else {
+                throw TesseraError(.malformedData, "empty extensions")
+            }
             for ext in try list.children() {
                 let parts = try ext.children()
                 guard parts.count >= 2, let value = parts.last, value.tag == ASN1.octetString else {
@@ -101,7 +105,11 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
 
     /// Parses one PEM or DER certificate.
     public init(pemOrDER bytes: [UInt8]) throws(TesseraError) {
-        if let first = PEM.blocks(bytes, label: "CERTIFICATE").first { try self.init(der: first) } else { try self.init(der: bytes) }
+        if let first = PEM.blocks(bytes, label: "CERTIFICATE").first {
+            try self.init(der: first)
+        } else {
+            try self.init(der: bytes)
+        }
     }
 
     public static let digitalSignature: UInt16 = 1 << 0
@@ -119,8 +127,9 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
     /// Whether `issuerCertificate`'s key verifies this certificate's signature.
     public func isSigned(by issuerCertificate: ParsedCertificate) throws(TesseraError) -> Bool {
         let scheme = try AlgorithmOIDs.scheme(try TLV.parse(signatureAlgorithm))
-        return try Signatures.verify(signature, over: tbsCertificate, publicKey: issuerCertificate.subjectPublicKeyInfo,
-                                     scheme: scheme)
+        return try Signatures.verify(
+            signature, over: tbsCertificate, publicKey: issuerCertificate.subjectPublicKeyInfo,
+            scheme: scheme)
     }
 
     /// PEM text.
@@ -129,11 +138,15 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
     static func attributes(_ name: [UInt8]) -> [(String, String)] {
         guard let seq = try? TLV.parse(name), let rdns = try? seq.children() else { return [] }
         var out = [(String, String)]()
-        let short = ["2.5.4.6": "C", "2.5.4.3": "CN", "2.5.4.10": "O", "2.5.4.11": "OU", "2.5.4.5": "SERIALNUMBER",
-                     "2.5.4.7": "L", "2.5.4.8": "ST", "1.2.840.113549.1.9.1": "E"]
+        let short = [
+            "2.5.4.6": "C", "2.5.4.3": "CN", "2.5.4.10": "O", "2.5.4.11": "OU", "2.5.4.5": "SERIALNUMBER",
+            "2.5.4.7": "L", "2.5.4.8": "ST", "1.2.840.113549.1.9.1": "E",
+        ]
         for rdn in rdns {
             for atv in (try? rdn.children()) ?? [] {
-                guard let parts = try? atv.children(), parts.count == 2, let oid = try? ASN1.oidValue(parts[0]) else { continue }
+                guard let parts = try? atv.children(), parts.count == 2, let oid = try? ASN1.oidValue(parts[0]) else {
+                    continue
+                }
                 out.append((short[oid] ?? oid, LDSParsing.text(parts[1].value)))
             }
         }

@@ -26,7 +26,9 @@ public struct CertificateRevocationList: Sendable, Equatable {
         try ASN1.expect(top[0], ASN1.sequence, "TBSCertList")
         try ASN1.expect(top[1], ASN1.sequence, "signatureAlgorithm")
         try ASN1.expect(top[2], ASN1.bitString, "signature")
-        guard top[2].value.first == 0 else { throw TesseraError(.malformedData, "signature BIT STRING with unused bits") }
+        guard top[2].value.first == 0 else {
+            throw TesseraError(.malformedData, "signature BIT STRING with unused bits")
+        }
         self.der = crl.encoded
         tbsCertList = top[0].encoded
         signatureAlgorithm = top[1].encoded
@@ -49,7 +51,9 @@ public struct CertificateRevocationList: Sendable, Equatable {
         var serials = Set<[UInt8]>()
         if let list = rest.first, list.tag == ASN1.sequence {
             for entry in try list.children() {
-                guard let serial = try entry.children().first else { throw TesseraError(.malformedData, "empty CRL entry") }
+                guard let serial = try entry.children().first else {
+                    throw TesseraError(.malformedData, "empty CRL entry")
+                }
                 try ASN1.expect(serial, ASN1.integer, "userCertificate")
                 serials.insert(serial.value)
             }
@@ -77,12 +81,15 @@ public struct CertificateRevocationList: Sendable, Equatable {
     /// Whether `certificate`'s key verifies this CRL's signature.
     public func isSigned(by certificate: ParsedCertificate) throws(TesseraError) -> Bool {
         let scheme = try AlgorithmOIDs.scheme(try TLV.parse(signatureAlgorithm))
-        return try Signatures.verify(signature, over: tbsCertList, publicKey: certificate.subjectPublicKeyInfo, scheme: scheme)
+        return try Signatures.verify(
+            signature, over: tbsCertList, publicKey: certificate.subjectPublicKeyInfo, scheme: scheme)
     }
 
     /// Past its nextUpdate at `date`.
     public func isStale(at date: Date) -> Bool { nextUpdate.map { date > $0 } ?? false }
 
     /// Whether this CRL's issuer is `certificate`'s issuer (by name).
-    public func covers(_ certificate: ParsedCertificate) -> Bool { ParsedCertificate.sameName(issuer, certificate.issuer) }
+    public func covers(_ certificate: ParsedCertificate) -> Bool {
+        ParsedCertificate.sameName(issuer, certificate.issuer)
+    }
 }

@@ -52,9 +52,11 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
     /// A CRL used for `revocation` is past its nextUpdate.
     public var crlStale = false
 
-    public init(status: Status, signature: SignatureCheck, certificateChain: ChainCheck, certificateValidity: ValidityCheck,
-                dataGroupHashes: [Int: HashCheck], reason: String? = nil, documentSigner: String? = nil,
-                trustAnchor: String? = nil) {
+    public init(
+        status: Status, signature: SignatureCheck, certificateChain: ChainCheck, certificateValidity: ValidityCheck,
+        dataGroupHashes: [Int: HashCheck], reason: String? = nil, documentSigner: String? = nil,
+        trustAnchor: String? = nil
+    ) {
         self.status = status; self.signature = signature; self.certificateChain = certificateChain
         self.certificateValidity = certificateValidity; self.dataGroupHashes = dataGroupHashes; self.reason = reason
         self.documentSigner = documentSigner; self.trustAnchor = trustAnchor
@@ -97,10 +99,13 @@ public enum PassiveAuthentication {
     /// names groups the reader tried and could not read: those the SOD lists are `missing` and make the
     /// status invalid; other listed groups that were not read are `notRead`.
     /// Never throws: a malformed SOD yields status invalid with the reason.
-    public static func verify(sod: [UInt8], dataGroups: [Int: [UInt8]], missing: Set<Int> = [],
-                              trustStore: CSCATrustStore?, options: Options = Options()) -> PassiveAuthenticationResult {
-        var result = PassiveAuthenticationResult(status: .invalid, signature: .notChecked, certificateChain: .notChecked,
-                                                 certificateValidity: .notChecked, dataGroupHashes: [:])
+    public static func verify(
+        sod: [UInt8], dataGroups: [Int: [UInt8]], missing: Set<Int> = [],
+        trustStore: CSCATrustStore?, options: Options = Options()
+    ) -> PassiveAuthenticationResult {
+        var result = PassiveAuthenticationResult(
+            status: .invalid, signature: .notChecked, certificateChain: .notChecked,
+            certificateValidity: .notChecked, dataGroupHashes: [:])
         let so: SecurityObject
         do { so = try SecurityObject(parsing: sod) } catch {
             result.reason = "EF.SOD unusable: \(error.message)"
@@ -129,8 +134,9 @@ public enum PassiveAuthentication {
             problems.append("DG\(n) is not covered by the SOD")
         }
 
-        let (signerCert, unanchored) = checkSigner(of: so.signedData, label: "SOD", trustStore: trustStore, options: options,
-                                                   result: &result, problems: &problems, notes: &notes)
+        let (signerCert, unanchored) = checkSigner(
+            of: so.signedData, label: "SOD", trustStore: trustStore, options: options,
+            result: &result, problems: &problems, notes: &notes)
 
         conclude(&result, problems: problems, notes: notes, unanchored: unanchored, signer: signerCert)
         return result
@@ -140,9 +146,11 @@ public enum PassiveAuthentication {
     /// (EF.SOD, EF.CardSecurity): signer certificate, CMS signature, chain to a CSCA, key usages, validity and
     /// revocation. Fills `result` and the problem/note lists; returns the signer certificate and whether no
     /// trust anchor matched.
-    static func checkSigner(of signedData: CMSSignedData, label: String, trustStore: CSCATrustStore?, options: Options,
-                            result: inout PassiveAuthenticationResult, problems: inout [String],
-                            notes: inout [String]) -> (signer: ParsedCertificate?, unanchored: Bool) {
+    static func checkSigner(
+        of signedData: CMSSignedData, label: String, trustStore: CSCATrustStore?, options: Options,
+        result: inout PassiveAuthenticationResult, problems: inout [String],
+        notes: inout [String]
+    ) -> (signer: ParsedCertificate?, unanchored: Bool) {
         // Signature.
         var signerCert: ParsedCertificate?
         if let signer = signedData.signerInfos.first {
@@ -152,7 +160,8 @@ public enum PassiveAuthentication {
                 switch signedData.verify(signer, signerKey: cert.subjectPublicKeyInfo) {
                 case .valid: result.signature = .valid
                 case .invalid(let why): result.signature = .invalid; problems.append("\(label) signature: \(why)")
-                case .unsupported(let why): result.signature = .unsupported; problems.append("\(label) signature: \(why)")
+                case .unsupported(let why):
+                    result.signature = .unsupported; problems.append("\(label) signature: \(why)")
                 }
             } else {
                 result.signature = .signerNotFound
@@ -177,7 +186,10 @@ public enum PassiveAuthentication {
                     // Same name but another key (e.g. before a CSCA key rollover): not this document's anchor.
                     result.certificateChain = .noTrustAnchor
                     unanchored = true
-                    if !candidates.isEmpty { notes.append("a CSCA with the issuer's name is trusted but its key did not sign the document signer") }
+                    if !candidates.isEmpty {
+                        notes.append(
+                            "a CSCA with the issuer's name is trusted but its key did not sign the document signer")
+                    }
                 } else if let csca = issuer {
                     result.trustAnchor = csca.subjectDescription
                     if let ku = csca.keyUsage, ku & ParsedCertificate.keyCertSign == 0 {
@@ -195,13 +207,17 @@ public enum PassiveAuthentication {
                         (result.revocation, result.crlStale) = store.revocation(of: ds, at: options.referenceDate)
                         if result.revocation == .revoked {
                             result.certificateChain = .invalid
-                            problems.append("document signer certificate is revoked by a CRL of \(csca.subjectDescription)")
+                            problems.append(
+                                "document signer certificate is revoked by a CRL of \(csca.subjectDescription)")
                         }
-                        if result.crlStale { notes.append("a CRL of \(csca.subjectDescription) is past its nextUpdate") }
+                        if result.crlStale {
+                            notes.append("a CRL of \(csca.subjectDescription) is past its nextUpdate")
+                        }
                     }
                 } else {
                     result.certificateChain = .invalid
-                    problems.append("document signer certificate is not signed by the CSCA its authority key identifier names")
+                    problems.append(
+                        "document signer certificate is not signed by the CSCA its authority key identifier names")
                 }
             }
             if result.certificateValidity != .valid {
@@ -218,14 +234,17 @@ public enum PassiveAuthentication {
     }
 
     /// Sets status and reason from the problems (invalid), a missing trust anchor (unverified) or neither (valid).
-    static func conclude(_ result: inout PassiveAuthenticationResult, problems: [String], notes: [String], unanchored: Bool,
-                         signer signerCert: ParsedCertificate?) {
+    static func conclude(
+        _ result: inout PassiveAuthenticationResult, problems: [String], notes: [String], unanchored: Bool,
+        signer signerCert: ParsedCertificate?
+    ) {
         if !problems.isEmpty {
             result.status = .invalid
             result.reason = problems.joined(separator: "; ")
         } else if unanchored {
             result.status = .unverified
-            result.reason = (["no trusted CSCA matches the document signer (issuer \(signerCert?.issuerDescription ?? "?"))"]
+            result.reason =
+                (["no trusted CSCA matches the document signer (issuer \(signerCert?.issuerDescription ?? "?"))"]
                 + notes).joined(separator: "; ")
         } else {
             result.status = .valid

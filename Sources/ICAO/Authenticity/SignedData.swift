@@ -38,7 +38,8 @@ public struct CMSSignedData: Sendable {
         try ASN1.expect(ci, ASN1.sequence, "ContentInfo")
         let ciParts = try ci.children()
         guard ciParts.count == 2, try ASN1.oidValue(ciParts[0]) == AlgorithmOIDs.signedData,
-              ciParts[1].tag == 0xA0, let sd = try ciParts[1].children().first else {
+            ciParts[1].tag == 0xA0, let sd = try ciParts[1].children().first
+        else {
             throw TesseraError(.malformedData, "ContentInfo is not SignedData")
         }
         try ASN1.expect(sd, ASN1.sequence, "SignedData")
@@ -53,7 +54,7 @@ public struct CMSSignedData: Sendable {
         contentType = try ASN1.oidValue(encap[0])
         switch octets.tag {
         case ASN1.octetString: content = octets.value
-        case 0x24: // BER constructed OCTET STRING
+        case 0x24:  // BER constructed OCTET STRING
             var c = [UInt8]()
             for chunk in try octets.children() {
                 try ASN1.expect(chunk, ASN1.octetString, "eContent chunk")
@@ -119,8 +120,9 @@ public struct CMSSignedData: Sendable {
         guard p.count >= i + 2 else { throw TesseraError(.malformedData, "SignerInfo truncated") }
         try ASN1.expect(p[i], ASN1.sequence, "signatureAlgorithm")
         try ASN1.expect(p[i + 1], ASN1.octetString, "signature")
-        return SignerInfo(version: version, signerIdentifier: sid, digestAlgorithm: digest, signedAttributes: signed,
-                          attributes: attrs, signatureAlgorithm: p[i].encoded, signature: p[i + 1].value)
+        return SignerInfo(
+            version: version, signerIdentifier: sid, digestAlgorithm: digest, signedAttributes: signed,
+            attributes: attrs, signatureAlgorithm: p[i].encoded, signature: p[i + 1].value)
     }
 
     /// The certificate a signer names, if included.
@@ -146,14 +148,17 @@ public struct CMSSignedData: Sendable {
     /// Checks the signed attributes (content-type, message-digest over the content) and the signature with `signerKey`.
     public func verify(_ signer: SignerInfo, signerKey spki: [UInt8]) -> SignerCheck {
         do {
-            let scheme = try AlgorithmOIDs.scheme(try TLV.parse(signer.signatureAlgorithm), digest: signer.digestAlgorithm)
+            let scheme = try AlgorithmOIDs.scheme(
+                try TLV.parse(signer.signatureAlgorithm), digest: signer.digestAlgorithm)
             let signedBytes: [UInt8]
             if let signed = signer.signedAttributes {
                 guard let ct = signer.attributes[AlgorithmOIDs.contentTypeAttribute],
-                      (try? ASN1.oidValue(ct)) == contentType else {
+                    (try? ASN1.oidValue(ct)) == contentType
+                else {
                     return .invalid("content-type attribute missing or different from eContentType")
                 }
-                guard let md = signer.attributes[AlgorithmOIDs.messageDigestAttribute], md.tag == ASN1.octetString else {
+                guard let md = signer.attributes[AlgorithmOIDs.messageDigestAttribute], md.tag == ASN1.octetString
+                else {
                     return .invalid("message-digest attribute missing")
                 }
                 guard md.value == (try Signatures.digest(signer.digestAlgorithm, content)) else {
@@ -204,7 +209,9 @@ public struct SecurityObject: Sendable {
             guard e.count == 2 else { throw TesseraError(.malformedData, "DataGroupHash") }
             let n = try ASN1.smallInt(e[0])
             try ASN1.expect(e[1], ASN1.octetString, "dataGroupHashValue")
-            guard (1...16).contains(n), hashes[n] == nil else { throw TesseraError(.malformedData, "bad data group number \(n)") }
+            guard (1...16).contains(n), hashes[n] == nil else {
+                throw TesseraError(.malformedData, "bad data group number \(n)")
+            }
             guard e[1].value.count == hashAlgorithm.outputSize else {
                 throw TesseraError(.malformedData, "DG\(n) hash has \(e[1].value.count) bytes")
             }

@@ -5,11 +5,15 @@ import TesseraCore
 /// Builds LDS 1 files for emulated chips and tests (the inverse of the LDS parsers).
 public enum LDSBuilder {
     /// EF.COM with LDS version "0107" and Unicode version "040000" by default.
-    public static func com(dataGroups: [Int], ldsVersion: String = "0107", unicodeVersion: String = "040000") -> [UInt8] {
+    public static func com(dataGroups: [Int], ldsVersion: String = "0107", unicodeVersion: String = "040000") -> [UInt8]
+    {
         let tags = dataGroups.compactMap { LDSFile(dataGroup: $0)?.tag }
-        return TLV(tag: 0x60, value: TLV.encode(tag: 0x5F01, value: Array(ldsVersion.utf8))
-            + TLV.encode(tag: 0x5F36, value: Array(unicodeVersion.utf8))
-            + TLV.encode(tag: 0x5C, value: tags)).encoded
+        return TLV(
+            tag: 0x60,
+            value: TLV.encode(tag: 0x5F01, value: Array(ldsVersion.utf8))
+                + TLV.encode(tag: 0x5F36, value: Array(unicodeVersion.utf8))
+                + TLV.encode(tag: 0x5C, value: tags)
+        ).encoded
     }
 
     /// DG1 from the MRZ text (line breaks removed). Throws INVALID_INPUT for a length other than 88, 72 or 90.
@@ -27,20 +31,28 @@ public enum LDSBuilder {
             throw .invalidInput("bad face image or dimensions")
         }
         let mime = LDSParsing.mimeType(of: image)
-        guard mime == "image/jpeg" || mime == "image/jp2" else { throw .invalidInput("face image must be JPEG or JPEG 2000") }
+        guard mime == "image/jpeg" || mime == "image/jp2" else {
+            throw .invalidInput("face image must be JPEG or JPEG 2000")
+        }
         func u16(_ v: Int) -> [UInt8] { [UInt8(v >> 8 & 0xFF), UInt8(v & 0xFF)] }
-        func u32(_ v: Int) -> [UInt8] { [UInt8(v >> 24 & 0xFF), UInt8(v >> 16 & 0xFF), UInt8(v >> 8 & 0xFF), UInt8(v & 0xFF)] }
+        func u32(_ v: Int) -> [UInt8] {
+            [UInt8(v >> 24 & 0xFF), UInt8(v >> 16 & 0xFF), UInt8(v >> 8 & 0xFF), UInt8(v & 0xFF)]
+        }
         let blockLength = 20 + 12 + image.count
         var record = Array("FAC".utf8) + [0] + Array("010".utf8) + [0] + u32(14 + blockLength) + u16(1)
         // Facial information: length, 0 feature points, gender, eye, hair, feature mask, expression, pose, uncertainty.
         record += u32(blockLength) + u16(0) + [0, 0, 0] + [0, 0, 0] + u16(0) + [0, 0, 0] + [0, 0, 0]
         // Image information: full frontal, data type, width, height, 24-bit RGB, digital still, device 0, quality 0.
-        record += [0x01, mime == "image/jpeg" ? 0x00 : 0x01] + u16(width) + u16(height) + [0x01, 0x02] + u16(0) + u16(0)
+        record +=
+            [0x01, mime == "image/jpeg" ? 0x00 : 0x01] + u16(width) + u16(height) + [0x01, 0x02] + u16(0) + u16(0)
         record += image
-        let header = TLV(tag: 0xA1, value: TLV.encode(tag: 0x80, value: [0x01, 0x01])
-            + TLV.encode(tag: 0x81, value: [0x02])
-            + TLV.encode(tag: 0x87, value: [0x01, 0x01])
-            + TLV.encode(tag: 0x88, value: [0x00, 0x08])).encoded
+        let header = TLV(
+            tag: 0xA1,
+            value: TLV.encode(tag: 0x80, value: [0x01, 0x01])
+                + TLV.encode(tag: 0x81, value: [0x02])
+                + TLV.encode(tag: 0x87, value: [0x01, 0x01])
+                + TLV.encode(tag: 0x88, value: [0x00, 0x08])
+        ).encoded
         let bit = TLV(tag: 0x7F60, value: header + TLV.encode(tag: 0x5F2E, value: record)).encoded
         let group = TLV(tag: 0x7F61, value: TLV.encode(tag: 0x02, value: [0x01]) + bit).encoded
         return TLV(tag: 0x75, value: group).encoded
@@ -57,7 +69,8 @@ public enum LDSBuilder {
         func add(_ tag: UInt32, _ s: String?) { if let s { items.append((tag, Array(s.utf8))) } }
         add(0x5F0E, d.fullName)
         if !d.otherNames.isEmpty {
-            let inner = TLV.encode(tag: 0x02, value: [UInt8(min(d.otherNames.count, 255))])
+            let inner =
+                TLV.encode(tag: 0x02, value: [UInt8(min(d.otherNames.count, 255))])
                 + d.otherNames.flatMap { TLV.encode(tag: 0x5F0F, value: Array($0.utf8)) }
             items.append((0xA0, inner))
         }
@@ -76,8 +89,12 @@ public enum LDSBuilder {
         func add(_ tag: UInt32, _ s: String?) { if let s { items.append((tag, Array(s.utf8))) } }
         add(0x5F19, d.issuingAuthority); add(0x5F26, d.dateOfIssue)
         if !d.otherPersons.isEmpty {
-            items.append((0xA0, TLV.encode(tag: 0x02, value: [UInt8(min(d.otherPersons.count, 255))])
-                + d.otherPersons.flatMap { TLV.encode(tag: 0x5F1A, value: Array($0.utf8)) }))
+            items.append(
+                (
+                    0xA0,
+                    TLV.encode(tag: 0x02, value: [UInt8(min(d.otherPersons.count, 255))])
+                        + d.otherPersons.flatMap { TLV.encode(tag: 0x5F1A, value: Array($0.utf8)) }
+                ))
         }
         add(0x5F1B, d.endorsements); add(0x5F1C, d.taxOrExitRequirements)
         if let f = d.frontImage { items.append((0x5F1D, f.data)) }
@@ -101,7 +118,9 @@ public enum LDSBuilder {
     /// A ChipAuthenticationPublicKeyInfo (id-PK-ECDH, TR-03110 Part 3 §A.1.1.2) for DG14: the EC point
     /// `publicKey` on standardized domain parameters `parameterId` (AlgorithmIdentifier standardizedDomainParameters).
     public static func chipAuthenticationPublicKeyInfo(parameterId: Int, publicKey: [UInt8], keyId: Int?) -> [UInt8] {
-        let algorithm = ASN1.seq([ASN1.oid(ChipAuthenticationMapping.standardizedDomainParameters), ASN1.int(parameterId)])
+        let algorithm = ASN1.seq([
+            ASN1.oid(ChipAuthenticationMapping.standardizedDomainParameters), ASN1.int(parameterId),
+        ])
         let spki = ASN1.seq([algorithm, ASN1.node(ASN1.bitString, [0] + publicKey)])
         return ASN1.seq([ASN1.oid(ChipAuthenticationMapping.idPKECDH), spki] + (keyId.map { [ASN1.int($0)] } ?? []))
     }

@@ -19,8 +19,10 @@ public struct DocumentSignerKey: Sendable {
 /// message-digest and signing-time signed attributes, the DS certificate included, wrapped in tag 77.
 public enum SODBuilder {
     /// `dataGroups`: number → complete file bytes (as the chip serves them); `hash` is the data group hash.
-    public static func build(dataGroups: [Int: [UInt8]], signer: DocumentSignerKey, hash: SignatureHash = .sha256,
-                             signingTime: Date = Date()) throws(TesseraError) -> [UInt8] {
+    public static func build(
+        dataGroups: [Int: [UInt8]], signer: DocumentSignerKey, hash: SignatureHash = .sha256,
+        signingTime: Date = Date()
+    ) throws(TesseraError) -> [UInt8] {
         guard !dataGroups.isEmpty, dataGroups.keys.allSatisfy({ (1...16).contains($0) }) else {
             throw .invalidInput("data group numbers must be 1…16")
         }
@@ -31,19 +33,27 @@ public enum SODBuilder {
         let lso = ASN1.seq([ASN1.int(0), AlgorithmOIDs.digestIdentifier(hash), ASN1.seq(hashes)])
         // The CMS digest algorithm follows the signature's hash (ecdsa-with-SHA384 → SHA-384), as verifiers such
         // as OpenSSL compute the signed-attributes digest with it.
-        return TLV(tag: 0x77, value: try signedData(content: lso, contentType: AlgorithmOIDs.ldsSecurityObject,
-                                                    signer: signer, digest: signer.scheme.hash,
-                                                    signingTime: signingTime)).encoded
+        return TLV(
+            tag: 0x77,
+            value: try signedData(
+                content: lso, contentType: AlgorithmOIDs.ldsSecurityObject,
+                signer: signer, digest: signer.scheme.hash,
+                signingTime: signingTime)
+        ).encoded
     }
 
     /// A DER ContentInfo with SignedData over `content` (also used for master lists).
-    static func signedData(content: [UInt8], contentType: String, signer: DocumentSignerKey, digest: SignatureHash,
-                           signingTime: Date, extraCertificates: [ParsedCertificate] = []) throws(TesseraError) -> [UInt8] {
+    static func signedData(
+        content: [UInt8], contentType: String, signer: DocumentSignerKey, digest: SignatureHash,
+        signingTime: Date, extraCertificates: [ParsedCertificate] = []
+    ) throws(TesseraError) -> [UInt8] {
         let attrs = [
             ASN1.seq([ASN1.oid(AlgorithmOIDs.contentTypeAttribute), ASN1.setOf([ASN1.oid(contentType)])]),
             ASN1.seq([ASN1.oid(AlgorithmOIDs.signingTimeAttribute), ASN1.setOf([ASN1.x509Time(signingTime)])]),
-            ASN1.seq([ASN1.oid(AlgorithmOIDs.messageDigestAttribute),
-                      ASN1.setOf([ASN1.octets(try Signatures.digest(digest, content))])]),
+            ASN1.seq([
+                ASN1.oid(AlgorithmOIDs.messageDigestAttribute),
+                ASN1.setOf([ASN1.octets(try Signatures.digest(digest, content))]),
+            ]),
         ]
         let signedSet = ASN1.setOf(attrs)
         let signature = try Signatures.sign(signedSet, privateKey: signer.privateKeyDER, scheme: signer.scheme)
@@ -74,9 +84,12 @@ public enum SODBuilder {
 /// Builds a signed EF.CardSecurity: the chip's SecurityInfos (DER SET) in CMS SignedData with eContentType
 /// id-SecurityObject, signed like EF.SOD (no 77 wrapper: the file is the ContentInfo).
 public enum CardSecurityBuilder {
-    public static func build(securityInfos: [UInt8], signer: DocumentSignerKey,
-                             signingTime: Date = Date()) throws(TesseraError) -> [UInt8] {
-        try SODBuilder.signedData(content: securityInfos, contentType: CardSecurity.contentType, signer: signer,
-                                  digest: signer.scheme.hash, signingTime: signingTime)
+    public static func build(
+        securityInfos: [UInt8], signer: DocumentSignerKey,
+        signingTime: Date = Date()
+    ) throws(TesseraError) -> [UInt8] {
+        try SODBuilder.signedData(
+            content: securityInfos, contentType: CardSecurity.contentType, signer: signer,
+            digest: signer.scheme.hash, signingTime: signingTime)
     }
 }

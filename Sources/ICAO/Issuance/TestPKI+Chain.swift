@@ -6,18 +6,20 @@ extension TestPKI {
     /// A throw-away root CA and one signer certificate it issued, for document families other than ICAO 9303
     /// (an ISO/IEC 18013-5 IACA and document signer, a reader root and reader certificate). `country` (two
     /// letters) is put into both names when given; `signerExtendedKeyUsage` adds a critical EKU extension.
-    public static func generateChain(rootCommonName: String, signerCommonName: String, country: String? = nil,
-                                     organization: String = "Tessera Test", algorithm: TestKeyAlgorithm = .p256,
-                                     signerExtendedKeyUsage: String? = nil,
-                                     notBefore: Date = Date(timeIntervalSinceNow: -86_400), rootValidityDays: Int = 365 * 9,
-                                     signerValidityDays: Int = 365) throws(TesseraError) -> (root: TestCertificate, signer: TestCertificate)
-    {
+    public static func generateChain(
+        rootCommonName: String, signerCommonName: String, country: String? = nil,
+        organization: String = "Tessera Test", algorithm: TestKeyAlgorithm = .p256,
+        signerExtendedKeyUsage: String? = nil,
+        notBefore: Date = Date(timeIntervalSinceNow: -86_400), rootValidityDays: Int = 365 * 9,
+        signerValidityDays: Int = 365
+    ) throws(TesseraError) -> (root: TestCertificate, signer: TestCertificate) {
         func subject(_ cn: String) -> [UInt8] {
             func rdn(_ oid: String, _ tag: UInt32, _ v: String) -> [UInt8] {
                 ASN1.setOf([ASN1.seq([ASN1.oid(oid), ASN1.node(tag, Array(v.utf8))])])
             }
-            return ASN1.seq((country.map { [rdn("2.5.4.6", ASN1.printableString, $0)] } ?? [])
-                            + [rdn("2.5.4.10", ASN1.utf8String, organization), rdn("2.5.4.3", ASN1.utf8String, cn)])
+            return ASN1.seq(
+                (country.map { [rdn("2.5.4.6", ASN1.printableString, $0)] } ?? [])
+                    + [rdn("2.5.4.10", ASN1.utf8String, organization), rdn("2.5.4.3", ASN1.utf8String, cn)])
         }
         let rootKey = try Signatures.generateKey(algorithm.keySpec)
         let rootName = subject(rootCommonName)
@@ -43,7 +45,9 @@ extension TestPKI {
             subject: subject(signerCommonName), issuer: rootName, publicKey: signerKey.publicKeyDER,
             signerKey: rootKey.privateKeyDER, scheme: algorithm.scheme, notBefore: notBefore, days: signerValidityDays,
             extensions: extensions)
-        return (TestCertificate(certificate: root, privateKeyDER: rootKey.privateKeyDER, algorithm: algorithm),
-                TestCertificate(certificate: signer, privateKeyDER: signerKey.privateKeyDER, algorithm: algorithm))
+        return (
+            TestCertificate(certificate: root, privateKeyDER: rootKey.privateKeyDER, algorithm: algorithm),
+            TestCertificate(certificate: signer, privateKeyDER: signerKey.privateKeyDER, algorithm: algorithm)
+        )
     }
 }

@@ -53,13 +53,17 @@ public struct TestPKI: Sendable {
 
     /// Generates a CSCA and a document signer. `country` is the issuing state (e.g. "UTO"); the certificates'
     /// C attribute is its first two letters unless `countryCode` is given.
-    public static func generate(country: String = "UTO", countryCode: String? = nil, algorithm: TestKeyAlgorithm = .p256,
-                                documentSignerAlgorithm: TestKeyAlgorithm? = nil, notBefore: Date = Date(timeIntervalSinceNow: -86_400),
-                                cscaValidityDays: Int = 365 * 15, documentSignerValidityDays: Int = 365 * 11)
+    public static func generate(
+        country: String = "UTO", countryCode: String? = nil, algorithm: TestKeyAlgorithm = .p256,
+        documentSignerAlgorithm: TestKeyAlgorithm? = nil, notBefore: Date = Date(timeIntervalSinceNow: -86_400),
+        cscaValidityDays: Int = 365 * 15, documentSignerValidityDays: Int = 365 * 11
+    )
         throws(TesseraError) -> TestPKI
     {
         let c = countryCode ?? String(country.prefix(2))
-        guard c.count == 2, c.allSatisfy({ $0.isASCII && $0.isLetter }) else { throw .invalidInput("bad country code \(c)") }
+        guard c.count == 2, c.allSatisfy({ $0.isASCII && $0.isLetter }) else {
+            throw .invalidInput("bad country code \(c)")
+        }
         let cscaKey = try Signatures.generateKey(algorithm.keySpec)
         let cscaName = name(country: c, organization: "Tessera Test \(country)", commonName: "CSCA \(country)")
         let cscaSKI = try keyIdentifier(cscaKey.publicKeyDER)
@@ -75,7 +79,8 @@ public struct TestPKI: Sendable {
         let dsAlg = documentSignerAlgorithm ?? algorithm
         let dsKey = try Signatures.generateKey(dsAlg.keySpec)
         let dsCert = try issue(
-            subject: name(country: c, organization: "Tessera Test \(country)", commonName: "Document Signer \(country)"),
+            subject: name(
+                country: c, organization: "Tessera Test \(country)", commonName: "Document Signer \(country)"),
             issuer: cscaName, publicKey: dsKey.publicKeyDER, signerKey: cscaKey.privateKeyDER, scheme: algorithm.scheme,
             notBefore: notBefore, days: documentSignerValidityDays,
             extensions: [
@@ -83,15 +88,17 @@ public struct TestPKI: Sendable {
                 extensionDER("2.5.29.14", critical: false, ASN1.octets(try keyIdentifier(dsKey.publicKeyDER))),
                 extensionDER("2.5.29.35", critical: false, ASN1.seq([ASN1.node(0x80, cscaSKI)])),
             ])
-        return TestPKI(country: country,
-                       csca: TestCertificate(certificate: cscaCert, privateKeyDER: cscaKey.privateKeyDER, algorithm: algorithm),
-                       documentSigner: TestCertificate(certificate: dsCert, privateKeyDER: dsKey.privateKeyDER, algorithm: dsAlg))
+        return TestPKI(
+            country: country,
+            csca: TestCertificate(certificate: cscaCert, privateKeyDER: cscaKey.privateKeyDER, algorithm: algorithm),
+            documentSigner: TestCertificate(certificate: dsCert, privateKeyDER: dsKey.privateKeyDER, algorithm: dsAlg))
     }
 
     /// The document signer as `SODBuilder` needs it.
     public var documentSignerKey: DocumentSignerKey {
-        DocumentSignerKey(certificate: documentSigner.certificate, privateKeyDER: documentSigner.privateKeyDER,
-                          scheme: documentSigner.algorithm.scheme)
+        DocumentSignerKey(
+            certificate: documentSigner.certificate, privateKeyDER: documentSigner.privateKeyDER,
+            scheme: documentSigner.algorithm.scheme)
     }
 
     /// A trust store holding only this PKI's CSCA.
@@ -114,7 +121,9 @@ public struct TestPKI: Sendable {
         for (name, bytes) in files {
             let path = (directory as NSString).appendingPathComponent(name)
             let perms: Int = name.hasSuffix("-key.pem") ? 0o600 : 0o644
-            guard FileManager.default.createFile(atPath: path, contents: Data(bytes), attributes: [.posixPermissions: perms])
+            guard
+                FileManager.default.createFile(
+                    atPath: path, contents: Data(bytes), attributes: [.posixPermissions: perms])
             else { throw TesseraError(.storageError, "cannot write \(path)") }
             written.append(path)
         }
@@ -122,23 +131,36 @@ public struct TestPKI: Sendable {
     }
 
     /// An ICAO CSCA master list (CMS SignedData over a CscaMasterList) holding `certificates`, signed by `signer`.
-    public static func masterList(certificates: [ParsedCertificate], signer: DocumentSignerKey) throws(TesseraError) -> [UInt8] {
+    public static func masterList(certificates: [ParsedCertificate], signer: DocumentSignerKey) throws(TesseraError)
+        -> [UInt8]
+    {
         let list = ASN1.seq([ASN1.int(0), ASN1.setOf(certificates.map(\.der))])
-        return try SODBuilder.signedData(content: list, contentType: AlgorithmOIDs.cscaMasterList, signer: signer,
-                                         digest: signer.scheme.hash, signingTime: Date())
+        return try SODBuilder.signedData(
+            content: list, contentType: AlgorithmOIDs.cscaMasterList, signer: signer,
+            digest: signer.scheme.hash, signingTime: Date())
     }
 
     /// A CRL of this PKI's CSCA revoking `serialNumbers` (INTEGER content octets), valid from `thisUpdate` to
     /// `nextUpdate`.
-    public func crl(revoking serialNumbers: [[UInt8]], thisUpdate: Date = Date(),
-                    nextUpdate: Date = Date().addingTimeInterval(30 * 86_400)) throws(TesseraError) -> CertificateRevocationList {
+    public func crl(
+        revoking serialNumbers: [[UInt8]], thisUpdate: Date = Date(),
+        nextUpdate: Date = Date().addingTimeInterval(30 * 86_400)
+    ) throws(TesseraError) -> CertificateRevocationList {
         let sigAlg = AlgorithmOIDs.algorithmIdentifier(csca.algorithm.scheme)
         let entries = serialNumbers.map { ASN1.seq([ASN1.node(ASN1.integer, $0), ASN1.x509Time(thisUpdate)]) }
-        var tbsParts = [ASN1.int(1), sigAlg, csca.certificate.subject, ASN1.x509Time(thisUpdate), ASN1.x509Time(nextUpdate)]
+        var tbsParts = [
+            ASN1.int(1), sigAlg, csca.certificate.subject, ASN1.x509Time(thisUpdate), ASN1.x509Time(nextUpdate),
+        ]
         if !entries.isEmpty { tbsParts.append(ASN1.seq(entries)) }
         if let ski = csca.certificate.subjectKeyIdentifier {
-            tbsParts.append(ASN1.explicit(0, ASN1.seq([Self.extensionDER("2.5.29.35", critical: false,
-                                                                          ASN1.seq([ASN1.node(0x80, ski)]))])))
+            tbsParts.append(
+                ASN1.explicit(
+                    0,
+                    ASN1.seq([
+                        Self.extensionDER(
+                            "2.5.29.35", critical: false,
+                            ASN1.seq([ASN1.node(0x80, ski)]))
+                    ])))
         }
         let tbs = ASN1.seq(tbsParts)
         let signature = try Signatures.sign(tbs, privateKey: csca.privateKeyDER, scheme: csca.algorithm.scheme)
@@ -151,8 +173,10 @@ public struct TestPKI: Sendable {
         func rdn(_ oid: String, _ tag: UInt32, _ v: String) -> [UInt8] {
             ASN1.setOf([ASN1.seq([ASN1.oid(oid), ASN1.node(tag, Array(v.utf8))])])
         }
-        return ASN1.seq([rdn("2.5.4.6", ASN1.printableString, country), rdn("2.5.4.10", ASN1.utf8String, organization),
-                         rdn("2.5.4.3", ASN1.utf8String, commonName)])
+        return ASN1.seq([
+            rdn("2.5.4.6", ASN1.printableString, country), rdn("2.5.4.10", ASN1.utf8String, organization),
+            rdn("2.5.4.3", ASN1.utf8String, commonName),
+        ])
     }
 
     static func extensionDER(_ oid: String, critical: Bool, _ value: [UInt8]) -> [UInt8] {
@@ -166,8 +190,10 @@ public struct TestPKI: Sendable {
         return try Signatures.digest(.sha1, Array(parts[1].value.dropFirst()))
     }
 
-    static func issue(subject: [UInt8], issuer: [UInt8], publicKey: [UInt8], signerKey: [UInt8], scheme: SignatureScheme,
-                      notBefore: Date, days: Int, extensions: [[UInt8]]) throws(TesseraError) -> ParsedCertificate {
+    static func issue(
+        subject: [UInt8], issuer: [UInt8], publicKey: [UInt8], signerKey: [UInt8], scheme: SignatureScheme,
+        notBefore: Date, days: Int, extensions: [[UInt8]]
+    ) throws(TesseraError) -> ParsedCertificate {
         var serial = SecureRandom.bytes(10)
         serial[0] = serial[0] & 0x7F | 0x10
         let sigAlg = AlgorithmOIDs.algorithmIdentifier(scheme)

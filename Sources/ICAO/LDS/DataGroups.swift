@@ -33,7 +33,9 @@ public struct EFCOM: Sendable, Equatable {
                 if d.count == 6 {
                     let a = Array(d)
                     uni = "\(Int(String(a[0..<2])) ?? 0).\(Int(String(a[2..<4])) ?? 0).\(Int(String(a[4..<6])) ?? 0)"
-                } else { uni = d }
+                } else {
+                    uni = d
+                }
             case 0x5C: list = c.value
             default: break
             }
@@ -50,7 +52,9 @@ public struct DG1: Sendable, Equatable {
     public init(parsing bytes: [UInt8]) throws(TesseraError) {
         let outer = try LDSParsing.outer(bytes, .dataGroup(1))
         guard let m = try outer.child(0x5F1F) else { throw TesseraError(.malformedData, "DG1 without MRZ (5F1F)") }
-        guard m.value.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { throw TesseraError(.malformedData, "DG1 MRZ is not ASCII") }
+        guard m.value.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else {
+            throw TesseraError(.malformedData, "DG1 MRZ is not ASCII")
+        }
         mrz = String(decoding: m.value, as: UTF8.self)
     }
 
@@ -151,7 +155,9 @@ enum FaceRecord19794 {
             let data = Array(b[dataStart..<end])
             guard !data.isEmpty else { throw TesseraError(.malformedData, "empty face image") }
             var mime = LDSParsing.mimeType(of: data)
-            if mime == LDSParsing.octetStream { mime = dataType == 0 ? "image/jpeg" : (dataType == 1 ? "image/jp2" : mime) }
+            if mime == LDSParsing.octetStream {
+                mime = dataType == 0 ? "image/jpeg" : (dataType == 1 ? "image/jp2" : mime)
+            }
             out.append(LDSImage(mimeType: mime, data: data, width: width, height: height))
             offset = end
         }
@@ -262,7 +268,9 @@ public struct DG14: Sendable, Equatable {
         var oids = [String]()
         for info in try set.children() {
             try ASN1.expect(info, ASN1.sequence, "SecurityInfo")
-            guard let first = try info.children().first else { throw TesseraError(.malformedData, "empty SecurityInfo") }
+            guard let first = try info.children().first else {
+                throw TesseraError(.malformedData, "empty SecurityInfo")
+            }
             oids.append(try ASN1.oidValue(first))
         }
         protocolOIDs = oids
@@ -273,8 +281,9 @@ public struct DG14: Sendable, Equatable {
         guard let set = try? TLV.parse(securityInfos), let infos = try? set.children() else { return nil }
         for info in infos {
             guard let parts = try? info.children(), parts.count >= 3,
-                  (try? ASN1.oidValue(parts[0])) == "2.23.136.1.1.5",
-                  let alg = try? ASN1.oidValue(parts[2]) else { continue }
+                (try? ASN1.oidValue(parts[0])) == "2.23.136.1.1.5",
+                let alg = try? ASN1.oidValue(parts[2])
+            else { continue }
             return AlgorithmOIDs.ecdsaHash[alg]
         }
         return nil
@@ -336,7 +345,9 @@ enum LDSParsing {
     static func outer(_ bytes: [UInt8], _ file: LDSFile) throws(TesseraError) -> TLV {
         let tlv = try TLV.parse(bytes, allowTrailing: true)
         guard tlv.tag == UInt32(file.tag) else {
-            throw TesseraError(.malformedData, "\(file) starts with tag \(TLV.tagHex(tlv.tag)), expected \(TLV.tagHex(UInt32(file.tag)))")
+            throw TesseraError(
+                .malformedData,
+                "\(file) starts with tag \(TLV.tagHex(tlv.tag)), expected \(TLV.tagHex(UInt32(file.tag)))")
         }
         return tlv
     }
@@ -408,7 +419,9 @@ enum LDSParsing {
         }
         var best: LDSImage?
         for c in try tlv.children() {
-            if let img = try scanForImage(inTLV: c, depth: depth + 1), img.data.count > (best?.data.count ?? 0) { best = img }
+            if let img = try scanForImage(inTLV: c, depth: depth + 1), img.data.count > (best?.data.count ?? 0) {
+                best = img
+            }
         }
         return best
     }
@@ -454,7 +467,9 @@ enum ImageHeader {
             func u32(_ j: Int) -> Int { Int(d[j]) << 24 | Int(d[j + 1]) << 16 | Int(d[j + 2]) << 8 | Int(d[j + 3]) }
             return (u32(i + 8), u32(i + 4))
         }
-        if let j = (0..<(limit - 4)).first(where: { d[$0] == 0xFF && d[$0 + 1] == 0x4F && d[$0 + 2] == 0xFF && d[$0 + 3] == 0x51 }) {
+        if let j = (0..<(limit - 4)).first(where: {
+            d[$0] == 0xFF && d[$0 + 1] == 0x4F && d[$0 + 2] == 0xFF && d[$0 + 3] == 0x51
+        }) {
             return siz(d, at: j)
         }
         return nil

@@ -10,10 +10,11 @@ import Foundation
 @main
 enum FuzzMain {
     typealias TestOneInput = @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
-    typealias RunDriver = @convention(c) (
-        UnsafeMutablePointer<CInt>, UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
-        TestOneInput
-    ) -> CInt
+    typealias RunDriver =
+        @convention(c) (
+            UnsafeMutablePointer<CInt>, UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>>,
+            TestOneInput
+        ) -> CInt
 
     static func main() {
         _ = selectedTarget
@@ -63,8 +64,9 @@ let allTargets: [FuzzTarget] = [
 let selectedTarget: FuzzTarget = {
     let name = ProcessInfo.processInfo.environment["TESSERA_FUZZ_TARGET"] ?? ""
     if let target = allTargets.first(where: { $0.name == name }) { return target }
-    FileHandle.standardError.write(Data(
-        "tessera-fuzz: set TESSERA_FUZZ_TARGET to one of: \(allTargets.map(\.name).joined(separator: " "))\n".utf8))
+    FileHandle.standardError.write(
+        Data(
+            "tessera-fuzz: set TESSERA_FUZZ_TARGET to one of: \(allTargets.map(\.name).joined(separator: " "))\n".utf8))
     exit(2)
 }()
 

@@ -18,8 +18,9 @@ enum MDocTarget {
             if let request = try? DeviceRequest(bytes: bytes) {
                 _ = request.encoded
                 for doc in request.docRequests {
-                    let payload = DocRequest.readerAuthenticationBytes(sessionTranscript: transcript,
-                                                                        itemsRequestBytes: doc.itemsRequestBytes)
+                    let payload = DocRequest.readerAuthenticationBytes(
+                        sessionTranscript: transcript,
+                        itemsRequestBytes: doc.itemsRequestBytes)
                     if let auth = doc.readerAuth, let der = auth.x5chain.first {
                         _ = auth.verify(publicKey: der, detachedPayload: payload)
                     }
@@ -28,7 +29,9 @@ enum MDocTarget {
         default:
             if let response = try? DeviceResponse(bytes: bytes) {
                 _ = response.encoded
-                for result in MDocVerifier.verify(response: response, session: .init(transcript: transcript), iacas: [], now: now) {
+                for result in MDocVerifier.verify(
+                    response: response, session: .init(transcript: transcript), iacas: [], now: now)
+                {
                     _ = result.json
                 }
             }

@@ -11,8 +11,9 @@ import NIOCore
 import NIOEmbedded
 import PN532Emulator
 import SSHAgent
-@testable import RPC
 import TesseraCore
+
+@testable import RPC
 @testable import VPCD
 
 /// JSON-RPC over the socket: the NDJSON frame decoder (fed in two chunks, so its incremental scan runs),
@@ -88,7 +89,9 @@ enum TLVTarget {
     static func walk(_ objects: [TLV], options: TLV.ParseOptions, depth: Int) {
         guard depth < 64 else { return }
         for object in objects where object.isConstructed {
-            if let children = try? object.children(options: options) { walk(children, options: options, depth: depth + 1) }
+            if let children = try? object.children(options: options) {
+                walk(children, options: options, depth: depth + 1)
+            }
         }
     }
 }
@@ -100,7 +103,8 @@ enum SecureMessagingTarget {
     static let ciphers: [SessionCipher] = [.tripleDES, .aes128, .aes192, .aes256]
 
     static func session(_ cipher: SessionCipher) -> SecureMessagingSession {
-        let key = { (seed: UInt8) in (0..<cipher.keyLength).map { UInt8(truncatingIfNeeded: Int($0) &* 7 &+ Int(seed)) } }
+        let key = { (seed: UInt8) in (0..<cipher.keyLength).map { UInt8(truncatingIfNeeded: Int($0) &* 7 &+ Int(seed)) }
+        }
         return try! SecureMessagingSession(cipher: cipher, encryptionKey: key(1), macKey: key(2))
     }
 
@@ -117,10 +121,15 @@ enum SecureMessagingTarget {
             _ = try? sm.unprotectCommand(command)
         case 2:
             // Response data objects followed by a valid DO'8E' under SSC + 1.
-            guard bytes.count >= 2, let objects = try? TLV.parseAll(Array(bytes.dropFirst(2)), options: []) else { return }
+            guard bytes.count >= 2, let objects = try? TLV.parseAll(Array(bytes.dropFirst(2)), options: []) else {
+                return
+            }
             let macInput = objects.filter { $0.tag != 0x8E }.flatMap(\.encoded)
-            guard let cc = try? SecureMessagingSession.mac(key: sm.macKey, cipher: sm.cipher,
-                                                           data: incremented(sm.ssc) + macInput) else { return }
+            guard
+                let cc = try? SecureMessagingSession.mac(
+                    key: sm.macKey, cipher: sm.cipher,
+                    data: incremented(sm.ssc) + macInput)
+            else { return }
             let data = macInput + TLV(tag: 0x8E, value: cc).encoded
             _ = try? sm.unprotectResponse(ResponseAPDU(data: data, sw: StatusWord(sw1: bytes[0], sw2: bytes[1])))
         default:
@@ -151,7 +160,9 @@ enum LDSTarget {
         case .dg1(let dg1): _ = try? dg1.parsedMRZ()
         case .dg14(let dg14):
             // Chip Authentication reads its keys (EC points, DH INTEGERs in SubjectPublicKeyInfo) from DG14.
-            if let infos = try? SecurityInfos(encoded: dg14.securityInfos) { _ = ChipAuthentication.candidates(in: infos) }
+            if let infos = try? SecurityInfos(encoded: dg14.securityInfos) {
+                _ = ChipAuthentication.candidates(in: infos)
+            }
         default: break
         }
     }
@@ -172,8 +183,11 @@ enum PassiveAuthenticationTarget {
         let (selector, bytes) = input.selectorAndRest
         switch selector % 4 {
         case 0:
-            _ = PassiveAuthentication.verify(sod: bytes, dataGroups: [1: FixedTrust.dg1], trustStore: trustStore,
-                                             options: options).json
+            _ =
+                PassiveAuthentication.verify(
+                    sod: bytes, dataGroups: [1: FixedTrust.dg1], trustStore: trustStore,
+                    options: options
+                ).json
         case 1:
             _ = try? ParsedCertificate(pemOrDER: bytes)
         case 2:
@@ -232,7 +246,8 @@ enum WorkflowTarget {
     static func run(_ input: [UInt8]) {
         // `publicKeyFile` reads a path the operator names; a fuzzer naming /dev/zero would only test the file system.
         guard !input.isEmpty, !String(decoding: input, as: UTF8.self).contains("publicKeyFile"),
-              let json = try? JSONValue.parse(input) else { return }
+            let json = try? JSONValue.parse(input)
+        else { return }
         _ = try? EnrollmentConfiguration(json: json, baseDirectory: "/nonexistent")
     }
 }
@@ -296,7 +311,9 @@ enum CTAPHIDTarget {
     static func run(_ input: [UInt8]) {
         final class Counter: @unchecked Sendable { var next: UInt32 = 1 }
         let counter = Counter()
-        var device = CTAPHIDDevice { defer { counter.next &+= 1 }; return counter.next }
+        var device = CTAPHIDDevice {
+            defer { counter.next &+= 1 }; return counter.next
+        }
         var now = ContinuousClock.now
         var offset = 0
         while offset < input.count {
@@ -322,7 +339,8 @@ enum CTAPHIDTarget {
 enum CTAP2Target {
     static func run(_ input: [UInt8]) {
         let (selector, bytes) = input.selectorAndRest
-        guard let map = try? CBORValue(decoding: bytes, options: CBORDecodingOptions(maxDepth: 8, maxItems: 4096)) else { return }
+        guard let map = try? CBORValue(decoding: bytes, options: CBORDecodingOptions(maxDepth: 8, maxItems: 4096))
+        else { return }
         if selector & 1 == 0 { _ = try? MakeCredentialRequest(map) } else { _ = try? GetAssertionRequest(map) }
     }
 }
@@ -338,7 +356,8 @@ enum ECDSATarget {
         let strictness: ECDSASignature.Strictness = selector & 1 == 0 ? .strict : .lenient
         guard let raw = try? ECDSASignature.rawFromDER(bytes, group: group, strictness: strictness) else { return }
         guard let der = try? ECDSASignature.derFromRaw(raw, group: group),
-              (try? ECDSASignature.rawFromDER(der, group: group)) == raw else {
+            (try? ECDSASignature.rawFromDER(der, group: group)) == raw
+        else {
             fatalError("ECDSA signature does not round-trip: \(Hex.encode(bytes))")
         }
         if strictness == .strict, der != bytes { fatalError("strict DER accepted a non-canonical encoding") }
