@@ -48,6 +48,17 @@ public final class TesseraDatabase: Sendable {
     }
 }
 
+extension DatabasePool {
+    /// Runs a write that must not be abandoned when the calling task is cancelled (a step's completion, a
+    /// recovery attempt's stage): it runs to its end in a detached task.
+    func uncancelledWrite<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(TesseraError)
+        -> T
+    {
+        let pool = self
+        do { return try await Task.detached { try await pool.write(body) }.value } catch { throw storageError(error) }
+    }
+}
+
 func storageError(_ error: any Error) -> TesseraError {
     if let e = error as? TesseraError { return e }
     return TesseraError(.storageError, "database: \(error)")

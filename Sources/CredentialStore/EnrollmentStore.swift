@@ -147,7 +147,7 @@ public final class EnrollmentStore: Sendable {
     /// Records a new enrollment; with `token`, consumes the activation token's `jti` in the same transaction
     /// (ACTIVATION_TOKEN_REPLAYED when it was used before).
     public func insert(_ row: EnrollmentRow, token: (jti: String, issuer: String)?) async throws(TesseraError) {
-        try await uncancelled { db in
+        try await self.db.uncancelledWrite { db in
             if let token {
                 let used =
                     try Bool.fetchOne(
@@ -176,20 +176,12 @@ public final class EnrollmentStore: Sendable {
     /// outcome stays. Returns whether it was saved.
     @discardableResult
     public func save(_ row: EnrollmentRow) async throws(TesseraError) -> Bool {
-        try await uncancelled { db in
+        try await self.db.uncancelledWrite { db in
             let state = try String.fetchOne(db, sql: "SELECT state FROM enrollment WHERE id = ?", arguments: [row.id])
             guard state != EnrollmentRow.State.finished.rawValue else { return false }
             try row.update(db)
             return true
         }
-    }
-
-    /// Runs a write that must not be abandoned when the calling task is cancelled (a step's completion).
-    private func uncancelled<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(TesseraError)
-        -> T
-    {
-        let db = self.db
-        do { return try await Task.detached { try await db.write(body) }.value } catch { throw storageError(error) }
     }
 
     /// Finished enrollments, newest first.

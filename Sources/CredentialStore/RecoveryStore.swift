@@ -77,7 +77,7 @@ public final class RecoveryStore: Sendable {
         _ row: RecoveryAttemptRow, since: Date, maxPerUser: Int,
         maxPerStation: Int
     ) async throws(TesseraError) -> String? {
-        try await uncancelled { db in
+        try await self.db.uncancelledWrite { db in
             if try RecoveryAttemptRow.filter(Column("jti") == row.jti).fetchCount(db) > 0 { return "replayed" }
             let recent = RecoveryAttemptRow.filter(Column("startedAt") > since)
             if try recent.filter(Column("subject") == row.subject).fetchCount(db) >= maxPerUser { return "user" }
@@ -90,7 +90,7 @@ public final class RecoveryStore: Sendable {
     /// Saves the row unless the stored one already ended (succeeded, failed, cancelled); returns whether it did.
     @discardableResult
     public func save(_ row: RecoveryAttemptRow) async throws(TesseraError) -> Bool {
-        try await uncancelled { db in
+        try await self.db.uncancelledWrite { db in
             guard let stored = try RecoveryAttemptRow.fetchOne(db, key: row.id),
                 stored.stage == .started || stored.stage == .matched
             else { return false }
@@ -99,11 +99,4 @@ public final class RecoveryStore: Sendable {
         }
     }
 
-    /// Runs a write that must not be abandoned when the calling task is cancelled.
-    private func uncancelled<T: Sendable>(_ body: @escaping @Sendable (Database) throws -> T) async throws(TesseraError)
-        -> T
-    {
-        let db = self.db
-        do { return try await Task.detached { try await db.write(body) }.value } catch { throw storageError(error) }
-    }
 }

@@ -149,3 +149,18 @@ public struct DocumentVerdict: Sendable, Equatable {
         return DocumentVerdict(verdict: verdict, chipAuthenticity: authenticity, reasons: reasons)
     }
 }
+
+extension DocumentReadResult {
+    /// `DOCUMENT_NOT_AUTHENTIC` for this read: the verdict and its reasons in the message and details.
+    public var notAuthenticError: TesseraError {
+        TesseraError(
+            .documentNotAuthentic,
+            "the document is \(verdict.verdict.rawValue): " + verdict.reasons.map(\.text).joined(separator: "; "),
+            details: [
+                "verdict": .string(verdict.verdict.rawValue),
+                "reasons": .array(verdict.reasons.map { .string($0.rawValue) }),
+                "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
+                "passiveAuthentication": DocumentReadResult.passiveJSON(passiveAuthentication),
+            ])
+    }
+}

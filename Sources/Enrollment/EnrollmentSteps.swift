@@ -250,16 +250,7 @@ extension EnrollmentEngine {
         // Only `authentic` passes, `unverified` when the step allows it; `notAuthentic` (tampered data, a clone) never.
         let verdict = result.verdict
         if verdict.verdict != .authentic && !(verdict.verdict == .unverified && allowUnverified) {
-            throw TesseraError(
-                .documentNotAuthentic,
-                "the document is \(verdict.verdict.rawValue): "
-                    + verdict.reasons.map(\.text).joined(separator: "; "),
-                details: [
-                    "verdict": .string(verdict.verdict.rawValue),
-                    "reasons": .array(verdict.reasons.map { .string($0.rawValue) }),
-                    "chipAuthenticity": .string(verdict.chipAuthenticity.rawValue),
-                    "passiveAuthentication": DocumentReadResult.passiveJSON(result.passiveAuthentication),
-                ])
+            throw result.notAuthenticError
         }
         guard let mrz = result.mrz else {
             throw TesseraError(.malformedData, "the chip's DG1 could not be read or parsed")

@@ -207,16 +207,7 @@ public actor StepUpService {
         request.evidence = r.evidence
         let result = try await documents.read(request)
         let verdict = result.verdict
-        guard verdict.verdict == .authentic else {
-            throw TesseraError(
-                .documentNotAuthentic,
-                "the document is \(verdict.verdict.rawValue): "
-                    + verdict.reasons.map(\.text).joined(separator: "; "),
-                details: [
-                    "verdict": .string(verdict.verdict.rawValue),
-                    "reasons": .array(verdict.reasons.map { .string($0.rawValue) }),
-                ])
-        }
+        guard verdict.verdict == .authentic else { throw result.notAuthenticError }
         guard let mrz = result.mrz else {
             throw TesseraError(.malformedData, "the chip's DG1 could not be read or parsed")
         }

@@ -21,7 +21,7 @@ public enum AgentMessageType {
     public static let extensionFailure: UInt8 = 28
 }
 
-/// SIGN_REQUEST flags.
+/// SIGN_REQUEST flags choosing the RSA hash (RFC 8332 §3.2, draft-miller-ssh-agent §4.5.1).
 public enum AgentSignFlags {
     public static let rsaSHA2_256: UInt32 = 2
     public static let rsaSHA2_512: UInt32 = 4

@@ -85,10 +85,6 @@ public enum SSHSignature {
         return w.bytes
     }
 
-    /// SIGN_REQUEST flags choosing the RSA hash (RFC 8332 §3.2 / draft-miller-ssh-agent §4.5.1).
-    public static let rsaSHA2_256: UInt32 = 0x02
-    public static let rsaSHA2_512: UInt32 = 0x04
-
     /// RSA PKCS#1 v1.5 signature under `algorithm` (`rsa-sha2-256`, `rsa-sha2-512` or `ssh-rsa`).
     public static func rsa(algorithm: String, signature: [UInt8]) -> [UInt8] {
         var w = SSHWriter()

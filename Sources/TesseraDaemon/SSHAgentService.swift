@@ -121,9 +121,9 @@ struct SSHKeyBackend: SSHAgentBackend {
                 return try SSHSignature.ecdsaP256(raw: raw)
             case .rsa:
                 let algorithm: String, hash: RSASignatureHash
-                if flags & SSHSignature.rsaSHA2_512 != 0 {
+                if flags & AgentSignFlags.rsaSHA2_512 != 0 {
                     (algorithm, hash) = ("rsa-sha2-512", .sha512)
-                } else if flags & SSHSignature.rsaSHA2_256 != 0 {
+                } else if flags & AgentSignFlags.rsaSHA2_256 != 0 {
                     (algorithm, hash) = ("rsa-sha2-256", .sha256)
                 } else {
                     (algorithm, hash) = ("ssh-rsa", .sha1)

@@ -20,25 +20,14 @@ public struct ChipAuthenticationAlgorithm: Sendable, Hashable, CustomStringConve
         case 2: keyAgreement = .ecdh
         default: return nil
         }
-        switch parts[1] {
-        case 1: cipher = .tripleDES
-        case 2: cipher = .aes128
-        case 3: cipher = .aes192
-        case 4: cipher = .aes256
-        default: return nil
-        }
+        guard let cipher = SessionCipher(protocolArc: parts[1]) else { return nil }
+        self.cipher = cipher
         self.oid = oid
     }
 
     /// The OID for a key agreement and cipher (e.g. `.ecdh`, `.aes128` → 0.4.0.127.0.7.2.2.3.2.2).
     public init(keyAgreement: PACEKeyAgreement, cipher: SessionCipher) {
-        let c: Int
-        switch cipher {
-        case .tripleDES: c = 1
-        case .aes128: c = 2
-        case .aes192: c = 3
-        case .aes256: c = 4
-        }
+        let c = cipher.protocolArc
         self.oid = "\(SecurityInfos.idCA).\(keyAgreement == .dh ? 1 : 2).\(c)"
         self.keyAgreement = keyAgreement
         self.cipher = cipher

@@ -32,6 +32,27 @@ public enum SessionCipher: String, Sendable, Hashable {
 
     /// Block size in bytes (= SSC length).
     public var blockSize: Int { self == .tripleDES ? 8 : 16 }
+
+    /// The cipher arc that ends the id-PACE-* and id-CA-* OIDs (TR-03110 Part 3 §A.1.1): 1 3DES, 2–4 AES-128/192/256.
+    public init?(protocolArc: Int) {
+        switch protocolArc {
+        case 1: self = .tripleDES
+        case 2: self = .aes128
+        case 3: self = .aes192
+        case 4: self = .aes256
+        default: return nil
+        }
+    }
+
+    /// The arc `init(protocolArc:)` reads.
+    public var protocolArc: Int {
+        switch self {
+        case .tripleDES: 1
+        case .aes128: 2
+        case .aes192: 3
+        case .aes256: 4
+        }
+    }
 }
 
 /// Key derivation of Doc 9303 Part 11 §9.7.

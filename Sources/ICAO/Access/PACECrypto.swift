@@ -33,13 +33,8 @@ public struct PACEAlgorithm: Sendable, Hashable, CustomStringConvertible {
         case 6: mapping = .chipAuthentication; keyAgreement = .ecdh
         default: return nil
         }
-        switch parts[1] {
-        case 1: cipher = .tripleDES
-        case 2: cipher = .aes128
-        case 3: cipher = .aes192
-        case 4: cipher = .aes256
-        default: return nil
-        }
+        guard let cipher = SessionCipher(protocolArc: parts[1]) else { return nil }
+        self.cipher = cipher
         if mapping == .chipAuthentication && cipher == .tripleDES { return nil }
         self.oid = oid
     }
@@ -54,13 +49,7 @@ public struct PACEAlgorithm: Sendable, Hashable, CustomStringConvertible {
         case (.integrated, .ecdh): m = 4
         case (.chipAuthentication, _): m = 6
         }
-        let c: Int
-        switch cipher {
-        case .tripleDES: c = 1
-        case .aes128: c = 2
-        case .aes192: c = 3
-        case .aes256: c = 4
-        }
+        let c = cipher.protocolArc
         self.oid = "\(SecurityInfos.idPACE).\(m).\(c)"
         self.mapping = mapping; self.keyAgreement = keyAgreement; self.cipher = cipher
     }
