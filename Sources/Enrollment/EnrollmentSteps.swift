@@ -365,21 +365,8 @@ extension EnrollmentEngine {
                 "credential": Self.credentialJSON(r, rpId: rpId, userId: [UInt8](record.userId), recovered: true)
             ])
         }
-        if plan["generating"]?.boolValue == true, let previous = plan["tokenId"]?.stringValue {
-            // A previous attempt may have generated the key without recording it.
-            do {
-                try await passkeys.discardUnrecordedKey(tokenId: previous, handle: keyHandle)
-            } catch {
-                // Cannot look (token absent, or it wants a PIN to delete): never reuse ids that may be taken.
-                logger.warning(
-                    "a key from an interrupted attempt may remain on the token",
-                    metadata: ["token": "\(previous)", "error": "\(error)"])
-                credentialId = SecureRandom.bytes(32)
-                keyHandle = SecureRandom.bytes(16)
-                plan["credentialId"] = .string(Base64URL.encode(credentialId))
-                plan["keyHandle"] = .string(Base64URL.encode(keyHandle))
-            }
-        }
+        await passkeys.clearInterruptedKey(
+            plan: &plan, credentialId: &credentialId, keyHandle: &keyHandle, logger: logger)
         let tokenId = try await passkeys.chooseToken(step.string("tokenId")).id
         plan["tokenId"] = .string(tokenId)
         if pin == nil, uv == "required" {

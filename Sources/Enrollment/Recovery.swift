@@ -264,19 +264,8 @@ public actor RecoveryService {
         if (try? await passkeys.credential(id: credentialId)) != nil {
             return try await succeed(&row, credentialId: credentialId, token: token)
         }
-        if plan["generating"]?.boolValue == true, let previous = plan["tokenId"]?.stringValue {
-            do {
-                try await passkeys.discardUnrecordedKey(tokenId: previous, handle: keyHandle)
-            } catch {
-                logger.warning(
-                    "a key from an interrupted recovery may remain on the token",
-                    metadata: ["token": "\(previous)", "error": "\(error)"])
-                credentialId = SecureRandom.bytes(32)
-                keyHandle = SecureRandom.bytes(16)
-                plan["credentialId"] = .string(Base64URL.encode(credentialId))
-                plan["keyHandle"] = .string(Base64URL.encode(keyHandle))
-            }
-        }
+        await passkeys.clearInterruptedKey(
+            plan: &plan, credentialId: &credentialId, keyHandle: &keyHandle, logger: logger)
         let tokenId: String
         do { tokenId = try await passkeys.chooseToken(r.tokenId).id } catch { throw registrationFailed(error) }
         plan["tokenId"] = .string(tokenId)
