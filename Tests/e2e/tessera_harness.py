@@ -272,10 +272,11 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10) -> None:
 MRZ_ANNA = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 
 
-def make_passport_profile(directory: pathlib.Path, mrz: str = MRZ_ANNA, *args: str) -> pathlib.Path:
+def make_passport_profile(directory: pathlib.Path, mrz: str = MRZ_ANNA, *args: str,
+                          timeout: float = 60) -> pathlib.Path:
     """Issues a test e-passport (and its test CSCA, DIR/csca.pem) with `tessera lab make-profile`."""
     out = subprocess.run([str(BIN / "tessera"), "lab", "make-profile", str(directory), "--mrz", mrz, *args],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr
     return directory
 

@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from pyasn1.codec.der import decoder as der_decoder
 
-from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, b64u, cli, unb64u
+from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, b64u, cli, make_passport_profile, unb64u
 from test_nfc import PN532
 
 MRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
@@ -29,11 +29,7 @@ PROFILES = {
 
 
 def make_profile(root: pathlib.Path, name: str, *args: str) -> pathlib.Path:
-    d = root / f"profile-{name}"
-    out = subprocess.run([str(BIN / "tessera"), "lab", "make-profile", str(d), "--mrz", MRZ, *args],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return d
+    return make_passport_profile(root / f"profile-{name}", MRZ, *args, timeout=120)
 
 
 @pytest.fixture(scope="module")

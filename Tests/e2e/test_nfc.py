@@ -15,17 +15,13 @@ import time
 
 import pytest
 
-from tessera_harness import BIN, PCSCD, Daemon, RPCError, unb64u
+from tessera_harness import BIN, PCSCD, Daemon, RPCError, make_passport_profile, unb64u
 
 MRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 
 
 def make_profile(root: pathlib.Path, name: str, *args: str) -> pathlib.Path:
-    d = root / f"profile-{name}"
-    out = subprocess.run([str(BIN / "tessera"), "lab", "make-profile", str(d), "--mrz", MRZ, *args],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return d
+    return make_passport_profile(root / f"profile-{name}", MRZ, *args)
 
 
 class PN532:

@@ -16,7 +16,7 @@ from pyasn1.codec.der import encoder as der_encoder
 from pyasn1.type import univ
 from pyasn1_modules import rfc5652
 
-from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, RPCError, b64u, cli, unb64u
+from tessera_harness import BIN, PCSCD, Daemon, EmulatedPassport, RPCError, b64u, cli, make_passport_profile, unb64u
 
 MRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 
@@ -35,11 +35,7 @@ class Lab:
         self.pcscd = PCSCD(root).start()
         self.profiles: dict[str, pathlib.Path] = {}
         for name, args in PROFILES.items():
-            d = root / f"profile-{name}"
-            out = subprocess.run([str(BIN / "tessera"), "lab", "make-profile", str(d), "--mrz", MRZ, *args],
-                                 capture_output=True, text=True, timeout=60)
-            assert out.returncode == 0, out.stderr
-            self.profiles[name] = d
+            self.profiles[name] = make_passport_profile(root / f"profile-{name}", MRZ, *args)
         csca = [a for d in self.profiles.values() for a in ("--csca", str(d / "csca.pem"))]
         self.daemon = Daemon(root, self.pcscd.env, ["--no-embedded-softhsm", *csca]).start()
 
