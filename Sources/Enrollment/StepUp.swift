@@ -180,16 +180,8 @@ public actor StepUpService {
                 origin: r.origin,
                 pin: r.pin, userVerification: r.userVerification, caller: caller.pinCaller,
                 allowFinalPinTry: r.allowFinalPinTry))
-        var out: [String: JSONValue] = [
-            "stepUpId": .string(id),
-            "credentialId": .string(Base64URL.encode(a.credentialId)),
-            "authenticatorData": .string(Base64URL.encode(a.authenticatorData)),
-            "clientDataJSON": .string(Base64URL.encode(a.clientDataJSON)),
-            "signature": .string(Base64URL.encode(a.signature)),
-            "userHandle": .string(Base64URL.encode(a.userHandle)),
-            "signCount": .number(Double(a.signCount)),
-            "userVerified": .bool(a.userVerified),
-        ]
+        var out = a.json
+        out["stepUpId"] = .string(id)
         if let document { out["document"] = document }
         if let c = r.operationContext { out["postOperationContext"] = c }
         return .object(out)

@@ -257,6 +257,19 @@ public final class PasskeyService: Sendable {
         public var userHandle: [UInt8]
         public var signCount: UInt32
         public var userVerified: Bool
+
+        /// The assertion as `passkey.authenticate` returns it (byte strings base64url).
+        public var json: [String: JSONValue] {
+            [
+                "credentialId": .string(Base64URL.encode(credentialId)),
+                "authenticatorData": .string(Base64URL.encode(authenticatorData)),
+                "clientDataJSON": .string(Base64URL.encode(clientDataJSON)),
+                "signature": .string(Base64URL.encode(signature)),
+                "userHandle": .string(Base64URL.encode(userHandle)),
+                "signCount": .number(Double(signCount)),
+                "userVerified": .bool(userVerified),
+            ]
+        }
     }
 
     public func authenticate(_ r: AuthenticateRequest) async throws(TesseraError) -> Assertion {

@@ -143,15 +143,7 @@ extension MethodTable {
                     origin: p.optionalString("origin"), pin: p.optionalString("pin"),
                     userVerification: Self.userVerification(p), caller: connection.pinCaller,
                     allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false))
-            return [
-                "credentialId": .string(Base64URL.encode(a.credentialId)),
-                "authenticatorData": .string(Base64URL.encode(a.authenticatorData)),
-                "clientDataJSON": .string(Base64URL.encode(a.clientDataJSON)),
-                "signature": .string(Base64URL.encode(a.signature)),
-                "userHandle": .string(Base64URL.encode(a.userHandle)),
-                "signCount": .number(Double(a.signCount)),
-                "userVerified": .bool(a.userVerified),
-            ]
+            return .object(a.json)
         }
         register("credentials.list", .read) { p, _ in
             let list = try await service.credentials(rpId: p.optionalString("rpId"), userId: p.optionalBytes("userId"))
