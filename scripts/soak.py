@@ -279,8 +279,11 @@ class Worker(threading.Thread):
                 if not chunk:
                     break
                 buf += chunk
-            got = json.loads(buf.split(b"\n")[0]).get("error", {}).get("data", {}).get("code") if buf else None
-            self.stats.record("oversized", got or "closed", time.perf_counter() - t0)
+            if not buf:
+                # Only a kill -9 closes without the answer; run() tells a restart from a defect.
+                raise ConnectionError("daemon closed the connection without answering an oversized frame")
+            got = json.loads(buf.split(b"\n")[0]).get("error", {}).get("data", {}).get("code")
+            self.stats.record("oversized", got or "?", time.perf_counter() - t0)
             if got != "FRAME_TOO_LARGE":
                 with self.stats.lock:
                     self.stats.unexpected.append(f"client {self.index} oversized: {buf[:200]!r}")
