@@ -5,6 +5,7 @@ import base64
 import json
 import os
 import pathlib
+import random
 import select
 import signal
 import socket
@@ -59,7 +60,7 @@ class RPCError(Exception):
 class Client:
     """A minimal NDJSON JSON-RPC client (independent of the Swift client)."""
 
-    def __init__(self, path: str, timeout: float = 30):
+    def __init__(self, path: str, timeout: float = 60):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self.sock.connect(path)
@@ -75,7 +76,11 @@ class Client:
 
     def read_message(self) -> dict | None:
         while b"\n" not in self.buf:
-            chunk = self.sock.recv(65536)
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                # Linux reports a peer that closed with our bytes unread as ECONNRESET, after the data it sent.
+                return None
             if not chunk:
                 return None
             self.buf += chunk
@@ -163,7 +168,7 @@ class Daemon:
     def client(self) -> Client:
         return Client(self.socket)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -186,22 +191,23 @@ VPCD_DRIVER = "/usr/lib/pcsc/drivers/serial/libifdvpcd.so"
 
 
 def free_port_pair() -> int:
-    """A port P with P and P+1 both free on 127.0.0.1 (vpcd serves two readers on P and P+1)."""
-    for _ in range(200):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        if port >= 65534:
-            continue
-        t = socket.socket()
+    """A port P with P and P+1 both free on 127.0.0.1 (vpcd serves two readers on P and P+1). Taken below
+    Linux's ephemeral range (32768+), so an outgoing connection's source port cannot take it before pcscd binds."""
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(20000, 32700)
+        held = []
         try:
-            t.bind(("127.0.0.1", port + 1))
+            for p in (port, port + 1):
+                s = socket.socket()
+                held.append(s)
+                s.bind(("127.0.0.1", p))
             return port
         except OSError:
             continue
         finally:
-            t.close()
+            for s in held:
+                s.close()
     raise RuntimeError("no free port pair")
 
 
@@ -236,7 +242,7 @@ class PCSCD:
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen([*args, "/bin/sh", "-c", script, "pcscd", str(self.dir), str(self.conf)],
                                      stdout=self.logf, stderr=self.logf, stdin=subprocess.DEVNULL)
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"pcscd exited: {self.log.read_text()}")
@@ -292,7 +298,7 @@ class EmulatedPassport:
         self.log = log or pcscd.dir.parent / f"emulator-{profile.name}-{slot}.log"
         self.proc: subprocess.Popen | None = None
 
-    def wait_card(self, present: bool, timeout: float = 15) -> None:
+    def wait_card(self, present: bool, timeout: float = 60) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.card_present(self.reader) == present:
