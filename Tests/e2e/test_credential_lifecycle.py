@@ -17,8 +17,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tessera_harness import (MRZ_ANNA, PCSCD, SOFTHSM_MODULE, Daemon, EmulatedPassport, RPCError, SoftHSM, as_nobody,
-                             b64u, cli, make_passport_profile, unb64u)
+from tessera_harness import (MRZ_ANNA, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, EmulatedPassport, RPCError, SoftHSM,
+                             as_nobody, b64u, calls_as, cli, make_passport_profile, reached, release, unb64u)
 from verify import verify_assertion, verify_registration
 
 RP = "badge.example.com"
@@ -281,6 +281,49 @@ def test_provisioning_check_and_enroll(station):
     fourth, k_fourth = s.enroll(erin, token=s.second, replace=True)
     assert s.state(third["credentialId"]) == "replaced"
     s.assert_signs(fourth["credentialId"], k_fourth, erin)
+
+
+def test_concurrent_enrolls_cannot_both_pass_the_check(station, tmp_path):
+    """Two passkey.enroll for one user on one token, both held (pause point) after their key exists, i.e. after the
+    early check passed for both: the check in the transaction that records the credential lets one through."""
+    s = station
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    point = "passkey.afterKeyGeneration"
+    s.restart(failpoints=f"{point}=pause:{pauses}")
+    user = b"kim"
+    out = {}
+
+    def enroll(name: str) -> None:
+        challenge = os.urandom(32)
+        try:
+            reg = s.daemon.client().call("passkey.enroll", {
+                "rpId": RP, "user": {"id": b64u(user), "name": "kim"}, "challenge": b64u(challenge), "pin": PIN,
+                "attestation": "packed", "tokenId": s.first})
+            out[name] = (reg, challenge)
+        except RPCError as e:
+            out[name] = e
+
+    workers = []
+    for name in ["a", "b"]:
+        workers.append(threading.Thread(target=enroll, args=(name,)))
+        workers[-1].start()
+        reached(pauses, point)
+        (pauses / f"{point}.reached").unlink()  # the next one shows the second request held there too
+    release(pauses, point)
+    for w in workers:
+        w.join(60)
+    errors = [r for r in out.values() if isinstance(r, RPCError)]
+    wins = [r for r in out.values() if not isinstance(r, RPCError)]
+    assert len(wins) == 1 and len(errors) == 1, out
+    assert errors[0].code == "CREDENTIAL_EXISTS" and errors[0].data["decision"] == "alreadyProvisioned"
+    reg, challenge = wins[0]
+    assert errors[0].data["credentialIds"] == [reg["credentialId"]]
+    key = verify_registration(reg, challenge, RP, ORIGIN, require_uv=True).credential_public_key
+    s.assert_signs(reg["credentialId"], key, user)
+    assert [c["credentialId"] for c in s.c.call("credentials.list", {"userId": b64u(user)})["credentials"]] == [
+        reg["credentialId"]]
+    assert private_keys(s) == 1, "the refused request's key is deleted"
 
 
 def test_enrollment_passkey_creation_applies_the_check(station):
