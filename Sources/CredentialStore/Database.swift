@@ -44,6 +44,7 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("v3-enrollment", migrate: EnrollmentStore.migrate)
         m.registerMigration("ctap-credential-options", migrate: CTAPCredentialStore.migrate)
         m.registerMigration("v4-credential-lifecycle", migrate: CredentialStore.migrateLifecycle)
+        m.registerMigration("v5-recovery-owner", migrate: RecoveryStore.migrateOwner)
         return m
     }
 }

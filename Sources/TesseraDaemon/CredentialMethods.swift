@@ -226,9 +226,10 @@ extension MethodTable {
                     origin: p.optionalString("origin"), challenge: p.optionalBytes("challenge"),
                     caller: connection.pinCaller))
         }
-        register("recovery.cancel", .enroll) { p, _ in
+        register("recovery.cancel", .enroll) { [policy] p, connection in
             let id = try p.string("recoveryAttemptId")
-            return ["cancelled": .bool(try await service.cancel(attemptId: id)), "recoveryAttemptId": .string(id)]
+            let cancelled = try await service.cancel(attemptId: id, caller: policy.enrollmentCaller(connection))
+            return ["cancelled": .bool(cancelled), "recoveryAttemptId": .string(id)]
         }
     }
 }

@@ -781,3 +781,79 @@ def test_recovery_crash_at_every_step_leaves_one_replacement(recovering, failpoi
         res = recover(s, token, attempt, {"mrz": MRZ_ANNA})
     check_replacement(s, res, None)
     assert private_keys(s) == 2, "exactly one replacement key besides the lost one"
+
+
+def open_socket_to_others(s: Station, tmp_path: pathlib.Path) -> None:
+    """Lets other uids reach the daemon's socket (they still need the policy's permissions)."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root to act as other uids (CI runs as root)")
+    p = tmp_path
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
+    os.chmod(s.daemon.socket, 0o666)
+
+
+def test_recovery_rate_limit_per_station(tmp_path):
+    s = Station(tmp_path, recovery={"maxAttemptsPerUser": 2, "maxAttemptsPerStation": 3, "windowSeconds": 1800})
+    s.lost = None
+    try:
+        tokens = {}
+
+        def start(attempt: str, user: str) -> RPCError:
+            token = tokens.setdefault(attempt, recovery_token(s, sub=user, bindingOf=None,
+                                                              expected={"surname": "Eriksson"}))
+            return s.error("recovery.start", {"recoveryAttemptId": attempt, "recoveryToken": token})
+
+        assert start("u1-a", "user-1").code == "RECOVERY_IDV_NOT_COMPLETED"
+        assert start("u1-b", "user-1").code == "RECOVERY_IDV_NOT_COMPLETED"
+        e = start("u1-c", "user-1")
+        assert e.code == "RECOVERY_RATE_LIMITED" and e.data["scope"] == "user" and e.data["retryable"] is True
+        assert start("u2-a", "user-2").code == "RECOVERY_IDV_NOT_COMPLETED"
+        # Three attempts in the window in all (a refused one is not counted): the station's limit, for anyone.
+        e = start("u3-a", "user-3")
+        assert e.code == "RECOVERY_RATE_LIMITED" and e.data["scope"] == "station" and e.data["retryable"] is True
+        assert e.data["retryAfterSeconds"] == 1800
+        # The attempts already started go on (an existing attempt id is not a new attempt).
+        assert start("u1-a", "user-1").code == "RECOVERY_IDV_NOT_COMPLETED"
+    finally:
+        s.daemon.stop()
+
+
+STRANGER_UID = 4243
+
+
+def test_recovery_cancel_only_by_its_owner_or_an_admin(tmp_path):
+    s = Station(tmp_path, recovery=LIMITS)
+    s.lost = None
+    try:
+        open_socket_to_others(s, tmp_path)
+        token = lambda user: recovery_token(s, sub=user, bindingOf=None, expected={"surname": "Eriksson"})  # noqa: E731
+        # Root (an administrator) starts one attempt, nobody another; neither has a document yet: both stay open.
+        root_token = token("employee-1")
+        assert s.error("recovery.start", {"recoveryAttemptId": "root-1", "recoveryToken": root_token}).code \
+            == "RECOVERY_IDV_NOT_COMPLETED"
+        _, out = calls_as(NOBODY, s.daemon.socket, [
+            ("recovery.start", {"recoveryAttemptId": "nobody-1", "recoveryToken": token("employee-2")}),
+            ("recovery.cancel", {"recoveryAttemptId": "root-1"})])
+        assert out[0]["code"] == "RECOVERY_IDV_NOT_COMPLETED"
+        assert out[1]["code"] == "UNAUTHORIZED" and out[1]["data"]["retryable"] is False
+        _, out = calls_as(STRANGER_UID, s.daemon.socket, [("recovery.cancel", {"recoveryAttemptId": "nobody-1"}),
+                                                          ("recovery.cancel", {"recoveryAttemptId": "root-1"})])
+        assert [o.get("code") for o in out] == ["UNAUTHORIZED", "UNAUTHORIZED"]
+        # Nothing was cancelled by them.
+        db = sqlite3.connect(s.daemon.state / "tessera.sqlite")
+        try:
+            rows = dict(db.execute("SELECT id, stage FROM recovery_attempt"))
+            owners = dict(db.execute("SELECT id, ownerUid FROM recovery_attempt"))
+        finally:
+            db.close()
+        assert rows == {"root-1": "started", "nobody-1": "started"} and owners == {"root-1": 0, "nobody-1": NOBODY}
+        _, out = calls_as(NOBODY, s.daemon.socket, [("recovery.cancel", {"recoveryAttemptId": "nobody-1"})])
+        assert out == [{"result": {"cancelled": True, "recoveryAttemptId": "nobody-1"}}]
+        assert s.c.call("recovery.cancel", {"recoveryAttemptId": "root-1"})["cancelled"] is True
+        e = s.error("recovery.start", {"recoveryAttemptId": "root-1", "recoveryToken": root_token,
+                                       "document": {"mrz": MRZ_ANNA}})
+        assert e.code == "RECOVERY_ATTEMPT_CANCELLED"
+    finally:
+        s.daemon.stop()
