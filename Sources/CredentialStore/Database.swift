@@ -45,6 +45,7 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("ctap-credential-options", migrate: CTAPCredentialStore.migrate)
         m.registerMigration("v4-credential-lifecycle", migrate: CredentialStore.migrateLifecycle)
         m.registerMigration("v5-recovery-owner", migrate: RecoveryStore.migrateOwner)
+        m.registerMigration("v6-step-up", migrate: StepUpStore.migrate)
         return m
     }
 }

@@ -358,11 +358,7 @@ def test_enrollment_passkey_creation_applies_the_check(station):
 def test_lifecycle_methods_need_admin(tmp_path, station):
     s = station
     reg, _ = s.enroll(b"frank")
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
-    os.chmod(s.daemon.socket, 0o666)
+    open_socket_to_others(s, tmp_path)
     cid = {"credentialId": reg["credentialId"]}
     out = as_nobody(s.daemon.socket, [("credentials.suspend", cid), ("credentials.deactivate", cid),
                                       ("credentials.history", cid),
@@ -609,6 +605,8 @@ def test_stepup_cancel_and_session_mismatch(bound):
     worker.start()
     asked = ui.wait_notification("stepup.inputRequired")
     sid = asked["stepUpId"]
+    status = ui.call("stepup.status", {"stepUpId": sid})
+    assert (status["state"], status["running"], status["waitingForInput"]) == ("waitingForDocument", True, True)
     for params in [{"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}, "crossPlatformSessionId": "session-B"},
                    {"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}}]:
         with pytest.raises(RPCError) as e:
@@ -622,6 +620,8 @@ def test_stepup_cancel_and_session_mismatch(bound):
     assert out["error"].code == "USER_CANCELLED" and out["error"].data["retryable"] is True
     finished = ui.wait_notification("stepup.finished")
     assert finished["outcome"] == "cancelled" and finished["error"]["code"] == "USER_CANCELLED"
+    status = ui.call("stepup.status", {"stepUpId": sid})
+    assert (status["state"], status["running"], status["error"]) == ("cancelled", False, {"code": "USER_CANCELLED"})
 
 
 def test_stepup_cli(bound):
@@ -633,6 +633,114 @@ def test_stepup_cli(bound):
     challenge = unb64u(json.loads(unb64u(res["clientDataJSON"]))["challenge"])
     verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
     assert json.loads(base64.b64decode(res["postOperationContext"]["contentB64"])) == {"transfer": 5}
+
+
+def test_stepup_reuses_a_recent_authentic_read_on_the_connection(bound, other_profiles):
+    """document.maxAgeSeconds: an authentic documents.read on the same connection, at most that old, is used (once)
+    instead of a new read; an older one, another connection's or none: a fresh read."""
+    s, cred, key = bound
+    other, _ = other_profiles
+    c = s.daemon.client()
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        assert c.call("documents.read", {"mrz": MRZ_ANNA})["verdict"] == "authentic"
+    # No passport in the reader now: the read made on this connection is the document.
+    challenge = os.urandom(32)
+    res = c.call("stepup.start", stepup_params(cred, challenge, document={"required": True, "maxAgeSeconds": 600}))
+    verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
+    assert res["document"]["reused"] is True and res["document"]["matched"] == "binding"
+    assert res["document"]["verdict"] == "authentic" and res["document"]["issuingState"] == "UTO"
+
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        assert c.call("documents.read", {"mrz": MRZ_ANNA})["verdict"] == "authentic"
+        # Older than maxAgeSeconds (0): read again, with the key given.
+        challenge = os.urandom(32)
+        res = c.call("stepup.start", stepup_params(cred, challenge, document={
+            "required": True, "maxAgeSeconds": 0, "mrz": MRZ_ANNA}))
+        verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
+        assert res["document"]["reused"] is False
+        # Another connection's read is not this one's.
+        res = s.daemon.client().call("stepup.start", stepup_params(cred, os.urandom(32), document={
+            "required": True, "maxAgeSeconds": 600, "mrz": MRZ_ANNA}))
+        assert res["document"]["reused"] is False
+    # The read too old for 0 s is still there for a longer window, and then used up.
+    res = c.call("stepup.start", stepup_params(cred, os.urandom(32), document={"required": True, "maxAgeSeconds": 600,
+                                                                               "mrz": MRZ_ANNA}))
+    assert res["document"]["reused"] is True
+    # A reused read is matched like a fresh one: another person's document is refused.
+    with EmulatedPassport(s.pcscd, other, s.card_present):
+        assert c.call("documents.read", {"mrz": MRZ_OTHER})["verdict"] == "authentic"
+    with pytest.raises(RPCError) as e:
+        c.call("stepup.start", stepup_params(cred, os.urandom(32), document={"required": True, "maxAgeSeconds": 600,
+                                                                             "mrz": MRZ_OTHER}))
+    assert e.value.code == "STEP_UP_CREDENTIAL_USER_MISMATCH"
+
+
+@pytest.mark.parametrize("failpoint", ["stepup.afterStart", "stepup.afterDocument"])
+def test_stepup_crash_resumes_with_one_assertion(bound, failpoint, tmp_path):
+    s, cred, key = bound
+    challenge = os.urandom(32)
+    sid = f"stepup-{uuid.uuid4().hex}"
+    s.restart(failpoints=failpoint)
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        with pytest.raises((ConnectionError, OSError)):
+            s.c.call("stepup.start", stepup_params(cred, challenge, stepUpId=sid,
+                                                   document={"required": True, "mrz": MRZ_ANNA}))
+        assert s.daemon.proc.wait(30) == -9, "the failpoint should have killed the daemon"
+        s.restart()
+    status = s.c.call("stepup.status", {"stepUpId": sid})
+    assert status["running"] is False and status["credentialId"] == cred["credentialId"] and "result" not in status
+    # Only its owner (or an administrator) sees it.
+    open_socket_to_others(s, tmp_path)
+    _, out = calls_as(NOBODY, s.daemon.socket, [("stepup.status", {"stepUpId": sid}),
+                                                ("stepup.submit", {"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}})])
+    assert [o.get("code") for o in out] == ["UNAUTHORIZED", "STEP_UP_AUTH_SESSION_MISMATCH"]
+    if failpoint == "stepup.afterStart":
+        assert status["state"] == "waitingForDocument"
+        # The access key was not kept: the submit after the restart gives it.
+        e = s.error("stepup.submit", {"stepUpId": sid, "pin": PIN})
+        assert e.code == "INVALID_INPUT" and e.data["field"] == "payload"
+        with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+            res = s.c.call("stepup.submit", {"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}, "pin": PIN})
+    else:
+        assert status["state"] == "documentVerified" and status["document"]["matched"] == "binding"
+        # The document was verified before the crash: no access key needed (here through the CLI).
+        res = json.loads(cli(s.daemon, "--json", "stepup", "--continue", sid, "--pin-stdin", input=PIN + "\n").stdout)
+    assert res["resumed"] is True and res["stepUpId"] == sid and res["postOperationContext"] == CONTEXT
+    assert res["document"]["verdict"] == "authentic" and res["document"]["matched"] == "binding"
+    verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
+    # Exactly one assertion: asking again (submit, status, the CLI) gives the same one, nothing is signed again.
+    again = s.c.call("stepup.submit", {"stepUpId": sid, "pin": PIN})
+    assert (again["signature"], again["signCount"]) == (res["signature"], res["signCount"])
+    status = s.c.call("stepup.status", {"stepUpId": sid})
+    assert status["state"] == "succeeded" and status["result"]["signature"] == res["signature"]
+    assert f"step-up {sid}: succeeded" in cli(s.daemon, "stepup", "--status", sid).stdout
+    e = s.error("stepup.start", stepup_params(cred, os.urandom(32), stepUpId=sid))
+    assert e.code == "INVALID_INPUT" and e.data["field"] == "stepUpId"
+
+
+def test_stepup_after_a_restart_expired_or_cancelled(bound):
+    s, cred, _ = bound
+    ids = {"cancelled": f"c-{uuid.uuid4().hex}", "expired": f"x-{uuid.uuid4().hex}"}
+    s.restart(failpoints="stepup.afterStart")
+    for name, sid in ids.items():
+        expires = int(time.time()) + 4 if name == "expired" else None
+        with pytest.raises((ConnectionError, OSError)):
+            s.c.call("stepup.start", stepup_params(cred, os.urandom(32), stepUpId=sid, expiresAt=expires,
+                                                   document={"required": True}))
+        assert s.daemon.proc.wait(30) == -9
+        s.restart(failpoints="stepup.afterStart" if name == "cancelled" else None)
+    out = s.c.call("stepup.cancel", {"stepUpId": ids["cancelled"]})
+    assert out["cancelled"] is True
+    assert s.c.call("stepup.cancel", {"stepUpId": ids["cancelled"]})["cancelled"] is False
+    e = s.error("stepup.submit", {"stepUpId": ids["cancelled"], "payload": {"mrz": MRZ_ANNA}, "pin": PIN})
+    assert e.code == "USER_CANCELLED" and e.data["state"] == "cancelled"
+    while time.time() <= expires + 1:  # the challenge's expiry is the subject here: wait for the clock to pass it
+        time.sleep(0.2)
+    e = s.error("stepup.submit", {"stepUpId": ids["expired"], "payload": {"mrz": MRZ_ANNA}, "pin": PIN})
+    assert e.code == "CHALLENGE_EXPIRED" and e.data["retryable"] is False
+    status = s.c.call("stepup.status", {"stepUpId": ids["expired"]})
+    assert status["state"] == "failed" and status["error"] == {"code": "CHALLENGE_EXPIRED"}
+    assert s.error("stepup.status", {"stepUpId": "no-such-step-up"}).code == "PASSKEY_NOT_FOUND"
 
 
 # --- recovery -------------------------------------------------------------------------------------------------------
