@@ -286,6 +286,12 @@ public actor StepUpService {
         return .object(kept)
     }
 
+    static func keyNeeded(_ id: String) -> TesseraError {
+        TesseraError(
+            .invalidInput, "step-up \(id) needs the document's access key: payload {mrz} or {can}",
+            details: ["field": "payload"])
+    }
+
     static func stored(_ value: JSONValue) -> String { String(decoding: value.serialized(), as: UTF8.self) }
 
     /// The document's access key: given with the request, or asked for (`stepup.inputRequired`) and awaited.
@@ -294,9 +300,7 @@ public actor StepUpService {
     {
         if let key = r.documentKey { return key }
         guard operations[row.id] != nil else {
-            throw TesseraError(
-                .invalidInput, "step-up \(row.id) needs the document's access key: payload {mrz} or {can}",
-                details: ["field": "payload"])
+            throw Self.keyNeeded(row.id)
         }
         operations[row.id]?.waiting = true
         await sink(
@@ -426,8 +430,11 @@ public actor StepUpService {
     ) async throws(TesseraError) -> JSONValue? {
         var row = try await authorized(id, sessionId: sessionId, caller: caller)
         if operations[id] != nil {
-            guard operations[id]?.waiting == true, let payload else {
+            guard operations[id]?.waiting == true else {
                 throw TesseraError(.stepNotExpected, "step-up \(id) is not waiting for input")
+            }
+            guard let payload else {
+                throw Self.keyNeeded(id)
             }
             deliver(id, .document(payload))
             return nil
@@ -458,9 +465,7 @@ public actor StepUpService {
             throw error
         }
         if row.stage == .waitingForDocument, r.documentRequired, payload == nil {
-            throw TesseraError(
-                .invalidInput, "step-up \(id) needs the document's access key: payload {mrz} or {can}",
-                details: ["field": "payload"])
+            throw Self.keyNeeded(id)
         }
         logger.notice("continuing an interrupted step-up", metadata: ["stepUp": "\(id)", "stage": "\(row.stage)"])
         var out = try await finish(&row, r, record: prepared.0, binding: prepared.1, caller: caller).objectValue ?? [:]

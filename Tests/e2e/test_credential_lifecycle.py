@@ -543,6 +543,9 @@ def test_stepup_asks_for_the_document_and_takes_it_from_submit(bound):
         worker.start()
         asked = ui.wait_notification("stepup.inputRequired")
         assert asked["key"] == "DOCUMENT"
+        with pytest.raises(RPCError) as e:
+            ui.call("stepup.submit", {"stepUpId": asked["stepUpId"]})
+        assert e.value.code == "INVALID_INPUT" and e.value.data["field"] == "payload"
         ui.call("stepup.submit", {"stepUpId": asked["stepUpId"], "payload": {"mrz": MRZ_ANNA}})
         worker.join(60)
     verify_assertion(out["result"], challenge, RP, ORIGIN, key, 0, require_uv=True)
