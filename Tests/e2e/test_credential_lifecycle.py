@@ -283,6 +283,21 @@ def test_provisioning_check_and_enroll(station):
     s.assert_signs(fourth["credentialId"], k_fourth, erin)
 
 
+def test_default_token_is_the_first_of_tokens_list_and_stays_so(station):
+    """Without tokenId, passkey.enroll and the provisioning check use the first token of tokens.list (module and slot
+    order, not a dictionary's), the same one after a restart."""
+    s = station
+    order = [t["id"] for t in s.c.call("tokens.list")["tokens"]]
+    assert sorted(order) == sorted([s.first, s.second])
+    for user in [b"lena", b"mads"]:
+        params = {"rpId": RP, "user": {"id": b64u(user), "name": user.decode()}, "challenge": b64u(os.urandom(32)),
+                  "pin": PIN}
+        assert s.c.call("passkey.enroll", params)["tokenId"] == order[0]
+        assert s.check(user)["decision"] == "alreadyProvisioned"
+        s.restart()
+        assert [t["id"] for t in s.c.call("tokens.list")["tokens"]] == order
+
+
 def test_concurrent_enrolls_cannot_both_pass_the_check(station, tmp_path):
     """Two passkey.enroll for one user on one token, both held (pause point) after their key exists, i.e. after the
     early check passed for both: the check in the transaction that records the credential lets one through."""
