@@ -38,9 +38,8 @@ public actor StepUpService {
     /// The step-ups being continued by a `stepup.submit` (after a restart).
     private var resuming: Set<String> = []
 
+    /// A running step-up's wait for its document (owner and session are the row's).
     struct Operation {
-        var owner: UInt32
-        var sessionId: String?
         var waiter: CheckedContinuation<Input, Never>?
         /// Input was asked for (`stepup.inputRequired` sent) and not delivered yet.
         var waiting = false
@@ -176,7 +175,7 @@ public actor StepUpService {
             deadline: r.expiresAt ?? now.addingTimeInterval(r.inputTimeout))
         try await store.insert(row)
         Failpoint.hit("stepup.afterStart")
-        operations[id] = Operation(owner: caller.uid, sessionId: r.crossPlatformSessionId)
+        operations[id] = Operation()
         defer { operations[id] = nil }
         var context: [String: JSONValue] = [
             "stepUpId": .string(id), "rpId": .string(r.rpId),
