@@ -21,13 +21,15 @@ public final class CredentialStore: Sendable {
     /// Credentials filtered by relying party and/or user handle, oldest first.
     public func list(rpId: String? = nil, userId: [UInt8]? = nil) async throws(TesseraError) -> [CredentialRecord] {
         do {
-            return try await db.read { db in
-                var q = CredentialRecord.all()
-                if let rpId { q = q.filter(Column("rpId") == rpId) }
-                if let userId { q = q.filter(Column("userId") == Data(userId)) }
-                return try q.order(Column("createdAt"), Column("credentialId")).fetchAll(db)
-            }
+            return try await db.read { db in try Self.list(db, rpId: rpId, userId: userId.map { Data($0) }) }
         } catch { throw storageError(error) }
+    }
+
+    static func list(_ db: Database, rpId: String?, userId: Data?) throws -> [CredentialRecord] {
+        var q = CredentialRecord.all()
+        if let rpId { q = q.filter(Column("rpId") == rpId) }
+        if let userId { q = q.filter(Column("userId") == userId) }
+        return try q.order(Column("createdAt"), Column("credentialId")).fetchAll(db)
     }
 
     /// Deletes the record; with `event`, records it in the audit trail in the same transaction.
@@ -156,13 +158,18 @@ public final class CredentialStore: Sendable {
         } catch { throw storageError(error) }
     }
 
-    /// Inserts a new credential and, in the same transaction, marks `replacing` (other credentials) `replaced`.
+    /// Inserts a new credential and, in the same transaction, marks other credentials `replaced`: those `admit`
+    /// returns when given the user's credentials at the relying party as they are in that transaction (oldest
+    /// first). An error `admit` throws leaves nothing written, so two concurrent inserts cannot both pass a check
+    /// that only one of them may pass.
     public func insert(
-        _ record: CredentialRecord, replacing: [[UInt8]], actor: String,
+        _ record: CredentialRecord,
+        admit: @escaping @Sendable (_ existing: [CredentialRecord]) throws(TesseraError) -> [[UInt8]], actor: String,
         reason: String?
     ) async throws(TesseraError) -> [Transition] {
         do {
             return try await db.write { db in
+                let replacing = try admit(try Self.list(db, rpId: record.rpId, userId: record.userId))
                 try record.insert(db)
                 try CredentialEvent(
                     credentialId: record.credentialId, at: record.createdAt, fromState: nil,

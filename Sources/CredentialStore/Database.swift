@@ -44,6 +44,8 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("v3-enrollment", migrate: EnrollmentStore.migrate)
         m.registerMigration("ctap-credential-options", migrate: CTAPCredentialStore.migrate)
         m.registerMigration("v4-credential-lifecycle", migrate: CredentialStore.migrateLifecycle)
+        m.registerMigration("v5-recovery-owner", migrate: RecoveryStore.migrateOwner)
+        m.registerMigration("v6-step-up", migrate: StepUpStore.migrate)
         return m
     }
 }

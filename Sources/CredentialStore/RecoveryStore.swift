@@ -29,14 +29,18 @@ public struct RecoveryAttemptRow: Codable, Sendable, Equatable, FetchableRecord,
     public var credentialId: Data?
     /// The error code of a failed attempt.
     public var failure: String?
+    /// The uid that started the attempt (nil: started before owners were recorded; administrators only).
+    public var ownerUid: UInt32?
     public var startedAt: Date
     public var updatedAt: Date
     public var expiresAt: Date
 
     public init(
-        id: String, jti: String, issuer: String, subject: String, rpId: String, startedAt: Date, expiresAt: Date
+        id: String, jti: String, issuer: String, subject: String, rpId: String, startedAt: Date, expiresAt: Date,
+        ownerUid: UInt32? = nil
     ) {
         self.id = id; self.jti = jti; self.issuer = issuer; self.subject = subject; self.rpId = rpId
+        self.ownerUid = ownerUid
         self.stage = .started; self.startedAt = startedAt; self.updatedAt = startedAt; self.expiresAt = expiresAt
     }
 }
@@ -63,6 +67,11 @@ public final class RecoveryStore: Sendable {
             t.column("updatedAt", .datetime).notNull()
             t.column("expiresAt", .datetime).notNull()
         }
+    }
+
+    /// The owner's uid, added after the first release (`v5-recovery-owner`).
+    static func migrateOwner(_ db: Database) throws {
+        try db.alter(table: "recovery_attempt") { t in t.add(column: "ownerUid", .integer) }
     }
 
     public func attempt(id: String) async throws(TesseraError) -> RecoveryAttemptRow? {

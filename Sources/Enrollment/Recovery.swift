@@ -158,7 +158,7 @@ public actor RecoveryService {
             row = RecoveryAttemptRow(
                 id: r.attemptId, jti: token.jti, issuer: token.issuer,
                 subject: Base64URL.encode(Array(token.subject.utf8)), rpId: token.rpId,
-                startedAt: now, expiresAt: token.expiresAt)
+                startedAt: now, expiresAt: token.expiresAt, ownerUid: r.caller?.uid)
             switch try await store.insert(
                 row, since: now.addingTimeInterval(-configuration.recoveryWindow),
                 maxPerUser: configuration.recoveryMaxPerUser,
@@ -190,11 +190,14 @@ public actor RecoveryService {
         return try await createPasskey(&row, token: token, request: r)
     }
 
-    /// Ends an attempt that has not succeeded.
-    public func cancel(attemptId: String) async throws(TesseraError) -> Bool {
+    /// Ends an attempt that has not succeeded; only the uid that started it, or an administrator (`UNAUTHORIZED`).
+    public func cancel(attemptId: String, caller: EnrollmentCaller) async throws(TesseraError) -> Bool {
         guard var row = try await store.attempt(id: attemptId) else {
             throw TesseraError(
                 .invalidInput, "no recovery attempt \(attemptId)", details: ["field": "recoveryAttemptId"])
+        }
+        guard caller.owns(row.ownerUid) else {
+            throw TesseraError(.unauthorized, "recovery attempt \(attemptId) was started by another uid")
         }
         guard row.stage == .started || row.stage == .matched else { return false }
         row.stage = .cancelled

@@ -84,7 +84,7 @@ extension PasskeyService {
     {
         try Self.validate(rpId: rpId)
         let token: String?
-        if let tokenId { token = tokenId } else { token = await tokens().first?.id }
+        if let tokenId { token = tokenId } else { token = try? await chooseToken(nil).id }
         return ProvisioningCheck.decide(try await store.list(rpId: rpId, userId: userId), tokenId: token)
     }
 
@@ -109,10 +109,15 @@ extension PasskeyService {
         try await store.events(credentialId: credentialId, limit: limit)
     }
 
-    func admit(_ r: EnrollRequest, tokenId: String) async throws(TesseraError) -> [[UInt8]] {
-        guard let rule = r.provisioning else { return [] }
-        let check = ProvisioningCheck.decide(try await store.list(rpId: r.rpId, userId: r.userId), tokenId: tokenId)
-        return try check.admit(replace: rule.replace)
+    /// The provisioning check of an enrollment on `tokenId` over the user's credentials: the ids to mark
+    /// `replaced`, or the refusal (no rule: nothing checked, nothing replaced).
+    static func admission(_ rule: ProvisioningRule?, tokenId: String)
+        -> @Sendable ([CredentialRecord]) throws(TesseraError) -> [[UInt8]]
+    {
+        { existing throws(TesseraError) in
+            guard let rule else { return [] }
+            return try ProvisioningCheck.decide(existing, tokenId: tokenId).admit(replace: rule.replace)
+        }
     }
 
     /// Updates cached records after a transition.

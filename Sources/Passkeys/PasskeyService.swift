@@ -124,7 +124,10 @@ public final class PasskeyService: Sendable {
             }
         }
         let token = try await chooseToken(r.tokenId)
-        let replacing = try await admit(r, tokenId: token.id)
+        // The provisioning check, before a key is made (a quick refusal), and again in the transaction that
+        // records the credential (the one that counts: a concurrent enrollment may have passed it meanwhile).
+        let admission = Self.admission(r.provisioning, tokenId: token.id)
+        if r.provisioning != nil { _ = try admission(try await store.list(rpId: r.rpId, userId: r.userId)) }
         let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification)
 
         if let id = r.credentialId, !(16...255).contains(id.count) {
@@ -138,7 +141,7 @@ public final class PasskeyService: Sendable {
             pin throws(TesseraError) in
             try await token.generateP256Key(handle: keyHandle, label: label, pin: pin)
         }
-        Failpoint.hit("passkey.afterKeyGeneration")
+        await Failpoint.reach("passkey.afterKeyGeneration")
         let clientData =
             r.clientDataHash == nil
             ? CollectedClientData(type: .create, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json
@@ -174,7 +177,7 @@ public final class PasskeyService: Sendable {
                     credentialId: Data(credentialId), rpId: r.rpId, userId: Data(r.userId), userName: r.userName,
                     userDisplayName: r.userDisplayName, tokenId: token.id, backend: token.backend,
                     keyHandle: Data(keyHandle), publicKey: Data(cose), identityBinding: r.identityBinding),
-                replacing: replacing, actor: r.actor ?? r.caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil)
+                admit: admission, actor: r.actor ?? r.caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil)
             remember(replaced)
         } catch {
             // Nothing recorded: do not leave an orphan key behind.

@@ -95,10 +95,11 @@ extension Views {
     }
 }
 
-/// The last authentic `documents.read` of each connection, for `passkey.enroll {documentBinding: true}` on the
-/// same connection (taken once, within `maxAge`), and the daemon secret the binding hashes are keyed with.
+/// The last authentic `documents.read` of each connection, for `passkey.enroll {documentBinding: true}` (within
+/// `maxAge`) and for a `stepup.start` with `document.maxAgeSeconds` on the same connection (each takes it once), and
+/// the daemon secret the binding hashes are keyed with.
 final class VerifiedDocumentReads: Sendable {
-    private let reads = Mutex<[UInt64: (identity: DocumentIdentity, at: Date)]>([:])
+    private let reads = Mutex<[UInt64: AuthenticRead]>([:])
     let secret: [UInt8]
     let maxAge: TimeInterval
 
@@ -107,32 +108,42 @@ final class VerifiedDocumentReads: Sendable {
         self.maxAge = maxAge
     }
 
-    /// Keeps an authentic read's identity; any other read forgets the connection's previous one.
-    func record(_ connection: RPCConnection, _ identity: DocumentIdentity?) {
-        let now = Date()
-        reads.withLock { reads in
-            if let identity { reads[connection.id] = (identity: identity, at: now) } else { reads[connection.id] = nil }
-        }
+    /// Keeps an authentic read; any other read (nil) forgets the connection's previous one.
+    func record(_ connection: RPCConnection, _ read: AuthenticRead?) {
+        reads.withLock { $0[connection.id] = read }
     }
 
     func forget(_ connection: RPCConnection) { _ = reads.withLock { $0.removeValue(forKey: connection.id) } }
 
+    /// The connection's last authentic read when it is at most `maxAge` seconds old (taken: used once); nil when
+    /// there is none or it is older (kept).
+    func take(_ connection: RPCConnection, maxAge: TimeInterval) -> AuthenticRead? {
+        let now = Date()
+        return reads.withLock { reads in
+            guard let read = reads[connection.id], now.timeIntervalSince(read.at) <= maxAge else { return nil }
+            reads[connection.id] = nil
+            return read
+        }
+    }
+
     /// The binding of the connection's last authentic read (consumed); INVALID_INPUT without one.
     func takeBinding(_ connection: RPCConnection) throws(TesseraError) -> IdentityBinding {
-        let entry = reads.withLock { $0.removeValue(forKey: connection.id) }
-        guard let entry, Date().timeIntervalSince(entry.at) <= maxAge else {
+        guard let read = take(connection, maxAge: maxAge) else {
             throw TesseraError(
                 .invalidInput,
                 "documentBinding needs an authentic documents.read on this connection "
                     + "in the last \(Int(maxAge)) seconds", details: ["field": "documentBinding"])
         }
-        return IdentityBinding(identity: entry.identity, secret: secret, enrollmentId: nil)
+        return IdentityBinding(identity: DocumentIdentity(mrz: read.mrz), secret: secret, enrollmentId: nil)
     }
 }
 
 extension MethodTable {
-    /// Registers `stepup.start`, `stepup.submit` and `stepup.cancel` (docs/LIFECYCLE.md, "Step-up").
-    func registerStepUp(_ service: StepUpService, subscribers: EnrollmentSubscribers) {
+    /// Registers `stepup.start`, `stepup.submit`, `stepup.cancel` and `stepup.status` (docs/LIFECYCLE.md, "Step-up").
+    /// `documentReads`: the connections' recent authentic reads (`document.maxAgeSeconds`).
+    func registerStepUp(
+        _ service: StepUpService, subscribers: EnrollmentSubscribers, documentReads: VerifiedDocumentReads
+    ) {
         register("stepup.start", .enroll) { [policy] p, connection in
             guard let allow = try p.optionalArray("allowCredentials"), !allow.isEmpty else {
                 throw TesseraError.invalidInput("allowCredentials is required and must not be empty")
@@ -153,7 +164,8 @@ extension MethodTable {
                 ]
             }
             let document = try p.has("document") ? p.object("document") : Params(.object([:]))
-            if let age = try document.optionalInt("maxAgeSeconds"), age < 0 {
+            let maxAge = try document.optionalInt("maxAgeSeconds")
+            if let maxAge, maxAge < 0 {
                 throw TesseraError(
                     .invalidInput, "document.maxAgeSeconds must not be negative",
                     details: ["field": "document.maxAgeSeconds"])
@@ -161,38 +173,55 @@ extension MethodTable {
             var expected: ExpectedAttributes?
             if let e = document.value["expected"], !e.isNull { expected = try ExpectedAttributes(json: e) }
             let hasKey = document.has("mrz") || document.has("can") || document.has("documentNumber")
+            let allowCredentials = try Self.credentialIDs(allow, name: "allowCredentials")
+            let rpId = try p.string("rpId")
+            let challenge = try p.bytes("challenge")
             subscribers.add(connection)
             let caller = policy.enrollmentCaller(connection)
+            // Taken last: a request refused while parsing leaves the connection's read for another one.
+            let required = try document.optionalBool("required") ?? true
+            let recent = required ? maxAge.flatMap { documentReads.take(connection, maxAge: TimeInterval($0)) } : nil
             return try await service.run(
                 .init(
-                    rpId: p.string("rpId"), challenge: p.bytes("challenge"),
-                    allowCredentials: try Self.credentialIDs(allow, name: "allowCredentials"),
+                    rpId: rpId, challenge: challenge, allowCredentials: allowCredentials,
                     origin: p.optionalString("origin"),
                     pin: p.optionalString("pin"), userVerification: Self.userVerification(p),
                     allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false, operationContext: context,
                     expiresAt: try Self.date(p, "expiresAt"),
-                    documentRequired: document.optionalBool("required") ?? true,
+                    documentRequired: required,
                     expected: expected, documentKey: hasKey ? .object(document.value) : nil,
                     reader: document.optionalString("reader"),
                     evidence: document.optionalBool("evidence") ?? false,
-                    crossPlatformSessionId: p.optionalString("crossPlatformSessionId")), caller: caller)
+                    crossPlatformSessionId: p.optionalString("crossPlatformSessionId"), recentRead: recent,
+                    id: p.optionalString("stepUpId")),
+                caller: caller)
         }
         register("stepup.submit", .enroll) { [policy] p, connection in
-            guard let payload = p.value["payload"], payload.objectValue != nil else {
-                throw TesseraError(.invalidInput, "payload must be an object", details: ["field": "payload"])
+            var payload: JSONValue?
+            if let given = p.value["payload"], !given.isNull {
+                guard given.objectValue != nil else {
+                    throw TesseraError(.invalidInput, "payload must be an object", details: ["field": "payload"])
+                }
+                payload = given
             }
             let id = try p.string("stepUpId")
-            try await service.submit(
+            let continued = try await service.submit(
                 id, payload: payload, sessionId: p.optionalString("crossPlatformSessionId"),
+                pin: p.optionalString("pin"), allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false,
                 caller: policy.enrollmentCaller(connection))
-            return ["accepted": true, "stepUpId": .string(id)]
+            guard case .object(var out)? = continued else { return ["accepted": true, "stepUpId": .string(id)] }
+            out["accepted"] = true
+            return .object(out)
         }
         register("stepup.cancel", .enroll) { [policy] p, connection in
             let id = try p.string("stepUpId")
-            try await service.cancel(
+            let cancelled = try await service.cancel(
                 id, sessionId: p.optionalString("crossPlatformSessionId"),
                 caller: policy.enrollmentCaller(connection))
-            return ["cancelled": true, "stepUpId": .string(id)]
+            return ["cancelled": .bool(cancelled), "stepUpId": .string(id)]
+        }
+        register("stepup.status", .enroll) { [policy] p, connection in
+            try await service.status(p.string("stepUpId"), caller: policy.enrollmentCaller(connection))
         }
     }
 
@@ -226,9 +255,10 @@ extension MethodTable {
                     origin: p.optionalString("origin"), challenge: p.optionalBytes("challenge"),
                     caller: connection.pinCaller))
         }
-        register("recovery.cancel", .enroll) { p, _ in
+        register("recovery.cancel", .enroll) { [policy] p, connection in
             let id = try p.string("recoveryAttemptId")
-            return ["cancelled": .bool(try await service.cancel(attemptId: id)), "recoveryAttemptId": .string(id)]
+            let cancelled = try await service.cancel(attemptId: id, caller: policy.enrollmentCaller(connection))
+            return ["cancelled": .bool(cancelled), "recoveryAttemptId": .string(id)]
         }
     }
 }

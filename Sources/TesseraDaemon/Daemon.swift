@@ -124,10 +124,10 @@ public enum Daemon {
             commands: LifecycleCommandVerifier(
                 issuers: enrollmentConfig.issuers, stationId: enrollmentConfig.stationId))
         let stepUp = StepUpService(
-            passkeys: passkeys, documents: documents, secret: daemonSecret,
+            store: StepUpStore(database: database), passkeys: passkeys, documents: documents, secret: daemonSecret,
             logger: enrollmentLogger
         ) { event in await subscribers.send(event) }
-        table.registerStepUp(stepUp, subscribers: subscribers)
+        table.registerStepUp(stepUp, subscribers: subscribers, documentReads: documentReads)
         table.registerRecovery(
             RecoveryService(
                 store: RecoveryStore(database: database), passkeys: passkeys,

@@ -1,5 +1,6 @@
 import Documents
 import Enrollment
+import Foundation
 import MRZ
 import RPC
 import TesseraCore
@@ -27,7 +28,10 @@ extension MethodTable {
                 await forwarder.value
                 verifiedReads?.record(
                     connection,
-                    result.verdict.verdict == .authentic ? result.mrz.map { DocumentIdentity(mrz: $0) } : nil)
+                    result.verdict.verdict == .authentic
+                        ? result.mrz.map {
+                            AuthenticRead(mrz: $0, chipAuthenticity: result.verdict.chipAuthenticity, at: Date())
+                        } : nil)
                 return result.json
             } catch {
                 sink.finish()

@@ -118,9 +118,11 @@ struct StepUpCommand: AsyncParsableCommand {
         abstract: "Step-up: read and verify the holder's document, then sign an assertion (stepup.start).",
         discussion:
             "The document in the reader must be authentic and match the passkey's identity binding (or --expect). "
-            + "Prints the assertion; with --json also the document verdict and the echoed operation context.")
+            + "Prints the assertion; with --json also the document verdict and the echoed operation context. "
+            + "A step-up survives a daemon restart: --continue ID goes on with it (stepup.submit; with --mrz or "
+            + "--can while its document was not verified yet, and the PIN), --status ID shows it (stepup.status).")
     @OptionGroup var globals: GlobalOptions
-    @Option(name: .customLong("rp-id"), help: "Relying party id.") var rpId: String
+    @Option(name: .customLong("rp-id"), help: "Relying party id (to start a step-up).") var rpId: String?
     @Option(
         name: .customLong("credential"), parsing: .unconditionalSingleValue,
         help: "Allowed credential id, base64url (repeatable, at least one).") var credentials: [String] = []
@@ -133,15 +135,35 @@ struct StepUpCommand: AsyncParsableCommand {
     @Option(help: "Operation context shown to the station's UI, as text (sent base64).") var context: String?
     @Option(help: "MIME type of --context.") var mime = "application/json"
     @Option(name: .customLong("expires-in"), help: "Seconds until the challenge expires.") var expiresIn: Int?
+    @Option(name: .customLong("continue"), help: "Continue the interrupted step-up with this id (stepup.submit).")
+    var continueId: String?
+    @Option(name: .customLong("status"), help: "Show the step-up with this id (stepup.status).") var statusId: String?
     @OptionGroup var pin: PINOptions
 
     func run() async throws {
-        guard !credentials.isEmpty else { throw ValidationError("give at least one --credential") }
-        guard (mrz == nil) != (can == nil) else { throw ValidationError("give exactly one of --mrz and --can") }
-        var document: [String: JSONValue] = ["required": true]
+        if let statusId {
+            try await globals.run("stepup.status", ["stepUpId": .string(statusId)]) { r in
+                "step-up \(statusId): \(r["state"]?.stringValue ?? "?")"
+                    + (r["error"]?["code"]?.stringValue.map { " (\($0))" } ?? "")
+            }
+            return
+        }
+        guard (mrz == nil) || (can == nil) else { throw ValidationError("give at most one of --mrz and --can") }
+        var document: [String: JSONValue] = [:]
         if let mrz { document["mrz"] = .string(mrz) }
         if let can { document["can"] = .string(can) }
         if let reader { document["reader"] = .string(reader) }
+        if let continueId {
+            var p: [String: JSONValue] = ["stepUpId": .string(continueId)]
+            if !document.isEmpty { p["payload"] = .object(document) }
+            pin.add(to: &p)
+            try await globals.run("stepup.submit", .object(p), human: Self.summary)
+            return
+        }
+        guard let rpId else { throw ValidationError("give --rp-id") }
+        guard !credentials.isEmpty else { throw ValidationError("give at least one --credential") }
+        guard (mrz == nil) != (can == nil) else { throw ValidationError("give exactly one of --mrz and --can") }
+        document["required"] = true
         if let expect {
             guard let e = try? JSONValue.parse(Array(expect.utf8)), e.objectValue != nil else {
                 throw ValidationError("--expect must be a JSON object")
@@ -160,10 +182,12 @@ struct StepUpCommand: AsyncParsableCommand {
         }
         if let expiresIn { p["expiresAt"] = .number((Date().timeIntervalSince1970 + Double(expiresIn)).rounded()) }
         pin.add(to: &p)
-        try await globals.run("stepup.start", .object(p)) { r in
-            "step-up \(r["stepUpId"]?.stringValue ?? "?"): document \(r["document"]?["verdict"]?.stringValue ?? "?"), "
-                + "signature by \(r["credentialId"]?.stringValue ?? "?") (signCount \(r["signCount"]?.intValue ?? 0))"
-        }
+        try await globals.run("stepup.start", .object(p), human: Self.summary)
+    }
+
+    static func summary(_ r: JSONValue) -> String {
+        "step-up \(r["stepUpId"]?.stringValue ?? "?"): document \(r["document"]?["verdict"]?.stringValue ?? "?"), "
+            + "signature by \(r["credentialId"]?.stringValue ?? "?") (signCount \(r["signCount"]?.intValue ?? 0))"
     }
 }
 

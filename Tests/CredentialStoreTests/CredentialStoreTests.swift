@@ -153,7 +153,11 @@ import Testing
             try await store.insert(record(2))
             _ = try await store.transition(ids: [[2, 1, 2]], to: .deactivated, actor: "uid:0", reason: nil)
             let replaced = try await store.insert(
-                record(3), replacing: [[1, 1, 2], [2, 1, 2]], actor: "uid:5", reason: nil)
+                record(3),
+                admit: { existing in
+                    #expect(existing.map(\.credentialId) == [Data([1, 1, 2]), Data([2, 1, 2])])
+                    return [[1, 1, 2], [2, 1, 2]]
+                }, actor: "uid:5", reason: nil)
             #expect(replaced.map(\.record.state) == [.replaced, .replaced])
             #expect(try await store.list().map(\.state) == [.replaced, .replaced, .active])
             #expect(try await store.events(credentialId: [3, 1, 2]).map(\.toState) == ["active"])
@@ -165,6 +169,23 @@ import Testing
                         credentialId: Data([1, 1, 2]), at: Date(), fromState: "replaced", toState: "deleted",
                         actor: "uid:0", reason: nil)))
             #expect(try await store.events(credentialId: [1, 1, 2]).last?.toState == "deleted")
+        }
+    }
+
+    @Test func insertRefusedByItsCheckWritesNothing() async throws {
+        try await withStore { store in
+            try await store.insert(record(1))
+            await #expect(throws: TesseraError.self) {
+                try await store.insert(
+                    record(2),
+                    admit: { existing throws(TesseraError) in
+                        // Sees the user's credential at the relying party in the same transaction: refuses.
+                        if !existing.isEmpty { throw TesseraError(.credentialExists, "exists") }
+                        return []
+                    }, actor: "uid:5", reason: nil)
+            }
+            #expect(try await store.list().map(\.credentialId) == [Data([1, 1, 2])])
+            #expect(try await store.events(credentialId: [2, 1, 2]).isEmpty)
         }
     }
 }

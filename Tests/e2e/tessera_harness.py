@@ -403,3 +403,16 @@ def calls_as(uid: int, socket_path: str, calls: list[tuple[str, dict]]) -> tuple
         return out
     child = AsUser(uid, socket_path, body)
     return child.pid, child.result()
+
+
+def reached(pauses: pathlib.Path, point: str, timeout: float = 30) -> None:
+    """Waits until the daemon is held at the pause point `point` (TESSERA_FAILPOINTS `point=pause:pauses`)."""
+    deadline = time.time() + timeout
+    while not (pauses / f"{point}.reached").exists():
+        assert time.time() < deadline, f"the daemon did not reach {point}"
+        time.sleep(0.01)
+
+
+def release(pauses: pathlib.Path, point: str) -> None:
+    """Lets every task held at the pause point `point` go on."""
+    (pauses / f"{point}.continue").touch()

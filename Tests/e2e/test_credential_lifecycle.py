@@ -17,8 +17,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tessera_harness import (MRZ_ANNA, PCSCD, SOFTHSM_MODULE, Daemon, EmulatedPassport, RPCError, SoftHSM, as_nobody,
-                             b64u, cli, make_passport_profile, unb64u)
+from tessera_harness import (MRZ_ANNA, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, EmulatedPassport, RPCError, SoftHSM,
+                             as_nobody, b64u, calls_as, cli, make_passport_profile, reached, release, unb64u)
 from verify import verify_assertion, verify_registration
 
 RP = "badge.example.com"
@@ -283,6 +283,64 @@ def test_provisioning_check_and_enroll(station):
     s.assert_signs(fourth["credentialId"], k_fourth, erin)
 
 
+def test_default_token_is_the_first_of_tokens_list_and_stays_so(station):
+    """Without tokenId, passkey.enroll and the provisioning check use the first token of tokens.list (module and slot
+    order, not a dictionary's), the same one after a restart."""
+    s = station
+    order = [t["id"] for t in s.c.call("tokens.list")["tokens"]]
+    assert sorted(order) == sorted([s.first, s.second])
+    for user in [b"lena", b"mads"]:
+        params = {"rpId": RP, "user": {"id": b64u(user), "name": user.decode()}, "challenge": b64u(os.urandom(32)),
+                  "pin": PIN}
+        assert s.c.call("passkey.enroll", params)["tokenId"] == order[0]
+        assert s.check(user)["decision"] == "alreadyProvisioned"
+        s.restart()
+        assert [t["id"] for t in s.c.call("tokens.list")["tokens"]] == order
+
+
+def test_concurrent_enrolls_cannot_both_pass_the_check(station, tmp_path):
+    """Two passkey.enroll for one user on one token, both held (pause point) after their key exists, i.e. after the
+    early check passed for both: the check in the transaction that records the credential lets one through."""
+    s = station
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    point = "passkey.afterKeyGeneration"
+    s.restart(failpoints=f"{point}=pause:{pauses}")
+    user = b"kim"
+    out = {}
+
+    def enroll(name: str) -> None:
+        challenge = os.urandom(32)
+        try:
+            reg = s.daemon.client().call("passkey.enroll", {
+                "rpId": RP, "user": {"id": b64u(user), "name": "kim"}, "challenge": b64u(challenge), "pin": PIN,
+                "attestation": "packed", "tokenId": s.first})
+            out[name] = (reg, challenge)
+        except RPCError as e:
+            out[name] = e
+
+    workers = []
+    for name in ["a", "b"]:
+        workers.append(threading.Thread(target=enroll, args=(name,)))
+        workers[-1].start()
+        reached(pauses, point)
+        (pauses / f"{point}.reached").unlink()  # the next one shows the second request held there too
+    release(pauses, point)
+    for w in workers:
+        w.join(60)
+    errors = [r for r in out.values() if isinstance(r, RPCError)]
+    wins = [r for r in out.values() if not isinstance(r, RPCError)]
+    assert len(wins) == 1 and len(errors) == 1, out
+    assert errors[0].code == "CREDENTIAL_EXISTS" and errors[0].data["decision"] == "alreadyProvisioned"
+    reg, challenge = wins[0]
+    assert errors[0].data["credentialIds"] == [reg["credentialId"]]
+    key = verify_registration(reg, challenge, RP, ORIGIN, require_uv=True).credential_public_key
+    s.assert_signs(reg["credentialId"], key, user)
+    assert [c["credentialId"] for c in s.c.call("credentials.list", {"userId": b64u(user)})["credentials"]] == [
+        reg["credentialId"]]
+    assert private_keys(s) == 1, "the refused request's key is deleted"
+
+
 def test_enrollment_passkey_creation_applies_the_check(station):
     s = station
 
@@ -315,11 +373,7 @@ def test_enrollment_passkey_creation_applies_the_check(station):
 def test_lifecycle_methods_need_admin(tmp_path, station):
     s = station
     reg, _ = s.enroll(b"frank")
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
-    os.chmod(s.daemon.socket, 0o666)
+    open_socket_to_others(s, tmp_path)
     cid = {"credentialId": reg["credentialId"]}
     out = as_nobody(s.daemon.socket, [("credentials.suspend", cid), ("credentials.deactivate", cid),
                                       ("credentials.history", cid),
@@ -504,6 +558,9 @@ def test_stepup_asks_for_the_document_and_takes_it_from_submit(bound):
         worker.start()
         asked = ui.wait_notification("stepup.inputRequired")
         assert asked["key"] == "DOCUMENT"
+        with pytest.raises(RPCError) as e:
+            ui.call("stepup.submit", {"stepUpId": asked["stepUpId"]})
+        assert e.value.code == "INVALID_INPUT" and e.value.data["field"] == "payload"
         ui.call("stepup.submit", {"stepUpId": asked["stepUpId"], "payload": {"mrz": MRZ_ANNA}})
         worker.join(60)
     verify_assertion(out["result"], challenge, RP, ORIGIN, key, 0, require_uv=True)
@@ -566,6 +623,8 @@ def test_stepup_cancel_and_session_mismatch(bound):
     worker.start()
     asked = ui.wait_notification("stepup.inputRequired")
     sid = asked["stepUpId"]
+    status = ui.call("stepup.status", {"stepUpId": sid})
+    assert (status["state"], status["running"], status["waitingForInput"]) == ("waitingForDocument", True, True)
     for params in [{"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}, "crossPlatformSessionId": "session-B"},
                    {"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}}]:
         with pytest.raises(RPCError) as e:
@@ -579,6 +638,8 @@ def test_stepup_cancel_and_session_mismatch(bound):
     assert out["error"].code == "USER_CANCELLED" and out["error"].data["retryable"] is True
     finished = ui.wait_notification("stepup.finished")
     assert finished["outcome"] == "cancelled" and finished["error"]["code"] == "USER_CANCELLED"
+    status = ui.call("stepup.status", {"stepUpId": sid})
+    assert (status["state"], status["running"], status["error"]) == ("cancelled", False, {"code": "USER_CANCELLED"})
 
 
 def test_stepup_cli(bound):
@@ -590,6 +651,114 @@ def test_stepup_cli(bound):
     challenge = unb64u(json.loads(unb64u(res["clientDataJSON"]))["challenge"])
     verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
     assert json.loads(base64.b64decode(res["postOperationContext"]["contentB64"])) == {"transfer": 5}
+
+
+def test_stepup_reuses_a_recent_authentic_read_on_the_connection(bound, other_profiles):
+    """document.maxAgeSeconds: an authentic documents.read on the same connection, at most that old, is used (once)
+    instead of a new read; an older one, another connection's or none: a fresh read."""
+    s, cred, key = bound
+    other, _ = other_profiles
+    c = s.daemon.client()
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        assert c.call("documents.read", {"mrz": MRZ_ANNA})["verdict"] == "authentic"
+    # No passport in the reader now: the read made on this connection is the document.
+    challenge = os.urandom(32)
+    res = c.call("stepup.start", stepup_params(cred, challenge, document={"required": True, "maxAgeSeconds": 600}))
+    verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
+    assert res["document"]["reused"] is True and res["document"]["matched"] == "binding"
+    assert res["document"]["verdict"] == "authentic" and res["document"]["issuingState"] == "UTO"
+
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        assert c.call("documents.read", {"mrz": MRZ_ANNA})["verdict"] == "authentic"
+        # Older than maxAgeSeconds (0): read again, with the key given.
+        challenge = os.urandom(32)
+        res = c.call("stepup.start", stepup_params(cred, challenge, document={
+            "required": True, "maxAgeSeconds": 0, "mrz": MRZ_ANNA}))
+        verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
+        assert res["document"]["reused"] is False
+        # Another connection's read is not this one's.
+        res = s.daemon.client().call("stepup.start", stepup_params(cred, os.urandom(32), document={
+            "required": True, "maxAgeSeconds": 600, "mrz": MRZ_ANNA}))
+        assert res["document"]["reused"] is False
+    # The read too old for 0 s is still there for a longer window, and then used up.
+    res = c.call("stepup.start", stepup_params(cred, os.urandom(32), document={"required": True, "maxAgeSeconds": 600,
+                                                                               "mrz": MRZ_ANNA}))
+    assert res["document"]["reused"] is True
+    # A reused read is matched like a fresh one: another person's document is refused.
+    with EmulatedPassport(s.pcscd, other, s.card_present):
+        assert c.call("documents.read", {"mrz": MRZ_OTHER})["verdict"] == "authentic"
+    with pytest.raises(RPCError) as e:
+        c.call("stepup.start", stepup_params(cred, os.urandom(32), document={"required": True, "maxAgeSeconds": 600,
+                                                                             "mrz": MRZ_OTHER}))
+    assert e.value.code == "STEP_UP_CREDENTIAL_USER_MISMATCH"
+
+
+@pytest.mark.parametrize("failpoint", ["stepup.afterStart", "stepup.afterDocument"])
+def test_stepup_crash_resumes_with_one_assertion(bound, failpoint, tmp_path):
+    s, cred, key = bound
+    challenge = os.urandom(32)
+    sid = f"stepup-{uuid.uuid4().hex}"
+    s.restart(failpoints=failpoint)
+    with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+        with pytest.raises((ConnectionError, OSError)):
+            s.c.call("stepup.start", stepup_params(cred, challenge, stepUpId=sid,
+                                                   document={"required": True, "mrz": MRZ_ANNA}))
+        assert s.daemon.proc.wait(30) == -9, "the failpoint should have killed the daemon"
+        s.restart()
+    status = s.c.call("stepup.status", {"stepUpId": sid})
+    assert status["running"] is False and status["credentialId"] == cred["credentialId"] and "result" not in status
+    # Only its owner (or an administrator) sees it.
+    open_socket_to_others(s, tmp_path)
+    _, out = calls_as(NOBODY, s.daemon.socket, [("stepup.status", {"stepUpId": sid}),
+                                                ("stepup.submit", {"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}})])
+    assert [o.get("code") for o in out] == ["UNAUTHORIZED", "STEP_UP_AUTH_SESSION_MISMATCH"]
+    if failpoint == "stepup.afterStart":
+        assert status["state"] == "waitingForDocument"
+        # The access key was not kept: the submit after the restart gives it.
+        e = s.error("stepup.submit", {"stepUpId": sid, "pin": PIN})
+        assert e.code == "INVALID_INPUT" and e.data["field"] == "payload"
+        with EmulatedPassport(s.pcscd, s.profile, s.card_present):
+            res = s.c.call("stepup.submit", {"stepUpId": sid, "payload": {"mrz": MRZ_ANNA}, "pin": PIN})
+    else:
+        assert status["state"] == "documentVerified" and status["document"]["matched"] == "binding"
+        # The document was verified before the crash: no access key needed (here through the CLI).
+        res = json.loads(cli(s.daemon, "--json", "stepup", "--continue", sid, "--pin-stdin", input=PIN + "\n").stdout)
+    assert res["resumed"] is True and res["stepUpId"] == sid and res["postOperationContext"] == CONTEXT
+    assert res["document"]["verdict"] == "authentic" and res["document"]["matched"] == "binding"
+    verify_assertion(res, challenge, RP, ORIGIN, key, 0, require_uv=True)
+    # Exactly one assertion: asking again (submit, status, the CLI) gives the same one, nothing is signed again.
+    again = s.c.call("stepup.submit", {"stepUpId": sid, "pin": PIN})
+    assert (again["signature"], again["signCount"]) == (res["signature"], res["signCount"])
+    status = s.c.call("stepup.status", {"stepUpId": sid})
+    assert status["state"] == "succeeded" and status["result"]["signature"] == res["signature"]
+    assert f"step-up {sid}: succeeded" in cli(s.daemon, "stepup", "--status", sid).stdout
+    e = s.error("stepup.start", stepup_params(cred, os.urandom(32), stepUpId=sid))
+    assert e.code == "INVALID_INPUT" and e.data["field"] == "stepUpId"
+
+
+def test_stepup_after_a_restart_expired_or_cancelled(bound):
+    s, cred, _ = bound
+    ids = {"cancelled": f"c-{uuid.uuid4().hex}", "expired": f"x-{uuid.uuid4().hex}"}
+    s.restart(failpoints="stepup.afterStart")
+    for name, sid in ids.items():
+        expires = int(time.time()) + 4 if name == "expired" else None
+        with pytest.raises((ConnectionError, OSError)):
+            s.c.call("stepup.start", stepup_params(cred, os.urandom(32), stepUpId=sid, expiresAt=expires,
+                                                   document={"required": True}))
+        assert s.daemon.proc.wait(30) == -9
+        s.restart(failpoints="stepup.afterStart" if name == "cancelled" else None)
+    out = s.c.call("stepup.cancel", {"stepUpId": ids["cancelled"]})
+    assert out["cancelled"] is True
+    assert s.c.call("stepup.cancel", {"stepUpId": ids["cancelled"]})["cancelled"] is False
+    e = s.error("stepup.submit", {"stepUpId": ids["cancelled"], "payload": {"mrz": MRZ_ANNA}, "pin": PIN})
+    assert e.code == "USER_CANCELLED" and e.data["state"] == "cancelled"
+    while time.time() <= expires + 1:  # the challenge's expiry is the subject here: wait for the clock to pass it
+        time.sleep(0.2)
+    e = s.error("stepup.submit", {"stepUpId": ids["expired"], "payload": {"mrz": MRZ_ANNA}, "pin": PIN})
+    assert e.code == "CHALLENGE_EXPIRED" and e.data["retryable"] is False
+    status = s.c.call("stepup.status", {"stepUpId": ids["expired"]})
+    assert status["state"] == "failed" and status["error"] == {"code": "CHALLENGE_EXPIRED"}
+    assert s.error("stepup.status", {"stepUpId": "no-such-step-up"}).code == "PASSKEY_NOT_FOUND"
 
 
 # --- recovery -------------------------------------------------------------------------------------------------------
@@ -738,3 +907,79 @@ def test_recovery_crash_at_every_step_leaves_one_replacement(recovering, failpoi
         res = recover(s, token, attempt, {"mrz": MRZ_ANNA})
     check_replacement(s, res, None)
     assert private_keys(s) == 2, "exactly one replacement key besides the lost one"
+
+
+def open_socket_to_others(s: Station, tmp_path: pathlib.Path) -> None:
+    """Lets other uids reach the daemon's socket (they still need the policy's permissions)."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root to act as other uids (CI runs as root)")
+    p = tmp_path
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
+    os.chmod(s.daemon.socket, 0o666)
+
+
+def test_recovery_rate_limit_per_station(tmp_path):
+    s = Station(tmp_path, recovery={"maxAttemptsPerUser": 2, "maxAttemptsPerStation": 3, "windowSeconds": 1800})
+    s.lost = None
+    try:
+        tokens = {}
+
+        def start(attempt: str, user: str) -> RPCError:
+            token = tokens.setdefault(attempt, recovery_token(s, sub=user, bindingOf=None,
+                                                              expected={"surname": "Eriksson"}))
+            return s.error("recovery.start", {"recoveryAttemptId": attempt, "recoveryToken": token})
+
+        assert start("u1-a", "user-1").code == "RECOVERY_IDV_NOT_COMPLETED"
+        assert start("u1-b", "user-1").code == "RECOVERY_IDV_NOT_COMPLETED"
+        e = start("u1-c", "user-1")
+        assert e.code == "RECOVERY_RATE_LIMITED" and e.data["scope"] == "user" and e.data["retryable"] is True
+        assert start("u2-a", "user-2").code == "RECOVERY_IDV_NOT_COMPLETED"
+        # Three attempts in the window in all (a refused one is not counted): the station's limit, for anyone.
+        e = start("u3-a", "user-3")
+        assert e.code == "RECOVERY_RATE_LIMITED" and e.data["scope"] == "station" and e.data["retryable"] is True
+        assert e.data["retryAfterSeconds"] == 1800
+        # The attempts already started go on (an existing attempt id is not a new attempt).
+        assert start("u1-a", "user-1").code == "RECOVERY_IDV_NOT_COMPLETED"
+    finally:
+        s.daemon.stop()
+
+
+STRANGER_UID = 4243
+
+
+def test_recovery_cancel_only_by_its_owner_or_an_admin(tmp_path):
+    s = Station(tmp_path, recovery=LIMITS)
+    s.lost = None
+    try:
+        open_socket_to_others(s, tmp_path)
+        token = lambda user: recovery_token(s, sub=user, bindingOf=None, expected={"surname": "Eriksson"})  # noqa: E731
+        # Root (an administrator) starts one attempt, nobody another; neither has a document yet: both stay open.
+        root_token = token("employee-1")
+        assert s.error("recovery.start", {"recoveryAttemptId": "root-1", "recoveryToken": root_token}).code \
+            == "RECOVERY_IDV_NOT_COMPLETED"
+        _, out = calls_as(NOBODY, s.daemon.socket, [
+            ("recovery.start", {"recoveryAttemptId": "nobody-1", "recoveryToken": token("employee-2")}),
+            ("recovery.cancel", {"recoveryAttemptId": "root-1"})])
+        assert out[0]["code"] == "RECOVERY_IDV_NOT_COMPLETED"
+        assert out[1]["code"] == "UNAUTHORIZED" and out[1]["data"]["retryable"] is False
+        _, out = calls_as(STRANGER_UID, s.daemon.socket, [("recovery.cancel", {"recoveryAttemptId": "nobody-1"}),
+                                                          ("recovery.cancel", {"recoveryAttemptId": "root-1"})])
+        assert [o.get("code") for o in out] == ["UNAUTHORIZED", "UNAUTHORIZED"]
+        # Nothing was cancelled by them.
+        db = sqlite3.connect(s.daemon.state / "tessera.sqlite")
+        try:
+            rows = dict(db.execute("SELECT id, stage FROM recovery_attempt"))
+            owners = dict(db.execute("SELECT id, ownerUid FROM recovery_attempt"))
+        finally:
+            db.close()
+        assert rows == {"root-1": "started", "nobody-1": "started"} and owners == {"root-1": 0, "nobody-1": NOBODY}
+        _, out = calls_as(NOBODY, s.daemon.socket, [("recovery.cancel", {"recoveryAttemptId": "nobody-1"})])
+        assert out == [{"result": {"cancelled": True, "recoveryAttemptId": "nobody-1"}}]
+        assert s.c.call("recovery.cancel", {"recoveryAttemptId": "root-1"})["cancelled"] is True
+        e = s.error("recovery.start", {"recoveryAttemptId": "root-1", "recoveryToken": root_token,
+                                       "document": {"mrz": MRZ_ANNA}})
+        assert e.code == "RECOVERY_ATTEMPT_CANCELLED"
+    finally:
+        s.daemon.stop()

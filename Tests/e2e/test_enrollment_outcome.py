@@ -9,11 +9,10 @@ import json
 import os
 import pathlib
 import subprocess
-import time
 
 import pytest
 
-from tessera_harness import SOFTHSM_MODULE, Client, Daemon, SoftHSM
+from tessera_harness import SOFTHSM_MODULE, Client, Daemon, SoftHSM, reached, release
 
 RP = "outcome.example"
 PASSKEY = {"key": "PASSKEY_CREATION", "rpId": RP}
@@ -49,17 +48,6 @@ def private_keys(hsm: SoftHSM) -> list[str]:
                           "--pin", "1234", "--list-objects", "--type", "privkey"], capture_output=True, text=True,
                          check=True, env={**os.environ, **hsm.env}).stdout
     return [line.split(":", 1)[1].strip() for line in out.splitlines() if line.strip().startswith("label:")]
-
-
-def reached(pauses: pathlib.Path, point: str, timeout: float = 30) -> None:
-    deadline = time.time() + timeout
-    while not (pauses / f"{point}.reached").exists():
-        assert time.time() < deadline, f"the daemon did not reach {point}"
-        time.sleep(0.01)
-
-
-def release(pauses: pathlib.Path, point: str) -> None:
-    (pauses / f"{point}.continue").touch()
 
 
 def response(c: Client, rid: int) -> dict:
