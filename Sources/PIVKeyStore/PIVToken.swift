@@ -342,7 +342,8 @@ final class PIVToken: KeyStoreToken {
                 keys.append(
                     TokenKey(
                         handle: Self.certificateHandle(slot: slot),
-                        label: "PIV \(String(slot, radix: 16)) \(certificate.subject)", publicPoint: point))
+                        label: "PIV \(String(slot, radix: 16)) \(certificate.subject)", publicPoint: point,
+                        needsPIN: slot != PIV.Slot.cardAuthentication))
             }
         }
         cache.withLock { $0.certificateKeys = keys }

@@ -13,10 +13,13 @@ public final class PKCS11KeyStore: KeyStore {
     private let provider: Mutex<PKCS11Provider>
     private let cache = Mutex<(at: ContinuousClock.Instant, tokens: [PKCS11TokenAdapter])?>(nil)
     private let logger: Logger
+    /// Tokens logged in with their PIN file.
+    private let pinFileTokens: Set<String>
 
-    init(provider: PKCS11Provider, logger: Logger) {
+    init(provider: PKCS11Provider, logger: Logger, pinFileTokens: Set<String> = []) {
         self.provider = Mutex(provider)
         self.logger = logger
+        self.pinFileTokens = pinFileTokens
     }
 
     /// Loads the modules and logs in unattended software tokens that have a PIN file.
@@ -41,6 +44,7 @@ public final class PKCS11KeyStore: KeyStore {
             pinFiles[EmbeddedSoftHSM.label] = pinFiles[EmbeddedSoftHSM.label] ?? embedded.pinFile
         }
         logger.info("PKCS#11 modules: \(provider.moduleNames.joined(separator: ", "))")
+        var pinFileTokens = Set<String>()
         for token in usable {
             logger.info("token \(token.id): \(token.info.label) (\(token.info.manufacturer) \(token.info.model))")
             guard let file = pinFiles[token.id] ?? pinFiles[token.info.label] else { continue }
@@ -53,12 +57,13 @@ public final class PKCS11KeyStore: KeyStore {
                 let pin = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
                     in: .whitespacesAndNewlines)
                 try await token.login(pin: pin)
+                pinFileTokens.insert(token.id)
                 logger.info("token \(token.id) logged in with its PIN file")
             } catch {
                 logger.error("PIN file login for token \(token.id) failed: \(error)")
             }
         }
-        return PKCS11KeyStore(provider: provider, logger: logger)
+        return PKCS11KeyStore(provider: provider, logger: logger, pinFileTokens: pinFileTokens)
     }
 
     /// Initialised, writable tokens (p11-kit's read-only trust store is not a key store).
@@ -69,7 +74,10 @@ public final class PKCS11KeyStore: KeyStore {
     public func tokens() async -> [any KeyStoreToken] {
         if let c = cache.withLock({ $0 }), ContinuousClock.now - c.at < .seconds(1) { return c.tokens }
         let p = provider.withLock { $0 }
-        let fresh = await p.tokensAsync().filter(Self.isUsable).map(PKCS11TokenAdapter.init)
+        let pinFileTokens = self.pinFileTokens
+        let fresh = await p.tokensAsync().filter(Self.isUsable).map {
+            PKCS11TokenAdapter(token: $0, hasConfiguredPIN: pinFileTokens.contains($0.id))
+        }
         cache.withLock { $0 = (ContinuousClock.now, fresh) }
         return fresh
     }
@@ -82,6 +90,8 @@ public final class PKCS11KeyStore: KeyStore {
 /// One PKCS#11 token seen through the `KeyStoreToken` protocol.
 struct PKCS11TokenAdapter: KeyStoreToken {
     let token: PKCS11Token
+    /// Logged in with a PIN file when the daemon started.
+    var hasConfiguredPIN = false
     var id: String { token.id }
     var backend: String { "pkcs11" }
 
@@ -132,9 +142,14 @@ struct PKCS11TokenAdapter: KeyStoreToken {
     }
 
     func publicKeys() async throws(TesseraError) -> [TokenKey] {
-        try await token.publicKeysP256().map { TokenKey(handle: $0.id, label: $0.label, publicPoint: $0.point) }
+        let needsPIN = token.info.flags.loginRequired
+        return try await token.publicKeysP256().map {
+            TokenKey(handle: $0.id, label: $0.label, publicPoint: $0.point, needsPIN: needsPIN)
+        }
             + token.publicKeysRSA().map {
-                TokenKey(handle: $0.id, label: $0.label, value: .rsa(modulus: $0.modulus, exponent: $0.exponent))
+                TokenKey(
+                    handle: $0.id, label: $0.label, value: .rsa(modulus: $0.modulus, exponent: $0.exponent),
+                    needsPIN: needsPIN)
             }
     }
 

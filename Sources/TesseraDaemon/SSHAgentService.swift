@@ -10,7 +10,8 @@ import TesseraCore
 /// The SSH agent's view of the daemon's key stores (the same tokens as passkeys, never a passkey's key).
 ///
 /// Which keys: every P-256 public key object on a PKCS#11 token, except passkey keys (`CKA_LABEL` `tessera:…`),
-/// and the keys of PIV slots 9A and 9E that hold a P-256 certificate. Keys made by `ssh.keygen` carry `CKA_LABEL`
+/// and the keys of PIV slots 9A and 9E that hold a P-256 certificate. A key that needs its token's PIN signs only
+/// after `ssh-add -s` for that token, unless the token has a PIN file (`needsUnlock`). Keys made by `ssh.keygen` carry `CKA_LABEL`
 /// `ssh:COMMENT` (`ssh-confirm:COMMENT` when every signature needs the presence command's approval); other keys
 /// are offered with their label as comment.
 ///
@@ -97,7 +98,7 @@ struct SSHKeyBackend: SSHAgentBackend {
                     (
                         AgentIdentity(
                             key: sshKey, comment: comment, tokenID: token.id, handle: key.handle,
-                            confirm: confirm), token
+                            confirm: confirm, needsUnlock: key.needsPIN && !token.hasConfiguredPIN), token
                     ))
             }
         }
@@ -157,8 +158,11 @@ struct SSHKeyBackend: SSHAgentBackend {
 
     func tokenID(readerID: String) async -> String? { await token(readerID: readerID)?.id }
 
+    /// Logs the token out, unless the daemon holds its PIN (a PIN file): that login is the daemon's, not the agent's.
     func forget(tokenID: String) async {
-        guard let token = await passkeys.tokens().first(where: { $0.id == tokenID }) else { return }
+        guard let token = await passkeys.tokens().first(where: { $0.id == tokenID }), !token.hasConfiguredPIN else {
+            return
+        }
         await token.logout()
     }
 

@@ -193,6 +193,52 @@ def test_sign_needs_ssh_add_s_and_wrong_pin_costs_one_login(agent, tmp_path):
     assert r.returncode != 0
 
 
+def token_id(agent) -> str:
+    return next(t["id"] for t in agent.daemon.client().call("tokens.list")["tokens"] if t["label"] == TOKEN)
+
+
+def test_a_login_for_another_method_does_not_unlock_the_agent(agent, tmp_path):
+    """A PIN given to a JSON-RPC method logs the token in; SSH signing still needs the agent's own unlock."""
+    line = cli(agent.daemon, "ssh", "keygen", "--comment", "other@tessera", "--pin", PIN).stdout.strip()
+    token = token_id(agent)
+    assert next(t for t in agent.daemon.client().call("tokens.list")["tokens"]
+                if t["id"] == token)["flags"]["loggedIn"] is True
+    signs = len(re.findall(r"^\d+: C_Sign$", agent.spy_log.read_text(), re.M))
+    r = sign_with(agent, tmp_path, line)
+    assert r.returncode != 0
+    assert f"token {token} needs a PIN: run `ssh-add -s {token}`" in agent.daemon.log.read_text()
+    assert len(re.findall(r"^\d+: C_Sign$", agent.spy_log.read_text(), re.M)) == signs, "refused before the token"
+    before = agent.logins()
+    assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+    assert agent.logins() == before, "the PIN of the login in force is checked without a C_Login"
+    r = sign_with(agent, tmp_path, line)
+    assert r.returncode == 0, r.stderr + agent.daemon.log.read_text()[-2000:]
+
+
+def test_a_token_with_a_pin_file_signs_without_ssh_add_s(tmp_path, softhsm):
+    import json
+    pin_file = tmp_path / "token.pin"
+    pin_file.write_text(PIN + "\n")
+    a = Agent(tmp_path, softhsm)
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"pinFiles": {TOKEN: str(pin_file)}}))
+    a.daemon.args += ["--config", str(config)]
+    a.start()
+    try:
+        line = cli(a.daemon, "ssh", "keygen", "--comment", "unattended").stdout.strip()
+        a.restart()
+        r = sign_with(a, tmp_path, line)
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+        assert "needs a PIN" not in a.daemon.log.read_text()
+        # ssh-add -s / -e on it leave the daemon's login alone: it still signs afterwards.
+        assert a.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+        assert a.run("ssh-add", "-e", TOKEN).returncode == 0
+        r = sign_with(a, tmp_path, line)
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+    finally:
+        a.daemon.stop()
+
+
 def test_lock_and_unlock(agent):
     assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
     r = agent.run("ssh-add", "-x", secret="lock-pass")
@@ -474,8 +520,13 @@ def test_policy_on_the_agent_socket(tmp_path, softhsm):
         listed, signed = (bytes.fromhex(a) for a in answers)
         assert listed[0] == 12 and struct.unpack(">I", listed[1:5])[0] == 1
         assert signed == bytes([5])
-        # Root holds `sign` (the token is logged in since keygen): the same request signs.
-        assert exchange(requests)[1][0] == 14
+        # Root holds `sign`, and the token is logged in since keygen, but that login is not the agent's: refused
+        # until an ADD_SMARTCARD_KEY (ssh-add -s) on this socket, then the same request signs.
+        assert exchange(requests)[1] == bytes([5])
+        unlock = frame(bytes([20]) + struct.pack(">I", len(TOKEN)) + TOKEN.encode() + struct.pack(">I", len(PIN))
+                       + PIN.encode())
+        unlocked, signed = exchange([unlock, requests[1]])
+        assert unlocked == bytes([6]) and signed[0] == 14
     finally:
         d.stop()
 
@@ -509,6 +560,8 @@ def test_confirm_runs_the_presence_command(tmp_path, softhsm):
             (tmp_path / "m.sig").unlink(missing_ok=True)
             return a.run("ssh-keygen", "-Y", "sign", "-n", "file", "-f", str(pub), str(msg)).returncode
 
+        # The keygen logins are not the agent's: the keys sign after ssh-add -s.
+        assert a.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
         mode.write_text("approve")
         assert sign(bob) == 0
         described = json.loads(request.read_text())
@@ -830,3 +883,4 @@ def test_rsa_key_on_the_token_is_offered_and_signs_with_each_hash(agent, tmp_pat
                   "-p", str(port), f"{os.environ.get('USER', 'root')}@127.0.0.1", "echo", "rsa-ok")
     assert r.returncode == 0, r.stderr + log.read_text()
     assert r.stdout.strip() == "rsa-ok"
+
