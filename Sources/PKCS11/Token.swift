@@ -472,6 +472,28 @@ public final class PKCS11Token: Sendable {
         }
     }
 
+    /// The X.509 certificate objects on the token (visible without login): `CKA_ID`, `CKA_LABEL` and the DER
+    /// certificate. Objects without an id or a value are left out.
+    public func certificatesX509() async throws(TesseraError) -> [TokenCertificate] {
+        try await withSession { (ctx: SessionContext) throws(OperationError) -> [TokenCertificate] in
+            let handles = try ctx.findObjects(
+                [
+                    (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_CERTIFICATE))),
+                    (ck_attribute_type_t(CKA_CERTIFICATE_TYPE), .ulong(UInt(CKC_X_509))),
+                ], limit: 100_000)
+            var certificates: [TokenCertificate] = []
+            for handle in handles {
+                guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)), !keyID.isEmpty,
+                    case .success(let value) = ctx.attribute(handle, ck_attribute_type_t(CKA_VALUE)), !value.isEmpty
+                else { continue }
+                let label = (try? ctx.attribute(handle, ck_attribute_type_t(CKA_LABEL)).get()) ?? []
+                certificates.append(
+                    TokenCertificate(id: keyID, label: String(decoding: label, as: UTF8.self), der: value))
+            }
+            return certificates
+        }
+    }
+
     /// RSA PKCS#1 v1.5 signature over `message` with the hash's `CKM_SHA*_RSA_PKCS` mechanism (the token hashes).
     /// Throws `PASSKEY_NOT_FOUND` for an unknown id and `PIN_REQUIRED` when not logged in.
     public func signRSA(keyID: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8]

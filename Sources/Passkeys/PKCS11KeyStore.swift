@@ -2,8 +2,11 @@ import Crypto
 import Foundation
 import Logging
 import PKCS11
+import SwiftASN1
 import Synchronization
 import TesseraCore
+import X509
+import _CryptoExtras
 
 /// PKCS#11 tokens (through p11-kit or explicit modules) as a passkey key store.
 ///
@@ -141,16 +144,26 @@ struct PKCS11TokenAdapter: KeyStoreToken {
         }
     }
 
+    /// The P-256 and RSA public key objects, then the keys of X.509 certificates whose `CKA_ID` no public key
+    /// object has (a key imported with its certificate only, as OpenSSH's PKCS#11 provider offers it).
     func publicKeys() async throws(TesseraError) -> [TokenKey] {
         let needsPIN = token.info.flags.loginRequired
-        return try await token.publicKeysP256().map {
-            TokenKey(handle: $0.id, label: $0.label, publicPoint: $0.point, needsPIN: needsPIN)
-        }
+        var keys =
+            try await token.publicKeysP256().map {
+                TokenKey(handle: $0.id, label: $0.label, publicPoint: $0.point, needsPIN: needsPIN)
+            }
             + token.publicKeysRSA().map {
                 TokenKey(
                     handle: $0.id, label: $0.label, value: .rsa(modulus: $0.modulus, exponent: $0.exponent),
                     needsPIN: needsPIN)
             }
+        var ids = Set(keys.map(\.handle))
+        for certificate in try await token.certificatesX509() where !ids.contains(certificate.id) {
+            guard let value = TokenKey.Value(certificate: certificate.der) else { continue }
+            keys.append(TokenKey(handle: certificate.id, label: certificate.label, value: value, needsPIN: needsPIN))
+            ids.insert(certificate.id)
+        }
+        return keys
     }
 
     func signRSA(handle: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8] {
@@ -229,5 +242,31 @@ struct EmbeddedSoftHSM {
     static func randomDigits(_ n: Int) -> String {
         var g = SystemRandomNumberGenerator()
         return String((0..<n).map { _ in Character(String(Int.random(in: 0...9, using: &g))) })
+    }
+}
+
+extension TokenKey.Value {
+    /// The P-256 or RSA public key of a DER X.509 certificate; nil for another key type or a certificate that does
+    /// not parse.
+    public init?(certificate der: [UInt8]) {
+        guard let certificate = try? Certificate(derEncoded: der) else { return nil }
+        if let key = P256.Signing.PublicKey(certificate.publicKey) {
+            self = .p256(point: Array(key.x963Representation))
+        } else if let key = _RSA.Signing.PublicKey(certificate.publicKey),
+            let rsa = try? Self.rsa(pkcs1: key.pkcs1DERRepresentation)
+        {
+            self = rsa
+        } else {
+            return nil
+        }
+    }
+
+    /// `RSAPublicKey {modulus, publicExponent}` (RFC 8017 A.1.1).
+    private static func rsa(pkcs1 der: Data) throws -> TokenKey.Value {
+        try DER.sequence(try DER.parse(Array(der)), identifier: .sequence) { key in
+            let modulus = try ArraySlice<UInt8>(derEncoded: &key)
+            let exponent = try ArraySlice<UInt8>(derEncoded: &key)
+            return .rsa(modulus: Array(modulus.drop { $0 == 0 }), exponent: Array(exponent.drop { $0 == 0 }))
+        }
     }
 }

@@ -884,3 +884,53 @@ def test_rsa_key_on_the_token_is_offered_and_signs_with_each_hash(agent, tmp_pat
     assert r.returncode == 0, r.stderr + log.read_text()
     assert r.stdout.strip() == "rsa-ok"
 
+
+def test_keys_with_only_a_certificate_are_offered_and_sign(agent, tmp_path, sshd):
+    """An EC and an RSA private key imported with their X.509 certificates and no public key object (what OpenSSH's
+    PKCS#11 provider offers from the certificate): listed with the certificate's label, and they sign."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import NameOID
+    expected = {}
+    for kind, key_id, key in (("ec", "0c0d02", ec.generate_private_key(ec.SECP256R1())),
+                              ("rsa", "0c0d01", rsa.generate_private_key(public_exponent=65537, key_size=2048))):
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"cert only {kind}")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number()).not_valid_before(now)
+                .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
+        key_file, cert_file = tmp_path / f"{kind}.key.der", tmp_path / f"{kind}.crt.der"
+        key_file.write_bytes(key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.DER))
+        for path, kind_arg in ((key_file, "privkey"), (cert_file, "cert")):
+            subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", TOKEN, "--login", "--pin", PIN,
+                            "--write-object", str(path), "--type", kind_arg, "--id", key_id, "--label",
+                            f"cert-{kind}"], env=agent.daemon.env, check=True, capture_output=True)
+        expected[kind] = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                       serialization.PublicFormat.OpenSSH).decode()
+    objects = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", TOKEN, "--list-objects",
+                              "--type", "pubkey"], env=agent.daemon.env, capture_output=True, text=True, check=True)
+    assert "0c0d0" not in objects.stdout, "the token must hold no public key object for these keys"
+    agent.restart()
+    listed = agent.listed()
+    assert len(listed) == 4, listed  # the fixture's two EC keys and the two certificate keys
+    for kind in ("ec", "rsa"):
+        line = next(l for l in listed if key_part(l) == key_part(expected[kind]))
+        assert line.endswith(f" cert-{kind}"), line
+    assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+    port, authorized, log = sshd
+    for kind in ("ec", "rsa"):
+        r = sign_with(agent, tmp_path, expected[kind])
+        assert r.returncode == 0, r.stderr + agent.daemon.log.read_text()[-2000:]
+        authorized.write_text(expected[kind] + "\n")
+        r = agent.run("ssh", "-o", f"IdentityAgent={agent.sock}", "-o", "StrictHostKeyChecking=no", "-o",
+                      "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o",
+                      "PreferredAuthentications=publickey", "-p", str(port),
+                      f"{os.environ.get('USER', 'root')}@127.0.0.1", "echo", kind)
+        assert r.returncode == 0, r.stderr + log.read_text()
+        assert r.stdout.strip() == kind
+
