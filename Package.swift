@@ -132,7 +132,7 @@ let package = Package(
         .target(
             name: "PIVKeyStore",
             dependencies: [
-                "TesseraCore", "APDU", "PIV", "PCSC", "Passkeys", "CryptoPrimitives", "CredentialStore",
+                "TesseraCore", "APDU", "PIV", "PCSC", "PKCS11", "Passkeys", "CryptoPrimitives", "CredentialStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

@@ -46,6 +46,11 @@ public struct TokenKey: Sendable, Equatable {
         case p256(point: [UInt8])
         /// RSA modulus and public exponent (unsigned big-endian).
         case rsa(modulus: [UInt8], exponent: [UInt8])
+
+        public var isP256: Bool {
+            if case .p256 = self { return true }
+            return false
+        }
     }
 
     public var handle: [UInt8]

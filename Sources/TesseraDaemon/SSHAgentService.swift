@@ -10,7 +10,7 @@ import TesseraCore
 /// The SSH agent's view of the daemon's key stores (the same tokens as passkeys, never a passkey's key).
 ///
 /// Which keys: every P-256 and RSA public key object (or, without one, X.509 certificate) on a PKCS#11 token,
-/// except passkey keys (`CKA_LABEL` `tessera:…`), and the keys of PIV slots 9A and 9E that hold a P-256
+/// except passkey keys (`CKA_LABEL` `tessera:…`), and the keys of PIV slots 9A and 9E that hold a P-256 or RSA
 /// certificate. Keys made by `ssh.keygen` carry `CKA_LABEL` `ssh:COMMENT` (`ssh-confirm:COMMENT` when every
 /// signature needs the presence command's approval); other keys are offered with their label as comment. A key
 /// that needs its token's PIN signs only after `ssh-add -s` for that token, unless the token has a PIN file

@@ -596,15 +596,16 @@ def tlv(tag: int, value: bytes) -> bytes:
     return bytes([tag]) + length + value
 
 
-def piv_card_with_certificates(pcscd, root: pathlib.Path, serial: int, pin_retries: int = 3):
-    """A card whose state file holds keys and self-signed certificates in 9A and 9E; returns the card and
-    {slot: authorized_keys key part}."""
+def piv_card_with_certificates(pcscd, root: pathlib.Path, serial: int, pin_retries: int = 3, rsa: bool = False):
+    """A card whose state file holds keys (P-256, or RSA-2048 with `rsa`) and self-signed certificates in 9A and 9E;
+    returns the card and {slot: authorized_keys key part}."""
     import datetime
     import json
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric import rsa as rsa_keys
     from cryptography.x509.oid import NameOID
     from test_piv import EmulatedPIV
 
@@ -615,14 +616,19 @@ def piv_card_with_certificates(pcscd, root: pathlib.Path, serial: int, pin_retri
     state = json.loads(state_file.read_text())
     keys = {}
     for slot, tag in (("9a", "5fc105"), ("9e", "5fc101")):
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = rsa_keys.generate_private_key(65537, 2048) if rsa else ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"slot {slot}")])
         now = datetime.datetime.now(datetime.timezone.utc)
         cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
                 .serial_number(x509.random_serial_number()).not_valid_before(now)
                 .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
         der = cert.public_bytes(serialization.Encoding.DER)
-        state["keys"][slot] = {"algorithm": 0x11, "privateKey": key.private_numbers().private_value.to_bytes(32, "big").hex()}
+        if rsa:
+            state["keys"][slot] = {"algorithm": 0x07, "privateKey": key.private_bytes(
+                serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).hex()}
+        else:
+            state["keys"][slot] = {"algorithm": 0x11,
+                                   "privateKey": key.private_numbers().private_value.to_bytes(32, "big").hex()}
         state["objects"][tag] = (tlv(0x70, der) + tlv(0x71, b"\x00") + tlv(0xFE, b"")).hex()
         keys[slot] = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                    serialization.PublicFormat.OpenSSH).decode()
@@ -934,3 +940,57 @@ def test_keys_with_only_a_certificate_are_offered_and_sign(agent, tmp_path, sshd
         assert r.returncode == 0, r.stderr + log.read_text()
         assert r.stdout.strip() == kind
 
+
+def test_piv_rsa_keys_sign_rsa_sha2_256_and_512(tmp_path, softhsm, pcscd, sshd):
+    """RSA-2048 keys in 9A (PIN) and 9E: offered as ssh-rsa, signing with each SIGN_REQUEST hash (verified
+    independently), ssh-keygen -Y, and real ssh logins with rsa-sha2-256 and rsa-sha2-512."""
+    import base64
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+    card, piv_keys = piv_card_with_certificates(pcscd, tmp_path, serial=5555, rsa=True)
+    card.insert()
+    a = piv_agent(tmp_path, softhsm, pcscd)
+    try:
+        expected = {key_part(piv_keys["9a"]), key_part(piv_keys["9e"])}
+        assert wait_until(lambda: {key_part(l) for l in a.listed()} == expected), a.listed()
+        assert all(l.startswith("ssh-rsa ") for l in a.listed())
+        token = piv_token_id(a)
+        # 9A needs the PIN: refused, with the log line, until ssh-add -s.
+        assert sign_with(a, tmp_path, piv_keys["9a"]).returncode != 0
+        assert f"ssh-add -s {token}" in a.daemon.log.read_text()
+        assert a.run("ssh-add", "-s", token, secret="123456").returncode == 0
+        s = connect(a)
+        for slot in ("9a", "9e"):
+            public_key = serialization.load_ssh_public_key(piv_keys[slot].encode())
+            blob = base64.b64decode(piv_keys[slot].split()[1])
+            for flags, algorithm, hash_ in ((2, "rsa-sha2-256", hashes.SHA256()), (4, "rsa-sha2-512", hashes.SHA512()),
+                                            (0, "ssh-rsa", hashes.SHA1())):
+                data = b"PIV RSA with flags %d" % flags
+                s.sendall(frame(bytes([13]) + struct.pack(">I", len(blob)) + blob + struct.pack(">I", len(data))
+                                + data + struct.pack(">I", flags)))
+                reply = recv_frame(s)
+                assert reply[0] == 14, (slot, flags, reply, a.daemon.log.read_text()[-2000:])
+                sig_blob = reply[5:]
+                n = struct.unpack(">I", sig_blob[:4])[0]
+                assert sig_blob[4:4 + n].decode() == algorithm
+                sig = sig_blob[8 + n:]
+                assert len(sig) == 256
+                public_key.verify(sig, data, padding.PKCS1v15(), hash_)
+                with pytest.raises(Exception):
+                    public_key.verify(sig, data + b"!", padding.PKCS1v15(), hash_)
+        s.close()
+        r = sign_with(a, tmp_path, piv_keys["9a"])
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+        port, authorized, log = sshd
+        for slot, algorithm in (("9a", "rsa-sha2-256"), ("9e", "rsa-sha2-512")):
+            authorized.write_text(piv_keys[slot] + "\n")
+            r = a.run("ssh", "-o", f"IdentityAgent={a.sock}", "-o", "StrictHostKeyChecking=no", "-o",
+                      "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "PreferredAuthentications=publickey",
+                      "-o", f"PubkeyAcceptedAlgorithms={algorithm}", "-p", str(port),
+                      f"{os.environ.get('USER', 'root')}@127.0.0.1", "echo", slot)
+            assert r.returncode == 0, r.stderr + log.read_text()
+            assert r.stdout.strip() == slot
+    finally:
+        a.daemon.stop()
+        card.remove()
