@@ -136,7 +136,7 @@ struct DirectPIVTransport: APDUTransport {
 
     /// RSA-2048 in 9A: the host pads (EMSA-PKCS1-v1_5), the card applies the key (a 266-byte command chained, a
     /// 264-byte answer through GET RESPONSE); OpenSSL verifies the result as an RSASSA-PKCS1-v1_5 signature.
-    @Test(arguments: [SignatureHash.sha256, .sha512, .sha1])
+    @Test(arguments: [SignatureHash.sha256, .sha512, .sha1, .sha384, .sha224])
     func rsaSignaturesVerifyWithOpenSSL(hash: SignatureHash) async throws {
         let pair = try Signatures.generateKey(.rsa(bits: 2048))
         var state = PIVCardState.factoryNew(serial: 9)
