@@ -40,25 +40,33 @@ struct SSHKeyBackend: SSHAgentBackend {
     final class IdentityCache: Sendable {
         private struct State {
             var generation: UInt64 = 0
-            var byBlob: [[UInt8]: (identity: AgentIdentity, token: any KeyStoreToken)]?
+            var byBlob: [[UInt8]: AgentIdentity]?
+            var tokens: [String: any KeyStoreToken] = [:]
         }
         private let state = Locked(State())
 
         var generation: UInt64 { state.withLock { $0.generation } }
-        func lookup(_ blob: [UInt8]) -> (identity: AgentIdentity, token: any KeyStoreToken)?? {
+        func lookup(_ blob: [UInt8]) -> AgentIdentity?? {
             state.withLock { s in s.byBlob.map { $0[blob] } }
         }
+        /// The token of a listed key (nil after an invalidation).
+        func token(_ id: String) -> (any KeyStoreToken)? { state.withLock { $0.tokens[id] } }
         func fill(_ entries: [(identity: AgentIdentity, token: any KeyStoreToken)], generation: UInt64) {
             state.withLock { s in
                 guard s.generation == generation else { return }
-                var map: [[UInt8]: (identity: AgentIdentity, token: any KeyStoreToken)] = [:]
-                for e in entries where map[e.identity.key.blob] == nil { map[e.identity.key.blob] = e }
+                var map: [[UInt8]: AgentIdentity] = [:]
+                var tokens: [String: any KeyStoreToken] = [:]
+                for e in entries where map[e.identity.key.blob] == nil {
+                    map[e.identity.key.blob] = e.identity
+                    tokens[e.token.id] = e.token
+                }
                 s.byBlob = map
+                s.tokens = tokens
             }
         }
         func invalidate() {
             state.withLock {
-                $0.generation &+= 1; $0.byBlob = nil
+                $0.generation &+= 1; $0.byBlob = nil; $0.tokens = [:]
             }
         }
     }
@@ -69,7 +77,7 @@ struct SSHKeyBackend: SSHAgentBackend {
     func identities() async -> [AgentIdentity] { await list().map(\.identity) }
 
     func identity(blob: [UInt8]) async -> AgentIdentity? {
-        if let cached = cache.lookup(blob) { return cached?.identity }
+        if let cached = cache.lookup(blob) { return cached }
         return await list().first { $0.identity.key.blob == blob }?.identity
     }
 
@@ -111,8 +119,8 @@ struct SSHKeyBackend: SSHAgentBackend {
     /// SHA-1 (`ssh-rsa`) without one, as OpenSSH's agent does.
     func sign(_ identity: AgentIdentity, data: [UInt8], flags: UInt32) async throws(TesseraError) -> [UInt8] {
         let token: any KeyStoreToken
-        if let cached = cache.lookup(identity.key.blob) ?? nil {
-            token = cached.token
+        if let cached = cache.token(identity.tokenID) {
+            token = cached
         } else {
             token = try await passkeys.chooseToken(identity.tokenID)
         }
