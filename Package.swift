@@ -124,12 +124,15 @@ let package = Package(
                 "TesseraCore", "WebAuthn", "PKCS11", "CredentialStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ], swiftSettings: strict),
 
         .target(
             name: "PIVKeyStore",
             dependencies: [
-                "TesseraCore", "APDU", "PIV", "PCSC", "Passkeys", "CryptoPrimitives", "CredentialStore",
+                "TesseraCore", "APDU", "PIV", "PCSC", "PKCS11", "Passkeys", "CryptoPrimitives", "CredentialStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

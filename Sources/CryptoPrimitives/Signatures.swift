@@ -209,6 +209,30 @@ public enum Signatures {
         return [UInt8](repeating: 0, count: size - outLen) + out[..<outLen]
     }
 
+    /// EMSA-PKCS1-v1_5 (RFC 8017 §9.2): `00 01 FF… 00 DigestInfo(hash, digest)`, `length` bytes long — the block
+    /// a card's raw RSA operation signs. Throws CRYPTO_ERROR for a digest of the wrong size or a block too short.
+    public static func pkcs1v15Block(digest: [UInt8], hash: SignatureHash, length: Int) throws(TesseraError)
+        -> [UInt8]
+    {
+        // DER of DigestInfo up to the digest (RFC 8017 §9.2 note 1): SHA-1's OID, or SHA-2's 2.16.840.1.101.3.4.2.n.
+        let n = UInt8(hash.outputSize)
+        let prefix: [UInt8]
+        switch hash {
+        case .sha1: prefix = [0x30, 0x21, 0x30, 0x09, 0x06, 0x05, 0x2B, 0x0E, 0x03, 0x02, 0x1A, 0x05, 0x00, 0x04, n]
+        case .sha256, .sha384, .sha512, .sha224:
+            let arc: UInt8 = hash == .sha256 ? 1 : hash == .sha384 ? 2 : hash == .sha512 ? 3 : 4
+            prefix =
+                [0x30, 0x11 + n, 0x30, 0x0D, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, arc]
+                + [0x05, 0x00, 0x04, n]
+        }
+        guard digest.count == hash.outputSize else {
+            throw TesseraError(.cryptoError, "a \(hash.rawValue) digest is \(hash.outputSize) bytes")
+        }
+        let t = prefix + digest
+        guard length >= t.count + 11 else { throw TesseraError(.cryptoError, "RSA modulus too short for the digest") }
+        return [0x00, 0x01] + [UInt8](repeating: 0xFF, count: length - t.count - 3) + [0x00] + t
+    }
+
     /// Describes a DER SubjectPublicKeyInfo. Throws CRYPTO_ERROR if OpenSSL cannot decode it.
     public static func describe(publicKey spki: [UInt8]) throws(TesseraError) -> PublicKeyDescription {
         let key = try PublicKeyHandle(spki)

@@ -285,10 +285,31 @@ public struct PIVApplication: Sendable {
     /// returns the DER ECDSA signature. PIN_REQUIRED when the card wants the PIN first.
     public func signP256(slot: UInt8, digest: [UInt8]) async throws(TesseraError) -> [UInt8] {
         guard digest.count == 32 else { throw .invalidInput("a P-256 signature is over a 32-byte digest") }
-        let template = TLV(tag: 0x7C, children: [TLV(tag: 0x82, value: []), TLV(tag: 0x81, value: digest)]).encoded
+        return try await sign(slot: slot, algorithm: .eccP256, challenge: digest)
+    }
+
+    /// GENERAL AUTHENTICATE with an RSA key (Part 2 §3.2.4, Appendix A.3): 7C{82 empty, 81 block}; the card applies
+    /// its RSA private operation to `block` as it is, so the host pads (`Signatures.pkcs1v15Block`). `algorithm` is
+    /// `.rsa2048` (a 256-byte block) or `.rsa1024` (128 bytes). Returns the signature (as long as the modulus).
+    public func signRSA(slot: UInt8, algorithm: PIV.Algorithm, block: [UInt8]) async throws(TesseraError) -> [UInt8] {
+        let size: Int
+        switch algorithm {
+        case .rsa2048: size = 256
+        case .rsa1024: size = 128
+        default: throw .invalidInput("\(algorithm) is not an RSA algorithm")
+        }
+        guard block.count == size else { throw .invalidInput("an \(algorithm) block is \(size) bytes") }
+        return try await sign(slot: slot, algorithm: algorithm, challenge: block)
+    }
+
+    private func sign(slot: UInt8, algorithm: PIV.Algorithm, challenge: [UInt8]) async throws(TesseraError)
+        -> [UInt8]
+    {
+        let template = TLV(tag: 0x7C, children: [TLV(tag: 0x82, value: []), TLV(tag: 0x81, value: challenge)])
+            .encoded
         let r = try await send(
             CommandAPDU(
-                ins: PIV.INS.generalAuthenticate, p1: PIV.Algorithm.eccP256.rawValue, p2: slot,
+                ins: PIV.INS.generalAuthenticate, p1: algorithm.rawValue, p2: slot,
                 data: template, ne: 256))
         switch r.sw {
         case .success:
@@ -298,7 +319,8 @@ public struct PIVApplication: Sendable {
         case .authenticationBlocked:
             throw TesseraError(.pinLocked, "the PIN is blocked")
         case .referenceNotFound, .fileNotFound, .incorrectData, .wrongP1P2:
-            throw TesseraError(.passkeyNotFound, "no P-256 key in PIV slot \(String(slot, radix: 16)) (\(r.sw))")
+            throw TesseraError(
+                .passkeyNotFound, "no \(algorithm) key in PIV slot \(String(slot, radix: 16)) (\(r.sw))")
         default:
             throw Self.cardError("GENERAL AUTHENTICATE (sign)", r.sw)
         }

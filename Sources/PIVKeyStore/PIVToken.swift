@@ -1,10 +1,12 @@
 import APDU
 import CredentialStore
 import Crypto
+import CryptoPrimitives
 import Foundation
 import Logging
 import PCSC
 import PIV
+import PKCS11
 import Passkeys
 import SwiftASN1
 import Synchronization
@@ -18,7 +20,7 @@ import X509
 /// nothing suggests another program uses it: no certificate object, not among the first
 /// `keysWithOnCardCerts + keysWithOffCardCerts` retired slots of the key history object, and — on cards that
 /// answer Yubico GET METADATA — no key in it. Slots 9A/9C/9D/9E are never written; the SSH agent signs
-/// with the keys of 9A and 9E when they hold a P-256 certificate (`publicKeys`).
+/// with the keys of 9A and 9E when they hold a P-256 or RSA-1024/2048 certificate (`publicKeys`, `signRSA`).
 ///
 /// PIN: a request's PIN is sent (one VERIFY, one try) in the same transaction as its signature or key generation,
 /// after an empty VERIFY that reads the retry counter (no try spent) for the final-try guard, so an assertion with
@@ -300,10 +302,10 @@ final class PIVToken: KeyStoreToken {
         }
     }
 
-    /// The keys the SSH agent may offer (the point comes from the certificate; reading certificates needs no PIN):
-    /// slots 9A and 9E that hold a P-256 certificate (labelled `PIV 9a <subject>`), and keys `ssh.keygen` made in
-    /// retired slots Tessera owns (labelled with their certificate's CN, `ssh:COMMENT`). Passkey keys have no
-    /// certificate and are never listed. Read once per insertion (and after a key generation).
+    /// The keys the SSH agent may offer (the key comes from the certificate; reading certificates needs no PIN):
+    /// slots 9A and 9E that hold a P-256 or RSA-1024/2048 certificate (labelled `PIV 9a <subject>`), and keys
+    /// `ssh.keygen` made in retired slots Tessera owns (labelled with their certificate's CN, `ssh:COMMENT`).
+    /// Passkey keys have no certificate and are never listed. Read once per insertion (and after a key generation).
     func publicKeys() async throws(TesseraError) -> [TokenKey] {
         if let keys = cache.withLock({ $0.certificateKeys }) { return keys }
         let owned = try await slots.slots(tokenId: id).filter { $0.state == .used }
@@ -327,26 +329,62 @@ final class PIVToken: KeyStoreToken {
         for (slot, content, handle) in objects {
             guard let der = (try? TLV.parseAll(content, options: .card))?.first(tag: 0x70)?.value,
                 let certificate = try? Certificate(derEncoded: der),
-                let key = P256.Signing.PublicKey(certificate.publicKey)
+                let value = TokenKey.Value(certificate: der), Self.rsaAlgorithm(value) != nil || value.isP256
             else {
+                let slotName = String(slot, radix: 16)
                 logger.debug(
-                    "PIV card \(id): slot \(String(slot, radix: 16)) holds no P-256 certificate; not offered to SSH")
+                    "PIV card \(id): slot \(slotName) holds no P-256 or RSA-1024/2048 certificate; not offered to SSH")
                 continue
             }
-            let point = Array(key.x963Representation)
             if let handle {
                 let cn = certificate.subject.flatMap { $0 }.first { $0.type == .RDNAttributeType.commonName }
-                guard let label = cn.flatMap({ String($0.value) }), Self.isSSHLabel(label) else { continue }
-                keys.append(TokenKey(handle: handle, label: label, publicPoint: point))
+                guard value.isP256, let label = cn.flatMap({ String($0.value) }), Self.isSSHLabel(label) else {
+                    continue
+                }
+                keys.append(TokenKey(handle: handle, label: label, value: value))
             } else {
                 keys.append(
                     TokenKey(
                         handle: Self.certificateHandle(slot: slot),
-                        label: "PIV \(String(slot, radix: 16)) \(certificate.subject)", publicPoint: point))
+                        label: "PIV \(String(slot, radix: 16)) \(certificate.subject)", value: value,
+                        needsPIN: slot != PIV.Slot.cardAuthentication))
             }
         }
         cache.withLock { $0.certificateKeys = keys }
         return keys
+    }
+
+    /// The PIV algorithm of an RSA key the card can sign with (RSA-1024 or RSA-2048); nil for other keys.
+    static func rsaAlgorithm(_ value: TokenKey.Value) -> PIV.Algorithm? {
+        guard case .rsa(let modulus, _) = value else { return nil }
+        switch modulus.count {
+        case 256: return .rsa2048
+        case 128: return .rsa1024
+        default: return nil
+        }
+    }
+
+    /// RSA PKCS#1 v1.5 with the key of slot 9A or 9E: the host hashes and pads (EMSA-PKCS1-v1_5 with the
+    /// DigestInfo), the card's GENERAL AUTHENTICATE (algorithm 07 or 06) applies the private key. Uses the PIN
+    /// state the card session has (`ssh-add -s`); PIN_REQUIRED when the card wants the PIN.
+    func signRSA(handle: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8] {
+        guard let slot = Self.certificateSlot(handle: handle),
+            let key = try await publicKeys().first(where: { $0.handle == handle }),
+            let algorithm = Self.rsaAlgorithm(key.value), case .rsa(let modulus, _) = key.value
+        else {
+            throw TesseraError(.passkeyNotFound, "no RSA key with this handle on PIV card \(id)")
+        }
+        let signatureHash: SignatureHash =
+            switch hash {
+            case .sha1: .sha1
+            case .sha256: .sha256
+            case .sha512: .sha512
+            }
+        let block = try Signatures.pkcs1v15Block(
+            digest: try Signatures.digest(signatureHash, message), hash: signatureHash, length: modulus.count)
+        return try await run { app throws(TesseraError) in
+            try await app.signRSA(slot: slot, algorithm: algorithm, block: block)
+        }
     }
 
     /// VERIFY under the PIN rules (one try at most); the card keeps the PIN verified in this connection.

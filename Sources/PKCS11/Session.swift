@@ -150,16 +150,18 @@ struct SessionContext {
         var mech = ck_mechanism(mechanism: mechanism, parameter: nil, parameter_len: 0)
         let rv = initCall(session, &mech, key)
         guard rv == CKR_OK else { return .failure(CKFailure(rv, "C_SignInit")) }
-        var data = data
-        var signature = [UInt8](repeating: 0, count: 256)
-        var length = UInt(signature.count)
-        let signRV = data.withUnsafeMutableBufferPointer { d in
-            signature.withUnsafeMutableBufferPointer { s in
-                signCall(session, d.baseAddress, UInt(d.count), s.baseAddress, &length)
+        var signRV = ck_rv_t(CKR_OK)
+        // C_Sign does not write pData (CK_BYTE_PTR for historical reasons): no mutable copy of `data`.
+        let signature = data.withUnsafeBufferPointer { d in
+            [UInt8](unsafeUninitializedCapacity: 512) { s, count in
+                var length = UInt(s.count)
+                signRV = signCall(
+                    session, UnsafeMutablePointer(mutating: d.baseAddress), UInt(d.count), s.baseAddress, &length)
+                count = signRV == CKR_OK ? min(Int(length), s.count) : 0
             }
         }
         guard signRV == CKR_OK else { return .failure(CKFailure(signRV, "C_Sign")) }
-        return .success(Array(signature.prefix(Int(length))))
+        return .success(signature)
     }
 
     func generateKeyPair(

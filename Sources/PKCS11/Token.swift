@@ -425,50 +425,59 @@ public final class PKCS11Token: Sendable {
     /// The P-256 public key objects on the token (visible without login): `CKA_ID`, `CKA_LABEL` and the point.
     /// Objects on other curves or with an unreadable point are left out.
     public func publicKeysP256() async throws(TesseraError) -> [TokenPublicKey] {
-        try await withSession { (ctx: SessionContext) throws(OperationError) -> [TokenPublicKey] in
-            let handles = try ctx.findObjects(
-                [
-                    (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
-                    (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC))),
-                ], limit: 100_000)
-            var keys: [TokenPublicKey] = []
-            for handle in handles {
-                guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)), !keyID.isEmpty,
-                    case .success(let params) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_PARAMS)),
-                    params == P256DER.curveParameters,
-                    case .success(let value) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_POINT)),
-                    let point = P256DER.uncompressedPoint(fromECPoint: value)
-                else { continue }
-                let label = (try? ctx.attribute(handle, ck_attribute_type_t(CKA_LABEL)).get()) ?? []
-                keys.append(TokenPublicKey(id: keyID, label: String(decoding: label, as: UTF8.self), point: point))
-            }
-            return keys
+        try await objects(class: UInt(CKO_PUBLIC_KEY), (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC)))) {
+            ctx, handle, keyID, label in
+            guard case .success(let params) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_PARAMS)),
+                params == P256DER.curveParameters,
+                case .success(let value) = ctx.attribute(handle, ck_attribute_type_t(CKA_EC_POINT)),
+                let point = P256DER.uncompressedPoint(fromECPoint: value)
+            else { return nil }
+            return TokenPublicKey(id: keyID, label: label, point: point)
         }
     }
 
     /// The RSA public key objects on the token (visible without login): `CKA_ID`, `CKA_LABEL`, modulus and exponent.
     public func publicKeysRSA() async throws(TesseraError) -> [TokenRSAPublicKey] {
-        try await withSession { (ctx: SessionContext) throws(OperationError) -> [TokenRSAPublicKey] in
+        try await objects(class: UInt(CKO_PUBLIC_KEY), (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_RSA)))) {
+            ctx, handle, keyID, label in
+            guard case .success(let modulus) = ctx.attribute(handle, ck_attribute_type_t(CKA_MODULUS)),
+                !modulus.isEmpty,
+                case .success(let exponent) = ctx.attribute(handle, ck_attribute_type_t(CKA_PUBLIC_EXPONENT)),
+                !exponent.isEmpty
+            else { return nil }
+            return TokenRSAPublicKey(id: keyID, label: label, modulus: modulus, exponent: exponent)
+        }
+    }
+
+    /// The X.509 certificate objects on the token (visible without login): `CKA_ID`, `CKA_LABEL` and the DER
+    /// certificate. Objects without a value are left out.
+    public func certificatesX509() async throws(TesseraError) -> [TokenCertificate] {
+        try await objects(
+            class: UInt(CKO_CERTIFICATE), (ck_attribute_type_t(CKA_CERTIFICATE_TYPE), .ulong(UInt(CKC_X_509)))
+        ) { ctx, handle, keyID, label in
+            guard case .success(let value) = ctx.attribute(handle, ck_attribute_type_t(CKA_VALUE)), !value.isEmpty
+            else { return nil }
+            return TokenCertificate(id: keyID, label: label, der: value)
+        }
+    }
+
+    /// The objects of `objectClass` with the attribute `type`, each with a non-empty `CKA_ID` and its `CKA_LABEL`
+    /// read into a value by `read` (nil leaves the object out).
+    private func objects<T: Sendable>(
+        class objectClass: UInt, _ type: (ck_attribute_type_t, AttributeValue),
+        _ read: @escaping @Sendable (SessionContext, ck_object_handle_t, _ id: [UInt8], _ label: String) -> T?
+    ) async throws(TesseraError) -> [T] {
+        try await withSession { (ctx: SessionContext) throws(OperationError) -> [T] in
             let handles = try ctx.findObjects(
-                [
-                    (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PUBLIC_KEY))),
-                    (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_RSA))),
-                ], limit: 100_000)
-            var keys: [TokenRSAPublicKey] = []
+                [(ck_attribute_type_t(CKA_CLASS), .ulong(objectClass)), type], limit: 100_000)
+            var values: [T] = []
             for handle in handles {
-                guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)), !keyID.isEmpty,
-                    case .success(let modulus) = ctx.attribute(handle, ck_attribute_type_t(CKA_MODULUS)),
-                    !modulus.isEmpty,
-                    case .success(let exponent) = ctx.attribute(handle, ck_attribute_type_t(CKA_PUBLIC_EXPONENT)),
-                    !exponent.isEmpty
+                guard case .success(let keyID) = ctx.attribute(handle, ck_attribute_type_t(CKA_ID)), !keyID.isEmpty
                 else { continue }
                 let label = (try? ctx.attribute(handle, ck_attribute_type_t(CKA_LABEL)).get()) ?? []
-                keys.append(
-                    TokenRSAPublicKey(
-                        id: keyID, label: String(decoding: label, as: UTF8.self),
-                        modulus: modulus, exponent: exponent))
+                if let value = read(ctx, handle, keyID, String(decoding: label, as: UTF8.self)) { values.append(value) }
             }
-            return keys
+            return values
         }
     }
 

@@ -113,6 +113,15 @@ public struct TokenRSAPublicKey: Sendable, Equatable {
     public var exponent: [UInt8]
 }
 
+/// An X.509 certificate object on a token.
+public struct TokenCertificate: Sendable, Equatable {
+    /// `CKA_ID` (shared with the private key it certifies).
+    public var id: [UInt8]
+    public var label: String
+    /// `CKA_VALUE`: the DER certificate.
+    public var der: [UInt8]
+}
+
 /// The hash of an RSA PKCS#1 v1.5 signature.
 public enum RSASignatureHash: Sendable {
     case sha1, sha256, sha512

@@ -33,6 +33,9 @@ public protocol KeyStoreToken: Sendable {
     func login(pin: PINAttempt) async throws(TesseraError)
     /// Ends the login.
     func logout() async
+    /// The daemon holds this token's PIN (a PIN file) and keeps it logged in: for the SSH agent it counts as
+    /// unlocked without `ssh-add -s`.
+    var hasConfiguredPIN: Bool { get }
 }
 
 /// A public key on a token, with the handle of its private key.
@@ -43,23 +46,31 @@ public struct TokenKey: Sendable, Equatable {
         case p256(point: [UInt8])
         /// RSA modulus and public exponent (unsigned big-endian).
         case rsa(modulus: [UInt8], exponent: [UInt8])
+
+        public var isP256: Bool {
+            if case .p256 = self { return true }
+            return false
+        }
     }
 
     public var handle: [UInt8]
     public var label: String
     public var value: Value
+    /// Signing with the key needs the token's PIN (a PKCS#11 token with `CKF_LOGIN_REQUIRED`, a PIV slot other
+    /// than 9E).
+    public var needsPIN: Bool
     /// The P-256 point; empty for an RSA key.
     public var publicPoint: [UInt8] {
         if case .p256(let point) = value { return point }
         return []
     }
 
-    public init(handle: [UInt8], label: String, publicPoint: [UInt8]) {
-        self.init(handle: handle, label: label, value: .p256(point: publicPoint))
+    public init(handle: [UInt8], label: String, publicPoint: [UInt8], needsPIN: Bool = true) {
+        self.init(handle: handle, label: label, value: .p256(point: publicPoint), needsPIN: needsPIN)
     }
 
-    public init(handle: [UInt8], label: String, value: Value) {
-        self.handle = handle; self.label = label; self.value = value
+    public init(handle: [UInt8], label: String, value: Value, needsPIN: Bool = true) {
+        self.handle = handle; self.label = label; self.value = value; self.needsPIN = needsPIN
     }
 }
 
@@ -73,6 +84,7 @@ extension KeyStoreToken {
         throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) cannot be unlocked for the SSH agent")
     }
     public func logout() async {}
+    public var hasConfiguredPIN: Bool { false }
 }
 
 /// A source of tokens (one per backend).

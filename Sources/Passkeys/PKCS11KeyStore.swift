@@ -2,8 +2,11 @@ import Crypto
 import Foundation
 import Logging
 import PKCS11
+import SwiftASN1
 import Synchronization
 import TesseraCore
+import X509
+import _CryptoExtras
 
 /// PKCS#11 tokens (through p11-kit or explicit modules) as a passkey key store.
 ///
@@ -13,10 +16,13 @@ public final class PKCS11KeyStore: KeyStore {
     private let provider: Mutex<PKCS11Provider>
     private let cache = Mutex<(at: ContinuousClock.Instant, tokens: [PKCS11TokenAdapter])?>(nil)
     private let logger: Logger
+    /// Tokens logged in with their PIN file.
+    private let pinFileTokens: Set<String>
 
-    init(provider: PKCS11Provider, logger: Logger) {
+    init(provider: PKCS11Provider, logger: Logger, pinFileTokens: Set<String> = []) {
         self.provider = Mutex(provider)
         self.logger = logger
+        self.pinFileTokens = pinFileTokens
     }
 
     /// Loads the modules and logs in unattended software tokens that have a PIN file.
@@ -41,6 +47,7 @@ public final class PKCS11KeyStore: KeyStore {
             pinFiles[EmbeddedSoftHSM.label] = pinFiles[EmbeddedSoftHSM.label] ?? embedded.pinFile
         }
         logger.info("PKCS#11 modules: \(provider.moduleNames.joined(separator: ", "))")
+        var pinFileTokens = Set<String>()
         for token in usable {
             logger.info("token \(token.id): \(token.info.label) (\(token.info.manufacturer) \(token.info.model))")
             guard let file = pinFiles[token.id] ?? pinFiles[token.info.label] else { continue }
@@ -53,12 +60,13 @@ public final class PKCS11KeyStore: KeyStore {
                 let pin = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
                     in: .whitespacesAndNewlines)
                 try await token.login(pin: pin)
+                pinFileTokens.insert(token.id)
                 logger.info("token \(token.id) logged in with its PIN file")
             } catch {
                 logger.error("PIN file login for token \(token.id) failed: \(error)")
             }
         }
-        return PKCS11KeyStore(provider: provider, logger: logger)
+        return PKCS11KeyStore(provider: provider, logger: logger, pinFileTokens: pinFileTokens)
     }
 
     /// Initialised, writable tokens (p11-kit's read-only trust store is not a key store).
@@ -69,7 +77,10 @@ public final class PKCS11KeyStore: KeyStore {
     public func tokens() async -> [any KeyStoreToken] {
         if let c = cache.withLock({ $0 }), ContinuousClock.now - c.at < .seconds(1) { return c.tokens }
         let p = provider.withLock { $0 }
-        let fresh = await p.tokensAsync().filter(Self.isUsable).map(PKCS11TokenAdapter.init)
+        let pinFileTokens = self.pinFileTokens
+        let fresh = await p.tokensAsync().filter(Self.isUsable).map {
+            PKCS11TokenAdapter(token: $0, hasConfiguredPIN: pinFileTokens.contains($0.id))
+        }
         cache.withLock { $0 = (ContinuousClock.now, fresh) }
         return fresh
     }
@@ -82,6 +93,8 @@ public final class PKCS11KeyStore: KeyStore {
 /// One PKCS#11 token seen through the `KeyStoreToken` protocol.
 struct PKCS11TokenAdapter: KeyStoreToken {
     let token: PKCS11Token
+    /// Logged in with a PIN file when the daemon started.
+    var hasConfiguredPIN = false
     var id: String { token.id }
     var backend: String { "pkcs11" }
 
@@ -131,11 +144,26 @@ struct PKCS11TokenAdapter: KeyStoreToken {
         }
     }
 
+    /// The P-256 and RSA public key objects, then the keys of X.509 certificates whose `CKA_ID` no public key
+    /// object has (a key imported with its certificate only, as OpenSSH's PKCS#11 provider offers it).
     func publicKeys() async throws(TesseraError) -> [TokenKey] {
-        try await token.publicKeysP256().map { TokenKey(handle: $0.id, label: $0.label, publicPoint: $0.point) }
-            + token.publicKeysRSA().map {
-                TokenKey(handle: $0.id, label: $0.label, value: .rsa(modulus: $0.modulus, exponent: $0.exponent))
+        let needsPIN = token.info.flags.loginRequired
+        var keys =
+            try await token.publicKeysP256().map {
+                TokenKey(handle: $0.id, label: $0.label, publicPoint: $0.point, needsPIN: needsPIN)
             }
+            + token.publicKeysRSA().map {
+                TokenKey(
+                    handle: $0.id, label: $0.label, value: .rsa(modulus: $0.modulus, exponent: $0.exponent),
+                    needsPIN: needsPIN)
+            }
+        var ids = Set(keys.map(\.handle))
+        for certificate in try await token.certificatesX509() where !ids.contains(certificate.id) {
+            guard let value = TokenKey.Value(certificate: certificate.der) else { continue }
+            keys.append(TokenKey(handle: certificate.id, label: certificate.label, value: value, needsPIN: needsPIN))
+            ids.insert(certificate.id)
+        }
+        return keys
     }
 
     func signRSA(handle: [UInt8], message: [UInt8], hash: RSASignatureHash) async throws(TesseraError) -> [UInt8] {
@@ -214,5 +242,31 @@ struct EmbeddedSoftHSM {
     static func randomDigits(_ n: Int) -> String {
         var g = SystemRandomNumberGenerator()
         return String((0..<n).map { _ in Character(String(Int.random(in: 0...9, using: &g))) })
+    }
+}
+
+extension TokenKey.Value {
+    /// The P-256 or RSA public key of a DER X.509 certificate; nil for another key type or a certificate that does
+    /// not parse.
+    public init?(certificate der: [UInt8]) {
+        guard let certificate = try? Certificate(derEncoded: der) else { return nil }
+        if let key = P256.Signing.PublicKey(certificate.publicKey) {
+            self = .p256(point: Array(key.x963Representation))
+        } else if let key = _RSA.Signing.PublicKey(certificate.publicKey),
+            let rsa = try? Self.rsa(pkcs1: key.pkcs1DERRepresentation)
+        {
+            self = rsa
+        } else {
+            return nil
+        }
+    }
+
+    /// `RSAPublicKey {modulus, publicExponent}` (RFC 8017 A.1.1).
+    private static func rsa(pkcs1 der: Data) throws -> TokenKey.Value {
+        try DER.sequence(try DER.parse(Array(der)), identifier: .sequence) { key in
+            let modulus = try ArraySlice<UInt8>(derEncoded: &key)
+            let exponent = try ArraySlice<UInt8>(derEncoded: &key)
+            return .rsa(modulus: Array(modulus.drop { $0 == 0 }), exponent: Array(exponent.drop { $0 == 0 }))
+        }
     }
 }

@@ -75,7 +75,7 @@ public final class LengthPrefixedServer: Sendable {
                     for try await frame in inbound {
                         let reply = await self.handler.handle(
                             Array(frame.readableBytesView), connectionID: id, peer: peer)
-                        var out = ByteBuffer()
+                        var out = channel.allocator.buffer(capacity: 4 + reply.count)
                         out.writeInteger(UInt32(reply.count))
                         out.writeBytes(reply)
                         try await outbound.write(out)

@@ -12,9 +12,16 @@ public struct AgentIdentity: Sendable, Equatable {
     public var handle: [UInt8]
     /// Every signature needs the presence command's approval.
     public var confirm: Bool
+    /// Signing needs the agent's own unlock of the token (`ssh-add -s`): the key needs the token's PIN and the
+    /// daemon holds none for it (no PIN file).
+    public var needsUnlock: Bool
 
-    public init(key: SSHPublicKey, comment: String, tokenID: String, handle: [UInt8], confirm: Bool = false) {
+    public init(
+        key: SSHPublicKey, comment: String, tokenID: String, handle: [UInt8], confirm: Bool = false,
+        needsUnlock: Bool = false
+    ) {
         self.key = key; self.comment = comment; self.tokenID = tokenID; self.handle = handle; self.confirm = confirm
+        self.needsUnlock = needsUnlock
     }
 }
 
@@ -58,7 +65,9 @@ public struct AgentPeer: Sendable {
 ///
 /// Locking (`ssh-add -x`) is per client uid and keeps only a salted SHA-256 of the passphrase; a locked agent lists
 /// no keys and signs nothing for that uid. Token unlocks (`ssh-add -s`) are the tokens' own login state, shared by
-/// every client, and end on `ssh-add -e`, on any lock, and `pinCacheSeconds` after the unlock.
+/// every client, and end on `ssh-add -e`, on any lock, and `pinCacheSeconds` after the unlock. A key that
+/// `needsUnlock` signs only while the agent holds such an unlock of its token: a login the token has for another
+/// reason (a PIN given to a JSON-RPC method) does not count.
 ///
 /// The state sits behind a lock (never held across a suspension), so a request runs on its connection's executor
 /// without hopping to an actor.
@@ -225,7 +234,12 @@ public final class SSHAgent: Sendable {
             backend.log(.info, "ssh-agent: sign request for a key this agent does not hold")
             return .failure
         }
-        if state.withLock({ $0.unlocked[identity.tokenID]?.confirm == true }) { identity.confirm = true }
+        let unlock = state.withLock { $0.unlocked[identity.tokenID] }
+        if identity.needsUnlock && unlock == nil {
+            logNeedsPIN(identity.tokenID)
+            return .failure
+        }
+        if unlock?.confirm == true { identity.confirm = true }
         if identity.confirm {
             let request: JSONValue = [
                 "type": "ssh-sign", "key": .string(identity.key.authorizedKeysLine(comment: identity.comment)),
@@ -241,13 +255,16 @@ public final class SSHAgent: Sendable {
         do throws(TesseraError) {
             return .signature(try await backend.sign(identity, data: data, flags: flags))
         } catch  where error.code == .pinRequired {
-            backend.log(
-                .notice, "ssh-agent: token \(identity.tokenID) needs a PIN: run `ssh-add -s \(identity.tokenID)`")
+            logNeedsPIN(identity.tokenID)
             return .failure
         } catch {
             backend.log(.warning, "ssh-agent: sign with token \(identity.tokenID) failed: \(error)")
             return .failure
         }
+    }
+
+    private func logNeedsPIN(_ tokenID: String) {
+        backend.log(.notice, "ssh-agent: token \(tokenID) needs a PIN: run `ssh-add -s \(tokenID)`")
     }
 
     private func forgetAll() async {

@@ -125,6 +125,12 @@ public enum AgentResponse: Sendable, Equatable {
     case extensionReply([UInt8])
 
     public var bytes: [UInt8] {
+        if case .signature(let blob) = self {
+            var w = SSHWriter(capacity: 5 + blob.count)
+            w.byte(AgentMessageType.signResponse)
+            w.string(blob)
+            return w.bytes
+        }
         var w = SSHWriter()
         switch self {
         case .failure: w.byte(AgentMessageType.failure)
@@ -134,9 +140,8 @@ public enum AgentResponse: Sendable, Equatable {
             w.byte(AgentMessageType.identitiesAnswer)
             w.uint32(UInt32(list.count))
             for item in list { w.string(item.blob); w.string(item.comment) }
-        case .signature(let blob):
-            w.byte(AgentMessageType.signResponse)
-            w.string(blob)
+        case .signature:
+            break  // above
         case .extensionReply(let contents):
             w.byte(AgentMessageType.success)
             return w.bytes + contents

@@ -76,10 +76,10 @@ public enum SSHSignature {
     /// `ecdsa-sha2-nistp256` signature from raw `r || s` (64 bytes).
     public static func ecdsaP256(raw: [UInt8]) throws(TesseraError) -> [UInt8] {
         guard raw.count == 64 else { throw TesseraError(.cryptoError, "ECDSA P-256 signature must be 64 bytes r||s") }
-        var inner = SSHWriter()
+        var inner = SSHWriter(capacity: 74)
         inner.mpint(unsigned: Array(raw[0..<32]))
         inner.mpint(unsigned: Array(raw[32..<64]))
-        var w = SSHWriter()
+        var w = SSHWriter(capacity: 27 + 4 + inner.bytes.count)
         w.string("ecdsa-sha2-nistp256")
         w.string(inner.bytes)
         return w.bytes
@@ -87,7 +87,7 @@ public enum SSHSignature {
 
     /// RSA PKCS#1 v1.5 signature under `algorithm` (`rsa-sha2-256`, `rsa-sha2-512` or `ssh-rsa`).
     public static func rsa(algorithm: String, signature: [UInt8]) -> [UInt8] {
-        var w = SSHWriter()
+        var w = SSHWriter(capacity: 8 + algorithm.utf8.count + signature.count)
         w.string(algorithm)
         w.string(signature)
         return w.bytes

@@ -6,27 +6,35 @@ public struct SSHWriter: Sendable {
 
     public init() {}
 
+    /// A writer with room for `capacity` bytes (no reallocation while the message fits).
+    public init(capacity: Int) { bytes.reserveCapacity(capacity) }
+
     public mutating func byte(_ b: UInt8) { bytes.append(b) }
 
     public mutating func uint32(_ v: UInt32) {
-        bytes += [
-            UInt8(v >> 24), UInt8(truncatingIfNeeded: v >> 16), UInt8(truncatingIfNeeded: v >> 8),
-            UInt8(truncatingIfNeeded: v),
-        ]
+        bytes.append(UInt8(v >> 24))
+        bytes.append(UInt8(truncatingIfNeeded: v >> 16))
+        bytes.append(UInt8(truncatingIfNeeded: v >> 8))
+        bytes.append(UInt8(truncatingIfNeeded: v))
     }
 
     public mutating func string(_ s: [UInt8]) {
         uint32(UInt32(s.count))
-        bytes += s
+        bytes.append(contentsOf: s)
     }
 
-    public mutating func string(_ s: String) { string(Array(s.utf8)) }
+    public mutating func string(_ s: String) {
+        uint32(UInt32(s.utf8.count))
+        bytes.append(contentsOf: s.utf8)
+    }
 
     /// A non-negative integer given as unsigned big-endian magnitude.
     public mutating func mpint(unsigned magnitude: [UInt8]) {
-        var m = ArraySlice(magnitude)
-        while let first = m.first, first == 0 { m = m.dropFirst() }
-        if let first = m.first, first & 0x80 != 0 { string([0] + m) } else { string(Array(m)) }
+        let m = magnitude.drop { $0 == 0 }
+        let pad = (m.first ?? 0) & 0x80 != 0
+        uint32(UInt32(m.count + (pad ? 1 : 0)))
+        if pad { bytes.append(0) }
+        bytes.append(contentsOf: m)
     }
 }
 

@@ -9,10 +9,12 @@ import TesseraCore
 
 /// The SSH agent's view of the daemon's key stores (the same tokens as passkeys, never a passkey's key).
 ///
-/// Which keys: every P-256 public key object on a PKCS#11 token, except passkey keys (`CKA_LABEL` `tessera:…`),
-/// and the keys of PIV slots 9A and 9E that hold a P-256 certificate. Keys made by `ssh.keygen` carry `CKA_LABEL`
-/// `ssh:COMMENT` (`ssh-confirm:COMMENT` when every signature needs the presence command's approval); other keys
-/// are offered with their label as comment.
+/// Which keys: every P-256 and RSA public key object (or, without one, X.509 certificate) on a PKCS#11 token,
+/// except passkey keys (`CKA_LABEL` `tessera:…`), and the keys of PIV slots 9A and 9E that hold a P-256 or RSA
+/// certificate. Keys made by `ssh.keygen` carry `CKA_LABEL` `ssh:COMMENT` (`ssh-confirm:COMMENT` when every
+/// signature needs the presence command's approval); other keys are offered with their label as comment. A key
+/// that needs its token's PIN signs only after `ssh-add -s` for that token, unless the token has a PIN file
+/// (`needsUnlock`).
 ///
 /// REQUEST_IDENTITIES always lists the tokens afresh; SIGN_REQUEST finds its key (and token) in the cache that
 /// listing fills, so a signature is one token operation. The cache is dropped on token events (PIV hotplug,
@@ -38,25 +40,33 @@ struct SSHKeyBackend: SSHAgentBackend {
     final class IdentityCache: Sendable {
         private struct State {
             var generation: UInt64 = 0
-            var byBlob: [[UInt8]: (identity: AgentIdentity, token: any KeyStoreToken)]?
+            var byBlob: [[UInt8]: AgentIdentity]?
+            var tokens: [String: any KeyStoreToken] = [:]
         }
         private let state = Locked(State())
 
         var generation: UInt64 { state.withLock { $0.generation } }
-        func lookup(_ blob: [UInt8]) -> (identity: AgentIdentity, token: any KeyStoreToken)?? {
+        func lookup(_ blob: [UInt8]) -> AgentIdentity?? {
             state.withLock { s in s.byBlob.map { $0[blob] } }
         }
+        /// The token of a listed key (nil after an invalidation).
+        func token(_ id: String) -> (any KeyStoreToken)? { state.withLock { $0.tokens[id] } }
         func fill(_ entries: [(identity: AgentIdentity, token: any KeyStoreToken)], generation: UInt64) {
             state.withLock { s in
                 guard s.generation == generation else { return }
-                var map: [[UInt8]: (identity: AgentIdentity, token: any KeyStoreToken)] = [:]
-                for e in entries where map[e.identity.key.blob] == nil { map[e.identity.key.blob] = e }
+                var map: [[UInt8]: AgentIdentity] = [:]
+                var tokens: [String: any KeyStoreToken] = [:]
+                for e in entries where map[e.identity.key.blob] == nil {
+                    map[e.identity.key.blob] = e.identity
+                    tokens[e.token.id] = e.token
+                }
                 s.byBlob = map
+                s.tokens = tokens
             }
         }
         func invalidate() {
             state.withLock {
-                $0.generation &+= 1; $0.byBlob = nil
+                $0.generation &+= 1; $0.byBlob = nil; $0.tokens = [:]
             }
         }
     }
@@ -67,7 +77,7 @@ struct SSHKeyBackend: SSHAgentBackend {
     func identities() async -> [AgentIdentity] { await list().map(\.identity) }
 
     func identity(blob: [UInt8]) async -> AgentIdentity? {
-        if let cached = cache.lookup(blob) { return cached?.identity }
+        if let cached = cache.lookup(blob) { return cached }
         return await list().first { $0.identity.key.blob == blob }?.identity
     }
 
@@ -97,7 +107,7 @@ struct SSHKeyBackend: SSHAgentBackend {
                     (
                         AgentIdentity(
                             key: sshKey, comment: comment, tokenID: token.id, handle: key.handle,
-                            confirm: confirm), token
+                            confirm: confirm, needsUnlock: key.needsPIN && !token.hasConfiguredPIN), token
                     ))
             }
         }
@@ -109,8 +119,8 @@ struct SSHKeyBackend: SSHAgentBackend {
     /// SHA-1 (`ssh-rsa`) without one, as OpenSSH's agent does.
     func sign(_ identity: AgentIdentity, data: [UInt8], flags: UInt32) async throws(TesseraError) -> [UInt8] {
         let token: any KeyStoreToken
-        if let cached = cache.lookup(identity.key.blob) ?? nil {
-            token = cached.token
+        if let cached = cache.token(identity.tokenID) {
+            token = cached
         } else {
             token = try await passkeys.chooseToken(identity.tokenID)
         }
@@ -157,8 +167,11 @@ struct SSHKeyBackend: SSHAgentBackend {
 
     func tokenID(readerID: String) async -> String? { await token(readerID: readerID)?.id }
 
+    /// Logs the token out, unless the daemon holds its PIN (a PIN file): that login is the daemon's, not the agent's.
     func forget(tokenID: String) async {
-        guard let token = await passkeys.tokens().first(where: { $0.id == tokenID }) else { return }
+        guard let token = await passkeys.tokens().first(where: { $0.id == tokenID }), !token.hasConfiguredPIN else {
+            return
+        }
         await token.logout()
     }
 

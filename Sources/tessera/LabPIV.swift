@@ -16,7 +16,8 @@ struct LabEmulatePIV: AsyncParsableCommand {
             restart is a card re-insertion. A new state file is a factory-fresh card: PIN 123456, PUK 12345678,
             the default 3DES management key 010203…08 ×3, a CHUID whose GUID derives from --serial, no keys.
             It answers SELECT, GET/PUT DATA, VERIFY, CHANGE REFERENCE DATA, RESET RETRY COUNTER,
-            GENERAL AUTHENTICATE (management key 3DES/AES witness-challenge, ECC P-256 signatures),
+            GENERAL AUTHENTICATE (management key 3DES/AES witness-challenge, ECC P-256 and RSA-1024/2048
+            signatures; RSA keys come in through the state file: algorithm 7 or 6, PKCS#8 DER in hex),
             GENERATE ASYMMETRIC KEY PAIR (P-256) and Yubico's GET SERIAL / GET METADATA. OpenSC's PIV driver
             (opensc-tool, piv-tool, opensc-pkcs11) recognises it.
 

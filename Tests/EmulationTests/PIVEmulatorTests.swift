@@ -1,5 +1,6 @@
 import APDU
 import Crypto
+import CryptoPrimitives
 import Emulation
 import Foundation
 import PIV
@@ -130,6 +131,41 @@ struct DirectPIVTransport: APDUTransport {
         #expect(raw.count == 64)
         do { _ = try await app.signP256(slot: 0x84, digest: digest); Issue.record("signed with an empty slot") } catch {
             #expect(error.code == .passkeyNotFound)
+        }
+    }
+
+    /// RSA-2048 in 9A: the host pads (EMSA-PKCS1-v1_5), the card applies the key (a 266-byte command chained, a
+    /// 264-byte answer through GET RESPONSE); OpenSSL verifies the result as an RSASSA-PKCS1-v1_5 signature.
+    @Test(arguments: [SignatureHash.sha256, .sha512, .sha1, .sha384, .sha224])
+    func rsaSignaturesVerifyWithOpenSSL(hash: SignatureHash) async throws {
+        let pair = try Signatures.generateKey(.rsa(bits: 2048))
+        var state = PIVCardState.factoryNew(serial: 9)
+        state.keys["9a"] = .init(
+            algorithm: PIV.Algorithm.rsa2048.rawValue, privateKey: Hex.encode(pair.privateKeyDER))
+        let card = EmulatedPIVCard(state: state)
+        await card.powerOn()
+        let app = PIVApplication(transport: DirectPIVTransport(card: card))
+        try await app.select()
+        let message = Array("signed by slot 9a".utf8)
+        let block = try Signatures.pkcs1v15Block(
+            digest: try Signatures.digest(hash, message), hash: hash, length: 256)
+        #expect(block.prefix(2) == [0x00, 0x01] && block.count == 256)
+        do {
+            _ = try await app.signRSA(slot: 0x9A, algorithm: .rsa2048, block: block)
+            Issue.record("signed without PIN")
+        } catch {
+            #expect(error.code == .pinRequired)
+        }
+        try await app.verifyPIN("123456")
+        let signature = try await app.signRSA(slot: 0x9A, algorithm: .rsa2048, block: block)
+        #expect(signature.count == 256)
+        #expect(
+            try Signatures.verify(signature, over: message, publicKey: pair.publicKeyDER, scheme: .rsaPKCS1v15(hash)))
+        #expect(
+            try !Signatures.verify(
+                signature, over: message + [0], publicKey: pair.publicKeyDER, scheme: .rsaPKCS1v15(hash)))
+        await #expect(throws: TesseraError.self) {
+            try await app.signRSA(slot: 0x9A, algorithm: .eccP256, block: block)
         }
     }
 

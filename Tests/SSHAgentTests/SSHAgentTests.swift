@@ -104,3 +104,70 @@ import Testing
         #expect(AgentFraming.frame([6]) == [0, 0, 0, 1, 6])
     }
 }
+
+/// The agent's own unlock (`ssh-add -s`) against a backend that records what reaches the token.
+@Suite struct AgentUnlockTests {
+    final class Backend: SSHAgentBackend {
+        let keys: [AgentIdentity]
+        let signs = Locked(0)
+        let lines = Locked<[String]>([])
+        init(_ keys: [AgentIdentity]) { self.keys = keys }
+
+        func identities() async -> [AgentIdentity] { keys }
+        func identity(blob: [UInt8]) async -> AgentIdentity? { keys.first { $0.key.blob == blob } }
+        func sign(_ identity: AgentIdentity, data: [UInt8], flags: UInt32) async throws(TesseraError) -> [UInt8] {
+            signs.withLock { $0 += 1 }
+            return SSHSignature.rsa(algorithm: "rsa-sha2-256", signature: data)
+        }
+        func unlock(readerID: String, pin: String, peer: AgentPeer) async throws(TesseraError) -> String {
+            guard pin == "1234" else { throw TesseraError(.pinInvalid, "wrong PIN") }
+            return readerID
+        }
+        func tokenID(readerID: String) async -> String? { readerID }
+        func forget(tokenID: String) async {}
+        func confirm(_ identity: AgentIdentity, request: JSONValue) async -> Bool { false }
+        func log(_ level: AgentLogLevel, _ message: String) { lines.withLock { $0.append(message) } }
+    }
+
+    static func key(_ byte: UInt8) -> SSHPublicKey { .ecdsaP256(point: [4] + [UInt8](repeating: byte, count: 64)) }
+
+    static func signRequest(_ key: SSHPublicKey) -> [UInt8] {
+        var w = SSHWriter()
+        w.byte(AgentMessageType.signRequest); w.string(key.blob); w.string([1, 2, 3]); w.uint32(0)
+        return w.bytes
+    }
+
+    static func smartcard(_ type: UInt8, _ reader: String, pin: String) -> [UInt8] {
+        var w = SSHWriter()
+        w.byte(type); w.string(reader); w.string(pin)
+        return w.bytes
+    }
+
+    @Test func aKeyThatNeedsAnUnlockSignsOnlyAfterSSHAddS() async {
+        let pinKey = AgentIdentity(key: Self.key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true)
+        let freeKey = AgentIdentity(key: Self.key(2), comment: "b", tokenID: "t1", handle: [2])
+        let backend = Backend([pinKey, freeKey])
+        let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
+        let peer = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+
+        // No unlock: refused before the token, with a line naming the token and the fix.
+        #expect(await agent.handle(Self.signRequest(pinKey.key), from: peer) == [5])
+        #expect(backend.signs.withLock { $0 } == 0)
+        #expect(backend.lines.withLock { $0 }.contains("ssh-agent: token t1 needs a PIN: run `ssh-add -s t1`"))
+        // A key that needs no PIN (PIV 9E, a token with a PIN file) signs without one.
+        #expect(await agent.handle(Self.signRequest(freeKey.key), from: peer).first == 14)
+        #expect(backend.signs.withLock { $0 } == 1)
+        // A wrong PIN does not unlock; the right one does, for that token only.
+        #expect(await agent.handle(Self.smartcard(20, "t1", pin: "0000"), from: peer) == [5])
+        #expect(await agent.handle(Self.signRequest(pinKey.key), from: peer) == [5])
+        #expect(await agent.handle(Self.smartcard(20, "t2", pin: "1234"), from: peer) == [6])
+        #expect(await agent.handle(Self.signRequest(pinKey.key), from: peer) == [5])
+        #expect(await agent.handle(Self.smartcard(20, "t1", pin: "1234"), from: peer) == [6])
+        #expect(await agent.handle(Self.signRequest(pinKey.key), from: peer).first == 14)
+        #expect(backend.signs.withLock { $0 } == 2)
+        // ssh-add -e forgets it again.
+        #expect(await agent.handle(Self.smartcard(21, "t1", pin: ""), from: peer) == [6])
+        #expect(await agent.handle(Self.signRequest(pinKey.key), from: peer) == [5])
+        #expect(backend.signs.withLock { $0 } == 2)
+    }
+}

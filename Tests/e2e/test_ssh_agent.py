@@ -193,6 +193,52 @@ def test_sign_needs_ssh_add_s_and_wrong_pin_costs_one_login(agent, tmp_path):
     assert r.returncode != 0
 
 
+def token_id(agent) -> str:
+    return next(t["id"] for t in agent.daemon.client().call("tokens.list")["tokens"] if t["label"] == TOKEN)
+
+
+def test_a_login_for_another_method_does_not_unlock_the_agent(agent, tmp_path):
+    """A PIN given to a JSON-RPC method logs the token in; SSH signing still needs the agent's own unlock."""
+    line = cli(agent.daemon, "ssh", "keygen", "--comment", "other@tessera", "--pin", PIN).stdout.strip()
+    token = token_id(agent)
+    assert next(t for t in agent.daemon.client().call("tokens.list")["tokens"]
+                if t["id"] == token)["flags"]["loggedIn"] is True
+    signs = len(re.findall(r"^\d+: C_Sign$", agent.spy_log.read_text(), re.M))
+    r = sign_with(agent, tmp_path, line)
+    assert r.returncode != 0
+    assert f"token {token} needs a PIN: run `ssh-add -s {token}`" in agent.daemon.log.read_text()
+    assert len(re.findall(r"^\d+: C_Sign$", agent.spy_log.read_text(), re.M)) == signs, "refused before the token"
+    before = agent.logins()
+    assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+    assert agent.logins() == before, "the PIN of the login in force is checked without a C_Login"
+    r = sign_with(agent, tmp_path, line)
+    assert r.returncode == 0, r.stderr + agent.daemon.log.read_text()[-2000:]
+
+
+def test_a_token_with_a_pin_file_signs_without_ssh_add_s(tmp_path, softhsm):
+    import json
+    pin_file = tmp_path / "token.pin"
+    pin_file.write_text(PIN + "\n")
+    a = Agent(tmp_path, softhsm)
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"pinFiles": {TOKEN: str(pin_file)}}))
+    a.daemon.args += ["--config", str(config)]
+    a.start()
+    try:
+        line = cli(a.daemon, "ssh", "keygen", "--comment", "unattended").stdout.strip()
+        a.restart()
+        r = sign_with(a, tmp_path, line)
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+        assert "needs a PIN" not in a.daemon.log.read_text()
+        # ssh-add -s / -e on it leave the daemon's login alone: it still signs afterwards.
+        assert a.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+        assert a.run("ssh-add", "-e", TOKEN).returncode == 0
+        r = sign_with(a, tmp_path, line)
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+    finally:
+        a.daemon.stop()
+
+
 def test_lock_and_unlock(agent):
     assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
     r = agent.run("ssh-add", "-x", secret="lock-pass")
@@ -474,8 +520,13 @@ def test_policy_on_the_agent_socket(tmp_path, softhsm):
         listed, signed = (bytes.fromhex(a) for a in answers)
         assert listed[0] == 12 and struct.unpack(">I", listed[1:5])[0] == 1
         assert signed == bytes([5])
-        # Root holds `sign` (the token is logged in since keygen): the same request signs.
-        assert exchange(requests)[1][0] == 14
+        # Root holds `sign`, and the token is logged in since keygen, but that login is not the agent's: refused
+        # until an ADD_SMARTCARD_KEY (ssh-add -s) on this socket, then the same request signs.
+        assert exchange(requests)[1] == bytes([5])
+        unlock = frame(bytes([20]) + struct.pack(">I", len(TOKEN)) + TOKEN.encode() + struct.pack(">I", len(PIN))
+                       + PIN.encode())
+        unlocked, signed = exchange([unlock, requests[1]])
+        assert unlocked == bytes([6]) and signed[0] == 14
     finally:
         d.stop()
 
@@ -509,6 +560,8 @@ def test_confirm_runs_the_presence_command(tmp_path, softhsm):
             (tmp_path / "m.sig").unlink(missing_ok=True)
             return a.run("ssh-keygen", "-Y", "sign", "-n", "file", "-f", str(pub), str(msg)).returncode
 
+        # The keygen logins are not the agent's: the keys sign after ssh-add -s.
+        assert a.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
         mode.write_text("approve")
         assert sign(bob) == 0
         described = json.loads(request.read_text())
@@ -543,15 +596,16 @@ def tlv(tag: int, value: bytes) -> bytes:
     return bytes([tag]) + length + value
 
 
-def piv_card_with_certificates(pcscd, root: pathlib.Path, serial: int, pin_retries: int = 3):
-    """A card whose state file holds keys and self-signed certificates in 9A and 9E; returns the card and
-    {slot: authorized_keys key part}."""
+def piv_card_with_certificates(pcscd, root: pathlib.Path, serial: int, pin_retries: int = 3, rsa: bool = False):
+    """A card whose state file holds keys (P-256, or RSA-2048 with `rsa`) and self-signed certificates in 9A and 9E;
+    returns the card and {slot: authorized_keys key part}."""
     import datetime
     import json
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric import rsa as rsa_keys
     from cryptography.x509.oid import NameOID
     from test_piv import EmulatedPIV
 
@@ -562,14 +616,19 @@ def piv_card_with_certificates(pcscd, root: pathlib.Path, serial: int, pin_retri
     state = json.loads(state_file.read_text())
     keys = {}
     for slot, tag in (("9a", "5fc105"), ("9e", "5fc101")):
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = rsa_keys.generate_private_key(65537, 2048) if rsa else ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"slot {slot}")])
         now = datetime.datetime.now(datetime.timezone.utc)
         cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
                 .serial_number(x509.random_serial_number()).not_valid_before(now)
                 .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
         der = cert.public_bytes(serialization.Encoding.DER)
-        state["keys"][slot] = {"algorithm": 0x11, "privateKey": key.private_numbers().private_value.to_bytes(32, "big").hex()}
+        if rsa:
+            state["keys"][slot] = {"algorithm": 0x07, "privateKey": key.private_bytes(
+                serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).hex()}
+        else:
+            state["keys"][slot] = {"algorithm": 0x11,
+                                   "privateKey": key.private_numbers().private_value.to_bytes(32, "big").hex()}
         state["objects"][tag] = (tlv(0x70, der) + tlv(0x71, b"\x00") + tlv(0xFE, b"")).hex()
         keys[slot] = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                    serialization.PublicFormat.OpenSSH).decode()
@@ -830,3 +889,108 @@ def test_rsa_key_on_the_token_is_offered_and_signs_with_each_hash(agent, tmp_pat
                   "-p", str(port), f"{os.environ.get('USER', 'root')}@127.0.0.1", "echo", "rsa-ok")
     assert r.returncode == 0, r.stderr + log.read_text()
     assert r.stdout.strip() == "rsa-ok"
+
+
+def test_keys_with_only_a_certificate_are_offered_and_sign(agent, tmp_path, sshd):
+    """An EC and an RSA private key imported with their X.509 certificates and no public key object (what OpenSSH's
+    PKCS#11 provider offers from the certificate): listed with the certificate's label, and they sign."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import NameOID
+    expected = {}
+    for kind, key_id, key in (("ec", "0c0d02", ec.generate_private_key(ec.SECP256R1())),
+                              ("rsa", "0c0d01", rsa.generate_private_key(public_exponent=65537, key_size=2048))):
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"cert only {kind}")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number()).not_valid_before(now)
+                .not_valid_after(now + datetime.timedelta(days=30)).sign(key, hashes.SHA256()))
+        key_file, cert_file = tmp_path / f"{kind}.key.der", tmp_path / f"{kind}.crt.der"
+        key_file.write_bytes(key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.DER))
+        for path, kind_arg in ((key_file, "privkey"), (cert_file, "cert")):
+            subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", TOKEN, "--login", "--pin", PIN,
+                            "--write-object", str(path), "--type", kind_arg, "--id", key_id, "--label",
+                            f"cert-{kind}"], env=agent.daemon.env, check=True, capture_output=True)
+        expected[kind] = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                       serialization.PublicFormat.OpenSSH).decode()
+    objects = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", TOKEN, "--list-objects",
+                              "--type", "pubkey"], env=agent.daemon.env, capture_output=True, text=True, check=True)
+    assert "0c0d0" not in objects.stdout, "the token must hold no public key object for these keys"
+    agent.restart()
+    listed = agent.listed()
+    assert len(listed) == 4, listed  # the fixture's two EC keys and the two certificate keys
+    for kind in ("ec", "rsa"):
+        line = next(l for l in listed if key_part(l) == key_part(expected[kind]))
+        assert line.endswith(f" cert-{kind}"), line
+    assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+    port, authorized, log = sshd
+    for kind in ("ec", "rsa"):
+        r = sign_with(agent, tmp_path, expected[kind])
+        assert r.returncode == 0, r.stderr + agent.daemon.log.read_text()[-2000:]
+        authorized.write_text(expected[kind] + "\n")
+        r = agent.run("ssh", "-o", f"IdentityAgent={agent.sock}", "-o", "StrictHostKeyChecking=no", "-o",
+                      "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o",
+                      "PreferredAuthentications=publickey", "-p", str(port),
+                      f"{os.environ.get('USER', 'root')}@127.0.0.1", "echo", kind)
+        assert r.returncode == 0, r.stderr + log.read_text()
+        assert r.stdout.strip() == kind
+
+
+def test_piv_rsa_keys_sign_rsa_sha2_256_and_512(tmp_path, softhsm, pcscd, sshd):
+    """RSA-2048 keys in 9A (PIN) and 9E: offered as ssh-rsa, signing with each SIGN_REQUEST hash (verified
+    independently), ssh-keygen -Y, and real ssh logins with rsa-sha2-256 and rsa-sha2-512."""
+    import base64
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+    card, piv_keys = piv_card_with_certificates(pcscd, tmp_path, serial=5555, rsa=True)
+    card.insert()
+    a = piv_agent(tmp_path, softhsm, pcscd)
+    try:
+        expected = {key_part(piv_keys["9a"]), key_part(piv_keys["9e"])}
+        assert wait_until(lambda: {key_part(l) for l in a.listed()} == expected), a.listed()
+        assert all(l.startswith("ssh-rsa ") for l in a.listed())
+        token = piv_token_id(a)
+        # 9A needs the PIN: refused, with the log line, until ssh-add -s.
+        assert sign_with(a, tmp_path, piv_keys["9a"]).returncode != 0
+        assert f"ssh-add -s {token}" in a.daemon.log.read_text()
+        assert a.run("ssh-add", "-s", token, secret="123456").returncode == 0
+        s = connect(a)
+        for slot in ("9a", "9e"):
+            public_key = serialization.load_ssh_public_key(piv_keys[slot].encode())
+            blob = base64.b64decode(piv_keys[slot].split()[1])
+            for flags, algorithm, hash_ in ((2, "rsa-sha2-256", hashes.SHA256()), (4, "rsa-sha2-512", hashes.SHA512()),
+                                            (0, "ssh-rsa", hashes.SHA1())):
+                data = b"PIV RSA with flags %d" % flags
+                s.sendall(frame(bytes([13]) + struct.pack(">I", len(blob)) + blob + struct.pack(">I", len(data))
+                                + data + struct.pack(">I", flags)))
+                reply = recv_frame(s)
+                assert reply[0] == 14, (slot, flags, reply, a.daemon.log.read_text()[-2000:])
+                sig_blob = reply[5:]
+                n = struct.unpack(">I", sig_blob[:4])[0]
+                assert sig_blob[4:4 + n].decode() == algorithm
+                sig = sig_blob[8 + n:]
+                assert len(sig) == 256
+                public_key.verify(sig, data, padding.PKCS1v15(), hash_)
+                with pytest.raises(Exception):
+                    public_key.verify(sig, data + b"!", padding.PKCS1v15(), hash_)
+        s.close()
+        r = sign_with(a, tmp_path, piv_keys["9a"])
+        assert r.returncode == 0, r.stderr + a.daemon.log.read_text()[-2000:]
+        port, authorized, log = sshd
+        for slot, algorithm in (("9a", "rsa-sha2-256"), ("9e", "rsa-sha2-512")):
+            authorized.write_text(piv_keys[slot] + "\n")
+            r = a.run("ssh", "-o", f"IdentityAgent={a.sock}", "-o", "StrictHostKeyChecking=no", "-o",
+                      "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "PreferredAuthentications=publickey",
+                      "-o", f"PubkeyAcceptedAlgorithms={algorithm}", "-p", str(port),
+                      f"{os.environ.get('USER', 'root')}@127.0.0.1", "echo", slot)
+            assert r.returncode == 0, r.stderr + log.read_text()
+            assert r.stdout.strip() == slot
+    finally:
+        a.daemon.stop()
+        card.remove()

@@ -1,5 +1,6 @@
 import APDU
 import Crypto
+import CryptoPrimitives
 import Foundation
 import PIV
 import TesseraCore
@@ -9,7 +10,7 @@ import VPCD
 ///
 /// Implements SELECT, GET DATA / PUT DATA (with command chaining and GET RESPONSE), VERIFY (incl. the empty
 /// status query), CHANGE REFERENCE DATA, RESET RETRY COUNTER, GENERAL AUTHENTICATE (management-key witness /
-/// challenge with 3DES or AES, ECC P-256 signing), GENERATE ASYMMETRIC KEY PAIR (P-256) and the Yubico
+/// challenge with 3DES or AES, ECC P-256 and RSA-1024/2048 signing), GENERATE ASYMMETRIC KEY PAIR (P-256) and the Yubico
 /// GET SERIAL / GET METADATA extensions. PIN policy: every slot but 9E needs the PIN verified in the card session.
 /// With a state file, every change is saved, so a restart is a card re-insertion.
 public actor EmulatedPIVCard: VirtualCard {
@@ -370,24 +371,36 @@ public actor EmulatedPIVCard: VirtualCard {
         return ResponseAPDU(sw: .incorrectData)
     }
 
+    /// ECC P-256: ECDSA over the digest, DER. RSA-1024/2048: the raw private operation on the block (the host pads).
     private func sign(_ algorithm: UInt8, slot: UInt8, _ items: [TLV]) -> ResponseAPDU {
         guard let stored = state.keys[PIVCardState.key(slot: slot)] else { return ResponseAPDU(sw: .referenceNotFound) }
-        guard algorithm == stored.algorithm, algorithm == PIV.Algorithm.eccP256.rawValue else {
+        let rsa = [PIV.Algorithm.rsa1024.rawValue, PIV.Algorithm.rsa2048.rawValue]
+        guard algorithm == stored.algorithm, algorithm == PIV.Algorithm.eccP256.rawValue || rsa.contains(algorithm)
+        else {
             return ResponseAPDU(sw: .incorrectData)
         }
-        guard let request = items.first(tag: 0x82), request.value.isEmpty, let digest = items.first(tag: 0x81)?.value
+        guard let request = items.first(tag: 0x82), request.value.isEmpty, let input = items.first(tag: 0x81)?.value
         else {
             return ResponseAPDU(sw: .incorrectData)
         }
         if slot != PIV.Slot.cardAuthentication && !pinVerified { return ResponseAPDU(sw: .securityStatusNotSatisfied) }
-        guard digest.count == 32, let d = Hex.decode(stored.privateKey),
-            let key = try? P256.Signing.PrivateKey(rawRepresentation: d),
-            let signature = try? key.signature(for: PrehashedDigest(bytes: digest))
-        else {
-            return ResponseAPDU(sw: .incorrectData)
+        guard let d = Hex.decode(stored.privateKey) else { return ResponseAPDU(sw: .incorrectData) }
+        let signature: [UInt8]
+        if rsa.contains(algorithm) {
+            guard let s = try? Signatures.rsaRawSign(input, privateKey: d) else {
+                return ResponseAPDU(sw: .incorrectData)
+            }
+            signature = s
+        } else {
+            guard input.count == 32, let key = try? P256.Signing.PrivateKey(rawRepresentation: d),
+                let s = try? key.signature(for: PrehashedDigest(bytes: input))
+            else {
+                return ResponseAPDU(sw: .incorrectData)
+            }
+            signature = Array(s.derRepresentation)
         }
-        let der = TLV(tag: 0x82, value: Array(signature.derRepresentation))
-        return ResponseAPDU(data: TLV(tag: 0x7C, children: [der]).encoded, sw: .success)
+        return ResponseAPDU(
+            data: TLV(tag: 0x7C, children: [TLV(tag: 0x82, value: signature)]).encoded, sw: .success)
     }
 
     // MARK: keys
@@ -415,12 +428,13 @@ public actor EmulatedPIVCard: VirtualCard {
                     + TLV.encode(tag: 0x02, value: [0x00, 0x01]), sw: .success)
         }
         guard PIV.Object.certificate(slot: c.p2) != nil else { return ResponseAPDU(sw: .wrongP1P2) }
-        guard let stored = state.keys[PIVCardState.key(slot: c.p2)], let point = publicKey(slot: c.p2) else {
-            return ResponseAPDU(sw: .referenceNotFound)
-        }
-        let data =
+        guard let stored = state.keys[PIVCardState.key(slot: c.p2)] else { return ResponseAPDU(sw: .referenceNotFound) }
+        var data =
             TLV.encode(tag: 0x01, value: [stored.algorithm]) + TLV.encode(tag: 0x02, value: [0x02, 0x01])
-            + TLV.encode(tag: 0x03, value: [0x01]) + TLV.encode(tag: 0x04, value: TLV.encode(tag: 0x86, value: point))
+            + TLV.encode(tag: 0x03, value: [0x01])
+        if let point = publicKey(slot: c.p2) {
+            data += TLV.encode(tag: 0x04, value: TLV.encode(tag: 0x86, value: point))
+        }
         return ResponseAPDU(data: data, sw: .success)
     }
 

@@ -8,9 +8,9 @@ import TesseraCore
 public struct PIVCardState: Codable, Sendable, Equatable {
     /// An asymmetric key in a slot.
     public struct StoredKey: Codable, Sendable, Equatable {
-        /// SP 800-78-4 algorithm identifier (0x11 = ECC P-256).
+        /// SP 800-78-4 algorithm identifier (0x11 = ECC P-256, 0x07 = RSA-2048, 0x06 = RSA-1024).
         public var algorithm: UInt8
-        /// The private key (P-256: the 32-byte scalar), hex.
+        /// The private key (P-256: the 32-byte scalar; RSA: PKCS#8 or PKCS#1 DER), hex.
         public var privateKey: String
 
         public init(algorithm: UInt8, privateKey: String) { self.algorithm = algorithm; self.privateKey = privateKey }
