@@ -117,6 +117,54 @@ public final class PKCS11Token: Sendable {
         }
     }
 
+    /// Changes the user PIN with `C_SetPIN(old, new)`: one token try at most (a wrong `old` costs one, like a
+    /// wrong login). `beforeTry` and `afterTry` as for `verifyPIN`, under the token's login lock. A login in force
+    /// stays, now recognised by the new PIN. Throws `PIN_INVALID`, `PIN_LOCKED`, `INVALID_INPUT` (the token refuses
+    /// the new PIN's length or content).
+    public func changePIN(
+        old: String, new: String,
+        beforeTry: @Sendable (_ retriesLeft: Int?) throws(TesseraError) -> Void = { _ throws(TesseraError) in },
+        afterTry: @Sendable (TesseraError?) -> Void = { _ in }
+    ) async throws(TesseraError) {
+        let oldBytes = Array(old.utf8), newBytes = Array(new.utf8)
+        try await authLock.withLock { () async throws(TesseraError) in
+            let infoState = self.infoState
+            let finalTry = try await self.withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+                guard let token = ctx.tokenInfo() else { return false }
+                let flags = TokenFlags(token: token.flags, slot: ck_flags_t(0))
+                infoState.withLock { $0.flags = flags.keepingSlot($0.flags) }
+                return flags.userPinFinalTry
+            }
+            try beforeTry(finalTry ? 1 : nil)
+            let loggedIn: Bool
+            do throws(TesseraError) {
+                loggedIn = try await self.withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+                    let rv = ctx.setPIN(old: oldBytes, new: newBytes)
+                    if let token = ctx.tokenInfo() {
+                        infoState.withLock {
+                            $0.flags = TokenFlags(token: token.flags, slot: ck_flags_t(0)).keepingSlot($0.flags)
+                        }
+                    }
+                    switch rv {
+                    case ck_rv_t(CKR_OK): return (try? ctx.isLoggedIn()) ?? false
+                    case ck_rv_t(CKR_PIN_INCORRECT): throw .failure(Self.pinIncorrect(infoState.withLock { $0.flags }))
+                    case ck_rv_t(CKR_PIN_LOCKED):
+                        throw .failure(TesseraError(.pinLocked, "the user PIN is locked on the token"))
+                    case ck_rv_t(CKR_PIN_LEN_RANGE), ck_rv_t(CKR_PIN_INVALID):
+                        throw .failure(.invalidInput("the token refuses the new PIN (length or characters)"))
+                    default: throw .call(rv, "C_SetPIN")
+                    }
+                }
+            } catch {
+                // Only PIN_INVALID and PIN_LOCKED count as a spent try (PINAttempt ignores other errors).
+                afterTry(error)
+                throw error
+            }
+            self.pinRecord.withLock { $0 = loggedIn ? PINVerifier.shared.tag(newBytes) : nil }
+            afterTry(nil)
+        }
+    }
+
     /// Whether `pin` is the PIN of the login in force (constant-time against the tag of the last successful login),
     /// without a token call or the login lock: what `verifyPIN` would accept without `C_Login` while the token keeps
     /// that login. Should the token have lost it since, its operations fail with `PIN_REQUIRED`; the caller then

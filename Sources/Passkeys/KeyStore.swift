@@ -33,6 +33,8 @@ public protocol KeyStoreToken: Sendable {
     func login(pin: PINAttempt) async throws(TesseraError)
     /// Ends the login.
     func logout() async
+    /// Changes the token's user PIN from `old` (from `PINRules.withCallerPIN`: one token try at most) to `new`.
+    func changePIN(old: PINAttempt, new: String) async throws(TesseraError)
 }
 
 /// A public key on a token, with the handle of its private key.
@@ -73,6 +75,9 @@ extension KeyStoreToken {
         throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) cannot be unlocked for the SSH agent")
     }
     public func logout() async {}
+    public func changePIN(old: PINAttempt, new: String) async throws(TesseraError) {
+        throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) cannot change its PIN here")
+    }
 }
 
 /// A source of tokens (one per backend).
