@@ -214,7 +214,7 @@ public enum Daemon {
                 backend: backend,
                 info: .init(
                     aaguid: tesseraAAGUID,
-                    maxMessageSize: CTAPHID.maxMessageSize))
+                    maxMessageSize: CTAPHID.maxMessageSize, clientPIN: config.ctap?.clientPin ?? false))
             // One authenticator, one transaction at a time, whichever transport the request comes from.
             let hub = CTAPHIDHub(authenticator: authenticator, logger: ctapLogger)
             if let ctapPath {

@@ -1,4 +1,5 @@
 import CBOR
+import Crypto
 import Synchronization
 import TesseraCore
 import Testing
@@ -14,6 +15,11 @@ struct CTAP2AuthenticatorTests {
             var presence: [PresenceRequest] = []
             var signed: [(id: [UInt8], up: Bool)] = []
             var presenceAnswer: CTAP2Error?
+            /// LEFT(SHA-256(PIN), 16) of the token's PIN, and every hash tried on it.
+            var pinHash = Array(SHA256.hash(data: Array("1234".utf8)).prefix(16))
+            var pinTries: [[UInt8]] = []
+            var retries = 8
+            var verified: [Bool] = []
         }
         let state = Mutex(State())
 
@@ -27,8 +33,9 @@ struct CTAP2AuthenticatorTests {
 
         func makeCredential(
             rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-            credProtect: CredProtect, extensions: [UInt8]?
+            credProtect: CredProtect, extensions: [UInt8]?, userVerified: Bool
         ) async throws(CTAP2Error) -> CTAP2Attestation {
+            state.withLock { $0.verified.append(userVerified) }
             let id = [UInt8](repeating: UInt8(state.withLock { $0.credentials.count } + 1), count: 16)
             state.withLock {
                 $0.credentials.append(
@@ -39,10 +46,13 @@ struct CTAP2AuthenticatorTests {
                 format: "packed", authData: id + (extensions ?? []), statement: ["alg": -7, "sig": .byteString([1])])
         }
 
-        func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool) async throws(CTAP2Error)
-            -> (authData: [UInt8], signature: [UInt8])
+        func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool)
+            async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8])
         {
-            state.withLock { $0.signed.append((credential.id, userPresent)) }
+            state.withLock {
+                $0.signed.append((credential.id, userPresent))
+                $0.verified.append(userVerified)
+            }
             return ([userPresent ? 1 : 0], credential.id)
         }
 
@@ -52,6 +62,24 @@ struct CTAP2AuthenticatorTests {
                 return s.presenceAnswer
             }
             if let answer { throw answer }
+        }
+
+        func pinRetries() async throws(CTAP2Error) -> Int { state.withLock { $0.retries } }
+
+        func verifyPIN(hash: [UInt8]) async throws(CTAP2Error) {
+            try state.withLock { s throws(CTAP2Error) in
+                s.pinTries.append(hash)
+                guard hash == s.pinHash else {
+                    s.retries -= 1
+                    throw CTAP2Error(.pinInvalid, "wrong PIN")
+                }
+                s.retries = 8
+            }
+        }
+
+        func changePIN(currentHash: [UInt8], newHash: [UInt8]) async throws(CTAP2Error) {
+            try await verifyPIN(hash: currentHash)
+            state.withLock { $0.pinHash = newHash }
         }
     }
 
