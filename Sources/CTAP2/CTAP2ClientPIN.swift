@@ -13,6 +13,23 @@ public struct PINPermissions: OptionSet, Sendable {
     public static let supported: PINPermissions = [.makeCredential, .getAssertion]
 }
 
+/// A CTAP PIN as the token holds it (docs/CTAP.md): the token's PIN is the lower-case hex of LEFT(SHA-256(PIN), 16).
+public enum CTAPTokenPIN {
+    /// LEFT(SHA-256(pin), 16): what a platform sends as pinHashEnc's plaintext.
+    public static func hash(_ pin: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: pin).prefix(16)) }
+
+    /// The token PIN for a PIN hash: 32 lower-case hex digits.
+    public static func tokenPIN(hash: [UInt8]) -> String { Hex.encode(hash) }
+
+    /// The PIN policy (§6.5.1): 4 to 63 bytes of UTF-8, at least 4 code points; else PIN_POLICY_VIOLATION.
+    public static func checkPolicy(_ pin: [UInt8]) throws(CTAP2Error) {
+        guard pin.count <= 63, let text = String(validating: pin, as: UTF8.self), text.unicodeScalars.count >= 4
+        else {
+            throw CTAP2Error(.pinPolicyViolation, "a CTAP PIN is 4 to 63 bytes of UTF-8 (at least 4 code points)")
+        }
+    }
+}
+
 /// authenticatorClientPIN parameters (§6.5.5).
 public struct ClientPINRequest: Sendable {
     enum Subcommand: Int {
@@ -146,11 +163,8 @@ extension CTAP2Authenticator {
         let padded = try proto.decrypt(key: shared, newPinEnc)
         guard padded.count == 64 else { throw CTAP2Error(.invalidParameter, "newPinEnc is not 64 bytes of PIN") }
         let newPIN = Array(padded.prefix { $0 != 0 })
-        guard newPIN.count <= 63, let text = String(validating: newPIN, as: UTF8.self), text.unicodeScalars.count >= 4
-        else {
-            throw CTAP2Error(.pinPolicyViolation, "the new PIN must be 4 to 63 bytes of UTF-8 (at least 4 code points)")
-        }
-        let newHash = Array(SHA256.hash(data: newPIN).prefix(16))
+        try CTAPTokenPIN.checkPolicy(newPIN)
+        let newHash = CTAPTokenPIN.hash(newPIN)
         let currentHash = try decryptPINHash(pinHashEnc, shared: shared, proto: proto)
         do throws(CTAP2Error) {
             try await backend.changePIN(currentHash: currentHash, newHash: newHash)

@@ -93,14 +93,7 @@ public final class PKCS11Token: Sendable {
             {
                 return
             }
-            let infoState = self.infoState
-            let finalTry = try await self.withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
-                guard let token = ctx.tokenInfo() else { return false }
-                let flags = TokenFlags(token: token.flags, slot: ck_flags_t(0))
-                infoState.withLock { $0.flags = flags.keepingSlot($0.flags) }
-                return flags.userPinFinalTry
-            }
-            try beforeTry(finalTry ? 1 : nil)
+            try beforeTry(await self.retriesLeftIfFinal())
             if loggedIn {
                 try await self.drained { (ctx: SessionContext) throws(OperationError) in
                     _ = ctx.logout()
@@ -128,23 +121,13 @@ public final class PKCS11Token: Sendable {
     ) async throws(TesseraError) {
         let oldBytes = Array(old.utf8), newBytes = Array(new.utf8)
         try await authLock.withLock { () async throws(TesseraError) in
+            try beforeTry(await self.retriesLeftIfFinal())
             let infoState = self.infoState
-            let finalTry = try await self.withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
-                guard let token = ctx.tokenInfo() else { return false }
-                let flags = TokenFlags(token: token.flags, slot: ck_flags_t(0))
-                infoState.withLock { $0.flags = flags.keepingSlot($0.flags) }
-                return flags.userPinFinalTry
-            }
-            try beforeTry(finalTry ? 1 : nil)
             let loggedIn: Bool
             do throws(TesseraError) {
                 loggedIn = try await self.withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
                     let rv = ctx.setPIN(old: oldBytes, new: newBytes)
-                    if let token = ctx.tokenInfo() {
-                        infoState.withLock {
-                            $0.flags = TokenFlags(token: token.flags, slot: ck_flags_t(0)).keepingSlot($0.flags)
-                        }
-                    }
+                    Self.refreshFlags(ctx, infoState)
                     switch rv {
                     case ck_rv_t(CKR_OK): return (try? ctx.isLoggedIn()) ?? false
                     case ck_rv_t(CKR_PIN_INCORRECT): throw .failure(Self.pinIncorrect(infoState.withLock { $0.flags }))
@@ -196,11 +179,7 @@ public final class PKCS11Token: Sendable {
         let infoState = self.infoState
         let verified = try await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
             let rv = ctx.login(pin: pin)
-            if let token = ctx.tokenInfo() {
-                infoState.withLock {
-                    $0.flags = TokenFlags(token: token.flags, slot: ck_flags_t(0)).keepingSlot($0.flags)
-                }
-            }
+            Self.refreshFlags(ctx, infoState)
             switch rv {
             case ck_rv_t(CKR_OK): return true
             case ck_rv_t(CKR_USER_ALREADY_LOGGED_IN): return false
@@ -214,6 +193,24 @@ public final class PKCS11Token: Sendable {
             let tag = PINVerifier.shared.tag(pin)
             pinRecord.withLock { $0 = tag }
         }
+    }
+
+    /// Reads the token's flags into `infoState`; returns them (nil when the token cannot say).
+    @discardableResult
+    private static func refreshFlags(_ ctx: SessionContext, _ infoState: Locked<TokenInfo>) -> TokenFlags? {
+        guard let token = ctx.tokenInfo() else { return nil }
+        let flags = TokenFlags(token: token.flags, slot: ck_flags_t(0))
+        infoState.withLock { $0.flags = flags.keepingSlot($0.flags) }
+        return flags
+    }
+
+    /// 1 when the token reports `CKF_USER_PIN_FINAL_TRY` now, else nil (what `beforeTry` gets).
+    private func retriesLeftIfFinal() async throws(TesseraError) -> Int? {
+        let infoState = self.infoState
+        let finalTry = try await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+            Self.refreshFlags(ctx, infoState)?.userPinFinalTry ?? false
+        }
+        return finalTry ? 1 : nil
     }
 
     private static func pinIncorrect(_ flags: TokenFlags) -> TesseraError {

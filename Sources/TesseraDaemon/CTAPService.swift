@@ -228,8 +228,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
-    /// The token PIN of a CTAP PIN: lower-case hex of LEFT(SHA-256(PIN), 16).
-    static func tokenPIN(_ hash: [UInt8]) -> String { Hex.encode(hash) }
+    static func tokenPIN(_ hash: [UInt8]) -> String { CTAPTokenPIN.tokenPIN(hash: hash) }
 
     /// Under the PIN rules as the CTAP client (never the final try: a CTAP client cannot ask for it).
     private func withCTAPPIN(
@@ -393,6 +392,35 @@ actor PresenceBroker {
 }
 
 extension MethodTable {
+    /// `ctap.setPin`: gives a PKCS#11 token the hashed form of a CTAP PIN as its PIN (docs/CTAP.md), with one
+    /// `C_SetPIN` under the PIN rules.
+    func registerCTAP(_ passkeys: PasskeyService, defaultTokenId: String?) {
+        register("ctap.setPin", .admin) { p, connection in
+            let requested = try p.optionalString("tokenId") ?? defaultTokenId
+            if requested == nil, await passkeys.tokens().count > 1 {
+                throw TesseraError.invalidInput("several tokens are present: give tokenId")
+            }
+            let token = try await passkeys.chooseToken(requested)
+            guard token.backend == "pkcs11" else {
+                throw TesseraError(
+                    .unsupportedProtocol, "token \(token.id) (\(token.backend)) cannot hold a CTAP PIN (32 characters)")
+            }
+            let pin = try p.string("pin")
+            let ctapPIN = Array((try p.optionalString("newPin") ?? pin).utf8)
+            do throws(CTAP2Error) { try CTAPTokenPIN.checkPolicy(ctapPIN) } catch {
+                throw TesseraError.invalidInput("newPin: \(error.message)")
+            }
+            let newTokenPIN = CTAPTokenPIN.tokenPIN(hash: CTAPTokenPIN.hash(ctapPIN))
+            try await passkeys.pinRules.withCallerPIN(
+                pin, caller: connection.pinCaller, allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false,
+                tokenId: token.id
+            ) { (old: PINAttempt) async throws(TesseraError) in
+                try await token.changePIN(old: old, new: newTokenPIN)
+            }
+            return ["changed": true, "tokenId": .string(token.id)]
+        }
+    }
+
     /// `presence.confirm` and `presence.list`.
     func registerPresence(_ broker: PresenceBroker) {
         register("presence.confirm", .sign) { p, connection in

@@ -171,6 +171,7 @@ public enum Daemon {
             confirmOnSocket: config.ctap?.confirmOnSocket ?? false,
             timeout: .seconds(config.ctap?.presenceTimeoutSeconds ?? 30), logger: ctapLogger)
         table.registerPresence(presence)
+        table.registerCTAP(passkeys, defaultTokenId: config.ctap?.tokenId)
         table.registerIntrospection()
 
         let tokenEvents = Task {

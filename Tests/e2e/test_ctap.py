@@ -22,7 +22,7 @@ from fido2.webauthn import (AttestationObject, PublicKeyCredentialCreationOption
                             PublicKeyCredentialRpEntity, PublicKeyCredentialUserEntity)
 from webauthn import verify_authentication_response, verify_registration_response
 
-from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Daemon, SoftHSM, b64u, unb64u
+from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Daemon, RPCError, SoftHSM, b64u, cli, unb64u
 
 RP = "example.com"
 ORIGIN = "https://example.com"
@@ -696,3 +696,31 @@ def test_libfido2_make_cred_and_get_assert_with_pin(pin_ctap, tmp_path):
     r = subprocess.run([str(binary), pin_ctap.sock, "1234"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("OK 32 ") and r.stdout.strip().endswith("uv=1,1")
+
+
+def test_ctap_set_pin_converts_the_token_pin(tmp_path, softhsm):
+    """ctap.setPin (and `tessera ctap set-pin`): the token's PIN "1234" becomes the hashed form of a CTAP PIN."""
+    import subprocess
+    # No back-off: the wrong CTAP PIN below would hold uid 0's next PIN, the JSON-RPC one too (one set of PIN rules).
+    d = CTAPDaemon(tmp_path, softhsm, extra={"clientPin": True}, top={"pinBackoff": {"initialSeconds": 0}}).start()
+    try:
+        c = d.daemon.client()
+        with pytest.raises(RPCError) as e:
+            c.call("ctap.setPin", {"pin": "1234", "newPin": "12"})
+        assert e.value.code == "INVALID_INPUT"
+        with pytest.raises(CtapError) as e:
+            ClientPin(Ctap2(d.device())).get_pin_token("1234")
+        assert e.value.code == CtapError.ERR.PIN_INVALID
+        # In place: the CTAP PIN is the token's current PIN.
+        assert c.call("ctap.setPin", {"pin": "1234"}) == {"changed": True, "tokenId": c.call("tokens.list")["tokens"][0]["id"]}
+        assert ClientPin(Ctap2(d.device())).get_pin_token("1234")
+        # The CLI, to another CTAP PIN.
+        r = cli(d.daemon, "ctap", "set-pin", "--pin-stdin", "--new-pin-stdin", input=ctap_token_pin("1234") + "\n5678\n")
+        assert "hashed form" in r.stdout
+        assert ClientPin(Ctap2(d.device()), PinProtocolV1()).get_pin_token("5678")
+        login = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "tessera-test", "--login",
+                                "--pin", ctap_token_pin("5678"), "--list-objects"], capture_output=True, text=True,
+                               env={**os.environ, **softhsm.env})
+        assert login.returncode == 0, login.stderr
+    finally:
+        d.daemon.stop()
