@@ -20,6 +20,8 @@ struct CTAP2AuthenticatorTests {
             var pinTries: [[UInt8]] = []
             var retries = 8
             var verified: [Bool] = []
+            /// What the token's PIN check answers instead of checking (PIN_BLOCKED, the back-off's PIN_AUTH_BLOCKED).
+            var pinAnswer: CTAP2Error?
         }
         let state = Mutex(State())
 
@@ -68,6 +70,7 @@ struct CTAP2AuthenticatorTests {
 
         func verifyPIN(hash: [UInt8]) async throws(CTAP2Error) {
             try state.withLock { s throws(CTAP2Error) in
+                if let answer = s.pinAnswer { throw answer }
                 s.pinTries.append(hash)
                 guard hash == s.pinHash else {
                     s.retries -= 1

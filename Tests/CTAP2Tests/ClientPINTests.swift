@@ -212,6 +212,21 @@ struct ClientPINTests {
         #expect(retries?[3] == 5 && retries?[4] == true)
     }
 
+    @Test func blockedTokenAndBackoffAreNotWrongPINs() async throws {
+        let (a, backend) = authenticator()
+        // The token refuses to spend a try (locked, final try): PIN_BLOCKED, not counted, same key agreement key.
+        backend.state.withLock { $0.pinAnswer = CTAP2Error(.pinBlocked, "final try") }
+        let keyBefore = await call(a, 0x06, [1: 2, 2: 2]).1?[1]
+        for _ in 0..<3 { #expect(try await pinToken(a, .two, pin: "1234").0 == 0x32) }
+        #expect(await call(a, 0x06, [1: 2, 2: 2]).1?[1] == keyBefore)
+        // The caller's back-off: PIN_AUTH_BLOCKED for this request only, no power cycle needed.
+        backend.state.withLock { $0.pinAnswer = CTAP2Error(.pinAuthBlocked, "back-off") }
+        #expect(try await pinToken(a, .two, pin: "1234").0 == 0x34)
+        #expect(await call(a, 0x06, [1: 2, 2: 1]).1?[4] == false)
+        backend.state.withLock { $0.pinAnswer = nil }
+        #expect(try await pinToken(a, .two, pin: "1234").0 == 0)
+    }
+
     @Test func rightPINResetsTheCount() async throws {
         let (a, _) = authenticator()
         #expect(try await pinToken(a, .two, pin: "0000").0 == 0x31)
