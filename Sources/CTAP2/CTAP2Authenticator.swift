@@ -8,9 +8,14 @@ public struct CTAP2Credential: Sendable, Equatable {
     public var user: CTAP2User
     public var discoverable: Bool
     public var credProtect: CredProtect
-    public init(id: [UInt8], rpId: String, user: CTAP2User, discoverable: Bool, credProtect: CredProtect) {
+    /// The credential's public key, COSE_Key bytes (credentialManagement returns it).
+    public var publicKey: [UInt8]
+    public init(
+        id: [UInt8], rpId: String, user: CTAP2User, discoverable: Bool, credProtect: CredProtect,
+        publicKey: [UInt8] = []
+    ) {
         self.id = id; self.rpId = rpId; self.user = user; self.discoverable = discoverable;
-        self.credProtect = credProtect
+        self.credProtect = credProtect; self.publicKey = publicKey
     }
 }
 
@@ -61,6 +66,12 @@ public protocol CTAP2Backend: Sendable {
     /// Changes the token's PIN from the one hashing to `currentHash` to the one hashing to `newHash` (one token
     /// try at most; errors as `verifyPIN`).
     func changePIN(currentHash: [UInt8], newHash: [UInt8]) async throws(CTAP2Error)
+    /// Every discoverable credential (all RPs) whose token is present, newest first.
+    func discoverableCredentials() async throws(CTAP2Error) -> [CTAP2Credential]
+    /// Deletes the credential: its key on the token and its record.
+    func deleteCredential(_ credential: CTAP2Credential) async throws(CTAP2Error)
+    /// Replaces the user name and display name kept with the credential.
+    func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error)
 }
 
 /// Progress an authenticator reports while it works (the transport turns it into KEEPALIVE).
@@ -95,6 +106,8 @@ public actor CTAP2Authenticator {
     private let info: Info
     private var pending: PendingAssertions?
     var pin = PINState()
+    /// What enumerateRPsGetNextRP and enumerateCredentialsGetNextCredential return next.
+    var enumeration = CredentialEnumeration()
     /// How long getNextAssertion may follow getAssertion (§6.3: 30 s).
     static let nextAssertionWindow: Duration = .seconds(30)
 
@@ -122,6 +135,7 @@ public actor CTAP2Authenticator {
             throw CTAP2Error(.invalidCommand, "unknown command 0x\(String(commandByte, radix: 16))")
         }
         if command != .getNextAssertion { pending = nil }
+        if command != .credentialManagement { enumeration = CredentialEnumeration() }
         let parameters: CBORValue?
         if message.count > 1 {
             do {
@@ -150,6 +164,8 @@ public actor CTAP2Authenticator {
             throw CTAP2Error(.operationDenied, "authenticatorReset is refused: tokens are not wiped through CTAP")
         case .clientPIN where info.clientPIN:
             return try await clientPIN(ClientPINRequest(required()))
+        case .credentialManagement where info.clientPIN:
+            return try await credentialManagement(CredentialManagementRequest(required()))
         case .clientPIN, .credentialManagement:
             throw CTAP2Error(.invalidCommand, "command 0x\(String(commandByte, radix: 16)) is not supported")
         }
@@ -161,7 +177,9 @@ public actor CTAP2Authenticator {
         ]
         if info.clientPIN {
             // makeCredUvNotRqd: credentials are still made without UV (docs/CTAP.md).
-            options += [("clientPin", true), ("pinUvAuthToken", true), ("makeCredUvNotRqd", true)]
+            options += [
+                ("credMgmt", true), ("clientPin", true), ("pinUvAuthToken", true), ("makeCredUvNotRqd", true),
+            ]
         }
         var out: [(key: CBORValue, value: CBORValue)] = [
             (1, ["FIDO_2_0", "FIDO_2_1"]), (2, ["credProtect"]), (3, .byteString(info.aaguid)), (4, .map(options)),
@@ -288,8 +306,7 @@ public actor CTAP2Authenticator {
             try await presence(probe, progress: progress)
             throw CTAP2Error(.pinInvalid, "empty pinUvAuthParam: a PIN is set")
         }
-        try verifyPinUvAuthParam(
-            param, protocol: version, clientDataHash: clientDataHash, permission: permission, rpId: rpId)
+        try verifyPinUvAuthParam(param, protocol: version, message: clientDataHash, permission: permission, rpId: rpId)
         return true
     }
 

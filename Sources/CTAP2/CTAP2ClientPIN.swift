@@ -9,8 +9,8 @@ public struct PINPermissions: OptionSet, Sendable {
     public static let makeCredential = PINPermissions(rawValue: 0x01)
     public static let getAssertion = PINPermissions(rawValue: 0x02)
     public static let credentialManagement = PINPermissions(rawValue: 0x04)
-    /// The permissions this authenticator grants (mc, ga).
-    public static let supported: PINPermissions = [.makeCredential, .getAssertion]
+    /// The permissions this authenticator grants (mc, ga, cm).
+    public static let supported: PINPermissions = [.makeCredential, .getAssertion, .credentialManagement]
 }
 
 /// A CTAP PIN as the token holds it (docs/CTAP.md): the token's PIN is the lower-case hex of LEFT(SHA-256(PIN), 16).
@@ -210,11 +210,12 @@ extension CTAP2Authenticator {
         return error
     }
 
-    /// Checks a makeCredential/getAssertion pinUvAuthParam over `clientDataHash` (§6.1.2, §6.2.2): the token in use
-    /// with `permission`, its protocol, and bound to `rpId` (binding it when it has none yet). PIN_AUTH_INVALID
-    /// otherwise.
+    /// Checks a pinUvAuthParam over `message` (§6.1.2, §6.2.2, §6.8): the token in use with `permission`, its
+    /// protocol, and its rpId: for makeCredential/getAssertion (`bind`) `rpId`, binding it when it has none yet;
+    /// for credentialManagement `rpId` when it has one, and none when `rpId` is nil. PIN_AUTH_INVALID otherwise.
     func verifyPinUvAuthParam(
-        _ param: [UInt8], protocol version: Int?, clientDataHash: [UInt8], permission: PINPermissions, rpId: String
+        _ param: [UInt8], protocol version: Int?, message: [UInt8], permission: PINPermissions, rpId: String?,
+        bind: Bool = true
     ) throws(CTAP2Error) {
         guard let version else { throw CTAP2Error(.missingParameter, "pinUvAuthProtocol missing") }
         guard let proto = PINUVAuthProtocol(rawValue: version) else {
@@ -224,7 +225,7 @@ extension CTAP2Authenticator {
         else {
             throw CTAP2Error(.pinAuthInvalid, "no pinUvAuthToken in use")
         }
-        guard proto.verify(key: pin.token, clientDataHash, signature: param) else {
+        guard proto.verify(key: pin.token, message, signature: param) else {
             throw CTAP2Error(.pinAuthInvalid, "pinUvAuthParam does not verify")
         }
         guard pin.permissions.contains(permission) else {
@@ -233,7 +234,7 @@ extension CTAP2Authenticator {
         if let bound = pin.rpId, bound != rpId {
             throw CTAP2Error(.pinAuthInvalid, "the pinUvAuthToken is bound to another rpId")
         }
-        pin.rpId = rpId
+        if bind { pin.rpId = rpId }
     }
 
     /// After a makeCredential/getAssertion with the token: its mc and ga permissions are used up (§6.1.2, §6.2.2).

@@ -376,6 +376,15 @@ public final class PasskeyService: Sendable {
         return rec
     }
 
+    /// Replaces the user name and display name kept with credential `id` (CTAP updateUserInformation);
+    /// PASSKEY_NOT_FOUND when there is no such credential.
+    public func updateUser(id: [UInt8], name: String, displayName: String) async throws(TesseraError) {
+        guard try await store.updateUser(id: id, name: name, displayName: displayName) else {
+            throw TesseraError(.passkeyNotFound, "no credential with this id")
+        }
+        _ = records.withLock { $0.removeValue(forKey: id) }
+    }
+
     // MARK: helpers
 
     /// The token `id`, or with nil the first token present; TOKEN_NOT_PRESENT when there is none.

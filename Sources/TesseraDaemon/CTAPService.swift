@@ -72,22 +72,57 @@ final class CTAPPasskeyBackend: CTAP2Backend {
             } else {
                 records = try await passkeys.credentials(rpId: rpId, userId: nil)
             }
-            let present = Set(await passkeys.tokens().map(\.id))
-            records = records.filter { present.contains($0.tokenId) }.sorted { $0.createdAt > $1.createdAt }
-            let stored = try await cachedOptions(records.map(\.credentialId))
-            return records.compactMap { r in
-                let o = stored[r.credentialId]
-                let discoverable = o?.discoverable ?? true
-                if ids == nil && !discoverable { return nil }
-                return CTAP2Credential(
-                    id: [UInt8](r.credentialId), rpId: r.rpId,
-                    user: CTAP2User(id: [UInt8](r.userId), name: r.userName, displayName: r.userDisplayName),
-                    discoverable: discoverable,
-                    credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1))
-                        ?? .userVerificationRequired)
-            }
+            return try await ctapCredentials(records, discoverableOnly: ids == nil)
         } catch {
             throw map(error, "credential lookup")
+        }
+    }
+
+    func discoverableCredentials() async throws(CTAP2Error) -> [CTAP2Credential] {
+        do throws(TesseraError) {
+            return try await ctapCredentials(passkeys.credentials(rpId: nil, userId: nil), discoverableOnly: true)
+        } catch {
+            throw map(error, "credential lookup")
+        }
+    }
+
+    /// The records whose token is present, newest first, with their CTAP options.
+    private func ctapCredentials(_ records: [CredentialRecord], discoverableOnly: Bool) async throws(TesseraError)
+        -> [CTAP2Credential]
+    {
+        let present = Set(await passkeys.tokens().map(\.id))
+        let records = records.filter { present.contains($0.tokenId) }.sorted { $0.createdAt > $1.createdAt }
+        let stored = try await cachedOptions(records.map(\.credentialId))
+        return records.compactMap { r in
+            let o = stored[r.credentialId]
+            let discoverable = o?.discoverable ?? true
+            if discoverableOnly && !discoverable { return nil }
+            return CTAP2Credential(
+                id: [UInt8](r.credentialId), rpId: r.rpId,
+                user: CTAP2User(id: [UInt8](r.userId), name: r.userName, displayName: r.userDisplayName),
+                discoverable: discoverable,
+                credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1)) ?? .userVerificationRequired,
+                publicKey: [UInt8](r.publicKey))
+        }
+    }
+
+    func deleteCredential(_ credential: CTAP2Credential) async throws(CTAP2Error) {
+        let actor = CTAPCaller.current.map { "ctap:uid:\($0.uid)" } ?? "ctap"
+        do throws(TesseraError) {
+            try await passkeys.delete(id: credential.id, actor: actor)
+            try? await options.delete(Data(credential.id))
+            optionsCache.withLock { $0[Data(credential.id)] = nil }
+            logger.info("ctap: credential deleted", metadata: ["rpId": "\(credential.rpId)"])
+        } catch {
+            throw map(error, "deleteCredential")
+        }
+    }
+
+    func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error) {
+        do throws(TesseraError) {
+            try await passkeys.updateUser(id: credential.id, name: user.name ?? "", displayName: user.displayName ?? "")
+        } catch {
+            throw map(error, "updateUserInformation")
         }
     }
 

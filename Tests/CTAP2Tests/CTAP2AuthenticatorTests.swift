@@ -42,7 +42,8 @@ struct CTAP2AuthenticatorTests {
             state.withLock {
                 $0.credentials.append(
                     CTAP2Credential(
-                        id: id, rpId: rpId, user: user, discoverable: discoverable, credProtect: credProtect))
+                        id: id, rpId: rpId, user: user, discoverable: discoverable, credProtect: credProtect,
+                        publicKey: CBORValue.map([(1, 2), (3, CBORValue(-7))]).encodedWithDistinctKeys()))
             }
             return CTAP2Attestation(
                 format: "packed", authData: id + (extensions ?? []), statement: ["alg": -7, "sig": .byteString([1])])
@@ -67,6 +68,22 @@ struct CTAP2AuthenticatorTests {
         }
 
         func pinRetries() async throws(CTAP2Error) -> Int { state.withLock { $0.retries } }
+
+        func discoverableCredentials() async throws(CTAP2Error) -> [CTAP2Credential] {
+            state.withLock { $0.credentials.reversed().filter(\.discoverable) }
+        }
+
+        func deleteCredential(_ credential: CTAP2Credential) async throws(CTAP2Error) {
+            state.withLock { $0.credentials.removeAll { $0.id == credential.id } }
+        }
+
+        func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error) {
+            state.withLock { s in
+                for i in s.credentials.indices where s.credentials[i].id == credential.id {
+                    s.credentials[i].user = user
+                }
+            }
+        }
 
         func verifyPIN(hash: [UInt8]) async throws(CTAP2Error) {
             try state.withLock { s throws(CTAP2Error) in

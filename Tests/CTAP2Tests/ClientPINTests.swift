@@ -192,7 +192,7 @@ struct ClientPINTests {
         #expect(await call(a, 0x02, getAssertion(forged, .two)).0 == 0x33)
         #expect(await call(a, 0x02, getAssertion(t, .two)).0 == 0x2E, "verified; no credential")
         // Permissions the authenticator does not grant.
-        #expect(try await pinToken(a, .two, pin: "1234", permissions: 0x04).0 == 0x40)
+        #expect(try await pinToken(a, .two, pin: "1234", permissions: 0x08).0 == 0x40)
         #expect(try await pinToken(a, .two, pin: "1234", permissions: 0x20).0 == 0x40)
         #expect(try await pinToken(a, .two, pin: "1234", permissions: 0).0 == 0x02)
     }
@@ -283,5 +283,71 @@ struct ClientPINTests {
             backend: backend, info: .init(aaguid: [UInt8](repeating: 7, count: 16), maxMessageSize: 7609))
         #expect(await a.handle([0x06] + ([1: 2, 2: 1] as CBORValue).encodedWithDistinctKeys()) == [0x01])
         #expect(await call(a, 0x02, getAssertion([UInt8](repeating: 1, count: 32), .two)).0 == 0x33)
+    }
+}
+
+/// credentialManagement (§6.8) with a cm pinUvAuthToken, over the in-memory backend.
+struct CredentialManagementTests {
+    let pins = ClientPINTests()
+
+    func cm(
+        _ a: CTAP2Authenticator, _ token: [UInt8]?, _ sub: Int, _ params: CBORValue? = nil,
+        proto: PINUVAuthProtocol = .two
+    ) async -> (UInt8, CBORValue?) {
+        var m: [(key: CBORValue, value: CBORValue)] = [(1, CBORValue(sub))]
+        if let params { m.append((2, params)) }
+        if let token {
+            let message = [UInt8(sub)] + (params?.encodedWithDistinctKeys() ?? [])
+            m += [(3, CBORValue(proto.rawValue)), (4, .byteString(proto.authenticate(key: token, message)))]
+        }
+        return await pins.call(a, 0x0A, .map(m))
+    }
+
+    func rpHash(_ rp: String) -> [UInt8] { Array(SHA256.hash(data: Array(rp.utf8))) }
+
+    @Test func enumerateUpdateAndDelete() async throws {
+        let (a, backend) = pins.authenticator()
+        for (rp, user) in [("a.example", 1), ("b.example", 2), ("b.example", 3)] as [(String, UInt8)] {
+            #expect(
+                await pins.call(
+                    a, 0x01,
+                    [
+                        1: .byteString(pins.cdh), 2: ["id": .textString(rp)],
+                        3: ["id": .byteString([user]), "name": .textString("u\(user)")],
+                        4: [["alg": CBORValue(-7), "type": "public-key"]], 7: ["rk": true],
+                    ]
+                ).0 == 0)
+        }
+        let info = try CBORValue(decoding: Array(await a.handle([0x04]).dropFirst()))
+        #expect(info[4]?["credMgmt"] == true)
+        #expect(await cm(a, nil, 1).0 == 0x36, "no pinUvAuthParam")
+        let mcga = try #require(try await pins.pinToken(a, .two, pin: "1234", permissions: 3).1)
+        #expect(await cm(a, mcga, 1).0 == 0x33, "no cm permission")
+        let t = try #require(try await pins.pinToken(a, .two, pin: "1234", permissions: 4).1)
+        let meta = await cm(a, t, 1)
+        #expect(meta.0 == 0 && meta.1?[1] == 3)
+        let rps = await cm(a, t, 2)
+        #expect(rps.1?[3]?["id"] == "b.example" && rps.1?[5] == 2 && rps.1?[4] == .byteString(rpHash("b.example")))
+        #expect(await cm(a, nil, 3).1?[3]?["id"] == "a.example")
+        #expect(await cm(a, nil, 3).0 == 0x30)
+        let creds = await cm(a, t, 4, [1: .byteString(rpHash("b.example"))])
+        #expect(creds.0 == 0 && creds.1?[9] == 2 && creds.1?[6]?["id"] == .byteString([3]))
+        #expect(creds.1?[8]?[3] == CBORValue(-7) && creds.1?[10] == 1)
+        #expect(await cm(a, nil, 5).1?[6]?["id"] == .byteString([2]))
+        #expect(await cm(a, nil, 5).0 == 0x30)
+        #expect(await cm(a, t, 4, [1: .byteString(rpHash("none.example"))]).0 == 0x2E)
+        let id2 = backend.state.withLock { $0.credentials[1].id }
+        let descriptor: CBORValue = ["id": .byteString(id2), "type": "public-key"]
+        #expect(await cm(a, t, 7, [2: descriptor, 3: ["id": .byteString([9])]]).0 == 0x02, "another user id")
+        #expect(await cm(a, t, 7, [2: descriptor, 3: ["id": .byteString([2]), "name": "renamed"]]).0 == 0)
+        #expect(backend.state.withLock { $0.credentials[1].user.name } == "renamed")
+        #expect(await cm(a, t, 6, [2: descriptor]).0 == 0)
+        #expect(backend.state.withLock { $0.credentials.map(\.id) }.contains(id2) == false)
+        #expect(await cm(a, t, 6, [2: descriptor]).0 == 0x2E)
+        // A cm token bound to another RP does not reach this one's credentials.
+        let bound = try #require(try await pins.pinToken(a, .two, pin: "1234", permissions: 4, rpId: "a.example").1)
+        #expect(await cm(a, bound, 4, [1: .byteString(rpHash("b.example"))]).0 == 0x33)
+        #expect(await cm(a, bound, 1).0 == 0x33)
+        #expect(await cm(a, bound, 4, [1: .byteString(rpHash("a.example"))]).0 == 0)
     }
 }

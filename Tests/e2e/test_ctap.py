@@ -626,7 +626,7 @@ def test_pin_protocols_permissions_and_cred_protect_3(pin_ctap, protocol):
         ctap2.get_assertion(RP, cdh, allow, pin_uv_param=proto.authenticate(token, cdh), pin_uv_protocol=proto.VERSION)
     assert e.value.code == CtapError.ERR.PIN_AUTH_INVALID
     with pytest.raises(CtapError) as e:
-        client_pin.get_pin_token("1234", ClientPin.PERMISSION.CREDENTIAL_MGMT)
+        client_pin.get_pin_token("1234", ClientPin.PERMISSION.BIO_ENROLL)
     assert e.value.code == CtapError.ERR.UNAUTHORIZED_PERMISSION
     token = client_pin.get_pin_token("1234", ga, RP)
     got = ctap2.get_assertion(RP, cdh, allow, pin_uv_param=proto.authenticate(token, cdh), pin_uv_protocol=proto.VERSION)
@@ -724,3 +724,43 @@ def test_ctap_set_pin_converts_the_token_pin(tmp_path, softhsm):
         assert login.returncode == 0, login.stderr
     finally:
         d.daemon.stop()
+
+
+def test_credential_management_with_python_fido2(pin_ctap):
+    from fido2.ctap2 import CredentialManagement
+    dev = pin_ctap.device()
+    ctap2 = Ctap2(dev)
+    assert ctap2.info.options["credMgmt"] is True
+    # Discoverable credentials with clientPin on: python-fido2 asks for the PIN (makeCredUvNotRqd covers only the others).
+    fido = Fido2Client(dev, DefaultClientDataCollector(ORIGIN), user_interaction=PinInteraction("1234"))
+    made = [fido.make_credential(creation_options(user_id=b"user-%d" % i, name=f"user{i}", rk="required")).raw_id
+            for i in range(2)]
+    c = pin_ctap.daemon.client()
+    c.call("passkey.enroll", {"rpId": "other.example", "user": {"id": b64u(b"o"), "name": "o", "displayName": "O"},
+                              "challenge": b64u(os.urandom(32)), "pin": ctap_token_pin("1234")})
+    # Non-discoverable credentials are not managed.
+    client(dev).make_credential(creation_options(user_id=b"user-nrk", name="nrk", rk="discouraged"))
+    client_pin = ClientPin(ctap2, PinProtocolV2())
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.CREDENTIAL_MGMT)
+    cm = CredentialManagement(ctap2, client_pin.protocol, token)
+    assert cm.get_metadata()[CredentialManagement.RESULT.EXISTING_CRED_COUNT] == 3
+    rps = cm.enumerate_rps()
+    assert sorted(r[CredentialManagement.RESULT.RP]["id"] for r in rps) == ["example.com", "other.example"]
+    creds = cm.enumerate_creds(hashlib.sha256(RP.encode()).digest())
+    assert sorted(x[CredentialManagement.RESULT.CREDENTIAL_ID]["id"] for x in creds) == sorted(made)
+    listed = {x["credentialId"]: x for x in c.call("credentials.list", {"rpId": RP})["credentials"]}
+    for x in creds:
+        # The public key is the stored one.
+        assert cbor.encode(x[CredentialManagement.RESULT.PUBLIC_KEY]) == unb64u(
+            listed[b64u(x[CredentialManagement.RESULT.CREDENTIAL_ID]["id"])]["publicKey"])
+    target = PublicKeyCredentialDescriptor(type="public-key", id=made[0])
+    cm.update_user_info(target, PublicKeyCredentialUserEntity(id=b"user-0", name="renamed", display_name="Renamed"))
+    assert c.call("credentials.get", {"credentialId": b64u(made[0])})["user"]["name"] == "renamed"
+    cm.delete_cred(target)
+    assert b64u(made[0]) not in [x["credentialId"] for x in c.call("credentials.list", {"rpId": RP})["credentials"]]
+    assert len(cm.enumerate_creds(hashlib.sha256(RP.encode()).digest())) == 1
+    # A token without the cm permission is refused.
+    mc = client_pin.get_pin_token("1234", ClientPin.PERMISSION.MAKE_CREDENTIAL)
+    with pytest.raises(CtapError) as e:
+        CredentialManagement(ctap2, client_pin.protocol, mc).get_metadata()
+    assert e.value.code == CtapError.ERR.PIN_AUTH_INVALID
