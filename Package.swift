@@ -65,7 +65,11 @@ let package = Package(
         /// CTAPHID framing and channels (CTAP 2.1 §11.2), transport-free.
         .target(name: "CTAPHID", swiftSettings: strict),
         /// The CTAP 2.1 authenticator state machine over the `CTAP2Backend` seam.
-        .target(name: "CTAP2", dependencies: ["TesseraCore", "CBOR"], swiftSettings: strict),
+        .target(
+            name: "CTAP2",
+            dependencies: [
+                "TesseraCore", "CBOR", "CryptoPrimitives", .product(name: "Crypto", package: "swift-crypto"),
+            ], swiftSettings: strict),
         .target(
             name: "ICAO",
             dependencies: [
@@ -219,7 +223,9 @@ let package = Package(
             dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "APDUTests", dependencies: ["APDU"]),
         .testTarget(name: "CTAPHIDTests", dependencies: ["CTAPHID", "TesseraTestSupport"]),
-        .testTarget(name: "CTAP2Tests", dependencies: ["CTAP2", "CBOR", "TesseraCore"]),
+        .testTarget(
+            name: "CTAP2Tests",
+            dependencies: ["CTAP2", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ"]),
         .testTarget(
             name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraTestSupport"]),

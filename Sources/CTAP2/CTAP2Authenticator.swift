@@ -8,9 +8,14 @@ public struct CTAP2Credential: Sendable, Equatable {
     public var user: CTAP2User
     public var discoverable: Bool
     public var credProtect: CredProtect
-    public init(id: [UInt8], rpId: String, user: CTAP2User, discoverable: Bool, credProtect: CredProtect) {
+    /// The credential's public key, COSE_Key bytes (credentialManagement returns it).
+    public var publicKey: [UInt8]
+    public init(
+        id: [UInt8], rpId: String, user: CTAP2User, discoverable: Bool, credProtect: CredProtect,
+        publicKey: [UInt8] = []
+    ) {
         self.id = id; self.rpId = rpId; self.user = user; self.discoverable = discoverable;
-        self.credProtect = credProtect
+        self.credProtect = credProtect; self.publicKey = publicKey
     }
 }
 
@@ -41,17 +46,32 @@ public protocol CTAP2Backend: Sendable {
     func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential]
     /// Creates a credential (key on the token, record in the store) and returns its packed self attestation over
     /// authData with `extensions` (canonical CBOR map) when given.
+    /// `userVerified`: a pinUvAuthToken verified the request (the UV flag).
     func makeCredential(
         rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-        credProtect: CredProtect, extensions: [UInt8]?
+        credProtect: CredProtect, extensions: [UInt8]?, userVerified: Bool
     ) async throws(CTAP2Error) -> CTAP2Attestation
     /// Signs authData ‖ clientDataHash with the credential's key (the sign count advances); returns
     /// (authData, DER signature).
-    func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool) async throws(CTAP2Error)
-        -> (authData: [UInt8], signature: [UInt8])
+    func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool)
+        async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8])
     /// Waits for the user's approval; throws OPERATION_DENIED (refused or no presence source),
     /// USER_ACTION_TIMEOUT, or KEEPALIVE_CANCEL when the task is cancelled.
     func userPresence(_ request: PresenceRequest) async throws(CTAP2Error)
+    /// PIN tries a CTAP client may still spend on the token (docs/CTAP.md: the token's counter where it tells).
+    func pinRetries() async throws(CTAP2Error) -> Int
+    /// Checks LEFT(SHA-256(PIN), 16) on the token, one token try at most: PIN_INVALID when wrong, PIN_BLOCKED when
+    /// no try may be spent over CTAP.
+    func verifyPIN(hash: [UInt8]) async throws(CTAP2Error)
+    /// Changes the token's PIN from the one hashing to `currentHash` to the one hashing to `newHash` (one token
+    /// try at most; errors as `verifyPIN`).
+    func changePIN(currentHash: [UInt8], newHash: [UInt8]) async throws(CTAP2Error)
+    /// Every discoverable credential (all RPs) whose token is present, newest first.
+    func discoverableCredentials() async throws(CTAP2Error) -> [CTAP2Credential]
+    /// Deletes the credential: its key on the token and its record.
+    func deleteCredential(_ credential: CTAP2Credential) async throws(CTAP2Error)
+    /// Replaces the user name and display name kept with the credential.
+    func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error)
 }
 
 /// Progress an authenticator reports while it works (the transport turns it into KEEPALIVE).
@@ -67,19 +87,27 @@ public actor CTAP2Authenticator {
     public struct Info: Sendable {
         public var aaguid: [UInt8]
         public var maxMessageSize: Int
-        public init(aaguid: [UInt8], maxMessageSize: Int) { self.aaguid = aaguid; self.maxMessageSize = maxMessageSize }
+        /// Whether ClientPIN and pinUvAuthParam are offered (the token's PIN is in the hashed form, docs/CTAP.md).
+        public var clientPIN: Bool
+        public init(aaguid: [UInt8], maxMessageSize: Int, clientPIN: Bool = false) {
+            self.aaguid = aaguid; self.maxMessageSize = maxMessageSize; self.clientPIN = clientPIN
+        }
     }
 
     struct PendingAssertions {
         var credentials: [CTAP2Credential]
         var clientDataHash: [UInt8]
         var userPresent: Bool
+        var userVerified: Bool
         var expires: ContinuousClock.Instant
     }
 
-    private let backend: any CTAP2Backend
+    let backend: any CTAP2Backend
     private let info: Info
     private var pending: PendingAssertions?
+    var pin = PINState()
+    /// What enumerateRPsGetNextRP and enumerateCredentialsGetNextCredential return next.
+    var enumeration = CredentialEnumeration()
     /// How long getNextAssertion may follow getAssertion (§6.3: 30 s).
     static let nextAssertionWindow: Duration = .seconds(30)
 
@@ -107,6 +135,7 @@ public actor CTAP2Authenticator {
             throw CTAP2Error(.invalidCommand, "unknown command 0x\(String(commandByte, radix: 16))")
         }
         if command != .getNextAssertion { pending = nil }
+        if command != .credentialManagement { enumeration = CredentialEnumeration() }
         let parameters: CBORValue?
         if message.count > 1 {
             do {
@@ -133,21 +162,32 @@ public actor CTAP2Authenticator {
             return nil
         case .reset:
             throw CTAP2Error(.operationDenied, "authenticatorReset is refused: tokens are not wiped through CTAP")
+        case .clientPIN where info.clientPIN:
+            return try await clientPIN(ClientPINRequest(required()))
+        case .credentialManagement where info.clientPIN:
+            return try await credentialManagement(CredentialManagementRequest(required()))
         case .clientPIN, .credentialManagement:
             throw CTAP2Error(.invalidCommand, "command 0x\(String(commandByte, radix: 16)) is not supported")
         }
     }
 
     func getInfo() -> CBORValue {
-        [
-            1: ["FIDO_2_0", "FIDO_2_1"],
-            2: ["credProtect"],
-            3: .byteString(info.aaguid),
-            4: ["rk": true, "up": true, "uv": false, "plat": false],
-            5: CBORValue(info.maxMessageSize),
-            9: ["usb"],
-            10: [["alg": CBORValue(-7), "type": "public-key"]],
+        var options: [(key: CBORValue, value: CBORValue)] = [
+            ("rk", true), ("up", true), ("uv", false), ("plat", false),
         ]
+        if info.clientPIN {
+            // makeCredUvNotRqd: credentials are still made without UV (docs/CTAP.md).
+            options += [
+                ("credMgmt", true), ("clientPin", true), ("pinUvAuthToken", true), ("makeCredUvNotRqd", true),
+            ]
+        }
+        var out: [(key: CBORValue, value: CBORValue)] = [
+            (1, ["FIDO_2_0", "FIDO_2_1"]), (2, ["credProtect"]), (3, .byteString(info.aaguid)), (4, .map(options)),
+            (5, CBORValue(info.maxMessageSize)),
+        ]
+        if info.clientPIN { out.append((6, [2, 1])) }
+        out += [(9, ["usb"]), (10, [["alg": CBORValue(-7), "type": "public-key"]])]
+        return .map(out)
     }
 
     func makeCredential(_ r: MakeCredentialRequest, progress: @Sendable (CTAP2Progress) -> Void)
@@ -155,15 +195,14 @@ public actor CTAP2Authenticator {
     {
         guard r.clientDataHash.count == 32 else { throw CTAP2Error(.invalidLength, "clientDataHash must be 32 bytes") }
         guard r.algorithms.contains(-7) else { throw CTAP2Error(.unsupportedAlgorithm, "only ES256 (-7) is supported") }
-        if r.pinUvAuthParam != nil {
-            throw CTAP2Error(.pinAuthInvalid, "ClientPIN is not set up on this authenticator")
-        }
         if r.userPresence == false { throw CTAP2Error(.invalidOption, "makeCredential always tests user presence") }
-        if r.userVerification { throw CTAP2Error(.invalidOption, "no built-in user verification") }
         let presenceRequest = PresenceRequest(operation: "makeCredential", rpId: r.rpId, userName: r.user.name)
+        let verified = try await userVerification(
+            r.pinUvAuthParam, protocol: r.pinUvAuthProtocol, uv: r.userVerification, clientDataHash: r.clientDataHash,
+            permission: .makeCredential, rpId: r.rpId, probe: presenceRequest, progress: progress)
         if !r.excludeList.isEmpty {
             let excluded = try await backend.credentials(rpId: r.rpId, ids: r.excludeList)
-                .filter { $0.credProtect != .userVerificationRequired }
+                .filter { verified || $0.credProtect != .userVerificationRequired }
             if !excluded.isEmpty {
                 try await presence(presenceRequest, progress: progress)
                 throw CTAP2Error(.credentialExcluded, "a credential in excludeList exists")
@@ -176,7 +215,8 @@ public actor CTAP2Authenticator {
         }
         let attestation = try await backend.makeCredential(
             rpId: r.rpId, user: r.user, clientDataHash: r.clientDataHash, discoverable: r.residentKey,
-            credProtect: r.credProtect ?? .userVerificationOptional, extensions: extensions)
+            credProtect: r.credProtect ?? .userVerificationOptional, extensions: extensions, userVerified: verified)
+        if verified { usedPinUvAuthToken() }
         return [1: .textString(attestation.format), 2: .byteString(attestation.authData), 3: attestation.statement]
     }
 
@@ -184,12 +224,13 @@ public actor CTAP2Authenticator {
         -> CBORValue
     {
         guard r.clientDataHash.count == 32 else { throw CTAP2Error(.invalidLength, "clientDataHash must be 32 bytes") }
-        if r.pinUvAuthParam != nil {
-            throw CTAP2Error(.pinAuthInvalid, "ClientPIN is not set up on this authenticator")
-        }
-        if r.userVerification { throw CTAP2Error(.invalidOption, "no built-in user verification") }
+        let verified = try await userVerification(
+            r.pinUvAuthParam, protocol: r.pinUvAuthProtocol, uv: r.userVerification, clientDataHash: r.clientDataHash,
+            permission: .getAssertion, rpId: r.rpId,
+            probe: PresenceRequest(operation: "getAssertion", rpId: r.rpId, userName: nil), progress: progress)
         let found = try await backend.credentials(rpId: r.rpId, ids: r.allowList)
         let usable = found.filter { c in
+            if verified { return true }
             switch c.credProtect {
             case .userVerificationOptional: return true
             case .userVerificationOptionalWithCredentialIDList: return r.allowList != nil
@@ -206,13 +247,14 @@ public actor CTAP2Authenticator {
             progress(.processing)
         }
         var response = try await assertion(
-            first, clientDataHash: r.clientDataHash, userPresent: r.userPresence,
+            first, clientDataHash: r.clientDataHash, userPresent: r.userPresence, userVerified: verified,
             discoverable: r.allowList == nil)
+        if verified { usedPinUvAuthToken() }
         if r.allowList == nil, usable.count > 1 {
             response.append((CBORValue(5), CBORValue(usable.count)))
             pending = PendingAssertions(
                 credentials: Array(usable.dropFirst()), clientDataHash: r.clientDataHash,
-                userPresent: r.userPresence, expires: .now + Self.nextAssertionWindow)
+                userPresent: r.userPresence, userVerified: verified, expires: .now + Self.nextAssertionWindow)
         }
         return .map(response)
     }
@@ -225,23 +267,47 @@ public actor CTAP2Authenticator {
         let next = p.credentials.removeFirst()
         pending = p.credentials.isEmpty ? nil : p
         return .map(
-            try await assertion(next, clientDataHash: p.clientDataHash, userPresent: p.userPresent, discoverable: true))
+            try await assertion(
+                next, clientDataHash: p.clientDataHash, userPresent: p.userPresent, userVerified: p.userVerified,
+                discoverable: true))
     }
 
     private func assertion(
-        _ c: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool,
+        _ c: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool,
         discoverable: Bool
     ) async throws(CTAP2Error) -> [(key: CBORValue, value: CBORValue)] {
         let (authData, signature) = try await backend.assert(
-            c, clientDataHash: clientDataHash, userPresent: userPresent)
+            c, clientDataHash: clientDataHash, userPresent: userPresent, userVerified: userVerified)
         var out: [(key: CBORValue, value: CBORValue)] = [
             (1, ["id": .byteString(c.id), "type": "public-key"]),
             (2, .byteString(authData)),
             (3, .byteString(signature)),
         ]
         // Without UV only the user id is returned (§6.2.2: identifying fields need UV).
-        if discoverable || c.discoverable { out.append((4, CTAP2User(id: c.user.id).cbor)) }
+        if discoverable || c.discoverable {
+            out.append((4, userVerified ? c.user.cbor : CTAP2User(id: c.user.id).cbor))
+        }
         return out
+    }
+
+    /// Whether the request is user-verified: a pinUvAuthParam that verifies (§6.1.2, §6.2.2). An empty one is a
+    /// client asking whether a PIN is set: presence, then PIN_INVALID. `uv: true` without one: INVALID_OPTION
+    /// (no built-in UV).
+    private func userVerification(
+        _ param: [UInt8]?, protocol version: Int?, uv: Bool, clientDataHash: [UInt8], permission: PINPermissions,
+        rpId: String, probe: PresenceRequest, progress: @Sendable (CTAP2Progress) -> Void
+    ) async throws(CTAP2Error) -> Bool {
+        guard let param else {
+            if uv { throw CTAP2Error(.invalidOption, "no built-in user verification: send a pinUvAuthParam") }
+            return false
+        }
+        guard info.clientPIN else { throw CTAP2Error(.pinAuthInvalid, "ClientPIN is not set up on this authenticator") }
+        if param.isEmpty {
+            try await presence(probe, progress: progress)
+            throw CTAP2Error(.pinInvalid, "empty pinUvAuthParam: a PIN is set")
+        }
+        try verifyPinUvAuthParam(param, protocol: version, message: clientDataHash, permission: permission, rpId: rpId)
+        return true
     }
 
     private func presence(_ request: PresenceRequest, progress: @Sendable (CTAP2Progress) -> Void)

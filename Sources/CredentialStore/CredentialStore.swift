@@ -44,6 +44,18 @@ public final class CredentialStore: Sendable {
         } catch { throw storageError(error) }
     }
 
+    /// Replaces the user name and display name kept with credential `id`; false when there is no such credential.
+    public func updateUser(id: [UInt8], name: String, displayName: String) async throws(TesseraError) -> Bool {
+        do {
+            return try await db.write { db in
+                try db.execute(
+                    sql: "UPDATE credential SET userName = ?, userDisplayName = ? WHERE credentialId = ?",
+                    arguments: [name, displayName, Data(id)])
+                return db.changesCount > 0
+            }
+        } catch { throw storageError(error) }
+    }
+
     /// Durably raises the reserved counter ceiling (never lowers it) and records the use time.
     public func reserveCounter(id: [UInt8], upTo ceiling: Int64, usedAt: Date = Date()) async throws(TesseraError) {
         do {

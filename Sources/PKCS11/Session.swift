@@ -80,6 +80,18 @@ struct SessionContext {
 
     func logout() -> ck_rv_t { f.C_Logout?(session) ?? ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED) }
 
+    /// `C_SetPIN`: the user PIN (the session is public or logged in as user).
+    func setPIN(old: [UInt8], new: [UInt8]) -> ck_rv_t {
+        guard let call = f.C_SetPIN else { return ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED) }
+        var old = old
+        var new = new
+        return old.withUnsafeMutableBufferPointer { o in
+            new.withUnsafeMutableBufferPointer { n in
+                call(session, o.baseAddress, UInt(o.count), n.baseAddress, UInt(n.count))
+            }
+        }
+    }
+
     func tokenInfo() -> ck_token_info? { try? module.tokenInfo(slot).get() }
 
     func findObjects(

@@ -93,14 +93,7 @@ public final class PKCS11Token: Sendable {
             {
                 return
             }
-            let infoState = self.infoState
-            let finalTry = try await self.withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
-                guard let token = ctx.tokenInfo() else { return false }
-                let flags = TokenFlags(token: token.flags, slot: ck_flags_t(0))
-                infoState.withLock { $0.flags = flags.keepingSlot($0.flags) }
-                return flags.userPinFinalTry
-            }
-            try beforeTry(finalTry ? 1 : nil)
+            try beforeTry(await self.retriesLeftIfFinal())
             if loggedIn {
                 try await self.drained { (ctx: SessionContext) throws(OperationError) in
                     _ = ctx.logout()
@@ -114,6 +107,44 @@ public final class PKCS11Token: Sendable {
                 afterTry(error)
                 throw error
             }
+        }
+    }
+
+    /// Changes the user PIN with `C_SetPIN(old, new)`: one token try at most (a wrong `old` costs one, like a
+    /// wrong login). `beforeTry` and `afterTry` as for `verifyPIN`, under the token's login lock. A login in force
+    /// stays, now recognised by the new PIN. Throws `PIN_INVALID`, `PIN_LOCKED`, `INVALID_INPUT` (the token refuses
+    /// the new PIN's length or content).
+    public func changePIN(
+        old: String, new: String,
+        beforeTry: @Sendable (_ retriesLeft: Int?) throws(TesseraError) -> Void = { _ throws(TesseraError) in },
+        afterTry: @Sendable (TesseraError?) -> Void = { _ in }
+    ) async throws(TesseraError) {
+        let oldBytes = Array(old.utf8), newBytes = Array(new.utf8)
+        try await authLock.withLock { () async throws(TesseraError) in
+            try beforeTry(await self.retriesLeftIfFinal())
+            let infoState = self.infoState
+            let loggedIn: Bool
+            do throws(TesseraError) {
+                loggedIn = try await self.withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+                    let rv = ctx.setPIN(old: oldBytes, new: newBytes)
+                    Self.refreshFlags(ctx, infoState)
+                    switch rv {
+                    case ck_rv_t(CKR_OK): return (try? ctx.isLoggedIn()) ?? false
+                    case ck_rv_t(CKR_PIN_INCORRECT): throw .failure(Self.pinIncorrect(infoState.withLock { $0.flags }))
+                    case ck_rv_t(CKR_PIN_LOCKED):
+                        throw .failure(TesseraError(.pinLocked, "the user PIN is locked on the token"))
+                    case ck_rv_t(CKR_PIN_LEN_RANGE), ck_rv_t(CKR_PIN_INVALID):
+                        throw .failure(.invalidInput("the token refuses the new PIN (length or characters)"))
+                    default: throw .call(rv, "C_SetPIN")
+                    }
+                }
+            } catch {
+                // Only PIN_INVALID and PIN_LOCKED count as a spent try (PINAttempt ignores other errors).
+                afterTry(error)
+                throw error
+            }
+            self.pinRecord.withLock { $0 = loggedIn ? PINVerifier.shared.tag(newBytes) : nil }
+            afterTry(nil)
         }
     }
 
@@ -148,11 +179,7 @@ public final class PKCS11Token: Sendable {
         let infoState = self.infoState
         let verified = try await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
             let rv = ctx.login(pin: pin)
-            if let token = ctx.tokenInfo() {
-                infoState.withLock {
-                    $0.flags = TokenFlags(token: token.flags, slot: ck_flags_t(0)).keepingSlot($0.flags)
-                }
-            }
+            Self.refreshFlags(ctx, infoState)
             switch rv {
             case ck_rv_t(CKR_OK): return true
             case ck_rv_t(CKR_USER_ALREADY_LOGGED_IN): return false
@@ -166,6 +193,24 @@ public final class PKCS11Token: Sendable {
             let tag = PINVerifier.shared.tag(pin)
             pinRecord.withLock { $0 = tag }
         }
+    }
+
+    /// Reads the token's flags into `infoState`; returns them (nil when the token cannot say).
+    @discardableResult
+    private static func refreshFlags(_ ctx: SessionContext, _ infoState: Locked<TokenInfo>) -> TokenFlags? {
+        guard let token = ctx.tokenInfo() else { return nil }
+        let flags = TokenFlags(token: token.flags, slot: ck_flags_t(0))
+        infoState.withLock { $0.flags = flags.keepingSlot($0.flags) }
+        return flags
+    }
+
+    /// 1 when the token reports `CKF_USER_PIN_FINAL_TRY` now, else nil (what `beforeTry` gets).
+    private func retriesLeftIfFinal() async throws(TesseraError) -> Int? {
+        let infoState = self.infoState
+        let finalTry = try await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+            Self.refreshFlags(ctx, infoState)?.userPinFinalTry ?? false
+        }
+        return finalTry ? 1 : nil
     }
 
     private static func pinIncorrect(_ flags: TokenFlags) -> TesseraError {

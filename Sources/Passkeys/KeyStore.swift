@@ -36,6 +36,8 @@ public protocol KeyStoreToken: Sendable {
     /// The daemon holds this token's PIN (a PIN file) and keeps it logged in: for the SSH agent it counts as
     /// unlocked without `ssh-add -s`.
     var hasConfiguredPIN: Bool { get }
+    /// Changes the token's user PIN from `old` (from `PINRules.withCallerPIN`: one token try at most) to `new`.
+    func changePIN(old: PINAttempt, new: String) async throws(TesseraError)
 }
 
 /// A public key on a token, with the handle of its private key.
@@ -85,6 +87,9 @@ extension KeyStoreToken {
     }
     public func logout() async {}
     public var hasConfiguredPIN: Bool { false }
+    public func changePIN(old: PINAttempt, new: String) async throws(TesseraError) {
+        throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) cannot change its PIN here")
+    }
 }
 
 /// A source of tokens (one per backend).

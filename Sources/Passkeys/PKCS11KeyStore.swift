@@ -174,6 +174,12 @@ struct PKCS11TokenAdapter: KeyStoreToken {
 
     func logout() async { try? await token.logout() }
 
+    func changePIN(old: PINAttempt, new: String) async throws(TesseraError) {
+        try await token.changePIN(
+            old: old.pin, new: new, beforeTry: { n throws(TesseraError) in try old.willSpendTry(retriesLeft: n) },
+            afterTry: { old.didSpendTry($0) })
+    }
+
 }
 
 extension PKCS11TokenAdapter {

@@ -75,6 +75,9 @@ public final class PasskeyService: Sendable {
         public var clientDataHash: [UInt8]?
         /// Extension outputs (a canonical CBOR map) for the authenticator data.
         public var extensions: [UInt8]?
+        /// The front door verified the user with the token's PIN already (CTAP's pinUvAuthToken): the UV flag is set
+        /// without a `pin` here.
+        public var verifiedByFrontDoor = false
         /// The provisioning check to apply (nil: none, e.g. a CTAP client that manages its own credentials).
         public var provisioning: ProvisioningRule?
         /// Who asks, for the audit trail ("uid:N", "enrollment:ID"); default the caller's uid.
@@ -128,7 +131,8 @@ public final class PasskeyService: Sendable {
         // records the credential (the one that counts: a concurrent enrollment may have passed it meanwhile).
         let admission = Self.admission(r.provisioning, tokenId: token.id)
         if r.provisioning != nil { _ = try admission(try await store.list(rpId: r.rpId, userId: r.userId)) }
-        let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification)
+        let verified = try await authorize(
+            token, pin: r.pin, userVerification: r.userVerification, verifiedByFrontDoor: r.verifiedByFrontDoor)
 
         if let id = r.credentialId, !(16...255).contains(id.count) {
             throw .invalidInput("credentialId must be 16 to 255 bytes")
@@ -241,6 +245,8 @@ public final class PasskeyService: Sendable {
         public var clientDataHash: [UInt8]?
         /// Whether the user's presence was tested (the UP flag); CTAP's `up: false` assertions clear it.
         public var userPresent = true
+        /// As `EnrollRequest.verifiedByFrontDoor`.
+        public var verifiedByFrontDoor = false
         public init(
             rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
             pin: String? = nil, userVerification: UserVerification = .preferred, caller: PINCaller? = nil,
@@ -297,7 +303,9 @@ public final class PasskeyService: Sendable {
                 .tokenNotPresent, "the token holding this passkey (\(candidates[0].tokenId)) is not present")
         }
         // Without a PIN the token's own answer (PIN_REQUIRED when not logged in) comes from the signing call.
-        let verified = try await authorize(token, pin: r.pin, userVerification: r.userVerification, checkLogin: false)
+        let verified = try await authorize(
+            token, pin: r.pin, userVerification: r.userVerification, verifiedByFrontDoor: r.verifiedByFrontDoor,
+            checkLogin: false)
         let credentialId = [UInt8](record.credentialId)
         let count = try await counters.next(for: credentialId, persistedCeiling: record.counterReserved)
         var flags: AuthenticatorFlags = r.userPresent ? [.userPresent] : []
@@ -368,6 +376,15 @@ public final class PasskeyService: Sendable {
         return rec
     }
 
+    /// Replaces the user name and display name kept with credential `id` (CTAP updateUserInformation);
+    /// PASSKEY_NOT_FOUND when there is no such credential.
+    public func updateUser(id: [UInt8], name: String, displayName: String) async throws(TesseraError) {
+        guard try await store.updateUser(id: id, name: name, displayName: displayName) else {
+            throw TesseraError(.passkeyNotFound, "no credential with this id")
+        }
+        _ = records.withLock { $0.removeValue(forKey: id) }
+    }
+
     // MARK: helpers
 
     /// The token `id`, or with nil the first token present; TOKEN_NOT_PRESENT when there is none.
@@ -397,11 +414,17 @@ public final class PasskeyService: Sendable {
     /// With a PIN, the operation is user-verified (the token checks the PIN in the operation itself and fails it
     /// with PIN_INVALID); without one, checks that the request does not require UV and the token can sign.
     private func authorize(
-        _ token: any KeyStoreToken, pin: String?, userVerification: UserVerification,
+        _ token: any KeyStoreToken, pin: String?, userVerification: UserVerification, verifiedByFrontDoor: Bool,
         checkLogin: Bool = true
     ) async throws(TesseraError) -> Bool {
         if let pin {
             guard !pin.isEmpty, pin.utf8.count <= 64 else { throw .invalidInput("pin must be 1 to 64 bytes") }
+            return true
+        }
+        if verifiedByFrontDoor {
+            if checkLogin, await token.needsPIN() {
+                throw TesseraError(.pinRequired, "token \(token.id) needs its PIN before it can sign")
+            }
             return true
         }
         if userVerification == .required {

@@ -30,6 +30,9 @@ public struct CTAPConfig: Codable, Sendable {
     public var presenceTimeoutSeconds: Int?
     /// Whether `presence.confirm` on the main socket (same uid as the CTAP client) may approve presence.
     public var confirmOnSocket: Bool?
+    /// Whether ClientPIN (PIN/UV auth protocols 2 and 1) and user verification are offered: the token's PIN must be
+    /// the hashed form, lower-case hex of LEFT(SHA-256(PIN), 16) (docs/CTAP.md). Default false.
+    public var clientPin: Bool?
     public init() {}
 }
 
@@ -69,22 +72,57 @@ final class CTAPPasskeyBackend: CTAP2Backend {
             } else {
                 records = try await passkeys.credentials(rpId: rpId, userId: nil)
             }
-            let present = Set(await passkeys.tokens().map(\.id))
-            records = records.filter { present.contains($0.tokenId) }.sorted { $0.createdAt > $1.createdAt }
-            let stored = try await cachedOptions(records.map(\.credentialId))
-            return records.compactMap { r in
-                let o = stored[r.credentialId]
-                let discoverable = o?.discoverable ?? true
-                if ids == nil && !discoverable { return nil }
-                return CTAP2Credential(
-                    id: [UInt8](r.credentialId), rpId: r.rpId,
-                    user: CTAP2User(id: [UInt8](r.userId), name: r.userName, displayName: r.userDisplayName),
-                    discoverable: discoverable,
-                    credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1))
-                        ?? .userVerificationRequired)
-            }
+            return try await ctapCredentials(records, discoverableOnly: ids == nil)
         } catch {
             throw map(error, "credential lookup")
+        }
+    }
+
+    func discoverableCredentials() async throws(CTAP2Error) -> [CTAP2Credential] {
+        do throws(TesseraError) {
+            return try await ctapCredentials(passkeys.credentials(rpId: nil, userId: nil), discoverableOnly: true)
+        } catch {
+            throw map(error, "credential lookup")
+        }
+    }
+
+    /// The records whose token is present, newest first, with their CTAP options.
+    private func ctapCredentials(_ records: [CredentialRecord], discoverableOnly: Bool) async throws(TesseraError)
+        -> [CTAP2Credential]
+    {
+        let present = Set(await passkeys.tokens().map(\.id))
+        let records = records.filter { present.contains($0.tokenId) }.sorted { $0.createdAt > $1.createdAt }
+        let stored = try await cachedOptions(records.map(\.credentialId))
+        return records.compactMap { r in
+            let o = stored[r.credentialId]
+            let discoverable = o?.discoverable ?? true
+            if discoverableOnly && !discoverable { return nil }
+            return CTAP2Credential(
+                id: [UInt8](r.credentialId), rpId: r.rpId,
+                user: CTAP2User(id: [UInt8](r.userId), name: r.userName, displayName: r.userDisplayName),
+                discoverable: discoverable,
+                credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1)) ?? .userVerificationRequired,
+                publicKey: [UInt8](r.publicKey))
+        }
+    }
+
+    func deleteCredential(_ credential: CTAP2Credential) async throws(CTAP2Error) {
+        let actor = CTAPCaller.current.map { "ctap:uid:\($0.uid)" } ?? "ctap"
+        do throws(TesseraError) {
+            try await passkeys.delete(id: credential.id, actor: actor)
+            try? await options.delete(Data(credential.id))
+            optionsCache.withLock { $0[Data(credential.id)] = nil }
+            logger.info("ctap: credential deleted", metadata: ["rpId": "\(credential.rpId)"])
+        } catch {
+            throw map(error, "deleteCredential")
+        }
+    }
+
+    func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error) {
+        do throws(TesseraError) {
+            try await passkeys.updateUser(id: credential.id, name: user.name ?? "", displayName: user.displayName ?? "")
+        } catch {
+            throw map(error, "updateUserInformation")
         }
     }
 
@@ -112,15 +150,12 @@ final class CTAPPasskeyBackend: CTAP2Backend {
 
     func makeCredential(
         rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-        credProtect: CredProtect, extensions: [UInt8]?
+        credProtect: CredProtect, extensions: [UInt8]?, userVerified: Bool
     ) async throws(CTAP2Error) -> CTAP2Attestation {
         if let peer = CTAPCaller.current, (try? policy.check(.enroll, peer: peer)) == nil {
             throw CTAP2Error(.operationDenied, "uid \(peer.uid) may not enroll by the policy")
         }
-        if tokenId == nil, await passkeys.tokens().count > 1 {
-            logger.warning("ctap: several tokens are present: set ctap.tokenId to the token new credentials go to")
-            throw CTAP2Error(.operationDenied, "several tokens present and no ctap.tokenId")
-        }
+        _ = try await ctapToken()
         let credentialId = SecureRandom.bytes(32)
         do throws(TesseraError) {
             let saved = CTAPCredentialOptions(
@@ -134,6 +169,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
                 credentialId: credentialId)
             request.clientDataHash = clientDataHash
             request.extensions = extensions
+            request.verifiedByFrontDoor = userVerified
             let result: PasskeyService.EnrollResult
             do throws(TesseraError) { result = try await passkeys.enroll(request) } catch {
                 try? await options.delete(Data(credentialId))
@@ -152,14 +188,15 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
-    func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool) async throws(CTAP2Error)
-        -> (authData: [UInt8], signature: [UInt8])
+    func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool)
+        async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8])
     {
         var request = PasskeyService.AuthenticateRequest(
             rpId: credential.rpId, challenge: [], allowCredentials: [credential.id],
             userVerification: .discouraged)
         request.clientDataHash = clientDataHash
         request.userPresent = userPresent
+        request.verifiedByFrontDoor = userVerified
         do throws(TesseraError) {
             let a = try await passkeys.authenticate(request)
             return (a.authenticatorData, a.signature)
@@ -170,6 +207,86 @@ final class CTAPPasskeyBackend: CTAP2Backend {
 
     func userPresence(_ request: PresenceRequest) async throws(CTAP2Error) {
         try await presence.ask(request, caller: CTAPCaller.current)
+    }
+
+    // MARK: PIN
+
+    /// The token of new credentials and of the PIN: `ctap.tokenId`, else the only token present.
+    private func ctapToken() async throws(CTAP2Error) -> any KeyStoreToken {
+        if tokenId == nil, await passkeys.tokens().count > 1 {
+            logger.warning("ctap: several tokens are present: set ctap.tokenId to the token new credentials go to")
+            throw CTAP2Error(.operationDenied, "several tokens present and no ctap.tokenId")
+        }
+        do throws(TesseraError) { return try await passkeys.chooseToken(tokenId) } catch {
+            throw map(error, "token")
+        }
+    }
+
+    /// The PKCS#11 token whose PIN CTAP uses (PIV PINs cannot hold the hashed form: PIN_NOT_SET).
+    private func pinToken() async throws(CTAP2Error) -> any KeyStoreToken {
+        let token = try await ctapToken()
+        guard token.backend == "pkcs11" else {
+            throw CTAP2Error(.pinNotSet, "token \(token.id) (\(token.backend)) cannot hold a CTAP PIN")
+        }
+        return token
+    }
+
+    /// From the token's flags (PKCS#11 gives no count): locked or final try 0 (the final try is never spent over
+    /// CTAP), count low 1 (at least one), else 8, the protocol's maximum.
+    func pinRetries() async throws(CTAP2Error) -> Int {
+        let flags = try await pinToken().describe()["flags"]
+        if flags?["pinLocked"]?.boolValue == true || flags?["pinFinalTry"]?.boolValue == true { return 0 }
+        if flags?["pinCountLow"]?.boolValue == true { return 1 }
+        return 8
+    }
+
+    func verifyPIN(hash: [UInt8]) async throws(CTAP2Error) {
+        let token = try await pinToken()
+        do throws(TesseraError) {
+            try await withCTAPPIN(Self.tokenPIN(hash), token: token) { pin throws(TesseraError) in
+                try await token.login(pin: pin)
+            }
+        } catch {
+            throw mapPIN(error, "PIN check")
+        }
+    }
+
+    func changePIN(currentHash: [UInt8], newHash: [UInt8]) async throws(CTAP2Error) {
+        let token = try await pinToken()
+        do throws(TesseraError) {
+            try await withCTAPPIN(Self.tokenPIN(currentHash), token: token) { pin throws(TesseraError) in
+                try await token.changePIN(old: pin, new: Self.tokenPIN(newHash))
+            }
+            logger.notice("ctap: token PIN changed", metadata: ["token": "\(token.id)"])
+        } catch {
+            throw mapPIN(error, "changePIN")
+        }
+    }
+
+    static func tokenPIN(_ hash: [UInt8]) -> String { CTAPTokenPIN.tokenPIN(hash: hash) }
+
+    /// Under the PIN rules as the CTAP client (never the final try: a CTAP client cannot ask for it).
+    private func withCTAPPIN(
+        _ pin: String, token: any KeyStoreToken, _ operation: (PINAttempt) async throws(TesseraError) -> Void
+    ) async throws(TesseraError) {
+        let caller = CTAPCaller.current.map { PINCaller(uid: $0.uid, pid: $0.pid) }
+        try await passkeys.pinRules.withCallerPIN(pin, caller: caller, allowFinalTry: false, tokenId: token.id) {
+            (attempt: PINAttempt) async throws(TesseraError) in try await operation(attempt)
+        }
+    }
+
+    private func mapPIN(_ error: TesseraError, _ what: String) -> CTAP2Error {
+        switch error.code {
+        case .pinInvalid: return CTAP2Error(.pinInvalid, error.message)
+        case .pinLocked, .pinFinalTryProtected:
+            logger.notice("ctap: \(what): \(error.code.rawValue): \(error.message)")
+            return CTAP2Error(.pinBlocked, error.message)
+        case .pinBackoff:
+            logger.notice("ctap: \(what): \(error.code.rawValue): \(error.message)")
+            return CTAP2Error(.pinAuthBlocked, error.message)
+        case .invalidInput: return CTAP2Error(.pinPolicyViolation, error.message)
+        default: return map(error, what)
+        }
     }
 
     private func map(_ error: TesseraError, _ what: String) -> CTAP2Error {
@@ -310,6 +427,35 @@ actor PresenceBroker {
 }
 
 extension MethodTable {
+    /// `ctap.setPin`: gives a PKCS#11 token the hashed form of a CTAP PIN as its PIN (docs/CTAP.md), with one
+    /// `C_SetPIN` under the PIN rules.
+    func registerCTAP(_ passkeys: PasskeyService, defaultTokenId: String?) {
+        register("ctap.setPin", .admin) { p, connection in
+            let requested = try p.optionalString("tokenId") ?? defaultTokenId
+            if requested == nil, await passkeys.tokens().count > 1 {
+                throw TesseraError.invalidInput("several tokens are present: give tokenId")
+            }
+            let token = try await passkeys.chooseToken(requested)
+            guard token.backend == "pkcs11" else {
+                throw TesseraError(
+                    .unsupportedProtocol, "token \(token.id) (\(token.backend)) cannot hold a CTAP PIN (32 characters)")
+            }
+            let pin = try p.string("pin")
+            let ctapPIN = Array((try p.optionalString("newPin") ?? pin).utf8)
+            do throws(CTAP2Error) { try CTAPTokenPIN.checkPolicy(ctapPIN) } catch {
+                throw TesseraError.invalidInput("newPin: \(error.message)")
+            }
+            let newTokenPIN = CTAPTokenPIN.tokenPIN(hash: CTAPTokenPIN.hash(ctapPIN))
+            try await passkeys.pinRules.withCallerPIN(
+                pin, caller: connection.pinCaller, allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false,
+                tokenId: token.id
+            ) { (old: PINAttempt) async throws(TesseraError) in
+                try await token.changePIN(old: old, new: newTokenPIN)
+            }
+            return ["changed": true, "tokenId": .string(token.id)]
+        }
+    }
+
     /// `presence.confirm` and `presence.list`.
     func registerPresence(_ broker: PresenceBroker) {
         register("presence.confirm", .sign) { p, connection in

@@ -171,6 +171,7 @@ public enum Daemon {
             confirmOnSocket: config.ctap?.confirmOnSocket ?? false,
             timeout: .seconds(config.ctap?.presenceTimeoutSeconds ?? 30), logger: ctapLogger)
         table.registerPresence(presence)
+        table.registerCTAP(passkeys, defaultTokenId: config.ctap?.tokenId)
         table.registerIntrospection()
 
         let tokenEvents = Task {
@@ -214,7 +215,7 @@ public enum Daemon {
                 backend: backend,
                 info: .init(
                     aaguid: tesseraAAGUID,
-                    maxMessageSize: CTAPHID.maxMessageSize))
+                    maxMessageSize: CTAPHID.maxMessageSize, clientPIN: config.ctap?.clientPin ?? false))
             // One authenticator, one transaction at a time, whichever transport the request comes from.
             let hub = CTAPHIDHub(authenticator: authenticator, logger: ctapLogger)
             if let ctapPath {

@@ -243,3 +243,39 @@ struct SSH: AsyncParsableCommand {
         }
     }
 }
+
+struct CTAPCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ctap", abstract: "The CTAP authenticator's PIN (docs/CTAP.md).", subcommands: [SetPIN.self])
+
+    struct SetPIN: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "set-pin",
+            abstract: "Give a PKCS#11 token the hashed form of a CTAP PIN as its PIN (ctap.setPin, admin).",
+            discussion: """
+                The token's PIN becomes the lower-case hex of LEFT(SHA-256(CTAP PIN), 16), what ClientPIN checks \
+                (ctap.clientPin). The CTAP PIN is the current PIN unless --new-pin-stdin gives another one (on the \
+                line after the current PIN). One C_SetPIN: a wrong current PIN costs one try.
+                """)
+        @OptionGroup var globals: GlobalOptions
+        @Option(name: .customLong("token"), help: "Token id (default: ctap.tokenId, else the only token).")
+        var tokenId: String?
+        @OptionGroup var pin: PINOptions
+        @Flag(name: .customLong("new-pin-stdin"), help: "Read the new CTAP PIN from the next line of standard input.")
+        var newPINStdin = false
+
+        func run() async throws {
+            var p: [String: JSONValue] = [:]
+            pin.add(to: &p)
+            guard p["pin"] != nil else { throw ValidationError("give the token's current PIN: --pin-stdin") }
+            if let tokenId { p["tokenId"] = .string(tokenId) }
+            if newPINStdin {
+                guard let line = readLine(strippingNewline: true) else { throw ValidationError("no new PIN on stdin") }
+                p["newPin"] = .string(line)
+            }
+            try await globals.run("ctap.setPin", .object(p)) { r in
+                "token \(r["tokenId"]?.stringValue ?? "") now has the hashed form of its CTAP PIN"
+            }
+        }
+    }
+}

@@ -1,4 +1,5 @@
 import CBOR
+import Crypto
 import Synchronization
 import TesseraCore
 import Testing
@@ -14,6 +15,13 @@ struct CTAP2AuthenticatorTests {
             var presence: [PresenceRequest] = []
             var signed: [(id: [UInt8], up: Bool)] = []
             var presenceAnswer: CTAP2Error?
+            /// LEFT(SHA-256(PIN), 16) of the token's PIN, and every hash tried on it.
+            var pinHash = Array(SHA256.hash(data: Array("1234".utf8)).prefix(16))
+            var pinTries: [[UInt8]] = []
+            var retries = 8
+            var verified: [Bool] = []
+            /// What the token's PIN check answers instead of checking (PIN_BLOCKED, the back-off's PIN_AUTH_BLOCKED).
+            var pinAnswer: CTAP2Error?
         }
         let state = Mutex(State())
 
@@ -27,22 +35,27 @@ struct CTAP2AuthenticatorTests {
 
         func makeCredential(
             rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-            credProtect: CredProtect, extensions: [UInt8]?
+            credProtect: CredProtect, extensions: [UInt8]?, userVerified: Bool
         ) async throws(CTAP2Error) -> CTAP2Attestation {
+            state.withLock { $0.verified.append(userVerified) }
             let id = [UInt8](repeating: UInt8(state.withLock { $0.credentials.count } + 1), count: 16)
             state.withLock {
                 $0.credentials.append(
                     CTAP2Credential(
-                        id: id, rpId: rpId, user: user, discoverable: discoverable, credProtect: credProtect))
+                        id: id, rpId: rpId, user: user, discoverable: discoverable, credProtect: credProtect,
+                        publicKey: CBORValue.map([(1, 2), (3, CBORValue(-7))]).encodedWithDistinctKeys()))
             }
             return CTAP2Attestation(
                 format: "packed", authData: id + (extensions ?? []), statement: ["alg": -7, "sig": .byteString([1])])
         }
 
-        func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool) async throws(CTAP2Error)
-            -> (authData: [UInt8], signature: [UInt8])
+        func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool)
+            async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8])
         {
-            state.withLock { $0.signed.append((credential.id, userPresent)) }
+            state.withLock {
+                $0.signed.append((credential.id, userPresent))
+                $0.verified.append(userVerified)
+            }
             return ([userPresent ? 1 : 0], credential.id)
         }
 
@@ -52,6 +65,41 @@ struct CTAP2AuthenticatorTests {
                 return s.presenceAnswer
             }
             if let answer { throw answer }
+        }
+
+        func pinRetries() async throws(CTAP2Error) -> Int { state.withLock { $0.retries } }
+
+        func discoverableCredentials() async throws(CTAP2Error) -> [CTAP2Credential] {
+            state.withLock { $0.credentials.reversed().filter(\.discoverable) }
+        }
+
+        func deleteCredential(_ credential: CTAP2Credential) async throws(CTAP2Error) {
+            state.withLock { $0.credentials.removeAll { $0.id == credential.id } }
+        }
+
+        func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error) {
+            state.withLock { s in
+                for i in s.credentials.indices where s.credentials[i].id == credential.id {
+                    s.credentials[i].user = user
+                }
+            }
+        }
+
+        func verifyPIN(hash: [UInt8]) async throws(CTAP2Error) {
+            try state.withLock { s throws(CTAP2Error) in
+                if let answer = s.pinAnswer { throw answer }
+                s.pinTries.append(hash)
+                guard hash == s.pinHash else {
+                    s.retries -= 1
+                    throw CTAP2Error(.pinInvalid, "wrong PIN")
+                }
+                s.retries = 8
+            }
+        }
+
+        func changePIN(currentHash: [UInt8], newHash: [UInt8]) async throws(CTAP2Error) {
+            try await verifyPIN(hash: currentHash)
+            state.withLock { $0.pinHash = newHash }
         }
     }
 

@@ -1,6 +1,6 @@
 /* libfido2 against tesserad's --ctap-socket: fido_dev_set_io_functions over SOCK_SEQPACKET (one 64-byte report per
  * packet), then fido_dev_make_cred + fido_cred_verify_self (packed self attestation) and fido_dev_get_assert +
- * fido_assert_verify. Usage: fido2_socket SOCKET_PATH. Prints "OK" and exits 0 when everything verifies. */
+ * fido_assert_verify. Usage: fido2_socket SOCKET_PATH [PIN]. Prints "OK" and exits 0 when everything verifies. */
 #include <fido.h>
 #include <fido/es256.h>
 #include <poll.h>
@@ -38,7 +38,9 @@ static int io_write(void *h, const unsigned char *buf, size_t len) {
     fprintf(stderr, "%s: %s (%d)\n", #call, fido_strerr(r_), r_); return 1; } } while (0)
 
 int main(int argc, char **argv) {
-    if (argc != 2) return 2;
+    /* argv[2], optional: the PIN (ClientPIN: a pinUvAuthToken for each request, the UV flag set). */
+    if (argc != 2 && argc != 3) return 2;
+    const char *pin = argc == 3 ? argv[2] : NULL;
     fido_init(0);
     fido_dev_io_t io = {io_open, io_close, io_read, io_write};
     fido_dev_t *dev = fido_dev_new();
@@ -54,7 +56,7 @@ int main(int argc, char **argv) {
     CHECK(fido_cred_set_clientdata_hash(cred, cdh, sizeof cdh));
     CHECK(fido_cred_set_rp(cred, "example.com", "Example"));
     CHECK(fido_cred_set_user(cred, user, sizeof user, "carol", "Carol", NULL));
-    CHECK(fido_dev_make_cred(dev, cred, NULL));
+    CHECK(fido_dev_make_cred(dev, cred, pin));
     if (strcmp(fido_cred_fmt(cred), "packed") != 0) { fprintf(stderr, "fmt %s\n", fido_cred_fmt(cred)); return 1; }
     CHECK(fido_cred_verify_self(cred));
 
@@ -63,11 +65,12 @@ int main(int argc, char **argv) {
     CHECK(fido_assert_set_rp(assert, "example.com"));
     CHECK(fido_assert_allow_cred(assert, fido_cred_id_ptr(cred), fido_cred_id_len(cred)));
     CHECK(fido_assert_set_up(assert, FIDO_OPT_TRUE));
-    CHECK(fido_dev_get_assert(dev, assert, NULL));
+    CHECK(fido_dev_get_assert(dev, assert, pin));
     es256_pk_t *pk = es256_pk_new();
     CHECK(es256_pk_from_ptr(pk, fido_cred_pubkey_ptr(cred), fido_cred_pubkey_len(cred)));
     CHECK(fido_assert_verify(assert, 0, COSE_ES256, pk));
-    printf("OK %zu %u\n", fido_cred_id_len(cred), fido_assert_sigcount(assert, 0));
+    printf("OK %zu %u uv=%d,%d\n", fido_cred_id_len(cred), fido_assert_sigcount(assert, 0),
+           (fido_cred_flags(cred) & 0x04) != 0, (fido_assert_flags(assert, 0) & 0x04) != 0);
     es256_pk_free(&pk);
     fido_assert_free(&assert);
     fido_cred_free(&cred);

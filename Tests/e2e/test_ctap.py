@@ -5,15 +5,16 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import socket
 import struct
 import threading
 
 import pytest
 from fido2 import cbor
-from fido2.client import DefaultClientDataCollector, Fido2Client
+from fido2.client import DefaultClientDataCollector, Fido2Client, UserInteraction
 from fido2.ctap import CtapError
-from fido2.ctap2 import Ctap2
+from fido2.ctap2 import ClientPin, Ctap2, PinProtocolV1, PinProtocolV2
 from fido2.hid import CtapHidDevice
 from fido2.hid.base import CtapHidConnection, HidDescriptor
 from fido2.webauthn import (AttestationObject, PublicKeyCredentialCreationOptions, PublicKeyCredentialDescriptor,
@@ -21,7 +22,7 @@ from fido2.webauthn import (AttestationObject, PublicKeyCredentialCreationOption
                             PublicKeyCredentialRpEntity, PublicKeyCredentialUserEntity)
 from webauthn import verify_authentication_response, verify_registration_response
 
-from tessera_harness import SOFTHSM_MODULE, Daemon, b64u, unb64u
+from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Daemon, RPCError, SoftHSM, b64u, cli, unb64u
 
 RP = "example.com"
 ORIGIN = "https://example.com"
@@ -49,7 +50,8 @@ class SeqpacketConnection(CtapHidConnection):
 class CTAPDaemon:
     """tesserad with --ctap-socket; presence from a script whose answer (exit status, or "sleep") a file sets."""
 
-    def __init__(self, tmp_path: pathlib.Path, softhsm, presence: bool = True, extra: dict | None = None):
+    def __init__(self, tmp_path: pathlib.Path, softhsm, presence: bool = True, extra: dict | None = None,
+                 top: dict | None = None, module: str = SOFTHSM_MODULE, env: dict | None = None):
         self.tmp = tmp_path
         self.sock = str(tmp_path / "ctap.sock")
         pin_file = tmp_path / "pin"
@@ -62,10 +64,10 @@ class CTAPDaemon:
                           f'a=$(cat "{self.answer}")\n[ "$a" = sleep ] && exec sleep 60\nexit "$a"\n')
         script.chmod(0o755)
         ctap = {"presenceCommand": [str(script)]} if presence else {}
-        config = {"pinFiles": {"tessera-test": str(pin_file)}, "ctap": {**ctap, **(extra or {})}}
+        config = {"pinFiles": {"tessera-test": str(pin_file)}, "ctap": {**ctap, **(extra or {})}, **(top or {})}
         cfg = tmp_path / "config.json"
         cfg.write_text(json.dumps(config))
-        self.daemon = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+        self.daemon = Daemon(tmp_path, env or softhsm.env, ["--pkcs11-module", module, "--no-embedded-softhsm",
                                                      "--config", str(cfg), "--ctap-socket", self.sock])
 
     def start(self):
@@ -452,7 +454,7 @@ def test_libfido2_make_cred_and_get_assert(ctap, tmp_path):
     subprocess.run(["cc", "-Wall", "-Werror", str(source), "-lfido2", "-o", str(binary)], check=True)
     r = subprocess.run([str(binary), ctap.sock], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("OK 32 ")
+    assert r.stdout.startswith("OK 32 ") and r.stdout.strip().endswith("uv=0,0")
     listed = ctap.daemon.client().call("credentials.list", {"rpId": RP})["credentials"]
     assert [x["user"]["name"] for x in listed] == ["carol"]
 
@@ -533,3 +535,232 @@ def test_presence_timeout(tmp_path, softhsm):
         assert d.daemon.client().call("credentials.list", {})["credentials"] == []
     finally:
         d.daemon.stop()
+
+
+# ClientPIN: the token's PIN is the hashed form of the CTAP PIN, lower-case hex of LEFT(SHA-256(PIN), 16).
+def ctap_token_pin(pin: str) -> str:
+    return hashlib.sha256(pin.encode()).digest()[:16].hex()
+
+
+@pytest.fixture
+def pin_ctap(tmp_path):
+    """tesserad with ctap.clientPin over a token whose PIN is the hashed form of "1234" (no PIN file: logged out),
+    through pkcs11-spy so that every C_Login and C_SetPIN is counted; no back-off (wrong PINs follow each other)."""
+    hsm = SoftHSM(tmp_path)
+    hsm.add_token("ctap-pin", pin=ctap_token_pin("1234"))
+    spy_log = tmp_path / "spy.log"
+    env = {**hsm.env, "PKCS11SPY": SOFTHSM_MODULE, "PKCS11SPY_OUTPUT": str(spy_log)}
+    d = CTAPDaemon(tmp_path, hsm, extra={"clientPin": True}, top={"pinBackoff": {"initialSeconds": 0}},
+                   module=SPY_MODULE, env=env).start()
+    d.hsm = hsm
+    d.calls = lambda name: len(re.findall(rf"^\d+: {name}$", spy_log.read_text(), re.M))  # noqa: E731
+    yield d
+    d.daemon.stop()
+
+
+class PinInteraction(UserInteraction):
+    def __init__(self, pin: str):
+        self.pin = pin
+
+    def request_pin(self, permissions, rp_id):
+        return self.pin
+
+
+def uv_flag(auth_data) -> bool:
+    return bool(auth_data.flags & 0x04)
+
+
+def test_client_pin_with_fido2_client_and_uv_verified_by_py_webauthn(pin_ctap):
+    dev = pin_ctap.device()
+    info = Ctap2(dev).get_info()
+    assert info.options["clientPin"] is True and info.options["pinUvAuthToken"] is True
+    assert info.options["uv"] is False and info.pin_uv_protocols == [2, 1]
+    assert ClientPin(Ctap2(dev)).get_pin_retries() == (8, False)
+    fido = Fido2Client(dev, DefaultClientDataCollector(ORIGIN), user_interaction=PinInteraction("1234"))
+    options = creation_options(rk="required")
+    options = PublicKeyCredentialCreationOptions(
+        rp=options.rp, user=options.user, challenge=options.challenge, pub_key_cred_params=options.pub_key_cred_params,
+        attestation="direct", authenticator_selection={"residentKey": "required", "userVerification": "required"})
+    reg = fido.make_credential(options)
+    verified = verify_registration_response(credential=registration_json(reg), expected_challenge=options.challenge,
+                                            expected_rp_id=RP, expected_origin=ORIGIN, require_user_verification=True)
+    assert verified.user_verified
+    challenge = os.urandom(32)
+    result = fido.get_assertion(PublicKeyCredentialRequestOptions(challenge=challenge, rp_id=RP,
+                                                                  user_verification="required"))
+    a = result.get_response(0)
+    assert uv_flag(a.response.authenticator_data)
+    verify_authentication_response(credential=assertion_json(a), expected_challenge=challenge, expected_rp_id=RP,
+                                   expected_origin=ORIGIN, credential_public_key=verified.credential_public_key,
+                                   credential_current_sign_count=0, require_user_verification=True)
+    # With UV the user's name comes back for a discoverable credential.
+    assert result.get_assertions()[0].user["name"] == "alice"
+
+
+@pytest.mark.parametrize("protocol", [PinProtocolV1, PinProtocolV2])
+def test_pin_protocols_permissions_and_cred_protect_3(pin_ctap, protocol):
+    dev = pin_ctap.device()
+    ctap2 = Ctap2(dev)
+    client_pin = ClientPin(ctap2, protocol())
+    proto = client_pin.protocol
+    cdh = hashlib.sha256(b"mc").digest()
+    mc = ClientPin.PERMISSION.MAKE_CREDENTIAL
+    ga = ClientPin.PERMISSION.GET_ASSERTION
+    token = client_pin.get_pin_token("1234", mc, RP)
+    att = ctap2.make_credential(cdh, {"id": RP}, {"id": b"u3", "name": "u3"}, [{"type": "public-key", "alg": -7}],
+                                extensions={"credProtect": 3}, options={"rk": True},
+                                pin_uv_param=proto.authenticate(token, cdh), pin_uv_protocol=proto.VERSION)
+    assert uv_flag(att.auth_data) and att.auth_data.extensions == {"credProtect": 3}
+    cred_id = att.auth_data.credential_data.credential_id
+    allow = [{"type": "public-key", "id": cred_id}]
+    # credProtect 3: not without UV, not even with its id.
+    with pytest.raises(CtapError) as e:
+        ctap2.get_assertion(RP, cdh, allow)
+    assert e.value.code == CtapError.ERR.NO_CREDENTIALS
+    # The token's permissions were used up by makeCredential; one without ga is refused.
+    with pytest.raises(CtapError) as e:
+        ctap2.get_assertion(RP, cdh, allow, pin_uv_param=proto.authenticate(token, cdh), pin_uv_protocol=proto.VERSION)
+    assert e.value.code == CtapError.ERR.PIN_AUTH_INVALID
+    token = client_pin.get_pin_token("1234", ga, "other.example")
+    with pytest.raises(CtapError) as e:
+        ctap2.get_assertion(RP, cdh, allow, pin_uv_param=proto.authenticate(token, cdh), pin_uv_protocol=proto.VERSION)
+    assert e.value.code == CtapError.ERR.PIN_AUTH_INVALID
+    with pytest.raises(CtapError) as e:
+        client_pin.get_pin_token("1234", ClientPin.PERMISSION.BIO_ENROLL)
+    assert e.value.code == CtapError.ERR.UNAUTHORIZED_PERMISSION
+    token = client_pin.get_pin_token("1234", ga, RP)
+    got = ctap2.get_assertion(RP, cdh, allow, pin_uv_param=proto.authenticate(token, cdh), pin_uv_protocol=proto.VERSION)
+    assert uv_flag(got.auth_data) and got.credential["id"] == cred_id
+    # The assertion is the credential's: its signature verifies with the stored key.
+    key = {x["credentialId"]: x["publicKey"] for x in pin_ctap.daemon.client().call(
+        "credentials.list", {"rpId": RP})["credentials"]}[b64u(cred_id)]
+    from fido2.cose import CoseKey
+    CoseKey.parse(cbor.decode(unb64u(key))).verify(bytes(got.auth_data) + cdh, got.signature)
+
+
+def test_wrong_pin_costs_exactly_one_token_try_and_three_block(pin_ctap):
+    dev = pin_ctap.device()
+    client_pin = ClientPin(Ctap2(dev), PinProtocolV2())
+    logins = lambda: pin_ctap.calls("C_Login")  # noqa: E731
+    before = logins()
+    with pytest.raises(CtapError) as e:
+        client_pin.get_pin_token("0000")
+    assert e.value.code == CtapError.ERR.PIN_INVALID
+    assert logins() == before + 1
+    assert "wrong PIN" in pin_ctap.daemon.log.read_text()
+    # getPINRetries (no token try): SoftHSM2 says "count low" after a wrong PIN: at least 1 left over CTAP.
+    assert client_pin.get_pin_retries() == (1, False)
+    assert logins() == before + 1
+    client_pin.get_pin_token("1234")
+    assert logins() == before + 2
+    assert client_pin.get_pin_retries() == (8, False)
+    for i, code in enumerate([CtapError.ERR.PIN_INVALID, CtapError.ERR.PIN_INVALID, CtapError.ERR.PIN_AUTH_BLOCKED]):
+        with pytest.raises(CtapError) as e:
+            client_pin.get_pin_token("000%d" % i)
+        assert e.value.code == code
+        assert logins() == before + 3 + i
+    # Blocked until the daemon restarts (power cycle): even the right PIN does not reach the token.
+    with pytest.raises(CtapError) as e:
+        client_pin.get_pin_token("1234")
+    assert e.value.code == CtapError.ERR.PIN_AUTH_BLOCKED
+    assert logins() == before + 5
+    assert client_pin.get_pin_retries()[1] is True
+
+
+def test_change_pin_sets_the_token_pin(pin_ctap):
+    import subprocess
+    dev = pin_ctap.device()
+    client_pin = ClientPin(Ctap2(dev), PinProtocolV1())
+    client_pin.change_pin("1234", "5678")
+    assert pin_ctap.calls("C_SetPIN") == 1
+    with pytest.raises(CtapError) as e:
+        client_pin.change_pin("1234", "9999")
+    assert e.value.code == CtapError.ERR.PIN_INVALID
+    assert ClientPin(Ctap2(dev), PinProtocolV2()).get_pin_token("5678")
+    # The token's own PIN is now the hashed form of the new PIN.
+    login = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "ctap-pin", "--login",
+                            "--pin", ctap_token_pin("5678"), "--list-objects"], capture_output=True, text=True,
+                           env={**os.environ, **pin_ctap.hsm.env})
+    assert login.returncode == 0, login.stderr
+    # setPIN: the token has a PIN already.
+    with pytest.raises(CtapError) as e:
+        ClientPin(Ctap2(dev), PinProtocolV2()).set_pin("4321")
+    assert e.value.code == CtapError.ERR.NOT_ALLOWED
+
+
+def test_libfido2_make_cred_and_get_assert_with_pin(pin_ctap, tmp_path):
+    import subprocess
+    source = pathlib.Path(__file__).parent / "fido2_socket.c"
+    binary = tmp_path / "fido2_socket"
+    subprocess.run(["cc", "-Wall", "-Werror", str(source), "-lfido2", "-o", str(binary)], check=True)
+    r = subprocess.run([str(binary), pin_ctap.sock, "1234"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("OK 32 ") and r.stdout.strip().endswith("uv=1,1")
+
+
+def test_ctap_set_pin_converts_the_token_pin(tmp_path, softhsm):
+    """ctap.setPin (and `tessera ctap set-pin`): the token's PIN "1234" becomes the hashed form of a CTAP PIN."""
+    import subprocess
+    # No back-off: the wrong CTAP PIN below would hold uid 0's next PIN, the JSON-RPC one too (one set of PIN rules).
+    d = CTAPDaemon(tmp_path, softhsm, extra={"clientPin": True}, top={"pinBackoff": {"initialSeconds": 0}}).start()
+    try:
+        c = d.daemon.client()
+        with pytest.raises(RPCError) as e:
+            c.call("ctap.setPin", {"pin": "1234", "newPin": "12"})
+        assert e.value.code == "INVALID_INPUT"
+        with pytest.raises(CtapError) as e:
+            ClientPin(Ctap2(d.device())).get_pin_token("1234")
+        assert e.value.code == CtapError.ERR.PIN_INVALID
+        # In place: the CTAP PIN is the token's current PIN.
+        assert c.call("ctap.setPin", {"pin": "1234"}) == {"changed": True, "tokenId": c.call("tokens.list")["tokens"][0]["id"]}
+        assert ClientPin(Ctap2(d.device())).get_pin_token("1234")
+        # The CLI, to another CTAP PIN.
+        r = cli(d.daemon, "ctap", "set-pin", "--pin-stdin", "--new-pin-stdin", input=ctap_token_pin("1234") + "\n5678\n")
+        assert "hashed form" in r.stdout
+        assert ClientPin(Ctap2(d.device()), PinProtocolV1()).get_pin_token("5678")
+        login = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "tessera-test", "--login",
+                                "--pin", ctap_token_pin("5678"), "--list-objects"], capture_output=True, text=True,
+                               env={**os.environ, **softhsm.env})
+        assert login.returncode == 0, login.stderr
+    finally:
+        d.daemon.stop()
+
+
+def test_credential_management_with_python_fido2(pin_ctap):
+    from fido2.ctap2 import CredentialManagement
+    dev = pin_ctap.device()
+    ctap2 = Ctap2(dev)
+    assert ctap2.info.options["credMgmt"] is True
+    # Discoverable credentials with clientPin on: python-fido2 asks for the PIN (makeCredUvNotRqd covers only the others).
+    fido = Fido2Client(dev, DefaultClientDataCollector(ORIGIN), user_interaction=PinInteraction("1234"))
+    made = [fido.make_credential(creation_options(user_id=b"user-%d" % i, name=f"user{i}", rk="required")).raw_id
+            for i in range(2)]
+    c = pin_ctap.daemon.client()
+    c.call("passkey.enroll", {"rpId": "other.example", "user": {"id": b64u(b"o"), "name": "o", "displayName": "O"},
+                              "challenge": b64u(os.urandom(32)), "pin": ctap_token_pin("1234")})
+    # Non-discoverable credentials are not managed.
+    client(dev).make_credential(creation_options(user_id=b"user-nrk", name="nrk", rk="discouraged"))
+    client_pin = ClientPin(ctap2, PinProtocolV2())
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.CREDENTIAL_MGMT)
+    cm = CredentialManagement(ctap2, client_pin.protocol, token)
+    assert cm.get_metadata()[CredentialManagement.RESULT.EXISTING_CRED_COUNT] == 3
+    rps = cm.enumerate_rps()
+    assert sorted(r[CredentialManagement.RESULT.RP]["id"] for r in rps) == ["example.com", "other.example"]
+    creds = cm.enumerate_creds(hashlib.sha256(RP.encode()).digest())
+    assert sorted(x[CredentialManagement.RESULT.CREDENTIAL_ID]["id"] for x in creds) == sorted(made)
+    listed = {x["credentialId"]: x for x in c.call("credentials.list", {"rpId": RP})["credentials"]}
+    for x in creds:
+        # The public key is the stored one.
+        assert cbor.encode(x[CredentialManagement.RESULT.PUBLIC_KEY]) == unb64u(
+            listed[b64u(x[CredentialManagement.RESULT.CREDENTIAL_ID]["id"])]["publicKey"])
+    target = PublicKeyCredentialDescriptor(type="public-key", id=made[0])
+    cm.update_user_info(target, PublicKeyCredentialUserEntity(id=b"user-0", name="renamed", display_name="Renamed"))
+    assert c.call("credentials.get", {"credentialId": b64u(made[0])})["user"]["name"] == "renamed"
+    cm.delete_cred(target)
+    assert b64u(made[0]) not in [x["credentialId"] for x in c.call("credentials.list", {"rpId": RP})["credentials"]]
+    assert len(cm.enumerate_creds(hashlib.sha256(RP.encode()).digest())) == 1
+    # A token without the cm permission is refused.
+    mc = client_pin.get_pin_token("1234", ClientPin.PERMISSION.MAKE_CREDENTIAL)
+    with pytest.raises(CtapError) as e:
+        CredentialManagement(ctap2, client_pin.protocol, mc).get_metadata()
+    assert e.value.code == CtapError.ERR.PIN_AUTH_INVALID

@@ -341,7 +341,13 @@ enum CTAP2Target {
         let (selector, bytes) = input.selectorAndRest
         guard let map = try? CBORValue(decoding: bytes, options: CBORDecodingOptions(maxDepth: 8, maxItems: 4096))
         else { return }
-        if selector & 1 == 0 { _ = try? MakeCredentialRequest(map) } else { _ = try? GetAssertionRequest(map) }
+        switch selector % 5 {
+        case 0: _ = try? MakeCredentialRequest(map)
+        case 1: _ = try? GetAssertionRequest(map)
+        case 2: _ = try? ClientPINRequest(map)
+        case 3: _ = try? PINKeyAgreement().sharedSecret(with: map, protocol: .two)
+        default: _ = try? CredentialManagementRequest(map).credentialId()
+        }
     }
 }
 
