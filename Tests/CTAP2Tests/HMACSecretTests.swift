@@ -104,6 +104,29 @@ struct HMACSecretTests {
         }
     }
 
+    @Test func getNextAssertionCarriesTheOutputOfEachCredential() async throws {
+        let (a, backend) = pin.authenticator()
+        for _ in 0..<2 {
+            var params = makeCredential(hmacSecret: true).mapValue ?? []
+            params.append((7, ["rk": true]))
+            #expect(await pin.call(a, 0x01, .map(params)).0 == 0)
+        }
+        let ids = backend.state.withLock { $0.credentials.map(\.id) }
+        let salt = [UInt8](repeating: 5, count: 32)
+        let (ext, shared) = try await input(a, .two, salt: salt)
+        let request: CBORValue = [1: "example.com", 2: .byteString(cdh), 4: ["hmac-secret": ext]]
+        let (status, first) = await pin.call(a, 0x02, request)
+        #expect(status == 0 && first?[5] == 2)
+        let raw = await a.handle([0x08])
+        #expect(raw.first == 0)
+        let next = try CBORValue(decoding: Array(raw.dropFirst()))
+        // Newest first.
+        for (response, id) in [(first, ids[1]), (next, ids[0])] {
+            let encrypted = try #require(try extensions(response)["hmac-secret"]?.bytesValue)
+            #expect(try PINUVAuthProtocol.two.decrypt(key: shared, encrypted) == expected(id, [salt]))
+        }
+    }
+
     @Test func refusals() async throws {
         let (a, backend) = pin.authenticator()
         #expect(await pin.call(a, 0x01, makeCredential(hmacSecret: true)).0 == 0)

@@ -841,3 +841,28 @@ def test_hmac_secret_on_the_token(pin_ctap):
     labels = secret_key_labels(pin_ctap.hsm, ctap_token_pin("1234"))
     assert not [l for l in labels if l.startswith(f"tessera:{b64u(first)} ")]
     assert len([l for l in labels if l.startswith(f"tessera:{b64u(second)} ")]) == 2
+
+
+def test_hmac_secret_migration_keeps_older_rows(ctap):
+    """A database from before the hmacSecret column (v7-ctap-hmac-secret): the migration adds it, the older rows
+    read as without hmac-secret and keep their credProtect."""
+    import sqlite3
+    cdh = hashlib.sha256(b"m").digest()
+    made = Ctap2(ctap.device()).make_credential(cdh, {"id": RP}, {"id": b"old", "name": "old"},
+                                                [{"type": "public-key", "alg": -7}], options={"rk": True},
+                                                extensions={"credProtect": 2})
+    cred_id = made.auth_data.credential_data.credential_id
+    ctap.daemon.stop()
+    db = ctap.tmp / "tesserad-state" / "tessera.sqlite"
+    with sqlite3.connect(db) as c:
+        c.execute("ALTER TABLE ctap_credential DROP COLUMN hmacSecret")
+        assert c.execute("DELETE FROM grdb_migrations WHERE identifier = 'v7-ctap-hmac-secret'").rowcount == 1
+    ctap.daemon.start()
+    ctap2 = Ctap2(ctap.device())
+    with pytest.raises(CtapError) as e:
+        ctap2.get_assertion(RP, cdh)
+    assert e.value.code == CtapError.ERR.NO_CREDENTIALS
+    assert ctap2.get_assertion(RP, cdh, [{"type": "public-key", "id": cred_id}]).credential["id"] == cred_id
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT credProtect, hmacSecret FROM ctap_credential WHERE credentialId = ?",
+                         (cred_id,)).fetchall() == [(2, 0)]
