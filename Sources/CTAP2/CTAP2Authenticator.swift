@@ -10,12 +10,14 @@ public struct CTAP2Credential: Sendable, Equatable {
     public var credProtect: CredProtect
     /// The credential's public key, COSE_Key bytes (credentialManagement returns it).
     public var publicKey: [UInt8]
+    /// The credential has hmac-secret keys (made with the extension on a store that can hold them).
+    public var hmacSecret: Bool
     public init(
         id: [UInt8], rpId: String, user: CTAP2User, discoverable: Bool, credProtect: CredProtect,
-        publicKey: [UInt8] = []
+        publicKey: [UInt8] = [], hmacSecret: Bool = false
     ) {
         self.id = id; self.rpId = rpId; self.user = user; self.discoverable = discoverable;
-        self.credProtect = credProtect; self.publicKey = publicKey
+        self.credProtect = credProtect; self.publicKey = publicKey; self.hmacSecret = hmacSecret
     }
 }
 
@@ -46,15 +48,25 @@ public protocol CTAP2Backend: Sendable {
     func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential]
     /// Creates a credential (key on the token, record in the store) and returns its packed self attestation over
     /// authData with `extensions` (canonical CBOR map) when given.
-    /// `userVerified`: a pinUvAuthToken verified the request (the UV flag).
+    /// `userVerified`: a pinUvAuthToken verified the request (the UV flag). `hmacSecret`: make the credential's
+    /// hmac-secret keys with it (only asked when `supportsHMACSecret` said yes).
     func makeCredential(
         rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-        credProtect: CredProtect, extensions: [UInt8]?, userVerified: Bool
+        credProtect: CredProtect, extensions: [UInt8]?, hmacSecret: Bool, userVerified: Bool
     ) async throws(CTAP2Error) -> CTAP2Attestation
     /// Signs authData ‖ clientDataHash with the credential's key (the sign count advances); returns
-    /// (authData, DER signature).
-    func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool)
-        async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8])
+    /// (authData, DER signature). authData carries `extensions` (canonical CBOR map) when given.
+    func assert(
+        _ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool,
+        extensions: [UInt8]?
+    ) async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8])
+    /// Whether a new credential can have hmac-secret keys (the store of new credentials makes and uses them on the
+    /// token).
+    func supportsHMACSecret() async -> Bool
+    /// HMAC-SHA-256(CredRandom, salt) of each salt, concatenated, from the credential's CredRandom for use with UV
+    /// or without (§12.5), computed where the secret is (on the token).
+    func hmacSecret(_ credential: CTAP2Credential, userVerified: Bool, salts: [[UInt8]]) async throws(CTAP2Error)
+        -> [UInt8]
     /// Waits for the user's approval; throws OPERATION_DENIED (refused or no presence source),
     /// USER_ACTION_TIMEOUT, or KEEPALIVE_CANCEL when the task is cancelled.
     func userPresence(_ request: PresenceRequest) async throws(CTAP2Error)
@@ -99,7 +111,15 @@ public actor CTAP2Authenticator {
         var clientDataHash: [UInt8]
         var userPresent: Bool
         var userVerified: Bool
+        var hmacSecret: HMACSecretRequest?
         var expires: ContinuousClock.Instant
+    }
+
+    /// A checked hmac-secret input: the protocol, its shared secret and the decrypted salts (1 or 2 of 32 bytes).
+    struct HMACSecretRequest {
+        var proto: PINUVAuthProtocol
+        var sharedSecret: [UInt8]
+        var salts: [[UInt8]]
     }
 
     let backend: any CTAP2Backend
@@ -182,7 +202,10 @@ public actor CTAP2Authenticator {
             ]
         }
         var out: [(key: CBORValue, value: CBORValue)] = [
-            (1, ["FIDO_2_0", "FIDO_2_1"]), (2, ["credProtect"]), (3, .byteString(info.aaguid)), (4, .map(options)),
+            (1, ["FIDO_2_0", "FIDO_2_1"]),
+            // hmac-secret needs ClientPIN's key agreement (docs/CTAP.md).
+            (2, info.clientPIN ? ["credProtect", "hmac-secret"] : ["credProtect"]), (3, .byteString(info.aaguid)),
+            (4, .map(options)),
             (5, CBORValue(info.maxMessageSize)),
         ]
         if info.clientPIN { out.append((6, [2, 1])) }
@@ -210,12 +233,17 @@ public actor CTAP2Authenticator {
         }
         try await presence(presenceRequest, progress: progress)
         progress(.processing)
-        let extensions = r.credProtect.map { level -> [UInt8] in
-            CBORValue.map([("credProtect", CBORValue(Int(level.rawValue)))]).encodedWithDistinctKeys()
-        }
+        // hmac-secret only where the store holds its keys, and with ClientPIN (its key agreement); else no output.
+        let hmacSecret = r.hmacSecret && info.clientPIN ? await backend.supportsHMACSecret() : false
+        // Canonical order: "credProtect" < "hmac-secret" (same length, bytewise).
+        var outputs: [(key: CBORValue, value: CBORValue)] = []
+        if let level = r.credProtect { outputs.append(("credProtect", CBORValue(Int(level.rawValue)))) }
+        if hmacSecret { outputs.append(("hmac-secret", true)) }
         let attestation = try await backend.makeCredential(
             rpId: r.rpId, user: r.user, clientDataHash: r.clientDataHash, discoverable: r.residentKey,
-            credProtect: r.credProtect ?? .userVerificationOptional, extensions: extensions, userVerified: verified)
+            credProtect: r.credProtect ?? .userVerificationOptional,
+            extensions: outputs.isEmpty ? nil : CBORValue.map(outputs).encodedWithDistinctKeys(),
+            hmacSecret: hmacSecret, userVerified: verified)
         if verified { usedPinUvAuthToken() }
         return [1: .textString(attestation.format), 2: .byteString(attestation.authData), 3: attestation.statement]
     }
@@ -228,6 +256,10 @@ public actor CTAP2Authenticator {
             r.pinUvAuthParam, protocol: r.pinUvAuthProtocol, uv: r.userVerification, clientDataHash: r.clientDataHash,
             permission: .getAssertion, rpId: r.rpId,
             probe: PresenceRequest(operation: "getAssertion", rpId: r.rpId, userName: nil), progress: progress)
+        // Without ClientPIN no platform has the key agreement key: the input is ignored.
+        let hmacSecret = try r.hmacSecret.flatMap { input throws(CTAP2Error) in
+            info.clientPIN ? try hmacSecretRequest(input, userPresence: r.userPresence) : nil
+        }
         let found = try await backend.credentials(rpId: r.rpId, ids: r.allowList)
         let usable = found.filter { c in
             if verified { return true }
@@ -248,13 +280,16 @@ public actor CTAP2Authenticator {
         }
         var response = try await assertion(
             first, clientDataHash: r.clientDataHash, userPresent: r.userPresence, userVerified: verified,
-            discoverable: r.allowList == nil)
-        if verified { usedPinUvAuthToken() }
+            hmacSecret: hmacSecret, discoverable: r.allowList == nil)
+        // §6.2.2: the permissions go with a presence-tested assertion only (a platform's `up: false` pre-flight over
+        // an allowList, as python-fido2's, keeps them for the real request).
+        if verified && r.userPresence { usedPinUvAuthToken() }
         if r.allowList == nil, usable.count > 1 {
             response.append((CBORValue(5), CBORValue(usable.count)))
             pending = PendingAssertions(
                 credentials: Array(usable.dropFirst()), clientDataHash: r.clientDataHash,
-                userPresent: r.userPresence, userVerified: verified, expires: .now + Self.nextAssertionWindow)
+                userPresent: r.userPresence, userVerified: verified, hmacSecret: hmacSecret,
+                expires: .now + Self.nextAssertionWindow)
         }
         return .map(response)
     }
@@ -269,15 +304,44 @@ public actor CTAP2Authenticator {
         return .map(
             try await assertion(
                 next, clientDataHash: p.clientDataHash, userPresent: p.userPresent, userVerified: p.userVerified,
-                discoverable: true))
+                hmacSecret: p.hmacSecret, discoverable: true))
+    }
+
+    /// Checks the hmac-secret input (§12.5): the protocol, saltAuth over saltEnc with the shared secret (else
+    /// PIN_AUTH_INVALID), salts of 32 or 64 bytes (else INVALID_LENGTH); it needs user presence (`up: false`:
+    /// UNSUPPORTED_OPTION).
+    func hmacSecretRequest(_ input: HMACSecretInput, userPresence: Bool) throws(CTAP2Error) -> HMACSecretRequest {
+        guard userPresence else { throw CTAP2Error(.unsupportedOption, "hmac-secret needs user presence") }
+        guard let proto = PINUVAuthProtocol(rawValue: input.pinUvAuthProtocol) else {
+            throw CTAP2Error(.invalidParameter, "hmac-secret pinUvAuthProtocol \(input.pinUvAuthProtocol)")
+        }
+        let shared = try pin.keyAgreement.sharedSecret(with: input.keyAgreement, protocol: proto)
+        guard proto.verify(key: shared, input.saltEnc, signature: input.saltAuth) else {
+            throw CTAP2Error(.pinAuthInvalid, "hmac-secret saltAuth does not verify")
+        }
+        let salt = try proto.decrypt(key: shared, input.saltEnc)
+        guard salt.count == 32 || salt.count == 64 else {
+            throw CTAP2Error(.invalidLength, "hmac-secret salts are 32 or 64 bytes, not \(salt.count)")
+        }
+        return HMACSecretRequest(
+            proto: proto, sharedSecret: shared,
+            salts: salt.count == 32 ? [salt] : [Array(salt[..<32]), Array(salt[32...])])
     }
 
     private func assertion(
         _ c: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool,
-        discoverable: Bool
+        hmacSecret: HMACSecretRequest?, discoverable: Bool
     ) async throws(CTAP2Error) -> [(key: CBORValue, value: CBORValue)] {
+        var extensions: [UInt8]?
+        // A credential made without hmac-secret keys (or on a store without them) answers without the output.
+        if let hmacSecret, c.hmacSecret {
+            let output = try await backend.hmacSecret(c, userVerified: userVerified, salts: hmacSecret.salts)
+            let encrypted = try hmacSecret.proto.encrypt(key: hmacSecret.sharedSecret, output)
+            extensions = CBORValue.map([("hmac-secret", .byteString(encrypted))]).encodedWithDistinctKeys()
+        }
         let (authData, signature) = try await backend.assert(
-            c, clientDataHash: clientDataHash, userPresent: userPresent, userVerified: userVerified)
+            c, clientDataHash: clientDataHash, userPresent: userPresent, userVerified: userVerified,
+            extensions: extensions)
         var out: [(key: CBORValue, value: CBORValue)] = [
             (1, ["id": .byteString(c.id), "type": "public-key"]),
             (2, .byteString(authData)),

@@ -41,6 +41,8 @@ public struct MakeCredentialRequest: Sendable, Equatable {
     public var userVerification: Bool
     public var userPresence: Bool?
     public var credProtect: CredProtect?
+    /// The hmac-secret extension asked for (§12.5).
+    public var hmacSecret = false
     public var pinUvAuthParam: [UInt8]?
     public var pinUvAuthProtocol: Int?
 
@@ -69,11 +71,16 @@ public struct MakeCredentialRequest: Sendable, Equatable {
             if type == "public-key" { algorithms.append(alg) }
         }
         excludeList = try p.optionalArray(5).map(Self.descriptorIds) ?? []
-        if let ext = try p.optionalMap(6), let cp = ext["credProtect"] {
+        let ext = try p.optionalMap(6)
+        if let cp = ext?["credProtect"] {
             guard let level = cp.intValue, let value = CredProtect(rawValue: UInt8(clamping: level)), level <= 3 else {
                 throw CTAP2Error(.invalidOption, "credProtect must be 1, 2 or 3")
             }
             credProtect = value
+        }
+        if let hs = ext?["hmac-secret"] {
+            guard let b = hs.boolValue else { throw CTAP2Error(.cborUnexpectedType, "hmac-secret is not a boolean") }
+            hmacSecret = b
         }
         let options = try p.optionalMap(7)
         residentKey = try Self.option(options, "rk") ?? false
@@ -110,6 +117,8 @@ public struct GetAssertionRequest: Sendable, Equatable {
     public var allowList: [[UInt8]]?
     public var userPresence: Bool
     public var userVerification: Bool
+    /// The hmac-secret extension's input (§12.5).
+    public var hmacSecret: HMACSecretInput?
     public var pinUvAuthParam: [UInt8]?
     public var pinUvAuthProtocol: Int?
 
@@ -119,6 +128,7 @@ public struct GetAssertionRequest: Sendable, Equatable {
         clientDataHash = try p.bytes(2)
         let list = try p.optionalArray(3).map(MakeCredentialRequest.descriptorIds)
         allowList = list?.isEmpty == true ? nil : list
+        if let hs = try p.optionalMap(4)?["hmac-secret"] { hmacSecret = try HMACSecretInput(hs) }
         let options = try p.optionalMap(5)
         if try MakeCredentialRequest.option(options, "rk") != nil {
             throw CTAP2Error(.unsupportedOption, "rk is not an option of getAssertion")
@@ -127,6 +137,24 @@ public struct GetAssertionRequest: Sendable, Equatable {
         userVerification = try MakeCredentialRequest.option(options, "uv") ?? false
         pinUvAuthParam = try p.optionalBytes(6)
         pinUvAuthProtocol = try p.optionalInt(7)
+    }
+}
+
+/// The hmac-secret extension's getAssertion input (§12.5): the platform's key agreement key, the salts encrypted
+/// with the shared secret and their MAC.
+public struct HMACSecretInput: Sendable, Equatable {
+    public var keyAgreement: CBORValue
+    public var saltEnc: [UInt8]
+    public var saltAuth: [UInt8]
+    /// pinUvAuthProtocol (default 1).
+    public var pinUvAuthProtocol: Int
+
+    public init(_ map: CBORValue) throws(CTAP2Error) {
+        let p = try Params(map)
+        keyAgreement = try p.map(1)
+        saltEnc = try p.bytes(2)
+        saltAuth = try p.bytes(3)
+        pinUvAuthProtocol = try p.optionalInt(4) ?? 1
     }
 }
 

@@ -13,9 +13,13 @@ public struct CTAPCredentialOptions: Codable, Sendable, Equatable, FetchableReco
     public var discoverable: Bool
     /// 1, 2 or 3 (CTAP 2.1 §12.1).
     public var credProtect: Int
+    /// The credential has hmac-secret keys (CTAP 2.1 §12.5) on its token, made with its key: `CKA_ID` key handle ‖
+    /// 0x01 (CredRandomWithoutUV) and ‖ 0x02 (CredRandomWithUV), deleted with the key.
+    public var hmacSecret: Bool
 
-    public init(credentialId: Data, discoverable: Bool, credProtect: Int) {
+    public init(credentialId: Data, discoverable: Bool, credProtect: Int, hmacSecret: Bool = false) {
         self.credentialId = credentialId; self.discoverable = discoverable; self.credProtect = credProtect
+        self.hmacSecret = hmacSecret
     }
 }
 
@@ -30,6 +34,13 @@ public final class CTAPCredentialStore: Sendable {
             t.column("credentialId", .blob).primaryKey()
             t.column("discoverable", .boolean).notNull()
             t.column("credProtect", .integer).notNull()
+        }
+    }
+
+    /// The `hmacSecret` column (false for rows written before it).
+    static func migrateHMACSecret(_ db: Database) throws {
+        try db.alter(table: "ctap_credential") { t in
+            t.add(column: "hmacSecret", .boolean).notNull().defaults(to: false)
         }
     }
 

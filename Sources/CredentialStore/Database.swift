@@ -46,6 +46,7 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("v4-credential-lifecycle", migrate: CredentialStore.migrateLifecycle)
         m.registerMigration("v5-recovery-owner", migrate: RecoveryStore.migrateOwner)
         m.registerMigration("v6-step-up", migrate: StepUpStore.migrate)
+        m.registerMigration("v7-ctap-hmac-secret", migrate: CTAPCredentialStore.migrateHMACSecret)
         return m
     }
 }

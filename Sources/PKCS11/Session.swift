@@ -176,6 +176,21 @@ struct SessionContext {
         return .success(signature)
     }
 
+    /// C_GenerateKey (a secret key made on the token) with a mechanism without parameters.
+    func generateKey(mechanism: ck_mechanism_type_t, template: [(ck_attribute_type_t, AttributeValue)])
+        throws(OperationError) -> ck_object_handle_t
+    {
+        guard let call = f.C_GenerateKey else { throw .call(ck_rv_t(CKR_FUNCTION_NOT_SUPPORTED), "C_GenerateKey") }
+        let session = self.session
+        return try withTemplate(template) { (t, count) throws(OperationError) in
+            var mech = ck_mechanism(mechanism: mechanism, parameter: nil, parameter_len: 0)
+            var key: ck_object_handle_t = 0
+            let rv = call(session, &mech, t, count, &key)
+            guard rv == CKR_OK else { throw .call(rv, "C_GenerateKey") }
+            return key
+        }
+    }
+
     func generateKeyPair(
         mechanism: ck_mechanism_type_t,
         publicTemplate: [(ck_attribute_type_t, AttributeValue)],

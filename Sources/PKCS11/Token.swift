@@ -249,17 +249,11 @@ public final class PKCS11Token: Sendable {
             (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
             (ck_attribute_type_t(CKA_LABEL), .bytes(labelBytes)),
         ]
-        let privateTemplate: [(ck_attribute_type_t, AttributeValue)] = [
-            (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PRIVATE_KEY))),
-            (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC))),
-            (ck_attribute_type_t(CKA_TOKEN), .bool(true)),
-            (ck_attribute_type_t(CKA_PRIVATE), .bool(true)),
-            (ck_attribute_type_t(CKA_SENSITIVE), .bool(true)),
-            (ck_attribute_type_t(CKA_EXTRACTABLE), .bool(false)),
-            (ck_attribute_type_t(CKA_SIGN), .bool(true)),
-            (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
-            (ck_attribute_type_t(CKA_LABEL), .bytes(labelBytes)),
-        ]
+        let privateTemplate: [(ck_attribute_type_t, AttributeValue)] =
+            [
+                (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_PRIVATE_KEY))),
+                (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC))),
+            ] + Self.signingKeyAttributes(id: keyID, label: label)
         let cache = keyHandles
         return try await withSession { (ctx: SessionContext) throws(OperationError) -> [UInt8] in
             let (publicKey, privateKey) = try ctx.generateKeyPair(
@@ -280,6 +274,21 @@ public final class PKCS11Token: Sendable {
             cache.withLock { $0[keyID] = privateKey }
             return point
         }
+    }
+
+    /// The attributes of a key that signs and never leaves the token: token, private, sensitive, non-extractable.
+    private static func signingKeyAttributes(id keyID: [UInt8], label: String) -> [(
+        ck_attribute_type_t, AttributeValue
+    )] {
+        [
+            (ck_attribute_type_t(CKA_TOKEN), .bool(true)),
+            (ck_attribute_type_t(CKA_PRIVATE), .bool(true)),
+            (ck_attribute_type_t(CKA_SENSITIVE), .bool(true)),
+            (ck_attribute_type_t(CKA_EXTRACTABLE), .bool(false)),
+            (ck_attribute_type_t(CKA_SIGN), .bool(true)),
+            (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
+            (ck_attribute_type_t(CKA_LABEL), .bytes(Array(label.utf8))),
+        ]
     }
 
     /// The 65-byte uncompressed public point of the pair with this `CKA_ID`; `PASSKEY_NOT_FOUND` when absent.
@@ -412,6 +421,89 @@ public final class PKCS11Token: Sendable {
             for objectClass in [UInt(CKO_PRIVATE_KEY), UInt(CKO_PUBLIC_KEY)] {
                 let handles = try ctx.findObjects([
                     (ck_attribute_type_t(CKA_CLASS), .ulong(objectClass)),
+                    (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
+                ])
+                for handle in handles {
+                    try ctx.destroy(handle)
+                    deleted = true
+                }
+            }
+            return deleted
+        }
+    }
+
+    // MARK: Secret keys (CTAP hmac-secret)
+
+    /// Whether the token offers `CKM_GENERIC_SECRET_KEY_GEN` and `CKM_SHA256_HMAC` (HMAC secrets made and used on
+    /// the token).
+    public func supportsHMACSecrets() async -> Bool {
+        let found = try? await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+            let list = ctx.module.mechanisms(ctx.slot)
+            return list.contains(ck_mechanism_type_t(CKM_GENERIC_SECRET_KEY_GEN))
+                && list.contains(ck_mechanism_type_t(CKM_SHA256_HMAC))
+        }
+        return found ?? false
+    }
+
+    /// Generates a 32-byte generic secret on the token (`CKM_GENERIC_SECRET_KEY_GEN`: token, private, sensitive,
+    /// non-extractable, sign-only), so its value never leaves the token.
+    public func generateHMACSecret(id keyID: [UInt8], label: String) async throws(TesseraError) {
+        guard !keyID.isEmpty else { throw .invalidInput("key id must not be empty") }
+        let template: [(ck_attribute_type_t, AttributeValue)] =
+            [
+                (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_SECRET_KEY))),
+                (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_GENERIC_SECRET))),
+                (ck_attribute_type_t(CKA_VALUE_LEN), .ulong(32)),
+            ]
+            // It signs (HMAC) and does nothing else.
+            + [CKA_VERIFY, CKA_ENCRYPT, CKA_DECRYPT, CKA_DERIVE, CKA_WRAP, CKA_UNWRAP].map {
+                (ck_attribute_type_t($0), AttributeValue.bool(false))
+            } + Self.signingKeyAttributes(id: keyID, label: label)
+        _ = try await withSession { (ctx: SessionContext) throws(OperationError) -> ck_object_handle_t in
+            try ctx.generateKey(mechanism: ck_mechanism_type_t(CKM_GENERIC_SECRET_KEY_GEN), template: template)
+        }
+    }
+
+    /// HMAC-SHA-256 of `data` computed on the token (`C_Sign` with `CKM_SHA256_HMAC`) with the secret key of
+    /// `keyID`; `PASSKEY_NOT_FOUND` when absent, `PIN_REQUIRED` when not logged in on a login-required token.
+    public func hmacSHA256(secretKeyID keyID: [UInt8], data: [UInt8]) async throws(TesseraError) -> [UInt8] {
+        let loginRequired = info.flags.loginRequired
+        return try await withSession { (ctx: SessionContext) throws(OperationError) -> [UInt8] in
+            let found = try ctx.findObjects(
+                [
+                    (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_SECRET_KEY))),
+                    (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
+                ], limit: 1)
+            guard let handle = found.first else {
+                if loginRequired, try !ctx.isLoggedIn() {
+                    throw .failure(TesseraError(.pinRequired, "the token needs a PIN login before its secret keys"))
+                }
+                throw .failure(TesseraError(.passkeyNotFound, "no secret key with this id on the token"))
+            }
+            switch ctx.sign(mechanism: ck_mechanism_type_t(CKM_SHA256_HMAC), key: handle, data: data) {
+            case .success(let mac):
+                guard mac.count == 32 else {
+                    throw .failure(TesseraError(.tokenError, "the token returned a \(mac.count)-byte HMAC-SHA-256"))
+                }
+                return mac
+            case .failure(let failure): throw .ck(failure)
+            }
+        }
+    }
+
+    /// Destroys the secret key objects with these `CKA_ID`s; returns whether any existed.
+    /// Throws `PIN_REQUIRED` when not logged in on a token whose private objects need a login.
+    @discardableResult
+    public func deleteSecretKeys(ids: [[UInt8]]) async throws(TesseraError) -> Bool {
+        let loginRequired = info.flags.loginRequired
+        return try await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+            if loginRequired, try !ctx.isLoggedIn() {
+                throw .failure(TesseraError(.pinRequired, "log in before deleting keys"))
+            }
+            var deleted = false
+            for keyID in ids {
+                let handles = try ctx.findObjects([
+                    (ck_attribute_type_t(CKA_CLASS), .ulong(UInt(CKO_SECRET_KEY))),
                     (ck_attribute_type_t(CKA_ID), .bytes(keyID)),
                 ])
                 for handle in handles {

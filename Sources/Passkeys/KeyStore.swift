@@ -38,6 +38,15 @@ public protocol KeyStoreToken: Sendable {
     var hasConfiguredPIN: Bool { get }
     /// Changes the token's user PIN from `old` (from `PINRules.withCallerPIN`: one token try at most) to `new`.
     func changePIN(old: PINAttempt, new: String) async throws(TesseraError)
+
+    // CTAP hmac-secret (defaults below: a backend without them makes credentials without the extension).
+    /// Whether the token can make and use a credential's hmac-secret keys on the token.
+    func supportsHMACSecret() async -> Bool
+    /// Makes the two CredRandoms (CTAP 2.1 §12.5: one for use with UV, one without) of the key `handle` on the
+    /// token; `deleteKey(handle:)` deletes them with the key.
+    func createHMACSecrets(handle: [UInt8], label: String) async throws(TesseraError)
+    /// HMAC-SHA-256(CredRandom, `salt`) computed on the token, with the CredRandom for use with UV or without.
+    func hmacSecret(handle: [UInt8], userVerified: Bool, salt: [UInt8]) async throws(TesseraError) -> [UInt8]
 }
 
 /// A public key on a token, with the handle of its private key.
@@ -89,6 +98,13 @@ extension KeyStoreToken {
     public var hasConfiguredPIN: Bool { false }
     public func changePIN(old: PINAttempt, new: String) async throws(TesseraError) {
         throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) cannot change its PIN here")
+    }
+    public func supportsHMACSecret() async -> Bool { false }
+    public func createHMACSecrets(handle: [UInt8], label: String) async throws(TesseraError) {
+        throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) cannot hold hmac-secret keys")
+    }
+    public func hmacSecret(handle: [UInt8], userVerified: Bool, salt: [UInt8]) async throws(TesseraError) -> [UInt8] {
+        throw TesseraError(.unsupportedProtocol, "token \(id) (\(backend)) cannot hold hmac-secret keys")
     }
 }
 

@@ -139,9 +139,37 @@ struct PKCS11TokenAdapter: KeyStoreToken {
 
     func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError) {
         try await verify(pin)
+        try await token.deleteSecretKeys(ids: [true, false].map { Self.hmacSecretID(handle, userVerified: $0) })
         guard try await token.deleteKeyPair(id: handle) else {
             throw TesseraError(.passkeyNotFound, "no key with this handle on token \(token.id)")
         }
+    }
+
+    func supportsHMACSecret() async -> Bool { await token.supportsHMACSecrets() }
+
+    /// Two `CKK_GENERIC_SECRET` keys made on the token: `CKA_ID` handle ‖ 0x01 (CredRandomWithoutUV, label
+    /// suffix " hmac-secret") and handle ‖ 0x02 (CredRandomWithUV, " hmac-secret-uv").
+    func createHMACSecrets(handle: [UInt8], label: String) async throws(TesseraError) {
+        do {
+            for uv in [false, true] {
+                try await token.generateHMACSecret(
+                    id: Self.hmacSecretID(handle, userVerified: uv),
+                    label: label + (uv ? " hmac-secret-uv" : " hmac-secret"))
+            }
+        } catch {
+            _ = try? await token.deleteSecretKeys(
+                ids: [true, false].map { Self.hmacSecretID(handle, userVerified: $0) })
+            throw error
+        }
+    }
+
+    func hmacSecret(handle: [UInt8], userVerified: Bool, salt: [UInt8]) async throws(TesseraError) -> [UInt8] {
+        try await token.hmacSHA256(secretKeyID: Self.hmacSecretID(handle, userVerified: userVerified), data: salt)
+    }
+
+    /// The `CKA_ID` of a key's CredRandom for use with or without UV.
+    static func hmacSecretID(_ handle: [UInt8], userVerified: Bool) -> [UInt8] {
+        handle + [userVerified ? 0x02 : 0x01]
     }
 
     /// The P-256 and RSA public key objects, then the keys of X.509 certificates whose `CKA_ID` no public key

@@ -75,6 +75,9 @@ public final class PasskeyService: Sendable {
         public var clientDataHash: [UInt8]?
         /// Extension outputs (a canonical CBOR map) for the authenticator data.
         public var extensions: [UInt8]?
+        /// Make the credential's hmac-secret keys on the token with its key (CTAP hmac-secret); a token that cannot
+        /// (`KeyStoreToken.supportsHMACSecret`) fails the enrollment with UNSUPPORTED_PROTOCOL.
+        public var hmacSecret = false
         /// The front door verified the user with the token's PIN already (CTAP's pinUvAuthToken): the UV flag is set
         /// without a `pin` here.
         public var verifiedByFrontDoor = false
@@ -154,6 +157,7 @@ public final class PasskeyService: Sendable {
         let authData: [UInt8]
         let attestationObject: [UInt8]
         do {
+            if r.hmacSecret { try await token.createHMACSecrets(handle: keyHandle, label: label) }
             cose = try COSEKey.ec2P256(ecPoint: point)
             var flags: AuthenticatorFlags = [.userPresent, .attestedCredentialData]
             if verified { flags.insert(.userVerified) }
@@ -247,6 +251,8 @@ public final class PasskeyService: Sendable {
         public var userPresent = true
         /// As `EnrollRequest.verifiedByFrontDoor`.
         public var verifiedByFrontDoor = false
+        /// Extension outputs (a canonical CBOR map) for the authenticator data.
+        public var extensions: [UInt8]?
         public init(
             rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
             pin: String? = nil, userVerification: UserVerification = .preferred, caller: PINCaller? = nil,
@@ -310,7 +316,9 @@ public final class PasskeyService: Sendable {
         let count = try await counters.next(for: credentialId, persistedCeiling: record.counterReserved)
         var flags: AuthenticatorFlags = r.userPresent ? [.userPresent] : []
         if verified { flags.insert(.userVerified) }
-        let authData = AuthenticatorData(rpId: r.rpId, flags: flags, signCount: count, attestedCredential: nil).encoded
+        let authData = AuthenticatorData(
+            rpId: r.rpId, flags: flags, signCount: count, attestedCredential: nil, extensions: r.extensions
+        ).encoded
         let clientData =
             r.clientDataHash == nil
             ? CollectedClientData(type: .get, challenge: r.challenge, origin: r.origin ?? "https://\(r.rpId)").json : []
@@ -326,6 +334,24 @@ public final class PasskeyService: Sendable {
     }
 
     // MARK: credentials
+
+    /// HMAC-SHA-256(CredRandom, salt) for each salt, concatenated, computed on the token holding credential `id`
+    /// with its CredRandom for use with UV or without (CTAP hmac-secret). The token must be logged in where its
+    /// keys need it (PIN_REQUIRED otherwise); UNSUPPORTED_PROTOCOL for a store without hmac-secret keys.
+    public func hmacSecret(id: [UInt8], userVerified: Bool, salts: [[UInt8]]) async throws(TesseraError) -> [UInt8] {
+        guard let record = try await cachedRecord(id) else {
+            throw TesseraError(.passkeyNotFound, "no credential with this id")
+        }
+        guard let token = await token(id: record.tokenId) else {
+            throw TesseraError(.tokenNotPresent, "the token holding this passkey (\(record.tokenId)) is not present")
+        }
+        var output: [UInt8] = []
+        for salt in salts {
+            output += try await token.hmacSecret(
+                handle: [UInt8](record.keyHandle), userVerified: userVerified, salt: salt)
+        }
+        return output
+    }
 
     public func credentials(rpId: String?, userId: [UInt8]?) async throws(TesseraError) -> [CredentialRecord] {
         try await store.list(rpId: rpId, userId: userId)

@@ -102,7 +102,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
                 user: CTAP2User(id: [UInt8](r.userId), name: r.userName, displayName: r.userDisplayName),
                 discoverable: discoverable,
                 credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1)) ?? .userVerificationRequired,
-                publicKey: [UInt8](r.publicKey))
+                publicKey: [UInt8](r.publicKey), hmacSecret: o?.hmacSecret ?? false)
         }
     }
 
@@ -150,7 +150,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
 
     func makeCredential(
         rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-        credProtect: CredProtect, extensions: [UInt8]?, userVerified: Bool
+        credProtect: CredProtect, extensions: [UInt8]?, hmacSecret: Bool, userVerified: Bool
     ) async throws(CTAP2Error) -> CTAP2Attestation {
         if let peer = CTAPCaller.current, (try? policy.check(.enroll, peer: peer)) == nil {
             throw CTAP2Error(.operationDenied, "uid \(peer.uid) may not enroll by the policy")
@@ -160,7 +160,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         do throws(TesseraError) {
             let saved = CTAPCredentialOptions(
                 credentialId: Data(credentialId), discoverable: discoverable,
-                credProtect: Int(credProtect.rawValue))
+                credProtect: Int(credProtect.rawValue), hmacSecret: hmacSecret)
             try await options.save(saved)
             optionsCache.withLock { $0[saved.credentialId] = .some(saved) }
             var request = PasskeyService.EnrollRequest(
@@ -169,6 +169,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
                 credentialId: credentialId)
             request.clientDataHash = clientDataHash
             request.extensions = extensions
+            request.hmacSecret = hmacSecret
             request.verifiedByFrontDoor = userVerified
             let result: PasskeyService.EnrollResult
             do throws(TesseraError) { result = try await passkeys.enroll(request) } catch {
@@ -180,7 +181,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
                 "ctap: credential made",
                 metadata: [
                     "rpId": "\(rpId)", "token": "\(result.tokenId)",
-                    "rk": "\(discoverable)", "credProtect": "\(credProtect.rawValue)",
+                    "rk": "\(discoverable)", "credProtect": "\(credProtect.rawValue)", "hmacSecret": "\(hmacSecret)",
                 ])
             return CTAP2Attestation(format: object.format, authData: object.authData, statement: object.statement)
         } catch {
@@ -188,20 +189,39 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
-    func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool)
-        async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8])
-    {
+    func assert(
+        _ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool,
+        extensions: [UInt8]?
+    ) async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8]) {
         var request = PasskeyService.AuthenticateRequest(
             rpId: credential.rpId, challenge: [], allowCredentials: [credential.id],
             userVerification: .discouraged)
         request.clientDataHash = clientDataHash
         request.userPresent = userPresent
         request.verifiedByFrontDoor = userVerified
+        request.extensions = extensions
         do throws(TesseraError) {
             let a = try await passkeys.authenticate(request)
             return (a.authenticatorData, a.signature)
         } catch {
             throw map(error, "getAssertion")
+        }
+    }
+
+    /// The token of new credentials makes and uses hmac-secret keys (PKCS#11 tokens with the mechanisms; PIV
+    /// cards cannot).
+    func supportsHMACSecret() async -> Bool {
+        guard let token = try? await ctapToken() else { return false }
+        return await token.supportsHMACSecret()
+    }
+
+    func hmacSecret(_ credential: CTAP2Credential, userVerified: Bool, salts: [[UInt8]]) async throws(CTAP2Error)
+        -> [UInt8]
+    {
+        do throws(TesseraError) {
+            return try await passkeys.hmacSecret(id: credential.id, userVerified: userVerified, salts: salts)
+        } catch {
+            throw map(error, "hmac-secret")
         }
     }
 

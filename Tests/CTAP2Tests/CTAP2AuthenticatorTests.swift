@@ -22,6 +22,8 @@ struct CTAP2AuthenticatorTests {
             var verified: [Bool] = []
             /// What the token's PIN check answers instead of checking (PIN_BLOCKED, the back-off's PIN_AUTH_BLOCKED).
             var pinAnswer: CTAP2Error?
+            /// Whether new credentials may have hmac-secret keys (a PKCS#11 store; a PIV one may not).
+            var hmacSupported = true
         }
         let state = Mutex(State())
 
@@ -35,7 +37,7 @@ struct CTAP2AuthenticatorTests {
 
         func makeCredential(
             rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
-            credProtect: CredProtect, extensions: [UInt8]?, userVerified: Bool
+            credProtect: CredProtect, extensions: [UInt8]?, hmacSecret: Bool, userVerified: Bool
         ) async throws(CTAP2Error) -> CTAP2Attestation {
             state.withLock { $0.verified.append(userVerified) }
             let id = [UInt8](repeating: UInt8(state.withLock { $0.credentials.count } + 1), count: 16)
@@ -43,20 +45,39 @@ struct CTAP2AuthenticatorTests {
                 $0.credentials.append(
                     CTAP2Credential(
                         id: id, rpId: rpId, user: user, discoverable: discoverable, credProtect: credProtect,
-                        publicKey: CBORValue.map([(1, 2), (3, CBORValue(-7))]).encodedWithDistinctKeys()))
+                        publicKey: CBORValue.map([(1, 2), (3, CBORValue(-7))]).encodedWithDistinctKeys(),
+                        hmacSecret: hmacSecret))
             }
             return CTAP2Attestation(
                 format: "packed", authData: id + (extensions ?? []), statement: ["alg": -7, "sig": .byteString([1])])
         }
 
-        func assert(_ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool)
-            async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8])
-        {
+        func assert(
+            _ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool,
+            extensions: [UInt8]?
+        ) async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8]) {
             state.withLock {
                 $0.signed.append((credential.id, userPresent))
                 $0.verified.append(userVerified)
             }
-            return ([userPresent ? 1 : 0], credential.id)
+            return ([userPresent ? 1 : 0] + (extensions ?? []), credential.id)
+        }
+
+        func supportsHMACSecret() async -> Bool { state.withLock { $0.hmacSupported } }
+
+        /// The fake CredRandom of a credential: SHA-256(id ‖ uv).
+        static func credRandom(_ id: [UInt8], userVerified: Bool) -> SymmetricKey {
+            SymmetricKey(data: SHA256.hash(data: id + [userVerified ? 1 : 0]))
+        }
+
+        func hmacSecret(_ credential: CTAP2Credential, userVerified: Bool, salts: [[UInt8]]) async throws(CTAP2Error)
+            -> [UInt8]
+        {
+            salts.flatMap { salt in
+                Array(
+                    HMAC<SHA256>.authenticationCode(
+                        for: salt, using: Self.credRandom(credential.id, userVerified: userVerified)))
+            }
         }
 
         func userPresence(_ request: PresenceRequest) async throws(CTAP2Error) {

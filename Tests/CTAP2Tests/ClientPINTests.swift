@@ -197,6 +197,23 @@ struct ClientPINTests {
         #expect(try await pinToken(a, .two, pin: "1234", permissions: 0).0 == 0x02)
     }
 
+    @Test func silentPreflightKeepsTheGetAssertionPermission() async throws {
+        let (a, backend) = authenticator()
+        #expect(await call(a, 0x01, makeCredential(nil, .two)).0 == 0)
+        let id = try #require(backend.state.withLock { $0.credentials.last?.id })
+        let t = try #require(try await pinToken(a, .two, pin: "1234", permissions: 2, rpId: "example.com").1)
+        func assertion(up: Bool) -> CBORValue {
+            .map([
+                (1, "example.com"), (2, .byteString(cdh)), (3, [["id": .byteString(id), "type": "public-key"]]),
+                (5, ["up": .bool(up)]), (6, .byteString(PINUVAuthProtocol.two.authenticate(key: t, cdh))), (7, 2),
+            ])
+        }
+        // python-fido2's pre-flight over an allowList (up: false), then the real request, then the token is used up.
+        #expect(await call(a, 0x02, assertion(up: false)).0 == 0)
+        #expect(await call(a, 0x02, assertion(up: true)).0 == 0)
+        #expect(await call(a, 0x02, assertion(up: true)).0 == 0x33)
+    }
+
     @Test func wrongPINsCountAndBlockUntilPowerCycle() async throws {
         let (a, backend) = authenticator()
         let keyBefore = await call(a, 0x06, [1: 2, 2: 2]).1?[1]

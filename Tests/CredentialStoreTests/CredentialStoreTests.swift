@@ -189,3 +189,20 @@ import Testing
         }
     }
 }
+
+@Suite struct CTAPCredentialStoreTests {
+    @Test func hmacSecretIsKeptPerCredential() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("ctap-\(UUID().uuidString).sqlite")
+            .path
+        defer { CredentialStoreTests().removeDB(path) }
+        let store = CTAPCredentialStore(database: try TesseraDatabase(path: path))
+        let with = CTAPCredentialOptions(credentialId: Data([1]), discoverable: false, credProtect: 2, hmacSecret: true)
+        let without = CTAPCredentialOptions(credentialId: Data([2]), discoverable: true, credProtect: 1)
+        try await store.save(with)
+        try await store.save(without)
+        // Read back from a reopened database.
+        let reopened = CTAPCredentialStore(database: try TesseraDatabase(path: path))
+        #expect(try await reopened.options([Data([1]), Data([2])]) == [Data([1]): with, Data([2]): without])
+        #expect(without.hmacSecret == false)
+    }
+}

@@ -176,6 +176,28 @@ struct SoftHSMTests {
         #expect(try await token.keyIDs(labelPrefix: nil) == [keep])
     }
 
+    @Test func hmacSecretsAreMadeAndUsedOnTheToken() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("hmac")
+        #expect(await token.supportsHMACSecrets())
+        try await token.generateHMACSecret(id: [1, 1], label: "tessera:h hmac-secret")
+        try await token.generateHMACSecret(id: [1, 2], label: "tessera:h hmac-secret-uv")
+        _ = try await token.generateP256KeyPair(id: [1], label: "tessera:h")
+        let salt = [UInt8](repeating: 7, count: 32)
+        let mac = try await token.hmacSHA256(secretKeyID: [1, 1], data: salt)
+        #expect(mac.count == 32)
+        #expect(try await token.hmacSHA256(secretKeyID: [1, 1], data: salt) == mac)
+        #expect(try await token.hmacSHA256(secretKeyID: [1, 2], data: salt) != mac)
+        #expect(try await token.hmacSHA256(secretKeyID: [1, 1], data: [UInt8](repeating: 8, count: 32)) != mac)
+        // Secret keys are not EC keys: the key listings do not show them.
+        #expect(try await token.keyIDs(labelPrefix: nil) == [[1]])
+        #expect(try await token.deleteSecretKeys(ids: [[1, 1], [1, 2]]))
+        #expect(await errorCode { try await token.hmacSHA256(secretKeyID: [1, 1], data: salt) } == .passkeyNotFound)
+        #expect(try await !token.deleteSecretKeys(ids: [[1, 1]]))
+        #expect(try await token.hasKeyPair(id: [1]))
+        try await token.logout()
+        #expect(await errorCode { try await token.hmacSHA256(secretKeyID: [1, 2], data: salt) } == .pinRequired)
+    }
+
     @Test func keyIDsFilterByLabelPrefix() async throws {
         let token = try await SoftHSMEnvironment.loggedInToken("list")
         _ = try await token.generateP256KeyPair(id: [1], label: "tessera:a")

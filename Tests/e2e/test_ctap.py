@@ -764,3 +764,105 @@ def test_credential_management_with_python_fido2(pin_ctap):
     with pytest.raises(CtapError) as e:
         CredentialManagement(ctap2, client_pin.protocol, mc).get_metadata()
     assert e.value.code == CtapError.ERR.PIN_AUTH_INVALID
+
+
+def secret_key_labels(hsm, pin: str) -> list[str]:
+    """Labels of the secret key objects on the "ctap-pin" token (pkcs11-tool, logged in)."""
+    import subprocess
+    r = subprocess.run(["pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", "ctap-pin", "--login", "--pin", pin,
+                        "--list-objects", "--type", "secrkey"], capture_output=True, text=True,
+                       env={**os.environ, **hsm.env})
+    assert r.returncode == 0, r.stderr
+    # Each one generated on the token and never extractable.
+    assert r.stdout.count("Secret Key Object") == r.stdout.count("never extractable, local")
+    assert "wrap" not in r.stdout  # they sign (HMAC) only
+    return re.findall(r"label:\s+(.*\S)", r.stdout)
+
+
+def test_hmac_secret_on_the_token(pin_ctap):
+    """hmac-secret (CTAP 2.1 §12.5) through python-fido2's HmacSecretExtension: the CredRandoms are secret keys made
+    on the SoftHSM2 token, the HMAC is computed there; outputs are stable, per salt, per credential and per UV, and
+    survive a restart; deleting the credential deletes its secret keys."""
+    from fido2.ctap2.extensions import HmacSecretExtension
+    dev = pin_ctap.device()
+    assert "hmac-secret" in Ctap2(dev).get_info().extensions
+
+    def fido(d):
+        return Fido2Client(d, DefaultClientDataCollector(ORIGIN), user_interaction=PinInteraction("1234"),
+                           extensions=[HmacSecretExtension(allow_hmac_secret=True)])
+
+    def make(user_id):
+        options = creation_options(user_id=user_id, name=user_id.decode())
+        options = PublicKeyCredentialCreationOptions(
+            rp=options.rp, user=options.user, challenge=options.challenge,
+            pub_key_cred_params=options.pub_key_cred_params, attestation="direct",
+            authenticator_selection={"residentKey": "discouraged", "userVerification": "required"},
+            extensions={"hmacCreateSecret": True})
+        reg = fido(dev).make_credential(options)
+        assert reg.client_extension_results["hmacCreateSecret"] is True
+        assert AttestationObject(bytes(reg.response.attestation_object)).auth_data.extensions == {"hmac-secret": True}
+        return reg.raw_id
+
+    def get(d, cred_id, salt1, salt2=None, uv="required"):
+        salts = {"salt1": salt1, **({"salt2": salt2} if salt2 else {})}
+        result = fido(d).get_assertion(PublicKeyCredentialRequestOptions(
+            challenge=os.urandom(32), rp_id=RP, user_verification=uv,
+            allow_credentials=[PublicKeyCredentialDescriptor(type="public-key", id=cred_id)],
+            extensions={"hmacGetSecret": salts}))
+        a = result.get_response(0)
+        assert a.response.authenticator_data.flags & 0x80  # ED
+        # The client's JSON form: base64url.
+        out = {k: unb64u(v) if isinstance(v, str) else bytes(v) for k, v in
+               a.client_extension_results["hmacGetSecret"].items()}
+        return out["output1"], out.get("output2") or None
+
+    first, second = make(b"hs-1"), make(b"hs-2")
+    labels = secret_key_labels(pin_ctap.hsm, ctap_token_pin("1234"))
+    for cred in (first, second):
+        assert sorted(l for l in labels if l.startswith(f"tessera:{b64u(cred)} ")) == [
+            f"tessera:{b64u(cred)} hmac-secret", f"tessera:{b64u(cred)} hmac-secret-uv"]
+    s1, s2 = os.urandom(32), os.urandom(32)
+    o1, none = get(dev, first, s1)
+    assert len(o1) == 32 and none is None
+    assert get(dev, first, s1) == (o1, None)
+    o2, _ = get(dev, first, s2)
+    assert len(o2) == 32 and o2 != o1
+    assert get(dev, first, s1, s2) == (o1, o2)
+    assert get(dev, second, s1)[0] not in (o1, o2)
+    # The CredRandom without UV is another secret (the token is still logged in from the PIN above).
+    assert get(dev, first, s1, uv="discouraged")[0] != o1
+    # The secret is on the token, not in the daemon: the same outputs after a restart.
+    pin_ctap.daemon.stop()
+    pin_ctap.daemon.start()
+    assert get(pin_ctap.device(), first, s1, s2) == (o1, o2)
+    # Deleting the credential deletes its secret keys from the token, not the other credential's.
+    c = pin_ctap.daemon.client()
+    c.call("credentials.delete", {"credentialId": b64u(first), "pin": ctap_token_pin("1234")})
+    labels = secret_key_labels(pin_ctap.hsm, ctap_token_pin("1234"))
+    assert not [l for l in labels if l.startswith(f"tessera:{b64u(first)} ")]
+    assert len([l for l in labels if l.startswith(f"tessera:{b64u(second)} ")]) == 2
+
+
+def test_hmac_secret_migration_keeps_older_rows(ctap):
+    """A database from before the hmacSecret column (v7-ctap-hmac-secret): the migration adds it, the older rows
+    read as without hmac-secret and keep their credProtect."""
+    import sqlite3
+    cdh = hashlib.sha256(b"m").digest()
+    made = Ctap2(ctap.device()).make_credential(cdh, {"id": RP}, {"id": b"old", "name": "old"},
+                                                [{"type": "public-key", "alg": -7}], options={"rk": True},
+                                                extensions={"credProtect": 2})
+    cred_id = made.auth_data.credential_data.credential_id
+    ctap.daemon.stop()
+    db = ctap.tmp / "tesserad-state" / "tessera.sqlite"
+    with sqlite3.connect(db) as c:
+        c.execute("ALTER TABLE ctap_credential DROP COLUMN hmacSecret")
+        assert c.execute("DELETE FROM grdb_migrations WHERE identifier = 'v7-ctap-hmac-secret'").rowcount == 1
+    ctap.daemon.start()
+    ctap2 = Ctap2(ctap.device())
+    with pytest.raises(CtapError) as e:
+        ctap2.get_assertion(RP, cdh)
+    assert e.value.code == CtapError.ERR.NO_CREDENTIALS
+    assert ctap2.get_assertion(RP, cdh, [{"type": "public-key", "id": cred_id}]).credential["id"] == cred_id
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT credProtect, hmacSecret FROM ctap_credential WHERE credentialId = ?",
+                         (cred_id,)).fetchall() == [(2, 0)]
