@@ -223,6 +223,10 @@ public actor CTAP2Authenticator {
         let verified = try await userVerification(
             r.pinUvAuthParam, protocol: r.pinUvAuthProtocol, uv: r.userVerification, clientDataHash: r.clientDataHash,
             permission: .makeCredential, rpId: r.rpId, probe: presenceRequest, progress: progress)
+        // CTAP 2.1 §6.1.2 step 6: with a PIN set, makeCredUvNotRqd spares only non-discoverable credentials UV.
+        if info.clientPIN && r.residentKey && !verified {
+            throw CTAP2Error(.pinUvAuthTokenRequired, "a discoverable credential needs user verification (PIN)")
+        }
         if !r.excludeList.isEmpty {
             let excluded = try await backend.credentials(rpId: r.rpId, ids: r.excludeList)
                 .filter { verified || $0.credProtect != .userVerificationRequired }

@@ -127,7 +127,8 @@ struct ClientPINTests {
     }
 
     func makeCredential(
-        _ token: [UInt8]?, _ proto: PINUVAuthProtocol, rpId: String = "example.com", credProtect: Int? = nil
+        _ token: [UInt8]?, _ proto: PINUVAuthProtocol, rpId: String = "example.com", credProtect: Int? = nil,
+        discoverable: Bool = true
     )
         -> CBORValue
     {
@@ -137,7 +138,7 @@ struct ClientPINTests {
             (4, [["alg": CBORValue(-7), "type": "public-key"]]),
         ]
         if let credProtect { params.append((6, ["credProtect": CBORValue(credProtect)])) }
-        params.append((7, ["rk": true]))
+        params.append((7, ["rk": .bool(discoverable)]))
         if let token {
             params += [(8, .byteString(proto.authenticate(key: token, cdh))), (9, CBORValue(proto.rawValue))]
         }
@@ -197,9 +198,20 @@ struct ClientPINTests {
         #expect(try await pinToken(a, .two, pin: "1234", permissions: 0).0 == 0x02)
     }
 
+    @Test func discoverableCredentialsNeedUserVerification() async throws {
+        let (a, backend) = authenticator()
+        // makeCredUvNotRqd covers non-discoverable credentials only (CTAP 2.1 §6.1.2).
+        #expect(await call(a, 0x01, makeCredential(nil, .two)).0 == 0x36)
+        #expect(backend.state.withLock { $0.credentials.isEmpty })
+        #expect(await call(a, 0x01, makeCredential(nil, .two, discoverable: false)).0 == 0)
+        let t = try #require(try await pinToken(a, .two, pin: "1234", permissions: 1, rpId: "example.com").1)
+        #expect(await call(a, 0x01, makeCredential(t, .two)).0 == 0)
+        #expect(backend.state.withLock { $0.credentials.count } == 2)
+    }
+
     @Test func silentPreflightKeepsTheGetAssertionPermission() async throws {
         let (a, backend) = authenticator()
-        #expect(await call(a, 0x01, makeCredential(nil, .two)).0 == 0)
+        #expect(await call(a, 0x01, makeCredential(nil, .two, discoverable: false)).0 == 0)
         let id = try #require(backend.state.withLock { $0.credentials.last?.id })
         let t = try #require(try await pinToken(a, .two, pin: "1234", permissions: 2, rpId: "example.com").1)
         func assertion(up: Bool) -> CBORValue {
@@ -325,6 +337,8 @@ struct CredentialManagementTests {
     @Test func enumerateUpdateAndDelete() async throws {
         let (a, backend) = pins.authenticator()
         for (rp, user) in [("a.example", 1), ("b.example", 2), ("b.example", 3)] as [(String, UInt8)] {
+            // Discoverable credentials need UV once a PIN is set: a token with the mc permission for each.
+            let mc = try #require(try await pins.pinToken(a, .two, pin: "1234", permissions: 1, rpId: rp).1)
             #expect(
                 await pins.call(
                     a, 0x01,
@@ -332,6 +346,7 @@ struct CredentialManagementTests {
                         1: .byteString(pins.cdh), 2: ["id": .textString(rp)],
                         3: ["id": .byteString([user]), "name": .textString("u\(user)")],
                         4: [["alg": CBORValue(-7), "type": "public-key"]], 7: ["rk": true],
+                        8: .byteString(PINUVAuthProtocol.two.authenticate(key: mc, pins.cdh)), 9: 2,
                     ]
                 ).0 == 0)
         }

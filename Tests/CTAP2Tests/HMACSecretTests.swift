@@ -107,8 +107,10 @@ struct HMACSecretTests {
     @Test func getNextAssertionCarriesTheOutputOfEachCredential() async throws {
         let (a, backend) = pin.authenticator()
         for _ in 0..<2 {
+            // Discoverable credentials need UV once a PIN is set.
+            let mc = try #require(try await pin.pinToken(a, .two, pin: "1234", permissions: 1, rpId: "example.com").1)
             var params = makeCredential(hmacSecret: true).mapValue ?? []
-            params.append((7, ["rk": true]))
+            params += [(7, ["rk": true]), (8, .byteString(PINUVAuthProtocol.two.authenticate(key: mc, cdh))), (9, 2)]
             #expect(await pin.call(a, 0x01, .map(params)).0 == 0)
         }
         let ids = backend.state.withLock { $0.credentials.map(\.id) }
