@@ -203,9 +203,7 @@ public actor StepUpService {
             return result
         } catch {
             let cancelled = error.code == .userCancelled
-            row.stage = cancelled ? .cancelled : .failed
-            row.failure = error.code.rawValue
-            row.updatedAt = clock()
+            row.end(error.code, at: clock())
             do { try await store.save(row) } catch let e {
                 logger.error("cannot record the end of a step-up", metadata: ["stepUp": "\(id)", "error": "\(e)"])
             }
@@ -229,7 +227,7 @@ public actor StepUpService {
         caller: EnrollmentCaller
     ) async throws(TesseraError) -> JSONValue {
         let id = row.id
-        var document = row.document.flatMap { try? JSONValue.parse(Array($0.utf8)) }
+        var document = Self.parsed(row.document)
         if row.stage == .waitingForDocument {
             if r.documentRequired {
                 let verified: (mrz: MRZ, json: [String: JSONValue])
@@ -292,6 +290,9 @@ public actor StepUpService {
     }
 
     static func stored(_ value: JSONValue) -> String { String(decoding: value.serialized(), as: UTF8.self) }
+
+    /// A JSON column the row keeps (`stored`); nil when absent or unreadable.
+    static func parsed(_ text: String?) -> JSONValue? { text.flatMap { try? JSONValue.parse(Array($0.utf8)) } }
 
     /// The document's access key: given with the request, or asked for (`stepup.inputRequired`) and awaited.
     private func documentKey(_ row: StepUpRow, _ r: Request, record: CredentialRecord) async throws(TesseraError)
@@ -457,9 +458,7 @@ public actor StepUpService {
             let record = try PasskeyService.firstActive([try await passkeys.credential(id: [UInt8](row.credentialId))])
             prepared = (record, record.identityBinding.flatMap(IdentityBinding.init(text:)))
         } catch {
-            row.stage = .failed
-            row.failure = error.code.rawValue
-            row.updatedAt = clock()
+            row.end(error.code, at: clock())
             try await store.save(row)
             throw error
         }
@@ -477,7 +476,7 @@ public actor StepUpService {
         switch row.stage {
         case .waitingForDocument, .documentVerified: return nil
         case .succeeded:
-            var out = row.result.flatMap { try? JSONValue.parse(Array($0.utf8)) }?.objectValue ?? [:]
+            var out = Self.parsed(row.result)?.objectValue ?? [:]
             out["resumed"] = true
             return .object(out)
         case .failed, .cancelled:
@@ -497,9 +496,7 @@ public actor StepUpService {
             return true
         }
         guard !row.stage.isFinal, !resuming.contains(id) else { return false }
-        row.stage = .cancelled
-        row.failure = TesseraError.Code.userCancelled.rawValue
-        row.updatedAt = clock()
+        row.end(.userCancelled, at: clock())
         return try await store.save(row)
     }
 
@@ -520,8 +517,17 @@ public actor StepUpService {
             "deadline": .string(row.deadline.iso8601Seconds),
         ]
         if let failure = row.failure { out["error"] = ["code": .string(failure)] }
-        if let document = row.document.flatMap({ try? JSONValue.parse(Array($0.utf8)) }) { out["document"] = document }
-        if let result = row.result.flatMap({ try? JSONValue.parse(Array($0.utf8)) }) { out["result"] = result }
+        if let document = Self.parsed(row.document) { out["document"] = document }
+        if let result = Self.parsed(row.result) { out["result"] = result }
         return .object(out)
+    }
+}
+
+extension StepUpRow {
+    /// Ends the step-up with `code`: `cancelled` for USER_CANCELLED, `failed` otherwise.
+    fileprivate mutating func end(_ code: TesseraError.Code, at date: Date) {
+        stage = code == .userCancelled ? .cancelled : .failed
+        failure = code.rawValue
+        updatedAt = date
     }
 }

@@ -139,7 +139,7 @@ struct PKCS11TokenAdapter: KeyStoreToken {
 
     func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError) {
         try await verify(pin)
-        try await token.deleteSecretKeys(ids: [true, false].map { Self.hmacSecretID(handle, userVerified: $0) })
+        try await token.deleteSecretKeys(ids: Self.hmacSecretIDs(handle))
         guard try await token.deleteKeyPair(id: handle) else {
             throw TesseraError(.passkeyNotFound, "no key with this handle on token \(token.id)")
         }
@@ -157,8 +157,7 @@ struct PKCS11TokenAdapter: KeyStoreToken {
                     label: label + (uv ? " hmac-secret-uv" : " hmac-secret"))
             }
         } catch {
-            _ = try? await token.deleteSecretKeys(
-                ids: [true, false].map { Self.hmacSecretID(handle, userVerified: $0) })
+            _ = try? await token.deleteSecretKeys(ids: Self.hmacSecretIDs(handle))
             throw error
         }
     }
@@ -170,6 +169,11 @@ struct PKCS11TokenAdapter: KeyStoreToken {
     /// The `CKA_ID` of a key's CredRandom for use with or without UV.
     static func hmacSecretID(_ handle: [UInt8], userVerified: Bool) -> [UInt8] {
         handle + [userVerified ? 0x02 : 0x01]
+    }
+
+    /// Both CredRandoms' `CKA_ID`s of a key.
+    static func hmacSecretIDs(_ handle: [UInt8]) -> [[UInt8]] {
+        [false, true].map { hmacSecretID(handle, userVerified: $0) }
     }
 
     /// The P-256 and RSA public key objects, then the keys of X.509 certificates whose `CKA_ID` no public key

@@ -125,12 +125,6 @@ public enum AgentResponse: Sendable, Equatable {
     case extensionReply([UInt8])
 
     public var bytes: [UInt8] {
-        if case .signature(let blob) = self {
-            var w = SSHWriter(capacity: 5 + blob.count)
-            w.byte(AgentMessageType.signResponse)
-            w.string(blob)
-            return w.bytes
-        }
         var w = SSHWriter()
         switch self {
         case .failure: w.byte(AgentMessageType.failure)
@@ -140,8 +134,12 @@ public enum AgentResponse: Sendable, Equatable {
             w.byte(AgentMessageType.identitiesAnswer)
             w.uint32(UInt32(list.count))
             for item in list { w.string(item.blob); w.string(item.comment) }
-        case .signature:
-            break  // above
+        case .signature(let blob):
+            // The hot answer: one buffer of its final size.
+            var s = SSHWriter(capacity: 5 + blob.count)
+            s.byte(AgentMessageType.signResponse)
+            s.string(blob)
+            return s.bytes
         case .extensionReply(let contents):
             w.byte(AgentMessageType.success)
             return w.bytes + contents
