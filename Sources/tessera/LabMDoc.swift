@@ -78,6 +78,7 @@ struct LabMakeMDoc: AsyncParsableCommand {
         help: ArgumentHelp("With --register: the registration's invalidationDate (RFC 3339).", valueName: "TIME"))
     var invalidationDate: String?
     @OptionGroup var globals: GlobalOptions
+    @OptionGroup var pin: PINOptions
 
     func validate() throws {
         if token == nil, register || !authorityKeyIds.isEmpty || documentId != nil || invalidationDate != nil {
@@ -164,7 +165,10 @@ struct LabMakeMDoc: AsyncParsableCommand {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch { throw ValidationError("cannot create \(directory)") }
-        let made = try await globals.call("mdoc.createDeviceKey", ["tokenId": .string(tokenId)])
+        var params: [String: JSONValue] = ["tokenId": .string(tokenId)]
+        if let pin = pin.value() { params["pin"] = .string(pin) }
+        if pin.allowFinalPinTry { params["allowFinalPinTry"] = true }
+        let made = try await globals.call("mdoc.createDeviceKey", .object(params))
         func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
         do throws(TesseraError) {
             guard let cose = made["deviceKey"]?.stringValue.flatMap(Base64URL.decode) else {
