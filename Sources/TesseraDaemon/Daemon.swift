@@ -165,7 +165,8 @@ public enum Daemon {
             presenceTimeout: .seconds(config.sshAgent?.presenceTimeoutSeconds ?? 30))
         table.registerSSH(passkeys, backend: sshBackend)
         table.registerMDocHolder(
-            MDocHolderService(passkeys: passkeys, store: MDocRegistrationStore(database: database)))
+            MDocHolderService(passkeys: passkeys, store: MDocRegistrationStore(database: database)),
+            subscribers: subscribers)
         var ctapLogger = logger
         ctapLogger[metadataKey: "service"] = "ctap"
         let presence = PresenceBroker(

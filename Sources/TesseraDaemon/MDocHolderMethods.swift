@@ -10,7 +10,9 @@ import VPCD
 extension MethodTable {
     /// Registers the holder's methods (docs/API.md, "Mobile documents: holder"): `mdoc.createDeviceKey`,
     /// `mdoc.register`, `mdoc.registrations`, `mdoc.removeRegistration`, `mdoc.present` and `mdoc.approve`.
-    func registerMDocHolder(_ service: MDocHolderService) {
+    /// `mdoc.request` goes to the presenting connection and to the station UI clients (`enrollment.subscribe`) of
+    /// the same uid.
+    func registerMDocHolder(_ service: MDocHolderService, subscribers: EnrollmentSubscribers) {
         let policy = self.policy
         register("mdoc.createDeviceKey", .enroll) { p, connection in
             let made = try await service.createDeviceKey(
@@ -113,7 +115,9 @@ extension MethodTable {
                     let response = try await service.respond(
                         registration: registration, request: deviceRequest, sessionTranscript: transcript, uid: uid
                     ) { ask in
-                        await connection.notify("mdoc.request", ask.json(presentationId: presentationId))
+                        let params = ask.json(presentationId: presentationId)
+                        await connection.notify("mdoc.request", params)
+                        await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
                         return await approvals.wait(
                             id: presentationId, uid: uid, session: session,
                             timeout: .seconds(request.approvalTimeoutSeconds))

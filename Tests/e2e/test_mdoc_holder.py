@@ -257,6 +257,8 @@ def open_socket_to_others(lab) -> None:
 
 
 def test_approved_elements_only_are_released_with_the_token_signature(lab):
+    ui = lab.daemon.client()  # a station UI client of the same uid
+    ui.call("enrollment.subscribe")
     p = lab.present("trusted-mdl")
     lab.wait_card(lab.daemon)
     read = Read(lab.daemon, lab.reader, ["family_name", "given_name", "birth_date", "portrait"])
@@ -265,6 +267,7 @@ def test_approved_elements_only_are_released_with_the_token_signature(lab):
     assert request["reader"]["authorityKeyIdentifier"] == lab.trusted_id
     assert "kiosk reader" in request["reader"]["subject"]
     assert [e["identifier"] for e in request["elements"]] == ["family_name", "given_name", "birth_date", "portrait"]
+    assert ui.wait_notification("mdoc.request")["presentationId"] == request["presentationId"]
     # Another uid cannot answer it (and its try does not use it up).
     open_socket_to_others(lab)
     _, out = calls_as(NOBODY, lab.daemon.socket, [("mdoc.approve", {"presentationId": request["presentationId"],
