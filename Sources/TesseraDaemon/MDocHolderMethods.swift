@@ -14,6 +14,13 @@ extension MethodTable {
     /// the same uid.
     func registerMDocHolder(_ service: MDocHolderService, subscribers: EnrollmentSubscribers) {
         let policy = self.policy
+        let running = MDocPresentations()
+        onClose { running.stop(connection: $0.id) }
+        register("mdoc.stop", .enroll) { p, connection in
+            let stopped = running.stop(
+                uid: connection.peer.uid, documentIdentifier: try p.optionalString("documentIdentifier"))
+            return ["stopped": .number(Double(stopped))]
+        }
         register("mdoc.createDeviceKey", .enroll) { p, connection in
             let made = try await service.createDeviceKey(
                 tokenId: p.optionalString("tokenId"), uid: connection.peer.uid, pin: p.optionalString("pin"),
@@ -107,6 +114,10 @@ extension MethodTable {
                     details: ["reason": "expired"])
             }
             let session = UUID().uuidString
+            running.add(
+                session: session, uid: uid, connection: connection.id,
+                documentIdentifier: registration.documentIdentifier)
+            defer { running.remove(session: session) }
             let log = Locked<[JSONValue]>([])
             let approvals = service.approvals
             let holder = try MDocNFCHolder { deviceRequest, transcript in
@@ -154,7 +165,7 @@ extension MethodTable {
                 let link = VirtualCardLink(card: card, host: host, port: port)
                 try await link.start(timeout: .seconds(10))
                 await connection.notify("mdoc.presenting", started)
-                reason = await Self.presentation(of: holder, until: deadline)
+                reason = await Self.presentation(of: holder, until: deadline) { running.stopped(session: session) }
                 await approvals.end(session: session)
                 await link.remove()
             case .libnfc(let connstring):
@@ -166,7 +177,7 @@ extension MethodTable {
                 }
                 await connection.notify("mdoc.presenting", started)
                 let watcher = Task {
-                    let why = await Self.presentation(of: holder, until: deadline)
+                    let why = await Self.presentation(of: holder, until: deadline) { running.stopped(session: session) }
                     emulator.stop()
                     return why
                 }
@@ -192,14 +203,57 @@ extension MethodTable {
         }
     }
 
-    /// Waits until the reader ends the session (`sessionEnded`), `deadline` passes (`duration`) or the task is
-    /// cancelled (`cancelled`: the caller went away).
-    static func presentation(of holder: MDocNFCHolder, until deadline: ContinuousClock.Instant) async -> String {
+    /// Waits until the reader ends the session (`sessionEnded`), `deadline` passes (`duration`), or `stopped` says
+    /// so or the task is cancelled (`cancelled`: `mdoc.stop`, or the caller went away).
+    static func presentation(
+        of holder: MDocNFCHolder, until deadline: ContinuousClock.Instant, stopped: @Sendable () -> Bool
+    ) async -> String {
         while true {
-            if Task.isCancelled { return "cancelled" }
+            if Task.isCancelled || stopped() { return "cancelled" }
             if await holder.terminated { return "sessionEnded" }
             if ContinuousClock.now >= deadline { return "duration" }
             try? await Task.sleep(for: .milliseconds(50))
+        }
+    }
+}
+
+/// The running `mdoc.present` sessions, so that `mdoc.stop` and a closed connection end them.
+final class MDocPresentations: Sendable {
+    private struct Entry {
+        var uid: UInt32
+        var connection: UInt64
+        var documentIdentifier: String
+        var stop = false
+    }
+    private let entries = Locked<[String: Entry]>([:])
+
+    func add(session: String, uid: UInt32, connection: UInt64, documentIdentifier: String) {
+        entries.withLock {
+            $0[session] = Entry(uid: uid, connection: connection, documentIdentifier: documentIdentifier)
+        }
+    }
+    func remove(session: String) { _ = entries.withLock { $0.removeValue(forKey: session) } }
+    func stopped(session: String) -> Bool { entries.withLock { $0[session]?.stop ?? true } }
+
+    /// Stops the presentations started on a connection (it closed).
+    func stop(connection: UInt64) {
+        entries.withLock { e in
+            for (key, value) in e where value.connection == connection { e[key]?.stop = true }
+        }
+    }
+
+    /// Stops `uid`'s presentations (of one document, when given); how many.
+    func stop(uid: UInt32, documentIdentifier: String?) -> Int {
+        entries.withLock { e in
+            var count = 0
+            for (key, value) in e
+            where value.uid == uid && !value.stop
+                && (documentIdentifier == nil || value.documentIdentifier == documentIdentifier)
+            {
+                e[key]?.stop = true
+                count += 1
+            }
+            return count
         }
     }
 }

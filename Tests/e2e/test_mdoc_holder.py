@@ -350,6 +350,21 @@ def test_an_unanswered_request_times_out_and_releases_nothing(lab):
     assert e.value.code == "MDOC_PRESENTATION_NOT_PENDING"
 
 
+def test_mdoc_stop_and_a_closed_connection_end_the_presentation(lab):
+    p = lab.present("trusted-mdl", durationSeconds=300)
+    lab.wait_card(lab.daemon)
+    assert lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "other"})["stopped"] == 0
+    assert lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})["stopped"] == 1
+    summary = p.finish()
+    assert summary["reason"] == "cancelled" and summary["requests"] == 0
+    lab.wait_card(lab.daemon, present=False)
+    # The caller goes away: the card leaves the reader.
+    p = lab.present("trusted-mdl", durationSeconds=300)
+    lab.wait_card(lab.daemon)
+    p.sock.close()
+    lab.wait_card(lab.daemon, present=False)
+
+
 def test_the_cli_lists_and_removes_registrations(lab):
     def tessera(*args):
         return subprocess.run([str(BIN / "tessera"), "--socket", lab.daemon.socket, *args],
