@@ -283,16 +283,23 @@ struct MDocPresentRequest {
         }
     }
 
-    /// `HOST:PORT` (a vpcd reader; HOST may be empty for 127.0.0.1) or anything with a `:` before a non-number (a
-    /// libnfc connstring such as `pn532_uart:/dev/pts/3`).
+    /// `HOST:PORT` (a vpcd reader; HOST a name or IPv4 address, empty for 127.0.0.1), else a libnfc connstring
+    /// such as `pn532_uart:/dev/pts/3`.
     static func target(_ device: String) -> Target {
         if let colon = device.lastIndex(of: ":"), let port = Int(device[device.index(after: colon)...]),
-            (1...65_535).contains(port), !device[..<colon].contains(":"), !device[..<colon].contains("/")
+            (1...65_535).contains(port), Self.isHost(device[..<colon])
         {
             let host = String(device[..<colon])
             return .vpcd(host: host.isEmpty ? "127.0.0.1" : host, port: port)
         }
         return .libnfc(device)
+    }
+}
+
+extension MDocPresentRequest {
+    /// A host name or IPv4 address (or empty), not a libnfc driver name (those have `_`, or are `pcsc`).
+    static func isHost(_ text: Substring) -> Bool {
+        text != "pcsc" && text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }
     }
 }
 

@@ -126,7 +126,8 @@ extension MDocCommand {
                 is printed as an `mdoc.request` line (presentationId, reader, elements) and nothing is released until \
                 `tessera mdoc approve PRESENTATION-ID` (same uid) within --approval-timeout. Declined, timed out or \
                 untrusted requests end the session with status 20 (an `mdoc.refused` line says why). Prints one JSON \
-                line per event and the summary when the reader ends the session, --duration passes or on Ctrl-C.
+                line per event ({"event": "mdoc.presenting" | "mdoc.request" | "mdoc.released" | "mdoc.refused", "params": …}) \
+                and the summary when the reader ends the session, --duration passes, `mdoc.stop` or on Ctrl-C.
 
                 EXAMPLES
                   tessera mdoc present my-mdl --device 127.0.0.1:35963
@@ -152,7 +153,7 @@ extension MDocCommand {
                 let client = try await RPCClient.connect(path: globals.socketPath)
                 defer { Task { await client.close() } }
                 let printer = Task {
-                    for await n in client.notifications {
+                    for await n in client.notifications where n.method.hasPrefix("mdoc.") {
                         let line: JSONValue = ["event": .string(n.method), "params": n.params]
                         FileHandle.standardOutput.write(Data(line.serialized() + [0x0A]))
                     }

@@ -365,6 +365,34 @@ def test_mdoc_stop_and_a_closed_connection_end_the_presentation(lab):
     lab.wait_card(lab.daemon, present=False)
 
 
+def test_the_cli_presents_and_approves(lab):
+    lab.wait_card(lab.daemon, present=False)
+    cli = [str(BIN / "tessera"), "--socket", lab.daemon.socket, "mdoc"]
+    proc = subprocess.Popen([*cli, "present", "trusted-mdl", "--device", f"127.0.0.1:{lab.pcscd.port}",
+                             "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(proc.stdout.readline())["event"] == "mdoc.presenting"
+        lab.wait_card(lab.daemon)
+        read = Read(lab.daemon, lab.reader, ["given_name", "portrait"])
+        line = json.loads(proc.stdout.readline())
+        assert line["event"] == "mdoc.request", line
+        out = subprocess.run([*cli, "approve", line["params"]["presentationId"], "--pin-stdin",
+                              "--element", f"{NS}/given_name"], input=PIN + "\n", capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == f"released {NS}/given_name"
+        result, error = read.outcome()
+        assert error is None and result["documents"][0]["elements"][NS] == {"given_name": "ERIKA"}
+        assert result["documents"][0]["verdict"] == "authentic"
+        assert json.loads(proc.stdout.readline())["event"] == "mdoc.released"
+        summary = json.loads(proc.stdout.readline())
+        assert summary["reason"] == "sessionEnded", summary
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_the_cli_lists_and_removes_registrations(lab):
     def tessera(*args):
         return subprocess.run([str(BIN / "tessera"), "--socket", lab.daemon.socket, *args],
