@@ -191,7 +191,10 @@ extension MethodTable {
                 reason = await watcher.value
                 await approvals.end(session: session)
                 await device.close()
-                _ = try result.get()
+                if case .failure(let error) = result {
+                    await approvals.forget(session: session)
+                    throw error
+                }
             }
             await approvals.forget(session: session)
             let presentations = log.withLock { $0 }
