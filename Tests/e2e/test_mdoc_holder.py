@@ -393,6 +393,27 @@ def test_the_cli_presents_and_approves(lab):
             proc.kill()
 
 
+def test_libnfc_target_mode_answers_the_engagement(lab):
+    # The software PN532's field holds a reader that sends the engagement APDUs once (no session: that needs the
+    # full reader, which reads over PC/SC or as a libnfc initiator, not through `--reader-apdu`).
+    from test_nfc import ReaderPN532
+    reader = ReaderPN532(lab.root, "--reader-apdu", "00A4040007D276000085010100", "--reader-apdu", "00A4000C02E103",
+                         "--reader-apdu", "00B000000F", "--reader-apdu", "00A4040007A0000002480400",
+                         name="pn532-mdoc-reader")
+    try:
+        c = lab.daemon.client()
+        result = c.call("mdoc.present", {"documentIdentifier": "trusted-mdl", "device": reader.connstring,
+                                         "durationSeconds": 5})
+        seen = reader.wait_for("reader: done")
+    finally:
+        reader.stop()
+    responses = [line.removeprefix("reader: < ") for line in seen if line.startswith("reader: < ")]
+    assert len(responses) == 4, seen
+    assert responses[0] == "9000" and responses[1] == "9000" and responses[3] == "9000", seen
+    assert responses[2].startswith("000F20") and responses[2].endswith("9000"), seen  # the Type 4 Tag CC
+    assert result["reason"] == "duration" and result["requests"] == 0, result
+
+
 def test_the_cli_lists_and_removes_registrations(lab):
     def tessera(*args):
         return subprocess.run([str(BIN / "tessera"), "--socket", lab.daemon.socket, *args],
