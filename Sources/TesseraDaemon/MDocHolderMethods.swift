@@ -188,7 +188,13 @@ extension MethodTable {
                     result = .failure(error)
                 }
                 watcher.cancel()
-                reason = await watcher.value
+                let why = await watcher.value
+                // The watcher was cancelled because the emulator ended by itself: its reason (duration, …) counts.
+                if why == "cancelled", !running.stopped(session: session), case .success(let summary) = result {
+                    reason = summary.reason.rawValue
+                } else {
+                    reason = why
+                }
                 await approvals.end(session: session)
                 await device.close()
                 if case .failure(let error) = result {
