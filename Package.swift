@@ -107,7 +107,7 @@ let package = Package(
         .target(
             name: "Emulation",
             dependencies: [
-                "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "VPCD", "PIV",
+                "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "VPCD", "PIV", "MDoc",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),

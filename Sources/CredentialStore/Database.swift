@@ -47,6 +47,7 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("v5-recovery-owner", migrate: RecoveryStore.migrateOwner)
         m.registerMigration("v6-step-up", migrate: StepUpStore.migrate)
         m.registerMigration("v7-ctap-hmac-secret", migrate: CTAPCredentialStore.migrateHMACSecret)
+        m.registerMigration("v8-mdoc-registrations", migrate: MDocRegistrationStore.migrate)
         return m
     }
 }

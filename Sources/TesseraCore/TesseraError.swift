@@ -136,6 +136,28 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let recoveryIDVNotCompleted: Code = "RECOVERY_IDV_NOT_COMPLETED"
         /// Creating the replacement passkey failed (`data.cause`); the same attempt may be started again.
         public static let recoveryRegistrationFailed: Code = "RECOVERY_REGISTRATION_FAILED"
+        // Mobile documents, holder side (docs/MDOC.md)
+        /// The MSO's deviceKey is not the token key the registration names.
+        public static let mdocDeviceKeyMismatch: Code = "MDOC_DEVICE_KEY_MISMATCH"
+        /// The MSO's docType differs from the registration's docType.
+        public static let mdocDocTypeMismatch: Code = "MDOC_DOCTYPE_MISMATCH"
+        /// No mdoc device key with that keyId on the token (or it belongs to another uid).
+        public static let mdocDeviceKeyNotFound: Code = "MDOC_DEVICE_KEY_NOT_FOUND"
+        /// A registration with that documentIdentifier exists.
+        public static let mdocRegistrationExists: Code = "MDOC_REGISTRATION_EXISTS"
+        /// No registration with that documentIdentifier (visible to the caller).
+        public static let mdocRegistrationNotFound: Code = "MDOC_REGISTRATION_NOT_FOUND"
+        /// The registration is not offered: invalidationDate or the MSO's validUntil is past, or the request asks
+        /// for another docType.
+        public static let mdocNotOffered: Code = "MDOC_NOT_OFFERED"
+        /// The request carries no readerAuth, one that does not verify, or one whose chain names no root in the
+        /// registration's supportedAuthorityKeyIdentifiers (`details.reason`: missing, invalid, untrusted).
+        public static let mdocReaderNotTrusted: Code = "MDOC_READER_NOT_TRUSTED"
+        /// The holder declined the request or did not answer in time (`details.reason`: declined, timeout,
+        /// ended).
+        public static let mdocNotApproved: Code = "MDOC_NOT_APPROVED"
+        /// `mdoc.approve` for a presentation that is not waiting for approval.
+        public static let mdocPresentationNotPending: Code = "MDOC_PRESENTATION_NOT_PENDING"
 
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {

@@ -164,6 +164,9 @@ public enum Daemon {
             passkeys: passkeys, logger: sshLogger, presenceCommand: config.sshAgent?.presenceCommand,
             presenceTimeout: .seconds(config.sshAgent?.presenceTimeoutSeconds ?? 30))
         table.registerSSH(passkeys, backend: sshBackend)
+        table.registerMDocHolder(
+            MDocHolderService(passkeys: passkeys, store: MDocRegistrationStore(database: database)),
+            subscribers: subscribers)
         var ctapLogger = logger
         ctapLogger[metadataKey: "service"] = "ctap"
         let presence = PresenceBroker(

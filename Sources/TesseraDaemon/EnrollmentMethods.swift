@@ -23,6 +23,15 @@ final class EnrollmentSubscribers: Sendable {
 
     func remove(_ c: RPCConnection) { _ = connections.withLock { $0.removeValue(forKey: c.id) } }
 
+    /// Sends a notification to the subscribed connections of `uid` only, except `skipping` (which got it already):
+    /// e.g. `mdoc.request`, which only that uid may answer.
+    func send(_ method: String, _ params: JSONValue, toUid uid: UInt32, skipping: RPCConnection? = nil) async {
+        for s in connections.withLock({ Array($0.values) })
+        where s.connection.peer.uid == uid && s.connection != skipping {
+            await s.connection.notify(method, params)
+        }
+    }
+
     func send(_ event: EnrollmentEvent) async {
         var redacted: JSONValue?
         for s in connections.withLock({ Array($0.values) }) {

@@ -20,6 +20,12 @@ struct LabMakeMDoc: AsyncParsableCommand {
             DeviceResponse disclosing every element, deviceSignature over session-transcript.cbor, a static NFC \
             handover session with fresh ephemeral keys) and session-transcript.cbor (SessionTranscriptBytes).
 
+            With --token TOKEN-ID the device key is made on that token by the running tesserad (mdoc.createDeviceKey, \
+            --socket) and never leaves it: DIR gets device-key.json ({tokenId, keyId, deviceKey}) instead of \
+            device-key.pem, and no device-response.cbor or session-transcript.cbor. --register then registers the mDL \
+            with the daemon (mdoc.register; --authority-key-id HEX for each trusted reader root, --document-id, \
+            --invalidation-date) and writes registration.json, ready for `tessera mdoc present`.
+
             The elements (namespace org.iso.18013.5.1) come from --profile (a `tessera lab make-profile` passport: \
             MRZ names, birth date, document number, expiry, issuing country, sex, nationality, and its face image as \
             the portrait) or from built-in sample data.
@@ -27,6 +33,7 @@ struct LabMakeMDoc: AsyncParsableCommand {
             EXAMPLES
               tessera lab make-mdoc /tmp/mdl
               tessera lab make-mdoc /tmp/mdl --profile /tmp/anna --photo-padding 20000
+              tessera lab make-mdoc /tmp/mdl --token pkcs11-… --register --authority-key-id 0a1b… --document-id my-mdl
               tessera mdoc verify /tmp/mdl/device-response.cbor --iaca /tmp/mdl/iaca.pem --session-transcript /tmp/mdl/session-transcript.cbor
             """)
 
@@ -50,7 +57,40 @@ struct LabMakeMDoc: AsyncParsableCommand {
         help: ArgumentHelp("MSO validUntil (RFC 3339; default: in 365 days).", valueName: "TIME"))
     var validUntil: String?
 
+    @Option(
+        name: .customLong("token"),
+        help: ArgumentHelp(
+            "Put the device key on this token of the running tesserad (mdoc.createDeviceKey) instead of a file.",
+            valueName: "TOKEN-ID"))
+    var token: String?
+    @Flag(help: "With --token: register the mDL with the daemon (mdoc.register).") var register = false
+    @Option(
+        name: .customLong("authority-key-id"),
+        help: ArgumentHelp(
+            "With --register: a trusted reader root's key identifier, hex (repeatable).", valueName: "HEX"))
+    var authorityKeyIds: [String] = []
+    @Option(
+        name: .customLong("document-id"),
+        help: ArgumentHelp("With --register: the documentIdentifier.", valueName: "ID"))
+    var documentId: String?
+    @Option(
+        name: .customLong("invalidation-date"),
+        help: ArgumentHelp("With --register: the registration's invalidationDate (RFC 3339).", valueName: "TIME"))
+    var invalidationDate: String?
+    @OptionGroup var globals: GlobalOptions
+    @OptionGroup var pin: PINOptions
+
+    func validate() throws {
+        if token == nil, register || !authorityKeyIds.isEmpty || documentId != nil || invalidationDate != nil {
+            throw ValidationError("--register, --authority-key-id, --document-id and --invalidation-date need --token")
+        }
+    }
+
     func run() async throws {
+        if let token {
+            try await runWithToken(token)
+            return
+        }
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch { throw ValidationError("cannot create \(directory)") }
@@ -116,6 +156,79 @@ struct LabMakeMDoc: AsyncParsableCommand {
         } catch {
             throw LabOutput.fail(error, status: 1)
         }
+    }
+
+    /// The mDL for a device key made on a daemon's token: no device-key.pem, device-response.cbor or
+    /// session-transcript.cbor (the key cannot sign outside the daemon); device-key.json holds {tokenId, keyId,
+    /// deviceKey}; with --register, registration.json holds the daemon's registration.
+    func runWithToken(_ tokenId: String) async throws {
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch { throw ValidationError("cannot create \(directory)") }
+        var params: [String: JSONValue] = ["tokenId": .string(tokenId)]
+        if let pin = pin.value() { params["pin"] = .string(pin) }
+        if pin.allowFinalPinTry { params["allowFinalPinTry"] = true }
+        let made = try await globals.call("mdoc.createDeviceKey", .object(params))
+        func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
+        do throws(TesseraError) {
+            guard let cose = made["deviceKey"]?.stringValue.flatMap(Base64URL.decode) else {
+                throw TesseraError(.malformedData, "mdoc.createDeviceKey returned no deviceKey")
+            }
+            let deviceKey = try MDocECKey(try MDocCBOR.decode(cose, "deviceKey"))
+            let from =
+                try validFrom.map { text throws(TesseraError) -> Date in
+                    guard let d = MDocDate.parse(text) else { throw .invalidInput("--valid-from must be RFC 3339") }
+                    return d
+                } ?? Date()
+            let until =
+                try validUntil.map { text throws(TesseraError) -> Date in
+                    guard let d = MDocDate.parse(text) else { throw .invalidInput("--valid-until must be RFC 3339") }
+                    return d
+                } ?? Date(timeIntervalSinceNow: 365 * 86_400)
+            var elements = try sampleElements()
+            var portrait = try portraitJPEG()
+            if let photoPadding { portrait = try FacePhoto.padded(portrait, to: photoPadding) }
+            elements.append(("portrait", .byteString(portrait)))
+            let pki = try MDocIssuer.testIACA(notBefore: min(from, Date()).addingTimeInterval(-86_400))
+            let issued = try MDocIssuer.issue(
+                docType: MDL.docType, elements: [(MDL.namespace, elements)], deviceKey: deviceKey,
+                signerCertificate: pki.documentSigner.certificate.der,
+                signer: COSESign1.privateKeySigner(der: pki.documentSigner.privateKeyDER, algorithm: .es256),
+                signed: min(from, Date()), validFrom: from, validUntil: until)
+            try MDocFiles.write(Array(pki.iaca.certificatePEM.utf8), to: path("iaca.pem"))
+            try MDocFiles.write(Array(pki.iaca.privateKeyPEM.utf8), to: path("iaca-key.pem"), private: true)
+            try MDocFiles.write(Array(pki.documentSigner.certificatePEM.utf8), to: path("ds.pem"))
+            try MDocFiles.write(Array(pki.documentSigner.privateKeyPEM.utf8), to: path("ds-key.pem"), private: true)
+            try MDocFiles.write(made.serialized(), to: path("device-key.json"))
+            try MDocFiles.write(issued.encoded, to: path("issuer-signed.cbor"))
+        } catch {
+            throw LabOutput.fail(error, status: 1)
+        }
+        var lines = [
+            "mdoc      \(directory)", "docType   \(MDL.docType)",
+            "token     \(made["tokenId"]?.stringValue ?? "") key \(made["keyId"]?.stringValue ?? "")",
+            "iaca      \(path("iaca.pem"))",
+        ]
+        if register {
+            guard let issued = FileManager.default.contents(atPath: path("issuer-signed.cbor")) else {
+                throw ValidationError("cannot read back issuer-signed.cbor")
+            }
+            var p: [String: JSONValue] = [
+                "docType": .string(MDL.docType), "issuerSigned": .string(Base64URL.encode([UInt8](issued))),
+                "tokenId": made["tokenId"] ?? .null, "keyId": made["keyId"] ?? .null,
+                "supportedAuthorityKeyIdentifiers": .array(authorityKeyIds.map { .string($0) }),
+            ]
+            if let documentId { p["documentIdentifier"] = .string(documentId) }
+            if let invalidationDate { p["invalidationDate"] = .string(invalidationDate) }
+            let registration = try await globals.call("mdoc.register", .object(p))
+            do throws(TesseraError) {
+                try MDocFiles.write(registration.serialized(), to: path("registration.json"))
+            } catch {
+                throw LabOutput.fail(error, status: 1)
+            }
+            lines.append("registered \(registration["documentIdentifier"]?.stringValue ?? "")")
+        }
+        print(lines.joined(separator: "\n"))
     }
 
     /// The mDL elements from the profile's MRZ, or sample data.

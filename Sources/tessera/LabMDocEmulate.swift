@@ -1,6 +1,7 @@
 import ArgumentParser
 import CBOR
 import Crypto
+import Emulation
 import Foundation
 import ICAO
 import MDoc
@@ -100,19 +101,4 @@ struct LabEmulateMDoc: AsyncParsableCommand {
             MDocDocument(docType: doc.docType, issuerSigned: disclosed, deviceSigned: deviceSigned)
         ]).encoded
     }
-}
-
-/// The holder as a vpcd card (contactless ATR announcing extended length).
-struct MDocCard: VirtualCard {
-    let holder: MDocNFCHolder
-    var atr: [UInt8] {
-        let historical: [UInt8] = [0x80, 0x73, 0x00, 0x00, 0xC0]
-        var atr: [UInt8] = [0x3B, 0x80 | UInt8(historical.count), 0x80, 0x01] + historical
-        atr.append(atr.dropFirst().reduce(0, ^))
-        return atr
-    }
-    func powerOn() async {}
-    func powerOff() async {}
-    func reset() async {}
-    func process(_ command: [UInt8]) async -> [UInt8] { await holder.process(command) }
 }

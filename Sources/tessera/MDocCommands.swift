@@ -9,7 +9,10 @@ struct MDocCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "mdoc",
         abstract: "Mobile documents (ISO/IEC 18013-5 mdoc, e.g. mobile driving licences).",
-        subcommands: [Read.self, Verify.self])
+        subcommands: [
+            Read.self, Verify.self, CreateDeviceKey.self, Register.self, Registrations.self, Remove.self, Present.self,
+            Approve.self,
+        ])
 
     /// `tessera mdoc verify RESPONSE.cbor --iaca PATH`: the reader's checks, offline.
     struct Verify: AsyncParsableCommand {

@@ -2,7 +2,8 @@ import Foundation
 import MDoc
 
 /// ISO/IEC 18013-5 bytes from a holder or a reader: DeviceEngagement, the NFC Handover Select, SessionEstablishment,
-/// SessionData, DeviceRequest and DeviceResponse (verified with a fixed transcript, time and no anchors).
+/// SessionData, DeviceRequest (with the holder's readerAuth trust decision) and DeviceResponse (verified with a
+/// fixed transcript, time and no anchors).
 enum MDocTarget {
     static let transcript = SessionTranscript(deviceEngagementBytes: [0xA0], eReaderKeyBytes: [0xA0], handover: .null)
     static let now = Date(timeIntervalSince1970: 1_606_780_800)
@@ -24,6 +25,10 @@ enum MDocTarget {
                     if let auth = doc.readerAuth, let der = auth.x5chain.first {
                         _ = auth.verify(publicKey: der, detachedPayload: payload)
                     }
+                    // The holder's decision: x5chain certificates, chain links, root key identifier.
+                    _ = try? MDocReaderTrust.evaluate(
+                        doc, sessionTranscript: transcript, supportedAuthorityKeyIdentifiers: [[0x01]], now: now)
+                    _ = MDocElementSelection.requested(doc)
                 }
             }
         default:

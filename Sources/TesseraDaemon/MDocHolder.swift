@@ -1,0 +1,276 @@
+import CBOR
+import CredentialStore
+import Foundation
+import ICAO
+import MDoc
+import Passkeys
+import TesseraCore
+
+/// What the holder asks the user before releasing anything: a trusted reader's request for a registered document.
+struct MDocConsentRequest: Sendable {
+    var documentIdentifier: String
+    var docType: String
+    var reader: MDocReaderIdentity
+    var elements: [MDocRequestedElement]
+
+    func json(presentationId: String) -> JSONValue {
+        [
+            "presentationId": .string(presentationId), "documentIdentifier": .string(documentIdentifier),
+            "docType": .string(docType),
+            "reader": [
+                "subject": .string(reader.subject), "authorityKeyIdentifier": .string(reader.authorityKeyIdentifier),
+            ],
+            "elements": .array(
+                elements.map {
+                    [
+                        "namespace": .string($0.namespace), "identifier": .string($0.identifier),
+                        "intentToRetain": .bool($0.intentToRetain),
+                    ]
+                }),
+        ]
+    }
+}
+
+/// The user's answer: approved or not, which elements (`namespace/identifier`; nil: all requested), and the
+/// token PIN when the user gave one (tried once through `PINRules.withCallerPIN` for `caller`).
+struct MDocConsent: Sendable {
+    var approved: Bool
+    var elements: [String]? = nil
+    var pin: String? = nil
+    var allowFinalPinTry = false
+    var caller: PINCaller? = nil
+    /// Why not approved: declined, timeout, ended.
+    var reason = "declined"
+
+    static func refused(_ reason: String) -> MDocConsent { MDocConsent(approved: false, reason: reason) }
+}
+
+/// What `respond` released.
+struct MDocHolderResponse: Sendable {
+    /// DeviceResponse CBOR, to be encrypted by the front door's session.
+    var deviceResponse: [UInt8]
+    /// The released elements, `namespace/identifier`.
+    var released: [String]
+}
+
+/// The holder side of mdoc (docs/MDOC.md, "Holder"): device keys on tokens, registrations, and the decision and
+/// signing of a response. Front doors (NFC `mdoc.present`; later 18013-7 Annex C `mdoc.respond`) own the session
+/// and its SessionTranscript and call `respond`.
+final class MDocHolderService: Sendable {
+    /// `CKA_LABEL` of device keys: `tessera:mdoc:UID`. The `tessera:` prefix keeps them out of the SSH agent, and
+    /// passkeys are only the keys of credential records, so a device key is never offered as either.
+    static let labelPrefix = "tessera:mdoc:"
+
+    let passkeys: PasskeyService
+    let store: MDocRegistrationStore
+    let approvals = MDocApprovals()
+
+    init(passkeys: PasskeyService, store: MDocRegistrationStore) { self.passkeys = passkeys; self.store = store }
+
+    /// A P-256 key generated on a PKCS#11 token; its COSE_Key (EC2). The private key never leaves the token.
+    func createDeviceKey(tokenId: String?, uid: UInt32, pin: String?, caller: PINCaller, allowFinalPinTry: Bool)
+        async throws(TesseraError) -> (tokenId: String, keyId: [UInt8], deviceKey: MDocECKey)
+    {
+        let token = try await passkeys.chooseToken(tokenId)
+        guard token.backend == "pkcs11" else {
+            throw TesseraError(
+                .invalidInput,
+                "mdoc device keys are made on PKCS#11 tokens only (token \(token.id) is \(token.backend))",
+                details: ["field": "tokenId"])
+        }
+        let handle = SecureRandom.bytes(16)
+        let label = Self.labelPrefix + String(uid)
+        let point: [UInt8]
+        if let pin {
+            point = try await passkeys.pinRules.withCallerPIN(
+                pin, caller: caller, allowFinalTry: allowFinalPinTry, tokenId: token.id
+            ) { attempt throws(TesseraError) in
+                try await token.generateP256Key(handle: handle, label: label, pin: attempt)
+            }
+        } else {
+            point = try await token.generateP256Key(handle: handle, label: label, pin: nil)
+        }
+        return (token.id, handle, try MDocECKey(uncompressedPoint: point))
+    }
+
+    /// The device key `keyId` on `tokenId`, made by `createDeviceKey` for `uid` (any uid when `isAdmin`).
+    func deviceKey(tokenId: String, keyId: [UInt8], uid: UInt32, isAdmin: Bool) async throws(TesseraError) -> MDocECKey
+    {
+        let token = try await passkeys.chooseToken(tokenId)
+        let keys = try await token.publicKeys()
+        guard let key = keys.first(where: { $0.handle == keyId && $0.label.hasPrefix(Self.labelPrefix) }),
+            key.value.isP256, isAdmin || key.label == Self.labelPrefix + String(uid)
+        else {
+            throw TesseraError(
+                .mdocDeviceKeyNotFound,
+                "no mdoc device key \(Base64URL.encode(keyId)) of uid \(uid) on token \(tokenId)",
+                details: ["keyId": .string(Base64URL.encode(keyId)), "tokenId": .string(tokenId)])
+        }
+        return try MDocECKey(uncompressedPoint: key.publicPoint)
+    }
+
+    /// Validates and stores a registration (see `mdoc.register` in docs/API.md).
+    func register(
+        documentIdentifier: String, docType: String, issuerSigned bytes: [UInt8], tokenId: String, keyId: [UInt8],
+        supportedAuthorityKeyIdentifiers: [[UInt8]], invalidationDate: Date?, uid: UInt32, isAdmin: Bool
+    ) async throws(TesseraError) -> MDocRegistrationRecord {
+        let issuerSigned = try IssuerSigned(bytes: bytes)
+        let mso = try MobileSecurityObject(issuerAuth: issuerSigned.issuerAuth)
+        guard mso.docType == docType else {
+            throw TesseraError(
+                .mdocDocTypeMismatch, "the MSO's docType is \(mso.docType), not \(docType)",
+                details: ["msoDocType": .string(mso.docType)])
+        }
+        let key = try await deviceKey(tokenId: tokenId, keyId: keyId, uid: uid, isAdmin: isAdmin)
+        guard mso.deviceKey == key else {
+            throw TesseraError(
+                .mdocDeviceKeyMismatch, "the MSO's deviceKey is not the token key \(Base64URL.encode(keyId))",
+                details: ["keyId": .string(Base64URL.encode(keyId))])
+        }
+        let record = MDocRegistrationRecord(
+            documentIdentifier: documentIdentifier, docType: docType, issuerSigned: bytes, tokenId: tokenId,
+            keyHandle: keyId, supportedAuthorityKeyIdentifiers: supportedAuthorityKeyIdentifiers,
+            invalidationDate: invalidationDate, validUntil: mso.validUntil, ownerUid: uid)
+        try await store.insert(record)
+        return record
+    }
+
+    /// The registration `documentIdentifier` if `uid` owns it (or `isAdmin`); MDOC_REGISTRATION_NOT_FOUND when it
+    /// does not exist, UNAUTHORIZED when it is another uid's.
+    func registration(_ documentIdentifier: String, uid: UInt32, isAdmin: Bool) async throws(TesseraError)
+        -> MDocRegistrationRecord
+    {
+        guard let record = try await store.registration(documentIdentifier) else {
+            throw TesseraError(
+                .mdocRegistrationNotFound, "no mdoc registration \(documentIdentifier)",
+                details: ["documentIdentifier": .string(documentIdentifier)])
+        }
+        guard isAdmin || record.ownerUid == uid else {
+            throw TesseraError(.unauthorized, "mdoc registration \(documentIdentifier) belongs to another uid")
+        }
+        return record
+    }
+
+    /// The response to one DeviceRequest for `registration`, or a `TesseraError` saying why nothing is released:
+    ///
+    /// 1. the registration is `uid`'s and offered now (MDOC_NOT_OFFERED when invalidationDate or validUntil is past),
+    ///    and the request has a DocRequest for its docType (MDOC_NOT_OFFERED);
+    /// 2. that DocRequest's readerAuth verifies over this `sessionTranscript` and its chain's root key identifier is
+    ///    in the registration's supportedAuthorityKeyIdentifiers (`MDocReaderTrust`; MDOC_READER_NOT_TRUSTED);
+    /// 3. `consent` is asked (only now: an untrusted request is never shown) and must approve (MDOC_NOT_APPROVED);
+    /// 4. the approved ∩ requested ∩ held elements are released with a deviceSignature (ES256) by the token key,
+    ///    with the consent's PIN if it has one (token errors such as PIN_REQUIRED pass through).
+    ///
+    /// The front door supplies the SessionTranscript (NFC engagement here; 18013-7 Annex C's for `mdoc.respond`)
+    /// and encrypts the returned DeviceResponse in its session.
+    func respond(
+        registration: MDocRegistrationRecord, request: DeviceRequest, sessionTranscript: SessionTranscript,
+        uid: UInt32, now: Date = Date(), consent: @Sendable (MDocConsentRequest) async -> MDocConsent
+    ) async throws(TesseraError) -> MDocHolderResponse {
+        guard registration.ownerUid == uid else {
+            throw TesseraError(.unauthorized, "mdoc registration \(registration.documentIdentifier) is another uid's")
+        }
+        guard registration.offered(at: now) else {
+            throw TesseraError(
+                .mdocNotOffered, "registration \(registration.documentIdentifier) has expired",
+                details: ["reason": "expired"])
+        }
+        guard let doc = request.docRequests.first(where: { $0.docType == registration.docType }) else {
+            throw TesseraError(
+                .mdocNotOffered, "the request asks for no \(registration.docType)", details: ["reason": "docType"])
+        }
+        let reader = try MDocReaderTrust.evaluate(
+            doc, sessionTranscript: sessionTranscript,
+            supportedAuthorityKeyIdentifiers: registration.authorityKeyIdentifiers, now: now)
+        let issuerSigned = try IssuerSigned(bytes: [UInt8](registration.issuerSigned))
+        let requested = MDocElementSelection.requested(doc)
+        let answer = await consent(
+            MDocConsentRequest(
+                documentIdentifier: registration.documentIdentifier, docType: registration.docType, reader: reader,
+                elements: requested))
+        guard answer.approved else {
+            throw TesseraError(
+                .mdocNotApproved, "the request was not approved (\(answer.reason))",
+                details: ["reason": .string(answer.reason)])
+        }
+        let released = MDocElementSelection.released(
+            requested: requested, approved: answer.elements, available: issuerSigned)
+        let token = try await passkeys.chooseToken(registration.tokenId)
+        let handle = [UInt8](registration.keyHandle)
+        let pinRules = passkeys.pinRules
+        let signer: AsyncCOSESigner = { (tbs: [UInt8]) async throws(TesseraError) -> [UInt8] in
+            guard let pin = answer.pin else { return try await token.signP256(handle: handle, message: tbs, pin: nil) }
+            return try await pinRules.withCallerPIN(
+                pin, caller: answer.caller, allowFinalTry: answer.allowFinalPinTry, tokenId: token.id
+            ) { attempt throws(TesseraError) in
+                try await token.signP256(handle: handle, message: tbs, pin: attempt)
+            }
+        }
+        let bytes = try await MDocPresentation.deviceResponse(
+            issuerSigned: issuerSigned, docType: registration.docType, sessionTranscript: sessionTranscript,
+            released: released, signer: signer)
+        return MDocHolderResponse(deviceResponse: bytes, released: released)
+    }
+}
+
+/// Presentations waiting for `mdoc.approve`, by presentationId; each belongs to a uid and a front-door session.
+actor MDocApprovals {
+    private struct Pending {
+        let uid: UInt32
+        let session: String
+        let continuation: CheckedContinuation<MDocConsent, Never>
+    }
+    private var pending: [String: Pending] = [:]
+    private var outcomes: [String: CheckedContinuation<Result<[String], TesseraError>, Never>] = [:]
+    private var endedSessions: Set<String> = []
+
+    /// Waits for `approve` by `uid`; declined with reason timeout after `timeout`, ended after `end(session:)`.
+    func wait(id: String, uid: UInt32, session: String, timeout: Duration) async -> MDocConsent {
+        if endedSessions.contains(session) { return .refused("ended") }
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            await self?.resolve(id, .refused("timeout"))
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { c in
+            pending[id] = Pending(uid: uid, session: session, continuation: c)
+        }
+    }
+
+    private func resolve(_ id: String, _ consent: MDocConsent) {
+        pending.removeValue(forKey: id)?.continuation.resume(returning: consent)
+    }
+
+    /// Refuses every presentation of `session` (its front door ended), now and later.
+    func end(session: String) {
+        endedSessions.insert(session)
+        for (id, p) in pending where p.session == session { resolve(id, .refused("ended")) }
+    }
+
+    /// Forgets an ended session.
+    func forget(session: String) { endedSessions.remove(session) }
+
+    /// Delivers `consent` to presentation `id` if `uid` may answer it, and waits for what `finish` reports.
+    func approve(id: String, uid: UInt32, consent: MDocConsent) async throws(TesseraError)
+        -> Result<[String], TesseraError>
+    {
+        guard let p = pending[id] else {
+            throw TesseraError(
+                .mdocPresentationNotPending, "presentation \(id) is not waiting for approval",
+                details: ["presentationId": .string(id)])
+        }
+        guard p.uid == uid else {
+            throw TesseraError(.unauthorized, "presentation \(id) belongs to another uid")
+        }
+        pending.removeValue(forKey: id)
+        return await withCheckedContinuation { c in
+            outcomes[id] = c
+            p.continuation.resume(returning: consent)
+        }
+    }
+
+    /// The outcome of an approved presentation (the released elements, or why nothing was).
+    func finish(_ id: String, _ result: Result<[String], TesseraError>) {
+        outcomes.removeValue(forKey: id)?.resume(returning: result)
+    }
+}

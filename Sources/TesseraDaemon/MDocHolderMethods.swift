@@ -1,0 +1,327 @@
+import CredentialStore
+import Emulation
+import Foundation
+import MDoc
+import NFC
+import RPC
+import TesseraCore
+import VPCD
+
+extension MethodTable {
+    /// Registers the holder's methods (docs/API.md, "Mobile documents: holder"): `mdoc.createDeviceKey`,
+    /// `mdoc.register`, `mdoc.registrations`, `mdoc.removeRegistration`, `mdoc.present` and `mdoc.approve`.
+    /// `mdoc.request` goes to the presenting connection and to the station UI clients (`enrollment.subscribe`) of
+    /// the same uid.
+    func registerMDocHolder(_ service: MDocHolderService, subscribers: EnrollmentSubscribers) {
+        let policy = self.policy
+        let running = MDocPresentations()
+        onClose { running.stop(connection: $0.id) }
+        register("mdoc.stop", .enroll) { p, connection in
+            let stopped = running.stop(
+                uid: connection.peer.uid, documentIdentifier: try p.optionalString("documentIdentifier"))
+            return ["stopped": .number(Double(stopped))]
+        }
+        register("mdoc.createDeviceKey", .enroll) { p, connection in
+            let made = try await service.createDeviceKey(
+                tokenId: p.optionalString("tokenId"), uid: connection.peer.uid, pin: p.optionalString("pin"),
+                caller: connection.pinCaller, allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
+            return [
+                "tokenId": .string(made.tokenId), "keyId": .string(Base64URL.encode(made.keyId)),
+                "deviceKey": .string(Base64URL.encode(made.deviceKey.encoded)),
+            ]
+        }
+        register("mdoc.register", .enroll) { p, connection in
+            let documentIdentifier = try p.optionalString("documentIdentifier") ?? UUID().uuidString.lowercased()
+            guard !documentIdentifier.isEmpty, documentIdentifier.utf8.count <= 256 else {
+                throw TesseraError(
+                    .invalidInput, "documentIdentifier must be 1 to 256 bytes", details: ["field": "documentIdentifier"]
+                )
+            }
+            var identifiers: [[UInt8]] = []
+            for item in try p.optionalArray("supportedAuthorityKeyIdentifiers") ?? [] {
+                guard let text = item.stringValue, let bytes = Hex.decode(text), !bytes.isEmpty else {
+                    throw TesseraError(
+                        .invalidInput, "supportedAuthorityKeyIdentifiers must be hex strings",
+                        details: ["field": "supportedAuthorityKeyIdentifiers"])
+                }
+                identifiers.append(bytes)
+            }
+            var invalidation: Date?
+            if let text = try p.optionalString("invalidationDate") {
+                guard let date = MDocDate.parse(text) else {
+                    throw TesseraError(
+                        .invalidInput, "invalidationDate must be RFC 3339", details: ["field": "invalidationDate"])
+                }
+                invalidation = date
+            }
+            let keyId = try p.bytes("keyId")
+            let tokenId: String
+            if let given = try p.optionalString("tokenId") {
+                tokenId = given
+            } else {
+                tokenId = try await service.passkeys.chooseToken(nil).id
+            }
+            let record = try await service.register(
+                documentIdentifier: documentIdentifier, docType: p.string("docType"),
+                issuerSigned: p.bytes("issuerSigned"),
+                tokenId: tokenId, keyId: keyId, supportedAuthorityKeyIdentifiers: identifiers,
+                invalidationDate: invalidation, uid: connection.peer.uid,
+                isAdmin: policy.grants(.admin, to: connection.peer))
+            return MDocHolderViews.registration(record)
+        }
+        register("mdoc.registrations", .enroll) { _, connection in
+            let all = policy.grants(.admin, to: connection.peer)
+            let records = try await service.store.registrations(ownerUid: all ? nil : connection.peer.uid)
+            return ["registrations": .array(records.map { MDocHolderViews.registration($0) })]
+        }
+        register("mdoc.removeRegistration", .enroll) { p, connection in
+            let id = try p.string("documentIdentifier")
+            _ = try await service.registration(
+                id, uid: connection.peer.uid, isAdmin: policy.grants(.admin, to: connection.peer))
+            return ["documentIdentifier": .string(id), "removed": .bool(try await service.store.delete(id))]
+        }
+        register("mdoc.approve", .enroll) { p, connection in
+            let id = try p.string("presentationId")
+            guard let approve = try p.optionalBool("approve") else {
+                throw TesseraError(.invalidInput, "approve (true or false) is required", details: ["field": "approve"])
+            }
+            var consent = MDocConsent(approved: approve)
+            if let items = try p.optionalArray("elements") {
+                consent.elements = try items.map { item throws(TesseraError) -> String in
+                    guard let text = item.stringValue, text.contains("/") else {
+                        throw TesseraError(
+                            .invalidInput, "elements items are \"namespace/identifier\" strings",
+                            details: ["field": "elements"])
+                    }
+                    return text
+                }
+            }
+            consent.pin = try p.optionalString("pin")
+            consent.allowFinalPinTry = try p.optionalBool("allowFinalPinTry") ?? false
+            consent.caller = connection.pinCaller
+            let outcome = try await service.approvals.approve(id: id, uid: connection.peer.uid, consent: consent)
+            guard approve else { return ["presentationId": .string(id), "approved": false, "released": []] }
+            let released = try outcome.get()
+            return ["presentationId": .string(id), "approved": true, "released": .array(released.map { .string($0) })]
+        }
+        register("mdoc.present", .enroll) { p, connection in
+            let request = try MDocPresentRequest(p)
+            let uid = connection.peer.uid
+            let registration = try await service.registration(request.documentIdentifier, uid: uid, isAdmin: false)
+            guard registration.offered(at: Date()) else {
+                throw TesseraError(
+                    .mdocNotOffered, "registration \(registration.documentIdentifier) has expired",
+                    details: ["reason": "expired"])
+            }
+            let session = UUID().uuidString
+            running.add(
+                session: session, uid: uid, connection: connection.id,
+                documentIdentifier: registration.documentIdentifier)
+            defer { running.remove(session: session) }
+            let log = Locked<[JSONValue]>([])
+            let approvals = service.approvals
+            let holder = try MDocNFCHolder { deviceRequest, transcript in
+                let presentationId = UUID().uuidString.lowercased()
+                do throws(TesseraError) {
+                    let response = try await service.respond(
+                        registration: registration, request: deviceRequest, sessionTranscript: transcript, uid: uid
+                    ) { ask in
+                        let params = ask.json(presentationId: presentationId)
+                        await connection.notify("mdoc.request", params)
+                        await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
+                        return await approvals.wait(
+                            id: presentationId, uid: uid, session: session,
+                            timeout: .seconds(request.approvalTimeoutSeconds))
+                    }
+                    await approvals.finish(presentationId, .success(response.released))
+                    let entry: JSONValue = [
+                        "presentationId": .string(presentationId), "outcome": "released",
+                        "elements": .array(response.released.map { .string($0) }),
+                    ]
+                    log.withLock { $0.append(entry) }
+                    await connection.notify("mdoc.released", entry)
+                    return response.deviceResponse
+                } catch {
+                    await approvals.finish(presentationId, .failure(error))
+                    var entry: [String: JSONValue] = [
+                        "presentationId": .string(presentationId), "outcome": "refused",
+                        "code": .string(error.code.rawValue), "message": .string(error.message),
+                    ]
+                    if let reason = error.details["reason"] { entry["reason"] = reason }
+                    log.withLock { $0.append(.object(entry)) }
+                    entry["documentIdentifier"] = .string(registration.documentIdentifier)
+                    await connection.notify("mdoc.refused", .object(entry))
+                    return nil
+                }
+            }
+            let card = MDocCard(holder: holder)
+            let deadline = ContinuousClock.now.advanced(by: .seconds(request.durationSeconds))
+            let started: JSONValue = [
+                "documentIdentifier": .string(registration.documentIdentifier), "device": .string(request.device),
+            ]
+            let reason: String
+            switch request.target {
+            case .vpcd(let host, let port):
+                let link = VirtualCardLink(card: card, host: host, port: port)
+                try await link.start(timeout: .seconds(10))
+                await connection.notify("mdoc.presenting", started)
+                reason = await Self.presentation(of: holder, until: deadline) { running.stopped(session: session) }
+                await approvals.end(session: session)
+                await link.remove()
+            case .libnfc(let connstring):
+                let device = try await NFCDevice.open(connstring, context: try NFCContext.shared())
+                let emulator: NFCCardEmulator
+                do { emulator = try NFCCardEmulator(device: device, card: card) } catch {
+                    await device.close()
+                    throw error
+                }
+                await connection.notify("mdoc.presenting", started)
+                let watcher = Task {
+                    let why = await Self.presentation(of: holder, until: deadline) { running.stopped(session: session) }
+                    emulator.stop()
+                    return why
+                }
+                let result: Result<NFCEmulationSummary, TesseraError>
+                do throws(TesseraError) {
+                    result = .success(try await emulator.run(for: .seconds(request.durationSeconds)))
+                } catch {
+                    result = .failure(error)
+                }
+                watcher.cancel()
+                let why = await watcher.value
+                // The watcher was cancelled because the emulator ended by itself: its reason (duration, …) counts.
+                if why == "cancelled", !running.stopped(session: session), case .success(let summary) = result {
+                    reason = summary.reason.rawValue
+                } else {
+                    reason = why
+                }
+                await approvals.end(session: session)
+                await device.close()
+                if case .failure(let error) = result {
+                    await approvals.forget(session: session)
+                    throw error
+                }
+            }
+            await approvals.forget(session: session)
+            let presentations = log.withLock { $0 }
+            return [
+                "documentIdentifier": .string(registration.documentIdentifier), "device": .string(request.device),
+                "reason": .string(reason), "requests": .number(Double(await holder.requests.count)),
+                "presentations": .array(presentations),
+            ]
+        }
+    }
+
+    /// Waits until the reader ends the session (`sessionEnded`), `deadline` passes (`duration`), or `stopped` says
+    /// so or the task is cancelled (`cancelled`: `mdoc.stop`, or the caller went away).
+    static func presentation(
+        of holder: MDocNFCHolder, until deadline: ContinuousClock.Instant, stopped: @Sendable () -> Bool
+    ) async -> String {
+        while true {
+            if Task.isCancelled || stopped() { return "cancelled" }
+            if await holder.terminated { return "sessionEnded" }
+            if ContinuousClock.now >= deadline { return "duration" }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+    }
+}
+
+/// The running `mdoc.present` sessions, so that `mdoc.stop` and a closed connection end them.
+final class MDocPresentations: Sendable {
+    private struct Entry {
+        var uid: UInt32
+        var connection: UInt64
+        var documentIdentifier: String
+        var stop = false
+    }
+    private let entries = Locked<[String: Entry]>([:])
+
+    func add(session: String, uid: UInt32, connection: UInt64, documentIdentifier: String) {
+        entries.withLock {
+            $0[session] = Entry(uid: uid, connection: connection, documentIdentifier: documentIdentifier)
+        }
+    }
+    func remove(session: String) { _ = entries.withLock { $0.removeValue(forKey: session) } }
+    func stopped(session: String) -> Bool { entries.withLock { $0[session]?.stop ?? true } }
+
+    /// Stops the presentations started on a connection (it closed).
+    func stop(connection: UInt64) {
+        entries.withLock { e in
+            for (key, value) in e where value.connection == connection { e[key]?.stop = true }
+        }
+    }
+
+    /// Stops `uid`'s presentations (of one document, when given); how many.
+    func stop(uid: UInt32, documentIdentifier: String?) -> Int {
+        entries.withLock { e in
+            var count = 0
+            for (key, value) in e
+            where value.uid == uid && !value.stop
+                && (documentIdentifier == nil || value.documentIdentifier == documentIdentifier)
+            {
+                e[key]?.stop = true
+                count += 1
+            }
+            return count
+        }
+    }
+}
+
+/// `mdoc.present` params: documentIdentifier, device (vpcd HOST:PORT or a libnfc connstring), durationSeconds?,
+/// approvalTimeoutSeconds?.
+struct MDocPresentRequest {
+    enum Target { case vpcd(host: String, port: Int), libnfc(String) }
+    var documentIdentifier: String
+    var device: String
+    var target: Target
+    var durationSeconds: Int
+    var approvalTimeoutSeconds: Int
+
+    init(_ p: Params) throws(TesseraError) {
+        documentIdentifier = try p.string("documentIdentifier")
+        device = try p.string("device")
+        target = Self.target(device)
+        durationSeconds = try p.optionalInt("durationSeconds") ?? 120
+        approvalTimeoutSeconds = try p.optionalInt("approvalTimeoutSeconds") ?? 60
+        guard (1...86_400).contains(durationSeconds) else {
+            throw TesseraError(.invalidInput, "durationSeconds must be 1…86400", details: ["field": "durationSeconds"])
+        }
+        guard (1...3_600).contains(approvalTimeoutSeconds) else {
+            throw TesseraError(
+                .invalidInput, "approvalTimeoutSeconds must be 1…3600", details: ["field": "approvalTimeoutSeconds"])
+        }
+    }
+
+    /// `HOST:PORT` (a vpcd reader; HOST a name or IPv4 address, empty for 127.0.0.1), else a libnfc connstring
+    /// such as `pn532_uart:/dev/pts/3`.
+    static func target(_ device: String) -> Target {
+        if let colon = device.lastIndex(of: ":"), let port = Int(device[device.index(after: colon)...]),
+            (1...65_535).contains(port), Self.isHost(device[..<colon])
+        {
+            let host = String(device[..<colon])
+            return .vpcd(host: host.isEmpty ? "127.0.0.1" : host, port: port)
+        }
+        return .libnfc(device)
+    }
+}
+
+extension MDocPresentRequest {
+    /// A host name or IPv4 address (or empty), not a libnfc driver name (those have `_`, or are `pcsc`).
+    static func isHost(_ text: Substring) -> Bool {
+        text != "pcsc" && text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }
+    }
+}
+
+enum MDocHolderViews {
+    static func registration(_ r: MDocRegistrationRecord, now: Date = Date()) -> JSONValue {
+        var o: [String: JSONValue] = [
+            "documentIdentifier": .string(r.documentIdentifier), "docType": .string(r.docType),
+            "tokenId": .string(r.tokenId), "keyId": .string(Base64URL.encode(r.keyHandle)),
+            "supportedAuthorityKeyIdentifiers": .array(r.authorityKeyIdentifiers.map { .string(Hex.encode($0)) }),
+            "validUntil": .string(MDocDate.format(r.validUntil)), "ownerUid": .number(Double(r.ownerUid)),
+            "createdAt": .string(MDocDate.format(r.createdAt)), "offered": .bool(r.offered(at: now)),
+        ]
+        if let d = r.invalidationDate { o["invalidationDate"] = .string(MDocDate.format(d)) }
+        return .object(o)
+    }
+}

@@ -1,0 +1,424 @@
+"""The mdoc holder with its device key on a SoftHSM2 token (issue 12, docs/MDOC.md "Holder"), end to end over a
+private pcscd + vpcd: `tessera lab make-mdoc --token … --register` (mdoc.createDeviceKey, issuance, mdoc.register),
+`mdoc.present` in the vpcd reader and the same daemon's `mdoc.read` (readerAuth with --mdoc-reader-key/-cert,
+verified against --iaca) reading it. Released only after `mdoc.approve` by the presenting uid, only the approved
+elements, with a deviceSignature by the token key; nothing for a request without readerAuth, from a root not in
+supportedAuthorityKeyIdentifiers, or declined; another uid cannot approve; an expired registration is not offered."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tessera_harness import BIN, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, calls_as
+
+DOCTYPE = "org.iso.18013.5.1.mDL"
+NS = "org.iso.18013.5.1"
+PIN = "1234"
+
+
+def reader_pki(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
+    """A reader root (with a subject key identifier) and a reader certificate it issued (with the authority key
+    identifier naming it); returns the directory and the root's key identifier, hex."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    root_key = ec.generate_private_key(ec.SECP256R1())
+    reader_key = ec.generate_private_key(ec.SECP256R1())
+    ski = x509.SubjectKeyIdentifier.from_public_key(root_key.public_key())
+    name = lambda cn: x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "UT"),  # noqa: E731
+                                 x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    root = (x509.CertificateBuilder().subject_name(name("reader root")).issuer_name(name("reader root"))
+            .public_key(root_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=365))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(ski, critical=False)
+            .sign(root_key, hashes.SHA256()))
+    reader = (x509.CertificateBuilder().subject_name(name("kiosk reader")).issuer_name(root.subject)
+              .public_key(reader_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+              .add_extension(x509.ExtendedKeyUsage([x509.ObjectIdentifier("1.0.18013.5.1.6")]), critical=True)
+              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+              .sign(root_key, hashes.SHA256()))
+    (directory / "root.pem").write_bytes(root.public_bytes(serialization.Encoding.PEM))
+    (directory / "reader.pem").write_bytes(reader.public_bytes(serialization.Encoding.PEM))
+    (directory / "reader-key.pem").write_bytes(reader_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return directory, ski.digest.hex()
+
+
+class Presentation:
+    """`mdoc.present` on its own connection: the call is sent, its notifications and result are read here."""
+
+    def __init__(self, daemon: Daemon, params: dict):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(90)
+        self.sock.connect(daemon.socket)
+        self.buf = b""
+        self.result: dict | None = None
+        self.error: dict | None = None
+        self.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "mdoc.present",
+                                      "params": params}).encode() + b"\n")
+
+    def _message(self) -> dict:
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("daemon closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def next_event(self) -> tuple[str, dict]:
+        """The next mdoc.* notification (method, params), or ("result", …) / ("error", …) when the call ended
+        (broadcasts such as tokens.changed are skipped)."""
+        m = self._message()
+        while "id" not in m and not m["method"].startswith("mdoc."):
+            m = self._message()
+        if "id" in m:
+            if "error" in m:
+                self.error = m["error"]
+                return "error", m["error"]
+            self.result = m["result"]
+            return "result", m["result"]
+        return m["method"], m["params"]
+
+    def wait(self, method: str) -> dict:
+        while True:
+            kind, params = self.next_event()
+            if kind == method:
+                return params
+            assert kind not in ("result", "error"), f"{method} never came: {kind} {params}"
+
+    def finish(self) -> dict:
+        while self.result is None and self.error is None:
+            self.next_event()
+        self.sock.close()
+        assert self.error is None, self.error
+        return self.result
+
+
+class Read(threading.Thread):
+    """`mdoc.read` by a daemon, in the background (it waits for the holder's approval)."""
+
+    def __init__(self, daemon: Daemon, reader: str, elements: list[str]):
+        super().__init__(daemon=True)
+        self.daemon_, self.reader, self.elements = daemon, reader, elements
+        self.result: dict | None = None
+        self.error: RPCError | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.result = self.daemon_.client().call("mdoc.read", {"reader": self.reader, "elements": self.elements})
+        except RPCError as e:
+            self.error = e
+
+    def outcome(self):
+        self.join(90)
+        assert not self.is_alive(), "mdoc.read did not end"
+        return self.result, self.error
+
+
+class HolderLab:
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+        self.pcscd = PCSCD(root).start()
+        self.softhsm = SoftHSM(root)
+        self.softhsm.add_token("holder", pin=PIN)
+        self.trusted, self.trusted_id = reader_pki(root / "trusted")
+        self.other, self.other_id = reader_pki(root / "other")
+        self.base = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"]
+        self.daemon = Daemon(root, {**self.softhsm.env, **self.pcscd.env}, self.base).start()
+        self.token = self.daemon.client().call("tokens.list")["tokens"][0]["id"]
+        # Issued for token keys by the lab (one IACA each), registered with the daemon.
+        self.mdl = self.make("mdl", "trusted-mdl", self.trusted_id)
+        self.foreign = self.make("foreign", "foreign-mdl", self.other_id)
+        past = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.expired = self.make("expired", "expired-mdl", self.trusted_id, "--invalidation-date", past)
+        # The same daemon (same state and token) as a reader with readerAuth and the IACAs.
+        self.daemon.stop()
+        self.daemon = Daemon(root, {**self.softhsm.env, **self.pcscd.env}, [
+            *self.base, "--iaca", str(self.mdl / "iaca.pem"), "--iaca", str(self.foreign / "iaca.pem"),
+            "--mdoc-reader-key", str(self.trusted / "reader-key.pem"),
+            "--mdoc-reader-cert", str(self.trusted / "reader.pem")]).start()
+        self.reader = self.pcscd.readers[0]
+
+    def make(self, directory: str, document_id: str, authority_key_id: str, *args: str) -> pathlib.Path:
+        d = self.root / directory
+        out = subprocess.run([str(BIN / "tessera"), "--socket", self.daemon.socket, "lab", "make-mdoc", str(d),
+                              "--token", self.token, "--pin", PIN, "--register", "--authority-key-id", authority_key_id,
+                              "--document-id", document_id, *args],
+                             capture_output=True, text=True, timeout=120, env={**os.environ, **self.softhsm.env})
+        assert out.returncode == 0, out.stderr
+        return d
+
+    def card_present(self, daemon: Daemon) -> bool:
+        readers = daemon.client().call("readers.list")["readers"]
+        return any(r["name"] == self.reader and r["cardPresent"] for r in readers)
+
+    def wait_card(self, daemon: Daemon, present: bool = True) -> None:
+        deadline = time.time() + 15
+        while self.card_present(daemon) != present:
+            assert time.time() < deadline, f"the vpcd reader never became {'full' if present else 'empty'}"
+            time.sleep(0.05)
+
+    def present(self, document_id: str, **params) -> Presentation:
+        self.wait_card(self.daemon, present=False)  # the previous presentation's card is gone
+        p = Presentation(self.daemon, {"documentIdentifier": document_id, "device": f"127.0.0.1:{self.pcscd.port}",
+                                       "durationSeconds": 60, "approvalTimeoutSeconds": 30, **params})
+        p.wait("mdoc.presenting")
+        return p
+
+    def stop(self) -> None:
+        self.daemon.stop()
+        self.pcscd.stop()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    lab = HolderLab(tmp_path_factory.mktemp("holder"))
+    yield lab
+    lab.stop()
+
+
+def test_device_key_is_a_cose_key_on_the_token_and_never_an_ssh_key(lab):
+    made = json.loads((lab.mdl / "device-key.json").read_text())
+    assert made["tokenId"] == lab.token
+    import base64
+    import cbor2
+    key = cbor2.loads(base64.urlsafe_b64decode(made["deviceKey"] + "=" * (-len(made["deviceKey"]) % 4)))
+    assert key[1] == 2 and key[-1] == 1 and len(key[-2]) == 32 and len(key[-3]) == 32
+    assert not (lab.mdl / "device-key.pem").exists()
+    keys = lab.daemon.client().call("ssh.list")["keys"]
+    assert all(k["keyId"] != made["keyId"] for k in keys)
+
+
+def test_registrations_and_what_is_offered(lab):
+    regs = {r["documentIdentifier"]: r for r in lab.daemon.client().call("mdoc.registrations")["registrations"]}
+    assert regs["trusted-mdl"]["offered"] is True and regs["trusted-mdl"]["docType"] == DOCTYPE
+    assert regs["trusted-mdl"]["supportedAuthorityKeyIdentifiers"] == [lab.trusted_id]
+    assert regs["trusted-mdl"]["tokenId"] == lab.token and "validUntil" in regs["trusted-mdl"]
+    assert regs["expired-mdl"]["offered"] is False and "invalidationDate" in regs["expired-mdl"]
+    with pytest.raises(RPCError) as e:
+        lab.daemon.client().call("mdoc.present", {"documentIdentifier": "expired-mdl",
+                                                  "device": f"127.0.0.1:{lab.pcscd.port}"})
+    assert e.value.code == "MDOC_NOT_OFFERED"
+
+
+def test_register_checks_the_device_key_the_doctype_and_duplicates(lab):
+    c = lab.daemon.client()
+    issued = (lab.mdl / "issuer-signed.cbor").read_bytes()
+    import base64
+    b64 = base64.urlsafe_b64encode(issued).rstrip(b"=").decode()
+    other_key = c.call("mdoc.createDeviceKey", {"tokenId": lab.token, "pin": PIN})
+    with pytest.raises(RPCError) as e:
+        c.call("mdoc.register", {"docType": DOCTYPE, "issuerSigned": b64, "tokenId": lab.token,
+                                 "keyId": other_key["keyId"], "supportedAuthorityKeyIdentifiers": [lab.trusted_id]})
+    assert e.value.code == "MDOC_DEVICE_KEY_MISMATCH"
+    key_id = json.loads((lab.mdl / "device-key.json").read_text())["keyId"]
+    with pytest.raises(RPCError) as e:
+        c.call("mdoc.register", {"docType": "org.example.other", "issuerSigned": b64, "tokenId": lab.token,
+                                 "keyId": key_id})
+    assert e.value.code == "MDOC_DOCTYPE_MISMATCH"
+    with pytest.raises(RPCError) as e:
+        c.call("mdoc.register", {"documentIdentifier": "trusted-mdl", "docType": DOCTYPE, "issuerSigned": b64,
+                                 "tokenId": lab.token, "keyId": key_id})
+    assert e.value.code == "MDOC_REGISTRATION_EXISTS"
+    # A second registration of the same mDL, generated id; removed again (the key stays on the token).
+    reg = c.call("mdoc.register", {"docType": DOCTYPE, "issuerSigned": b64, "tokenId": lab.token, "keyId": key_id})
+    assert len(reg["documentIdentifier"]) == 36 and reg["supportedAuthorityKeyIdentifiers"] == []
+    assert c.call("mdoc.removeRegistration", {"documentIdentifier": reg["documentIdentifier"]})["removed"] is True
+    ids = [r["documentIdentifier"] for r in c.call("mdoc.registrations")["registrations"]]
+    assert reg["documentIdentifier"] not in ids and "trusted-mdl" in ids
+    with pytest.raises(RPCError) as e:
+        c.call("mdoc.removeRegistration", {"documentIdentifier": reg["documentIdentifier"]})
+    assert e.value.code == "MDOC_REGISTRATION_NOT_FOUND"
+
+
+def open_socket_to_others(lab) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root to act as another uid (CI runs as root)")
+    p = pathlib.Path(lab.daemon.socket).parent
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
+    os.chmod(lab.daemon.socket, 0o666)
+
+
+def test_approved_elements_only_are_released_with_the_token_signature(lab):
+    ui = lab.daemon.client()  # a station UI client of the same uid
+    ui.call("enrollment.subscribe")
+    p = lab.present("trusted-mdl")
+    lab.wait_card(lab.daemon)
+    read = Read(lab.daemon, lab.reader, ["family_name", "given_name", "birth_date", "portrait"])
+    request = p.wait("mdoc.request")
+    assert request["documentIdentifier"] == "trusted-mdl" and request["docType"] == DOCTYPE
+    assert request["reader"]["authorityKeyIdentifier"] == lab.trusted_id
+    assert "kiosk reader" in request["reader"]["subject"]
+    assert [e["identifier"] for e in request["elements"]] == ["family_name", "given_name", "birth_date", "portrait"]
+    assert ui.wait_notification("mdoc.request")["presentationId"] == request["presentationId"]
+    # Another uid cannot answer it (and its try does not use it up).
+    open_socket_to_others(lab)
+    _, out = calls_as(NOBODY, lab.daemon.socket, [("mdoc.approve", {"presentationId": request["presentationId"],
+                                                                    "approve": True})])
+    assert out[0].get("code") == "UNAUTHORIZED", out
+    approved = lab.daemon.client().call("mdoc.approve", {
+        "presentationId": request["presentationId"], "approve": True, "pin": PIN,
+        "elements": [f"{NS}/family_name", f"{NS}/birth_date", f"{NS}/age_over_18"]})
+    assert approved == {"presentationId": request["presentationId"], "approved": True,
+                        "released": [f"{NS}/family_name", f"{NS}/birth_date"]}
+    result, error = read.outcome()
+    assert error is None, error
+    doc = result["documents"][0]
+    assert doc["verdict"] == "authentic", doc["reasons"]
+    assert doc["deviceAuthentication"] == "deviceSignature"
+    assert set(doc["elements"][NS]) == {"family_name", "birth_date"}
+    summary = p.finish()
+    assert summary["reason"] == "sessionEnded" and summary["presentations"][0]["outcome"] == "released"
+    with pytest.raises(RPCError) as e:
+        lab.daemon.client().call("mdoc.approve", {"presentationId": request["presentationId"], "approve": True})
+    assert e.value.code == "MDOC_PRESENTATION_NOT_PENDING"
+
+
+def test_declined_releases_nothing(lab):
+    p = lab.present("trusted-mdl")
+    lab.wait_card(lab.daemon)
+    read = Read(lab.daemon, lab.reader, ["family_name"])
+    request = p.wait("mdoc.request")
+    assert lab.daemon.client().call("mdoc.approve", {"presentationId": request["presentationId"],
+                                                      "approve": False})["released"] == []
+    refused = p.wait("mdoc.refused")
+    assert refused["code"] == "MDOC_NOT_APPROVED" and refused["reason"] == "declined"
+    result, error = read.outcome()
+    assert result is None and error.code == "CARD_ERROR"
+    assert p.finish()["presentations"][0]["outcome"] == "refused"
+
+
+def test_a_reader_under_a_root_not_listed_gets_nothing_and_no_request_is_shown(lab):
+    p = lab.present("foreign-mdl")
+    lab.wait_card(lab.daemon)
+    read = Read(lab.daemon, lab.reader, ["family_name"])
+    kind, params = p.next_event()
+    assert kind == "mdoc.refused", (kind, params)
+    assert params["code"] == "MDOC_READER_NOT_TRUSTED" and params["reason"] == "untrusted"
+    result, error = read.outcome()
+    assert result is None and error.code == "CARD_ERROR"
+    p.finish()
+
+
+def test_a_request_without_reader_auth_gets_nothing(lab):
+    plain = Daemon(lab.root, lab.pcscd.env, ["--no-embedded-softhsm", "--iaca", str(lab.mdl / "iaca.pem")],
+                   name="plain-reader").start()
+    try:
+        p = lab.present("trusted-mdl")
+        lab.wait_card(plain)
+        read = Read(plain, lab.reader, ["family_name"])
+        kind, params = p.next_event()
+        assert kind == "mdoc.refused", (kind, params)
+        assert params["code"] == "MDOC_READER_NOT_TRUSTED" and params["reason"] == "missing"
+        result, error = read.outcome()
+        assert result is None and error.code == "CARD_ERROR"
+        p.finish()
+    finally:
+        plain.stop()
+
+
+def test_an_unanswered_request_times_out_and_releases_nothing(lab):
+    p = lab.present("trusted-mdl", approvalTimeoutSeconds=1)
+    lab.wait_card(lab.daemon)
+    read = Read(lab.daemon, lab.reader, ["family_name"])
+    request = p.wait("mdoc.request")
+    refused = p.wait("mdoc.refused")
+    assert refused["presentationId"] == request["presentationId"]
+    assert refused["code"] == "MDOC_NOT_APPROVED" and refused["reason"] == "timeout"
+    result, error = read.outcome()
+    assert result is None and error.code == "CARD_ERROR"
+    p.finish()
+    with pytest.raises(RPCError) as e:
+        lab.daemon.client().call("mdoc.approve", {"presentationId": request["presentationId"], "approve": True})
+    assert e.value.code == "MDOC_PRESENTATION_NOT_PENDING"
+
+
+def test_mdoc_stop_and_a_closed_connection_end_the_presentation(lab):
+    p = lab.present("trusted-mdl", durationSeconds=300)
+    lab.wait_card(lab.daemon)
+    assert lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "other"})["stopped"] == 0
+    assert lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})["stopped"] == 1
+    summary = p.finish()
+    assert summary["reason"] == "cancelled" and summary["requests"] == 0
+    lab.wait_card(lab.daemon, present=False)
+    # The caller goes away: the card leaves the reader.
+    p = lab.present("trusted-mdl", durationSeconds=300)
+    lab.wait_card(lab.daemon)
+    p.sock.close()
+    lab.wait_card(lab.daemon, present=False)
+
+
+def test_the_cli_presents_and_approves(lab):
+    lab.wait_card(lab.daemon, present=False)
+    cli = [str(BIN / "tessera"), "--socket", lab.daemon.socket, "mdoc"]
+    proc = subprocess.Popen([*cli, "present", "trusted-mdl", "--device", f"127.0.0.1:{lab.pcscd.port}",
+                             "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(proc.stdout.readline())["event"] == "mdoc.presenting"
+        lab.wait_card(lab.daemon)
+        read = Read(lab.daemon, lab.reader, ["given_name", "portrait"])
+        line = json.loads(proc.stdout.readline())
+        assert line["event"] == "mdoc.request", line
+        out = subprocess.run([*cli, "approve", line["params"]["presentationId"], "--pin-stdin",
+                              "--element", f"{NS}/given_name"], input=PIN + "\n", capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == f"released {NS}/given_name"
+        result, error = read.outcome()
+        assert error is None and result["documents"][0]["elements"][NS] == {"given_name": "ERIKA"}
+        assert result["documents"][0]["verdict"] == "authentic"
+        assert json.loads(proc.stdout.readline())["event"] == "mdoc.released"
+        summary = json.loads(proc.stdout.readline())
+        assert summary["reason"] == "sessionEnded", summary
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_libnfc_target_mode_answers_the_engagement(lab):
+    # The software PN532's field holds a reader that sends the engagement APDUs once (no session: that needs the
+    # full reader, which reads over PC/SC or as a libnfc initiator, not through `--reader-apdu`).
+    from test_nfc import ReaderPN532
+    reader = ReaderPN532(lab.root, "--reader-apdu", "00A4040007D276000085010100", "--reader-apdu", "00A4000C02E103",
+                         "--reader-apdu", "00B000000F", "--reader-apdu", "00A4040007A0000002480400",
+                         name="pn532-mdoc-reader")
+    try:
+        c = lab.daemon.client()
+        result = c.call("mdoc.present", {"documentIdentifier": "trusted-mdl", "device": reader.connstring,
+                                         "durationSeconds": 5})
+        seen = reader.wait_for("reader: done")
+    finally:
+        reader.stop()
+    responses = [line.removeprefix("reader: < ") for line in seen if line.startswith("reader: < ")]
+    assert len(responses) == 4, seen
+    assert responses[0] == "9000" and responses[1] == "9000" and responses[3] == "9000", seen
+    assert responses[2].startswith("000F20") and responses[2].endswith("9000"), seen  # the Type 4 Tag CC
+    assert result["reason"] == "duration" and result["requests"] == 0, result
+
+
+def test_the_cli_lists_and_removes_registrations(lab):
+    def tessera(*args):
+        return subprocess.run([str(BIN / "tessera"), "--socket", lab.daemon.socket, *args],
+                              capture_output=True, text=True, timeout=60)
+    out = tessera("mdoc", "registrations")
+    assert out.returncode == 0 and "trusted-mdl" in out.stdout and "no (expired)" in out.stdout, out
+    assert tessera("mdoc", "remove", "expired-mdl").stdout.strip() == "removed expired-mdl"
+    assert "expired-mdl" not in tessera("mdoc", "registrations").stdout
