@@ -270,7 +270,7 @@ let package = Package(
         .testTarget(
             name: "MDocTests",
             dependencies: [
-                "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore",
+                "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", "TesseraTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(

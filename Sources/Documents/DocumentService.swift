@@ -541,7 +541,13 @@ extension DocumentAccessKey {
 }
 
 /// Counts APDUs and wire bytes of one read.
-final class CountingTransport: APDUTransport {
+/// A transport that counts what it exchanged: the one `withCard` hands its body (for progress reports).
+public protocol APDUExchangeCounting: Sendable {
+    /// Command APDUs sent and bytes (commands and responses) so far.
+    var exchanged: (apdus: Int, bytes: Int) { get }
+}
+
+final class CountingTransport: APDUTransport, APDUExchangeCounting {
     struct Counters: Sendable { var apdus = 0; var bytes = 0 }
     let inner: any CardSession
     let supportsExtendedLength: Bool
@@ -553,6 +559,7 @@ final class CountingTransport: APDUTransport {
     }
 
     var counters: Counters { state.withLock { $0 } }
+    var exchanged: (apdus: Int, bytes: Int) { state.withLock { ($0.apdus, $0.bytes) } }
 
     func transmit(_ command: [UInt8]) async throws(TesseraError) -> [UInt8] {
         state.withLock {

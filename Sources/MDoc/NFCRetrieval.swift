@@ -92,6 +92,13 @@ public struct MDocNFCReader<Transport: APDUTransport>: Sendable {
     }
 }
 
+/// The phases of a reader's mdoc read, each reported as it starts: the Handover Select read (`engagement`), session
+/// keys and SELECT of the mdoc application (`session`), the DeviceRequest in SessionEstablishment (`request`), the
+/// DeviceResponse decrypted and the session ended (`response`), and the verifier's checks (`verify`, by the caller).
+public enum MDocReadPhase: String, Sendable, CaseIterable {
+    case engagement, session, request, response, verify
+}
+
 /// What one NFC retrieval produced.
 public struct MDocRetrieval: Sendable {
     public var engagement: DeviceEngagement
@@ -108,17 +115,21 @@ public struct MDocRetrieval: Sendable {
 extension MDocNFCReader {
     /// A whole retrieval: engagement from the Handover Select, session establishment with a fresh EReaderKey,
     /// the DeviceRequest for `elements` of `docType` (readerAuth when given), the DeviceResponse, then
-    /// SessionData status 20. The response is returned unverified (see `MDocVerifier`).
+    /// SessionData status 20. The response is returned unverified (see `MDocVerifier`). `progress` hears each
+    /// phase as it starts (all but `verify`).
     public func retrieve(
         docType: String = MDL.docType, elements: [String: [String]],
         readerAuth: (chain: [[UInt8]], algorithm: COSEAlgorithm, signer: COSESigner)? = nil,
-        eReaderKey: P256.KeyAgreement.PrivateKey = P256.KeyAgreement.PrivateKey()
+        eReaderKey: P256.KeyAgreement.PrivateKey = P256.KeyAgreement.PrivateKey(),
+        progress: @Sendable (MDocReadPhase) -> Void = { _ in }
     )
         async throws(TesseraError) -> MDocRetrieval
     {
+        progress(.engagement)
         let handoverSelect = try await readHandoverSelect()
         let engagement = try NFCHandover.deviceEngagement(inHandoverSelect: handoverSelect)
         let readerKey = try MDocECKey(uncompressedPoint: Array(eReaderKey.publicKey.x963Representation))
+        progress(.session)
         let transcript = SessionTranscript(
             deviceEngagementBytes: engagement.bytes, eReaderKeyBytes: readerKey.encoded,
             handover: NFCHandover.staticHandover(handoverSelect: handoverSelect))
@@ -130,6 +141,7 @@ extension MDocNFCReader {
                 docType: docType, elements: elements, sessionTranscript: transcript, readerAuth: readerAuth)
         ])
         try await selectMDocApplication()
+        progress(.request)
         let establishment = SessionEstablishment(eReaderKey: readerKey, data: try session.encrypt(request.encoded))
         let answer = try SessionData(bytes: try await envelope(establishment.encoded))
         guard let data = answer.data else {
@@ -137,6 +149,7 @@ extension MDocNFCReader {
                 .cardError,
                 "mdoc ended the session (status \(answer.status.map { "\($0)" } ?? "none")) without a response")
         }
+        progress(.response)
         let responseBytes = try session.decrypt(data)
         let response = try DeviceResponse(bytes: responseBytes)
         if answer.status != SessionData.Status.sessionTermination.rawValue {

@@ -73,6 +73,11 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let storageError: Code = "STORAGE_ERROR"
         /// Creating/deleting a key on a PIV card needs its management key, and none (acceptable) is configured.
         public static let managementKeyRequired: Code = "MANAGEMENT_KEY_REQUIRED"
+        /// An ISO/IEC 18013-7 Annex C request (`deviceRequest`, `encryptionInfo`, or the origin) does not parse
+        /// (`details.field`).
+        public static let mdocRequestMalformed: Code = "MDOC_REQUEST_MALFORMED"
+        /// An ISO/IEC 18013-7 Annex C EncryptedResponse does not parse.
+        public static let mdocResponseMalformed: Code = "MDOC_RESPONSE_MALFORMED"
         // Enrollment
         /// Another enrollment is active; `force: true` interrupts it.
         public static let enrollmentActive: Code = "ENROLLMENT_ACTIVE"

@@ -9,13 +9,31 @@ extension MethodTable {
     /// Registers `mdoc.read` (docs/API.md, "Mobile documents"): NFC engagement and retrieval of an mdoc in a
     /// reader of the document service, verified against the IACA anchors.
     func registerMDoc(_ documents: DocumentService, iacas: [ParsedCertificate], readerAuth: ReaderAuthKey?) {
-        register("mdoc.read", .enroll) { p, _ in
+        register("mdoc.read", .enroll) { p, connection in
             let request = try Self.mdocReadRequest(p)
             let started = ContinuousClock.now
-            let read = try await documents.withCard(reader: request.reader, extendedLength: request.extendedLength) {
-                (transport: any APDUTransport) async throws(TesseraError) -> MDocRetrieval in
-                try await Self.retrieve(
-                    transport, docType: request.docType, elements: request.elements, readerAuth: readerAuth)
+            // `mdoc.progress` goes out in order through one forwarding task, before the result.
+            let (events, sink) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(64))
+            let forwarder = Task { for await event in events { await connection.notify("mdoc.progress", event) } }
+            defer { forwarder.cancel() }
+            let read: (value: MDocRetrieval, reader: String, apdus: Int, bytes: Int)
+            do {
+                read = try await documents.withCard(reader: request.reader, extendedLength: request.extendedLength) {
+                    (transport: any APDUTransport) async throws(TesseraError) -> MDocRetrieval in
+                    try await Self.retrieve(
+                        transport, docType: request.docType, elements: request.elements, readerAuth: readerAuth
+                    ) { phase in
+                        let counted = (transport as? any APDUExchangeCounting)?.exchanged
+                        sink.yield(Self.mdocProgress(phase, apdus: counted?.apdus, bytes: counted?.bytes))
+                    }
+                }
+                sink.yield(Self.mdocProgress(.verify, apdus: read.apdus, bytes: read.bytes))
+                sink.finish()
+                await forwarder.value
+            } catch {
+                sink.finish()
+                await forwarder.value
+                throw error
             }
             let results = MDocVerifier.verify(
                 response: read.value.response,
@@ -37,10 +55,19 @@ extension MethodTable {
 
     static func retrieve<T: APDUTransport>(
         _ transport: T, docType: String, elements: [String: [String]],
-        readerAuth: ReaderAuthKey?
+        readerAuth: ReaderAuthKey?, progress: @Sendable (MDocReadPhase) -> Void = { _ in }
     ) async throws(TesseraError) -> MDocRetrieval {
         try await MDocNFCReader(transport: transport).retrieve(
-            docType: docType, elements: elements, readerAuth: readerAuth.map { ($0.chain, $0.algorithm, $0.signer) })
+            docType: docType, elements: elements, readerAuth: readerAuth.map { ($0.chain, $0.algorithm, $0.signer) },
+            progress: progress)
+    }
+
+    /// An `mdoc.progress` notification: `{phase, apdus?, bytes?}` (APDUs and bytes exchanged so far).
+    static func mdocProgress(_ phase: MDocReadPhase, apdus: Int?, bytes: Int?) -> JSONValue {
+        var out: [String: JSONValue] = ["phase": .string(phase.rawValue)]
+        if let apdus { out["apdus"] = .number(Double(apdus)) }
+        if let bytes { out["bytes"] = .number(Double(bytes)) }
+        return .object(out)
     }
 
     /// readerAuth from `--mdoc-reader-key` and `--mdoc-reader-cert` (both or neither).

@@ -113,6 +113,26 @@ import Testing
         }
     }
 
+    @Test func progressReportsEachPhaseInOrder() async throws {
+        let holder = try Self.holder(try IssuanceTests.issue())
+        let reader = MDocNFCReader(transport: HolderTransport(holder: holder, extended: true))
+        let phases = Locked<[MDocReadPhase]>([])
+        _ = try await reader.retrieve(elements: [MDL.namespace: ["family_name"]]) { phase in
+            phases.withLock { $0.append(phase) }
+        }
+        #expect(phases.withLock { $0 } == [.engagement, .session, .request, .response])
+
+        // A holder that declines: no response phase.
+        let declining = try Self.holder(try IssuanceTests.issue(), answer: false)
+        let seen = Locked<[MDocReadPhase]>([])
+        await #expect(throws: TesseraError.self) {
+            _ = try await MDocNFCReader(transport: HolderTransport(holder: declining, extended: true)).retrieve(
+                elements: [MDL.namespace: ["family_name"]]
+            ) { phase in seen.withLock { $0.append(phase) } }
+        }
+        #expect(seen.withLock { $0 } == [.engagement, .session, .request])
+    }
+
     @Test func aHolderThatDeclinesEndsTheSessionWithoutData() async throws {
         let mdl = try IssuanceTests.issue()
         let holder = try Self.holder(mdl, answer: false)

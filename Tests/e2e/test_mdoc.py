@@ -275,7 +275,16 @@ def mdoc_lab(tmp_path_factory):
 @pytest.mark.parametrize("extended", [True, False])
 def test_daemon_reads_an_mdoc_over_nfc(mdoc_lab, extended):
     with mdoc_lab.holder():
-        result = mdoc_lab.daemon.client().call("mdoc.read", {"reader": mdoc_lab.reader, "extendedLength": extended})
+        c = mdoc_lab.daemon.client()
+        result = c.call("mdoc.read", {"reader": mdoc_lab.reader, "extendedLength": extended})
+    # mdoc.progress: each phase once, in order, before the result; APDUs and bytes grow to the statistics.
+    events = [n["params"] for n in c.notifications if n["method"] == "mdoc.progress"]
+    assert [e["phase"] for e in events] == ["engagement", "session", "request", "response", "verify"]
+    assert events[0]["apdus"] == 0 and events[1]["apdus"] >= 6
+    assert [e["apdus"] for e in events] == sorted(e["apdus"] for e in events)
+    assert [e["bytes"] for e in events] == sorted(e["bytes"] for e in events)
+    assert events[-1]["apdus"] == result["statistics"]["apdus"] and events[-1]["bytes"] == result["statistics"]["bytes"]
+    assert events[3]["bytes"] > 20000
     doc = result["documents"][0]
     assert doc["verdict"] == "authentic", doc["reasons"]
     assert doc["deviceAuthentication"] == "deviceSignature"
