@@ -41,18 +41,7 @@ struct LabEmulateMDoc: AsyncParsableCommand {
         let (host, port) = try LabOutput.vpcdAddress(vpcd)
         let holder: MDocNFCHolder
         do throws(TesseraError) {
-            func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
-            let issuerSigned = try IssuerSigned(bytes: try MDocFiles.read(path("issuer-signed.cbor")))
-            let pem = String(decoding: try MDocFiles.read(path("device-key.pem")), as: UTF8.self)
-            guard let deviceKey = try? P256.Signing.PrivateKey(pemRepresentation: pem) else {
-                throw TesseraError(.malformedData, "device-key.pem is not a P-256 private key")
-            }
-            var roots: [ParsedCertificate] = []
-            for rootPath in readerRoot { roots += try MDocFiles.certificates(rootPath) }
-            holder = try MDocNFCHolder { [roots] request, transcript in
-                Self.answer(
-                    request, transcript: transcript, issuerSigned: issuerSigned, deviceKey: deviceKey, roots: roots)
-            }
+            holder = try Self.holder(directory: directory, readerRoots: readerRoot)
         } catch {
             throw LabOutput.fail(error, status: 1)
         }
@@ -68,6 +57,22 @@ struct LabEmulateMDoc: AsyncParsableCommand {
         await LabSignals.waitForStop(stop)
         await link.remove()
         LabOutput.line("removed; \(await holder.requests.count) requests served")
+    }
+
+    /// The holder of a `make-mdoc` directory: its issuer-signed.cbor, with device-key.pem signing, releasing what is
+    /// asked (to a reader issued by one of `readerRoots`' certificates when any are given).
+    static func holder(directory: String, readerRoots: [String]) throws(TesseraError) -> MDocNFCHolder {
+        func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
+        let issuerSigned = try IssuerSigned(bytes: try MDocFiles.read(path("issuer-signed.cbor")))
+        let pem = String(decoding: try MDocFiles.read(path("device-key.pem")), as: UTF8.self)
+        guard let deviceKey = try? P256.Signing.PrivateKey(pemRepresentation: pem) else {
+            throw TesseraError(.malformedData, "device-key.pem is not a P-256 private key")
+        }
+        var roots: [ParsedCertificate] = []
+        for rootPath in readerRoots { roots += try MDocFiles.certificates(rootPath) }
+        return try MDocNFCHolder { [roots] request, transcript in
+            answer(request, transcript: transcript, issuerSigned: issuerSigned, deviceKey: deviceKey, roots: roots)
+        }
     }
 
     /// The requested elements and a deviceSignature, or nil (status 20) when the reader is not trusted.

@@ -393,25 +393,56 @@ def test_the_cli_presents_and_approves(lab):
             proc.kill()
 
 
-def test_libnfc_target_mode_answers_the_engagement(lab):
-    # The software PN532's field holds a reader that sends the engagement APDUs once (no session: that needs the
-    # full reader, which reads over PC/SC or as a libnfc initiator, not through `--reader-apdu`).
+def test_libnfc_target_mode_full_session_releases_only_approved_elements(lab):
+    # The software PN532's field holds a full mdoc reader (`tessera lab pn532 --reader-mdoc`: engagement, session,
+    # DeviceRequest with readerAuth, short APDUs only as libnfc allows, response verified against the IACA); the
+    # daemon presents the token-held mDL in libnfc target mode.
     from test_nfc import ReaderPN532
-    reader = ReaderPN532(lab.root, "--reader-apdu", "00A4040007D276000085010100", "--reader-apdu", "00A4000C02E103",
-                         "--reader-apdu", "00B000000F", "--reader-apdu", "00A4040007A0000002480400",
+    reader = ReaderPN532(lab.root, "--reader-mdoc", "--reader-auth-key", str(lab.trusted / "reader-key.pem"),
+                         "--reader-auth-cert", str(lab.trusted / "reader.pem"), "--iaca", str(lab.mdl / "iaca.pem"),
                          name="pn532-mdoc-reader")
     try:
-        c = lab.daemon.client()
-        result = c.call("mdoc.present", {"documentIdentifier": "trusted-mdl", "device": reader.connstring,
-                                         "durationSeconds": 5})
+        p = Presentation(lab.daemon, {"documentIdentifier": "trusted-mdl", "device": reader.connstring,
+                                      "durationSeconds": 60, "approvalTimeoutSeconds": 30})
+        request = p.wait("mdoc.request")
+        assert request["reader"]["authorityKeyIdentifier"] == lab.trusted_id
+        approved = lab.daemon.client().call("mdoc.approve", {
+            "presentationId": request["presentationId"], "approve": True, "pin": PIN,
+            "elements": [f"{NS}/family_name", f"{NS}/document_number"]})
+        assert approved["released"] == [f"{NS}/family_name", f"{NS}/document_number"]
         seen = reader.wait_for("reader: done")
+        lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})
+        summary = p.finish()
     finally:
         reader.stop()
-    responses = [line.removeprefix("reader: < ") for line in seen if line.startswith("reader: < ")]
-    assert len(responses) == 4, seen
-    assert responses[0] == "9000" and responses[1] == "9000" and responses[3] == "9000", seen
-    assert responses[2].startswith("000F20") and responses[2].endswith("9000"), seen  # the Type 4 Tag CC
-    assert result["reason"] == "duration" and result["requests"] == 0, result
+    line = next((x for x in seen if x.startswith("reader: mdoc ")), None)
+    assert line == f"reader: mdoc status 0 verdict authentic elements {NS}/family_name,{NS}/document_number", seen
+    assert summary["presentations"][0]["outcome"] == "released", summary
+
+
+def test_mdoc_read_through_a_libnfc_reader(tmp_path):
+    # The other direction over libnfc: the daemon's mdoc.read through the real pn532_uart driver, an mdoc (`tessera
+    # lab pn532 --mdoc`) in the software PN532's field; 263-byte frames, so chained ENVELOPEs and GET RESPONSE.
+    from test_nfc import PN532
+    mdl = tmp_path / "mdl"
+    out = subprocess.run([str(BIN / "tessera"), "lab", "make-mdoc", str(mdl), "--photo-padding", "3000"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    pn532 = PN532(tmp_path, mdl, name="pn532-mdoc", card="--mdoc")
+    daemon = None
+    try:
+        daemon = Daemon(tmp_path, {}, ["--no-embedded-softhsm", "--iaca", str(mdl / "iaca.pem"),
+                                       "--nfc-device", pn532.connstring]).start()
+        result = daemon.client().call("mdoc.read", {"reader": pn532.connstring})
+    finally:
+        if daemon:
+            daemon.stop()
+        pn532.stop()
+    doc = result["documents"][0]
+    assert doc["verdict"] == "authentic", doc["reasons"]
+    assert doc["deviceAuthentication"] == "deviceSignature"
+    assert len(doc["elements"][NS]["portrait"]) >= 3000 * 4 // 3  # base64url of the ~3000-byte portrait
+    assert result["statistics"]["apdus"] > 20, result["statistics"]  # short APDUs only over libnfc
 
 
 def test_the_cli_lists_and_removes_registrations(lab):

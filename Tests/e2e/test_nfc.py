@@ -27,12 +27,13 @@ def make_profile(root: pathlib.Path, name: str, *args: str) -> pathlib.Path:
 class PN532:
     """`tessera lab pn532` running in the background."""
 
-    def __init__(self, root: pathlib.Path, profile: pathlib.Path, *args: str, name: str = "pn532"):
+    def __init__(self, root: pathlib.Path, profile: pathlib.Path, *args: str, name: str = "pn532",
+                 card: str = "--profile"):
         self.pty = root / name
         self.trace = root / f"{name}.pcap"
         self.log = open(root / f"{name}.log", "ab")
         self.proc = subprocess.Popen([str(BIN / "tessera"), "lab", "pn532", "--pty", str(self.pty),
-                                      "--profile", str(profile), "--trace", str(self.trace), *args],
+                                      card, str(profile), "--trace", str(self.trace), *args],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         assert line.startswith("pn532 ready"), f"pn532 did not start: {line!r}"
