@@ -158,7 +158,7 @@ extension MDocCommand {
             abstract: "Answer an ISO/IEC 18013-7 Annex C request (Digital Credentials API) with a registered mdoc "
                 + "(mdoc.respond).",
             discussion: """
-                REQUEST.json is the request data a web page passed to navigator.credentials.get for the protocol \
+                --request FILE is the request data a web page passed to navigator.credentials.get for the protocol \
                 org-iso-mdoc: {"deviceRequest": base64url, "encryptionInfo": base64url}. --origin is the page's \
                 origin (scheme://host[:port]); it is bound into the SessionTranscript, so a reader signature made for \
                 another origin is refused. The daemon takes --document-id (default: the first of your offered \
