@@ -3,8 +3,9 @@
 only: an HPKE recipient key and EncryptionInfo (`annexc_hpke.py`), the dcapi SessionTranscript computed here, a
 DeviceRequest whose readerAuth is signed by a reader key under a root whose key identifier the registration lists.
 The holder is a SoftHSM2-held mDL (`tessera lab make-mdoc --token --register`); approval comes from a second
-connection of the same uid. The response is opened with python HPKE and checked twice: `tessera mdoc verify` with
-the SessionTranscript, and the deviceSignature over DeviceAuthentication built here."""
+connection of the same uid. The response is opened with python HPKE and checked by `tessera mdoc verify` with the
+SessionTranscript, by pymdoccbor (issuer side), and by python `cryptography` (the deviceSignature over
+DeviceAuthentication built here)."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature, encode_dss_signature
+from pymdoccbor.mdoc.verifier import MdocCbor
 
 from annexc_hpke import SUITE, b64url, session_transcript, unb64url
 from annexc_hpke import main as annexc
@@ -178,6 +180,12 @@ def test_approved_elements_are_released_encrypted_to_the_verifier(lab, tmp_path)
     assert doc["verdict"] == "authentic", doc["reasons"]
     assert doc["deviceAuthentication"] == "deviceSignature"
     assert set(doc["elements"][NS]) == {"family_name", "birth_date"}
+    # pymdoccbor: issuerAuth to the IACA and the digests of what was released (it does not check DeviceAuth).
+    mdoc = MdocCbor()
+    mdoc.loads(device_response)
+    assert mdoc.verify(trusted_root_certs=[x509.load_pem_x509_certificate((lab.mdl / "iaca.pem").read_bytes())])
+    assert mdoc.documents_invalid == [] and mdoc.documents[0].hash_verification["valid"] is True
+    assert set(mdoc.disclosure_map[NS]) == {"family_name", "birth_date"}
     names = cbor2.loads(device_response)["documents"][0]["issuerSigned"]["nameSpaces"][NS]
     assert sorted(cbor2.loads(item.value)["elementIdentifier"] for item in names) == ["birth_date", "family_name"]
     # Only the origin it was made for opens it.
