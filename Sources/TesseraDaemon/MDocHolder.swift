@@ -13,8 +13,9 @@ struct MDocConsentRequest: Sendable {
     var reader: MDocReaderIdentity
     var elements: [MDocRequestedElement]
 
-    func json(presentationId: String) -> JSONValue {
-        [
+    /// The `mdoc.request` notification's params; `origin` is the web origin of an 18013-7 Annex C request.
+    func json(presentationId: String, origin: String? = nil) -> JSONValue {
+        var o: [String: JSONValue] = [
             "presentationId": .string(presentationId), "documentIdentifier": .string(documentIdentifier),
             "docType": .string(docType),
             "reader": [
@@ -28,6 +29,8 @@ struct MDocConsentRequest: Sendable {
                     ]
                 }),
         ]
+        if let origin { o["origin"] = .string(origin) }
+        return .object(o)
     }
 }
 
@@ -54,7 +57,7 @@ struct MDocHolderResponse: Sendable {
 }
 
 /// The holder side of mdoc (docs/MDOC.md, "Holder"): device keys on tokens, registrations, and the decision and
-/// signing of a response. Front doors (NFC `mdoc.present`; later 18013-7 Annex C `mdoc.respond`) own the session
+/// signing of a response. Front doors (NFC `mdoc.present`, 18013-7 Annex C `mdoc.respond`) own the session
 /// and its SessionTranscript and call `respond`.
 final class MDocHolderService: Sendable {
     /// `CKA_LABEL` of device keys: `tessera:mdoc:UID`. The `tessera:` prefix keeps them out of the SSH agent, and
@@ -151,6 +154,38 @@ final class MDocHolderService: Sendable {
         return record
     }
 
+    /// The registration that answers `request` when the caller names none (`mdoc.respond`): among `uid`'s
+    /// registrations offered now whose docType the request asks for (oldest first), the first whose
+    /// supportedAuthorityKeyIdentifiers trust the request's reader over `sessionTranscript`, else the first of them
+    /// (`respond` then says why the reader is refused). MDOC_NOT_OFFERED when there is none: reason `docType` (no
+    /// registration of a requested docType) or `expired` (only expired ones).
+    func registration(
+        for request: DeviceRequest, sessionTranscript: SessionTranscript, uid: UInt32, now: Date = Date()
+    ) async throws(TesseraError) -> MDocRegistrationRecord {
+        let docTypes = Set(request.docRequests.map(\.docType))
+        let matching = try await store.registrations(ownerUid: uid).filter { docTypes.contains($0.docType) }
+        let offered = matching.filter { $0.offered(at: now) }
+        guard let first = offered.first else {
+            let reason = matching.isEmpty ? "docType" : "expired"
+            throw TesseraError(
+                .mdocNotOffered,
+                matching.isEmpty
+                    ? "no registration of uid \(uid) has a requested docType (\(docTypes.sorted().joined(separator: ", ")))"
+                    : "every registration of a requested docType has expired",
+                details: ["reason": .string(reason)])
+        }
+        let trusted = offered.first { registration in
+            guard let doc = request.docRequests.first(where: { $0.docType == registration.docType }) else {
+                return false
+            }
+            return
+                (try? MDocReaderTrust.evaluate(
+                    doc, sessionTranscript: sessionTranscript,
+                    supportedAuthorityKeyIdentifiers: registration.authorityKeyIdentifiers, now: now)) != nil
+        }
+        return trusted ?? first
+    }
+
     /// The response to one DeviceRequest for `registration`, or a `TesseraError` saying why nothing is released:
     ///
     /// 1. the registration is `uid`'s and offered now (MDOC_NOT_OFFERED when invalidationDate or validUntil is past),
@@ -161,7 +196,7 @@ final class MDocHolderService: Sendable {
     /// 4. the approved ∩ requested ∩ held elements are released with a deviceSignature (ES256) by the token key,
     ///    with the consent's PIN if it has one (token errors such as PIN_REQUIRED pass through).
     ///
-    /// The front door supplies the SessionTranscript (NFC engagement here; 18013-7 Annex C's for `mdoc.respond`)
+    /// The front door supplies the SessionTranscript (NFC engagement for `mdoc.present`, 18013-7 Annex C's for `mdoc.respond`)
     /// and encrypts the returned DeviceResponse in its session.
     func respond(
         registration: MDocRegistrationRecord, request: DeviceRequest, sessionTranscript: SessionTranscript,
@@ -224,16 +259,22 @@ actor MDocApprovals {
     private var outcomes: [String: CheckedContinuation<Result<[String], TesseraError>, Never>] = [:]
     private var endedSessions: Set<String> = []
 
-    /// Waits for `approve` by `uid`; declined with reason timeout after `timeout`, ended after `end(session:)`.
+    /// Waits for `approve` by `uid`; declined with reason timeout after `timeout`, ended after `end(session:)` or
+    /// when the waiting task is cancelled (its caller went away).
     func wait(id: String, uid: UInt32, session: String, timeout: Duration) async -> MDocConsent {
-        if endedSessions.contains(session) { return .refused("ended") }
+        if endedSessions.contains(session) || Task.isCancelled { return .refused("ended") }
         let timer = Task { [weak self] in
             try? await Task.sleep(for: timeout)
             await self?.resolve(id, .refused("timeout"))
         }
         defer { timer.cancel() }
-        return await withCheckedContinuation { c in
-            pending[id] = Pending(uid: uid, session: session, continuation: c)
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { c in
+                pending[id] = Pending(uid: uid, session: session, continuation: c)
+                if Task.isCancelled { resolve(id, .refused("ended")) }
+            }
+        } onCancel: {
+            Task { await self.resolve(id, .refused("ended")) }
         }
     }
 

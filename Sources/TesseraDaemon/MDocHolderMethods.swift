@@ -9,17 +9,20 @@ import VPCD
 
 extension MethodTable {
     /// Registers the holder's methods (docs/API.md, "Mobile documents: holder"): `mdoc.createDeviceKey`,
-    /// `mdoc.register`, `mdoc.registrations`, `mdoc.removeRegistration`, `mdoc.present` and `mdoc.approve`.
-    /// `mdoc.request` goes to the presenting connection and to the station UI clients (`enrollment.subscribe`) of
-    /// the same uid.
+    /// `mdoc.register`, `mdoc.registrations`, `mdoc.removeRegistration`, `mdoc.present`, `mdoc.respond`,
+    /// `mdoc.approve` and `mdoc.stop`. `mdoc.request` goes to the presenting connection and to the station UI
+    /// clients (`enrollment.subscribe`) of the same uid.
     func registerMDocHolder(_ service: MDocHolderService, subscribers: EnrollmentSubscribers) {
         let policy = self.policy
         let running = MDocPresentations()
-        onClose { running.stop(connection: $0.id) }
+        let desk = MDocConsentDesk(service: service, subscribers: subscribers)
+        let approvals = service.approvals
+        onClose { _ = running.stop(connection: $0.id) }
         register("mdoc.stop", .enroll) { p, connection in
             let stopped = running.stop(
                 uid: connection.peer.uid, documentIdentifier: try p.optionalString("documentIdentifier"))
-            return ["stopped": .number(Double(stopped))]
+            for session in stopped { await approvals.end(session: session) }
+            return ["stopped": .number(Double(stopped.count))]
         }
         register("mdoc.createDeviceKey", .enroll) { p, connection in
             let made = try await service.createDeviceKey(
@@ -104,6 +107,48 @@ extension MethodTable {
             let released = try outcome.get()
             return ["presentationId": .string(id), "approved": true, "released": .array(released.map { .string($0) })]
         }
+        register("mdoc.respond", .enroll) { p, connection in
+            let uid = connection.peer.uid
+            guard let data = p.value["request"], !data.isNull else {
+                throw TesseraError(.invalidInput, "missing parameter 'request'", details: ["field": "request"])
+            }
+            let origin = try p.string("origin")
+            let timeout = try MDocPresentRequest.approvalTimeoutSeconds(p)
+            let request = try AnnexCRequest(json: data)
+            let transcript = try request.sessionTranscript(origin: origin)
+            let registration: MDocRegistrationRecord
+            if let id = try p.optionalString("documentIdentifier") {
+                registration = try await service.registration(id, uid: uid, isAdmin: false)
+            } else {
+                registration = try await service.registration(
+                    for: request.deviceRequest, sessionTranscript: transcript, uid: uid)
+            }
+            let session = UUID().uuidString
+            running.add(
+                session: session, uid: uid, connection: connection.id,
+                documentIdentifier: registration.documentIdentifier)
+            let outcome: Result<MDocHolderResponse, TesseraError>
+            do throws(TesseraError) {
+                outcome = .success(
+                    try await desk.respond(
+                        presentationId: UUID().uuidString.lowercased(), registration: registration,
+                        request: request.deviceRequest, sessionTranscript: transcript, origin: origin,
+                        connection: connection, session: session, timeout: .seconds(timeout)))
+            } catch {
+                outcome = .failure(error)
+            }
+            running.remove(session: session)
+            await approvals.forget(session: session)
+            let response = try outcome.get()
+            let sealed = try AnnexC.seal(
+                deviceResponse: response.deviceResponse, encryptionInfo: request.encryptionInfo,
+                sessionTranscript: transcript)
+            return [
+                "response": .string(Base64URL.encode(sealed.encoded)),
+                "documentIdentifier": .string(registration.documentIdentifier),
+                "released": .array(response.released.map { .string($0) }),
+            ]
+        }
         register("mdoc.present", .enroll) { p, connection in
             let request = try MDocPresentRequest(p)
             let uid = connection.peer.uid
@@ -119,21 +164,13 @@ extension MethodTable {
                 documentIdentifier: registration.documentIdentifier)
             defer { running.remove(session: session) }
             let log = Locked<[JSONValue]>([])
-            let approvals = service.approvals
             let holder = try MDocNFCHolder { deviceRequest, transcript in
                 let presentationId = UUID().uuidString.lowercased()
                 do throws(TesseraError) {
-                    let response = try await service.respond(
-                        registration: registration, request: deviceRequest, sessionTranscript: transcript, uid: uid
-                    ) { ask in
-                        let params = ask.json(presentationId: presentationId)
-                        await connection.notify("mdoc.request", params)
-                        await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
-                        return await approvals.wait(
-                            id: presentationId, uid: uid, session: session,
-                            timeout: .seconds(request.approvalTimeoutSeconds))
-                    }
-                    await approvals.finish(presentationId, .success(response.released))
+                    let response = try await desk.respond(
+                        presentationId: presentationId, registration: registration, request: deviceRequest,
+                        sessionTranscript: transcript, connection: connection, session: session,
+                        timeout: .seconds(request.approvalTimeoutSeconds))
                     let entry: JSONValue = [
                         "presentationId": .string(presentationId), "outcome": "released",
                         "elements": .array(response.released.map { .string($0) }),
@@ -142,7 +179,6 @@ extension MethodTable {
                     await connection.notify("mdoc.released", entry)
                     return response.deviceResponse
                 } catch {
-                    await approvals.finish(presentationId, .failure(error))
                     var entry: [String: JSONValue] = [
                         "presentationId": .string(presentationId), "outcome": "refused",
                         "code": .string(error.code.rawValue), "message": .string(error.message),
@@ -226,7 +262,41 @@ extension MethodTable {
     }
 }
 
-/// The running `mdoc.present` sessions, so that `mdoc.stop` and a closed connection end them.
+/// How both front doors answer one DeviceRequest: `MDocHolderService.respond`, with the user asked through the
+/// notification `mdoc.request` (to the calling connection and to the same uid's station UI clients; with `origin`
+/// for an Annex C request) and answering with `mdoc.approve` within `timeout`. The outcome (released elements or
+/// the error) is also what the waiting `mdoc.approve` returns.
+struct MDocConsentDesk: Sendable {
+    let service: MDocHolderService
+    let subscribers: EnrollmentSubscribers
+
+    func respond(
+        presentationId: String, registration: MDocRegistrationRecord, request: DeviceRequest,
+        sessionTranscript: SessionTranscript, origin: String? = nil, connection: RPCConnection, session: String,
+        timeout: Duration
+    ) async throws(TesseraError) -> MDocHolderResponse {
+        let uid = connection.peer.uid
+        let approvals = service.approvals
+        let subscribers = self.subscribers
+        do throws(TesseraError) {
+            let response = try await service.respond(
+                registration: registration, request: request, sessionTranscript: sessionTranscript, uid: uid
+            ) { ask in
+                let params = ask.json(presentationId: presentationId, origin: origin)
+                await connection.notify("mdoc.request", params)
+                await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
+                return await approvals.wait(id: presentationId, uid: uid, session: session, timeout: timeout)
+            }
+            await approvals.finish(presentationId, .success(response.released))
+            return response
+        } catch {
+            await approvals.finish(presentationId, .failure(error))
+            throw error
+        }
+    }
+}
+
+/// The running `mdoc.present` and `mdoc.respond` sessions, so that `mdoc.stop` and a closed connection end them.
 final class MDocPresentations: Sendable {
     private struct Entry {
         var uid: UInt32
@@ -244,25 +314,30 @@ final class MDocPresentations: Sendable {
     func remove(session: String) { _ = entries.withLock { $0.removeValue(forKey: session) } }
     func stopped(session: String) -> Bool { entries.withLock { $0[session]?.stop ?? true } }
 
-    /// Stops the presentations started on a connection (it closed).
-    func stop(connection: UInt64) {
+    /// Stops the sessions started on a connection (it closed); their ids.
+    func stop(connection: UInt64) -> [String] {
         entries.withLock { e in
-            for (key, value) in e where value.connection == connection { e[key]?.stop = true }
+            var stopped: [String] = []
+            for (key, value) in e where value.connection == connection && !value.stop {
+                e[key]?.stop = true
+                stopped.append(key)
+            }
+            return stopped
         }
     }
 
-    /// Stops `uid`'s presentations (of one document, when given); how many.
-    func stop(uid: UInt32, documentIdentifier: String?) -> Int {
+    /// Stops `uid`'s sessions (of one document, when given); their ids.
+    func stop(uid: UInt32, documentIdentifier: String?) -> [String] {
         entries.withLock { e in
-            var count = 0
+            var stopped: [String] = []
             for (key, value) in e
             where value.uid == uid && !value.stop
                 && (documentIdentifier == nil || value.documentIdentifier == documentIdentifier)
             {
                 e[key]?.stop = true
-                count += 1
+                stopped.append(key)
             }
-            return count
+            return stopped
         }
     }
 }
@@ -282,14 +357,20 @@ struct MDocPresentRequest {
         device = try p.string("device")
         target = Self.target(device)
         durationSeconds = try p.optionalInt("durationSeconds") ?? 120
-        approvalTimeoutSeconds = try p.optionalInt("approvalTimeoutSeconds") ?? 60
+        approvalTimeoutSeconds = try Self.approvalTimeoutSeconds(p)
         guard (1...86_400).contains(durationSeconds) else {
             throw TesseraError(.invalidInput, "durationSeconds must be 1…86400", details: ["field": "durationSeconds"])
         }
-        guard (1...3_600).contains(approvalTimeoutSeconds) else {
+    }
+
+    /// `approvalTimeoutSeconds?` of `mdoc.present` and `mdoc.respond`: 1…3600, default 60.
+    static func approvalTimeoutSeconds(_ p: Params) throws(TesseraError) -> Int {
+        let seconds = try p.optionalInt("approvalTimeoutSeconds") ?? 60
+        guard (1...3_600).contains(seconds) else {
             throw TesseraError(
                 .invalidInput, "approvalTimeoutSeconds must be 1…3600", details: ["field": "approvalTimeoutSeconds"])
         }
+        return seconds
     }
 
     /// `HOST:PORT` (a vpcd reader; HOST a name or IPv4 address, empty for 127.0.0.1), else a libnfc connstring

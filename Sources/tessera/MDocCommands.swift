@@ -11,7 +11,7 @@ struct MDocCommand: AsyncParsableCommand {
         abstract: "Mobile documents (ISO/IEC 18013-5 mdoc, e.g. mobile driving licences).",
         subcommands: [
             Read.self, Verify.self, CreateDeviceKey.self, Register.self, Registrations.self, Remove.self, Present.self,
-            Approve.self,
+            Respond.self, Approve.self,
         ])
 
     /// `tessera mdoc verify RESPONSE.cbor --iaca PATH`: the reader's checks, offline.

@@ -3,7 +3,7 @@ import Foundation
 import RPC
 import TesseraCore
 
-/// `tessera mdoc create-device-key|register|registrations|remove|present|approve`: the holder side (docs/MDOC.md).
+/// `tessera mdoc create-device-key|register|registrations|remove|present|respond|approve`: the holder side (docs/MDOC.md).
 extension MDocCommand {
     struct CreateDeviceKey: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -148,21 +148,75 @@ extension MDocCommand {
             var p: [String: JSONValue] = ["documentIdentifier": .string(documentId), "device": .string(device)]
             if let duration { p["durationSeconds"] = .number(Double(duration)) }
             if let approvalTimeout { p["approvalTimeoutSeconds"] = .number(Double(approvalTimeout)) }
-            let result: JSONValue
-            do {
-                let client = try await RPCClient.connect(path: globals.socketPath)
-                defer { Task { await client.close() } }
-                let printer = Task {
-                    for await n in client.notifications where n.method.hasPrefix("mdoc.") {
-                        let line: JSONValue = ["event": .string(n.method), "params": n.params]
-                        FileHandle.standardOutput.write(Data(line.serialized() + [0x0A]))
-                    }
-                }
-                defer { printer.cancel() }
-                result = try await client.call("mdoc.present", .object(p))
-            } catch {
-                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-                throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
+            let result = try await MDocHolderText.callPrintingEvents(globals, "mdoc.present", .object(p))
+            print(String(decoding: result.serialized(), as: UTF8.self))
+        }
+    }
+
+    struct Respond: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Answer an ISO/IEC 18013-7 Annex C request (Digital Credentials API) with a registered mdoc "
+                + "(mdoc.respond).",
+            discussion: """
+                --request FILE is the request data a web page passed to navigator.credentials.get for the protocol \
+                org-iso-mdoc: {"deviceRequest": base64url, "encryptionInfo": base64url}. --origin is the page's \
+                origin (scheme://host[:port]); it is bound into the SessionTranscript, so a reader signature made for \
+                another origin is refused. The daemon takes --document-id (default: the first of your offered \
+                registrations of a requested docType whose authority key identifiers trust the request's reader), \
+                checks the readerAuth against its supportedAuthorityKeyIdentifiers, then prints an `mdoc.request` \
+                line ({"event": "mdoc.request", "params": {presentationId, origin, reader, elements, …}}) and waits \
+                for `tessera mdoc approve PRESENTATION-ID` (same uid) within --approval-timeout. Only the approved \
+                elements are released, signed by the device key on the token and encrypted (HPKE) to the reader's \
+                key. Prints the result as one JSON line: {"response": base64url EncryptedResponse, \
+                "documentIdentifier", "released": ["namespace/identifier", …]}; the page's response data is \
+                {"response": …}. --out also writes the EncryptedResponse (binary CBOR) to FILE. Nothing is released \
+                when the reader is not trusted (MDOC_READER_NOT_TRUSTED), the request is declined or not answered in \
+                time (MDOC_NOT_APPROVED) or does not parse (MDOC_REQUEST_MALFORMED): the error is printed on stderr \
+                and the exit status is 2 (3 when the daemon is unavailable).
+
+                EXAMPLES
+                  tessera mdoc respond --request request.json --origin https://verifier.example
+                  tessera mdoc approve 3f2c… --element org.iso.18013.5.1/age_over_18
+                """)
+        @OptionGroup var globals: GlobalOptions
+        @Option(
+            name: .customLong("request"),
+            help: ArgumentHelp("The Annex C request data, JSON {deviceRequest, encryptionInfo}.", valueName: "FILE"))
+        var requestFile: String
+        @Option(help: ArgumentHelp("The requesting web origin, scheme://host[:port].", valueName: "ORIGIN"))
+        var origin: String
+        @Option(
+            name: .customLong("document-id"),
+            help: ArgumentHelp(
+                "The registration to answer with (default: chosen by docType and trust).",
+                valueName: "DOCUMENT-ID"))
+        var documentId: String?
+        @Option(
+            name: .customLong("approval-timeout"),
+            help: ArgumentHelp(
+                "Decline the request if not approved within this many seconds (default 60).", valueName: "SECONDS"))
+        var approvalTimeout: Int?
+        @Option(
+            name: .customLong("out"),
+            help: ArgumentHelp("Also write the EncryptedResponse, binary CBOR, here.", valueName: "FILE"))
+        var out: String?
+
+        func run() async throws {
+            guard let data = FileManager.default.contents(atPath: requestFile) else {
+                throw ValidationError("cannot read \(requestFile)")
+            }
+            let request: JSONValue
+            do { request = try JSONValue.parse([UInt8](data)) } catch {
+                throw ValidationError("\(requestFile) is not JSON: \(error.message)")
+            }
+            var p: [String: JSONValue] = ["request": request, "origin": .string(origin)]
+            if let documentId { p["documentIdentifier"] = .string(documentId) }
+            if let approvalTimeout { p["approvalTimeoutSeconds"] = .number(Double(approvalTimeout)) }
+            let result = try await MDocHolderText.callPrintingEvents(globals, "mdoc.respond", .object(p))
+            if let out {
+                guard let text = result["response"]?.stringValue, let bytes = Base64URL.decode(text),
+                    FileManager.default.createFile(atPath: out, contents: Data(bytes))
+                else { throw ValidationError("cannot write \(out)") }
             }
             print(String(decoding: result.serialized(), as: UTF8.self))
         }
@@ -201,6 +255,28 @@ extension MDocCommand {
 }
 
 enum MDocHolderText {
+    /// Calls a long-running holder method, printing each `mdoc.*` notification as a JSON line
+    /// `{"event", "params"}`; an error goes to stderr with exit status 2 (3: daemon unavailable).
+    static func callPrintingEvents(_ globals: GlobalOptions, _ method: String, _ params: JSONValue) async throws
+        -> JSONValue
+    {
+        do {
+            let client = try await RPCClient.connect(path: globals.socketPath)
+            defer { Task { await client.close() } }
+            let printer = Task {
+                for await n in client.notifications where n.method.hasPrefix("mdoc.") {
+                    let line: JSONValue = ["event": .string(n.method), "params": n.params]
+                    FileHandle.standardOutput.write(Data(line.serialized() + [0x0A]))
+                }
+            }
+            defer { printer.cancel() }
+            return try await client.call(method, params)
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+            throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
+        }
+    }
+
     static func registration(_ r: JSONValue) -> String {
         let ids = (r["supportedAuthorityKeyIdentifiers"]?.arrayValue ?? []).compactMap(\.stringValue)
         var lines = [

@@ -58,16 +58,17 @@ def reader_pki(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
 
 
 class Presentation:
-    """`mdoc.present` on its own connection: the call is sent, its notifications and result are read here."""
+    """A long-running holder call (`mdoc.present`, `mdoc.respond`) on its own connection: the call is sent, its
+    notifications and result are read here."""
 
-    def __init__(self, daemon: Daemon, params: dict):
+    def __init__(self, daemon: Daemon, params: dict, method: str = "mdoc.present"):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(90)
         self.sock.connect(daemon.socket)
         self.buf = b""
         self.result: dict | None = None
         self.error: dict | None = None
-        self.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "mdoc.present",
+        self.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
                                       "params": params}).encode() + b"\n")
 
     def _message(self) -> dict:
