@@ -44,8 +44,20 @@ extension MDocCommand {
             let result: JSONValue
             do throws(TesseraError) {
                 let client = try await RPCClient.connect(path: globals.socketPath)
+                let progress = ProgressRenderer(output: .standardError, linesWhenNotTerminal: false)
+                let bar =
+                    progress.active
+                    ? Task { await progress.follow(client.notifications, method: "mdoc.progress") } : nil
                 defer { Task { await client.close() } }
-                result = try await client.call("mdoc.read", .object(params))
+                do {
+                    result = try await client.call("mdoc.read", .object(params))
+                    bar?.cancel()
+                    progress.clear()
+                } catch {
+                    bar?.cancel()
+                    progress.clear()
+                    throw error
+                }
             } catch {
                 FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
                 throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)

@@ -3,9 +3,9 @@ import Foundation
 import RPC
 import TesseraCore
 
-/// Draws `documents.progress` events: one line redrawn in place when `output` is a terminal, else a line per phase
-/// or file (`linesWhenNotTerminal`) or nothing. The one progress display of the CLI: `tessera passport read`
-/// (stderr) and `tessera enroll-station` (stdout).
+/// Draws `documents.progress` (or `mdoc.progress`) events: one line redrawn in place when `output` is a terminal, else a line per phase
+/// or file (`linesWhenNotTerminal`) or nothing. The one progress display of the CLI: `tessera passport read` and
+/// `tessera mdoc read` (stderr) and `tessera enroll-station` (stdout).
 final class ProgressRenderer: Sendable {
     private struct State {
         var shown = false
@@ -50,9 +50,9 @@ final class ProgressRenderer: Sendable {
         if shown { output.write(Data("\r\u{1B}[K".utf8)) }
     }
 
-    /// Draws each `documents.progress` notification until the task is cancelled or the stream ends.
-    func follow(_ notifications: AsyncStream<RPCNotification>) async {
-        for await n in notifications where n.method == "documents.progress" {
+    /// Draws each `method` notification until the task is cancelled or the stream ends.
+    func follow(_ notifications: AsyncStream<RPCNotification>, method: String = "documents.progress") async {
+        for await n in notifications where n.method == method {
             if Task.isCancelled { return }
             draw(n.params)
         }

@@ -161,4 +161,10 @@ import Testing
         let noTotal: JSONValue = ["step": "reading", "file": "SOD", "bytesRead": 10]
         #expect(ProgressText.describe(noTotal, bar: true).text == "reading SOD")
     }
+
+    @Test func mdocPhaseWithTheExchangeSoFar() {
+        let (key, text) = ProgressText.describe(["phase": "response", "apdus": 9, "bytes": 812], bar: true)
+        #expect(key == "response" && text == "mdoc response (9 APDUs, 812 bytes)")
+        #expect(ProgressText.describe(["phase": "engagement"], bar: false).text == "mdoc engagement (0 APDUs, 0 bytes)")
+    }
 }
