@@ -2,29 +2,35 @@
 a private pcscd whose vpcd reader holds an mDL presented by `tessera lab emulate-mdoc`. MDOC_PHASE reads it the way
 `mdoc.read` does and feeds ATTRIBUTE_MATCHING: matching attributes complete (also across a daemon restart, without a
 second read), mismatching ones fail with ATTRIBUTE_MISMATCH, an mDL of an IACA the station does not trust fails with
-DOCUMENT_NOT_AUTHENTIC."""
+DOCUMENT_NOT_AUTHENTIC, and a passkey created after it (SoftHSM2 token) carries the mDL holder's identity binding."""
 from __future__ import annotations
 
 import json
 import pathlib
+import sqlite3
 import subprocess
 import time
 
 import pytest
 
-from tessera_harness import BIN, PCSCD, Daemon, RPCError, stop_process
+from tessera_harness import BIN, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, stop_process
 
 DOCTYPE = "org.iso.18013.5.1.mDL"
 # `tessera lab make-mdoc` without a profile: Erika Mustermann of Utopia ("UT" in the mDL, "UTO" in Doc 9303).
 MATCH = {"surname": "Mustermann", "givenNames": "Erika", "dateOfBirth": "1964-08-12", "documentNumber": "T22000129",
          "issuingState": "UTO", "nationality": "UTO", "dateOfExpiry": "2034-01-14", "sex": "F"}
 MDOC = {"key": "MDOC_PHASE", "cardWaitSeconds": 20}
+PIN = "1234"
+RP = "badge.example.com"
 CONFIRM = {"key": "CONFIRM", "client": True, "prompt": "Confirm",
            "input": {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}}
 WORKFLOWS = {
     "mdl": {"remote": True, "expected": MATCH, "steps": [MDOC, CONFIRM, "ATTRIBUTE_MATCHING"]},
     "mdl-mismatch": {"remote": True, "expected": {**MATCH, "surname": "Eriksson", "issuingState": "FRA"},
                      "steps": [MDOC, "ATTRIBUTE_MATCHING"]},
+    "mdl-passkey": {"remote": True, "expected": MATCH,
+                    "steps": [{**MDOC, "elements": ["portrait"]}, "ATTRIBUTE_MATCHING",
+                              {"key": "PASSKEY_CREATION", "rpId": RP}]},
 }
 
 
@@ -44,8 +50,11 @@ class Lab:
         self.untrusted = make_mdoc(root / "untrusted")
         config = root / "tesserad.json"
         config.write_text(json.dumps({"enrollment": {"workflows": WORKFLOWS}}))
-        self.daemon = Daemon(root, self.pcscd.env, ["--no-embedded-softhsm", "--config", str(config),
-                                                    "--iaca", str(self.mdl / "iaca.pem")]).start()
+        self.hsm = SoftHSM(root)
+        self.hsm.add_token("kiosk", pin=PIN)
+        self.daemon = Daemon(root, {**self.hsm.env, **self.pcscd.env},
+                             ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm", "--config", str(config),
+                              "--iaca", str(self.mdl / "iaca.pem")]).start()
         self.reader = self.pcscd.readers[0]
 
     def wait_card(self, present: bool) -> None:
@@ -184,3 +193,28 @@ def test_mdl_of_an_untrusted_iaca_is_not_authentic(lab):
     with pytest.raises(RPCError) as e:
         c.call("enrollment.retry")
     assert e.value.code in ("NOT_RETRYABLE", "NO_ACTIVE_ENROLLMENT")
+
+
+def test_passkey_after_mdoc_phase_is_bound_to_the_mdl_holder(lab):
+    c = Session(lab.daemon)
+    eid = c.call("enrollment.start", {"type": {"remote": {"candidate": "mdl-passkey"}}, "force": True,
+                                      "userVerification": "required"})["enrollmentId"]
+    with lab.holder(lab.mdl):
+        c.expect("enrollment.stepCompleted", key="MDOC_PHASE")
+    c.expect("enrollment.stepCompleted", key="ATTRIBUTE_MATCHING")
+    c.expect("enrollment.stepRequired", key="PASSKEY_CREATION")
+    c.call("enrollment.submit", {"stepKey": "PASSKEY_CREATION", "payload": {"pin": PIN}})
+    done = c.expect("enrollment.finished")
+    assert done["outcome"] == "success" and done["enrollmentId"] == eid, done
+    cid = done["credential"]["credentialId"]
+    assert c.call("credentials.get", {"credentialId": cid})["identityBinding"] == {"issuingState": "UTO"}
+    db = sqlite3.connect(lab.daemon.state / "tessera.sqlite")
+    try:
+        (stored,) = db.execute("SELECT identityBinding FROM credential WHERE identityBinding IS NOT NULL").fetchone()
+    finally:
+        db.close()
+    binding = json.loads(stored)
+    assert binding["issuingState"] == "UTO" and binding["documentType"] == DOCTYPE
+    assert binding["enrollmentId"] == eid
+    # Only hashes of the person's data.
+    assert not any(x in stored for x in ("MUSTERMANN", "ERIKA", "T22000129", "1964-08-12"))
