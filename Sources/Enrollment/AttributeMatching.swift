@@ -224,8 +224,8 @@ public enum AttributeMatcher {
     ///
     /// - Names: equal when any `nameForms` of the two sides agree (the document prints names in full: no
     ///   truncation rule); mismatches report the compared forms.
-    /// - Dates: full dates, equal as YYYY-MM-DD; a birth date after `reference` never matches. A missing expiry
-    ///   date or sex is a mismatch with `actual` "".
+    /// - Dates: full dates, equal as YYYY-MM-DD; a birth date after `reference` never matches.
+    /// - An expected expiry date, sex or nationality the document does not carry is a mismatch with `actual` "".
     /// - Document number: compared as `DocumentAttributes.comparableNumber` (upper-case letters and digits only: an
     ///   mDL may print separators the MRZ form has not).
     /// - Nationality and issuing state: Doc 9303 codes, equal (Germany's "D" and "DEU" are the same state).
