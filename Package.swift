@@ -153,7 +153,7 @@ let package = Package(
         .target(
             name: "Enrollment",
             dependencies: [
-                "TesseraCore", "MRZ", "Documents", "Passkeys", "CredentialStore",
+                "TesseraCore", "MRZ", "Documents", "Passkeys", "CredentialStore", "MDoc", "CBOR",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: strict),
@@ -264,7 +264,7 @@ let package = Package(
         .testTarget(
             name: "EnrollmentTests",
             dependencies: [
-                "Enrollment", "MRZ", "TesseraCore", "CredentialStore",
+                "Enrollment", "MRZ", "TesseraCore", "CredentialStore", "MDoc", "CBOR",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(

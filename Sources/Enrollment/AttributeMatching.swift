@@ -219,6 +219,57 @@ public enum AttributeMatcher {
         return mismatches
     }
 
+    /// The attributes given in `expected` that a document without an MRZ (an mDL) does not match, in
+    /// `ExpectedAttributes` key order; empty when all match.
+    ///
+    /// - Names: equal when any `nameForms` of the two sides agree (the document prints names in full: no
+    ///   truncation rule); mismatches report the compared forms.
+    /// - Dates: full dates, equal as YYYY-MM-DD; a birth date after `reference` never matches.
+    /// - An expected expiry date, sex or nationality the document does not carry is a mismatch with `actual` "".
+    /// - Document number: compared as `DocumentAttributes.comparableNumber` (upper-case letters and digits only: an
+    ///   mDL may print separators the MRZ form has not).
+    /// - Nationality and issuing state: Doc 9303 codes, equal (Germany's "D" and "DEU" are the same state).
+    /// - Document type: the document's own type (an mDL's docType); a one- or two-letter MRZ type never matches it.
+    public static func compare(
+        _ expected: ExpectedAttributes, with document: DocumentAttributes,
+        relativeTo reference: MRZDate = .today()
+    ) -> [AttributeMismatch] {
+        var mismatches: [AttributeMismatch] = []
+        func check(
+            _ attribute: String, _ expected: String?, _ actual: String,
+            expectedShown: ((String) -> String)? = nil, matches: (String, String) -> Bool
+        ) {
+            guard let expected, !matches(expected, actual) else { return }
+            mismatches.append(
+                AttributeMismatch(attribute: attribute, expected: expectedShown?(expected) ?? expected, actual: actual))
+        }
+        let nameMatches = { (expected: String, actual: String) -> Bool in
+            !nameForms(expected).isDisjoint(with: nameForms(actual))
+        }
+        let state = { (a: String, b: String) -> Bool in a == b || Set([a, b]) == ["D", "DEU"] }
+        check(
+            "surname", expected.surname, MRZ.comparableName(document.surname), expectedShown: MRZ.comparableName,
+            matches: { e, _ in nameMatches(e, document.surname) })
+        check(
+            "givenNames", expected.givenNames, MRZ.comparableName(document.givenNames),
+            expectedShown: MRZ.comparableName, matches: { e, _ in nameMatches(e, document.givenNames) })
+        check("documentNumber", expected.documentNumber, document.documentNumber) {
+            DocumentAttributes.comparableNumber($0) == DocumentAttributes.comparableNumber($1)
+        }
+        check("nationality", expected.nationality, document.nationality ?? "", matches: state)
+        check("issuingState", expected.issuingState, document.issuingState, matches: state)
+        check("dateOfBirth", expected.dateOfBirth, document.dateOfBirth) { e, actual in
+            guard let date = ExpectedAttributes.date(e) else { return false }
+            return date.description == actual && date <= reference
+        }
+        check("dateOfExpiry", expected.dateOfExpiry, document.dateOfExpiry ?? "") { e, actual in
+            ExpectedAttributes.date(e)?.description == actual
+        }
+        check("sex", expected.sex, document.sex ?? "", matches: ==)
+        check("documentType", expected.documentType, document.documentType, matches: ==)
+        return mismatches
+    }
+
     /// Whether the MRZ name field's last position holds a letter rather than a filler.
     static func nameFieldIsFull(_ mrz: MRZ) -> Bool {
         let line = mrz.format == .td1 ? mrz.lines.last : mrz.lines.first

@@ -24,6 +24,8 @@ public actor EnrollmentEngine {
     let store: EnrollmentStore
     let passkeys: PasskeyService
     let documents: DocumentService
+    /// Reads and verifies mDLs for MDOC_PHASE (nil: the station cannot).
+    let mdocReader: MDocReading?
     let verifier: ActivationTokenVerifier
     let logger: Logger
     let sink: EnrollmentEventSink
@@ -53,16 +55,18 @@ public actor EnrollmentEngine {
         case waiting(StepRequest)
     }
 
-    /// `secret`: the daemon's secret (`DaemonSecret`), from which the one-time codes' MAC keys are derived.
+    /// `secret`: the daemon's secret (`DaemonSecret`), from which the one-time codes' MAC keys are derived;
+    /// `mdocReader`: reads and verifies mDLs for MDOC_PHASE (the daemon's `mdoc.read` path).
     public init(
         configuration: EnrollmentConfiguration, store: EnrollmentStore, passkeys: PasskeyService,
-        documents: DocumentService, secret: [UInt8], logger: Logger,
+        documents: DocumentService, mdocReader: MDocReading? = nil, secret: [UInt8], logger: Logger,
         clock: @escaping @Sendable () -> Date = { Date() }, emit: @escaping EnrollmentEventSink
     ) {
         self.configuration = configuration
         self.store = store
         self.passkeys = passkeys
         self.documents = documents
+        self.mdocReader = mdocReader
         self.verifier = ActivationTokenVerifier(issuers: configuration.issuers, stationId: configuration.stationId)
         self.logger = logger
         self.clock = clock

@@ -1,6 +1,7 @@
 import CredentialStore
 import Documents
 import Foundation
+import MDoc
 import MRZ
 import Passkeys
 import TesseraCore
@@ -28,6 +29,8 @@ extension EnrollmentEngine {
                     input: Self.mrzSchema))
         case .nfcPhase:
             return try await readDocument(step)
+        case .mdocPhase:
+            return try await readMDoc(step)
         case .attributeMatching:
             return try matchAttributes()
         case .passkeyCreation:
@@ -72,7 +75,7 @@ extension EnrollmentEngine {
             var custom = row?.data["custom"]?.objectValue ?? [:]
             custom[step.key] = payload
             return .completed(["custom": .object(custom)])
-        case .nfcPhase, .attributeMatching, .unsupported:
+        case .nfcPhase, .mdocPhase, .attributeMatching, .unsupported:
             throw TesseraError(.stepNotExpected, "step \(step.key) takes no input")
         }
     }
@@ -274,6 +277,50 @@ extension EnrollmentEngine {
         return .completed(["document": .object(summary), "documentMRZ": .string(mrz.raw)])
     }
 
+    /// MDOC_PHASE: reads an mDL through the daemon's mdoc reader (NFC engagement, session, DeviceRequest,
+    /// DeviceResponse verified against the IACAs). Only `authentic` passes; the attributes are kept for
+    /// ATTRIBUTE_MATCHING (`documentAttributes`) and the summary for the identity binding (`document`).
+    func readMDoc(_ step: WorkflowStep) async throws(TesseraError) -> StepResult {
+        guard let mdocReader else {
+            throw TesseraError(.candidateUnavailable, "this station cannot read mobile documents")
+        }
+        await emit("enrollment.busy", event(["expectedInterval": "long", "step": .string(step.key)]))
+        let reader = try await waitForCard(
+            step, reader: step.string("reader"),
+            seconds: step.settings["cardWaitSeconds"]?.intValue ?? 60)
+        let (events, sink) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(64))
+        let emit = self.emitter
+        let enrollmentId = row?.id ?? ""
+        let forwarder = Task {
+            for await e in events {
+                await emit(
+                    "enrollment.progress",
+                    ["enrollmentId": .string(enrollmentId), "step": .string(step.key), "progress": e])
+            }
+        }
+        let outcome: MDocReadOutcome
+        do {
+            outcome = try await mdocReader(
+                MDocReadOrder(reader: reader, docType: MDL.docType, elements: Self.mdocElements(step))
+            ) { sink.yield($0) }
+        } catch {
+            sink.finish()
+            await forwarder.value
+            throw error
+        }
+        sink.finish()
+        await forwarder.value
+        guard let document = outcome.documents.first(where: { $0.docType == MDL.docType }) ?? outcome.documents.first
+        else {
+            throw TesseraError(.malformedData, "the mdoc returned no document")
+        }
+        guard document.verdict == .authentic else { throw document.notAuthenticError }
+        let attributes = try DocumentAttributes(mdl: document.elements(in: MDL.namespace), docType: document.docType)
+        var summary = attributes.summary(document)
+        summary["reader"] = .string(outcome.reader)
+        return .completed(["document": .object(summary), "documentAttributes": attributes.json])
+    }
+
     /// The reader to read from: the configured one, or the first holding a card; waits up to `seconds` for a card.
     /// Announces `{step: "waitingForCard"}` progress once when no card is there yet.
     private func waitForCard(_ step: WorkflowStep, reader: String?, seconds: Int) async throws(TesseraError) -> String?
@@ -307,16 +354,22 @@ extension EnrollmentEngine {
         }
     }
 
+    /// ATTRIBUTE_MATCHING: the expected attributes against every document read in this enrollment (NFC_PHASE's
+    /// MRZ, MDOC_PHASE's attributes); all must match.
     func matchAttributes() throws(TesseraError) -> StepResult {
-        guard let row, let text = row.data["documentMRZ"]?.stringValue else {
+        guard let row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
+        let mrzText = row.data["documentMRZ"]?.stringValue
+        let stored = row.data["documentAttributes"]
+        guard mrzText != nil || stored != nil else {
             throw TesseraError(.internalError, "ATTRIBUTE_MATCHING runs before the document was read")
         }
         guard let json = row.parameters["expected"] else {
             throw TesseraError(.candidateUnavailable, "no expected attributes for ATTRIBUTE_MATCHING")
         }
         let expected = try ExpectedAttributes(json: json)
-        let mrz = try MRZ.parse(text)
-        let mismatches = AttributeMatcher.compare(expected, with: mrz)
+        var mismatches: [AttributeMismatch] = []
+        if let mrzText { mismatches += AttributeMatcher.compare(expected, with: try MRZ.parse(mrzText)) }
+        if let stored { mismatches += AttributeMatcher.compare(expected, with: try DocumentAttributes(json: stored)) }
         guard mismatches.isEmpty else {
             let list = mismatches.map(\.attribute).joined(separator: ", ")
             throw TesseraError(

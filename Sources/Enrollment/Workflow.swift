@@ -9,6 +9,8 @@ public enum StepKind: String, Sendable {
     case emailOTP = "EMAIL_OTP"
     case nfcMRZ = "NFC_MRZ"
     case nfcPhase = "NFC_PHASE"
+    /// Reads an ISO/IEC 18013-5 mDL over NFC; usable wherever NFC_PHASE is (docs/ENROLLMENT.md, "MDOC_PHASE").
+    case mdocPhase = "MDOC_PHASE"
     case attributeMatching = "ATTRIBUTE_MATCHING"
     case passkeyCreation = "PASSKEY_CREATION"
     /// A key declared `"client": true` (or added by `customSteps`): fulfilled by `submit`.
@@ -260,6 +262,15 @@ public struct EnrollmentConfiguration: Sendable {
                 throw error("\(context): \(k) must be true or false")
             }
             if let w = s["cardWaitSeconds"] { _ = try positiveInt(w, "\(context): cardWaitSeconds") }
+        case .mdocPhase:
+            try onlyKeys(s, ["reader", "elements", "cardWaitSeconds"], in: context)
+            if let r = s["reader"], r.stringValue == nil { throw error("\(context): reader must be a string") }
+            if let e = s["elements"] {
+                guard let list = e.arrayValue, list.allSatisfy({ $0.stringValue.map(validElement) ?? false }) else {
+                    throw error("\(context): elements must list element identifiers (\"portrait\" or \"namespace/id\")")
+                }
+            }
+            if let w = s["cardWaitSeconds"] { _ = try positiveInt(w, "\(context): cardWaitSeconds") }
         case .passkeyCreation:
             try onlyKeys(s, ["rpId", "tokenId", "attestation", "origin", "replace"], in: context)
             if let r = s["replace"], r.boolValue == nil { throw error("\(context): replace must be true or false") }
@@ -283,16 +294,23 @@ public struct EnrollmentConfiguration: Sendable {
         }
     }
 
-    /// Steps that use data collected by an earlier step.
+    /// An mDL element as a step's `elements` lists it: an identifier, or "namespace/identifier".
+    static func validElement(_ text: String) -> Bool {
+        guard let last = text.split(separator: "/", omittingEmptySubsequences: false).last else { return false }
+        return !text.isEmpty && !last.isEmpty && !text.hasPrefix("/") && text.utf8.count <= 256
+    }
+
+    /// Steps that use data collected by an earlier step: each needs one of the listed kinds before it.
     static func checkOrder(_ steps: [WorkflowStep], workflow: String) throws(TesseraError) {
-        let needs: [StepKind: StepKind] = [
-            .phoneOTP: .phoneInfo, .emailOTP: .emailInfo, .nfcPhase: .nfcMRZ,
-            .attributeMatching: .nfcPhase,
+        let needs: [StepKind: [StepKind]] = [
+            .phoneOTP: [.phoneInfo], .emailOTP: [.emailInfo], .nfcPhase: [.nfcMRZ],
+            .attributeMatching: [.nfcPhase, .mdocPhase],
         ]
         for (i, step) in steps.enumerated() {
             guard let required = needs[step.kind] else { continue }
-            if !steps[..<i].contains(where: { $0.kind == required }) {
-                throw error("workflow \(workflow): step \(step.key) needs \(required.rawValue) before it")
+            if !steps[..<i].contains(where: { required.contains($0.kind) }) {
+                let names = required.map(\.rawValue).joined(separator: " or ")
+                throw error("workflow \(workflow): step \(step.key) needs \(names) before it")
             }
         }
     }
@@ -371,7 +389,7 @@ extension Workflow {
             case .emailInfo: add("email")
             case .phoneInfo: add("phone")
             case .phoneOTP, .emailOTP: add("otpNotifier")
-            case .nfcMRZ, .nfcPhase: add("document")
+            case .nfcMRZ, .nfcPhase, .mdocPhase: add("document")
             case .passkeyCreation: add("token")
             case .attributeMatching where expected == nil: add("activationToken")
             default: break

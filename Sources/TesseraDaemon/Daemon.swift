@@ -85,11 +85,10 @@ public enum Daemon {
             trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents, verifiedReads: documentReads)
         table.registerTrust(documents)
-        table.registerMDoc(
-            documents, iacas: try MethodTable.loadIACAs(options.iacaPaths),
-            readerAuth: try MethodTable.loadReaderAuth(
-                key: options.mdocReaderKeyPath,
-                chain: options.mdocReaderCertificatePath))
+        let iacas = try MethodTable.loadIACAs(options.iacaPaths)
+        let readerAuth = try MethodTable.loadReaderAuth(
+            key: options.mdocReaderKeyPath, chain: options.mdocReaderCertificatePath)
+        table.registerMDoc(documents, iacas: iacas, readerAuth: readerAuth)
         // SIGHUP reloads the trust anchors; a bad set is logged and the old one stays.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         let trustReloader = Task { [logger] in
@@ -112,6 +111,7 @@ public enum Daemon {
         let enrollment = EnrollmentEngine(
             configuration: enrollmentConfig, store: EnrollmentStore(database: database),
             passkeys: passkeys, documents: documents,
+            mdocReader: MethodTable.mdocReading(documents, iacas: iacas, readerAuth: readerAuth),
             secret: daemonSecret,
             logger: enrollmentLogger
         ) { event in

@@ -1,5 +1,6 @@
 import APDU
 import Documents
+import Enrollment
 import Foundation
 import ICAO
 import MDoc
@@ -16,18 +17,11 @@ extension MethodTable {
             let (events, sink) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(64))
             let forwarder = Task { for await event in events { await connection.notify("mdoc.progress", event) } }
             defer { forwarder.cancel() }
-            let read: (value: MDocRetrieval, reader: String, apdus: Int, bytes: Int)
+            let read: MDocRead
             do {
-                read = try await documents.withCard(reader: request.reader, extendedLength: request.extendedLength) {
-                    (transport: any APDUTransport) async throws(TesseraError) -> MDocRetrieval in
-                    try await Self.retrieve(
-                        transport, docType: request.docType, elements: request.elements, readerAuth: readerAuth
-                    ) { phase in
-                        let counted = (transport as? any APDUExchangeCounting)?.exchanged
-                        sink.yield(Self.mdocProgress(phase, apdus: counted?.apdus, bytes: counted?.bytes))
-                    }
+                read = try await Self.readMDoc(documents, iacas: iacas, readerAuth: readerAuth, request) {
+                    sink.yield($0)
                 }
-                sink.yield(Self.mdocProgress(.verify, apdus: read.apdus, bytes: read.bytes))
                 sink.finish()
                 await forwarder.value
             } catch {
@@ -35,10 +29,7 @@ extension MethodTable {
                 await forwarder.value
                 throw error
             }
-            let results = MDocVerifier.verify(
-                response: read.value.response,
-                session: .init(transcript: read.value.transcript, eReaderKey: read.value.eReaderKey),
-                iacas: iacas, now: Date(), expectedDocType: request.docType)
+            let results = read.documents
             let elapsed = ContinuousClock.now - started
             let ms = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
             return [
@@ -50,6 +41,54 @@ extension MethodTable {
                     "durationMs": .number(ms.rounded()),
                 ],
             ]
+        }
+    }
+
+    /// One mdoc read in a reader of the document service, verified: the retrieval with its counters and the
+    /// verification of each returned Document.
+    struct MDocRead: Sendable {
+        var value: MDocRetrieval
+        var reader: String
+        var apdus: Int
+        var bytes: Int
+        var documents: [MDocVerification]
+    }
+
+    /// Retrieves an mdoc (`mdoc.progress`-shaped objects to `progress`, `verify` last) and verifies it against the
+    /// IACAs: the path of `mdoc.read` and of enrollment's MDOC_PHASE.
+    static func readMDoc(
+        _ documents: DocumentService, iacas: [ParsedCertificate], readerAuth: ReaderAuthKey?,
+        _ request: MDocReadRequest, progress: @escaping @Sendable (JSONValue) -> Void
+    ) async throws(TesseraError) -> MDocRead {
+        let read = try await documents.withCard(reader: request.reader, extendedLength: request.extendedLength) {
+            (transport: any APDUTransport) async throws(TesseraError) -> MDocRetrieval in
+            try await Self.retrieve(
+                transport, docType: request.docType, elements: request.elements, readerAuth: readerAuth
+            ) { phase in
+                let counted = (transport as? any APDUExchangeCounting)?.exchanged
+                progress(Self.mdocProgress(phase, apdus: counted?.apdus, bytes: counted?.bytes))
+            }
+        }
+        progress(Self.mdocProgress(.verify, apdus: read.apdus, bytes: read.bytes))
+        let results = MDocVerifier.verify(
+            response: read.value.response,
+            session: .init(transcript: read.value.transcript, eReaderKey: read.value.eReaderKey),
+            iacas: iacas, now: Date(), expectedDocType: request.docType)
+        return MDocRead(
+            value: read.value, reader: read.reader, apdus: read.apdus, bytes: read.bytes, documents: results)
+    }
+
+    /// MDOC_PHASE's mdoc reader: `readMDoc` with the daemon's IACAs and readerAuth key.
+    static func mdocReading(
+        _ documents: DocumentService, iacas: [ParsedCertificate], readerAuth: ReaderAuthKey?
+    ) -> MDocReading {
+        { order, progress throws(TesseraError) in
+            let read = try await readMDoc(
+                documents, iacas: iacas, readerAuth: readerAuth,
+                MDocReadRequest(
+                    reader: order.reader, docType: order.docType, elements: order.elements, extendedLength: true),
+                progress: progress)
+            return MDocReadOutcome(reader: read.reader, documents: read.documents)
         }
     }
 

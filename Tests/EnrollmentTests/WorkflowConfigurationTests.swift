@@ -35,7 +35,20 @@ import Testing
     @Test(arguments: [
         (#"{"workflows": {"w": {"steps": ["EMAIL_INFO", "SELFIE_DANCE"]}}}"#, "unknown step key SELFIE_DANCE"),
         (#"{"workflows": {"w": {"steps": ["PHONE_OTP", "PHONE_INFO"]}}}"#, "PHONE_OTP needs PHONE_INFO before it"),
-        (#"{"workflows": {"w": {"steps": ["ATTRIBUTE_MATCHING"]}}}"#, "needs NFC_PHASE before it"),
+        (#"{"workflows": {"w": {"steps": ["ATTRIBUTE_MATCHING"]}}}"#, "needs NFC_PHASE or MDOC_PHASE before it"),
+        (
+            #"{"workflows": {"w": {"steps": ["ATTRIBUTE_MATCHING", "MDOC_PHASE"]}}}"#,
+            "needs NFC_PHASE or MDOC_PHASE before it"
+        ),
+        (
+            #"{"workflows": {"w": {"steps": [{"key": "MDOC_PHASE", "dataGroups": ["DG1"]}]}}}"#,
+            "unknown setting dataGroups"
+        ),
+        (#"{"workflows": {"w": {"steps": [{"key": "MDOC_PHASE", "elements": "portrait"}]}}}"#, "elements must list"),
+        (#"{"workflows": {"w": {"steps": [{"key": "MDOC_PHASE", "elements": ["ns/"]}]}}}"#, "elements must list"),
+        (#"{"workflows": {"w": {"steps": [{"key": "MDOC_PHASE", "cardWaitSeconds": 0}]}}}"#, "cardWaitSeconds"),
+        (#"{"workflows": {"w": {"steps": [{"key": "MDOC_PHASE", "reader": 1}]}}}"#, "reader must be a string"),
+        (#"{"workflows": {"w": {"steps": [{"key": "MDOC_PHASE", "client": true}]}}}"#, "cannot be a client step"),
         (#"{"workflows": {"w": {"steps": [{"key": "PASSKEY_CREATION"}]}}}"#, "rpId is required"),
         (#"{"workflows": {"w": {"steps": [{"key": "NFC_MRZ", "colour": "red"}]}}}"#, "unknown setting colour"),
         (

@@ -124,6 +124,9 @@ def main(profile):
     write("workflow", json.dumps({"workflows": {"w": ["EMAIL_INFO", "EMAIL_OTP", "NFC_MRZ", "NFC_PHASE"]},
                                   "notifier": {"directory": "otp"}}).encode())
     write("workflow", json.dumps({"workflows": {"w": {"steps": [{"key": "CUSTOM", "client": True, "input": {}}]}}}).encode())
+    write("workflow", json.dumps({"workflows": {"m": {"expected": {"issuingState": "UTO"}, "steps": [
+        {"key": "MDOC_PHASE", "reader": "r", "elements": ["portrait", "ns/x"], "cardWaitSeconds": 5},
+        "ATTRIBUTE_MATCHING"]}}}).encode())
 
     # PN532 frames (NXP UM0701-02 §6.2): wake-up, information frames, extended frame, ACK, NACK.
     def frame(payload):
