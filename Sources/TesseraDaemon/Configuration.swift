@@ -74,6 +74,8 @@ public struct ConfigFile: Codable, Sendable {
     public var sshAgent: SSHAgentConfig?
     /// The CTAP 2.1 authenticator (docs/CTAP.md).
     public var ctap: CTAPConfig?
+    /// The mdoc holder (docs/MDOC.md).
+    public var mdoc: MDocHolderConfig?
 
     public init() {}
 
@@ -106,6 +108,9 @@ public struct ConfigFile: Codable, Sendable {
         }
         if let ctap = top["ctap"]?.objectValue {
             try unknown(in: ctap, known: propertyNames(of: CTAPConfig()), section: "ctap")
+        }
+        if let mdoc = top["mdoc"]?.objectValue {
+            try unknown(in: mdoc, known: propertyNames(of: MDocHolderConfig()), section: "mdoc")
         }
         guard let policy = top["policy"], !policy.isNull else { return }
         guard let rules = policy.objectValue else { throw TesseraError.invalidInput("policy must be an object") }
@@ -149,6 +154,10 @@ public struct ConfigFile: Codable, Sendable {
                 throw bad("ctap.presenceTimeoutSeconds \(t) is out of range 1…300")
             }
         }
+        if let t = mdoc?.presenceTimeoutSeconds, !(1...3600).contains(t) {
+            throw bad("mdoc.presenceTimeoutSeconds \(t) is out of range 1…3600")
+        }
+        if mdoc?.presenceCommand?.isEmpty == true { throw bad("mdoc.presenceCommand must name a program") }
     }
 
     static let counterBlockRange = 1...1_000_000
@@ -195,6 +204,17 @@ public struct PINBackoffConfig: Codable, Sendable {
         return PINBackoffPolicy(
             initial: .milliseconds(Int64(initial * 1000)), maximum: .milliseconds(Int64(maximum * 1000)))
     }
+}
+
+/// `mdoc` section: the holder's consent besides `mdoc.approve`.
+public struct MDocHolderConfig: Codable, Sendable {
+    /// Program (argv) asked to approve each trusted request: the `mdoc.request` params and `uid` as JSON on stdin;
+    /// exit 0 releases every requested element, another status declines.
+    public var presenceCommand: [String]?
+    /// Seconds the command may take; after that `mdoc.approve` alone decides (default 30).
+    public var presenceTimeoutSeconds: Int?
+
+    public init() {}
 }
 
 /// `sshAgent` section.

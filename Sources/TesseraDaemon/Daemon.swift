@@ -164,9 +164,15 @@ public enum Daemon {
             passkeys: passkeys, logger: sshLogger, presenceCommand: config.sshAgent?.presenceCommand,
             presenceTimeout: .seconds(config.sshAgent?.presenceTimeoutSeconds ?? 30))
         table.registerSSH(passkeys, backend: sshBackend)
+        var mdocLogger = logger
+        mdocLogger[metadataKey: "service"] = "mdoc"
         table.registerMDocHolder(
             MDocHolderService(passkeys: passkeys, store: MDocRegistrationStore(database: database)),
-            subscribers: subscribers)
+            subscribers: subscribers,
+            presence: config.mdoc?.presenceCommand.map {
+                MDocPresenceCommand(
+                    argv: $0, timeout: .seconds(config.mdoc?.presenceTimeoutSeconds ?? 30), logger: mdocLogger)
+            })
         var ctapLogger = logger
         ctapLogger[metadataKey: "service"] = "ctap"
         let presence = PresenceBroker(

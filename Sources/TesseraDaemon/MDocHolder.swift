@@ -260,18 +260,32 @@ actor MDocApprovals {
     private var endedSessions: Set<String> = []
 
     /// Waits for `approve` by `uid`; declined with reason timeout after `timeout`, ended after `end(session:)` or
-    /// when the waiting task is cancelled (its caller went away).
-    func wait(id: String, uid: UInt32, session: String, timeout: Duration) async -> MDocConsent {
+    /// when the waiting task is cancelled (its caller went away). `presence` (the configured presence command) is
+    /// asked meanwhile: its answer counts as the user's unless `approve` came first; nil means it did not answer.
+    func wait(
+        id: String, uid: UInt32, session: String, timeout: Duration,
+        presence: (@Sendable () async -> MDocConsent?)? = nil
+    ) async -> MDocConsent {
         if endedSessions.contains(session) || Task.isCancelled { return .refused("ended") }
         let timer = Task { [weak self] in
             try? await Task.sleep(for: timeout)
             await self?.resolve(id, .refused("timeout"))
         }
-        defer { timer.cancel() }
+        var asking: Task<Void, Never>?
+        defer {
+            timer.cancel()
+            asking?.cancel()
+        }
         return await withTaskCancellationHandler {
             await withCheckedContinuation { c in
                 pending[id] = Pending(uid: uid, session: session, continuation: c)
                 if Task.isCancelled { resolve(id, .refused("ended")) }
+                if let presence {
+                    asking = Task { [weak self] in
+                        guard let answer = await presence() else { return }
+                        await self?.resolve(id, answer)
+                    }
+                }
             }
         } onCancel: {
             Task { await self.resolve(id, .refused("ended")) }

@@ -1,6 +1,7 @@
 import CredentialStore
 import Emulation
 import Foundation
+import Logging
 import MDoc
 import NFC
 import RPC
@@ -12,10 +13,12 @@ extension MethodTable {
     /// `mdoc.register`, `mdoc.registrations`, `mdoc.removeRegistration`, `mdoc.present`, `mdoc.respond`,
     /// `mdoc.approve` and `mdoc.stop`. `mdoc.request` goes to the presenting connection and to the station UI
     /// clients (`enrollment.subscribe`) of the same uid.
-    func registerMDocHolder(_ service: MDocHolderService, subscribers: EnrollmentSubscribers) {
+    func registerMDocHolder(
+        _ service: MDocHolderService, subscribers: EnrollmentSubscribers, presence: MDocPresenceCommand? = nil
+    ) {
         let policy = self.policy
         let running = MDocPresentations()
-        let desk = MDocConsentDesk(service: service, subscribers: subscribers)
+        let desk = MDocConsentDesk(service: service, subscribers: subscribers, presence: presence)
         let approvals = service.approvals
         onClose { _ = running.stop(connection: $0.id) }
         register("mdoc.stop", .enroll) { p, connection in
@@ -269,6 +272,8 @@ extension MethodTable {
 struct MDocConsentDesk: Sendable {
     let service: MDocHolderService
     let subscribers: EnrollmentSubscribers
+    /// `mdoc.presenceCommand`: asked beside `mdoc.approve` (docs/CONFIG.md).
+    var presence: MDocPresenceCommand? = nil
 
     func respond(
         presentationId: String, registration: MDocRegistrationRecord, request: DeviceRequest,
@@ -285,7 +290,11 @@ struct MDocConsentDesk: Sendable {
                 let params = ask.json(presentationId: presentationId, origin: origin)
                 await connection.notify("mdoc.request", params)
                 await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
-                return await approvals.wait(id: presentationId, uid: uid, session: session, timeout: timeout)
+                let asked = presence.map { command in
+                    { @Sendable () async -> MDocConsent? in await command.ask(params, uid: uid) }
+                }
+                return await approvals.wait(
+                    id: presentationId, uid: uid, session: session, timeout: timeout, presence: asked)
             }
             await approvals.finish(presentationId, .success(response.released))
             return response
@@ -404,5 +413,34 @@ enum MDocHolderViews {
         ]
         if let d = r.invalidationDate { o["invalidationDate"] = .string(MDocDate.format(d)) }
         return .object(o)
+    }
+}
+
+/// `mdoc.presenceCommand`: a program that approves a request for the user (a kiosk's own confirmation screen): the
+/// `mdoc.request` params plus `uid` as JSON on stdin; exit 0 releases every requested element, another status
+/// declines. No answer within `timeout` (or an error running it) leaves the decision to `mdoc.approve`. It gives no
+/// PIN: a device key whose token needs one signs only while the token is logged in (a PIN file).
+struct MDocPresenceCommand: Sendable {
+    let argv: [String]
+    let timeout: Duration
+    let logger: Logger
+
+    func ask(_ request: JSONValue, uid: UInt32) async -> MDocConsent? {
+        var input = request.objectValue ?? [:]
+        input["uid"] = .number(Double(uid))
+        do {
+            switch try await ProgramRunner.run(argv, input: JSONValue.object(input).serialized(), timeout: timeout) {
+            case .exited(0): return MDocConsent(approved: true)
+            case .exited(let status):
+                logger.notice("mdoc: presence command declined (exit status \(status))")
+                return .refused("declined")
+            case .timedOut:
+                logger.notice("mdoc: presence command gave no answer in \(timeout)")
+                return nil
+            }
+        } catch {
+            logger.error("mdoc: presence command: \(error)")
+            return nil
+        }
     }
 }

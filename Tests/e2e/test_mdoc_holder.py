@@ -148,12 +148,17 @@ class HolderLab:
         past = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.expired = self.make("expired", "expired-mdl", self.trusted_id, "--invalidation-date", past)
         # The same daemon (same state and token) as a reader with readerAuth and the IACAs.
-        self.daemon.stop()
-        self.daemon = Daemon(root, {**self.softhsm.env, **self.pcscd.env}, [
-            *self.base, "--iaca", str(self.mdl / "iaca.pem"), "--iaca", str(self.foreign / "iaca.pem"),
-            "--mdoc-reader-key", str(self.trusted / "reader-key.pem"),
-            "--mdoc-reader-cert", str(self.trusted / "reader.pem")]).start()
+        self.reader_args = ["--iaca", str(self.mdl / "iaca.pem"), "--iaca", str(self.foreign / "iaca.pem"),
+                            "--mdoc-reader-key", str(self.trusted / "reader-key.pem"),
+                            "--mdoc-reader-cert", str(self.trusted / "reader.pem")]
+        self.restart()
         self.reader = self.pcscd.readers[0]
+
+    def restart(self, *args: str) -> None:
+        """The same daemon (state, token) with the reader's settings and `args`."""
+        self.daemon.stop()
+        self.daemon = Daemon(self.root, {**self.softhsm.env, **self.pcscd.env},
+                             [*self.base, *self.reader_args, *args]).start()
 
     def make(self, directory: str, document_id: str, authority_key_id: str, *args: str) -> pathlib.Path:
         d = self.root / directory
@@ -444,6 +449,64 @@ def test_mdoc_read_through_a_libnfc_reader(tmp_path):
     assert doc["deviceAuthentication"] == "deviceSignature"
     assert len(doc["elements"][NS]["portrait"]) >= 3000 * 4 // 3  # base64url of the ~3000-byte portrait
     assert result["statistics"]["apdus"] > 20, result["statistics"]  # short APDUs only over libnfc
+
+
+def test_the_presence_command_approves_or_declines_for_the_user(lab):
+    # mdoc.presenceCommand (a kiosk's own confirmation) answers instead of mdoc.approve: it gets the request on
+    # stdin; exit 0 releases every requested element, another status declines. The token's PIN comes from a PIN file.
+    status, asked = lab.root / "presence-status", lab.root / "presence-requests"
+    pin = lab.root / "holder.pin"
+    pin.write_text(PIN)
+    config = lab.root / "mdoc-presence.json"
+    config.write_text(json.dumps({
+        "pinFiles": {"holder": str(pin)},
+        "mdoc": {"presenceCommand": ["/bin/sh", "-c", f"cat >> {asked}; echo >> {asked}; exit $(cat {status})"],
+                 "presenceTimeoutSeconds": 20}}))
+    lab.restart("--config", str(config))
+    try:
+        status.write_text("0")
+        p = lab.present("trusted-mdl")
+        lab.wait_card(lab.daemon)
+        read = Read(lab.daemon, lab.reader, ["family_name", "given_name"])
+        request = p.wait("mdoc.request")  # still announced to the UI
+        result, error = read.outcome()
+        assert error is None, error
+        doc = result["documents"][0]
+        assert doc["verdict"] == "authentic", doc["reasons"]
+        assert set(doc["elements"][NS]) == {"family_name", "given_name"}
+        lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})
+        summary = p.finish()
+        assert summary["presentations"][0]["outcome"] == "released", summary
+        seen = json.loads(asked.read_text().splitlines()[0])
+        assert seen["presentationId"] == request["presentationId"] and seen["uid"] == os.getuid()
+        assert [e["identifier"] for e in seen["elements"]] == ["family_name", "given_name"]
+
+        status.write_text("1")
+        p = lab.present("trusted-mdl")
+        lab.wait_card(lab.daemon)
+        read = Read(lab.daemon, lab.reader, ["family_name"])
+        refused = p.wait("mdoc.refused")
+        assert refused["code"] == "MDOC_NOT_APPROVED" and refused["reason"] == "declined", refused
+        result, error = read.outcome()
+        assert result is None and error is not None  # nothing released: the session ended with status 20
+        lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})
+        p.finish()
+    finally:
+        lab.restart()
+
+
+@pytest.mark.parametrize("mdoc, message", [
+    ({"presenceComand": ["/bin/true"]}, "unknown key 'presenceComand' in mdoc"),
+    ({"presenceCommand": ["/bin/true"], "presenceTimeoutSeconds": 0}, "mdoc.presenceTimeoutSeconds 0 is out of range"),
+    ({"presenceCommand": []}, "mdoc.presenceCommand must name a program"),
+])
+def test_a_wrong_mdoc_section_stops_start_up(tmp_path, mdoc, message):
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"mdoc": mdoc}))
+    out = subprocess.run([str(BIN / "tesserad"), "--socket", str(tmp_path / "s.sock"), "--state-dir",
+                          str(tmp_path / "state"), "--no-embedded-softhsm", "--config", str(config)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and message in out.stderr, out.stderr
 
 
 def test_the_cli_lists_and_removes_registrations(lab):
