@@ -198,7 +198,7 @@ def test_credentials_delete_takes_the_pin_of_a_pin_protected_token(tmp_path, sof
         d.stop()
     d = Daemon(tmp_path, softhsm.env, args).start()
     try:
-        out = cli(d, "credentials", "delete", reg2["credentialId"], "--pin-stdin", input="1234\n")
+        out = cli(d, "credentials", "delete", "--pin-stdin", "--", reg2["credentialId"], input="1234\n")
         assert "deleted" in out.stdout
         assert f"tessera:{reg2['credentialId']}" not in token_key_labels(softhsm)
     finally:
