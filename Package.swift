@@ -207,7 +207,8 @@ let package = Package(
         .executableTarget(
             name: "document-bench",
             dependencies: [
-                "Documents", "Emulation", "ICAO", "MRZ", "APDU", "PCSC", "VPCD", "TesseraCore", "TesseraTestSupport",
+                "Documents", "Emulation", "ICAO", "MRZ", "MDoc", "CBOR", "APDU", "PCSC", "VPCD", "TesseraCore",
+                "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Benchmarks/document-bench", swiftSettings: strict),
 

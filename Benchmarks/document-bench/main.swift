@@ -14,28 +14,40 @@ import VPCD
 // number of READ BINARY commands for the chunk size; and passive authentication of one document against a
 // 500-anchor trust store (issue 15 target: under 5 ms); and, through pcscd + vpcd, a chip with Chip Authentication
 // v1 (ECDH P-256, AES-128) and active authentication (DG14 + DG15 read, CA, AA), against the minimum number of
-// APDUs (access + READ BINARY chunks + CA + AA). Not a test: prints figures.
-// Usage: document-bench [--runs N] [--trust-only]
+// APDUs (access + READ BINARY chunks + CA + AA); and one mDL read (MDocBench.swift). Not a test: prints figures.
+// Usage: document-bench [--runs N] [--trust-only | --mdoc-only]
 
 let mrz = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 let runs = CommandLine.arguments.firstIndex(of: "--runs").flatMap { Int(CommandLine.arguments[$0 + 1]) } ?? 5
 
-/// An emulated chip as an in-memory card session.
+/// An emulated card (passport or mdoc) as an in-memory card session.
 struct EmulatedSession: CardSession {
-    let card: EmulatedPassport
+    let card: any VirtualCard
     var supportsExtendedLength: Bool { true }
     func transmit(_ command: [UInt8]) async throws(TesseraError) -> [UInt8] { await card.process(command) }
     func close() async { await card.reset() }
 }
 
+/// One reader with a card always present; `card` makes the card each session talks to.
 struct InMemorySource: ReaderSource {
-    let profile: DocumentProfile
+    let card: @Sendable () -> any VirtualCard
     var stack: String { "memory" }
     func readers() async throws(TesseraError) -> [ReaderInfo] {
         [ReaderInfo(name: "memory", stack: stack, cardPresent: true)]
     }
     func open(reader: String) async throws(TesseraError) -> any CardSession {
-        EmulatedSession(card: EmulatedPassport(profile: profile))
+        EmulatedSession(card: card())
+    }
+}
+
+/// Waits (up to 5 s) until pcscd reports a card in `reader` (or, with `present: false`, none: after a link's
+/// `remove()` pcscd still shows the old card until its next poll, and a read then fails).
+func waitForCard(_ context: PCSCContext, reader: String, present: Bool = true) async throws {
+    for _ in 0..<200 {
+        if try await context.listReaders().contains(where: { $0.name == reader && $0.cardPresent == present }) {
+            return
+        }
+        try await Task.sleep(for: .milliseconds(25))
     }
 }
 
@@ -66,6 +78,18 @@ func measure(_ label: String, _ service: DocumentService, extended: Bool, profil
             + pad("wire bytes \(r.statistics.bytes)", 19)
             + pad("file bytes \(r.statistics.fileBytes)", 18)
             + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
+}
+
+if CommandLine.arguments.contains("--mdoc-only") {
+    let pcscd = try await PCSCDaemonFixture.start()
+    do {
+        try await mdocBench(runs: runs, pcscd: pcscd, context: PCSCContext())
+    } catch {
+        pcscd.stop()
+        throw error
+    }
+    pcscd.stop()
+    exit(0)
 }
 
 let dir = FileManager.default.temporaryDirectory.appendingPathComponent("document-bench-\(getpid())").path
@@ -103,7 +127,8 @@ do {
 }
 if CommandLine.arguments.contains("--trust-only") { exit(0) }
 
-let memory = DocumentService(sources: [InMemorySource(profile: profile)], trustStore: try profile.trustStore())
+let memory = DocumentService(
+    sources: [InMemorySource { EmulatedPassport(profile: profile) }], trustStore: try profile.trustStore())
 try await measure("in process, short APDUs", memory, extended: false, profile: profile)
 try await measure("in process, extended length", memory, extended: true, profile: profile)
 
@@ -113,14 +138,12 @@ defer { pcscd.stop() }
 let link = VirtualCardLink(card: EmulatedPassport(profile: profile), port: Int(pcscd.port))
 try await link.start()
 let context = PCSCContext()
-for _ in 0..<200 {
-    if try await context.listReaders().contains(where: { $0.name == pcscd.readerName && $0.cardPresent }) { break }
-    try await Task.sleep(for: .milliseconds(25))
-}
+try await waitForCard(context, reader: pcscd.readerName)
 let pcsc = DocumentService(sources: [PCSCReaderSource(context: context)], trustStore: try profile.trustStore())
 try await measure("pcscd + vpcd, short APDUs", pcsc, extended: false, profile: profile)
 try await measure("pcscd + vpcd, extended length", pcsc, extended: true, profile: profile)
 await link.remove()
+try await waitForCard(context, reader: pcscd.readerName, present: false)
 
 // Chip Authentication v1 + active authentication through pcscd + vpcd: every file the SOD lists is read (EF.COM,
 // DG1, DG2, DG11, DG12, DG14, DG15, EF.SOD); DG14 under the access session, the rest under CA's keys.
@@ -134,10 +157,7 @@ let caProfile = try DocumentProfile.make(
     activeAuthentication: true, photoPadding: 20_000)
 let caLink = VirtualCardLink(card: EmulatedPassport(profile: caProfile), port: Int(pcscd.port))
 try await caLink.start()
-for _ in 0..<200 {
-    if try await context.listReaders().contains(where: { $0.name == pcscd.readerName && $0.cardPresent }) { break }
-    try await Task.sleep(for: .milliseconds(25))
-}
+try await waitForCard(context, reader: pcscd.readerName)
 let caService = DocumentService(sources: [PCSCReaderSource(context: context)], trustStore: try caProfile.trustStore())
 for extended in [false, true] {
     let request = DocumentReadRequest(
@@ -168,3 +188,7 @@ for extended in [false, true] {
             + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
 }
 await caLink.remove()
+try await waitForCard(context, reader: pcscd.readerName, present: false)
+
+// One mDL read (MDocBench.swift), in process and through the same pcscd.
+try await mdocBench(runs: runs, pcscd: pcscd, context: context)
