@@ -22,7 +22,8 @@ public struct MDocReaderIdentity: Sendable, Equatable {
 /// a request is offered only when it is signed by a certificate issued under a root whose subject key identifier is
 /// listed).
 ///
-/// Checked, in order: readerAuth is present; its x5chain parses (leaf first); the COSE_Sign1 verifies by the leaf's
+/// Checked, in order: readerAuth is present; its x5chain parses (leaf first); the leaf has the mdoc reader
+/// authentication extended key usage (1.0.18013.5.1.6, ISO/IEC 18013-5 Annex B); the COSE_Sign1 verifies by the leaf's
 /// key over ReaderAuthenticationBytes (this SessionTranscript and the DocRequest's ItemsRequestBytes); every
 /// certificate of the chain is valid at `now` and signed by the next one; the chain's root key identifier (see
 /// `rootKeyIdentifier`) is one of `supportedAuthorityKeyIdentifiers`. An empty list trusts nobody.
@@ -54,6 +55,12 @@ public enum MDocReaderTrust {
             chain.append(certificate)
         }
         guard let leaf = chain.first else { throw refusal("invalid", "readerAuth has no x5chain") }
+        guard leaf.extendedKeyUsage?.contains(MDocIssuer.readerAuthEKU) == true else {
+            throw refusal(
+                "invalid",
+                "the readerAuth certificate is not an mdoc reader authentication certificate (EKU \(MDocIssuer.readerAuthEKU))"
+            )
+        }
         let payload = DocRequest.readerAuthenticationBytes(
             sessionTranscript: sessionTranscript, itemsRequestBytes: request.itemsRequestBytes)
         guard auth.verify(publicKey: leaf.subjectPublicKeyInfo, detachedPayload: payload) else {

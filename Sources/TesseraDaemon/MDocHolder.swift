@@ -256,8 +256,14 @@ actor MDocApprovals {
         let continuation: CheckedContinuation<MDocConsent, Never>
     }
     private var pending: [String: Pending] = [:]
+    /// Requests announced to the user whose front door has not reached `wait` yet, and answers that came that early.
+    private var announced: [String: (uid: UInt32, session: String)] = [:]
+    private var early: [String: MDocConsent] = [:]
     private var outcomes: [String: CheckedContinuation<Result<[String], TesseraError>, Never>] = [:]
     private var endedSessions: Set<String> = []
+
+    /// Makes `id` answerable before its `mdoc.request` goes out, so that an `approve` racing ahead of `wait` is kept.
+    func announce(id: String, uid: UInt32, session: String) { announced[id] = (uid, session) }
 
     /// Waits for `approve` by `uid`; declined with reason timeout after `timeout`, ended after `end(session:)` or
     /// when the waiting task is cancelled (its caller went away). `presence` (the configured presence command) is
@@ -266,7 +272,10 @@ actor MDocApprovals {
         id: String, uid: UInt32, session: String, timeout: Duration,
         presence: (@Sendable () async -> MDocConsent?)? = nil
     ) async -> MDocConsent {
+        announced.removeValue(forKey: id)
+        let answer = early.removeValue(forKey: id)
         if endedSessions.contains(session) || Task.isCancelled { return .refused("ended") }
+        if let answer { return answer }
         let timer = Task { [weak self] in
             try? await Task.sleep(for: timeout)
             await self?.resolve(id, .refused("timeout"))
@@ -309,23 +318,29 @@ actor MDocApprovals {
     func approve(id: String, uid: UInt32, consent: MDocConsent) async throws(TesseraError)
         -> Result<[String], TesseraError>
     {
-        guard let p = pending[id] else {
+        guard let owner = pending[id]?.uid ?? announced[id]?.uid else {
             throw TesseraError(
                 .mdocPresentationNotPending, "presentation \(id) is not waiting for approval",
                 details: ["presentationId": .string(id)])
         }
-        guard p.uid == uid else {
+        guard owner == uid else {
             throw TesseraError(.unauthorized, "presentation \(id) belongs to another uid")
         }
-        pending.removeValue(forKey: id)
+        let waiting = pending.removeValue(forKey: id)
+        if waiting == nil {
+            announced.removeValue(forKey: id)
+            early[id] = consent
+        }
         return await withCheckedContinuation { c in
             outcomes[id] = c
-            p.continuation.resume(returning: consent)
+            waiting?.continuation.resume(returning: consent)
         }
     }
 
-    /// The outcome of an approved presentation (the released elements, or why nothing was).
+    /// The outcome of an approved presentation (the released elements, or why nothing was); forgets `id`.
     func finish(_ id: String, _ result: Result<[String], TesseraError>) {
+        announced.removeValue(forKey: id)
+        early.removeValue(forKey: id)
         outcomes.removeValue(forKey: id)?.resume(returning: result)
     }
 }

@@ -288,6 +288,7 @@ struct MDocConsentDesk: Sendable {
                 registration: registration, request: request, sessionTranscript: sessionTranscript, uid: uid
             ) { ask in
                 let params = ask.json(presentationId: presentationId, origin: origin)
+                await approvals.announce(id: presentationId, uid: uid, session: session)
                 await connection.notify("mdoc.request", params)
                 await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
                 let asked = presence.map { command in

@@ -60,6 +60,25 @@ import Testing
             ).authorityKeyIdentifier == Hex.encode(rootSKI))
     }
 
+    @Test func aReaderCertificateWithoutTheReaderAuthenticationEKUIsRefused() throws {
+        let transcript = try IssuanceTests.transcript()
+        let documentSigner = try MDocIssuer.testIACA()  // a valid chain, but its leaf's EKU is the DS one
+        let plain = try TestPKI.generateChain(rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader")
+        let readers: [Reader] = [(documentSigner.iaca, documentSigner.documentSigner), (plain.root, plain.signer)]
+        for reader in readers {
+            let rootSKI = try #require(reader.root.certificate.subjectKeyIdentifier)
+            let doc = try Self.request(reader, signedOver: transcript)
+            #expect(
+                Self.refusalReason { () throws(TesseraError) in
+                    try MDocReaderTrust.evaluate(
+                        doc, sessionTranscript: transcript, supportedAuthorityKeyIdentifiers: [rootSKI], now: Date())
+                } == "invalid")
+        }
+        #expect(documentSigner.documentSigner.certificate.extendedKeyUsage == [MDocIssuer.documentSignerEKU])
+        #expect(plain.signer.certificate.extendedKeyUsage == nil)
+        #expect(try Self.reader().signer.certificate.extendedKeyUsage == [MDocIssuer.readerAuthEKU])
+    }
+
     @Test func untrustedMissingOrForeignReaderAuthIsRefused() throws {
         let reader = try Self.reader()
         let other = try Self.reader()

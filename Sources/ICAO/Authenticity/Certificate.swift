@@ -103,6 +103,27 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
         subjectKeyIdentifier = ski; authorityKeyIdentifier = aki; keyUsage = ku; isCA = ca
     }
 
+    /// Extended key usage OIDs (dotted), nil without the extension or when it does not parse (read from `der` on
+    /// each call: few callers need it).
+    public var extendedKeyUsage: [String]? {
+        guard let fields = try? TLV.parse(der).children().first?.children(),
+            let wrapper = fields.dropFirst(6).first(where: { $0.tag == 0xA3 }),
+            let list = try? wrapper.children().first?.children()
+        else { return nil }
+        for ext in list {
+            guard let parts = try? ext.children(), parts.count >= 2, let value = parts.last,
+                (try? ASN1.oidValue(parts[0])) == "2.5.29.37", let usages = try? TLV.parse(value.value).children()
+            else { continue }
+            var oids: [String] = []
+            for usage in usages {
+                guard let oid = try? ASN1.oidValue(usage) else { return nil }
+                oids.append(oid)
+            }
+            return oids
+        }
+        return nil
+    }
+
     /// Parses one PEM or DER certificate.
     public init(pemOrDER bytes: [UInt8]) throws(TesseraError) {
         if let first = PEM.blocks(bytes, label: "CERTIFICATE").first {
