@@ -35,22 +35,9 @@ func benchMDocHolder(issuerSigned: IssuerSigned, deviceKey: P256.Signing.Private
     -> MDocNFCHolder
 {
     try MDocNFCHolder { request, transcript in
-        guard let doc = request.docRequests.first else { return nil }
-        let wanted = Set(doc.nameSpaces.flatMap { ns in ns.elements.map { "\(ns.namespace)/\($0.identifier)" } })
-        let signer: COSESigner = { (tbs: [UInt8]) throws(TesseraError) -> [UInt8] in
-            do { return Array(try deviceKey.signature(for: tbs).rawRepresentation) } catch {
-                throw TesseraError(.cryptoError, "device key signature failed")
-            }
-        }
-        guard
-            let deviceSigned = try? DeviceSigned.signed(
-                sessionTranscript: transcript, docType: doc.docType, signer: signer)
-        else { return nil }
-        return DeviceResponse(documents: [
-            MDocDocument(
-                docType: doc.docType, issuerSigned: issuerSigned.disclosing { wanted.contains("\($0)/\($1)") },
-                deviceSigned: deviceSigned)
-        ]).encoded
+        await MDocPresentation.releasingRequested(
+            request, sessionTranscript: transcript, issuerSigned: issuerSigned, docType: MDL.docType,
+            deviceKey: deviceKey)
     }
 }
 

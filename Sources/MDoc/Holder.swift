@@ -1,4 +1,5 @@
 import CBOR
+import Crypto
 import Foundation
 import ICAO
 import TesseraCore
@@ -150,6 +151,28 @@ public enum MDocPresentation {
         return DeviceResponse(documents: [
             MDocDocument(docType: docType, issuerSigned: disclosed, deviceSigned: deviceSigned)
         ]).encoded
+    }
+}
+
+extension MDocPresentation {
+    /// A holder without consent (the lab, benchmarks): every requested element of `issuerSigned` that the DocRequest
+    /// for `docType` asks for, with a deviceSignature by the software key `deviceKey`; nil (the session ends with
+    /// status 20) when no DocRequest asks for `docType` or the signature fails.
+    public static func releasingRequested(
+        _ request: DeviceRequest, sessionTranscript: SessionTranscript, issuerSigned: IssuerSigned, docType: String,
+        deviceKey: P256.Signing.PrivateKey
+    ) async -> [UInt8]? {
+        guard let doc = request.docRequests.first(where: { $0.docType == docType }) else { return nil }
+        let released = MDocElementSelection.released(
+            requested: MDocElementSelection.requested(doc), approved: nil, available: issuerSigned)
+        let signer: AsyncCOSESigner = { (tbs: [UInt8]) throws(TesseraError) -> [UInt8] in
+            do { return Array(try deviceKey.signature(for: tbs).rawRepresentation) } catch {
+                throw TesseraError(.cryptoError, "device key signature failed")
+            }
+        }
+        return try? await deviceResponse(
+            issuerSigned: issuerSigned, docType: docType, sessionTranscript: sessionTranscript, released: released,
+            signer: signer)
     }
 }
 

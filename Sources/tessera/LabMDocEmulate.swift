@@ -71,7 +71,8 @@ struct LabEmulateMDoc: AsyncParsableCommand {
         var roots: [ParsedCertificate] = []
         for rootPath in readerRoots { roots += try MDocFiles.certificates(rootPath) }
         return try MDocNFCHolder { [roots] request, transcript in
-            answer(request, transcript: transcript, issuerSigned: issuerSigned, deviceKey: deviceKey, roots: roots)
+            await answer(
+                request, transcript: transcript, issuerSigned: issuerSigned, deviceKey: deviceKey, roots: roots)
         }
     }
 
@@ -79,7 +80,7 @@ struct LabEmulateMDoc: AsyncParsableCommand {
     static func answer(
         _ request: DeviceRequest, transcript: SessionTranscript, issuerSigned: IssuerSigned,
         deviceKey: P256.Signing.PrivateKey, roots: [ParsedCertificate]
-    ) -> [UInt8]? {
+    ) async -> [UInt8]? {
         guard let doc = request.docRequests.first(where: { $0.docType == MDL.docType }) else { return nil }
         if !roots.isEmpty {
             guard let auth = doc.readerAuth, let der = auth.x5chain.first, let cert = try? ParsedCertificate(der: der),
@@ -90,20 +91,8 @@ struct LabEmulateMDoc: AsyncParsableCommand {
                         sessionTranscript: transcript, itemsRequestBytes: doc.itemsRequestBytes))
             else { return nil }
         }
-        var wanted = Set<String>()
-        for ns in doc.nameSpaces { for e in ns.elements { wanted.insert("\(ns.namespace)/\(e.identifier)") } }
-        let signer: COSESigner = { (tbs: [UInt8]) throws(TesseraError) -> [UInt8] in
-            do { return Array(try deviceKey.signature(for: tbs).rawRepresentation) } catch {
-                throw TesseraError(.cryptoError, "device key signature failed")
-            }
-        }
-        guard
-            let deviceSigned = try? DeviceSigned.signed(
-                sessionTranscript: transcript, docType: doc.docType, signer: signer)
-        else { return nil }
-        let disclosed = issuerSigned.disclosing { wanted.contains("\($0)/\($1)") }
-        return DeviceResponse(documents: [
-            MDocDocument(docType: doc.docType, issuerSigned: disclosed, deviceSigned: deviceSigned)
-        ]).encoded
+        return await MDocPresentation.releasingRequested(
+            request, sessionTranscript: transcript, issuerSigned: issuerSigned, docType: MDL.docType,
+            deviceKey: deviceKey)
     }
 }

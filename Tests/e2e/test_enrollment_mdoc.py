@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import pathlib
 import sqlite3
-import subprocess
 import time
 
 import pytest
 
-from tessera_harness import BIN, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, stop_process
+from tessera_harness import PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM
+from test_mdoc import EmulatedMDoc, make_mdoc
 
 DOCTYPE = "org.iso.18013.5.1.mDL"
 # `tessera lab make-mdoc` without a profile: Erika Mustermann of Utopia ("UT" in the mDL, "UTO" in Doc 9303).
@@ -32,13 +32,6 @@ WORKFLOWS = {
                     "steps": [{**MDOC, "elements": ["portrait"]}, "ATTRIBUTE_MATCHING",
                               {"key": "PASSKEY_CREATION", "rpId": RP}]},
 }
-
-
-def make_mdoc(directory: pathlib.Path) -> pathlib.Path:
-    out = subprocess.run([str(BIN / "tessera"), "lab", "make-mdoc", str(directory)], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    return directory
 
 
 class Lab:
@@ -66,26 +59,8 @@ class Lab:
             time.sleep(0.05)
         raise TimeoutError(f"card never became {'present' if present else 'absent'}")
 
-    def holder(self, mdl: pathlib.Path):
-        lab = self
-
-        class Holder:
-            def __enter__(self):
-                self.log = open(lab.root / "emulate-mdoc.log", "ab")
-                self.proc = subprocess.Popen([str(BIN / "tessera"), "lab", "emulate-mdoc", str(mdl),
-                                              "--vpcd", f"127.0.0.1:{lab.pcscd.port}"],
-                                             stdout=subprocess.PIPE, stderr=self.log, text=True)
-                line = self.proc.stdout.readline()
-                assert line.startswith("inserted"), f"emulate-mdoc did not start: {line!r}"
-                lab.wait_card(True)
-                return self
-
-            def __exit__(self, *exc):
-                stop_process(self.proc)
-                self.log.close()
-                lab.wait_card(False)
-
-        return Holder()
+    def holder(self, mdl: pathlib.Path) -> EmulatedMDoc:
+        return EmulatedMDoc(self.root, self.pcscd.port, mdl, self.wait_card)
 
     def stop(self) -> None:
         self.daemon.stop()

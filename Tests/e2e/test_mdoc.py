@@ -219,6 +219,29 @@ def test_another_iaca_is_not_authentic(tmp_path):
 
 # --- The daemon reads an emulated mdoc over pcscd + vpcd ---------------------------------------------------------
 
+class EmulatedMDoc:
+    """`tessera lab emulate-mdoc MDL` in the vpcd reader at `port` for the duration of a `with` block; `wait_card(present)`
+    waits until the daemon sees the card come and go."""
+
+    def __init__(self, root: pathlib.Path, port: int, mdl: pathlib.Path, wait_card, *args: str):
+        self.root, self.port, self.mdl, self.wait_card, self.args = root, port, mdl, wait_card, args
+
+    def __enter__(self) -> "EmulatedMDoc":
+        self.log = open(self.root / "emulate-mdoc.log", "ab")
+        self.proc = subprocess.Popen([str(BIN / "tessera"), "lab", "emulate-mdoc", str(self.mdl),
+                                      "--vpcd", f"127.0.0.1:{self.port}", *self.args],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("inserted"), f"emulate-mdoc did not start: {line!r}"
+        self.wait_card(True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        stop_process(self.proc)
+        self.log.close()
+        self.wait_card(False)
+
+
 class MDocLab:
     def __init__(self, root: pathlib.Path):
         self.root = root
@@ -239,26 +262,8 @@ class MDocLab:
             time.sleep(0.05)
         raise TimeoutError(f"card never became {'present' if present else 'absent'}")
 
-    def holder(self, *args: str):
-        lab = self
-
-        class Holder:
-            def __enter__(self):
-                self.log = open(lab.root / "emulate-mdoc.log", "ab")
-                self.proc = subprocess.Popen([str(BIN / "tessera"), "lab", "emulate-mdoc", str(lab.mdl),
-                                              "--vpcd", f"127.0.0.1:{lab.pcscd.port}", *args],
-                                             stdout=subprocess.PIPE, stderr=self.log, text=True)
-                line = self.proc.stdout.readline()
-                assert line.startswith("inserted"), f"emulate-mdoc did not start: {line!r}"
-                lab.wait_card(True)
-                return self
-
-            def __exit__(self, *exc):
-                stop_process(self.proc)
-                self.log.close()
-                lab.wait_card(False)
-
-        return Holder()
+    def holder(self, *args: str) -> "EmulatedMDoc":
+        return EmulatedMDoc(self.root, self.pcscd.port, self.mdl, self.wait_card, *args)
 
     def stop(self) -> None:
         self.daemon.stop()
