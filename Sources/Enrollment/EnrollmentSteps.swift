@@ -222,33 +222,13 @@ extension EnrollmentEngine {
         let allowUnverified =
             step.settings["allowUnverified"]?.boolValue
             ?? (step.settings["requirePassiveAuthentication"]?.boolValue == false)
-        let (events, sink) = AsyncStream.makeStream(
-            of: DocumentReadProgress.self, bufferingPolicy: .bufferingNewest(256))
-        let emit = self.emitter
-        let enrollmentId = row?.id ?? ""
-        let forwarder = Task {
-            for await e in events {
-                await emit(
-                    "enrollment.progress",
-                    ["enrollmentId": .string(enrollmentId), "step": .string(step.key), "progress": e.json])
-            }
-        }
-        let result: DocumentReadResult
-        do {
-            result = try await documents.read(
+        let result = try await forwardingProgress(of: step) { report async throws(TesseraError) in
+            try await documents.read(
                 DocumentReadRequest(
                     reader: reader, key: key, dataGroups: groups, verify: true,
                     allowClonable: allowClonable)
-            ) {
-                sink.yield($0)
-            }
-        } catch {
-            sink.finish()
-            await forwarder.value
-            throw error
+            ) { report($0.json) }
         }
-        sink.finish()
-        await forwarder.value
         let pa = result.passiveAuthentication?.status.rawValue ?? "unverified"
         // Only `authentic` passes, `unverified` when the step allows it; `notAuthentic` (tampered data, a clone) never.
         let verdict = result.verdict
@@ -277,6 +257,33 @@ extension EnrollmentEngine {
         return .completed(["document": .object(summary), "documentMRZ": .string(mrz.raw)])
     }
 
+    /// Runs a document read, sending what it reports as `enrollment.progress` of `step`, in order; every report is
+    /// sent before this returns or throws.
+    func forwardingProgress<T>(
+        of step: WorkflowStep,
+        _ read: (_ report: @escaping @Sendable (JSONValue) -> Void) async throws(TesseraError) -> T
+    ) async throws(TesseraError) -> T {
+        let (events, sink) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(256))
+        let emit = self.emitter
+        let enrollmentId = row?.id ?? ""
+        let forwarder = Task {
+            for await e in events {
+                await emit(
+                    "enrollment.progress",
+                    ["enrollmentId": .string(enrollmentId), "step": .string(step.key), "progress": e])
+            }
+        }
+        let result: Result<T, TesseraError>
+        do throws(TesseraError) {
+            result = .success(try await read { sink.yield($0) })
+        } catch {
+            result = .failure(error)
+        }
+        sink.finish()
+        await forwarder.value
+        return try result.get()
+    }
+
     /// MDOC_PHASE: reads an mDL through the daemon's mdoc reader (NFC engagement, session, DeviceRequest,
     /// DeviceResponse verified against the IACAs). Only `authentic` passes; the attributes are kept for
     /// ATTRIBUTE_MATCHING (`documentAttributes`) and the summary for the identity binding (`document`).
@@ -288,28 +295,10 @@ extension EnrollmentEngine {
         let reader = try await waitForCard(
             step, reader: step.string("reader"),
             seconds: step.settings["cardWaitSeconds"]?.intValue ?? 60)
-        let (events, sink) = AsyncStream.makeStream(of: JSONValue.self, bufferingPolicy: .bufferingNewest(64))
-        let emit = self.emitter
-        let enrollmentId = row?.id ?? ""
-        let forwarder = Task {
-            for await e in events {
-                await emit(
-                    "enrollment.progress",
-                    ["enrollmentId": .string(enrollmentId), "step": .string(step.key), "progress": e])
-            }
+        let outcome = try await forwardingProgress(of: step) { report async throws(TesseraError) in
+            try await mdocReader(
+                MDocReadOrder(reader: reader, docType: MDL.docType, elements: Self.mdocElements(step)), report)
         }
-        let outcome: MDocReadOutcome
-        do {
-            outcome = try await mdocReader(
-                MDocReadOrder(reader: reader, docType: MDL.docType, elements: Self.mdocElements(step))
-            ) { sink.yield($0) }
-        } catch {
-            sink.finish()
-            await forwarder.value
-            throw error
-        }
-        sink.finish()
-        await forwarder.value
         guard let document = outcome.documents.first(where: { $0.docType == MDL.docType }) ?? outcome.documents.first
         else {
             throw TesseraError(.malformedData, "the mdoc returned no document")

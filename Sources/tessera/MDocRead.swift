@@ -44,20 +44,9 @@ extension MDocCommand {
             let result: JSONValue
             do throws(TesseraError) {
                 let client = try await RPCClient.connect(path: globals.socketPath)
-                let progress = ProgressRenderer(output: .standardError, linesWhenNotTerminal: false)
-                let bar =
-                    progress.active
-                    ? Task { await progress.follow(client.notifications, method: "mdoc.progress") } : nil
                 defer { Task { await client.close() } }
-                do {
-                    result = try await client.call("mdoc.read", .object(params))
-                    bar?.cancel()
-                    progress.clear()
-                } catch {
-                    bar?.cancel()
-                    progress.clear()
-                    throw error
-                }
+                result = try await ProgressRenderer(output: .standardError, linesWhenNotTerminal: false).call(
+                    client, "mdoc.read", .object(params), progress: "mdoc.progress")
             } catch {
                 FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
                 throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)

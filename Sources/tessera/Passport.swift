@@ -145,18 +145,9 @@ struct Passport: AsyncParsableCommand {
             let result: JSONValue
             do throws(TesseraError) {
                 let client = try await RPCClient.connect(path: globals.socketPath)
-                let progress = ProgressRenderer(output: .standardError, linesWhenNotTerminal: false)
-                let bar = progress.active ? Task { await progress.follow(client.notifications) } : nil
                 defer { Task { await client.close() } }
-                do {
-                    result = try await client.call("documents.read", params)
-                    bar?.cancel()
-                    progress.clear()
-                } catch {
-                    bar?.cancel()
-                    progress.clear()
-                    throw error
-                }
+                result = try await ProgressRenderer(output: .standardError, linesWhenNotTerminal: false).call(
+                    client, "documents.read", params)
             } catch {
                 FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
                 throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)

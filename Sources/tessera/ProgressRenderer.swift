@@ -50,6 +50,18 @@ final class ProgressRenderer: Sendable {
         if shown { output.write(Data("\r\u{1B}[K".utf8)) }
     }
 
+    /// `client.call(method, params)` with its `progress` notifications drawn meanwhile; the line is erased after.
+    func call(
+        _ client: RPCClient, _ method: String, _ params: JSONValue, progress: String = "documents.progress"
+    ) async throws(TesseraError) -> JSONValue {
+        let bar = active ? Task { await follow(client.notifications, method: progress) } : nil
+        defer {
+            bar?.cancel()
+            clear()
+        }
+        return try await client.call(method, params)
+    }
+
     /// Draws each `method` notification until the task is cancelled or the stream ends.
     func follow(_ notifications: AsyncStream<RPCNotification>, method: String = "documents.progress") async {
         for await n in notifications where n.method == method {
