@@ -11,7 +11,8 @@ import TesseraCore
 /// Handles the requests of one daemon. Implementations route by `request.method`.
 public protocol RPCDispatcher: Sendable {
     func handle(_ request: RPCRequest, from connection: RPCConnection) async throws(TesseraError) -> JSONValue
-    /// Called once when a connection closes (e.g. to drop its subscriptions).
+    /// Called when a connection closes, while its in-flight requests may still run (so that long ones, e.g. a
+    /// presentation, can end), and again once they have all ended. Must be idempotent.
     func connectionClosed(_ connection: RPCConnection) async
 }
 
@@ -242,6 +243,10 @@ public final class RPCServer: Sendable {
                     let conn = RPCConnection(id: id, peer: peer, outbox: outbox)
                     self.state.withLock { $0.clients[id] = conn }
                     rpcConnection = conn
+                    // The peer went away (not just a half-close): requests that wait on it, such as a presentation,
+                    // learn so now rather than after they end.
+                    let dispatcher = self.dispatcher
+                    channel.closeFuture.whenComplete { _ in Task { await dispatcher.connectionClosed(conn) } }
                     try await withThrowingDiscardingTaskGroup { connectionTasks in
                         // Frames reach the channel here, so whoever sends a notification never waits for the peer.
                         connectionTasks.addTask { await outbox.drain(into: outbound) }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 @_spi(Testing) import RPC
+import Synchronization
 import TesseraCore
 import Testing
 
@@ -31,10 +32,37 @@ actor Gate {
     }
 }
 
-/// A dispatcher that echoes params, sleeps on request, notifies, fails on demand, and holds `gate` requests until
-/// enough are in flight.
+/// The connections the server said were closed, and how many `untilClosed` requests learnt so while running.
+final class Closings: Sendable {
+    private let state = Mutex<(closed: Set<UInt64>, running: Int, learnt: Int)>(([], 0, 0))
+
+    func closed(_ id: UInt64) { _ = state.withLock { $0.closed.insert(id) } }
+    var running: Int { state.withLock { $0.running } }
+    var learnt: Int { state.withLock { $0.learnt } }
+
+    /// Waits (up to 30 s) for `id`'s close while counted as running.
+    func wait(for id: UInt64) async -> Bool {
+        state.withLock { $0.running += 1 }
+        defer { state.withLock { $0.running -= 1 } }
+        let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+        while ContinuousClock.now < deadline {
+            if state.withLock({ $0.closed.contains(id) }) {
+                state.withLock { $0.learnt += 1 }
+                return true
+            }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return false
+    }
+}
+
+/// A dispatcher that echoes params, sleeps on request, notifies, fails on demand, holds `gate` requests until
+/// enough are in flight, and holds `untilClosed` requests until their connection closes.
 struct EchoDispatcher: RPCDispatcher {
     let gate = Gate()
+    let closings = Closings()
+
+    func connectionClosed(_ connection: RPCConnection) async { closings.closed(connection.id) }
 
     func handle(_ request: RPCRequest, from connection: RPCConnection) async throws(TesseraError) -> JSONValue {
         switch request.method {
@@ -52,6 +80,10 @@ struct EchoDispatcher: RPCDispatcher {
             return ["uid": .number(Double(connection.peer.uid))]
         case "fail":
             throw TesseraError(.pinInvalid, "wrong PIN", details: ["retriesLeft": 2])
+        case "untilClosed":
+            return ["closed": .bool(await closings.wait(for: connection.id))]
+        case "closings":
+            return ["running": .number(Double(closings.running)), "learnt": .number(Double(closings.learnt))]
         default:
             throw TesseraError(.methodNotFound, "unknown method '\(request.method)'")
         }
@@ -120,6 +152,30 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
                 }
                 try await g.waitForAll()
             }
+        }
+    }
+
+    @Test func aRequestInFlightLearnsThatItsPeerClosedTheConnection() async throws {
+        try await withServer { path, _ in
+            let other = try await RPCClient.connect(path: path)
+            let deadline = ContinuousClock.now.advanced(by: .seconds(10))
+            func closings() async throws -> (running: Int, learnt: Int) {
+                let r = try await other.call("closings")
+                return (r["running"]?.intValue ?? -1, r["learnt"]?.intValue ?? -1)
+            }
+            let c = try await RPCClient.connect(path: path)
+            try await c.sendRaw(Array(#"{"jsonrpc": "2.0", "id": 1, "method": "untilClosed"}"#.utf8) + [0x0A])
+            while try await closings().running == 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try await closings().running == 1)
+            // A clean close (nothing left unread, so no reset): the request is told while it still runs, not after
+            // it ends by itself (30 s later).
+            await c.close()
+            while try await closings().learnt == 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try await closings() == (0, 1))
         }
     }
 
