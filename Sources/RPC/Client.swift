@@ -82,6 +82,13 @@ public final class RPCClient: Sendable {
         }
     }
 
+    /// Shuts the sending half of the connection (end of file for the daemon) and keeps reading (for tests of
+    /// half-closed connections).
+    @_spi(Testing)
+    public func closeOutput() async {
+        try? await channel.close(mode: .output).get()
+    }
+
     public func close() async {
         try? await channel.close().get()
     }

@@ -228,7 +228,8 @@ public final class RPCServer: Sendable {
         do {
             // The connection's tasks (and default actors they call) run on its event loop: reading a request,
             // handling it and writing the answer need no wake-up of another thread.
-            try await withTaskExecutorPreference(EventLoopTaskExecutor(channel.eventLoop)) {
+            let executor = EventLoopTaskExecutor(channel.eventLoop)
+            try await withTaskExecutorPreference(executor) {
                 try await connection.executeThenClose { inbound, outbound in
                     let outbox = Outbox(limit: self.maxQueuedNotifications) {
                         self.state.withLock { $0.closedSlow += 1 }
@@ -243,44 +244,26 @@ public final class RPCServer: Sendable {
                     let conn = RPCConnection(id: id, peer: peer, outbox: outbox)
                     self.state.withLock { $0.clients[id] = conn }
                     rpcConnection = conn
-                    // The peer went away (not just a half-close): requests that wait on it, such as a presentation,
-                    // learn so now rather than after they end.
-                    let dispatcher = self.dispatcher
-                    channel.closeFuture.whenComplete { _ in Task { await dispatcher.connectionClosed(conn) } }
                     try await withThrowingDiscardingTaskGroup { connectionTasks in
                         // Frames reach the channel here, so whoever sends a notification never waits for the peer.
                         connectionTasks.addTask { await outbox.drain(into: outbound) }
                         defer { outbox.finish() }
-                        try await withThrowingDiscardingTaskGroup { group in
-                            do {
-                                for try await frame in inbound {
-                                    let bytes = Array(frame.readableBytesView)
-                                    let admitted = conn.inFlight.withLock { n in
-                                        guard n < self.maxRequestsInFlight else { return false }
-                                        n += 1
-                                        return true
-                                    }
-                                    guard admitted else {
-                                        // Answered before reading on: a peer that does not read its answers stalls only itself.
-                                        await self.refuseBusy(bytes, on: conn)
-                                        continue
-                                    }
-                                    group.addTask {
-                                        await self.process(bytes, on: conn)
-                                        conn.inFlight.withLock { $0 -= 1 }
-                                    }
-                                }
-                            } catch is FrameTooLargeError {
-                                await conn.send(
-                                    RPCWire.response(
-                                        id: nil,
-                                        error: TesseraError(
-                                            .frameTooLarge,
-                                            "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
-                            } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel
-                            {
-                                // Shutdown closed our input: answer what is in flight, then close.
-                            }
+                        // The requests run in a task of their own so that the peer going away can cancel them.
+                        let requests = Task(executorPreference: executor) {
+                            try await self.serveRequests(inbound, on: conn)
+                        }
+                        // The peer went away (closed, not just half-closed): its answers cannot be delivered, so its
+                        // requests are cancelled ("the caller went away") and the close hooks run now, not after
+                        // those requests end. At shutdown the requests are answered first.
+                        let dispatcher = self.dispatcher
+                        channel.closeFuture.whenComplete { _ in
+                            if !self.state.withLock({ $0.shuttingDown }) { requests.cancel() }
+                            Task { await dispatcher.connectionClosed(conn) }
+                        }
+                        try await withTaskCancellationHandler {
+                            try await requests.value
+                        } onCancel: {
+                            requests.cancel()
                         }
                     }
                 }
@@ -292,6 +275,43 @@ public final class RPCServer: Sendable {
         _ = state.withLock { $0.connections.removeValue(forKey: id) }
         _ = state.withLock { $0.clients.removeValue(forKey: id) }
         logger.debug("client disconnected", metadata: ["conn": "\(id)"])
+    }
+
+    /// Reads `conn`'s frames and runs each request as it arrives (at most `maxRequestsInFlight` at once); returns
+    /// once the input has ended and every request has been answered.
+    private func serveRequests(_ inbound: NIOAsyncChannelInboundStream<ByteBuffer>, on conn: RPCConnection)
+        async throws
+    {
+        try await withThrowingDiscardingTaskGroup { group in
+            do {
+                for try await frame in inbound {
+                    let bytes = Array(frame.readableBytesView)
+                    let admitted = conn.inFlight.withLock { n in
+                        guard n < self.maxRequestsInFlight else { return false }
+                        n += 1
+                        return true
+                    }
+                    guard admitted else {
+                        // Answered before reading on: a peer that does not read its answers stalls only itself.
+                        await self.refuseBusy(bytes, on: conn)
+                        continue
+                    }
+                    group.addTask {
+                        await self.process(bytes, on: conn)
+                        conn.inFlight.withLock { $0 -= 1 }
+                    }
+                }
+            } catch is FrameTooLargeError {
+                await conn.send(
+                    RPCWire.response(
+                        id: nil,
+                        error: TesseraError(
+                            .frameTooLarge,
+                            "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
+            } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel {
+                // Shutdown closed our input: answer what is in flight, then close.
+            }
+        }
     }
 
     /// Answers a request that found its connection with the maximum in flight (`BUSY`, retryable).

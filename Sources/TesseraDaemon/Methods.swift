@@ -29,7 +29,8 @@ final class MethodTable: RPCDispatcher {
         }
     }
 
-    /// Runs `hook` for every connection that closes (e.g. to drop its subscriptions).
+    /// Runs `hook` for every connection that closes (e.g. to drop its subscriptions): as soon as it closes, while its
+    /// requests may still run, and again after they end, so a hook must be idempotent.
     func onClose(_ hook: @escaping @Sendable (RPCConnection) -> Void) { closeHooks.append(hook) }
 
     func connectionClosed(_ connection: RPCConnection) async {

@@ -32,13 +32,25 @@ actor Gate {
     }
 }
 
-/// The connections the server said were closed, and how many `untilClosed` requests learnt so while running.
+/// The connections the server said were closed, how many `untilClosed` requests learnt so while running, and how
+/// many `hold` requests were cancelled.
 final class Closings: Sendable {
-    private let state = Mutex<(closed: Set<UInt64>, running: Int, learnt: Int)>(([], 0, 0))
+    private let state = Mutex<(closed: Set<UInt64>, running: Int, learnt: Int, cancelled: Int)>(([], 0, 0, 0))
 
     func closed(_ id: UInt64) { _ = state.withLock { $0.closed.insert(id) } }
     var running: Int { state.withLock { $0.running } }
     var learnt: Int { state.withLock { $0.learnt } }
+    var cancelled: Int { state.withLock { $0.cancelled } }
+
+    /// Sleeps `ms` (counted as running) or until the request's task is cancelled; whether it was.
+    func hold(ms: Int) async -> Bool {
+        state.withLock { $0.running += 1 }
+        defer { state.withLock { $0.running -= 1 } }
+        try? await Task.sleep(for: .milliseconds(ms))
+        guard Task.isCancelled else { return false }
+        state.withLock { $0.cancelled += 1 }
+        return true
+    }
 
     /// Waits (up to 30 s) for `id`'s close while counted as running.
     func wait(for id: UInt64) async -> Bool {
@@ -57,7 +69,7 @@ final class Closings: Sendable {
 }
 
 /// A dispatcher that echoes params, sleeps on request, notifies, fails on demand, holds `gate` requests until
-/// enough are in flight, and holds `untilClosed` requests until their connection closes.
+/// enough are in flight, and holds `untilClosed` requests until their connection closes and `hold` requests for `ms` or until cancelled.
 struct EchoDispatcher: RPCDispatcher {
     let gate = Gate()
     let closings = Closings()
@@ -82,8 +94,13 @@ struct EchoDispatcher: RPCDispatcher {
             throw TesseraError(.pinInvalid, "wrong PIN", details: ["retriesLeft": 2])
         case "untilClosed":
             return ["closed": .bool(await closings.wait(for: connection.id))]
+        case "hold":
+            return ["cancelled": .bool(await closings.hold(ms: request.params?["ms"]?.intValue ?? 0))]
         case "closings":
-            return ["running": .number(Double(closings.running)), "learnt": .number(Double(closings.learnt))]
+            return [
+                "running": .number(Double(closings.running)), "learnt": .number(Double(closings.learnt)),
+                "cancelled": .number(Double(closings.cancelled)),
+            ]
         default:
             throw TesseraError(.methodNotFound, "unknown method '\(request.method)'")
         }
@@ -176,6 +193,36 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
                 try await Task.sleep(for: .milliseconds(10))
             }
             #expect(try await closings() == (0, 1))
+        }
+    }
+
+    @Test func aRequestInFlightIsCancelledWhenItsPeerClosesAndAnsweredAfterAHalfClose() async throws {
+        try await withServer { path, _ in
+            let other = try await RPCClient.connect(path: path)
+            let deadline = ContinuousClock.now.advanced(by: .seconds(10))
+            func closings(_ key: String) async throws -> Int { try await other.call("closings")[key]?.intValue ?? -1 }
+            func waitRunning(_ n: Int) async throws {
+                while try await closings("running") != n, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(10))
+                }
+                #expect(try await closings("running") == n)
+            }
+            // End of file with the peer still reading (a half-close): the request runs to its end and is answered.
+            let h = try await RPCClient.connect(path: path)
+            async let answer = h.call("hold", ["ms": 300])
+            try await waitRunning(1)
+            await h.closeOutput()
+            #expect(try await answer["cancelled"] == false)
+            // The caller went away (a clean close, not a reset): what it asked for is cancelled, not left to run.
+            let c = try await RPCClient.connect(path: path)
+            try await c.sendRaw(Array(#"{"jsonrpc": "2.0", "id": 1, "method": "hold", "params": {"ms": 30000}}"#.utf8))
+            try await c.sendRaw([0x0A])
+            try await waitRunning(1)
+            await c.close()
+            while try await closings("cancelled") == 0, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try await closings("cancelled") == 1)
         }
     }
 
