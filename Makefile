@@ -49,9 +49,10 @@ format:
 bench: setup
 	@scripts/bench.sh
 
-## Instructions per passkey.authenticate in tesserad without the token's C_Sign (valgrind callgrind, release
-## build), with the top functions by inclusive cost; CALLGRIND_ASSERTIONS (default 2000) after a warm-up.
-## Needs valgrind >= 3.22: Debian 12's 3.19 cannot read the DWARF 5 of Swift 6.3 binaries.
+## Instructions per passkey.authenticate in tesserad without the token's signing (C_SignInit + C_Sign; valgrind
+## callgrind, release build), with the top functions (inclusive and own) and own cost by object;
+## CALLGRIND_ASSERTIONS (default 2000) after a warm-up. valgrind runs a copy of tesserad without its DWARF 5 debug
+## information, which Debian 12's valgrind 3.19 cannot read.
 .PHONY: bench-callgrind
 bench-callgrind: setup
 	@swift build -c release --product tesserad && swift build -c release --product tessera-bench

@@ -2,7 +2,21 @@ import ArgumentParser
 import Foundation
 import TesseraDaemon
 
+/// The entry point: the daemon runs on the concurrency pool and the main thread only waits for it. Nothing in
+/// tesserad is main-actor isolated, and valgrind 3.19 (`tessera-bench --callgrind`) cannot run an async main: it
+/// crashes at the main executor's rt_sigsuspend.
 @main
+enum Entry {
+    static func main() {
+        let finished = DispatchSemaphore(value: 0)
+        Task.detached {
+            await Tesserad.main()
+            finished.signal()
+        }
+        finished.wait()
+    }
+}
+
 struct Tesserad: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tesserad",
