@@ -50,19 +50,19 @@ public struct CollectedClientData: Sendable, Equatable {
 
     /// CCDToString (WebAuthn §5.8.1.2).
     static func appendCCDString(_ string: String, to out: inout [UInt8]) {
-        let hexDigits = Array("0123456789abcdef".utf8)
+        func hexDigit(_ v: UInt8) -> UInt8 { v < 10 ? 0x30 + v : 0x57 + v }  // 0-9, a-f
         out.append(0x22)
-        for scalar in string.unicodeScalars {
-            switch scalar.value {
-            case 0x20, 0x21, 0x23...0x5B, 0x5D...0x10FFFF:
-                out += Array(String(scalar).utf8)
-            case 0x22:
-                out += [0x5C, 0x22]
-            case 0x5C:
-                out += [0x5C, 0x5C]
+        // Byte by byte: the bytes of a multi-byte UTF-8 sequence are all 0x80 or more (code points from 0x80 are
+        // copied as they are), and an ASCII byte is its own code point.
+        for byte in string.utf8 {
+            switch byte {
+            case 0x22, 0x5C:
+                out.append(0x5C)
+                out.append(byte)
+            case 0x00..<0x20:
+                out.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, hexDigit(byte >> 4), hexDigit(byte & 0xF)])
             default:
-                let v = scalar.value
-                out += [0x5C, 0x75, 0x30, 0x30, hexDigits[Int(v >> 4 & 0xF)], hexDigits[Int(v & 0xF)]]
+                out.append(byte)
             }
         }
         out.append(0x22)
