@@ -4,7 +4,9 @@ import TesseraCore
 import TesseraTestSupport
 
 /// `--callgrind N`: instructions tesserad executes per `passkey.authenticate`, not counting the token's own
-/// signing (C_SignInit + C_Sign), from valgrind's callgrind (a count, not a time: the figure does not move with the machine's load).
+/// signing (C_SignInit + C_Sign), from valgrind's callgrind (a count, not a time: the figure does not move with
+/// the machine's load; but work done once per interval, such as the PKCS#11 token list cached for 1 s, comes
+/// round more often under valgrind's slowdown and counts more than it would at full speed).
 ///
 /// Two runs of the daemon under callgrind on the same state: both start, answer a warm-up of assertions and stop
 /// (SIGTERM); the second answers `N` more. Per assertion = (instructions of run 2 − run 1) / N, less the same
