@@ -16,7 +16,8 @@ import TesseraTestSupport
 enum CallgrindBench {
     static let warmup = 200
 
-    static func run(assertions: Int, tesserad: String, withPIN: Bool) async throws {
+    /// `keepIn`: a directory to copy the two profiles to (`callgrind.0.out`, the warm-up only, and `callgrind.1.out`).
+    static func run(assertions: Int, tesserad: String, withPIN: Bool, keepIn: String? = nil) async throws {
         guard assertions > 0 else { throw BenchError("--callgrind needs a positive count") }
         for tool in ["/usr/bin/valgrind", "/usr/bin/callgrind_annotate", "/usr/bin/objcopy"]
         where !FileManager.default.isExecutableFile(atPath: tool) {
@@ -84,6 +85,12 @@ enum CallgrindBench {
                 throw BenchError("tesserad under callgrind did not exit cleanly")
             }
             profiles.append(try await Profile.load(out))
+            if let keepIn {
+                let kept = URL(fileURLWithPath: keepIn).appendingPathComponent("callgrind.\(index).out")
+                try FileManager.default.createDirectory(atPath: keepIn, withIntermediateDirectories: true)
+                try? FileManager.default.removeItem(at: kept)
+                try FileManager.default.copyItem(at: URL(fileURLWithPath: out), to: kept)
+            }
         }
 
         let n = Double(assertions)

@@ -18,7 +18,8 @@ enum Bench {
                               relying party asking for user verification does)
           --no-p11-kit        leave out the p11-kit remoting peer
           --callgrind N       instructions per assertion in tesserad under valgrind --tool=callgrind (N assertions
-                              after a warm-up, less a run without them), without the token's C_Sign; top functions
+                              after a warm-up, less a run without them), without the token's signing; top functions
+          --callgrind-out DIR keep the two callgrind profiles in DIR (e.g. for callgrind_annotate --tree=caller)
           --daemon-cpus LIST  run tesserad under `taskset -c LIST` (e.g. 1; start the bench itself under
                               `taskset -c 0` to give load generator and daemon a core each)
         """
@@ -33,6 +34,7 @@ enum Bench {
         var withPIN = true
         var withP11Kit = true
         var callgrindCount: Int?
+        var callgrindOut: String?
         var sshAgent = false  // --ssh-agent: the SSH agent benchmark (SSHAgentBench.swift)
         var ctap = false  // --ctap: CTAP getAssertion latency (CTAPBench.swift)
         var it = CommandLine.arguments.dropFirst().makeIterator()
@@ -45,6 +47,7 @@ enum Bench {
             case "--no-pin": withPIN = false
             case "--no-p11-kit": withP11Kit = false
             case "--callgrind": callgrindCount = Int(it.next() ?? "") ?? 1000
+            case "--callgrind-out": callgrindOut = it.next()
             case "--ssh-agent": sshAgent = true
             case "--ctap": ctap = true
             case "--clients":
@@ -54,7 +57,8 @@ enum Bench {
             }
         }
         if let callgrindCount {
-            try await CallgrindBench.run(assertions: callgrindCount, tesserad: tesserad, withPIN: withPIN)
+            try await CallgrindBench.run(
+                assertions: callgrindCount, tesserad: tesserad, withPIN: withPIN, keepIn: callgrindOut)
             return
         }
         if piv { try await PIVBench.run(seconds: seconds, tesserad: tesserad); return }
