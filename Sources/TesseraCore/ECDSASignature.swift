@@ -59,17 +59,29 @@ public enum ECDSASignature {
             throw .invalidInput("raw ECDSA signature must be \(2 * group.componentLength) bytes")
         }
         let half = rs.count / 2
-        var content: [UInt8] = []
-        for component in [rs[..<half], rs[half...]] {
-            let magnitude = Array(component.drop(while: { $0 == 0 }))
+        // SEQUENCE { INTEGER r, INTEGER s }, written into one buffer: each INTEGER is the component without its
+        // leading zero bytes, with one 0x00 in front when its top bit is set.
+        var contentLength = 0
+        for range in [0..<half, half..<rs.count] {
+            let magnitude = rs[range].drop(while: { $0 == 0 })
             guard let first = magnitude.first else { throw .invalidInput("ECDSA signature component is zero") }
             if let order = group?.order, !isBelow(magnitude, order) {
                 throw .invalidInput("ECDSA signature component is not below the group order")
             }
-            let integer = (first & 0x80 != 0 ? [0x00] : []) + magnitude
-            content += [0x02, UInt8(integer.count)] + integer
+            contentLength += 2 + magnitude.count + (first & 0x80 != 0 ? 1 : 0)
         }
-        return [0x30] + derLength(content.count) + content
+        var der: [UInt8] = [0x30]
+        der.reserveCapacity(3 + contentLength)
+        der.append(contentsOf: derLength(contentLength))
+        for range in [0..<half, half..<rs.count] {
+            let magnitude = rs[range].drop(while: { $0 == 0 })
+            let padded = magnitude.first! & 0x80 != 0
+            der.append(0x02)
+            der.append(UInt8(magnitude.count + (padded ? 1 : 0)))
+            if padded { der.append(0x00) }
+            der.append(contentsOf: magnitude)
+        }
+        return der
     }
 
     /// Raw `r ‖ s`, each left-padded to the group's component length, from a DER signature.
@@ -141,7 +153,7 @@ public enum ECDSASignature {
     }
 
     /// Whether the unsigned big-endian `value` (no leading zeros) is below `order`.
-    private static func isBelow(_ value: [UInt8], _ order: [UInt8]) -> Bool {
+    private static func isBelow(_ value: some Collection<UInt8>, _ order: [UInt8]) -> Bool {
         let order = order.drop(while: { $0 == 0 })
         if value.count != order.count { return value.count < order.count }
         for (a, b) in zip(value, order) where a != b { return a < b }

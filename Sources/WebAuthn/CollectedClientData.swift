@@ -29,16 +29,18 @@ public struct CollectedClientData: Sendable, Equatable {
     /// clientDataJSON per WebAuthn §5.8.1.1 "Serialization": members type, challenge (base64url, unpadded),
     /// origin, crossOrigin, then topOrigin when present, strings escaped with CCDToString.
     public var json: [UInt8] {
-        var out = Array(#"{"type":"#.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(96 + 2 * challenge.count + origin.utf8.count + (topOrigin?.utf8.count ?? 0))
+        out.append(contentsOf: #"{"type":"#.utf8)
         Self.appendCCDString(type.rawValue, to: &out)
-        out += Array(#","challenge":"#.utf8)
+        out.append(contentsOf: #","challenge":"#.utf8)
         Self.appendCCDString(Base64URL.encode(challenge), to: &out)
-        out += Array(#","origin":"#.utf8)
+        out.append(contentsOf: #","origin":"#.utf8)
         Self.appendCCDString(origin, to: &out)
-        out += Array(#","crossOrigin":"#.utf8)
-        out += Array((crossOrigin ? "true" : "false").utf8)
+        out.append(contentsOf: #","crossOrigin":"#.utf8)
+        out.append(contentsOf: (crossOrigin ? "true" : "false").utf8)
         if let topOrigin {
-            out += Array(#","topOrigin":"#.utf8)
+            out.append(contentsOf: #","topOrigin":"#.utf8)
             Self.appendCCDString(topOrigin, to: &out)
         }
         out.append(0x7D)
