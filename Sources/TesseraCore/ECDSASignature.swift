@@ -75,7 +75,7 @@ public enum ECDSASignature {
         der.append(contentsOf: derLength(contentLength))
         for range in [0..<half, half..<rs.count] {
             let magnitude = rs[range].drop(while: { $0 == 0 })
-            let padded = magnitude.first! & 0x80 != 0
+            let padded = (magnitude.first ?? 0) & 0x80 != 0
             der.append(0x02)
             der.append(UInt8(magnitude.count + (padded ? 1 : 0)))
             if padded { der.append(0x00) }
