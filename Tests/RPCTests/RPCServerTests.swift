@@ -35,22 +35,33 @@ actor Gate {
 /// The connections the server said were closed, how many `untilClosed` requests learnt so while running, and how
 /// many `hold` requests were cancelled.
 final class Closings: Sendable {
-    private let state = Mutex<(closed: Set<UInt64>, running: Int, learnt: Int, cancelled: Int)>(([], 0, 0, 0))
+    private let state = Mutex<(closed: Set<UInt64>, running: Int, learnt: Int, cancelled: Int, releases: Int)>(
+        ([], 0, 0, 0, 0))
 
     func closed(_ id: UInt64) { _ = state.withLock { $0.closed.insert(id) } }
     var running: Int { state.withLock { $0.running } }
     var learnt: Int { state.withLock { $0.learnt } }
     var cancelled: Int { state.withLock { $0.cancelled } }
 
-    /// Sleeps `ms` (counted as running) or until the request's task is cancelled; whether it was.
+    /// Waits (counted as running) until `ms` pass, `release()` is called or the request's task is cancelled;
+    /// whether it was cancelled.
     func hold(ms: Int) async -> Bool {
-        state.withLock { $0.running += 1 }
+        let releases = state.withLock { s in
+            s.running += 1
+            return s.releases
+        }
         defer { state.withLock { $0.running -= 1 } }
-        try? await Task.sleep(for: .milliseconds(ms))
+        let end = ContinuousClock.now.advanced(by: .milliseconds(ms))
+        while ContinuousClock.now < end, !Task.isCancelled, state.withLock({ $0.releases }) == releases {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
         guard Task.isCancelled else { return false }
         state.withLock { $0.cancelled += 1 }
         return true
     }
+
+    /// Ends the `hold` requests running now.
+    func release() { state.withLock { $0.releases += 1 } }
 
     /// Waits (up to 30 s) for `id`'s close while counted as running.
     func wait(for id: UInt64) async -> Bool {
@@ -69,7 +80,8 @@ final class Closings: Sendable {
 }
 
 /// A dispatcher that echoes params, sleeps on request, notifies, fails on demand, holds `gate` requests until
-/// enough are in flight, and holds `untilClosed` requests until their connection closes and `hold` requests for `ms` or until cancelled.
+/// enough are in flight, and holds `untilClosed` requests until their connection closes and `hold` requests for
+/// `ms`, until `release` or until cancelled.
 struct EchoDispatcher: RPCDispatcher {
     let gate = Gate()
     let closings = Closings()
@@ -96,6 +108,9 @@ struct EchoDispatcher: RPCDispatcher {
             return ["closed": .bool(await closings.wait(for: connection.id))]
         case "hold":
             return ["cancelled": .bool(await closings.hold(ms: request.params?["ms"]?.intValue ?? 0))]
+        case "release":
+            closings.release()
+            return [:]
         case "closings":
             return [
                 "running": .number(Double(closings.running)), "learnt": .number(Double(closings.learnt)),
@@ -175,7 +190,7 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
     @Test func aRequestInFlightLearnsThatItsPeerClosedTheConnection() async throws {
         try await withServer { path, _ in
             let other = try await RPCClient.connect(path: path)
-            let deadline = ContinuousClock.now.advanced(by: .seconds(10))
+            let deadline = ContinuousClock.now.advanced(by: .seconds(25))  // below the request's own 30 s
             func closings() async throws -> (running: Int, learnt: Int) {
                 let r = try await other.call("closings")
                 return (r["running"]?.intValue ?? -1, r["learnt"]?.intValue ?? -1)
@@ -199,7 +214,8 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
     @Test func aRequestInFlightIsCancelledWhenItsPeerClosesAndAnsweredAfterAHalfClose() async throws {
         try await withServer { path, _ in
             let other = try await RPCClient.connect(path: path)
-            let deadline = ContinuousClock.now.advanced(by: .seconds(10))
+            // Only a failing wait runs to this deadline (CI machines can stall a test for seconds).
+            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
             func closings(_ key: String) async throws -> Int { try await other.call("closings")[key]?.intValue ?? -1 }
             func waitRunning(_ n: Int) async throws {
                 while try await closings("running") != n, ContinuousClock.now < deadline {
@@ -209,9 +225,11 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
             }
             // End of file with the peer still reading (a half-close): the request runs to its end and is answered.
             let h = try await RPCClient.connect(path: path)
-            async let answer = h.call("hold", ["ms": 300])
+            async let answer = h.call("hold", ["ms": 60000])
             try await waitRunning(1)
             await h.closeOutput()
+            try await Task.sleep(for: .milliseconds(200))  // time for a wrong cancellation to arrive
+            _ = try await other.call("release")
             #expect(try await answer["cancelled"] == false)
             // The caller went away (a clean close, not a reset): what it asked for is cancelled, not left to run.
             let c = try await RPCClient.connect(path: path)
