@@ -204,7 +204,7 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
             // A clean close (nothing left unread, so no reset): the request is told while it still runs, not after
             // it ends by itself (30 s later).
             await c.close()
-            while try await closings().learnt == 0, ContinuousClock.now < deadline {
+            while try await closings() != (0, 1), ContinuousClock.now < deadline {  // learnt, then ended
                 try await Task.sleep(for: .milliseconds(10))
             }
             #expect(try await closings() == (0, 1))
