@@ -46,7 +46,7 @@ let package = Package(
         .target(
             name: "WebAuthn",
             dependencies: [
-                "TesseraCore", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
+                "TesseraCore", "CBOR", "CryptoPrimitives", .product(name: "Crypto", package: "swift-crypto"),
             ], swiftSettings: strict),
         .target(name: "APDU", dependencies: ["TesseraCore"], swiftSettings: strict),
         .target(name: "MRZ", dependencies: ["TesseraCore"], swiftSettings: strict),
@@ -92,7 +92,8 @@ let package = Package(
         .target(
             name: "PKCS11",
             dependencies: [
-                "TesseraCore", "CPKCS11", "CSystemShims", .product(name: "Crypto", package: "swift-crypto"),
+                "TesseraCore", "CPKCS11", "CSystemShims", "CryptoPrimitives",
+                .product(name: "Crypto", package: "swift-crypto"),
             ], swiftSettings: strict),
         .target(
             name: "PCSC", dependencies: ["TesseraCore", "APDU", "CPCSCLite"],
@@ -125,7 +126,7 @@ let package = Package(
         .target(
             name: "Passkeys",
             dependencies: [
-                "TesseraCore", "WebAuthn", "PKCS11", "CredentialStore",
+                "TesseraCore", "WebAuthn", "PKCS11", "CredentialStore", "CryptoPrimitives",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

@@ -1,5 +1,6 @@
 import CBOR
 import Crypto
+import CryptoPrimitives
 
 /// authenticatorCredentialManagement parameters (§6.8).
 public struct CredentialManagementRequest: Sendable {
@@ -123,7 +124,7 @@ extension CTAP2Authenticator {
             permission: .credentialManagement, rpId: rpId, bind: false)
     }
 
-    private func rpIdHash(_ rpId: String) -> [UInt8] { Array(SHA256.hash(data: Array(rpId.utf8))) }
+    private func rpIdHash(_ rpId: String) -> [UInt8] { MessageDigest.sha256(Array(rpId.utf8)) }
 
     /// user, credentialID, publicKey, credProtect of one credential (§6.8.4).
     private func credentialEntry(_ c: CTAP2Credential) throws(CTAP2Error) -> [(key: CBORValue, value: CBORValue)] {

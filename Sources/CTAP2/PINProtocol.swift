@@ -14,7 +14,7 @@ public enum PINUVAuthProtocol: Int, Sendable, CaseIterable {
     public func kdf(_ z: [UInt8]) -> [UInt8] {
         switch self {
         case .one:
-            return Array(SHA256.hash(data: z))
+            return MessageDigest.sha256(z)
         case .two:
             let salt = [UInt8](repeating: 0, count: 32)
             func derive(_ info: String) -> [UInt8] {

@@ -252,7 +252,7 @@ final class PIVToken: KeyStoreToken {
         } else {
             slot = try await self.slot(for: handle)
         }
-        let digest = Array(SHA256.hash(data: message))
+        let digest = MessageDigest.sha256(message)
         let der = try await run(pin: pin) { app throws(TesseraError) in
             try await app.signP256(slot: slot, digest: digest)
         }

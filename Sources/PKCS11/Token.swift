@@ -1,5 +1,6 @@
 internal import CPKCS11
 import Crypto
+import CryptoPrimitives
 import Foundation
 import TesseraCore
 
@@ -14,7 +15,7 @@ public final class PKCS11Token: Sendable {
     let slot: Locked<ck_slot_id_t>
     private let infoState: Locked<TokenInfo>
     private let pool: SessionPool
-    private let keyHandles = Locked<[[UInt8]: ck_object_handle_t]>([:])
+    private let keyHandles = Locked<[ByteKey: ck_object_handle_t]>([:])
     /// `PINVerifier.shared` tag of the PIN of the last successful login.
     private let pinRecord = Locked<[UInt8]?>(nil)
     private let authLock = AsyncLock()
@@ -271,7 +272,7 @@ public final class PKCS11Token: Sendable {
                 try? ctx.destroy(privateKey); try? ctx.destroy(publicKey)
                 throw .ck(failure)
             }
-            cache.withLock { $0[keyID] = privateKey }
+            cache.withLock { $0[ByteKey(keyID)] = privateKey }
             return point
         }
     }
@@ -318,7 +319,7 @@ public final class PKCS11Token: Sendable {
     /// Throws `PASSKEY_NOT_FOUND` for an unknown id and `PIN_REQUIRED` when not logged in.
     public func signP256(keyID: [UInt8], message: [UInt8]) async throws(TesseraError) -> [UInt8] {
         let mechanism = try await signMechanism()
-        let data = mechanism == ck_mechanism_type_t(CKM_ECDSA) ? Array(SHA256.hash(data: message)) : message
+        let data = mechanism == ck_mechanism_type_t(CKM_ECDSA) ? MessageDigest.sha256(message) : message
         return try await sign(keyID: keyID, mechanism: mechanism, data: data)
     }
 
@@ -353,7 +354,7 @@ public final class PKCS11Token: Sendable {
         let cache = keyHandles
         let loginRequired = info.flags.loginRequired
         return try await withSession { (ctx: SessionContext) throws(OperationError) -> [UInt8] in
-            let cached = cache.withLock { $0[keyID] }
+            let cached = cache.withLock { $0[ByteKey(keyID)] }
             var handle: ck_object_handle_t
             if let cached {
                 handle = cached
@@ -364,13 +365,13 @@ public final class PKCS11Token: Sendable {
             if case .failure(let f) = result, cached != nil,
                 f.rv == CKR_KEY_HANDLE_INVALID || f.rv == CKR_OBJECT_HANDLE_INVALID
             {
-                cache.withLock { $0[keyID] = nil }
+                cache.withLock { $0[ByteKey(keyID)] = nil }
                 handle = try Self.findPrivateKey(ctx, keyID, loginRequired: loginRequired)
                 result = ctx.sign(mechanism: mechanism, key: handle, data: data)
             }
             switch result {
             case .success(let signature):
-                if cached == nil { cache.withLock { $0[keyID] = handle } }
+                if cached == nil { cache.withLock { $0[ByteKey(keyID)] = handle } }
                 return signature
             case .failure(let failure):
                 throw .ck(failure)
@@ -416,7 +417,7 @@ public final class PKCS11Token: Sendable {
             if loginRequired, try !ctx.isLoggedIn() {
                 throw .failure(TesseraError(.pinRequired, "log in before deleting keys"))
             }
-            cache.withLock { $0[keyID] = nil }
+            cache.withLock { $0[ByteKey(keyID)] = nil }
             var deleted = false
             for objectClass in [UInt(CKO_PRIVATE_KEY), UInt(CKO_PUBLIC_KEY)] {
                 let handles = try ctx.findObjects([

@@ -124,8 +124,8 @@ extension PasskeyService {
     func remember(_ transitions: [CredentialStore.Transition]) {
         guard !transitions.isEmpty else { return }
         records.withLock { cache in
-            for t in transitions where cache[[UInt8](t.record.credentialId)] != nil {
-                cache[[UInt8](t.record.credentialId)] = t.record
+            for t in transitions where cache[ByteKey([UInt8](t.record.credentialId))] != nil {
+                cache[ByteKey([UInt8](t.record.credentialId))] = t.record
             }
         }
     }

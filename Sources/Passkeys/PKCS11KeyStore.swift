@@ -1,4 +1,5 @@
 import Crypto
+import CryptoPrimitives
 import Foundation
 import Logging
 import PKCS11
@@ -125,7 +126,7 @@ struct PKCS11TokenAdapter: KeyStoreToken {
     }
 
     func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
-        let digest = Array(SHA256.hash(data: message))
+        let digest = MessageDigest.sha256(message)
         // The PIN of the login in force signs without the login lock and its session call (the per-assertion path);
         // a token that lost that login since answers PIN_REQUIRED, and the full check below logs in again.
         if let pin, token.isLoginPIN(pin.pin) {

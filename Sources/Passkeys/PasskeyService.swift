@@ -16,7 +16,7 @@ public final class PasskeyService: Sendable {
     public let pinRules: PINRules
     /// Credential records by id (they change on delete and on lifecycle transitions, which update it), so
     /// assertions need no database read.
-    let records = Mutex<[[UInt8]: CredentialRecord]>([:])
+    let records = Mutex<[ByteKey: CredentialRecord]>([:])
 
     public init(
         keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024,
@@ -397,7 +397,7 @@ public final class PasskeyService: Sendable {
             event: CredentialEvent(
                 credentialId: Data(id), at: Date(), fromState: rec.state.rawValue, toState: "deleted",
                 actor: actor ?? caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil))
-        _ = records.withLock { $0.removeValue(forKey: id) }
+        _ = records.withLock { $0.removeValue(forKey: ByteKey(id)) }
         await counters.forget(id)
         return rec
     }
@@ -408,7 +408,7 @@ public final class PasskeyService: Sendable {
         guard try await store.updateUser(id: id, name: name, displayName: displayName) else {
             throw TesseraError(.passkeyNotFound, "no credential with this id")
         }
-        _ = records.withLock { $0.removeValue(forKey: id) }
+        _ = records.withLock { $0.removeValue(forKey: ByteKey(id)) }
     }
 
     // MARK: helpers
@@ -463,11 +463,11 @@ public final class PasskeyService: Sendable {
     }
 
     private func cachedRecord(_ id: [UInt8]) async throws(TesseraError) -> CredentialRecord? {
-        if let hit = records.withLock({ $0[id] }) { return hit }
+        if let hit = records.withLock({ $0[ByteKey(id)] }) { return hit }
         guard let rec = try await store.credential(id: id) else { return nil }
         records.withLock { cache in
             if cache.count >= 65_536 { cache.removeAll(keepingCapacity: true) }
-            cache[id] = rec
+            cache[ByteKey(id)] = rec
         }
         return rec
     }

@@ -42,14 +42,29 @@ public final class LengthPrefixedServer: Sendable {
     /// Binds and serves until `shutdown()`.
     public func run(on address: RPCListenAddress, onListening: @Sendable () -> Void = {}) async throws(TesseraError) {
         let maxFrame = maxFrameBytes
-        let server = try await UnixListener.bind(address, group: group, allowRemoteHalfClosure: false) { pipeline in
+        let server = try await UnixListener.bind(address, group: group, allowRemoteHalfClosure: false) {
+            channel, peer in
+            let id: UInt64 = self.state.withLock { s in
+                defer { s.nextID += 1 }
+                return s.nextID
+            }
+            let handler = FrameConnectionHandler(id: id, peer: peer, logger: self.logger, maxFrameBytes: maxFrame)
+            let pipeline = channel.pipeline.syncOperations
             try pipeline.addHandler(ByteToMessageHandler(LengthPrefixDecoder(maxFrameBytes: maxFrame)))
+            try pipeline.addHandler(handler)
+            let shuttingDown = self.state.withLock { s in
+                s.connections[id] = channel
+                return s.shuttingDown
+            }
+            if shuttingDown { channel.close(promise: nil) }
+            return FrameConnection(
+                id: id, peer: peer, channel: channel, inbox: handler.inbox,
+                handler: NIOLoopBound(handler, eventLoop: channel.eventLoop))
         }
         state.withLock { $0.listener = server.channel }
         if state.withLock({ $0.shuttingDown }) { server.channel.close(promise: nil) }
         onListening()
-        await UnixListener.accept(server, logger: logger) { connection, peer in await self.serve(connection, peer: peer)
-        }
+        await UnixListener.accept(server, logger: logger) { connection in await self.serve(connection) }
     }
 
     /// Stops accepting and closes every connection.
@@ -61,34 +76,114 @@ public final class LengthPrefixedServer: Sendable {
         for c in channels { c.close(promise: nil) }
     }
 
-    private func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials) async {
-        let channel = connection.channel
-        let id: UInt64 = state.withLock { s in
-            defer { s.nextID += 1 }
-            s.connections[s.nextID] = channel
-            return s.nextID
-        }
-        if state.withLock({ $0.shuttingDown }) { channel.close(promise: nil) }
-        do {
-            try await withTaskExecutorPreference(EventLoopTaskExecutor(channel.eventLoop)) {
-                try await connection.executeThenClose { inbound, outbound in
-                    for try await frame in inbound {
-                        let reply = await self.handler.handle(
-                            Array(frame.readableBytesView), connectionID: id, peer: peer)
-                        var out = channel.allocator.buffer(capacity: 4 + reply.count)
-                        out.writeInteger(UInt32(reply.count))
-                        out.writeBytes(reply)
-                        try await outbound.write(out)
-                    }
+    /// Answers the connection's frames one at a time, in order, on its event loop, until its input ends.
+    private func serve(_ connection: FrameConnection) async {
+        let eventLoop = connection.channel.eventLoop
+        await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) {
+            while case .frame(let frame) = await connection.inbox.next() {
+                let reply = await handler.handle(frame, connectionID: connection.id, peer: connection.peer)
+                let handler = connection.handler
+                if eventLoop.inEventLoop {
+                    handler.value.reply(reply)
+                } else {
+                    eventLoop.execute { handler.value.reply(reply) }
                 }
             }
-        } catch is FrameTooLargeError {
+        }
+        try? await connection.channel.closeFuture.get()
+        await handler.closed(connectionID: connection.id)
+        _ = state.withLock { $0.connections.removeValue(forKey: connection.id) }
+    }
+}
+
+/// What the accept loop serves: one connection and the way to its channel handler.
+struct FrameConnection: Sendable {
+    let id: UInt64
+    let peer: PeerCredentials
+    let channel: any Channel
+    let inbox: FrameInbox
+    let handler: NIOLoopBound<FrameConnectionHandler>
+}
+
+/// One connection of a `LengthPrefixedServer`, on its event loop (every method here runs there): frames go to the
+/// connection's task through `inbox`; while any is unanswered, reading pauses. An oversized frame closes the
+/// connection unanswered.
+final class FrameConnectionHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    let inbox = FrameInbox()
+    private let id: UInt64
+    private let peer: PeerCredentials
+    private let logger: Logger
+    private let maxFrameBytes: Int
+    private var context: ChannelHandlerContext?
+    /// Frames handed to the inbox whose reply is not yet written.
+    private var unanswered = 0
+    private var readHeld = false
+    private var ended = false
+
+    init(id: UInt64, peer: PeerCredentials, logger: Logger, maxFrameBytes: Int) {
+        self.id = id
+        self.peer = peer
+        self.logger = logger
+        self.maxFrameBytes = maxFrameBytes
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        end()
+        self.context = nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !ended else { return }
+        unanswered += 1
+        inbox.push(.frame(Array(unwrapInboundIn(data).readableBytesView)))
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if unanswered > 0 { readHeld = true } else { context.read() }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if error is FrameTooLargeError {
             logger.notice("frame over \(maxFrameBytes) bytes from pid \(peer.pid); connection \(id) closed")
-        } catch {
+        } else {
             logger.debug("connection \(id) ended: \(error)")
         }
-        await handler.closed(connectionID: id)
-        _ = state.withLock { $0.connections.removeValue(forKey: id) }
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        end()
+        context.fireChannelInactive()
+    }
+
+    /// Writes the reply to the oldest unanswered frame, with its length prefix.
+    func reply(_ body: [UInt8]) {
+        guard let context, !ended else { return }
+        var out = context.channel.allocator.buffer(capacity: 4 + body.count)
+        out.writeInteger(UInt32(body.count))
+        out.writeBytes(body)
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.writeAndFlush(wrapOutboundOut(out)).whenComplete { _ in handler.value.replied() }
+    }
+
+    private func replied() {
+        unanswered -= 1
+        if unanswered == 0, readHeld, let context {
+            readHeld = false
+            context.read()
+        }
+    }
+
+    private func end() {
+        guard !ended else { return }
+        ended = true
+        inbox.push(.closed(cancelRequests: false))
     }
 }
 

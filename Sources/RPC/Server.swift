@@ -24,31 +24,95 @@ extension RPCDispatcher {
 public final class RPCConnection: Sendable, Hashable {
     public let id: UInt64
     public let peer: PeerCredentials
-    private let outbox: Outbox
-    /// Requests of this connection being handled (a batch counts once).
-    let inFlight = Mutex(0)
+    private let channel: any Channel
+    private let notificationLimit: Int
+    private let notifications = Mutex(Notifications())
+    private let onOverflow: @Sendable () -> Void
+    /// Request frames from the channel handler to the connection's task.
+    let inbox: FrameInbox
+    private let handler: NIOLoopBound<RPCConnectionHandler>
 
-    init(id: UInt64, peer: PeerCredentials, outbox: Outbox) {
-        self.id = id; self.peer = peer; self.outbox = outbox
+    private struct Notifications {
+        /// Queued and not yet handed to the channel (a response hands them over first: it never overtakes them).
+        var pending: [ByteBuffer] = []
+        /// Queued and not yet written; past the limit the connection is closed.
+        var unwritten = 0
+        var overflowed = false
+        var handOverScheduled = false
+    }
+
+    /// On `channel`'s event loop, with the handler that feeds `inbox`.
+    init(
+        id: UInt64, peer: PeerCredentials, channel: any Channel, handler: RPCConnectionHandler,
+        notificationLimit: Int, onOverflow: @escaping @Sendable () -> Void
+    ) {
+        self.id = id; self.peer = peer; self.channel = channel
+        self.handler = NIOLoopBound(handler, eventLoop: channel.eventLoop)
+        self.inbox = handler.inbox
+        self.notificationLimit = notificationLimit
+        self.onOverflow = onOverflow
     }
 
     /// Queues a notification and returns at once, never waiting for the peer to read. When the peer lets
     /// more than the server's notification bound pile up, the connection is closed (counted as `closedSlow`).
-    /// Dropped when the client has gone.
+    /// Dropped when the client has gone. A response is written after every notification queued before it.
     public func notify(_ method: String, _ params: JSONValue) async {
-        outbox.enqueue(Self.frame(RPCWire.notification(RPCNotification(method: method, params: params))))
-    }
-
-    /// Writes a response after the notifications queued before it, waiting while the peer does not read
-    /// (bounded by the requests in flight).
-    func send(_ message: JSONValue) async {
-        let frame = Self.frame(message)
-        await withCheckedContinuation { (written: CheckedContinuation<Void, Never>) in
-            outbox.enqueueResponse(frame, written: written)
+        let frame = Self.frame(RPCWire.notification(RPCNotification(method: method, params: params)))
+        enum Admission { case queued(scheduleHandOver: Bool), overflow, dropped }
+        let admission: Admission = notifications.withLock { n in
+            if n.overflowed { return .dropped }
+            guard n.unwritten < notificationLimit else {
+                n.overflowed = true
+                n.pending = []
+                return .overflow
+            }
+            n.unwritten += 1
+            n.pending.append(frame)
+            defer { n.handOverScheduled = true }
+            return .queued(scheduleHandOver: !n.handOverScheduled)
+        }
+        switch admission {
+        case .overflow: onOverflow()
+        case .dropped: break
+        case .queued(let scheduleHandOver):
+            if channel.eventLoop.inEventLoop {
+                handOverNotifications()
+            } else if scheduleHandOver {
+                channel.eventLoop.execute { self.handOverNotifications() }
+            }
         }
     }
 
-    private static func frame(_ message: JSONValue) -> ByteBuffer {
+    /// Hands a request's answer (nil: none) to the channel handler, to be written after the notifications queued
+    /// before it.
+    func answered(_ answer: JSONValue?) {
+        let frame = answer.map(Self.frame)
+        let eventLoop = channel.eventLoop, handler = self.handler
+        if eventLoop.inEventLoop {
+            handler.value.answered(frame)
+        } else {
+            eventLoop.execute { handler.value.answered(frame) }
+        }
+    }
+
+    /// Completes once the connection is closed.
+    var closed: EventLoopFuture<Void> { channel.closeFuture }
+
+    var eventLoop: any EventLoop { channel.eventLoop }
+
+    /// Hands the queued notifications to the channel (on its event loop; before every response).
+    func handOverNotifications() {
+        let frames: [ByteBuffer] = notifications.withLock { n in
+            n.handOverScheduled = false
+            defer { n.pending = [] }
+            return n.pending
+        }
+        for frame in frames {
+            channel.writeAndFlush(frame).whenComplete { _ in self.notifications.withLock { $0.unwritten -= 1 } }
+        }
+    }
+
+    static func frame(_ message: JSONValue) -> ByteBuffer {
         var bytes = message.serialized()
         bytes.append(UInt8(ascii: "\n"))
         return ByteBuffer(bytes: bytes)
@@ -56,63 +120,6 @@ public final class RPCConnection: Sendable, Hashable {
 
     public static func == (a: RPCConnection, b: RPCConnection) -> Bool { a.id == b.id }
     public func hash(into h: inout Hasher) { h.combine(id) }
-}
-
-/// A connection's frames in the order they are to be written. Notifications are counted: past `limit` waiting,
-/// the connection is closed. A response's sender waits until it is written (so responses are bounded by the
-/// requests in flight), and a response never overtakes the notifications its request queued before it.
-final class Outbox: Sendable {
-    enum Frame: Sendable {
-        case notification(ByteBuffer)
-        case response(ByteBuffer, written: CheckedContinuation<Void, Never>)
-    }
-
-    private struct State { var queued = 0; var overflowed = false }
-    private let state = Mutex(State())
-    private let continuation: AsyncStream<Frame>.Continuation
-    let frames: AsyncStream<Frame>
-    private let limit: Int
-    private let onOverflow: @Sendable () -> Void
-
-    init(limit: Int, onOverflow: @escaping @Sendable () -> Void) {
-        (frames, continuation) = AsyncStream.makeStream(of: Frame.self)
-        self.limit = limit
-        self.onOverflow = onOverflow
-    }
-
-    func enqueue(_ frame: ByteBuffer) {
-        let queued: Bool? = state.withLock { s -> Bool? in
-            if s.overflowed { return nil }
-            if s.queued >= limit { s.overflowed = true; return false }
-            s.queued += 1
-            return true
-        }
-        switch queued {
-        case true?: continuation.yield(.notification(frame))
-        case false?: onOverflow(); finish()
-        case nil: break
-        }
-    }
-
-    func enqueueResponse(_ frame: ByteBuffer, written: CheckedContinuation<Void, Never>) {
-        if case .terminated = continuation.yield(.response(frame, written: written)) { written.resume() }
-    }
-
-    /// Writes every frame in order until `finish()`; a failed write (peer gone) still releases its sender.
-    func drain(into writer: NIOAsyncChannelOutboundWriter<ByteBuffer>) async {
-        for await frame in frames {
-            switch frame {
-            case .notification(let bytes):
-                try? await writer.write(bytes)
-                state.withLock { $0.queued -= 1 }
-            case .response(let bytes, let written):
-                try? await writer.write(bytes)
-                written.resume()
-            }
-        }
-    }
-
-    func finish() { continuation.finish() }
 }
 
 /// Connection counters of `RPCServer.statistics()`.
@@ -185,14 +192,20 @@ public final class RPCServer: Sendable {
     /// `onListening` runs once the socket accepts connections (e.g. to notify systemd).
     public func run(on address: RPCListenAddress, onListening: @Sendable () -> Void = {}) async throws(TesseraError) {
         let maxFrame = maxFrameBytes
-        let server = try await UnixListener.bind(address, group: group, allowRemoteHalfClosure: true) { pipeline in
+        let server = try await UnixListener.bind(address, group: group, allowRemoteHalfClosure: true) {
+            channel, peer in
+            let handler = RPCConnectionHandler(server: self, inbox: FrameInbox())
+            let connection = self.connection(on: channel, peer: peer, handler: handler)
+            let pipeline = channel.pipeline.syncOperations
             try pipeline.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrame)))
+            try pipeline.addHandler(handler)
+            self.register(connection, channel: channel)
+            return connection
         }
         state.withLock { $0.listener = server.channel }
         if state.withLock({ $0.shuttingDown }) { server.channel.close(promise: nil) }
         onListening()
-        await UnixListener.accept(server, logger: logger) { connection, peer in await self.serve(connection, peer: peer)
-        }
+        await UnixListener.accept(server, logger: logger) { connection in await self.serve(connection) }
     }
 
     /// Stops accepting, lets in-flight requests finish and answers them, then closes connections.
@@ -213,138 +226,104 @@ public final class RPCServer: Sendable {
         }
     }
 
-    private func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerCredentials) async {
-        let channel = connection.channel
+    /// A new connection's identity and notification path (on its event loop, before it reads anything).
+    private func connection(on channel: any Channel, peer: PeerCredentials, handler: RPCConnectionHandler)
+        -> RPCConnection
+    {
         let id: UInt64 = state.withLock { s in
-            let id = s.nextID
-            s.nextID += 1
-            s.accepted += 1
-            s.connections[id] = channel
-            return id
+            defer { s.nextID += 1 }
+            return s.nextID
         }
-        if state.withLock({ $0.shuttingDown }) { channel.close(mode: .input, promise: nil) }
+        let limit = maxQueuedNotifications
+        let connection = RPCConnection(
+            id: id, peer: peer, channel: channel, handler: handler, notificationLimit: limit
+        ) {
+            self.state.withLock { $0.closedSlow += 1 }
+            self.logger.warning(
+                "closing a connection that does not read its notifications",
+                metadata: ["conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)", "queued": "\(limit)"])
+            channel.close(promise: nil)
+        }
+        handler.connection = connection
+        return connection
+    }
+
+    private func register(_ connection: RPCConnection, channel: any Channel) {
+        let shuttingDown = state.withLock { s in
+            s.accepted += 1
+            s.connections[connection.id] = channel
+            s.clients[connection.id] = connection
+            return s.shuttingDown
+        }
+        if shuttingDown { channel.close(mode: .input, promise: nil) }
+    }
+
+    private func serve(_ connection: RPCConnection) async {
+        let id = connection.id, peer = connection.peer
         logger.debug("client connected", metadata: ["conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)"])
-        var rpcConnection: RPCConnection?
-        do {
-            // The connection's tasks (and default actors they call) run on its event loop: reading a request,
-            // handling it and writing the answer need no wake-up of another thread.
-            let executor = EventLoopTaskExecutor(channel.eventLoop)
-            try await withTaskExecutorPreference(executor) {
-                try await connection.executeThenClose { inbound, outbound in
-                    let outbox = Outbox(limit: self.maxQueuedNotifications) {
-                        self.state.withLock { $0.closedSlow += 1 }
-                        self.logger.warning(
-                            "closing a connection that does not read its notifications",
-                            metadata: [
-                                "conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)",
-                                "queued": "\(self.maxQueuedNotifications)",
-                            ])
-                        channel.close(promise: nil)
-                    }
-                    let conn = RPCConnection(id: id, peer: peer, outbox: outbox)
-                    self.state.withLock { $0.clients[id] = conn }
-                    rpcConnection = conn
-                    try await withThrowingDiscardingTaskGroup { connectionTasks in
-                        // Frames reach the channel here, so whoever sends a notification never waits for the peer.
-                        connectionTasks.addTask { await outbox.drain(into: outbound) }
-                        defer { outbox.finish() }
-                        // The requests run in a task of their own so that the peer going away can cancel them.
-                        let requests = Task(executorPreference: executor) {
-                            try await self.serveRequests(inbound, on: conn)
-                        }
-                        // The peer went away (closed, not just half-closed): its answers cannot be delivered, so its
-                        // requests are cancelled ("the caller went away") and the close hooks run now, not after
-                        // those requests end. At shutdown the requests are answered first.
-                        let dispatcher = self.dispatcher
-                        channel.closeFuture.whenComplete { _ in
-                            if !self.state.withLock({ $0.shuttingDown }) { requests.cancel() }
-                            Task { await dispatcher.connectionClosed(conn) }
-                        }
-                        try await withTaskCancellationHandler {
-                            try await requests.value
-                        } onCancel: {
-                            requests.cancel()
-                        }
+        // The requests run on the connection's event loop, as child tasks of this one: cancelling the server's task
+        // cancels them, as the peer closing the connection does.
+        await withTaskExecutorPreference(EventLoopTaskExecutor(connection.eventLoop)) {
+            await withDiscardingTaskGroup { requests in
+                while true {
+                    switch await connection.inbox.next() {
+                    case .frame(let bytes):
+                        requests.addTask { connection.answered(await self.answer(frame: bytes, on: connection)) }
+                    case .closed(let cancelRequests):
+                        if cancelRequests { requests.cancelAll() }
+                        return
                     }
                 }
             }
-        } catch {
-            logger.debug("connection \(id) ended: \(error)")
         }
-        if let rpcConnection { await dispatcher.connectionClosed(rpcConnection) }
-        _ = state.withLock { $0.connections.removeValue(forKey: id) }
-        _ = state.withLock { $0.clients.removeValue(forKey: id) }
+        try? await connection.closed.get()
+        await dispatcher.connectionClosed(connection)
+        state.withLock { s in
+            s.connections[id] = nil
+            s.clients[id] = nil
+        }
         logger.debug("client disconnected", metadata: ["conn": "\(id)"])
     }
 
-    /// Reads `conn`'s frames and runs each request as it arrives (at most `maxRequestsInFlight` at once); returns
-    /// once the input has ended and every request has been answered.
-    private func serveRequests(_ inbound: NIOAsyncChannelInboundStream<ByteBuffer>, on conn: RPCConnection)
-        async throws
-    {
-        try await withThrowingDiscardingTaskGroup { group in
-            do {
-                for try await frame in inbound {
-                    let bytes = Array(frame.readableBytesView)
-                    let admitted = conn.inFlight.withLock { n in
-                        guard n < self.maxRequestsInFlight else { return false }
-                        n += 1
-                        return true
-                    }
-                    guard admitted else {
-                        // Answered before reading on: a peer that does not read its answers stalls only itself.
-                        await self.refuseBusy(bytes, on: conn)
-                        continue
-                    }
-                    group.addTask {
-                        await self.process(bytes, on: conn)
-                        conn.inFlight.withLock { $0 -= 1 }
-                    }
-                }
-            } catch is FrameTooLargeError {
-                await conn.send(
-                    RPCWire.response(
-                        id: nil,
-                        error: TesseraError(
-                            .frameTooLarge,
-                            "frame exceeds \(self.maxFrameBytes) bytes; connection closed")))
-            } catch let error as ChannelError where error == .inputClosed || error == .ioOnClosedChannel {
-                // Shutdown closed our input: answer what is in flight, then close.
-            }
-        }
+    var isShuttingDown: Bool { state.withLock { $0.shuttingDown } }
+
+    /// The peer closed `connection` (or the server did): its close hooks run now, while its requests may still run.
+    func connectionWentAway(_ connection: RPCConnection) {
+        let dispatcher = self.dispatcher
+        Task { await dispatcher.connectionClosed(connection) }
     }
 
-    /// Answers a request that found its connection with the maximum in flight (`BUSY`, retryable).
-    private func refuseBusy(_ frame: [UInt8], on conn: RPCConnection) async {
-        state.withLock { $0.busy += 1 }
+    func countBusy() { state.withLock { $0.busy += 1 } }
+
+    func logDebug(_ message: String) { logger.debug("\(message)") }
+
+    /// The answer to a frame that found its connection with the maximum in flight (`BUSY`, retryable); nil for a
+    /// notification.
+    static func busyAnswer(to frame: [UInt8], limit: Int) -> JSONValue? {
         let value = try? JSONValue.parse(frame)
-        if let value, value["id"] == nil, value.objectValue != nil { return }  // a notification gets no answer
-        await conn.send(
-            RPCWire.response(
-                id: value?["id"],
-                error: TesseraError(
-                    .busy,
-                    "\(maxRequestsInFlight) requests of this connection are in flight; retry when one is answered")))
+        if let value, value["id"] == nil, value.objectValue != nil { return nil }
+        return RPCWire.response(
+            id: value?["id"],
+            error: TesseraError(
+                .busy, "\(limit) requests of this connection are in flight; retry when one is answered"))
     }
 
-    private func process(_ frame: [UInt8], on conn: RPCConnection) async {
-        if frame.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { return }
+    /// The answer to one frame (a request or a batch); nil when nothing is to be sent back.
+    func answer(frame: [UInt8], on conn: RPCConnection) async -> JSONValue? {
+        if frame.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { return nil }
         let value: JSONValue
         do { value = try JSONValue.parse(frame) } catch {
-            await conn.send(RPCWire.response(id: nil, error: error))
-            return
+            return RPCWire.response(id: nil, error: error)
         }
         if case .array(let batch) = value {
             guard !batch.isEmpty else {
-                await conn.send(RPCWire.response(id: nil, error: TesseraError(.invalidRequest, "empty batch")))
-                return
+                return RPCWire.response(id: nil, error: TesseraError(.invalidRequest, "empty batch"))
             }
             var responses: [JSONValue] = []
             for item in batch { if let r = await answer(item, on: conn) { responses.append(r) } }
-            if !responses.isEmpty { await conn.send(.array(responses)) }
-            return
+            return responses.isEmpty ? nil : .array(responses)
         }
-        if let r = await answer(value, on: conn) { await conn.send(r) }
+        return await answer(value, on: conn)
     }
 
     private func answer(_ value: JSONValue, on conn: RPCConnection) async -> JSONValue? {

@@ -7,28 +7,24 @@ import TesseraCore
 /// path through `SocketPath.bind`, with its final mode from the first instant, or an inherited descriptor), reads
 /// each connection's peer credentials at accept time, and installs the protocol's frame decoder.
 enum UnixListener {
-    typealias Connection = NIOAsyncChannel<ByteBuffer, ByteBuffer>
-    typealias Listener = NIOAsyncChannel<(Connection, PeerCredentials), Never>
+    typealias Listener<Connection: Sendable> = NIOAsyncChannel<Connection, Never>
 
-    /// `addDecoder` installs the frame decoder on a new connection's pipeline (on its event loop).
-    static func bind(
+    /// `configure` installs the protocol's handlers on a new connection's pipeline, on its event loop and before
+    /// it reads anything, and returns what `accept` hands to `serve`.
+    static func bind<Connection: Sendable>(
         _ address: RPCListenAddress, group: MultiThreadedEventLoopGroup, allowRemoteHalfClosure: Bool,
-        addDecoder: @escaping @Sendable (ChannelPipeline.SynchronousOperations) throws -> Void
+        configure: @escaping @Sendable (any Channel, PeerCredentials) throws -> Connection
     )
-        async throws(TesseraError) -> Listener
+        async throws(TesseraError) -> Listener<Connection>
     {
         do {
             let bootstrap = ServerBootstrap(group: group)
                 .serverChannelOption(.backlog, value: 128)
                 .childChannelOption(.allowRemoteHalfClosure, value: allowRemoteHalfClosure)
-            let initializer: @Sendable (Channel) -> EventLoopFuture<(Connection, PeerCredentials)> = { channel in
+            let initializer: @Sendable (Channel) -> EventLoopFuture<Connection> = { channel in
                 channel.eventLoop.makeFutureWithTask {
                     let peer = try await PeerCredentials.of(channel)
-                    let wrapped = try await channel.eventLoop.submit {
-                        try addDecoder(channel.pipeline.syncOperations)
-                        return try Connection(wrappingChannelSynchronously: channel)
-                    }.get()
-                    return (wrapped, peer)
+                    return try await channel.eventLoop.submit { try configure(channel, peer) }.get()
                 }
             }
             switch address {
@@ -47,15 +43,15 @@ enum UnixListener {
     }
 
     /// Serves every accepted connection with `serve` until the listener closes.
-    static func accept(
-        _ listener: Listener, logger: Logger,
-        serve: @escaping @Sendable (Connection, PeerCredentials) async -> Void
+    static func accept<Connection: Sendable>(
+        _ listener: Listener<Connection>, logger: Logger,
+        serve: @escaping @Sendable (Connection) async -> Void
     ) async {
         do {
             try await listener.executeThenClose { inbound in
                 try await withThrowingDiscardingTaskGroup { group in
-                    for try await (connection, peer) in inbound {
-                        group.addTask { await serve(connection, peer) }
+                    for try await connection in inbound {
+                        group.addTask { await serve(connection) }
                     }
                 }
             }

@@ -44,26 +44,47 @@ public enum Base64URL {
     /// Decodes base64url; trailing '=' padding is accepted. Returns nil on any other character,
     /// an impossible length, or non-zero trailing bits.
     public static func decode(_ text: String) -> [UInt8]? {
-        var chars = text.utf8[...]
-        while chars.last == UInt8(ascii: "=") { chars.removeLast() }
-        if chars.count % 4 == 1 { return nil }
-        var out = [UInt8]()
-        out.reserveCapacity(chars.count * 3 / 4)
-        var acc: UInt32 = 0
-        var bits = 0
-        for c in chars {
-            let v = reverse[Int(c)]
-            if v == 0xFF { return nil }
-            acc = acc << 6 | UInt32(v)
-            bits += 6
-            if bits >= 8 {
-                bits -= 8
-                out.append(UInt8(truncatingIfNeeded: acc >> UInt32(bits)))
+        var text = text
+        return text.withUTF8 { utf8 in reverse.withUnsafeBufferPointer { decode(utf8, table: $0) } }
+    }
+
+    private static func decode(_ input: UnsafeBufferPointer<UInt8>, table: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        var n = input.count
+        while n > 0, input[n - 1] == UInt8(ascii: "=") { n -= 1 }
+        if n % 4 == 1 { return nil }
+        var valid = true
+        let out = [UInt8](unsafeUninitializedCapacity: n * 3 / 4) { buffer, initialized in
+            var i = 0, o = 0
+            // Every valid sextet is below 64: one test per group of four catches any 0xFF (not in the alphabet).
+            while i + 4 <= n {
+                let a = table[Int(input[i])], b = table[Int(input[i + 1])]
+                let c = table[Int(input[i + 2])], d = table[Int(input[i + 3])]
+                guard (a | b | c | d) & 0xC0 == 0 else { valid = false; break }
+                let v = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                buffer[o] = UInt8(truncatingIfNeeded: v >> 16)
+                buffer[o + 1] = UInt8(truncatingIfNeeded: v >> 8)
+                buffer[o + 2] = UInt8(truncatingIfNeeded: v)
+                i += 4; o += 3
             }
+            if valid, n - i >= 2 {
+                let a = table[Int(input[i])], b = table[Int(input[i + 1])]
+                let c = n - i == 3 ? table[Int(input[i + 2])] : 0
+                let v = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6
+                // Unused low bits must be zero (canonical encoding).
+                if (a | b | c) & 0xC0 != 0 || v & (n - i == 3 ? 0xFF : 0xFFFF) != 0 {
+                    valid = false
+                } else {
+                    buffer[o] = UInt8(truncatingIfNeeded: v >> 16)
+                    o += 1
+                    if n - i == 3 {
+                        buffer[o] = UInt8(truncatingIfNeeded: v >> 8)
+                        o += 1
+                    }
+                }
+            }
+            initialized = valid ? o : 0
         }
-        // Unused low bits must be zero (canonical encoding).
-        if bits > 0, acc & ((1 << UInt32(bits)) - 1) != 0 { return nil }
-        return out
+        return valid ? out : nil
     }
 }
 

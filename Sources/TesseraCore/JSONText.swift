@@ -253,7 +253,9 @@ struct JSONWriter {
         var s = s
         s.withUTF8 { utf8 in
             var clean = 0  // start of the bytes not yet copied
-            for (k, c) in utf8.enumerated() where c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") {
+            for k in utf8.indices {
+                let c = utf8[k]
+                guard c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") else { continue }
                 out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[clean..<k]))
                 clean = k + 1
                 switch c {

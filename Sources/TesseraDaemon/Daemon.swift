@@ -141,8 +141,9 @@ public enum Daemon {
         }
         // lastUsedAt is at most 30 s behind while running; a graceful stop writes the rest.
         let usageFlusher = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(30))
+            // A cancelled sleep ends the loop without a flush: a flush in a cancelled task would fail (the database
+            // refuses cancelled work) and race the final one below.
+            while (try? await Task.sleep(for: .seconds(30))) != nil {
                 await passkeys.flushUsage()
             }
         }
@@ -245,6 +246,7 @@ public enum Daemon {
         trustReloader.cancel()
         sweeper.cancel()
         usageFlusher.cancel()
+        await usageFlusher.value
         await passkeys.flushUsage()
         agentSweeper?.cancel()
         await pivStore.close()

@@ -40,24 +40,24 @@ struct SSHKeyBackend: SSHAgentBackend {
     final class IdentityCache: Sendable {
         private struct State {
             var generation: UInt64 = 0
-            var byBlob: [[UInt8]: AgentIdentity]?
+            var byBlob: [ByteKey: AgentIdentity]?
             var tokens: [String: any KeyStoreToken] = [:]
         }
         private let state = Locked(State())
 
         var generation: UInt64 { state.withLock { $0.generation } }
         func lookup(_ blob: [UInt8]) -> AgentIdentity?? {
-            state.withLock { s in s.byBlob.map { $0[blob] } }
+            state.withLock { s in s.byBlob.map { $0[ByteKey(blob)] } }
         }
         /// The token of a listed key (nil after an invalidation).
         func token(_ id: String) -> (any KeyStoreToken)? { state.withLock { $0.tokens[id] } }
         func fill(_ entries: [(identity: AgentIdentity, token: any KeyStoreToken)], generation: UInt64) {
             state.withLock { s in
                 guard s.generation == generation else { return }
-                var map: [[UInt8]: AgentIdentity] = [:]
+                var map: [ByteKey: AgentIdentity] = [:]
                 var tokens: [String: any KeyStoreToken] = [:]
-                for e in entries where map[e.identity.key.blob] == nil {
-                    map[e.identity.key.blob] = e.identity
+                for e in entries where map[ByteKey(e.identity.key.blob)] == nil {
+                    map[ByteKey(e.identity.key.blob)] = e.identity
                     tokens[e.token.id] = e.token
                 }
                 s.byBlob = map

@@ -1,5 +1,6 @@
 import CBOR
 import Crypto
+import CryptoPrimitives
 import TesseraCore
 
 /// The flags byte of authenticator data (WebAuthn §6.1).
@@ -67,7 +68,7 @@ public struct AuthenticatorData: Sendable, Equatable {
         attestedCredential: AttestedCredentialData? = nil, extensions: [UInt8]? = nil
     ) {
         self.init(
-            rpIdHash: Array(SHA256.hash(data: Array(rpId.utf8))), flags: flags, signCount: signCount,
+            rpIdHash: MessageDigest.sha256(Array(rpId.utf8)), flags: flags, signCount: signCount,
             attestedCredential: attestedCredential, extensions: extensions)
     }
 

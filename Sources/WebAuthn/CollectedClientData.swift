@@ -1,4 +1,5 @@
 import Crypto
+import CryptoPrimitives
 import TesseraCore
 
 /// The client data a WebAuthn signature covers (W3C WebAuthn §5.8.1).
@@ -48,7 +49,7 @@ public struct CollectedClientData: Sendable, Equatable {
     }
 
     /// SHA-256 of `json`: the clientDataHash given to authenticators.
-    public var hash: [UInt8] { Array(SHA256.hash(data: json)) }
+    public var hash: [UInt8] { MessageDigest.sha256(json) }
 
     /// CCDToString (WebAuthn §5.8.1.2).
     static func appendCCDString(_ string: String, to out: inout [UInt8]) {

@@ -1,11 +1,12 @@
 import Crypto
+import CryptoPrimitives
 import TesseraCore
 
 /// What an authenticator signs for WebAuthn assertions and packed attestation (WebAuthn §6.3.3, §8.2).
 public enum WebAuthnSigning {
     /// authenticatorData ‖ SHA-256(clientDataJSON).
     public static func dataToSign(authenticatorData: [UInt8], clientDataJSON: [UInt8]) -> [UInt8] {
-        authenticatorData + Array(SHA256.hash(data: clientDataJSON))
+        authenticatorData + MessageDigest.sha256(clientDataJSON)
     }
 
     /// authenticatorData ‖ clientDataHash, when only the hash is known (CTAP2 requests).

@@ -82,6 +82,14 @@ import Testing
         #expect(Base64URL.decode("ab c") == nil)
         #expect(Base64URL.decode("QR") == nil)  // non-zero trailing bits
         #expect(Base64URL.decode("QQ") == [0x41])
+        #expect(Base64URL.decode("QUE") == [0x41, 0x41])
+        #expect(Base64URL.decode("QUF") == nil)  // non-zero trailing bits after two bytes
+        #expect(Base64URL.decode("QUFB.UFB") == nil)
+        #expect(Base64URL.decode("QUFBQ.") == nil)
+        #expect(Base64URL.decode("QUFBQU.") == nil)
+        #expect(Base64URL.decode("QUFBé") == nil)
+        #expect(Base64URL.decode("") == [])
+        #expect(Base64URL.decode("==") == [])
     }
 
     @Test func hexRoundTrip() {

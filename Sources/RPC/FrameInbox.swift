@@ -1,0 +1,45 @@
+import NIOCore
+import Synchronization
+
+/// Frames handed from a connection's channel handler (on its event loop) to the task that serves the connection:
+/// one consumer, in order. Requests so run as child tasks of that task, with its task-local values (graceful
+/// shutdown among them) and its cancellation.
+final class FrameInbox: Sendable {
+    enum Event: Sendable {
+        case frame([UInt8])
+        /// The connection is closed: no frame follows. `cancelRequests`: the peer went away, so the requests in
+        /// flight are cancelled.
+        case closed(cancelRequests: Bool)
+    }
+
+    private struct State {
+        var queue = CircularBuffer<Event>()
+        var waiter: UnsafeContinuation<Event, Never>?
+    }
+    private let state = Mutex(State())
+
+    func push(_ event: Event) {
+        let waiter = state.withLock { s -> UnsafeContinuation<Event, Never>? in
+            if let waiter = s.waiter {
+                s.waiter = nil
+                return waiter
+            }
+            s.queue.append(event)
+            return nil
+        }
+        waiter?.resume(returning: event)
+    }
+
+    /// The next event, waiting for one.
+    func next() async -> Event {
+        if let event = state.withLock({ $0.queue.popFirst() }) { return event }
+        return await withUnsafeContinuation { continuation in
+            let ready = state.withLock { s -> Event? in
+                if let event = s.queue.popFirst() { return event }
+                s.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}
