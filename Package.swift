@@ -243,7 +243,12 @@ let package = Package(
             ]),
         .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore", "TesseraCore"]),
         .testTarget(name: "CLISupportTests", dependencies: ["CLISupport", "TesseraCore"]),
-        .testTarget(name: "RPCTests", dependencies: ["RPC", "TesseraCore"]),
+        .testTarget(
+            name: "RPCTests",
+            dependencies: [
+                "RPC", "TesseraCore", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(
             name: "DocumentsTests",

@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 @_spi(Testing) import RPC
 import Synchronization
 import TesseraCore
@@ -102,6 +104,16 @@ struct EchoDispatcher: RPCDispatcher {
         case "notify":
             await connection.notify("test.event", ["n": 1])
             return ["uid": .number(Double(connection.peer.uid))]
+        case "notifyFromElsewhere":
+            // Queued from another thread, and answered without a suspension in between (so without a chance for the
+            // event loop to run anything queued meanwhile): the answer must still go out after the notification.
+            let queued = Mutex(false)
+            Task.detached {
+                await connection.notify("test.elsewhere", [:])
+                queued.withLock { $0 = true }
+            }
+            while !queued.withLock({ $0 }) { sched_yield() }
+            return ["after": true]
         case "fail":
             throw TesseraError(.pinInvalid, "wrong PIN", details: ["retriesLeft": 2])
         case "untilClosed":
@@ -148,6 +160,30 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
             var it = c.notifications.makeAsyncIterator()
             let event = await it.next()
             #expect(event == RPCNotification(method: "test.event", params: ["n": 1]))
+        }
+    }
+
+    @Test func aNotificationQueuedBeforeTheAnswerIsWrittenBeforeIt() async throws {
+        try await withServer { path, _ in
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(unixDomainSocketPath: path) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                    }
+                }
+            try await channel.executeThenClose { inbound, outbound in
+                let request = #"{"jsonrpc": "2.0", "id": 1, "method": "notifyFromElsewhere"}"#
+                try await outbound.write(ByteBuffer(string: request + "\n"))
+                var text = ""
+                for try await chunk in inbound {
+                    text += String(buffer: chunk)
+                    if text.filter({ $0 == "\n" }).count >= 2 { break }
+                }
+                let lines = text.split(separator: "\n")
+                #expect(lines.count == 2)
+                #expect(lines.first?.contains("test.elsewhere") == true)
+                #expect(lines.last?.contains(#""after":true"#) == true)
+            }
         }
     }
 
