@@ -106,7 +106,8 @@ struct FrameConnection: Sendable {
 }
 
 /// One connection of a `LengthPrefixedServer`, on its event loop (every method here runs there): frames go to the
-/// connection's task through `inbox`; while any is unanswered, reading pauses. An oversized frame closes the
+/// connection's task through `inbox`; while `maxUnanswered` are unanswered, reading pauses (pausing and resuming
+/// cost two system calls: a client that waits for each answer never reaches it). An oversized frame closes the
 /// connection unanswered.
 final class FrameConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
@@ -114,6 +115,7 @@ final class FrameConnectionHandler: ChannelDuplexHandler {
     typealias OutboundOut = ByteBuffer
 
     let inbox = FrameInbox()
+    static let maxUnanswered = 4
     private let id: UInt64
     private let peer: PeerCredentials
     private let logger: Logger
@@ -145,7 +147,7 @@ final class FrameConnectionHandler: ChannelDuplexHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        if unanswered > 0 { readHeld = true } else { context.read() }
+        if unanswered >= Self.maxUnanswered { readHeld = true } else { context.read() }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
@@ -174,7 +176,7 @@ final class FrameConnectionHandler: ChannelDuplexHandler {
 
     private func replied() {
         unanswered -= 1
-        if unanswered == 0, readHeld, let context {
+        if unanswered < Self.maxUnanswered, readHeld, let context {
             readHeld = false
             context.read()
         }
