@@ -104,12 +104,12 @@ struct JSONReader {
         let start = i
         // Fast path: no escapes.
         var ascii = true
-        while i < bytes.count, bytes[i] != UInt8(ascii: "\""), bytes[i] != UInt8(ascii: "\\") {
-            if bytes[i] < 0x20 { return nil }
-            if bytes[i] >= 0x80 { ascii = false }
-            i += 1
+        while true {
+            i = bytes.withUnsafeBufferPointer { JSONString.firstSpecial(in: $0, from: i, orNonASCII: ascii) }
+            guard i < bytes.count, bytes[i] >= 0x80 else { break }
+            ascii = false
         }
-        guard i < bytes.count else { return nil }
+        guard i < bytes.count, bytes[i] >= 0x20 else { return nil }
         if bytes[i] == UInt8(ascii: "\""), ascii {
             // ASCII needs no UTF-8 validation.
             defer { i += 1 }
@@ -183,8 +183,6 @@ struct JSONReader {
 /// Writes compact JSON with sorted object keys.
 struct JSONWriter {
     var out: [UInt8] = []
-    private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
-
     init() { out.reserveCapacity(512) }
 
     mutating func write(_ v: JSONValue) {
@@ -248,27 +246,5 @@ struct JSONWriter {
         }
     }
 
-    private mutating func string(_ s: String) {
-        out.append(UInt8(ascii: "\""))
-        var s = s
-        s.withUTF8 { utf8 in
-            var clean = 0  // start of the bytes not yet copied
-            for k in utf8.indices {
-                let c = utf8[k]
-                guard c < 0x20 || c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") else { continue }
-                out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[clean..<k]))
-                clean = k + 1
-                switch c {
-                case UInt8(ascii: "\""): out += [0x5C, 0x22]
-                case UInt8(ascii: "\\"): out += [0x5C, 0x5C]
-                case 0x0A: out += [0x5C, UInt8(ascii: "n")]
-                case 0x0D: out += [0x5C, UInt8(ascii: "r")]
-                case 0x09: out += [0x5C, UInt8(ascii: "t")]
-                default: out += [0x5C, UInt8(ascii: "u"), 0x30, 0x30, Self.hex[Int(c >> 4)], Self.hex[Int(c & 0xF)]]
-                }
-            }
-            out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[clean...]))
-        }
-        out.append(UInt8(ascii: "\""))
-    }
+    private mutating func string(_ s: String) { JSONString.appendQuoted(s, to: &out, shortEscapes: true) }
 }

@@ -51,23 +51,9 @@ public struct CollectedClientData: Sendable, Equatable {
     /// SHA-256 of `json`: the clientDataHash given to authenticators.
     public var hash: [UInt8] { MessageDigest.sha256(json) }
 
-    /// CCDToString (WebAuthn §5.8.1.2).
+    /// CCDToString (WebAuthn §5.8.1.2): control characters as `\u00xx` (the bytes of a multi-byte UTF-8 sequence are
+    /// all 0x80 or more and copied as they are).
     static func appendCCDString(_ string: String, to out: inout [UInt8]) {
-        func hexDigit(_ v: UInt8) -> UInt8 { v < 10 ? 0x30 + v : 0x57 + v }  // 0-9, a-f
-        out.append(0x22)
-        // Byte by byte: the bytes of a multi-byte UTF-8 sequence are all 0x80 or more (code points from 0x80 are
-        // copied as they are), and an ASCII byte is its own code point.
-        for byte in string.utf8 {
-            switch byte {
-            case 0x22, 0x5C:
-                out.append(0x5C)
-                out.append(byte)
-            case 0x00..<0x20:
-                out.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, hexDigit(byte >> 4), hexDigit(byte & 0xF)])
-            default:
-                out.append(byte)
-            }
-        }
-        out.append(0x22)
+        JSONString.appendQuoted(string, to: &out, shortEscapes: false)
     }
 }

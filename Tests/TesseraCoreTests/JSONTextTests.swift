@@ -47,6 +47,26 @@ import Testing
         #expect(String(decoding: v.serialized(), as: UTF8.self) == #"{"a":["x\"y\\z\n\u0001é",2.5,null,true],"b":1}"#)
     }
 
+    /// Specials at every position around the 16-byte blocks of the scan, and non-ASCII text, each way round.
+    @Test func stringsRoundTripAndEscapeLikeFoundationAtEveryOffset() throws {
+        let specials: [Character] = ["\"", "\\", "\n", "\u{01}", "\u{1F}", "é", "€"]
+        for length in [15, 16, 17, 31, 32, 33, 48] {
+            for position in 0..<length {
+                for special in specials {
+                    var text = String(repeating: "a", count: length)
+                    let index = text.index(text.startIndex, offsetBy: position)
+                    text.replaceSubrange(index...index, with: String(special))
+                    let written = JSONValue.string(text).serialized()
+                    let reference = try JSONSerialization.jsonObject(with: Data(written), options: .fragmentsAllowed)
+                    #expect(reference as? String == text)
+                    #expect(try JSONValue.parse(written) == .string(text))
+                }
+            }
+        }
+        let control = "\"" + String(repeating: "a", count: 20) + "\u{01}\""
+        #expect(throws: TesseraError.self) { try JSONValue.parse(Array(control.utf8)) }
+    }
+
     static func convert(_ any: Any) -> JSONValue {
         switch any {
         case is NSNull: return .null
