@@ -61,9 +61,9 @@ public enum ECDSASignature {
         let half = rs.count / 2
         // SEQUENCE { INTEGER r, INTEGER s }, written into one buffer: each INTEGER is the component without its
         // leading zero bytes, with one 0x00 in front when its top bit is set.
+        let magnitudes = [rs[..<half].drop(while: { $0 == 0 }), rs[half...].drop(while: { $0 == 0 })]
         var contentLength = 0
-        for range in [0..<half, half..<rs.count] {
-            let magnitude = rs[range].drop(while: { $0 == 0 })
+        for magnitude in magnitudes {
             guard let first = magnitude.first else { throw .invalidInput("ECDSA signature component is zero") }
             if let order = group?.order, !isBelow(magnitude, order) {
                 throw .invalidInput("ECDSA signature component is not below the group order")
@@ -73,9 +73,8 @@ public enum ECDSASignature {
         var der: [UInt8] = [0x30]
         der.reserveCapacity(3 + contentLength)
         der.append(contentsOf: derLength(contentLength))
-        for range in [0..<half, half..<rs.count] {
-            let magnitude = rs[range].drop(while: { $0 == 0 })
-            let padded = (magnitude.first ?? 0) & 0x80 != 0
+        for magnitude in magnitudes {
+            let padded = magnitude[magnitude.startIndex] & 0x80 != 0  // non-empty: checked above
             der.append(0x02)
             der.append(UInt8(magnitude.count + (padded ? 1 : 0)))
             if padded { der.append(0x00) }
