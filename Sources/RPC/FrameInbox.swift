@@ -43,3 +43,11 @@ final class FrameInbox: Sendable {
         }
     }
 }
+
+extension EventLoop {
+    /// Runs `body` at once when called on this loop, else as the loop's next job: a connection's task hands its
+    /// results to the connection's channel handler this way.
+    func runOnLoop(_ body: @escaping @Sendable () -> Void) {
+        if inEventLoop { body() } else { execute(body) }
+    }
+}

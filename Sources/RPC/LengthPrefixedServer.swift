@@ -83,11 +83,7 @@ public final class LengthPrefixedServer: Sendable {
             while case .frame(let frame) = await connection.inbox.next() {
                 let reply = await handler.handle(frame, connectionID: connection.id, peer: connection.peer)
                 let handler = connection.handler
-                if eventLoop.inEventLoop {
-                    handler.value.reply(reply)
-                } else {
-                    eventLoop.execute { handler.value.reply(reply) }
-                }
+                eventLoop.runOnLoop { handler.value.reply(reply) }
             }
         }
         try? await connection.channel.closeFuture.get()

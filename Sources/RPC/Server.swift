@@ -86,13 +86,8 @@ public final class RPCConnection: Sendable, Hashable {
     /// Hands a request's answer (nil: none) to the channel handler, to be written after the notifications queued
     /// before it.
     func answered(_ answer: JSONValue?) {
-        let frame = answer.map(Self.frame)
-        let eventLoop = channel.eventLoop, handler = self.handler
-        if eventLoop.inEventLoop {
-            handler.value.answered(frame)
-        } else {
-            eventLoop.execute { handler.value.answered(frame) }
-        }
+        let frame = answer.map(Self.frame), handler = self.handler
+        channel.eventLoop.runOnLoop { handler.value.answered(frame) }
     }
 
     /// Completes once the connection is closed.
