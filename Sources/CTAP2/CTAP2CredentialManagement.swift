@@ -1,5 +1,4 @@
 import CBOR
-import Crypto
 import CryptoPrimitives
 
 /// authenticatorCredentialManagement parameters (§6.8).
