@@ -1,8 +1,13 @@
 # Tessera — the two entry points are `make demo` and `make test`; both install what they need.
 SWIFT ?= swift
 BUILD_FLAGS ?=
+## Release builds carry the Swift runtime and Foundation inside each binary: nothing from the toolchain is needed
+## where they are installed, and tesserad maps less at start. Every release build uses the same flags (a change
+## of flags rebuilds everything).
+RELEASE_FLAGS ?= -c release --static-swift-stdlib
+export RELEASE_FLAGS
 
-.PHONY: all setup build demo test unit-test e2e-test bench soak systemd-check format format-check fuzz fuzz-smoke sanitize clean
+.PHONY: all setup build release demo test unit-test e2e-test bench soak systemd-check format format-check fuzz fuzz-smoke sanitize clean
 
 all: build
 
@@ -11,6 +16,11 @@ setup:
 
 build: setup
 	$(SWIFT) build $(BUILD_FLAGS)
+
+## The programs to install (tesserad, tessera) in .build/release, self-contained but for the C libraries.
+release: setup
+	$(SWIFT) build $(RELEASE_FLAGS) --product tesserad
+	$(SWIFT) build $(RELEASE_FLAGS) --product tessera
 
 ## Runs tesserad on a private socket with the embedded SoftHSM2 token, then enrolls and authenticates a
 ## passkey through the CLI and verifies both with an independent WebAuthn library.
@@ -55,7 +65,7 @@ bench: setup
 ## information, which Debian 12's valgrind 3.19 cannot read.
 .PHONY: bench-callgrind
 bench-callgrind: setup
-	@swift build -c release --product tesserad && swift build -c release --product tessera-bench
+	@swift build $(RELEASE_FLAGS) --product tesserad && swift build $(RELEASE_FLAGS) --product tessera-bench
 	@.build/release/tessera-bench --callgrind $${CALLGRIND_ASSERTIONS:-2000}
 
 ## libFuzzer (+ ASan/LSan) on every untrusted parser, FUZZ_RUNS executions each (default 1000000), capped at

@@ -3,8 +3,10 @@
 # through p11-kit remoting (p11-kit server + p11-kit-client.so), on the same token, ratios to raw per row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build -c release --product tesserad
-swift build -c release --product tessera-bench
+# The same flags as `make release` (the Swift runtime linked in), so the daemon measured is the one installed.
+read -r -a RELEASE <<< "${RELEASE_FLAGS:--c release --static-swift-stdlib}"
+swift build "${RELEASE[@]}" --product tesserad
+swift build "${RELEASE[@]}" --product tessera-bench
 .build/release/tessera-bench --seconds "${BENCH_SECONDS:-5}"
 # BENCH_PINNED=1: again with the load generator on CPU 0 and tesserad on CPU 1 (needs 2+ cores).
 if [ "${BENCH_PINNED:-0}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
@@ -15,5 +17,5 @@ fi
 .build/release/tessera-bench --ssh-agent --seconds "${BENCH_SECONDS:-5}"
 # Document reading: APDUs/bytes/time for DG1+DG2(~20 KB)+SOD, short vs extended length, in process and via pcscd+vpcd;
 # then one mDL read (15 elements, 20 KB portrait) the same ways, against the minimum APDU count (--mdoc-only: just that).
-swift build -c release --product document-bench
+swift build "${RELEASE[@]}" --product document-bench
 .build/release/document-bench --runs "${BENCH_RUNS:-5}"
