@@ -81,7 +81,9 @@ public struct NFCEmulationSummary: Sendable, Equatable {
 /// Every libnfc call runs on the device's thread. Stopping: while waiting for a reader, `nfc_abort_command`
 /// ends `nfc_target_init` at once; while a reader is attached, the receive loop wakes every `pollInterval`
 /// (libnfc 1.8 reads an unset status byte when TgGetData is aborted, so it is never aborted) and the device is
-/// idled (InRelease). Responses longer than a PN532 frame (263 bytes) are replaced by 6700 so readers step down.
+/// idled (InRelease). The price of that poll: a command reaching the chip in the microseconds between a timed-out
+/// TgGetData and the next is dropped by libnfc, and the reader sees no answer. Responses longer than a PN532 frame
+/// (263 bytes) are replaced by 6700 so readers step down.
 public final class NFCCardEmulator: Sendable {
     public let device: NFCDevice
     public let card: any VirtualCard
@@ -248,6 +250,7 @@ public final class NFCCardEmulator: Sendable {
 
     private enum Received: Sendable {
         case command([UInt8])
+        /// Nothing came and a stop was requested.
         case timeout
         case released(String)
     }
@@ -257,17 +260,24 @@ public final class NFCCardEmulator: Sendable {
             clamping: pollInterval.components.seconds * 1000
                 + pollInterval.components.attoseconds / 1_000_000_000_000_000)
         let connstring = device.connstring
+        let state = self.state
         return try await device.onDevice { pointer throws(TesseraError) -> Received in
             var rx = [UInt8](repeating: 0, count: 264)
-            let n = nfc_target_receive_bytes(pointer, &rx, rx.count, max(milliseconds, 1))
-            if n > 0 { return .command(Array(rx.prefix(Int(n)))) }
-            switch n {
-            case 0, NFC_ETIMEOUT: return .timeout
-            case NFC_ETGRELEASED: return .released("the reader released the card or switched its field off")
-            case NFC_ERFTRANS: return .released("RF error: \(NFCDevice.lastError(pointer))")
-            default:
-                throw TesseraError(
-                    .noReader, "\(connstring) failed receiving in target mode: \(NFCDevice.lastError(pointer))")
+            // The poll repeats here, not in the caller: after a timeout the chip's TgGetData is still pending and
+            // libnfc discards its answer when it sends the next command, so a command arriving between the two is
+            // lost. Re-sending at once keeps that window to microseconds instead of two thread hops.
+            while true {
+                let n = nfc_target_receive_bytes(pointer, &rx, rx.count, max(milliseconds, 1))
+                if n > 0 { return .command(Array(rx.prefix(Int(n)))) }
+                switch n {
+                case 0, NFC_ETIMEOUT:
+                    if state.withLock({ $0.stop != nil }) { return .timeout }
+                case NFC_ETGRELEASED: return .released("the reader released the card or switched its field off")
+                case NFC_ERFTRANS: return .released("RF error: \(NFCDevice.lastError(pointer))")
+                default:
+                    throw TesseraError(
+                        .noReader, "\(connstring) failed receiving in target mode: \(NFCDevice.lastError(pointer))")
+                }
             }
         }
     }
