@@ -124,8 +124,9 @@ extension PasskeyService {
     func remember(_ transitions: [CredentialStore.Transition]) {
         guard !transitions.isEmpty else { return }
         records.withLock { cache in
-            for t in transitions where cache[ByteKey([UInt8](t.record.credentialId))] != nil {
-                cache[ByteKey([UInt8](t.record.credentialId))] = t.record
+            for t in transitions {
+                let key = ByteKey([UInt8](t.record.credentialId))
+                if cache[key] != nil { cache[key] = t.record }
             }
         }
     }

@@ -56,8 +56,10 @@ struct SSHKeyBackend: SSHAgentBackend {
                 guard s.generation == generation else { return }
                 var map: [ByteKey: AgentIdentity] = [:]
                 var tokens: [String: any KeyStoreToken] = [:]
-                for e in entries where map[ByteKey(e.identity.key.blob)] == nil {
-                    map[ByteKey(e.identity.key.blob)] = e.identity
+                for e in entries {
+                    let key = ByteKey(e.identity.key.blob)
+                    guard map[key] == nil else { continue }
+                    map[key] = e.identity
                     tokens[e.token.id] = e.token
                 }
                 s.byBlob = map
