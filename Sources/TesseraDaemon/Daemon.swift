@@ -207,7 +207,9 @@ public enum Daemon {
                 handler: SSHAgentFrames(agent: agent, policy: policy), logger: sshLogger,
                 maxFrameBytes: AgentFraming.maxFrameBytes)
             services.append(
-                .init(service: SSHAgentSocketService(server: agentServer, address: agentAddress, logger: sshLogger)))
+                .init(
+                    service: SSHAgentSocketService(server: agentServer, address: agentAddress, logger: sshLogger),
+                    serviceName: "ssh-agent-socket"))
             agentSweeper = Task {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(1))
@@ -233,11 +235,15 @@ public enum Daemon {
                     .init(
                         service: CTAPSocketService(
                             path: ctapPath, mode: try ConfigFile.socketMode(config.ctap?.socketMode), group: socketGID,
-                            hub: hub, policy: policy, logger: ctapLogger)))
+                            hub: hub, policy: policy, logger: ctapLogger), serviceName: "ctap-socket"))
             }
-            if options.ctapUHID { services.append(.init(service: CTAPUHIDService(hub: hub, logger: ctapLogger))) }
+            if options.ctapUHID {
+                services.append(.init(service: CTAPUHIDService(hub: hub, logger: ctapLogger), serviceName: "ctap-uhid"))
+            }
         }
-        services.append(.init(service: service))
+        // Every service is named: without a name, ServiceLifecycle interpolates the service ("\(service)"), a
+        // reflection walk over its whole value (15 million instructions at start for this one alone).
+        services.append(.init(service: service, serviceName: "rpc-socket"))
         let group = ServiceGroup(
             configuration: .init(
                 services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
