@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The same flags as `make release` (the Swift runtime linked in), so the daemon measured is the one installed.
-read -r -a RELEASE <<< "${RELEASE_FLAGS:--c release --static-swift-stdlib}"
+read -r -a RELEASE <<< "${RELEASE_FLAGS:--c release --static-swift-stdlib -Xswiftc -use-ld=lld -Xlinker -z \
+    -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic}"
 swift build "${RELEASE[@]}" --product tesserad
 swift build "${RELEASE[@]}" --product tessera-bench
 .build/release/tessera-bench --seconds "${BENCH_SECONDS:-5}"
