@@ -10,7 +10,7 @@ RELEASE_FLAGS ?= -c release --static-swift-stdlib -Xswiftc -use-ld=lld -Xlinker 
 	-Xlinker --no-export-dynamic
 export RELEASE_FLAGS
 
-.PHONY: all setup build release demo test unit-test e2e-test bench soak systemd-check format format-check fuzz fuzz-smoke sanitize clean
+.PHONY: all setup build release release-flags demo test unit-test e2e-test bench soak systemd-check format format-check fuzz fuzz-smoke sanitize clean
 
 all: build
 
@@ -24,6 +24,10 @@ build: setup
 release: setup
 	$(SWIFT) build $(RELEASE_FLAGS) --product tesserad
 	$(SWIFT) build $(RELEASE_FLAGS) --product tessera
+
+## Prints RELEASE_FLAGS (for scripts run without make).
+release-flags:
+	@echo $(RELEASE_FLAGS)
 
 ## Runs tesserad on a private socket with the embedded SoftHSM2 token, then enrolls and authenticates a
 ## passkey through the CLI and verifies both with an independent WebAuthn library.

@@ -3,9 +3,8 @@
 # through p11-kit remoting (p11-kit server + p11-kit-client.so), on the same token, ratios to raw per row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The same flags as `make release` (the Swift runtime linked in), so the daemon measured is the one installed.
-read -r -a RELEASE <<< "${RELEASE_FLAGS:--c release --static-swift-stdlib -Xswiftc -use-ld=lld -Xlinker -z \
-    -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic}"
+# The same flags as `make release` (the Makefile holds them), so the daemon measured is the one installed.
+read -r -a RELEASE <<< "${RELEASE_FLAGS:-$(make -s --no-print-directory release-flags)}"
 swift build "${RELEASE[@]}" --product tesserad
 swift build "${RELEASE[@]}" --product tessera-bench
 .build/release/tessera-bench --seconds "${BENCH_SECONDS:-5}"
