@@ -95,7 +95,7 @@ enum Bench {
             _ = try await client!.call("daemon.status")
             let ready = ContinuousClock.now - spawned
             try await Task.sleep(for: .seconds(1))
-            let idleRSS = rssKiB(pid: daemon.processIdentifier)
+            let idleRSS = memory(pid: daemon.processIdentifier)
 
             let reg = try await client!.call(
                 "passkey.enroll",
@@ -119,7 +119,7 @@ enum Bench {
             print(
                 "tessera-bench: SoftHSM2, P-256, \(seconds)s per point, \(ProcessInfo.processInfo.activeProcessorCount) cores"
             )
-            print("startup to ready: \(format(ready)); idle RSS: \(idleRSS.map { "\($0) KiB" } ?? "?")")
+            print("startup to ready: \(format(ready)); idle RSS: \(idleRSS)")
             if let daemonCPUs { print("tesserad pinned to CPUs \(daemonCPUs)") }
             if withPIN { print("every assertion carries the PIN (checked against the last good PIN's verifier)") }
             print(
@@ -164,7 +164,7 @@ enum Bench {
                             ((remote.map { 1 / $0 } ?? .nan) - rawSingleLatency) * 1e6))
                 }
             }
-            print("tesserad RSS after the load: \(rssKiB(pid: daemon.processIdentifier).map { "\($0) KiB" } ?? "?")")
+            print("tesserad RSS after the load: \(memory(pid: daemon.processIdentifier))")
             print("CPU per assertion: tesserad from /proc/PID/stat, the load generator (this process) from getrusage;")
             print(
                 "cs/a: tesserad context switches (all threads) per assertion; ratios are to raw C_Sign of the same row")
@@ -217,11 +217,16 @@ enum Bench {
         return total
     }
 
-    static func rssKiB(pid: Int32) -> Int? {
-        guard let s = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-        for line in s.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            return Int(line.split(separator: " ").dropFirst().first ?? "")
+    /// "N KiB (anonymous M KiB)" from /proc/PID/status. The file-backed rest (code, read-only data, libraries) is
+    /// clean and shared, and it moves with the page cache's state from run to run; the anonymous part is the
+    /// daemon's own memory.
+    static func memory(pid: Int32) -> String {
+        guard let s = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return "?" }
+        func field(_ name: String) -> String {
+            s.split(separator: "\n").first { $0.hasPrefix(name + ":") }.flatMap {
+                $0.split(separator: " ").dropFirst().first.map(String.init)
+            } ?? "?"
         }
-        return nil
+        return "\(field("VmRSS")) KiB (anonymous \(field("RssAnon")) KiB)"
     }
 }
