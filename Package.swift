@@ -241,7 +241,9 @@ let package = Package(
             dependencies: [
                 "Passkeys", "TesseraCore", "CredentialStore", .product(name: "Logging", package: "swift-log"),
             ]),
-        .testTarget(name: "CredentialStoreTests", dependencies: ["CredentialStore", "TesseraCore"]),
+        .testTarget(
+            name: "CredentialStoreTests",
+            dependencies: ["CredentialStore", "TesseraCore", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "CLISupportTests", dependencies: ["CLISupport", "TesseraCore"]),
         .testTarget(
             name: "RPCTests",

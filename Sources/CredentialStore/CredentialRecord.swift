@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 
 /// Metadata of one passkey. The private key lives on the token (`tokenId`, `keyHandle`); only public data is here.
-public struct CredentialRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+public struct CredentialRecord: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
     public static let databaseTableName = "credential"
 
     public var credentialId: Data
@@ -51,7 +51,7 @@ public enum CredentialState: String, Codable, Sendable, CaseIterable, DatabaseVa
 }
 
 /// One entry of the credential audit trail: a state change or a deletion, who asked and why.
-public struct CredentialEvent: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+public struct CredentialEvent: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
     public static let databaseTableName = "credential_event"
 
     public var credentialId: Data

@@ -64,7 +64,7 @@ public final class CredentialStore: Sendable {
                     sql: """
                         UPDATE credential SET counterReserved = MAX(counterReserved, ?), lastUsedAt = ?
                         WHERE credentialId = ?
-                        """, arguments: [ceiling, usedAt, Data(id)])
+                        """, arguments: [ceiling, DatabaseTimestamp(usedAt), Data(id)])
             }
         } catch { throw storageError(error) }
     }
@@ -77,7 +77,7 @@ public final class CredentialStore: Sendable {
                     try db.execute(
                         sql: """
                             UPDATE credential SET lastUsedAt = ? WHERE credentialId = ? AND (lastUsedAt IS NULL OR lastUsedAt < ?)
-                            """, arguments: [at, Data(id), at])
+                            """, arguments: [DatabaseTimestamp(at), Data(id), DatabaseTimestamp(at)])
                 }
             }
         } catch { throw storageError(error) }
@@ -137,7 +137,7 @@ public final class CredentialStore: Sendable {
                     }
                     try db.execute(
                         sql: "INSERT INTO lifecycle_command_use (jti, issuer, usedAt) VALUES (?, ?, ?)",
-                        arguments: [command.jti, command.issuer, at])
+                        arguments: [command.jti, command.issuer, DatabaseTimestamp(at)])
                 }
                 var out: [Transition] = []
                 for id in ids {
@@ -158,7 +158,7 @@ public final class CredentialStore: Sendable {
                     rec.stateChangedAt = at
                     try db.execute(
                         sql: "UPDATE credential SET state = ?, stateChangedAt = ? WHERE credentialId = ?",
-                        arguments: [state.rawValue, at, Data(id)])
+                        arguments: [state.rawValue, DatabaseTimestamp(at), Data(id)])
                     try CredentialEvent(
                         credentialId: Data(id), at: at, fromState: from.rawValue, toState: state.rawValue,
                         actor: actor, reason: reason
@@ -197,7 +197,7 @@ public final class CredentialStore: Sendable {
                     rec.stateChangedAt = record.createdAt
                     try db.execute(
                         sql: "UPDATE credential SET state = ?, stateChangedAt = ? WHERE credentialId = ?",
-                        arguments: [rec.state.rawValue, record.createdAt, Data(id)])
+                        arguments: [rec.state.rawValue, DatabaseTimestamp(record.createdAt), Data(id)])
                     try CredentialEvent(
                         credentialId: Data(id), at: record.createdAt, fromState: from.rawValue,
                         toState: rec.state.rawValue, actor: actor,

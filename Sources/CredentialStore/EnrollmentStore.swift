@@ -70,7 +70,9 @@ extension EnrollmentRow: FetchableRecord, PersistableRecord {
         failure = Self.json(row["failure"])
         outcome = row["outcome"]; subject = row["subject"]; tokenJti = row["tokenJti"]
         credentialId = row["credentialId"]; passiveAuthentication = row["passiveAuthentication"]
-        startedAt = row["startedAt"]; updatedAt = row["updatedAt"]; finishedAt = row["finishedAt"]
+        startedAt = (row["startedAt"] as DatabaseTimestamp).date
+        updatedAt = (row["updatedAt"] as DatabaseTimestamp).date
+        finishedAt = (row["finishedAt"] as DatabaseTimestamp?)?.date
     }
 
     public func encode(to container: inout PersistenceContainer) throws {
@@ -82,7 +84,8 @@ extension EnrollmentRow: FetchableRecord, PersistableRecord {
         container["stepState"] = Self.text(stepState); container["failure"] = failure.map(Self.text)
         container["outcome"] = outcome; container["subject"] = subject; container["tokenJti"] = tokenJti
         container["credentialId"] = credentialId; container["passiveAuthentication"] = passiveAuthentication
-        container["startedAt"] = startedAt; container["updatedAt"] = updatedAt; container["finishedAt"] = finishedAt
+        container["startedAt"] = DatabaseTimestamp(startedAt); container["updatedAt"] = DatabaseTimestamp(updatedAt)
+        container["finishedAt"] = finishedAt.map(DatabaseTimestamp.init)
     }
 
     static func text(_ v: JSONValue) -> String { String(decoding: v.serialized(), as: UTF8.self) }
@@ -156,7 +159,7 @@ public final class EnrollmentStore: Sendable {
                 if used { throw TesseraError(.activationTokenReplayed, "this activation token was already used") }
                 try db.execute(
                     sql: "INSERT INTO activation_token_use (jti, issuer, enrollmentId, usedAt) VALUES (?, ?, ?, ?)",
-                    arguments: [token.jti, token.issuer, row.id, row.startedAt])
+                    arguments: [token.jti, token.issuer, row.id, DatabaseTimestamp(row.startedAt)])
             }
             try row.insert(db)
         }

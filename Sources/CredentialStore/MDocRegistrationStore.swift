@@ -3,7 +3,7 @@ import GRDB
 import TesseraCore
 
 /// An mdoc the daemon holds (`mdoc.register`): its IssuerSigned and the token key that is its device key.
-public struct MDocRegistrationRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+public struct MDocRegistrationRecord: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
     public static let databaseTableName = "mdoc_registration"
 
     public var documentIdentifier: String

@@ -4,7 +4,7 @@ import TesseraCore
 
 /// A PIV key slot Tessera created a key in. Slots without a record were not created by Tessera and are never
 /// written by it.
-public struct PIVSlotRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+public struct PIVSlotRecord: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
     public static let databaseTableName = "piv_slot"
 
     /// What the slot holds now.

@@ -4,7 +4,7 @@ import TesseraCore
 
 /// One recovery attempt as persisted (docs/LIFECYCLE.md, "Recovery"): its token's `jti` (consumed when the row is
 /// inserted), the stage reached and the replacement passkey planned before its key exists.
-public struct RecoveryAttemptRow: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+public struct RecoveryAttemptRow: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
     public static let databaseTableName = "recovery_attempt"
 
     public enum Stage: String, Codable, Sendable, DatabaseValueConvertible {
@@ -88,7 +88,7 @@ public final class RecoveryStore: Sendable {
     ) async throws(TesseraError) -> String? {
         try await self.db.uncancelledWrite { db in
             if try RecoveryAttemptRow.filter(Column("jti") == row.jti).fetchCount(db) > 0 { return "replayed" }
-            let recent = RecoveryAttemptRow.filter(Column("startedAt") > since)
+            let recent = RecoveryAttemptRow.filter(Column("startedAt") > DatabaseTimestamp(since))
             if try recent.filter(Column("subject") == row.subject).fetchCount(db) >= maxPerUser { return "user" }
             if try recent.fetchCount(db) >= maxPerStation { return "station" }
             try row.insert(db)

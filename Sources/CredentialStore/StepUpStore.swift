@@ -5,7 +5,7 @@ import TesseraCore
 /// One step-up as persisted (docs/LIFECYCLE.md, "Step-up"): what it asked for (without PIN or document access
 /// key), the stage reached and, once made, its answer, so that a step-up survives a daemon restart and is
 /// answered once.
-public struct StepUpRow: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+public struct StepUpRow: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
     public static let databaseTableName = "step_up"
 
     public enum Stage: String, Codable, Sendable, DatabaseValueConvertible {
@@ -88,7 +88,7 @@ public final class StepUpStore: Sendable {
     public func insert(_ row: StepUpRow) async throws(TesseraError) {
         let expired = row.startedAt.addingTimeInterval(-retention)
         try await db.uncancelledWrite { db in
-            try StepUpRow.filter(Column("deadline") < expired).deleteAll(db)
+            try StepUpRow.filter(Column("deadline") < DatabaseTimestamp(expired)).deleteAll(db)
             try row.insert(db)
         }
     }
