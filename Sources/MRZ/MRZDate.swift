@@ -1,4 +1,5 @@
 import Foundation
+import TesseraCore
 
 /// A calendar date (proleptic Gregorian), as resolved from an MRZ `YYMMDD` field.
 public struct MRZDate: Sendable, Hashable, Comparable, CustomStringConvertible {
@@ -8,7 +9,9 @@ public struct MRZDate: Sendable, Hashable, Comparable, CustomStringConvertible {
 
     /// Nil unless month is 1–12 and day exists in that month of that year.
     public init?(year: Int, month: Int, day: Int) {
-        guard (1...12).contains(month), day >= 1, day <= MRZDate.daysIn(month: month, year: year) else { return nil }
+        guard (1...12).contains(month), day >= 1, day <= GregorianDays.daysIn(month: month, year: year) else {
+            return nil
+        }
         self.year = year; self.month = month; self.day = day
     }
 
@@ -34,16 +37,6 @@ public struct MRZDate: Sendable, Hashable, Comparable, CustomStringConvertible {
     }
 
     init(unchecked year: Int, _ month: Int, _ day: Int) { self.year = year; self.month = month; self.day = day }
-
-    static func daysIn(month: Int, year: Int) -> Int {
-        switch month {
-        case 2:
-            let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
-            return leap ? 29 : 28
-        case 4, 6, 9, 11: return 30
-        default: return 31
-        }
-    }
 
     /// Splits "YYMMDD" into numbers when all six characters are ASCII digits.
     static func components(_ yymmdd: String) -> (yy: Int, mm: Int, dd: Int)? {
