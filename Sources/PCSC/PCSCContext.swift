@@ -132,10 +132,16 @@ public final class PCSCContext: Sendable {
                 var first = true
                 while !Task.isCancelled {
                     do throws(TesseraError) {
-                        let next =
+                        var next =
                             first
                             ? try await listReaders() : try await waitForChange(known: known, timeout: .seconds(60))
                         first = false
+                        if PCSCEvent.unsettled(from: known, to: next) {
+                            // One of the two looks fell between pcscd writing a card's state and counting the
+                            // event; a second look tells a swap (the count moves on) from a torn first look.
+                            try? await Task.sleep(for: .milliseconds(20))
+                            next = try await listReaders()
+                        }
                         if !available {
                             available = true
                             continuation.yield(.serviceAvailable)
@@ -183,8 +189,9 @@ extension PCSCEvent {
                 events.append(.cardInserted(n))
             case (true, false):
                 events.append(.cardRemoved(reader: n.name))
-            case (true, true) where o.eventCount != n.eventCount || o.atr != n.atr:
-                // Removed and re-inserted between two looks.
+            case (true, true) where countDelta(o, n) >= 2:
+                // Removed and re-inserted between two looks. A new ATR alone is not a swap: a reset or an
+                // on-demand power-up of the same card changes it, while pcscd counts every insertion.
                 events.append(.cardRemoved(reader: n.name))
                 events.append(.cardInserted(n))
             default:
@@ -192,6 +199,23 @@ extension PCSCEvent {
             }
         }
         return events
+    }
+
+    /// Whether a card present in both looks has an odd count difference. pcscd stores a card's state before
+    /// it counts the insertion or removal, so a look taken in between is torn: either `old` missed the count
+    /// of the insertion it already showed (same card), or `new` shows a re-inserted card not yet counted
+    /// (a swap). Only a further look can tell; `changes` treats a difference of one as the same card.
+    public static func unsettled(from old: [PCSCReaderState], to new: [PCSCReaderState]) -> Bool {
+        let oldByName = Dictionary(old.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        return new.contains { n in
+            guard let o = oldByName[n.name], o.cardPresent, n.cardPresent else { return false }
+            return countDelta(o, n) % 2 == 1
+        }
+    }
+
+    /// Insertions and removals counted between two looks (pcscd's counter is 16 bits and wraps).
+    private static func countDelta(_ old: PCSCReaderState, _ new: PCSCReaderState) -> Int {
+        (new.eventCount - old.eventCount) & 0xFFFF
     }
 }
 

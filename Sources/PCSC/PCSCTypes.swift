@@ -13,7 +13,8 @@ public struct PCSCReaderState: Sendable, Hashable, CustomStringConvertible {
     public var inUse: Bool
     /// The card does not answer (no usable ATR).
     public var mute: Bool
-    /// pcscd's per-reader event counter; it changes on every insertion/removal, even a quick remove+insert.
+    /// pcscd's per-reader event counter (16 bits): one step per insertion and per removal, so a quick
+    /// remove+insert moves it by two.
     public var eventCount: Int
 
     public init(

@@ -406,5 +406,34 @@ struct PCSCIntegrationTests {
         #expect(
             PCSCEvent.changes(from: [r1card], to: [r1again]) == [.cardRemoved(reader: "A"), .cardInserted(r1again)])
         #expect(PCSCEvent.changes(from: [r1card], to: []) == [.cardRemoved(reader: "A"), .readerRemoved(name: "A")])
+        #expect(!PCSCEvent.unsettled(from: [r1card], to: [r1again]))
+        #expect(!PCSCEvent.unsettled(from: [r1], to: [r1card]))
+        // The counter wraps at 16 bits.
+        var wrapped = r1again
+        wrapped.eventCount = 1
+        var beforeWrap = r1card
+        beforeWrap.eventCount = 0xFFFF
+        #expect(
+            PCSCEvent.changes(from: [beforeWrap], to: [wrapped]) == [.cardRemoved(reader: "A"), .cardInserted(wrapped)])
+    }
+
+    /// pcscd writes a card's state before it counts the event: a look can show an inserted card with the old
+    /// count. A difference of one between two looks of a present card is not a swap, and asks for another look.
+    @Test func tornLooksAreNotSwaps() {
+        let earlyLook = PCSCReaderState(name: "A", cardPresent: true, atr: [0x3B, 0x00], eventCount: 0)
+        let settled = PCSCReaderState(name: "A", cardPresent: true, atr: [0x3B, 0x00], eventCount: 1)
+        #expect(PCSCEvent.unsettled(from: [earlyLook], to: [settled]))
+        #expect(PCSCEvent.changes(from: [earlyLook], to: [settled]) == [])
+        // A swap whose insertion is not counted yet settles at two on the next look.
+        let swapped = PCSCReaderState(name: "A", cardPresent: true, atr: [0x3B, 0x00], eventCount: 2)
+        #expect(!PCSCEvent.unsettled(from: [earlyLook], to: [swapped]))
+        #expect(
+            PCSCEvent.changes(from: [earlyLook], to: [swapped]) == [.cardRemoved(reader: "A"), .cardInserted(swapped)])
+        // A new ATR with the same count is the same card (reset, or powered up on demand), not a swap.
+        let powered = PCSCReaderState(name: "A", cardPresent: true, atr: [0x3B, 0x02, 0x14, 0x50], eventCount: 1)
+        var unpowered = powered
+        unpowered.atr = []
+        #expect(PCSCEvent.changes(from: [unpowered], to: [powered]) == [])
+        #expect(PCSCEvent.changes(from: [settled], to: [powered]) == [])
     }
 }
