@@ -54,7 +54,7 @@ enum CTAPBench {
             let rawRate = try await token.rawSignLoop(
                 keyID: keyID, digest: [UInt8](repeating: 0xA5, count: 32),
                 iterations: max(2000, Int(seconds * 4000)), sessions: 1)
-            let (rpc, _) = try await LoadClient.run(
+            let (rpc, _, _) = try await LoadClient.run(
                 socket: socket, credentialId: credentialId, clients: 1, seconds: seconds)
             let ctap = try await DedicatedThread.run(name: "bench.ctap") { () throws -> [Double] in
                 try ctapLoop(ctapSocket, credentialId: rawId, seconds: seconds)

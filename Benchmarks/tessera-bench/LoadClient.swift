@@ -15,16 +15,21 @@ enum LoadClient {
     struct Result {
         var latencies: [Double] = []
         var failure: String?
+        /// Sizes of the last request and answer, newline included (for `TransportFloor`).
+        var requestBytes = 0
+        var answerBytes = 0
     }
 
-    /// Runs `clients` connections for `seconds` (off the cooperative pool); returns every latency (seconds) and the wall time.
+    /// Runs `clients` connections for `seconds` (off the cooperative pool); returns every latency (seconds), the wall
+    /// time and the sizes of the last request and answer.
     /// `pin`: sent with every assertion (the PIN check the daemon does per request is then measured too).
     /// `count`: stop each connection after this many assertions instead (the deadline still applies).
     static func run(
         socket: String, credentialId: String, clients: Int, seconds: Double,
         pin: String? = nil, count: Int? = nil
-    ) async throws -> (latencies: [Double], wall: Double) {
-        try await DedicatedThread.run(name: "bench.load") { () throws -> (latencies: [Double], wall: Double) in
+    ) async throws -> (latencies: [Double], wall: Double, sizes: (request: Int, answer: Int)) {
+        try await DedicatedThread.run(name: "bench.load") {
+            () throws -> (latencies: [Double], wall: Double, sizes: (request: Int, answer: Int)) in
             try blockingRun(
                 socket: socket, credentialId: credentialId, clients: clients, seconds: seconds, pin: pin,
                 count: count)
@@ -37,7 +42,7 @@ enum LoadClient {
     private static func blockingRun(
         socket: String, credentialId: String, clients: Int, seconds: Double,
         pin: String?, count: Int?
-    ) throws -> (latencies: [Double], wall: Double) {
+    ) throws -> (latencies: [Double], wall: Double, sizes: (request: Int, answer: Int)) {
         var fields: [String: JSONValue] = [
             "rpId": "bench.example", "challenge": .string(challengePlaceholder),
             "allowCredentials": [.string(credentialId)],
@@ -70,7 +75,7 @@ enum LoadClient {
         let wall = Double(monotonicNanos() - start) / 1e9
         let all = results.withLock { $0 }
         if let failure = all.compactMap(\.failure).first { throw BenchError(failure) }
-        return (all.flatMap(\.latencies), wall)
+        return (all.flatMap(\.latencies), wall, (all[0].requestBytes, all[0].answerBytes))
     }
 
     private static func loop(fd: Int32, client: Int, head: [UInt8], tail: [UInt8], deadline: UInt64, count limit: Int)
@@ -97,24 +102,15 @@ enum LoadClient {
             expected += Array(#","jsonrpc":"2.0","result":{"#.utf8)
             let t0 = monotonicNanos()
             guard writeAll(fd, request) else { result.failure = "write failed: errno \(errno)"; return result }
-            // Read one line (the daemon answers one request with one line; nothing else is in flight).
-            // poll() first: a thread blocked in read() on a Unix socket is also woken when the daemon reads the
-            // request (the socket's write-space wake-up is not filtered for readers), and that wake-up costs
-            // the daemon an inter-processor interrupt per request; poll's wait is filtered to POLLIN.
-            var count = 0
-            while true {
-                var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                guard poll(&p, 1, -1) >= 0 || errno == EINTR else {
-                    result.failure = "poll failed: errno \(errno)"; return result
-                }
-                let n = inbox.withUnsafeMutableBytes { read(fd, $0.baseAddress! + count, $0.count - count) }
-                guard n > 0 else { result.failure = "read failed: \(n == 0 ? "EOF" : "errno \(errno)")"; return result }
-                count += n
-                if inbox[count - 1] == UInt8(ascii: "\n") { break }
-                guard count < inbox.count else { result.failure = "answer too long"; return result }
+            let count: Int
+            switch readLine(fd, into: &inbox) {
+            case .success(let n): count = n
+            case .failure(let e): result.failure = e.description; return result
             }
             let t1 = monotonicNanos()
             result.latencies.append(Double(t1 - t0) / 1e9)
+            result.requestBytes = request.count
+            result.answerBytes = count
             let line = inbox[0..<(count - 1)]
             if !line.starts(with: expected) || id % 64 == 1 {
                 if let problem = check(Array(line), id: id) { result.failure = problem; return result }
@@ -149,6 +145,25 @@ enum LoadClient {
         }
         guard r["signCount"]?.intValue != nil else { return "answer lacks signCount" }
         return nil
+    }
+
+    /// Reads one line (the daemon answers one request with one line; nothing else is in flight) into `inbox`;
+    /// its length, newline included. poll() first: a thread blocked in read() on a Unix socket is also woken when
+    /// the daemon reads the request (the socket's write-space wake-up is not filtered for readers), and that
+    /// wake-up costs the daemon an inter-processor interrupt per request; poll's wait is filtered to POLLIN.
+    static func readLine(_ fd: Int32, into inbox: inout [UInt8]) -> Swift.Result<Int, BenchError> {
+        var count = 0
+        while true {
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&p, 1, -1) >= 0 || errno == EINTR else {
+                return .failure(BenchError("poll failed: errno \(errno)"))
+            }
+            let n = inbox.withUnsafeMutableBytes { read(fd, $0.baseAddress! + count, $0.count - count) }
+            guard n > 0 else { return .failure(BenchError("read failed: \(n == 0 ? "EOF" : "errno \(errno)")")) }
+            count += n
+            if inbox[count - 1] == UInt8(ascii: "\n") { return .success(count) }
+            guard count < inbox.count else { return .failure(BenchError("answer too long")) }
+        }
     }
 
     static func connect(_ path: String, type: Int32 = Int32(SOCK_STREAM.rawValue)) throws -> Int32 {
@@ -194,7 +209,7 @@ enum LoadClient {
     }
 }
 
-struct BenchError: Error, CustomStringConvertible {
+struct BenchError: Error, CustomStringConvertible, Sendable {
     let description: String
     init(_ d: String) { description = d }
 }

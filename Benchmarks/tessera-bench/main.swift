@@ -38,6 +38,9 @@ enum Bench {
         var sshAgent = false  // --ssh-agent: the SSH agent benchmark (SSHAgentBench.swift)
         var ctap = false  // --ctap: CTAP getAssertion latency (CTAPBench.swift)
         var it = CommandLine.arguments.dropFirst().makeIterator()
+        if CommandLine.arguments.count == 4, CommandLine.arguments[1] == "--echo-peer" {
+            TransportFloor.serve(path: CommandLine.arguments[2], answerBytes: Int(CommandLine.arguments[3]) ?? 1)
+        }
         while let a = it.next() {
             switch a {
             case "--seconds": seconds = Double(it.next() ?? "") ?? seconds
@@ -138,7 +141,7 @@ enum Bench {
                 let pid = daemon.processIdentifier
                 let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(),
                     csBefore = contextSwitches(pid: pid)
-                let (latencies, wall) = try await LoadClient.run(
+                let (latencies, wall, sizes) = try await LoadClient.run(
                     socket: socket, credentialId: credentialId, clients: clients, seconds: seconds,
                     pin: withPIN ? "1234" : nil)
                 let n = Double(latencies.count)
@@ -162,6 +165,17 @@ enum Bench {
                                 + "p11-kit mean %.0f µs", (median - rawSingleLatency) * 1e6,
                             (wall / n - rawSingleLatency) * 1e6,
                             ((remote.map { 1 / $0 } ?? .nan) - rawSingleLatency) * 1e6))
+                    let floor = try await TransportFloor.measure(
+                        requestBytes: sizes.request, answerBytes: sizes.answer, seconds: min(seconds, 2),
+                        directory: work, cpus: daemonCPUs
+                    ).sorted()
+                    print(
+                        String(
+                            format:
+                                "         transport floor: Unix socket round trip to a process that only answers "
+                                + "(%d-byte request, %d-byte answer) median %.0f µs, p99 %.0f µs",
+                            sizes.request, sizes.answer, floor[floor.count / 2] * 1e6,
+                            floor[min(floor.count - 1, floor.count * 99 / 100)] * 1e6))
                 }
             }
             print("tesserad RSS after the load: \(memory(pid: daemon.processIdentifier))")
