@@ -28,7 +28,6 @@ struct DatabaseTimestamp: DatabaseValueConvertible {
     static let decoding = DatabaseDateDecodingStrategy.custom { DatabaseTimestamp.fromDatabaseValue($0)?.date }
 
     private static let secondsFrom1970ToReference = 978_307_200.0
-    private static let msPerDay = 86_400_000
 
     /// GRDB's text for `date`; nil before 1583 (DateFormatter's calendar is Julian before October 1582) and after
     /// 9999.
@@ -36,27 +35,17 @@ struct DatabaseTimestamp: DatabaseValueConvertible {
         // Milliseconds since 1970, rounded half up as DateFormatter writes them.
         let ms = ((date.timeIntervalSinceReferenceDate + secondsFrom1970ToReference) * 1000 + 0.5).rounded(.down)
         guard ms.isFinite, abs(ms) < 4e14 else { return nil }
-        let total = Int(ms)
-        let days = total >= 0 ? total / msPerDay : (total - msPerDay + 1) / msPerDay
-        let inDay = total - days * msPerDay
-        let (y, m, d) = GregorianDays.date(since1970: days)
-        guard (1583...9999).contains(y) else { return nil }
+        let c = CivilTime(millisecondsSince1970: Int(ms))
+        guard (1583...9999).contains(c.year) else { return nil }
         var out = [UInt8]()
         out.reserveCapacity(23)
-        func put(_ v: Int, _ width: Int) {
-            var digits = [UInt8](repeating: UInt8(ascii: "0"), count: width)
-            var n = v
-            for i in stride(from: width - 1, through: 0, by: -1) {
-                digits[i] = UInt8(ascii: "0") + UInt8(n % 10)
-                n /= 10
-            }
-            out += digits
+        for (value, width, separator) in [
+            (c.year, 4, "-"), (c.month, 2, "-"), (c.day, 2, " "), (c.hour, 2, ":"), (c.minute, 2, ":"),
+            (c.second, 2, "."), (c.millisecond, 3, ""),
+        ] {
+            CivilTime.appendDigits(value, width: width, to: &out)
+            out += Array(separator.utf8)
         }
-        put(y, 4); out.append(UInt8(ascii: "-")); put(m, 2); out.append(UInt8(ascii: "-")); put(d, 2)
-        out.append(UInt8(ascii: " "))
-        put(inDay / 3_600_000, 2); out.append(UInt8(ascii: ":")); put(inDay / 60_000 % 60, 2)
-        out.append(UInt8(ascii: ":")); put(inDay / 1000 % 60, 2); out.append(UInt8(ascii: "."))
-        put(inDay % 1000, 3)
         return String(decoding: out, as: UTF8.self)
     }
 
@@ -66,22 +55,12 @@ struct DatabaseTimestamp: DatabaseValueConvertible {
         guard b.count == 23, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), b[10] == UInt8(ascii: " "),
             b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":"), b[19] == UInt8(ascii: ".")
         else { return nil }
-        func number(_ range: Range<Int>) -> Int? {
-            var n = 0
-            for i in range {
-                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b[i]) else { return nil }
-                n = n * 10 + Int(b[i] - UInt8(ascii: "0"))
-            }
-            return n
-        }
-        guard let y = number(0..<4), let m = number(5..<7), let d = number(8..<10), let h = number(11..<13),
-            let mi = number(14..<16), let s = number(17..<19), let ms = number(20..<23),
-            y >= 1583, (1...12).contains(m), (1...GregorianDays.daysIn(month: m, year: y)).contains(d), h < 24, mi < 60,
-            s < 60
+        func number(_ range: Range<Int>) -> Int? { CivilTime.digits(b, range) }
+        guard let y = number(0..<4), y >= 1583, let m = number(5..<7), let d = number(8..<10),
+            let h = number(11..<13), let mi = number(14..<16), let s = number(17..<19), let ms = number(20..<23),
+            let c = CivilTime(year: y, month: m, day: d, hour: h, minute: mi, second: s, millisecond: ms)
         else { return nil }
-        let seconds = GregorianDays.since1970(year: y, month: m, day: d) * 86_400 + h * 3600 + mi * 60 + s
-        return Date(
-            timeIntervalSinceReferenceDate: Double(seconds) - secondsFrom1970ToReference + Double(ms) / 1000)
+        return c.date
     }
 }
 

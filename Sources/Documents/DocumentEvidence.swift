@@ -53,7 +53,7 @@ public struct DocumentEvidence: Sendable, Equatable {
         for (n, bytes) in dataGroups { groups["DG\(n)"] = .string(Base64URL.encode(bytes)) }
         var o: [String: JSONValue] = [
             "version": 1, "dataGroups": .object(groups), "accessProtocol": .string(accessProtocol),
-            "readAt": .string(ISO8601DateFormatter().string(from: readAt)),
+            "readAt": .string(readAt.iso8601Seconds),
         ]
         if let sod { o["sod"] = .string(Base64URL.encode(sod)) }
         if let cardSecurity { o["cardSecurity"] = .string(Base64URL.encode(cardSecurity)) }
@@ -139,7 +139,7 @@ public struct DocumentEvidence: Sendable, Equatable {
                 chipAuthenticationData: try bytes(
                     e["chipAuthentication"]?["chipAuthenticationData"], "chipAuthentication.chipAuthenticationData"))
         }
-        guard let at = e["readAt"]?.stringValue, let date = ISO8601DateFormatter().date(from: at) else {
+        guard let at = e["readAt"]?.stringValue, let date = Date(rfc3339: at) else {
             throw TesseraError(.invalidInput, "evidence: readAt missing")
         }
         readAt = date

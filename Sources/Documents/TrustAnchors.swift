@@ -41,8 +41,7 @@ extension DocumentService {
     public func trustStatus(now: Date = Date()) -> JSONValue {
         let state = trust.current
         let store = state.store ?? CSCATrustStore()
-        let formatter = ISO8601DateFormatter()
-        func time(_ d: Date) -> JSONValue { .string(formatter.string(from: d)) }
+        func time(_ d: Date) -> JSONValue { .string(d.iso8601Seconds) }
         var byCountry: [String: [ParsedCertificate]] = [:]
         for c in store.certificates { byCountry[c.subjectCountry?.uppercased() ?? "??", default: []].append(c) }
         let anchors: [JSONValue] = byCountry.keys.sorted().map { country in

@@ -343,8 +343,10 @@ public struct DocumentProfile: Sendable {
     }
 
     private static func dateOfIssue() -> String {
-        let c = Calendar(identifier: .gregorian).dateComponents(in: TimeZone(identifier: "UTC")!, from: Date())
-        return String(format: "%04d%02d%02d", c.year ?? 2024, c.month ?? 1, c.day ?? 1)
+        let c = CivilTime(Date())
+        var out = [UInt8]()
+        for (v, width) in [(c.year, 4), (c.month, 2), (c.day, 2)] { CivilTime.appendDigits(v, width: width, to: &out) }
+        return String(decoding: out, as: UTF8.self)
     }
 
     private static func country(_ mrz: MRZ) -> String {

@@ -144,18 +144,10 @@ public struct MobileSecurityObject: Sendable, Equatable {
 /// tdate/full-date text and digest helpers.
 public enum MDocDate {
     /// Parses "YYYY-MM-DDTHH:MM:SS[.fff](Z|±hh:mm)".
-    public static func parse(_ text: String) -> Date? {
-        let f = ISO8601DateFormatter()
-        if let d = f.date(from: text) { return d }
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return f.date(from: text)
-    }
+    public static func parse(_ text: String) -> Date? { Date(rfc3339: text) }
 
     /// "YYYY-MM-DDTHH:MM:SSZ" (whole seconds, UTC), as `tdate` should be encoded.
-    public static func format(_ date: Date) -> String {
-        let f = ISO8601DateFormatter()
-        return f.string(from: Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down)))
-    }
+    public static func format(_ date: Date) -> String { date.iso8601Seconds }
 
     /// `#6.0(tdate)`.
     public static func tdate(_ date: Date) -> CBORValue { .tagged(0, .textString(format(date))) }

@@ -17,10 +17,8 @@ public struct MRZDate: Sendable, Hashable, Comparable, CustomStringConvertible {
 
     /// Today's date in UTC.
     public static func today() -> MRZDate {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC") ?? calendar.timeZone
-        let c = calendar.dateComponents([.year, .month, .day], from: Date())
-        return MRZDate(year: c.year ?? 2000, month: c.month ?? 1, day: c.day ?? 1) ?? MRZDate(unchecked: 2000, 1, 1)
+        let now = CivilTime(Date())
+        return MRZDate(unchecked: now.year, now.month, now.day)
     }
 
     /// ISO 8601 `YYYY-MM-DD`.

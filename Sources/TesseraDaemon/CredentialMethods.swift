@@ -229,7 +229,7 @@ extension MethodTable {
     static func date(_ p: Params, _ name: String) throws(TesseraError) -> Date? {
         guard let v = p.value[name], !v.isNull else { return nil }
         if let n = v.doubleValue, n.isFinite { return Date(timeIntervalSince1970: n) }
-        if let s = v.stringValue, let d = ISO8601DateFormatter().date(from: s) { return d }
+        if let s = v.stringValue, let d = Date(rfc3339: s) { return d }
         throw TesseraError(
             .invalidInput, "\(name) must be seconds since the epoch or an ISO 8601 time",
             details: ["field": .string(name)])

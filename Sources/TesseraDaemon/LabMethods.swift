@@ -131,7 +131,7 @@ struct LabEmulateRequest {
 
 enum LabViews {
     static func time(_ date: Date) -> JSONValue {
-        .string(date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+        .string(CivilTime(date).rfc3339(milliseconds: true))
     }
 
     /// `lab.apdu` for exchanges, `lab.event` for the rest.

@@ -76,13 +76,12 @@ enum ASN1 {
         }
         let n = Array(full.utf8).map { Int($0) - 48 }
         func num(_ r: Range<Int>) -> Int { n[r].reduce(0) { $0 * 10 + $1 } }
-        var c = DateComponents()
-        c.year = num(0..<4); c.month = num(4..<6); c.day = num(6..<8)
-        c.hour = num(8..<10); c.minute = num(10..<12); c.second = num(12..<14)
-        var cal = Calendar(identifier: .gregorian)
-        cal.timeZone = TimeZone(identifier: "UTC")!
-        guard let d = cal.date(from: c) else { throw TesseraError(.malformedData, "bad time") }
-        return d
+        guard
+            let c = CivilTime(
+                year: num(0..<4), month: num(4..<6), day: num(6..<8), hour: num(8..<10), minute: num(10..<12),
+                second: num(12..<14))
+        else { throw TesseraError(.malformedData, "bad time: no such date or time of day") }
+        return c.date
     }
 
     // MARK: Building
@@ -110,15 +109,17 @@ enum ASN1 {
     }
     static func explicit(_ n: UInt32, _ content: [UInt8]) -> [UInt8] { node(0xA0 | n, content) }
     static func x509Time(_ date: Date) -> [UInt8] {
-        var cal = Calendar(identifier: .gregorian)
-        cal.timeZone = TimeZone(identifier: "UTC")!
-        let c = cal.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        func two(_ v: Int?) -> String { let s = String(v ?? 0); return s.count < 2 ? "0" + s : s }
-        let year = c.year ?? 2000
-        let body = two(c.month) + two(c.day) + two(c.hour) + two(c.minute) + two(c.second) + "Z"
-        if (1950..<2050).contains(year) {
-            return node(utcTime, Array((two(year % 100) + body).utf8))
+        let c = CivilTime(date)
+        var body = [UInt8]()
+        for v in [c.month, c.day, c.hour, c.minute, c.second] { CivilTime.appendDigits(v, width: 2, to: &body) }
+        body.append(UInt8(ascii: "Z"))
+        var year = [UInt8]()
+        // RFC 5280 4.1.2.5: UTCTime through 2049, GeneralizedTime from 2050 (and before 1950).
+        if (1950..<2050).contains(c.year) {
+            CivilTime.appendDigits(c.year % 100, width: 2, to: &year)
+            return node(utcTime, year + body)
         }
-        return node(generalizedTime, Array((String(year) + body).utf8))
+        CivilTime.appendDigits(c.year, width: 4, to: &year)
+        return node(generalizedTime, year + body)
     }
 }
