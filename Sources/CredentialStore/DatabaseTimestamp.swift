@@ -27,40 +27,24 @@ struct DatabaseTimestamp: DatabaseValueConvertible {
     static let encoding = DatabaseDateEncodingStrategy.custom { DatabaseTimestamp($0) }
     static let decoding = DatabaseDateDecodingStrategy.custom { DatabaseTimestamp.fromDatabaseValue($0)?.date }
 
-    private static let secondsFrom1970ToReference = 978_307_200.0
-
     /// GRDB's text for `date`; nil before 1583 (DateFormatter's calendar is Julian before October 1582) and after
     /// 9999.
     static func text(_ date: Date) -> String? {
         // Milliseconds since 1970, rounded half up as DateFormatter writes them.
-        let ms = ((date.timeIntervalSinceReferenceDate + secondsFrom1970ToReference) * 1000 + 0.5).rounded(.down)
+        let ms = (date.timeIntervalSince1970 * 1000 + 0.5).rounded(.down)
         guard ms.isFinite, abs(ms) < 4e14 else { return nil }
         let c = CivilTime(millisecondsSince1970: Int(ms))
         guard (1583...9999).contains(c.year) else { return nil }
-        var out = [UInt8]()
-        out.reserveCapacity(23)
-        for (value, width, separator) in [
-            (c.year, 4, "-"), (c.month, 2, "-"), (c.day, 2, " "), (c.hour, 2, ":"), (c.minute, 2, ":"),
-            (c.second, 2, "."), (c.millisecond, 3, ""),
-        ] {
-            CivilTime.appendDigits(value, width: width, to: &out)
-            out += Array(separator.utf8)
-        }
-        return String(decoding: out, as: UTF8.self)
+        return String(decoding: c.text(separator: UInt8(ascii: " "), milliseconds: true), as: UTF8.self)
     }
 
     /// The instant of a "yyyy-MM-dd HH:mm:ss.SSS" text from 1583 on; nil for any other form.
     static func date(_ text: String) -> Date? {
         let b = Array(text.utf8)
-        guard b.count == 23, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), b[10] == UInt8(ascii: " "),
-            b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":"), b[19] == UInt8(ascii: ".")
+        guard b.count == 23, b[19] == UInt8(ascii: "."), let c = CivilTime.leading(b, separators: [UInt8(ascii: " ")]),
+            c.year >= 1583, let ms = CivilTime.digits(b, 20..<23)
         else { return nil }
-        func number(_ range: Range<Int>) -> Int? { CivilTime.digits(b, range) }
-        guard let y = number(0..<4), y >= 1583, let m = number(5..<7), let d = number(8..<10),
-            let h = number(11..<13), let mi = number(14..<16), let s = number(17..<19), let ms = number(20..<23),
-            let c = CivilTime(year: y, month: m, day: d, hour: h, minute: mi, second: s, millisecond: ms)
-        else { return nil }
-        return c.date
+        return CivilTime(millisecondsSince1970: c.millisecondsSince1970 + ms).date
     }
 }
 

@@ -46,20 +46,15 @@ public struct CivilTime: Sendable, Hashable {
     /// 999, so the second never rolls over). Dates before year 1 or after 9999 are clamped to those years' first and
     /// last instants.
     public init(_ date: Date) {
-        let t = date.timeIntervalSinceReferenceDate + Self.secondsFrom1970ToReference
+        let t = date.timeIntervalSince1970
         let whole = t.rounded(.down)
-        let seconds: Int
-        var ms = 0
-        if !whole.isFinite || whole < Double(Self.secondsRange.lowerBound) {
-            seconds = t > 0 ? Self.secondsRange.upperBound : Self.secondsRange.lowerBound
-            if t > 0 { ms = 999 }
+        if whole.isNaN || whole < Double(Self.secondsRange.lowerBound) {
+            self.init(millisecondsSince1970: Self.secondsRange.lowerBound * 1000)
         } else if whole > Double(Self.secondsRange.upperBound) {
-            (seconds, ms) = (Self.secondsRange.upperBound, 999)
+            self.init(millisecondsSince1970: Self.secondsRange.upperBound * 1000 + 999)
         } else {
-            seconds = Int(whole)
-            ms = min(999, Int(((t - whole) * 1000).rounded()))
+            self.init(millisecondsSince1970: Int(whole) * 1000 + min(999, Int(((t - whole) * 1000).rounded())))
         }
-        self.init(millisecondsSince1970: seconds * 1000 + ms)
     }
 
     /// Whole seconds since 1970-01-01T00:00:00Z, the milliseconds left out.
@@ -77,11 +72,18 @@ public struct CivilTime: Sendable, Hashable {
 
     /// "YYYY-MM-DDTHH:MM:SSZ", RFC 3339 in UTC; with `milliseconds`, "YYYY-MM-DDTHH:MM:SS.sssZ".
     public func rfc3339(milliseconds: Bool = false) -> String {
+        String(
+            decoding: text(separator: UInt8(ascii: "T"), milliseconds: milliseconds) + [UInt8(ascii: "Z")],
+            as: UTF8.self)
+    }
+
+    /// "YYYY-MM-DD", `separator`, "HH:MM:SS" and, with `milliseconds`, ".sss": the fields as text, no zone.
+    public func text(separator: UInt8, milliseconds: Bool) -> [UInt8] {
         var out = [UInt8]()
         out.reserveCapacity(24)
         Self.appendDigits(year, width: 4, to: &out); out.append(UInt8(ascii: "-"))
         Self.appendDigits(month, width: 2, to: &out); out.append(UInt8(ascii: "-"))
-        Self.appendDigits(day, width: 2, to: &out); out.append(UInt8(ascii: "T"))
+        Self.appendDigits(day, width: 2, to: &out); out.append(separator)
         Self.appendDigits(hour, width: 2, to: &out); out.append(UInt8(ascii: ":"))
         Self.appendDigits(minute, width: 2, to: &out); out.append(UInt8(ascii: ":"))
         Self.appendDigits(second, width: 2, to: &out)
@@ -89,8 +91,18 @@ public struct CivilTime: Sendable, Hashable {
             out.append(UInt8(ascii: "."))
             Self.appendDigits(millisecond, width: 3, to: &out)
         }
-        out.append(UInt8(ascii: "Z"))
-        return String(decoding: out, as: UTF8.self)
+        return out
+    }
+
+    /// The date and time of day in the first 19 bytes of `b`: "YYYY-MM-DD", one of `separators`, "HH:MM:SS".
+    /// Nil unless digits and punctuation are in those places and name a real date and time.
+    public static func leading(_ b: [UInt8], separators: [UInt8]) -> CivilTime? {
+        guard b.count >= 19, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), separators.contains(b[10]),
+            b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":"),
+            let y = digits(b, 0..<4), let mo = digits(b, 5..<7), let d = digits(b, 8..<10), let h = digits(b, 11..<13),
+            let mi = digits(b, 14..<16), let s = digits(b, 17..<19)
+        else { return nil }
+        return CivilTime(year: y, month: mo, day: d, hour: h, minute: mi, second: s)
     }
 
     /// The instant of an RFC 3339 date-time (section 5.6): "YYYY-MM-DDTHH:MM:SS", an optional fraction of a second,
@@ -99,11 +111,7 @@ public struct CivilTime: Sendable, Hashable {
     public static func instant(rfc3339 text: String) -> Date? {
         let b = Array(text.utf8)
         func at(_ i: Int, _ c: Character) -> Bool { i < b.count && b[i] == c.asciiValue! }
-        guard b.count >= 20, at(4, "-"), at(7, "-"), at(10, "T") || at(10, "t"), at(13, ":"), at(16, ":"),
-            let y = digits(b, 0..<4), let mo = digits(b, 5..<7), let d = digits(b, 8..<10), let h = digits(b, 11..<13),
-            let mi = digits(b, 14..<16), let s = digits(b, 17..<19),
-            let civil = CivilTime(year: y, month: mo, day: d, hour: h, minute: mi, second: s)
-        else { return nil }
+        guard let civil = leading(b, separators: [UInt8(ascii: "T"), UInt8(ascii: "t")]) else { return nil }
         var i = 19
         var fraction = 0.0
         if at(i, ".") {
