@@ -217,8 +217,9 @@ let package = Package(
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
         .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"], swiftSettings: strict),
         .testTarget(
-            name: "TesseraCoreTests", dependencies: ["TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "CBORTests", dependencies: ["CBOR"]),
+            name: "TesseraCoreTests",
+            dependencies: ["TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "CBORTests", dependencies: ["CBOR", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(name: "SSHAgentTests", dependencies: ["SSHAgent", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(
             name: "WebAuthnTests",
@@ -243,7 +244,9 @@ let package = Package(
             ]),
         .testTarget(
             name: "CredentialStoreTests",
-            dependencies: ["CredentialStore", "TesseraCore", .product(name: "GRDB", package: "GRDB.swift")]),
+            dependencies: [
+                "CredentialStore", "TesseraCore", "TesseraTestSupport", .product(name: "GRDB", package: "GRDB.swift"),
+            ]),
         .testTarget(name: "CLISupportTests", dependencies: ["CLISupport", "TesseraCore"]),
         .testTarget(
             name: "RPCTests",

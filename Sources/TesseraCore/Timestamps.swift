@@ -16,6 +16,7 @@ public struct CivilTime: Sendable, Hashable {
     /// The first and last instants `init(_: Date)` represents: 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z.
     static let secondsRange = -62_135_596_800...253_402_300_799
     private static let secondsFrom1970ToReference = 978_307_200.0
+    private static let millisecondsFrom1970ToReference = 978_307_200_000
 
     /// Nil unless every field is in range: year 0–9999, month 1–12, a day of that month, hour 0–23, minute and
     /// second 0–59 (no leap second), millisecond 0–999.
@@ -64,10 +65,11 @@ public struct CivilTime: Sendable, Hashable {
 
     public var millisecondsSince1970: Int { secondsSince1970 * 1000 + millisecond }
 
+    /// The instant as the `Date` nearest to it: one rounding, of whole milliseconds since the reference date divided
+    /// by 1000 (Foundation's `Calendar` can land one unit in the last place beside it).
     public var date: Date {
         Date(
-            timeIntervalSinceReferenceDate: Double(secondsSince1970) - Self.secondsFrom1970ToReference
-                + Double(millisecond) / 1000)
+            timeIntervalSinceReferenceDate: Double(millisecondsSince1970 - Self.millisecondsFrom1970ToReference) / 1000)
     }
 
     /// "YYYY-MM-DDTHH:MM:SSZ", RFC 3339 in UTC; with `milliseconds`, "YYYY-MM-DDTHH:MM:SS.sssZ".

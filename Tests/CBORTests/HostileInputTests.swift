@@ -1,22 +1,12 @@
 import TesseraCore
+import TesseraTestSupport
 import Testing
 
 @testable import CBOR
 
-/// A fixed-seed xorshift generator so failures reproduce.
-private struct XorShift: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state ^= state << 13
-        state ^= state >> 7
-        state ^= state << 17
-        return state
-    }
-}
-
 @Suite struct HostileInput {
     @Test func randomInputsNeverCrashAndStrictRoundTripsAreExact() throws {
-        var rng = XorShift(state: 0x9E37_79B9_7F4A_7C15)
+        var rng = SeededRandom(stream: "CBOR.HostileInput")
         // Bias towards structural bytes so containers, heads and breaks are common.
         let interesting: [UInt8] = [
             0x18, 0x19, 0x1A, 0x1B, 0x5B, 0x7B, 0x9B, 0xBB, 0x9F, 0xBF, 0x5F, 0x7F, 0xFF,
@@ -32,14 +22,16 @@ private struct XorShift: RandomNumberGenerator {
             do {
                 let value = try CBORValue(decoding: input, options: .strict)
                 strictAccepted += 1
-                #expect(try value.encoded() == input, "\(Hex.encode(input))")
+                #expect(try value.encoded() == input, "\(Hex.encode(input)) \(SeededRandom.reproduce)")
             } catch {
                 #expect(error.code == .malformedData)
             }
             do {
                 let value = try CBORValue(decoding: input, options: .lenient)
                 let reencoded = try value.encoded()
-                #expect(try CBORValue(decoding: reencoded, options: .strict) == value, "\(Hex.encode(input))")
+                #expect(
+                    try CBORValue(decoding: reencoded, options: .strict) == value,
+                    "\(Hex.encode(input)) \(SeededRandom.reproduce)")
             } catch {
                 #expect(error.code == .malformedData || error.code == .invalidInput)
             }

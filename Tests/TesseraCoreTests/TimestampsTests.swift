@@ -1,4 +1,5 @@
 import Foundation
+import TesseraTestSupport
 import Testing
 
 @testable import TesseraCore
@@ -20,7 +21,7 @@ import Testing
             253_402_300_799_999,  // 9999-12-31T23:59:59.999
             1_796_000_000_123,
         ]
-        var rng = SystemRandomNumberGenerator()
+        var rng = SeededRandom(stream: "TimestampsTests.instants")
         for _ in 0..<3000 { ms.append(Int.random(in: -11_676_096_000_000...253_402_300_799_999, using: &rng)) }
         return ms
     }()
@@ -32,10 +33,10 @@ import Testing
             let f = Self.utc.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
             #expect(
                 [c.year, c.month, c.day, c.hour, c.minute, c.second]
-                    == [f.year, f.month, f.day, f.hour, f.minute, f.second], "\(ms)")
+                    == [f.year, f.month, f.day, f.hour, f.minute, f.second], "\(ms) \(SeededRandom.reproduce)")
             #expect(c.millisecond == ((ms % 1000) + 1000) % 1000)
             #expect(c.millisecondsSince1970 == ms)
-            #expect(CivilTime(c.date) == c, "\(ms)")
+            #expect(CivilTime(c.date) == c, "\(ms) \(SeededRandom.reproduce)")
         }
     }
 
@@ -44,7 +45,7 @@ import Testing
         for ms in Self.instants {
             // Whole seconds: the formatter's own output for a date with a fraction depends on its rounding.
             let date = Date(timeIntervalSince1970: Double(ms.quotientAndRemainder(dividingBy: 1000).quotient))
-            #expect(date.iso8601Seconds == formatter.string(from: date), "\(ms)")
+            #expect(date.iso8601Seconds == formatter.string(from: date), "\(ms) \(SeededRandom.reproduce)")
         }
         // A fraction of a second is dropped, never rounded up.
         #expect(Date(timeIntervalSince1970: 59.9999).iso8601Seconds == "1970-01-01T00:00:59Z")
@@ -55,12 +56,12 @@ import Testing
     @Test func parseMatchesISO8601DateFormatter() {
         let formatter = ISO8601DateFormatter()
         let offsets = ["Z", "+00:00", "+05:30", "-08:00", "+23:59", "-23:59"]
-        var rng = SystemRandomNumberGenerator()
+        var rng = SeededRandom(stream: "TimestampsTests.parse")
         for ms in Self.instants.prefix(500) {
             let text =
                 String(Date(timeIntervalSince1970: Double(ms / 1000)).iso8601Seconds.dropLast())
                 + offsets[Int.random(in: 0..<offsets.count, using: &rng)]
-            #expect(Date(rfc3339: text) == formatter.date(from: text), "\(text)")
+            #expect(Date(rfc3339: text) == formatter.date(from: text), "\(text) \(SeededRandom.reproduce)")
         }
     }
 
