@@ -123,10 +123,12 @@ let package = Package(
             ], swiftSettings: strict),
 
         // MARK: Services
+        /// Who asks at a front door, and the owner rule every door applies (docs/API.md, "Owners").
+        .target(name: "Ownership", swiftSettings: strict),
         .target(
             name: "Passkeys",
             dependencies: [
-                "TesseraCore", "WebAuthn", "PKCS11", "CredentialStore", "CryptoPrimitives",
+                "TesseraCore", "Ownership", "WebAuthn", "PKCS11", "CredentialStore", "CryptoPrimitives",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -154,7 +156,7 @@ let package = Package(
         .target(
             name: "Enrollment",
             dependencies: [
-                "TesseraCore", "MRZ", "Documents", "Passkeys", "CredentialStore", "MDoc", "CBOR",
+                "TesseraCore", "MRZ", "Documents", "Passkeys", "Ownership", "CredentialStore", "MDoc", "CBOR",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: strict),
@@ -173,7 +175,8 @@ let package = Package(
         .target(
             name: "TesseraDaemon",
             dependencies: [
-                "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
+                "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
+                "PIVKeyStore",
                 "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
                 "CTAPHID", "CTAP2", "WebAuthn", "CBOR",
                 .product(name: "Logging", package: "swift-log"),
@@ -247,6 +250,7 @@ let package = Package(
             dependencies: [
                 "CredentialStore", "TesseraCore", "TesseraTestSupport", .product(name: "GRDB", package: "GRDB.swift"),
             ]),
+        .testTarget(name: "OwnershipTests", dependencies: ["Ownership"]),
         .testTarget(name: "CLISupportTests", dependencies: ["CLISupport", "TesseraCore"]),
         .testTarget(
             name: "RPCTests",

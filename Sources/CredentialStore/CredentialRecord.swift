@@ -1,6 +1,10 @@
 import Foundation
 import GRDB
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Metadata of one passkey. The private key lives on the token (`tokenId`, `keyHandle`); only public data is here.
 public struct CredentialRecord: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
     public static let databaseTableName = "credential"
@@ -27,13 +31,17 @@ public struct CredentialRecord: Codable, Sendable, Equatable, PersistableRecord,
     public var stateChangedAt: Date?
     /// The identity binding of a document-verified creation (`IdentityBinding` JSON), nil without one.
     public var identityBinding: String?
+    /// The uid that created the credential: only it and administrators see, use or change it (docs/API.md,
+    /// "Owners"). Rows from before owners were recorded belong to the daemon's uid.
+    public var ownerUid: UInt32
 
     public init(
         credentialId: Data, rpId: String, userId: Data, userName: String, userDisplayName: String,
         tokenId: String, backend: String, keyHandle: Data, publicKey: Data, counterReserved: Int64 = 0,
         createdAt: Date = Date(), lastUsedAt: Date? = nil, state: CredentialState = .active,
-        stateChangedAt: Date? = nil, identityBinding: String? = nil
+        stateChangedAt: Date? = nil, identityBinding: String? = nil, ownerUid: UInt32 = geteuid()
     ) {
+        self.ownerUid = ownerUid
         self.credentialId = credentialId; self.rpId = rpId; self.userId = userId; self.userName = userName
         self.userDisplayName = userDisplayName; self.tokenId = tokenId; self.backend = backend
         self.keyHandle = keyHandle; self.publicKey = publicKey; self.counterReserved = counterReserved

@@ -2,6 +2,10 @@ import Foundation
 import GRDB
 import TesseraCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Credential metadata persistence. Thread-safe; every write is a committed transaction.
 public final class CredentialStore: Sendable {
     private let db: DatabasePool
@@ -79,6 +83,34 @@ public final class CredentialStore: Sendable {
                             UPDATE credential SET lastUsedAt = ? WHERE credentialId = ? AND (lastUsedAt IS NULL OR lastUsedAt < ?)
                             """, arguments: [DatabaseTimestamp(at), Data(id), DatabaseTimestamp(at)])
                 }
+            }
+        } catch { throw storageError(error) }
+    }
+
+    // MARK: owners
+
+    /// Records the daemon's uid as the owner of every credential that existed before owners were recorded.
+    static func migrateOwner(_ db: Database) throws {
+        try db.alter(table: "credential") { t in
+            t.add(column: "ownerUid", .integer).notNull().defaults(to: Int64(geteuid()))
+        }
+    }
+
+    /// Hands credential `id` to `owner`, with an audit event; the record as it is now, nil when there is no such
+    /// credential.
+    public func chown(id: [UInt8], to owner: UInt32, actor: String) async throws(TesseraError) -> CredentialRecord? {
+        do {
+            return try await db.write { db in
+                guard var rec = try CredentialRecord.fetchOne(db, key: Data(id)) else { return nil }
+                guard rec.ownerUid != owner else { return rec }
+                try CredentialEvent(
+                    credentialId: Data(id), at: Date(), fromState: rec.state.rawValue, toState: rec.state.rawValue,
+                    actor: actor, reason: "owner uid \(rec.ownerUid) -> \(owner)"
+                ).insert(db)
+                rec.ownerUid = owner
+                try db.execute(
+                    sql: "UPDATE credential SET ownerUid = ? WHERE credentialId = ?", arguments: [owner, Data(id)])
+                return rec
             }
         } catch { throw storageError(error) }
     }
@@ -181,7 +213,10 @@ public final class CredentialStore: Sendable {
     ) async throws(TesseraError) -> [Transition] {
         do {
             return try await db.write { db in
-                let replacing = try admit(try Self.list(db, rpId: record.rpId, userId: record.userId))
+                let replacing = try admit(
+                    try Self.list(db, rpId: record.rpId, userId: record.userId).filter {
+                        $0.ownerUid == record.ownerUid
+                    })
                 try record.insert(db)
                 try CredentialEvent(
                     credentialId: record.credentialId, at: record.createdAt, fromState: nil,

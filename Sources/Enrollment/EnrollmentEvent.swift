@@ -1,3 +1,4 @@
+import Ownership
 import Passkeys
 import TesseraCore
 
@@ -47,21 +48,6 @@ public struct EnrollmentEvent: Sendable {
     }
 }
 
-/// Who calls an `enrollment.*` method: the peer's uid (SO_PEERCRED) and whether the policy grants it `admin`.
-public struct EnrollmentCaller: Sendable {
-    public var uid: UInt32
-    public var pid: Int32
-    public var isAdmin: Bool
-
-    public init(uid: UInt32, pid: Int32 = 0, isAdmin: Bool) {
-        self.uid = uid
-        self.pid = pid
-        self.isAdmin = isAdmin
-    }
-
-    /// The caller as the PIN rules know it (back-off per uid, wrong-PIN log with uid and pid).
-    public var pinCaller: PINCaller { PINCaller(uid: uid, pid: pid) }
-
-    /// Whether this caller may drive, and read the personal data of, an enrollment started by `owner`.
-    public func owns(_ owner: UInt32?) -> Bool { isAdmin || owner == uid }
-}
+/// Who calls an `enrollment.*` method: the peer's uid (SO_PEERCRED) and whether the policy grants it `admin`; it may
+/// drive, and read the personal data of, the enrollments it started, and the passkeys they made are its own.
+public typealias EnrollmentCaller = Requester

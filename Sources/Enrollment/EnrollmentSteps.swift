@@ -3,6 +3,7 @@ import Documents
 import Foundation
 import MDoc
 import MRZ
+import Ownership
 import Passkeys
 import TesseraCore
 
@@ -452,7 +453,8 @@ extension EnrollmentEngine {
                     credentialId: credentialId, keyHandle: keyHandle, caller: caller,
                     allowFinalPinTry: allowFinalPinTry,
                     provisioning: ProvisioningRule(replace: step.settings["replace"]?.boolValue ?? false),
-                    actor: "enrollment:\(current.id)", identityBinding: binding?.text))
+                    actor: "enrollment:\(current.id)", identityBinding: binding?.text,
+                    requester: Requester(uid: current.ownerUid, pid: caller?.pid ?? 0, isAdmin: false)))
             await Failpoint.reach("enrollment.afterPasskeyRecorded")
             return .completed(["credential": Self.credentialJSON(r, rpId: rpId, userId: userHandle, recovered: false)])
         } catch  where error.code == .pinRequired && pin == nil {

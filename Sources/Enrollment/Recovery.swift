@@ -3,6 +3,7 @@ import Documents
 import Foundation
 import Logging
 import MRZ
+import Ownership
 import Passkeys
 import TesseraCore
 
@@ -132,6 +133,10 @@ public actor RecoveryService {
             self.allowFinalPinTry = allowFinalPinTry; self.document = document; self.origin = origin
             self.challenge = challenge; self.caller = caller
         }
+
+        /// The caller as the owner rule sees it: the recovered passkey is theirs, and only their credentials are
+        /// replaced or bound (nil: the daemon itself).
+        var requester: Requester? { caller.map { Requester(uid: $0.uid, pid: $0.pid, isAdmin: false) } }
     }
 
     /// Runs (or resumes) an attempt to its end; the registration of the replacement passkey.
@@ -228,7 +233,7 @@ public actor RecoveryService {
         var matched = true
         if let expected = token.expected, !AttributeMatcher.compare(expected, with: mrz).isEmpty { matched = false }
         if let reference = token.bindingOf {
-            let record = try? await passkeys.credential(id: reference)
+            let record = try? await passkeys.credential(id: reference, requester: r.requester)
             let binding = record.flatMap { rec in
                 rec.rpId == token.rpId && rec.userId == Data(token.subject.utf8) ? rec.identityBinding : nil
             }.flatMap(IdentityBinding.init(text:))
@@ -288,7 +293,7 @@ public actor RecoveryService {
                     pin: r.pin, attestation: .packed, userVerification: .preferred, credentialId: credentialId,
                     keyHandle: keyHandle, caller: r.caller, allowFinalPinTry: r.allowFinalPinTry,
                     provisioning: ProvisioningRule(replace: true), actor: "recovery:\(row.id)",
-                    identityBinding: row.binding))
+                    identityBinding: row.binding, requester: r.requester))
         } catch {
             throw registrationFailed(error)
         }

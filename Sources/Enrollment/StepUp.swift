@@ -157,7 +157,9 @@ public actor StepUpService {
         guard !r.allowCredentials.isEmpty else { throw .invalidInput("allowCredentials must not be empty") }
         var found: [CredentialRecord] = []
         for cid in r.allowCredentials {
-            if let rec = try? await passkeys.credential(id: cid), rec.rpId == r.rpId { found.append(rec) }
+            if let rec = try? await passkeys.credential(id: cid, requester: caller), rec.rpId == r.rpId {
+                found.append(rec)
+            }
         }
         guard !found.isEmpty else {
             throw TesseraError(.passkeyNotFound, "none of allowCredentials is known for rpId \(r.rpId)")
@@ -262,7 +264,7 @@ public actor StepUpService {
                 rpId: r.rpId, challenge: r.challenge, allowCredentials: [[UInt8](record.credentialId)],
                 origin: r.origin,
                 pin: r.pin, userVerification: r.userVerification, caller: caller.pinCaller,
-                allowFinalPinTry: r.allowFinalPinTry))
+                allowFinalPinTry: r.allowFinalPinTry, requester: caller))
         var out = a.json
         out["stepUpId"] = .string(id)
         if let document { out["document"] = document }

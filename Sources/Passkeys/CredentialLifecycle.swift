@@ -1,5 +1,6 @@
 import CredentialStore
 import Foundation
+import Ownership
 import TesseraCore
 
 /// What `passkey.enroll` (and an enrollment's PASSKEY_CREATION) does with the provisioning check.
@@ -79,13 +80,15 @@ public struct ProvisioningCheck: Sendable, Equatable {
 
 extension PasskeyService {
     /// The provisioning check for `userId` at `rpId` on `tokenId` (nil: the token `enroll` would choose, if any).
-    public func provisioningCheck(rpId: String, userId: [UInt8], tokenId: String?) async throws(TesseraError)
-        -> ProvisioningCheck
+    /// Only `requester`'s credentials count (nil: the daemon itself, all).
+    public func provisioningCheck(rpId: String, userId: [UInt8], tokenId: String?, requester: Requester? = nil)
+        async throws(TesseraError) -> ProvisioningCheck
     {
         try Self.validate(rpId: rpId)
         let token: String?
         if let tokenId { token = tokenId } else { token = try? await chooseToken(nil).id }
-        return ProvisioningCheck.decide(try await store.list(rpId: rpId, userId: userId), tokenId: token)
+        return ProvisioningCheck.decide(
+            try await credentials(rpId: rpId, userId: userId, requester: requester), tokenId: token)
     }
 
     /// Moves credentials to `state` (one transaction, audit events; see `CredentialStore.transition`).

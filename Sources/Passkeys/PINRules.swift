@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Ownership
 import Synchronization
 import TesseraCore
 
@@ -9,6 +10,11 @@ public struct PINCaller: Sendable, Hashable, CustomStringConvertible {
     public var pid: Int32
     public init(uid: UInt32, pid: Int32) { self.uid = uid; self.pid = pid }
     public var description: String { "uid \(uid) pid \(pid)" }
+}
+
+extension Requester {
+    /// The caller as the PIN rules know it (back-off per uid, wrong-PIN log with uid and pid).
+    public var pinCaller: PINCaller { PINCaller(uid: uid, pid: pid) }
 }
 
 /// How long a uid waits after wrong PINs: `initial` after the first, doubling with each further wrong PIN in a row,

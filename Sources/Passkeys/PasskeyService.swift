@@ -2,6 +2,7 @@ import CredentialStore
 import Crypto
 import Foundation
 import Logging
+import Ownership
 import Synchronization
 import TesseraCore
 import WebAuthn
@@ -87,6 +88,9 @@ public final class PasskeyService: Sendable {
         public var actor: String?
         /// The identity binding to record with the credential (`IdentityBinding` JSON).
         public var identityBinding: String?
+        /// Who asks: the new credential is recorded as theirs, and only their credentials count for
+        /// `excludeCredentials` and the provisioning check (nil: the daemon itself).
+        public var requester: Requester?
 
         public init(
             rpId: String, userId: [UInt8], userName: String, userDisplayName: String, challenge: [UInt8],
@@ -94,8 +98,9 @@ public final class PasskeyService: Sendable {
             pin: String? = nil, attestation: Attestation = .none, userVerification: UserVerification = .preferred,
             credentialId: [UInt8]? = nil, keyHandle: [UInt8]? = nil, caller: PINCaller? = nil,
             allowFinalPinTry: Bool = false, provisioning: ProvisioningRule? = nil, actor: String? = nil,
-            identityBinding: String? = nil
+            identityBinding: String? = nil, requester: Requester? = nil
         ) {
+            self.requester = requester
             self.caller = caller; self.allowFinalPinTry = allowFinalPinTry
             self.provisioning = provisioning; self.actor = actor; self.identityBinding = identityBinding
             self.rpId = rpId; self.userId = userId; self.userName = userName; self.userDisplayName = userDisplayName
@@ -123,8 +128,9 @@ public final class PasskeyService: Sendable {
         if r.pin != nil { try pinRules.checkBackoff(r.caller) }
         guard (1...64).contains(r.userId.count) else { throw .invalidInput("user.id must be 1 to 64 bytes") }
         try Self.validate(challenge: r.challenge, clientDataHash: r.clientDataHash)
+        let requester = r.requester ?? .daemon
         for excluded in r.excludeCredentials {
-            if let rec = try await store.credential(id: excluded), rec.rpId == r.rpId {
+            if let rec = try await store.credential(id: excluded), rec.rpId == r.rpId, requester.owns(rec.ownerUid) {
                 throw TesseraError(
                     .credentialExcluded, "a credential in excludeCredentials already exists on token \(rec.tokenId)")
             }
@@ -133,7 +139,10 @@ public final class PasskeyService: Sendable {
         // The provisioning check, before a key is made (a quick refusal), and again in the transaction that
         // records the credential (the one that counts: a concurrent enrollment may have passed it meanwhile).
         let admission = Self.admission(r.provisioning, tokenId: token.id)
-        if r.provisioning != nil { _ = try admission(try await store.list(rpId: r.rpId, userId: r.userId)) }
+        if r.provisioning != nil {
+            _ = try admission(
+                try await store.list(rpId: r.rpId, userId: r.userId).filter { $0.ownerUid == requester.ownerUid })
+        }
         let verified = try await authorize(
             token, pin: r.pin, userVerification: r.userVerification, verifiedByFrontDoor: r.verifiedByFrontDoor)
 
@@ -184,7 +193,8 @@ public final class PasskeyService: Sendable {
                 CredentialRecord(
                     credentialId: Data(credentialId), rpId: r.rpId, userId: Data(r.userId), userName: r.userName,
                     userDisplayName: r.userDisplayName, tokenId: token.id, backend: token.backend,
-                    keyHandle: Data(keyHandle), publicKey: Data(cose), identityBinding: r.identityBinding),
+                    keyHandle: Data(keyHandle), publicKey: Data(cose), identityBinding: r.identityBinding,
+                    ownerUid: requester.ownerUid),
                 admit: admission, actor: r.actor ?? r.caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil)
             remember(replaced)
         } catch {
@@ -253,11 +263,14 @@ public final class PasskeyService: Sendable {
         public var verifiedByFrontDoor = false
         /// Extension outputs (a canonical CBOR map) for the authenticator data.
         public var extensions: [UInt8]?
+        /// Who asks: another uid's credentials in `allowCredentials` count as unknown (nil: the daemon itself).
+        public var requester: Requester?
         public init(
             rpId: String, challenge: [UInt8], allowCredentials: [[UInt8]], origin: String? = nil,
             pin: String? = nil, userVerification: UserVerification = .preferred, caller: PINCaller? = nil,
-            allowFinalPinTry: Bool = false
+            allowFinalPinTry: Bool = false, requester: Requester? = nil
         ) {
+            self.requester = requester
             self.caller = caller; self.allowFinalPinTry = allowFinalPinTry
             self.rpId = rpId; self.challenge = challenge; self.allowCredentials = allowCredentials
             self.origin = origin; self.pin = pin; self.userVerification = userVerification
@@ -293,7 +306,9 @@ public final class PasskeyService: Sendable {
         try Self.validate(challenge: r.challenge, clientDataHash: r.clientDataHash)
         var candidates: [CredentialRecord] = []
         for id in r.allowCredentials {
-            if let rec = try await cachedRecord(id), rec.rpId == r.rpId { candidates.append(rec) }
+            if let rec = try await cachedRecord(id), rec.rpId == r.rpId, (r.requester ?? .daemon).owns(rec.ownerUid) {
+                candidates.append(rec)
+            }
         }
         guard !candidates.isEmpty else {
             throw TesseraError(.passkeyNotFound, "none of allowCredentials is known for rpId \(r.rpId)")
@@ -338,8 +353,10 @@ public final class PasskeyService: Sendable {
     /// HMAC-SHA-256(CredRandom, salt) for each salt, concatenated, computed on the token holding credential `id`
     /// with its CredRandom for use with UV or without (CTAP hmac-secret). The token must be logged in where its
     /// keys need it (PIN_REQUIRED otherwise); UNSUPPORTED_PROTOCOL for a store without hmac-secret keys.
-    public func hmacSecret(id: [UInt8], userVerified: Bool, salts: [[UInt8]]) async throws(TesseraError) -> [UInt8] {
-        guard let record = try await cachedRecord(id) else {
+    public func hmacSecret(id: [UInt8], userVerified: Bool, salts: [[UInt8]], requester: Requester? = nil)
+        async throws(TesseraError) -> [UInt8]
+    {
+        guard let record = try await cachedRecord(id), (requester ?? .daemon).owns(record.ownerUid) else {
             throw TesseraError(.passkeyNotFound, "no credential with this id")
         }
         guard let token = await token(id: record.tokenId) else {
@@ -353,19 +370,38 @@ public final class PasskeyService: Sendable {
         return output
     }
 
-    public func credentials(rpId: String?, userId: [UInt8]?) async throws(TesseraError) -> [CredentialRecord] {
-        try await store.list(rpId: rpId, userId: userId)
+    /// The credentials `requester` owns (nil: the daemon itself, all), filtered by relying party and/or user handle.
+    public func credentials(rpId: String?, userId: [UInt8]?, requester: Requester? = nil) async throws(TesseraError)
+        -> [CredentialRecord]
+    {
+        let requester = requester ?? .daemon
+        return try await store.list(rpId: rpId, userId: userId).filter { requester.owns($0.ownerUid) }
     }
 
-    /// The credential `id` from the in-memory cache assertions use (nil when unknown): no database read once seen.
-    public func cachedCredential(id: [UInt8]) async throws(TesseraError) -> CredentialRecord? {
-        try await cachedRecord(id)
+    /// The credential `id` from the in-memory cache assertions use (nil when unknown, or another uid's): no database
+    /// read once seen.
+    public func cachedCredential(id: [UInt8], requester: Requester? = nil) async throws(TesseraError)
+        -> CredentialRecord?
+    {
+        guard let rec = try await cachedRecord(id), (requester ?? .daemon).owns(rec.ownerUid) else { return nil }
+        return rec
     }
 
-    public func credential(id: [UInt8]) async throws(TesseraError) -> CredentialRecord {
-        guard let rec = try await store.credential(id: id) else {
+    /// The credential `id`; PASSKEY_NOT_FOUND when there is none or it is another uid's (the same answer).
+    public func credential(id: [UInt8], requester: Requester? = nil) async throws(TesseraError) -> CredentialRecord {
+        guard let rec = try await store.credential(id: id), (requester ?? .daemon).owns(rec.ownerUid) else {
             throw TesseraError(.passkeyNotFound, "no credential with this id")
         }
+        return rec
+    }
+
+    /// Hands credential `id` to `owner` (an administrator's act, audited); PASSKEY_NOT_FOUND when there is none.
+    public func chown(id: [UInt8], to owner: UInt32, actor: String) async throws(TesseraError) -> CredentialRecord {
+        guard let rec = try await store.chown(id: id, to: owner, actor: actor) else {
+            throw TesseraError(.passkeyNotFound, "no credential with this id")
+        }
+        records.withLock { $0[ByteKey(id)] = rec }
+        logger.notice("credential owner changed", metadata: ["owner": "\(owner)", "actor": "\(actor)"])
         return rec
     }
 
@@ -375,10 +411,10 @@ public final class PasskeyService: Sendable {
     @discardableResult
     public func delete(
         id: [UInt8], pin: String? = nil, caller: PINCaller? = nil,
-        allowFinalPinTry: Bool = false, actor: String? = nil
+        allowFinalPinTry: Bool = false, actor: String? = nil, requester: Requester? = nil
     ) async throws(TesseraError) -> CredentialRecord {
+        let rec = try await credential(id: id, requester: requester)
         if pin != nil { try pinRules.checkBackoff(caller) }
-        let rec = try await credential(id: id)
         guard let token = await token(id: rec.tokenId) else {
             throw TesseraError(
                 .tokenNotPresent,
@@ -404,7 +440,10 @@ public final class PasskeyService: Sendable {
 
     /// Replaces the user name and display name kept with credential `id` (CTAP updateUserInformation);
     /// PASSKEY_NOT_FOUND when there is no such credential.
-    public func updateUser(id: [UInt8], name: String, displayName: String) async throws(TesseraError) {
+    public func updateUser(id: [UInt8], name: String, displayName: String, requester: Requester? = nil)
+        async throws(TesseraError)
+    {
+        _ = try await credential(id: id, requester: requester)
         guard try await store.updateUser(id: id, name: name, displayName: displayName) else {
             throw TesseraError(.passkeyNotFound, "no credential with this id")
         }

@@ -10,6 +10,7 @@ extension MethodTable {
     /// Registers the credential lifecycle methods (docs/LIFECYCLE.md): suspend, resume, deactivate, lifecycle
     /// commands, the audit trail and the provisioning check.
     func registerCredentialLifecycle(_ service: PasskeyService, commands: LifecycleCommandVerifier) {
+        let policy = policy
         let admin: [(String, CredentialState)] = [
             ("credentials.suspend", .suspended), ("credentials.resume", .active),
             ("credentials.deactivate", .deactivated),
@@ -52,16 +53,22 @@ extension MethodTable {
                 "changed": .array(t.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) }),
             ]
         }
+        register("credentials.chown", .admin) { p, connection in
+            let owner = try Policy.uid(p.string("owner"))
+            let record = try await service.chown(
+                id: p.bytes("credentialId"), to: owner, actor: "uid:\(connection.peer.uid)")
+            return ["credential": Views.credential(record)]
+        }
         register("credentials.history", .admin) { p, _ in
             let limit = try p.optionalInt("limit") ?? 1000
             guard (1...100_000).contains(limit) else { throw TesseraError.invalidInput("limit must be 1 to 100000") }
             let events = try await service.history(credentialId: p.optionalBytes("credentialId"), limit: limit)
             return ["events": .array(events.map(Views.credentialEvent))]
         }
-        register("credentials.provisioningCheck", .read) { p, _ in
+        register("credentials.provisioningCheck", .read) { p, connection in
             let check = try await service.provisioningCheck(
                 rpId: p.string("rpId"), userId: p.bytes("userId"),
-                tokenId: p.optionalString("tokenId"))
+                tokenId: p.optionalString("tokenId"), requester: policy.requester(connection))
             return [
                 "decision": .string(check.decision.rawValue),
                 "credentials": .array(check.credentials.map(Views.credential)),

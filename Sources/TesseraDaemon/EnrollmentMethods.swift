@@ -1,5 +1,6 @@
 import Enrollment
 import Foundation
+import Ownership
 import Passkeys
 import RPC
 import Synchronization
@@ -130,9 +131,12 @@ extension Policy {
         (try? check(permission, peer: peer)) != nil
     }
 
-    /// The caller of an `enrollment.*` method: its uid, and whether it is an administrator.
-    func enrollmentCaller(_ connection: RPCConnection) -> EnrollmentCaller {
-        EnrollmentCaller(
-            uid: connection.peer.uid, pid: connection.peer.pid, isAdmin: grants(.admin, to: connection.peer))
+    /// The caller of a method as the owner rule sees it (docs/API.md, "Owners"): its uid, and whether it is an
+    /// administrator.
+    func requester(_ connection: RPCConnection) -> Requester {
+        Requester(uid: connection.peer.uid, pid: connection.peer.pid, isAdmin: grants(.admin, to: connection.peer))
     }
+
+    /// The caller of an `enrollment.*` method.
+    func enrollmentCaller(_ connection: RPCConnection) -> EnrollmentCaller { requester(connection) }
 }

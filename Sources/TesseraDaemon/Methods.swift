@@ -78,6 +78,7 @@ enum Views {
             "backend": .string(r.backend),
             "publicKey": .string(Base64URL.encode(r.publicKey)),
             "createdAt": .string(r.createdAt.iso8601Seconds),
+            "ownerUid": .number(Double(r.ownerUid)),
         ]
         if let used = r.lastUsedAt { o["lastUsedAt"] = .string(used.iso8601Seconds) }
         lifecycle(r, into: &o)
@@ -95,6 +96,7 @@ extension MethodTable {
         _ service: PasskeyService, storeStatus: [String: @Sendable () -> JSONValue] = [:],
         documentReads: VerifiedDocumentReads? = nil
     ) {
+        let policy = policy
         register("tokens.list", .read) { _, _ in
             var result: [String: JSONValue] = ["tokens": .array(await Views.tokens(service))]
             for (name, status) in storeStatus { result[name] = status() }
@@ -122,7 +124,7 @@ extension MethodTable {
                     userVerification: Self.userVerification(p), caller: connection.pinCaller,
                     allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false,
                     provisioning: ProvisioningRule(replace: p.optionalBool("replace") ?? false),
-                    identityBinding: binding?.text))
+                    identityBinding: binding?.text, requester: policy.requester(connection)))
             return [
                 "credentialId": .string(Base64URL.encode(r.credentialId)),
                 "attestationObject": .string(Base64URL.encode(r.attestationObject)),
@@ -143,21 +145,26 @@ extension MethodTable {
                     allowCredentials: try Self.credentialIDs(allow, name: "allowCredentials"),
                     origin: p.optionalString("origin"), pin: p.optionalString("pin"),
                     userVerification: Self.userVerification(p), caller: connection.pinCaller,
-                    allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false))
+                    allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false,
+                    requester: policy.requester(connection)))
             return .object(a.json)
         }
-        register("credentials.list", .read) { p, _ in
-            let list = try await service.credentials(rpId: p.optionalString("rpId"), userId: p.optionalBytes("userId"))
+        register("credentials.list", .read) { p, connection in
+            let list = try await service.credentials(
+                rpId: p.optionalString("rpId"), userId: p.optionalBytes("userId"),
+                requester: policy.requester(connection))
             return ["credentials": .array(list.map(Views.credential))]
         }
-        register("credentials.get", .read) { p, _ in
-            Views.credential(try await service.credential(id: p.bytes("credentialId")))
+        register("credentials.get", .read) { p, connection in
+            Views.credential(
+                try await service.credential(id: p.bytes("credentialId"), requester: policy.requester(connection)))
         }
-        register("credentials.delete", .admin) { p, connection in
+        register("credentials.delete", .enroll) { p, connection in
             let id = try p.bytes("credentialId")
             let deleted = try await service.delete(
                 id: id, pin: p.optionalString("pin"), caller: connection.pinCaller,
-                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false)
+                allowFinalPinTry: p.optionalBool("allowFinalPinTry") ?? false,
+                requester: policy.requester(connection))
             return [
                 "deleted": true, "credentialId": .string(Base64URL.encode(id)), "credential": Views.credential(deleted),
             ]

@@ -119,13 +119,14 @@ struct Credentials: AsyncParsableCommand {
         abstract: "List, show, delete, suspend, resume or deactivate passkeys.",
         subcommands: [
             List.self, Get.self, Delete.self, Suspend.self, Resume.self,
-            Deactivate.self, Check.self, History.self, Apply.self,
+            Deactivate.self, Check.self, History.self, Apply.self, Chown.self,
         ])
 
     static func describe(_ c: JSONValue) -> String {
         "\(c["credentialId"]?.stringValue ?? "?")  \(c["rpId"]?.stringValue ?? "")  user \(c["user"]?["name"]?.stringValue ?? "")"
             + "  token \(c["tokenId"]?.stringValue ?? "")  created \(c["createdAt"]?.stringValue ?? "")"
             + "  \(c["state"]?.stringValue ?? "")"
+            + (c["ownerUid"]?.intValue.map { "  owner uid \($0)" } ?? "")
     }
 
     struct List: AsyncParsableCommand {

@@ -70,6 +70,25 @@ extension Credentials {
         }
     }
 
+    /// `tessera credentials chown`: an administrator hands a credential to another uid.
+    struct Chown: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Hand a passkey to another user (credentials.chown; administrators only).",
+            discussion:
+                "A credential belongs to the uid that created it: only that uid and administrators see, use or delete it. Credentials made before owners were recorded belong to the daemon's uid; this gives one to a user. The change is kept in the audit trail."
+        )
+        @OptionGroup var globals: GlobalOptions
+        @Argument(help: "Credential id, base64url (one starting with '-' goes after `--`).") var credentialId: String
+        @Argument(help: "The new owner: a user name or a numeric uid.") var user: String
+        func run() async throws {
+            try await globals.run(
+                "credentials.chown", ["credentialId": .string(credentialId), "owner": .string(user)]
+            ) { r in
+                "credential now belongs to uid \(r["credential"]?["ownerUid"]?.intValue.map(String.init) ?? "?")"
+            }
+        }
+    }
+
     /// `tessera credentials history`: the audit trail.
     struct History: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

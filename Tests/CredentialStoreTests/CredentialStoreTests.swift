@@ -1,5 +1,6 @@
 import CredentialStore
 import Foundation
+import Synchronization
 import TesseraCore
 import Testing
 
@@ -19,6 +20,35 @@ import Testing
             credentialId: Data([id, 1, 2]), rpId: rp, userId: Data([user]), userName: "u\(user)",
             userDisplayName: "U", tokenId: "p11-x", backend: "pkcs11", keyHandle: Data([9, id]),
             publicKey: Data([0xA5]), createdAt: Date(timeIntervalSince1970: 1_700_000_000 + Double(id)))
+    }
+
+    /// A credential keeps the uid that created it; `chown` hands it on with an audit event; a replacement by the
+    /// provisioning check only ever touches the same owner's credentials.
+    @Test func ownersAreKeptChangedAndRespected() async throws {
+        let (db, path) = try tempDB()
+        defer { removeDB(path) }
+        let store = CredentialStore(database: db)
+        var alice = record(1)
+        alice.ownerUid = 1000
+        try await store.insert(alice)
+        #expect(try await store.credential(id: [1, 1, 2])?.ownerUid == 1000)
+        #expect(try await store.chown(id: [1, 1, 2], to: 1001, actor: "uid:0")?.ownerUid == 1001)
+        #expect(try await store.credential(id: [1, 1, 2])?.ownerUid == 1001)
+        #expect(try await store.chown(id: [7], to: 1, actor: "uid:0") == nil)
+        let events = try await store.events(credentialId: [1, 1, 2])
+        #expect(events.last?.reason == "owner uid 1000 -> 1001")
+        // Same rp and user, another owner: the replacing insert is not shown (nor can replace) uid 1001's credential.
+        var bob = record(2)
+        bob.ownerUid = 1002
+        let seen = Mutex<[Data]>([])
+        _ = try await store.insert(
+            bob,
+            admit: { existing in
+                seen.withLock { $0 = existing.map(\.credentialId) }
+                return existing.map { [UInt8]($0.credentialId) }
+            }, actor: "test", reason: nil)
+        #expect(seen.withLock { $0 }.isEmpty)
+        #expect(try await store.credential(id: [1, 1, 2])?.state == .active)
     }
 
     @Test func insertGetListDelete() async throws {
