@@ -59,6 +59,12 @@ FORMAT_PATHS = Sources Tests Benchmarks Package.swift
 format-check:
 	$(SWIFT) format lint --strict --recursive --parallel $(FORMAT_PATHS)
 
+## Fails when Package.swift and the targets' import lines disagree (a module imported but not declared, or declared
+## and never imported); also a stage of `make test`.
+.PHONY: check-imports
+check-imports:
+	@python3 scripts/check-imports.py
+
 ## Rewrites the sources to .swift-format's style.
 format:
 	$(SWIFT) format format --in-place --recursive --parallel $(FORMAT_PATHS)

@@ -3,7 +3,6 @@ import PackageDescription
 
 /// Tessera: hardware-backed passkeys and ICAO 9303 document reading, served by `tesserad` over a Unix socket.
 /// Layering (imports point downwards only): executables → TesseraDaemon → RPC / services → devices → protocols → C shims.
-let strict: [SwiftSetting] = []
 
 let package = Package(
     name: "Tessera",
@@ -41,43 +40,41 @@ let package = Package(
         .target(name: "CSystemShims", path: "Sources/C/CSystemShims"),
 
         // MARK: Foundations and pure protocols (no I/O)
-        .target(name: "TesseraCore", swiftSettings: strict),
-        .target(name: "CBOR", dependencies: ["TesseraCore"], swiftSettings: strict),
+        .target(name: "TesseraCore"),
+        .target(name: "CBOR", dependencies: ["TesseraCore"]),
         .target(
             name: "WebAuthn",
             dependencies: [
                 "TesseraCore", "CBOR", "CryptoPrimitives", .product(name: "Crypto", package: "swift-crypto"),
-            ], swiftSettings: strict),
-        .target(name: "APDU", dependencies: ["TesseraCore"], swiftSettings: strict),
-        .target(name: "MRZ", dependencies: ["TesseraCore"], swiftSettings: strict),
-        .target(name: "PIV", dependencies: ["TesseraCore", "APDU", "CryptoPrimitives"], swiftSettings: strict),
+            ]),
+        .target(name: "APDU", dependencies: ["TesseraCore"]),
+        .target(name: "MRZ", dependencies: ["TesseraCore"]),
+        .target(name: "PIV", dependencies: ["TesseraCore", "APDU", "CryptoPrimitives"]),
         .target(
             name: "CryptoPrimitives",
             dependencies: [
                 "TesseraCore", "CLibCrypto", .product(name: "Crypto", package: "swift-crypto"),
-            ], swiftSettings: strict),
+            ]),
         /// The SSH agent protocol (RFC 9987): wire format, key and signature blobs, the agent state machine.
         .target(
             name: "SSHAgent",
             dependencies: [
                 "TesseraCore", .product(name: "Crypto", package: "swift-crypto"),
-            ], swiftSettings: strict),
+            ]),
         /// CTAPHID framing and channels (CTAP 2.1 §11.2), transport-free.
-        .target(name: "CTAPHID", swiftSettings: strict),
+        .target(name: "CTAPHID"),
         /// The CTAP 2.1 authenticator state machine over the `CTAP2Backend` seam.
         .target(
             name: "CTAP2",
             dependencies: [
                 "TesseraCore", "CBOR", "CryptoPrimitives", .product(name: "Crypto", package: "swift-crypto"),
-            ], swiftSettings: strict),
+            ]),
         .target(
             name: "ICAO",
             dependencies: [
                 "TesseraCore", "APDU", "MRZ", "CryptoPrimitives",
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "X509", package: "swift-certificates"),
-            ], swiftSettings: strict),
+            ]),
 
         /// ISO/IEC 18013-5 mobile documents (mdoc): engagement, session encryption, requests, responses, COSE,
         /// verification and test issuance. Pure: no I/O. docs/MDOC.md
@@ -86,7 +83,7 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "ICAO",
                 .product(name: "Crypto", package: "swift-crypto"),
-            ], swiftSettings: strict),
+            ]),
 
         // MARK: Devices and storage (I/O at the edges)
         .target(
@@ -94,37 +91,35 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "CPKCS11", "CSystemShims", "CryptoPrimitives",
                 .product(name: "Crypto", package: "swift-crypto"),
-            ], swiftSettings: strict),
+            ]),
         .target(
             name: "PCSC", dependencies: ["TesseraCore", "APDU", "CPCSCLite"],
-            swiftSettings: strict + [.unsafeFlags(["-Xcc", "-I/usr/include/PCSC"])]),
+            swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/PCSC"])]),
         .target(
             name: "VPCD",
             dependencies: [
-                "TesseraCore", "APDU",
+                "TesseraCore",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-            ], swiftSettings: strict),
+            ]),
         .target(
             name: "Emulation",
             dependencies: [
                 "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "VPCD", "PIV", "MDoc",
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "X509", package: "swift-certificates"),
-            ], swiftSettings: strict),
-        .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC", "VPCD"], swiftSettings: strict),
+            ]),
+        .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC", "VPCD"]),
         .target(
-            name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "VPCD", "CSystemShims"], swiftSettings: strict),
+            name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "VPCD", "CSystemShims"]),
         .target(
             name: "CredentialStore",
             dependencies: [
                 "TesseraCore", .product(name: "GRDB", package: "GRDB.swift"),
-            ], swiftSettings: strict),
+            ]),
 
         // MARK: Services
         /// Who asks at a front door, and the owner rule every door applies (docs/API.md, "Owners").
-        .target(name: "Ownership", swiftSettings: strict),
+        .target(name: "Ownership"),
         .target(
             name: "Passkeys",
             dependencies: [
@@ -134,7 +129,7 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
-            ], swiftSettings: strict),
+            ]),
 
         .target(
             name: "PIVKeyStore",
@@ -144,13 +139,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
-            ], swiftSettings: strict),
+            ]),
         .target(
             name: "Documents",
             dependencies: [
                 "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",
                 .product(name: "Logging", package: "swift-log"),
-            ], swiftSettings: strict),
+            ]),
 
         /// Kiosk enrollment: resumable multi-step workflows (contact, OTP, chip read, matching, passkey). docs/ENROLLMENT.md
         .target(
@@ -159,7 +154,7 @@ let package = Package(
                 "TesseraCore", "MRZ", "Documents", "Passkeys", "Ownership", "CredentialStore", "MDoc", "CBOR",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
-            ], swiftSettings: strict),
+            ]),
 
         // MARK: Socket
         .target(
@@ -169,34 +164,34 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-            ], swiftSettings: strict),
+            ]),
 
         // MARK: Daemon wiring and executables
         .target(
             name: "TesseraDaemon",
             dependencies: [
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
-                "PIVKeyStore",
-                "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
+                "PIVKeyStore", "PKCS11", "PIV",
+                "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
                 "CTAPHID", "CTAP2", "WebAuthn", "CBOR",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-            ], swiftSettings: strict),
+            ]),
         .executableTarget(
             name: "tesserad",
             dependencies: [
                 "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ], swiftSettings: strict),
+            ]),
         /// The tessera CLI's pure logic (enroll-station's JSON-schema forms, progress text), unit-tested.
-        .target(name: "CLISupport", dependencies: ["TesseraCore"], swiftSettings: strict),
+        .target(name: "CLISupport", dependencies: ["TesseraCore"]),
         .executableTarget(
             name: "tessera",
             dependencies: [
-                "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC",
+                "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
                 "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 "MDoc", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
-            ], swiftSettings: strict),
+            ]),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
         .executableTarget(
@@ -207,18 +202,18 @@ let package = Package(
             ],
             path: "Benchmarks/tessera-bench",
             // main.swift holds `@main`; with a second source file it must be parsed as a library.
-            swiftSettings: strict + [.unsafeFlags(["-parse-as-library"])]),
+            swiftSettings: [.unsafeFlags(["-parse-as-library"])]),
         .executableTarget(
             name: "document-bench",
             dependencies: [
                 "Documents", "Emulation", "ICAO", "MRZ", "MDoc", "CBOR", "APDU", "PCSC", "VPCD", "TesseraCore",
                 "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ],
-            path: "Benchmarks/document-bench", swiftSettings: strict),
+            path: "Benchmarks/document-bench"),
 
         // MARK: Tests
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
-        .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"], swiftSettings: strict),
+        .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"]),
         .testTarget(
             name: "TesseraCoreTests",
             dependencies: ["TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
@@ -226,19 +221,19 @@ let package = Package(
         .testTarget(name: "SSHAgentTests", dependencies: ["SSHAgent", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(
             name: "WebAuthnTests",
-            dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "APDUTests", dependencies: ["APDU"]),
+            dependencies: ["WebAuthn", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "APDUTests", dependencies: ["APDU", "TesseraCore"]),
         .testTarget(name: "CTAPHIDTests", dependencies: ["CTAPHID", "TesseraTestSupport"]),
         .testTarget(
             name: "CTAP2Tests",
             dependencies: ["CTAP2", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "MRZTests", dependencies: ["MRZ"]),
+        .testTarget(name: "MRZTests", dependencies: ["MRZ", "TesseraCore"]),
         .testTarget(
-            name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraTestSupport"]),
+            name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(
             name: "PKCS11Tests",
             dependencies: [
-                "PKCS11", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                "PKCS11", "TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(
             name: "PasskeysTests",
@@ -256,20 +251,21 @@ let package = Package(
             name: "RPCTests",
             dependencies: [
                 "RPC", "TesseraCore", .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(
             name: "DocumentsTests",
             dependencies: [
-                "Documents", "Emulation", "ICAO", "APDU", "MRZ", "PCSC", "VPCD", "TesseraCore", "TesseraTestSupport",
+                "Documents", "Emulation", "ICAO", "APDU", "MRZ", "CryptoPrimitives", "TesseraCore",
+                "TesseraTestSupport",
             ]),
         .testTarget(
             name: "PIVTests",
             dependencies: [
                 "PIV", "PIVKeyStore", "Passkeys", "Emulation", "PCSC", "VPCD", "APDU", "TesseraCore",
                 "TesseraTestSupport",
-                "CredentialStore", "WebAuthn", .product(name: "Logging", package: "swift-log"),
+                "CredentialStore", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(
@@ -280,13 +276,13 @@ let package = Package(
         .testTarget(
             name: "EnrollmentTests",
             dependencies: [
-                "Enrollment", "MRZ", "TesseraCore", "CredentialStore", "MDoc", "CBOR",
+                "Enrollment", "MRZ", "TesseraCore", "MDoc", "CBOR",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(
             name: "MDocTests",
             dependencies: [
-                "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", "TesseraTestSupport",
+                "MDoc", "CBOR", "APDU", "ICAO", "TesseraCore", "TesseraTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(

@@ -11,6 +11,9 @@ swift format lint --strict --recursive --parallel Sources Tests Benchmarks Packa
   echo "format check failed: run make format"; exit 1; }
 echo "format: clean"
 
+echo "== imports (Package.swift declares exactly what each target imports)"
+python3 scripts/check-imports.py
+
 echo "== swift test"
 swift test 2>&1 | tee .state-swift-test.log | grep -vE '^\[[0-9]+/[0-9]+\] |^(Compiling|Building|Write|Emitting)' || {
   echo "swift test failed"; exit 1; }

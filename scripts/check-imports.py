@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Package.swift declares exactly what each target imports: every module a target's Swift files import is one of
+its declared dependencies (a target of this package or a product), and every declared dependency is imported by
+at least one of its files. Reads the manifest through `swift package dump-package`; exits 1 with one line per
+drift. `make test` runs it; `make check-imports` alone."""
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Modules of the toolchain and the system: never declared in a manifest.
+SYSTEM = {
+    "Foundation", "FoundationEssentials", "FoundationNetworking", "FoundationXML", "Glibc", "Musl", "Darwin",
+    "Dispatch", "Synchronization", "Testing", "XCTest", "_Concurrency", "Swift", "SwiftShims", "os", "CoreFoundation",
+    "PackageDescription", "RegexBuilder", "Observation", "Distributed", "_StringProcessing",
+}
+IMPORT = re.compile(
+    r"^\s*(?:@[\w(), ]+\s+)*(?:(?:public|package|internal|fileprivate|private)\s+)?import\s+"
+    r"(?:(?:typealias|struct|class|enum|protocol|let|var|func)\s+)?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def manifest() -> dict:
+    out = subprocess.run(["swift", "package", "dump-package"], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def target_dir(t: dict) -> pathlib.Path:
+    if t.get("path"):
+        return ROOT / t["path"]
+    return ROOT / ("Tests" if t["type"] == "test" else "Sources") / t["name"]
+
+
+def declared(t: dict) -> set[str]:
+    names = set()
+    for dep in t.get("dependencies", []):
+        for kind in ("byName", "target", "product"):
+            if kind in dep:
+                names.add(dep[kind][0])
+    return names
+
+
+def imported(directory: pathlib.Path) -> set[str]:
+    names = set()
+    for f in directory.rglob("*.swift"):
+        in_block = False
+        for line in f.read_text(encoding="utf-8").splitlines():
+            stripped = line.strip()
+            if in_block:
+                in_block = "*/" not in stripped
+                continue
+            if stripped.startswith("/*"):
+                in_block = "*/" not in stripped
+                continue
+            m = IMPORT.match(line)
+            if m:
+                names.add(m.group(1))
+    return names
+
+
+def main() -> int:
+    pkg = manifest()
+    problems = []
+    for t in pkg["targets"]:
+        if t["type"] in ("system", "binary", "plugin", "macro"):
+            continue
+        directory = target_dir(t)
+        if not directory.is_dir():
+            continue
+        uses = imported(directory) - SYSTEM - {t["name"]}
+        deps = declared(t)
+        for name in sorted(uses - deps):
+            problems.append(f"{t['name']}: imports {name} but Package.swift does not declare it")
+        for name in sorted(deps - uses):
+            problems.append(f"{t['name']}: Package.swift declares {name} but no file of it imports it")
+    for p in problems:
+        print(p)
+    print(f"imports: {len(problems)} drift(s) between Package.swift and the import lines" if problems
+          else "imports: Package.swift declares exactly what each target imports")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
