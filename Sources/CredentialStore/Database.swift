@@ -49,6 +49,7 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("v7-ctap-hmac-secret", migrate: CTAPCredentialStore.migrateHMACSecret)
         m.registerMigration("v8-mdoc-registrations", migrate: MDocRegistrationStore.migrate)
         m.registerMigration("v9-credential-owner", migrate: CredentialStore.migrateOwner)
+        m.registerMigration("v10-ssh-key-owner", migrate: SSHKeyOwnerStore.migrate)
         return m
     }
 }
