@@ -582,7 +582,8 @@ actor CTAPHIDHub {
                         await previous?.value
                         let response: [UInt8] = await CTAPCaller.$current.withValue(peer) {
                             do throws(CTAP2Error) {
-                                let body = try await authenticator.run(payload) { progress in
+                                let session = CTAP2Session(connection: owner, channel: channel, uid: peer?.uid)
+                                let body = try await authenticator.run(payload, from: session) { progress in
                                     Task { await self.setStatus(progress) }
                                 }
                                 return [CTAP2Status.ok.rawValue] + (body.map { $0.encodedWithDistinctKeys() } ?? [])

@@ -22,7 +22,7 @@ from fido2.webauthn import (AttestationObject, PublicKeyCredentialCreationOption
                             PublicKeyCredentialRpEntity, PublicKeyCredentialUserEntity)
 from webauthn import verify_authentication_response, verify_registration_response
 
-from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Daemon, RPCError, SoftHSM, b64u, cli, unb64u
+from tessera_harness import NOBODY, SOFTHSM_MODULE, SPY_MODULE, Daemon, RPCError, SoftHSM, b64u, cli, unb64u
 
 RP = "example.com"
 ORIGIN = "https://example.com"
@@ -866,3 +866,94 @@ def test_hmac_secret_migration_keeps_older_rows(ctap):
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT credProtect, hmacSecret FROM ctap_credential WHERE credentialId = ?",
                          (cred_id,)).fetchall() == [(2, 0)]
+
+
+def test_get_next_assertion_and_enumeration_belong_to_their_channel(pin_ctap):
+    """getNextAssertion and credentialManagement's GetNext subcommands continue only on the channel (connection)
+    that began them: another client gets NOT_ALLOWED and the owner still continues."""
+    from fido2.ctap2 import CredentialManagement
+    dev = pin_ctap.device()
+    fido = Fido2Client(dev, DefaultClientDataCollector(ORIGIN), user_interaction=PinInteraction("1234"))
+    for i in range(2):
+        fido.make_credential(creation_options(user_id=b"user-%d" % i, name=f"user{i}", rk="required"))
+    c = pin_ctap.daemon.client()
+    c.call("passkey.enroll", {"rpId": "other.example", "user": {"id": b64u(b"o"), "name": "o", "displayName": "O"},
+                              "challenge": b64u(os.urandom(32)), "pin": ctap_token_pin("1234")})
+    owner, other = Ctap2(dev), Ctap2(pin_ctap.device())
+    client_pin = ClientPin(owner, PinProtocolV2())
+    cdh = hashlib.sha256(b"next").digest()
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.GET_ASSERTION, RP)
+    first = owner.get_assertion(RP, cdh, pin_uv_param=client_pin.protocol.authenticate(token, cdh),
+                                pin_uv_protocol=client_pin.protocol.VERSION)
+    assert first.number_of_credentials == 2
+    with pytest.raises(CtapError) as e:
+        other.get_next_assertion()
+    assert e.value.code == CtapError.ERR.NOT_ALLOWED
+    assert owner.get_next_assertion().user["id"] == b"user-0"
+
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.CREDENTIAL_MGMT)
+    cm = CredentialManagement(owner, client_pin.protocol, token)
+    other_cm = CredentialManagement(other, client_pin.protocol, token)
+    assert cm.enumerate_rps_begin()[CredentialManagement.RESULT.TOTAL_RPS] == 2
+    with pytest.raises(CtapError) as e:
+        other_cm.enumerate_rps_next()
+    assert e.value.code == CtapError.ERR.NOT_ALLOWED
+    assert cm.enumerate_rps_next()[CredentialManagement.RESULT.RP]["id"] == RP
+    begun = cm.enumerate_creds_begin(hashlib.sha256(RP.encode()).digest())
+    assert begun[CredentialManagement.RESULT.TOTAL_CREDENTIALS] == 2
+    with pytest.raises(CtapError) as e:
+        other_cm.enumerate_creds_next()
+    assert e.value.code == CtapError.ERR.NOT_ALLOWED
+    assert cm.enumerate_creds_next()[CredentialManagement.RESULT.USER]["id"] == b"user-0"
+
+
+def test_wrong_pins_block_client_pin_only_for_their_uid(tmp_path):
+    """Three wrong PINs over CTAP from uid 0 block its ClientPIN until a restart; uid nobody still gets a
+    pinUvAuthToken with getPinToken (before, the block held for every client)."""
+    hsm = SoftHSM(tmp_path)
+    hsm.add_token("ctap-pin", pin=ctap_token_pin("1234"))
+    d = CTAPDaemon(tmp_path, hsm, extra={"clientPin": True, "socketMode": "0666"},
+                   top={"pinBackoff": {"initialSeconds": 0}, "policy": {"sign": {"users": ["0", str(NOBODY)]}}})
+    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
+        if p == pathlib.Path("/"):
+            break
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+    d.start()
+    try:
+        client_pin = ClientPin(Ctap2(d.device()), PinProtocolV2())
+        for code in [CtapError.ERR.PIN_INVALID, CtapError.ERR.PIN_INVALID, CtapError.ERR.PIN_AUTH_BLOCKED]:
+            with pytest.raises(CtapError) as e:
+                client_pin.get_pin_token("0000")
+            assert e.value.code == code
+        assert client_pin.get_pin_retries()[1] is True
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            out = "?"
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                theirs = ClientPin(Ctap2(d.device()), PinProtocolV2())
+                blocked = theirs.get_pin_retries()[1]
+                token = theirs.get_pin_token("1234")  # no permissions: getPinToken (0x05)
+                out = f"{blocked} {len(token)}"
+            except BaseException as e:
+                out = repr(e)
+            finally:
+                os.write(w, out.encode())
+                os._exit(0)
+        os.close(w)
+        answer = b""
+        while chunk := os.read(r, 4096):
+            answer += chunk
+        os.close(r)
+        os.waitpid(pid, 0)
+        assert answer.decode() == "False 32"
+        # uid 0 stays blocked, without reaching the token.
+        with pytest.raises(CtapError) as e:
+            client_pin.get_pin_token("1234")
+        assert e.value.code == CtapError.ERR.PIN_AUTH_BLOCKED
+    finally:
+        d.daemon.stop()
