@@ -52,7 +52,6 @@ final class CTAPPasskeyBackend: CTAP2Backend {
     let policy: Policy
     let tokenId: String?
     let logger: Logger
-    private let optionsCache = Mutex<[Data: CTAPCredentialOptions?]>([:])
 
     init(
         passkeys: PasskeyService, options: CTAPCredentialStore, presence: PresenceBroker, policy: Policy,
@@ -92,14 +91,17 @@ final class CTAPPasskeyBackend: CTAP2Backend {
     {
         let present = Set(await passkeys.tokens().map(\.id))
         let records = records.filter { present.contains($0.tokenId) }.sorted { $0.createdAt > $1.createdAt }
-        let stored = try await cachedOptions(records.map(\.credentialId))
+        let stored = try await options.cachedOptions(records.map(\.credentialId))
         return records.compactMap { r in
             let o = stored[r.credentialId]
             let discoverable = o?.discoverable ?? true
             if discoverableOnly && !discoverable { return nil }
             return CTAP2Credential(
                 id: [UInt8](r.credentialId), rpId: r.rpId,
-                user: CTAP2User(id: [UInt8](r.userId), name: r.userName, displayName: r.userDisplayName),
+                // Cut as new ones are: names stored whole before the limit still fit a CTAPHID message.
+                user: CTAP2User(
+                    id: [UInt8](r.userId), name: r.userName.utf8Prefix(PasskeyService.maxNameBytes),
+                    displayName: r.userDisplayName.utf8Prefix(PasskeyService.maxNameBytes)),
                 discoverable: discoverable,
                 credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1)) ?? .userVerificationRequired,
                 publicKey: [UInt8](r.publicKey), hmacSecret: o?.hmacSecret ?? false)
@@ -111,7 +113,6 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         do throws(TesseraError) {
             try await passkeys.delete(id: credential.id, actor: actor)
             try? await options.delete(Data(credential.id))
-            optionsCache.withLock { $0[Data(credential.id)] = nil }
             logger.info("ctap: credential deleted", metadata: ["rpId": "\(credential.rpId)"])
         } catch {
             throw map(error, "deleteCredential")
@@ -124,28 +125,6 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         } catch {
             throw map(error, "updateUserInformation")
         }
-    }
-
-    /// CTAP options by credential id (nil: no row, a passkey made through JSON-RPC); rows never change once written.
-    private func cachedOptions(_ ids: [Data]) async throws(TesseraError) -> [Data: CTAPCredentialOptions] {
-        var found: [Data: CTAPCredentialOptions] = [:]
-        var missing: [Data] = []
-        optionsCache.withLock { cache in
-            for id in ids {
-                switch cache[id] {
-                case .some(.some(let o)): found[id] = o
-                case .some(.none): break
-                case .none: missing.append(id)
-                }
-            }
-        }
-        guard !missing.isEmpty else { return found }
-        let loaded = try await options.options(missing)
-        optionsCache.withLock { cache in
-            if cache.count >= 65_536 { cache.removeAll(keepingCapacity: true) }
-            for id in missing { cache[id] = .some(loaded[id]) }
-        }
-        return found.merging(loaded) { a, _ in a }
     }
 
     func makeCredential(
@@ -162,7 +141,6 @@ final class CTAPPasskeyBackend: CTAP2Backend {
                 credentialId: Data(credentialId), discoverable: discoverable,
                 credProtect: Int(credProtect.rawValue), hmacSecret: hmacSecret)
             try await options.save(saved)
-            optionsCache.withLock { $0[saved.credentialId] = .some(saved) }
             var request = PasskeyService.EnrollRequest(
                 rpId: rpId, userId: user.id, userName: user.name ?? "", userDisplayName: user.displayName ?? "",
                 challenge: [], tokenId: tokenId, attestation: .packed, userVerification: .discouraged,

@@ -907,6 +907,83 @@ def test_get_next_assertion_and_enumeration_belong_to_their_channel(pin_ctap):
     assert cm.enumerate_creds_next()[CredentialManagement.RESULT.USER]["id"] == b"user-0"
 
 
+def test_long_user_names_are_cut_to_64_bytes_on_every_door(pin_ctap):
+    """An 8 KB name through passkey.enroll is stored cut to 64 bytes (at a character boundary), so getAssertion with
+    UV and credential management over CTAP still answer (before, the name was stored whole and the answer trapped
+    in CTAPHID's framing); makeCredential and updateUserInformation cut too."""
+    from fido2.ctap2 import CredentialManagement
+    c = pin_ctap.daemon.client()
+    long_name = "é" * 4096  # 8192 bytes of UTF-8
+    rpc = c.call("passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"long"), "name": long_name,
+                                                         "displayName": "x" * 8192},
+                                    "challenge": b64u(os.urandom(32)), "pin": ctap_token_pin("1234")})
+    stored = c.call("credentials.get", {"credentialId": rpc["credentialId"]})["user"]
+    assert stored["name"] == "é" * 32 and stored["displayName"] == "x" * 64
+    dev = pin_ctap.device()
+    ctap2 = Ctap2(dev)
+    client_pin = ClientPin(ctap2, PinProtocolV2())
+    cdh = hashlib.sha256(b"long").digest()
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.GET_ASSERTION, RP)
+    got = ctap2.get_assertion(RP, cdh, pin_uv_param=client_pin.protocol.authenticate(token, cdh),
+                              pin_uv_protocol=client_pin.protocol.VERSION)
+    assert got.user == {"id": b"long", "name": "é" * 32, "displayName": "x" * 64}
+    # makeCredential: a 1000-byte name (one multi-byte character across the limit) is kept cut.
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.MAKE_CREDENTIAL, RP)
+    att = ctap2.make_credential(cdh, {"id": RP}, {"id": b"ctap-long", "name": "a" + "€" * 333},
+                                [{"type": "public-key", "alg": -7}], options={"rk": True},
+                                pin_uv_param=client_pin.protocol.authenticate(token, cdh),
+                                pin_uv_protocol=client_pin.protocol.VERSION)
+    made = att.auth_data.credential_data.credential_id
+    assert c.call("credentials.get", {"credentialId": b64u(made)})["user"]["name"] == "a" + "€" * 21
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.CREDENTIAL_MGMT)
+    cm = CredentialManagement(ctap2, client_pin.protocol, token)
+    creds = cm.enumerate_creds(hashlib.sha256(RP.encode()).digest())
+    assert sorted(x[CredentialManagement.RESULT.USER]["name"] for x in creds) == sorted(["é" * 32, "a" + "€" * 21])
+    cm.update_user_info(PublicKeyCredentialDescriptor(type="public-key", id=made),
+                        PublicKeyCredentialUserEntity(id=b"ctap-long", name="n" * 500, display_name="d" * 500))
+    assert c.call("credentials.get", {"credentialId": b64u(made)})["user"] == {
+        "id": b64u(b"ctap-long"), "name": "n" * 64, "displayName": "d" * 64}
+
+
+def test_cred_protect_3_needs_the_pin_over_json_rpc_too(pin_ctap):
+    """A credProtect 3 credential made over CTAP is not used by passkey.authenticate without the PIN, even while
+    the token is logged in (before, it signed without UV); with the PIN it is."""
+    dev = pin_ctap.device()
+    ctap2 = Ctap2(dev)
+    client_pin = ClientPin(ctap2, PinProtocolV2())
+    cdh = hashlib.sha256(b"cp3").digest()
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.MAKE_CREDENTIAL, RP)
+    att = ctap2.make_credential(cdh, {"id": RP}, {"id": b"u3", "name": "u3"}, [{"type": "public-key", "alg": -7}],
+                                extensions={"credProtect": 3}, options={"rk": True},
+                                pin_uv_param=client_pin.protocol.authenticate(token, cdh),
+                                pin_uv_protocol=client_pin.protocol.VERSION)
+    cred = b64u(att.auth_data.credential_data.credential_id)
+    level1 = ctap2.make_credential(cdh, {"id": RP}, {"id": b"u1", "name": "u1"}, [{"type": "public-key", "alg": -7}],
+                                   options={"rk": False})
+    c = pin_ctap.daemon.client()
+    # The token is logged in (the PIN check above): a level-1 credential signs without a PIN.
+    ok = c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)),
+                                         "allowCredentials": [b64u(level1.auth_data.credential_data.credential_id)]})
+    assert ok["userVerified"] is False
+    for uv in ["discouraged", "preferred"]:
+        with pytest.raises(RPCError) as e:
+            c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [cred],
+                                            "userVerification": uv})
+        assert e.value.code == "PIN_REQUIRED"
+    # The daemon restarted (nothing cached): still refused.
+    pin_ctap.daemon.stop()
+    pin_ctap.daemon.start()
+    c = pin_ctap.daemon.client()
+    c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [cred],
+                                    "pin": ctap_token_pin("1234")})
+    with pytest.raises(RPCError) as e:
+        c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [cred]})
+    assert e.value.code == "PIN_REQUIRED"
+    a = c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [cred],
+                                        "pin": ctap_token_pin("1234")})
+    assert a["userVerified"] is True
+
+
 def test_wrong_pins_block_client_pin_only_for_their_uid(tmp_path):
     """Three wrong PINs over CTAP from uid 0 block its ClientPIN until a restart; uid nobody still gets a
     pinUvAuthToken with getPinToken (before, the block held for every client)."""
