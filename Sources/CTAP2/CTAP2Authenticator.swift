@@ -86,6 +86,20 @@ public protocol CTAP2Backend: Sendable {
     func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error)
 }
 
+/// Who sends a request: the transport's client (connection) and its CTAPHID channel, and the client's uid when
+/// the transport knows it. getNextAssertion and credential enumeration continue only on the channel that began
+/// them; wrong PINs count against the uid (`nil`: a client without peer credentials, such as the uhid device).
+public struct CTAP2Session: Sendable, Equatable {
+    public var connection: UInt64
+    public var channel: UInt32
+    public var uid: UInt32?
+    public init(connection: UInt64, channel: UInt32, uid: UInt32?) {
+        self.connection = connection; self.channel = channel; self.uid = uid
+    }
+    /// The one client of an authenticator driven directly (tests, the fuzzer).
+    public static let local = CTAP2Session(connection: 0, channel: 0, uid: nil)
+}
+
 /// Progress an authenticator reports while it works (the transport turns it into KEEPALIVE).
 public enum CTAP2Progress: Sendable {
     case processing
@@ -107,6 +121,7 @@ public actor CTAP2Authenticator {
     }
 
     struct PendingAssertions {
+        var session: CTAP2Session
         var credentials: [CTAP2Credential]
         var clientDataHash: [UInt8]
         var userPresent: Bool
@@ -136,10 +151,13 @@ public actor CTAP2Authenticator {
         self.info = info
     }
 
-    /// Handles one CTAPHID_CBOR payload; never throws: failures become a status byte.
-    public func handle(_ message: [UInt8], progress: @Sendable (CTAP2Progress) -> Void = { _ in }) async -> [UInt8] {
+    /// Handles one CTAPHID_CBOR payload from `session`; never throws: failures become a status byte.
+    public func handle(
+        _ message: [UInt8], from session: CTAP2Session = .local,
+        progress: @Sendable (CTAP2Progress) -> Void = { _ in }
+    ) async -> [UInt8] {
         do {
-            let body = try await run(message, progress: progress)
+            let body = try await run(message, from: session, progress: progress)
             return [CTAP2Status.ok.rawValue] + (body.map { $0.encodedWithDistinctKeys() } ?? [])
         } catch {
             return [error.status.rawValue]
@@ -147,15 +165,18 @@ public actor CTAP2Authenticator {
     }
 
     /// As `handle`, with the failure's message (for the log).
-    public func run(_ message: [UInt8], progress: @Sendable (CTAP2Progress) -> Void = { _ in }) async throws(CTAP2Error)
-        -> CBORValue?
-    {
+    public func run(
+        _ message: [UInt8], from session: CTAP2Session = .local,
+        progress: @Sendable (CTAP2Progress) -> Void = { _ in }
+    ) async throws(CTAP2Error) -> CBORValue? {
         guard let commandByte = message.first else { throw CTAP2Error(.invalidLength, "empty request") }
         guard let command = CTAP2Command(rawValue: commandByte) else {
             throw CTAP2Error(.invalidCommand, "unknown command 0x\(String(commandByte, radix: 16))")
         }
-        if command != .getNextAssertion { pending = nil }
-        if command != .credentialManagement { enumeration = CredentialEnumeration() }
+        // Another command of the same channel ends its getNextAssertion or enumeration state; other channels'
+        // commands leave it alone.
+        if command != .getNextAssertion, pending?.session == session { pending = nil }
+        if command != .credentialManagement, enumeration.session == session { enumeration = CredentialEnumeration() }
         let parameters: CBORValue?
         if message.count > 1 {
             do {
@@ -175,17 +196,18 @@ public actor CTAP2Authenticator {
         switch command {
         case .getInfo: return getInfo()
         case .makeCredential: return try await makeCredential(MakeCredentialRequest(required()), progress: progress)
-        case .getAssertion: return try await getAssertion(GetAssertionRequest(required()), progress: progress)
-        case .getNextAssertion: return try await getNextAssertion()
+        case .getAssertion:
+            return try await getAssertion(GetAssertionRequest(required()), session: session, progress: progress)
+        case .getNextAssertion: return try await getNextAssertion(session: session)
         case .selection:
             try await presence(PresenceRequest(operation: "selection", rpId: nil, userName: nil), progress: progress)
             return nil
         case .reset:
             throw CTAP2Error(.operationDenied, "authenticatorReset is refused: tokens are not wiped through CTAP")
         case .clientPIN where info.clientPIN:
-            return try await clientPIN(ClientPINRequest(required()))
+            return try await clientPIN(ClientPINRequest(required()), uid: session.uid)
         case .credentialManagement where info.clientPIN:
-            return try await credentialManagement(CredentialManagementRequest(required()))
+            return try await credentialManagement(CredentialManagementRequest(required()), session: session)
         case .clientPIN, .credentialManagement:
             throw CTAP2Error(.invalidCommand, "command 0x\(String(commandByte, radix: 16)) is not supported")
         }
@@ -252,9 +274,9 @@ public actor CTAP2Authenticator {
         return [1: .textString(attestation.format), 2: .byteString(attestation.authData), 3: attestation.statement]
     }
 
-    func getAssertion(_ r: GetAssertionRequest, progress: @Sendable (CTAP2Progress) -> Void) async throws(CTAP2Error)
-        -> CBORValue
-    {
+    func getAssertion(
+        _ r: GetAssertionRequest, session: CTAP2Session, progress: @Sendable (CTAP2Progress) -> Void
+    ) async throws(CTAP2Error) -> CBORValue {
         guard r.clientDataHash.count == 32 else { throw CTAP2Error(.invalidLength, "clientDataHash must be 32 bytes") }
         let verified = try await userVerification(
             r.pinUvAuthParam, protocol: r.pinUvAuthProtocol, uv: r.userVerification, clientDataHash: r.clientDataHash,
@@ -291,15 +313,18 @@ public actor CTAP2Authenticator {
         if r.allowList == nil, usable.count > 1 {
             response.append((CBORValue(5), CBORValue(usable.count)))
             pending = PendingAssertions(
-                credentials: Array(usable.dropFirst()), clientDataHash: r.clientDataHash,
+                session: session, credentials: Array(usable.dropFirst()), clientDataHash: r.clientDataHash,
                 userPresent: r.userPresence, userVerified: verified, hmacSecret: hmacSecret,
                 expires: .now + Self.nextAssertionWindow)
         }
         return .map(response)
     }
 
-    func getNextAssertion() async throws(CTAP2Error) -> CBORValue {
-        guard var p = pending, ContinuousClock.now < p.expires, !p.credentials.isEmpty else {
+    func getNextAssertion(session: CTAP2Session) async throws(CTAP2Error) -> CBORValue {
+        guard var p = pending, p.session == session else {
+            throw CTAP2Error(.notAllowed, "no getAssertion of this channel to continue")
+        }
+        guard ContinuousClock.now < p.expires, !p.credentials.isEmpty else {
             pending = nil
             throw CTAP2Error(.notAllowed, "no getAssertion to continue")
         }

@@ -61,12 +61,13 @@ public struct ClientPINRequest: Sendable {
     }
 }
 
-/// The authenticator's PIN state (§6.5.2): key agreement key, the pinUvAuthToken and its state, and the count of
-/// wrong PINs in a row since power-up (the daemon's start).
+/// The authenticator's PIN state (§6.5.2): key agreement key, the pinUvAuthToken and its state, and each uid's
+/// count of wrong PINs in a row since power-up (the daemon's start): one client's mismatches never block ClientPIN
+/// for another (the token's own retry counter stays shared).
 struct PINState {
     /// A pinUvAuthToken is usable this long after it was issued (§6.5.2.1: at most 10 minutes).
     static let tokenLifetime: Duration = .seconds(600)
-    /// Wrong PINs in a row after which PIN operations need a power cycle (§6.5.5.7: 3).
+    /// Wrong PINs in a row after which the uid's PIN operations need a power cycle (§6.5.5.7: 3).
     static let mismatchLimit = 3
 
     var keyAgreement = PINKeyAgreement()
@@ -75,9 +76,10 @@ struct PINState {
     var permissions: PINPermissions = []
     var rpId: String?
     var issued: ContinuousClock.Instant?
-    var consecutiveMismatches = 0
+    /// Wrong PINs in a row by uid (nil: clients without peer credentials).
+    var consecutiveMismatches: [UInt32?: Int] = [:]
 
-    var blocked: Bool { consecutiveMismatches >= Self.mismatchLimit }
+    func blocked(_ uid: UInt32?) -> Bool { consecutiveMismatches[uid, default: 0] >= Self.mismatchLimit }
 
     /// resetPinUvAuthToken: a fresh token, not in use.
     mutating func resetToken() {
@@ -90,13 +92,13 @@ struct PINState {
 }
 
 extension CTAP2Authenticator {
-    func clientPIN(_ r: ClientPINRequest) async throws(CTAP2Error) -> CBORValue? {
+    func clientPIN(_ r: ClientPINRequest, uid: UInt32?) async throws(CTAP2Error) -> CBORValue? {
         guard let sub = ClientPINRequest.Subcommand(rawValue: r.subCommand) else {
             throw CTAP2Error(.invalidSubcommand, "clientPIN subCommand \(r.subCommand)")
         }
         if sub == .getPINRetries {
             let retries = try await backend.pinRetries()
-            return [3: CBORValue(retries), 4: .bool(pin.blocked)]
+            return [3: CBORValue(retries), 4: .bool(pin.blocked(uid))]
         }
         guard let version = r.pinUvAuthProtocol else {
             throw CTAP2Error(.missingParameter, "pinUvAuthProtocol missing")
@@ -110,10 +112,10 @@ extension CTAP2Authenticator {
         case .setPIN:
             throw CTAP2Error(.notAllowed, "the token already has a PIN: use changePIN")
         case .changePIN:
-            try await changePIN(r, proto)
+            try await changePIN(r, proto, uid: uid)
             return nil
         case .getPINToken:
-            return try await pinToken(r, proto, permissions: nil)
+            return try await pinToken(r, proto, permissions: nil, uid: uid)
         case .getPinUvAuthTokenUsingPinWithPermissions:
             guard let raw = r.permissions else { throw CTAP2Error(.missingParameter, "permissions missing") }
             guard raw != 0, raw > 0, raw <= 0xFF else { throw CTAP2Error(.invalidParameter, "permissions are empty") }
@@ -121,7 +123,7 @@ extension CTAP2Authenticator {
             guard PINPermissions.supported.isSuperset(of: asked) else {
                 throw CTAP2Error(.unauthorizedPermission, "permissions 0x\(String(raw, radix: 16)) are not granted")
             }
-            return try await pinToken(r, proto, permissions: asked)
+            return try await pinToken(r, proto, permissions: asked, uid: uid)
         case .getPinUvAuthTokenUsingUvWithPermissions, .getUVRetries:
             throw CTAP2Error(.invalidSubcommand, "no built-in user verification")
         case .getPINRetries:
@@ -130,16 +132,16 @@ extension CTAP2Authenticator {
     }
 
     /// getPinToken (legacy: mc and ga, no rpId) and getPinUvAuthTokenUsingPinWithPermissions.
-    private func pinToken(_ r: ClientPINRequest, _ proto: PINUVAuthProtocol, permissions: PINPermissions?)
-        async throws(CTAP2Error) -> CBORValue
-    {
+    private func pinToken(
+        _ r: ClientPINRequest, _ proto: PINUVAuthProtocol, permissions: PINPermissions?, uid: UInt32?
+    ) async throws(CTAP2Error) -> CBORValue {
         guard let peer = r.keyAgreement, let pinHashEnc = r.pinHashEnc else {
             throw CTAP2Error(.missingParameter, "keyAgreement or pinHashEnc missing")
         }
         if permissions == nil, r.rpId != nil { throw CTAP2Error(.invalidParameter, "getPinToken takes no rpId") }
-        try checkNotBlocked()
+        try checkNotBlocked(uid)
         let shared = try pin.keyAgreement.sharedSecret(with: peer, protocol: proto)
-        try await verifyPINHash(pinHashEnc, shared: shared, proto: proto)
+        try await verifyPINHash(pinHashEnc, shared: shared, proto: proto, uid: uid)
         pin.resetToken()
         pin.protocolInUse = proto
         pin.permissions = permissions ?? [.makeCredential, .getAssertion]
@@ -148,13 +150,13 @@ extension CTAP2Authenticator {
         return [2: .byteString(try proto.encrypt(key: shared, pin.token))]
     }
 
-    private func changePIN(_ r: ClientPINRequest, _ proto: PINUVAuthProtocol) async throws(CTAP2Error) {
+    private func changePIN(_ r: ClientPINRequest, _ proto: PINUVAuthProtocol, uid: UInt32?) async throws(CTAP2Error) {
         guard let peer = r.keyAgreement, let param = r.pinUvAuthParam, let newPinEnc = r.newPinEnc,
             let pinHashEnc = r.pinHashEnc
         else {
             throw CTAP2Error(.missingParameter, "keyAgreement, pinUvAuthParam, newPinEnc or pinHashEnc missing")
         }
-        try checkNotBlocked()
+        try checkNotBlocked(uid)
         let shared = try pin.keyAgreement.sharedSecret(with: peer, protocol: proto)
         guard proto.verify(key: shared, newPinEnc + pinHashEnc, signature: param) else {
             throw CTAP2Error(.pinAuthInvalid, "changePIN: pinUvAuthParam does not verify")
@@ -169,14 +171,14 @@ extension CTAP2Authenticator {
         do throws(CTAP2Error) {
             try await backend.changePIN(currentHash: currentHash, newHash: newHash)
         } catch {
-            throw wrongPIN(error)
+            throw wrongPIN(error, uid: uid)
         }
-        pin.consecutiveMismatches = 0
+        pin.consecutiveMismatches[uid] = nil
         pin.resetToken()
     }
 
-    private func checkNotBlocked() throws(CTAP2Error) {
-        if pin.blocked {
+    private func checkNotBlocked(_ uid: UInt32?) throws(CTAP2Error) {
+        if pin.blocked(uid) {
             throw CTAP2Error(.pinAuthBlocked, "\(PINState.mismatchLimit) wrong PINs in a row: restart the daemon")
         }
     }
@@ -190,21 +192,21 @@ extension CTAP2Authenticator {
     }
 
     /// The PIN check of getPinToken: one token try (`CTAP2Backend.verifyPIN`).
-    private func verifyPINHash(_ pinHashEnc: [UInt8], shared: [UInt8], proto: PINUVAuthProtocol)
+    private func verifyPINHash(_ pinHashEnc: [UInt8], shared: [UInt8], proto: PINUVAuthProtocol, uid: UInt32?)
         async throws(CTAP2Error)
     {
         let hash = try decryptPINHash(pinHashEnc, shared: shared, proto: proto)
-        do throws(CTAP2Error) { try await backend.verifyPIN(hash: hash) } catch { throw wrongPIN(error) }
-        pin.consecutiveMismatches = 0
+        do throws(CTAP2Error) { try await backend.verifyPIN(hash: hash) } catch { throw wrongPIN(error, uid: uid) }
+        pin.consecutiveMismatches[uid] = nil
     }
 
-    /// After a failed token check: a wrong PIN makes a new key agreement key and counts towards the power-cycle
-    /// block (§6.5.5.7: PIN_INVALID, the third in a row PIN_AUTH_BLOCKED).
-    private func wrongPIN(_ error: CTAP2Error) -> CTAP2Error {
+    /// After a failed token check: a wrong PIN makes a new key agreement key and counts towards the uid's
+    /// power-cycle block (§6.5.5.7: PIN_INVALID, the third in a row PIN_AUTH_BLOCKED).
+    private func wrongPIN(_ error: CTAP2Error, uid: UInt32?) -> CTAP2Error {
         guard error.status == .pinInvalid else { return error }
         pin.keyAgreement = PINKeyAgreement()
-        pin.consecutiveMismatches += 1
-        if pin.blocked {
+        pin.consecutiveMismatches[uid, default: 0] += 1
+        if pin.blocked(uid) {
             return CTAP2Error(.pinAuthBlocked, "\(error.message); \(PINState.mismatchLimit) wrong PINs in a row")
         }
         return error

@@ -29,8 +29,10 @@ public struct CredentialManagementRequest: Sendable {
     }
 }
 
-/// The RPs and credentials still to return by enumerateRPsGetNextRP / enumerateCredentialsGetNextCredential.
+/// The RPs and credentials still to return by enumerateRPsGetNextRP / enumerateCredentialsGetNextCredential to
+/// the session that began the enumeration.
 struct CredentialEnumeration {
+    var session: CTAP2Session?
     var rps: [String] = []
     var credentials: [CTAP2Credential] = []
 }
@@ -39,9 +41,16 @@ extension CTAP2Authenticator {
     /// Nominal maxPossibleRemainingResidentCredentialsCount: tokens do not say how many keys they can still hold.
     static let nominalRemainingCredentials = 100
 
-    func credentialManagement(_ r: CredentialManagementRequest) async throws(CTAP2Error) -> CBORValue? {
+    func credentialManagement(_ r: CredentialManagementRequest, session: CTAP2Session) async throws(CTAP2Error)
+        -> CBORValue?
+    {
+        let isContinuation = r.subCommand == 0x03 || r.subCommand == 0x05
+        // Only the channel that began an enumeration continues it; another channel's subcommands leave it alone.
+        if isContinuation, enumeration.session != session {
+            throw CTAP2Error(.notAllowed, "no enumeration of this channel to continue")
+        }
         let previous = enumeration
-        enumeration = CredentialEnumeration()
+        if isContinuation || enumeration.session == session { enumeration = CredentialEnumeration() }
         switch r.subCommand {
         case 0x01:  // getCredsMetadata
             try authorize(r, rpId: nil)
@@ -52,11 +61,11 @@ extension CTAP2Authenticator {
             var rps: [String] = []
             for c in try await backend.discoverableCredentials() where !rps.contains(c.rpId) { rps.append(c.rpId) }
             guard let first = rps.first else { throw CTAP2Error(.noCredentials, "no discoverable credentials") }
-            enumeration.rps = Array(rps.dropFirst())
+            enumeration = CredentialEnumeration(session: session, rps: Array(rps.dropFirst()))
             return [3: ["id": .textString(first)], 4: .byteString(rpIdHash(first)), 5: CBORValue(rps.count)]
         case 0x03:  // enumerateRPsGetNextRP
             guard let next = previous.rps.first else { throw CTAP2Error(.notAllowed, "no RP enumeration to continue") }
-            enumeration.rps = Array(previous.rps.dropFirst())
+            enumeration = CredentialEnumeration(session: session, rps: Array(previous.rps.dropFirst()))
             return [3: ["id": .textString(next)], 4: .byteString(rpIdHash(next))]
         case 0x04:  // enumerateCredentialsBegin
             guard let hash = r.subCommandParams?[1] else { throw CTAP2Error(.missingParameter, "rpIDHash missing") }
@@ -68,15 +77,16 @@ extension CTAP2Authenticator {
             }
             try authorize(r, rpId: rpId)
             let credentials = all.filter { $0.rpId == rpId }
-            enumeration.credentials = Array(credentials.dropFirst())
-            var out = try credentialEntry(credentials[0])
+            enumeration = CredentialEnumeration(session: session, credentials: Array(credentials.dropFirst()))
+            guard let first = credentials.first else { throw CTAP2Error(.noCredentials, "no credentials for this RP") }
+            var out = try credentialEntry(first)
             out.append((9, CBORValue(credentials.count)))
             return .map(out.sorted { $0.key.intValue ?? 0 < $1.key.intValue ?? 0 })
         case 0x05:  // enumerateCredentialsGetNextCredential
             guard let next = previous.credentials.first else {
                 throw CTAP2Error(.notAllowed, "no credential enumeration to continue")
             }
-            enumeration.credentials = Array(previous.credentials.dropFirst())
+            enumeration = CredentialEnumeration(session: session, credentials: Array(previous.credentials.dropFirst()))
             return .map(try credentialEntry(next))
         case 0x06:  // deleteCredential
             let credential = try await target(r)

@@ -35,21 +35,33 @@ public enum CTAPHID {
     /// Capability flags in the INIT response: WINK and CBOR; NMSG (no CTAP1/U2F MSG).
     public static let capabilities: UInt8 = 0x01 | 0x04 | 0x08
 
-    /// Splits one message into 64-byte reports (zero-padded). `payload` must be at most `maxMessageSize` bytes.
-    public static func packets(channel: UInt32, command: Command, payload: [UInt8]) -> [[UInt8]] {
-        precondition(payload.count <= maxMessageSize, "CTAPHID message too large")
+    /// A message longer than `maxMessageSize` cannot be framed.
+    public struct MessageTooLarge: Error, Sendable, Equatable {
+        public let size: Int
+    }
+
+    /// Splits one message into 64-byte reports (zero-padded); MessageTooLarge beyond `maxMessageSize` bytes.
+    public static func packets(channel: UInt32, command: Command, payload: [UInt8]) throws(MessageTooLarge)
+        -> [[UInt8]]
+    {
+        guard payload.count <= maxMessageSize else { throw MessageTooLarge(size: payload.count) }
+        return frames(channel: channel, command: command, payload: payload)
+    }
+
+    /// `packets` of a payload known to fit (the device's own short answers and echoes of what it received).
+    static func frames(channel: UInt32, command: Command, payload: [UInt8]) -> [[UInt8]] {
+        let length = min(payload.count, maxMessageSize)
         var out: [[UInt8]] = []
-        var first =
-            channelBytes(channel) + [0x80 | command.rawValue, UInt8(payload.count >> 8), UInt8(payload.count & 0xFF)]
+        var first = channelBytes(channel) + [0x80 | command.rawValue, UInt8(length >> 8), UInt8(length & 0xFF)]
         first += payload.prefix(initPayload)
         out.append(padded(first))
-        var offset = min(payload.count, initPayload)
+        var offset = min(length, initPayload)
         var sequence: UInt8 = 0
-        while offset < payload.count {
-            let end = min(offset + continuationPayload, payload.count)
+        while offset < length {
+            let end = min(offset + continuationPayload, length)
             out.append(padded(channelBytes(channel) + [sequence] + payload[offset..<end]))
             offset = end
-            sequence += 1
+            sequence &+= 1
         }
         return out
     }
@@ -110,7 +122,7 @@ public struct CTAPHIDDevice: Sendable {
         let channel = UInt32(report[0]) << 24 | UInt32(report[1]) << 16 | UInt32(report[2]) << 8 | UInt32(report[3])
         let kind = report[4]
         func error(_ code: CTAPHID.ErrorCode) -> CTAPHIDAction {
-            .send(owner: owner, reports: CTAPHID.packets(channel: channel, command: .error, payload: [code.rawValue]))
+            .send(owner: owner, reports: CTAPHID.frames(channel: channel, command: .error, payload: [code.rawValue]))
         }
         if kind & 0x80 == 0 {
             // Continuation packet: only for the message being assembled on this channel; stray ones are ignored.
@@ -153,7 +165,7 @@ public struct CTAPHIDDevice: Sendable {
                 nonce + CTAPHID.channelBytes(assigned)
                 + [2, version.0, version.1, version.2, CTAPHID.capabilities]
             return actions + [
-                .send(owner: owner, reports: CTAPHID.packets(channel: channel, command: .initialize, payload: reply))
+                .send(owner: owner, reports: CTAPHID.frames(channel: channel, command: .initialize, payload: reply))
             ]
         }
         if command == .cancel {
@@ -164,7 +176,7 @@ public struct CTAPHIDDevice: Sendable {
             return actions
         }
         if let a = assembly {
-            return actions + [a.channel == channel ? abandon() : error(.channelBusy)]
+            return actions + [a.channel == channel ? abandon(a) : error(.channelBusy)]
         }
         if let p = processing {
             return actions + [error(p.channel == channel ? .invalidSequence : .channelBusy)]
@@ -186,7 +198,7 @@ public struct CTAPHIDDevice: Sendable {
         return [
             .send(
                 owner: a.owner,
-                reports: CTAPHID.packets(
+                reports: CTAPHID.frames(
                     channel: a.channel, command: .error,
                     payload: [CTAPHID.ErrorCode.messageTimeout.rawValue]))
         ]
@@ -200,7 +212,14 @@ public struct CTAPHIDDevice: Sendable {
     public mutating func finish(channel: UInt32, response: [UInt8]) -> [CTAPHIDAction] {
         guard let p = processing, p.channel == channel else { return [] }
         processing = nil
-        return [.send(owner: p.owner, reports: CTAPHID.packets(channel: channel, command: .cbor, payload: response))]
+        do {
+            return [
+                .send(owner: p.owner, reports: try CTAPHID.packets(channel: channel, command: .cbor, payload: response))
+            ]
+        } catch {
+            // An answer CTAPHID cannot carry: CTAP1_ERR_OTHER instead.
+            return [.send(owner: p.owner, reports: CTAPHID.frames(channel: channel, command: .cbor, payload: [0x7F]))]
+        }
     }
 
     /// A KEEPALIVE report for the request in processing, if any.
@@ -208,7 +227,7 @@ public struct CTAPHIDDevice: Sendable {
         guard let p = processing else { return nil }
         return .send(
             owner: p.owner,
-            reports: CTAPHID.packets(channel: p.channel, command: .keepalive, payload: [status.rawValue]))
+            reports: CTAPHID.frames(channel: p.channel, command: .keepalive, payload: [status.rawValue]))
     }
 
     /// Forgets the channels of a client that went away (its running request is cancelled).
@@ -226,12 +245,11 @@ public struct CTAPHIDDevice: Sendable {
 
     private func channelValid(_ channel: UInt32, _ owner: UInt64) -> Bool { channels[channel] == owner }
 
-    private mutating func abandon() -> CTAPHIDAction {
-        let a = assembly!
+    private mutating func abandon(_ a: Assembly) -> CTAPHIDAction {
         assembly = nil
         return .send(
             owner: a.owner,
-            reports: CTAPHID.packets(
+            reports: CTAPHID.frames(
                 channel: a.channel, command: .error,
                 payload: [CTAPHID.ErrorCode.invalidSequence.rawValue]))
     }
@@ -247,7 +265,7 @@ public struct CTAPHIDDevice: Sendable {
 
     private mutating func complete(_ a: Assembly) -> [CTAPHIDAction] {
         func reply(_ command: CTAPHID.Command, _ payload: [UInt8]) -> [CTAPHIDAction] {
-            [.send(owner: a.owner, reports: CTAPHID.packets(channel: a.channel, command: command, payload: payload))]
+            [.send(owner: a.owner, reports: CTAPHID.frames(channel: a.channel, command: command, payload: payload))]
         }
         switch a.command {
         case .ping: return reply(.ping, a.data)

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Synchronization
 import TesseraCore
 
 /// CTAP options of a credential made over CTAP (`tesserad --ctap-socket`): whether it is discoverable and its
@@ -23,9 +24,12 @@ public struct CTAPCredentialOptions: Codable, Sendable, Equatable, FetchableReco
     }
 }
 
-/// The `ctap_credential` table (shares the daemon's database).
+/// The `ctap_credential` table (shares the daemon's database). Rows are read through a cache: a row is written
+/// once, before its credential, and only deleted with it.
 public final class CTAPCredentialStore: Sendable {
     private let db: DatabasePool
+    /// Options by credential id; `.some(nil)`: no row (a passkey made through another door).
+    private let cache = Mutex<[Data: CTAPCredentialOptions?]>([:])
 
     public init(database: TesseraDatabase) { db = database.writer }
 
@@ -46,6 +50,29 @@ public final class CTAPCredentialStore: Sendable {
 
     public func save(_ options: CTAPCredentialOptions) async throws(TesseraError) {
         do { try await db.write { try options.save($0) } } catch { throw storageError(error) }
+        cache.withLock { $0[options.credentialId] = .some(options) }
+    }
+
+    /// As `options`, from memory for credentials seen before (no database read on an assertion's path).
+    public func cachedOptions(_ ids: [Data]) async throws(TesseraError) -> [Data: CTAPCredentialOptions] {
+        var found: [Data: CTAPCredentialOptions] = [:]
+        var missing: [Data] = []
+        cache.withLock { cache in
+            for id in ids {
+                switch cache[id] {
+                case .some(.some(let o)): found[id] = o
+                case .some(.none): break
+                case .none: missing.append(id)
+                }
+            }
+        }
+        guard !missing.isEmpty else { return found }
+        let loaded = try await options(missing)
+        cache.withLock { cache in
+            if cache.count >= 65_536 { cache.removeAll(keepingCapacity: true) }
+            for id in missing where cache[id] == nil { cache[id] = .some(loaded[id]) }
+        }
+        return found.merging(loaded) { a, _ in a }
     }
 
     /// The options of the given credentials (those without a row are absent from the answer).
@@ -60,5 +87,6 @@ public final class CTAPCredentialStore: Sendable {
         do { _ = try await db.write { try CTAPCredentialOptions.deleteOne($0, key: id) } } catch {
             throw storageError(error)
         }
+        _ = cache.withLock { $0.removeValue(forKey: id) }
     }
 }

@@ -9,8 +9,13 @@ import TesseraCore
 /// Credential metadata persistence. Thread-safe; every write is a committed transaction.
 public final class CredentialStore: Sendable {
     private let db: DatabasePool
+    /// The CTAP options (discoverable, credProtect) of credentials made over CTAP, in the same database.
+    public let ctapOptions: CTAPCredentialStore
 
-    public init(database: TesseraDatabase) { db = database.writer }
+    public init(database: TesseraDatabase) {
+        db = database.writer
+        ctapOptions = CTAPCredentialStore(database: database)
+    }
 
     public func insert(_ record: CredentialRecord) async throws(TesseraError) {
         do { try await db.write { db in try record.insert(db) } } catch { throw storageError(error) }

@@ -32,6 +32,9 @@ public final class PasskeyService: Sendable {
 
     /// Writes the credentials' last use times (assertions record them in memory only). The daemon calls it
     /// every 30 seconds and on a graceful stop.
+    /// The CTAP options of credentials made over CTAP (their credProtect level holds on every door).
+    public var ctapOptions: CTAPCredentialStore { store.ctapOptions }
+
     public func flushUsage() async {
         do { try await counters.flushUsage() } catch {
             logger.warning("cannot record the credentials' last use", metadata: ["error": "\(error)"])
@@ -123,6 +126,11 @@ public final class PasskeyService: Sendable {
         public var userVerified: Bool
     }
 
+    /// User names and display names are kept cut to this many bytes of UTF-8 (at a character boundary), on every
+    /// door that makes or renames a credential (CTAP 2.1 §6.1.2 allows it; WebAuthn clients do it), so no stored
+    /// entity outgrows a CTAPHID message.
+    public static let maxNameBytes = 64
+
     public func enroll(_ r: EnrollRequest) async throws(TesseraError) -> EnrollResult {
         try Self.validate(rpId: r.rpId)
         if r.pin != nil { try pinRules.checkBackoff(r.caller) }
@@ -191,10 +199,11 @@ public final class PasskeyService: Sendable {
             }
             let replaced = try await store.insert(
                 CredentialRecord(
-                    credentialId: Data(credentialId), rpId: r.rpId, userId: Data(r.userId), userName: r.userName,
-                    userDisplayName: r.userDisplayName, tokenId: token.id, backend: token.backend,
-                    keyHandle: Data(keyHandle), publicKey: Data(cose), identityBinding: r.identityBinding,
-                    ownerUid: requester.ownerUid),
+                    credentialId: Data(credentialId), rpId: r.rpId, userId: Data(r.userId),
+                    userName: r.userName.utf8Prefix(Self.maxNameBytes),
+                    userDisplayName: r.userDisplayName.utf8Prefix(Self.maxNameBytes), tokenId: token.id,
+                    backend: token.backend, keyHandle: Data(keyHandle), publicKey: Data(cose),
+                    identityBinding: r.identityBinding, ownerUid: requester.ownerUid),
                 admit: admission, actor: r.actor ?? r.caller.map { "uid:\($0.uid)" } ?? "daemon", reason: nil)
             remember(replaced)
         } catch {
@@ -327,6 +336,13 @@ public final class PasskeyService: Sendable {
         let verified = try await authorize(
             token, pin: r.pin, userVerification: r.userVerification, verifiedByFrontDoor: r.verifiedByFrontDoor,
             checkLogin: false)
+        // A credential made with credProtect userVerificationRequired is never used without UV, whichever door
+        // asks (levels 1 and 2 allow it: this request names the credential).
+        if !verified, try await ctapOptions.cachedOptions([record.credentialId])[record.credentialId]?.credProtect == 3
+        {
+            throw TesseraError(
+                .pinRequired, "this credential requires user verification (credProtect 3): give the token PIN")
+        }
         let credentialId = [UInt8](record.credentialId)
         let count = try await counters.next(for: credentialId, persistedCeiling: record.counterReserved)
         var flags: AuthenticatorFlags = r.userPresent ? [.userPresent] : []
@@ -438,13 +454,17 @@ public final class PasskeyService: Sendable {
         return rec
     }
 
-    /// Replaces the user name and display name kept with credential `id` (CTAP updateUserInformation);
-    /// PASSKEY_NOT_FOUND when there is no such credential.
+    /// Replaces the user name and display name kept with credential `id` (CTAP updateUserInformation), cut to
+    /// `maxNameBytes`; PASSKEY_NOT_FOUND when there is no such credential or it is another uid's.
     public func updateUser(id: [UInt8], name: String, displayName: String, requester: Requester? = nil)
         async throws(TesseraError)
     {
         _ = try await credential(id: id, requester: requester)
-        guard try await store.updateUser(id: id, name: name, displayName: displayName) else {
+        guard
+            try await store.updateUser(
+                id: id, name: name.utf8Prefix(Self.maxNameBytes), displayName: displayName.utf8Prefix(Self.maxNameBytes)
+            )
+        else {
             throw TesseraError(.passkeyNotFound, "no credential with this id")
         }
         _ = records.withLock { $0.removeValue(forKey: ByteKey(id)) }

@@ -5,6 +5,7 @@ import CTAPHID
 import CredentialStore
 import Foundation
 import Logging
+import Ownership
 import Passkeys
 import RPC
 import ServiceLifecycle
@@ -52,7 +53,6 @@ final class CTAPPasskeyBackend: CTAP2Backend {
     let policy: Policy
     let tokenId: String?
     let logger: Logger
-    private let optionsCache = Mutex<[Data: CTAPCredentialOptions?]>([:])
 
     init(
         passkeys: PasskeyService, options: CTAPCredentialStore, presence: PresenceBroker, policy: Policy,
@@ -62,15 +62,26 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         self.tokenId = tokenId; self.logger = logger
     }
 
+    /// The CTAP client as the owner rule sees it (docs/API.md, "Owners"): its uid, with no administrator's reach
+    /// (another uid's credentials are managed on the main socket). The kernel's HID device carries no uid: its
+    /// clients act as the daemon's uid.
+    private var requester: Requester {
+        CTAPCaller.current.map { Requester(uid: $0.uid, pid: $0.pid, isAdmin: false) }
+            ?? Requester(uid: Requester.daemonUID, isAdmin: false)
+    }
+
     func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential] {
         var records: [CredentialRecord] = []
+        let requester = requester
         do throws(TesseraError) {
             if let ids {
                 for id in ids.prefix(64) {
-                    if let rec = try await passkeys.cachedCredential(id: id), rec.rpId == rpId { records.append(rec) }
+                    if let rec = try await passkeys.cachedCredential(id: id, requester: requester), rec.rpId == rpId {
+                        records.append(rec)
+                    }
                 }
             } else {
-                records = try await passkeys.credentials(rpId: rpId, userId: nil)
+                records = try await passkeys.credentials(rpId: rpId, userId: nil, requester: requester)
             }
             return try await ctapCredentials(records, discoverableOnly: ids == nil)
         } catch {
@@ -80,7 +91,8 @@ final class CTAPPasskeyBackend: CTAP2Backend {
 
     func discoverableCredentials() async throws(CTAP2Error) -> [CTAP2Credential] {
         do throws(TesseraError) {
-            return try await ctapCredentials(passkeys.credentials(rpId: nil, userId: nil), discoverableOnly: true)
+            return try await ctapCredentials(
+                passkeys.credentials(rpId: nil, userId: nil, requester: requester), discoverableOnly: true)
         } catch {
             throw map(error, "credential lookup")
         }
@@ -92,14 +104,17 @@ final class CTAPPasskeyBackend: CTAP2Backend {
     {
         let present = Set(await passkeys.tokens().map(\.id))
         let records = records.filter { present.contains($0.tokenId) }.sorted { $0.createdAt > $1.createdAt }
-        let stored = try await cachedOptions(records.map(\.credentialId))
+        let stored = try await options.cachedOptions(records.map(\.credentialId))
         return records.compactMap { r in
             let o = stored[r.credentialId]
             let discoverable = o?.discoverable ?? true
             if discoverableOnly && !discoverable { return nil }
             return CTAP2Credential(
                 id: [UInt8](r.credentialId), rpId: r.rpId,
-                user: CTAP2User(id: [UInt8](r.userId), name: r.userName, displayName: r.userDisplayName),
+                // Cut as new ones are: names stored whole before the limit still fit a CTAPHID message.
+                user: CTAP2User(
+                    id: [UInt8](r.userId), name: r.userName.utf8Prefix(PasskeyService.maxNameBytes),
+                    displayName: r.userDisplayName.utf8Prefix(PasskeyService.maxNameBytes)),
                 discoverable: discoverable,
                 credProtect: CredProtect(rawValue: UInt8(clamping: o?.credProtect ?? 1)) ?? .userVerificationRequired,
                 publicKey: [UInt8](r.publicKey), hmacSecret: o?.hmacSecret ?? false)
@@ -109,9 +124,8 @@ final class CTAPPasskeyBackend: CTAP2Backend {
     func deleteCredential(_ credential: CTAP2Credential) async throws(CTAP2Error) {
         let actor = CTAPCaller.current.map { "ctap:uid:\($0.uid)" } ?? "ctap"
         do throws(TesseraError) {
-            try await passkeys.delete(id: credential.id, actor: actor)
+            try await passkeys.delete(id: credential.id, actor: actor, requester: requester)
             try? await options.delete(Data(credential.id))
-            optionsCache.withLock { $0[Data(credential.id)] = nil }
             logger.info("ctap: credential deleted", metadata: ["rpId": "\(credential.rpId)"])
         } catch {
             throw map(error, "deleteCredential")
@@ -120,32 +134,11 @@ final class CTAPPasskeyBackend: CTAP2Backend {
 
     func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error) {
         do throws(TesseraError) {
-            try await passkeys.updateUser(id: credential.id, name: user.name ?? "", displayName: user.displayName ?? "")
+            try await passkeys.updateUser(
+                id: credential.id, name: user.name ?? "", displayName: user.displayName ?? "", requester: requester)
         } catch {
             throw map(error, "updateUserInformation")
         }
-    }
-
-    /// CTAP options by credential id (nil: no row, a passkey made through JSON-RPC); rows never change once written.
-    private func cachedOptions(_ ids: [Data]) async throws(TesseraError) -> [Data: CTAPCredentialOptions] {
-        var found: [Data: CTAPCredentialOptions] = [:]
-        var missing: [Data] = []
-        optionsCache.withLock { cache in
-            for id in ids {
-                switch cache[id] {
-                case .some(.some(let o)): found[id] = o
-                case .some(.none): break
-                case .none: missing.append(id)
-                }
-            }
-        }
-        guard !missing.isEmpty else { return found }
-        let loaded = try await options.options(missing)
-        optionsCache.withLock { cache in
-            if cache.count >= 65_536 { cache.removeAll(keepingCapacity: true) }
-            for id in missing { cache[id] = .some(loaded[id]) }
-        }
-        return found.merging(loaded) { a, _ in a }
     }
 
     func makeCredential(
@@ -162,7 +155,6 @@ final class CTAPPasskeyBackend: CTAP2Backend {
                 credentialId: Data(credentialId), discoverable: discoverable,
                 credProtect: Int(credProtect.rawValue), hmacSecret: hmacSecret)
             try await options.save(saved)
-            optionsCache.withLock { $0[saved.credentialId] = .some(saved) }
             var request = PasskeyService.EnrollRequest(
                 rpId: rpId, userId: user.id, userName: user.name ?? "", userDisplayName: user.displayName ?? "",
                 challenge: [], tokenId: tokenId, attestation: .packed, userVerification: .discouraged,
@@ -171,6 +163,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
             request.extensions = extensions
             request.hmacSecret = hmacSecret
             request.verifiedByFrontDoor = userVerified
+            request.requester = requester
             let result: PasskeyService.EnrollResult
             do throws(TesseraError) { result = try await passkeys.enroll(request) } catch {
                 try? await options.delete(Data(credentialId))
@@ -200,6 +193,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         request.userPresent = userPresent
         request.verifiedByFrontDoor = userVerified
         request.extensions = extensions
+        request.requester = requester
         do throws(TesseraError) {
             let a = try await passkeys.authenticate(request)
             return (a.authenticatorData, a.signature)
@@ -219,7 +213,8 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         -> [UInt8]
     {
         do throws(TesseraError) {
-            return try await passkeys.hmacSecret(id: credential.id, userVerified: userVerified, salts: salts)
+            return try await passkeys.hmacSecret(
+                id: credential.id, userVerified: userVerified, salts: salts, requester: requester)
         } catch {
             throw map(error, "hmac-secret")
         }
@@ -582,7 +577,8 @@ actor CTAPHIDHub {
                         await previous?.value
                         let response: [UInt8] = await CTAPCaller.$current.withValue(peer) {
                             do throws(CTAP2Error) {
-                                let body = try await authenticator.run(payload) { progress in
+                                let session = CTAP2Session(connection: owner, channel: channel, uid: peer?.uid)
+                                let body = try await authenticator.run(payload, from: session) { progress in
                                     Task { await self.setStatus(progress) }
                                 }
                                 return [CTAP2Status.ok.rawValue] + (body.map { $0.encodedWithDistinctKeys() } ?? [])

@@ -220,7 +220,7 @@ public enum Daemon {
         let ctapPath = options.ctapSocket ?? config.ctap?.socket
         if ctapPath != nil || options.ctapUHID {
             let backend = CTAPPasskeyBackend(
-                passkeys: passkeys, options: CTAPCredentialStore(database: database),
+                passkeys: passkeys, options: passkeys.ctapOptions,
                 presence: presence, policy: policy, tokenId: config.ctap?.tokenId,
                 logger: ctapLogger)
             let authenticator = CTAP2Authenticator(

@@ -245,6 +245,24 @@ struct CTAP2AuthenticatorTests {
         #expect(await a.handle([0x08]) == [0x30])
     }
 
+    /// getNextAssertion continues only on the channel (and connection) whose getAssertion began it; another
+    /// channel's requests neither continue nor end it (before, any channel continued it).
+    @Test func getNextBelongsToItsChannel() async throws {
+        let (a, _) = authenticator()
+        let mine = CTAP2Session(connection: 1, channel: 0x1111_1111, uid: 1000)
+        let otherChannel = CTAP2Session(connection: 1, channel: 0x2222_2222, uid: 1000)
+        let otherClient = CTAP2Session(connection: 2, channel: 0x1111_1111, uid: 1001)
+        _ = await a.handle(makeCredential(user: 1, rk: true), from: mine)
+        _ = await a.handle(makeCredential(user: 2, rk: true), from: mine)
+        let first = try decode(await a.handle(getAssertion(), from: mine))
+        #expect(first[5] == 2)
+        #expect(await a.handle([0x08], from: otherChannel) == [0x30])
+        #expect(await a.handle([0x08], from: otherClient) == [0x30])
+        _ = await a.handle([0x04], from: otherClient)
+        let second = try decode(await a.handle([0x08], from: mine))
+        #expect(second[4]?["id"] == .byteString([1]))
+    }
+
     @Test func allowListAndSilentAssertion() async throws {
         let (a, backend) = authenticator()
         _ = await a.handle(makeCredential(user: 1, rk: false))

@@ -84,14 +84,18 @@ struct ClientPINTests {
         )
     }
 
-    func call(_ a: CTAP2Authenticator, _ command: UInt8, _ params: CBORValue) async -> (UInt8, CBORValue?) {
-        let r = await a.handle([command] + params.encodedWithDistinctKeys())
+    func call(_ a: CTAP2Authenticator, _ command: UInt8, _ params: CBORValue, from session: CTAP2Session = .local)
+        async -> (UInt8, CBORValue?)
+    {
+        let r = await a.handle([command] + params.encodedWithDistinctKeys(), from: session)
         return (r[0], r.count > 1 ? try? CBORValue(decoding: Array(r.dropFirst())) : nil)
     }
 
     /// The platform's half of a key agreement: its COSE key and the shared secret.
-    func encapsulate(_ a: CTAP2Authenticator, _ proto: PINUVAuthProtocol) async throws -> (CBORValue, [UInt8]) {
-        let (status, r) = await call(a, 0x06, [1: CBORValue(proto.rawValue), 2: 2])
+    func encapsulate(_ a: CTAP2Authenticator, _ proto: PINUVAuthProtocol, from session: CTAP2Session = .local)
+        async throws -> (CBORValue, [UInt8])
+    {
+        let (status, r) = await call(a, 0x06, [1: CBORValue(proto.rawValue), 2: 2], from: session)
         #expect(status == 0)
         let peer = try #require(r?[1])
         let x = try #require(peer[CBORValue(-2)]?.bytesValue), y = try #require(peer[CBORValue(-3)]?.bytesValue)
@@ -112,16 +116,17 @@ struct ClientPINTests {
 
     /// getPinUvAuthTokenUsingPinWithPermissions (or getPinToken without permissions): status and decrypted token.
     func pinToken(
-        _ a: CTAP2Authenticator, _ proto: PINUVAuthProtocol, pin: String, permissions: Int? = 3, rpId: String? = nil
+        _ a: CTAP2Authenticator, _ proto: PINUVAuthProtocol, pin: String, permissions: Int? = 3, rpId: String? = nil,
+        from session: CTAP2Session = .local
     ) async throws -> (UInt8, [UInt8]?) {
-        let (cose, shared) = try await encapsulate(a, proto)
+        let (cose, shared) = try await encapsulate(a, proto, from: session)
         var params: [(key: CBORValue, value: CBORValue)] = [
             (1, CBORValue(proto.rawValue)), (2, permissions == nil ? 5 : 9), (3, cose),
             (6, .byteString(try proto.encrypt(key: shared, pinHash(pin)))),
         ]
         if let permissions { params.append((9, CBORValue(permissions))) }
         if let rpId { params.append((10, .textString(rpId))) }
-        let (status, r) = await call(a, 0x06, .map(params))
+        let (status, r) = await call(a, 0x06, .map(params), from: session)
         guard status == 0 else { return (status, nil) }
         return (status, try proto.decrypt(key: shared, try #require(r?[2]?.bytesValue)))
     }
@@ -241,6 +246,29 @@ struct ClientPINTests {
         #expect(retries?[3] == 5 && retries?[4] == true)
     }
 
+    /// Three wrong PINs from one uid block ClientPIN for that uid only (before, for every client until a restart);
+    /// each wrong PIN is still one try on the token's shared counter.
+    @Test func wrongPINsBlockOnlyTheirUid() async throws {
+        let (a, backend) = authenticator()
+        let alice = CTAP2Session(connection: 1, channel: 1, uid: 1000)
+        let bob = CTAP2Session(connection: 2, channel: 2, uid: 1001)
+        let bobAgain = CTAP2Session(connection: 3, channel: 3, uid: 1001)
+        for pin in ["0000", "0001"] { #expect(try await pinToken(a, .two, pin: pin, from: alice).0 == 0x31) }
+        #expect(try await pinToken(a, .two, pin: "0002", from: alice).0 == 0x34)
+        #expect(try await pinToken(a, .two, pin: "1234", from: alice).0 == 0x34, "alice stays blocked")
+        #expect(await call(a, 0x06, [1: 2, 2: 1], from: alice).1?[4] == true)
+        #expect(await call(a, 0x06, [1: 2, 2: 1], from: bob).1?[4] == false)
+        #expect(try await pinToken(a, .two, pin: "1234", permissions: nil, from: bob).0 == 0, "getPinToken")
+        #expect(try await pinToken(a, .one, pin: "1234", from: bobAgain).0 == 0)
+        // bob's own mismatches count for bob, on any of his connections.
+        #expect(try await pinToken(a, .two, pin: "0000", from: bob).0 == 0x31)
+        #expect(try await pinToken(a, .two, pin: "0000", from: bobAgain).0 == 0x31)
+        #expect(try await pinToken(a, .two, pin: "0000", from: bob).0 == 0x34)
+        #expect(try await pinToken(a, .two, pin: "1234", from: bobAgain).0 == 0x34)
+        #expect(try await pinToken(a, .two, pin: "1234").0 == 0, "a client without a uid is not blocked")
+        #expect(backend.state.withLock { $0.pinTries.count } == 9)
+    }
+
     @Test func blockedTokenAndBackoffAreNotWrongPINs() async throws {
         let (a, backend) = authenticator()
         // The token refuses to spend a try (locked, final try): PIN_BLOCKED, not counted, same key agreement key.
@@ -321,7 +349,7 @@ struct CredentialManagementTests {
 
     func cm(
         _ a: CTAP2Authenticator, _ token: [UInt8]?, _ sub: Int, _ params: CBORValue? = nil,
-        proto: PINUVAuthProtocol = .two
+        proto: PINUVAuthProtocol = .two, from session: CTAP2Session = .local
     ) async -> (UInt8, CBORValue?) {
         var m: [(key: CBORValue, value: CBORValue)] = [(1, CBORValue(sub))]
         if let params { m.append((2, params)) }
@@ -329,7 +357,7 @@ struct CredentialManagementTests {
             let message = [UInt8(sub)] + (params?.encodedWithDistinctKeys() ?? [])
             m += [(3, CBORValue(proto.rawValue)), (4, .byteString(proto.authenticate(key: token, message)))]
         }
-        return await pins.call(a, 0x0A, .map(m))
+        return await pins.call(a, 0x0A, .map(m), from: session)
     }
 
     func rpHash(_ rp: String) -> [UInt8] { Array(SHA256.hash(data: Array(rp.utf8))) }
@@ -381,5 +409,35 @@ struct CredentialManagementTests {
         #expect(await cm(a, bound, 4, [1: .byteString(rpHash("b.example"))]).0 == 0x33)
         #expect(await cm(a, bound, 1).0 == 0x33)
         #expect(await cm(a, bound, 4, [1: .byteString(rpHash("a.example"))]).0 == 0)
+    }
+
+    /// enumerateRPsGetNextRP and enumerateCredentialsGetNextCredential continue only the enumeration of their own
+    /// channel; another channel gets NOT_ALLOWED and does not end it (before, any channel continued it).
+    @Test func enumerationBelongsToItsChannel() async throws {
+        let (a, _) = pins.authenticator()
+        let mine = CTAP2Session(connection: 1, channel: 0xA, uid: 1000)
+        let other = CTAP2Session(connection: 2, channel: 0xB, uid: 1001)
+        for (rp, user) in [("a.example", 1), ("b.example", 2), ("b.example", 3)] as [(String, UInt8)] {
+            let mc = try #require(try await pins.pinToken(a, .two, pin: "1234", permissions: 1, rpId: rp).1)
+            #expect(
+                await pins.call(
+                    a, 0x01,
+                    [
+                        1: .byteString(pins.cdh), 2: ["id": .textString(rp)],
+                        3: ["id": .byteString([user]), "name": .textString("u\(user)")],
+                        4: [["alg": CBORValue(-7), "type": "public-key"]], 7: ["rk": true],
+                        8: .byteString(PINUVAuthProtocol.two.authenticate(key: mc, pins.cdh)), 9: 2,
+                    ]
+                ).0 == 0)
+        }
+        let t = try #require(try await pins.pinToken(a, .two, pin: "1234", permissions: 4, from: mine).1)
+        #expect(await cm(a, t, 2, from: mine).1?[5] == 2)
+        #expect(await cm(a, nil, 3, from: other).0 == 0x30)
+        #expect(await pins.call(a, 0x04, [:], from: other).0 == 0)
+        #expect(await cm(a, nil, 3, from: mine).1?[3]?["id"] == "a.example")
+        let creds = await cm(a, t, 4, [1: .byteString(rpHash("b.example"))], from: mine)
+        #expect(creds.1?[9] == 2)
+        #expect(await cm(a, nil, 5, from: other).0 == 0x30)
+        #expect(await cm(a, nil, 5, from: mine).1?[6]?["id"] == .byteString([2]))
     }
 }

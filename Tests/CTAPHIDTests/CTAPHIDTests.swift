@@ -45,9 +45,9 @@ struct CTAPHIDTests {
         return nil
     }
 
-    @Test func packetsSplitAndPad() {
+    @Test func packetsSplitAndPad() throws {
         let payload = (0..<200).map { UInt8($0 & 0xFF) }
-        let reports = CTAPHID.packets(channel: 0xAABB_CCDD, command: .cbor, payload: payload)
+        let reports = try CTAPHID.packets(channel: 0xAABB_CCDD, command: .cbor, payload: payload)
         // 57 + 59 + 59 + 25
         #expect(reports.count == 4)
         #expect(reports.allSatisfy { $0.count == 64 })
@@ -58,18 +58,18 @@ struct CTAPHIDTests {
         #expect(CTAPHID.maxMessageSize == 7609)
     }
 
-    @Test func initAllocatesChannelAndPingEchoes() {
+    @Test func initAllocatesChannelAndPingEchoes() throws {
         var d = device()
         let cid = open(&d)
         #expect(cid == 0x1122_3344)
         let payload = (0..<100).map { UInt8($0) }
-        let reports = CTAPHID.packets(channel: cid, command: .ping, payload: payload)
+        let reports = try CTAPHID.packets(channel: cid, command: .ping, payload: payload)
         #expect(d.receive(reports[0], from: 1, now: t0).isEmpty)
         let actions = d.receive(reports[1], from: 1, now: t0)
         #expect(actions == [.send(owner: 1, reports: reports)])
     }
 
-    @Test func cborIsDispatchedAndFinishedOnce() {
+    @Test func cborIsDispatchedAndFinishedOnce() throws {
         var d = device()
         let cid = open(&d)
         let actions = d.receive(initPacket(cid, 0x10, length: 1, [0x04]), from: 1, now: t0)
@@ -77,10 +77,10 @@ struct CTAPHIDTests {
         #expect(d.processing?.channel == cid)
         #expect(
             d.keepalive(.userPresenceNeeded)
-                == .send(owner: 1, reports: CTAPHID.packets(channel: cid, command: .keepalive, payload: [2])))
+                == .send(owner: 1, reports: try CTAPHID.packets(channel: cid, command: .keepalive, payload: [2])))
         #expect(
             d.finish(channel: cid, response: [0]) == [
-                .send(owner: 1, reports: CTAPHID.packets(channel: cid, command: .cbor, payload: [0]))
+                .send(owner: 1, reports: try CTAPHID.packets(channel: cid, command: .cbor, payload: [0]))
             ])
         #expect(d.finish(channel: cid, response: [0]).isEmpty)
         #expect(d.keepalive(.processing) == nil)
@@ -164,5 +164,28 @@ struct CTAPHIDTests {
         _ = d.receive(initPacket(a, 0x10, length: 1, [0x0B]), from: 1, now: t0)
         #expect(d.disconnected(1) == [.cancel(channel: a)])
         #expect(errorCode(d.receive(initPacket(a, 0x01, length: 0, []), from: 1, now: t0)) == 0x0B)
+    }
+
+    /// A message over the maximum size is an error, not a trap (it trapped in a precondition before).
+    @Test func oversizedMessageIsAnError() throws {
+        let fits = try CTAPHID.packets(
+            channel: 1, command: .cbor, payload: [UInt8](repeating: 7, count: CTAPHID.maxMessageSize))
+        #expect(fits.count == 129)
+        for size in [CTAPHID.maxMessageSize + 1, 65_536, 70_000] {
+            #expect(throws: CTAPHID.MessageTooLarge(size: size)) {
+                try CTAPHID.packets(channel: 1, command: .cbor, payload: [UInt8](repeating: 0, count: size))
+            }
+        }
+    }
+
+    /// An authenticator answer CTAPHID cannot carry reaches its client as CTAP1_ERR_OTHER.
+    @Test func oversizedAnswerBecomesErrOther() throws {
+        var d = device()
+        let cid = open(&d)
+        _ = d.receive(initPacket(cid, 0x10, length: 1, [0x04]), from: 1, now: t0)
+        let actions = d.finish(channel: cid, response: [0] + [UInt8](repeating: 1, count: CTAPHID.maxMessageSize))
+        #expect(
+            actions == [.send(owner: 1, reports: try CTAPHID.packets(channel: cid, command: .cbor, payload: [0x7F]))])
+        #expect(d.processing == nil)
     }
 }

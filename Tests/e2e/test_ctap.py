@@ -22,7 +22,7 @@ from fido2.webauthn import (AttestationObject, PublicKeyCredentialCreationOption
                             PublicKeyCredentialRpEntity, PublicKeyCredentialUserEntity)
 from webauthn import verify_authentication_response, verify_registration_response
 
-from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Daemon, RPCError, SoftHSM, b64u, cli, unb64u
+from tessera_harness import NOBODY, SOFTHSM_MODULE, SPY_MODULE, Daemon, RPCError, SoftHSM, b64u, cli, unb64u
 
 RP = "example.com"
 ORIGIN = "https://example.com"
@@ -866,3 +866,235 @@ def test_hmac_secret_migration_keeps_older_rows(ctap):
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT credProtect, hmacSecret FROM ctap_credential WHERE credentialId = ?",
                          (cred_id,)).fetchall() == [(2, 0)]
+
+
+def test_get_next_assertion_and_enumeration_belong_to_their_channel(pin_ctap):
+    """getNextAssertion and credentialManagement's GetNext subcommands continue only on the channel (connection)
+    that began them: another client gets NOT_ALLOWED and the owner still continues."""
+    from fido2.ctap2 import CredentialManagement
+    dev = pin_ctap.device()
+    fido = Fido2Client(dev, DefaultClientDataCollector(ORIGIN), user_interaction=PinInteraction("1234"))
+    for i in range(2):
+        fido.make_credential(creation_options(user_id=b"user-%d" % i, name=f"user{i}", rk="required"))
+    c = pin_ctap.daemon.client()
+    c.call("passkey.enroll", {"rpId": "other.example", "user": {"id": b64u(b"o"), "name": "o", "displayName": "O"},
+                              "challenge": b64u(os.urandom(32)), "pin": ctap_token_pin("1234")})
+    owner, other = Ctap2(dev), Ctap2(pin_ctap.device())
+    client_pin = ClientPin(owner, PinProtocolV2())
+    cdh = hashlib.sha256(b"next").digest()
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.GET_ASSERTION, RP)
+    first = owner.get_assertion(RP, cdh, pin_uv_param=client_pin.protocol.authenticate(token, cdh),
+                                pin_uv_protocol=client_pin.protocol.VERSION)
+    assert first.number_of_credentials == 2
+    with pytest.raises(CtapError) as e:
+        other.get_next_assertion()
+    assert e.value.code == CtapError.ERR.NOT_ALLOWED
+    assert owner.get_next_assertion().user["id"] == b"user-0"
+
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.CREDENTIAL_MGMT)
+    cm = CredentialManagement(owner, client_pin.protocol, token)
+    other_cm = CredentialManagement(other, client_pin.protocol, token)
+    assert cm.enumerate_rps_begin()[CredentialManagement.RESULT.TOTAL_RPS] == 2
+    with pytest.raises(CtapError) as e:
+        other_cm.enumerate_rps_next()
+    assert e.value.code == CtapError.ERR.NOT_ALLOWED
+    assert cm.enumerate_rps_next()[CredentialManagement.RESULT.RP]["id"] == RP
+    begun = cm.enumerate_creds_begin(hashlib.sha256(RP.encode()).digest())
+    assert begun[CredentialManagement.RESULT.TOTAL_CREDENTIALS] == 2
+    with pytest.raises(CtapError) as e:
+        other_cm.enumerate_creds_next()
+    assert e.value.code == CtapError.ERR.NOT_ALLOWED
+    assert cm.enumerate_creds_next()[CredentialManagement.RESULT.USER]["id"] == b"user-0"
+
+
+def test_long_user_names_are_cut_to_64_bytes_on_every_door(pin_ctap):
+    """An 8 KB name through passkey.enroll is stored cut to 64 bytes (at a character boundary), so getAssertion with
+    UV and credential management over CTAP still answer (before, the name was stored whole and the answer trapped
+    in CTAPHID's framing); makeCredential and updateUserInformation cut too."""
+    from fido2.ctap2 import CredentialManagement
+    c = pin_ctap.daemon.client()
+    long_name = "é" * 4096  # 8192 bytes of UTF-8
+    rpc = c.call("passkey.enroll", {"rpId": RP, "user": {"id": b64u(b"long"), "name": long_name,
+                                                         "displayName": "x" * 8192},
+                                    "challenge": b64u(os.urandom(32)), "pin": ctap_token_pin("1234")})
+    stored = c.call("credentials.get", {"credentialId": rpc["credentialId"]})["user"]
+    assert stored["name"] == "é" * 32 and stored["displayName"] == "x" * 64
+    dev = pin_ctap.device()
+    ctap2 = Ctap2(dev)
+    client_pin = ClientPin(ctap2, PinProtocolV2())
+    cdh = hashlib.sha256(b"long").digest()
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.GET_ASSERTION, RP)
+    got = ctap2.get_assertion(RP, cdh, pin_uv_param=client_pin.protocol.authenticate(token, cdh),
+                              pin_uv_protocol=client_pin.protocol.VERSION)
+    assert got.user == {"id": b"long", "name": "é" * 32, "displayName": "x" * 64}
+    # makeCredential: a 1000-byte name (one multi-byte character across the limit) is kept cut.
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.MAKE_CREDENTIAL, RP)
+    att = ctap2.make_credential(cdh, {"id": RP}, {"id": b"ctap-long", "name": "a" + "€" * 333},
+                                [{"type": "public-key", "alg": -7}], options={"rk": True},
+                                pin_uv_param=client_pin.protocol.authenticate(token, cdh),
+                                pin_uv_protocol=client_pin.protocol.VERSION)
+    made = att.auth_data.credential_data.credential_id
+    assert c.call("credentials.get", {"credentialId": b64u(made)})["user"]["name"] == "a" + "€" * 21
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.CREDENTIAL_MGMT)
+    cm = CredentialManagement(ctap2, client_pin.protocol, token)
+    creds = cm.enumerate_creds(hashlib.sha256(RP.encode()).digest())
+    assert sorted(x[CredentialManagement.RESULT.USER]["name"] for x in creds) == sorted(["é" * 32, "a" + "€" * 21])
+    cm.update_user_info(PublicKeyCredentialDescriptor(type="public-key", id=made),
+                        PublicKeyCredentialUserEntity(id=b"ctap-long", name="n" * 500, display_name="d" * 500))
+    assert c.call("credentials.get", {"credentialId": b64u(made)})["user"] == {
+        "id": b64u(b"ctap-long"), "name": "n" * 64, "displayName": "d" * 64}
+
+
+def test_cred_protect_3_needs_the_pin_over_json_rpc_too(pin_ctap):
+    """A credProtect 3 credential made over CTAP is not used by passkey.authenticate without the PIN, even while
+    the token is logged in (before, it signed without UV); with the PIN it is."""
+    dev = pin_ctap.device()
+    ctap2 = Ctap2(dev)
+    client_pin = ClientPin(ctap2, PinProtocolV2())
+    cdh = hashlib.sha256(b"cp3").digest()
+    token = client_pin.get_pin_token("1234", ClientPin.PERMISSION.MAKE_CREDENTIAL, RP)
+    att = ctap2.make_credential(cdh, {"id": RP}, {"id": b"u3", "name": "u3"}, [{"type": "public-key", "alg": -7}],
+                                extensions={"credProtect": 3}, options={"rk": True},
+                                pin_uv_param=client_pin.protocol.authenticate(token, cdh),
+                                pin_uv_protocol=client_pin.protocol.VERSION)
+    cred = b64u(att.auth_data.credential_data.credential_id)
+    level1 = ctap2.make_credential(cdh, {"id": RP}, {"id": b"u1", "name": "u1"}, [{"type": "public-key", "alg": -7}],
+                                   options={"rk": False})
+    c = pin_ctap.daemon.client()
+    # The token is logged in (the PIN check above): a level-1 credential signs without a PIN.
+    ok = c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)),
+                                         "allowCredentials": [b64u(level1.auth_data.credential_data.credential_id)]})
+    assert ok["userVerified"] is False
+    for uv in ["discouraged", "preferred"]:
+        with pytest.raises(RPCError) as e:
+            c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [cred],
+                                            "userVerification": uv})
+        assert e.value.code == "PIN_REQUIRED"
+    # The daemon restarted (nothing cached): still refused.
+    pin_ctap.daemon.stop()
+    pin_ctap.daemon.start()
+    c = pin_ctap.daemon.client()
+    c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [cred],
+                                    "pin": ctap_token_pin("1234")})
+    with pytest.raises(RPCError) as e:
+        c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [cred]})
+    assert e.value.code == "PIN_REQUIRED"
+    a = c.call("passkey.authenticate", {"rpId": RP, "challenge": b64u(os.urandom(32)), "allowCredentials": [cred],
+                                        "pin": ctap_token_pin("1234")})
+    assert a["userVerified"] is True
+
+
+def test_wrong_pins_block_client_pin_only_for_their_uid(tmp_path):
+    """Three wrong PINs over CTAP from uid 0 block its ClientPIN until a restart; uid nobody still gets a
+    pinUvAuthToken with getPinToken (before, the block held for every client)."""
+    hsm = SoftHSM(tmp_path)
+    hsm.add_token("ctap-pin", pin=ctap_token_pin("1234"))
+    d = CTAPDaemon(tmp_path, hsm, extra={"clientPin": True, "socketMode": "0666"},
+                   top={"pinBackoff": {"initialSeconds": 0}, "policy": {"sign": {"users": ["0", str(NOBODY)]}}})
+    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
+        if p == pathlib.Path("/"):
+            break
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+    d.start()
+    try:
+        client_pin = ClientPin(Ctap2(d.device()), PinProtocolV2())
+        for code in [CtapError.ERR.PIN_INVALID, CtapError.ERR.PIN_INVALID, CtapError.ERR.PIN_AUTH_BLOCKED]:
+            with pytest.raises(CtapError) as e:
+                client_pin.get_pin_token("0000")
+            assert e.value.code == code
+        assert client_pin.get_pin_retries()[1] is True
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            out = "?"
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                theirs = ClientPin(Ctap2(d.device()), PinProtocolV2())
+                blocked = theirs.get_pin_retries()[1]
+                token = theirs.get_pin_token("1234")  # no permissions: getPinToken (0x05)
+                out = f"{blocked} {len(token)}"
+            except BaseException as e:
+                out = repr(e)
+            finally:
+                os.write(w, out.encode())
+                os._exit(0)
+        os.close(w)
+        answer = b""
+        while chunk := os.read(r, 4096):
+            answer += chunk
+        os.close(r)
+        os.waitpid(pid, 0)
+        assert answer.decode() == "False 32"
+        # uid 0 stays blocked, without reaching the token.
+        with pytest.raises(CtapError) as e:
+            client_pin.get_pin_token("1234")
+        assert e.value.code == CtapError.ERR.PIN_AUTH_BLOCKED
+    finally:
+        d.daemon.stop()
+
+
+def test_another_uids_credential_does_not_exist_over_ctap(tmp_path, softhsm):
+    """A credential is its creator's (docs/API.md, "Owners"): over CTAP another uid gets NO_CREDENTIALS for it, by
+    id and as a discoverable credential, exactly as for an id never made; each uid sees its own."""
+    d = CTAPDaemon(tmp_path, softhsm, extra={"socketMode": "0666"})
+    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
+        if p == pathlib.Path("/"):
+            break
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+    d.start()
+    try:
+        cdh = hashlib.sha256(b"owners").digest()
+        rp = {"id": RP, "name": "Example"}
+        params = [{"type": "public-key", "alg": -7}]
+        made = Ctap2(d.device()).make_credential(cdh, rp, {"id": b"root-user", "name": "root"}, params,
+                                                 options={"rk": True})
+        root_id = made.auth_data.credential_data.credential_id
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            out = {}
+            try:
+                os.close(r)
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                theirs = Ctap2(d.device())
+                for name, allow in [("byId", [{"type": "public-key", "id": root_id}]),
+                                    ("neverMade", [{"type": "public-key", "id": os.urandom(32)}]),
+                                    ("discoverable", None)]:
+                    try:
+                        theirs.get_assertion(RP, cdh, allow_list=allow)
+                        out[name] = "asserted"
+                    except CtapError as e:
+                        out[name] = int(e.code)
+                own = theirs.make_credential(cdh, rp, {"id": b"nobody-user", "name": "nobody"}, params,
+                                             options={"rk": True})
+                out["own"] = own.auth_data.credential_data.credential_id.hex()
+                got = theirs.get_assertion(RP, cdh)
+                out["sees"] = [got.credential["id"].hex(), got.number_of_credentials or 1]
+            except BaseException as e:
+                out["error"] = repr(e)
+            finally:
+                os.write(w, json.dumps(out).encode())
+                os._exit(0)
+        os.close(w)
+        answer = b""
+        while chunk := os.read(r, 4096):
+            answer += chunk
+        os.close(r)
+        os.waitpid(pid, 0)
+        out = json.loads(answer)
+        no_credentials = int(CtapError.ERR.NO_CREDENTIALS)
+        assert out.get("error") is None, out
+        assert out["byId"] == out["neverMade"] == out["discoverable"] == no_credentials
+        assert out["sees"] == [out["own"], 1]
+        # Root, too, sees only its own over CTAP; on the main socket (an administrator) both, with their owners.
+        mine = Ctap2(d.device()).get_assertion(RP, cdh)
+        assert mine.credential["id"] == root_id and (mine.number_of_credentials or 1) == 1
+        owners = {c["credentialId"]: c["ownerUid"] for c in d.daemon.client().call("credentials.list")["credentials"]}
+        assert owners == {b64u(root_id): os.geteuid(), b64u(bytes.fromhex(out["own"])): NOBODY}
+    finally:
+        d.daemon.stop()
