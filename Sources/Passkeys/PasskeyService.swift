@@ -160,6 +160,12 @@ public final class PasskeyService: Sendable {
         if let h = r.keyHandle, !(1...64).contains(h.count) { throw .invalidInput("keyHandle must be 1 to 64 bytes") }
         let credentialId = r.credentialId ?? SecureRandom.bytes(32)
         let keyHandle = r.keyHandle ?? SecureRandom.bytes(16)
+        if r.userVerification == .required && r.clientDataHash == nil {
+            // Made with user verification required: never used without it, on any door (credProtect 3). Written
+            // before the key, as the CTAP front door writes its options.
+            try await ctapOptions.save(
+                CTAPCredentialOptions(credentialId: Data(credentialId), discoverable: true, credProtect: 3))
+        }
         let label = "tessera:\(Base64URL.encode(credentialId))"
         let point = try await withPIN(r.pin, caller: r.caller, allowFinalTry: r.allowFinalPinTry, token: token) {
             pin throws(TesseraError) in

@@ -85,6 +85,19 @@ def test_user_verification_flag_only_with_pin(daemon):
     assert e.value.code == "PIN_REQUIRED"
 
 
+def test_made_with_user_verification_required_is_never_used_without_it(daemon):
+    """A passkey enrolled with userVerification "required" keeps that requirement on every door: an assertion
+    without the PIN is refused although the token is logged in and the request asks for no UV (issue 27 §3)."""
+    c = daemon.client()
+    strict, _ = enroll(c, userVerification="required")  # logs the token in with the PIN
+    plain, _ = enroll(c)
+    assert authenticate(c, plain["credentialId"], pin=None)[0]["userVerified"] is False
+    with pytest.raises(RPCError) as e:
+        authenticate(c, strict["credentialId"], pin=None, userVerification="discouraged")
+    assert e.value.code == "PIN_REQUIRED"
+    assert authenticate(c, strict["credentialId"])[0]["userVerified"] is True
+
+
 def test_pin_required_before_first_login(daemon):
     c = daemon.client()
     with pytest.raises(RPCError) as e:
