@@ -48,6 +48,8 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("v6-step-up", migrate: StepUpStore.migrate)
         m.registerMigration("v7-ctap-hmac-secret", migrate: CTAPCredentialStore.migrateHMACSecret)
         m.registerMigration("v8-mdoc-registrations", migrate: MDocRegistrationStore.migrate)
+        m.registerMigration(
+            "v9-lifecycle-command-jti-per-issuer", migrate: CredentialStore.migrateCommandUsePerIssuer)
         return m
     }
 }
