@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import Foundation
+import MRZ
 import TesseraCore
 import Testing
 
@@ -203,9 +204,14 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
             contentsOf: dir.appendingPathComponent("openssl.ml").path, masterListTrust: [opensslCSCA])
         #expect(Set(store2.certificates) == [a.csca.certificate, b.csca.certificate])
 
+        // The specimen is Utopia's: `a` (C=UT) anchors it, `b` (C=ZZ) may not.
         let groups = try specimenDataGroups()
-        let sod = try SODBuilder.build(dataGroups: groups, signer: b.documentSignerKey)
+        let sod = try SODBuilder.build(dataGroups: groups, signer: a.documentSignerKey)
         #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store2).status == .valid)
+        let foreign = try SODBuilder.build(dataGroups: groups, signer: b.documentSignerKey)
+        #expect(
+            PassiveAuthentication.verify(sod: foreign, dataGroups: groups, trustStore: store2).issuingStateCheck
+                == .mismatch)
         #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("nope").path) }
         #expect(throws: TesseraError.self) {
             try CSCATrustStore(contentsOf: dir.appendingPathComponent("list.der").path)
@@ -439,5 +445,58 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
                     "-purpose", "any", "-out", "content2.der",
                 ], in: dir)
         }
+    }
+}
+
+/// The CSCA's and the document signer's country must be the document's issuing state (issue #27; Doc 9303
+/// Part 12 §7.1.1), with Doc 9303 Part 3's own codes mapped to ISO 3166-1 alpha-2.
+@Suite struct IssuingStateTests {
+    /// The specimen's DG1 with another issuing state (positions 3–5 of the first line; no check digit covers it).
+    func dataGroups(state: String) throws -> [Int: [UInt8]] {
+        let mrz = "P<" + state + String(ldsSpecimenMRZ.dropFirst(5))
+        return [1: try LDSBuilder.dg1(mrz: mrz), 2: try LDSBuilder.dg2(image: ldsTestJPEG, width: 3, height: 2)]
+    }
+
+    func verify(state: String, countryCode: String) throws -> PassiveAuthenticationResult {
+        let pki = try TestPKI.generate(country: "UTO", countryCode: countryCode)
+        let groups = try dataGroups(state: state)
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+        return PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: pki.trustStore)
+    }
+
+    @Test func cscaOfTheIssuingStateIsValid() throws {
+        let r = try verify(state: "UTO", countryCode: "UT")
+        #expect(r.status == .valid, "\(r.reason ?? "")")
+        #expect(r.issuingStateCheck == .valid)
+        #expect(r.json["issuingStateCheck"] == "valid")
+    }
+
+    @Test func cscaOfAnotherCountryIsInvalid() throws {
+        let r = try verify(state: "UTO", countryCode: "ZZ")
+        #expect(r.certificateChain == .valid)
+        #expect(r.issuingStateCheck == .mismatch)
+        #expect(r.status == .invalid)
+        #expect(r.reason?.contains("C=ZZ") == true, "\(r.reason ?? "")")
+    }
+
+    @Test(arguments: [
+        ("D<<", "DE"), ("GBD", "GB"), ("GBN", "GB"), ("GBO", "GB"), ("GBP", "GB"), ("GBS", "GB"), ("UNO", "UN"),
+        ("UNA", "UN"), ("UNK", "UN"), ("EUE", "EU"), ("AUT", "AT"), ("FRA", "FR"),
+    ])
+    func icaoCodesMapToTheCertificateCountry(state: String, alpha2: String) throws {
+        #expect(IssuingStateCodes.alpha2(docCode: state) == alpha2)
+        let r = try verify(state: state, countryCode: alpha2)
+        #expect(r.status == .valid, "\(state): \(r.reason ?? "")")
+        #expect(r.issuingStateCheck == .valid)
+        // "D" is Germany, not a prefix of some other country's code.
+        #expect(try verify(state: state, countryCode: "AU").issuingStateCheck == .mismatch)
+    }
+
+    @Test func issuingStateWithoutMappingIsAReasonNotACrash() throws {
+        #expect(IssuingStateCodes.alpha2(docCode: "XYZ") == nil)
+        let r = try verify(state: "XYZ", countryCode: "XY")
+        #expect(r.issuingStateCheck == .unknown)
+        #expect(r.status == .valid)
+        #expect(r.reason?.contains("XYZ") == true)
     }
 }

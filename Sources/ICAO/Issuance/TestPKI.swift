@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import Foundation
+import MRZ
 import TesseraCore
 
 /// Key and signature algorithm of a generated test certificate.
@@ -52,7 +53,7 @@ public struct TestPKI: Sendable {
     public var documentSigner: TestCertificate
 
     /// Generates a CSCA and a document signer. `country` is the issuing state (e.g. "UTO"); the certificates'
-    /// C attribute is its first two letters unless `countryCode` is given.
+    /// C attribute is `countryCode`, else the state's alpha-2 code (`IssuingStateCodes`), else its first two letters.
     public static func generate(
         country: String = "UTO", countryCode: String? = nil, algorithm: TestKeyAlgorithm = .p256,
         documentSignerAlgorithm: TestKeyAlgorithm? = nil, notBefore: Date = Date(timeIntervalSinceNow: -86_400),
@@ -60,7 +61,7 @@ public struct TestPKI: Sendable {
     )
         throws(TesseraError) -> TestPKI
     {
-        let c = countryCode ?? String(country.prefix(2))
+        let c = countryCode ?? IssuingStateCodes.alpha2(docCode: country) ?? String(country.prefix(2))
         guard c.count == 2, c.allSatisfy({ $0.isASCII && $0.isLetter }) else {
             throw .invalidInput("bad country code \(c)")
         }
