@@ -180,7 +180,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(fromDir.certificates.contains(a.csca.certificate))
 
         // A master list built here, and one signed by the openssl CLI over a CscaMasterList assembled by hand.
-        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let mlSigner = try TestPKI.generate(
+            country: "UTO", algorithm: .rsa2048, signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
         let ml = try TestPKI.masterList(
             certificates: [a.csca.certificate, b.csca.certificate], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
@@ -190,11 +191,20 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(Set(store.certificates) == [a.csca.certificate, b.csca.certificate])
 
         try await OpenSSLCLI.makePKI(in: dir, kind: "prime256v1")
+        // A Master List Signer for ds.key: the document signer's request, issued with the master list EKU.
+        try OpenSSLCLI.write(
+            Array("[mls]\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = 2.23.136.1.1.3\n".utf8),
+            "mls.cnf", in: dir)
+        try await OpenSSLCLI.run(
+            [
+                "x509", "-req", "-in", "ds.csr", "-CA", "csca.pem", "-CAkey", "csca.key", "-set_serial", "4661",
+                "-days", "1000", "-sha256", "-extfile", "mls.cnf", "-extensions", "mls", "-out", "mls.pem",
+            ], in: dir)
         let list = ASN1.seq([ASN1.int(0), ASN1.setOf([a.csca.certificate.der, b.csca.certificate.der])])
         try OpenSSLCLI.write(list, "list.der", in: dir)
         try await OpenSSLCLI.run(
             [
-                "cms", "-sign", "-binary", "-in", "list.der", "-signer", "ds.pem", "-inkey", "ds.key",
+                "cms", "-sign", "-binary", "-in", "list.der", "-signer", "mls.pem", "-inkey", "ds.key",
                 "-outform", "DER", "-out", "openssl.ml", "-nodetach", "-econtent_type", "2.23.136.1.1.2",
                 "-md", "sha256", "-nosmimecap",
             ], in: dir)
@@ -280,7 +290,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
                     "2.5.29.35", critical: false,
                     ASN1.seq([ASN1.node(0x80, try #require(old.csca.certificate.subjectKeyIdentifier))])),
             ])
-        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let mlSigner = try TestPKI.generate(
+            country: "UTO", algorithm: .rsa2048, signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
         let ml = try TestPKI.masterList(certificates: [old.csca.certificate, link], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
         let store = try CSCATrustStore(
@@ -314,7 +325,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
         let a = try TestPKI.generate(country: "UTO"), other = try TestPKI.generate(country: "ZZZ")
-        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let mlSigner = try TestPKI.generate(
+            country: "UTO", algorithm: .rsa2048, signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
         let ml = try TestPKI.masterList(certificates: [a.csca.certificate], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
         let path = dir.appendingPathComponent("UTO.ml").path
@@ -498,5 +510,53 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(r.issuingStateCheck == .unknown)
         #expect(r.status == .valid)
         #expect(r.reason?.contains("XYZ") == true)
+    }
+}
+
+/// Master List Signer certificates (issue #27; Doc 9303 Part 12 §7.1.2): the master list signing extended key
+/// usage, and valid when the list was signed (CMS signingTime); a signer expired since loads, reported stale.
+@Suite struct MasterListSignerTests {
+    let anchor: TestPKI
+
+    init() throws { anchor = try TestPKI.generate(country: "UTO") }
+
+    func thrownError(_ body: () throws(TesseraError) -> Void) -> TesseraError? {
+        do { try body() } catch { return error }
+        return nil
+    }
+
+    func load(_ signer: TestPKI, signingTime: Date = Date()) throws(TesseraError) -> CSCATrustStore {
+        var store = CSCATrustStore(masterListTrust: [signer.csca.certificate])
+        try store.add(
+            contentsOf: try TestPKI.masterList(
+                certificates: [anchor.csca.certificate], signer: signer.documentSignerKey, signingTime: signingTime))
+        return store
+    }
+
+    @Test func signerWithoutTheMasterListEKUIsRefused() throws {
+        let plain = try TestPKI.generate(country: "UTO")
+        let e = thrownError { () throws(TesseraError) in _ = try load(plain) }
+        #expect(e?.code == .invalidInput)
+        #expect(e?.message.contains("2.23.136.1.1.3") == true, "\(e?.message ?? "")")
+        let tagged = try TestPKI.generate(
+            country: "UTO", signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
+        let store = try load(tagged)
+        #expect(store.certificates == [anchor.csca.certificate])
+        #expect(store.masterLists.count == 1 && store.masterLists[0].isStale(at: Date()) == false)
+    }
+
+    @Test func signerExpiredSinceLoadsStale() throws {
+        let start = Date(timeIntervalSinceNow: -3 * 365 * 86_400)
+        let expired = try TestPKI.generate(
+            country: "UTO", notBefore: start, documentSignerValidityDays: 365,
+            signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
+        let store = try load(expired, signingTime: start.addingTimeInterval(30 * 86_400))
+        #expect(store.certificates == [anchor.csca.certificate])
+        let list = try #require(store.masterLists.first)
+        #expect(list.isStale(at: Date()))
+        #expect(list.signedAt.map { abs($0.timeIntervalSince(start.addingTimeInterval(30 * 86_400))) < 1 } == true)
+        // Signed after the signer expired: refused.
+        let e = thrownError { () throws(TesseraError) in _ = try load(expired) }
+        #expect(e?.message.contains("not valid when the list was signed") == true, "\(e?.message ?? "")")
     }
 }
