@@ -264,6 +264,7 @@ def test_trust_status_reload_and_sighup(pki, pcscd):
         assert c.call("trust.status")["unanchoredIssuingStates"] == ["ZZ"]
         listing = cli(daemon, "trust", "list")
         assert "DE  3 anchor(s)" in listing.stdout and "ZZ" in listing.stdout, listing.stdout
+        assert "Master lists:" in listing.stdout and "3 certificate(s)" in listing.stdout, listing.stdout
 
         # A bad new set (the master list's signature broken) is refused and the old one stays.
         good = ml.read_bytes()
