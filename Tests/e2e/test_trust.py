@@ -328,6 +328,15 @@ def test_evidence_round_trip_and_tampering(pki, pcscd):
 
     code, checked = verify(evidence)
     assert (code, checked["verdict"], checked["reasons"]) == (0, "authentic", []), checked
+    # What re-checks offline (issue #27): the AA signature only over the verifier's own nonce.
+    assert checked["activeAuthentication"]["offline"] == "readerObserved", checked
+    assert checked["offline"] == {"reverified": ["passiveAuthentication"], "readerObserved": ["activeAuthentication"]}
+    code, checked = verify(evidence, "--aa-challenge", b64u(nonce))
+    assert (code, checked["verdict"], checked["activeAuthentication"]["offline"]) == (0, "authentic", "reverified")
+    assert checked["offline"]["reverified"] == ["passiveAuthentication", "activeAuthentication"], checked
+    code, checked = verify(evidence, "--aa-challenge", b64u(nonce[::-1]))
+    assert (code, checked["verdict"], checked["reasons"]) == (1, "notAuthentic", ["ACTIVE_AUTH_INVALID"]), checked
+    assert "nonce" in checked["activeAuthentication"]["reason"]
     from_cli = json.loads(saved.read_text())
     assert unb64u(from_cli["activeAuthentication"]["challenge"]) == nonce[::-1]
     code, checked = verify(from_cli)
