@@ -229,7 +229,8 @@ let package = Package(
             dependencies: ["CTAP2", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ", "TesseraCore"]),
         .testTarget(
-            name: "ICAOTests", dependencies: ["ICAO", "CryptoPrimitives", "APDU", "TesseraCore", "TesseraTestSupport"]),
+            name: "ICAOTests",
+            dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(
             name: "PKCS11Tests",
             dependencies: [

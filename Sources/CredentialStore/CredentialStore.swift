@@ -145,6 +145,23 @@ public final class CredentialStore: Sendable {
         try RecoveryStore.migrate(db)
     }
 
+    /// A command's `jti` is unique per issuer, not across issuers: two backends that pick the same id do not
+    /// refuse each other's commands.
+    static func migrateCommandUsePerIssuer(_ db: Database) throws {
+        try db.create(table: "lifecycle_command_use_new") { t in
+            t.column("issuer", .text).notNull()
+            t.column("jti", .text).notNull()
+            t.column("usedAt", .datetime).notNull()
+            t.primaryKey(["issuer", "jti"])
+        }
+        try db.execute(
+            sql:
+                "INSERT INTO lifecycle_command_use_new (issuer, jti, usedAt) SELECT issuer, jti, usedAt FROM lifecycle_command_use"
+        )
+        try db.drop(table: "lifecycle_command_use")
+        try db.rename(table: "lifecycle_command_use_new", to: "lifecycle_command_use")
+    }
+
     /// One credential's state change as `transition` reports it.
     public struct Transition: Sendable {
         public var record: CredentialRecord
@@ -156,7 +173,7 @@ public final class CredentialStore: Sendable {
     /// changes. A credential already in `state` is left as it is. Refused for the whole batch, nothing
     /// written: an unknown id (`PASSKEY_NOT_FOUND`) or a final state (`CREDENTIAL_DEACTIVATED`; only
     /// `deactivated` → `replaced` is allowed). With `command`, its `jti` is consumed in the same transaction
-    /// (`LIFECYCLE_COMMAND_REPLAYED` when it was used before).
+    /// (`LIFECYCLE_COMMAND_REPLAYED` when the same issuer used it before).
     public func transition(
         ids: [[UInt8]], to state: CredentialState, actor: String, reason: String?,
         command: (jti: String, issuer: String)? = nil,
@@ -167,8 +184,8 @@ public final class CredentialStore: Sendable {
                 if let command {
                     let used =
                         try Bool.fetchOne(
-                            db, sql: "SELECT 1 FROM lifecycle_command_use WHERE jti = ?",
-                            arguments: [command.jti]) ?? false
+                            db, sql: "SELECT 1 FROM lifecycle_command_use WHERE issuer = ? AND jti = ?",
+                            arguments: [command.issuer, command.jti]) ?? false
                     if used {
                         throw TesseraError(.lifecycleCommandReplayed, "this lifecycle command was already applied")
                     }

@@ -50,6 +50,8 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("v8-mdoc-registrations", migrate: MDocRegistrationStore.migrate)
         m.registerMigration("v9-credential-owner", migrate: CredentialStore.migrateOwner)
         m.registerMigration("v10-ssh-key-owner", migrate: SSHKeyOwnerStore.migrate)
+        m.registerMigration(
+            "v11-lifecycle-command-jti-per-issuer", migrate: CredentialStore.migrateCommandUsePerIssuer)
         return m
     }
 }

@@ -75,6 +75,7 @@ public struct DocumentEvidence: Sendable, Equatable {
                 c["proof"] = "online"
             }
             if let cam = chipAuthenticationData, case .ec(let curve) = cam.domain {
+                c["proof"] = "online"
                 c["curve"] = .string(curve.name)
                 c["chipMappingPublicKey"] = .string(Base64URL.encode(cam.chipMappingPublicKey))
                 if let ca = cam.chipAuthenticationData { c["chipAuthenticationData"] = .string(Base64URL.encode(ca)) }
@@ -147,10 +148,11 @@ public struct DocumentEvidence: Sendable, Equatable {
 
     /// Re-checks the evidence as a read does: passive authentication against `trustStore`, active authentication
     /// from the recorded challenge and signature when the SOD lists DG15, PACE-CAM from the recorded PK_Map,IC and
-    /// CA_IC against DG14 (`notChecked` when they are not in the evidence), and the verdict.
+    /// CA_IC against DG14 (`notChecked` when they are not in the evidence), and the verdict. With `aaChallenge` (the
+    /// nonce the verifier gave the read), an active authentication signature over another challenge is invalid.
     public func verify(
         trustStore: CSCATrustStore?, allowClonable: Bool = false,
-        referenceDate: Date = Date()
+        referenceDate: Date = Date(), aaChallenge expectedChallenge: [UInt8]? = nil
     ) -> (
         passive: PassiveAuthenticationResult, active: ActiveAuthenticationResult?,
         chip: ChipAuthenticationResult?, verdict: DocumentVerdict
@@ -168,7 +170,10 @@ public struct DocumentEvidence: Sendable, Equatable {
         var active: ActiveAuthenticationResult?
         let activeRequired = listed.contains(15) || dataGroups[15] != nil
         if activeRequired {
-            if let dg15bytes = dataGroups[15], let dg15 = try? DG15(parsing: dg15bytes), let aaChallenge,
+            if let expectedChallenge, let aaChallenge, aaSignature != nil, expectedChallenge != aaChallenge {
+                active = ActiveAuthenticationResult(
+                    status: .invalid, reason: "the recorded signature is not over the verifier's nonce")
+            } else if let dg15bytes = dataGroups[15], let dg15 = try? DG15(parsing: dg15bytes), let aaChallenge,
                 let aaSignature
             {
                 let dg14 = dataGroups[14].flatMap { try? DG14(parsing: $0) }
@@ -212,25 +217,61 @@ public struct DocumentEvidence: Sendable, Equatable {
         return (passive, active, chip, verdict)
     }
 
+    /// How a chip proof in the evidence stands offline.
+    public enum OfflineBasis: String, Sendable {
+        /// Checked again here over the verifier's own nonce: an active authentication signature over the
+        /// `aaChallenge` the verifier gave the read.
+        case reverified
+        /// What the reader saw during the read. Chip Authentication and PACE-CAM are online proofs (the chip
+        /// answered under session keys only its private key gives; a recorded PK_Map,IC and CA_IC can be made up
+        /// for any public key), and an active authentication signature over a challenge the verifier did not
+        /// choose may be a replay: the re-check only shows the record is consistent with the signed DG14/DG15.
+        case readerObserved
+    }
+
     /// The re-check as JSON: {verdict, reasons, chipAuthenticity, passiveAuthentication, activeAuthentication?,
-    /// chipAuthentication?}, the fields of a `documents.read` result.
-    public func verificationJSON(trustStore: CSCATrustStore?, allowClonable: Bool = false) -> JSONValue {
-        let r = verify(trustStore: trustStore, allowClonable: allowClonable)
+    /// chipAuthentication?, cardSecurity?}, the fields of a `documents.read` result; `activeAuthentication` and
+    /// `chipAuthentication` carry `offline` (an `OfflineBasis`), and `offline` lists which checks were
+    /// re-verified here and which are the reader's observation.
+    public func verificationJSON(
+        trustStore: CSCATrustStore?, allowClonable: Bool = false, aaChallenge: [UInt8]? = nil
+    ) -> JSONValue {
+        let r = verify(trustStore: trustStore, allowClonable: allowClonable, aaChallenge: aaChallenge)
+        var reverified: [JSONValue] = ["passiveAuthentication"]
+        var observed: [JSONValue] = []
         var o: [String: JSONValue] = [
             "verdict": .string(r.verdict.verdict.rawValue),
             "reasons": .array(r.verdict.reasons.map { .string($0.rawValue) }),
             "chipAuthenticity": .string(r.verdict.chipAuthenticity.rawValue),
             "passiveAuthentication": DocumentReadResult.passiveJSON(r.passive),
         ]
-        if let a = r.active { o["activeAuthentication"] = a.json }
-        if let cardSecurity { o["cardSecurity"] = CardSecurity.verify(cardSecurity, trustStore: trustStore).json }
+        if let a = r.active {
+            let basis: OfflineBasis =
+                aaChallenge != nil && aaChallenge == self.aaChallenge && a.status == .valid
+                ? .reverified : .readerObserved
+            var j = a.json.objectValue ?? [:]
+            j["offline"] = .string(basis.rawValue)
+            o["activeAuthentication"] = .object(j)
+            if basis == .reverified {
+                reverified.append("activeAuthentication")
+            } else {
+                observed.append("activeAuthentication")
+            }
+        }
+        if let cardSecurity {
+            o["cardSecurity"] = CardSecurity.verify(cardSecurity, trustStore: trustStore).json
+            reverified.append("cardSecurity")
+        }
         if let c = r.chip {
             var j: [String: JSONValue] = [
                 "status": .string(c.status.rawValue), "mechanism": .string(c.mechanism.rawValue),
+                "offline": .string(OfflineBasis.readerObserved.rawValue),
             ]
             if let reason = c.reason { j["reason"] = .string(reason) }
             o["chipAuthentication"] = .object(j)
+            observed.append("chipAuthentication")
         }
+        o["offline"] = ["reverified": .array(reverified), "readerObserved": .array(observed)]
         return .object(o)
     }
 }

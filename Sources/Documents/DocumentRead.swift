@@ -207,6 +207,7 @@ public struct DocumentReadResult: Sendable {
         if let t = pa.trustAnchor { o["trustAnchor"] = .string(t) }
         o["revocation"] = .string(pa.revocation.rawValue)
         if pa.crlStale { o["crlStale"] = true }
+        o["issuingStateCheck"] = .string(pa.issuingStateCheck.rawValue)
         return .object(o)
     }
 }

@@ -49,14 +49,22 @@ public struct DocumentVerdict: Sendable, Equatable {
         case notVerified = "NOT_VERIFIED"
         /// EF.CardSecurity is malformed, its signature or document signer chain fails, or its signer is revoked.
         case cardSecurityInvalid = "CARD_SECURITY_INVALID"
+        /// The CSCA's or the document signer's country (C) is not DG1's issuing state (passive authentication is
+        /// invalid too).
+        case issuingStateMismatch = "ISSUING_STATE_MISMATCH"
+        /// DG1's issuing state has no ISO 3166-1 code (or its MRZ does not parse): the CSCA's country could not be
+        /// compared with it.
+        case issuingStateUnknown = "ISSUING_STATE_UNKNOWN"
 
         /// A short English description for messages.
         public var text: String {
             switch self {
             case .passiveAuthInvalid: "passive authentication failed"
             case .dsRevoked: "the document signer certificate is revoked"
+            case .issuingStateMismatch: "the CSCA or document signer is of another country than the issuing state"
             case .dataGroupMissing: "a data group listed in EF.SOD could not be read"
             case .noTrustAnchor: "no trusted CSCA issued the document signer"
+            case .issuingStateUnknown: "the issuing state could not be compared with the CSCA's country"
             case .activeAuthInvalid: "active authentication failed"
             case .chipAuthInvalid: "chip authentication (PACE-CAM or CA) failed"
             case .chipAuthNotChecked: "chip authentication could not be checked"
@@ -69,10 +77,11 @@ public struct DocumentVerdict: Sendable, Equatable {
         /// Reasons that make a document `notAuthentic`.
         public var isFailure: Bool {
             switch self {
-            case .passiveAuthInvalid, .dsRevoked, .dataGroupMissing, .activeAuthInvalid, .chipAuthInvalid,
-                .cardSecurityInvalid:
+            case .passiveAuthInvalid, .dsRevoked, .issuingStateMismatch, .dataGroupMissing, .activeAuthInvalid,
+                .chipAuthInvalid, .cardSecurityInvalid:
                 true
-            case .noTrustAnchor, .chipAuthNotChecked, .chipAuthNotSupported, .notVerified: false
+            case .noTrustAnchor, .issuingStateUnknown, .chipAuthNotChecked, .chipAuthNotSupported, .notVerified:
+                false
             }
         }
     }
@@ -109,6 +118,11 @@ public struct DocumentVerdict: Sendable, Equatable {
         }
         if passive.status == .unverified { found.insert(.noTrustAnchor) }
         if passive.revocation == .revoked { found.insert(.dsRevoked) }
+        switch passive.issuingStateCheck {
+        case .mismatch: found.insert(.issuingStateMismatch)
+        case .unknown: found.insert(.issuingStateUnknown)
+        case .valid, .notChecked: break
+        }
 
         var mechanisms: [ChipAuthenticity] = []
         if activeRequired {
@@ -139,7 +153,8 @@ public struct DocumentVerdict: Sendable, Equatable {
         let verdict: Verdict
         if reasons.contains(where: \.isFailure) {
             verdict = .notAuthentic
-        } else if found.contains(.noTrustAnchor) || found.contains(.chipAuthNotChecked)
+        } else if found.contains(.noTrustAnchor) || found.contains(.issuingStateUnknown)
+            || found.contains(.chipAuthNotChecked)
             || (found.contains(.chipAuthNotSupported) && !allowClonable)
         {
             verdict = .unverified

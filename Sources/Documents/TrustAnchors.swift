@@ -70,11 +70,20 @@ extension DocumentService {
             if let source = store.sources[crl.der] { o["source"] = .string(source) }
             return .object(o)
         }
+        let masterLists: [JSONValue] = store.masterLists.map { list in
+            var o: [String: JSONValue] = [
+                "signer": .string(list.signer), "signerNotAfter": time(list.signerNotAfter),
+                "signedAt": list.signedAt.map(time) ?? .null, "stale": .bool(list.isStale(at: now)),
+                "count": .number(Double(list.certificateCount)),
+            ]
+            if let source = list.source { o["source"] = .string(source) }
+            return .object(o)
+        }
         let anchored = Set(byCountry.keys)
         return [
             "anchors": .array(anchors), "anchorCount": .number(Double(store.certificates.count)),
             "masterListTrustCount": .number(Double(store.masterListTrust.count)),
-            "crls": .array(crls), "loadedAt": time(state.loadedAt),
+            "crls": .array(crls), "masterLists": .array(masterLists), "loadedAt": time(state.loadedAt),
             "unanchoredIssuingStates": .array(
                 state.unanchoredIssuers.subtracting(anchored).sorted().map(JSONValue.string)),
         ]

@@ -355,6 +355,7 @@ public struct DocumentProfile: Sendable {
     }
 
     private static func countryCode(_ mrz: MRZ) -> String {
+        if let alpha2 = IssuingStateCodes.alpha2(docCode: country(mrz)) { return alpha2 }
         let c = country(mrz).filter { $0.isASCII && $0.isLetter }
         return c.count >= 2 ? String(c.prefix(2)) : "ZZ"
     }

@@ -92,8 +92,9 @@ public struct ActivationTokenVerifier: Sendable {
     public var leeway: TimeInterval
 
     /// Header `typ` values accepted (RFC 7515 §4.1.9: compared case-insensitively, "application/" optional):
-    /// the explicit type, or the generic "JWT" most JOSE libraries write; other explicit types (an access token's
-    /// `at+jwt`, …) are refused so that no other kind of token from the same issuer is taken for an activation.
+    /// the explicit type, or the generic "JWT" most JOSE libraries write; a token without `typ` and other explicit
+    /// types (an access token's `at+jwt`, …) are refused so that no other kind of token from the same issuer is
+    /// taken for an activation.
     static let acceptedTypes: Set<String> = [
         "tessera-activation+jwt", "application/tessera-activation+jwt",
         "jwt", "application/jwt",
@@ -106,7 +107,7 @@ public struct ActivationTokenVerifier: Sendable {
     }
 
     /// Checks a compact token in this order, so that no claim is trusted before the signature is:
-    /// structure, header and `iss` (`ACTIVATION_TOKEN_MALFORMED`); `alg` ES256, a configured issuer whose
+    /// structure, header (a `typ` is required) and `iss` (`ACTIVATION_TOKEN_MALFORMED`); `alg` ES256, a configured issuer whose
     /// `keyId` matches a given `kid`, and the signature (`ACTIVATION_TOKEN_SIGNATURE_INVALID`); the claims
     /// (`ACTIVATION_TOKEN_MALFORMED`); `exp + leeway < now` or `nbf - leeway > now`
     /// (`ACTIVATION_TOKEN_EXPIRED`); when a station id is set, `aud` must name it (`ACTIVATION_TOKEN_AUDIENCE`, also
@@ -118,10 +119,8 @@ public struct ActivationTokenVerifier: Sendable {
         guard header["alg"]?.stringValue == "ES256" else {
             throw TesseraError(.activationTokenSignatureInvalid, "the token's algorithm must be ES256")
         }
-        if let typ = header["typ"] {
-            guard let t = typ.stringValue, Self.acceptedTypes.contains(t.lowercased()) else {
-                throw JWS.malformed("the token's typ must be tessera-activation+jwt (or JWT)")
-            }
+        guard let typ = header["typ"]?.stringValue, Self.acceptedTypes.contains(typ.lowercased()) else {
+            throw JWS.malformed("the token's typ must be tessera-activation+jwt (or JWT)")
         }
         if header["crit"] != nil { throw JWS.malformed("the token has critical header parameters") }
         let kid: String?

@@ -5,7 +5,7 @@ import TesseraCore
 public enum OTPNotifier: Sendable, Equatable {
     /// Runs argv with the message as JSON on stdin; exit status 0 within `timeout` means delivered.
     case command([String])
-    /// Writes each message as `DIR/<enrollmentId>-<stepKey>-<n>.json` (0600, atomically).
+    /// Writes each message as `DIR/<enrollmentId>-<stepKey>-<n>.json` (0600 from its creation, atomically).
     case directory(String)
 
     static let timeout: TimeInterval = 10
@@ -32,23 +32,36 @@ public enum OTPNotifier: Sendable, Equatable {
         }
     }
 
-    private static func drop(_ message: JSONValue, directory: String, name: String) throws(TesseraError) {
-        let fm = FileManager.default
-        let final = directory + "/" + name + ".json"
-        let temp = directory + "/." + name + ".tmp"
+    /// Writes `DIR/NAME.json` atomically with its final mode: a temp file of an unpredictable name, created
+    /// with O_CREAT|O_EXCL|O_NOFOLLOW and mode 0600 in the same directory, written, fsynced, renamed over the
+    /// final name.
+    static func drop(_ message: JSONValue, directory: String, name: String) throws(TesseraError) {
+        func failed(_ why: String) -> TesseraError {
+            TesseraError(.otpDeliveryFailed, "cannot write the code to \(directory): \(why)")
+        }
         do {
-            try fm.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            guard
-                fm.createFile(
-                    atPath: temp, contents: Data(message.serialized()), attributes: [.posixPermissions: 0o600])
-            else {
-                throw CocoaError(.fileWriteUnknown)
-            }
-            if fm.fileExists(atPath: final) { try fm.removeItem(atPath: final) }
-            try fm.moveItem(atPath: temp, toPath: final)
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
-            throw TesseraError(
-                .otpDeliveryFailed, "cannot write the code to \(directory): \(error.localizedDescription)")
+            throw failed(error.localizedDescription)
+        }
+        let final = directory + "/" + name + ".json"
+        let suffix = SecureRandom.bytes(12).map { String($0, radix: 16) }.joined()
+        let temp = directory + "/." + name + "." + suffix + ".tmp"
+        let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failed(String(cString: strerror(errno))) }
+        let file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        do {
+            try file.write(contentsOf: Data(message.serialized()))
+            try file.synchronize()
+            try file.close()
+        } catch {
+            unlink(temp)
+            throw failed(error.localizedDescription)
+        }
+        guard rename(temp, final) == 0 else {
+            let why = String(cString: strerror(errno))
+            unlink(temp)
+            throw failed(why)
         }
     }
 

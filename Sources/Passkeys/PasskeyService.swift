@@ -137,22 +137,31 @@ public final class PasskeyService: Sendable {
         guard (1...64).contains(r.userId.count) else { throw .invalidInput("user.id must be 1 to 64 bytes") }
         try Self.validate(challenge: r.challenge, clientDataHash: r.clientDataHash)
         let requester = r.requester ?? .daemon
+        let token = try await chooseToken(r.tokenId)
+        let admission = Self.admission(r.provisioning, tokenId: token.id)
+        let verified = try await authorize(
+            token, pin: r.pin, userVerification: r.userVerification, verifiedByFrontDoor: r.verifiedByFrontDoor)
+        // Which credentials exist is told only to a caller past the PIN (or the token's login): with a PIN, the
+        // token checks it here first. Only the caller's own credentials count (docs/API.md, "Owners").
+        let checksExisting = !r.excludeCredentials.isEmpty || r.provisioning != nil
+        if checksExisting, r.pin != nil {
+            try await withPIN(r.pin, caller: r.caller, allowFinalTry: r.allowFinalPinTry, token: token) {
+                pin throws(TesseraError) in
+                if let pin { try await token.login(pin: pin) }
+            }
+        }
         for excluded in r.excludeCredentials {
             if let rec = try await store.credential(id: excluded), rec.rpId == r.rpId, requester.owns(rec.ownerUid) {
                 throw TesseraError(
                     .credentialExcluded, "a credential in excludeCredentials already exists on token \(rec.tokenId)")
             }
         }
-        let token = try await chooseToken(r.tokenId)
         // The provisioning check, before a key is made (a quick refusal), and again in the transaction that
         // records the credential (the one that counts: a concurrent enrollment may have passed it meanwhile).
-        let admission = Self.admission(r.provisioning, tokenId: token.id)
         if r.provisioning != nil {
             _ = try admission(
                 try await store.list(rpId: r.rpId, userId: r.userId).filter { $0.ownerUid == requester.ownerUid })
         }
-        let verified = try await authorize(
-            token, pin: r.pin, userVerification: r.userVerification, verifiedByFrontDoor: r.verifiedByFrontDoor)
 
         if let id = r.credentialId, !(16...255).contains(id.count) {
             throw .invalidInput("credentialId must be 16 to 255 bytes")

@@ -12,7 +12,12 @@ extension Passport {
                 EVIDENCE.json is the `evidence` object of a documents.read result (or the whole result). Passive \
                 authentication against --csca (with --master-list-trust and --crl as tesserad takes them) and active \
                 authentication from the recorded challenge and signature, EF.CardSecurity's signature and chain, and \
-                PACE-CAM from the recorded values run with the daemon's code. Prints the verdict JSON; exit status 0 when authentic, 1 otherwise.
+                PACE-CAM from the recorded values run with the daemon's code. Prints the verdict JSON; exit status 0 when authentic, 1 otherwise. \
+                What re-checks offline is listed under `offline.reverified`: passive authentication, EF.CardSecurity, \
+                and an active authentication signature only over the nonce given with --aa-challenge (the one the \
+                read was given; another recorded challenge makes it invalid). Chip Authentication and PACE-CAM, and \
+                active authentication without --aa-challenge, are the reader's observation (`offline.readerObserved`): \
+                online proofs a record cannot repeat.
                 """)
         @Argument(help: "Evidence JSON file.") var evidence: String
         @Option(help: ArgumentHelp("CSCA certificate, directory or master list (repeatable).", valueName: "PATH"))
@@ -23,6 +28,11 @@ extension Passport {
         var masterListTrust: [String] = []
         @Option(help: ArgumentHelp("CRL file or directory (repeatable).", valueName: "PATH")) var crl: [String] = []
         @Flag(name: .customLong("allow-clonable")) var allowClonable = false
+        @Option(
+            name: .customLong("aa-challenge"),
+            help: ArgumentHelp(
+                "The active authentication nonce (base64url) you gave the read (aaChallenge).", valueName: "B64URL"))
+        var aaChallenge: String?
 
         func run() async throws {
             do {
@@ -30,8 +40,16 @@ extension Passport {
                     throw TesseraError(.storageError, "cannot read \(evidence)")
                 }
                 let parsed = try DocumentEvidence(json: try JSONValue.parse([UInt8](data)))
+                var nonce: [UInt8]?
+                if let aaChallenge {
+                    guard let b = Base64URL.decode(aaChallenge), b.count == 8 else {
+                        throw TesseraError(.invalidInput, "--aa-challenge must be 8 bytes in base64url")
+                    }
+                    nonce = b
+                }
                 let store = try DocumentService.trustStore(paths: csca, masterListTrust: masterListTrust, crls: crl)
-                let result = parsed.verificationJSON(trustStore: store, allowClonable: allowClonable)
+                let result = parsed.verificationJSON(
+                    trustStore: store, allowClonable: allowClonable, aaChallenge: nonce)
                 print(result.prettyText())
                 if result["verdict"]?.stringValue != "authentic" { throw ExitCode(1) }
             } catch let error as TesseraError {

@@ -29,6 +29,15 @@ struct Trust: AsyncParsableCommand {
                     + "\(c["nextUpdate"]?.stringValue ?? "-")" + (c["stale"]?.boolValue == true ? "  STALE" : "")
                     + "  \(c["revoked"]?.intValue ?? 0) revoked" + (c["source"]?.stringValue.map { "  \($0)" } ?? ""))
         }
+        let lists = r["masterLists"]?.arrayValue ?? []
+        if !lists.isEmpty { lines.append("Master lists:") }
+        for l in lists {
+            lines.append(
+                "  \(l["count"]?.intValue ?? 0) certificate(s)  signed \(l["signedAt"]?.stringValue ?? "?") by "
+                    + "\(l["signer"]?.stringValue ?? "?") (until \(l["signerNotAfter"]?.stringValue ?? "?"))"
+                    + (l["stale"]?.boolValue == true ? "  STALE" : "")
+                    + (l["source"]?.stringValue.map { "  \($0)" } ?? ""))
+        }
         let missing = r["unanchoredIssuingStates"]?.arrayValue?.compactMap(\.stringValue) ?? []
         if !missing.isEmpty { lines.append("issuing states read without an anchor: " + missing.joined(separator: " ")) }
         return lines.joined(separator: "\n")

@@ -177,6 +177,29 @@ import Testing
         }
     }
 
+    /// A `jti` is unique per issuer (issue #27): another issuer's command with the same id is applied.
+    @Test func commandJtiIsUniquePerIssuer() async throws {
+        try await withStore { store in
+            try await store.insert(record(1))
+            _ = try await store.transition(
+                ids: [[1, 1, 2]], to: .suspended, actor: "issuer:x", reason: nil,
+                command: (jti: "c-1", issuer: "x"))
+            _ = try await store.transition(
+                ids: [[1, 1, 2]], to: .active, actor: "issuer:y", reason: nil,
+                command: (jti: "c-1", issuer: "y"))
+            #expect(try await store.credential(id: [1, 1, 2])?.state == .active)
+            do {
+                _ = try await store.transition(
+                    ids: [[1, 1, 2]], to: .suspended, actor: "issuer:y", reason: nil,
+                    command: (jti: "c-1", issuer: "y"))
+                Issue.record("a replayed command was applied")
+            } catch {
+                #expect((error as Error as? TesseraError)?.code == .lifecycleCommandReplayed)
+            }
+            #expect(try await store.credential(id: [1, 1, 2])?.state == .active)
+        }
+    }
+
     @Test func insertReplacingMarksTheOthers() async throws {
         try await withStore { store in
             try await store.insert(record(1))

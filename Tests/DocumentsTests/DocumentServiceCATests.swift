@@ -130,6 +130,10 @@ import Testing
             again.verdict == read.verdict && again.chip?.status == .valid
                 && again.chip?.mechanism == .chipAuthentication)
         #expect(again.chip?.reason?.contains("online") == true)
+        // The CLI's re-check says it is the reader's observation (issue #27).
+        let printed = evidence.verificationJSON(trustStore: store)
+        #expect(printed["chipAuthentication"]?["offline"] == "readerObserved")
+        #expect(printed["offline"]?["readerObserved"] == ["chipAuthentication"])
         // A key that is not DG14's, a recorded failure, or no record at all.
         var forged = evidence
         var key = run.chipPublicKeyInfo

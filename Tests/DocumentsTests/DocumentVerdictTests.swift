@@ -52,6 +52,26 @@ import Testing
                 == .notAuthentic)
     }
 
+    /// A CSCA of another country than DG1's issuing state does not make a document authentic (issue #27); an
+    /// issuing state that cannot be compared leaves it unverified.
+    @Test func issuingStateOfTheCSCA() {
+        var mismatch = Self.pa(.invalid)
+        mismatch.issuingStateCheck = .mismatch
+        #expect(
+            Self.evaluate(mismatch, aa: Self.aaValid)
+                == DocumentVerdict(
+                    verdict: .notAuthentic, chipAuthenticity: .valid,
+                    reasons: [.passiveAuthInvalid, .issuingStateMismatch]))
+        var unknown = Self.pa(.valid)
+        unknown.issuingStateCheck = .unknown
+        #expect(
+            Self.evaluate(unknown, aa: Self.aaValid)
+                == DocumentVerdict(verdict: .unverified, chipAuthenticity: .valid, reasons: [.issuingStateUnknown]))
+        var valid = Self.pa(.valid)
+        valid.issuingStateCheck = .valid
+        #expect(Self.evaluate(valid, aa: Self.aaValid).verdict == .authentic)
+    }
+
     @Test func passiveFailuresAreNotAuthentic() {
         #expect(
             Self.evaluate(Self.pa(.invalid, hashes: [1: .valid, 2: .invalid]), aa: Self.aaValid).reasons == [
@@ -122,6 +142,7 @@ import Testing
                 "PASSIVE_AUTH_INVALID", "DS_REVOKED", "DATA_GROUP_MISSING", "NO_TRUST_ANCHOR", "ACTIVE_AUTH_INVALID",
                 "CHIP_AUTH_INVALID",
                 "CHIP_AUTH_NOT_CHECKED", "CHIP_AUTH_NOT_SUPPORTED", "NOT_VERIFIED", "CARD_SECURITY_INVALID",
+                "ISSUING_STATE_MISMATCH", "ISSUING_STATE_UNKNOWN",
             ])
     }
 }

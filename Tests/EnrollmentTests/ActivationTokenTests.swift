@@ -55,9 +55,16 @@ import Testing
                     expected: ExpectedAttributes(surname: "ERIKSSON", dateOfBirth: "1974-08-12"), raw: compact))
     }
 
-    @Test func minimalTokenWithoutTypOrKid() throws {
-        let token = try verifier(keyId: "2026-1").verify(try sign(claims, header: [:]), now: now)
+    @Test func minimalTokenWithoutKid() throws {
+        let token = try verifier(keyId: "2026-1").verify(try sign(claims), now: now)
         #expect(token.audience == [] && token.userName == nil && token.expected == nil && token.notBefore == nil)
+    }
+
+    /// A token without `typ` could be any kind of token of the same issuer: refused (issue #27).
+    @Test func tokenWithoutTypIsRefused() throws {
+        expectRefused(.activationTokenMalformed, try sign(claims, header: [:]))
+        expectRefused(
+            .activationTokenMalformed, try sign(claims, header: ["kid": "2026-1"]), verifier: verifier(keyId: "2026-1"))
     }
 
     @Test func mediaTypeFormOfTyp() throws {
@@ -98,11 +105,13 @@ import Testing
         expectRefused(.activationTokenSignatureInvalid, try sign(c))
 
         expectRefused(
-            .activationTokenSignatureInvalid, try sign(claims, header: ["kid": "2025-9"]),
+            .activationTokenSignatureInvalid,
+            try sign(claims, header: ["typ": "tessera-activation+jwt", "kid": "2025-9"]),
             verifier: verifier(keyId: "2026-1"))
         // A kid is matched only when the configuration names one.
-        _ = try verifier().verify(try sign(claims, header: ["kid": "anything"]), now: now)
-        expectRefused(.activationTokenMalformed, try sign(claims, header: ["kid": 7]))
+        _ = try verifier().verify(
+            try sign(claims, header: ["typ": "tessera-activation+jwt", "kid": "anything"]), now: now)
+        expectRefused(.activationTokenMalformed, try sign(claims, header: ["typ": "tessera-activation+jwt", "kid": 7]))
     }
 
     @Test func keyRotation() throws {
@@ -112,11 +121,13 @@ import Testing
                 IssuerKey(issuer: Self.issuer, keyId: "old", publicKey: old.publicKey),
                 IssuerKey(issuer: Self.issuer, keyId: "new", publicKey: key.publicKey),
             ], stationId: nil)
-        _ = try v.verify(try sign(claims, header: ["kid": "old"], with: old), now: now)
-        _ = try v.verify(try sign(claims, header: ["kid": "new"]), now: now)
-        _ = try v.verify(try sign(claims, header: [:], with: old), now: now)
+        _ = try v.verify(
+            try sign(claims, header: ["typ": "tessera-activation+jwt", "kid": "old"], with: old), now: now)
+        _ = try v.verify(try sign(claims, header: ["typ": "tessera-activation+jwt", "kid": "new"]), now: now)
+        _ = try v.verify(try sign(claims, with: old), now: now)
         expectRefused(
-            .activationTokenSignatureInvalid, try sign(claims, header: ["kid": "new"], with: old), verifier: v)
+            .activationTokenSignatureInvalid,
+            try sign(claims, header: ["typ": "tessera-activation+jwt", "kid": "new"], with: old), verifier: v)
     }
 
     /// Builds a token with an arbitrary header and signature part.
@@ -141,8 +152,10 @@ import Testing
         // ES256 with a signature of the wrong size.
         expectRefused(
             .activationTokenSignatureInvalid,
-            unsigned(header: ["alg": "ES256"], signature: [UInt8](repeating: 1, count: 64)))
-        expectRefused(.activationTokenMalformed, try sign(claims, header: ["crit": ["exp"], "exp": 1]))
+            unsigned(header: ["alg": "ES256", "typ": "JWT"], signature: [UInt8](repeating: 1, count: 64)))
+        expectRefused(
+            .activationTokenMalformed,
+            try sign(claims, header: ["typ": "tessera-activation+jwt", "crit": ["exp"], "exp": 1]))
     }
 
     @Test func tamperedPayload() throws {
@@ -165,7 +178,7 @@ import Testing
         // A signed payload that is not a JSON object.
         expectRefused(
             .activationTokenMalformed,
-            try JWS.signES256(header: [:], payload: Array("[1,2]".utf8), key: key))
+            try JWS.signES256(header: ["typ": "JWT"], payload: Array("[1,2]".utf8), key: key))
     }
 
     @Test(arguments: ["jti", "workflow", "sub", "exp"])
@@ -224,7 +237,8 @@ import Testing
         _ = try verifier().verify(try sign(c), now: now)
     }
 
-    @Test func rfc7515A3TokenPassesTheSignatureButLacksClaims() throws {
+    /// RFC 7515 A.3's header has no `typ`: refused before its signature and claims are looked at.
+    @Test func rfc7515A3TokenLacksTyp() throws {
         let v = ActivationTokenVerifier(
             issuers: [IssuerKey(issuer: "joe", keyId: nil, publicKey: try RFC7515A3.publicKey())],
             stationId: nil)
@@ -232,7 +246,7 @@ import Testing
             try v.verify(RFC7515A3.compact, now: Date(timeIntervalSince1970: 1_300_819_000))
         }
         #expect(e?.code == .activationTokenMalformed)
-        #expect(e?.message.contains("jti") == true)
+        #expect(e?.message.contains("typ") == true)
     }
 
     @Test func issuerKeyFromPEM() throws {

@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import Foundation
+import MRZ
 import TesseraCore
 import Testing
 
@@ -179,7 +180,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(fromDir.certificates.contains(a.csca.certificate))
 
         // A master list built here, and one signed by the openssl CLI over a CscaMasterList assembled by hand.
-        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let mlSigner = try TestPKI.generate(
+            country: "UTO", algorithm: .rsa2048, signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
         let ml = try TestPKI.masterList(
             certificates: [a.csca.certificate, b.csca.certificate], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
@@ -189,11 +191,20 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         #expect(Set(store.certificates) == [a.csca.certificate, b.csca.certificate])
 
         try await OpenSSLCLI.makePKI(in: dir, kind: "prime256v1")
+        // A Master List Signer for ds.key: the document signer's request, issued with the master list EKU.
+        try OpenSSLCLI.write(
+            Array("[mls]\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = 2.23.136.1.1.3\n".utf8),
+            "mls.cnf", in: dir)
+        try await OpenSSLCLI.run(
+            [
+                "x509", "-req", "-in", "ds.csr", "-CA", "csca.pem", "-CAkey", "csca.key", "-set_serial", "4661",
+                "-days", "1000", "-sha256", "-extfile", "mls.cnf", "-extensions", "mls", "-out", "mls.pem",
+            ], in: dir)
         let list = ASN1.seq([ASN1.int(0), ASN1.setOf([a.csca.certificate.der, b.csca.certificate.der])])
         try OpenSSLCLI.write(list, "list.der", in: dir)
         try await OpenSSLCLI.run(
             [
-                "cms", "-sign", "-binary", "-in", "list.der", "-signer", "ds.pem", "-inkey", "ds.key",
+                "cms", "-sign", "-binary", "-in", "list.der", "-signer", "mls.pem", "-inkey", "ds.key",
                 "-outform", "DER", "-out", "openssl.ml", "-nodetach", "-econtent_type", "2.23.136.1.1.2",
                 "-md", "sha256", "-nosmimecap",
             ], in: dir)
@@ -203,9 +214,14 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
             contentsOf: dir.appendingPathComponent("openssl.ml").path, masterListTrust: [opensslCSCA])
         #expect(Set(store2.certificates) == [a.csca.certificate, b.csca.certificate])
 
+        // The specimen is Utopia's: `a` (C=UT) anchors it, `b` (C=ZZ) may not.
         let groups = try specimenDataGroups()
-        let sod = try SODBuilder.build(dataGroups: groups, signer: b.documentSignerKey)
+        let sod = try SODBuilder.build(dataGroups: groups, signer: a.documentSignerKey)
         #expect(PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: store2).status == .valid)
+        let foreign = try SODBuilder.build(dataGroups: groups, signer: b.documentSignerKey)
+        #expect(
+            PassiveAuthentication.verify(sod: foreign, dataGroups: groups, trustStore: store2).issuingStateCheck
+                == .mismatch)
         #expect(throws: TesseraError.self) { try CSCATrustStore(contentsOf: dir.appendingPathComponent("nope").path) }
         #expect(throws: TesseraError.self) {
             try CSCATrustStore(contentsOf: dir.appendingPathComponent("list.der").path)
@@ -274,7 +290,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
                     "2.5.29.35", critical: false,
                     ASN1.seq([ASN1.node(0x80, try #require(old.csca.certificate.subjectKeyIdentifier))])),
             ])
-        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let mlSigner = try TestPKI.generate(
+            country: "UTO", algorithm: .rsa2048, signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
         let ml = try TestPKI.masterList(certificates: [old.csca.certificate, link], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
         let store = try CSCATrustStore(
@@ -308,7 +325,8 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
         let dir = try OpenSSLCLI.tempDirectory()
         defer { try? FileManager.default.removeItem(at: dir) }
         let a = try TestPKI.generate(country: "UTO"), other = try TestPKI.generate(country: "ZZZ")
-        let mlSigner = try TestPKI.generate(country: "UTO", algorithm: .rsa2048)
+        let mlSigner = try TestPKI.generate(
+            country: "UTO", algorithm: .rsa2048, signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
         let ml = try TestPKI.masterList(certificates: [a.csca.certificate], signer: mlSigner.documentSignerKey)
         try OpenSSLCLI.write(ml, "UTO.ml", in: dir)
         let path = dir.appendingPathComponent("UTO.ml").path
@@ -439,5 +457,106 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
                     "-purpose", "any", "-out", "content2.der",
                 ], in: dir)
         }
+    }
+}
+
+/// The CSCA's and the document signer's country must be the document's issuing state (issue #27; Doc 9303
+/// Part 12 §7.1.1), with Doc 9303 Part 3's own codes mapped to ISO 3166-1 alpha-2.
+@Suite struct IssuingStateTests {
+    /// The specimen's DG1 with another issuing state (positions 3–5 of the first line; no check digit covers it).
+    func dataGroups(state: String) throws -> [Int: [UInt8]] {
+        let mrz = "P<" + state + String(ldsSpecimenMRZ.dropFirst(5))
+        return [1: try LDSBuilder.dg1(mrz: mrz), 2: try LDSBuilder.dg2(image: ldsTestJPEG, width: 3, height: 2)]
+    }
+
+    func verify(state: String, countryCode: String) throws -> PassiveAuthenticationResult {
+        let pki = try TestPKI.generate(country: "UTO", countryCode: countryCode)
+        let groups = try dataGroups(state: state)
+        let sod = try SODBuilder.build(dataGroups: groups, signer: pki.documentSignerKey)
+        return PassiveAuthentication.verify(sod: sod, dataGroups: groups, trustStore: pki.trustStore)
+    }
+
+    @Test func cscaOfTheIssuingStateIsValid() throws {
+        let r = try verify(state: "UTO", countryCode: "UT")
+        #expect(r.status == .valid, "\(r.reason ?? "")")
+        #expect(r.issuingStateCheck == .valid)
+        #expect(r.json["issuingStateCheck"] == "valid")
+    }
+
+    @Test func cscaOfAnotherCountryIsInvalid() throws {
+        let r = try verify(state: "UTO", countryCode: "ZZ")
+        #expect(r.certificateChain == .valid)
+        #expect(r.issuingStateCheck == .mismatch)
+        #expect(r.status == .invalid)
+        #expect(r.reason?.contains("C=ZZ") == true, "\(r.reason ?? "")")
+    }
+
+    @Test(arguments: [
+        ("D<<", "DE"), ("GBD", "GB"), ("GBN", "GB"), ("GBO", "GB"), ("GBP", "GB"), ("GBS", "GB"), ("UNO", "UN"),
+        ("UNA", "UN"), ("UNK", "UN"), ("EUE", "EU"), ("AUT", "AT"), ("FRA", "FR"),
+    ])
+    func icaoCodesMapToTheCertificateCountry(state: String, alpha2: String) throws {
+        #expect(IssuingStateCodes.alpha2(docCode: state) == alpha2)
+        let r = try verify(state: state, countryCode: alpha2)
+        #expect(r.status == .valid, "\(state): \(r.reason ?? "")")
+        #expect(r.issuingStateCheck == .valid)
+        // "D" is Germany, not a prefix of some other country's code.
+        #expect(try verify(state: state, countryCode: "AU").issuingStateCheck == .mismatch)
+    }
+
+    @Test func issuingStateWithoutMappingIsAReasonNotACrash() throws {
+        #expect(IssuingStateCodes.alpha2(docCode: "XYZ") == nil)
+        let r = try verify(state: "XYZ", countryCode: "XY")
+        #expect(r.issuingStateCheck == .unknown)
+        #expect(r.status == .valid)
+        #expect(r.reason?.contains("XYZ") == true)
+    }
+}
+
+/// Master List Signer certificates (issue #27; Doc 9303 Part 12 §7.1.2): the master list signing extended key
+/// usage, and valid when the list was signed (CMS signingTime); a signer expired since loads, reported stale.
+@Suite struct MasterListSignerTests {
+    let anchor: TestPKI
+
+    init() throws { anchor = try TestPKI.generate(country: "UTO") }
+
+    func thrownError(_ body: () throws(TesseraError) -> Void) -> TesseraError? {
+        do { try body() } catch { return error }
+        return nil
+    }
+
+    func load(_ signer: TestPKI, signingTime: Date = Date()) throws(TesseraError) -> CSCATrustStore {
+        var store = CSCATrustStore(masterListTrust: [signer.csca.certificate])
+        try store.add(
+            contentsOf: try TestPKI.masterList(
+                certificates: [anchor.csca.certificate], signer: signer.documentSignerKey, signingTime: signingTime))
+        return store
+    }
+
+    @Test func signerWithoutTheMasterListEKUIsRefused() throws {
+        let plain = try TestPKI.generate(country: "UTO")
+        let e = thrownError { () throws(TesseraError) in _ = try load(plain) }
+        #expect(e?.code == .invalidInput)
+        #expect(e?.message.contains("2.23.136.1.1.3") == true, "\(e?.message ?? "")")
+        let tagged = try TestPKI.generate(
+            country: "UTO", signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
+        let store = try load(tagged)
+        #expect(store.certificates == [anchor.csca.certificate])
+        #expect(store.masterLists.count == 1 && store.masterLists[0].isStale(at: Date()) == false)
+    }
+
+    @Test func signerExpiredSinceLoadsStale() throws {
+        let start = Date(timeIntervalSinceNow: -3 * 365 * 86_400)
+        let expired = try TestPKI.generate(
+            country: "UTO", notBefore: start, documentSignerValidityDays: 365,
+            signerExtendedKeyUsage: CSCATrustStore.masterListSigningKeyUsage)
+        let store = try load(expired, signingTime: start.addingTimeInterval(30 * 86_400))
+        #expect(store.certificates == [anchor.csca.certificate])
+        let list = try #require(store.masterLists.first)
+        #expect(list.isStale(at: Date()))
+        #expect(list.signedAt.map { abs($0.timeIntervalSince(start.addingTimeInterval(30 * 86_400))) < 1 } == true)
+        // Signed after the signer expired: refused.
+        let e = thrownError { () throws(TesseraError) in _ = try load(expired) }
+        #expect(e?.message.contains("not valid when the list was signed") == true, "\(e?.message ?? "")")
     }
 }

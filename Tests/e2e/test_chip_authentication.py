@@ -196,6 +196,9 @@ def test_ca_evidence_is_an_online_proof_rechecked_offline(ca_lab):
     code, checked = verify(evidence)
     assert (code, checked["verdict"], checked["chipAuthentication"]["status"]) == (0, "authentic", "valid"), checked
     assert "online" in checked["chipAuthentication"]["reason"]
+    # Reported as the reader's observation, not as re-verified offline (issue #27).
+    assert checked["chipAuthentication"]["offline"] == "readerObserved", checked
+    assert "chipAuthentication" in checked["offline"]["readerObserved"], checked
     key = bytearray(unb64u(ca["chipPublicKey"]))
     key[-1] ^= 0x01
     code, checked = verify({**evidence, "chipAuthentication": {**ca, "chipPublicKey": b64u(bytes(key))}})

@@ -240,6 +240,11 @@ def test_card_security_verified_and_used_for_pace_cam(lab, tmp_path):
 
     code, checked = verify(result["evidence"])
     assert (code, checked["verdict"], checked["cardSecurity"]["status"]) == (0, "authentic", "valid"), checked
+    # PACE-CAM's recorded values are the reader's observation, not an offline proof (issue #27).
+    assert result["evidence"]["chipAuthentication"]["proof"] == "online"
+    assert checked["chipAuthentication"]["offline"] == "readerObserved", checked
+    assert checked["offline"] == {"reverified": ["passiveAuthentication", "cardSecurity"],
+                                  "readerObserved": ["chipAuthentication"]}, checked
     forged = bytearray(card_security)
     forged[-1] ^= 0x01
     evidence = dict(result["evidence"], cardSecurity=b64u(bytes(forged)))

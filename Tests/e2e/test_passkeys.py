@@ -118,6 +118,29 @@ def test_exclude_credentials(daemon):
     enroll(c, rp="other.example", excludeCredentials=[reg["credentialId"]])
 
 
+def test_wrong_pin_is_refused_before_excluded_credentials_are_named(daemon):
+    """Which credentials exist is told only past the PIN (issue #27): a wrong PIN is PIN_INVALID, not
+    CREDENTIAL_EXCLUDED."""
+    c = daemon.client()
+    reg, _ = enroll(c)
+    with pytest.raises(RPCError) as e:
+        enroll(c, pin="9999", excludeCredentials=[reg["credentialId"]])
+    assert e.value.code == "PIN_INVALID"
+
+
+def test_wrong_pin_is_refused_before_the_provisioning_check(daemon):
+    """A wrong PIN is PIN_INVALID, not CREDENTIAL_EXISTS naming the user's credential ids (issue #27)."""
+    c = daemon.client()
+    reg, _ = enroll(c, user_id=b"user-held")
+    with pytest.raises(RPCError) as e:
+        enroll(c, user_id=b"user-held")
+    assert e.value.code == "CREDENTIAL_EXISTS"
+    with pytest.raises(RPCError) as e:
+        enroll(c, pin="9999", user_id=b"user-held")
+    assert e.value.code == "PIN_INVALID"
+    assert reg["credentialId"] not in str(e.value)
+
+
 def token_key_labels(softhsm) -> str:
     """Objects on the SoftHSM2 token as OpenSC's pkcs11-tool (an independent PKCS#11 client) lists them."""
     import subprocess

@@ -48,10 +48,13 @@ def openssl(*args: str, cwd: pathlib.Path) -> None:
     assert out.returncode == 0, out.stderr
 
 
-def issue_ml_signer(dir: pathlib.Path, csca_cert: pathlib.Path, csca_key: pathlib.Path, name: str) -> None:
-    """DIR/NAME.pem + NAME.key: a Master List Signer certificate issued by the CSCA."""
+def issue_ml_signer(dir: pathlib.Path, csca_cert: pathlib.Path, csca_key: pathlib.Path, name: str,
+                    eku: bool = True) -> None:
+    """DIR/NAME.pem + NAME.key: a Master List Signer certificate issued by the CSCA (with the master list signing
+    extended key usage unless `eku` is false)."""
     (dir / "mls.cnf").write_text("[mls]\nkeyUsage = critical, digitalSignature\nsubjectKeyIdentifier = hash\n"
-                                 "authorityKeyIdentifier = keyid:always\n")
+                                 "authorityKeyIdentifier = keyid:always\n"
+                                 + ("extendedKeyUsage = 2.23.136.1.1.3\n" if eku else ""))
     openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", f"{name}.key", cwd=dir)
     openssl("req", "-new", "-key", f"{name}.key", "-subj", "/C=UT/O=Utopia/CN=Master List Signer", "-out", f"{name}.csr",
             cwd=dir)
@@ -200,6 +203,15 @@ def test_master_list_signer_not_chaining_stops_start_up(pki):
     assert "unchained.ml" in err and "--master-list-trust" in err, err
 
 
+def test_master_list_signer_without_the_eku_stops_start_up(pki):
+    """A Master List Signer must carry id-icao-mrtd-security-cscaMasterListSigningKey (issue #27)."""
+    root, profile, _ = pki
+    issue_ml_signer(root, profile / "csca.pem", profile / "csca-key.pem", "mls-plain", eku=False)
+    ml = sign_master_list(root, [pem_to_der(profile / "csca.pem")], "mls-plain", "plain.ml")
+    err = start_fails(root, ["--csca", str(ml), "--master-list-trust", str(profile / "csca.pem")])
+    assert "plain.ml" in err and "2.23.136.1.1.3" in err, err
+
+
 MRZ_ZZZ = MRZ.replace("UTO", "ZZZ")
 
 
@@ -239,6 +251,9 @@ def test_trust_status_reload_and_sighup(pki, pcscd):
         assert {x["source"] for x in by_country["DE"]["certificates"]} == {str(ml)}
         assert by_country["UT"]["certificates"][0]["source"] == str(anchors / "csca.pem")
         assert by_country["UT"]["certificates"][0]["validity"] == "valid"
+        [listed_ml] = status["masterLists"]
+        assert (listed_ml["source"], listed_ml["stale"], listed_ml["count"]) == (str(ml), False, 3), listed_ml
+        assert "Master List Signer" in listed_ml["signer"] and listed_ml["signedAt"], listed_ml
         [listed_crl] = status["crls"]
         assert (listed_crl["source"], listed_crl["stale"], listed_crl["revoked"]) == (str(crl), False, 1)
         assert status["unanchoredIssuingStates"] == []
@@ -249,6 +264,7 @@ def test_trust_status_reload_and_sighup(pki, pcscd):
         assert c.call("trust.status")["unanchoredIssuingStates"] == ["ZZ"]
         listing = cli(daemon, "trust", "list")
         assert "DE  3 anchor(s)" in listing.stdout and "ZZ" in listing.stdout, listing.stdout
+        assert "Master lists:" in listing.stdout and "3 certificate(s)" in listing.stdout, listing.stdout
 
         # A bad new set (the master list's signature broken) is refused and the old one stays.
         good = ml.read_bytes()
@@ -312,6 +328,15 @@ def test_evidence_round_trip_and_tampering(pki, pcscd):
 
     code, checked = verify(evidence)
     assert (code, checked["verdict"], checked["reasons"]) == (0, "authentic", []), checked
+    # What re-checks offline (issue #27): the AA signature only over the verifier's own nonce.
+    assert checked["activeAuthentication"]["offline"] == "readerObserved", checked
+    assert checked["offline"] == {"reverified": ["passiveAuthentication"], "readerObserved": ["activeAuthentication"]}
+    code, checked = verify(evidence, "--aa-challenge", b64u(nonce))
+    assert (code, checked["verdict"], checked["activeAuthentication"]["offline"]) == (0, "authentic", "reverified")
+    assert checked["offline"]["reverified"] == ["passiveAuthentication", "activeAuthentication"], checked
+    code, checked = verify(evidence, "--aa-challenge", b64u(nonce[::-1]))
+    assert (code, checked["verdict"], checked["reasons"]) == (1, "notAuthentic", ["ACTIVE_AUTH_INVALID"]), checked
+    assert "nonce" in checked["activeAuthentication"]["reason"]
     from_cli = json.loads(saved.read_text())
     assert unb64u(from_cli["activeAuthentication"]["challenge"]) == nonce[::-1]
     code, checked = verify(from_cli)

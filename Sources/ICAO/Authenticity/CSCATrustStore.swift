@@ -6,8 +6,10 @@ import TesseraCore
 ///
 /// Loads PEM (one or many certificates), DER certificates, and ICAO CSCA master lists (CMS SignedData with a
 /// CscaMasterList, Doc 9303 Part 12 §9). A master list is accepted only when its CMS signature verifies and its
-/// Master List Signer certificate is one of `masterListTrust` or is signed by one of them (a CSCA of the issuing
-/// state); every certificate of an accepted list is kept, link certificates included. The master list signer
+/// Master List Signer certificate carries the master list signing extended key usage, was valid when the list
+/// was signed (its CMS signingTime), and is one of `masterListTrust` or is signed by one of them (a CSCA of the
+/// issuing state); every certificate of an accepted list is kept, link certificates included. A list whose
+/// signer has expired since still loads and is reported stale (`masterLists`). The master list signer
 /// certificates are not added as anchors.
 public struct CSCATrustStore: Sendable {
     public private(set) var certificates: [ParsedCertificate]
@@ -15,6 +17,8 @@ public struct CSCATrustStore: Sendable {
     public var masterListTrust: [ParsedCertificate]
     /// CRLs whose signature a trusted CSCA verified.
     public private(set) var crls: [CertificateRevocationList] = []
+    /// The master lists loaded.
+    public private(set) var masterLists: [MasterList] = []
     /// The file each certificate and CRL (by DER) was first loaded from.
     public private(set) var sources: [[UInt8]: String] = [:]
     private var loading: String?
@@ -51,9 +55,28 @@ public struct CSCATrustStore: Sendable {
             add(cert)
             return 1
         }
-        let list = try Self.masterListCertificates(bytes, trustedSigners: masterListTrust)
-        for c in list { add(c) }
-        return list.count
+        let list = try Self.masterList(bytes, trustedSigners: masterListTrust)
+        for c in list.certificates { add(c) }
+        masterLists.append(
+            MasterList(
+                signer: list.signer.subjectDescription, signerNotAfter: list.signer.notAfter,
+                signedAt: list.signedAt, certificateCount: list.certificates.count, source: loading))
+        return list.certificates.count
+    }
+
+    /// A master list that was loaded, and its signer.
+    public struct MasterList: Sendable, Equatable {
+        /// The Master List Signer certificate's subject.
+        public var signer: String
+        public var signerNotAfter: Date
+        /// The CMS signingTime, when the list carries one.
+        public var signedAt: Date?
+        public var certificateCount: Int
+        /// The file it came from.
+        public var source: String?
+
+        /// The signer has expired since it signed the list: the list is as old as its signer allows.
+        public func isStale(at date: Date) -> Bool { date > signerNotAfter }
     }
 
     /// Loads a file or a directory of files.
@@ -99,11 +122,17 @@ public struct CSCATrustStore: Sendable {
     public static func masterListCertificates(_ bytes: [UInt8], trustedSigners: [ParsedCertificate])
         throws(TesseraError) -> [ParsedCertificate]
     {
+        try masterList(bytes, trustedSigners: trustedSigners).certificates
+    }
+
+    static func masterList(_ bytes: [UInt8], trustedSigners: [ParsedCertificate], now: Date = Date())
+        throws(TesseraError) -> (certificates: [ParsedCertificate], signer: ParsedCertificate, signedAt: Date?)
+    {
         let sd = try CMSSignedData(contentInfo: bytes)
         guard sd.contentType == AlgorithmOIDs.cscaMasterList else {
             throw TesseraError(.malformedData, "not a CSCA master list (content type \(sd.contentType))")
         }
-        try verifyMasterListSigner(sd, trustedSigners: trustedSigners)
+        let (signer, signedAt) = try verifyMasterListSigner(sd, trustedSigners: trustedSigners, now: now)
         let ml = try TLV.parse(sd.content)
         try ASN1.expect(ml, ASN1.sequence, "CscaMasterList")
         let parts = try ml.children()
@@ -114,12 +143,19 @@ public struct CSCATrustStore: Sendable {
             // Real master lists contain the odd broken certificate; skip it rather than drop the list.
             if let cert = try? ParsedCertificate(der: c.encoded) { out.append(cert) }
         }
-        return out
+        return (out, signer, signedAt)
     }
 
-    /// Checks the master list's SignerInfo with the Master List Signer certificate it carries, and that this
-    /// certificate is a trusted anchor or is signed by one (found by authority key identifier, else by name).
-    static func verifyMasterListSigner(_ sd: CMSSignedData, trustedSigners: [ParsedCertificate]) throws(TesseraError) {
+    /// id-icao-mrtd-security-cscaMasterListSigningKey (Doc 9303 Part 12 §7.1.2).
+    public static let masterListSigningKeyUsage = "2.23.136.1.1.3"
+
+    /// Checks the master list's SignerInfo with the Master List Signer certificate it carries, that this
+    /// certificate has the master list signing extended key usage and was valid at the list's signingTime (at
+    /// `now` when the list has none), and that it is a trusted anchor or is signed by one (found by authority key
+    /// identifier, else by name). Returns the signer and the signingTime.
+    static func verifyMasterListSigner(_ sd: CMSSignedData, trustedSigners: [ParsedCertificate], now: Date)
+        throws(TesseraError) -> (signer: ParsedCertificate, signedAt: Date?)
+    {
         guard !trustedSigners.isEmpty else {
             throw TesseraError(
                 .invalidInput, "master list refused: no master list trust anchor configured (--master-list-trust)")
@@ -137,7 +173,26 @@ public struct CSCATrustStore: Sendable {
         case .unsupported(let why):
             throw TesseraError(.invalidInput, "master list refused: signature not checkable (\(why))")
         }
-        if trustedSigners.contains(signerCert) { return }
+        guard signerCert.extendedKeyUsage?.contains(masterListSigningKeyUsage) == true else {
+            throw TesseraError(
+                .invalidInput,
+                "master list refused: signer \(signerCert.subjectDescription) lacks the master list signing extended key usage (\(masterListSigningKeyUsage))"
+            )
+        }
+        var signedAt: Date?
+        if let time = signer.attributes[AlgorithmOIDs.signingTimeAttribute] {
+            do { signedAt = try ASN1.time(time) } catch {
+                throw TesseraError(.invalidInput, "master list refused: its signingTime is malformed")
+            }
+        }
+        let at = signedAt ?? now
+        guard signerCert.notBefore <= at, at <= signerCert.notAfter else {
+            throw TesseraError(
+                .invalidInput,
+                "master list refused: signer \(signerCert.subjectDescription) was not valid when the list was "
+                    + (signedAt == nil ? "loaded (the list has no signingTime)" : "signed (\(at.iso8601Seconds))"))
+        }
+        if trustedSigners.contains(signerCert) { return (signerCert, signedAt) }
         let anchors = CSCATrustStore(certificates: trustedSigners).candidates(forIssuerOf: signerCert).certificates
         guard let issuer = anchors.first(where: { (try? signerCert.isSigned(by: $0)) == true }) else {
             throw TesseraError(
@@ -149,6 +204,7 @@ public struct CSCATrustStore: Sendable {
             throw TesseraError(
                 .invalidInput, "master list refused: anchor \(issuer.subjectDescription) lacks keyCertSign key usage")
         }
+        return (signerCert, signedAt)
     }
 
     /// Adds the CRLs in PEM or DER bytes; each must be signed by a trusted CSCA. Returns how many were added.

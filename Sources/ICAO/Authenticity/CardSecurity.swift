@@ -39,7 +39,7 @@ public struct CardSecurity: Sendable {
                 status: .invalid, check: check, reason: "EF.CardSecurity unusable: \(error.message)")
         }
         var problems: [String] = [], notes: [String] = []
-        let (signer, unanchored) = PassiveAuthentication.checkSigner(
+        let (signer, _, unanchored) = PassiveAuthentication.checkSigner(
             of: parsed.signedData, label: "EF.CardSecurity", trustStore: trustStore, options: options,
             result: &check, problems: &problems, notes: &notes)
         PassiveAuthentication.conclude(&check, problems: problems, notes: notes, unanchored: unanchored, signer: signer)

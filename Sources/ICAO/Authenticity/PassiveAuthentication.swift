@@ -1,5 +1,6 @@
 import CryptoPrimitives
 import Foundation
+import MRZ
 import TesseraCore
 
 /// The outcome of passive authentication, each check reported on its own.
@@ -23,6 +24,17 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
     /// `PassiveAuthentication.Options.enforceValidityPeriod` is set: an expired document signer is normal
     /// on documents issued years ago.
     public enum ValidityCheck: String, Sendable { case valid, expired, notYetValid, notChecked }
+    /// Whether the CSCA's and the document signer's country (their C attribute) is the document's issuing state
+    /// (DG1's MRZ, mapped to ISO 3166-1 alpha-2 by `IssuingStateCodes`; Doc 9303 Part 12 §7.1.1).
+    public enum IssuingStateCheck: String, Sendable {
+        case valid
+        /// A certificate names another country: not this state's document.
+        case mismatch
+        /// DG1's issuing state has no ISO 3166-1 mapping (or DG1's MRZ does not parse): nothing to compare.
+        case unknown
+        /// No DG1 whose hash checks out, or no trust anchor issued the document signer.
+        case notChecked
+    }
     public enum HashCheck: String, Sendable {
         case valid, invalid
         /// Listed in the SOD but not read (e.g. DG3/DG4 without EAC).
@@ -51,6 +63,7 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
     public var revocation: CSCATrustStore.Revocation = .notChecked
     /// A CRL used for `revocation` is past its nextUpdate.
     public var crlStale = false
+    public var issuingStateCheck: IssuingStateCheck = .notChecked
 
     public init(
         status: Status, signature: SignatureCheck, certificateChain: ChainCheck, certificateValidity: ValidityCheck,
@@ -77,6 +90,7 @@ public struct PassiveAuthenticationResult: Sendable, Equatable {
         if let trustAnchor { o["trustAnchor"] = .string(trustAnchor) }
         o["revocation"] = .string(revocation.rawValue)
         if crlStale { o["crlStale"] = .bool(true) }
+        o["issuingStateCheck"] = .string(issuingStateCheck.rawValue)
         return .object(o)
     }
 }
@@ -134,9 +148,14 @@ public enum PassiveAuthentication {
             problems.append("DG\(n) is not covered by the SOD")
         }
 
-        let (signerCert, unanchored) = checkSigner(
+        let (signerCert, anchor, unanchored) = checkSigner(
             of: so.signedData, label: "SOD", trustStore: trustStore, options: options,
             result: &result, problems: &problems, notes: &notes)
+        // DG1 is compared only when the SOD vouches for it (a tampered one is already invalid).
+        if let signerCert, let anchor, let dg1 = dataGroups[1], result.dataGroupHashes[1] == .valid {
+            checkIssuingState(
+                dg1: dg1, signer: signerCert, anchor: anchor, result: &result, problems: &problems, notes: &notes)
+        }
 
         conclude(&result, problems: problems, notes: notes, unanchored: unanchored, signer: signerCert)
         return result
@@ -144,13 +163,13 @@ public enum PassiveAuthentication {
 
     /// The signature and certificate-chain part of passive authentication for any signed security object
     /// (EF.SOD, EF.CardSecurity): signer certificate, CMS signature, chain to a CSCA, key usages, validity and
-    /// revocation. Fills `result` and the problem/note lists; returns the signer certificate and whether no
-    /// trust anchor matched.
+    /// revocation. Fills `result` and the problem/note lists; returns the signer certificate, the CSCA that
+    /// issued it and whether no trust anchor matched.
     static func checkSigner(
         of signedData: CMSSignedData, label: String, trustStore: CSCATrustStore?, options: Options,
         result: inout PassiveAuthenticationResult, problems: inout [String],
         notes: inout [String]
-    ) -> (signer: ParsedCertificate?, unanchored: Bool) {
+    ) -> (signer: ParsedCertificate?, anchor: ParsedCertificate?, unanchored: Bool) {
         // Signature.
         var signerCert: ParsedCertificate?
         if let signer = signedData.signerInfos.first {
@@ -174,6 +193,7 @@ public enum PassiveAuthentication {
 
         // Chain to a CSCA.
         var unanchored = false
+        var anchor: ParsedCertificate?
         if let ds = signerCert {
             result.certificateValidity = validity(ds, at: options.referenceDate)
             if let ku = ds.keyUsage, ku & ParsedCertificate.digitalSignature == 0 {
@@ -191,6 +211,7 @@ public enum PassiveAuthentication {
                             "a CSCA with the issuer's name is trusted but its key did not sign the document signer")
                     }
                 } else if let csca = issuer {
+                    anchor = csca
                     result.trustAnchor = csca.subjectDescription
                     if let ku = csca.keyUsage, ku & ParsedCertificate.keyCertSign == 0 {
                         result.certificateChain = .invalid
@@ -230,7 +251,38 @@ public enum PassiveAuthentication {
                 }
             }
         }
-        return (signerCert, unanchored)
+        return (signerCert, anchor, unanchored)
+    }
+
+    /// Compares the C attribute of the document signer and of its CSCA with DG1's issuing state: another
+    /// country is a problem (a CSCA vouches only for its own state's documents), a state without an ISO 3166-1
+    /// mapping a note.
+    static func checkIssuingState(
+        dg1: [UInt8], signer: ParsedCertificate, anchor: ParsedCertificate,
+        result: inout PassiveAuthenticationResult, problems: inout [String], notes: inout [String]
+    ) {
+        guard let state = try? DG1(parsing: dg1).parsedMRZ().issuingState else {
+            result.issuingStateCheck = .unknown
+            notes.append("DG1's MRZ does not parse: its issuing state was not compared with the CSCA's country")
+            return
+        }
+        guard let alpha2 = IssuingStateCodes.alpha2(docCode: state) else {
+            result.issuingStateCheck = .unknown
+            notes.append("the issuing state '\(state)' has no ISO 3166-1 code to compare with the CSCA's country")
+            return
+        }
+        var wrong: [String] = []
+        for (what, cert) in [("CSCA", anchor), ("document signer", signer)]
+        where cert.subjectCountry?.uppercased() != alpha2 {
+            wrong.append("the \(what)'s country (C=\(cert.subjectCountry ?? "none"))")
+        }
+        if wrong.isEmpty {
+            result.issuingStateCheck = .valid
+        } else {
+            result.issuingStateCheck = .mismatch
+            problems.append(
+                wrong.joined(separator: " and ") + " is not the document's issuing state \(state) (\(alpha2))")
+        }
     }
 
     /// Sets status and reason from the problems (invalid), a missing trust anchor (unverified) or neither (valid).

@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import Foundation
+import MRZ
 import TesseraCore
 
 /// Key and signature algorithm of a generated test certificate.
@@ -52,15 +53,17 @@ public struct TestPKI: Sendable {
     public var documentSigner: TestCertificate
 
     /// Generates a CSCA and a document signer. `country` is the issuing state (e.g. "UTO"); the certificates'
-    /// C attribute is its first two letters unless `countryCode` is given.
+    /// C attribute is `countryCode`, else the state's alpha-2 code (`IssuingStateCodes`), else its first two letters.
+    /// `signerExtendedKeyUsage` (e.g. `CSCATrustStore.masterListSigningKeyUsage`) goes into the signer certificate.
     public static func generate(
         country: String = "UTO", countryCode: String? = nil, algorithm: TestKeyAlgorithm = .p256,
         documentSignerAlgorithm: TestKeyAlgorithm? = nil, notBefore: Date = Date(timeIntervalSinceNow: -86_400),
-        cscaValidityDays: Int = 365 * 15, documentSignerValidityDays: Int = 365 * 11
+        cscaValidityDays: Int = 365 * 15, documentSignerValidityDays: Int = 365 * 11,
+        signerExtendedKeyUsage: String? = nil
     )
         throws(TesseraError) -> TestPKI
     {
-        let c = countryCode ?? String(country.prefix(2))
+        let c = countryCode ?? IssuingStateCodes.alpha2(docCode: country) ?? String(country.prefix(2))
         guard c.count == 2, c.allSatisfy({ $0.isASCII && $0.isLetter }) else {
             throw .invalidInput("bad country code \(c)")
         }
@@ -78,16 +81,19 @@ public struct TestPKI: Sendable {
             ])
         let dsAlg = documentSignerAlgorithm ?? algorithm
         let dsKey = try Signatures.generateKey(dsAlg.keySpec)
+        var dsExtensions = [
+            extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x07, 0x80])),
+            extensionDER("2.5.29.14", critical: false, ASN1.octets(try keyIdentifier(dsKey.publicKeyDER))),
+            extensionDER("2.5.29.35", critical: false, ASN1.seq([ASN1.node(0x80, cscaSKI)])),
+        ]
+        if let eku = signerExtendedKeyUsage {
+            dsExtensions.append(extensionDER("2.5.29.37", critical: false, ASN1.seq([ASN1.oid(eku)])))
+        }
         let dsCert = try issue(
             subject: name(
                 country: c, organization: "Tessera Test \(country)", commonName: "Document Signer \(country)"),
             issuer: cscaName, publicKey: dsKey.publicKeyDER, signerKey: cscaKey.privateKeyDER, scheme: algorithm.scheme,
-            notBefore: notBefore, days: documentSignerValidityDays,
-            extensions: [
-                extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x07, 0x80])),
-                extensionDER("2.5.29.14", critical: false, ASN1.octets(try keyIdentifier(dsKey.publicKeyDER))),
-                extensionDER("2.5.29.35", critical: false, ASN1.seq([ASN1.node(0x80, cscaSKI)])),
-            ])
+            notBefore: notBefore, days: documentSignerValidityDays, extensions: dsExtensions)
         return TestPKI(
             country: country,
             csca: TestCertificate(certificate: cscaCert, privateKeyDER: cscaKey.privateKeyDER, algorithm: algorithm),
@@ -130,14 +136,15 @@ public struct TestPKI: Sendable {
         return written
     }
 
-    /// An ICAO CSCA master list (CMS SignedData over a CscaMasterList) holding `certificates`, signed by `signer`.
-    public static func masterList(certificates: [ParsedCertificate], signer: DocumentSignerKey) throws(TesseraError)
-        -> [UInt8]
-    {
+    /// An ICAO CSCA master list (CMS SignedData over a CscaMasterList) holding `certificates`, signed by `signer`
+    /// at `signingTime`.
+    public static func masterList(
+        certificates: [ParsedCertificate], signer: DocumentSignerKey, signingTime: Date = Date()
+    ) throws(TesseraError) -> [UInt8] {
         let list = ASN1.seq([ASN1.int(0), ASN1.setOf(certificates.map(\.der))])
         return try SODBuilder.signedData(
             content: list, contentType: AlgorithmOIDs.cscaMasterList, signer: signer,
-            digest: signer.scheme.hash, signingTime: Date())
+            digest: signer.scheme.hash, signingTime: signingTime)
     }
 
     /// A CRL of this PKI's CSCA revoking `serialNumbers` (INTEGER content octets), valid from `thisUpdate` to
