@@ -86,6 +86,8 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "ICAO",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
             ], swiftSettings: strict),
 
         // MARK: Devices and storage (I/O at the edges)

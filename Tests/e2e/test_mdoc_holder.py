@@ -57,6 +57,30 @@ def reader_pki(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
     return directory, ski.digest.hex()
 
 
+def forged_reader(directory: pathlib.Path, trusted: pathlib.Path) -> pathlib.Path:
+    """A reader certificate made with the forger's own key that names the trusted root: its issuer is the root's
+    subject and its authority key identifier the root's subject key identifier (copied), EKU 1.0.18013.5.1.6."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    root = x509.load_pem_x509_certificate((trusted / "root.pem").read_bytes())
+    ski = root.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    forger_key = ec.generate_private_key(ec.SECP256R1())
+    reader_key = ec.generate_private_key(ec.SECP256R1())
+    reader = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "UT"),
+                                       x509.NameAttribute(NameOID.COMMON_NAME, "kiosk reader")]))
+              .issuer_name(root.subject)
+              .public_key(reader_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+              .add_extension(x509.ExtendedKeyUsage([x509.ObjectIdentifier("1.0.18013.5.1.6")]), critical=True)
+              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+              .sign(forger_key, hashes.SHA256()))
+    (directory / "reader.pem").write_bytes(reader.public_bytes(serialization.Encoding.PEM))
+    (directory / "reader-key.pem").write_bytes(reader_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return directory
+
+
 class Presentation:
     """A long-running holder call (`mdoc.present`, `mdoc.respond`) on its own connection: the call is sent, its
     notifications and result are read here."""
@@ -150,7 +174,9 @@ class HolderLab:
         # The same daemon (same state and token) as a reader with readerAuth and the IACAs.
         self.reader_args = ["--iaca", str(self.mdl / "iaca.pem"), "--iaca", str(self.foreign / "iaca.pem"),
                             "--mdoc-reader-key", str(self.trusted / "reader-key.pem"),
-                            "--mdoc-reader-cert", str(self.trusted / "reader.pem")]
+                            "--mdoc-reader-cert", str(self.trusted / "reader.pem"),
+                            "--mdoc-reader-root", str(self.trusted / "root.pem"),
+                            "--mdoc-reader-root", str(self.other / "root.pem")]
         self.restart()
         self.reader = self.pcscd.readers[0]
 
@@ -338,6 +364,68 @@ def test_a_request_without_reader_auth_gets_nothing(lab):
         p.finish()
     finally:
         plain.stop()
+
+
+@pytest.mark.parametrize("presence", [False, True])
+def test_a_forged_reader_certificate_naming_the_trusted_root_gets_nothing(lab, presence):
+    # Issue #27: trust was the root key identifier the chain claimed, so a leaf signed by the forger's own key whose
+    # authority key identifier copies the trusted root's was trusted, and with mdoc.presenceCommand answered
+    # automatically. The chain is now validated by signature to a --mdoc-reader-root certificate.
+    forged = forged_reader(lab.root / "forged", lab.trusted)
+    asked = lab.root / "forged-presence-asked"
+    extra: list[str] = []
+    if presence:
+        pin = lab.root / "holder.pin"
+        pin.write_text(PIN)
+        config = lab.root / "mdoc-forged.json"
+        config.write_text(json.dumps({
+            "pinFiles": {"holder": str(pin)},
+            "mdoc": {"presenceCommand": ["/bin/sh", "-c", f"cat >> {asked}; exit 0"], "presenceTimeoutSeconds": 20}}))
+        extra = ["--config", str(config)]
+        lab.restart(*extra)
+    forger = Daemon(lab.root, lab.pcscd.env, [
+        "--no-embedded-softhsm", "--iaca", str(lab.mdl / "iaca.pem"),
+        "--mdoc-reader-key", str(forged / "reader-key.pem"), "--mdoc-reader-cert", str(forged / "reader.pem")],
+        name="forged-reader").start()
+    try:
+        p = lab.present("trusted-mdl")
+        lab.wait_card(forger)
+        read = Read(forger, lab.reader, ["family_name"])
+        kind, params = p.next_event()
+        assert kind == "mdoc.refused", (kind, params)
+        assert params["code"] == "MDOC_READER_NOT_TRUSTED" and params["reason"] == "untrusted", params
+        result, error = read.outcome()
+        assert result is None and error.code == "CARD_ERROR"
+        lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})
+        p.finish()
+        assert not asked.exists()
+    finally:
+        forger.stop()
+        if presence:
+            lab.restart()
+
+
+def test_mdoc_present_opens_only_configured_devices_for_a_caller_without_admin(lab):
+    # Issue #27 §4: as documents.read reads only the daemon's readers, mdoc.present opens for a non-admin caller only
+    # the devices of mdoc.presentDevices and --nfc-device (the daemon's own uid is admin, so the lab's calls pass).
+    open_socket_to_others(lab)
+    device = f"127.0.0.1:{lab.pcscd.port}"
+    present = ("mdoc.present", {"documentIdentifier": "no-such-mdl", "device": device, "durationSeconds": 5})
+    nfc = ("mdoc.present", {"documentIdentifier": "no-such-mdl", "device": "pn532_uart:/dev/ttyS0",
+                            "durationSeconds": 5})
+    _, out = calls_as(NOBODY, lab.daemon.socket, [present, nfc])
+    assert [o.get("code") for o in out] == ["UNAUTHORIZED", "UNAUTHORIZED"], out
+    assert all(o["data"]["field"] == "device" for o in out), out
+    config = lab.root / "mdoc-devices.json"
+    config.write_text(json.dumps({"mdoc": {"presentDevices": [device]}}))
+    lab.restart("--config", str(config))
+    try:
+        open_socket_to_others(lab)
+        _, out = calls_as(NOBODY, lab.daemon.socket, [present, nfc])
+        # The configured device passes the gate (and the registration is looked up); the other does not.
+        assert [o.get("code") for o in out] == ["MDOC_REGISTRATION_NOT_FOUND", "UNAUTHORIZED"], out
+    finally:
+        lab.restart()
 
 
 def test_an_unanswered_request_times_out_and_releases_nothing(lab):
