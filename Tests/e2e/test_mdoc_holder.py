@@ -587,6 +587,8 @@ def test_the_presence_command_approves_or_declines_for_the_user(lab):
     ({"presenceComand": ["/bin/true"]}, "unknown key 'presenceComand' in mdoc"),
     ({"presenceCommand": ["/bin/true"], "presenceTimeoutSeconds": 0}, "mdoc.presenceTimeoutSeconds 0 is out of range"),
     ({"presenceCommand": []}, "mdoc.presenceCommand must name a program"),
+    ({"presentDevices": [""]}, "mdoc.presentDevices must not hold an empty device"),
+    ({"presentDevice": ["127.0.0.1:1"]}, "unknown key 'presentDevice' in mdoc"),
 ])
 def test_a_wrong_mdoc_section_stops_start_up(tmp_path, mdoc, message):
     config = tmp_path / "tesserad.json"
@@ -595,6 +597,16 @@ def test_a_wrong_mdoc_section_stops_start_up(tmp_path, mdoc, message):
                           str(tmp_path / "state"), "--no-embedded-softhsm", "--config", str(config)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and message in out.stderr, out.stderr
+
+
+def test_an_unreadable_or_bad_reader_root_stops_start_up(tmp_path):
+    bad = tmp_path / "not-a-certificate.pem"
+    bad.write_text("not a certificate")
+    for path, message in [(tmp_path / "missing.pem", "cannot read --mdoc-reader-root"), (bad, "")]:
+        out = subprocess.run([str(BIN / "tesserad"), "--socket", str(tmp_path / "s.sock"), "--state-dir",
+                              str(tmp_path / "state"), "--no-embedded-softhsm", "--mdoc-reader-root", str(path)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and message in out.stderr, out.stderr
 
 
 def test_the_cli_lists_and_removes_registrations(lab):
