@@ -1,13 +1,16 @@
 import CBOR
 import Crypto
+import CryptoPrimitives
 import Foundation
-import ICAO
 import MDoc
 import TesseraCore
 import Testing
 
-/// The holder's pure decisions: readerAuth by signature chain to a held root listed in supportedAuthorityKeyIdentifiers, element selection, and the
-/// DeviceResponse with a deviceSignature from a signer that may wait (a token).
+@testable import ICAO
+
+/// The holder's pure decisions: readerAuth by signature chain to a held root listed in
+/// supportedAuthorityKeyIdentifiers, element selection, and the DeviceResponse with a deviceSignature from a signer
+/// that may wait (a token).
 @Suite struct HolderTests {
     typealias Reader = (root: TestCertificate, signer: TestCertificate)
 
@@ -92,6 +95,58 @@ import Testing
         let withFakeRoot = try Self.request(
             forged, chain: [forged.signer.certificate.der, forged.root.certificate.der], signedOver: transcript)
         #expect(await Self.refusalReason(withFakeRoot, transcript, roots: [root], listed: [rootSKI]) == "untrusted")
+    }
+
+    /// Annex B.1.7/B.1.8 chains may pass through an intermediate CA (sent in x5chain): validated to the root by the
+    /// RFC 5280 policy, so an intermediate that is not a CA (basicConstraints), or one under a root whose path
+    /// length is 0, does not make a chain.
+    @Test func aChainThroughAnIntermediateCAIsValidatedToTheRoot() async throws {
+        func name(_ cn: String) -> [UInt8] { TestPKI.name(country: "UT", organization: "Tessera Test", commonName: cn) }
+        func ca(pathLength: Int?) -> [UInt8] {
+            TestPKI.extensionDER(
+                "2.5.29.19", critical: true,
+                ASN1.seq([ASN1.node(ASN1.boolean, [0xFF])] + (pathLength.map { [ASN1.int($0)] } ?? [])))
+        }
+        let keyUsage = TestPKI.extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x01, 0x06]))
+        func certificate(
+            _ cn: String, issuer: TestCertificate?, extensions: (_ ski: [UInt8]) -> [[UInt8]]
+        ) throws -> TestCertificate {
+            let key = try Signatures.generateKey(.ec(curve: "prime256v1"))
+            let ski = try TestPKI.keyIdentifier(key.publicKeyDER)
+            var all = extensions(ski) + [TestPKI.extensionDER("2.5.29.14", critical: false, ASN1.octets(ski))]
+            if let issuer, let aki = issuer.certificate.subjectKeyIdentifier {
+                all.append(TestPKI.extensionDER("2.5.29.35", critical: false, ASN1.seq([ASN1.node(0x80, aki)])))
+            }
+            let made = try TestPKI.issue(
+                subject: name(cn), issuer: issuer?.certificate.subject ?? name(cn), publicKey: key.publicKeyDER,
+                signerKey: issuer?.privateKeyDER ?? key.privateKeyDER, scheme: .ecdsa(.sha256),
+                notBefore: Date(timeIntervalSinceNow: -60), days: 30, extensions: all)
+            return TestCertificate(certificate: made, privateKeyDER: key.privateKeyDER, algorithm: .p256)
+        }
+        let eku = TestPKI.extensionDER("2.5.29.37", critical: true, ASN1.seq([ASN1.oid(MDocIssuer.readerAuthEKU)]))
+        let transcript = try IssuanceTests.transcript()
+        for (rootPathLength, intermediateIsCA, trusted) in [(nil, true, true), (nil, false, false), (0, true, false)] {
+            let root = try certificate("Reader Root", issuer: nil) { _ in [ca(pathLength: rootPathLength), keyUsage] }
+            let intermediate = try certificate("Reader CA", issuer: root) { _ in
+                intermediateIsCA ? [ca(pathLength: 0), keyUsage] : [keyUsage]
+            }
+            let leaf = try certificate("Kiosk Reader", issuer: intermediate) { _ in [eku] }
+            let rootSKI = try #require(root.certificate.subjectKeyIdentifier)
+            let doc = try Self.request(
+                (intermediate, leaf), chain: [leaf.certificate.der, intermediate.certificate.der],
+                signedOver: transcript)
+            let reason = await Self.refusalReason(doc, transcript, roots: [root.certificate], listed: [rootSKI])
+            #expect(
+                reason == (trusted ? nil : "untrusted"),
+                "root path length \(String(describing: rootPathLength)), intermediate CA \(intermediateIsCA)")
+            if trusted {
+                // Without the intermediate in x5chain there is no path.
+                let leafOnly = try Self.request((intermediate, leaf), signedOver: transcript)
+                #expect(
+                    await Self.refusalReason(leafOnly, transcript, roots: [root.certificate], listed: [rootSKI])
+                        == "untrusted")
+            }
+        }
     }
 
     @Test func aReaderCertificateWithoutTheReaderAuthenticationEKUIsRefused() async throws {
