@@ -83,6 +83,8 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "ICAO",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
             ]),
 
         // MARK: Devices and storage (I/O at the edges)
@@ -283,7 +285,7 @@ let package = Package(
         .testTarget(
             name: "MDocTests",
             dependencies: [
-                "MDoc", "CBOR", "APDU", "ICAO", "TesseraCore", "TesseraTestSupport",
+                "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", "TesseraTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(

@@ -149,9 +149,13 @@ public struct COSESign1: Sendable, Equatable {
         MDocCBOR.encode(["Signature1", .byteString(protectedHeader), .byteString([]), .byteString(payload)])
     }
 
-    /// Verifies the ECDSA signature with a DER SubjectPublicKeyInfo. `detachedPayload` is used when the payload is nil.
+    /// Verifies the ECDSA signature with a DER SubjectPublicKeyInfo: over the message's own payload, or over
+    /// `detachedPayload` when given. With `detachedPayload` the message must carry no payload (ISO/IEC 18013-5
+    /// detaches deviceSignature's and readerAuth's): one that carries a payload is invalid, whatever it signs.
     public func verify(publicKey spki: [UInt8], detachedPayload: [UInt8]? = nil) -> Bool {
-        guard let hash = algorithm?.signatureHash, let content = payload ?? detachedPayload else { return false }
+        guard let hash = algorithm?.signatureHash,
+            let content = COSEPayload.content(attached: payload, detached: detachedPayload)
+        else { return false }
         let tbs = Self.toBeSigned(protectedHeader: protectedHeader, payload: content)
         return (try? Signatures.verify(signature, over: tbs, publicKey: spki, scheme: .ecdsaPlain(hash))) == true
     }
@@ -180,6 +184,15 @@ public struct COSESign1: Sendable, Equatable {
             guard let hash = algorithm.signatureHash else { throw .invalidInput("not a signature algorithm") }
             return try Signatures.sign(tbs, privateKey: der, scheme: .ecdsaPlain(hash))
         }
+    }
+}
+
+enum COSEPayload {
+    /// What a COSE message is verified over: the detached payload when the caller gives one (then the message must
+    /// carry none: nil), else the message's own.
+    static func content(attached: [UInt8]?, detached: [UInt8]?) -> [UInt8]? {
+        guard let detached else { return attached }
+        return attached == nil ? detached : nil
     }
 }
 
@@ -233,11 +246,12 @@ public struct COSEMac0: Sendable, Equatable {
                 using: SymmetricKey(data: key)))
     }
 
-    /// Checks the tag in constant time; only HMAC 256/256 (alg 5) is accepted.
+    /// Checks the tag in constant time; only HMAC 256/256 (alg 5) is accepted. With `detachedPayload` (deviceMac)
+    /// the message must carry no payload: one that does is invalid.
     public func verify(key: [UInt8], detachedPayload: [UInt8]? = nil) -> Bool {
         guard let header = try? MDocCBOR.decode(protectedHeader, "protected header"),
             header[1]?.int64Value == COSEAlgorithm.hmac256.rawValue,
-            let content = payload ?? detachedPayload
+            let content = COSEPayload.content(attached: payload, detached: detachedPayload)
         else { return false }
         return ConstantTime.equal(Self.mac(protectedHeader: protectedHeader, payload: content, key: key), tag)
     }

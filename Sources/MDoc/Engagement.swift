@@ -136,14 +136,11 @@ public enum NFCHandover {
             payload: [0x01, UInt8(carrierID.count)] + carrierID + [0x01, UInt8(auxID.count)] + auxID)
         let hsPayload = [0x15] + NDEFRecord.encodeMessage([ac])
         let hs = NDEFRecord(typeNameFormat: 1, type: Array("Hs".utf8), payload: hsPayload)
-        // NFC carrier: version 1, max command data length (2 bytes), max response data length (up to 3 bytes).
         let nfc = NDEFRecord(
             typeNameFormat: 4, type: nfcCarrierType, id: carrierID,
-            payload: [
-                0x01, 0x01, UInt8(maxCommandLength >> 8 & 0xFF), UInt8(maxCommandLength & 0xFF),
-                0x02, UInt8(maxResponseLength >> 16 & 0xFF), UInt8(maxResponseLength >> 8 & 0xFF),
-                UInt8(maxResponseLength & 0xFF),
-            ])
+            payload: NFCCarrierConfiguration(
+                maxCommandDataLength: maxCommandLength, maxResponseDataLength: maxResponseLength
+            ).payload)
         let de = NDEFRecord(typeNameFormat: 4, type: deviceEngagementType, id: auxID, payload: deviceEngagement.bytes)
         return NDEFRecord.encodeMessage([hs, nfc, de])
     }
@@ -160,6 +157,72 @@ public enum NFCHandover {
         return try DeviceEngagement(bytes: de.payload)
     }
 
+    /// The NFC carrier configuration of a Handover Select message (the `iso.org:18013:nfc` record); nil when it
+    /// has none, MALFORMED_DATA when its payload is not the form of §8.2.2.2.
+    public static func nfcCarrier(inHandoverSelect message: [UInt8]) throws(TesseraError) -> NFCCarrierConfiguration? {
+        let records = try NDEFRecord.parseMessage(message)
+        guard let record = records.first(where: { $0.typeNameFormat == 4 && $0.type == nfcCarrierType }) else {
+            return nil
+        }
+        return try NFCCarrierConfiguration(payload: record.payload)
+    }
+
     /// The SessionTranscript Handover of a static handover: `[HandoverSelect, null]`.
     public static func staticHandover(handoverSelect: [UInt8]) -> CBORValue { [.byteString(handoverSelect), .null] }
+}
+
+/// The NFC carrier configuration record's payload (ISO/IEC 18013-5 §8.2.2.2): version 0x01, then fields of a length
+/// byte (counting the type and the value), a type byte and the value: type 0x01 the maximum command data field
+/// length (2 bytes), type 0x02 the maximum response data field length (3 bytes), e.g. `01 03 01 FFFF 04 02 010000`.
+public struct NFCCarrierConfiguration: Sendable, Equatable {
+    public let maxCommandDataLength: Int
+    public let maxResponseDataLength: Int
+
+    public init(maxCommandDataLength: Int, maxResponseDataLength: Int) {
+        self.maxCommandDataLength = min(max(maxCommandDataLength, 0), 0xFFFF)
+        self.maxResponseDataLength = min(max(maxResponseDataLength, 0), 0xFF_FFFF)
+    }
+
+    /// Parses the standard form only; unknown field types are skipped, both lengths are required.
+    public init(payload: [UInt8]) throws(TesseraError) {
+        guard payload.first == 0x01 else { throw MDocCBOR.malformed("NFC carrier record version is not 1") }
+        var command: Int?, response: Int?
+        var i = 1
+        while i < payload.count {
+            let length = Int(payload[i])
+            guard length >= 1, i + 1 + length <= payload.count else {
+                throw MDocCBOR.malformed("NFC carrier record field overruns the record")
+            }
+            let type = payload[i + 1]
+            let value = payload[(i + 2)..<(i + 1 + length)]
+            let number = value.reduce(0) { $0 << 8 | Int($1) }
+            switch type {
+            case 0x01:
+                guard value.count == 2, command == nil else {
+                    throw MDocCBOR.malformed("NFC carrier max command data length is not one 2-byte field")
+                }
+                command = number
+            case 0x02:
+                guard (2...3).contains(value.count), response == nil else {
+                    throw MDocCBOR.malformed("NFC carrier max response data length is not one 2- or 3-byte field")
+                }
+                response = number
+            default: break
+            }
+            i += 1 + length
+        }
+        guard let command, let response else {
+            throw MDocCBOR.malformed("NFC carrier record lacks the max command or response data length")
+        }
+        maxCommandDataLength = command; maxResponseDataLength = response
+    }
+
+    /// `01 03 01 CCCC 04 02 RRRRRR`.
+    public var payload: [UInt8] {
+        [
+            0x01, 0x03, 0x01, UInt8(maxCommandDataLength >> 8 & 0xFF), UInt8(maxCommandDataLength & 0xFF),
+            0x04, 0x02, UInt8(maxResponseDataLength >> 16 & 0xFF), UInt8(maxResponseDataLength >> 8 & 0xFF),
+            UInt8(maxResponseDataLength & 0xFF),
+        ]
+    }
 }

@@ -2,16 +2,19 @@ import CBOR
 import Crypto
 import Foundation
 import ICAO
+import SwiftASN1
 import TesseraCore
+@_spi(FixedExpiryValidationTime) import X509
 
 /// Signs a COSE `Sig_structure` with a key that may live on a token (the call may wait for it): raw `r || s`.
 public typealias AsyncCOSESigner = @Sendable (_ toBeSigned: [UInt8]) async throws(TesseraError) -> [UInt8]
 
-/// The reader a holder trusted: its certificate's subject and the root key identifier that matched.
+/// The reader a holder trusted: its certificate's subject and the key identifier of the root its chain leads to.
 public struct MDocReaderIdentity: Sendable, Equatable {
     /// The readerAuth leaf certificate's subject (RFC 4514-style text).
     public let subject: String
-    /// Lower-case hex of the key identifier (of the chain's root) found in supportedAuthorityKeyIdentifiers.
+    /// Lower-case hex of the subject key identifier of the reader root the chain was validated to (one of the
+    /// registration's supportedAuthorityKeyIdentifiers).
     public let authorityKeyIdentifier: String
 
     public init(subject: String, authorityKeyIdentifier: String) {
@@ -21,33 +24,52 @@ public struct MDocReaderIdentity: Sendable, Equatable {
 
 /// The holder's trust check of a DocRequest's readerAuth (vendor document 001's `supportedAuthorityKeyIdentifiers`:
 /// a request is offered only when it is signed by a certificate issued under a root whose subject key identifier is
-/// listed).
+/// listed), decided by signatures up to a reader root certificate the holder holds, never by a key identifier a
+/// certificate claims.
 ///
-/// Checked, in order: readerAuth is present; its x5chain parses (leaf first); the leaf has the mdoc reader
-/// authentication extended key usage (1.0.18013.5.1.6, ISO/IEC 18013-5 Annex B); the COSE_Sign1 verifies by the leaf's
-/// key over ReaderAuthenticationBytes (this SessionTranscript and the DocRequest's ItemsRequestBytes); every
-/// certificate of the chain is valid at `now` and signed by the next one; the chain's root key identifier (see
-/// `rootKeyIdentifier`) is one of `supportedAuthorityKeyIdentifiers`. An empty list trusts nobody.
-///
-/// The holder has no root certificates, only their key identifiers: the last link (the root's signature over the
-/// top certificate of the chain) is not checked cryptographically; the identifier is what the chain claims.
+/// Checked, in order: readerAuth is present and its payload detached (ISO/IEC 18013-5 §9.1.4: a COSE_Sign1 that
+/// carries a payload is invalid, whatever it signs); its x5chain parses (leaf first); the leaf has the mdoc reader
+/// authentication extended key usage (1.0.18013.5.1.6, Annex B.1.7); the COSE_Sign1 verifies by the leaf's key over
+/// ReaderAuthenticationBytes (this SessionTranscript and the DocRequest's ItemsRequestBytes); every x5chain
+/// certificate is valid at `now` and signed by the next one (reason `invalid`); then the chain is validated
+/// (swift-certificates' `Verifier`: signatures, validity at `now`, basic constraints, name constraints, and the
+/// leaf's EKU) up to one of `roots` whose subject key identifier is in `supportedAuthorityKeyIdentifiers`
+/// (reason `untrusted` when no such root issued it). An empty list, or no such root, trusts nobody.
 public enum MDocReaderTrust {
-    /// The key identifier of the root the chain leads to: the subject key identifier of the chain's last
-    /// certificate when it is self-signed (the reader sent the root too), otherwise that certificate's authority
-    /// key identifier (RFC 5280 §4.2.1.1: the key identifier of its issuer, the root). Nil when the certificate
-    /// has no such extension.
-    public static func rootKeyIdentifier(chain: [ParsedCertificate]) -> [UInt8]? {
-        guard let top = chain.last else { return nil }
-        if top.subject == top.issuer, (try? top.isSigned(by: top)) == true { return top.subjectKeyIdentifier }
-        return top.authorityKeyIdentifier
+    /// The trusted reader, or MDOC_READER_NOT_TRUSTED with `details.reason` missing / invalid / untrusted.
+    /// `supportedAuthorityKeyIdentifiers` nil (the lab's holder): any of `roots`.
+    public static func evaluate(
+        _ request: DocRequest, sessionTranscript: SessionTranscript, roots: [ParsedCertificate],
+        supportedAuthorityKeyIdentifiers: [[UInt8]]?, now: Date
+    ) async throws(TesseraError) -> MDocReaderIdentity {
+        let chain = try signedChain(request, sessionTranscript: sessionTranscript, now: now)
+        let listed = roots.filter { root in
+            guard let supportedAuthorityKeyIdentifiers else { return true }
+            return root.subjectKeyIdentifier.map { supportedAuthorityKeyIdentifiers.contains($0) } ?? false
+        }
+        guard let root = await ReaderChainValidation.root(of: chain, among: listed, now: now) else {
+            throw refusal(
+                "untrusted",
+                listed.isEmpty
+                    ? "no reader root certificate of the holder has a key identifier in supportedAuthorityKeyIdentifiers"
+                    : "the readerAuth chain does not lead by signature to a listed reader root",
+                keyIdentifier: claimedRootKeyIdentifier(chain))
+        }
+        return MDocReaderIdentity(
+            subject: chain[0].subjectDescription, authorityKeyIdentifier: Hex.encode(root.subjectKeyIdentifier ?? []))
     }
 
-    /// The trusted reader, or MDOC_READER_NOT_TRUSTED with `details.reason` missing / invalid / untrusted.
-    public static func evaluate(
-        _ request: DocRequest, sessionTranscript: SessionTranscript, supportedAuthorityKeyIdentifiers: [[UInt8]],
-        now: Date
-    ) throws(TesseraError) -> MDocReaderIdentity {
+    /// The checks that need no root (`missing` / `invalid`): readerAuth present and detached, its x5chain, the leaf's
+    /// EKU, the signature over this session's ReaderAuthenticationBytes, validity at `now` and the links within the
+    /// x5chain. The x5chain, leaf first (never empty).
+    public static func signedChain(_ request: DocRequest, sessionTranscript: SessionTranscript, now: Date)
+        throws(TesseraError) -> [ParsedCertificate]
+    {
         guard let auth = request.readerAuth else { throw refusal("missing", "the request carries no readerAuth") }
+        guard auth.payload == nil else {
+            throw refusal(
+                "invalid", "readerAuth carries a payload; ISO/IEC 18013-5 §9.1.4 detaches it (a replayed readerAuth)")
+        }
         var chain: [ParsedCertificate] = []
         for der in auth.x5chain {
             guard let certificate = try? ParsedCertificate(der: der) else {
@@ -75,21 +97,59 @@ public enum MDocReaderTrust {
                 throw refusal("invalid", "the readerAuth x5chain is not a chain (\(certificate.subjectDescription))")
             }
         }
-        guard let root = rootKeyIdentifier(chain: chain) else {
-            throw refusal("untrusted", "the readerAuth chain names no root key identifier")
-        }
-        guard supportedAuthorityKeyIdentifiers.contains(root) else {
-            throw refusal(
-                "untrusted", "the reader's root \(Hex.encode(root)) is not in supportedAuthorityKeyIdentifiers",
-                keyIdentifier: root)
-        }
-        return MDocReaderIdentity(subject: leaf.subjectDescription, authorityKeyIdentifier: Hex.encode(root))
+        return chain
+    }
+
+    /// The root key identifier the chain claims (for the refusal's details only): the subject key identifier of the
+    /// last certificate when it is self-signed, else its authority key identifier.
+    static func claimedRootKeyIdentifier(_ chain: [ParsedCertificate]) -> [UInt8]? {
+        guard let top = chain.last else { return nil }
+        if top.subject == top.issuer, (try? top.isSigned(by: top)) == true { return top.subjectKeyIdentifier }
+        return top.authorityKeyIdentifier
     }
 
     static func refusal(_ reason: String, _ message: String, keyIdentifier: [UInt8]? = nil) -> TesseraError {
         var details: [String: JSONValue] = ["reason": .string(reason)]
         if let keyIdentifier { details["authorityKeyIdentifier"] = .string(Hex.encode(keyIdentifier)) }
         return TesseraError(.mdocReaderNotTrusted, message, details: details)
+    }
+}
+
+/// RFC 5280 path validation of a readerAuth x5chain to a reader root by swift-certificates' `Verifier`.
+enum ReaderChainValidation {
+    /// The root of `roots` that `chain` (leaf first, the rest as intermediates) validates to at `now`, or nil.
+    static func root(of chain: [ParsedCertificate], among roots: [ParsedCertificate], now: Date) async
+        -> ParsedCertificate?
+    {
+        guard !roots.isEmpty, let first = chain.first, let leaf = try? Certificate(derEncoded: first.der) else {
+            return nil
+        }
+        let anchors = roots.compactMap { try? Certificate(derEncoded: $0.der) }
+        let intermediates = chain.dropFirst().compactMap { try? Certificate(derEncoded: $0.der) }
+        var verifier = Verifier(rootCertificates: CertificateStore(anchors)) {
+            RFC5280Policy(fixedExpiryValidationTime: now)
+            ReaderAuthenticationEKUPolicy()
+        }
+        guard
+            case .validCertificate(let validated) = await verifier.validate(
+                leaf: leaf, intermediates: CertificateStore(intermediates))
+        else { return nil }
+        let top = validated.last
+        return zip(roots, roots.map { try? Certificate(derEncoded: $0.der) }).first { $0.1 == top }?.0
+    }
+}
+
+/// The leaf of a reader chain carries the mdoc reader authentication EKU (ISO/IEC 18013-5 Annex B.1.7); the EKU
+/// extension, critical there, is understood.
+struct ReaderAuthenticationEKUPolicy: VerifierPolicy {
+    static let usage = ExtendedKeyUsage.Usage(oid: [1, 0, 18013, 5, 1, 6])
+    let verifyingCriticalExtensions: [ASN1ObjectIdentifier] = [.X509ExtensionID.extendedKeyUsage]
+
+    func chainMeetsPolicyRequirements(chain: UnverifiedCertificateChain) -> PolicyEvaluationResult {
+        guard let usages = try? chain.leaf.extensions.extendedKeyUsage, usages.contains(Self.usage) else {
+            return .failsToMeetPolicy(reason: "the reader certificate lacks EKU 1.0.18013.5.1.6")
+        }
+        return .meetsPolicy
     }
 }
 

@@ -30,6 +30,9 @@ public struct DaemonOptions: Sendable {
     /// (`--mdoc-reader-cert`, PEM).
     public var mdocReaderKeyPath: String?
     public var mdocReaderCertificatePath: String?
+    /// Reader root certificates the holder trusts (`--mdoc-reader-root`, repeatable; PEM or DER files): a request's
+    /// readerAuth chain must validate to one whose key identifier the registration lists.
+    public var mdocReaderRootPaths: [String] = []
     /// Serve a CTAP 2.1 authenticator on this SOCK_SEQPACKET socket (`--ctap-socket`; overrides `ctap.socket`).
     public var ctapSocket: String?
     /// Also serve the authenticator as a virtual FIDO HID device through /dev/uhid (`--ctap-uhid`).
@@ -158,6 +161,9 @@ public struct ConfigFile: Codable, Sendable {
             throw bad("mdoc.presenceTimeoutSeconds \(t) is out of range 1…3600")
         }
         if mdoc?.presenceCommand?.isEmpty == true { throw bad("mdoc.presenceCommand must name a program") }
+        if mdoc?.presentDevices?.contains(where: \.isEmpty) == true {
+            throw bad("mdoc.presentDevices must not hold an empty device")
+        }
     }
 
     static let counterBlockRange = 1...1_000_000
@@ -206,13 +212,16 @@ public struct PINBackoffConfig: Codable, Sendable {
     }
 }
 
-/// `mdoc` section: the holder's consent besides `mdoc.approve`.
+/// `mdoc` section: the holder's consent besides `mdoc.approve`, and the devices it presents on.
 public struct MDocHolderConfig: Codable, Sendable {
     /// Program (argv) asked to approve each trusted request: the `mdoc.request` params and `uid` as JSON on stdin;
     /// exit 0 releases every requested element, another status declines.
     public var presenceCommand: [String]?
     /// Seconds the command may take; after that `mdoc.approve` alone decides (default 30).
     public var presenceTimeoutSeconds: Int?
+    /// Devices `mdoc.present` may open for callers without `admin`, besides the `--nfc-device` readers: vpcd
+    /// `HOST:PORT` addresses or libnfc connstrings.
+    public var presentDevices: [String]?
 
     public init() {}
 }

@@ -85,7 +85,7 @@ public enum Daemon {
             trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents, verifiedReads: documentReads)
         table.registerTrust(documents)
-        let iacas = try MethodTable.loadIACAs(options.iacaPaths)
+        let iacas = try MethodTable.loadCertificates(options.iacaPaths, option: "--iaca")
         let readerAuth = try MethodTable.loadReaderAuth(
             key: options.mdocReaderKeyPath, chain: options.mdocReaderCertificatePath)
         table.registerMDoc(documents, iacas: iacas, readerAuth: readerAuth)
@@ -168,12 +168,17 @@ public enum Daemon {
         var mdocLogger = logger
         mdocLogger[metadataKey: "service"] = "mdoc"
         table.registerMDocHolder(
-            MDocHolderService(passkeys: passkeys, store: MDocRegistrationStore(database: database)),
+            MDocHolderService(
+                passkeys: passkeys, store: MDocRegistrationStore(database: database),
+                readerRoots: try MethodTable.loadCertificates(options.mdocReaderRootPaths, option: "--mdoc-reader-root")
+            ),
             subscribers: subscribers,
             presence: config.mdoc?.presenceCommand.map {
                 MDocPresenceCommand(
                     argv: $0, timeout: .seconds(config.mdoc?.presenceTimeoutSeconds ?? 30), logger: mdocLogger)
-            })
+            },
+            devices: MDocPresentDevices(
+                configured: config.mdoc?.presentDevices ?? [], nfcDevices: options.nfcDevices))
         var ctapLogger = logger
         ctapLogger[metadataKey: "service"] = "ctap"
         let presence = PresenceBroker(

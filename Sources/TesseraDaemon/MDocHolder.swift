@@ -3,6 +3,7 @@ import CredentialStore
 import Foundation
 import ICAO
 import MDoc
+import Ownership
 import Passkeys
 import TesseraCore
 
@@ -66,9 +67,14 @@ final class MDocHolderService: Sendable {
 
     let passkeys: PasskeyService
     let store: MDocRegistrationStore
+    /// The reader root certificates (`--mdoc-reader-root`): a readerAuth chain must validate to one of them, and its
+    /// subject key identifier must be in the registration's supportedAuthorityKeyIdentifiers.
+    let readerRoots: [ParsedCertificate]
     let approvals = MDocApprovals()
 
-    init(passkeys: PasskeyService, store: MDocRegistrationStore) { self.passkeys = passkeys; self.store = store }
+    init(passkeys: PasskeyService, store: MDocRegistrationStore, readerRoots: [ParsedCertificate] = []) {
+        self.passkeys = passkeys; self.store = store; self.readerRoots = readerRoots
+    }
 
     /// A P-256 key generated on a PKCS#11 token; its COSE_Key (EC2). The private key never leaves the token.
     func createDeviceKey(tokenId: String?, uid: UInt32, pin: String?, caller: PINCaller, allowFinalPinTry: Bool)
@@ -139,17 +145,16 @@ final class MDocHolderService: Sendable {
     }
 
     /// The registration `documentIdentifier` if `uid` owns it (or `isAdmin`); MDOC_REGISTRATION_NOT_FOUND when it
-    /// does not exist, UNAUTHORIZED when it is another uid's.
+    /// does not exist or is another uid's, the same answer (docs/API.md, "Owners").
     func registration(_ documentIdentifier: String, uid: UInt32, isAdmin: Bool) async throws(TesseraError)
         -> MDocRegistrationRecord
     {
-        guard let record = try await store.registration(documentIdentifier) else {
+        guard let record = try await store.registration(documentIdentifier),
+            Requester(uid: uid, isAdmin: isAdmin).owns(record.ownerUid)
+        else {
             throw TesseraError(
                 .mdocRegistrationNotFound, "no mdoc registration \(documentIdentifier)",
                 details: ["documentIdentifier": .string(documentIdentifier)])
-        }
-        guard isAdmin || record.ownerUid == uid else {
-            throw TesseraError(.unauthorized, "mdoc registration \(documentIdentifier) belongs to another uid")
         }
         return record
     }
@@ -174,24 +179,25 @@ final class MDocHolderService: Sendable {
                     : "every registration of a requested docType has expired",
                 details: ["reason": .string(reason)])
         }
-        let trusted = offered.first { registration in
-            guard let doc = request.docRequests.first(where: { $0.docType == registration.docType }) else {
-                return false
+        for registration in offered {
+            guard let doc = request.docRequests.first(where: { $0.docType == registration.docType }) else { continue }
+            if (try? await MDocReaderTrust.evaluate(
+                doc, sessionTranscript: sessionTranscript, roots: readerRoots,
+                supportedAuthorityKeyIdentifiers: registration.authorityKeyIdentifiers, now: now)) != nil
+            {
+                return registration
             }
-            return
-                (try? MDocReaderTrust.evaluate(
-                    doc, sessionTranscript: sessionTranscript,
-                    supportedAuthorityKeyIdentifiers: registration.authorityKeyIdentifiers, now: now)) != nil
         }
-        return trusted ?? first
+        return first
     }
 
     /// The response to one DeviceRequest for `registration`, or a `TesseraError` saying why nothing is released:
     ///
     /// 1. the registration is `uid`'s and offered now (MDOC_NOT_OFFERED when invalidationDate or validUntil is past),
     ///    and the request has a DocRequest for its docType (MDOC_NOT_OFFERED);
-    /// 2. that DocRequest's readerAuth verifies over this `sessionTranscript` and its chain's root key identifier is
-    ///    in the registration's supportedAuthorityKeyIdentifiers (`MDocReaderTrust`; MDOC_READER_NOT_TRUSTED);
+    /// 2. that DocRequest's readerAuth is detached and verifies over this `sessionTranscript`, and its chain validates
+    ///    by signature to one of `readerRoots` whose key identifier is in the registration's
+    ///    supportedAuthorityKeyIdentifiers (`MDocReaderTrust`; MDOC_READER_NOT_TRUSTED);
     /// 3. `consent` is asked (only now: an untrusted request is never shown) and must approve (MDOC_NOT_APPROVED);
     /// 4. the approved ∩ requested ∩ held elements are released with a deviceSignature (ES256) by the token key,
     ///    with the consent's PIN if it has one (token errors such as PIN_REQUIRED pass through).
@@ -214,8 +220,8 @@ final class MDocHolderService: Sendable {
             throw TesseraError(
                 .mdocNotOffered, "the request asks for no \(registration.docType)", details: ["reason": "docType"])
         }
-        let reader = try MDocReaderTrust.evaluate(
-            doc, sessionTranscript: sessionTranscript,
+        let reader = try await MDocReaderTrust.evaluate(
+            doc, sessionTranscript: sessionTranscript, roots: readerRoots,
             supportedAuthorityKeyIdentifiers: registration.authorityKeyIdentifiers, now: now)
         let issuerSigned = try IssuerSigned(bytes: [UInt8](registration.issuerSigned))
         let requested = MDocElementSelection.requested(doc)

@@ -14,7 +14,8 @@ extension MethodTable {
     /// `mdoc.approve` and `mdoc.stop`. `mdoc.request` goes to the presenting connection and to the station UI
     /// clients (`enrollment.subscribe`) of the same uid.
     func registerMDocHolder(
-        _ service: MDocHolderService, subscribers: EnrollmentSubscribers, presence: MDocPresenceCommand? = nil
+        _ service: MDocHolderService, subscribers: EnrollmentSubscribers, presence: MDocPresenceCommand? = nil,
+        devices: MDocPresentDevices = MDocPresentDevices(configured: [], nfcDevices: [])
     ) {
         let policy = self.policy
         let running = MDocPresentations()
@@ -155,6 +156,7 @@ extension MethodTable {
         register("mdoc.present", .enroll) { p, connection in
             let request = try MDocPresentRequest(p)
             let uid = connection.peer.uid
+            if !policy.grants(.admin, to: connection.peer) { try await devices.check(request.device) }
             let registration = try await service.registration(request.documentIdentifier, uid: uid, isAdmin: false)
             guard registration.offered(at: Date()) else {
                 throw TesseraError(
@@ -355,7 +357,7 @@ final class MDocPresentations: Sendable {
 /// `mdoc.present` params: documentIdentifier, device (vpcd HOST:PORT or a libnfc connstring), durationSeconds?,
 /// approvalTimeoutSeconds?.
 struct MDocPresentRequest {
-    enum Target { case vpcd(host: String, port: Int), libnfc(String) }
+    enum Target: Equatable { case vpcd(host: String, port: Int), libnfc(String) }
     var documentIdentifier: String
     var device: String
     var target: Target
@@ -400,6 +402,28 @@ extension MDocPresentRequest {
     /// A host name or IPv4 address (or empty), not a libnfc driver name (those have `_`, or are `pcsc`).
     static func isHost(_ text: Substring) -> Bool {
         text != "pcsc" && text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }
+    }
+}
+
+/// The devices `mdoc.present` opens for a caller without `admin` (as `documents.read` reads only the daemon's
+/// readers): `mdoc.presentDevices` and the `--nfc-device` connstrings (`auto`: what libnfc lists).
+struct MDocPresentDevices: Sendable {
+    let configured: [String]
+    let nfcDevices: [String]
+
+    /// UNAUTHORIZED (`data.field` `device`) unless `device` is one of them.
+    func check(_ device: String) async throws(TesseraError) {
+        let target = MDocPresentRequest.target(device)
+        var allowed = (configured + nfcDevices.filter { $0 != "auto" }).map(MDocPresentRequest.target)
+        if nfcDevices.contains("auto"), case .libnfc = target, let context = try? NFCContext.shared() {
+            allowed += await context.listDevices().map(MDocPresentRequest.Target.libnfc)
+        }
+        guard allowed.contains(target) else {
+            throw TesseraError(
+                .unauthorized,
+                "mdoc.present opens only the daemon's configured devices (mdoc.presentDevices, --nfc-device) unless the caller has admin",
+                details: ["field": "device"])
+        }
     }
 }
 

@@ -149,12 +149,13 @@ extension MethodTable {
             elements: elements, extendedLength: try p.optionalBool("extendedLength") ?? true)
     }
 
-    /// The IACA anchors of `--iaca` paths (PEM files with one or more certificates, or DER).
-    static func loadIACAs(_ paths: [String]) throws(TesseraError) -> [ParsedCertificate] {
+    /// The certificates of `--iaca` (IACA anchors) or `--mdoc-reader-root` paths (PEM files with one or more
+    /// certificates, or DER); `option` names the flag in errors.
+    static func loadCertificates(_ paths: [String], option: String) throws(TesseraError) -> [ParsedCertificate] {
         var out: [ParsedCertificate] = []
         for path in paths {
             guard let data = FileManager.default.contents(atPath: path) else {
-                throw TesseraError(.storageError, "cannot read --iaca \(path)")
+                throw TesseraError(.storageError, "cannot read \(option) \(path)")
             }
             let bytes = [UInt8](data)
             let pem = PEM.blocks(bytes, label: "CERTIFICATE")

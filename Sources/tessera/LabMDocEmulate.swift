@@ -18,8 +18,9 @@ struct LabEmulateMDoc: AsyncParsableCommand {
             fresh DeviceEngagement) and retrieval (SELECT A0000002480400, ENVELOPE / GET RESPONSE, chained or \
             extended length). Each DeviceRequest is answered with the requested elements of DIR/issuer-signed.cbor \
             and a deviceSignature by DIR/device-key.pem. Lab behaviour: elements are released without a consent \
-            step. With --reader-root the request must carry a readerAuth whose certificate that root issued and \
-            whose signature verifies; otherwise the session ends with status 20 and nothing is released.
+            step. With --reader-root the request must carry a detached readerAuth whose chain validates to that \
+            root (signatures, validity, EKU 1.0.18013.5.1.6) and whose signature verifies; otherwise the session \
+            ends with status 20 and nothing is released.
 
             EXAMPLES
               tessera lab make-mdoc /tmp/mdl && tessera lab emulate-mdoc /tmp/mdl --vpcd 127.0.0.1:35963
@@ -83,12 +84,10 @@ struct LabEmulateMDoc: AsyncParsableCommand {
     ) async -> [UInt8]? {
         guard let doc = request.docRequests.first(where: { $0.docType == MDL.docType }) else { return nil }
         if !roots.isEmpty {
-            guard let auth = doc.readerAuth, let der = auth.x5chain.first, let cert = try? ParsedCertificate(der: der),
-                roots.contains(where: { (try? cert.isSigned(by: $0)) == true }),
-                auth.verify(
-                    publicKey: cert.subjectPublicKeyInfo,
-                    detachedPayload: DocRequest.readerAuthenticationBytes(
-                        sessionTranscript: transcript, itemsRequestBytes: doc.itemsRequestBytes))
+            guard
+                (try? await MDocReaderTrust.evaluate(
+                    doc, sessionTranscript: transcript, roots: roots, supportedAuthorityKeyIdentifiers: nil,
+                    now: Date())) != nil
             else { return nil }
         }
         return await MDocPresentation.releasingRequested(

@@ -48,7 +48,7 @@ struct LabPN532: AsyncParsableCommand {
     @Option(
         name: .customLong("reader-root"),
         help: ArgumentHelp(
-            "With --mdoc: release only to a reader whose readerAuth this root issued (PEM/DER; repeatable).",
+            "With --mdoc: release only to a reader whose readerAuth chain validates to this root (PEM/DER; repeatable).",
             valueName: "CERT"))
     var readerRoot: [String] = []
     @Option(

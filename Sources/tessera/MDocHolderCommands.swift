@@ -45,8 +45,9 @@ extension MDocCommand {
                 ISSUER-SIGNED.cbor is the IssuerSigned CBOR the issuer returned for the device key made by `tessera \
                 mdoc create-device-key`. The daemon checks that it parses, that its MSO's docType is --doc-type and \
                 that its MSO's deviceKey is the token key --key-id (MDOC_DEVICE_KEY_MISMATCH otherwise). A request is \
-                offered only when its readerAuth chains to a root whose key identifier is one of the \
-                --authority-key-id values (none: no request is offered); after --invalidation-date or the MSO's \
+                offered only when its readerAuth chain validates by signature to a reader root certificate the daemon \
+                holds (tesserad --mdoc-reader-root) whose subject key identifier is one of the --authority-key-id \
+                values (none: no request is offered); after --invalidation-date or the MSO's \
                 validUntil the registration is not offered.
 
                 EXAMPLES
@@ -122,7 +123,8 @@ extension MDocCommand {
             discussion: """
                 The daemon acts as the mdoc: NFC engagement and retrieval in a vpcd reader (--device HOST:PORT, \
                 pcscd's reader.conf CHANNELID port) or in libnfc target mode (--device CONNSTRING). A request is \
-                considered only when its readerAuth verifies and chains to a root listed in the registration; then it \
+                considered only when its readerAuth verifies and its chain validates to a daemon reader root listed in \
+                the registration; then it \
                 is printed as an `mdoc.request` line (presentationId, reader, elements) and nothing is released until \
                 `tessera mdoc approve PRESENTATION-ID` (same uid) within --approval-timeout. Declined, timed out or \
                 untrusted requests end the session with status 20 (an `mdoc.refused` line says why). Prints one JSON \
@@ -163,7 +165,8 @@ extension MDocCommand {
                 origin (scheme://host[:port]); it is bound into the SessionTranscript, so a reader signature made for \
                 another origin is refused. The daemon takes --document-id (default: the first of your offered \
                 registrations of a requested docType whose authority key identifiers trust the request's reader), \
-                checks the readerAuth against its supportedAuthorityKeyIdentifiers, then prints an `mdoc.request` \
+                checks the readerAuth chain against the daemon's reader roots that its supportedAuthorityKeyIdentifiers \
+                list, then prints an `mdoc.request` \
                 line ({"event": "mdoc.request", "params": {presentationId, origin, reader, elements, …}}) and waits \
                 for `tessera mdoc approve PRESENTATION-ID` (same uid) within --approval-timeout. Only the approved \
                 elements are released, signed by the device key on the token and encrypted (HPKE) to the reader's \

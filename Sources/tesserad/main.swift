@@ -42,7 +42,7 @@ struct Tesserad: AsyncParsableCommand {
             With --ssh-agent-socket PATH (or "sshAgent" in --config, or a second systemd socket named ssh-agent: tesserad-ssh-agent.socket), tesserad also speaks the SSH agent protocol: point SSH_AUTH_SOCK at it. It offers the SSH keys of every token (made with `tessera ssh keygen`, plus other P-256 and RSA keys on PKCS#11 tokens, also those with only a certificate, and the P-256/RSA 9A/9E keys of PIV cards that hold a certificate; never a passkey's key); a card's keys come and go with the card. `ssh-add -s TOKEN` (token id or label) logs that token in with the PIN it sends, one try, and a key that needs its token's PIN signs only after it (a login for another request does not count; a token with a PIN file counts as unlocked); `ssh-add -e TOKEN` logs it out; `ssh-add -x`/`-X` lock and unlock the agent for the calling user. Adding software keys (plain `ssh-add FILE`) is refused. Listing needs only access to the socket; signing, unlocking and locking need the `sign` permission of the policy.
 
             MOBILE DOCUMENTS (mdoc)
-            mdoc.read reads ISO/IEC 18013-5 mdocs over NFC and verifies them against --iaca (readerAuth with --mdoc-reader-key/--mdoc-reader-cert). As a holder, tesserad keeps mdocs whose device key is a P-256 key on a PKCS#11 token (mdoc.createDeviceKey, mdoc.register; `tessera mdoc`), mdoc.present shows one as an NFC mdoc in a vpcd reader or in libnfc target mode, and mdoc.respond answers an ISO/IEC 18013-7 Annex C (Digital Credentials API) request with an HPKE-encrypted response: a request is considered only when its readerAuth chains to a root listed in the registration's supportedAuthorityKeyIdentifiers, and released only after mdoc.approve by the same uid, signed by the token key (docs/MDOC.md).
+            mdoc.read reads ISO/IEC 18013-5 mdocs over NFC and verifies them against --iaca (readerAuth with --mdoc-reader-key/--mdoc-reader-cert). As a holder, tesserad keeps mdocs whose device key is a P-256 key on a PKCS#11 token (mdoc.createDeviceKey, mdoc.register; `tessera mdoc`), mdoc.present shows one as an NFC mdoc in a vpcd reader or in libnfc target mode, and mdoc.respond answers an ISO/IEC 18013-7 Annex C (Digital Credentials API) request with an HPKE-encrypted response: a request is considered only when its readerAuth chain validates by signature (and EKU) to a --mdoc-reader-root certificate whose key identifier the registration's supportedAuthorityKeyIdentifiers list, and released only after mdoc.approve by the same uid, signed by the token key (docs/MDOC.md).
 
             CTAP AUTHENTICATOR
             With --ctap-socket PATH (or "ctap" in --config), tesserad is a CTAP 2.1 authenticator (CTAPHID reports of 64 bytes, one per SOCK_SEQPACKET packet; with --ctap-uhid also a virtual FIDO HID device for browsers) whose credentials are the passkeys on the tokens: made over CTAP they appear in credentials.list and work with passkey.authenticate, and the other way round. User presence comes from ctap.presenceCommand or presence.confirm on the main socket (ctap.confirmOnSocket); without either, requests that need presence are refused. Connecting needs the sign permission, making credentials enroll. With ctap.clientPin: true it offers ClientPIN (PIN/UV auth protocols 2 and 1), user verification and credential management; the token's PIN is then the lower-case hex of LEFT(SHA-256(PIN), 16), checked with C_Login (never stored, the final try never spent over CTAP) and changed with C_SetPIN; `tessera ctap set-pin` (ctap.setPin) converts a token's PIN to that form. See docs/CTAP.md.
@@ -171,6 +171,13 @@ struct Tesserad: AsyncParsableCommand {
     var mdocReaderCert: String?
 
     @Option(
+        name: .customLong("mdoc-reader-root"),
+        help: ArgumentHelp(
+            "A reader root certificate the mdoc holder trusts (PEM or DER file; repeatable): mdoc.present and mdoc.respond answer a request only when its readerAuth chain validates to one of them (signatures, validity, EKU 1.0.18013.5.1.6) and the registration lists its subject key identifier. Every file must parse, else start-up fails.",
+            valueName: "PATH"))
+    var mdocReaderRoot: [String] = []
+
+    @Option(
         name: .customLong("ctap-socket"),
         help: ArgumentHelp(
             "Also serve a CTAP 2.1 authenticator on this SOCK_SEQPACKET Unix socket (mode 0660). See CTAP AUTHENTICATOR.",
@@ -199,6 +206,7 @@ struct Tesserad: AsyncParsableCommand {
         options.iacaPaths = iaca
         options.mdocReaderKeyPath = mdocReaderKey
         options.mdocReaderCertificatePath = mdocReaderCert
+        options.mdocReaderRootPaths = mdocReaderRoot
         options.ctapSocket = ctapSocket
         options.ctapUHID = ctapUHID
         do {

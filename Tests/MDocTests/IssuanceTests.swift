@@ -111,6 +111,48 @@ import Testing
         #expect(result.reasons == [.deviceAuthInvalid])
     }
 
+    /// Issue #27: deviceSignature's payload is detached (ISO/IEC 18013-5 §9.1.3.6). A cloned mdoc replaying a
+    /// deviceSignature captured in an earlier session, with that session's DeviceAuthenticationBytes attached, was
+    /// `authentic`: the verifier used the attached payload instead of this session's.
+    @Test func aReplayedDeviceSignatureWithItsPayloadAttachedIsNotAuthentic() throws {
+        let holder = try Self.issue()
+        let earlier = try Self.transcript()
+        let now = try Self.transcript()
+        let captured = try Self.present(holder, transcript: earlier).documents[0]
+        let deviceSigned = try #require(captured.deviceSigned)
+        var signature = try #require(deviceSigned.deviceSignature)
+        signature.payload = DeviceSigned.deviceAuthenticationBytes(
+            sessionTranscript: earlier, docType: MDL.docType, nameSpacesBytes: deviceSigned.nameSpacesBytes)
+        // The attached payload is what the device key really signed.
+        #expect(signature.verify(publicKey: Array(holder.deviceKey.publicKey.derRepresentation)))
+        let replay = DeviceResponse(documents: [
+            MDocDocument(
+                docType: MDL.docType, issuerSigned: captured.issuerSigned,
+                deviceSigned: DeviceSigned(
+                    nameSpacesBytes: deviceSigned.nameSpacesBytes, deviceSignature: signature, deviceMac: nil))
+        ])
+        for session in [now, earlier] {
+            let result = MDocVerifier.verify(
+                response: try DeviceResponse(bytes: replay.encoded), session: .init(transcript: session),
+                iacas: [holder.iaca], now: Date())[0]
+            #expect(result.verdict == .notAuthentic)
+            #expect(result.reasons == [.deviceAuthInvalid])
+            #expect(result.deviceAuthentication == .invalid)
+        }
+    }
+
+    /// The same for deviceMac (§9.1.3.5, detached): a COSE_Mac0 that carries a payload is invalid.
+    @Test func aDeviceMacCarryingAPayloadIsInvalid() {
+        let key = [UInt8](repeating: 7, count: 32)
+        let earlier: [UInt8] = [1, 2, 3], now: [UInt8] = [4, 5, 6]
+        var mac = COSEMac0(detachedPayload: earlier, key: key)
+        #expect(mac.verify(key: key, detachedPayload: earlier))
+        mac.payload = earlier
+        #expect(!mac.verify(key: key, detachedPayload: now))
+        #expect(!mac.verify(key: key, detachedPayload: earlier))
+        #expect(mac.verify(key: key))
+    }
+
     @Test func anExpiredMSOIsNotAuthentic() throws {
         let holder = try Self.issue(
             validUntil: Date(timeIntervalSinceNow: -10), validFrom: Date(timeIntervalSinceNow: -3600))
@@ -170,6 +212,33 @@ import Testing
         #expect(try NFCHandover.deviceEngagement(inHandoverSelect: message) == de)
         #expect(throws: TesseraError.self) {
             try NFCHandover.deviceEngagement(inHandoverSelect: Array(message.dropLast()))
+        }
+    }
+
+    /// ISO/IEC 18013-5 §8.2.2.2, NFC carrier configuration record: version 0x01, then per field a length byte (type
+    /// and value), the type (0x01 maximum command data length, 0x02 maximum response data length) and the value:
+    /// `01 03 01 FFFF 04 02 010000` for 65535 / 65536 (as Multipaz writes and reads it). Issue #27: Tessera wrote
+    /// `01 01 FFFF 02 010000` (no length bytes), which a Multipaz reader rejects.
+    @Test func theNFCCarrierRecordHasTheStandardForm() throws {
+        let key = try MDocECKey(uncompressedPoint: Array(P256.KeyAgreement.PrivateKey().publicKey.x963Representation))
+        let message = NFCHandover.staticHandoverSelect(deviceEngagement: try DeviceEngagement.make(eDeviceKey: key))
+        let carrier = try #require(
+            try NDEFRecord.parseMessage(message).first { $0.type == NFCHandover.nfcCarrierType })
+        #expect(carrier.payload == Hex.decode("010301ffff0402010000"))
+        #expect(carrier.id == Array("nfc".utf8))
+        let parsed = try #require(try NFCHandover.nfcCarrier(inHandoverSelect: message))
+        #expect(parsed == NFCCarrierConfiguration(maxCommandDataLength: 0xFFFF, maxResponseDataLength: 0x10000))
+        #expect(try NFCCarrierConfiguration(payload: parsed.payload) == parsed)
+        let small = NFCCarrierConfiguration(maxCommandDataLength: 255, maxResponseDataLength: 256)
+        #expect(small.payload == Hex.decode("01030100ff0402000100"))
+        #expect(try NFCCarrierConfiguration(payload: small.payload) == small)
+        // A 2-byte response length is read too; an unknown field is skipped.
+        #expect(
+            try NFCCarrierConfiguration(payload: Hex.decode("010301ffff03020100020900")!)
+                == NFCCarrierConfiguration(maxCommandDataLength: 0xFFFF, maxResponseDataLength: 0x100))
+        // The old form, a truncated field, a missing length, another version: malformed.
+        for bad in ["0101ffff02010000", "010301ffff0402", "010301ffff", "020301ffff0402010000", "01"] {
+            #expect(throws: TesseraError.self) { try NFCCarrierConfiguration(payload: Hex.decode(bad)!) }
         }
     }
 }

@@ -128,8 +128,10 @@ def tdate(t: dt.datetime) -> cbor2.CBORTag:
 
 
 def harness_mdoc(tmp: pathlib.Path, *, valid_until_days: float = 30, tamper: bool = False,
-                 wrong_device_key: bool = False) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
-    """Writes response.cbor, iaca.pem and transcript.cbor; returns their paths."""
+                 wrong_device_key: bool = False,
+                 replayed: bool = False) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+    """Writes response.cbor, iaca.pem and transcript.cbor; returns their paths. `replayed`: the deviceSignature is
+    one the device made in an earlier session, with that session's DeviceAuthenticationBytes attached."""
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     iaca, ds, ds_key = make_pki(now)
     device_key = ec.generate_private_key(ec.SECP256R1())
@@ -157,15 +159,18 @@ def harness_mdoc(tmp: pathlib.Path, *, valid_until_days: float = 30, tamper: boo
         changed["elementValue"] = "FORGED"
         items[0] = cbor2.CBORTag(24, cbor2.dumps(changed))
     # A SessionTranscript of a static NFC handover shape: [DeviceEngagementBytes, EReaderKeyBytes, [Hs, null]].
-    e_device = ec.generate_private_key(ec.SECP256R1()).public_key()
-    e_reader = ec.generate_private_key(ec.SECP256R1()).public_key()
-    engagement = cbor2.dumps({0: "1.0", 1: [1, cbor2.CBORTag(24, cbor2.dumps(cose_key(e_device)))]})
-    transcript = [cbor2.CBORTag(24, engagement), cbor2.CBORTag(24, cbor2.dumps(cose_key(e_reader))), [b"\xd1\x02\x00", None]]
+    def session() -> list:
+        e_device = ec.generate_private_key(ec.SECP256R1()).public_key()
+        e_reader = ec.generate_private_key(ec.SECP256R1()).public_key()
+        engagement = cbor2.dumps({0: "1.0", 1: [1, cbor2.CBORTag(24, cbor2.dumps(cose_key(e_device)))]})
+        return [cbor2.CBORTag(24, engagement), cbor2.CBORTag(24, cbor2.dumps(cose_key(e_reader))),
+                [b"\xd1\x02\x00", None]]
+    transcript = session()
     device_ns = cbor2.dumps({})
     device_auth = cbor2.dumps(cbor2.CBORTag(24, cbor2.dumps(
-        ["DeviceAuthentication", transcript, DOCTYPE, cbor2.CBORTag(24, device_ns)])))
+        ["DeviceAuthentication", session() if replayed else transcript, DOCTYPE, cbor2.CBORTag(24, device_ns)])))
     signing_key = ec.generate_private_key(ec.SECP256R1()) if wrong_device_key else device_key
-    device_signature = [protected, {}, None,
+    device_signature = [protected, {}, device_auth if replayed else None,
                         raw_signature(signing_key, cbor2.dumps(["Signature1", protected, b"", device_auth]))]
     response = {"version": "1.0", "documents": [{
         "docType": DOCTYPE,
@@ -207,6 +212,16 @@ def test_a_signature_by_another_device_key_is_not_authentic(tmp_path):
     rc, doc = verify(*harness_mdoc(tmp_path, wrong_device_key=True))
     assert rc == 1
     assert doc["verdict"] == "notAuthentic" and doc["reasons"] == ["DEVICE_AUTH_INVALID"]
+
+
+def test_a_replayed_device_signature_with_its_payload_attached_is_not_authentic(tmp_path):
+    # Issue #27: a cloned mdoc replays a deviceSignature from an earlier session with that session's
+    # DeviceAuthenticationBytes attached; the verifier used the attached payload and said authentic. ISO/IEC 18013-5
+    # §9.1.3.6 detaches it: a deviceSignature that carries a payload is invalid.
+    rc, doc = verify(*harness_mdoc(tmp_path, replayed=True))
+    assert rc == 1
+    assert doc["verdict"] == "notAuthentic" and doc["reasons"] == ["DEVICE_AUTH_INVALID"]
+    assert doc["checks"]["deviceAuthentication"] == "invalid"
 
 
 def test_another_iaca_is_not_authentic(tmp_path):
@@ -331,8 +346,9 @@ def base64_decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def make_reader_pki(directory: pathlib.Path) -> pathlib.Path:
-    """A reader root and a reader authentication certificate (EKU 1.0.18013.5.1.6) made with cryptography."""
+def make_reader_pki(directory: pathlib.Path, eku: bool = True) -> pathlib.Path:
+    """A reader root and a reader authentication certificate (EKU 1.0.18013.5.1.6 unless `eku` is false) made with
+    cryptography."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc)
     root_key = ec.generate_private_key(ec.SECP256R1())
@@ -345,7 +361,8 @@ def make_reader_pki(directory: pathlib.Path) -> pathlib.Path:
     reader = (x509.CertificateBuilder().subject_name(name("kiosk reader")).issuer_name(root.subject)
               .public_key(reader_key.public_key()).serial_number(x509.random_serial_number())
               .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
-              .add_extension(x509.ExtendedKeyUsage([x509.ObjectIdentifier("1.0.18013.5.1.6")]), critical=True)
+              .add_extension(x509.ExtendedKeyUsage([x509.ObjectIdentifier("1.0.18013.5.1.6" if eku else "1.3.6.1.5.5.7.3.2")]),
+                             critical=True)
               .sign(root_key, hashes.SHA256()))
     (directory / "root.pem").write_bytes(root.public_bytes(serialization.Encoding.PEM))
     (directory / "reader.pem").write_bytes(reader.public_bytes(serialization.Encoding.PEM))
@@ -367,6 +384,23 @@ def test_a_request_with_trusted_reader_auth_is_served_and_an_untrusted_one_is_no
         assert result["documents"][0]["verdict"] == "authentic"
         assert result["documents"][0]["elements"][NS] == {"family_name": "MUSTERMANN"}
         with mdoc_lab.holder("--reader-root", str(other / "root.pem")):
+            with pytest.raises(RPCError) as failure:
+                daemon.client().call("mdoc.read", {"reader": mdoc_lab.reader})
+        assert failure.value.code == "CARD_ERROR"
+    finally:
+        daemon.stop()
+
+
+def test_the_lab_holder_refuses_a_reader_certificate_without_the_reader_eku(mdoc_lab, tmp_path):
+    # Issue #27: the lab holder (--reader-root) took any certificate the root issued. ISO/IEC 18013-5 Annex B.1.7: the
+    # mdoc reader authentication certificate carries EKU 1.0.18013.5.1.6; this one is a TLS client certificate.
+    plain = make_reader_pki(tmp_path / "no-eku", eku=False)
+    daemon = Daemon(mdoc_lab.root, mdoc_lab.pcscd.env, [
+        "--no-embedded-softhsm", "--iaca", str(mdoc_lab.mdl / "iaca.pem"),
+        "--mdoc-reader-key", str(plain / "reader-key.pem"), "--mdoc-reader-cert", str(plain / "reader.pem")],
+        name="reader-no-eku").start()
+    try:
+        with mdoc_lab.holder("--reader-root", str(plain / "root.pem")):
             with pytest.raises(RPCError) as failure:
                 daemon.client().call("mdoc.read", {"reader": mdoc_lab.reader})
         assert failure.value.code == "CARD_ERROR"

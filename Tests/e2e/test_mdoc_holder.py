@@ -57,6 +57,30 @@ def reader_pki(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
     return directory, ski.digest.hex()
 
 
+def forged_reader(directory: pathlib.Path, trusted: pathlib.Path) -> pathlib.Path:
+    """A reader certificate made with the forger's own key that names the trusted root: its issuer is the root's
+    subject and its authority key identifier the root's subject key identifier (copied), EKU 1.0.18013.5.1.6."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    root = x509.load_pem_x509_certificate((trusted / "root.pem").read_bytes())
+    ski = root.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    forger_key = ec.generate_private_key(ec.SECP256R1())
+    reader_key = ec.generate_private_key(ec.SECP256R1())
+    reader = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COUNTRY_NAME, "UT"),
+                                       x509.NameAttribute(NameOID.COMMON_NAME, "kiosk reader")]))
+              .issuer_name(root.subject)
+              .public_key(reader_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+              .add_extension(x509.ExtendedKeyUsage([x509.ObjectIdentifier("1.0.18013.5.1.6")]), critical=True)
+              .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+              .sign(forger_key, hashes.SHA256()))
+    (directory / "reader.pem").write_bytes(reader.public_bytes(serialization.Encoding.PEM))
+    (directory / "reader-key.pem").write_bytes(reader_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return directory
+
+
 class Presentation:
     """A long-running holder call (`mdoc.present`, `mdoc.respond`) on its own connection: the call is sent, its
     notifications and result are read here."""
@@ -150,7 +174,9 @@ class HolderLab:
         # The same daemon (same state and token) as a reader with readerAuth and the IACAs.
         self.reader_args = ["--iaca", str(self.mdl / "iaca.pem"), "--iaca", str(self.foreign / "iaca.pem"),
                             "--mdoc-reader-key", str(self.trusted / "reader-key.pem"),
-                            "--mdoc-reader-cert", str(self.trusted / "reader.pem")]
+                            "--mdoc-reader-cert", str(self.trusted / "reader.pem"),
+                            "--mdoc-reader-root", str(self.trusted / "root.pem"),
+                            "--mdoc-reader-root", str(self.other / "root.pem")]
         self.restart()
         self.reader = self.pcscd.readers[0]
 
@@ -220,6 +246,24 @@ def test_registrations_and_what_is_offered(lab):
         lab.daemon.client().call("mdoc.present", {"documentIdentifier": "expired-mdl",
                                                   "device": f"127.0.0.1:{lab.pcscd.port}"})
     assert e.value.code == "MDOC_NOT_OFFERED"
+
+
+def test_another_uids_registration_does_not_exist_for_it(lab):
+    """Registrations are their creator's (docs/API.md, "Owners"): to another uid root's registration answers exactly
+    as one never made, and is neither listed nor removed."""
+    open_socket_to_others(lab)
+    _, out = calls_as(NOBODY, lab.daemon.socket, [
+        ("mdoc.registrations", {}),
+        ("mdoc.removeRegistration", {"documentIdentifier": "trusted-mdl"}),
+        ("mdoc.removeRegistration", {"documentIdentifier": "never-made-mdl"}),
+    ])
+    assert out[0]["result"]["registrations"] == []
+    assert out[1]["code"] == out[2]["code"] == "MDOC_REGISTRATION_NOT_FOUND", out
+    assert out[1]["data"]["documentIdentifier"] == "trusted-mdl"
+    assert {k: v for k, v in out[1]["data"].items() if k != "documentIdentifier"} == \
+        {k: v for k, v in out[2]["data"].items() if k != "documentIdentifier"}
+    regs = {r["documentIdentifier"] for r in lab.daemon.client().call("mdoc.registrations")["registrations"]}
+    assert "trusted-mdl" in regs
 
 
 def test_register_checks_the_device_key_the_doctype_and_duplicates(lab):
@@ -338,6 +382,71 @@ def test_a_request_without_reader_auth_gets_nothing(lab):
         p.finish()
     finally:
         plain.stop()
+
+
+@pytest.mark.parametrize("presence", [False, True])
+def test_a_forged_reader_certificate_naming_the_trusted_root_gets_nothing(lab, presence):
+    # Issue #27: trust was the root key identifier the chain claimed, so a leaf signed by the forger's own key whose
+    # authority key identifier copies the trusted root's was trusted, and with mdoc.presenceCommand answered
+    # automatically. The chain is now validated by signature to a --mdoc-reader-root certificate.
+    forged = forged_reader(lab.root / "forged", lab.trusted)
+    asked = lab.root / "forged-presence-asked"
+    extra: list[str] = []
+    if presence:
+        pin = lab.root / "holder.pin"
+        pin.write_text(PIN)
+        config = lab.root / "mdoc-forged.json"
+        config.write_text(json.dumps({
+            "pinFiles": {"holder": str(pin)},
+            "mdoc": {"presenceCommand": ["/bin/sh", "-c", f"cat >> {asked}; exit 0"], "presenceTimeoutSeconds": 20}}))
+        extra = ["--config", str(config)]
+        lab.restart(*extra)
+    forger = Daemon(lab.root, lab.pcscd.env, [
+        "--no-embedded-softhsm", "--iaca", str(lab.mdl / "iaca.pem"),
+        "--mdoc-reader-key", str(forged / "reader-key.pem"), "--mdoc-reader-cert", str(forged / "reader.pem")],
+        name="forged-reader").start()
+    try:
+        p = lab.present("trusted-mdl")
+        lab.wait_card(forger)
+        read = Read(forger, lab.reader, ["family_name"])
+        kind, params = p.next_event()
+        assert kind == "mdoc.refused", (kind, params)
+        assert params["code"] == "MDOC_READER_NOT_TRUSTED" and params["reason"] == "untrusted", params
+        result, error = read.outcome()
+        assert result is None and error.code == "CARD_ERROR"
+        lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})
+        p.finish()
+        assert not asked.exists()
+    finally:
+        forger.stop()
+        if presence:
+            lab.restart()
+
+
+def test_mdoc_present_opens_only_configured_devices_for_a_caller_without_admin(lab):
+    # Issue #27 §4: as documents.read reads only the daemon's readers, mdoc.present opens for a non-admin caller only
+    # the devices of mdoc.presentDevices and --nfc-device (the daemon's own uid is admin, so the lab's calls pass).
+    open_socket_to_others(lab)
+    device = f"127.0.0.1:{lab.pcscd.port}"
+    present = ("mdoc.present", {"documentIdentifier": "no-such-mdl", "device": device, "durationSeconds": 5})
+    nfc = ("mdoc.present", {"documentIdentifier": "no-such-mdl", "device": "pn532_uart:/dev/ttyS0",
+                            "durationSeconds": 5})
+    _, out = calls_as(NOBODY, lab.daemon.socket, [present, nfc])
+    assert [o.get("code") for o in out] == ["UNAUTHORIZED", "UNAUTHORIZED"], out
+    assert all(o["data"]["field"] == "device" for o in out), out
+    # A second daemon (not a restart of the lab's: two quick restarts after a read leave the next vpcd card unseen)
+    # configured with the device.
+    config = lab.root / "mdoc-devices.json"
+    config.write_text(json.dumps({"mdoc": {"presentDevices": [device]}}))
+    configured = Daemon(lab.root, {**lab.softhsm.env, **lab.pcscd.env}, [*lab.base, "--config", str(config)],
+                        name="present-devices").start()
+    try:
+        os.chmod(configured.socket, 0o666)
+        _, out = calls_as(NOBODY, configured.socket, [present, nfc])
+        # The configured device passes the gate (and the registration is looked up); the other does not.
+        assert [o.get("code") for o in out] == ["MDOC_REGISTRATION_NOT_FOUND", "UNAUTHORIZED"], out
+    finally:
+        configured.stop()
 
 
 def test_an_unanswered_request_times_out_and_releases_nothing(lab):
@@ -499,6 +608,8 @@ def test_the_presence_command_approves_or_declines_for_the_user(lab):
     ({"presenceComand": ["/bin/true"]}, "unknown key 'presenceComand' in mdoc"),
     ({"presenceCommand": ["/bin/true"], "presenceTimeoutSeconds": 0}, "mdoc.presenceTimeoutSeconds 0 is out of range"),
     ({"presenceCommand": []}, "mdoc.presenceCommand must name a program"),
+    ({"presentDevices": [""]}, "mdoc.presentDevices must not hold an empty device"),
+    ({"presentDevice": ["127.0.0.1:1"]}, "unknown key 'presentDevice' in mdoc"),
 ])
 def test_a_wrong_mdoc_section_stops_start_up(tmp_path, mdoc, message):
     config = tmp_path / "tesserad.json"
@@ -507,6 +618,16 @@ def test_a_wrong_mdoc_section_stops_start_up(tmp_path, mdoc, message):
                           str(tmp_path / "state"), "--no-embedded-softhsm", "--config", str(config)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and message in out.stderr, out.stderr
+
+
+def test_an_unreadable_or_bad_reader_root_stops_start_up(tmp_path):
+    bad = tmp_path / "not-a-certificate.pem"
+    bad.write_text("not a certificate")
+    for path, message in [(tmp_path / "missing.pem", "cannot read --mdoc-reader-root"), (bad, "")]:
+        out = subprocess.run([str(BIN / "tesserad"), "--socket", str(tmp_path / "s.sock"), "--state-dir",
+                              str(tmp_path / "state"), "--no-embedded-softhsm", "--mdoc-reader-root", str(path)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and message in out.stderr, out.stderr
 
 
 def test_the_cli_lists_and_removes_registrations(lab):

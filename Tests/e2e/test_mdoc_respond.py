@@ -26,7 +26,7 @@ from pymdoccbor.mdoc.verifier import MdocCbor
 from annexc_hpke import SUITE, b64url, session_transcript, unb64url
 from annexc_hpke import main as annexc
 from tessera_harness import BIN, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM
-from test_mdoc_holder import DOCTYPE, NS, PIN, Presentation, reader_pki
+from test_mdoc_holder import DOCTYPE, NS, PIN, Presentation, forged_reader, reader_pki
 
 ORIGIN = "https://verifier.example"
 
@@ -45,9 +45,10 @@ class Verifier:
         return session_transcript(self.encryption_info, origin)
 
     def request(self, elements: list[str], *, origin: str = ORIGIN, signed: bool = True, doc_type: str = DOCTYPE,
-                signed_for: str | None = None) -> dict:
+                signed_for: str | None = None, attached: bool = False) -> dict:
         """The request data {deviceRequest, encryptionInfo}; readerAuth signed over ReaderAuthentication with the
-        SessionTranscript of `signed_for` (default: `origin`)."""
+        SessionTranscript of `signed_for` (default: `origin`), that payload carried in the COSE_Sign1 when
+        `attached`."""
         items = cbor2.dumps({"docType": doc_type, "nameSpaces": {NS: {e: False for e in elements}}})
         doc = {"itemsRequest": cbor2.CBORTag(24, items)}
         if signed:
@@ -58,8 +59,8 @@ class Verifier:
             der = self.reader_key.sign(cbor2.dumps(["Signature1", protected, b"", reader_auth_bytes]),
                                        ec.ECDSA(hashes.SHA256()))
             r, s = decode_dss_signature(der)
-            doc["readerAuth"] = [protected, {33: self.reader_cert.public_bytes(serialization.Encoding.DER)}, None,
-                                 r.to_bytes(32, "big") + s.to_bytes(32, "big")]
+            doc["readerAuth"] = [protected, {33: self.reader_cert.public_bytes(serialization.Encoding.DER)},
+                                 reader_auth_bytes if attached else None, r.to_bytes(32, "big") + s.to_bytes(32, "big")]
         device_request = cbor2.dumps({"version": "1.0", "docRequests": [doc]})
         return {"deviceRequest": b64url(device_request), "encryptionInfo": self.encryption_info}
 
@@ -81,12 +82,15 @@ class RespondLab:
         trusted_dir, self.trusted_id = reader_pki(root / "trusted")
         other_dir, self.other_id = reader_pki(root / "other")
         self.daemon = Daemon(root, self.softhsm.env,
-                             ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"]).start()
+                             ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+                              "--mdoc-reader-root", str(trusted_dir / "root.pem"),
+                              "--mdoc-reader-root", str(other_dir / "root.pem")]).start()
         self.token = self.daemon.client().call("tokens.list")["tokens"][0]["id"]
         self.foreign = self.make("foreign", "foreign-mdl", self.other_id)
         self.mdl = self.make("mdl", "trusted-mdl", self.trusted_id)
         self.verifier = Verifier(trusted_dir)
         self.stranger = Verifier(other_dir)
+        self.forger = Verifier(forged_reader(root / "forged", trusted_dir))
 
     def make(self, directory: str, document_id: str, authority_key_id: str) -> pathlib.Path:
         d = self.root / directory
@@ -212,6 +216,27 @@ def test_reader_auth_over_another_origins_transcript_is_refused(lab):
     lab.approve(ask["presentationId"], approve=False)
     call.next_event()
     call.sock.close()
+
+
+def test_a_real_verifiers_reader_auth_with_its_payload_attached_is_refused(lab):
+    # Issue #27: a hostile origin reuses a real verifier's readerAuth (with the ReaderAuthenticationBytes it signed
+    # attached) beside its own EncryptionInfo. The attached payload was verified instead of this request's, so the
+    # user was asked on the real verifier's name. ISO/IEC 18013-5 §9.1.4 detaches readerAuth's payload.
+    real = lab.verifier.request(["family_name", "portrait"], attached=True)
+    hostile = {**real, "encryptionInfo": lab.stranger.encryption_info}
+    error = lab.refused(hostile, origin="https://evil.example")
+    assert error["code"] == "MDOC_READER_NOT_TRUSTED" and error["reason"] == "invalid", error
+    # Attached is invalid even where the signature is right.
+    error = lab.refused(real)
+    assert error["code"] == "MDOC_READER_NOT_TRUSTED" and error["reason"] == "invalid", error
+
+
+def test_a_forged_reader_leaf_naming_the_trusted_root_is_refused(lab):
+    # Issue #27: a leaf signed by the forger's own key, its authority key identifier copied from the trusted root.
+    error = lab.refused(lab.forger.request(["family_name"]))
+    assert error["code"] == "MDOC_READER_NOT_TRUSTED" and error["reason"] == "untrusted", error
+    error = lab.refused(lab.forger.request(["family_name"]), documentIdentifier="trusted-mdl")
+    assert error["code"] == "MDOC_READER_NOT_TRUSTED" and error["reason"] == "untrusted", error
 
 
 def test_a_reader_under_a_root_not_listed_gets_nothing(lab):

@@ -5,11 +5,12 @@ import TesseraCore
 extension TestPKI {
     /// A throw-away root CA and one signer certificate it issued, for document families other than ICAO 9303
     /// (an ISO/IEC 18013-5 IACA and document signer, a reader root and reader certificate). `country` (two
-    /// letters) is put into both names when given; `signerExtendedKeyUsage` adds a critical EKU extension.
+    /// letters) is put into both names when given; `signerExtendedKeyUsage` adds a critical EKU extension;
+    /// `signerAuthorityKeyIdentifier` replaces the signer's authority key identifier (a forgery naming another root).
     public static func generateChain(
         rootCommonName: String, signerCommonName: String, country: String? = nil,
         organization: String = "Tessera Test", algorithm: TestKeyAlgorithm = .p256,
-        signerExtendedKeyUsage: String? = nil,
+        signerExtendedKeyUsage: String? = nil, signerAuthorityKeyIdentifier: [UInt8]? = nil,
         notBefore: Date = Date(timeIntervalSinceNow: -86_400), rootValidityDays: Int = 365 * 9,
         signerValidityDays: Int = 365
     ) throws(TesseraError) -> (root: TestCertificate, signer: TestCertificate) {
@@ -36,7 +37,8 @@ extension TestPKI {
         var extensions = [
             extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x07, 0x80])),
             extensionDER("2.5.29.14", critical: false, ASN1.octets(try keyIdentifier(signerKey.publicKeyDER))),
-            extensionDER("2.5.29.35", critical: false, ASN1.seq([ASN1.node(0x80, rootSKI)])),
+            extensionDER(
+                "2.5.29.35", critical: false, ASN1.seq([ASN1.node(0x80, signerAuthorityKeyIdentifier ?? rootSKI)])),
         ]
         if let eku = signerExtendedKeyUsage {
             extensions.append(extensionDER("2.5.29.37", critical: true, ASN1.seq([ASN1.oid(eku)])))

@@ -16,7 +16,9 @@ enum MDocTarget {
         let (selector, bytes) = input.selectorAndRest
         switch selector % 8 {
         case 0: _ = try? DeviceEngagement(bytes: bytes)
-        case 1: _ = try? NFCHandover.deviceEngagement(inHandoverSelect: bytes)
+        case 1:
+            _ = try? NFCHandover.deviceEngagement(inHandoverSelect: bytes)
+            _ = try? NFCHandover.nfcCarrier(inHandoverSelect: bytes)
         case 2: _ = try? SessionEstablishment(bytes: bytes)
         case 3: _ = try? SessionData(bytes: bytes)
         case 4:
@@ -29,9 +31,8 @@ enum MDocTarget {
                     if let auth = doc.readerAuth, let der = auth.x5chain.first {
                         _ = auth.verify(publicKey: der, detachedPayload: payload)
                     }
-                    // The holder's decision: x5chain certificates, chain links, root key identifier.
-                    _ = try? MDocReaderTrust.evaluate(
-                        doc, sessionTranscript: transcript, supportedAuthorityKeyIdentifiers: [[0x01]], now: now)
+                    // The holder's checks before the root: detached payload, x5chain certificates, EKU, links.
+                    _ = try? MDocReaderTrust.signedChain(doc, sessionTranscript: transcript, now: now)
                     _ = MDocElementSelection.requested(doc)
                 }
             }
