@@ -306,6 +306,26 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
         }
     }
 
+    /// A client floods requests without reading a single answer, then closes: the answers the server still holds
+    /// (written, pending and BUSY) are dropped without one completion starting the next (a chain as deep as the
+    /// flood overflowed the event loop's stack), and the server keeps serving.
+    @Test(arguments: [1_000, 10_000, 50_000])
+    func aFloodOfUnreadRequestsThenACloseLeavesTheServerServing(requests: Int) async throws {
+        try await withServer { path, server in
+            for _ in 0..<2 {
+                try await floodAndClose(path: path, requests: requests)
+                let other = try await RPCClient.connect(path: path)
+                let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+                while server.statistics().open > 1, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(server.statistics().open == 1)
+                #expect(try await other.call("echo", ["alive": true]) == ["alive": true])
+                await other.close()
+            }
+        }
+    }
+
     @Test func batchAndInvalidEnvelope() async throws {
         try await withServer { path, _ in
             let c = try await RPCClient.connect(path: path)
@@ -324,4 +344,29 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
             #expect(try await c.call("echo", [2]) == [2])
         }
     }
+}
+
+/// Connects without ever reading, writes `requests` echo requests as fast as the server takes them (it stops reading
+/// once their answers pile up), then closes with the answers unread.
+func floodAndClose(path: String, requests: Int) async throws {
+    let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        .channelOption(.autoRead, value: false)
+        .connect(unixDomainSocketPath: path).get()
+    final class Counter: Sendable { let n = Atomic<Int>(0) }
+    let written = Counter()
+    var chunk = ByteBuffer()
+    for i in 0..<requests {
+        chunk.writeString(#"{"jsonrpc":"2.0","id":\#(i),"method":"echo"}"# + "\n")
+        if chunk.readableBytes >= 1 << 16 || i == requests - 1 {
+            channel.writeAndFlush(chunk).whenSuccess { written.n.wrappingAdd(1, ordering: .relaxed) }
+            chunk = ByteBuffer()
+        }
+    }
+    // Until the server stops taking bytes (or takes them all).
+    var last = -1
+    while written.n.load(ordering: .relaxed) != last {
+        last = written.n.load(ordering: .relaxed)
+        try await Task.sleep(for: .milliseconds(500))
+    }
+    try await channel.close()
 }
