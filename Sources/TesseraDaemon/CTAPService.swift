@@ -611,6 +611,8 @@ struct CTAPSocketService: Service {
     let group: UInt32?
     let hub: CTAPHIDHub
     let policy: Policy
+    /// The connection bounds shared with the daemon's other sockets; a refused connection is closed.
+    let gate: ConnectionGate
     let logger: Logger
 
     func run() async throws {
@@ -649,7 +651,16 @@ struct CTAPSocketService: Service {
                         close(fd)
                         continue
                     }
-                    group.addTask { await serve(fd: fd, peer: peer) }
+                    let ticket: ConnectionGate.Ticket
+                    do throws(TesseraError) { ticket = try gate.admit(uid: peer.uid) } catch {
+                        logger.notice("ctap: connection refused: \(error.message)")
+                        close(fd)
+                        continue
+                    }
+                    group.addTask {
+                        await serve(fd: fd, peer: peer)
+                        ticket.release()
+                    }
                 }
                 await hub.shutdownAll()
             }

@@ -134,12 +134,15 @@ struct EchoDispatcher: RPCDispatcher {
     }
 }
 
-func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throws -> Void) async throws {
+func withServer(
+    maxFrame: Int = 1 << 20, gate: ConnectionGate = ConnectionGate(), _ body: (String, RPCServer) async throws -> Void
+) async throws {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpc-\(UUID().uuidString)")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
     let path = dir.appendingPathComponent("s.sock").path
-    let server = RPCServer(dispatcher: EchoDispatcher(), logger: Logger(label: "test"), maxFrameBytes: maxFrame)
+    let server = RPCServer(
+        dispatcher: EchoDispatcher(), logger: Logger(label: "test"), maxFrameBytes: maxFrame, gate: gate)
     let (ready, readyCont) = AsyncStream.makeStream(of: Void.self)
     let task = Task { try await server.run(on: .path(path)) { readyCont.yield() } }
     for await _ in ready { break }
@@ -326,6 +329,31 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
         }
     }
 
+    @Test func aConnectionBeyondItsUidsBoundIsAnsweredBusyAndClosed() async throws {
+        try await withServer(gate: ConnectionGate(maxConnections: 8, maxConnectionsPerUid: 2)) { path, server in
+            let first = try await RPCClient.connect(path: path)
+            let second = try await RPCClient.connect(path: path)
+            #expect(try await first.call("echo", [1]) == [1])
+            #expect(try await second.call("echo", [2]) == [2])
+            let third = try await RPCClient.connect(path: path)
+            var it = third.notifications.makeAsyncIterator()
+            let refusal = await it.next()
+            #expect(refusal?.params["data"]?["code"]?.stringValue == "BUSY")
+            #expect(refusal?.params["data"]?["retryable"]?.boolValue == true)
+            await third.waitClosed()
+            #expect(server.statistics().refused == 1)
+            // A place freed by a close is taken again.
+            await first.close()
+            let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+            while server.gate.statistics().open > 1, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            let fourth = try await RPCClient.connect(path: path)
+            #expect(try await fourth.call("echo", [4]) == [4])
+            #expect(try await second.call("echo", [2]) == [2])
+        }
+    }
+
     @Test func batchAndInvalidEnvelope() async throws {
         try await withServer { path, _ in
             let c = try await RPCClient.connect(path: path)
@@ -369,4 +397,30 @@ func floodAndClose(path: String, requests: Int) async throws {
         try await Task.sleep(for: .milliseconds(500))
     }
     try await channel.close()
+}
+
+@Suite struct ConnectionGateTests {
+    @Test func oneUidAtItsBoundLeavesTheOthersTheirPlaces() throws {
+        let gate = ConnectionGate(maxConnections: 5, maxConnectionsPerUid: 2)
+        let a = try (0..<2).map { _ in try gate.admit(uid: 1000) }
+        #expect(throws: TesseraError.self) { try gate.admit(uid: 1000) }
+        let b = try gate.admit(uid: 1001)
+        _ = try gate.admit(uid: 1002)
+        _ = try gate.admit(uid: 1002)
+        // Five open: the total refuses even a uid with none.
+        do {
+            _ = try gate.admit(uid: 1003)
+            Issue.record("admitted past maxConnections")
+        } catch {
+            #expect(error.code == .busy && error.retryable)
+        }
+        b.release()
+        b.release()  // once only
+        #expect(gate.statistics().open == 4)
+        _ = try gate.admit(uid: 1003)
+        #expect(throws: TesseraError.self) { try gate.admit(uid: 1001) }
+        a[0].release()
+        _ = try gate.admit(uid: 1000)
+        #expect(gate.statistics().refused == 3)
+    }
 }
