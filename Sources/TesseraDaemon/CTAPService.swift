@@ -522,6 +522,8 @@ actor CTAPHIDHub {
         let owner = nextOwner
         nextOwner += 1
         connections[owner] = connection
+        // The channel quota is per uid: one uid's INIT flood never takes another uid's channels.
+        if let uid = connection.peer?.uid { device.join(owner: owner, group: UInt64(uid)) }
         if ticker == nil {
             ticker = Task { [weak self] in
                 while !Task.isCancelled {
