@@ -424,3 +424,30 @@ func floodAndClose(path: String, requests: Int) async throws {
         #expect(gate.statistics().refused == 3)
     }
 }
+
+@Suite struct PacketConnectionTests {
+    /// Packets queued faster than the peer reads stay one packet each, in order (NIO would join writes queued
+    /// together into one packet), and packets read arrive one by one.
+    @Test func queuedPacketsAreWrittenOneEachAndReadOneEach() async throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &fds) == 0)
+        let peer = fds[1]
+        let connection = try await PacketConnection.adopt(fds[0], maxPacketBytes: 64)
+        let count = 2000
+        connection.send((0..<count).map { i in [UInt8](repeating: UInt8(i & 0xFF), count: 63) + [UInt8(i >> 8)] })
+        var buffer = [UInt8](repeating: 0, count: 256)
+        for i in 0..<count {
+            let n = buffer.withUnsafeMutableBytes { recv(peer, $0.baseAddress, $0.count, 0) }
+            #expect(n == 64)
+            #expect(buffer[0] == UInt8(i & 0xFF) && buffer[63] == UInt8(i >> 8))
+            if n != 64 { break }
+        }
+        for i in 0..<3 {
+            let packet = [UInt8](repeating: UInt8(i), count: 10 + i)
+            _ = packet.withUnsafeBytes { send(peer, $0.baseAddress, $0.count, 0) }
+        }
+        for i in 0..<3 { #expect(await connection.next() == [UInt8](repeating: UInt8(i), count: 10 + i)) }
+        close(peer)
+        #expect(await connection.next() == nil)
+    }
+}
