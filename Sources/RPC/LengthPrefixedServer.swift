@@ -89,6 +89,9 @@ public final class LengthPrefixedServer: Sendable {
         let eventLoop = connection.channel.eventLoop
         await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) {
             while case .frame(let frame) = await connection.inbox.next() {
+                // The frames left when the connection closed (the decoder hands over all it holds then) are
+                // dropped: their replies could not be written.
+                if connection.inbox.isClosed { continue }
                 let reply = await handler.handle(frame, connectionID: connection.id, peer: connection.peer)
                 let handler = connection.handler
                 eventLoop.runOnLoop { handler.value.reply(reply) }
