@@ -318,8 +318,10 @@ func withServer(
             for _ in 0..<2 {
                 try await floodAndClose(path: path, requests: requests)
                 let other = try await RPCClient.connect(path: path)
+                #expect(try await other.call("echo", ["alive": true]) == ["alive": true])
+                // The flooding connection (and the previous round's) go away; only this one stays.
                 let deadline = ContinuousClock.now.advanced(by: .seconds(30))
-                while server.statistics().open > 1, ContinuousClock.now < deadline {
+                while server.statistics().open != 1, ContinuousClock.now < deadline {
                     try await Task.sleep(for: .milliseconds(20))
                 }
                 #expect(server.statistics().open == 1)
