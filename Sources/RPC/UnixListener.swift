@@ -12,8 +12,8 @@ enum UnixListener {
     typealias Listener<Connection: Sendable> = NIOAsyncChannel<Connection?, Never>
 
     /// `configure` installs the protocol's handlers on a new connection's pipeline, on its event loop and before
-    /// it reads anything, and returns what `accept` hands to `serve`. A connection the gate refuses gets
-    /// `refusal(error)` (when not nil) and is closed; it holds its place in the gate until it is closed.
+    /// it reads anything, and returns what `accept` hands to `serve`. A connection the gate admits holds its place
+    /// until it is closed; one it refuses gets `refusal(error)` (when not nil) and is closed, reading nothing.
     static func bind<Connection: Sendable>(
         _ address: RPCListenAddress, group: MultiThreadedEventLoopGroup, allowRemoteHalfClosure: Bool,
         gate: ConnectionGate, refusal: @escaping @Sendable (TesseraError) -> ByteBuffer?,
