@@ -871,7 +871,7 @@ def test_hmac_secret_migration_keeps_older_rows(ctap):
 
 def test_connections_are_served_on_the_event_loops_within_the_connection_bounds(tmp_path, softhsm):
     """CTAP connections take no thread each, and count against maxConnectionsPerUid: one uid at its bound is
-    refused (closed) while another uid is still served."""
+    refused (closed) while another uid is still served, and that uid's INIT flood leaves the first uid's channels."""
     d = CTAPDaemon(tmp_path, softhsm, extra={"socketMode": "0666"},
                    top={"maxConnections": 32, "maxConnectionsPerUid": 12})
     cfg = json.loads((tmp_path / "config.json").read_text())
@@ -917,6 +917,27 @@ def test_connections_are_served_on_the_event_loops_within_the_connection_bounds(
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.WEXITSTATUS(status) == 0, "nobody's CTAP connections were not served"
+        # An INIT flood of that uid (past the device's 1024 channels) does not take root's channel.
+        victim = mine[0].open()
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                flood = Raw(d.sock)
+                for _ in range(1100):
+                    flood.open()
+                code = 0
+            except BaseException as e:
+                os.write(2, f"child: {e!r}\n".encode())
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, "nobody's INIT flood failed"
+        mine[0].send(victim, 0x01, b"still mine")
+        assert mine[0].recv() == (victim, 0x81, b"still mine")
         # A place freed is taken again, and every connection still answers.
         mine.pop().s.close()
         for _ in range(100):
