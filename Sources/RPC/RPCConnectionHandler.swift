@@ -60,6 +60,11 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    func channelActive(context: ChannelHandlerContext) {
+        context.fireChannelActive()
+        if server.isShuttingDown { context.close(mode: .input, promise: nil) }
+    }
+
     func read(context: ChannelHandlerContext) {
         if refusing || !waiting.isEmpty { readHeld = true } else { context.read() }
     }

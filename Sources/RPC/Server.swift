@@ -220,14 +220,13 @@ public final class RPCServer: Sendable {
     }
 
     public func shutdown() {
-        let channels: [Channel] = state.withLock { s in
+        let (listener, connections): (Channel?, [Channel]) = state.withLock { s in
             s.shuttingDown = true
-            return (s.listener.map { [$0] } ?? []) + Array(s.connections.values)
+            return (s.listener, Array(s.connections.values))
         }
-        for (i, c) in channels.enumerated() {
-            // The listener closes fully; connections stop reading so in-flight requests can still be answered.
-            c.close(mode: i == 0 ? .all : .input, promise: nil)
-        }
+        // The listener closes fully; connections stop reading so in-flight requests can still be answered.
+        listener?.close(promise: nil)
+        for c in connections { Self.closeInput(c) }
     }
 
     /// A new connection's identity and notification path (on its event loop, before it reads anything).
@@ -259,7 +258,16 @@ public final class RPCServer: Sendable {
             s.clients[connection.id] = connection
             return s.shuttingDown
         }
-        if shuttingDown { channel.close(mode: .input, promise: nil) }
+        if shuttingDown { Self.closeInput(channel) }
+    }
+
+    /// Stops a connection's reading, on its event loop. NIO may close the input of an active channel only: one still
+    /// being set up (accepted, not yet registered) has it closed by its handler once it is active (`channelActive`
+    /// sees the shutdown).
+    static func closeInput(_ channel: any Channel) {
+        channel.eventLoop.execute {
+            if channel.isActive { channel.close(mode: .input, promise: nil) }
+        }
     }
 
     private func serve(_ connection: RPCConnection) async {

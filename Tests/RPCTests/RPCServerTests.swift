@@ -356,6 +356,36 @@ func withServer(
         }
     }
 
+    /// A shutdown that finds connections still being set up (accepted, not yet registered with their event loop)
+    /// stops their reading once they are active: NIO may not close the input of a channel before that.
+    @Test func aShutdownWhileConnectionsAreAcceptedStopsThemCleanly() async throws {
+        for _ in 0..<5 {
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpc-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: dir) }
+            let path = dir.appendingPathComponent("s.sock").path
+            let server = RPCServer(dispatcher: EchoDispatcher(), logger: Logger(label: "test"))
+            let (ready, readyCont) = AsyncStream.makeStream(of: Void.self)
+            let task = Task { try await server.run(on: .path(path)) { readyCont.yield() } }
+            for await _ in ready { break }
+            let connecting = Task {
+                await withTaskGroup(of: Void.self) { group in
+                    for _ in 0..<64 {
+                        group.addTask {
+                            let channel = try? await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                                .connect(unixDomainSocketPath: path).get()
+                            try? await channel?.close()
+                        }
+                    }
+                }
+            }
+            try await Task.sleep(for: .milliseconds(2))
+            server.shutdown()
+            await connecting.value
+            _ = await task.result
+        }
+    }
+
     @Test func batchAndInvalidEnvelope() async throws {
         try await withServer { path, _ in
             let c = try await RPCClient.connect(path: path)
@@ -432,7 +462,7 @@ func floodAndClose(path: String, requests: Int) async throws {
     /// together into one packet), and packets read arrive one by one.
     @Test func queuedPacketsAreWrittenOneEachAndReadOneEach() async throws {
         var fds: [Int32] = [0, 0]
-        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &fds) == 0)
+        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
         let peer = fds[1]
         let connection = try await PacketConnection.adopt(fds[0], maxPacketBytes: 64)
         let count = 2000
