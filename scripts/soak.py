@@ -366,7 +366,11 @@ def main() -> int:
     # follow a wrong PIN into PIN_BACKOFF: the soak measures the daemon under a steady mix, so the back-off is off
     # here (it has its own end-to-end tests: test_piv.py, test_bad_input.py).
     config = root / "tesserad.json"
-    config.write_text(json.dumps({"pinBackoff": {"initialSeconds": 0}}))
+    # All of them also share one uid's connection bound (maxConnectionsPerUid, default 32): it is raised to fit
+    # the clients and the abusive connections beside them.
+    bound = min(65536, max(256, 4 * args.clients))
+    config.write_text(json.dumps({"pinBackoff": {"initialSeconds": 0}, "maxConnections": bound,
+                                  "maxConnectionsPerUid": bound}))
     daemon = Daemon(root, hsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
                                     "--config", str(config)]).start()
     failures: list[str] = []

@@ -18,7 +18,10 @@ enum SSHAgentBench {
         let pinFile = work + "/pin"
         try Data("1234".utf8).write(to: URL(fileURLWithPath: pinFile))
         let config = work + "/tesserad.json"
-        try Data(#"{"pinFiles": {"bench": "\#(pinFile)"}}"#.utf8).write(to: URL(fileURLWithPath: config))
+        // Every load client is this process's uid: the per-uid connection bound is raised to fit any --clients.
+        try Data(
+            #"{"pinFiles": {"bench": "\#(pinFile)"}, "maxConnections": 4096, "maxConnectionsPerUid": 4096}"#.utf8
+        ).write(to: URL(fileURLWithPath: config))
         let socket = work + "/tesserad.sock", agentSocket = work + "/agent.sock", opensshSocket = work + "/openssh.sock"
 
         let daemon = Process()

@@ -86,7 +86,10 @@ public enum CTAPHIDAction: Sendable, Equatable {
 }
 
 /// The CTAPHID state machine of one authenticator shared by every client (owner) of its transport. A channel
-/// belongs to the owner that allocated it; one transaction (being received or being processed) at a time.
+/// belongs to the owner that allocated it; one transaction (being received or being processed) at a time. Owners
+/// that `join` one quota group (the clients of one uid) share `maxChannelsPerGroup`: a group that allocates past
+/// it loses its own oldest channel, and past `maxChannels` in all the group holding the most loses its oldest, so
+/// one group's INIT flood never takes another's channels.
 public struct CTAPHIDDevice: Sendable {
     struct Assembly: Sendable {
         var channel: UInt32
@@ -105,14 +108,29 @@ public struct CTAPHIDDevice: Sendable {
     /// The channel whose CBOR request the authenticator is processing.
     public private(set) var processing: (channel: UInt32, owner: UInt64)?
     private var randomChannel: @Sendable () -> UInt32
-    /// Channels allocated at most (the oldest is dropped beyond it).
+    /// Channels allocated at most (the oldest of the group holding the most is dropped beyond it).
     public var maxChannels = 1024
+    /// Channels one quota group may hold (its oldest is dropped beyond it).
+    public var maxChannelsPerGroup = 64
     private var allocationOrder: [UInt32] = []
+    /// The quota group of each owner that joined one; an owner that did not is a group of its own.
+    private var groups: [UInt64: UInt64] = [:]
+    private var channelsPerGroup: [GroupKey: Int] = [:]
+
+    private enum GroupKey: Hashable {
+        case joined(UInt64)
+        case alone(UInt64)
+    }
 
     /// `randomChannel` draws new channel ids (never 0 or broadcast; duplicates are retried).
     public init(randomChannel: @escaping @Sendable () -> UInt32) {
         self.randomChannel = randomChannel
     }
+
+    /// Puts `owner` in quota group `group` (e.g. its peer uid), before its first report.
+    public mutating func join(owner: UInt64, group: UInt64) { groups[owner] = group }
+
+    private func group(of owner: UInt64) -> GroupKey { groups[owner].map(GroupKey.joined) ?? .alone(owner) }
 
     /// Handles one report from `owner` received at `now`.
     public mutating func receive(_ report: [UInt8], from owner: UInt64, now: ContinuousClock.Instant) -> [CTAPHIDAction]
@@ -240,6 +258,9 @@ public struct CTAPHIDDevice: Sendable {
         }
         channels = channels.filter { $0.value != owner }
         allocationOrder.removeAll { channels[$0] == nil }
+        groups[owner] = nil
+        channelsPerGroup = [:]
+        for owner in channels.values { channelsPerGroup[group(of: owner), default: 0] += 1 }
         return actions
     }
 
@@ -255,12 +276,29 @@ public struct CTAPHIDDevice: Sendable {
     }
 
     private mutating func allocate(_ owner: UInt64) -> UInt32 {
+        let mine = group(of: owner)
+        if channelsPerGroup[mine, default: 0] >= maxChannelsPerGroup {
+            dropOldestChannel(of: mine)
+        } else if allocationOrder.count >= maxChannels,
+            let largest = channelsPerGroup.max(by: { $0.value < $1.value })?.key
+        {
+            dropOldestChannel(of: largest)
+        }
         var c: UInt32
         repeat { c = randomChannel() } while c == 0 || c == CTAPHID.broadcastChannel || channels[c] != nil
         channels[c] = owner
         allocationOrder.append(c)
-        if allocationOrder.count > maxChannels { channels[allocationOrder.removeFirst()] = nil }
+        channelsPerGroup[mine, default: 0] += 1
         return c
+    }
+
+    private mutating func dropOldestChannel(of group: GroupKey) {
+        guard
+            let index = allocationOrder.firstIndex(where: { channels[$0].map(self.group(of:)) == group })
+        else { return }
+        channels[allocationOrder.remove(at: index)] = nil
+        let left = channelsPerGroup[group, default: 1] - 1
+        channelsPerGroup[group] = left > 0 ? left : nil
     }
 
     private mutating func complete(_ a: Assembly) -> [CTAPHIDAction] {

@@ -15,11 +15,13 @@ final class FrameInbox: Sendable {
     private struct State {
         var queue = CircularBuffer<Event>()
         var waiter: UnsafeContinuation<Event, Never>?
+        var closed = false
     }
     private let state = Mutex(State())
 
     func push(_ event: Event) {
         let waiter = state.withLock { s -> UnsafeContinuation<Event, Never>? in
+            if case .closed = event { s.closed = true }
             if let waiter = s.waiter {
                 s.waiter = nil
                 return waiter
@@ -29,6 +31,9 @@ final class FrameInbox: Sendable {
         }
         waiter?.resume(returning: event)
     }
+
+    /// Whether `.closed` has been pushed: frames still queued then have nobody to answer.
+    var isClosed: Bool { state.withLock { $0.closed } }
 
     /// The next event, waiting for one.
     func next() async -> Event {

@@ -17,6 +17,8 @@ public protocol FrameHandler: Sendable {
 /// Handlers run on the connection's event loop and must not block it.
 public final class LengthPrefixedServer: Sendable {
     public let maxFrameBytes: Int
+    /// Bounds the connections open at once (shared with the daemon's other sockets); a refused one is closed.
+    public let gate: ConnectionGate
     private let handler: any FrameHandler
     private let logger: Logger
     private let group: MultiThreadedEventLoopGroup
@@ -30,9 +32,10 @@ public final class LengthPrefixedServer: Sendable {
     }
 
     public init(
-        handler: any FrameHandler, logger: Logger, maxFrameBytes: Int,
+        handler: any FrameHandler, logger: Logger, maxFrameBytes: Int, gate: ConnectionGate = ConnectionGate(),
         eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
     ) {
+        self.gate = gate
         self.handler = handler
         self.logger = logger
         self.maxFrameBytes = maxFrameBytes
@@ -42,8 +45,10 @@ public final class LengthPrefixedServer: Sendable {
     /// Binds and serves until `shutdown()`.
     public func run(on address: RPCListenAddress, onListening: @Sendable () -> Void = {}) async throws(TesseraError) {
         let maxFrame = maxFrameBytes
-        let server = try await UnixListener.bind(address, group: group, allowRemoteHalfClosure: false) {
-            channel, peer in
+        let server = try await UnixListener.bind(
+            address, group: group, allowRemoteHalfClosure: false, gate: gate,
+            refusal: Self.refusalFrame
+        ) { channel, peer in
             let id: UInt64 = self.state.withLock { s in
                 defer { s.nextID += 1 }
                 return s.nextID
@@ -67,6 +72,9 @@ public final class LengthPrefixedServer: Sendable {
         await UnixListener.accept(server, logger: logger) { connection in await self.serve(connection) }
     }
 
+    /// A connection refused by the gate is closed without a word (the agent protocol has no such error).
+    static func refusalFrame(_: TesseraError) -> ByteBuffer? { nil }
+
     /// Stops accepting and closes every connection.
     public func shutdown() {
         let channels: [Channel] = state.withLock { s in
@@ -81,6 +89,9 @@ public final class LengthPrefixedServer: Sendable {
         let eventLoop = connection.channel.eventLoop
         await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) {
             while case .frame(let frame) = await connection.inbox.next() {
+                // The frames left when the connection closed (the decoder hands over all it holds then) are
+                // dropped: their replies could not be written.
+                if connection.inbox.isClosed { continue }
                 let reply = await handler.handle(frame, connectionID: connection.id, peer: connection.peer)
                 let handler = connection.handler
                 eventLoop.runOnLoop { handler.value.reply(reply) }

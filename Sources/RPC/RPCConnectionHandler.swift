@@ -10,7 +10,12 @@ import TesseraCore
 /// The input ends on the peer's half-close, on the server's shutdown (which closes the input) and on an oversized
 /// frame (answered FRAME_TOO_LARGE): the requests in flight are answered, then the connection closes. When the peer
 /// closes the connection, its answers cannot be delivered: the requests in flight are cancelled (unless the server
-/// is shutting down) and the close hooks run at once.
+/// is shutting down) and the close hooks run at once. Once a write fails, the frames still waiting are dropped
+/// unanswered.
+///
+/// A write may complete while it is being made (at once when the kernel takes it, or when it fails on a closing
+/// channel): frames waiting behind a BUSY answer are so taken by one loop (`takeWaiting`), never by a completion
+/// calling back into it, however many there are.
 final class RPCConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
@@ -29,6 +34,9 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
     private var readHeld = false
     private var inputEnded = false
     private var inactive = false
+    /// `takeWaiting`'s loop is running (a completion inside it leaves the next frame to it).
+    private var takingWaiting = false
+    private var outputFailed = false
 
     init(server: RPCServer, inbox: FrameInbox) {
         self.server = server
@@ -44,11 +52,17 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
+        if outputFailed { return }
         if refusing || !waiting.isEmpty {
             waiting.append(frame)
         } else {
             take(frame)
         }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.fireChannelActive()
+        if server.isShuttingDown { context.close(mode: .input, promise: nil) }
     }
 
     func read(context: ChannelHandlerContext) {
@@ -125,7 +139,8 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         }
         connection?.handOverNotifications()
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in
+        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { result in
+            if case .failure = result { handler.value.outputBroke() }
             handler.value.written(endsRefusal: endsRefusal)
         }
     }
@@ -139,8 +154,18 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         closeIfDone()
     }
 
+    /// The peer can no longer be answered: what waits is dropped unanswered, and nothing more is taken.
+    private func outputBroke() {
+        outputFailed = true
+        inputEnded = true
+        waiting.removeAll()
+    }
+
     /// Handles the frames read while refusing, until one is refused again or none is left.
     private func takeWaiting() {
+        guard !takingWaiting else { return }
+        takingWaiting = true
+        defer { takingWaiting = false }
         while !refusing, let frame = waiting.popFirst() { take(frame) }
         if !refusing, readHeld, let context {
             readHeld = false

@@ -127,6 +127,8 @@ public struct RPCConnectionStatistics: Sendable {
     public var closedSlow: Int
     /// Requests answered `BUSY` because their connection had the maximum in flight.
     public var busy: Int
+    /// Connections refused (on any socket sharing the gate) because the daemon or their uid had the maximum open.
+    public var refused: Int
 }
 
 /// Where the server listens.
@@ -144,6 +146,9 @@ public final class RPCServer: Sendable {
     public let maxRequestsInFlight: Int
     /// Notifications queued for one connection at most; past it the connection is closed.
     public let maxQueuedNotifications: Int
+    /// Bounds the connections open at once (shared with the daemon's other sockets); a refused one is answered
+    /// BUSY and closed.
+    public let gate: ConnectionGate
     private let dispatcher: any RPCDispatcher
     private let logger: Logger
     private let group: MultiThreadedEventLoopGroup
@@ -163,9 +168,10 @@ public final class RPCServer: Sendable {
 
     public init(
         dispatcher: any RPCDispatcher, logger: Logger, maxFrameBytes: Int = 1 << 20,
-        maxRequestsInFlight: Int = 64, maxQueuedNotifications: Int = 1024,
+        maxRequestsInFlight: Int = 64, maxQueuedNotifications: Int = 1024, gate: ConnectionGate = ConnectionGate(),
         eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
     ) {
+        self.gate = gate
         self.dispatcher = dispatcher
         self.logger = logger
         self.maxFrameBytes = maxFrameBytes
@@ -176,10 +182,11 @@ public final class RPCServer: Sendable {
 
     /// Connection counters for `daemon.status`.
     public func statistics() -> RPCConnectionStatistics {
-        state.withLock {
+        let refused = gate.statistics().refused
+        return state.withLock {
             RPCConnectionStatistics(
                 open: $0.connections.count, accepted: $0.accepted,
-                closedSlow: $0.closedSlow, busy: $0.busy)
+                closedSlow: $0.closedSlow, busy: $0.busy, refused: refused)
         }
     }
 
@@ -187,8 +194,10 @@ public final class RPCServer: Sendable {
     /// `onListening` runs once the socket accepts connections (e.g. to notify systemd).
     public func run(on address: RPCListenAddress, onListening: @Sendable () -> Void = {}) async throws(TesseraError) {
         let maxFrame = maxFrameBytes
-        let server = try await UnixListener.bind(address, group: group, allowRemoteHalfClosure: true) {
-            channel, peer in
+        let server = try await UnixListener.bind(
+            address, group: group, allowRemoteHalfClosure: true, gate: gate,
+            refusal: Self.refusalFrame
+        ) { channel, peer in
             let handler = RPCConnectionHandler(server: self, inbox: FrameInbox())
             let connection = self.connection(on: channel, peer: peer, handler: handler)
             let pipeline = channel.pipeline.syncOperations
@@ -211,14 +220,13 @@ public final class RPCServer: Sendable {
     }
 
     public func shutdown() {
-        let channels: [Channel] = state.withLock { s in
+        let (listener, connections): (Channel?, [Channel]) = state.withLock { s in
             s.shuttingDown = true
-            return (s.listener.map { [$0] } ?? []) + Array(s.connections.values)
+            return (s.listener, Array(s.connections.values))
         }
-        for (i, c) in channels.enumerated() {
-            // The listener closes fully; connections stop reading so in-flight requests can still be answered.
-            c.close(mode: i == 0 ? .all : .input, promise: nil)
-        }
+        // The listener closes fully; connections stop reading so in-flight requests can still be answered.
+        listener?.close(promise: nil)
+        for c in connections { Self.closeInput(c) }
     }
 
     /// A new connection's identity and notification path (on its event loop, before it reads anything).
@@ -250,7 +258,16 @@ public final class RPCServer: Sendable {
             s.clients[connection.id] = connection
             return s.shuttingDown
         }
-        if shuttingDown { channel.close(mode: .input, promise: nil) }
+        if shuttingDown { Self.closeInput(channel) }
+    }
+
+    /// Stops a connection's reading, on its event loop. NIO may close the input of an active channel only: one still
+    /// being set up (accepted, not yet registered) has it closed by its handler once it is active (`channelActive`
+    /// sees the shutdown).
+    static func closeInput(_ channel: any Channel) {
+        channel.eventLoop.execute {
+            if channel.isActive { channel.close(mode: .input, promise: nil) }
+        }
     }
 
     private func serve(_ connection: RPCConnection) async {
@@ -291,6 +308,11 @@ public final class RPCServer: Sendable {
     func countBusy() { state.withLock { $0.busy += 1 } }
 
     func logDebug(_ message: String) { logger.debug("\(message)") }
+
+    /// What a connection refused by the gate is told before it is closed: an error response without an id.
+    static func refusalFrame(_ error: TesseraError) -> ByteBuffer? {
+        RPCConnection.frame(RPCWire.response(id: nil, error: error))
+    }
 
     /// The answer to a frame that found its connection with the maximum in flight (`BUSY`, retryable); nil for a
     /// notification.

@@ -5,14 +5,18 @@ import TesseraCore
 
 /// The one listener of the daemon's Unix sockets (JSON-RPC and the SSH agent): binds `RPCListenAddress` (a new
 /// path through `SocketPath.bind`, with its final mode from the first instant, or an inherited descriptor), reads
-/// each connection's peer credentials at accept time, and installs the protocol's frame decoder.
+/// each connection's peer credentials at accept time, admits it through the `ConnectionGate`, and installs the
+/// protocol's frame decoder.
 enum UnixListener {
-    typealias Listener<Connection: Sendable> = NIOAsyncChannel<Connection, Never>
+    /// A refused connection is nil.
+    typealias Listener<Connection: Sendable> = NIOAsyncChannel<Connection?, Never>
 
     /// `configure` installs the protocol's handlers on a new connection's pipeline, on its event loop and before
-    /// it reads anything, and returns what `accept` hands to `serve`.
+    /// it reads anything, and returns what `accept` hands to `serve`. A connection the gate admits holds its place
+    /// until it is closed; one it refuses gets `refusal(error)` (when not nil) and is closed, reading nothing.
     static func bind<Connection: Sendable>(
         _ address: RPCListenAddress, group: MultiThreadedEventLoopGroup, allowRemoteHalfClosure: Bool,
+        gate: ConnectionGate, refusal: @escaping @Sendable (TesseraError) -> ByteBuffer?,
         configure: @escaping @Sendable (any Channel, PeerCredentials) throws -> Connection
     )
         async throws(TesseraError) -> Listener<Connection>
@@ -21,9 +25,18 @@ enum UnixListener {
             let bootstrap = ServerBootstrap(group: group)
                 .serverChannelOption(.backlog, value: 128)
                 .childChannelOption(.allowRemoteHalfClosure, value: allowRemoteHalfClosure)
-            let initializer: @Sendable (Channel) -> EventLoopFuture<Connection> = { channel in
+            let initializer: @Sendable (Channel) -> EventLoopFuture<Connection?> = { channel in
                 channel.eventLoop.makeFutureWithTask {
                     let peer = try await PeerCredentials.of(channel)
+                    let ticket: ConnectionGate.Ticket
+                    do throws(TesseraError) { ticket = try gate.admit(uid: peer.uid) } catch {
+                        let frame = refusal(error)
+                        try await channel.eventLoop.submit {
+                            try channel.pipeline.syncOperations.addHandler(RefusedConnectionHandler(refusal: frame))
+                        }.get()
+                        return nil
+                    }
+                    channel.closeFuture.whenComplete { _ in ticket.release() }
                     return try await channel.eventLoop.submit { try configure(channel, peer) }.get()
                 }
             }
@@ -51,6 +64,7 @@ enum UnixListener {
             try await listener.executeThenClose { inbound in
                 try await withThrowingDiscardingTaskGroup { group in
                     for try await connection in inbound {
+                        guard let connection else { continue }
                         group.addTask { await serve(connection) }
                     }
                 }

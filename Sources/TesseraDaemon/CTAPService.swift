@@ -517,6 +517,8 @@ actor CTAPHIDHub {
         let owner = nextOwner
         nextOwner += 1
         connections[owner] = connection
+        // The channel quota is per uid: one uid's INIT flood never takes another uid's channels.
+        if let uid = connection.peer?.uid { device.join(owner: owner, group: UInt64(uid)) }
         if ticker == nil {
             ticker = Task { [weak self] in
                 while !Task.isCancelled {
@@ -596,90 +598,6 @@ actor CTAPHIDHub {
                 if let r = running, r.channel == channel { r.task.cancel() }
             }
         }
-    }
-}
-
-/// The CTAP socket (`--ctap-socket`, SOCK_SEQPACKET, one 64-byte report per packet) as a lifecycle service.
-/// Connecting needs the policy's `sign` permission; making credentials needs `enroll`.
-struct CTAPSocketService: Service {
-    let path: String
-    let mode: UInt32
-    let group: UInt32?
-    let hub: CTAPHIDHub
-    let policy: Policy
-    let logger: Logger
-
-    func run() async throws {
-        let listener = tessera_seqpacket_listen(path, mode, group.map { Int($0) } ?? -1)
-        guard listener >= 0 else {
-            throw TesseraError(
-                .internalError, "cannot listen on the CTAP socket \(path): \(String(cString: strerror(-listener)))")
-        }
-        defer {
-            close(listener)
-            unlink(path)
-        }
-        let accepted = AsyncStream<(Int32, PeerCredentials)> { continuation in
-            DedicatedThread.detach(name: "tessera.ctap.accept") {
-                while true {
-                    var pid: Int32 = 0, uid: UInt32 = 0, gid: UInt32 = 0
-                    let fd = tessera_seqpacket_accept(listener, &pid, &uid, &gid)
-                    if fd == -EINTR || fd == -ECONNABORTED { continue }
-                    guard fd >= 0 else { break }
-                    var groups = [UInt32](repeating: 0, count: 256)
-                    let n = groups.withUnsafeMutableBufferPointer {
-                        tessera_peer_groups(fd, $0.baseAddress, Int32($0.count))
-                    }
-                    let peer = PeerCredentials(pid: pid, uid: uid, gid: gid, groups: Set(groups.prefix(max(Int(n), 0))))
-                    continuation.yield((fd, peer))
-                }
-                continuation.finish()
-            }
-        }
-        logger.info("ctap ready", metadata: ["socket": "\(path)"])
-        await withGracefulShutdownHandler {
-            await withDiscardingTaskGroup { group in
-                for await (fd, peer) in accepted {
-                    do throws(TesseraError) { try policy.check(.sign, peer: peer) } catch {
-                        logger.notice("ctap: connection refused: \(error.message)")
-                        close(fd)
-                        continue
-                    }
-                    group.addTask { await serve(fd: fd, peer: peer) }
-                }
-                await hub.shutdownAll()
-            }
-        } onGracefulShutdown: {
-            tessera_socket_shutdown(listener)
-        }
-    }
-
-    private func serve(fd: Int32, peer: PeerCredentials) async {
-        let owner = await hub.add(
-            CTAPHIDHub.Connection(
-                peer: peer,
-                send: { reports in
-                    for r in reports {
-                        _ = r.withUnsafeBufferPointer { tessera_seqpacket_send(fd, $0.baseAddress, $0.count) }
-                    }
-                }, shutdown: { tessera_socket_shutdown(fd) }))
-        let reports = AsyncStream<[UInt8]> { continuation in
-            DedicatedThread.detach(name: "tessera.ctap.connection") {
-                var buffer = [UInt8](repeating: 0, count: CTAPHID.reportSize)
-                while true {
-                    let n = buffer.withUnsafeMutableBufferPointer {
-                        tessera_seqpacket_recv(fd, $0.baseAddress, $0.count)
-                    }
-                    if n == CTAPHID.reportSize { continuation.yield(buffer); continue }
-                    if n > 0 { continue }  // not one report: dropped
-                    break
-                }
-                continuation.finish()
-            }
-        }
-        for await report in reports { await hub.receive(report, from: owner) }
-        await hub.disconnected(owner)
-        close(fd)
     }
 }
 

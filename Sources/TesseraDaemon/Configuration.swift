@@ -1,5 +1,6 @@
 import Foundation
 import Passkeys
+import RPC
 import TesseraCore
 
 /// Command-line options of `tesserad` (the stable contract; see `tesserad --help`).
@@ -73,6 +74,10 @@ public struct ConfigFile: Codable, Sendable {
     public var maxRequestsInFlight: Int?
     /// Notifications queued for one connection whose client does not read; past it the connection is closed.
     public var maxQueuedNotifications: Int?
+    /// Connections open at once over all the daemon's sockets (JSON-RPC, SSH agent, CTAP); more are refused.
+    public var maxConnections: Int?
+    /// Connections one peer uid may have open at once over all the daemon's sockets; more are refused.
+    public var maxConnectionsPerUid: Int?
     /// The SSH agent socket (docs/CONFIG.md).
     public var sshAgent: SSHAgentConfig?
     /// The CTAP 2.1 authenticator (docs/CTAP.md).
@@ -151,6 +156,13 @@ public struct ConfigFile: Codable, Sendable {
         if let limit = maxQueuedNotifications, !(1...1_000_000).contains(limit) {
             throw bad("maxQueuedNotifications \(limit) is out of range 1…1000000")
         }
+        let connections = maxConnections ?? Self.defaultMaxConnections
+        if !(1...65_536).contains(connections) {
+            throw bad("maxConnections \(connections) is out of range 1…65536")
+        }
+        if let perUid = maxConnectionsPerUid, !(1...connections).contains(perUid) {
+            throw bad("maxConnectionsPerUid \(perUid) is out of range 1…maxConnections (\(connections))")
+        }
         if let ctap {
             do { _ = try Self.socketMode(ctap.socketMode) } catch { throw bad("ctap: \(error.message)") }
             if let t = ctap.presenceTimeoutSeconds, !(1...300).contains(t) {
@@ -167,6 +179,16 @@ public struct ConfigFile: Codable, Sendable {
     }
 
     static let counterBlockRange = 1...1_000_000
+    static let defaultMaxConnections = 256
+    static let defaultMaxConnectionsPerUid = 32
+
+    /// The connection bounds every socket of the daemon shares.
+    func connectionGate() -> ConnectionGate {
+        let total = maxConnections ?? Self.defaultMaxConnections
+        return ConnectionGate(
+            maxConnections: total,
+            maxConnectionsPerUid: maxConnectionsPerUid ?? min(Self.defaultMaxConnectionsPerUid, total))
+    }
 
     /// `socketMode` as a mode (default 0660); only permission bits, written in octal.
     static func socketMode(_ text: String?) throws(TesseraError) -> UInt32 {

@@ -58,10 +58,11 @@ public enum Daemon {
             keyStores: [keyStore, pivStore], store: store, logger: logger,
             counterBlock: Int64(config.counterBlock ?? 1024),
             pinBackoff: try config.pinBackoff?.policy() ?? .standard)
+        let gate = config.connectionGate()
         let server = RPCServer(
             dispatcher: table, logger: logger,
             maxRequestsInFlight: config.maxRequestsInFlight ?? 64,
-            maxQueuedNotifications: config.maxQueuedNotifications ?? 1024)
+            maxQueuedNotifications: config.maxQueuedNotifications ?? 1024, gate: gate)
 
         // `piv: {status, readers}` in tokens.list: PCSC_UNAVAILABLE shows there.
         let daemonSecret = try DaemonSecret.loadOrCreate(directory: options.stateDir)
@@ -210,7 +211,7 @@ public enum Daemon {
             let agent = SSHAgent(backend: sshBackend, pinCacheSeconds: config.sshAgent?.pinCacheSeconds ?? 900)
             let agentServer = LengthPrefixedServer(
                 handler: SSHAgentFrames(agent: agent, policy: policy), logger: sshLogger,
-                maxFrameBytes: AgentFraming.maxFrameBytes)
+                maxFrameBytes: AgentFraming.maxFrameBytes, gate: gate)
             services.append(
                 .init(
                     service: SSHAgentSocketService(server: agentServer, address: agentAddress, logger: sshLogger),
@@ -240,7 +241,7 @@ public enum Daemon {
                     .init(
                         service: CTAPSocketService(
                             path: ctapPath, mode: try ConfigFile.socketMode(config.ctap?.socketMode), group: socketGID,
-                            hub: hub, policy: policy, logger: ctapLogger), serviceName: "ctap-socket"))
+                            hub: hub, policy: policy, gate: gate, logger: ctapLogger), serviceName: "ctap-socket"))
             }
             if options.ctapUHID {
                 services.append(.init(service: CTAPUHIDService(hub: hub, logger: ctapLogger), serviceName: "ctap-uhid"))
@@ -307,6 +308,7 @@ extension Views {
         [
             "open": .number(Double(s.open)), "accepted": .number(Double(s.accepted)),
             "closedSlow": .number(Double(s.closedSlow)), "busy": .number(Double(s.busy)),
+            "refused": .number(Double(s.refused)),
         ]
     }
 }

@@ -128,7 +128,7 @@ extension MethodTable {
                     for: request.deviceRequest, sessionTranscript: transcript, uid: uid)
             }
             let session = UUID().uuidString
-            running.add(
+            try running.add(
                 session: session, uid: uid, connection: connection.id,
                 documentIdentifier: registration.documentIdentifier)
             let outcome: Result<MDocHolderResponse, TesseraError>
@@ -164,7 +164,7 @@ extension MethodTable {
                     details: ["reason": "expired"])
             }
             let session = UUID().uuidString
-            running.add(
+            try running.add(
                 session: session, uid: uid, connection: connection.id,
                 documentIdentifier: registration.documentIdentifier)
             defer { running.remove(session: session) }
@@ -317,10 +317,20 @@ final class MDocPresentations: Sendable {
         var stop = false
     }
     private let entries = Locked<[String: Entry]>([:])
+    /// Sessions one connection may run at once (each waits for the user); one more is refused BUSY.
+    static let maxPerConnection = 8
 
-    func add(session: String, uid: UInt32, connection: UInt64, documentIdentifier: String) {
-        entries.withLock {
-            $0[session] = Entry(uid: uid, connection: connection, documentIdentifier: documentIdentifier)
+    func add(session: String, uid: UInt32, connection: UInt64, documentIdentifier: String) throws(TesseraError) {
+        let added = entries.withLock { e in
+            guard e.values.count(where: { $0.connection == connection }) < Self.maxPerConnection else { return false }
+            e[session] = Entry(uid: uid, connection: connection, documentIdentifier: documentIdentifier)
+            return true
+        }
+        guard added else {
+            throw TesseraError(
+                .busy,
+                "this connection runs \(Self.maxPerConnection) mdoc.present/mdoc.respond sessions already; retry when one ends"
+            )
         }
     }
     func remove(session: String) { _ = entries.withLock { $0.removeValue(forKey: session) } }

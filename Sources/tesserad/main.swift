@@ -55,7 +55,8 @@ struct Tesserad: AsyncParsableCommand {
                   default socket when --socket is not given
               --config FILE
                   JSON: socketGroup, socketMode, policy, pinFiles, pinBackoff, maxRequestsInFlight,
-                  maxQueuedNotifications, sshAgent, ctap (docs/CONFIG.md); unknown keys stop start-up;
+                  maxQueuedNotifications, maxConnections, maxConnectionsPerUid, sshAgent, ctap
+                  (docs/CONFIG.md); unknown keys stop start-up;
                   enrollment workflows, notifier, issuers (docs/ENROLLMENT.md)
 
             EXIT STATUS

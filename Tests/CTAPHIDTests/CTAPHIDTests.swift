@@ -188,4 +188,47 @@ struct CTAPHIDTests {
             actions == [.send(owner: 1, reports: try CTAPHID.packets(channel: cid, command: .cbor, payload: [0x7F]))])
         #expect(d.processing == nil)
     }
+
+    func pings(_ d: inout CTAPHIDDevice, _ channel: UInt32, owner: UInt64) -> Bool {
+        let ping = initPacket(channel, 0x01, length: 1, [0x2A])
+        return d.receive(ping, from: owner, now: t0) == [
+            .send(
+                owner: owner, reports: (try? CTAPHID.packets(channel: channel, command: .ping, payload: [0x2A])) ?? [])
+        ]
+    }
+
+    @Test func anINITFloodOfOneUidNeverEvictsAnotherUidsChannels() {
+        var d = device((1...5000).map { UInt32($0) })
+        d.join(owner: 1, group: 1000)
+        d.join(owner: 2, group: 1000)
+        d.join(owner: 3, group: 2000)
+        let theirs = (0..<3).map { _ in open(&d, owner: 3) }
+        let earlier = open(&d, owner: 2)
+        // Owners 1 and 2 are one uid: the flood costs that uid its own oldest channels only.
+        var flood: [UInt32] = []
+        for _ in 0..<4000 { flood.append(open(&d, owner: 1)) }
+        for channel in theirs { #expect(pings(&d, channel, owner: 3)) }
+        #expect(!pings(&d, earlier, owner: 2))
+        #expect(!pings(&d, flood[0], owner: 1))
+        #expect(flood.suffix(d.maxChannelsPerGroup).allSatisfy { pings(&d, $0, owner: 1) })
+        #expect(!pings(&d, flood[flood.count - d.maxChannelsPerGroup - 1], owner: 1))
+    }
+
+    @Test func pastTheTotalTheGroupHoldingTheMostLosesItsOldest() {
+        var d = device((1...100).map { UInt32($0) })
+        d.maxChannels = 6
+        d.maxChannelsPerGroup = 4
+        for owner: UInt64 in 1...3 { d.join(owner: owner, group: owner * 10) }
+        let a = (0..<4).map { _ in open(&d, owner: 1) }
+        let b = (0..<2).map { _ in open(&d, owner: 2) }
+        let c = open(&d, owner: 3)
+        #expect(!pings(&d, a[0], owner: 1))
+        for channel in a.dropFirst() { #expect(pings(&d, channel, owner: 1)) }
+        for channel in b { #expect(pings(&d, channel, owner: 2)) }
+        #expect(pings(&d, c, owner: 3))
+        // A client that went away gives its channels back to the count.
+        _ = d.disconnected(1)
+        let more = (0..<2).map { _ in open(&d, owner: 2) }
+        for channel in b + more { #expect(pings(&d, channel, owner: 2)) }
+    }
 }

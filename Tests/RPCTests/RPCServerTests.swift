@@ -134,12 +134,15 @@ struct EchoDispatcher: RPCDispatcher {
     }
 }
 
-func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throws -> Void) async throws {
+func withServer(
+    maxFrame: Int = 1 << 20, gate: ConnectionGate = ConnectionGate(), _ body: (String, RPCServer) async throws -> Void
+) async throws {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpc-\(UUID().uuidString)")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
     let path = dir.appendingPathComponent("s.sock").path
-    let server = RPCServer(dispatcher: EchoDispatcher(), logger: Logger(label: "test"), maxFrameBytes: maxFrame)
+    let server = RPCServer(
+        dispatcher: EchoDispatcher(), logger: Logger(label: "test"), maxFrameBytes: maxFrame, gate: gate)
     let (ready, readyCont) = AsyncStream.makeStream(of: Void.self)
     let task = Task { try await server.run(on: .path(path)) { readyCont.yield() } }
     for await _ in ready { break }
@@ -306,6 +309,83 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
         }
     }
 
+    /// A client floods requests without reading a single answer, then closes: the answers the server still holds
+    /// (written, pending and BUSY) are dropped without one completion starting the next (a chain as deep as the
+    /// flood overflowed the event loop's stack), and the server keeps serving.
+    @Test(arguments: [1_000, 10_000, 50_000])
+    func aFloodOfUnreadRequestsThenACloseLeavesTheServerServing(requests: Int) async throws {
+        try await withServer { path, server in
+            for _ in 0..<2 {
+                try await floodAndClose(path: path, requests: requests)
+                let other = try await RPCClient.connect(path: path)
+                #expect(try await other.call("echo", ["alive": true]) == ["alive": true])
+                // The flooding connection (and the previous round's) go away; only this one stays.
+                let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+                while server.statistics().open != 1, ContinuousClock.now < deadline {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(server.statistics().open == 1)
+                #expect(try await other.call("echo", ["alive": true]) == ["alive": true])
+                await other.close()
+            }
+        }
+    }
+
+    @Test func aConnectionBeyondItsUidsBoundIsAnsweredBusyAndClosed() async throws {
+        try await withServer(gate: ConnectionGate(maxConnections: 8, maxConnectionsPerUid: 2)) { path, server in
+            let first = try await RPCClient.connect(path: path)
+            let second = try await RPCClient.connect(path: path)
+            #expect(try await first.call("echo", [1]) == [1])
+            #expect(try await second.call("echo", [2]) == [2])
+            let third = try await RPCClient.connect(path: path)
+            var it = third.notifications.makeAsyncIterator()
+            let refusal = await it.next()
+            #expect(refusal?.params["data"]?["code"]?.stringValue == "BUSY")
+            #expect(refusal?.params["data"]?["retryable"]?.boolValue == true)
+            await third.waitClosed()
+            #expect(server.statistics().refused == 1)
+            // A place freed by a close is taken again.
+            await first.close()
+            let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+            while server.gate.statistics().open > 1, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            let fourth = try await RPCClient.connect(path: path)
+            #expect(try await fourth.call("echo", [4]) == [4])
+            #expect(try await second.call("echo", [2]) == [2])
+        }
+    }
+
+    /// A shutdown that finds connections still being set up (accepted, not yet registered with their event loop)
+    /// stops their reading once they are active: NIO may not close the input of a channel before that.
+    @Test func aShutdownWhileConnectionsAreAcceptedStopsThemCleanly() async throws {
+        for _ in 0..<5 {
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpc-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: dir) }
+            let path = dir.appendingPathComponent("s.sock").path
+            let server = RPCServer(dispatcher: EchoDispatcher(), logger: Logger(label: "test"))
+            let (ready, readyCont) = AsyncStream.makeStream(of: Void.self)
+            let task = Task { try await server.run(on: .path(path)) { readyCont.yield() } }
+            for await _ in ready { break }
+            let connecting = Task {
+                await withTaskGroup(of: Void.self) { group in
+                    for _ in 0..<64 {
+                        group.addTask {
+                            let channel = try? await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                                .connect(unixDomainSocketPath: path).get()
+                            try? await channel?.close()
+                        }
+                    }
+                }
+            }
+            try await Task.sleep(for: .milliseconds(2))
+            server.shutdown()
+            await connecting.value
+            _ = await task.result
+        }
+    }
+
     @Test func batchAndInvalidEnvelope() async throws {
         try await withServer { path, _ in
             let c = try await RPCClient.connect(path: path)
@@ -323,5 +403,83 @@ func withServer(maxFrame: Int = 1 << 20, _ body: (String, RPCServer) async throw
             let c = try await RPCClient.connect(path: path)
             #expect(try await c.call("echo", [2]) == [2])
         }
+    }
+}
+
+/// Connects without ever reading, writes `requests` echo requests as fast as the server takes them (it stops reading
+/// once their answers pile up), then closes with the answers unread.
+func floodAndClose(path: String, requests: Int) async throws {
+    let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        .channelOption(.autoRead, value: false)
+        .connect(unixDomainSocketPath: path).get()
+    final class Counter: Sendable { let n = Atomic<Int>(0) }
+    let written = Counter()
+    var chunk = ByteBuffer()
+    for i in 0..<requests {
+        chunk.writeString(#"{"jsonrpc":"2.0","id":\#(i),"method":"echo"}"# + "\n")
+        if chunk.readableBytes >= 1 << 16 || i == requests - 1 {
+            channel.writeAndFlush(chunk).whenSuccess { written.n.wrappingAdd(1, ordering: .relaxed) }
+            chunk = ByteBuffer()
+        }
+    }
+    // Until the server stops taking bytes (or takes them all).
+    var last = -1
+    while written.n.load(ordering: .relaxed) != last {
+        last = written.n.load(ordering: .relaxed)
+        try await Task.sleep(for: .milliseconds(500))
+    }
+    try await channel.close()
+}
+
+@Suite struct ConnectionGateTests {
+    @Test func oneUidAtItsBoundLeavesTheOthersTheirPlaces() throws {
+        let gate = ConnectionGate(maxConnections: 5, maxConnectionsPerUid: 2)
+        let a = try (0..<2).map { _ in try gate.admit(uid: 1000) }
+        #expect(throws: TesseraError.self) { try gate.admit(uid: 1000) }
+        let b = try gate.admit(uid: 1001)
+        _ = try gate.admit(uid: 1002)
+        _ = try gate.admit(uid: 1002)
+        // Five open: the total refuses even a uid with none.
+        do {
+            _ = try gate.admit(uid: 1003)
+            Issue.record("admitted past maxConnections")
+        } catch {
+            #expect(error.code == .busy && error.retryable)
+        }
+        b.release()
+        b.release()  // once only
+        #expect(gate.statistics().open == 4)
+        _ = try gate.admit(uid: 1003)
+        #expect(throws: TesseraError.self) { try gate.admit(uid: 1001) }
+        a[0].release()
+        _ = try gate.admit(uid: 1000)
+        #expect(gate.statistics().refused == 3)
+    }
+}
+
+@Suite struct PacketConnectionTests {
+    /// Packets queued faster than the peer reads stay one packet each, in order (NIO would join writes queued
+    /// together into one packet), and packets read arrive one by one.
+    @Test func queuedPacketsAreWrittenOneEachAndReadOneEach() async throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0)
+        let peer = fds[1]
+        let connection = try await PacketConnection.adopt(fds[0], maxPacketBytes: 64)
+        let count = 2000
+        connection.send((0..<count).map { i in [UInt8](repeating: UInt8(i & 0xFF), count: 63) + [UInt8(i >> 8)] })
+        var buffer = [UInt8](repeating: 0, count: 256)
+        for i in 0..<count {
+            let n = buffer.withUnsafeMutableBytes { recv(peer, $0.baseAddress, $0.count, 0) }
+            #expect(n == 64)
+            #expect(buffer[0] == UInt8(i & 0xFF) && buffer[63] == UInt8(i >> 8))
+            if n != 64 { break }
+        }
+        for i in 0..<3 {
+            let packet = [UInt8](repeating: UInt8(i), count: 10 + i)
+            _ = packet.withUnsafeBytes { send(peer, $0.baseAddress, $0.count, 0) }
+        }
+        for i in 0..<3 { #expect(await connection.next() == [UInt8](repeating: UInt8(i), count: 10 + i)) }
+        close(peer)
+        #expect(await connection.next() == nil)
     }
 }

@@ -4,6 +4,7 @@ import os
 import pathlib
 import re
 import socket
+import time
 
 import pytest
 
@@ -200,3 +201,39 @@ def test_unauthorized_by_policy(tmp_path, softhsm):
                        "passkey.authenticate": "UNAUTHORIZED"}
     finally:
         d.stop()
+
+
+def flood_and_close(path: str, n: int, stall: float = 1.0) -> int:
+    """Sends `n` daemon.status requests without reading an answer, as fast as the daemon takes them (it stops
+    reading once the answers pile up; a send then waits `stall` s), then closes with the answers unread. Returns
+    how many bytes were sent."""
+    frames = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"daemon.status"}\n' % i for i in range(n))
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.settimeout(stall)
+    sent = 0
+    try:
+        while sent < len(frames):
+            sent += s.send(frames[sent:sent + (1 << 20)])
+    except (TimeoutError, BrokenPipeError, ConnectionResetError):
+        pass  # the daemon holds the rest back
+    finally:
+        s.close()
+    return sent
+
+
+@pytest.mark.parametrize("n", [1_000, 10_000, 50_000])
+def test_a_flood_of_unread_requests_then_close_leaves_the_daemon_serving(daemon, n):
+    other = daemon.client()
+    for _ in range(2):
+        assert flood_and_close(daemon.socket, n) > 0
+        # The daemon drops what it still held for the closed connection; it neither crashes nor stops answering.
+        deadline = time.time() + 30
+        while True:
+            assert daemon.proc.poll() is None, f"tesserad died ({daemon.proc.returncode}) after a flood of {n}"
+            status = other.call("daemon.status")
+            if status["connections"]["open"] <= 1 or time.time() > deadline:
+                break
+            time.sleep(0.05)
+        assert status["connections"]["open"] == 1
+    assert "version" in daemon.client().call("daemon.status")

@@ -9,6 +9,7 @@ import re
 import socket
 import struct
 import threading
+import time
 
 import pytest
 from fido2 import cbor
@@ -1096,5 +1097,91 @@ def test_another_uids_credential_does_not_exist_over_ctap(tmp_path, softhsm):
         assert mine.credential["id"] == root_id and (mine.number_of_credentials or 1) == 1
         owners = {c["credentialId"]: c["ownerUid"] for c in d.daemon.client().call("credentials.list")["credentials"]}
         assert owners == {b64u(root_id): os.geteuid(), b64u(bytes.fromhex(out["own"])): NOBODY}
+    finally:
+        d.daemon.stop()
+
+
+def test_connections_are_served_on_the_event_loops_within_the_connection_bounds(tmp_path, softhsm):
+    """CTAP connections take no thread each, and count against maxConnectionsPerUid: one uid at its bound is
+    refused (closed) while another uid is still served, and that uid's INIT flood leaves the first uid's channels."""
+    d = CTAPDaemon(tmp_path, softhsm, extra={"socketMode": "0666"},
+                   top={"maxConnections": 32, "maxConnectionsPerUid": 12})
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["policy"] = {"sign": {"users": ["root", "65534"]}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
+        if p == pathlib.Path("/"):
+            break
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+    d.start()
+    try:
+        tasks = pathlib.Path(f"/proc/{d.daemon.proc.pid}/task")
+        mine = [Raw(d.sock)]
+        mine[0].open()
+        threads = len(os.listdir(tasks))
+        mine += [Raw(d.sock) for _ in range(11)]
+        for r in mine:
+            r.open()
+        assert len(os.listdir(tasks)) < threads + 4, "a thread per CTAP connection"
+        # A thirteenth connection of root is closed unanswered.
+        extra = Raw(d.sock)
+        try:
+            extra.send(0xFFFFFFFF, 0x06, os.urandom(8))
+            assert extra.s.recv(64) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        assert "ctap: connection refused" in d.daemon.log.read_text()
+        # Another uid still gets its places.
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                theirs = [Raw(d.sock) for _ in range(3)]
+                for r in theirs:
+                    r.open()
+                code = 0
+            except BaseException as e:
+                os.write(2, f"child: {e!r}\n".encode())
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, "nobody's CTAP connections were not served"
+        # An INIT flood of that uid (past the device's 1024 channels) does not take root's channel.
+        victim = mine[0].open()
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                flood = Raw(d.sock)
+                for _ in range(1100):
+                    flood.open()
+                code = 0
+            except BaseException as e:
+                os.write(2, f"child: {e!r}\n".encode())
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, "nobody's INIT flood failed"
+        mine[0].send(victim, 0x01, b"still mine")
+        assert mine[0].recv() == (victim, 0x81, b"still mine")
+        # A place freed is taken again, and every connection still answers.
+        mine.pop().s.close()
+        for _ in range(100):
+            again = Raw(d.sock)
+            try:
+                again.open()
+                break
+            except (ConnectionResetError, BrokenPipeError, struct.error):
+                time.sleep(0.05)
+        else:
+            raise AssertionError("a freed place was not taken again")
+        for r in mine:
+            r.open()
     finally:
         d.daemon.stop()

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tessera_harness import SOFTHSM_MODULE, Client, Daemon, RPCError, SoftHSM, b64u
+from tessera_harness import SOFTHSM_MODULE, AsUser, Client, Daemon, RPCError, SoftHSM, b64u
 from test_passkeys import RP, authenticate, enroll
 
 ARGS = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"]
@@ -88,6 +88,8 @@ def test_socket_group_and_mode_once_serving(tmp_path, softhsm):
     ({"counterBlock": 1000001}, "counterBlock"),
     ({"maxRequestsInFlight": 0}, "maxRequestsInFlight"),
     ({"maxQueuedNotifications": 0}, "maxQueuedNotifications"),
+    ({"maxConnections": 0}, "maxConnections"),
+    ({"maxConnections": 8, "maxConnectionsPerUid": 9}, "maxConnectionsPerUid"),
     ({"pinBackoff": {"initialSecond": 1}}, "initialSecond"),
     ({"pinBackoff": {"initialSeconds": -1}}, "pinBackoff"),
 ])
@@ -181,6 +183,63 @@ def test_supplementary_group_policy_uses_the_groups_at_connect(tmp_path, softhsm
         assert connect_then_change_groups(d.socket, [GROUP], []) == {"code": "PASSKEY_NOT_FOUND"}
         assert connect_then_change_groups(d.socket, [], [GROUP]) == {"code": "UNAUTHORIZED"}
         assert connect_then_change_groups(d.socket, [1, 4243], [1, 4243]) == {"code": "UNAUTHORIZED"}
+    finally:
+        d.stop()
+
+
+# --- one uid cannot take every connection ------------------------------------------------------------------------
+
+def test_connection_bounds_refuse_one_uid_and_leave_another_its_place(tmp_path, softhsm):
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root to act as uid nobody (CI runs as root)")
+    open_path_to(tmp_path)
+    agent = str(tmp_path / "agent.sock")
+    d = Daemon(tmp_path, softhsm.env, with_config(tmp_path, {
+        "socketMode": "0666", "maxConnections": 4, "maxConnectionsPerUid": 3,
+        "sshAgent": {"socket": agent, "socketMode": "0666"}})).start()
+    try:
+        mine = [d.client()]
+        deadline = time.time() + 30
+        while mine[0].call("daemon.status")["connections"]["open"] > 1:  # wait_ready's connection has gone
+            assert time.time() < deadline
+            time.sleep(0.02)
+        mine += [d.client(), d.client()]
+        for c in mine:
+            assert "version" in c.call("daemon.status")
+        # A fourth of this uid: one BUSY error naming the bound, then the end of the connection.
+        extra = d.client()
+        m = extra.read_message()
+        assert m["id"] is None and m["error"]["data"]["code"] == "BUSY" and m["error"]["data"]["retryable"]
+        assert "uid 0" in m["error"]["message"]
+        assert extra.read_message() is None
+        # The SSH agent socket shares the bounds: it closes the connection (its protocol has no such error).
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(30)
+        s.connect(agent)
+        s.sendall(b"\x00\x00\x00\x01\x0b")  # SSH_AGENTC_REQUEST_IDENTITIES
+        try:
+            assert s.recv(64) == b""
+        except ConnectionResetError:
+            pass
+        s.close()
+
+        # Another uid still gets the place the total leaves; past the total it is refused too.
+        def body(c: Client, ready) -> dict:
+            first = c.call("daemon.status")["connections"]["open"]
+            second = Client(d.socket, timeout=30).read_message()
+            return {"open": first, "second": second["error"]["data"]["code"] if second else None}
+        assert AsUser(65534, d.socket, body).result() == {"open": 4, "second": "BUSY"}
+        assert mine[0].call("daemon.status")["connections"]["refused"] == 3
+        # A place freed is taken again.
+        mine.pop().close()
+        deadline = time.time() + 30
+        while True:
+            try:
+                assert "version" in d.client().call("daemon.status")
+                break
+            except ConnectionError:
+                assert time.time() < deadline
+                time.sleep(0.05)
     finally:
         d.stop()
 

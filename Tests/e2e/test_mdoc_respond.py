@@ -343,3 +343,28 @@ def test_the_cli_responds(lab, tmp_path):
     bad = subprocess.run([*cli, "respond", "--request", str(tmp_path / "bad.json"), "--origin", ORIGIN],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "MDOC_REQUEST_MALFORMED" in bad.stderr and bad.stdout == "", bad
+
+
+def test_one_connection_runs_a_bounded_number_of_waiting_requests(lab):
+    """A connection may hold 8 mdoc sessions waiting for the user; a ninth is refused BUSY at once."""
+    request = lab.verifier.request(["family_name"])
+    call = lab.respond(request)
+    for i in range(2, 10):
+        call.sock.sendall(json.dumps({"jsonrpc": "2.0", "id": i, "method": "mdoc.respond", "params": {
+            "request": request, "origin": ORIGIN, "approvalTimeoutSeconds": 30}}).encode() + b"\n")
+    asked, errors = [], []
+    while len(asked) + len(errors) < 9:
+        kind, params = call.next_event()
+        if kind == "mdoc.request":
+            asked.append(params["presentationId"])
+        elif kind == "error":
+            errors.append(params["data"]["code"])
+    assert len(asked) == 8 and errors == ["BUSY"]
+    call.sock.close()
+    # Closing the connection ends its sessions; another connection is asked as before.
+    time.sleep(1)
+    again = lab.respond(request)
+    ask = again.wait("mdoc.request")
+    lab.approve(ask["presentationId"], approve=False)
+    assert again.next_event()[0] == "error"
+    again.sock.close()
