@@ -61,6 +61,7 @@ let package = Package(
             name: "SSHAgent",
             dependencies: [
                 "TesseraCore", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ], swiftSettings: strict),
         /// CTAPHID framing and channels (CTAP 2.1 §11.2), transport-free.
         .target(name: "CTAPHID", swiftSettings: strict),
@@ -87,6 +88,12 @@ let package = Package(
                 "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "ICAO",
                 .product(name: "Crypto", package: "swift-crypto"),
             ], swiftSettings: strict),
+
+        /// The one presence broker of every front door (CTAP user presence, SSH `confirm` keys, mdoc release): the
+        /// configured command through `ProgramRunner`, or an answer on the socket from the asking uid or an admin.
+        .target(
+            name: "Presence",
+            dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
 
         // MARK: Devices and storage (I/O at the edges)
         .target(
@@ -175,7 +182,7 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "CredentialStore", "MRZ", "Documents", "PIVKeyStore",
                 "ICAO", "PCSC", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAPHID", "CTAP2", "WebAuthn", "CBOR",
+                "CTAPHID", "CTAP2", "WebAuthn", "CBOR", "Presence",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -219,7 +226,16 @@ let package = Package(
         .testTarget(
             name: "TesseraCoreTests", dependencies: ["TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "CBORTests", dependencies: ["CBOR"]),
-        .testTarget(name: "SSHAgentTests", dependencies: ["SSHAgent", "TesseraCore", "TesseraTestSupport"]),
+        .testTarget(
+            name: "SSHAgentTests",
+            dependencies: [
+                "SSHAgent", "TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "PresenceTests",
+            dependencies: [
+                "Presence", "TesseraCore", "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]),
         .testTarget(
             name: "WebAuthnTests",
             dependencies: ["WebAuthn", "CBOR", .product(name: "Crypto", package: "swift-crypto")]),

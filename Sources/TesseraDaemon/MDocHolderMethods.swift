@@ -1,9 +1,9 @@
 import CredentialStore
 import Emulation
 import Foundation
-import Logging
 import MDoc
 import NFC
+import Presence
 import RPC
 import TesseraCore
 import VPCD
@@ -14,7 +14,7 @@ extension MethodTable {
     /// `mdoc.approve` and `mdoc.stop`. `mdoc.request` goes to the presenting connection and to the station UI
     /// clients (`enrollment.subscribe`) of the same uid.
     func registerMDocHolder(
-        _ service: MDocHolderService, subscribers: EnrollmentSubscribers, presence: MDocPresenceCommand? = nil
+        _ service: MDocHolderService, subscribers: EnrollmentSubscribers, presence: PresenceBroker? = nil
     ) {
         let policy = self.policy
         let running = MDocPresentations()
@@ -272,8 +272,9 @@ extension MethodTable {
 struct MDocConsentDesk: Sendable {
     let service: MDocHolderService
     let subscribers: EnrollmentSubscribers
-    /// `mdoc.presenceCommand`: asked beside `mdoc.approve` (docs/CONFIG.md).
-    var presence: MDocPresenceCommand? = nil
+    /// The presence broker (door `mdoc`), asked beside `mdoc.approve` when it has a source: confirmed releases
+    /// every requested element, denied declines; no answer leaves it to `mdoc.approve` (docs/CONFIG.md).
+    var presence: PresenceBroker? = nil
 
     func respond(
         presentationId: String, registration: MDocRegistrationRecord, request: DeviceRequest,
@@ -291,8 +292,17 @@ struct MDocConsentDesk: Sendable {
                 await approvals.announce(id: presentationId, uid: uid, session: session)
                 await connection.notify("mdoc.request", params)
                 await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
-                let asked = presence.map { command in
-                    { @Sendable () async -> MDocConsent? in await command.ask(params, uid: uid) }
+                let pid = connection.peer.pid
+                let asked = presence.map { broker in
+                    { @Sendable () async -> MDocConsent? in
+                        let question = PresenceQuestion(
+                            door: .mdoc, uid: uid, pid: pid, details: params.objectValue ?? [:], timeout: timeout)
+                        switch try? await broker.ask(question) {
+                        case .confirmed: return MDocConsent(approved: true)
+                        case .denied: return .refused("declined")
+                        default: return nil
+                        }
+                    }
                 }
                 return await approvals.wait(
                     id: presentationId, uid: uid, session: session, timeout: timeout, presence: asked)
@@ -414,34 +424,5 @@ enum MDocHolderViews {
         ]
         if let d = r.invalidationDate { o["invalidationDate"] = .string(MDocDate.format(d)) }
         return .object(o)
-    }
-}
-
-/// `mdoc.presenceCommand`: a program that approves a request for the user (a kiosk's own confirmation screen): the
-/// `mdoc.request` params plus `uid` as JSON on stdin; exit 0 releases every requested element, another status
-/// declines. No answer within `timeout` (or an error running it) leaves the decision to `mdoc.approve`. It gives no
-/// PIN: a device key whose token needs one signs only while the token is logged in (a PIN file).
-struct MDocPresenceCommand: Sendable {
-    let argv: [String]
-    let timeout: Duration
-    let logger: Logger
-
-    func ask(_ request: JSONValue, uid: UInt32) async -> MDocConsent? {
-        var input = request.objectValue ?? [:]
-        input["uid"] = .number(Double(uid))
-        do {
-            switch try await ProgramRunner.run(argv, input: JSONValue.object(input).serialized(), timeout: timeout) {
-            case .exited(0): return MDocConsent(approved: true)
-            case .exited(let status):
-                logger.notice("mdoc: presence command declined (exit status \(status))")
-                return .refused("declined")
-            case .timedOut:
-                logger.notice("mdoc: presence command gave no answer in \(timeout)")
-                return nil
-            }
-        } catch {
-            logger.error("mdoc: presence command: \(error)")
-            return nil
-        }
     }
 }

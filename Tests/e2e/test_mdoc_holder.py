@@ -452,16 +452,17 @@ def test_mdoc_read_through_a_libnfc_reader(tmp_path):
 
 
 def test_the_presence_command_approves_or_declines_for_the_user(lab):
-    # mdoc.presenceCommand (a kiosk's own confirmation) answers instead of mdoc.approve: it gets the request on
-    # stdin; exit 0 releases every requested element, another status declines. The token's PIN comes from a PIN file.
+    # presence.command (a kiosk's own confirmation; the one presence broker, door "mdoc") answers instead of
+    # mdoc.approve: it gets the request on stdin; exit 0 releases every requested element, another status declines.
+    # The token's PIN comes from a PIN file.
     status, asked = lab.root / "presence-status", lab.root / "presence-requests"
     pin = lab.root / "holder.pin"
     pin.write_text(PIN)
     config = lab.root / "mdoc-presence.json"
     config.write_text(json.dumps({
         "pinFiles": {"holder": str(pin)},
-        "mdoc": {"presenceCommand": ["/bin/sh", "-c", f"cat >> {asked}; echo >> {asked}; exit $(cat {status})"],
-                 "presenceTimeoutSeconds": 20}}))
+        "presence": {"command": ["/bin/sh", "-c", f"cat >> {asked}; echo >> {asked}; exit $(cat {status})"],
+                     "timeoutSeconds": 20}}))
     lab.restart("--config", str(config))
     try:
         status.write_text("0")
@@ -479,6 +480,7 @@ def test_the_presence_command_approves_or_declines_for_the_user(lab):
         assert summary["presentations"][0]["outcome"] == "released", summary
         seen = json.loads(asked.read_text().splitlines()[0])
         assert seen["presentationId"] == request["presentationId"] and seen["uid"] == os.getuid()
+        assert seen["door"] == "mdoc"
         assert [e["identifier"] for e in seen["elements"]] == ["family_name", "given_name"]
 
         status.write_text("1")
@@ -495,14 +497,15 @@ def test_the_presence_command_approves_or_declines_for_the_user(lab):
         lab.restart()
 
 
-@pytest.mark.parametrize("mdoc, message", [
-    ({"presenceComand": ["/bin/true"]}, "unknown key 'presenceComand' in mdoc"),
-    ({"presenceCommand": ["/bin/true"], "presenceTimeoutSeconds": 0}, "mdoc.presenceTimeoutSeconds 0 is out of range"),
-    ({"presenceCommand": []}, "mdoc.presenceCommand must name a program"),
+@pytest.mark.parametrize("section, message", [
+    ({"mdoc": {"presenceComand": ["/bin/true"]}}, "unknown key 'presenceComand' in mdoc"),
+    ({"presence": {"command": ["/bin/true"], "timeoutSeconds": 0}}, "presence.timeoutSeconds 0 is out of range"),
+    ({"presence": {"command": []}}, "presence.command must name a program"),
+    ({"presence": {"comand": ["/bin/true"]}}, "unknown key 'comand' in presence"),
 ])
-def test_a_wrong_mdoc_section_stops_start_up(tmp_path, mdoc, message):
+def test_a_wrong_mdoc_or_presence_section_stops_start_up(tmp_path, section, message):
     config = tmp_path / "tesserad.json"
-    config.write_text(json.dumps({"mdoc": mdoc}))
+    config.write_text(json.dumps(section))
     out = subprocess.run([str(BIN / "tesserad"), "--socket", str(tmp_path / "s.sock"), "--state-dir",
                           str(tmp_path / "state"), "--no-embedded-softhsm", "--config", str(config)],
                          capture_output=True, text=True, timeout=60)
