@@ -10,7 +10,7 @@ import pytest
 from fido2.ctap import CtapError
 from fido2.ctap2 import Ctap2
 
-from tessera_harness import BIN, NOBODY, as_nobody, calls_as
+from tessera_harness import BIN, NOBODY, AsUser, as_nobody, calls_as
 from test_ctap import RP, CTAPDaemon
 
 
@@ -35,8 +35,9 @@ def test_the_old_per_door_presence_keys_stop_start_up(tmp_path, section, key, re
 
 
 def test_another_uids_presence_confirm_cannot_answer_my_request(tmp_path, softhsm):
-    """A CTAP request of root waits for presence (confirmOnSocket): nobody neither sees it nor answers it, with
-    presence.confirm or presence.deny; root's own presence.confirm does."""
+    """A CTAP request of root waits for presence (confirmOnSocket): nobody neither sees it (presence.list, the
+    presence.request notification) nor answers it (presence.confirm, presence.deny); root's own presence.confirm
+    does, and root's subscribed connection is told when it starts and ends."""
     p = tmp_path
     while p != p.parent:
         os.chmod(p, os.stat(p).st_mode | 0o011)
@@ -55,13 +56,27 @@ def test_another_uids_presence_confirm_cannot_answer_my_request(tmp_path, sofths
                 out["e"] = e
 
         t = threading.Thread(target=make)
-        t.start()
+        # nobody subscribes too: it must not be told about root's request.
+        def nobody_listens(c, ready):
+            c.call("presence.subscribe")
+            ready()
+            try:
+                return c.next_notification(timeout=3)
+            except (TimeoutError, OSError):
+                return "nothing"
+
+        listener = AsUser(NOBODY, d.daemon.socket, nobody_listens)
+        listener.wait_ready()
         c = d.daemon.client()
-        pending = []
-        while not pending and t.is_alive():
-            pending = c.call("presence.list", {})["requests"]
+        c.call("presence.subscribe")
+        t.start()
+        notified = c.wait_notification("presence.request")
+        assert notified["door"] == "ctap" and notified["operation"] == "makeCredential", notified
+        pending = c.call("presence.list", {})["requests"]
         assert pending[0]["door"] == "ctap" and pending[0]["uid"] == os.getuid(), pending
         rid = pending[0]["requestId"]
+        assert notified["requestId"] == rid
+        assert listener.result() == "nothing"
         seen = as_nobody(d.daemon.socket, [("presence.confirm", {"requestId": rid}), ("presence.deny", {}),
                                            ("presence.confirm", {})])
         assert seen == {"presence.confirm": "PRESENCE_NOT_PENDING", "presence.deny": "PRESENCE_NOT_PENDING"}, seen
@@ -72,5 +87,6 @@ def test_another_uids_presence_confirm_cannot_answer_my_request(tmp_path, sofths
         t.join(60)
         assert "r" in out, out
         assert out["r"].auth_data.is_user_present()
+        assert c.wait_notification("presence.resolved") == {"requestId": rid, "answer": "confirmed"}
     finally:
         d.daemon.stop()

@@ -1160,3 +1160,48 @@ def test_a_forwarded_connection_signs_only_with_allow_forwarded(tmp_path, sofths
         assert bound == bytes([6]) and signed[0] == 14
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("allow_forwarded", [True, False])
+def test_real_ssh_a_forwarding_is_known_as_forwarded(tmp_path, softhsm, sshd, allow_forwarded):
+    """`ssh -A` to a real sshd, and on the far side ssh-keygen -Y sign through the forwarded agent: the local ssh
+    binds that agent connection with is_forwarding=1 (signed by the sshd's host key). The presence request of the
+    confirm key says forwarded: false for the login and true for the forwarded signature; with
+    sshAgent.allowForwarded false the forwarded signature is refused before presence is asked."""
+    import json
+    port, authorized, log = sshd
+    asked = tmp_path / "asked.jsonl"
+    script = tmp_path / "presence.sh"
+    script.write_text(f"#!/bin/sh\ncat >> {asked}\necho >> {asked}\nexit 0\n")
+    script.chmod(0o755)
+    a = Agent(tmp_path, softhsm)
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"presence": {"command": [str(script)]},
+                                  "sshAgent": {"allowForwarded": allow_forwarded}}))
+    a.daemon.args += ["--config", str(config)]
+    a.start()
+    try:
+        pub_line = cli(a.daemon, "ssh", "keygen", "--comment", "fw", "--confirm", "--pin", PIN).stdout.strip()
+        authorized.write_text(pub_line + "\n")
+        pub = tmp_path / "fw.pub"
+        pub.write_text(pub_line + "\n")
+        msg = tmp_path / "m"
+        msg.write_text("x")
+        assert a.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+        remote = f"ssh-keygen -Y sign -n file -f {pub} {msg} && echo signed"
+        r = a.run("ssh", "-A", "-o", f"IdentityAgent={a.sock}", "-o", "StrictHostKeyChecking=no", "-o",
+                  "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "PreferredAuthentications=publickey",
+                  "-p", str(port), f"{os.environ.get('USER', 'root')}@127.0.0.1", remote)
+        requests = [json.loads(l) for l in asked.read_text().splitlines() if l.strip()]
+        assert requests and requests[0]["door"] == "ssh" and requests[0]["forwarded"] is False, requests
+        text = a.daemon.log.read_text()
+        assert "(forwarding)" in text, text
+        if allow_forwarded:
+            assert r.returncode == 0 and "signed" in r.stdout, r.stderr + log.read_text()
+            assert [q["forwarded"] for q in requests] == [False, True], requests
+        else:
+            assert "signed" not in r.stdout, r.stdout
+            assert [q["forwarded"] for q in requests] == [False], requests
+            assert "signing refused on a forwarded connection" in text
+    finally:
+        a.daemon.stop()
