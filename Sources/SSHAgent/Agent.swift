@@ -93,6 +93,8 @@ public final class SSHAgent: Sendable {
         var locks: [UInt32: (salt: [UInt8], digest: [UInt8])] = [:]
         var unlocked: [Unlock: (until: ContinuousClock.Instant, confirm: Bool)] = [:]
         var sessionBinds: [UInt64: [SessionBind]] = [:]
+        /// Connections whose binds are full (their refusal was logged).
+        var fullConnections: Set<UInt64> = []
         var nextExpiry: ContinuousClock.Instant?
 
         func holds(_ tokenID: String) -> Bool { unlocked.keys.contains { $0.tokenID == tokenID } }
@@ -145,7 +147,10 @@ public final class SSHAgent: Sendable {
 
     /// Forgets a closed connection's state.
     public func closed(connectionID: UInt64) {
-        _ = state.withLock { $0.sessionBinds.removeValue(forKey: connectionID) }
+        state.withLock { s in
+            s.sessionBinds[connectionID] = nil
+            s.fullConnections.remove(connectionID)
+        }
     }
 
     /// Drops unlocks older than `pinCacheSeconds` (logging the tokens out).
@@ -251,44 +256,65 @@ public final class SSHAgent: Sendable {
         }
     }
 
-    /// Records a session bind after checking it as OpenSSH's agent does: the host key's signature over the session
-    /// identifier, at most `maxSessionBinds` per connection, no bind after one made for authentication (not
-    /// forwarding), and the same identifier again only with the same forwarding flag.
+    /// Records a session bind after checking it as OpenSSH's agent does: at most `maxSessionBinds` per connection, no
+    /// bind after one made for authentication (not forwarding), the host key's signature over the session
+    /// identifier, and the same identifier again only with the same host key and forwarding flag. The cheap checks
+    /// come first, so a flood past the limit costs no signature verification; the first refusal for a full
+    /// connection is logged, not each one.
     private func bindSession(_ contents: [UInt8], peer: AgentPeer) -> AgentResponse {
         let prefix = "ssh-agent conn \(peer.connectionID): session-bind"
         guard let bind = try? SessionBind(contents), bind.sessionID.count <= Self.maxSessionIDLength else {
             backend.log(.info, "\(prefix) refused: malformed")
             return .failure
         }
+        let connectionID = peer.connectionID
+        let refused: BindRefusal? = state.withLock { s in
+            let binds = s.sessionBinds[connectionID] ?? []
+            if binds.contains(where: { !$0.forwarding }) { return .afterAuthentication }
+            guard binds.count < Self.maxSessionBinds else {
+                return .full(first: s.fullConnections.insert(connectionID).inserted)
+            }
+            return nil
+        }
+        if let refused { return refuse(refused, prefix) }
         guard HostKeySignature.isValid(bind.signature, hostKey: bind.hostKey, over: bind.sessionID) else {
             backend.log(.notice, "\(prefix) refused: the host key's signature over the session id does not verify")
             return .failure
         }
-        enum Outcome { case recorded, again, full, afterAuthentication, conflicting }
-        let outcome = state.withLock { s -> Outcome in
-            let binds = s.sessionBinds[peer.connectionID] ?? []
-            for old in binds {
-                guard old.forwarding else { return .afterAuthentication }
-                if old.sessionID == bind.sessionID {
-                    return old.hostKey == bind.hostKey && old.forwarding == bind.forwarding ? .again : .conflicting
-                }
+        let outcome: BindRefusal? = state.withLock { s in
+            let binds = s.sessionBinds[connectionID] ?? []
+            if binds.contains(where: { !$0.forwarding }) { return .afterAuthentication }
+            if let old = binds.first(where: { $0.sessionID == bind.sessionID }) {
+                return old.hostKey == bind.hostKey && old.forwarding == bind.forwarding ? .again : .conflicting
             }
-            guard binds.count < Self.maxSessionBinds else { return .full }
-            s.sessionBinds[peer.connectionID, default: []].append(bind)
-            return .recorded
+            guard binds.count < Self.maxSessionBinds else {
+                return .full(first: s.fullConnections.insert(connectionID).inserted)
+            }
+            s.sessionBinds[connectionID, default: []].append(bind)
+            return nil
         }
-        switch outcome {
-        case .recorded:
-            var keyReader = SSHReader(bind.hostKey)
-            let hostKey = (try? keyReader.text()) ?? "unknown"
-            backend.log(
-                .info,
-                "ssh-agent conn \(peer.connectionID): session bound to a \(hostKey) host key"
-                    + (bind.forwarding ? " (forwarding)" : ""))
-            return .success
+        if let outcome { return refuse(outcome, prefix) }
+        var keyReader = SSHReader(bind.hostKey)
+        let hostKey = (try? keyReader.text()) ?? "unknown"
+        backend.log(
+            .info,
+            "ssh-agent conn \(connectionID): session bound to a \(hostKey) host key"
+                + (bind.forwarding ? " (forwarding)" : ""))
+        return .success
+    }
+
+    private enum BindRefusal {
+        case again, full(first: Bool), afterAuthentication, conflicting
+    }
+
+    private func refuse(_ refusal: BindRefusal, _ prefix: String) -> AgentResponse {
+        switch refusal {
         case .again: return .success
-        case .full:
-            backend.log(.notice, "\(prefix) refused: \(Self.maxSessionBinds) binds already recorded")
+        case .full(let first):
+            if first {
+                backend.log(
+                    .notice, "\(prefix) refused: \(Self.maxSessionBinds) binds already recorded (logged once)")
+            }
         case .afterAuthentication:
             backend.log(.notice, "\(prefix) refused: the connection is already bound for authentication")
         case .conflicting:

@@ -272,7 +272,8 @@ import Testing
     }
 
     @Test func atMostSixteenBindsPerConnection() async throws {
-        let agent = SSHAgent(backend: T.Backend([]), pinCacheSeconds: 60)
+        let backend = T.Backend([])
+        let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
         let peer = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
         let host = Curve25519.Signing.PrivateKey()
         for i in 0..<40 {
@@ -281,6 +282,8 @@ import Testing
             #expect(answer == (i < SSHAgent.maxSessionBinds ? [6] : [5]), "bind \(i)")
         }
         #expect(agent.binds(connectionID: 1).count == 16)
+        // The refusals past the limit are logged once, not once each.
+        #expect(backend.lines.withLock { $0 }.filter { $0.contains("binds already recorded") }.count == 1)
         // Another connection has its own 16.
         let other = AgentPeer(connectionID: 2, uid: 1000, maySign: true)
         #expect(await agent.handle(try Self.bind(host, sessionID: [1], forwarding: false), from: other) == [6])

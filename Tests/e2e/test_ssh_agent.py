@@ -1141,6 +1141,7 @@ def test_session_bind_is_verified_and_bounded(agent, tmp_path):
     grown = rss_kib(agent.daemon.proc.pid) - before
     assert answers[:16] == [bytes([6])] * 16 and answers[16:] == [bytes([5])] * (10_000 - 16)
     assert grown < 4096, f"RSS grew by {grown} KiB"
+    assert agent.daemon.log.read_text().count("binds already recorded") == 1
 
 
 def test_a_forwarded_connection_signs_only_with_allow_forwarded(tmp_path, softhsm):
