@@ -79,6 +79,7 @@ public actor PresenceBroker {
     private let notify: @Sendable (PresenceEvent) async -> Void
     private var pending: [UInt64: Pending] = [:]
     private var nextID: UInt64 = 1
+    private var notifying: Task<Void, Never>?
 
     public init(
         _ settings: PresenceSettings, logger: Logger,
@@ -147,11 +148,10 @@ public actor PresenceBroker {
                         })
                 }
                 pending[id] = Pending(question: question, since: since, continuation: continuation, tasks: tasks)
-                let event = PresenceEvent(
-                    method: "presence.request", uid: question.uid,
-                    params: Self.describe(id, question, since: since, timeout: timeout))
-                let notify = self.notify
-                Task { await notify(event) }
+                send(
+                    PresenceEvent(
+                        method: "presence.request", uid: question.uid,
+                        params: Self.describe(id, question, since: since, timeout: timeout)))
             }
         } onCancel: {
             Task { await self.resolve(id, .cancelled) }
@@ -170,11 +170,19 @@ public actor PresenceBroker {
         guard let p = pending.removeValue(forKey: id) else { return }
         for t in p.tasks { t.cancel() }
         p.continuation.resume(returning: answer)
-        let event = PresenceEvent(
-            method: "presence.resolved", uid: p.question.uid,
-            params: ["requestId": .number(Double(id)), "answer": .string(answer.rawValue)])
-        let notify = self.notify
-        Task { await notify(event) }
+        send(
+            PresenceEvent(
+                method: "presence.resolved", uid: p.question.uid,
+                params: ["requestId": .number(Double(id)), "answer": .string(answer.rawValue)]))
+    }
+
+    /// Sends notifications one after the other, in the order of the events (a request before its resolution).
+    private func send(_ event: PresenceEvent) {
+        let previous = notifying, notify = self.notify
+        notifying = Task {
+            await previous?.value
+            await notify(event)
+        }
     }
 
     /// `presence.confirm` / `presence.deny`: answers `requestId` (default: the caller's oldest waiting question) for

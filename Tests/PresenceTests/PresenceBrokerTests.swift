@@ -123,6 +123,26 @@ import Testing
         #expect(await long.list(uid: 0, isAdmin: true).isEmpty)
     }
 
+    @Test func notificationsGoOutInOrder() async throws {
+        let events = Locked<[String]>([])
+        let broker = PresenceBroker(
+            PresenceSettings(command: nil, timeout: .seconds(10), confirmOnSocket: true), logger: Self.logger
+        ) { event in
+            // A slow delivery of the request must not let its resolution overtake it.
+            if event.method == "presence.request" { try? await Task.sleep(for: .milliseconds(100)) }
+            events.withLock { $0.append("\(event.method) \(event.params["requestId"]?.intValue ?? 0)") }
+        }
+        for round in 1...5 {
+            async let answer = broker.ask(PresenceQuestion(door: .ctap, uid: 5))
+            await Self.waitPending(broker, 1)
+            _ = try await broker.answer(nil, confirm: true, uid: 5, isAdmin: false)
+            #expect(try await answer == .confirmed, "round \(round)")
+        }
+        for _ in 0..<500 where events.withLock({ $0.count }) < 10 { try await Task.sleep(for: .milliseconds(10)) }
+        let expected = (1...5).flatMap { ["presence.request \($0)", "presence.resolved \($0)"] }
+        #expect(events.withLock { $0 } == expected)
+    }
+
     @Test func withoutASourceTheAnswerIsDenied() async throws {
         let broker = Self.broker(command: nil, confirmOnSocket: false)
         #expect(!broker.hasSource)
