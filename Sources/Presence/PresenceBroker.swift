@@ -21,15 +21,46 @@ public struct PresenceQuestion: Sendable {
     /// What is asked (rpId and operation, key and `forwarded`, document and elements…): given to the command, listed
     /// by `presence.list` and sent with the `presence.request` notification.
     public var details: [String: JSONValue]
-    /// How long to wait (default and upper bound: the configured timeout).
+    /// How long to wait (default and upper bound: the configured timeout; a question `answeredByDoor` waits its own).
     public var timeout: Duration?
+    /// The door's own name for the question (mdoc: the presentationId), for `answer(key:…)`.
+    public var key: String?
+    /// The door session the question belongs to: `end(group:)` ends its questions, now and later.
+    public var group: String?
+    /// Whether the door's own method answers it too (`mdoc.approve`, through `answer(key:…)`): then it is asked even
+    /// without a presence source, and a command that does not answer in time leaves it waiting.
+    public var answeredByDoor: Bool
+    /// Runs once the question waits and can be answered (a door's own notification to the user).
+    public var onPending: (@Sendable (UInt64) async -> Void)?
 
     public init(
         door: PresenceDoor, uid: UInt32?, pid: Int32? = nil, details: [String: JSONValue] = [:],
-        timeout: Duration? = nil
+        timeout: Duration? = nil, key: String? = nil, group: String? = nil, answeredByDoor: Bool = false,
+        onPending: (@Sendable (UInt64) async -> Void)? = nil
     ) {
         self.door = door; self.uid = uid; self.pid = pid; self.details = details; self.timeout = timeout
+        self.key = key; self.group = group; self.answeredByDoor = answeredByDoor; self.onPending = onPending
     }
+}
+
+/// An answer with what the door's own method gave with it (`mdoc.approve`'s consent; nil for the command and
+/// `presence.confirm`/`presence.deny`).
+public struct PresenceReply: Sendable {
+    public var answer: PresenceAnswer
+    public var payload: (any Sendable)?
+
+    public init(_ answer: PresenceAnswer, payload: (any Sendable)? = nil) {
+        self.answer = answer; self.payload = payload
+    }
+}
+
+/// What `answer(key:…)` did.
+public enum PresenceKeyedAnswer: Sendable, Equatable {
+    case answered
+    /// No waiting question has this key.
+    case notPending
+    /// The question is another uid's.
+    case notYours
 }
 
 /// How a question ended.
@@ -70,7 +101,7 @@ public actor PresenceBroker {
     private struct Pending {
         var question: PresenceQuestion
         var since: Date
-        var continuation: CheckedContinuation<PresenceAnswer, Never>
+        var continuation: CheckedContinuation<PresenceReply, Never>
         var tasks: [Task<Void, Never>]
     }
 
@@ -80,6 +111,7 @@ public actor PresenceBroker {
     private var pending: [UInt64: Pending] = [:]
     private var nextID: UInt64 = 1
     private var notifying: Task<Void, Never>?
+    private var endedGroups: Set<String> = []
 
     public init(
         _ settings: PresenceSettings, logger: Logger,
@@ -94,15 +126,21 @@ public actor PresenceBroker {
     /// Asks the user and waits for the answer. Without a source the answer is `denied` (logged with the setting
     /// to add). Throws `BUSY` (retryable) when the uid already has `maxPendingPerUid` questions waiting.
     public func ask(_ question: PresenceQuestion) async throws(TesseraError) -> PresenceAnswer {
-        guard hasSource else {
+        try await reply(question).answer
+    }
+
+    /// `ask`, with what the door's own answer carried.
+    public func reply(_ question: PresenceQuestion) async throws(TesseraError) -> PresenceReply {
+        guard hasSource || question.answeredByDoor else {
             logger.warning(
                 """
                 presence: a \(question.door.rawValue) request needs the user's presence and no presence source is \
                 configured: set presence.command (a program that confirms with exit status 0) or \
                 presence.confirmOnSocket: true (then answer with presence.confirm on the main socket)
                 """)
-            return .denied
+            return PresenceReply(.denied)
         }
+        if let group = question.group, endedGroups.contains(group) { return PresenceReply(.cancelled) }
         let waiting = pending.values.filter { $0.question.uid == question.uid }.count
         guard waiting < settings.maxPendingPerUid else {
             throw TesseraError(
@@ -112,11 +150,14 @@ public actor PresenceBroker {
         }
         let id = nextID
         nextID += 1
-        let timeout = min(question.timeout ?? settings.timeout, settings.timeout)
+        let timeout =
+            question.answeredByDoor
+            ? question.timeout ?? settings.timeout : min(question.timeout ?? settings.timeout, settings.timeout)
+        let commandTimeout = min(timeout, settings.timeout)
         let since = Date()
-        let answer = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<PresenceAnswer, Never>) in
-                guard !Task.isCancelled else { return continuation.resume(returning: .cancelled) }
+        let reply = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<PresenceReply, Never>) in
+                guard !Task.isCancelled else { return continuation.resume(returning: PresenceReply(.cancelled)) }
                 var tasks: [Task<Void, Never>] = [
                     Task { [weak self] in
                         try? await Task.sleep(for: timeout)
@@ -126,28 +167,30 @@ public actor PresenceBroker {
                 if let command = settings.command {
                     let input = Self.describe(id, question, since: since, timeout: timeout).serialized()
                     let logger = self.logger
-                    let confirmOnSocket = settings.confirmOnSocket
+                    let othersAnswer = settings.confirmOnSocket || question.answeredByDoor
                     tasks.append(
                         Task { [weak self] in
                             let answer: PresenceAnswer?
                             do {
-                                switch try await ProgramRunner.run(command, input: input, timeout: timeout) {
+                                switch try await ProgramRunner.run(command, input: input, timeout: commandTimeout) {
                                 case .exited(0): answer = .confirmed
                                 case .exited(let status):
                                     logger.notice("presence: command denied request \(id) (exit status \(status))")
                                     answer = .denied
                                 case .timedOut:
-                                    logger.notice("presence: command timed out after \(timeout) (request \(id))")
-                                    answer = .timedOut
+                                    logger.notice(
+                                        "presence: command timed out after \(commandTimeout) (request \(id))")
+                                    answer = question.answeredByDoor ? nil : .timedOut
                                 }
                             } catch {
                                 logger.error("presence: command: \(error)")
-                                answer = confirmOnSocket ? nil : .denied
+                                answer = othersAnswer ? nil : .denied
                             }
                             if let answer { await self?.resolve(id, answer) }
                         })
                 }
                 pending[id] = Pending(question: question, since: since, continuation: continuation, tasks: tasks)
+                if let onPending = question.onPending { Task { await onPending(id) } }
                 send(
                     PresenceEvent(
                         method: "presence.request", uid: question.uid,
@@ -156,6 +199,7 @@ public actor PresenceBroker {
         } onCancel: {
             Task { await self.resolve(id, .cancelled) }
         }
+        let answer = reply.answer
         let who = "presence: \(question.door.rawValue) request \(id) of uid \(question.uid.map(String.init) ?? "-")"
         switch answer {
         case .confirmed: logger.info("\(who): confirmed")
@@ -163,13 +207,13 @@ public actor PresenceBroker {
         case .timedOut: logger.notice("\(who): timed out after \(timeout)")
         case .cancelled: logger.info("\(who): cancelled")
         }
-        return answer
+        return reply
     }
 
-    private func resolve(_ id: UInt64, _ answer: PresenceAnswer) {
+    private func resolve(_ id: UInt64, _ answer: PresenceAnswer, payload: (any Sendable)? = nil) {
         guard let p = pending.removeValue(forKey: id) else { return }
         for t in p.tasks { t.cancel() }
-        p.continuation.resume(returning: answer)
+        p.continuation.resume(returning: PresenceReply(answer, payload: payload))
         send(
             PresenceEvent(
                 method: "presence.resolved", uid: p.question.uid,
@@ -202,6 +246,26 @@ public actor PresenceBroker {
         resolve(id, confirm ? .confirmed : .denied)
         return id
     }
+
+    /// The door's own answer (`mdoc.approve`) to the question named `key`, with what it carries; from its uid or an
+    /// admin, whether or not `confirmOnSocket` is on.
+    public func answer(
+        key: String, confirm: Bool, payload: (any Sendable)?, uid: UInt32, isAdmin: Bool
+    ) -> PresenceKeyedAnswer {
+        guard let (id, p) = pending.first(where: { $0.value.question.key == key }) else { return .notPending }
+        guard Self.may(uid: uid, isAdmin: isAdmin, answer: p.question) else { return .notYours }
+        resolve(id, confirm ? .confirmed : .denied, payload: payload)
+        return .answered
+    }
+
+    /// Ends the questions of a door session (`cancelled`), and those it asks later, until `forget(group:)`.
+    public func end(group: String) {
+        endedGroups.insert(group)
+        for (id, p) in pending where p.question.group == group { resolve(id, .cancelled) }
+    }
+
+    /// Forgets an ended door session.
+    public func forget(group: String) { endedGroups.remove(group) }
 
     /// The waiting questions `uid` may answer, oldest first.
     public func list(uid: UInt32, isAdmin: Bool) -> [JSONValue] {

@@ -174,7 +174,7 @@ public enum Daemon {
         table.registerSSH(passkeys, backend: sshBackend)
         table.registerMDocHolder(
             MDocHolderService(passkeys: passkeys, store: MDocRegistrationStore(database: database)),
-            subscribers: subscribers, presence: presence.hasSource ? presence : nil)
+            subscribers: subscribers, presence: presence)
         var ctapLogger = logger
         ctapLogger[metadataKey: "service"] = "ctap"
         table.registerCTAP(passkeys, defaultTokenId: config.ctap?.tokenId)

@@ -14,17 +14,16 @@ extension MethodTable {
     /// `mdoc.approve` and `mdoc.stop`. `mdoc.request` goes to the presenting connection and to the station UI
     /// clients (`enrollment.subscribe`) of the same uid.
     func registerMDocHolder(
-        _ service: MDocHolderService, subscribers: EnrollmentSubscribers, presence: PresenceBroker? = nil
+        _ service: MDocHolderService, subscribers: EnrollmentSubscribers, presence: PresenceBroker
     ) {
         let policy = self.policy
         let running = MDocPresentations()
         let desk = MDocConsentDesk(service: service, subscribers: subscribers, presence: presence)
-        let approvals = service.approvals
         onClose { _ = running.stop(connection: $0.id) }
         register("mdoc.stop", .enroll) { p, connection in
             let stopped = running.stop(
                 uid: connection.peer.uid, documentIdentifier: try p.optionalString("documentIdentifier"))
-            for session in stopped { await approvals.end(session: session) }
+            for session in stopped { await presence.end(group: session) }
             return ["stopped": .number(Double(stopped.count))]
         }
         register("mdoc.createDeviceKey", .enroll) { p, connection in
@@ -105,7 +104,23 @@ extension MethodTable {
             consent.pin = try p.optionalString("pin")
             consent.allowFinalPinTry = try p.optionalBool("allowFinalPinTry") ?? false
             consent.caller = connection.pinCaller
-            let outcome = try await service.approvals.approve(id: id, uid: connection.peer.uid, consent: consent)
+            let outcomes = service.outcomes
+            let slot = await outcomes.expect(id)
+            let answered = await presence.answer(
+                key: id, confirm: approve, payload: consent, uid: connection.peer.uid,
+                isAdmin: policy.grants(.admin, to: connection.peer))
+            switch answered {
+            case .answered: break
+            case .notPending:
+                await outcomes.drop(id, slot)
+                throw TesseraError(
+                    .mdocPresentationNotPending, "presentation \(id) is not waiting for approval",
+                    details: ["presentationId": .string(id)])
+            case .notYours:
+                await outcomes.drop(id, slot)
+                throw TesseraError(.unauthorized, "presentation \(id) belongs to another uid")
+            }
+            let outcome = await outcomes.wait(id, slot)
             guard approve else { return ["presentationId": .string(id), "approved": false, "released": []] }
             let released = try outcome.get()
             return ["presentationId": .string(id), "approved": true, "released": .array(released.map { .string($0) })]
@@ -141,7 +156,7 @@ extension MethodTable {
                 outcome = .failure(error)
             }
             running.remove(session: session)
-            await approvals.forget(session: session)
+            await presence.forget(group: session)
             let response = try outcome.get()
             let sealed = try AnnexC.seal(
                 deviceResponse: response.deviceResponse, encryptionInfo: request.encryptionInfo,
@@ -205,7 +220,7 @@ extension MethodTable {
                 try await link.start(timeout: .seconds(10))
                 await connection.notify("mdoc.presenting", started)
                 reason = await Self.presentation(of: holder, until: deadline) { running.stopped(session: session) }
-                await approvals.end(session: session)
+                await presence.end(group: session)
                 await link.remove()
             case .libnfc(let connstring):
                 let device = try await NFCDevice.open(connstring, context: try NFCContext.shared())
@@ -234,14 +249,14 @@ extension MethodTable {
                 } else {
                     reason = why
                 }
-                await approvals.end(session: session)
+                await presence.end(group: session)
                 await device.close()
                 if case .failure(let error) = result {
-                    await approvals.forget(session: session)
+                    await presence.forget(group: session)
                     throw error
                 }
             }
-            await approvals.forget(session: session)
+            await presence.forget(group: session)
             let presentations = log.withLock { $0 }
             return [
                 "documentIdentifier": .string(registration.documentIdentifier), "device": .string(request.device),
@@ -266,15 +281,15 @@ extension MethodTable {
 }
 
 /// How both front doors answer one DeviceRequest: `MDocHolderService.respond`, with the user asked through the
-/// notification `mdoc.request` (to the calling connection and to the same uid's station UI clients; with `origin`
-/// for an Annex C request) and answering with `mdoc.approve` within `timeout`. The outcome (released elements or
-/// the error) is also what the waiting `mdoc.approve` returns.
+/// presence broker (door `mdoc`, keyed by presentationId, grouped by the front door's session): once the question
+/// waits, the notification `mdoc.request` goes to the calling connection and to the same uid's station UI clients
+/// (with `origin` for an Annex C request); `mdoc.approve` (with the elements and PIN it carries), the presence
+/// command or `presence.confirm`/`presence.deny` answer within `timeout`. The outcome (released elements or the
+/// error) is also what the answering `mdoc.approve` returns.
 struct MDocConsentDesk: Sendable {
     let service: MDocHolderService
     let subscribers: EnrollmentSubscribers
-    /// The presence broker (door `mdoc`), asked beside `mdoc.approve` when it has a source: confirmed releases
-    /// every requested element, denied declines; no answer leaves it to `mdoc.approve` (docs/CONFIG.md).
-    var presence: PresenceBroker? = nil
+    let presence: PresenceBroker
 
     func respond(
         presentationId: String, registration: MDocRegistrationRecord, request: DeviceRequest,
@@ -282,35 +297,36 @@ struct MDocConsentDesk: Sendable {
         timeout: Duration
     ) async throws(TesseraError) -> MDocHolderResponse {
         let uid = connection.peer.uid
-        let approvals = service.approvals
+        let outcomes = service.outcomes
         let subscribers = self.subscribers
+        let presence = self.presence
         do throws(TesseraError) {
             let response = try await service.respond(
                 registration: registration, request: request, sessionTranscript: sessionTranscript, uid: uid
             ) { ask in
                 let params = ask.json(presentationId: presentationId, origin: origin)
-                await approvals.announce(id: presentationId, uid: uid, session: session)
-                await connection.notify("mdoc.request", params)
-                await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
-                let pid = connection.peer.pid
-                let asked = presence.map { broker in
-                    { @Sendable () async -> MDocConsent? in
-                        let question = PresenceQuestion(
-                            door: .mdoc, uid: uid, pid: pid, details: params.objectValue ?? [:], timeout: timeout)
-                        switch try? await broker.ask(question) {
-                        case .confirmed: return MDocConsent(approved: true)
-                        case .denied: return .refused("declined")
-                        default: return nil
-                        }
-                    }
+                let question = PresenceQuestion(
+                    door: .mdoc, uid: uid, pid: connection.peer.pid, details: params.objectValue ?? [:],
+                    timeout: timeout, key: presentationId, group: session, answeredByDoor: true
+                ) { _ in
+                    await connection.notify("mdoc.request", params)
+                    await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
                 }
-                return await approvals.wait(
-                    id: presentationId, uid: uid, session: session, timeout: timeout, presence: asked)
+                let reply: PresenceReply
+                do throws(TesseraError) { reply = try await presence.reply(question) } catch {
+                    return .refused("busy")
+                }
+                switch reply.answer {
+                case .confirmed: return reply.payload as? MDocConsent ?? MDocConsent(approved: true)
+                case .denied: return reply.payload as? MDocConsent ?? .refused("declined")
+                case .timedOut: return .refused("timeout")
+                case .cancelled: return .refused("ended")
+                }
             }
-            await approvals.finish(presentationId, .success(response.released))
+            await outcomes.finish(presentationId, .success(response.released))
             return response
         } catch {
-            await approvals.finish(presentationId, .failure(error))
+            await outcomes.finish(presentationId, .failure(error))
             throw error
         }
     }

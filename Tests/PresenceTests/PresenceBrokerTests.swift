@@ -143,6 +143,46 @@ import Testing
         #expect(events.withLock { $0 } == expected)
     }
 
+    /// The door's own method (mdoc.approve): by key, with a payload, without a presence source; a session's end.
+    @Test func aDoorAnswersItsOwnQuestionsByKey() async throws {
+        let broker = Self.broker(command: nil, confirmOnSocket: false)
+        let noticed = Locked<[UInt64]>([])
+        let question = PresenceQuestion(
+            door: .mdoc, uid: 1000, details: ["presentationId": "p1"], timeout: .seconds(30), key: "p1",
+            group: "s1", answeredByDoor: true
+        ) { id in noticed.withLock { $0.append(id) } }
+        async let reply = broker.reply(question)
+        await Self.waitPending(broker, 1)
+        #expect(await broker.answer(key: "p2", confirm: true, payload: "x", uid: 1000, isAdmin: false) == .notPending)
+        #expect(await broker.answer(key: "p1", confirm: true, payload: "x", uid: 1001, isAdmin: false) == .notYours)
+        #expect(await broker.answer(key: "p1", confirm: true, payload: "x", uid: 1000, isAdmin: false) == .answered)
+        let answered = try await reply
+        #expect(answered.answer == .confirmed && answered.payload as? String == "x")
+        #expect(noticed.withLock { $0 } == [1])
+
+        // Ending the session ends its waiting questions, and those it asks later, until it is forgotten.
+        async let ended = broker.reply(question)
+        await Self.waitPending(broker, 1)
+        await broker.end(group: "s1")
+        #expect(try await ended.answer == .cancelled)
+        #expect(try await broker.reply(question).answer == .cancelled)
+        await broker.forget(group: "s1")
+        let late = PresenceQuestion(
+            door: .mdoc, uid: 1000, timeout: .milliseconds(100), key: "p3", group: "s1", answeredByDoor: true)
+        #expect(try await broker.reply(late).answer == .timedOut)
+    }
+
+    @Test func aDoorQuestionOutlivesACommandThatDoesNotAnswer() async throws {
+        let broker = Self.broker(
+            command: ["/bin/sh", "-c", "cat >/dev/null; sleep 5"], confirmOnSocket: false, timeout: .milliseconds(200))
+        let question = PresenceQuestion(
+            door: .mdoc, uid: 1000, timeout: .seconds(30), key: "p", answeredByDoor: true)
+        async let reply = broker.reply(question)
+        try await Task.sleep(for: .milliseconds(600))
+        #expect(await broker.answer(key: "p", confirm: false, payload: nil, uid: 1000, isAdmin: false) == .answered)
+        #expect(try await reply.answer == .denied)
+    }
+
     @Test func withoutASourceTheAnswerIsDenied() async throws {
         let broker = Self.broker(command: nil, confirmOnSocket: false)
         #expect(!broker.hasSource)

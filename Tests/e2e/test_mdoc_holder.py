@@ -461,8 +461,9 @@ def test_the_presence_command_approves_or_declines_for_the_user(lab):
     config = lab.root / "mdoc-presence.json"
     config.write_text(json.dumps({
         "pinFiles": {"holder": str(pin)},
-        "presence": {"command": ["/bin/sh", "-c", f"cat >> {asked}; echo >> {asked}; exit $(cat {status})"],
-                     "timeoutSeconds": 20}}))
+        "presence": {"command": ["/bin/sh", "-c", f"cat >> {asked}; echo >> {asked}; s=$(cat {status}); "
+                                 '[ "$s" = wait ] && exec sleep 30; exit "$s"'],
+                     "timeoutSeconds": 20, "confirmOnSocket": True}}))
     lab.restart("--config", str(config))
     try:
         status.write_text("0")
@@ -493,6 +494,23 @@ def test_the_presence_command_approves_or_declines_for_the_user(lab):
         assert result is None and error is not None  # nothing released: the session ended with status 20
         lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})
         p.finish()
+
+        # The command does not answer; with presence.confirmOnSocket the same question (door "mdoc", keyed by the
+        # presentationId) is in presence.list, and presence.confirm releases every requested element.
+        status.write_text("wait")
+        p = lab.present("trusted-mdl")
+        lab.wait_card(lab.daemon)
+        read = Read(lab.daemon, lab.reader, ["family_name"])
+        request = p.wait("mdoc.request")
+        c = lab.daemon.client()
+        waiting = c.call("presence.list")["requests"]
+        assert [(r["door"], r["presentationId"]) for r in waiting] == [("mdoc", request["presentationId"])], waiting
+        c.call("presence.confirm", {"requestId": waiting[0]["requestId"]})
+        result, error = read.outcome()
+        assert error is None, error
+        assert set(result["documents"][0]["elements"][NS]) == {"family_name"}
+        c.call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})
+        assert p.finish()["presentations"][0]["outcome"] == "released"
     finally:
         lab.restart()
 
