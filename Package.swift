@@ -60,6 +60,7 @@ let package = Package(
             name: "SSHAgent",
             dependencies: [
                 "TesseraCore", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]),
         /// CTAPHID framing and channels (CTAP 2.1 §11.2), transport-free.
         .target(name: "CTAPHID"),
@@ -86,6 +87,12 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
             ]),
+
+        /// The one presence broker of every front door (CTAP user presence, SSH `confirm` keys, mdoc release): the
+        /// configured command through `ProgramRunner`, or an answer on the socket from the asking uid or an admin.
+        .target(
+            name: "Presence",
+            dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")]),
 
         // MARK: Devices and storage (I/O at the edges)
         .target(
@@ -175,7 +182,7 @@ let package = Package(
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PKCS11", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAPHID", "CTAP2", "WebAuthn", "CBOR",
+                "CTAPHID", "CTAP2", "WebAuthn", "CBOR", "Presence",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -220,7 +227,16 @@ let package = Package(
             name: "TesseraCoreTests",
             dependencies: ["TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "CBORTests", dependencies: ["CBOR", "TesseraCore", "TesseraTestSupport"]),
-        .testTarget(name: "SSHAgentTests", dependencies: ["SSHAgent", "TesseraCore", "TesseraTestSupport"]),
+        .testTarget(
+            name: "SSHAgentTests",
+            dependencies: [
+                "SSHAgent", "TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "PresenceTests",
+            dependencies: [
+                "Presence", "TesseraCore", "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]),
         .testTarget(
             name: "WebAuthnTests",
             dependencies: ["WebAuthn", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),

@@ -40,8 +40,9 @@ public protocol SSHAgentBackend: Sendable {
     func tokenID(readerID: String) async -> String?
     /// Ends the login the agent made on this token.
     func forget(tokenID: String) async
-    /// Asks the presence command to approve a signature; false on refusal, timeout or no command.
-    func confirm(_ identity: AgentIdentity, request: JSONValue) async -> Bool
+    /// Asks the presence broker to approve a signature by `peer` (`forwarded`: the connection is an
+    /// `ssh -A` forwarding); false on refusal, timeout or no presence source.
+    func confirm(_ identity: AgentIdentity, peer: AgentPeer, forwarded: Bool) async -> Bool
     /// A line for the daemon log.
     func log(_ level: AgentLogLevel, _ message: String)
 }
@@ -64,31 +65,53 @@ public struct AgentPeer: Sendable {
 /// The SSH agent's state and message handling, independent of the socket.
 ///
 /// Locking (`ssh-add -x`) is per client uid and keeps only a salted SHA-256 of the passphrase; a locked agent lists
-/// no keys and signs nothing for that uid. Token unlocks (`ssh-add -s`) are the tokens' own login state, shared by
-/// every client, and end on `ssh-add -e`, on any lock, and `pinCacheSeconds` after the unlock. A key that
-/// `needsUnlock` signs only while the agent holds such an unlock of its token: a login the token has for another
-/// reason (a PIN given to a JSON-RPC method) does not count.
+/// no keys and signs nothing for that uid. Token unlocks (`ssh-add -s`) belong to the uid that made them: a key that
+/// `needsUnlock` signs only for a uid holding an unlock of its token (a login the token has for another reason, such
+/// as another uid's unlock or a PIN given to a JSON-RPC method, does not count). An unlock ends on that uid's
+/// `ssh-add -e`, on that uid's lock, and `pinCacheSeconds` after it was made; the token is logged out when no uid
+/// holds an unlock of it any more.
+///
+/// `session-bind@openssh.com` is accepted only with a valid host key signature over the session identifier, at most
+/// `maxSessionBinds` per connection (OpenSSH's own limit); a connection with a bind marked forwarding is forwarded
+/// (`ssh -A`), and with `allowForwarded: false` it signs nothing.
 ///
 /// The state sits behind a lock (never held across a suspension), so a request runs on its connection's executor
 /// without hopping to an actor.
 public final class SSHAgent: Sendable {
     private let backend: any SSHAgentBackend
     private let pinCache: Duration
+    private let allowForwarded: Bool
     private let state = Locked(State())
+
+    /// An unlock by one uid of one token.
+    private struct Unlock: Hashable {
+        var uid: UInt32
+        var tokenID: String
+    }
 
     private struct State {
         var locks: [UInt32: (salt: [UInt8], digest: [UInt8])] = [:]
-        var unlocked: [String: (until: ContinuousClock.Instant, confirm: Bool)] = [:]
+        var unlocked: [Unlock: (until: ContinuousClock.Instant, confirm: Bool)] = [:]
         var sessionBinds: [UInt64: [SessionBind]] = [:]
+        /// Connections whose binds are full (their refusal was logged).
+        var fullConnections: Set<UInt64> = []
         var nextExpiry: ContinuousClock.Instant?
+
+        func holds(_ tokenID: String) -> Bool { unlocked.keys.contains { $0.tokenID == tokenID } }
     }
 
     /// Extensions this agent understands (answered to `query`).
     public static let extensions = ["query", "session-bind@openssh.com"]
+    /// Session binds one connection may record (OpenSSH's agent keeps 16 and refuses more).
+    public static let maxSessionBinds = 16
+    /// Longest session identifier a bind may carry (OpenSSH: 128 bytes).
+    public static let maxSessionIDLength = 128
 
-    public init(backend: any SSHAgentBackend, pinCacheSeconds: Int) {
+    /// `allowForwarded: false` refuses every signature on a forwarded connection (`sshAgent.allowForwarded`).
+    public init(backend: any SSHAgentBackend, pinCacheSeconds: Int, allowForwarded: Bool = true) {
         self.backend = backend
         self.pinCache = .seconds(max(1, pinCacheSeconds))
+        self.allowForwarded = allowForwarded
     }
 
     /// Handles one frame body and returns the reply body. Malformed messages get FAILURE.
@@ -102,18 +125,32 @@ public final class SSHAgent: Sendable {
         return await respond(request, from: peer).bytes
     }
 
-    /// Tokens the agent unlocked, with seconds until the unlock expires.
-    public func unlockedTokens() -> [String: Int] {
+    /// Tokens `uid` unlocked, with seconds until the unlock expires.
+    public func unlockedTokens(uid: UInt32) -> [String: Int] {
         let now = ContinuousClock.now
-        return state.withLock { $0.unlocked.mapValues { Int(($0.until - now).components.seconds) } }
+        return state.withLock { s in
+            var out: [String: Int] = [:]
+            for (unlock, value) in s.unlocked where unlock.uid == uid {
+                out[unlock.tokenID] = Int((value.until - now).components.seconds)
+            }
+            return out
+        }
     }
 
     /// Session binds recorded for a connection (`session-bind@openssh.com`).
     public func binds(connectionID: UInt64) -> [SessionBind] { state.withLock { $0.sessionBinds[connectionID] ?? [] } }
 
+    /// Whether a connection is an agent forwarding (one of its session binds says so).
+    public func isForwarded(connectionID: UInt64) -> Bool {
+        state.withLock { $0.sessionBinds[connectionID]?.contains(where: \.forwarding) ?? false }
+    }
+
     /// Forgets a closed connection's state.
     public func closed(connectionID: UInt64) {
-        _ = state.withLock { $0.sessionBinds.removeValue(forKey: connectionID) }
+        state.withLock { s in
+            s.sessionBinds[connectionID] = nil
+            s.fullConnections.remove(connectionID)
+        }
     }
 
     /// Drops unlocks older than `pinCacheSeconds` (logging the tokens out).
@@ -121,10 +158,10 @@ public final class SSHAgent: Sendable {
         let now = ContinuousClock.now
         let stale: [String] = state.withLock { s in
             guard let due = s.nextExpiry, due <= now else { return [] }
-            let ids = s.unlocked.filter { $0.value.until <= now }.map(\.key)
-            for id in ids { s.unlocked[id] = nil }
+            let expired = s.unlocked.filter { $0.value.until <= now }.map(\.key)
+            for unlock in expired { s.unlocked[unlock] = nil }
             s.nextExpiry = s.unlocked.values.map(\.until).min()
-            return ids
+            return Set(expired.map(\.tokenID)).filter { !s.holds($0) }.sorted()
         }
         for id in stale {
             await backend.forget(tokenID: id)
@@ -160,7 +197,7 @@ public final class SSHAgent: Sendable {
                 let lifetime = constraints.lifetime.map { min(Duration.seconds(Int($0)), pinCache) } ?? pinCache
                 let until = ContinuousClock.now + lifetime
                 state.withLock { s in
-                    s.unlocked[id] = (until, constraints.confirm)
+                    s.unlocked[Unlock(uid: peer.uid, tokenID: id)] = (until, constraints.confirm)
                     s.nextExpiry = min(s.nextExpiry ?? until, until)
                 }
                 backend.log(.info, "ssh-agent: token \(id) unlocked by uid \(peer.uid)")
@@ -171,18 +208,20 @@ public final class SSHAgent: Sendable {
             }
 
         case .removeSmartcardKey(let readerID):
-            guard peer.maySign, let id = await backend.tokenID(readerID: readerID),
-                state.withLock({ $0.unlocked.removeValue(forKey: id) }) != nil
-            else { return .failure }
-            await backend.forget(tokenID: id)
-            backend.log(.info, "ssh-agent: token \(id) locked again (ssh-add -e)")
+            guard peer.maySign, let id = await backend.tokenID(readerID: readerID) else { return .failure }
+            let (removed, stillHeld) = state.withLock { s in
+                (s.unlocked.removeValue(forKey: Unlock(uid: peer.uid, tokenID: id)) != nil, s.holds(id))
+            }
+            guard removed else { return .failure }
+            if !stillHeld { await backend.forget(tokenID: id) }
+            backend.log(.info, "ssh-agent: token \(id) locked again for uid \(peer.uid) (ssh-add -e)")
             return .success
 
         case .lock(let passphrase):
             guard !locked, peer.maySign else { return .failure }
             let salt = SecureRandom.bytes(16)
             state.withLock { $0.locks[peer.uid] = (salt, Self.digest(salt, passphrase)) }
-            await forgetAll()
+            await forgetAll(uid: peer.uid)
             backend.log(.info, "ssh-agent: locked for uid \(peer.uid)")
             return .success
 
@@ -206,15 +245,7 @@ public final class SSHAgent: Sendable {
                 for e in Self.extensions { w.string(e) }
                 return .extensionReply(w.bytes)
             case "session-bind@openssh.com":
-                guard let bind = try? SessionBind(contents) else { return .failure }
-                state.withLock { $0.sessionBinds[peer.connectionID, default: []].append(bind) }
-                var keyReader = SSHReader(bind.hostKey)
-                let hostKey = (try? keyReader.text()) ?? "unknown"
-                backend.log(
-                    .info,
-                    "ssh-agent conn \(peer.connectionID): session bound to a \(hostKey) host key"
-                        + (bind.forwarding ? " (forwarding)" : ""))
-                return .success
+                return bindSession(contents, peer: peer)
             default:
                 return .extensionFailure
             }
@@ -223,6 +254,73 @@ public final class SSHAgent: Sendable {
             backend.log(.info, "ssh-agent conn \(peer.connectionID): unknown message \(type)")
             return .failure
         }
+    }
+
+    /// Records a session bind after checking it as OpenSSH's agent does: at most `maxSessionBinds` per connection, no
+    /// bind after one made for authentication (not forwarding), the host key's signature over the session
+    /// identifier, and the same identifier again only with the same host key and forwarding flag. The cheap checks
+    /// come first, so a flood past the limit costs no signature verification; the first refusal for a full
+    /// connection is logged, not each one.
+    private func bindSession(_ contents: [UInt8], peer: AgentPeer) -> AgentResponse {
+        let prefix = "ssh-agent conn \(peer.connectionID): session-bind"
+        guard let bind = try? SessionBind(contents), bind.sessionID.count <= Self.maxSessionIDLength else {
+            backend.log(.info, "\(prefix) refused: malformed")
+            return .failure
+        }
+        let connectionID = peer.connectionID
+        let refused: BindRefusal? = state.withLock { s in
+            let binds = s.sessionBinds[connectionID] ?? []
+            if binds.contains(where: { !$0.forwarding }) { return .afterAuthentication }
+            guard binds.count < Self.maxSessionBinds else {
+                return .full(first: s.fullConnections.insert(connectionID).inserted)
+            }
+            return nil
+        }
+        if let refused { return refuse(refused, prefix) }
+        guard HostKeySignature.isValid(bind.signature, hostKey: bind.hostKey, over: bind.sessionID) else {
+            backend.log(.notice, "\(prefix) refused: the host key's signature over the session id does not verify")
+            return .failure
+        }
+        let outcome: BindRefusal? = state.withLock { s in
+            let binds = s.sessionBinds[connectionID] ?? []
+            if binds.contains(where: { !$0.forwarding }) { return .afterAuthentication }
+            if let old = binds.first(where: { $0.sessionID == bind.sessionID }) {
+                return old.hostKey == bind.hostKey && old.forwarding == bind.forwarding ? .again : .conflicting
+            }
+            guard binds.count < Self.maxSessionBinds else {
+                return .full(first: s.fullConnections.insert(connectionID).inserted)
+            }
+            s.sessionBinds[connectionID, default: []].append(bind)
+            return nil
+        }
+        if let outcome { return refuse(outcome, prefix) }
+        var keyReader = SSHReader(bind.hostKey)
+        let hostKey = (try? keyReader.text()) ?? "unknown"
+        backend.log(
+            .info,
+            "ssh-agent conn \(connectionID): session bound to a \(hostKey) host key"
+                + (bind.forwarding ? " (forwarding)" : ""))
+        return .success
+    }
+
+    private enum BindRefusal {
+        case again, full(first: Bool), afterAuthentication, conflicting
+    }
+
+    private func refuse(_ refusal: BindRefusal, _ prefix: String) -> AgentResponse {
+        switch refusal {
+        case .again: return .success
+        case .full(let first):
+            if first {
+                backend.log(
+                    .notice, "\(prefix) refused: \(Self.maxSessionBinds) binds already recorded (logged once)")
+            }
+        case .afterAuthentication:
+            backend.log(.notice, "\(prefix) refused: the connection is already bound for authentication")
+        case .conflicting:
+            backend.log(.notice, "\(prefix) refused: session id recorded with another host key or forwarding flag")
+        }
+        return .failure
     }
 
     private func offered() async -> [AgentIdentity] {
@@ -234,20 +332,22 @@ public final class SSHAgent: Sendable {
             backend.log(.info, "ssh-agent: sign request for a key this agent does not hold")
             return .failure
         }
-        let unlock = state.withLock { $0.unlocked[identity.tokenID] }
+        let forwarded = isForwarded(connectionID: peer.connectionID)
+        if forwarded && !allowForwarded {
+            backend.log(
+                .notice,
+                "ssh-agent conn \(peer.connectionID): signing refused on a forwarded connection (sshAgent.allowForwarded)"
+            )
+            return .failure
+        }
+        let unlock = state.withLock { $0.unlocked[Unlock(uid: peer.uid, tokenID: identity.tokenID)] }
         if identity.needsUnlock && unlock == nil {
             logNeedsPIN(identity.tokenID)
             return .failure
         }
         if unlock?.confirm == true { identity.confirm = true }
         if identity.confirm {
-            let request: JSONValue = [
-                "type": "ssh-sign", "key": .string(identity.key.authorizedKeysLine(comment: identity.comment)),
-                "tokenId": .string(identity.tokenID), "uid": .number(Double(peer.uid)),
-                "connection": .number(Double(peer.connectionID)),
-                "sessionBound": .bool(!binds(connectionID: peer.connectionID).isEmpty),
-            ]
-            guard await backend.confirm(identity, request: request) else {
+            guard await backend.confirm(identity, peer: peer, forwarded: forwarded) else {
                 backend.log(.notice, "ssh-agent: signature with \(identity.comment) not confirmed")
                 return .failure
             }
@@ -267,10 +367,13 @@ public final class SSHAgent: Sendable {
         backend.log(.notice, "ssh-agent: token \(tokenID) needs a PIN: run `ssh-add -s \(tokenID)`")
     }
 
-    private func forgetAll() async {
+    /// Ends every unlock of `uid`; logs out the tokens no other uid holds.
+    private func forgetAll(uid: UInt32) async {
         let ids: [String] = state.withLock { s in
-            defer { s.unlocked = [:]; s.nextExpiry = nil }
-            return Array(s.unlocked.keys)
+            let mine = s.unlocked.keys.filter { $0.uid == uid }
+            for unlock in mine { s.unlocked[unlock] = nil }
+            s.nextExpiry = s.unlocked.values.map(\.until).min()
+            return Set(mine.map(\.tokenID)).filter { !s.holds($0) }.sorted()
         }
         for id in ids { await backend.forget(tokenID: id) }
     }

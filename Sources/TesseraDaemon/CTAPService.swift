@@ -7,6 +7,7 @@ import Foundation
 import Logging
 import Ownership
 import Passkeys
+import Presence
 import RPC
 import ServiceLifecycle
 import Synchronization
@@ -25,12 +26,6 @@ public struct CTAPConfig: Codable, Sendable {
     public var socketMode: String?
     /// Token new credentials go to (default: the only token present, else the first).
     public var tokenId: String?
-    /// Program (argv) that approves user presence: JSON description on stdin, exit 0 = approve.
-    public var presenceCommand: [String]?
-    /// Seconds to wait for presence before USER_ACTION_TIMEOUT (default 30).
-    public var presenceTimeoutSeconds: Int?
-    /// Whether `presence.confirm` on the main socket (same uid as the CTAP client) may approve presence.
-    public var confirmOnSocket: Bool?
     /// Whether ClientPIN (PIN/UV auth protocols 2 and 1) and user verification are offered: the token's PIN must be
     /// the hashed form, lower-case hex of LEFT(SHA-256(PIN), 16) (docs/CTAP.md). Default false.
     public var clientPin: Bool?
@@ -220,8 +215,25 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
+    /// Asks the presence broker (door `ctap`) for the request's client.
     func userPresence(_ request: PresenceRequest) async throws(CTAP2Error) {
-        try await presence.ask(request, caller: CTAPCaller.current)
+        let caller = CTAPCaller.current
+        var details: [String: JSONValue] = ["type": "ctap", "operation": .string(request.operation)]
+        if let rp = request.rpId { details["rpId"] = .string(rp) }
+        if let user = request.userName { details["userName"] = .string(user) }
+        let answer: PresenceAnswer
+        do throws(TesseraError) {
+            answer = try await presence.ask(
+                PresenceQuestion(door: .ctap, uid: caller?.uid, pid: caller?.pid, details: details))
+        } catch {
+            throw CTAP2Error(.operationDenied, error.message)
+        }
+        switch answer {
+        case .confirmed: return
+        case .denied: throw CTAP2Error(.operationDenied, "user presence refused")
+        case .timedOut: throw CTAP2Error(.userActionTimeout, "no user presence in time")
+        case .cancelled: throw CTAP2Error(.keepaliveCancel, "cancelled by the client")
+        }
     }
 
     // MARK: PIN
@@ -317,130 +329,6 @@ final class CTAPPasskeyBackend: CTAP2Backend {
     }
 }
 
-// MARK: presence
-
-/// User presence for CTAP requests: the configured `presenceCommand`, or a `presence.confirm` call on the main
-/// socket by the CTAP client's uid (with `confirmOnSocket`), whichever answers first within the timeout.
-actor PresenceBroker {
-    enum Outcome: Sendable { case approved, refused, timedOut, cancelled }
-
-    struct Pending {
-        var uid: UInt32?
-        var request: PresenceRequest
-        var since: Date
-        var continuation: CheckedContinuation<Outcome, Never>
-        var tasks: [Task<Void, Never>]
-    }
-
-    let command: [String]?
-    let confirmOnSocket: Bool
-    let timeout: Duration
-    let logger: Logger
-    private var pending: [UInt64: Pending] = [:]
-    private var nextID: UInt64 = 1
-
-    init(command: [String]?, confirmOnSocket: Bool, timeout: Duration, logger: Logger) {
-        self.command = command?.isEmpty == true ? nil : command
-        self.confirmOnSocket = confirmOnSocket; self.timeout = timeout; self.logger = logger
-    }
-
-    func ask(_ request: PresenceRequest, caller: PeerCredentials?) async throws(CTAP2Error) {
-        guard command != nil || confirmOnSocket else {
-            logger.warning(
-                """
-                ctap: a request needs user presence and no presence source is configured: set ctap.presenceCommand \
-                (a program that approves with exit status 0) or ctap.confirmOnSocket: true (then approve with \
-                presence.confirm on the main socket) in the --config file
-                """)
-            throw CTAP2Error(.operationDenied, "no presence source")
-        }
-        let id = nextID
-        nextID += 1
-        let outcome = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
-                var tasks: [Task<Void, Never>] = []
-                let timeout = self.timeout
-                tasks.append(
-                    Task { [weak self] in
-                        try? await Task.sleep(for: timeout)
-                        await self?.resolve(id, .timedOut)
-                    })
-                if let command {
-                    var description: [String: JSONValue] = ["type": "ctap", "operation": .string(request.operation)]
-                    if let rp = request.rpId { description["rpId"] = .string(rp) }
-                    if let user = request.userName { description["userName"] = .string(user) }
-                    if let caller {
-                        description["uid"] = .number(Double(caller.uid))
-                        description["pid"] = .number(Double(caller.pid))
-                    }
-                    let input = JSONValue.object(description).serialized()
-                    let logger = self.logger
-                    tasks.append(
-                        Task { [weak self] in
-                            let outcome: Outcome
-                            do {
-                                switch try await ProgramRunner.run(command, input: input, timeout: timeout) {
-                                case .exited(0): outcome = .approved
-                                case .exited(let status):
-                                    logger.notice("ctap: presence command refused (exit status \(status))")
-                                    outcome = .refused
-                                case .timedOut: outcome = .timedOut
-                                }
-                            } catch {
-                                logger.error("ctap: presence command: \(error)")
-                                outcome = .refused
-                            }
-                            await self?.resolve(id, outcome)
-                        })
-                }
-                pending[id] = Pending(
-                    uid: caller?.uid, request: request, since: Date(), continuation: continuation, tasks: tasks)
-            }
-        } onCancel: {
-            Task { await self.resolve(id, .cancelled) }
-        }
-        switch outcome {
-        case .approved: return
-        case .refused: throw CTAP2Error(.operationDenied, "user presence refused")
-        case .timedOut: throw CTAP2Error(.userActionTimeout, "no user presence within \(timeout)")
-        case .cancelled: throw CTAP2Error(.keepaliveCancel, "cancelled by the client")
-        }
-    }
-
-    private func resolve(_ id: UInt64, _ outcome: Outcome) {
-        guard let p = pending.removeValue(forKey: id) else { return }
-        for t in p.tasks { t.cancel() }
-        p.continuation.resume(returning: outcome)
-    }
-
-    /// `presence.confirm`: answers the oldest (or the given) waiting request of `uid`.
-    func confirm(uid: UInt32, requestId: UInt64?, approve: Bool) throws(TesseraError) -> UInt64 {
-        guard confirmOnSocket else {
-            throw TesseraError(.presenceNotPending, "presence.confirm is off: set ctap.confirmOnSocket: true")
-        }
-        let mine = pending.filter { $0.value.uid == nil || $0.value.uid == uid || uid == 0 }
-        guard let id = requestId ?? mine.min(by: { $0.key < $1.key })?.key, mine[id] != nil else {
-            throw TesseraError(.presenceNotPending, "no CTAP request of uid \(uid) is waiting for presence")
-        }
-        resolve(id, approve ? .approved : .refused)
-        return id
-    }
-
-    /// The waiting requests `uid` may answer.
-    func list(uid: UInt32) -> [JSONValue] {
-        pending.filter { $0.value.uid == nil || $0.value.uid == uid || uid == 0 }.sorted { $0.key < $1.key }.map {
-            id, p in
-            var o: [String: JSONValue] = [
-                "requestId": .number(Double(id)), "operation": .string(p.request.operation),
-                "since": .string(p.since.iso8601Seconds),
-            ]
-            if let rp = p.request.rpId { o["rpId"] = .string(rp) }
-            if let user = p.request.userName { o["userName"] = .string(user) }
-            return .object(o)
-        }
-    }
-}
-
 extension MethodTable {
     /// `ctap.setPin`: gives a PKCS#11 token the hashed form of a CTAP PIN as its PIN (docs/CTAP.md), with one
     /// `C_SetPIN` under the PIN rules.
@@ -468,20 +356,6 @@ extension MethodTable {
                 try await token.changePIN(old: old, new: newTokenPIN)
             }
             return ["changed": true, "tokenId": .string(token.id)]
-        }
-    }
-
-    /// `presence.confirm` and `presence.list`.
-    func registerPresence(_ broker: PresenceBroker) {
-        register("presence.confirm", .sign) { p, connection in
-            let requestId = try p.optionalInt("requestId").map { UInt64(clamping: $0) }
-            let id = try await broker.confirm(
-                uid: connection.peer.uid, requestId: requestId,
-                approve: p.optionalBool("approve") ?? true)
-            return ["requestId": .number(Double(id))]
-        }
-        register("presence.list", .read) { _, connection in
-            ["requests": .array(await broker.list(uid: connection.peer.uid))]
         }
     }
 }

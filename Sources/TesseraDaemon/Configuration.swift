@@ -84,6 +84,8 @@ public struct ConfigFile: Codable, Sendable {
     public var ctap: CTAPConfig?
     /// The mdoc holder (docs/MDOC.md).
     public var mdoc: MDocHolderConfig?
+    /// The one presence broker of every front door (docs/CONFIG.md).
+    public var presence: PresenceConfig?
 
     public init() {}
 
@@ -107,9 +109,27 @@ public struct ConfigFile: Codable, Sendable {
         return config
     }
 
+    /// Per-door presence keys of earlier versions and the `presence` key that replaces each.
+    static let retiredKeys: [(section: String, key: String, replacement: String)] = [
+        ("ctap", "presenceCommand", "presence.command"),
+        ("ctap", "presenceTimeoutSeconds", "presence.timeoutSeconds"),
+        ("ctap", "confirmOnSocket", "presence.confirmOnSocket"),
+        ("mdoc", "presenceCommand", "presence.command"),
+        ("mdoc", "presenceTimeoutSeconds", "presence.timeoutSeconds"),
+        ("sshAgent", "presenceCommand", "presence.command"),
+        ("sshAgent", "presenceTimeoutSeconds", "presence.timeoutSeconds"),
+    ]
+
     /// Refuses keys that no setting reads: a misspelled security setting must not fall back to a default.
     static func rejectUnknownKeys(_ root: JSONValue) throws(TesseraError) {
         guard let top = root.objectValue else { throw TesseraError.invalidInput("the file must hold one JSON object") }
+        for retired in retiredKeys where top[retired.section]?.objectValue?[retired.key] != nil {
+            throw TesseraError.invalidInput(
+                """
+                \(retired.section).\(retired.key) is no longer read: one presence broker serves every door; use \
+                \(retired.replacement) (the "presence" section: command, timeoutSeconds, confirmOnSocket; docs/CONFIG.md)
+                """)
+        }
         try unknown(in: top, known: knownKeys, section: nil)
         if let backoff = top["pinBackoff"]?.objectValue {
             try unknown(in: backoff, known: propertyNames(of: PINBackoffConfig()), section: "pinBackoff")
@@ -119,6 +139,12 @@ public struct ConfigFile: Codable, Sendable {
         }
         if let mdoc = top["mdoc"]?.objectValue {
             try unknown(in: mdoc, known: propertyNames(of: MDocHolderConfig()), section: "mdoc")
+        }
+        if let agent = top["sshAgent"]?.objectValue {
+            try unknown(in: agent, known: propertyNames(of: SSHAgentConfig()), section: "sshAgent")
+        }
+        if let presence = top["presence"]?.objectValue {
+            try unknown(in: presence, known: propertyNames(of: PresenceConfig()), section: "presence")
         }
         guard let policy = top["policy"], !policy.isNull else { return }
         guard let rules = policy.objectValue else { throw TesseraError.invalidInput("policy must be an object") }
@@ -165,14 +191,11 @@ public struct ConfigFile: Codable, Sendable {
         }
         if let ctap {
             do { _ = try Self.socketMode(ctap.socketMode) } catch { throw bad("ctap: \(error.message)") }
-            if let t = ctap.presenceTimeoutSeconds, !(1...300).contains(t) {
-                throw bad("ctap.presenceTimeoutSeconds \(t) is out of range 1…300")
-            }
         }
-        if let t = mdoc?.presenceTimeoutSeconds, !(1...3600).contains(t) {
-            throw bad("mdoc.presenceTimeoutSeconds \(t) is out of range 1…3600")
+        if let t = presence?.timeoutSeconds, !(1...3600).contains(t) {
+            throw bad("presence.timeoutSeconds \(t) is out of range 1…3600")
         }
-        if mdoc?.presenceCommand?.isEmpty == true { throw bad("mdoc.presenceCommand must name a program") }
+        if presence?.command?.isEmpty == true { throw bad("presence.command must name a program") }
         if mdoc?.presentDevices?.contains(where: \.isEmpty) == true {
             throw bad("mdoc.presentDevices must not hold an empty device")
         }
@@ -234,16 +257,23 @@ public struct PINBackoffConfig: Codable, Sendable {
     }
 }
 
-/// `mdoc` section: the holder's consent besides `mdoc.approve`, and the devices it presents on.
+/// `mdoc` section: the holder's devices (its consent besides `mdoc.approve` is the `presence` section's).
 public struct MDocHolderConfig: Codable, Sendable {
-    /// Program (argv) asked to approve each trusted request: the `mdoc.request` params and `uid` as JSON on stdin;
-    /// exit 0 releases every requested element, another status declines.
-    public var presenceCommand: [String]?
-    /// Seconds the command may take; after that `mdoc.approve` alone decides (default 30).
-    public var presenceTimeoutSeconds: Int?
     /// Devices `mdoc.present` may open for callers without `admin`, besides the `--nfc-device` readers: vpcd
     /// `HOST:PORT` addresses or libnfc connstrings.
     public var presentDevices: [String]?
+    public init() {}
+}
+
+/// `presence` section: the one presence broker of every front door (CTAP user presence, SSH `confirm` keys, mdoc
+/// release).
+public struct PresenceConfig: Codable, Sendable {
+    /// Program (argv) asked for each request: the request as JSON on stdin, exit 0 = confirm, another status = deny.
+    public var command: [String]?
+    /// Seconds a request waits for an answer (1…3600, default 30).
+    public var timeoutSeconds: Int?
+    /// Whether `presence.confirm` / `presence.deny` on the main socket, from the requesting uid or an admin, answer.
+    public var confirmOnSocket: Bool?
 
     public init() {}
 }
@@ -256,8 +286,8 @@ public struct SSHAgentConfig: Codable, Sendable {
     public var socketMode: String?
     /// Seconds a token unlocked with `ssh-add -s` stays unlocked for the agent (default 900).
     public var pinCacheSeconds: Int?
-    /// Program (argv) that approves a signature with a `confirm` key: JSON description on stdin, exit 0 = approve.
-    public var presenceCommand: [String]?
-    /// Seconds `presenceCommand` may take before the signature is refused (default 30).
-    public var presenceTimeoutSeconds: Int?
+    /// Whether a forwarded connection (`ssh -A`, known from `session-bind@openssh.com`) may sign (default true).
+    public var allowForwarded: Bool?
+
+    public init() {}
 }

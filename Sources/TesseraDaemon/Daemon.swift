@@ -7,6 +7,7 @@ import Foundation
 import Logging
 import PIVKeyStore
 import Passkeys
+import Presence
 import RPC
 import SSHAgent
 import ServiceLifecycle
@@ -160,33 +161,28 @@ public enum Daemon {
                 "connections": Views.connections(server.statistics()),
             ]
         }
+        // One presence broker for every door (CTAP user presence, SSH confirm keys, mdoc release).
+        var presenceLogger = logger
+        presenceLogger[metadataKey: "service"] = "presence"
+        let presenceSubscribers = PresenceSubscribers()
+        let presence = PresenceBroker(PresenceSettings(config.presence), logger: presenceLogger) { event in
+            await presenceSubscribers.send(event)
+        }
+        table.registerPresence(presence, subscribers: presenceSubscribers)
         var sshLogger = logger
         sshLogger[metadataKey: "service"] = "ssh-agent"
-        let sshBackend = SSHKeyBackend(
-            passkeys: passkeys, logger: sshLogger, presenceCommand: config.sshAgent?.presenceCommand,
-            presenceTimeout: .seconds(config.sshAgent?.presenceTimeoutSeconds ?? 30))
+        let sshBackend = SSHKeyBackend(passkeys: passkeys, logger: sshLogger, presence: presence)
         table.registerSSH(passkeys, backend: sshBackend)
-        var mdocLogger = logger
-        mdocLogger[metadataKey: "service"] = "mdoc"
         table.registerMDocHolder(
             MDocHolderService(
                 passkeys: passkeys, store: MDocRegistrationStore(database: database),
                 readerRoots: try MethodTable.loadCertificates(options.mdocReaderRootPaths, option: "--mdoc-reader-root")
             ),
-            subscribers: subscribers,
-            presence: config.mdoc?.presenceCommand.map {
-                MDocPresenceCommand(
-                    argv: $0, timeout: .seconds(config.mdoc?.presenceTimeoutSeconds ?? 30), logger: mdocLogger)
-            },
+            subscribers: subscribers, presence: presence,
             devices: MDocPresentDevices(
                 configured: config.mdoc?.presentDevices ?? [], nfcDevices: options.nfcDevices))
         var ctapLogger = logger
         ctapLogger[metadataKey: "service"] = "ctap"
-        let presence = PresenceBroker(
-            command: config.ctap?.presenceCommand,
-            confirmOnSocket: config.ctap?.confirmOnSocket ?? false,
-            timeout: .seconds(config.ctap?.presenceTimeoutSeconds ?? 30), logger: ctapLogger)
-        table.registerPresence(presence)
         table.registerCTAP(passkeys, defaultTokenId: config.ctap?.tokenId)
         table.registerIntrospection()
 
@@ -208,7 +204,9 @@ public enum Daemon {
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         var agentSweeper: Task<Void, Never>?
         if let agentAddress = try Self.sshAgentAddress(options, config, inherited: inherited.sshAgent) {
-            let agent = SSHAgent(backend: sshBackend, pinCacheSeconds: config.sshAgent?.pinCacheSeconds ?? 900)
+            let agent = SSHAgent(
+                backend: sshBackend, pinCacheSeconds: config.sshAgent?.pinCacheSeconds ?? 900,
+                allowForwarded: config.sshAgent?.allowForwarded ?? true)
             let agentServer = LengthPrefixedServer(
                 handler: SSHAgentFrames(agent: agent, policy: policy), logger: sshLogger,
                 maxFrameBytes: AgentFraming.maxFrameBytes, gate: gate)

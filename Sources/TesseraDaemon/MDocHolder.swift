@@ -70,7 +70,8 @@ final class MDocHolderService: Sendable {
     /// The reader root certificates (`--mdoc-reader-root`): a readerAuth chain must validate to one of them, and its
     /// subject key identifier must be in the registration's supportedAuthorityKeyIdentifiers.
     let readerRoots: [ParsedCertificate]
-    let approvals = MDocApprovals()
+    /// What each `mdoc.approve` waits for: its presentation's outcome.
+    let outcomes = MDocOutcomes()
 
     init(passkeys: PasskeyService, store: MDocRegistrationStore, readerRoots: [ParsedCertificate] = []) {
         self.passkeys = passkeys; self.store = store; self.readerRoots = readerRoots
@@ -254,99 +255,53 @@ final class MDocHolderService: Sendable {
     }
 }
 
-/// Presentations waiting for `mdoc.approve`, by presentationId; each belongs to a uid and a front-door session.
-actor MDocApprovals {
-    private struct Pending {
-        let uid: UInt32
-        let session: String
-        let continuation: CheckedContinuation<MDocConsent, Never>
+/// The outcome of an approved presentation (the released elements, or why nothing was) for the `mdoc.approve` that
+/// answered it. The question itself waits in the presence broker (door `mdoc`, keyed by presentationId); an approve
+/// opens a slot before it answers, so an outcome that comes before the approve waits for it is kept.
+actor MDocOutcomes {
+    private enum Slot {
+        case open
+        case waiting(CheckedContinuation<Result<[String], TesseraError>, Never>)
+        case done(Result<[String], TesseraError>)
     }
-    private var pending: [String: Pending] = [:]
-    /// Requests announced to the user whose front door has not reached `wait` yet, and answers that came that early.
-    private var announced: [String: (uid: UInt32, session: String)] = [:]
-    private var early: [String: MDocConsent] = [:]
-    private var outcomes: [String: CheckedContinuation<Result<[String], TesseraError>, Never>] = [:]
-    private var endedSessions: Set<String> = []
+    private var slots: [String: [UInt64: Slot]] = [:]
+    private var next: UInt64 = 0
 
-    /// Makes `id` answerable before its `mdoc.request` goes out, so that an `approve` racing ahead of `wait` is kept.
-    func announce(id: String, uid: UInt32, session: String) { announced[id] = (uid, session) }
+    /// Opens a slot for presentation `id` before answering it; returns the slot's token.
+    func expect(_ id: String) -> UInt64 {
+        next += 1
+        slots[id, default: [:]][next] = .open
+        return next
+    }
 
-    /// Waits for `approve` by `uid`; declined with reason timeout after `timeout`, ended after `end(session:)` or
-    /// when the waiting task is cancelled (its caller went away). `presence` (the configured presence command) is
-    /// asked meanwhile: its answer counts as the user's unless `approve` came first; nil means it did not answer.
-    func wait(
-        id: String, uid: UInt32, session: String, timeout: Duration,
-        presence: (@Sendable () async -> MDocConsent?)? = nil
-    ) async -> MDocConsent {
-        announced.removeValue(forKey: id)
-        let answer = early.removeValue(forKey: id)
-        if endedSessions.contains(session) || Task.isCancelled { return .refused("ended") }
-        if let answer { return answer }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            await self?.resolve(id, .refused("timeout"))
-        }
-        var asking: Task<Void, Never>?
-        defer {
-            timer.cancel()
-            asking?.cancel()
-        }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { c in
-                pending[id] = Pending(uid: uid, session: session, continuation: c)
-                if Task.isCancelled { resolve(id, .refused("ended")) }
-                if let presence {
-                    asking = Task { [weak self] in
-                        guard let answer = await presence() else { return }
-                        await self?.resolve(id, answer)
-                    }
-                }
-            }
-        } onCancel: {
-            Task { await self.resolve(id, .refused("ended")) }
+    /// Closes a slot (its approve did not answer).
+    func drop(_ id: String, _ token: UInt64) {
+        slots[id]?[token] = nil
+        if slots[id]?.isEmpty == true { slots[id] = nil }
+    }
+
+    /// The outcome for the slot, once `finish` reported it.
+    func wait(_ id: String, _ token: UInt64) async -> Result<[String], TesseraError> {
+        switch slots[id]?[token] {
+        case .done(let result)?:
+            drop(id, token)
+            return result
+        case .open?:
+            return await withCheckedContinuation { slots[id]?[token] = .waiting($0) }
+        case .waiting?, nil:
+            return .failure(TesseraError(.internalError, "no outcome slot for presentation \(id)"))
         }
     }
 
-    private func resolve(_ id: String, _ consent: MDocConsent) {
-        pending.removeValue(forKey: id)?.continuation.resume(returning: consent)
-    }
-
-    /// Refuses every presentation of `session` (its front door ended), now and later.
-    func end(session: String) {
-        endedSessions.insert(session)
-        for (id, p) in pending where p.session == session { resolve(id, .refused("ended")) }
-    }
-
-    /// Forgets an ended session.
-    func forget(session: String) { endedSessions.remove(session) }
-
-    /// Delivers `consent` to presentation `id` if `uid` may answer it, and waits for what `finish` reports.
-    func approve(id: String, uid: UInt32, consent: MDocConsent) async throws(TesseraError)
-        -> Result<[String], TesseraError>
-    {
-        guard let owner = pending[id]?.uid ?? announced[id]?.uid else {
-            throw TesseraError(
-                .mdocPresentationNotPending, "presentation \(id) is not waiting for approval",
-                details: ["presentationId": .string(id)])
-        }
-        guard owner == uid else {
-            throw TesseraError(.unauthorized, "presentation \(id) belongs to another uid")
-        }
-        let waiting = pending.removeValue(forKey: id)
-        if waiting == nil {
-            announced.removeValue(forKey: id)
-            early[id] = consent
-        }
-        return await withCheckedContinuation { c in
-            outcomes[id] = c
-            waiting?.continuation.resume(returning: consent)
-        }
-    }
-
-    /// The outcome of an approved presentation (the released elements, or why nothing was); forgets `id`.
+    /// Reports presentation `id`'s outcome to its open and waiting slots.
     func finish(_ id: String, _ result: Result<[String], TesseraError>) {
-        announced.removeValue(forKey: id)
-        early.removeValue(forKey: id)
-        outcomes.removeValue(forKey: id)?.resume(returning: result)
+        guard let open = slots.removeValue(forKey: id) else { return }
+        for (token, slot) in open {
+            switch slot {
+            case .waiting(let continuation): continuation.resume(returning: result)
+            case .open: slots[id, default: [:]][token] = .done(result)
+            case .done: break
+            }
+        }
     }
 }

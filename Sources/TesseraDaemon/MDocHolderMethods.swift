@@ -1,9 +1,9 @@
 import CredentialStore
 import Emulation
 import Foundation
-import Logging
 import MDoc
 import NFC
+import Presence
 import RPC
 import TesseraCore
 import VPCD
@@ -14,18 +14,17 @@ extension MethodTable {
     /// `mdoc.approve` and `mdoc.stop`. `mdoc.request` goes to the presenting connection and to the station UI
     /// clients (`enrollment.subscribe`) of the same uid.
     func registerMDocHolder(
-        _ service: MDocHolderService, subscribers: EnrollmentSubscribers, presence: MDocPresenceCommand? = nil,
+        _ service: MDocHolderService, subscribers: EnrollmentSubscribers, presence: PresenceBroker,
         devices: MDocPresentDevices = MDocPresentDevices(configured: [], nfcDevices: [])
     ) {
         let policy = self.policy
         let running = MDocPresentations()
         let desk = MDocConsentDesk(service: service, subscribers: subscribers, presence: presence)
-        let approvals = service.approvals
         onClose { _ = running.stop(connection: $0.id) }
         register("mdoc.stop", .enroll) { p, connection in
             let stopped = running.stop(
                 uid: connection.peer.uid, documentIdentifier: try p.optionalString("documentIdentifier"))
-            for session in stopped { await approvals.end(session: session) }
+            for session in stopped { await presence.end(group: session) }
             return ["stopped": .number(Double(stopped.count))]
         }
         register("mdoc.createDeviceKey", .enroll) { p, connection in
@@ -106,7 +105,23 @@ extension MethodTable {
             consent.pin = try p.optionalString("pin")
             consent.allowFinalPinTry = try p.optionalBool("allowFinalPinTry") ?? false
             consent.caller = connection.pinCaller
-            let outcome = try await service.approvals.approve(id: id, uid: connection.peer.uid, consent: consent)
+            let outcomes = service.outcomes
+            let slot = await outcomes.expect(id)
+            let answered = await presence.answer(
+                key: id, confirm: approve, payload: consent, uid: connection.peer.uid,
+                isAdmin: policy.grants(.admin, to: connection.peer))
+            switch answered {
+            case .answered: break
+            case .notPending:
+                await outcomes.drop(id, slot)
+                throw TesseraError(
+                    .mdocPresentationNotPending, "presentation \(id) is not waiting for approval",
+                    details: ["presentationId": .string(id)])
+            case .notYours:
+                await outcomes.drop(id, slot)
+                throw TesseraError(.unauthorized, "presentation \(id) belongs to another uid")
+            }
+            let outcome = await outcomes.wait(id, slot)
             guard approve else { return ["presentationId": .string(id), "approved": false, "released": []] }
             let released = try outcome.get()
             return ["presentationId": .string(id), "approved": true, "released": .array(released.map { .string($0) })]
@@ -142,7 +157,7 @@ extension MethodTable {
                 outcome = .failure(error)
             }
             running.remove(session: session)
-            await approvals.forget(session: session)
+            await presence.forget(group: session)
             let response = try outcome.get()
             let sealed = try AnnexC.seal(
                 deviceResponse: response.deviceResponse, encryptionInfo: request.encryptionInfo,
@@ -207,7 +222,7 @@ extension MethodTable {
                 try await link.start(timeout: .seconds(10))
                 await connection.notify("mdoc.presenting", started)
                 reason = await Self.presentation(of: holder, until: deadline) { running.stopped(session: session) }
-                await approvals.end(session: session)
+                await presence.end(group: session)
                 await link.remove()
             case .libnfc(let connstring):
                 let device = try await NFCDevice.open(connstring, context: try NFCContext.shared())
@@ -236,14 +251,14 @@ extension MethodTable {
                 } else {
                     reason = why
                 }
-                await approvals.end(session: session)
+                await presence.end(group: session)
                 await device.close()
                 if case .failure(let error) = result {
-                    await approvals.forget(session: session)
+                    await presence.forget(group: session)
                     throw error
                 }
             }
-            await approvals.forget(session: session)
+            await presence.forget(group: session)
             let presentations = log.withLock { $0 }
             return [
                 "documentIdentifier": .string(registration.documentIdentifier), "device": .string(request.device),
@@ -268,14 +283,15 @@ extension MethodTable {
 }
 
 /// How both front doors answer one DeviceRequest: `MDocHolderService.respond`, with the user asked through the
-/// notification `mdoc.request` (to the calling connection and to the same uid's station UI clients; with `origin`
-/// for an Annex C request) and answering with `mdoc.approve` within `timeout`. The outcome (released elements or
-/// the error) is also what the waiting `mdoc.approve` returns.
+/// presence broker (door `mdoc`, keyed by presentationId, grouped by the front door's session): once the question
+/// waits, the notification `mdoc.request` goes to the calling connection and to the same uid's station UI clients
+/// (with `origin` for an Annex C request); `mdoc.approve` (with the elements and PIN it carries), the presence
+/// command or `presence.confirm`/`presence.deny` answer within `timeout`. The outcome (released elements or the
+/// error) is also what the answering `mdoc.approve` returns.
 struct MDocConsentDesk: Sendable {
     let service: MDocHolderService
     let subscribers: EnrollmentSubscribers
-    /// `mdoc.presenceCommand`: asked beside `mdoc.approve` (docs/CONFIG.md).
-    var presence: MDocPresenceCommand? = nil
+    let presence: PresenceBroker
 
     func respond(
         presentationId: String, registration: MDocRegistrationRecord, request: DeviceRequest,
@@ -283,26 +299,36 @@ struct MDocConsentDesk: Sendable {
         timeout: Duration
     ) async throws(TesseraError) -> MDocHolderResponse {
         let uid = connection.peer.uid
-        let approvals = service.approvals
+        let outcomes = service.outcomes
         let subscribers = self.subscribers
+        let presence = self.presence
         do throws(TesseraError) {
             let response = try await service.respond(
                 registration: registration, request: request, sessionTranscript: sessionTranscript, uid: uid
             ) { ask in
                 let params = ask.json(presentationId: presentationId, origin: origin)
-                await approvals.announce(id: presentationId, uid: uid, session: session)
-                await connection.notify("mdoc.request", params)
-                await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
-                let asked = presence.map { command in
-                    { @Sendable () async -> MDocConsent? in await command.ask(params, uid: uid) }
+                let question = PresenceQuestion(
+                    door: .mdoc, uid: uid, pid: connection.peer.pid, details: params.objectValue ?? [:],
+                    timeout: timeout, key: presentationId, group: session, answeredByDoor: true
+                ) { _ in
+                    await connection.notify("mdoc.request", params)
+                    await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
                 }
-                return await approvals.wait(
-                    id: presentationId, uid: uid, session: session, timeout: timeout, presence: asked)
+                let reply: PresenceReply
+                do throws(TesseraError) { reply = try await presence.reply(question) } catch {
+                    return .refused("busy")
+                }
+                switch reply.answer {
+                case .confirmed: return reply.payload as? MDocConsent ?? MDocConsent(approved: true)
+                case .denied: return reply.payload as? MDocConsent ?? .refused("declined")
+                case .timedOut: return .refused("timeout")
+                case .cancelled: return .refused("ended")
+                }
             }
-            await approvals.finish(presentationId, .success(response.released))
+            await outcomes.finish(presentationId, .success(response.released))
             return response
         } catch {
-            await approvals.finish(presentationId, .failure(error))
+            await outcomes.finish(presentationId, .failure(error))
             throw error
         }
     }
@@ -448,34 +474,5 @@ enum MDocHolderViews {
         ]
         if let d = r.invalidationDate { o["invalidationDate"] = .string(MDocDate.format(d)) }
         return .object(o)
-    }
-}
-
-/// `mdoc.presenceCommand`: a program that approves a request for the user (a kiosk's own confirmation screen): the
-/// `mdoc.request` params plus `uid` as JSON on stdin; exit 0 releases every requested element, another status
-/// declines. No answer within `timeout` (or an error running it) leaves the decision to `mdoc.approve`. It gives no
-/// PIN: a device key whose token needs one signs only while the token is logged in (a PIN file).
-struct MDocPresenceCommand: Sendable {
-    let argv: [String]
-    let timeout: Duration
-    let logger: Logger
-
-    func ask(_ request: JSONValue, uid: UInt32) async -> MDocConsent? {
-        var input = request.objectValue ?? [:]
-        input["uid"] = .number(Double(uid))
-        do {
-            switch try await ProgramRunner.run(argv, input: JSONValue.object(input).serialized(), timeout: timeout) {
-            case .exited(0): return MDocConsent(approved: true)
-            case .exited(let status):
-                logger.notice("mdoc: presence command declined (exit status \(status))")
-                return .refused("declined")
-            case .timedOut:
-                logger.notice("mdoc: presence command gave no answer in \(timeout)")
-                return nil
-            }
-        } catch {
-            logger.error("mdoc: presence command: \(error)")
-            return nil
-        }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PKCS11
 import Passkeys
+import Presence
 import RPC
 import SSHAgent
 import ServiceLifecycle
@@ -12,7 +13,7 @@ import TesseraCore
 /// Which keys: every P-256 and RSA public key object (or, without one, X.509 certificate) on a PKCS#11 token,
 /// except passkey keys (`CKA_LABEL` `tessera:…`), and the keys of PIV slots 9A and 9E that hold a P-256 or RSA
 /// certificate. Keys made by `ssh.keygen` carry `CKA_LABEL` `ssh:COMMENT` (`ssh-confirm:COMMENT` when every
-/// signature needs the presence command's approval); other keys are offered with their label as comment. A key
+/// signature needs the presence broker's confirmation); other keys are offered with their label as comment. A key
 /// that needs its token's PIN signs only after `ssh-add -s` for that token, unless the token has a PIN file
 /// (`needsUnlock`).
 ///
@@ -26,13 +27,12 @@ struct SSHKeyBackend: SSHAgentBackend {
 
     let passkeys: PasskeyService
     let logger: Logger
-    var presenceCommand: [String]?
-    var presenceTimeout: Duration = .seconds(30)
+    /// Asked (door `ssh`) for each signature with a `confirm` key.
+    let presence: PresenceBroker
     private let cache = IdentityCache()
 
-    init(passkeys: PasskeyService, logger: Logger, presenceCommand: [String]?, presenceTimeout: Duration) {
-        self.passkeys = passkeys; self.logger = logger
-        self.presenceCommand = presenceCommand; self.presenceTimeout = presenceTimeout
+    init(passkeys: PasskeyService, logger: Logger, presence: PresenceBroker) {
+        self.passkeys = passkeys; self.logger = logger; self.presence = presence
     }
 
     /// The offered keys by blob, with their tokens; `generation` makes a listing that raced an invalidation
@@ -177,24 +177,20 @@ struct SSHKeyBackend: SSHAgentBackend {
         await token.logout()
     }
 
-    func confirm(_ identity: AgentIdentity, request: JSONValue) async -> Bool {
-        guard let presenceCommand, !presenceCommand.isEmpty else {
-            logger.notice(
-                "ssh-agent: key \(identity.comment) needs confirmation and no sshAgent.presenceCommand is configured")
+    func confirm(_ identity: AgentIdentity, peer: AgentPeer, forwarded: Bool) async -> Bool {
+        let details: [String: JSONValue] = [
+            "type": "ssh-sign", "key": .string(identity.key.authorizedKeysLine(comment: identity.comment)),
+            "tokenId": .string(identity.tokenID), "connection": .number(Double(peer.connectionID)),
+            "forwarded": .bool(forwarded),
+        ]
+        do throws(TesseraError) {
+            let answer = try await presence.ask(
+                PresenceQuestion(door: .ssh, uid: peer.uid, pid: peer.pid, details: details))
+            return answer == .confirmed
+        } catch {
+            logger.notice("ssh-agent: presence for \(identity.comment): \(error)")
             return false
         }
-        do {
-            switch try await ProgramRunner.run(presenceCommand, input: request.serialized(), timeout: presenceTimeout) {
-            case .exited(0): return true
-            case .exited(let status):
-                logger.notice("ssh-agent: presence command refused (exit status \(status))")
-            case .timedOut:
-                logger.notice("ssh-agent: presence command timed out after \(presenceTimeout)")
-            }
-        } catch {
-            logger.error("ssh-agent: presence command: \(error)")
-        }
-        return false
     }
 
     func log(_ level: AgentLogLevel, _ message: String) {

@@ -227,7 +227,7 @@ extension MDocCommand {
 
     struct Approve: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Approve (or --decline) a pending mdoc request (mdoc.approve; the presenting uid only).",
+            abstract: "Approve (or --decline) a pending mdoc request (mdoc.approve; the presenting uid or an admin).",
             discussion: """
                 Without --element every requested element the document holds is released; with --element only those \
                 (namespace/identifier, repeatable) that were also requested. Prints the released elements. A token \

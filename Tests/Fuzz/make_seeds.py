@@ -199,6 +199,11 @@ def ssh_agent_seeds():
           + s(sig) + b"\x00")
     write("sshagent", b"\x01" + blob)
     write("sshagent", b"\x02" + sig)
+    # session-bind contents, through the host key signature check (ECDSA, and Ed25519 with RFC 8032's test 1 key).
+    write("sshagent", b"\x03" + s(blob) + s(b"\x07" * 32) + s(sig) + b"\x00")
+    ed_key = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+    write("sshagent", b"\x03" + s(s(b"ssh-ed25519") + s(ed_key)) + s(b"") + s(s(b"ssh-ed25519") + s(b"\x00" * 64))
+          + b"\x01")
 
 
 def ecdsa_seeds():

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import SSHAgent
 import TesseraCore
@@ -111,7 +112,9 @@ import Testing
         let keys: [AgentIdentity]
         let signs = Locked(0)
         let lines = Locked<[String]>([])
-        init(_ keys: [AgentIdentity]) { self.keys = keys }
+        init(_ keys: [AgentIdentity], confirmAnswer: Bool = false) {
+            self.keys = keys; self.confirmAnswer = confirmAnswer
+        }
 
         func identities() async -> [AgentIdentity] { keys }
         func identity(blob: [UInt8]) async -> AgentIdentity? { keys.first { $0.key.blob == blob } }
@@ -124,9 +127,15 @@ import Testing
             return readerID
         }
         func tokenID(readerID: String) async -> String? { readerID }
-        func forget(tokenID: String) async {}
-        func confirm(_ identity: AgentIdentity, request: JSONValue) async -> Bool { false }
+        func forget(tokenID: String) async { forgotten.withLock { $0.append(tokenID) } }
+        func confirm(_ identity: AgentIdentity, peer: AgentPeer, forwarded: Bool) async -> Bool {
+            confirms.withLock { $0.append(forwarded) }
+            return confirmAnswer
+        }
         func log(_ level: AgentLogLevel, _ message: String) { lines.withLock { $0.append(message) } }
+        let forgotten = Locked<[String]>([])
+        let confirms = Locked<[Bool]>([])
+        let confirmAnswer: Bool
     }
 
     static func key(_ byte: UInt8) -> SSHPublicKey { .ecdsaP256(point: [4] + [UInt8](repeating: byte, count: 64)) }
@@ -169,5 +178,139 @@ import Testing
         #expect(await agent.handle(Self.smartcard(21, "t1", pin: ""), from: peer) == [6])
         #expect(await agent.handle(Self.signRequest(pinKey.key), from: peer) == [5])
         #expect(backend.signs.withLock { $0 } == 2)
+    }
+}
+
+/// `ssh-add -s`, `-e` and `-x` belong to the uid that gave them.
+@Suite struct AgentUnlockIsolationTests {
+    typealias T = AgentUnlockTests
+
+    @Test func oneUidsUnlockDoesNotUnlockAnotherAndItsLockDoesNotLockAnother() async {
+        let pinKey = AgentIdentity(key: T.key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true)
+        let backend = T.Backend([pinKey])
+        let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
+        let alice = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        let bob = AgentPeer(connectionID: 2, uid: 1001, maySign: true)
+
+        #expect(await agent.handle(T.smartcard(20, "t1", pin: "1234"), from: alice) == [6])
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: alice).first == 14)
+        // Alice's unlock is not bob's: his signature is refused before the token.
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: bob) == [5])
+        #expect(backend.signs.withLock { $0 } == 1)
+        #expect(agent.unlockedTokens(uid: 1001).isEmpty)
+        #expect(agent.unlockedTokens(uid: 1000).keys.sorted() == ["t1"])
+
+        // Bob unlocks too; his ssh-add -e ends his unlock only, and the token stays logged in for alice.
+        #expect(await agent.handle(T.smartcard(20, "t1", pin: "1234"), from: bob) == [6])
+        #expect(await agent.handle(T.smartcard(21, "t1", pin: ""), from: bob) == [6])
+        #expect(backend.forgotten.withLock { $0 }.isEmpty)
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: bob) == [5])
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: alice).first == 14)
+
+        // Bob's ssh-add -x locks bob, not alice, and does not log alice's token out.
+        #expect(await agent.handle(T.smartcard(20, "t1", pin: "1234"), from: bob) == [6])
+        #expect(await agent.handle([22, 0, 0, 0, 2, 0x70, 0x77], from: bob) == [6])
+        #expect(backend.forgotten.withLock { $0 }.isEmpty)
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: alice).first == 14)
+        #expect(await agent.handle([11], from: bob) == [12, 0, 0, 0, 0])
+        // Bob cannot end alice's unlock: -e without his own unlock fails.
+        #expect(await agent.handle([23, 0, 0, 0, 2, 0x70, 0x77], from: bob) == [6])
+        #expect(await agent.handle(T.smartcard(21, "t1", pin: ""), from: bob) == [5])
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: alice).first == 14)
+
+        // Alice's own -e ends the last unlock: now the token is logged out.
+        #expect(await agent.handle(T.smartcard(21, "t1", pin: ""), from: alice) == [6])
+        #expect(backend.forgotten.withLock { $0 } == ["t1"])
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: alice) == [5])
+    }
+}
+
+/// `session-bind@openssh.com`: verified, bounded, and forwarding known.
+@Suite struct AgentSessionBindTests {
+    typealias T = AgentUnlockTests
+
+    static func bind(
+        _ host: Curve25519.Signing.PrivateKey, sessionID: [UInt8], forwarding: Bool,
+        signer: Curve25519.Signing.PrivateKey? = nil
+    ) throws -> [UInt8] {
+        var key = SSHWriter()
+        key.string("ssh-ed25519"); key.string(Array(host.publicKey.rawRepresentation))
+        var sig = SSHWriter()
+        sig.string("ssh-ed25519"); sig.string(Array(try (signer ?? host).signature(for: sessionID)))
+        var w = SSHWriter()
+        w.byte(27); w.string("session-bind@openssh.com")
+        w.string(key.bytes); w.string(sessionID); w.string(sig.bytes); w.byte(forwarding ? 1 : 0)
+        return w.bytes
+    }
+
+    @Test func aBadSignatureIsRefused() async throws {
+        let agent = SSHAgent(backend: T.Backend([]), pinCacheSeconds: 60)
+        let peer = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        let host = Curve25519.Signing.PrivateKey(), other = Curve25519.Signing.PrivateKey()
+        let sid = [UInt8](repeating: 7, count: 32)
+        #expect(
+            await agent.handle(try Self.bind(host, sessionID: sid, forwarding: false, signer: other), from: peer) == [5]
+        )
+        var tampered = try Self.bind(host, sessionID: sid, forwarding: false)
+        tampered[tampered.count - 10] ^= 1
+        #expect(await agent.handle(tampered, from: peer) == [5])
+        #expect(agent.binds(connectionID: 1).isEmpty)
+        #expect(await agent.handle(try Self.bind(host, sessionID: sid, forwarding: false), from: peer) == [6])
+        #expect(agent.binds(connectionID: 1).count == 1)
+    }
+
+    @Test func hostKeysOfEachTypeVerify() throws {
+        let sid = Array("session".utf8)
+        let p256 = P256.Signing.PrivateKey()
+        var key = SSHWriter()
+        key.string("ecdsa-sha2-nistp256"); key.string("nistp256"); key.string(Array(p256.publicKey.x963Representation))
+        let raw = Array(try p256.signature(for: sid).rawRepresentation)
+        let signature = try SSHSignature.ecdsaP256(raw: raw)
+        #expect(HostKeySignature.isValid(signature, hostKey: key.bytes, over: sid))
+        #expect(!HostKeySignature.isValid(signature, hostKey: key.bytes, over: sid + [0]))
+        #expect(!HostKeySignature.isValid([], hostKey: key.bytes, over: sid))
+    }
+
+    @Test func atMostSixteenBindsPerConnection() async throws {
+        let backend = T.Backend([])
+        let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
+        let peer = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        let host = Curve25519.Signing.PrivateKey()
+        for i in 0..<40 {
+            let answer = await agent.handle(
+                try Self.bind(host, sessionID: [UInt8](repeating: UInt8(i), count: 32), forwarding: true), from: peer)
+            #expect(answer == (i < SSHAgent.maxSessionBinds ? [6] : [5]), "bind \(i)")
+        }
+        #expect(agent.binds(connectionID: 1).count == 16)
+        // The refusals past the limit are logged once, not once each.
+        #expect(backend.lines.withLock { $0 }.filter { $0.contains("binds already recorded") }.count == 1)
+        // Another connection has its own 16.
+        let other = AgentPeer(connectionID: 2, uid: 1000, maySign: true)
+        #expect(await agent.handle(try Self.bind(host, sessionID: [1], forwarding: false), from: other) == [6])
+        // After a bind for authentication (not forwarding) the connection takes no further bind.
+        #expect(await agent.handle(try Self.bind(host, sessionID: [2], forwarding: true), from: other) == [5])
+    }
+
+    @Test func forwardedConnectionsSayWhatTheyAreAndMayBeRefused() async throws {
+        let confirmKey = AgentIdentity(key: T.key(3), comment: "c", tokenID: "t1", handle: [3], confirm: true)
+        let host = Curve25519.Signing.PrivateKey()
+        let forwardedBind = try Self.bind(host, sessionID: [9, 9], forwarding: true)
+
+        let backend = T.Backend([confirmKey], confirmAnswer: true)
+        let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
+        let local = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        let forwarded = AgentPeer(connectionID: 2, uid: 1000, maySign: true)
+        #expect(await agent.handle(forwardedBind, from: forwarded) == [6])
+        #expect(agent.isForwarded(connectionID: 2) && !agent.isForwarded(connectionID: 1))
+        #expect(await agent.handle(T.signRequest(confirmKey.key), from: local).first == 14)
+        #expect(await agent.handle(T.signRequest(confirmKey.key), from: forwarded).first == 14)
+        #expect(backend.confirms.withLock { $0 } == [false, true])
+
+        let strictBackend = T.Backend([confirmKey], confirmAnswer: true)
+        let strict = SSHAgent(backend: strictBackend, pinCacheSeconds: 60, allowForwarded: false)
+        #expect(await strict.handle(forwardedBind, from: forwarded) == [6])
+        #expect(await strict.handle(T.signRequest(confirmKey.key), from: forwarded) == [5])
+        #expect(strictBackend.signs.withLock { $0 } == 0 && strictBackend.confirms.withLock { $0 }.isEmpty)
+        #expect(await strict.handle(T.signRequest(confirmKey.key), from: local).first == 14)
     }
 }

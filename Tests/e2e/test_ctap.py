@@ -52,7 +52,8 @@ class CTAPDaemon:
     """tesserad with --ctap-socket; presence from a script whose answer (exit status, or "sleep") a file sets."""
 
     def __init__(self, tmp_path: pathlib.Path, softhsm, presence: bool = True, extra: dict | None = None,
-                 top: dict | None = None, module: str = SOFTHSM_MODULE, env: dict | None = None):
+                 top: dict | None = None, module: str = SOFTHSM_MODULE, env: dict | None = None,
+                 presence_extra: dict | None = None):
         self.tmp = tmp_path
         self.sock = str(tmp_path / "ctap.sock")
         pin_file = tmp_path / "pin"
@@ -64,8 +65,9 @@ class CTAPDaemon:
         script.write_text(f'#!/bin/sh\ncat >> "{self.asked}"; echo >> "{self.asked}"\n'
                           f'a=$(cat "{self.answer}")\n[ "$a" = sleep ] && exec sleep 60\nexit "$a"\n')
         script.chmod(0o755)
-        ctap = {"presenceCommand": [str(script)]} if presence else {}
-        config = {"pinFiles": {"tessera-test": str(pin_file)}, "ctap": {**ctap, **(extra or {})}, **(top or {})}
+        broker = {"command": [str(script)]} if presence else {}
+        config = {"pinFiles": {"tessera-test": str(pin_file)}, "ctap": extra or {},
+                  "presence": {**broker, **(presence_extra or {})}, **(top or {})}
         cfg = tmp_path / "config.json"
         cfg.write_text(json.dumps(config))
         self.daemon = Daemon(tmp_path, env or softhsm.env, ["--pkcs11-module", module, "--no-embedded-softhsm",
@@ -291,13 +293,13 @@ def test_no_presence_source_is_refused_with_a_log_line(tmp_path, softhsm):
             ctap2.make_credential(hashlib.sha256(b"n").digest(), {"id": RP}, {"id": b"u", "name": "u"},
                                   [{"type": "public-key", "alg": -7}])
         assert e.value.code == CtapError.ERR.OPERATION_DENIED
-        assert "ctap.presenceCommand" in d.daemon.log.read_text()
+        assert "presence.command" in d.daemon.log.read_text()
     finally:
         d.daemon.stop()
 
 
 def test_presence_confirm_on_the_main_socket(tmp_path, softhsm):
-    d = CTAPDaemon(tmp_path, softhsm, presence=False, extra={"confirmOnSocket": True}).start()
+    d = CTAPDaemon(tmp_path, softhsm, presence=False, presence_extra={"confirmOnSocket": True}).start()
     try:
         ctap2 = Ctap2(d.device())
         out = {}
@@ -524,8 +526,8 @@ def test_token_choice_with_several_tokens(tmp_path, softhsm):
 
 
 def test_presence_timeout(tmp_path, softhsm):
-    """No answer within ctap.presenceTimeoutSeconds: USER_ACTION_TIMEOUT, nothing made."""
-    d = CTAPDaemon(tmp_path, softhsm, extra={"presenceTimeoutSeconds": 1})
+    """No answer within presence.timeoutSeconds: USER_ACTION_TIMEOUT, nothing made."""
+    d = CTAPDaemon(tmp_path, softhsm, presence_extra={"timeoutSeconds": 1})
     d.answer.write_text("sleep")
     d.start()
     try:

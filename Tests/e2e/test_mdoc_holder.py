@@ -387,7 +387,7 @@ def test_a_request_without_reader_auth_gets_nothing(lab):
 @pytest.mark.parametrize("presence", [False, True])
 def test_a_forged_reader_certificate_naming_the_trusted_root_gets_nothing(lab, presence):
     # Issue #27: trust was the root key identifier the chain claimed, so a leaf signed by the forger's own key whose
-    # authority key identifier copies the trusted root's was trusted, and with mdoc.presenceCommand answered
+    # authority key identifier copies the trusted root's was trusted, and with a presence command answered
     # automatically. The chain is now validated by signature to a --mdoc-reader-root certificate.
     forged = forged_reader(lab.root / "forged", lab.trusted)
     asked = lab.root / "forged-presence-asked"
@@ -398,7 +398,7 @@ def test_a_forged_reader_certificate_naming_the_trusted_root_gets_nothing(lab, p
         config = lab.root / "mdoc-forged.json"
         config.write_text(json.dumps({
             "pinFiles": {"holder": str(pin)},
-            "mdoc": {"presenceCommand": ["/bin/sh", "-c", f"cat >> {asked}; exit 0"], "presenceTimeoutSeconds": 20}}))
+            "presence": {"command": ["/bin/sh", "-c", f"cat >> {asked}; exit 0"], "timeoutSeconds": 20}}))
         extra = ["--config", str(config)]
         lab.restart(*extra)
     forger = Daemon(lab.root, lab.pcscd.env, [
@@ -561,16 +561,18 @@ def test_mdoc_read_through_a_libnfc_reader(tmp_path):
 
 
 def test_the_presence_command_approves_or_declines_for_the_user(lab):
-    # mdoc.presenceCommand (a kiosk's own confirmation) answers instead of mdoc.approve: it gets the request on
-    # stdin; exit 0 releases every requested element, another status declines. The token's PIN comes from a PIN file.
+    # presence.command (a kiosk's own confirmation; the one presence broker, door "mdoc") answers instead of
+    # mdoc.approve: it gets the request on stdin; exit 0 releases every requested element, another status declines.
+    # The token's PIN comes from a PIN file.
     status, asked = lab.root / "presence-status", lab.root / "presence-requests"
     pin = lab.root / "holder.pin"
     pin.write_text(PIN)
     config = lab.root / "mdoc-presence.json"
     config.write_text(json.dumps({
         "pinFiles": {"holder": str(pin)},
-        "mdoc": {"presenceCommand": ["/bin/sh", "-c", f"cat >> {asked}; echo >> {asked}; exit $(cat {status})"],
-                 "presenceTimeoutSeconds": 20}}))
+        "presence": {"command": ["/bin/sh", "-c", f"cat >> {asked}; echo >> {asked}; s=$(cat {status}); "
+                                 '[ "$s" = wait ] && exec sleep 30; exit "$s"'],
+                     "timeoutSeconds": 20, "confirmOnSocket": True}}))
     lab.restart("--config", str(config))
     try:
         status.write_text("0")
@@ -588,6 +590,7 @@ def test_the_presence_command_approves_or_declines_for_the_user(lab):
         assert summary["presentations"][0]["outcome"] == "released", summary
         seen = json.loads(asked.read_text().splitlines()[0])
         assert seen["presentationId"] == request["presentationId"] and seen["uid"] == os.getuid()
+        assert seen["door"] == "mdoc"
         assert [e["identifier"] for e in seen["elements"]] == ["family_name", "given_name"]
 
         status.write_text("1")
@@ -600,20 +603,38 @@ def test_the_presence_command_approves_or_declines_for_the_user(lab):
         assert result is None and error is not None  # nothing released: the session ended with status 20
         lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})
         p.finish()
+
+        # The command does not answer; with presence.confirmOnSocket the same question (door "mdoc", keyed by the
+        # presentationId) is in presence.list, and presence.confirm releases every requested element.
+        status.write_text("wait")
+        p = lab.present("trusted-mdl")
+        lab.wait_card(lab.daemon)
+        read = Read(lab.daemon, lab.reader, ["family_name"])
+        request = p.wait("mdoc.request")
+        c = lab.daemon.client()
+        waiting = c.call("presence.list")["requests"]
+        assert [(r["door"], r["presentationId"]) for r in waiting] == [("mdoc", request["presentationId"])], waiting
+        c.call("presence.confirm", {"requestId": waiting[0]["requestId"]})
+        result, error = read.outcome()
+        assert error is None, error
+        assert set(result["documents"][0]["elements"][NS]) == {"family_name"}
+        c.call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})
+        assert p.finish()["presentations"][0]["outcome"] == "released"
     finally:
         lab.restart()
 
 
-@pytest.mark.parametrize("mdoc, message", [
-    ({"presenceComand": ["/bin/true"]}, "unknown key 'presenceComand' in mdoc"),
-    ({"presenceCommand": ["/bin/true"], "presenceTimeoutSeconds": 0}, "mdoc.presenceTimeoutSeconds 0 is out of range"),
-    ({"presenceCommand": []}, "mdoc.presenceCommand must name a program"),
-    ({"presentDevices": [""]}, "mdoc.presentDevices must not hold an empty device"),
-    ({"presentDevice": ["127.0.0.1:1"]}, "unknown key 'presentDevice' in mdoc"),
+@pytest.mark.parametrize("section, message", [
+    ({"mdoc": {"presenceComand": ["/bin/true"]}}, "unknown key 'presenceComand' in mdoc"),
+    ({"presence": {"command": ["/bin/true"], "timeoutSeconds": 0}}, "presence.timeoutSeconds 0 is out of range"),
+    ({"presence": {"command": []}}, "presence.command must name a program"),
+    ({"presence": {"comand": ["/bin/true"]}}, "unknown key 'comand' in presence"),
+    ({"mdoc": {"presentDevices": [""]}}, "mdoc.presentDevices must not hold an empty device"),
+    ({"mdoc": {"presentDevice": ["127.0.0.1:1"]}}, "unknown key 'presentDevice' in mdoc"),
 ])
-def test_a_wrong_mdoc_section_stops_start_up(tmp_path, mdoc, message):
+def test_a_wrong_mdoc_or_presence_section_stops_start_up(tmp_path, section, message):
     config = tmp_path / "tesserad.json"
-    config.write_text(json.dumps({"mdoc": mdoc}))
+    config.write_text(json.dumps(section))
     out = subprocess.run([str(BIN / "tesserad"), "--socket", str(tmp_path / "s.sock"), "--state-dir",
                           str(tmp_path / "state"), "--no-embedded-softhsm", "--config", str(config)],
                          capture_output=True, text=True, timeout=60)

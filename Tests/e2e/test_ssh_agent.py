@@ -533,7 +533,8 @@ def test_policy_on_the_agent_socket(tmp_path, softhsm):
 
 def test_confirm_runs_the_presence_command(tmp_path, softhsm):
     """A `confirm` key (ssh keygen --confirm) and the `-c` constraint of ssh-add -s: each signature runs
-    sshAgent.presenceCommand with a JSON description on stdin; exit 0 approves, another status or the timeout refuses."""
+    presence.command (the one presence broker, door "ssh") with a JSON description on stdin; exit 0 approves, another
+    status or the timeout refuses."""
     import json
     mode = tmp_path / "presence-mode"
     request = tmp_path / "presence-request.json"
@@ -543,7 +544,7 @@ def test_confirm_runs_the_presence_command(tmp_path, softhsm):
     script.chmod(0o755)
     a = Agent(tmp_path, softhsm)
     config = tmp_path / "tesserad.json"
-    config.write_text(json.dumps({"sshAgent": {"presenceCommand": [str(script)], "presenceTimeoutSeconds": 2}}))
+    config.write_text(json.dumps({"presence": {"command": [str(script)], "timeoutSeconds": 2}}))
     a.daemon.args += ["--config", str(config)]
     a.start()
     try:
@@ -565,7 +566,8 @@ def test_confirm_runs_the_presence_command(tmp_path, softhsm):
         mode.write_text("approve")
         assert sign(bob) == 0
         described = json.loads(request.read_text())
-        assert described["type"] == "ssh-sign" and described["key"] == bob
+        assert described["type"] == "ssh-sign" and described["key"] == bob and described["door"] == "ssh"
+        assert described["forwarded"] is False and described["uid"] == os.getuid()
         mode.write_text("deny")
         assert sign(bob) != 0
         mode.write_text("hang")
@@ -1024,3 +1026,213 @@ def test_a_flood_of_unread_requests_then_close_leaves_the_agent_serving(agent, n
     assert recv_frame(s)[0] == 12
     s.close()
     assert agent.daemon.proc.poll() is None
+
+
+# MARK: unlocks per uid, session-bind@openssh.com
+
+
+def exchange(sock_path: str, requests: list[bytes]) -> list[bytes | None]:
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(sock_path)
+    out = []
+    for r in requests:
+        s.sendall(r)
+        out.append(recv_frame(s))
+    s.close()
+    return out
+
+
+def exchange_as(uid: int, sock_path: str, requests: list[bytes]) -> list[bytes | None]:
+    """`exchange` on one connection from a child process that has become `uid`."""
+    import json
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            os.write(w, json.dumps([a.hex() if a else None for a in exchange(sock_path, requests)]).encode())
+        except BaseException as e:
+            os.write(w, json.dumps({"child error": repr(e)}).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 4096):
+        data += chunk
+    os.waitpid(pid, 0)
+    answers = json.loads(data)
+    assert isinstance(answers, list), answers
+    return [bytes.fromhex(a) if a is not None else None for a in answers]
+
+
+def ssh_string(b: bytes) -> bytes:
+    return struct.pack(">I", len(b)) + b
+
+
+def smartcard_frame(kind: int, pin: str = "") -> bytes:
+    return frame(bytes([kind]) + ssh_string(TOKEN.encode()) + ssh_string(pin.encode()))
+
+
+def shared_agent(tmp_path, softhsm, extra: dict | None = None) -> tuple[Daemon, str, bytes]:
+    """tesserad whose agent socket (mode 0666) any uid may use; returns it, the socket and an SSH key blob."""
+    import base64
+    import json
+    p = tmp_path
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
+    agent_sock = str(tmp_path / "shared-agent.sock")
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"sshAgent": {"socket": agent_sock, "socketMode": "0666", **(extra or {})}}))
+    d = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+                                       "--config", str(config)]).start()
+    pub = cli(d, "ssh", "keygen", "--pin", PIN).stdout.strip()
+    # A fresh process: the keygen login is gone, the key needs the agent's own unlock.
+    d.stop()
+    d.start()
+    return d, agent_sock, base64.b64decode(pub.split()[1])
+
+
+def test_ssh_add_s_unlocks_for_its_own_uid_only(tmp_path, softhsm):
+    """Root's `ssh-add -s` does not unlock the token for nobody; nobody's -e and -x do not lock root's unlock."""
+    from tessera_harness import NOBODY
+    d, sock, blob = shared_agent(tmp_path, softhsm)
+    try:
+        sign = sign_request(blob, b"data")
+        unlocked, signed = exchange(sock, [smartcard_frame(20, PIN), sign])
+        assert unlocked == bytes([6]) and signed[0] == 14
+        # nobody: no unlock of its own, so no signature, even though the token is logged in for root.
+        assert exchange_as(NOBODY, sock, [sign]) == [bytes([5])]
+        # nobody's ssh-add -e ends nothing of root's; nobody's ssh-add -x locks nobody only.
+        lock = frame(bytes([22]) + ssh_string(b"pw"))
+        assert exchange_as(NOBODY, sock, [smartcard_frame(21), lock, sign]) == [bytes([5]), bytes([6]), bytes([5])]
+        assert exchange(sock, [sign])[0][0] == 14
+        # nobody unlocks with the PIN and signs; its -e then ends its own unlock, not root's.
+        out = exchange_as(NOBODY, sock, [frame(bytes([23]) + ssh_string(b"pw")), smartcard_frame(20, PIN), sign,
+                                         smartcard_frame(21), sign])
+        assert out[0] == bytes([6]) and out[1] == bytes([6]) and out[2][0] == 14, out
+        assert out[3] == bytes([6]) and out[4] == bytes([5]), out
+        assert exchange(sock, [sign])[0][0] == 14
+    finally:
+        d.stop()
+
+
+def host_key(tmp_path, name: str = "host"):
+    """A real OpenSSH Ed25519 host key (ssh-keygen), loaded for signing session ids."""
+    from cryptography.hazmat.primitives.serialization import load_ssh_private_key
+    path = tmp_path / name
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    key = load_ssh_private_key(path.read_bytes(), None)
+    blob = __import__("base64").b64decode((tmp_path / f"{name}.pub").read_text().split()[1])
+    return key, blob
+
+
+def session_bind(key, blob: bytes, sid: bytes, forwarding: bool, signer=None) -> bytes:
+    signature = ssh_string(b"ssh-ed25519") + ssh_string((signer or key).sign(sid))
+    body = (ssh_string(b"session-bind@openssh.com") + ssh_string(blob) + ssh_string(sid) + ssh_string(signature)
+            + bytes([1 if forwarding else 0]))
+    return frame(bytes([27]) + body)
+
+
+def rss_kib(pid: int) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_session_bind_is_verified_and_bounded(agent, tmp_path):
+    key, blob = host_key(tmp_path)
+    other, _ = host_key(tmp_path, "other")
+    sid = os.urandom(32)
+    # Signed by another key, or a tampered session id: refused, and nothing is recorded.
+    assert exchange(agent.sock, [session_bind(key, blob, sid, False, signer=other)]) == [bytes([5])]
+    tampered = bytearray(session_bind(key, blob, sid, False))
+    tampered[-80] ^= 1
+    assert exchange(agent.sock, [bytes(tampered)]) == [bytes([5])]
+    assert exchange(agent.sock, [session_bind(key, blob, sid, False)]) == [bytes([6])]
+    assert "does not verify" in agent.daemon.log.read_text()
+
+    # A flood on one connection: 16 recorded (OpenSSH's limit), the rest refused, the daemon's memory bounded.
+    binds = [session_bind(key, blob, i.to_bytes(4, "big") * 8, True) for i in range(10_000)]
+    before = rss_kib(agent.daemon.proc.pid)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(60)
+    s.connect(agent.sock)
+    answers = []
+    for i in range(0, len(binds), 100):
+        s.sendall(b"".join(binds[i:i + 100]))
+        answers += [recv_frame(s) for _ in range(100)]
+    s.close()
+    grown = rss_kib(agent.daemon.proc.pid) - before
+    assert answers[:16] == [bytes([6])] * 16 and answers[16:] == [bytes([5])] * (10_000 - 16)
+    assert grown < 4096, f"RSS grew by {grown} KiB"
+    assert agent.daemon.log.read_text().count("binds already recorded") == 1
+
+
+def test_a_forwarded_connection_signs_only_with_allow_forwarded(tmp_path, softhsm):
+    """A connection bound with is_forwarding=1 by a real host key is forwarded: with sshAgent.allowForwarded false it
+    signs nothing, while a local connection still signs."""
+    d, sock, blob = shared_agent(tmp_path, softhsm, {"allowForwarded": False})
+    try:
+        key, host_blob = host_key(tmp_path)
+        sign = sign_request(blob, b"data")
+        unlocked, signed = exchange(sock, [smartcard_frame(20, PIN), sign])
+        assert unlocked == bytes([6]) and signed[0] == 14
+        bound, refused = exchange(sock, [session_bind(key, host_blob, os.urandom(32), True), sign])
+        assert bound == bytes([6]) and refused == bytes([5])
+        assert "forwarded connection" in d.log.read_text()
+        # Bound for authentication only (not forwarding): signs.
+        bound, signed = exchange(sock, [session_bind(key, host_blob, os.urandom(32), False), sign])
+        assert bound == bytes([6]) and signed[0] == 14
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("allow_forwarded", [True, False])
+def test_real_ssh_a_forwarding_is_known_as_forwarded(tmp_path, softhsm, sshd, allow_forwarded):
+    """`ssh -A` to a real sshd, and on the far side ssh-keygen -Y sign through the forwarded agent: the local ssh
+    binds that agent connection with is_forwarding=1 (signed by the sshd's host key). The presence request of the
+    confirm key says forwarded: false for the login and true for the forwarded signature; with
+    sshAgent.allowForwarded false the forwarded signature is refused before presence is asked."""
+    import json
+    port, authorized, log = sshd
+    asked = tmp_path / "asked.jsonl"
+    script = tmp_path / "presence.sh"
+    script.write_text(f"#!/bin/sh\ncat >> {asked}\necho >> {asked}\nexit 0\n")
+    script.chmod(0o755)
+    a = Agent(tmp_path, softhsm)
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"presence": {"command": [str(script)]},
+                                  "sshAgent": {"allowForwarded": allow_forwarded}}))
+    a.daemon.args += ["--config", str(config)]
+    a.start()
+    try:
+        pub_line = cli(a.daemon, "ssh", "keygen", "--comment", "fw", "--confirm", "--pin", PIN).stdout.strip()
+        authorized.write_text(pub_line + "\n")
+        pub = tmp_path / "fw.pub"
+        pub.write_text(pub_line + "\n")
+        msg = tmp_path / "m"
+        msg.write_text("x")
+        assert a.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+        remote = f"ssh-keygen -Y sign -n file -f {pub} {msg} && echo signed"
+        r = a.run("ssh", "-A", "-o", f"IdentityAgent={a.sock}", "-o", "StrictHostKeyChecking=no", "-o",
+                  "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "PreferredAuthentications=publickey",
+                  "-p", str(port), f"{os.environ.get('USER', 'root')}@127.0.0.1", remote)
+        requests = [json.loads(l) for l in asked.read_text().splitlines() if l.strip()]
+        assert requests and requests[0]["door"] == "ssh" and requests[0]["forwarded"] is False, requests
+        text = a.daemon.log.read_text()
+        assert "(forwarding)" in text, text
+        if allow_forwarded:
+            assert r.returncode == 0 and "signed" in r.stdout, r.stderr + log.read_text()
+            assert [q["forwarded"] for q in requests] == [False, True], requests
+        else:
+            assert "signed" not in r.stdout, r.stdout
+            assert [q["forwarded"] for q in requests] == [False], requests
+            assert "signing refused on a forwarded connection" in text
+    finally:
+        a.daemon.stop()

@@ -292,15 +292,18 @@ enum VPCDTarget {
     }
 }
 
-/// SSH agent messages (the frame body after its length, as the agent socket hands it over), key blobs and
-/// signature blobs.
+/// SSH agent messages (the frame body after its length, as the agent socket hands it over), key blobs, signature
+/// blobs, and `session-bind@openssh.com` contents through the host key signature check.
 enum SSHAgentTarget {
     static func run(_ input: [UInt8]) {
         let (selector, bytes) = input.selectorAndRest
-        switch selector % 3 {
+        switch selector % 4 {
         case 0: _ = try? AgentRequest.parse(bytes)
         case 1: _ = try? SSHPublicKey(blob: bytes)
-        default: _ = try? SSHSignature.parse(bytes)
+        case 2: _ = try? SSHSignature.parse(bytes)
+        default:
+            guard let bind = try? SessionBind(bytes) else { return }
+            _ = HostKeySignature.isValid(bind.signature, hostKey: bind.hostKey, over: bind.sessionID)
         }
     }
 }
