@@ -41,6 +41,8 @@ let package = Package(
 
         // MARK: Foundations and pure protocols (no I/O)
         .target(name: "TesseraCore"),
+        /// Who asks at a front door, and the owner rule every door applies (docs/API.md, "Owners").
+        .target(name: "Ownership"),
         .target(name: "CBOR", dependencies: ["TesseraCore"]),
         .target(
             name: "WebAuthn",
@@ -59,7 +61,7 @@ let package = Package(
         .target(
             name: "SSHAgent",
             dependencies: [
-                "TesseraCore", .product(name: "Crypto", package: "swift-crypto"),
+                "TesseraCore", "Ownership", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]),
         /// CTAPHID framing and channels (CTAP 2.1 §11.2), transport-free.
@@ -127,8 +129,6 @@ let package = Package(
             ]),
 
         // MARK: Services
-        /// Who asks at a front door, and the owner rule every door applies (docs/API.md, "Owners").
-        .target(name: "Ownership"),
         .target(
             name: "Passkeys",
             dependencies: [

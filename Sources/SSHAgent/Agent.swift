@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Ownership
 import TesseraCore
 
 /// A key the agent offers: where it lives and how SSH sees it.
@@ -15,13 +16,15 @@ public struct AgentIdentity: Sendable, Equatable {
     /// Signing needs the agent's own unlock of the token (`ssh-add -s`): the key needs the token's PIN and the
     /// daemon holds none for it (no PIN file).
     public var needsUnlock: Bool
+    /// The uid the key belongs to (docs/API.md, "Owners"): only it and administrators see and use it.
+    public var ownerUid: UInt32
 
     public init(
         key: SSHPublicKey, comment: String, tokenID: String, handle: [UInt8], confirm: Bool = false,
-        needsUnlock: Bool = false
+        needsUnlock: Bool = false, ownerUid: UInt32
     ) {
         self.key = key; self.comment = comment; self.tokenID = tokenID; self.handle = handle; self.confirm = confirm
-        self.needsUnlock = needsUnlock
+        self.needsUnlock = needsUnlock; self.ownerUid = ownerUid
     }
 }
 
@@ -56,10 +59,16 @@ public struct AgentPeer: Sendable {
     public var pid: Int32
     /// Policy `sign`: signing, unlocking tokens, locking.
     public var maySign: Bool
+    /// Policy `admin`: sees and may use every uid's keys.
+    public var isAdmin: Bool
 
-    public init(connectionID: UInt64, uid: UInt32, pid: Int32 = 0, maySign: Bool) {
+    public init(connectionID: UInt64, uid: UInt32, pid: Int32 = 0, maySign: Bool, isAdmin: Bool = false) {
         self.connectionID = connectionID; self.uid = uid; self.pid = pid; self.maySign = maySign
+        self.isAdmin = isAdmin
     }
+
+    /// The client as the owner rule sees it.
+    public var requester: Requester { Requester(uid: uid, pid: pid, isAdmin: isAdmin) }
 }
 
 /// The SSH agent's state and message handling, independent of the socket.
@@ -174,7 +183,10 @@ public final class SSHAgent: Sendable {
         switch request {
         case .requestIdentities:
             if locked { return .identities([]) }
-            return .identities(await offered().map { (blob: $0.key.blob, comment: $0.comment) })
+            return .identities(
+                await offered().filter { peer.requester.owns($0.ownerUid) }.map {
+                    (blob: $0.key.blob, comment: $0.comment)
+                })
 
         case .sign(let blob, let data, let flags):
             guard !locked, peer.maySign else {
@@ -328,7 +340,8 @@ public final class SSHAgent: Sendable {
     }
 
     private func sign(blob: [UInt8], data: [UInt8], flags: UInt32, peer: AgentPeer) async -> AgentResponse {
-        guard var identity = await backend.identity(blob: blob) else {
+        // Another uid's key answers as a key this agent does not hold (docs/API.md, "Owners").
+        guard var identity = await backend.identity(blob: blob), peer.requester.owns(identity.ownerUid) else {
             backend.log(.info, "ssh-agent: sign request for a key this agent does not hold")
             return .failure
         }

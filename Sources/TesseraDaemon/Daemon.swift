@@ -171,7 +171,8 @@ public enum Daemon {
         table.registerPresence(presence, subscribers: presenceSubscribers)
         var sshLogger = logger
         sshLogger[metadataKey: "service"] = "ssh-agent"
-        let sshBackend = SSHKeyBackend(passkeys: passkeys, logger: sshLogger, presence: presence)
+        let sshBackend = SSHKeyBackend(
+            passkeys: passkeys, logger: sshLogger, presence: presence, owners: SSHKeyOwnerStore(database: database))
         table.registerSSH(passkeys, backend: sshBackend)
         table.registerMDocHolder(
             MDocHolderService(

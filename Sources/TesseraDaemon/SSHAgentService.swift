@@ -1,5 +1,7 @@
+import CredentialStore
 import Foundation
 import Logging
+import Ownership
 import PKCS11
 import Passkeys
 import Presence
@@ -29,10 +31,12 @@ struct SSHKeyBackend: SSHAgentBackend {
     let logger: Logger
     /// Asked (door `ssh`) for each signature with a `confirm` key.
     let presence: PresenceBroker
+    /// Whose the keys `ssh.keygen` made are; every other key is the daemon's uid's.
+    let owners: SSHKeyOwnerStore
     private let cache = IdentityCache()
 
-    init(passkeys: PasskeyService, logger: Logger, presence: PresenceBroker) {
-        self.passkeys = passkeys; self.logger = logger; self.presence = presence
+    init(passkeys: PasskeyService, logger: Logger, presence: PresenceBroker, owners: SSHKeyOwnerStore) {
+        self.passkeys = passkeys; self.logger = logger; self.presence = presence; self.owners = owners
     }
 
     /// The offered keys by blob, with their tokens; `generation` makes a listing that raced an invalidation
@@ -86,6 +90,12 @@ struct SSHKeyBackend: SSHAgentBackend {
     private func list() async -> [(identity: AgentIdentity, token: any KeyStoreToken)] {
         let generation = cache.generation
         var out: [(identity: AgentIdentity, token: any KeyStoreToken)] = []
+        let recorded: [String: [Data: UInt32]]
+        do { recorded = try await owners.owners() } catch {
+            // Without the owners nobody but the daemon's uid and administrators would see a key: list none.
+            logger.error("ssh-agent: cannot read the keys' owners: \(error)")
+            return []
+        }
         for token in await passkeys.tokens() {
             let keys: [TokenKey]
             do { keys = try await token.publicKeys() } catch {
@@ -109,7 +119,8 @@ struct SSHKeyBackend: SSHAgentBackend {
                     (
                         AgentIdentity(
                             key: sshKey, comment: comment, tokenID: token.id, handle: key.handle,
-                            confirm: confirm, needsUnlock: key.needsPIN && !token.hasConfiguredPIN), token
+                            confirm: confirm, needsUnlock: key.needsPIN && !token.hasConfiguredPIN,
+                            ownerUid: recorded[token.id]?[Data(key.handle)] ?? Requester.daemonUID), token
                     ))
             }
         }
@@ -220,7 +231,10 @@ struct SSHAgentFrames: FrameHandler {
     func handle(_ frame: [UInt8], connectionID: UInt64, peer: PeerCredentials) async -> [UInt8] {
         let maySign = (try? policy.check(.sign, peer: peer)) != nil
         return await agent.handle(
-            frame, from: AgentPeer(connectionID: connectionID, uid: peer.uid, pid: peer.pid, maySign: maySign))
+            frame,
+            from: AgentPeer(
+                connectionID: connectionID, uid: peer.uid, pid: peer.pid, maySign: maySign,
+                isAdmin: policy.grants(.admin, to: peer)))
     }
 
     func closed(connectionID: UInt64) async { agent.closed(connectionID: connectionID) }
@@ -229,6 +243,7 @@ struct SSHAgentFrames: FrameHandler {
 extension MethodTable {
     /// `ssh.keygen` and `ssh.list`.
     func registerSSH(_ passkeys: PasskeyService, backend: SSHKeyBackend) {
+        let policy = policy
         register("ssh.keygen", .enroll) { p, connection in
             let token = try await passkeys.chooseToken(p.optionalString("tokenId"))
             let comment = try p.optionalString("comment") ?? "tessera@\(ProcessInfo.processInfo.hostName)"
@@ -239,6 +254,9 @@ extension MethodTable {
             let prefix =
                 try p.optionalBool("confirm") == true ? SSHKeyBackend.confirmLabelPrefix : SSHKeyBackend.sshLabelPrefix
             let label = prefix + comment
+            // The owner first: a key generation that fails leaves an unused row, never a key with no owner.
+            try await backend.owners.record(
+                SSHKeyOwnerRecord(tokenId: token.id, keyHandle: handle, ownerUid: connection.peer.uid))
             let point: [UInt8]
             if let pin = try p.optionalString("pin") {
                 point = try await passkeys.pinRules.withCallerPIN(
@@ -257,12 +275,14 @@ extension MethodTable {
                 "publicKey": .string(key.authorizedKeysLine(comment: comment)),
             ]
         }
-        register("ssh.list", .read) { _, _ in
-            let keys = await backend.identities().map { id -> JSONValue in
+        register("ssh.list", .read) { _, connection in
+            let requester = policy.requester(connection)
+            let keys = await backend.identities().filter { requester.owns($0.ownerUid) }.map { id -> JSONValue in
                 [
                     "tokenId": .string(id.tokenID), "keyId": .string(Base64URL.encode(id.handle)),
                     "comment": .string(id.comment),
                     "confirm": .bool(id.confirm), "publicKey": .string(id.key.authorizedKeysLine(comment: id.comment)),
+                    "ownerUid": .number(Double(id.ownerUid)),
                 ]
             }
             return ["keys": .array(keys)]

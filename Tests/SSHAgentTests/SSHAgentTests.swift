@@ -153,8 +153,9 @@ import Testing
     }
 
     @Test func aKeyThatNeedsAnUnlockSignsOnlyAfterSSHAddS() async {
-        let pinKey = AgentIdentity(key: Self.key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true)
-        let freeKey = AgentIdentity(key: Self.key(2), comment: "b", tokenID: "t1", handle: [2])
+        let pinKey = AgentIdentity(
+            key: Self.key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true, ownerUid: 1000)
+        let freeKey = AgentIdentity(key: Self.key(2), comment: "b", tokenID: "t1", handle: [2], ownerUid: 1000)
         let backend = Backend([pinKey, freeKey])
         let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
         let peer = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
@@ -186,11 +187,13 @@ import Testing
     typealias T = AgentUnlockTests
 
     @Test func oneUidsUnlockDoesNotUnlockAnotherAndItsLockDoesNotLockAnother() async {
-        let pinKey = AgentIdentity(key: T.key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true)
+        let pinKey = AgentIdentity(
+            key: T.key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true, ownerUid: 1000)
         let backend = T.Backend([pinKey])
         let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
         let alice = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
-        let bob = AgentPeer(connectionID: 2, uid: 1001, maySign: true)
+        // An administrator sees alice's key (docs/API.md, "Owners"), and still needs an unlock of its own.
+        let bob = AgentPeer(connectionID: 2, uid: 1001, maySign: true, isAdmin: true)
 
         #expect(await agent.handle(T.smartcard(20, "t1", pin: "1234"), from: alice) == [6])
         #expect(await agent.handle(T.signRequest(pinKey.key), from: alice).first == 14)
@@ -222,6 +225,33 @@ import Testing
         #expect(await agent.handle(T.smartcard(21, "t1", pin: ""), from: alice) == [6])
         #expect(backend.forgotten.withLock { $0 } == ["t1"])
         #expect(await agent.handle(T.signRequest(pinKey.key), from: alice) == [5])
+    }
+}
+
+/// A key is its owner's (docs/API.md, "Owners"): another uid neither lists it nor signs with it, and the refusal is
+/// the one for a key the agent does not hold.
+@Suite struct AgentOwnerTests {
+    typealias T = AgentUnlockTests
+
+    @Test func anotherUidsKeyDoesNotExistForIt() async {
+        let alicesKey = AgentIdentity(key: T.key(1), comment: "alice", tokenID: "t1", handle: [1], ownerUid: 1000)
+        let bobsKey = AgentIdentity(key: T.key(2), comment: "bob", tokenID: "t1", handle: [2], ownerUid: 1001)
+        let backend = T.Backend([alicesKey, bobsKey])
+        let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
+        let alice = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        let admin = AgentPeer(connectionID: 2, uid: 0, maySign: true, isAdmin: true)
+        func listed(_ peer: AgentPeer) async -> Int {
+            let answer = await agent.handle([11], from: peer)
+            return answer.count >= 5
+                ? Int(answer[1]) << 24 | Int(answer[2]) << 16 | Int(answer[3]) << 8 | Int(answer[4]) : -1
+        }
+        #expect(await listed(alice) == 1)
+        #expect(await listed(admin) == 2)
+        #expect(await agent.handle(T.signRequest(alicesKey.key), from: alice).first == 14)
+        #expect(await agent.handle(T.signRequest(bobsKey.key), from: alice) == [5])
+        #expect(await agent.handle(T.signRequest(T.key(9)), from: alice) == [5])
+        #expect(backend.signs.withLock { $0 } == 1)
+        #expect(await agent.handle(T.signRequest(bobsKey.key), from: admin).first == 14)
     }
 }
 
@@ -292,7 +322,8 @@ import Testing
     }
 
     @Test func forwardedConnectionsSayWhatTheyAreAndMayBeRefused() async throws {
-        let confirmKey = AgentIdentity(key: T.key(3), comment: "c", tokenID: "t1", handle: [3], confirm: true)
+        let confirmKey = AgentIdentity(
+            key: T.key(3), comment: "c", tokenID: "t1", handle: [3], confirm: true, ownerUid: 1000)
         let host = Curve25519.Signing.PrivateKey()
         let forwardedBind = try Self.bind(host, sessionID: [9, 9], forwarding: true)
 

@@ -477,11 +477,14 @@ def test_policy_on_the_agent_socket(tmp_path, softhsm):
     agent_sock = tmp_path / "cfg-agent.sock"
     config = tmp_path / "tesserad.json"
     config.write_text(json.dumps({"sshAgent": {"socket": str(agent_sock), "socketMode": "0666"},
-                                  "policy": {"sign": {"users": ["0"]}}}))
+                                  "socketMode": "0666", "policy": {"sign": {"users": ["0"]}}}))
     d = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
                                        "--config", str(config)]).start()
     try:
-        pub = cli(d, "ssh", "keygen", "--pin", PIN).stdout.strip()
+        # nobody makes the key (keys are their creator's: docs/API.md, "Owners"); root is an administrator.
+        from tessera_harness import calls_as
+        _, made = calls_as(NOBODY, d.socket, [("ssh.keygen", {"pin": PIN})])
+        pub = made[0]["result"]["publicKey"]
         blob = base64.b64decode(pub.split()[1])
         assert oct(os.stat(agent_sock).st_mode & 0o777) == "0o666"
 
@@ -1077,8 +1080,9 @@ def smartcard_frame(kind: int, pin: str = "") -> bytes:
     return frame(bytes([kind]) + ssh_string(TOKEN.encode()) + ssh_string(pin.encode()))
 
 
-def shared_agent(tmp_path, softhsm, extra: dict | None = None) -> tuple[Daemon, str, bytes]:
-    """tesserad whose agent socket (mode 0666) any uid may use; returns it, the socket and an SSH key blob."""
+def shared_agent(tmp_path, softhsm, extra: dict | None = None, top: dict | None = None) -> tuple[Daemon, str, bytes]:
+    """tesserad whose agent socket (mode 0666) any uid may use; returns it, the socket and an SSH key blob (root's:
+    `top` may make another uid an administrator, who alone sees it besides root)."""
     import base64
     import json
     p = tmp_path
@@ -1087,7 +1091,8 @@ def shared_agent(tmp_path, softhsm, extra: dict | None = None) -> tuple[Daemon, 
         p = p.parent
     agent_sock = str(tmp_path / "shared-agent.sock")
     config = tmp_path / "tesserad.json"
-    config.write_text(json.dumps({"sshAgent": {"socket": agent_sock, "socketMode": "0666", **(extra or {})}}))
+    config.write_text(json.dumps({"sshAgent": {"socket": agent_sock, "socketMode": "0666", **(extra or {})},
+                                  **(top or {})}))
     d = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
                                        "--config", str(config)]).start()
     pub = cli(d, "ssh", "keygen", "--pin", PIN).stdout.strip()
@@ -1098,9 +1103,10 @@ def shared_agent(tmp_path, softhsm, extra: dict | None = None) -> tuple[Daemon, 
 
 
 def test_ssh_add_s_unlocks_for_its_own_uid_only(tmp_path, softhsm):
-    """Root's `ssh-add -s` does not unlock the token for nobody; nobody's -e and -x do not lock root's unlock."""
+    """Root's `ssh-add -s` does not unlock the token for nobody; nobody's -e and -x do not lock root's unlock. The key
+    is root's: nobody is made an administrator here so that it sees it at all (docs/API.md, "Owners")."""
     from tessera_harness import NOBODY
-    d, sock, blob = shared_agent(tmp_path, softhsm)
+    d, sock, blob = shared_agent(tmp_path, softhsm, top={"policy": {"admin": {"users": [str(NOBODY)]}}})
     try:
         sign = sign_request(blob, b"data")
         unlocked, signed = exchange(sock, [smartcard_frame(20, PIN), sign])
@@ -1236,3 +1242,28 @@ def test_real_ssh_a_forwarding_is_known_as_forwarded(tmp_path, softhsm, sshd, al
             assert "signing refused on a forwarded connection" in text
     finally:
         a.daemon.stop()
+
+
+def test_another_uids_ssh_key_does_not_exist_for_it(tmp_path, softhsm):
+    """Keys made with ssh.keygen are their creator's (docs/API.md, "Owners"): another uid neither lists root's key
+    (ssh-add -L, ssh.list) nor signs with it, and gets the answer for a key the agent does not hold; its own key it
+    lists and signs with after its own ssh-add -s."""
+    from tessera_harness import NOBODY, calls_as
+    d, sock, blob = shared_agent(tmp_path, softhsm, top={"socketMode": "0666"})
+    try:
+        _, made = calls_as(NOBODY, d.socket, [("ssh.keygen", {"pin": PIN, "comment": "nobodys"}),
+                                             ("ssh.list", {})])
+        theirs = __import__("base64").b64decode(made[0]["result"]["publicKey"].split()[1])
+        assert [k["comment"] for k in made[1]["result"]["keys"]] == ["nobodys"]
+        assert made[1]["result"]["keys"][0]["ownerUid"] == NOBODY
+        listed, roots, never, unlocked, own = exchange_as(NOBODY, sock, [
+            frame(bytes([11])), sign_request(blob, b"data"), sign_request(theirs[:-1] + b"\x00", b"data"),
+            smartcard_frame(20, PIN), sign_request(theirs, b"data")])
+        assert listed[0] == 12 and struct.unpack(">I", listed[1:5])[0] == 1 and theirs in listed
+        assert roots == never == bytes([5])
+        assert unlocked == bytes([6]) and own[0] == 14
+        # Root (the daemon's uid, an administrator) lists both.
+        listed = exchange(sock, [frame(bytes([11]))])[0]
+        assert struct.unpack(">I", listed[1:5])[0] == 2
+    finally:
+        d.stop()
