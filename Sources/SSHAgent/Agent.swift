@@ -1,4 +1,4 @@
-import Crypto
+import CryptoPrimitives
 import Foundation
 import TesseraCore
 
@@ -379,6 +379,6 @@ public final class SSHAgent: Sendable {
     }
 
     private static func digest(_ salt: [UInt8], _ passphrase: [UInt8]) -> [UInt8] {
-        Array(SHA256.hash(data: salt + passphrase))
+        MessageDigest.sha256(salt + passphrase)
     }
 }
