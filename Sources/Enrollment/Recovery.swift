@@ -38,17 +38,17 @@ public struct RecoveryTokenVerifier: Sendable {
 
     /// `RECOVERY_TOKEN_INVALID` (structure, `typ`, signature, audience, claims) or `RECOVERY_ATTEMPT_EXPIRED`.
     public func verify(_ compact: String, now: Date) throws(TesseraError) -> RecoveryToken {
-        let verified: IssuedToken.Verified
-        switch IssuedToken.check(
-            compact, issuers: issuers, stationId: stationId, types: Self.acceptedTypes,
-            leeway: leeway, now: now)
-        {
-        case .failure(.expired(let m)): throw TesseraError(.recoveryAttemptExpired, m)
-        case .failure(.invalid(let m)): throw Self.invalid(m)
-        case .success(let v): verified = v
+        let rules = JWTVerifier(
+            issuers: issuers, stationId: stationId, leeway: leeway, types: Self.acceptedTypes,
+            typeName: "tessera-recovery+jwt", stationless: false)
+        let verified: JWTVerifier.Verified
+        do {
+            verified = try rules.verify(compact, now: now)
+        } catch {
+            if case .expired(let m) = error { throw TesseraError(.recoveryAttemptExpired, m) }
+            throw Self.invalid(error.message)
         }
         let c = verified.claims
-        guard let jti = c["jti"]?.stringValue, !jti.isEmpty else { throw Self.invalid("the token has no 'jti'") }
         guard let sub = c["sub"]?.stringValue, !sub.isEmpty, sub.utf8.count <= 64 else {
             throw Self.invalid("the token's 'sub' must be 1 to 64 bytes")
         }
@@ -70,9 +70,9 @@ public struct RecoveryTokenVerifier: Sendable {
             throw Self.invalid("the token names no identity: give 'expected' or 'bindingOf'")
         }
         return RecoveryToken(
-            issuer: verified.issuer, jti: jti, subject: sub, rpId: rpId, userName: name,
+            issuer: verified.issuer, jti: verified.jti, subject: sub, rpId: rpId, userName: name,
             userDisplayName: user["displayName"]?.stringValue ?? name,
-            expiresAt: Date(timeIntervalSince1970: c["exp"]?.doubleValue ?? 0),
+            expiresAt: verified.expiresAt,
             expected: expected, bindingOf: bindingOf)
     }
 
