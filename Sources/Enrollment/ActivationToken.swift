@@ -100,6 +100,10 @@ public struct ActivationTokenVerifier: Sendable {
         "jwt", "application/jwt",
     ]
 
+    static let codes = JWTVerifier.Codes(
+        malformed: .activationTokenMalformed, signature: .activationTokenSignatureInvalid,
+        expired: .activationTokenExpired, notYetValid: .activationTokenExpired, audience: .activationTokenAudience)
+
     public init(issuers: [IssuerKey], stationId: String?, leeway: TimeInterval = 60) {
         self.issuers = issuers
         self.stationId = stationId
@@ -114,20 +118,10 @@ public struct ActivationTokenVerifier: Sendable {
     /// when the token has no `aud`: a token meant for no station in particular is not taken for this one).
     /// Replays (`jti`) are the store's to refuse.
     public func verify(_ compact: String, now: Date) throws(TesseraError) -> ActivationToken {
-        let rules = JWTVerifier(
+        let verified = try JWTVerifier(
             issuers: issuers, stationId: stationId, leeway: leeway, types: Self.acceptedTypes,
-            typeName: "tessera-activation+jwt (or JWT)", stationless: true)
-        let verified: JWTVerifier.Verified
-        do {
-            verified = try rules.verify(compact, now: now)
-        } catch {
-            switch error {
-            case .malformed(let m): throw JWS.malformed(m)
-            case .signature(let m): throw TesseraError(.activationTokenSignatureInvalid, m)
-            case .expired(let m), .notYetValid(let m): throw TesseraError(.activationTokenExpired, m)
-            case .audience(let m): throw TesseraError(.activationTokenAudience, m)
-            }
-        }
+            typeName: "tessera-activation+jwt (or JWT)", stationless: true, codes: Self.codes
+        ).verify(compact, now: now)
         return try Self.claims(verified, raw: compact)
     }
 

@@ -8,21 +8,21 @@ import TesseraCore
 /// name one) verifies the signature; `jti` a non-empty string, `exp` a number, `nbf` and `iat` numbers and `aud` a
 /// string or an array of strings when present; `exp + leeway ≥ now` and `nbf - leeway ≤ now`; `aud` names the
 /// station's id when it has one (a station without one takes a kind of token only when `stationless` allows it).
-/// Each caller maps the failure's kind to its own error codes; replays (`jti`) are the store's to refuse.
+/// Each caller names its own error code for each kind of failure; replays (`jti`) are the store's to refuse.
 struct JWTVerifier: Sendable {
-    enum Failure: Error, Equatable {
+    /// The error code of each kind of failure; the caller's own.
+    struct Codes: Sendable {
         /// Structure, header or a registered claim's form.
-        case malformed(String)
+        var malformed: TesseraError.Code
         /// `alg`, issuer, key id or signature.
-        case signature(String)
-        case expired(String)
-        case notYetValid(String)
-        case audience(String)
+        var signature: TesseraError.Code
+        var expired: TesseraError.Code
+        var notYetValid: TesseraError.Code
+        var audience: TesseraError.Code
 
-        var message: String {
-            switch self {
-            case .malformed(let m), .signature(let m), .expired(let m), .notYetValid(let m), .audience(let m): m
-            }
+        /// One code for every failure.
+        static func all(_ code: TesseraError.Code) -> Codes {
+            Codes(malformed: code, signature: code, expired: code, notYetValid: code, audience: code)
         }
     }
 
@@ -49,35 +49,42 @@ struct JWTVerifier: Sendable {
     var typeName: String
     /// Whether a station without `stationId` takes this kind of token (then `aud` is not looked at).
     var stationless: Bool
+    var codes: Codes
 
-    func verify(_ compact: String, now: Date) throws(Failure) -> Verified {
+    func verify(_ compact: String, now: Date) throws(TesseraError) -> Verified {
         let parsed: JWS.Parsed
-        do { parsed = try JWS.parse(compact) } catch { throw .malformed(error.message) }
+        do { parsed = try JWS.parse(compact) } catch { throw TesseraError(codes.malformed, error.message) }
         let header = parsed.header
-        guard header["alg"]?.stringValue == "ES256" else { throw .signature("the token's algorithm must be ES256") }
+        guard header["alg"]?.stringValue == "ES256" else {
+            throw TesseraError(codes.signature, "the token's algorithm must be ES256")
+        }
         guard let typ = header["typ"]?.stringValue, types.contains(typ.lowercased()) else {
-            throw .malformed("the token's typ must be \(typeName)")
+            throw TesseraError(codes.malformed, "the token's typ must be \(typeName)")
         }
-        if header["crit"] != nil { throw .malformed("the token has critical header parameters") }
+        if header["crit"] != nil { throw TesseraError(codes.malformed, "the token has critical header parameters") }
         let kid = header["kid"]
-        if let kid, kid.stringValue == nil { throw .malformed("the token's kid must be a string") }
+        if let kid, kid.stringValue == nil { throw TesseraError(codes.malformed, "the token's kid must be a string") }
         guard let payload = try? JSONValue.parse(parsed.payload), case .object(let c) = payload else {
-            throw .malformed("the token's payload is not a JSON object")
+            throw TesseraError(codes.malformed, "the token's payload is not a JSON object")
         }
-        guard let issuer = c["iss"]?.stringValue else { throw .malformed("the token has no string 'iss'") }
+        guard let issuer = c["iss"]?.stringValue else {
+            throw TesseraError(codes.malformed, "the token has no string 'iss'")
+        }
         if let failure = IssuerKey.signatureFailure(parsed, issuer: issuer, kid: kid?.stringValue, keys: issuers) {
-            throw .signature(failure)
+            throw TesseraError(codes.signature, failure)
         }
 
         guard let jti = c["jti"]?.stringValue, !jti.isEmpty else {
-            throw .malformed("the token has no non-empty string 'jti'")
+            throw TesseraError(codes.malformed, "the token has no non-empty string 'jti'")
         }
-        func date(_ key: String) throws(Failure) -> Date? {
+        func date(_ key: String) throws(TesseraError) -> Date? {
             guard let v = c[key] else { return nil }
-            guard let n = v.doubleValue, n.isFinite else { throw .malformed("the token's '\(key)' must be a number") }
+            guard let n = v.doubleValue, n.isFinite else {
+                throw TesseraError(codes.malformed, "the token's '\(key)' must be a number")
+            }
             return Date(timeIntervalSince1970: n)
         }
-        guard let expiresAt = try date("exp") else { throw .malformed("the token has no 'exp'") }
+        guard let expiresAt = try date("exp") else { throw TesseraError(codes.malformed, "the token has no 'exp'") }
         let notBefore = try date("nbf")
         let issuedAt = try date("iat")
         var audience: [String] = []
@@ -86,25 +93,28 @@ struct JWTVerifier: Sendable {
         case .string(let s)?: audience = [s]
         case .array(let a)?:
             for v in a {
-                guard let s = v.stringValue else { throw .malformed("the token's 'aud' must hold strings") }
+                guard let s = v.stringValue else {
+                    throw TesseraError(codes.malformed, "the token's 'aud' must hold strings")
+                }
                 audience.append(s)
             }
-        default: throw .malformed("the token's 'aud' must be a string or an array of strings")
+        default: throw TesseraError(codes.malformed, "the token's 'aud' must be a string or an array of strings")
         }
 
-        if expiresAt.addingTimeInterval(leeway) < now { throw .expired("the token has expired") }
+        if expiresAt.addingTimeInterval(leeway) < now { throw TesseraError(codes.expired, "the token has expired") }
         if let notBefore, notBefore.addingTimeInterval(-leeway) > now {
-            throw .notYetValid("the token is not valid yet")
+            throw TesseraError(codes.notYetValid, "the token is not valid yet")
         }
         if let stationId {
             guard audience.contains(stationId) else {
-                throw .audience(
+                throw TesseraError(
+                    codes.audience,
                     audience.isEmpty
                         ? "the token names no audience; station '\(stationId)' takes only tokens whose aud names it"
                         : "the token is not meant for station '\(stationId)'")
             }
         } else if !stationless {
-            throw .audience("this station has no stationId: it takes no such token")
+            throw TesseraError(codes.audience, "this station has no stationId: it takes no such token")
         }
         return Verified(
             issuer: issuer, claims: c, jti: jti, expiresAt: expiresAt, notBefore: notBefore, issuedAt: issuedAt,

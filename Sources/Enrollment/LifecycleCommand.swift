@@ -40,11 +40,10 @@ public struct LifecycleCommandVerifier: Sendable {
     /// command), then the command's claims. `LIFECYCLE_COMMAND_INVALID` with the reason; replays (`jti`) are the
     /// store's to refuse.
     public func verify(_ compact: String, now: Date) throws(TesseraError) -> LifecycleCommand {
-        let rules = JWTVerifier(
+        let verified = try JWTVerifier(
             issuers: issuers, stationId: stationId, leeway: leeway, types: Self.acceptedTypes,
-            typeName: "tessera-lifecycle+jwt", stationless: false)
-        let verified: JWTVerifier.Verified
-        do { verified = try rules.verify(compact, now: now) } catch { throw Self.invalid(error.message) }
+            typeName: "tessera-lifecycle+jwt", stationless: false, codes: .all(.lifecycleCommandInvalid)
+        ).verify(compact, now: now)
         return try Self.claims(verified)
     }
 

@@ -38,16 +38,12 @@ public struct RecoveryTokenVerifier: Sendable {
 
     /// `RECOVERY_TOKEN_INVALID` (structure, `typ`, signature, audience, claims) or `RECOVERY_ATTEMPT_EXPIRED`.
     public func verify(_ compact: String, now: Date) throws(TesseraError) -> RecoveryToken {
-        let rules = JWTVerifier(
+        var codes = JWTVerifier.Codes.all(.recoveryTokenInvalid)
+        codes.expired = .recoveryAttemptExpired
+        let verified = try JWTVerifier(
             issuers: issuers, stationId: stationId, leeway: leeway, types: Self.acceptedTypes,
-            typeName: "tessera-recovery+jwt", stationless: false)
-        let verified: JWTVerifier.Verified
-        do {
-            verified = try rules.verify(compact, now: now)
-        } catch {
-            if case .expired(let m) = error { throw TesseraError(.recoveryAttemptExpired, m) }
-            throw Self.invalid(error.message)
-        }
+            typeName: "tessera-recovery+jwt", stationless: false, codes: codes
+        ).verify(compact, now: now)
         let c = verified.claims
         guard let sub = c["sub"]?.stringValue, !sub.isEmpty, sub.utf8.count <= 64 else {
             throw Self.invalid("the token's 'sub' must be 1 to 64 bytes")
