@@ -61,7 +61,7 @@ let package = Package(
         .target(
             name: "SSHAgent",
             dependencies: [
-                "TesseraCore", "Ownership", .product(name: "Crypto", package: "swift-crypto"),
+                "TesseraCore", "Ownership", "CryptoPrimitives", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]),
         /// CTAPHID framing and channels (CTAP 2.1 §11.2), transport-free.

@@ -1,5 +1,5 @@
 import CBOR
-import Crypto
+import CryptoPrimitives
 import TesseraCore
 
 /// pinUvAuthToken permissions (§6.5.5.7).
@@ -16,7 +16,7 @@ public struct PINPermissions: OptionSet, Sendable {
 /// A CTAP PIN as the token holds it (docs/CTAP.md): the token's PIN is the lower-case hex of LEFT(SHA-256(PIN), 16).
 public enum CTAPTokenPIN {
     /// LEFT(SHA-256(pin), 16): what a platform sends as pinHashEnc's plaintext.
-    public static func hash(_ pin: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: pin).prefix(16)) }
+    public static func hash(_ pin: [UInt8]) -> [UInt8] { Array(MessageDigest.sha256(pin).prefix(16)) }
 
     /// The token PIN for a PIN hash: 32 lower-case hex digits.
     public static func tokenPIN(hash: [UInt8]) -> String { Hex.encode(hash) }

@@ -94,24 +94,18 @@ public struct PINKeyAgreement: Sendable {
 
     /// The public key as getKeyAgreement returns it (COSE_Key: kty EC2, alg -25, crv P-256, x, y).
     public var coseKey: CBORValue {
-        let point = Array(key.publicKey.x963Representation)
-        return [
-            1: 2, 3: CBORValue(-25), CBORValue(-1): 1, CBORValue(-2): .byteString(Array(point[1..<33])),
-            CBORValue(-3): .byteString(Array(point[33..<65])),
-        ]
+        // A P-256 x9.63 point is always 65 bytes: the codec has nothing to refuse.
+        (try? COSEEC2Key(algorithm: -25, uncompressedPoint: Array(key.publicKey.x963Representation)))?.value ?? .null
     }
 
     /// ECDH with the platform's COSE_Key, then the protocol's KDF; INVALID_PARAMETER for a key that is not a
     /// P-256 point.
     public func sharedSecret(with peer: CBORValue, protocol p: PINUVAuthProtocol) throws(CTAP2Error) -> [UInt8] {
-        guard peer.mapValue != nil, peer[1]?.intValue == 2, peer[CBORValue(-1)]?.intValue == 1,
-            let x = peer[CBORValue(-2)]?.bytesValue, let y = peer[CBORValue(-3)]?.bytesValue, x.count == 32,
-            y.count == 32
-        else {
+        guard let peerKey = try? COSEEC2Key(peer), peerKey.curve == 1 else {
             throw CTAP2Error(.invalidParameter, "keyAgreement is not a P-256 COSE_Key")
         }
         do {
-            let publicKey = try P256.KeyAgreement.PublicKey(x963Representation: [0x04] + x + y)
+            let publicKey = try P256.KeyAgreement.PublicKey(x963Representation: peerKey.uncompressedPoint)
             let z = try key.sharedSecretFromKeyAgreement(with: publicKey).withUnsafeBytes { Array($0) }
             return p.kdf(z)
         } catch {

@@ -79,8 +79,15 @@ public struct SignatureKeyPair: Sendable {
 /// brainpool and explicit-parameter curves). Keys are DER: SubjectPublicKeyInfo for public keys,
 /// PKCS#8 or the traditional RSA/EC format for private keys.
 public enum Signatures {
-    /// Hashes `data`.
+    /// Hashes `data`: through `MessageDigest` (swift-crypto), SHA-224 through libcrypto.
     public static func digest(_ hash: SignatureHash, _ data: [UInt8]) throws(TesseraError) -> [UInt8] {
+        switch hash {
+        case .sha1: return MessageDigest.sha1(data)
+        case .sha256: return MessageDigest.sha256(data)
+        case .sha384: return MessageDigest.sha384(data)
+        case .sha512: return MessageDigest.sha512(data)
+        case .sha224: break
+        }
         var out = [UInt8](repeating: 0, count: 64)
         var len: UInt32 = 0
         let ok = data.withUnsafeBufferPointer { d in

@@ -100,93 +100,43 @@ public struct ActivationTokenVerifier: Sendable {
         "jwt", "application/jwt",
     ]
 
+    static let codes = JWTVerifier.Codes(
+        malformed: .activationTokenMalformed, signature: .activationTokenSignatureInvalid,
+        expired: .activationTokenExpired, notYetValid: .activationTokenExpired, audience: .activationTokenAudience)
+
     public init(issuers: [IssuerKey], stationId: String?, leeway: TimeInterval = 60) {
         self.issuers = issuers
         self.stationId = stationId
         self.leeway = leeway
     }
 
-    /// Checks a compact token in this order, so that no claim is trusted before the signature is:
-    /// structure, header (a `typ` is required) and `iss` (`ACTIVATION_TOKEN_MALFORMED`); `alg` ES256, a configured issuer whose
-    /// `keyId` matches a given `kid`, and the signature (`ACTIVATION_TOKEN_SIGNATURE_INVALID`); the claims
-    /// (`ACTIVATION_TOKEN_MALFORMED`); `exp + leeway < now` or `nbf - leeway > now`
+    /// Checks a compact token by `JWTVerifier`'s rules, so that no claim is trusted before the signature:
+    /// structure, header (a `typ` is required) and `iss` (`ACTIVATION_TOKEN_MALFORMED`); `alg` ES256, a configured
+    /// issuer whose `keyId` matches a given `kid`, and the signature (`ACTIVATION_TOKEN_SIGNATURE_INVALID`); the
+    /// claims (`ACTIVATION_TOKEN_MALFORMED`); `exp + leeway < now` or `nbf - leeway > now`
     /// (`ACTIVATION_TOKEN_EXPIRED`); when a station id is set, `aud` must name it (`ACTIVATION_TOKEN_AUDIENCE`, also
     /// when the token has no `aud`: a token meant for no station in particular is not taken for this one).
     /// Replays (`jti`) are the store's to refuse.
     public func verify(_ compact: String, now: Date) throws(TesseraError) -> ActivationToken {
-        let parsed = try JWS.parse(compact)
-        let header = parsed.header
-        guard header["alg"]?.stringValue == "ES256" else {
-            throw TesseraError(.activationTokenSignatureInvalid, "the token's algorithm must be ES256")
-        }
-        guard let typ = header["typ"]?.stringValue, Self.acceptedTypes.contains(typ.lowercased()) else {
-            throw JWS.malformed("the token's typ must be tessera-activation+jwt (or JWT)")
-        }
-        if header["crit"] != nil { throw JWS.malformed("the token has critical header parameters") }
-        let kid: String?
-        if let k = header["kid"] {
-            guard let s = k.stringValue else { throw JWS.malformed("the token's kid must be a string") }
-            kid = s
-        } else {
-            kid = nil
-        }
-        guard let claims = try? JSONValue.parse(parsed.payload), case .object(let c) = claims else {
-            throw JWS.malformed("the token's payload is not a JSON object")
-        }
-        guard let issuer = c["iss"]?.stringValue else { throw JWS.malformed("the token has no string 'iss'") }
-
-        if let failure = IssuerKey.signatureFailure(parsed, issuer: issuer, kid: kid, keys: issuers) {
-            throw TesseraError(.activationTokenSignatureInvalid, failure)
-        }
-
-        let token = try Self.claims(c, issuer: issuer, raw: compact)
-        if token.expiresAt.addingTimeInterval(leeway) < now {
-            throw TesseraError(.activationTokenExpired, "the token has expired")
-        }
-        if let nbf = token.notBefore, nbf.addingTimeInterval(-leeway) > now {
-            throw TesseraError(.activationTokenExpired, "the token is not valid yet")
-        }
-        if let stationId, !token.audience.contains(stationId) {
-            throw TesseraError(
-                .activationTokenAudience,
-                token.audience.isEmpty
-                    ? "the token names no audience; station '\(stationId)' takes only tokens whose aud names it"
-                    : "the token is not meant for station '\(stationId)'")
-        }
-        return token
+        let verified = try JWTVerifier(
+            issuers: issuers, stationId: stationId, leeway: leeway, types: Self.acceptedTypes,
+            typeName: "tessera-activation+jwt (or JWT)", stationless: true, codes: Self.codes
+        ).verify(compact, now: now)
+        return try Self.claims(verified, raw: compact)
     }
 
-    static func claims(_ c: [String: JSONValue], issuer: String, raw: String) throws(TesseraError) -> ActivationToken {
+    /// The activation claims of a verified token (its registered claims are `JWTVerifier`'s).
+    static func claims(_ verified: JWTVerifier.Verified, raw: String) throws(TesseraError) -> ActivationToken {
+        let c = verified.claims
         func string(_ key: String) throws(TesseraError) -> String {
             guard let s = c[key]?.stringValue, !s.isEmpty else {
                 throw JWS.malformed("the token has no non-empty string '\(key)'")
             }
             return s
         }
-        func date(_ key: String) throws(TesseraError) -> Date? {
-            guard let v = c[key] else { return nil }
-            guard let n = v.doubleValue, n.isFinite else {
-                throw JWS.malformed("the token's '\(key)' must be a number")
-            }
-            return Date(timeIntervalSince1970: n)
-        }
-        let jti = try string("jti")
         let workflow = try string("workflow")
         let subject = try string("sub")
         guard subject.utf8.count <= 64 else { throw JWS.malformed("the token's 'sub' is longer than 64 bytes") }
-        guard let expiresAt = try date("exp") else { throw JWS.malformed("the token has no 'exp'") }
-
-        var audience: [String] = []
-        switch c["aud"] {
-        case .none: break
-        case .string(let s)?: audience = [s]
-        case .array(let a)?:
-            for v in a {
-                guard let s = v.stringValue else { throw JWS.malformed("the token's 'aud' must hold strings") }
-                audience.append(s)
-            }
-        default: throw JWS.malformed("the token's 'aud' must be a string or an array of strings")
-        }
 
         var userName: String?
         var userDisplayName: String?
@@ -212,8 +162,9 @@ public struct ActivationTokenVerifier: Sendable {
             }
         }
         return ActivationToken(
-            issuer: issuer, jti: jti, workflow: workflow, subject: subject, expiresAt: expiresAt,
-            issuedAt: try date("iat"), notBefore: try date("nbf"), audience: audience,
-            userName: userName, userDisplayName: userDisplayName, expected: expected, raw: raw)
+            issuer: verified.issuer, jti: verified.jti, workflow: workflow, subject: subject,
+            expiresAt: verified.expiresAt, issuedAt: verified.issuedAt, notBefore: verified.notBefore,
+            audience: verified.audience, userName: userName, userDisplayName: userDisplayName, expected: expected,
+            raw: raw)
     }
 }

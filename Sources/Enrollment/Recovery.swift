@@ -38,17 +38,13 @@ public struct RecoveryTokenVerifier: Sendable {
 
     /// `RECOVERY_TOKEN_INVALID` (structure, `typ`, signature, audience, claims) or `RECOVERY_ATTEMPT_EXPIRED`.
     public func verify(_ compact: String, now: Date) throws(TesseraError) -> RecoveryToken {
-        let verified: IssuedToken.Verified
-        switch IssuedToken.check(
-            compact, issuers: issuers, stationId: stationId, types: Self.acceptedTypes,
-            leeway: leeway, now: now)
-        {
-        case .failure(.expired(let m)): throw TesseraError(.recoveryAttemptExpired, m)
-        case .failure(.invalid(let m)): throw Self.invalid(m)
-        case .success(let v): verified = v
-        }
+        var codes = JWTVerifier.Codes.all(.recoveryTokenInvalid)
+        codes.expired = .recoveryAttemptExpired
+        let verified = try JWTVerifier(
+            issuers: issuers, stationId: stationId, leeway: leeway, types: Self.acceptedTypes,
+            typeName: "tessera-recovery+jwt", stationless: false, codes: codes
+        ).verify(compact, now: now)
         let c = verified.claims
-        guard let jti = c["jti"]?.stringValue, !jti.isEmpty else { throw Self.invalid("the token has no 'jti'") }
         guard let sub = c["sub"]?.stringValue, !sub.isEmpty, sub.utf8.count <= 64 else {
             throw Self.invalid("the token's 'sub' must be 1 to 64 bytes")
         }
@@ -70,9 +66,9 @@ public struct RecoveryTokenVerifier: Sendable {
             throw Self.invalid("the token names no identity: give 'expected' or 'bindingOf'")
         }
         return RecoveryToken(
-            issuer: verified.issuer, jti: jti, subject: sub, rpId: rpId, userName: name,
+            issuer: verified.issuer, jti: verified.jti, subject: sub, rpId: rpId, userName: name,
             userDisplayName: user["displayName"]?.stringValue ?? name,
-            expiresAt: Date(timeIntervalSince1970: c["exp"]?.doubleValue ?? 0),
+            expiresAt: verified.expiresAt,
             expected: expected, bindingOf: bindingOf)
     }
 

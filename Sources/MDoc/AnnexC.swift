@@ -1,5 +1,6 @@
 import CBOR
 import Crypto
+import CryptoPrimitives
 import Foundation
 import TesseraCore
 
@@ -230,7 +231,7 @@ extension SessionTranscript {
     /// `[Base64EncryptionInfo, SerializedOrigin]` (CBOR array of two text strings).
     public init(dcapiEncryptionInfo base64url: String, origin: String) {
         let dcapiInfo = MDocCBOR.encode(.array([.textString(base64url), .textString(origin)]))
-        let handover: CBORValue = .array([.textString(AnnexC.dcapi), .byteString(Array(SHA256.hash(data: dcapiInfo)))])
+        let handover: CBORValue = .array([.textString(AnnexC.dcapi), .byteString(MessageDigest.sha256(dcapiInfo))])
         self.init(encoded: MDocCBOR.encode(.array([.null, .null, handover])))
     }
 }

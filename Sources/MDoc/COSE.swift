@@ -21,49 +21,39 @@ public enum COSEAlgorithm: Int64, Sendable {
 }
 
 /// An EC2 COSE_Key (RFC 9052 §7) as mdoc carries device and ephemeral keys: `{1: 2, -1: crv, -2: x, -3: y}`,
-/// without the `alg` that WebAuthn's `COSEKey` requires.
+/// without the `alg` that WebAuthn's `COSEKey` requires (an `alg` read is not kept). Read and written by the one
+/// COSE EC2 codec, `CBOR`'s `COSEEC2Key`.
 public struct MDocECKey: Sendable, Equatable {
+    /// The key without `alg`.
+    public let key: COSEEC2Key
     /// COSE curve: 1 P-256, 2 P-384, 3 P-521.
-    public let curve: Int64
-    public let x: [UInt8]
-    public let y: [UInt8]
+    public var curve: Int64 { key.curve }
+    public var x: [UInt8] { key.x }
+    public var y: [UInt8] { key.y }
 
     public init(curve: Int64, x: [UInt8], y: [UInt8]) throws(TesseraError) {
-        guard let size = Self.coordinateSize(curve) else { throw MDocCBOR.malformed("unsupported COSE curve \(curve)") }
-        guard x.count == size, y.count == size else {
-            throw MDocCBOR.malformed("EC2 coordinates must be \(size) bytes")
+        do { key = try COSEEC2Key(algorithm: nil, curve: curve, x: x, y: y) } catch {
+            throw MDocCBOR.malformed(error.message)
         }
-        self.curve = curve; self.x = x; self.y = y
     }
 
     /// From an uncompressed point `04 || x || y` on P-256, P-384 or P-521.
     public init(uncompressedPoint point: [UInt8]) throws(TesseraError) {
-        let curve: Int64 =
-            switch point.count {
-            case 65: 1;
-            case 97: 2;
-            case 133: 3;
-            default: 0
-            }
-        guard curve != 0, point.first == 0x04 else { throw MDocCBOR.malformed("not an uncompressed EC point") }
-        let size = (point.count - 1) / 2
-        try self.init(curve: curve, x: Array(point[1...size]), y: Array(point[(size + 1)...]))
+        do { key = try COSEEC2Key(algorithm: nil, uncompressedPoint: point) } catch {
+            throw MDocCBOR.malformed(error.message)
+        }
     }
 
     public init(_ value: CBORValue) throws(TesseraError) {
-        guard value.mapValue != nil, value[1]?.int64Value == 2 else {
-            throw MDocCBOR.malformed("COSE key is not an EC2 map")
-        }
-        guard let crv = value[-1]?.int64Value, let x = value[-2]?.bytesValue, let y = value[-3]?.bytesValue else {
-            throw MDocCBOR.malformed("COSE EC2 key lacks crv, x or y")
-        }
-        try self.init(curve: crv, x: x, y: y)
+        let parsed: COSEEC2Key
+        do { parsed = try COSEEC2Key(value) } catch { throw MDocCBOR.malformed(error.message) }
+        try self.init(curve: parsed.curve, x: parsed.x, y: parsed.y)
     }
 
     /// `{1: 2, -1: crv, -2: x, -3: y}` in that order (as Annex D encodes EDeviceKey and DeviceKey).
-    public var value: CBORValue { [1: 2, -1: CBORValue(curve), -2: .byteString(x), -3: .byteString(y)] }
-    public var encoded: [UInt8] { MDocCBOR.encode(value) }
-    public var uncompressedPoint: [UInt8] { [0x04] + x + y }
+    public var value: CBORValue { key.value }
+    public var encoded: [UInt8] { key.encoded }
+    public var uncompressedPoint: [UInt8] { key.uncompressedPoint }
 
     /// The key as a DER SubjectPublicKeyInfo (named curve).
     public var subjectPublicKeyInfo: [UInt8] {
@@ -74,15 +64,6 @@ public struct MDocECKey: Sendable, Equatable {
             default: "30819b301006072a8648ce3d020106052b8104002303818600"
             }
         return Hex.decode(prefix)! + uncompressedPoint
-    }
-
-    static func coordinateSize(_ curve: Int64) -> Int? {
-        switch curve {
-        case 1: 32;
-        case 2: 48;
-        case 3: 66;
-        default: nil
-        }
     }
 }
 

@@ -1,5 +1,6 @@
 import CBOR
 import Crypto
+import CryptoPrimitives
 import Foundation
 import TesseraCore
 
@@ -57,7 +58,7 @@ public struct SessionEncryption: Sendable {
         sessionTranscript: SessionTranscript
     ) throws(TesseraError) -> (skReader: [UInt8], skDevice: [UInt8]) {
         let secret = try sharedSecret(privateKey: privateKey, peer: peer)
-        let salt = Array(SHA256.hash(data: sessionTranscript.taggedBytes))
+        let salt = MessageDigest.sha256(sessionTranscript.taggedBytes)
         return (derive(secret, salt: salt, info: "SKReader"), derive(secret, salt: salt, info: "SKDevice"))
     }
 
@@ -67,7 +68,7 @@ public struct SessionEncryption: Sendable {
         sessionTranscript: SessionTranscript
     ) throws(TesseraError) -> [UInt8] {
         let secret = try sharedSecret(privateKey: privateKey, peer: peer)
-        return derive(secret, salt: Array(SHA256.hash(data: sessionTranscript.taggedBytes)), info: "EMacKey")
+        return derive(secret, salt: MessageDigest.sha256(sessionTranscript.taggedBytes), info: "EMacKey")
     }
 
     static func sharedSecret(privateKey: P256.KeyAgreement.PrivateKey, peer: MDocECKey) throws(TesseraError)

@@ -54,7 +54,7 @@ final class PIVToken: KeyStoreToken {
     /// "piv-" + the first 8 bytes of SHA-256 over the card's GUID (or FASC-N, or serial), in hex.
     static func tokenID(for identity: PIVCardIdentity) -> String? {
         guard let bytes = identity.identifyingBytes else { return nil }
-        return "piv-" + Hex.encode(SHA256.hash(data: bytes).prefix(8))
+        return "piv-" + Hex.encode(MessageDigest.sha256(bytes).prefix(8))
     }
 
     var backend: String { "piv" }

@@ -1,5 +1,5 @@
 internal import CPKCS11
-import Crypto
+import CryptoPrimitives
 import TesseraCore
 
 /// What a token says about itself (`C_GetTokenInfo`, `C_GetSlotInfo`) and which module serves it.
@@ -90,7 +90,7 @@ extension TokenInfo {
         disambiguator: String = ""
     ) -> String {
         let material = [moduleFileName, manufacturer, model, serial, label, disambiguator].joined(separator: "\u{0}")
-        return "p11-" + Hex.encode(Array(SHA256.hash(data: Array(material.utf8)).prefix(8)))
+        return "p11-" + Hex.encode(Array(MessageDigest.sha256(Array(material.utf8)).prefix(8)))
     }
 }
 

@@ -1,4 +1,4 @@
-import Crypto
+import CryptoPrimitives
 import Foundation
 import Ownership
 import TesseraCore
@@ -392,6 +392,6 @@ public final class SSHAgent: Sendable {
     }
 
     private static func digest(_ salt: [UInt8], _ passphrase: [UInt8]) -> [UInt8] {
-        Array(SHA256.hash(data: salt + passphrase))
+        MessageDigest.sha256(salt + passphrase)
     }
 }
