@@ -1,4 +1,5 @@
 import CTAP2
+import CTAPAuthenticator
 import CTAPHID
 import CredentialStore
 import Documents
@@ -223,9 +224,12 @@ public enum Daemon {
         }
         let ctapPath = options.ctapSocket ?? config.ctap?.socket
         if ctapPath != nil || options.ctapUHID {
+            let ctapAccess = CTAPAccess(
+                connect: { peer throws(TesseraError) in try policy.check(.sign, peer: peer) },
+                enroll: { peer throws(TesseraError) in try policy.check(.enroll, peer: peer) })
             let backend = CTAPPasskeyBackend(
                 passkeys: passkeys, options: passkeys.ctapOptions,
-                presence: presence, policy: policy, tokenId: config.ctap?.tokenId,
+                presence: presence, access: ctapAccess, tokenId: config.ctap?.tokenId,
                 logger: ctapLogger)
             let authenticator = CTAP2Authenticator(
                 backend: backend,
@@ -239,7 +243,7 @@ public enum Daemon {
                     .init(
                         service: CTAPSocketService(
                             path: ctapPath, mode: try ConfigFile.socketMode(config.ctap?.socketMode), group: socketGID,
-                            hub: hub, policy: policy, gate: gate, logger: ctapLogger), serviceName: "ctap-socket"))
+                            hub: hub, access: ctapAccess, gate: gate, logger: ctapLogger), serviceName: "ctap-socket"))
             }
             if options.ctapUHID {
                 services.append(.init(service: CTAPUHIDService(hub: hub, logger: ctapLogger), serviceName: "ctap-uhid"))
