@@ -252,6 +252,13 @@ let package = Package(
         .testTarget(name: "APDUTests", dependencies: ["APDU", "TesseraCore"]),
         .testTarget(name: "CTAPHIDTests", dependencies: ["CTAPHID", "TesseraTestSupport"]),
         .testTarget(
+            name: "CTAPAuthenticatorTests",
+            dependencies: [
+                "CTAPAuthenticator", "CTAP2", "CTAPHID", "CredentialStore", "Passkeys", "Presence", "RPC",
+                "TesseraCore",
+                "TesseraTestSupport", "WebAuthn", .product(name: "Logging", package: "swift-log"),
+            ]),
+        .testTarget(
             name: "CTAP2Tests",
             dependencies: ["CTAP2", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ", "TesseraCore"]),
