@@ -191,7 +191,7 @@ let package = Package(
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PKCS11", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAPHID", "CTAP2", "CTAPAuthenticator", "WebAuthn", "CBOR", "Presence",
+                "CTAP2", "CTAPAuthenticator", "CBOR", "Presence",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -256,7 +256,7 @@ let package = Package(
             dependencies: [
                 "CTAPAuthenticator", "CTAP2", "CTAPHID", "CredentialStore", "Passkeys", "Presence", "RPC",
                 "TesseraCore",
-                "TesseraTestSupport", "WebAuthn", .product(name: "Logging", package: "swift-log"),
+                "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "CTAP2Tests",

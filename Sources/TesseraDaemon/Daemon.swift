@@ -1,6 +1,4 @@
-import CTAP2
 import CTAPAuthenticator
-import CTAPHID
 import CredentialStore
 import Documents
 import Enrollment
@@ -14,7 +12,6 @@ import SSHAgent
 import ServiceLifecycle
 import TesseraCore
 import UnixSignals
-import WebAuthn
 
 /// Runs `tesserad`: opens the state dir and database, finds tokens, serves the socket until SIGTERM/SIGINT.
 public enum Daemon {
@@ -227,17 +224,9 @@ public enum Daemon {
             let ctapAccess = CTAPAccess(
                 connect: { peer throws(TesseraError) in try policy.check(.sign, peer: peer) },
                 enroll: { peer throws(TesseraError) in try policy.check(.enroll, peer: peer) })
-            let backend = CTAPPasskeyBackend(
-                passkeys: passkeys, options: passkeys.ctapOptions,
-                presence: presence, access: ctapAccess, tokenId: config.ctap?.tokenId,
-                logger: ctapLogger)
-            let authenticator = CTAP2Authenticator(
-                backend: backend,
-                info: .init(
-                    aaguid: tesseraAAGUID,
-                    maxMessageSize: CTAPHID.maxMessageSize, clientPIN: config.ctap?.clientPin ?? false))
-            // One authenticator, one transaction at a time, whichever transport the request comes from.
-            let hub = CTAPHIDHub(authenticator: authenticator, logger: ctapLogger)
+            let hub = CTAPHIDHub.passkeyAuthenticator(
+                passkeys: passkeys, presence: presence, access: ctapAccess, tokenId: config.ctap?.tokenId,
+                clientPIN: config.ctap?.clientPin ?? false, logger: ctapLogger)
             if let ctapPath {
                 services.append(
                     .init(

@@ -1,9 +1,7 @@
-import CTAP2
 import CTAPHID
 import RPC
 import TesseraCore
 import Testing
-import WebAuthn
 
 @testable import CTAPAuthenticator
 
@@ -44,9 +42,8 @@ struct CTAPHIDHubTests {
 
     @Test func theChannelQuotaIsPerUidOverAllItsConnections() async throws {
         let h = try await CTAPHarness.make()
-        let hub = CTAPHIDHub(
-            authenticator: CTAP2Authenticator(
-                backend: h.backend, info: .init(aaguid: tesseraAAGUID, maxMessageSize: CTAPHID.maxMessageSize)),
+        let hub = CTAPHIDHub.passkeyAuthenticator(
+            passkeys: h.service, presence: h.presence, access: h.access, tokenId: h.token.id, clientPIN: false,
             logger: quietLogger)
         let first = await Client(hub: hub, uid: 1000)
         let flooding = await Client(hub: hub, uid: 1000)

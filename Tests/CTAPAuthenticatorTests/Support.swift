@@ -38,6 +38,8 @@ struct CTAPHarness {
     let service: PasskeyService
     let backend: CTAPPasskeyBackend
     let token: any KeyStoreToken
+    let presence: PresenceBroker
+    let access: CTAPAccess
 
     /// With `login`, the token is logged in with its PIN, as a PIN file does for the daemon.
     static func make(
@@ -62,7 +64,7 @@ struct CTAPHarness {
         let backend = CTAPPasskeyBackend(
             passkeys: service, options: service.ctapOptions, presence: presence, access: access, tokenId: token.id,
             logger: quietLogger)
-        return CTAPHarness(service: service, backend: backend, token: token)
+        return CTAPHarness(service: service, backend: backend, token: token, presence: presence, access: access)
     }
 
     /// Runs `body` as the CTAP client `uid` (as the hub does for a socket connection's request).
