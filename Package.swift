@@ -176,13 +176,22 @@ let package = Package(
             ]),
 
         // MARK: Daemon wiring and executables
+        /// The CTAP 2.1 authenticator door: its backend on the passkey service, the CTAPHID hub and its transports
+        /// (the SEQPACKET socket, `/dev/uhid`). docs/CTAP.md
+        .target(
+            name: "CTAPAuthenticator",
+            dependencies: [
+                "TesseraCore", "CBOR", "CSystemShims", "CTAP2", "CTAPHID", "CredentialStore", "Ownership", "Passkeys",
+                "Presence", "RPC", "WebAuthn", .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]),
         .target(
             name: "TesseraDaemon",
             dependencies: [
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PKCS11", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAPHID", "CTAP2", "WebAuthn", "CBOR", "Presence",
+                "CTAP2", "CTAPAuthenticator", "CBOR", "Presence",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -242,6 +251,13 @@ let package = Package(
             dependencies: ["WebAuthn", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "APDUTests", dependencies: ["APDU", "TesseraCore"]),
         .testTarget(name: "CTAPHIDTests", dependencies: ["CTAPHID", "TesseraTestSupport"]),
+        .testTarget(
+            name: "CTAPAuthenticatorTests",
+            dependencies: [
+                "CTAPAuthenticator", "CTAP2", "CTAPHID", "CredentialStore", "Passkeys", "Presence", "RPC",
+                "TesseraCore",
+                "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]),
         .testTarget(
             name: "CTAP2Tests",
             dependencies: ["CTAP2", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),

@@ -1,5 +1,4 @@
-import CTAP2
-import CTAPHID
+import CTAPAuthenticator
 import CredentialStore
 import Documents
 import Enrollment
@@ -13,7 +12,6 @@ import SSHAgent
 import ServiceLifecycle
 import TesseraCore
 import UnixSignals
-import WebAuthn
 
 /// Runs `tesserad`: opens the state dir and database, finds tokens, serves the socket until SIGTERM/SIGINT.
 public enum Daemon {
@@ -224,23 +222,18 @@ public enum Daemon {
         }
         let ctapPath = options.ctapSocket ?? config.ctap?.socket
         if ctapPath != nil || options.ctapUHID {
-            let backend = CTAPPasskeyBackend(
-                passkeys: passkeys, options: passkeys.ctapOptions,
-                presence: presence, policy: policy, tokenId: config.ctap?.tokenId,
-                logger: ctapLogger)
-            let authenticator = CTAP2Authenticator(
-                backend: backend,
-                info: .init(
-                    aaguid: tesseraAAGUID,
-                    maxMessageSize: CTAPHID.maxMessageSize, clientPIN: config.ctap?.clientPin ?? false))
-            // One authenticator, one transaction at a time, whichever transport the request comes from.
-            let hub = CTAPHIDHub(authenticator: authenticator, logger: ctapLogger)
+            let ctapAccess = CTAPAccess(
+                connect: { peer throws(TesseraError) in try policy.check(.sign, peer: peer) },
+                enroll: { peer throws(TesseraError) in try policy.check(.enroll, peer: peer) })
+            let hub = CTAPHIDHub.passkeyAuthenticator(
+                passkeys: passkeys, presence: presence, access: ctapAccess, tokenId: config.ctap?.tokenId,
+                clientPIN: config.ctap?.clientPin ?? false, logger: ctapLogger)
             if let ctapPath {
                 services.append(
                     .init(
                         service: CTAPSocketService(
                             path: ctapPath, mode: try ConfigFile.socketMode(config.ctap?.socketMode), group: socketGID,
-                            hub: hub, policy: policy, gate: gate, logger: ctapLogger), serviceName: "ctap-socket"))
+                            hub: hub, access: ctapAccess, gate: gate, logger: ctapLogger), serviceName: "ctap-socket"))
             }
             if options.ctapUHID {
                 services.append(.init(service: CTAPUHIDService(hub: hub, logger: ctapLogger), serviceName: "ctap-uhid"))

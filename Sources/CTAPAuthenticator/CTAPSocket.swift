@@ -13,17 +13,30 @@ import TesseraCore
 /// Connecting needs the policy's `sign` permission; making credentials needs `enroll`. One thread accepts; each
 /// connection is then served on the NIO event loops (`PacketConnection`), not on a thread of its own, within the
 /// daemon's connection bounds (`gate`).
-struct CTAPSocketService: Service {
+public struct CTAPSocketService: Service {
     let path: String
     let mode: UInt32
     let group: UInt32?
     let hub: CTAPHIDHub
-    let policy: Policy
+    let access: CTAPAccess
     /// The connection bounds shared with the daemon's other sockets; a refused connection is closed.
     let gate: ConnectionGate
     let logger: Logger
 
-    func run() async throws {
+    public init(
+        path: String, mode: UInt32, group: UInt32?, hub: CTAPHIDHub, access: CTAPAccess, gate: ConnectionGate,
+        logger: Logger
+    ) {
+        self.path = path
+        self.mode = mode
+        self.group = group
+        self.hub = hub
+        self.access = access
+        self.gate = gate
+        self.logger = logger
+    }
+
+    public func run() async throws {
         let listener = tessera_seqpacket_listen(path, mode, group.map { Int($0) } ?? -1)
         guard listener >= 0 else {
             throw TesseraError(
@@ -54,7 +67,7 @@ struct CTAPSocketService: Service {
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 for await (fd, peer) in accepted {
-                    do throws(TesseraError) { try policy.check(.sign, peer: peer) } catch {
+                    do throws(TesseraError) { try access.connect(peer) } catch {
                         logger.notice("ctap: connection refused: \(error.message)")
                         close(fd)
                         continue

@@ -1,7 +1,4 @@
-import CBOR
-internal import CSystemShims
 import CTAP2
-import CTAPHID
 import CredentialStore
 import Foundation
 import Logging
@@ -9,51 +6,46 @@ import Ownership
 import Passkeys
 import Presence
 import RPC
-import ServiceLifecycle
-import Synchronization
 import TesseraCore
 import WebAuthn
-
-#if canImport(Glibc)
-    import Glibc
-#endif
-
-/// `ctap` section: the CTAP 2.1 authenticator (docs/CTAP.md).
-public struct CTAPConfig: Codable, Sendable {
-    /// SOCK_SEQPACKET socket path (the authenticator is off without it, unless `--ctap-socket` gives one).
-    public var socket: String?
-    /// Socket file mode in octal, default "0660" (group from `socketGroup`).
-    public var socketMode: String?
-    /// Token new credentials go to (default: the only token present, else the first).
-    public var tokenId: String?
-    /// Whether ClientPIN (PIN/UV auth protocols 2 and 1) and user verification are offered: the token's PIN must be
-    /// the hashed form, lower-case hex of LEFT(SHA-256(PIN), 16) (docs/CTAP.md). Default false.
-    public var clientPin: Bool?
-    public init() {}
-}
 
 /// The CTAP client of the running request (set for the request's task).
 enum CTAPCaller {
     @TaskLocal static var current: PeerCredentials?
 }
 
+/// Who may use the authenticator, as the daemon's policy decides: `connect` for a socket connection (`sign`),
+/// `enroll` for making a credential.
+public struct CTAPAccess: Sendable {
+    let connect: @Sendable (PeerCredentials) throws(TesseraError) -> Void
+    let enroll: @Sendable (PeerCredentials) throws(TesseraError) -> Void
+
+    public init(
+        connect: @escaping @Sendable (PeerCredentials) throws(TesseraError) -> Void,
+        enroll: @escaping @Sendable (PeerCredentials) throws(TesseraError) -> Void
+    ) {
+        self.connect = connect
+        self.enroll = enroll
+    }
+}
+
 // MARK: backend
 
 /// The authenticator's credentials are the passkey service's: made with `PasskeyService.enroll`, used with
 /// `PasskeyService.authenticate` (one sign counter), listed by `credentials.list`.
-final class CTAPPasskeyBackend: CTAP2Backend {
+public final class CTAPPasskeyBackend: CTAP2Backend {
     let passkeys: PasskeyService
     let options: CTAPCredentialStore
     let presence: PresenceBroker
-    let policy: Policy
+    let access: CTAPAccess
     let tokenId: String?
     let logger: Logger
 
-    init(
-        passkeys: PasskeyService, options: CTAPCredentialStore, presence: PresenceBroker, policy: Policy,
+    public init(
+        passkeys: PasskeyService, options: CTAPCredentialStore, presence: PresenceBroker, access: CTAPAccess,
         tokenId: String?, logger: Logger
     ) {
-        self.passkeys = passkeys; self.options = options; self.presence = presence; self.policy = policy
+        self.passkeys = passkeys; self.options = options; self.presence = presence; self.access = access
         self.tokenId = tokenId; self.logger = logger
     }
 
@@ -65,7 +57,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
             ?? Requester(uid: Requester.daemonUID, isAdmin: false)
     }
 
-    func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential] {
+    public func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential] {
         var records: [CredentialRecord] = []
         let requester = requester
         do throws(TesseraError) {
@@ -84,7 +76,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
-    func discoverableCredentials() async throws(CTAP2Error) -> [CTAP2Credential] {
+    public func discoverableCredentials() async throws(CTAP2Error) -> [CTAP2Credential] {
         do throws(TesseraError) {
             return try await ctapCredentials(
                 passkeys.credentials(rpId: nil, userId: nil, requester: requester), discoverableOnly: true)
@@ -116,7 +108,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
-    func deleteCredential(_ credential: CTAP2Credential) async throws(CTAP2Error) {
+    public func deleteCredential(_ credential: CTAP2Credential) async throws(CTAP2Error) {
         let actor = CTAPCaller.current.map { "ctap:uid:\($0.uid)" } ?? "ctap"
         do throws(TesseraError) {
             try await passkeys.delete(id: credential.id, actor: actor, requester: requester)
@@ -127,7 +119,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
-    func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error) {
+    public func updateUser(_ credential: CTAP2Credential, user: CTAP2User) async throws(CTAP2Error) {
         do throws(TesseraError) {
             try await passkeys.updateUser(
                 id: credential.id, name: user.name ?? "", displayName: user.displayName ?? "", requester: requester)
@@ -136,11 +128,11 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
-    func makeCredential(
+    public func makeCredential(
         rpId: String, user: CTAP2User, clientDataHash: [UInt8], discoverable: Bool,
         credProtect: CredProtect, extensions: [UInt8]?, hmacSecret: Bool, userVerified: Bool
     ) async throws(CTAP2Error) -> CTAP2Attestation {
-        if let peer = CTAPCaller.current, (try? policy.check(.enroll, peer: peer)) == nil {
+        if let peer = CTAPCaller.current, (try? access.enroll(peer)) == nil {
             throw CTAP2Error(.operationDenied, "uid \(peer.uid) may not enroll by the policy")
         }
         _ = try await ctapToken()
@@ -177,7 +169,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
-    func assert(
+    public func assert(
         _ credential: CTAP2Credential, clientDataHash: [UInt8], userPresent: Bool, userVerified: Bool,
         extensions: [UInt8]?
     ) async throws(CTAP2Error) -> (authData: [UInt8], signature: [UInt8]) {
@@ -199,12 +191,12 @@ final class CTAPPasskeyBackend: CTAP2Backend {
 
     /// The token of new credentials makes and uses hmac-secret keys (PKCS#11 tokens with the mechanisms; PIV
     /// cards cannot).
-    func supportsHMACSecret() async -> Bool {
+    public func supportsHMACSecret() async -> Bool {
         guard let token = try? await ctapToken() else { return false }
         return await token.supportsHMACSecret()
     }
 
-    func hmacSecret(_ credential: CTAP2Credential, userVerified: Bool, salts: [[UInt8]]) async throws(CTAP2Error)
+    public func hmacSecret(_ credential: CTAP2Credential, userVerified: Bool, salts: [[UInt8]]) async throws(CTAP2Error)
         -> [UInt8]
     {
         do throws(TesseraError) {
@@ -216,7 +208,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
     }
 
     /// Asks the presence broker (door `ctap`) for the request's client.
-    func userPresence(_ request: PresenceRequest) async throws(CTAP2Error) {
+    public func userPresence(_ request: PresenceRequest) async throws(CTAP2Error) {
         let caller = CTAPCaller.current
         var details: [String: JSONValue] = ["type": "ctap", "operation": .string(request.operation)]
         if let rp = request.rpId { details["rpId"] = .string(rp) }
@@ -260,14 +252,14 @@ final class CTAPPasskeyBackend: CTAP2Backend {
 
     /// From the token's flags (PKCS#11 gives no count): locked or final try 0 (the final try is never spent over
     /// CTAP), count low 1 (at least one), else 8, the protocol's maximum.
-    func pinRetries() async throws(CTAP2Error) -> Int {
+    public func pinRetries() async throws(CTAP2Error) -> Int {
         let flags = try await pinToken().describe()["flags"]
         if flags?["pinLocked"]?.boolValue == true || flags?["pinFinalTry"]?.boolValue == true { return 0 }
         if flags?["pinCountLow"]?.boolValue == true { return 1 }
         return 8
     }
 
-    func verifyPIN(hash: [UInt8]) async throws(CTAP2Error) {
+    public func verifyPIN(hash: [UInt8]) async throws(CTAP2Error) {
         let token = try await pinToken()
         do throws(TesseraError) {
             try await withCTAPPIN(Self.tokenPIN(hash), token: token) { pin throws(TesseraError) in
@@ -278,7 +270,7 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         }
     }
 
-    func changePIN(currentHash: [UInt8], newHash: [UInt8]) async throws(CTAP2Error) {
+    public func changePIN(currentHash: [UInt8], newHash: [UInt8]) async throws(CTAP2Error) {
         let token = try await pinToken()
         do throws(TesseraError) {
             try await withCTAPPIN(Self.tokenPIN(currentHash), token: token) { pin throws(TesseraError) in
@@ -326,206 +318,5 @@ final class CTAPPasskeyBackend: CTAP2Backend {
         case .passkeyNotFound: return CTAP2Error(.noCredentials, error.message)
         default: return CTAP2Error(.other, error.message)
         }
-    }
-}
-
-extension MethodTable {
-    /// `ctap.setPin`: gives a PKCS#11 token the hashed form of a CTAP PIN as its PIN (docs/CTAP.md), with one
-    /// `C_SetPIN` under the PIN rules.
-    func registerCTAP(_ passkeys: PasskeyService, defaultTokenId: String?) {
-        register("ctap.setPin", .admin) { p, connection in
-            let requested = try p.optionalString("tokenId") ?? defaultTokenId
-            if requested == nil, await passkeys.tokens().count > 1 {
-                throw TesseraError.invalidInput("several tokens are present: give tokenId")
-            }
-            let token = try await passkeys.chooseToken(requested)
-            guard token.backend == "pkcs11" else {
-                throw TesseraError(
-                    .unsupportedProtocol, "token \(token.id) (\(token.backend)) cannot hold a CTAP PIN (32 characters)")
-            }
-            let pin = try p.string("pin")
-            let ctapPIN = Array((try p.optionalString("newPin") ?? pin).utf8)
-            do throws(CTAP2Error) { try CTAPTokenPIN.checkPolicy(ctapPIN) } catch {
-                throw TesseraError.invalidInput("newPin: \(error.message)")
-            }
-            let newTokenPIN = CTAPTokenPIN.tokenPIN(hash: CTAPTokenPIN.hash(ctapPIN))
-            try await passkeys.pinRules.withCallerPIN(
-                pin, caller: connection.pinCaller, allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false,
-                tokenId: token.id
-            ) { (old: PINAttempt) async throws(TesseraError) in
-                try await token.changePIN(old: old, new: newTokenPIN)
-            }
-            return ["changed": true, "tokenId": .string(token.id)]
-        }
-    }
-}
-
-// MARK: transport
-
-/// The CTAPHID device shared by every connection of the CTAP socket: channels, one transaction at a time,
-/// KEEPALIVE every 100 ms while a request runs, MSG_TIMEOUT for stalled messages.
-actor CTAPHIDHub {
-    /// One client of the device: a socket connection, or the uhid device (no peer credentials: its hidraw
-    /// node's permissions are the gate).
-    struct Connection: Sendable {
-        let peer: PeerCredentials?
-        let send: @Sendable ([[UInt8]]) -> Void
-        let shutdown: @Sendable () -> Void
-    }
-
-    private var device = CTAPHIDDevice { UInt32.random(in: 1..<UInt32.max) }
-    private var connections: [UInt64: Connection] = [:]
-    private var running: (channel: UInt32, task: Task<Void, Never>)?
-    private var status: CTAPHID.KeepaliveStatus = .processing
-    private var nextOwner: UInt64 = 1
-    private var ticker: Task<Void, Never>?
-    private let authenticator: CTAP2Authenticator
-    private let logger: Logger
-
-    init(authenticator: CTAP2Authenticator, logger: Logger) {
-        self.authenticator = authenticator
-        self.logger = logger
-    }
-
-    func add(_ connection: Connection) -> UInt64 {
-        let owner = nextOwner
-        nextOwner += 1
-        connections[owner] = connection
-        // The channel quota is per uid: one uid's INIT flood never takes another uid's channels.
-        if let uid = connection.peer?.uid { device.join(owner: owner, group: UInt64(uid)) }
-        if ticker == nil {
-            ticker = Task { [weak self] in
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: .milliseconds(100))
-                    await self?.tick()
-                }
-            }
-        }
-        return owner
-    }
-
-    func receive(_ report: [UInt8], from owner: UInt64) {
-        perform(device.receive(report, from: owner, now: .now))
-    }
-
-    func disconnected(_ owner: UInt64) {
-        perform(device.disconnected(owner))
-        connections[owner] = nil
-    }
-
-    /// Every 100 ms: stalled messages time out, the running request's client gets a KEEPALIVE.
-    func tick() {
-        perform(device.expire(now: .now))
-        if let keepalive = device.keepalive(status) { perform([keepalive]) }
-    }
-
-    /// Wakes every connection's reader (graceful stop).
-    func shutdownAll() {
-        for c in connections.values { c.shutdown() }
-        ticker?.cancel()
-        ticker = nil
-    }
-
-    private func setStatus(_ progress: CTAP2Progress) {
-        status = progress == .waitingForUserPresence ? .userPresenceNeeded : .processing
-    }
-
-    private func finished(_ channel: UInt32, _ response: [UInt8]) {
-        if running?.channel == channel { running = nil }
-        perform(device.finish(channel: channel, response: response))
-    }
-
-    private func perform(_ actions: [CTAPHIDAction]) {
-        for action in actions {
-            switch action {
-            case .send(let owner, let reports):
-                connections[owner]?.send(reports)
-            case .dispatch(let owner, let channel, let payload):
-                status = .processing
-                let peer = connections[owner]?.peer
-                let previous = running?.task
-                let authenticator = self.authenticator
-                let logger = self.logger
-                running = (
-                    channel,
-                    Task {
-                        // A request cancelled by a re-INIT may still be finishing: requests never overlap.
-                        await previous?.value
-                        let response: [UInt8] = await CTAPCaller.$current.withValue(peer) {
-                            do throws(CTAP2Error) {
-                                let session = CTAP2Session(connection: owner, channel: channel, uid: peer?.uid)
-                                let body = try await authenticator.run(payload, from: session) { progress in
-                                    Task { await self.setStatus(progress) }
-                                }
-                                return [CTAP2Status.ok.rawValue] + (body.map { $0.encodedWithDistinctKeys() } ?? [])
-                            } catch {
-                                logger.debug(
-                                    "ctap: command 0x\(String(payload[0], radix: 16)) → 0x\(String(error.status.rawValue, radix: 16)) \(error.message)"
-                                )
-                                return [error.status.rawValue]
-                            }
-                        }
-                        self.finished(channel, response)
-                    }
-                )
-            case .cancel(let channel):
-                if let r = running, r.channel == channel { r.task.cancel() }
-            }
-        }
-    }
-}
-
-/// The authenticator as a virtual FIDO HID device through `/dev/uhid` (`--ctap-uhid`), for browsers: UHID_CREATE2
-/// with the FIDO report descriptor, output reports in, UHID_INPUT2 reports out. Who may use it is decided by the
-/// hidraw node's permissions (udev/70-tessera-ctap.rules); presence for it may be confirmed by any `sign` holder.
-struct CTAPUHIDService: Service {
-    static let devicePath = "/dev/uhid"
-    static let deviceName = "Tessera CTAP"
-    let hub: CTAPHIDHub
-    let logger: Logger
-
-    func run() async throws {
-        let fd = open(Self.devicePath, O_RDWR | O_CLOEXEC)
-        guard fd >= 0 else {
-            throw TesseraError(
-                .internalError,
-                """
-                --ctap-uhid: cannot open \(Self.devicePath): \(String(cString: strerror(errno))) (needs the uhid \
-                kernel module and write access, see udev/70-tessera-ctap.rules)
-                """)
-        }
-        defer { close(fd) }
-        @Sendable func write(_ event: [UInt8]) -> Bool {
-            event.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) } == event.count
-        }
-        guard write(UHID.create2(name: Self.deviceName, vendor: 0x1209, product: 0x7E55)) else {
-            throw TesseraError(.internalError, "--ctap-uhid: UHID_CREATE2 failed: \(String(cString: strerror(errno)))")
-        }
-        let owner = await hub.add(
-            CTAPHIDHub.Connection(
-                peer: nil,
-                send: { reports in
-                    for r in reports { _ = write(UHID.input2(r)) }
-                }, shutdown: { _ = write(UHID.destroy()) }))
-        let reports = AsyncStream<[UInt8]> { continuation in
-            DedicatedThread.detach(name: "tessera.ctap.uhid") {
-                var buffer = [UInt8](repeating: 0, count: UHID.eventSize)
-                while true {
-                    let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                    if n < 0 && errno == EINTR { continue }
-                    guard n > 0, let event = UHID.parse(Array(buffer[0..<n])) else { break }
-                    if case .output(let report) = event { continuation.yield(report) }
-                }
-                continuation.finish()
-            }
-        }
-        logger.info("ctap uhid device created", metadata: ["name": "\(Self.deviceName)"])
-        await withGracefulShutdownHandler {
-            for await report in reports { await hub.receive(report, from: owner) }
-        } onGracefulShutdown: {
-            // UHID_DESTROY removes the device; the reader then sees the end of the stream.
-            _ = write(UHID.destroy())
-        }
-        await hub.disconnected(owner)
     }
 }
