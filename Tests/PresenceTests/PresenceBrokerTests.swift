@@ -111,9 +111,10 @@ import Testing
     @Test func waitsEndWithinTheirTimeoutAndOnCancellation() async throws {
         let broker = Self.broker(timeout: .milliseconds(200))
         let start = ContinuousClock.now
-        // A question asking for longer than the configured timeout gets the configured one.
+        // A question asking for longer than the configured timeout gets the configured one: it ends long before the
+        // 60 s it asked for (the bound is wide: a loaded CI machine once took 7 s to run this 200 ms wait).
         #expect(try await broker.ask(PresenceQuestion(door: .ctap, uid: 1, timeout: .seconds(60))) == .timedOut)
-        #expect(ContinuousClock.now - start < .seconds(5))
+        #expect(ContinuousClock.now - start < .seconds(30))
 
         let long = Self.broker(timeout: .seconds(60))
         let task = Task { try await long.ask(PresenceQuestion(door: .ctap, uid: 1)) }
