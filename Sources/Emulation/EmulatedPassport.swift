@@ -3,7 +3,6 @@ import CryptoPrimitives
 import Foundation
 import ICAO
 import TesseraCore
-import VPCD
 
 /// Deliberate deviations of an emulated chip, for exercising reader error paths.
 public struct Misbehaviour: Sendable, Codable, Hashable {
