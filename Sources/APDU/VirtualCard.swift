@@ -1,4 +1,5 @@
-/// A smart card emulated in process and offered to pcscd through a vsmartcard vpcd reader.
+/// A smart card emulated in process. `VirtualCardLink` (VPCD) offers it to pcscd through a vsmartcard vpcd reader,
+/// `NFCCardEmulator` (NFC) and `PN532Emulator` to a reader over the air.
 public protocol VirtualCard: Sendable {
     /// The Answer-To-Reset the reader reports.
     var atr: [UInt8] { get async }
