@@ -109,19 +109,19 @@ let package = Package(
         .target(
             name: "VPCD",
             dependencies: [
-                "TesseraCore",
+                "TesseraCore", "APDU",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ]),
         .target(
             name: "Emulation",
             dependencies: [
-                "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "VPCD", "PIV", "MDoc",
+                "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "PIV", "MDoc",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
-        .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC", "VPCD"]),
+        .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC"]),
         .target(
-            name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "VPCD", "CSystemShims"]),
+            name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "CSystemShims"]),
         .target(
             name: "CredentialStore",
             dependencies: [
@@ -306,7 +306,7 @@ let package = Package(
         .testTarget(
             name: "NFCTests",
             dependencies: [
-                "NFC", "PN532Emulator", "Emulation", "APDU", "VPCD", "TesseraCore", "TesseraTestSupport", "ICAO",
+                "NFC", "PN532Emulator", "Emulation", "APDU", "TesseraCore", "TesseraTestSupport", "ICAO",
             ]),
         .testTarget(
             name: "EnrollmentTests",

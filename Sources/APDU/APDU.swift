@@ -166,7 +166,7 @@ extension APDUTransport {
         while let more = response.sw.moreDataAvailable {
             guardCount += 1
             guard guardCount < 512 else { throw TesseraError(.malformedData, "endless GET RESPONSE chain") }
-            let get = CommandAPDU(cla: cmd.cla & 0x80 == 0 ? 0x00 : cmd.cla, ins: 0xC0, p1: 0, p2: 0, ne: more)
+            let get = CommandAPDU.getResponse(ne: more, cla: cmd.cla & 0x80 == 0 ? 0x00 : cmd.cla)
             response = try ResponseAPDU(parsing: await transmit(try get.encoded()))
             data += response.data
         }

@@ -284,7 +284,7 @@ public final class DocumentService: Sendable {
                             _ = try await read(.dataGroup(next))
                         } else {
                             let selected = try await caChannel.send(
-                                CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID))
+                                CommandAPDU.select(aid: eMRTDApplicationID))
                             guard selected.sw.isSuccess else {
                                 throw TesseraError(.cardError, "SELECT failed (\(selected.sw))")
                             }
@@ -486,7 +486,7 @@ extension DocumentService {
         }
         do {
             // PACE starts from the master file; the plain SELECT ends the current secure messaging session.
-            _ = try await wire.send(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0x3F, 0x00]))
+            _ = try await wire.send(CommandAPDU.select(fileID: 0x3F00))
             let outcome = try await PACE.establish(transport: wire, password: request.key.accessPassword, info: info)
             guard let cam = outcome.chipAuthentication else {
                 return (

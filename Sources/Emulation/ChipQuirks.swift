@@ -47,10 +47,12 @@ public struct ChipQuirks: Sendable, Codable, Hashable {
 
     /// The status word to answer instead of processing `command`, when a quirk refuses it up front.
     func refusal(of command: CommandAPDU) -> StatusWord? {
-        if rejectLeOnSelectAndMSE, command.ins == 0xA4 || command.ins == 0x22, command.ne != nil {
+        if rejectLeOnSelectAndMSE, command.ins == CommandAPDU.Instruction.select || command.ins == 0x22,
+            command.ne != nil
+        {
             return .wrongLength
         }
-        if let status = masterFileSelectStatus, command.ins == 0xA4, command.p1 == 0x00,
+        if let status = masterFileSelectStatus, command.ins == CommandAPDU.Instruction.select, command.p1 == 0x00,
             command.data.isEmpty || command.data == [0x3F, 0x00]
         {
             return StatusWord(status)

@@ -3,7 +3,6 @@ import CryptoPrimitives
 import Foundation
 import ICAO
 import TesseraCore
-import VPCD
 
 /// Deliberate deviations of an emulated chip, for exercising reader error paths.
 public struct Misbehaviour: Sendable, Codable, Hashable {
@@ -262,8 +261,9 @@ public actor EmulatedPassport: VirtualCard {
         if c.cla & 0x10 != 0 && c.ins != 0x86 { return ResponseAPDU(sw: StatusWord(0x6884)) }
         if let refused = quirks.refusal(of: c) { return ResponseAPDU(sw: refused) }
         switch c.ins {
-        case 0xA4: return select(c)
-        case 0xB0, 0xB1: return readBinary(c, accessGranted: accessGranted)
+        case CommandAPDU.Instruction.select: return select(c)
+        case CommandAPDU.Instruction.readBinary, CommandAPDU.Instruction.readBinaryOffsetDataObject:
+            return readBinary(c, accessGranted: accessGranted)
         case 0x84: return getChallenge(c)
         case 0x82: return externalAuthenticate(c)
         case 0x22:
@@ -341,7 +341,7 @@ public actor EmulatedPassport: VirtualCard {
 
     private func readBinary(_ c: CommandAPDU, accessGranted: Bool) -> ResponseAPDU {
         let offset: Int
-        if c.ins == 0xB0 {
+        if c.ins == CommandAPDU.Instruction.readBinary {
             if c.p1 & 0x80 != 0 {
                 guard c.p1 & 0x60 == 0 else { return ResponseAPDU(sw: .wrongP1P2) }
                 guard let fid = fid(sfi: c.p1 & 0x1F), file(fid, in: df) != nil else {
@@ -381,7 +381,7 @@ public actor EmulatedPassport: VirtualCard {
         guard offset < file.count else { return ResponseAPDU(sw: .wrongP1P2Offset) }
         let remaining = file.count - offset
         let asMuchAsAvailable = ne == 256 || ne == 65536
-        if c.ins == 0xB0 {
+        if c.ins == CommandAPDU.Instruction.readBinary {
             let count = min(ne, remaining)
             let sw: StatusWord = count < ne && !asMuchAsAvailable ? .endOfFileWarning : .success
             let (data, status) = quirks.readBinary(

@@ -1,5 +1,5 @@
+import APDU
 import MDoc
-import VPCD
 
 /// An `MDocNFCHolder` as a card for vpcd or libnfc target mode (contactless ATR announcing extended length).
 public struct MDocCard: VirtualCard {

@@ -55,10 +55,10 @@ public actor MDocNFCHolder {
     public func process(_ bytes: [UInt8]) async -> [UInt8] {
         guard let command = try? CommandAPDU(parsing: bytes) else { return StatusWord.wrongLength.bytes }
         switch (command.cla & 0xEF, command.ins) {
-        case (0x00, 0xA4): return select(command)
-        case (0x00, 0xB0): return readBinary(command)
+        case (0x00, CommandAPDU.Instruction.select): return select(command)
+        case (0x00, CommandAPDU.Instruction.readBinary): return readBinary(command)
         case (0x00, 0xC3): return await envelope(command)
-        case (0x00, 0xC0): return getResponse(command)
+        case (0x00, CommandAPDU.Instruction.getResponse): return getResponse(command)
         default: return StatusWord.insNotSupported.bytes
         }
     }

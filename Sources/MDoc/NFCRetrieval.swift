@@ -27,24 +27,23 @@ public struct MDocNFCReader<Transport: APDUTransport>: Sendable {
     /// it names, its NLEN and then its contents in chunks of the tag's MLe.
     public func readHandoverSelect() async throws(TesseraError) -> [UInt8] {
         try await expectSuccess(
-            CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x00, data: MDocNFC.ndefApplicationID, ne: 256),
+            CommandAPDU.select(aid: MDocNFC.ndefApplicationID, returning: .fci, ne: 256),
             "SELECT NDEF application")
-        try await expectSuccess(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0xE1, 0x03]), "SELECT CC file")
-        let cc = try await expectSuccess(CommandAPDU(ins: 0xB0, p1: 0, p2: 0, ne: 15), "READ BINARY CC")
+        try await expectSuccess(CommandAPDU.select(fileID: 0xE103), "SELECT CC file")
+        let cc = try await expectSuccess(CommandAPDU.readBinary(offset: 0, ne: 15), "READ BINARY CC")
         guard cc.count >= 15, cc[7] == 0x04 else {
             throw MDocCBOR.malformed("Type 4 Tag CC file has no NDEF file control TLV")
         }
         let mle = max(1, min(Int(cc[3]) << 8 | Int(cc[4]), 255))
-        try await expectSuccess(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [cc[9], cc[10]]), "SELECT NDEF file")
-        let nlenBytes = try await expectSuccess(CommandAPDU(ins: 0xB0, p1: 0, p2: 0, ne: 2), "READ BINARY NLEN")
+        try await expectSuccess(CommandAPDU.select(fileID: UInt16(cc[9]) << 8 | UInt16(cc[10])), "SELECT NDEF file")
+        let nlenBytes = try await expectSuccess(CommandAPDU.readBinary(offset: 0, ne: 2), "READ BINARY NLEN")
         guard nlenBytes.count == 2 else { throw MDocCBOR.malformed("NDEF file has no NLEN") }
         let nlen = Int(nlenBytes[0]) << 8 | Int(nlenBytes[1])
         var message: [UInt8] = []
         while message.count < nlen {
             let offset = 2 + message.count
             let chunk = try await expectSuccess(
-                CommandAPDU(
-                    ins: 0xB0, p1: UInt8(offset >> 8), p2: UInt8(offset & 0xFF), ne: min(mle, nlen - message.count)),
+                CommandAPDU.readBinary(offset: offset, ne: min(mle, nlen - message.count)),
                 "READ BINARY NDEF")
             guard !chunk.isEmpty else { throw MDocCBOR.malformed("NDEF file shorter than its NLEN") }
             message += chunk
@@ -55,7 +54,7 @@ public struct MDocNFCReader<Transport: APDUTransport>: Sendable {
     /// SELECT the mdoc application (AID A0000002480400).
     public func selectMDocApplication() async throws(TesseraError) {
         try await expectSuccess(
-            CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: MDocNFC.mdocApplicationID), "SELECT mdoc application")
+            CommandAPDU.select(aid: MDocNFC.mdocApplicationID), "SELECT mdoc application")
     }
 
     /// Sends one message (SessionEstablishment or SessionData) in DO'53' with ENVELOPE — chained (CLA 0x10) in

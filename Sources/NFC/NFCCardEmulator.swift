@@ -1,7 +1,7 @@
+import APDU
 internal import CNFC
 import Foundation
 import TesseraCore
-import VPCD
 
 /// What an emulated card tells a reader during ISO 14443-A activation.
 public struct NFCCardIdentity: Sendable, Equatable {

@@ -1,6 +1,6 @@
+import APDU
 import Foundation
 import TesseraCore
-import VPCD
 
 /// A card that answers from a script of command → response rules (for testing readers and apps).
 ///

@@ -93,7 +93,7 @@ public struct PIVApplication: Sendable {
     /// Throws UNSUPPORTED_PROTOCOL when the card has no PIV application.
     @discardableResult
     public func select() async throws(TesseraError) -> [UInt8] {
-        let r = try await send(CommandAPDU(ins: PIV.INS.select, p1: 0x04, p2: 0x00, data: PIV.aid, ne: 256))
+        let r = try await send(CommandAPDU.select(aid: PIV.aid, returning: .fci, ne: 256))
         switch r.sw {
         case .success:
             let items = (try? TLV.parseAll(r.data, options: .card)) ?? []

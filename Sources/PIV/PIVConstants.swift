@@ -1,3 +1,4 @@
+import APDU
 import TesseraCore
 
 /// Constants of the PIV Card Application (NIST SP 800-73-4 Part 1 §2–3, Part 2 §3; SP 800-78-4 Table 6-2).
@@ -79,7 +80,7 @@ public enum PIV {
 
     /// Instructions (Part 2 §3).
     public enum INS {
-        public static let select: UInt8 = 0xA4
+        public static let select = CommandAPDU.Instruction.select
         public static let getData: UInt8 = 0xCB
         public static let putData: UInt8 = 0xDB
         public static let verify: UInt8 = 0x20
@@ -87,7 +88,7 @@ public enum PIV {
         public static let resetRetryCounter: UInt8 = 0x2C
         public static let generalAuthenticate: UInt8 = 0x87
         public static let generateAsymmetricKeyPair: UInt8 = 0x47
-        public static let getResponse: UInt8 = 0xC0
+        public static let getResponse = CommandAPDU.Instruction.getResponse
         /// Yubico extensions (also answered by Tessera's emulator): serial number and slot metadata.
         public static let yubicoGetSerial: UInt8 = 0xF8
         public static let yubicoGetMetadata: UInt8 = 0xF7

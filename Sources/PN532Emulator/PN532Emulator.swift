@@ -1,8 +1,8 @@
+import APDU
 internal import CSystemShims
 import Dispatch
 import Foundation
 import TesseraCore
-import VPCD
 
 #if canImport(Glibc)
     import Glibc

@@ -1,7 +1,6 @@
 import APDU
 import Foundation
 import TesseraCore
-import VPCD
 
 /// Status bytes of target-mode answers (NXP UM0701-02 §7.1, error codes).
 enum PN532Status {

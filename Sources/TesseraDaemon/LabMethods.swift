@@ -1,10 +1,10 @@
+import APDU
 import Emulation
 import Foundation
 import NFC
 import RPC
 import ServiceLifecycle
 import TesseraCore
-import VPCD
 
 /// Card emulation sessions on libnfc devices, keyed by connstring.
 final class LabSessions: Sendable {

@@ -1,18 +1,8 @@
+import APDU
 import Foundation
 import NIOCore
 import NIOPosix
 import TesseraCore
-
-/// A smart card emulated in process and offered to pcscd through a vsmartcard vpcd reader.
-public protocol VirtualCard: Sendable {
-    /// The Answer-To-Reset the reader reports.
-    var atr: [UInt8] { get async }
-    func powerOn() async
-    func powerOff() async
-    func reset() async
-    /// Answers one command APDU with a response APDU (data + SW1SW2).
-    func process(_ command: [UInt8]) async -> [UInt8]
-}
 
 /// Something that happened on a `VirtualCardLink`, for tracing.
 public enum VPCDLinkEvent: Sendable, Hashable {

@@ -1,9 +1,9 @@
+import APDU
 import ArgumentParser
 import Emulation
 import Foundation
 import NFC
 import TesseraCore
-import VPCD
 
 /// `tessera lab emulate`: a libnfc device in target mode emulates an ISO 14443-4 card for third-party readers.
 struct LabEmulate: AsyncParsableCommand {

@@ -1,3 +1,4 @@
+import APDU
 import ArgumentParser
 import Foundation
 import NFC
@@ -63,14 +64,15 @@ struct LabTrace: AsyncParsableCommand {
 
     static func instruction(_ ins: UInt8) -> String {
         switch ins {
-        case 0xA4: return "SELECT"
-        case 0xB0, 0xB1: return "READ BINARY"
+        case CommandAPDU.Instruction.select: return "SELECT"
+        case CommandAPDU.Instruction.readBinary, CommandAPDU.Instruction.readBinaryOffsetDataObject:
+            return "READ BINARY"
         case 0x84: return "GET CHALLENGE"
         case 0x82: return "EXTERNAL AUTHENTICATE"
         case 0x88: return "INTERNAL AUTHENTICATE"
         case 0x22: return "MSE"
         case 0x86, 0x87: return "GENERAL AUTHENTICATE"
-        case 0xC0: return "GET RESPONSE"
+        case CommandAPDU.Instruction.getResponse: return "GET RESPONSE"
         case 0x2A: return "PSO"
         default: return ""
         }

@@ -8,7 +8,6 @@ import MRZ
 import NFC
 import PN532Emulator
 import TesseraCore
-import VPCD
 
 /// `tessera lab pn532`: a software PN532 on a pseudo-terminal with the emulated passport in its field.
 struct LabPN532: AsyncParsableCommand {

@@ -150,4 +150,43 @@ import Testing
         #expect(message == holder.handoverSelect)
         #expect(try NFCHandover.deviceEngagement(inHandoverSelect: message) == holder.engagement)
     }
+
+    /// A Type 4 Tag whose NDEF file announces NLEN FFFF and answers every READ BINARY with as many zero bytes as asked.
+    actor LongNDEFTag: APDUTransport {
+        var selected: [UInt8] = []
+        var readBinaryP1s: [UInt8] = []
+        nonisolated func transmit(_ command: [UInt8]) async throws(TesseraError) -> [UInt8] {
+            await answer(try CommandAPDU(parsing: command))
+        }
+        func answer(_ command: CommandAPDU) -> [UInt8] {
+            switch command.ins {
+            case 0xA4:
+                selected = command.data
+                return [0x90, 0x00]
+            case 0xB0:
+                readBinaryP1s.append(command.p1)
+                if selected == [0xE1, 0x03] {
+                    // CCLEN 000F, mapping 2.0, MLe 00FF, MLc 00FF, NDEF file control TLV: E104, size FFFF, open.
+                    return [0x00, 0x0F, 0x20, 0x00, 0xFF, 0x00, 0xFF, 0x04, 0x06, 0xE1, 0x04, 0xFF, 0xFF, 0x00, 0x00]
+                        + [0x90, 0x00]
+                }
+                if command.p1 == 0, command.p2 == 0 { return [0xFF, 0xFF, 0x90, 0x00] }
+                return [UInt8](repeating: 0, count: command.ne ?? 0) + [0x90, 0x00]
+            default:
+                return [0x6D, 0x00]
+            }
+        }
+    }
+
+    /// READ BINARY's P1 b8 means "short EF identifier" (ISO/IEC 7816-4 §7.2.3): an NDEF message reaching past offset
+    /// 7FFF is refused, never read with a P1 that names another file.
+    @Test func anNDEFMessagePastOffset7FFFIsRefused() async throws {
+        let tag = LongNDEFTag()
+        let reader = MDocNFCReader(transport: tag, useExtendedLength: false)
+        await #expect(throws: TesseraError.self) { _ = try await reader.readHandoverSelect() }
+        let p1s = await tag.readBinaryP1s
+        #expect(p1s.count > 100)
+        #expect(
+            p1s.allSatisfy { $0 & 0x80 == 0 }, "READ BINARY with P1 b8 set: \(p1s.filter { $0 & 0x80 != 0 }.prefix(3))")
+    }
 }

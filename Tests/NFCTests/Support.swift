@@ -1,8 +1,8 @@
+import APDU
 import Foundation
 import PN532Emulator
 import TesseraCore
 import TesseraTestSupport
-import VPCD
 
 /// A small ISO 7816-4 card for link tests: SELECT answers 9000, `00 B0 00 00 Le` returns Le bytes 00 01 02…,
 /// `80 CA 00 00 Le` echoes the command data; everything is counted.

@@ -1,5 +1,5 @@
+import APDU
 import Foundation
-import VPCD
 
 /// An ATR offering T=0 and T=1 whose historical bytes carry card capabilities (compact-TLV tag 7) with
 /// command chaining and extended Lc/Le (ISO/IEC 7816-4 §8.1.1.2.7, third software function byte = C0).

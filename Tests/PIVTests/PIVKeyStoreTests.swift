@@ -9,7 +9,6 @@ import Passkeys
 import TesseraCore
 import TesseraTestSupport
 import Testing
-import VPCD
 
 /// PIVKeyStore + PasskeyService through a real private pcscd, vpcd readers and emulated PIV cards.
 @Suite(.serialized, .timeLimit(.minutes(3)))

@@ -259,6 +259,8 @@ def test_wrong_pin_backs_off_that_uid_before_the_card_is_touched(tmp_path, pcscd
         token = wait_for(lambda: piv_token(c))
         assert token, c.call("tokens.list")
         reg = enroll_on(c, token)
+        # The passkey is root's; nobody may use only its own (docs/API.md, "Owners"): hand it over.
+        c.call("credentials.chown", {"credentialId": reg["credentialId"], "owner": str(NOBODY)})
 
         pid, out = calls_as(NOBODY, daemon.socket, [
             ("passkey.authenticate", assertion_params(reg, "000000")),
@@ -271,7 +273,7 @@ def test_wrong_pin_backs_off_that_uid_before_the_card_is_touched(tmp_path, pcscd
             assert second["data"]["retryable"] is True and second["data"]["retryAfterSeconds"] >= 1
         # Refused before the card: still two tries left.
         assert c.call("tokens.pinStatus", {"tokenId": token["id"]})["retriesLeft"] == 2
-        # Another uid (root here) is not held back by nobody's wrong PIN.
+        # Another uid (root here, an administrator) is not held back by nobody's wrong PIN.
         assert c.call("passkey.authenticate", assertion_params(reg, "123456"))["userVerified"] is True
 
         # The wrong PIN is logged with the caller's uid and pid.

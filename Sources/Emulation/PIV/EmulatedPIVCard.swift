@@ -4,7 +4,6 @@ import CryptoPrimitives
 import Foundation
 import PIV
 import TesseraCore
-import VPCD
 
 /// A PIV card (NIST SP 800-73-4) emulated in process, for tests and the lab (`tessera lab emulate-piv`).
 ///

@@ -55,7 +55,7 @@ public actor ElementaryFileReader {
     /// Selects an EF by file identifier under the current DF (SELECT P1=02 P2=0C).
     public func select(fid: UInt16) async throws(TesseraError) {
         let response = try await send(
-            CommandAPDU(ins: 0xA4, p1: 0x02, p2: 0x0C, data: [UInt8(fid >> 8), UInt8(fid & 0xFF)]))
+            CommandAPDU.select(fileID: fid, .elementaryFileUnderCurrentDF))
         try Self.check(response.sw, context: "SELECT \(hex4(fid))")
     }
 
@@ -139,16 +139,12 @@ public actor ElementaryFileReader {
         while true {
             let command: CommandAPDU
             if let sfi {
-                command = CommandAPDU(ins: 0xB0, p1: 0x80 | sfi, p2: UInt8(offset & 0xFF), ne: want)
+                command = try CommandAPDU.readBinary(shortFileID: sfi, offset: UInt8(offset & 0xFF), ne: want)
             } else if offset <= 0x7FFF {
-                command = CommandAPDU(ins: 0xB0, p1: UInt8(offset >> 8), p2: UInt8(offset & 0xFF), ne: want)
+                command = try CommandAPDU.readBinary(offset: offset, ne: want)
             } else {
-                let o = [UInt8((offset >> 16) & 0xFF), UInt8((offset >> 8) & 0xFF), UInt8(offset & 0xFF)]
-                let trimmed = Array(o.drop { $0 == 0 })
                 // Response carries DO'53' around the content; allow for its header.
-                command = CommandAPDU(
-                    ins: 0xB1, p1: 0, p2: 0, data: TLV.encode(tag: 0x54, value: trimmed),
-                    ne: min(want + 4, 65536))
+                command = try CommandAPDU.readBinary(offsetDataObject: offset, ne: min(want + 4, 65536))
             }
             let response = try await send(command)
             let sw = response.sw
@@ -169,7 +165,7 @@ public actor ElementaryFileReader {
                 return []
             }
             var data = response.data
-            if command.ins == 0xB1 {
+            if command.ins == CommandAPDU.Instruction.readBinaryOffsetDataObject {
                 guard let wrapper = try? TLV.parse(data, allowTrailing: true, options: []), wrapper.tag == 0x53 else {
                     throw TesseraError(.malformedData, "READ BINARY (B1) response without DO'53'")
                 }

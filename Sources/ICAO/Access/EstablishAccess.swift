@@ -20,7 +20,7 @@ public func readCardAccess(transport: any APDUTransport) async throws(TesseraErr
     }
     do {
         // Some chips answer 6A82/6A87 to SELECT of the master file; after reset it is the current DF anyway.
-        _ = try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x00, p2: 0x0C, data: [0x3F, 0x00]))
+        _ = try await transport.send(CommandAPDU.select(fileID: 0x3F00))
         return try await reader.readFile(fid: 0x011C)
     } catch  where Set([TesseraError.Code.cardError, .accessDenied, .malformedData]).contains(error.code) {
         return nil
@@ -62,7 +62,7 @@ public func establishSecureAccess(
     transport: any APDUTransport, password: AccessPassword,
     preferPACE: Bool = true
 ) async throws(TesseraError) -> EstablishedAccess {
-    let selectApp = CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID)
+    let selectApp = CommandAPDU.select(aid: eMRTDApplicationID)
     if preferPACE, let cardAccess = try await readCardAccess(transport: transport),
         let infos = try? SecurityInfos(encoded: cardAccess), let info = PACE.preferred(infos.paceInfos)
     {
@@ -111,7 +111,7 @@ private func establishBACAfterPACE(
 ) async throws(TesseraError) -> EstablishedAccess {
     guard case .mrz(let mrzInformation) = password else { throw paceError }
     do throws(TesseraError) {
-        let selected = try await transport.send(CommandAPDU(ins: 0xA4, p1: 0x04, p2: 0x0C, data: eMRTDApplicationID))
+        let selected = try await transport.send(CommandAPDU.select(aid: eMRTDApplicationID))
         guard selected.sw.isSuccess else { throw paceError }
         let session = try await BAC.perform(transport: transport, mrzInformation: mrzInformation)
         var access = EstablishedAccess(

@@ -54,7 +54,7 @@ public actor SecureChannel: APDUTransport {
         while let more = response.sw.moreDataAvailable {
             rounds += 1
             guard rounds < 512 else { throw TesseraError(.malformedData, "endless GET RESPONSE chain") }
-            let get = CommandAPDU(cla: 0x00, ins: 0xC0, p1: 0, p2: 0, ne: more)
+            let get = CommandAPDU.getResponse(ne: more)
             response = try ResponseAPDU(parsing: await inner.transmit(get.encoded()))
             data += response.data
         }
