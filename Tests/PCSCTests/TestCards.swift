@@ -1,4 +1,5 @@
 import Foundation
+import TesseraCore
 import VPCD
 
 /// An ATR offering T=0 and T=1 whose historical bytes carry card capabilities (compact-TLV tag 7) with
@@ -80,17 +81,12 @@ actor EchoCard: VirtualCard {
 }
 
 /// Collects APDU exchanges seen by a VirtualCardLink hook.
-final class ExchangeLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: [(command: [UInt8], response: [UInt8], time: Date)] = []
+final class ExchangeLog: Sendable {
+    private let items = Locked<[(command: [UInt8], response: [UInt8], time: Date)]>([])
 
     func record(_ command: [UInt8], _ response: [UInt8], _ time: Date) {
-        lock.lock(); defer { lock.unlock() }
-        items.append((command, response, time))
+        items.withLock { $0.append((command, response, time)) }
     }
 
-    var all: [(command: [UInt8], response: [UInt8], time: Date)] {
-        lock.lock(); defer { lock.unlock() }
-        return items
-    }
+    var all: [(command: [UInt8], response: [UInt8], time: Date)] { items.current }
 }
