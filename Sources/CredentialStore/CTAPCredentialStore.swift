@@ -1,6 +1,5 @@
 import Foundation
 import GRDB
-import Synchronization
 import TesseraCore
 
 /// CTAP options of a credential made over CTAP (`tesserad --ctap-socket`): whether it is discoverable and its
@@ -29,7 +28,7 @@ public struct CTAPCredentialOptions: Codable, Sendable, Equatable, FetchableReco
 public final class CTAPCredentialStore: Sendable {
     private let db: DatabasePool
     /// Options by credential id; `.some(nil)`: no row (a passkey made through another door).
-    private let cache = Mutex<[Data: CTAPCredentialOptions?]>([:])
+    private let cache = Locked<[Data: CTAPCredentialOptions?]>([:])
 
     public init(database: TesseraDatabase) { db = database.writer }
 

@@ -3,7 +3,6 @@ import Foundation
 import ICAO
 import Logging
 import MRZ
-import Synchronization
 import TesseraCore
 
 /// Reads and verifies ICAO 9303 documents (e-passports, ID cards) from the readers of its sources.
@@ -551,7 +550,7 @@ final class CountingTransport: APDUTransport, APDUExchangeCounting {
     struct Counters: Sendable { var apdus = 0; var bytes = 0 }
     let inner: any CardSession
     let supportsExtendedLength: Bool
-    private let state = Mutex(Counters())
+    private let state = Locked(Counters())
 
     init(_ inner: any CardSession, extendedLength: Bool) {
         self.inner = inner

@@ -130,16 +130,13 @@ final class LibNFCCardSession: CardSession {
 }
 
 /// A set of strings guarded by a lock.
-final class LockedSet: @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: Set<String> = []
+final class LockedSet: Sendable {
+    private let items = Locked<Set<String>>([])
     /// Inserts `item`; false when it was already there.
     func insert(_ item: String) -> Bool {
-        lock.lock(); defer { lock.unlock() }
-        return items.insert(item).inserted
+        items.withLock { $0.insert(item).inserted }
     }
     func remove(_ item: String) {
-        lock.lock(); defer { lock.unlock() }
-        items.remove(item)
+        _ = items.withLock { $0.remove(item) }
     }
 }

@@ -39,10 +39,8 @@ public final class APDUTraceWriter: @unchecked Sendable {
     /// The `decode_as_entries` line that makes Wireshark decode I-block payloads as ISO 7816 APDUs.
     public static let wiresharkDecodeAs = "decode_as_entry: iso14443.subdissector,0,(none),ISO 7816\n"
 
-    private let lock = NSLock()
     private let handle: FileHandle
-    private var blockNumber: UInt8 = 0
-    private var closed = false
+    private let state = Locked((blockNumber: UInt8(0), closed: false))
 
     /// Creates (truncates) `path` and writes the pcap header.
     public init(path: String) throws(TesseraError) {
@@ -68,7 +66,7 @@ public final class APDUTraceWriter: @unchecked Sendable {
     /// Records a type A activation: REQA/ATQA, anticollision/UID (cascade level 1..3), SELECT/SAK, RATS/ATS.
     /// `ats` is given with or without its length byte.
     public func activationA(uid: [UInt8], atqa: [UInt8], sak: UInt8, ats: [UInt8], at time: Date = Date()) {
-        lock.lock(); blockNumber = 0; lock.unlock()
+        state.withLock { $0.blockNumber = 0 }
         append(.toCard, [0x26], time)
         append(.toReader, atqa.reversed(), time)  // ATQA goes LSB first on air; readers report it MSB first
         var levels: [[UInt8]] = []
@@ -95,21 +93,22 @@ public final class APDUTraceWriter: @unchecked Sendable {
     /// Records one APDU exchange as two I-blocks. An empty `response` (the card did not answer) records only
     /// the command.
     public func exchange(command: [UInt8], response: [UInt8], commandTime: Date, responseTime: Date? = nil) {
-        lock.lock()
-        let pcb = 0x02 | blockNumber
-        blockNumber ^= 1
-        lock.unlock()
+        let pcb = state.withLock { s in
+            defer { s.blockNumber ^= 1 }
+            return 0x02 | s.blockNumber
+        }
         append(.toCard, [pcb] + command, commandTime)
         if !response.isEmpty { append(.toReader, [pcb] + response, responseTime ?? commandTime) }
     }
 
     /// Flushes and closes the file (idempotent).
     public func close() {
-        lock.lock(); defer { lock.unlock() }
-        guard !closed else { return }
-        closed = true
-        try? handle.synchronize()
-        try? handle.close()
+        state.withLock { s in
+            guard !s.closed else { return }
+            s.closed = true
+            try? handle.synchronize()
+            try? handle.close()
+        }
     }
 
     private func append(_ kind: APDUTraceRecord.Kind, _ data: [UInt8], _ time: Date) {
@@ -128,9 +127,10 @@ public final class APDUTraceWriter: @unchecked Sendable {
         record.appendLE(seconds); record.appendLE(micros)
         record.appendLE(UInt32(packet.count)); record.appendLE(UInt32(packet.count))
         packet = record + packet
-        lock.lock(); defer { lock.unlock() }
-        guard !closed else { return }
-        handle.write(Data(packet))
+        state.withLock { s in
+            guard !s.closed else { return }
+            handle.write(Data(packet))
+        }
     }
 }
 

@@ -1,7 +1,6 @@
 import APDU
 import PCSC
 import PIV
-import Synchronization
 import TesseraCore
 
 /// The connection to one inserted PIV card. Operations run one at a time, each inside one PC/SC transaction
@@ -15,7 +14,7 @@ final class PIVCardSession: Sendable {
     /// The identity the card had when it was found; a reconnect to a different card is refused.
     let identity: PIVCardIdentity
     private let lock = AsyncLock()
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// Called with every command APDU (APDU counting).
     let onCommand: (@Sendable (CommandAPDU) -> Void)?
 

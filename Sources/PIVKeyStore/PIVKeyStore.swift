@@ -5,7 +5,6 @@ import Logging
 import PCSC
 import PIV
 import Passkeys
-import Synchronization
 import TesseraCore
 
 /// PIV smart cards over PC/SC (NIST SP 800-73-4) as a passkey key store (backend "piv").
@@ -21,7 +20,7 @@ public final class PIVKeyStore: KeyStore {
     private let context: PCSCContext
     private let retryInterval: Duration
     private let onCommand: (@Sendable (CommandAPDU) -> Void)?
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let changeStream: AsyncStream<Void>
     private let changeContinuation: AsyncStream<Void>.Continuation
 

@@ -9,7 +9,6 @@ import PIV
 import PKCS11
 import Passkeys
 import SwiftASN1
-import Synchronization
 import TesseraCore
 import X509
 
@@ -33,7 +32,7 @@ final class PIVToken: KeyStoreToken {
     private let slots: PIVSlotStore
     private let managementKey: PIVManagementKey?
     private let logger: Logger
-    private let cache = Mutex(Cache())
+    private let cache = Locked(Cache())
 
     private struct Cache {
         var pinStatus: PIVPINStatus?

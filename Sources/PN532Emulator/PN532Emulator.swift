@@ -69,7 +69,7 @@ public final class PN532Emulator: Sendable {
     private let slaveFD: Int32
     private let card: any VirtualCard
     let state: Locked<State>
-    private let writeLock = NSLock()
+    private let writeLock = Locked(())
     private let cardExecutor = DedicatedTaskExecutor(label: "tessera.pn532.card")
     let onEvent: EventHook?
 
@@ -215,16 +215,16 @@ public final class PN532Emulator: Sendable {
     }
 
     private func send(_ bytes: [UInt8]) {
-        writeLock.lock()
-        defer { writeLock.unlock() }
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { write(masterFD, $0.baseAddress, $0.count) }
-            if n <= 0 {
-                if errno == EINTR || errno == EAGAIN { usleep(1000); continue }
-                return
+        writeLock.withLock { _ in
+            var offset = 0
+            while offset < bytes.count {
+                let n = bytes[offset...].withUnsafeBytes { write(masterFD, $0.baseAddress, $0.count) }
+                if n <= 0 {
+                    if errno == EINTR || errno == EAGAIN { usleep(1000); continue }
+                    return
+                }
+                offset += n
             }
-            offset += n
         }
     }
 

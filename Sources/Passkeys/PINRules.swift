@@ -1,7 +1,6 @@
 import Foundation
 import Logging
 import Ownership
-import Synchronization
 import TesseraCore
 
 /// The process that sent a PIN: the peer of the socket connection (SO_PEERCRED).
@@ -88,7 +87,7 @@ public final class PINAttempt: Sendable {
     let caller: PINCaller?
     let tokenId: String
     private let rules: PINRules?
-    private let outcome = Mutex<Bool?>(nil)
+    private let outcome = Locked<Bool?>(nil)
 
     init(pin: String, allowFinalTry: Bool, caller: PINCaller?, tokenId: String, rules: PINRules?) {
         self.pin = pin; self.allowFinalTry = allowFinalTry; self.caller = caller; self.tokenId = tokenId;
@@ -132,11 +131,11 @@ public final class PINAttempt: Sendable {
 /// final try kept unless the request allows it, and every wrong PIN logged with the caller's uid and pid.
 /// Front doors (socket methods, SSH agent, CTAP) call `withCallerPIN` and pass the `PINAttempt` to the token.
 public final class PINRules: Sendable {
-    private let table: Mutex<PINBackoffTable>
+    private let table: Locked<PINBackoffTable>
     private let logger: Logger
 
     public init(backoff: PINBackoffPolicy = .standard, logger: Logger) {
-        self.table = Mutex(PINBackoffTable(policy: backoff))
+        self.table = Locked(PINBackoffTable(policy: backoff))
         self.logger = logger
     }
 

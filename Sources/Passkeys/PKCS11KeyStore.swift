@@ -4,7 +4,6 @@ import Foundation
 import Logging
 import PKCS11
 import SwiftASN1
-import Synchronization
 import TesseraCore
 import X509
 import _CryptoExtras
@@ -14,14 +13,14 @@ import _CryptoExtras
 /// Token enumeration is cached for a second so the signing path does not walk every slot per request;
 /// an unknown token id triggers a fresh enumeration.
 public final class PKCS11KeyStore: KeyStore {
-    private let provider: Mutex<PKCS11Provider>
-    private let cache = Mutex<(at: ContinuousClock.Instant, tokens: [PKCS11TokenAdapter])?>(nil)
+    private let provider: Locked<PKCS11Provider>
+    private let cache = Locked<(at: ContinuousClock.Instant, tokens: [PKCS11TokenAdapter])?>(nil)
     private let logger: Logger
     /// Tokens logged in with their PIN file.
     private let pinFileTokens: Set<String>
 
     init(provider: PKCS11Provider, logger: Logger, pinFileTokens: Set<String> = []) {
-        self.provider = Mutex(provider)
+        self.provider = Locked(provider)
         self.logger = logger
         self.pinFileTokens = pinFileTokens
     }

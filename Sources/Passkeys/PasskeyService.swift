@@ -3,7 +3,6 @@ import Crypto
 import Foundation
 import Logging
 import Ownership
-import Synchronization
 import TesseraCore
 import WebAuthn
 
@@ -17,7 +16,7 @@ public final class PasskeyService: Sendable {
     public let pinRules: PINRules
     /// Credential records by id (they change on delete and on lifecycle transitions, which update it), so
     /// assertions need no database read.
-    let records = Mutex<[ByteKey: CredentialRecord]>([:])
+    let records = Locked<[ByteKey: CredentialRecord]>([:])
 
     public init(
         keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024,

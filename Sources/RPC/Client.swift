@@ -1,12 +1,11 @@
 import NIOCore
 import NIOPosix
-import Synchronization
 import TesseraCore
 
 /// A JSON-RPC client for the daemon's socket: concurrent calls multiplexed by id, notifications as a stream.
 public final class RPCClient: Sendable {
     private let channel: Channel
-    private let state: Mutex<State>
+    private let state: Locked<State>
     /// Server notifications (progress, events) in arrival order. Ends when the connection closes.
     public let notifications: AsyncStream<RPCNotification>
 
@@ -18,7 +17,7 @@ public final class RPCClient: Sendable {
 
     private init(channel: Channel, notifications: AsyncStream<RPCNotification>) {
         self.channel = channel
-        self.state = Mutex(State())
+        self.state = Locked(State())
         self.notifications = notifications
     }
 
@@ -128,7 +127,7 @@ public final class RPCClient: Sendable {
 private final class ClientHandler: ChannelInboundHandler, Sendable {
     typealias InboundIn = ByteBuffer
     private let notifications: AsyncStream<RPCNotification>.Continuation
-    private let client = Mutex<RPCClient?>(nil)
+    private let client = Locked<RPCClient?>(nil)
     /// Responses without an id (e.g. FRAME_TOO_LARGE, PARSE_ERROR) are surfaced as notifications named `rpc.error`.
     init(notifications: AsyncStream<RPCNotification>.Continuation) { self.notifications = notifications }
 

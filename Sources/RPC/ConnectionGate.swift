@@ -7,7 +7,7 @@ import TesseraCore
 public final class ConnectionGate: Sendable {
     public let maxConnections: Int
     public let maxConnectionsPerUid: Int
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     private struct State {
         var open = 0

@@ -1,5 +1,5 @@
 import NIOCore
-import Synchronization
+import TesseraCore
 
 /// Frames handed from a connection's channel handler (on its event loop) to the task that serves the connection:
 /// one consumer, in order. Requests so run as child tasks of that task, with its task-local values (graceful
@@ -17,7 +17,7 @@ final class FrameInbox: Sendable {
         var waiter: UnsafeContinuation<Event, Never>?
         var closed = false
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     func push(_ event: Event) {
         let waiter = state.withLock { s -> UnsafeContinuation<Event, Never>? in

@@ -1,7 +1,6 @@
 import Logging
 import NIOCore
 import NIOPosix
-import Synchronization
 import TesseraCore
 
 /// Answers the binary frames of one protocol (e.g. the SSH agent's) one connection at a time, in order.
@@ -22,7 +21,7 @@ public final class LengthPrefixedServer: Sendable {
     private let handler: any FrameHandler
     private let logger: Logger
     private let group: MultiThreadedEventLoopGroup
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     private struct State {
         var nextID: UInt64 = 1

@@ -1,7 +1,6 @@
 import Logging
 import NIOCore
 import NIOPosix
-import Synchronization
 import TesseraCore
 
 #if canImport(Glibc)
@@ -26,7 +25,7 @@ public final class RPCConnection: Sendable, Hashable {
     public let peer: PeerCredentials
     private let channel: any Channel
     private let notificationLimit: Int
-    private let notifications = Mutex(Notifications())
+    private let notifications = Locked(Notifications())
     private let onOverflow: @Sendable () -> Void
     /// Request frames from the channel handler to the connection's task.
     let inbox: FrameInbox
@@ -152,7 +151,7 @@ public final class RPCServer: Sendable {
     private let dispatcher: any RPCDispatcher
     private let logger: Logger
     private let group: MultiThreadedEventLoopGroup
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     private struct State {
         var nextID: UInt64 = 1

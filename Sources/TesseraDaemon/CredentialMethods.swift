@@ -3,7 +3,6 @@ import Enrollment
 import Foundation
 import Passkeys
 import RPC
-import Synchronization
 import TesseraCore
 
 extension MethodTable {
@@ -106,7 +105,7 @@ extension Views {
 /// `maxAge`) and for a `stepup.start` with `document.maxAgeSeconds` on the same connection (each takes it once), and
 /// the daemon secret the binding hashes are keyed with.
 final class VerifiedDocumentReads: Sendable {
-    private let reads = Mutex<[UInt64: AuthenticRead]>([:])
+    private let reads = Locked<[UInt64: AuthenticRead]>([:])
     let secret: [UInt8]
     let maxAge: TimeInterval
 

@@ -3,7 +3,6 @@ import Foundation
 import Ownership
 import Passkeys
 import RPC
-import Synchronization
 import TesseraCore
 
 /// Connections that receive `enrollment.*` notifications (`enrollment.subscribe`, or by starting/resuming).
@@ -11,7 +10,7 @@ import TesseraCore
 /// without personal data (`EnrollmentEvent.redacted`).
 final class EnrollmentSubscribers: Sendable {
     private struct Subscriber { var connection: RPCConnection; var isAdmin: Bool }
-    private let connections = Mutex<[UInt64: Subscriber]>([:])
+    private let connections = Locked<[UInt64: Subscriber]>([:])
     private let policy: Policy
 
     init(policy: Policy) { self.policy = policy }

@@ -2,7 +2,6 @@ import Foundation
 import Logging
 import Presence
 import RPC
-import Synchronization
 import TesseraCore
 
 extension PresenceSettings {
@@ -21,7 +20,7 @@ final class PresenceSubscribers: Sendable {
         var connection: RPCConnection
         var isAdmin: Bool
     }
-    private let connections = Mutex<[UInt64: Subscriber]>([:])
+    private let connections = Locked<[UInt64: Subscriber]>([:])
 
     func add(_ c: RPCConnection, isAdmin: Bool) {
         connections.withLock { $0[c.id] = Subscriber(connection: c, isAdmin: isAdmin) }

@@ -38,7 +38,7 @@ public final class PCSCDaemonFixture: Sendable {
     public let logPath: String
     public let directory: String
     private let configPath: String
-    private let state: FixtureLock<DaemonState>
+    private let state: Locked<DaemonState>
 
     private struct DaemonState {
         var process: Process?
@@ -53,7 +53,7 @@ public final class PCSCDaemonFixture: Sendable {
         self.configPath = configPath
         self.logPath = logPath
         self.environment = ["PCSCLITE_CSOCK_NAME": socketPath]
-        self.state = FixtureLock(DaemonState())
+        self.state = Locked(DaemonState())
     }
 
     deinit { stop() }
@@ -388,7 +388,7 @@ private final class FixtureLease: Sendable {
         var held = false
         var waiters: [CheckedContinuation<Void, Never>] = []
     }
-    private let state = FixtureLock(State())
+    private let state = Locked(State())
 
     func tryAcquire() -> Bool {
         state.withLock { s in

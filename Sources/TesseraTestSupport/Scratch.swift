@@ -1,4 +1,5 @@
 import Foundation
+import TesseraCore
 
 /// Per-process scratch space for tests and benchmarks: `$TMPDIR/tessera-scratch-<pid>/`, removed when the process
 /// exits normally. Roots left by processes that died (their pid no longer exists) are removed on first use, so a
@@ -67,7 +68,7 @@ enum ExitCleanup {
         var entries: [(id: Int, body: @Sendable () -> Void)] = []
     }
 
-    private static let registry = FixtureLock(Registry())
+    private static let registry = Locked(Registry())
 
     /// `atexit` is installed once, on the first registration.
     private static let installed: Bool = {
@@ -77,18 +78,5 @@ enum ExitCleanup {
 
     private static func runAll() {
         while let body = registry.withLock({ r in r.entries.popLast()?.body }) { body() }
-    }
-}
-
-/// A value behind a lock, for the fixtures' small shared state.
-final class FixtureLock<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-
-    func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
     }
 }

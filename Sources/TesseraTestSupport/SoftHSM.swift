@@ -157,15 +157,14 @@ public final class SoftHSMFixture: Sendable {
     }
 }
 
-private final class ClaimCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
+private final class ClaimCounter: Sendable {
+    private let count = Locked(0)
 
     func next(below limit: Int) -> Int? {
-        lock.lock()
-        defer { lock.unlock() }
-        guard count < limit else { return nil }
-        count += 1
-        return count - 1
+        count.withLock { count in
+            guard count < limit else { return nil }
+            count += 1
+            return count - 1
+        }
     }
 }

@@ -1,6 +1,5 @@
 import CBOR
 import Crypto
-import Synchronization
 import TesseraCore
 import Testing
 
@@ -25,7 +24,7 @@ struct CTAP2AuthenticatorTests {
             /// Whether new credentials may have hmac-secret keys (a PKCS#11 store; a PIV one may not).
             var hmacSupported = true
         }
-        let state = Mutex(State())
+        let state = Locked(State())
 
         func credentials(rpId: String, ids: [[UInt8]]?) async throws(CTAP2Error) -> [CTAP2Credential] {
             state.withLock { s in

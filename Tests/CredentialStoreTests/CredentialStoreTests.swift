@@ -1,6 +1,5 @@
 import CredentialStore
 import Foundation
-import Synchronization
 import TesseraCore
 import Testing
 
@@ -40,7 +39,7 @@ import Testing
         // Same rp and user, another owner: the replacing insert is not shown (nor can replace) uid 1001's credential.
         var bob = record(2)
         bob.ownerUid = 1002
-        let seen = Mutex<[Data]>([])
+        let seen = Locked<[Data]>([])
         _ = try await store.insert(
             bob,
             admit: { existing in

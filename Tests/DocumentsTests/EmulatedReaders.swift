@@ -58,9 +58,8 @@ struct MemoryReaderSource: ReaderSource {
 }
 
 /// Thread-safe event recorder.
-final class EventLog<T: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: [T] = []
-    func append(_ item: T) { lock.withLock { items.append(item) } }
-    var all: [T] { lock.withLock { items } }
+final class EventLog<T: Sendable>: Sendable {
+    private let items = Locked<[T]>([])
+    func append(_ item: T) { items.withLock { $0.append(item) } }
+    var all: [T] { items.current }
 }

@@ -402,9 +402,8 @@ func expectError(
     }
 }
 
-final class LockedCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = 0
-    func set(_ v: Int) { lock.withLock { value = v } }
-    func get() -> Int { lock.withLock { value } }
+final class LockedCounter: Sendable {
+    private let value = Locked(0)
+    func set(_ v: Int) { value.withLock { $0 = v } }
+    func get() -> Int { value.current }
 }

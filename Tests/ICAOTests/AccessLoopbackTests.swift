@@ -262,9 +262,8 @@ actor AccessLoopbackChip: APDUTransport {
 }
 
 /// Thread-safe progress recorder for the callback.
-final class ProgressLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var values: [(Int, Int)] = []
-    func record(_ done: Int, _ total: Int) { lock.withLock { values.append((done, total)) } }
-    var last: (Int, Int)? { lock.withLock { values.last } }
+final class ProgressLog: Sendable {
+    private let values = Locked<[(Int, Int)]>([])
+    func record(_ done: Int, _ total: Int) { values.withLock { $0.append((done, total)) } }
+    var last: (Int, Int)? { values.withLock { $0.last } }
 }

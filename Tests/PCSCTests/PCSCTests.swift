@@ -6,25 +6,16 @@ import TesseraTestSupport
 import Testing
 import VPCD
 
-/// A tiny lock box for test bookkeeping.
-final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func get() -> Value { lock.lock(); defer { lock.unlock() }; return value }
-    func set(_ v: Value) { lock.lock(); defer { lock.unlock() }; value = v }
-}
-
 extension Task where Failure == Never, Success: Sendable {
     /// Whether the task has finished, without waiting for it.
     func isDone() async -> Bool {
         let flag = Locked(false)
         let watcher = Task<Void, Never> {
-            _ = await self.value; flag.set(true)
+            _ = await self.value; flag.withLock { $0 = true }
         }
         try? await Task<Never, Never>.sleep(for: .milliseconds(20))
         watcher.cancel()
-        return flag.get()
+        return flag.current
     }
 }
 
@@ -230,13 +221,13 @@ struct PCSCIntegrationTests {
             _ = try await card.transmit(select)
             // B must not get through while A holds the transaction: it waits (or reports CARD_IN_USE).
             let attempt = Task { try? await b.transmit(select) }
-            other.set(attempt)
+            other.withLock { $0 = attempt }
             try? await Task.sleep(for: .milliseconds(700))
             let finished = await attempt.isDone()
             _ = try await card.transmit(select)
             return !finished
         }
-        if let attempt = other.get() {
+        if let attempt = other.current {
             // B's attempt either waited for the transaction to end (then it succeeded) or was refused meanwhile.
             let result = await attempt.value
             #expect(result == nil || result == [0x90, 0x00])

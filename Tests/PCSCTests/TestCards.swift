@@ -1,5 +1,6 @@
 import APDU
 import Foundation
+import TesseraCore
 
 /// An ATR offering T=0 and T=1 whose historical bytes carry card capabilities (compact-TLV tag 7) with
 /// command chaining and extended Lc/Le (ISO/IEC 7816-4 §8.1.1.2.7, third software function byte = C0).
@@ -80,17 +81,12 @@ actor EchoCard: VirtualCard {
 }
 
 /// Collects APDU exchanges seen by a VirtualCardLink hook.
-final class ExchangeLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: [(command: [UInt8], response: [UInt8], time: Date)] = []
+final class ExchangeLog: Sendable {
+    private let items = Locked<[(command: [UInt8], response: [UInt8], time: Date)]>([])
 
     func record(_ command: [UInt8], _ response: [UInt8], _ time: Date) {
-        lock.lock(); defer { lock.unlock() }
-        items.append((command, response, time))
+        items.withLock { $0.append((command, response, time)) }
     }
 
-    var all: [(command: [UInt8], response: [UInt8], time: Date)] {
-        lock.lock(); defer { lock.unlock() }
-        return items
-    }
+    var all: [(command: [UInt8], response: [UInt8], time: Date)] { items.current }
 }

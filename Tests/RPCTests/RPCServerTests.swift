@@ -37,7 +37,7 @@ actor Gate {
 /// The connections the server said were closed, how many `untilClosed` requests learnt so while running, and how
 /// many `hold` requests were cancelled.
 final class Closings: Sendable {
-    private let state = Mutex<(closed: Set<UInt64>, running: Int, learnt: Int, cancelled: Int, releases: Int)>(
+    private let state = Locked<(closed: Set<UInt64>, running: Int, learnt: Int, cancelled: Int, releases: Int)>(
         ([], 0, 0, 0, 0))
 
     func closed(_ id: UInt64) { _ = state.withLock { $0.closed.insert(id) } }
@@ -107,7 +107,7 @@ struct EchoDispatcher: RPCDispatcher {
         case "notifyFromElsewhere":
             // Queued from another thread, and answered without a suspension in between (so without a chance for the
             // event loop to run anything queued meanwhile): the answer must still go out after the notification.
-            let queued = Mutex(false)
+            let queued = Locked(false)
             Task.detached {
                 await connection.notify("test.elsewhere", [:])
                 queued.withLock { $0 = true }
