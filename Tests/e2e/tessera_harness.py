@@ -375,6 +375,36 @@ class AsUser:
         return json.loads(data[1:])
 
 
+def run_as(uid: int, fn):
+    """Runs `fn()` in a forked child that has become uid/gid `uid` (no supplementary groups) and returns what it
+    returned (JSON-serializable); an exception in the child fails the caller with the child's repr of it."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            out = {"result": fn()}
+        except BaseException as e:  # report, so the parent's assertion shows why
+            out = {"error": repr(e)}
+        try:
+            os.write(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    out = json.loads(data)
+    if "error" in out:
+        raise AssertionError(f"in the child as uid {uid}: {out['error']}")
+    return out["result"]
+
+
 def as_nobody(socket_path: str, calls: list[tuple[str, dict]], uid: int = NOBODY) -> dict:
     """Runs the calls in a child process that has become uid/gid nobody (or `uid`); returns method → "ok" or error
     code."""

@@ -23,7 +23,7 @@ from fido2.webauthn import (AttestationObject, PublicKeyCredentialCreationOption
                             PublicKeyCredentialRpEntity, PublicKeyCredentialUserEntity)
 from webauthn import verify_authentication_response, verify_registration_response
 
-from tessera_harness import NOBODY, SOFTHSM_MODULE, SPY_MODULE, Daemon, RPCError, SoftHSM, b64u, cli, unb64u
+from tessera_harness import NOBODY, SOFTHSM_MODULE, SPY_MODULE, Client, Daemon, RPCError, SoftHSM, b64u, cli, run_as, unb64u
 
 RP = "example.com"
 ORIGIN = "https://example.com"
@@ -1006,31 +1006,12 @@ def test_wrong_pins_block_client_pin_only_for_their_uid(tmp_path):
                 client_pin.get_pin_token("0000")
             assert e.value.code == code
         assert client_pin.get_pin_retries()[1] is True
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            out = "?"
-            try:
-                os.close(r)
-                os.setgroups([])
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-                theirs = ClientPin(Ctap2(d.device()), PinProtocolV2())
-                blocked = theirs.get_pin_retries()[1]
-                token = theirs.get_pin_token("1234")  # no permissions: getPinToken (0x05)
-                out = f"{blocked} {len(token)}"
-            except BaseException as e:
-                out = repr(e)
-            finally:
-                os.write(w, out.encode())
-                os._exit(0)
-        os.close(w)
-        answer = b""
-        while chunk := os.read(r, 4096):
-            answer += chunk
-        os.close(r)
-        os.waitpid(pid, 0)
-        assert answer.decode() == "False 32"
+        def theirs() -> str:
+            client = ClientPin(Ctap2(d.device()), PinProtocolV2())
+            blocked = client.get_pin_retries()[1]
+            token = client.get_pin_token("1234")  # no permissions: getPinToken (0x05)
+            return f"{blocked} {len(token)}"
+        assert run_as(NOBODY, theirs) == "False 32"
         # uid 0 stays blocked, without reaching the token.
         with pytest.raises(CtapError) as e:
             client_pin.get_pin_token("1234")
@@ -1055,43 +1036,26 @@ def test_another_uids_credential_does_not_exist_over_ctap(tmp_path, softhsm):
         made = Ctap2(d.device()).make_credential(cdh, rp, {"id": b"root-user", "name": "root"}, params,
                                                  options={"rk": True})
         root_id = made.auth_data.credential_data.credential_id
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+
+        def theirs() -> dict:
             out = {}
-            try:
-                os.close(r)
-                os.setgroups([])
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-                theirs = Ctap2(d.device())
-                for name, allow in [("byId", [{"type": "public-key", "id": root_id}]),
-                                    ("neverMade", [{"type": "public-key", "id": os.urandom(32)}]),
-                                    ("discoverable", None)]:
-                    try:
-                        theirs.get_assertion(RP, cdh, allow_list=allow)
-                        out[name] = "asserted"
-                    except CtapError as e:
-                        out[name] = int(e.code)
-                own = theirs.make_credential(cdh, rp, {"id": b"nobody-user", "name": "nobody"}, params,
-                                             options={"rk": True})
-                out["own"] = own.auth_data.credential_data.credential_id.hex()
-                got = theirs.get_assertion(RP, cdh)
-                out["sees"] = [got.credential["id"].hex(), got.number_of_credentials or 1]
-            except BaseException as e:
-                out["error"] = repr(e)
-            finally:
-                os.write(w, json.dumps(out).encode())
-                os._exit(0)
-        os.close(w)
-        answer = b""
-        while chunk := os.read(r, 4096):
-            answer += chunk
-        os.close(r)
-        os.waitpid(pid, 0)
-        out = json.loads(answer)
+            ctap2 = Ctap2(d.device())
+            for name, allow in [("byId", [{"type": "public-key", "id": root_id}]),
+                                ("neverMade", [{"type": "public-key", "id": os.urandom(32)}]),
+                                ("discoverable", None)]:
+                try:
+                    ctap2.get_assertion(RP, cdh, allow_list=allow)
+                    out[name] = "asserted"
+                except CtapError as e:
+                    out[name] = int(e.code)
+            own = ctap2.make_credential(cdh, rp, {"id": b"nobody-user", "name": "nobody"}, params,
+                                        options={"rk": True})
+            out["own"] = own.auth_data.credential_data.credential_id.hex()
+            got = ctap2.get_assertion(RP, cdh)
+            out["sees"] = [got.credential["id"].hex(), got.number_of_credentials or 1]
+            return out
+        out = run_as(NOBODY, theirs)
         no_credentials = int(CtapError.ERR.NO_CREDENTIALS)
-        assert out.get("error") is None, out
         assert out["byId"] == out["neverMade"] == out["discoverable"] == no_credentials
         assert out["sees"] == [out["own"], 1]
         # Root, too, sees only its own over CTAP; on the main socket (an administrator) both, with their owners.
@@ -1107,7 +1071,7 @@ def test_connections_are_served_on_the_event_loops_within_the_connection_bounds(
     """CTAP connections take no thread each, and count against maxConnectionsPerUid: one uid at its bound is
     refused (closed) while another uid is still served, and that uid's INIT flood leaves the first uid's channels."""
     d = CTAPDaemon(tmp_path, softhsm, extra={"socketMode": "0666"},
-                   top={"maxConnections": 32, "maxConnectionsPerUid": 12})
+                   top={"maxConnections": 32, "maxConnectionsPerUid": 12, "socketMode": "0666"})
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["policy"] = {"sign": {"users": ["root", "65534"]}}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
@@ -1117,6 +1081,19 @@ def test_connections_are_served_on_the_event_loops_within_the_connection_bounds(
         os.chmod(p, os.stat(p).st_mode | 0o011)
     d.start()
     try:
+        # The harness's readiness probe (root, on the main socket) holds one of root's places until the daemon has
+        # seen it close: wait for that, asking as nobody, whose connections are not root's.
+        def settled() -> bool:
+            c = Client(d.daemon.socket)
+            try:
+                for _ in range(500):
+                    if c.call("daemon.status")["connections"]["open"] == 1:
+                        return True
+                    time.sleep(0.02)
+                return False
+            finally:
+                c.close()
+        assert run_as(NOBODY, settled), "root's readiness probe never closed"
         tasks = pathlib.Path(f"/proc/{d.daemon.proc.pid}/task")
         mine = [Raw(d.sock)]
         mine[0].open()
@@ -1134,42 +1111,17 @@ def test_connections_are_served_on_the_event_loops_within_the_connection_bounds(
             pass
         assert "ctap: connection refused" in d.daemon.log.read_text()
         # Another uid still gets its places.
-        pid = os.fork()
-        if pid == 0:
-            code = 3
-            try:
-                os.setgroups([])
-                os.setgid(65534)
-                os.setuid(65534)
-                theirs = [Raw(d.sock) for _ in range(3)]
-                for r in theirs:
-                    r.open()
-                code = 0
-            except BaseException as e:
-                os.write(2, f"child: {e!r}\n".encode())
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.WEXITSTATUS(status) == 0, "nobody's CTAP connections were not served"
+        def theirs() -> None:
+            for r in [Raw(d.sock) for _ in range(3)]:
+                r.open()
+        run_as(NOBODY, theirs)  # nobody's CTAP connections are served
         # An INIT flood of that uid (past the device's 1024 channels) does not take root's channel.
         victim = mine[0].open()
-        pid = os.fork()
-        if pid == 0:
-            code = 3
-            try:
-                os.setgroups([])
-                os.setgid(65534)
-                os.setuid(65534)
-                flood = Raw(d.sock)
-                for _ in range(1100):
-                    flood.open()
-                code = 0
-            except BaseException as e:
-                os.write(2, f"child: {e!r}\n".encode())
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.WEXITSTATUS(status) == 0, "nobody's INIT flood failed"
+        def flood() -> None:
+            raw = Raw(d.sock)
+            for _ in range(1100):
+                raw.open()
+        run_as(NOBODY, flood)
         mine[0].send(victim, 0x01, b"still mine")
         assert mine[0].recv() == (victim, 0x81, b"still mine")
         # A place freed is taken again, and every connection still answers.

@@ -1048,27 +1048,8 @@ def exchange(sock_path: str, requests: list[bytes]) -> list[bytes | None]:
 
 def exchange_as(uid: int, sock_path: str, requests: list[bytes]) -> list[bytes | None]:
     """`exchange` on one connection from a child process that has become `uid`."""
-    import json
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            os.write(w, json.dumps([a.hex() if a else None for a in exchange(sock_path, requests)]).encode())
-        except BaseException as e:
-            os.write(w, json.dumps({"child error": repr(e)}).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 4096):
-        data += chunk
-    os.waitpid(pid, 0)
-    answers = json.loads(data)
-    assert isinstance(answers, list), answers
+    from tessera_harness import run_as
+    answers = run_as(uid, lambda: [a.hex() if a else None for a in exchange(sock_path, requests)])
     return [bytes.fromhex(a) if a is not None else None for a in answers]
 
 
