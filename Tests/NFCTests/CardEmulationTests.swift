@@ -16,6 +16,10 @@ private let specimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902
 struct CardEmulationTests {
     /// A software PN532 without a card, libnfc's device on it, and an emulator serving `card` in the background.
     struct Rig {
+        /// How long a test waits for libnfc to arm target mode: a wait, not a measure (a loaded CI machine once took
+        /// more than the emulator's default 5 s to open the pty device and send TgInitAsTarget).
+        static let activationTimeout: Duration = .seconds(30)
+
         let pn532: PN532Emulator
         let device: NFCDevice
         let emulator: NFCCardEmulator
@@ -67,7 +71,7 @@ struct CardEmulationTests {
         // A long poll: each poll that times out leaves a short window in which libnfc drops an arriving command
         // (see NFCCardEmulator.receive); a loaded CI machine can pause the reader side past a short one.
         let rig = try await Rig.start(card: EmulatedPassport(profile: profile), pollInterval: .seconds(1))
-        let activation = try await rig.reader.activate()
+        let activation = try await rig.reader.activate(timeout: Rig.activationTimeout)
         #expect(activation.uid == [0x08, 0x12, 0x34, 0x56])
         #expect(activation.sak == 0x20 && activation.atqa == [0x00, 0x04])
         #expect(activation.ats.last == 0x80, "historical bytes given to nfc_target_init reach the ATS")
@@ -114,7 +118,7 @@ struct CardEmulationTests {
                 00B0 *                      => 0102030405 9000
                 """)
         let rig = try await Rig.start(card: card)
-        try await rig.reader.activate()
+        try await rig.reader.activate(timeout: Rig.activationTimeout)
         #expect(
             try await rig.reader.transmit([0x00, 0xA4, 0x04, 0x00, 0x07, 0xA0, 0x00, 0x00, 0x02, 0x47, 0x10, 0x01]) == [
                 0x90, 0x00,
@@ -146,7 +150,7 @@ struct CardEmulationTests {
     func fieldRemovedMidExchange() async throws {
         let slow = SlowCard(delay: .milliseconds(400))
         let rig = try await Rig.start(card: slow)
-        try await rig.reader.activate()
+        try await rig.reader.activate(timeout: Rig.activationTimeout)
         #expect(try await rig.reader.transmit([0x00, 0x01, 0x00, 0x00]) == [0x90, 0x00])
         let reader = rig.reader
         async let answer = reader.transmit([0x00, 0x02, 0x00, 0x00])
@@ -159,7 +163,7 @@ struct CardEmulationTests {
             #expect(error.code == .cardRemoved, "\(error)")
         }
         // The emulator re-arms; a new activation is served.
-        try await rig.reader.activate()
+        try await rig.reader.activate(timeout: Rig.activationTimeout)
         #expect(try await rig.reader.transmit([0x00, 0x03, 0x00, 0x00]) == [0x90, 0x00])
         let summary = try await rig.finish()
         #expect(summary.activations == 2)
@@ -217,7 +221,7 @@ struct CardEmulationTests {
         let writer = try APDUTraceWriter(path: dir + "/emulated.pcap")
         let card = try ScriptedCard(script: "00A4 * => 9000\n00B0 * => CAFE 9000\n")
         let rig = try await Rig.start(card: card, trace: writer)
-        try await rig.reader.activate()
+        try await rig.reader.activate(timeout: Rig.activationTimeout)
         _ = try await rig.reader.transmit([0x00, 0xA4, 0x04, 0x0C, 0x07, 0xA0, 0x00, 0x00, 0x02, 0x47, 0x10, 0x01])
         _ = try await rig.reader.transmit([0x00, 0xB0, 0x00, 0x00, 0x02])
         rig.reader.removeField()
