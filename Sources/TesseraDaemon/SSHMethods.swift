@@ -1,0 +1,57 @@
+import CredentialStore
+import Foundation
+import Passkeys
+import RPC
+import SSHAgent
+import SSHAgentDoor
+import TesseraCore
+
+extension MethodTable {
+    /// `ssh.keygen` and `ssh.list`.
+    func registerSSH(_ passkeys: PasskeyService, backend: SSHKeyBackend) {
+        let policy = policy
+        register("ssh.keygen", .enroll) { p, connection in
+            let token = try await passkeys.chooseToken(p.optionalString("tokenId"))
+            let comment = try p.optionalString("comment") ?? "tessera@\(ProcessInfo.processInfo.hostName)"
+            guard !comment.contains(where: \.isNewline), comment.utf8.count <= 200 else {
+                throw TesseraError.invalidInput("comment must be one line of at most 200 bytes")
+            }
+            let handle = SecureRandom.bytes(16)
+            let prefix =
+                try p.optionalBool("confirm") == true ? SSHKeyBackend.confirmLabelPrefix : SSHKeyBackend.sshLabelPrefix
+            let label = prefix + comment
+            // The owner first: a key generation that fails leaves an unused row, never a key with no owner.
+            try await backend.owners.record(
+                SSHKeyOwnerRecord(tokenId: token.id, keyHandle: handle, ownerUid: connection.peer.uid))
+            let point: [UInt8]
+            if let pin = try p.optionalString("pin") {
+                point = try await passkeys.pinRules.withCallerPIN(
+                    pin, caller: connection.pinCaller, allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false,
+                    tokenId: token.id
+                ) { attempt throws(TesseraError) in
+                    try await token.generateP256Key(handle: handle, label: label, pin: attempt)
+                }
+            } else {
+                point = try await token.generateP256Key(handle: handle, label: label, pin: nil)
+            }
+            backend.invalidate()
+            let key = SSHPublicKey.ecdsaP256(point: point)
+            return [
+                "tokenId": .string(token.id), "keyId": .string(Base64URL.encode(handle)),
+                "publicKey": .string(key.authorizedKeysLine(comment: comment)),
+            ]
+        }
+        register("ssh.list", .read) { _, connection in
+            let requester = policy.requester(connection)
+            let keys = await backend.identities().filter { requester.owns($0.ownerUid) }.map { id -> JSONValue in
+                [
+                    "tokenId": .string(id.tokenID), "keyId": .string(Base64URL.encode(id.handle)),
+                    "comment": .string(id.comment),
+                    "confirm": .bool(id.confirm), "publicKey": .string(id.key.authorizedKeysLine(comment: id.comment)),
+                    "ownerUid": .number(Double(id.ownerUid)),
+                ]
+            }
+            return ["keys": .array(keys)]
+        }
+    }
+}
