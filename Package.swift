@@ -267,6 +267,12 @@ let package = Package(
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
+            name: "SSHAgentDoorTests",
+            dependencies: [
+                "SSHAgentDoor", "SSHAgent", "CredentialStore", "Ownership", "Passkeys", "Presence", "TesseraCore",
+                "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]),
+        .testTarget(
             name: "CTAP2Tests",
             dependencies: ["CTAP2", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ", "TesseraCore"]),

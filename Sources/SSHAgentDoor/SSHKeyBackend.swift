@@ -77,6 +77,29 @@ public struct SSHKeyBackend: SSHAgentBackend {
         }
     }
 
+    /// `ssh.keygen`: a P-256 key on `token` labelled `ssh:COMMENT` (`ssh-confirm:COMMENT` with `confirm`), owned by
+    /// the caller's uid. With `pin`, the token is logged in under the PIN rules first.
+    public func keygen(
+        token: any KeyStoreToken, comment: String, confirm: Bool, pin: String?, allowFinalTry: Bool, caller: PINCaller
+    ) async throws(TesseraError) -> (handle: [UInt8], key: SSHPublicKey) {
+        let handle = SecureRandom.bytes(16)
+        let label = (confirm ? Self.confirmLabelPrefix : Self.sshLabelPrefix) + comment
+        // The owner first: a key generation that fails leaves an unused row, never a key with no owner.
+        try await owners.record(SSHKeyOwnerRecord(tokenId: token.id, keyHandle: handle, ownerUid: caller.uid))
+        let point: [UInt8]
+        if let pin {
+            point = try await passkeys.pinRules.withCallerPIN(
+                pin, caller: caller, allowFinalTry: allowFinalTry, tokenId: token.id
+            ) { attempt throws(TesseraError) in
+                try await token.generateP256Key(handle: handle, label: label, pin: attempt)
+            }
+        } else {
+            point = try await token.generateP256Key(handle: handle, label: label, pin: nil)
+        }
+        invalidate()
+        return (handle, .ecdsaP256(point: point))
+    }
+
     /// Drops the cached keys (token events, new keys).
     public func invalidate() { cache.invalidate() }
 

@@ -1,4 +1,3 @@
-import CredentialStore
 import Foundation
 import Passkeys
 import RPC
@@ -16,26 +15,10 @@ extension MethodTable {
             guard !comment.contains(where: \.isNewline), comment.utf8.count <= 200 else {
                 throw TesseraError.invalidInput("comment must be one line of at most 200 bytes")
             }
-            let handle = SecureRandom.bytes(16)
-            let prefix =
-                try p.optionalBool("confirm") == true ? SSHKeyBackend.confirmLabelPrefix : SSHKeyBackend.sshLabelPrefix
-            let label = prefix + comment
-            // The owner first: a key generation that fails leaves an unused row, never a key with no owner.
-            try await backend.owners.record(
-                SSHKeyOwnerRecord(tokenId: token.id, keyHandle: handle, ownerUid: connection.peer.uid))
-            let point: [UInt8]
-            if let pin = try p.optionalString("pin") {
-                point = try await passkeys.pinRules.withCallerPIN(
-                    pin, caller: connection.pinCaller, allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false,
-                    tokenId: token.id
-                ) { attempt throws(TesseraError) in
-                    try await token.generateP256Key(handle: handle, label: label, pin: attempt)
-                }
-            } else {
-                point = try await token.generateP256Key(handle: handle, label: label, pin: nil)
-            }
-            backend.invalidate()
-            let key = SSHPublicKey.ecdsaP256(point: point)
+            let (handle, key) = try await backend.keygen(
+                token: token, comment: comment, confirm: p.optionalBool("confirm") == true,
+                pin: p.optionalString("pin"),
+                allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false, caller: connection.pinCaller)
             return [
                 "tokenId": .string(token.id), "keyId": .string(Base64URL.encode(handle)),
                 "publicKey": .string(key.authorizedKeysLine(comment: comment)),
