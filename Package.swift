@@ -185,13 +185,21 @@ let package = Package(
                 "Presence", "RPC", "WebAuthn", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
+        /// The SSH agent door: the `SSHAgentBackend` on the key stores, the agent socket's frames and service.
+        .target(
+            name: "SSHAgentDoor",
+            dependencies: [
+                "TesseraCore", "CredentialStore", "Ownership", "PKCS11", "Passkeys", "Presence", "RPC", "SSHAgent",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]),
         .target(
             name: "TesseraDaemon",
             dependencies: [
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
-                "PIVKeyStore", "PKCS11", "PIV",
+                "PIVKeyStore", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAP2", "CTAPAuthenticator", "CBOR", "Presence",
+                "CTAP2", "CTAPAuthenticator", "CBOR", "Presence", "SSHAgentDoor",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -256,6 +264,12 @@ let package = Package(
             dependencies: [
                 "CTAPAuthenticator", "CTAP2", "CTAPHID", "CredentialStore", "Passkeys", "Presence", "RPC",
                 "TesseraCore",
+                "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]),
+        .testTarget(
+            name: "SSHAgentDoorTests",
+            dependencies: [
+                "SSHAgentDoor", "SSHAgent", "CredentialStore", "Ownership", "Passkeys", "Presence", "TesseraCore",
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(

@@ -9,6 +9,7 @@ import Passkeys
 import Presence
 import RPC
 import SSHAgent
+import SSHAgentDoor
 import ServiceLifecycle
 import TesseraCore
 import UnixSignals
@@ -207,7 +208,11 @@ public enum Daemon {
                 backend: sshBackend, pinCacheSeconds: config.sshAgent?.pinCacheSeconds ?? 900,
                 allowForwarded: config.sshAgent?.allowForwarded ?? true)
             let agentServer = LengthPrefixedServer(
-                handler: SSHAgentFrames(agent: agent, policy: policy), logger: sshLogger,
+                handler: SSHAgentFrames(
+                    agent: agent,
+                    access: SSHAgentAccess(
+                        maySign: { peer in policy.grants(.sign, to: peer) },
+                        isAdmin: { peer in policy.grants(.admin, to: peer) })), logger: sshLogger,
                 maxFrameBytes: AgentFraming.maxFrameBytes, gate: gate)
             services.append(
                 .init(

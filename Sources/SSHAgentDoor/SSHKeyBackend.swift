@@ -22,20 +22,20 @@ import TesseraCore
 /// REQUEST_IDENTITIES always lists the tokens afresh; SIGN_REQUEST finds its key (and token) in the cache that
 /// listing fills, so a signature is one token operation. The cache is dropped on token events (PIV hotplug,
 /// pcscd), after `ssh.keygen`, and when a signature fails because the token or key is gone.
-struct SSHKeyBackend: SSHAgentBackend {
-    static let sshLabelPrefix = "ssh:"
-    static let confirmLabelPrefix = "ssh-confirm:"
-    static let passkeyLabelPrefix = "tessera:"
+public struct SSHKeyBackend: SSHAgentBackend {
+    public static let sshLabelPrefix = "ssh:"
+    public static let confirmLabelPrefix = "ssh-confirm:"
+    public static let passkeyLabelPrefix = "tessera:"
 
-    let passkeys: PasskeyService
+    public let passkeys: PasskeyService
     let logger: Logger
     /// Asked (door `ssh`) for each signature with a `confirm` key.
     let presence: PresenceBroker
     /// Whose the keys `ssh.keygen` made are; every other key is the daemon's uid's.
-    let owners: SSHKeyOwnerStore
+    public let owners: SSHKeyOwnerStore
     private let cache = IdentityCache()
 
-    init(passkeys: PasskeyService, logger: Logger, presence: PresenceBroker, owners: SSHKeyOwnerStore) {
+    public init(passkeys: PasskeyService, logger: Logger, presence: PresenceBroker, owners: SSHKeyOwnerStore) {
         self.passkeys = passkeys; self.logger = logger; self.presence = presence; self.owners = owners
     }
 
@@ -77,12 +77,35 @@ struct SSHKeyBackend: SSHAgentBackend {
         }
     }
 
+    /// `ssh.keygen`: a P-256 key on `token` labelled `ssh:COMMENT` (`ssh-confirm:COMMENT` with `confirm`), owned by
+    /// the caller's uid. With `pin`, the token is logged in under the PIN rules first.
+    public func keygen(
+        token: any KeyStoreToken, comment: String, confirm: Bool, pin: String?, allowFinalTry: Bool, caller: PINCaller
+    ) async throws(TesseraError) -> (handle: [UInt8], key: SSHPublicKey) {
+        let handle = SecureRandom.bytes(16)
+        let label = (confirm ? Self.confirmLabelPrefix : Self.sshLabelPrefix) + comment
+        // The owner first: a key generation that fails leaves an unused row, never a key with no owner.
+        try await owners.record(SSHKeyOwnerRecord(tokenId: token.id, keyHandle: handle, ownerUid: caller.uid))
+        let point: [UInt8]
+        if let pin {
+            point = try await passkeys.pinRules.withCallerPIN(
+                pin, caller: caller, allowFinalTry: allowFinalTry, tokenId: token.id
+            ) { attempt throws(TesseraError) in
+                try await token.generateP256Key(handle: handle, label: label, pin: attempt)
+            }
+        } else {
+            point = try await token.generateP256Key(handle: handle, label: label, pin: nil)
+        }
+        invalidate()
+        return (handle, .ecdsaP256(point: point))
+    }
+
     /// Drops the cached keys (token events, new keys).
-    func invalidate() { cache.invalidate() }
+    public func invalidate() { cache.invalidate() }
 
-    func identities() async -> [AgentIdentity] { await list().map(\.identity) }
+    public func identities() async -> [AgentIdentity] { await list().map(\.identity) }
 
-    func identity(blob: [UInt8]) async -> AgentIdentity? {
+    public func identity(blob: [UInt8]) async -> AgentIdentity? {
         if let cached = cache.lookup(blob) { return cached }
         return await list().first { $0.identity.key.blob == blob }?.identity
     }
@@ -130,7 +153,7 @@ struct SSHKeyBackend: SSHAgentBackend {
 
     /// ECDSA P-256, or RSA PKCS#1 v1.5 with SHA-512 / SHA-256 for the `rsa-sha2-512` / `rsa-sha2-256` flags and
     /// SHA-1 (`ssh-rsa`) without one, as OpenSSH's agent does.
-    func sign(_ identity: AgentIdentity, data: [UInt8], flags: UInt32) async throws(TesseraError) -> [UInt8] {
+    public func sign(_ identity: AgentIdentity, data: [UInt8], flags: UInt32) async throws(TesseraError) -> [UInt8] {
         let token: any KeyStoreToken
         if let cached = cache.token(identity.tokenID) {
             token = cached
@@ -164,7 +187,7 @@ struct SSHKeyBackend: SSHAgentBackend {
         }
     }
 
-    func unlock(readerID: String, pin: String, peer: AgentPeer) async throws(TesseraError) -> String {
+    public func unlock(readerID: String, pin: String, peer: AgentPeer) async throws(TesseraError) -> String {
         guard let token = await token(readerID: readerID) else {
             throw TesseraError(.tokenNotPresent, "no token with id or label '\(readerID)'")
         }
@@ -178,17 +201,17 @@ struct SSHKeyBackend: SSHAgentBackend {
         return token.id
     }
 
-    func tokenID(readerID: String) async -> String? { await token(readerID: readerID)?.id }
+    public func tokenID(readerID: String) async -> String? { await token(readerID: readerID)?.id }
 
     /// Logs the token out, unless the daemon holds its PIN (a PIN file): that login is the daemon's, not the agent's.
-    func forget(tokenID: String) async {
+    public func forget(tokenID: String) async {
         guard let token = await passkeys.tokens().first(where: { $0.id == tokenID }), !token.hasConfiguredPIN else {
             return
         }
         await token.logout()
     }
 
-    func confirm(_ identity: AgentIdentity, peer: AgentPeer, forwarded: Bool) async -> Bool {
+    public func confirm(_ identity: AgentIdentity, peer: AgentPeer, forwarded: Bool) async -> Bool {
         let details: [String: JSONValue] = [
             "type": "ssh-sign", "key": .string(identity.key.authorizedKeysLine(comment: identity.comment)),
             "tokenId": .string(identity.tokenID), "connection": .number(Double(peer.connectionID)),
@@ -204,7 +227,7 @@ struct SSHKeyBackend: SSHAgentBackend {
         }
     }
 
-    func log(_ level: AgentLogLevel, _ message: String) {
+    public func log(_ level: AgentLogLevel, _ message: String) {
         switch level {
         case .info: logger.info("\(message)")
         case .notice: logger.notice("\(message)")
@@ -222,81 +245,55 @@ struct SSHKeyBackend: SSHAgentBackend {
     }
 }
 
-/// Connects the agent socket to the agent, with the main socket's policy: listing for anyone who can connect,
-/// signing, unlocking and locking for holders of `sign`.
-struct SSHAgentFrames: FrameHandler {
-    let agent: SSHAgent
-    let policy: Policy
+/// Who may do what on the agent socket, as the daemon's policy decides: `maySign` (signing, unlocking and
+/// locking; `sign`) and `isAdmin` (every key is an administrator's).
+public struct SSHAgentAccess: Sendable {
+    let maySign: @Sendable (PeerCredentials) -> Bool
+    let isAdmin: @Sendable (PeerCredentials) -> Bool
 
-    func handle(_ frame: [UInt8], connectionID: UInt64, peer: PeerCredentials) async -> [UInt8] {
-        let maySign = (try? policy.check(.sign, peer: peer)) != nil
-        return await agent.handle(
-            frame,
-            from: AgentPeer(
-                connectionID: connectionID, uid: peer.uid, pid: peer.pid, maySign: maySign,
-                isAdmin: policy.grants(.admin, to: peer)))
+    public init(
+        maySign: @escaping @Sendable (PeerCredentials) -> Bool, isAdmin: @escaping @Sendable (PeerCredentials) -> Bool
+    ) {
+        self.maySign = maySign
+        self.isAdmin = isAdmin
     }
-
-    func closed(connectionID: UInt64) async { agent.closed(connectionID: connectionID) }
 }
 
-extension MethodTable {
-    /// `ssh.keygen` and `ssh.list`.
-    func registerSSH(_ passkeys: PasskeyService, backend: SSHKeyBackend) {
-        let policy = policy
-        register("ssh.keygen", .enroll) { p, connection in
-            let token = try await passkeys.chooseToken(p.optionalString("tokenId"))
-            let comment = try p.optionalString("comment") ?? "tessera@\(ProcessInfo.processInfo.hostName)"
-            guard !comment.contains(where: \.isNewline), comment.utf8.count <= 200 else {
-                throw TesseraError.invalidInput("comment must be one line of at most 200 bytes")
-            }
-            let handle = SecureRandom.bytes(16)
-            let prefix =
-                try p.optionalBool("confirm") == true ? SSHKeyBackend.confirmLabelPrefix : SSHKeyBackend.sshLabelPrefix
-            let label = prefix + comment
-            // The owner first: a key generation that fails leaves an unused row, never a key with no owner.
-            try await backend.owners.record(
-                SSHKeyOwnerRecord(tokenId: token.id, keyHandle: handle, ownerUid: connection.peer.uid))
-            let point: [UInt8]
-            if let pin = try p.optionalString("pin") {
-                point = try await passkeys.pinRules.withCallerPIN(
-                    pin, caller: connection.pinCaller, allowFinalTry: p.optionalBool("allowFinalPinTry") ?? false,
-                    tokenId: token.id
-                ) { attempt throws(TesseraError) in
-                    try await token.generateP256Key(handle: handle, label: label, pin: attempt)
-                }
-            } else {
-                point = try await token.generateP256Key(handle: handle, label: label, pin: nil)
-            }
-            backend.invalidate()
-            let key = SSHPublicKey.ecdsaP256(point: point)
-            return [
-                "tokenId": .string(token.id), "keyId": .string(Base64URL.encode(handle)),
-                "publicKey": .string(key.authorizedKeysLine(comment: comment)),
-            ]
-        }
-        register("ssh.list", .read) { _, connection in
-            let requester = policy.requester(connection)
-            let keys = await backend.identities().filter { requester.owns($0.ownerUid) }.map { id -> JSONValue in
-                [
-                    "tokenId": .string(id.tokenID), "keyId": .string(Base64URL.encode(id.handle)),
-                    "comment": .string(id.comment),
-                    "confirm": .bool(id.confirm), "publicKey": .string(id.key.authorizedKeysLine(comment: id.comment)),
-                    "ownerUid": .number(Double(id.ownerUid)),
-                ]
-            }
-            return ["keys": .array(keys)]
-        }
+/// Connects the agent socket to the agent, with the main socket's policy: listing for anyone who can connect,
+/// signing, unlocking and locking for holders of `sign`.
+public struct SSHAgentFrames: FrameHandler {
+    let agent: SSHAgent
+    let access: SSHAgentAccess
+
+    public init(agent: SSHAgent, access: SSHAgentAccess) {
+        self.agent = agent
+        self.access = access
     }
+
+    public func handle(_ frame: [UInt8], connectionID: UInt64, peer: PeerCredentials) async -> [UInt8] {
+        await agent.handle(
+            frame,
+            from: AgentPeer(
+                connectionID: connectionID, uid: peer.uid, pid: peer.pid, maySign: access.maySign(peer),
+                isAdmin: access.isAdmin(peer)))
+    }
+
+    public func closed(connectionID: UInt64) async { agent.closed(connectionID: connectionID) }
 }
 
 /// The agent socket as a lifecycle service.
-struct SSHAgentSocketService: Service {
+public struct SSHAgentSocketService: Service {
     let server: LengthPrefixedServer
     let address: RPCListenAddress
     let logger: Logger
 
-    func run() async throws {
+    public init(server: LengthPrefixedServer, address: RPCListenAddress, logger: Logger) {
+        self.server = server
+        self.address = address
+        self.logger = logger
+    }
+
+    public func run() async throws {
         try await withGracefulShutdownHandler {
             try await server.run(on: address) {
                 logger.info("ssh-agent ready", metadata: ["address": "\(address)"])

@@ -1,0 +1,150 @@
+import CredentialStore
+import Foundation
+import Logging
+import Ownership
+import Passkeys
+import Presence
+import SSHAgent
+import SSHAgentDoor
+import TesseraCore
+import TesseraTestSupport
+import Testing
+
+/// The PKCS#11 key store over the process's SoftHSM2 fixture (one provider for every test of this target).
+enum SSHKeyStore {
+    private static let shared = Task { () -> Result<PKCS11KeyStore, TesseraError> in
+        do throws(TesseraError) {
+            let fixture = try await SoftHSMFixture.shared()
+            return .success(
+                try await PKCS11KeyStore.open(
+                    modules: [fixture.modulePath], embeddedSoftHSMDir: nil, pinFiles: [:], sessionsPerToken: nil,
+                    logger: quietLogger))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    static func get() async throws -> PKCS11KeyStore { try await shared.value.get() }
+}
+
+let quietLogger: Logger = {
+    var logger = Logger(label: "ssh-agent-door-test")
+    logger.logLevel = .critical
+    return logger
+}()
+
+/// An SSH key backend on the passkey service over a temporary database, with a spare SoftHSM2 token of its own.
+struct SSHHarness {
+    let backend: SSHKeyBackend
+    let token: any KeyStoreToken
+    let owners: SSHKeyOwnerStore
+
+    static func make(presenceCommand: [String]? = nil) async throws -> SSHHarness {
+        let keyStore = try await SSHKeyStore.get()
+        let label = try await SoftHSMFixture.shared().claimSpareToken()
+        var token: (any KeyStoreToken)?
+        for t in await keyStore.tokens() where await t.describe()["label"] == .string(label) { token = t }
+        guard let token else { throw TesseraError(.tokenNotPresent, "no token labelled \(label)") }
+        let db = try TesseraDatabase(path: Scratch.directory("ssh-door") + "/tessera.sqlite")
+        let service = PasskeyService(
+            keyStores: [keyStore], store: CredentialStore(database: db), logger: quietLogger,
+            pinBackoff: PINBackoffPolicy(initial: .zero, maximum: .zero))
+        let presence = PresenceBroker(
+            PresenceSettings(command: presenceCommand, timeout: .seconds(5), confirmOnSocket: false),
+            logger: quietLogger)
+        let owners = SSHKeyOwnerStore(database: db)
+        let backend = SSHKeyBackend(passkeys: service, logger: quietLogger, presence: presence, owners: owners)
+        return SSHHarness(backend: backend, token: token, owners: owners)
+    }
+
+    /// This harness's keys (other tests' tokens share the key store).
+    func identities() async -> [AgentIdentity] {
+        await backend.identities().filter { $0.tokenID == token.id }
+    }
+
+    func keygen(comment: String, confirm: Bool = false, uid: UInt32) async throws -> (
+        handle: [UInt8], key: SSHPublicKey
+    ) {
+        try await backend.keygen(
+            token: token, comment: comment, confirm: confirm, pin: SoftHSMFixture.defaultPIN, allowFinalTry: false,
+            caller: PINCaller(uid: uid, pid: 1))
+    }
+}
+
+@Suite struct SSHKeyBackendTests {
+    @Test func keygenRecordsTheCallersUidAsTheKeysOwner() async throws {
+        let h = try await SSHHarness.make()
+        let (handle, key) = try await h.keygen(comment: "alice@host", uid: 1000)
+        #expect(try await h.owners.owners()[h.token.id]?[Data(handle)] == 1000)
+        let listed = await h.identities()
+        #expect(listed.count == 1)
+        #expect(listed.first?.key == key)
+        #expect(listed.first?.comment == "alice@host")
+        #expect(listed.first?.ownerUid == 1000)
+        #expect(listed.first?.confirm == false)
+    }
+
+    @Test func keysAreListedWithTheirOwnersAndOnlyTheOwnerOrAnAdminOwnsThem() async throws {
+        let h = try await SSHHarness.make()
+        let (alice, _) = try await h.keygen(comment: "alice", uid: 1000)
+        let (bob, _) = try await h.keygen(comment: "bob", uid: 1001)
+        // A key made on the token without ssh.keygen has no recorded owner: it is the daemon's uid's.
+        _ = try await h.token.generateP256Key(handle: [9, 9], label: "plain", pin: nil)
+        h.backend.invalidate()
+        let byHandle = Dictionary(uniqueKeysWithValues: await h.identities().map { ($0.handle, $0) })
+        #expect(byHandle.count == 3)
+        #expect(byHandle[alice]?.ownerUid == 1000)
+        #expect(byHandle[bob]?.ownerUid == 1001)
+        #expect(byHandle[[9, 9]]?.ownerUid == Requester.daemonUID)
+        #expect(byHandle[[9, 9]]?.comment == "plain")
+        let asAlice = Requester(uid: 1000, pid: 1, isAdmin: false)
+        #expect(byHandle.values.filter { asAlice.owns($0.ownerUid) }.map(\.handle) == [alice])
+        let admin = Requester(uid: 1002, pid: 1, isAdmin: true)
+        #expect(byHandle.values.filter { admin.owns($0.ownerUid) }.count == 3)
+    }
+
+    @Test func aConfirmKeyAsksThePresenceBroker() async throws {
+        for (command, answer) in [(["/bin/true"], true), (["/bin/false"], false)] {
+            let h = try await SSHHarness.make(presenceCommand: command)
+            _ = try await h.keygen(comment: "careful", confirm: true, uid: 1000)
+            let identity = try #require(await h.identities().first)
+            #expect(identity.confirm)
+            let peer = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+            #expect(await h.backend.confirm(identity, peer: peer, forwarded: false) == answer)
+        }
+        // Without a presence source nobody can confirm: the signature is refused.
+        let h = try await SSHHarness.make(presenceCommand: nil)
+        _ = try await h.keygen(comment: "careful", confirm: true, uid: 1000)
+        let identity = try #require(await h.identities().first)
+        #expect(
+            await h.backend.confirm(
+                identity, peer: AgentPeer(connectionID: 1, uid: 1000, maySign: true), forwarded: false) == false)
+    }
+
+    @Test func aKeyNeedingItsPINIsRefusedUntilTheAgentIsUnlocked() async throws {
+        let h = try await SSHHarness.make()
+        let (_, key) = try await h.keygen(comment: "pin", uid: 1000)
+        let identity = try #require(await h.identities().first)
+        #expect(identity.needsUnlock)
+        await h.token.logout()
+        let agent = SSHAgent(backend: h.backend, pinCacheSeconds: 60)
+        let peer = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        // SSH_AGENT_FAILURE (5) before `ssh-add -s`; SSH_AGENT_SIGN_RESPONSE (14) after it.
+        #expect(await agent.handle(Self.signRequest(key), from: peer) == [5])
+        #expect(await agent.handle(Self.unlock(h.token.id, pin: SoftHSMFixture.defaultPIN), from: peer) == [6])
+        #expect(await agent.handle(Self.signRequest(key), from: peer).first == 14)
+    }
+
+    static func signRequest(_ key: SSHPublicKey) -> [UInt8] {
+        var w = SSHWriter()
+        w.byte(AgentMessageType.signRequest); w.string(key.blob); w.string([1, 2, 3]); w.uint32(0)
+        return w.bytes
+    }
+
+    /// SSH_AGENTC_ADD_SMARTCARD_KEY (20), as `ssh-add -s` sends it.
+    static func unlock(_ reader: String, pin: String) -> [UInt8] {
+        var w = SSHWriter()
+        w.byte(20); w.string(Array(reader.utf8)); w.string(Array(pin.utf8))
+        return w.bytes
+    }
+}
