@@ -185,13 +185,18 @@ let package = Package(
                 "Presence", "RPC", "WebAuthn", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
+        /// The mdoc holder door (docs/MDOC.md, "Holder"): device keys on tokens, registrations by owner, reader
+        /// trust by readerAuth chain to the reader roots, the release of a DeviceResponse after consent.
+        .target(
+            name: "MDocHolderDoor",
+            dependencies: ["TesseraCore", "CredentialStore", "ICAO", "MDoc", "Ownership", "Passkeys"]),
         .target(
             name: "TesseraDaemon",
             dependencies: [
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PKCS11", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAP2", "CTAPAuthenticator", "CBOR", "Presence",
+                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Presence",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
