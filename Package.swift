@@ -264,6 +264,13 @@ let package = Package(
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
+            name: "MDocHolderDoorTests",
+            dependencies: [
+                "MDocHolderDoor", "MDoc", "CBOR", "CredentialStore", "ICAO", "Passkeys", "TesseraCore",
+                "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+        .testTarget(
             name: "CTAP2Tests",
             dependencies: ["CTAP2", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ", "TesseraCore"]),
