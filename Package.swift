@@ -193,13 +193,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
+        /// The mdoc holder door (docs/MDOC.md, "Holder"): device keys on tokens, registrations by owner, reader
+        /// trust by readerAuth chain to the reader roots, the release of a DeviceResponse after consent.
+        .target(
+            name: "MDocHolderDoor",
+            dependencies: ["TesseraCore", "CredentialStore", "ICAO", "MDoc", "Ownership", "Passkeys"]),
         .target(
             name: "TesseraDaemon",
             dependencies: [
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAP2", "CTAPAuthenticator", "CBOR", "Presence", "SSHAgentDoor",
+                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Presence", "SSHAgentDoor",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -271,6 +276,13 @@ let package = Package(
             dependencies: [
                 "SSHAgentDoor", "SSHAgent", "CredentialStore", "Ownership", "Passkeys", "Presence", "TesseraCore",
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]),
+        .testTarget(
+            name: "MDocHolderDoorTests",
+            dependencies: [
+                "MDocHolderDoor", "MDoc", "CBOR", "CredentialStore", "ICAO", "Passkeys", "TesseraCore",
+                "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "CTAP2Tests",

@@ -4,6 +4,7 @@ import Documents
 import Enrollment
 import Foundation
 import Logging
+import MDocHolderDoor
 import PIVKeyStore
 import Passkeys
 import Presence

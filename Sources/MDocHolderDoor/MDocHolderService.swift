@@ -1,4 +1,3 @@
-import CBOR
 import CredentialStore
 import Foundation
 import ICAO
@@ -8,14 +7,21 @@ import Passkeys
 import TesseraCore
 
 /// What the holder asks the user before releasing anything: a trusted reader's request for a registered document.
-struct MDocConsentRequest: Sendable {
-    var documentIdentifier: String
-    var docType: String
-    var reader: MDocReaderIdentity
-    var elements: [MDocRequestedElement]
+public struct MDocConsentRequest: Sendable {
+    public var documentIdentifier: String
+    public var docType: String
+    public var reader: MDocReaderIdentity
+    public var elements: [MDocRequestedElement]
+
+    public init(
+        documentIdentifier: String, docType: String, reader: MDocReaderIdentity, elements: [MDocRequestedElement]
+    ) {
+        self.documentIdentifier = documentIdentifier; self.docType = docType; self.reader = reader
+        self.elements = elements
+    }
 
     /// The `mdoc.request` notification's params; `origin` is the web origin of an 18013-7 Annex C request.
-    func json(presentationId: String, origin: String? = nil) -> JSONValue {
+    public func json(presentationId: String, origin: String? = nil) -> JSONValue {
         var o: [String: JSONValue] = [
             "presentationId": .string(presentationId), "documentIdentifier": .string(documentIdentifier),
             "docType": .string(docType),
@@ -37,48 +43,54 @@ struct MDocConsentRequest: Sendable {
 
 /// The user's answer: approved or not, which elements (`namespace/identifier`; nil: all requested), and the
 /// token PIN when the user gave one (tried once through `PINRules.withCallerPIN` for `caller`).
-struct MDocConsent: Sendable {
-    var approved: Bool
-    var elements: [String]? = nil
-    var pin: String? = nil
-    var allowFinalPinTry = false
-    var caller: PINCaller? = nil
+public struct MDocConsent: Sendable {
+    public var approved: Bool
+    public var elements: [String]? = nil
+    public var pin: String? = nil
+    public var allowFinalPinTry = false
+    public var caller: PINCaller? = nil
     /// Why not approved: declined, timeout, ended.
-    var reason = "declined"
+    public var reason = "declined"
 
-    static func refused(_ reason: String) -> MDocConsent { MDocConsent(approved: false, reason: reason) }
+    public init(approved: Bool) { self.approved = approved }
+
+    public init(approved: Bool, reason: String) {
+        self.approved = approved; self.reason = reason
+    }
+
+    public static func refused(_ reason: String) -> MDocConsent { MDocConsent(approved: false, reason: reason) }
 }
 
 /// What `respond` released.
-struct MDocHolderResponse: Sendable {
+public struct MDocHolderResponse: Sendable {
     /// DeviceResponse CBOR, to be encrypted by the front door's session.
-    var deviceResponse: [UInt8]
+    public var deviceResponse: [UInt8]
     /// The released elements, `namespace/identifier`.
-    var released: [String]
+    public var released: [String]
 }
 
 /// The holder side of mdoc (docs/MDOC.md, "Holder"): device keys on tokens, registrations, and the decision and
 /// signing of a response. Front doors (NFC `mdoc.present`, 18013-7 Annex C `mdoc.respond`) own the session
 /// and its SessionTranscript and call `respond`.
-final class MDocHolderService: Sendable {
+public final class MDocHolderService: Sendable {
     /// `CKA_LABEL` of device keys: `tessera:mdoc:UID`. The `tessera:` prefix keeps them out of the SSH agent, and
     /// passkeys are only the keys of credential records, so a device key is never offered as either.
-    static let labelPrefix = "tessera:mdoc:"
+    public static let labelPrefix = "tessera:mdoc:"
 
-    let passkeys: PasskeyService
-    let store: MDocRegistrationStore
+    public let passkeys: PasskeyService
+    public let store: MDocRegistrationStore
     /// The reader root certificates (`--mdoc-reader-root`): a readerAuth chain must validate to one of them, and its
     /// subject key identifier must be in the registration's supportedAuthorityKeyIdentifiers.
-    let readerRoots: [ParsedCertificate]
+    public let readerRoots: [ParsedCertificate]
     /// What each `mdoc.approve` waits for: its presentation's outcome.
-    let outcomes = MDocOutcomes()
+    public let outcomes = MDocOutcomes()
 
-    init(passkeys: PasskeyService, store: MDocRegistrationStore, readerRoots: [ParsedCertificate] = []) {
+    public init(passkeys: PasskeyService, store: MDocRegistrationStore, readerRoots: [ParsedCertificate] = []) {
         self.passkeys = passkeys; self.store = store; self.readerRoots = readerRoots
     }
 
     /// A P-256 key generated on a PKCS#11 token; its COSE_Key (EC2). The private key never leaves the token.
-    func createDeviceKey(tokenId: String?, uid: UInt32, pin: String?, caller: PINCaller, allowFinalPinTry: Bool)
+    public func createDeviceKey(tokenId: String?, uid: UInt32, pin: String?, caller: PINCaller, allowFinalPinTry: Bool)
         async throws(TesseraError) -> (tokenId: String, keyId: [UInt8], deviceKey: MDocECKey)
     {
         let token = try await passkeys.chooseToken(tokenId)
@@ -104,7 +116,8 @@ final class MDocHolderService: Sendable {
     }
 
     /// The device key `keyId` on `tokenId`, made by `createDeviceKey` for `uid` (any uid when `isAdmin`).
-    func deviceKey(tokenId: String, keyId: [UInt8], uid: UInt32, isAdmin: Bool) async throws(TesseraError) -> MDocECKey
+    public func deviceKey(tokenId: String, keyId: [UInt8], uid: UInt32, isAdmin: Bool) async throws(TesseraError)
+        -> MDocECKey
     {
         let token = try await passkeys.chooseToken(tokenId)
         let keys = try await token.publicKeys()
@@ -120,7 +133,7 @@ final class MDocHolderService: Sendable {
     }
 
     /// Validates and stores a registration (see `mdoc.register` in docs/API.md).
-    func register(
+    public func register(
         documentIdentifier: String, docType: String, issuerSigned bytes: [UInt8], tokenId: String, keyId: [UInt8],
         supportedAuthorityKeyIdentifiers: [[UInt8]], invalidationDate: Date?, uid: UInt32, isAdmin: Bool
     ) async throws(TesseraError) -> MDocRegistrationRecord {
@@ -147,7 +160,7 @@ final class MDocHolderService: Sendable {
 
     /// The registration `documentIdentifier` if `uid` owns it (or `isAdmin`); MDOC_REGISTRATION_NOT_FOUND when it
     /// does not exist or is another uid's, the same answer (docs/API.md, "Owners").
-    func registration(_ documentIdentifier: String, uid: UInt32, isAdmin: Bool) async throws(TesseraError)
+    public func registration(_ documentIdentifier: String, uid: UInt32, isAdmin: Bool) async throws(TesseraError)
         -> MDocRegistrationRecord
     {
         guard let record = try await store.registration(documentIdentifier),
@@ -165,7 +178,7 @@ final class MDocHolderService: Sendable {
     /// supportedAuthorityKeyIdentifiers trust the request's reader over `sessionTranscript`, else the first of them
     /// (`respond` then says why the reader is refused). MDOC_NOT_OFFERED when there is none: reason `docType` (no
     /// registration of a requested docType) or `expired` (only expired ones).
-    func registration(
+    public func registration(
         for request: DeviceRequest, sessionTranscript: SessionTranscript, uid: UInt32, now: Date = Date()
     ) async throws(TesseraError) -> MDocRegistrationRecord {
         let docTypes = Set(request.docRequests.map(\.docType))
@@ -205,7 +218,7 @@ final class MDocHolderService: Sendable {
     ///
     /// The front door supplies the SessionTranscript (NFC engagement for `mdoc.present`, 18013-7 Annex C's for `mdoc.respond`)
     /// and encrypts the returned DeviceResponse in its session.
-    func respond(
+    public func respond(
         registration: MDocRegistrationRecord, request: DeviceRequest, sessionTranscript: SessionTranscript,
         uid: UInt32, now: Date = Date(), consent: @Sendable (MDocConsentRequest) async -> MDocConsent
     ) async throws(TesseraError) -> MDocHolderResponse {
@@ -258,7 +271,7 @@ final class MDocHolderService: Sendable {
 /// The outcome of an approved presentation (the released elements, or why nothing was) for the `mdoc.approve` that
 /// answered it. The question itself waits in the presence broker (door `mdoc`, keyed by presentationId); an approve
 /// opens a slot before it answers, so an outcome that comes before the approve waits for it is kept.
-actor MDocOutcomes {
+public actor MDocOutcomes {
     private enum Slot {
         case open
         case waiting(CheckedContinuation<Result<[String], TesseraError>, Never>)
@@ -268,20 +281,20 @@ actor MDocOutcomes {
     private var next: UInt64 = 0
 
     /// Opens a slot for presentation `id` before answering it; returns the slot's token.
-    func expect(_ id: String) -> UInt64 {
+    public func expect(_ id: String) -> UInt64 {
         next += 1
         slots[id, default: [:]][next] = .open
         return next
     }
 
     /// Closes a slot (its approve did not answer).
-    func drop(_ id: String, _ token: UInt64) {
+    public func drop(_ id: String, _ token: UInt64) {
         slots[id]?[token] = nil
         if slots[id]?.isEmpty == true { slots[id] = nil }
     }
 
     /// The outcome for the slot, once `finish` reported it.
-    func wait(_ id: String, _ token: UInt64) async -> Result<[String], TesseraError> {
+    public func wait(_ id: String, _ token: UInt64) async -> Result<[String], TesseraError> {
         switch slots[id]?[token] {
         case .done(let result)?:
             drop(id, token)
@@ -294,7 +307,7 @@ actor MDocOutcomes {
     }
 
     /// Reports presentation `id`'s outcome to its open and waiting slots.
-    func finish(_ id: String, _ result: Result<[String], TesseraError>) {
+    public func finish(_ id: String, _ result: Result<[String], TesseraError>) {
         guard let open = slots.removeValue(forKey: id) else { return }
         for (token, slot) in open {
             switch slot {
