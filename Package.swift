@@ -245,6 +245,13 @@ let package = Package(
         // MARK: Tests
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
         .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"]),
+        /// A passkey service on a spare SoftHSM2 token over a temporary database, for the front doors' unit tests.
+        .target(
+            name: "PasskeyTestSupport",
+            dependencies: [
+                "CredentialStore", "Passkeys", "TesseraCore", "TesseraTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         .testTarget(
             name: "TesseraCoreTests",
             dependencies: ["TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
@@ -267,6 +274,7 @@ let package = Package(
         .testTarget(
             name: "CTAPAuthenticatorTests",
             dependencies: [
+                "PasskeyTestSupport",
                 "CTAPAuthenticator", "CTAP2", "CTAPHID", "CredentialStore", "Passkeys", "Presence", "RPC",
                 "TesseraCore",
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
@@ -274,12 +282,14 @@ let package = Package(
         .testTarget(
             name: "SSHAgentDoorTests",
             dependencies: [
+                "PasskeyTestSupport",
                 "SSHAgentDoor", "SSHAgent", "CredentialStore", "Ownership", "Passkeys", "Presence", "TesseraCore",
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "MDocHolderDoorTests",
             dependencies: [
+                "PasskeyTestSupport",
                 "MDocHolderDoor", "MDoc", "CBOR", "CredentialStore", "ICAO", "Passkeys", "TesseraCore",
                 "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,6 +1,7 @@
 import CTAP2
 import CredentialStore
 import Logging
+import PasskeyTestSupport
 import Passkeys
 import Presence
 import RPC
@@ -10,28 +11,7 @@ import Testing
 
 @testable import CTAPAuthenticator
 
-/// The PKCS#11 key store over the process's SoftHSM2 fixture (one provider for every test of this target).
-enum CTAPKeyStore {
-    private static let shared = Task { () -> Result<PKCS11KeyStore, TesseraError> in
-        do throws(TesseraError) {
-            let fixture = try await SoftHSMFixture.shared()
-            return .success(
-                try await PKCS11KeyStore.open(
-                    modules: [fixture.modulePath], embeddedSoftHSMDir: nil, pinFiles: [:], sessionsPerToken: nil,
-                    logger: quietLogger))
-        } catch {
-            return .failure(error)
-        }
-    }
-
-    static func get() async throws -> PKCS11KeyStore { try await shared.value.get() }
-}
-
-let quietLogger: Logger = {
-    var logger = Logger(label: "ctap-test")
-    logger.logLevel = .critical
-    return logger
-}()
+let quietLogger = SpareTokenPasskeys.quietLogger
 
 /// A CTAP backend on a spare SoftHSM2 token of its own and a passkey service over a temporary database.
 struct CTAPHarness {
@@ -46,19 +26,8 @@ struct CTAPHarness {
         pinBackoff: PINBackoffPolicy = PINBackoffPolicy(initial: .zero, maximum: .zero),
         access: CTAPAccess = CTAPAccess(connect: { _ in }, enroll: { _ in }), login: Bool = true
     ) async throws -> CTAPHarness {
-        let keyStore = try await CTAPKeyStore.get()
-        let label = try await SoftHSMFixture.shared().claimSpareToken()
-        var token: (any KeyStoreToken)?
-        for t in await keyStore.tokens() where await t.describe()["label"] == .string(label) { token = t }
-        guard let token else { throw TesseraError(.tokenNotPresent, "no token labelled \(label)") }
-        let db = try TesseraDatabase(path: Scratch.directory("ctap") + "/tessera.sqlite")
-        let service = PasskeyService(
-            keyStores: [keyStore], store: CredentialStore(database: db), logger: quietLogger, pinBackoff: pinBackoff)
-        if login {
-            try await service.pinRules.withCallerPIN(
-                SoftHSMFixture.defaultPIN, caller: nil, allowFinalTry: false, tokenId: token.id
-            ) { (attempt: PINAttempt) async throws(TesseraError) in try await token.login(pin: attempt) }
-        }
+        let spare = try await SpareTokenPasskeys.make(scratch: "ctap", pinBackoff: pinBackoff, login: login)
+        let service = spare.service, token = spare.token
         let presence = PresenceBroker(
             PresenceSettings(command: nil, timeout: .seconds(1), confirmOnSocket: false), logger: quietLogger)
         let backend = CTAPPasskeyBackend(

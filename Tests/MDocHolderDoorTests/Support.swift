@@ -6,33 +6,13 @@ import ICAO
 import Logging
 import MDoc
 import MDocHolderDoor
+import PasskeyTestSupport
 import Passkeys
 import TesseraCore
 import TesseraTestSupport
 import Testing
 
-/// The PKCS#11 key store over the process's SoftHSM2 fixture (one provider for every test of this target).
-enum HolderKeyStore {
-    private static let shared = Task { () -> Result<PKCS11KeyStore, TesseraError> in
-        do throws(TesseraError) {
-            let fixture = try await SoftHSMFixture.shared()
-            return .success(
-                try await PKCS11KeyStore.open(
-                    modules: [fixture.modulePath], embeddedSoftHSMDir: nil, pinFiles: [:], sessionsPerToken: nil,
-                    logger: quietLogger))
-        } catch {
-            return .failure(error)
-        }
-    }
-
-    static func get() async throws -> PKCS11KeyStore { try await shared.value.get() }
-}
-
-let quietLogger: Logger = {
-    var logger = Logger(label: "mdoc-holder-test")
-    logger.logLevel = .critical
-    return logger
-}()
+let quietLogger = SpareTokenPasskeys.quietLogger
 
 /// A holder service on a spare SoftHSM2 token of its own (logged in, as a PIN file does for the daemon), a
 /// passkey service and the registration store over a temporary database, and a reader root it trusts.
@@ -44,18 +24,8 @@ struct HolderHarness {
     let pki: (iaca: TestCertificate, documentSigner: TestCertificate)
 
     static func make() async throws -> HolderHarness {
-        let keyStore = try await HolderKeyStore.get()
-        let label = try await SoftHSMFixture.shared().claimSpareToken()
-        var token: (any KeyStoreToken)?
-        for t in await keyStore.tokens() where await t.describe()["label"] == .string(label) { token = t }
-        guard let token else { throw TesseraError(.tokenNotPresent, "no token labelled \(label)") }
-        let db = try TesseraDatabase(path: Scratch.directory("mdoc-holder") + "/tessera.sqlite")
-        let passkeys = PasskeyService(
-            keyStores: [keyStore], store: CredentialStore(database: db), logger: quietLogger,
-            pinBackoff: PINBackoffPolicy(initial: .zero, maximum: .zero))
-        try await passkeys.pinRules.withCallerPIN(
-            SoftHSMFixture.defaultPIN, caller: nil, allowFinalTry: false, tokenId: token.id
-        ) { (attempt: PINAttempt) async throws(TesseraError) in try await token.login(pin: attempt) }
+        let spare = try await SpareTokenPasskeys.make(scratch: "mdoc-holder", login: true)
+        let passkeys = spare.service, token = spare.token, db = spare.database
         let reader = try TestPKI.generateChain(
             rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
             signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)

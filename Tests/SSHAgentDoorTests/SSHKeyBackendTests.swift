@@ -2,6 +2,7 @@ import CredentialStore
 import Foundation
 import Logging
 import Ownership
+import PasskeyTestSupport
 import Passkeys
 import Presence
 import SSHAgent
@@ -10,28 +11,7 @@ import TesseraCore
 import TesseraTestSupport
 import Testing
 
-/// The PKCS#11 key store over the process's SoftHSM2 fixture (one provider for every test of this target).
-enum SSHKeyStore {
-    private static let shared = Task { () -> Result<PKCS11KeyStore, TesseraError> in
-        do throws(TesseraError) {
-            let fixture = try await SoftHSMFixture.shared()
-            return .success(
-                try await PKCS11KeyStore.open(
-                    modules: [fixture.modulePath], embeddedSoftHSMDir: nil, pinFiles: [:], sessionsPerToken: nil,
-                    logger: quietLogger))
-        } catch {
-            return .failure(error)
-        }
-    }
-
-    static func get() async throws -> PKCS11KeyStore { try await shared.value.get() }
-}
-
-let quietLogger: Logger = {
-    var logger = Logger(label: "ssh-agent-door-test")
-    logger.logLevel = .critical
-    return logger
-}()
+let quietLogger = SpareTokenPasskeys.quietLogger
 
 /// An SSH key backend on the passkey service over a temporary database, with a spare SoftHSM2 token of its own.
 struct SSHHarness {
@@ -40,15 +20,8 @@ struct SSHHarness {
     let owners: SSHKeyOwnerStore
 
     static func make(presenceCommand: [String]? = nil) async throws -> SSHHarness {
-        let keyStore = try await SSHKeyStore.get()
-        let label = try await SoftHSMFixture.shared().claimSpareToken()
-        var token: (any KeyStoreToken)?
-        for t in await keyStore.tokens() where await t.describe()["label"] == .string(label) { token = t }
-        guard let token else { throw TesseraError(.tokenNotPresent, "no token labelled \(label)") }
-        let db = try TesseraDatabase(path: Scratch.directory("ssh-door") + "/tessera.sqlite")
-        let service = PasskeyService(
-            keyStores: [keyStore], store: CredentialStore(database: db), logger: quietLogger,
-            pinBackoff: PINBackoffPolicy(initial: .zero, maximum: .zero))
+        let spare = try await SpareTokenPasskeys.make(scratch: "ssh-door", login: false)
+        let service = spare.service, token = spare.token, db = spare.database
         let presence = PresenceBroker(
             PresenceSettings(command: presenceCommand, timeout: .seconds(5), confirmOnSocket: false),
             logger: quietLogger)
