@@ -375,6 +375,15 @@ class AsUser:
         return json.loads(data[1:])
 
 
+def let_other_uids_reach(path) -> None:
+    """Opens every directory from `path` up to, not including, / for traversal by other uids (g+x, o+x), so that a
+    process that has become another uid can reach a socket below it."""
+    p = pathlib.Path(path)
+    while p != p.parent:
+        os.chmod(p, os.stat(p).st_mode | 0o011)
+        p = p.parent
+
+
 def run_as(uid: int, fn):
     """Runs `fn()` in a forked child that has become uid/gid `uid` (no supplementary groups) and returns what it
     returned (JSON-serializable); an exception in the child fails the caller with the child's repr of it."""

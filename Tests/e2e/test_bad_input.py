@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Client, Daemon, RPCError, as_nobody, b64u
+from tessera_harness import let_other_uids_reach
 from test_passkeys import RP, authenticate, enroll
 
 
@@ -183,10 +184,7 @@ def test_concurrent_requests_on_one_connection_answered_by_id(daemon):
 
 def test_unauthorized_by_policy(tmp_path, softhsm):
     # nobody must be able to reach the socket: open the directories on the way to it.
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)
     config = tmp_path / "tesserad.json"
     config.write_text(json.dumps({"socketMode": "0666", "policy": {"sign": {"users": ["0"]}}}))
     d = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tessera_harness import (MRZ_ANNA, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, EmulatedPassport, RPCError, SoftHSM,
                              as_nobody, b64u, calls_as, cli, make_passport_profile, reached, release, unb64u)
+from tessera_harness import let_other_uids_reach
 from verify import verify_assertion, verify_registration
 
 RP = "badge.example.com"
@@ -913,10 +914,7 @@ def open_socket_to_others(s: Station, tmp_path: pathlib.Path) -> None:
     """Lets other uids reach the daemon's socket (they still need the policy's permissions)."""
     if os.geteuid() != 0:
         pytest.fail("this test needs root to act as other uids (CI runs as root)")
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)
     os.chmod(s.daemon.socket, 0o666)
 
 

@@ -24,6 +24,7 @@ from fido2.webauthn import (AttestationObject, PublicKeyCredentialCreationOption
 from webauthn import verify_authentication_response, verify_registration_response
 
 from tessera_harness import NOBODY, SOFTHSM_MODULE, SPY_MODULE, Client, Daemon, RPCError, SoftHSM, b64u, cli, run_as, unb64u
+from tessera_harness import let_other_uids_reach
 
 RP = "example.com"
 ORIGIN = "https://example.com"
@@ -468,10 +469,7 @@ def test_policy_refuses_a_client_without_sign(tmp_path, softhsm):
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["policy"] = {"sign": {"users": ["root"]}}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
-        if p == pathlib.Path("/"):
-            break
-        os.chmod(p, os.stat(p).st_mode | 0o011)
+    let_other_uids_reach(tmp_path)  # let nobody reach the socket
     d.start()
     try:
         assert oct(os.stat(d.sock).st_mode & 0o777) == "0o666"
@@ -994,10 +992,7 @@ def test_wrong_pins_block_client_pin_only_for_their_uid(tmp_path):
     hsm.add_token("ctap-pin", pin=ctap_token_pin("1234"))
     d = CTAPDaemon(tmp_path, hsm, extra={"clientPin": True, "socketMode": "0666"},
                    top={"pinBackoff": {"initialSeconds": 0}, "policy": {"sign": {"users": ["0", str(NOBODY)]}}})
-    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
-        if p == pathlib.Path("/"):
-            break
-        os.chmod(p, os.stat(p).st_mode | 0o011)
+    let_other_uids_reach(tmp_path)  # let nobody reach the socket
     d.start()
     try:
         client_pin = ClientPin(Ctap2(d.device()), PinProtocolV2())
@@ -1024,10 +1019,7 @@ def test_another_uids_credential_does_not_exist_over_ctap(tmp_path, softhsm):
     """A credential is its creator's (docs/API.md, "Owners"): over CTAP another uid gets NO_CREDENTIALS for it, by
     id and as a discoverable credential, exactly as for an id never made; each uid sees its own."""
     d = CTAPDaemon(tmp_path, softhsm, extra={"socketMode": "0666"})
-    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
-        if p == pathlib.Path("/"):
-            break
-        os.chmod(p, os.stat(p).st_mode | 0o011)
+    let_other_uids_reach(tmp_path)  # let nobody reach the socket
     d.start()
     try:
         cdh = hashlib.sha256(b"owners").digest()
@@ -1075,10 +1067,7 @@ def test_connections_are_served_on_the_event_loops_within_the_connection_bounds(
     cfg = json.loads((tmp_path / "config.json").read_text())
     cfg["policy"] = {"sign": {"users": ["root", "65534"]}}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    for p in [tmp_path, *tmp_path.parents]:  # let nobody reach the socket
-        if p == pathlib.Path("/"):
-            break
-        os.chmod(p, os.stat(p).st_mode | 0o011)
+    let_other_uids_reach(tmp_path)  # let nobody reach the socket
     d.start()
     try:
         # The harness's readiness probe (root, on the main socket) holds one of root's places until the daemon has

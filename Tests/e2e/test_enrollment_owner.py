@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from tessera_harness import NOBODY, SOFTHSM_MODULE, AsUser, Client, Daemon, SoftHSM, as_nobody, unb64u
+from tessera_harness import let_other_uids_reach, NOBODY, SOFTHSM_MODULE, AsUser, Client, Daemon, SoftHSM, as_nobody, unb64u
 from tessera_harness import calls_as as harness_calls_as
 
 RP = "owner.example"
@@ -28,10 +28,7 @@ WORKFLOW = {"remote": True, "steps": ["EMAIL_INFO", "EMAIL_OTP", {"key": "PASSKE
 def station(tmp_path: pathlib.Path):
     if os.geteuid() != 0:
         pytest.fail("this test needs root to act as other uids (CI runs as root)")
-    p = tmp_path
-    while p != p.parent:  # other uids must be able to reach the socket
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)  # other uids must be able to reach the socket
     hsm = SoftHSM(tmp_path)
     hsm.add_token("tessera-test", pin="1234")
     pin_file = tmp_path / "pin"

@@ -8,16 +8,13 @@ import pathlib
 
 import pytest
 
-from tessera_harness import SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, as_nobody
+from tessera_harness import let_other_uids_reach, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, as_nobody
 
 @pytest.fixture
 def make_daemon(tmp_path: pathlib.Path):
     if os.geteuid() != 0:
         pytest.fail("this test needs root to act as uid nobody (CI runs as root)")
-    p = tmp_path
-    while p != p.parent:  # nobody must be able to reach the socket
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)  # nobody must be able to reach the socket
     hsm = SoftHSM(tmp_path)
     hsm.add_token("tessera-test", pin="1234")
     daemons = []

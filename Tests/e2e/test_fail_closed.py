@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tessera_harness import SOFTHSM_MODULE, AsUser, Client, Daemon, RPCError, SoftHSM, b64u
+from tessera_harness import let_other_uids_reach
 from test_passkeys import RP, authenticate, enroll
 
 ARGS = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"]
@@ -29,10 +30,7 @@ def with_config(tmp_path: pathlib.Path, config: dict, name: str = "tesserad.json
 
 def open_path_to(tmp_path: pathlib.Path) -> None:
     """Lets other uids reach sockets under tmp_path."""
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)
 
 
 # --- the socket never exists with wider permissions than configured -------------------------------------------

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tessera_harness import BIN, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, calls_as
+from tessera_harness import let_other_uids_reach
 
 DOCTYPE = "org.iso.18013.5.1.mDL"
 NS = "org.iso.18013.5.1"
@@ -299,10 +300,7 @@ def test_register_checks_the_device_key_the_doctype_and_duplicates(lab):
 def open_socket_to_others(lab) -> None:
     if os.geteuid() != 0:
         pytest.fail("this test needs root to act as another uid (CI runs as root)")
-    p = pathlib.Path(lab.daemon.socket).parent
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(pathlib.Path(lab.daemon.socket).parent)
     os.chmod(lab.daemon.socket, 0o666)
 
 

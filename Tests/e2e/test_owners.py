@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 
 from tessera_harness import NOBODY, SOFTHSM_MODULE, Daemon, RPCError, b64u, calls_as, cli
+from tessera_harness import let_other_uids_reach
 from verify import verify_assertion, verify_registration
 
 RP = "owners.example.com"
@@ -18,10 +19,7 @@ ORIGIN = f"https://{RP}"
 def open_to_others(tmp_path: pathlib.Path) -> None:
     if os.geteuid() != 0:
         pytest.fail("this test needs root to act as another uid (CI runs as root)")
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from tessera_harness import BIN, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, b64u, calls_as, unb64u
+from tessera_harness import let_other_uids_reach
 from verify import verify_assertion, verify_registration
 
 RP = "example.com"
@@ -248,10 +249,7 @@ def test_final_pin_try_is_kept_unless_the_request_allows_it(tmp_path, pcscd):
 
 def test_wrong_pin_backs_off_that_uid_before_the_card_is_touched(tmp_path, pcscd):
     # nobody must be able to reach the socket: open the directories on the way to it.
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)
     card = EmulatedPIV(pcscd, tmp_path).insert()
     daemon = start_daemon(tmp_path, pcscd, config={"socketMode": "0666"})  # default back-off: 2 s, doubling
     try:

@@ -11,6 +11,7 @@ from fido2.ctap import CtapError
 from fido2.ctap2 import Ctap2
 
 from tessera_harness import BIN, NOBODY, AsUser, as_nobody, calls_as
+from tessera_harness import let_other_uids_reach
 from test_ctap import RP, CTAPDaemon
 
 
@@ -38,10 +39,7 @@ def test_another_uids_presence_confirm_cannot_answer_my_request(tmp_path, sofths
     """A CTAP request of root waits for presence (confirmOnSocket): nobody neither sees it (presence.list, the
     presence.request notification) nor answers it (presence.confirm, presence.deny); root's own presence.confirm
     does, and root's subscribed connection is told when it starts and ends."""
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)
     d = CTAPDaemon(tmp_path, softhsm, presence=False, presence_extra={"confirmOnSocket": True},
                    top={"socketMode": "0666"}).start()
     try:

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tessera_harness import BIN, SOFTHSM_MODULE, SPY_MODULE, Daemon, b64u, cli, stop_process
+from tessera_harness import let_other_uids_reach
 from test_passkeys import enroll
 
 TOKEN = "tessera-test"
@@ -470,10 +471,7 @@ def test_policy_on_the_agent_socket(tmp_path, softhsm):
     import json
 
     from tessera_harness import NOBODY
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)
     agent_sock = tmp_path / "cfg-agent.sock"
     config = tmp_path / "tesserad.json"
     config.write_text(json.dumps({"sshAgent": {"socket": str(agent_sock), "socketMode": "0666"},
@@ -1066,10 +1064,7 @@ def shared_agent(tmp_path, softhsm, extra: dict | None = None, top: dict | None 
     `top` may make another uid an administrator, who alone sees it besides root)."""
     import base64
     import json
-    p = tmp_path
-    while p != p.parent:
-        os.chmod(p, os.stat(p).st_mode | 0o011)
-        p = p.parent
+    let_other_uids_reach(tmp_path)
     agent_sock = str(tmp_path / "shared-agent.sock")
     config = tmp_path / "tesserad.json"
     config.write_text(json.dumps({"sshAgent": {"socket": agent_sock, "socketMode": "0666", **(extra or {})},
