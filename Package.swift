@@ -220,6 +220,7 @@ let package = Package(
             name: "tessera",
             dependencies: [
                 "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
+                "PCSC",
                 "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 "MDoc", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
             ]),

@@ -50,7 +50,7 @@ public final class PCSCContext: Sendable {
                     throw failure.error(.context)
                 }
             }
-            throw TesseraError(.pcscUnavailable, "PC/SC context could not be re-established")
+            throw TesseraError(.pcscUnavailable, "PC/SC context could not be re-established — " + pcscdAdvice)
         }
     }
 

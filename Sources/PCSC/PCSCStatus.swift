@@ -66,6 +66,10 @@ enum SCardPhase {
     case session
 }
 
+/// What to do when pcscd cannot be reached (the PCSC_UNAVAILABLE message carries it).
+let pcscdAdvice =
+    "is pcscd running? Start it (sudo systemctl start pcscd.socket; sudo apt install pcscd), or point PCSCLITE_CSOCK_NAME at a private pcscd's socket; tessera doctor checks the set-up"
+
 func pcscErrorText(_ rv: Int) -> String {
     guard let text = pcsc_stringify_error(LONG(rv)) else { return "unknown" }
     return String(cString: text)
@@ -78,7 +82,7 @@ func pcscError(_ rv: Int, _ operation: String, phase: SCardPhase) -> TesseraErro
     let details: [String: JSONValue] = ["pcscCode": .string(hex)]
     switch rv {
     case SCardRV.noService, SCardRV.serviceStopped:
-        return TesseraError(.pcscUnavailable, text, details: details)
+        return TesseraError(.pcscUnavailable, text + " — " + pcscdAdvice, details: details)
     case SCardRV.removedCard, SCardRV.noSmartcard:
         return TesseraError(phase == .session ? .cardRemoved : .noCard, text, details: details)
     case SCardRV.resetCard:

@@ -2,6 +2,10 @@ import NIOCore
 import NIOPosix
 import TesseraCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// A JSON-RPC client for the daemon's socket: concurrent calls multiplexed by id, notifications as a stream.
 public final class RPCClient: Sendable {
     private let channel: Channel
@@ -40,12 +44,39 @@ public final class RPCClient: Sendable {
                     }
                 }
                 .connect(unixDomainSocketPath: path).get()
+        } catch let error as IOError {
+            throw TesseraError(
+                .daemonUnavailable, unreachableMessage(path: path, errno: error.errnoCode),
+                details: ["errno": .number(Double(error.errnoCode))])
         } catch {
-            throw TesseraError(.daemonUnavailable, "cannot connect to tesserad at \(path): \(error)")
+            throw TesseraError(.daemonUnavailable, unreachableMessage(path: path, errno: nil))
         }
         let client = RPCClient(channel: channel, notifications: stream)
         handler.attach(client)
         return client
+    }
+
+    /// What a user reads when tesserad cannot be reached at `path`: the reason in words and what to do.
+    public static func unreachableMessage(path: String, errno: Int32?) -> String {
+        let start =
+            "Start it (sudo systemctl start tesserad.socket, or tesserad --socket \(path) --state-dir DIR) or give its socket with --socket PATH or TESSERA_SOCKET; tessera doctor checks the set-up"
+        switch errno {
+        case ENOENT?:
+            return "cannot reach tesserad at \(path): no such socket — is tesserad running? \(start)"
+        case ECONNREFUSED?:
+            return
+                "cannot reach tesserad at \(path): nothing listens on it (tesserad stopped and left its socket?) — \(start)"
+        case EACCES?, EPERM?:
+            return
+                "cannot reach tesserad at \(path): permission denied — your user may not open it; ask to join the socket's group (ls -l \(path)); tessera doctor says which"
+        case ENOTDIR?:
+            return
+                "cannot reach tesserad at \(path): a part of the path is not a directory — give the socket with --socket PATH"
+        case let code?:
+            return "cannot reach tesserad at \(path) (errno \(code)) — \(start)"
+        case nil:
+            return "cannot reach tesserad at \(path): not a usable socket path — give the socket with --socket PATH"
+        }
     }
 
     /// Calls `method` and returns its result; a JSON-RPC error is thrown as the daemon's `TesseraError`.

@@ -70,7 +70,7 @@ public enum Daemon {
         let documentReads = VerifiedDocumentReads(secret: daemonSecret)
         table.registerPasskeys(passkeys, storeStatus: ["piv": { pivStore.status() }], documentReads: documentReads)
         table.registerDocuments()
-        table.registerPIV(pivStore, pinRules: passkeys.pinRules)
+        table.registerPIV(pivStore, passkeys: passkeys, pinRules: passkeys.pinRules)
         var documentLogger = logger
         documentLogger[metadataKey: "service"] = "documents"
         var readerSources: [any ReaderSource] = [PCSCReaderSource()]
@@ -149,11 +149,14 @@ public enum Daemon {
                 await passkeys.flushUsage()
             }
         }
+        // The SSH agent's socket path as configured (systemd's socket unit names it when the socket is inherited).
+        let sshAgentPath = options.sshAgentSocket ?? config.sshAgent?.socket
         table.register("daemon.status", .read) { _, _ in
             let tokens = await Views.tokens(passkeys)
             let uptime = ContinuousClock.now - started
             return [
                 "version": .string(version),
+                "sshAgentSocket": sshAgentPath.map(JSONValue.string) ?? .null,
                 "uptimeSeconds": .number(Double(uptime.components.seconds)),
                 "pid": .number(Double(getpid())),
                 "tokens": .array(tokens),

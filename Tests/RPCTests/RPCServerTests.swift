@@ -153,6 +153,20 @@ func withServer(
 }
 
 @Suite struct RPCServerTests {
+    /// A user reads why the daemon cannot be reached and what to do, not the socket call that failed.
+    @Test func anUnreachableDaemonIsExplainedInWords() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rpc-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let missing = dir.appendingPathComponent("none.sock").path
+        let error = await #expect(throws: TesseraError.self) { _ = try await RPCClient.connect(path: missing) }
+        #expect(error?.code == .daemonUnavailable)
+        #expect(
+            error?.message.hasPrefix("cannot reach tesserad at \(missing): no such socket — is tesserad running?")
+                == true)
+        #expect(error?.message.contains("descriptor") == false)
+    }
+
     @Test func echoRoundTripAndPeerCredentials() async throws {
         try await withServer { path, _ in
             let c = try await RPCClient.connect(path: path)
