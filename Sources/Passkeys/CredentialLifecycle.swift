@@ -86,7 +86,11 @@ extension PasskeyService {
     {
         try Self.validate(rpId: rpId)
         let token: String?
-        if let tokenId { token = tokenId } else { token = try? await chooseToken(nil).id }
+        if let tokenId {
+            token = (try? await self.token(named: tokenId).id) ?? tokenId
+        } else {
+            token = try? await chooseToken(nil).id
+        }
         return ProvisioningCheck.decide(
             try await credentials(rpId: rpId, userId: userId, requester: requester), tokenId: token)
     }

@@ -486,16 +486,32 @@ public final class PasskeyService: Sendable {
 
     // MARK: helpers
 
-    /// The token `id`, or with nil the first token present; TOKEN_NOT_PRESENT when there is none.
-    public func chooseToken(_ id: String?) async throws(TesseraError) -> any KeyStoreToken {
+    /// The token a user names, the one rule wherever a token is named (`tokenId` parameters, `ssh-add -s`): its
+    /// id, else its label when exactly one present token has it. TOKEN_NOT_PRESENT when none matches,
+    /// INVALID_INPUT when the label is ambiguous.
+    public func token(named name: String) async throws(TesseraError) -> any KeyStoreToken {
         let all = await tokens()
-        if let id {
-            guard let t = all.first(where: { $0.id == id }) else {
-                throw TesseraError(.tokenNotPresent, "token \(id) is not present")
-            }
-            return t
+        if let t = all.first(where: { $0.id == name }) { return t }
+        var labelled: [any KeyStoreToken] = []
+        for t in all where await t.describe()["label"]?.stringValue == name { labelled.append(t) }
+        if labelled.count > 1 {
+            throw TesseraError(
+                .invalidInput,
+                "\(labelled.count) tokens are labelled '\(name)' (\(labelled.map(\.id).joined(separator: ", "))): name one by its id"
+            )
         }
-        guard let t = all.first else { throw TesseraError(.tokenNotPresent, "no token is present") }
+        guard let t = labelled.first else {
+            throw TesseraError(
+                .tokenNotPresent, "no token with id or label '\(name)' is present (tessera tokens lists them)")
+        }
+        return t
+    }
+
+    /// The token named `name` (id or label, `token(named:)`), or with nil the first token present;
+    /// TOKEN_NOT_PRESENT when there is none.
+    public func chooseToken(_ name: String?) async throws(TesseraError) -> any KeyStoreToken {
+        if let name { return try await token(named: name) }
+        guard let t = await tokens().first else { throw TesseraError(.tokenNotPresent, "no token is present") }
         return t
     }
 

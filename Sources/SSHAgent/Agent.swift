@@ -203,7 +203,16 @@ public final class SSHAgent: Sendable {
             return .failure
 
         case .addSmartcardKey(let readerID, let pin, let constraints):
-            guard !locked, peer.maySign else { return .failure }
+            // The protocol has only FAILURE: the reason goes to the daemon's log, where docs/API.md sends users.
+            if locked {
+                backend.log(.notice, "ssh-agent: ssh-add -s \(readerID) refused: the agent is locked (ssh-add -X)")
+                return .failure
+            }
+            if !peer.maySign {
+                backend.log(
+                    .notice, "ssh-agent: ssh-add -s \(readerID) refused: the policy does not let uid \(peer.uid) sign")
+                return .failure
+            }
             do {
                 let id = try await backend.unlock(readerID: readerID, pin: pin, peer: peer)
                 let lifetime = constraints.lifetime.map { min(Duration.seconds(Int($0)), pinCache) } ?? pinCache

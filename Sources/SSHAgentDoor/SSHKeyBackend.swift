@@ -188,9 +188,7 @@ public struct SSHKeyBackend: SSHAgentBackend {
     }
 
     public func unlock(readerID: String, pin: String, peer: AgentPeer) async throws(TesseraError) -> String {
-        guard let token = await token(readerID: readerID) else {
-            throw TesseraError(.tokenNotPresent, "no token with id or label '\(readerID)'")
-        }
+        let token = try await passkeys.token(named: readerID)
         // `ssh-add -s` cannot say "allow the final try": the agent never spends a token's last PIN try.
         try await passkeys.pinRules.withCallerPIN(
             pin, caller: PINCaller(uid: peer.uid, pid: peer.pid),
@@ -201,7 +199,7 @@ public struct SSHKeyBackend: SSHAgentBackend {
         return token.id
     }
 
-    public func tokenID(readerID: String) async -> String? { await token(readerID: readerID)?.id }
+    public func tokenID(readerID: String) async -> String? { try? await passkeys.token(named: readerID).id }
 
     /// Logs the token out, unless the daemon holds its PIN (a PIN file): that login is the daemon's, not the agent's.
     public func forget(tokenID: String) async {
@@ -233,15 +231,6 @@ public struct SSHKeyBackend: SSHAgentBackend {
         case .notice: logger.notice("\(message)")
         case .warning: logger.warning("\(message)")
         }
-    }
-
-    private func token(readerID: String) async -> (any KeyStoreToken)? {
-        let all = await passkeys.tokens()
-        if let t = all.first(where: { $0.id == readerID }) { return t }
-        for t in all {
-            if await t.describe()["label"]?.stringValue == readerID { return t }
-        }
-        return nil
     }
 }
 

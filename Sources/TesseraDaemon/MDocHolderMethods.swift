@@ -62,12 +62,7 @@ extension MethodTable {
                 invalidation = date
             }
             let keyId = try p.bytes("keyId")
-            let tokenId: String
-            if let given = try p.optionalString("tokenId") {
-                tokenId = given
-            } else {
-                tokenId = try await service.passkeys.chooseToken(nil).id
-            }
+            let tokenId = try await service.passkeys.chooseToken(p.optionalString("tokenId")).id
             let record = try await service.register(
                 documentIdentifier: documentIdentifier, docType: p.string("docType"),
                 issuerSigned: p.bytes("issuerSigned"),

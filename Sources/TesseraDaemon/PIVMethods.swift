@@ -35,10 +35,10 @@ enum PIVSetup {
 }
 
 extension MethodTable {
-    /// `tokens.changePin` and `tokens.pinStatus`.
-    func registerPIV(_ piv: PIVKeyStore, pinRules: PINRules) {
+    /// `tokens.changePin` and `tokens.pinStatus`; the card is named by id or label (`PasskeyService.token(named:)`).
+    func registerPIV(_ piv: PIVKeyStore, passkeys: PasskeyService, pinRules: PINRules) {
         register("tokens.changePin", .admin) { p, connection in
-            let tokenId = try p.string("tokenId")
+            let tokenId = try await passkeys.token(named: p.string("tokenId")).id
             let new = try p.string("newPin")
             try await pinRules.withCallerPIN(
                 p.string("oldPin"), caller: connection.pinCaller,
@@ -50,7 +50,7 @@ extension MethodTable {
             return ["changed": true, "tokenId": .string(tokenId)]
         }
         register("tokens.pinStatus", .read) { p, _ in
-            let tokenId = try p.string("tokenId")
+            let tokenId = try await passkeys.token(named: p.string("tokenId")).id
             switch try await piv.pinStatus(tokenId: tokenId) {
             case .verified: return ["tokenId": .string(tokenId), "verified": true, "blocked": false]
             case .notVerified(let n):

@@ -50,7 +50,7 @@ struct Enroll: AsyncParsableCommand {
         help: "User handle, base64url (default: random 16 bytes).") var userId: String?
     @Option(parsing: .unconditional, help: "Challenge, base64url (default: random 32 bytes).") var challenge: String?
     @Option(help: "Origin for clientDataJSON (default: https://<rp-id>).") var origin: String?
-    @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`).") var tokenId: String?
+    @Option(name: .customLong("token"), help: "Token id or label (see `tessera tokens`).") var tokenId: String?
     @Option(help: "none or packed.") var attestation = "none"
     @Option(
         name: .customLong("exclude"), parsing: .unconditionalSingleValue,
@@ -132,7 +132,7 @@ struct Credentials: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List passkeys (credentials.list).")
         @OptionGroup var globals: GlobalOptions
-        @Option(name: .customLong("rp-id")) var rpId: String?
+        @Option(name: .customLong("rp-id"), help: "Only this relying party's passkeys.") var rpId: String?
         @Option(name: .customLong("user-id"), parsing: .unconditional, help: "User handle, base64url.") var userId:
             String?
         func run() async throws {
@@ -216,7 +216,7 @@ struct SSH: AsyncParsableCommand {
                 "On a PIV card (--token piv-…) the key goes into a free retired slot; the daemon needs the card's management key."
         )
         @OptionGroup var globals: GlobalOptions
-        @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`; default: the first token).")
+        @Option(name: .customLong("token"), help: "Token id or label (see `tessera tokens`; default: the first token).")
         var tokenId: String?
         @Option(help: "Key comment (default: tessera@HOST).") var comment: String?
         @Flag(help: "Every signature with the key needs the daemon's presence command to approve it.") var confirm =
@@ -259,7 +259,7 @@ struct CTAPCommand: AsyncParsableCommand {
                 line after the current PIN). One C_SetPIN: a wrong current PIN costs one try.
                 """)
         @OptionGroup var globals: GlobalOptions
-        @Option(name: .customLong("token"), help: "Token id (default: ctap.tokenId, else the only token).")
+        @Option(name: .customLong("token"), help: "Token id or label (default: ctap.tokenId, else the only token).")
         var tokenId: String?
         @OptionGroup var pin: PINOptions
         @Flag(name: .customLong("new-pin-stdin"), help: "Read the new CTAP PIN from the next line of standard input.")

@@ -58,7 +58,7 @@ extension Credentials {
         @Option(name: .customLong("rp-id"), help: "Relying party id.") var rpId: String
         @Option(name: .customLong("user-id"), parsing: .unconditional, help: "User handle, base64url.") var userId:
             String
-        @Option(name: .customLong("token"), help: "Token id (default: the token passkey.enroll would use).")
+        @Option(name: .customLong("token"), help: "Token id or label (default: the token passkey.enroll would use).")
         var tokenId: String?
         func run() async throws {
             var p: [String: JSONValue] = ["rpId": .string(rpId), "userId": .string(userId)]
@@ -227,8 +227,8 @@ struct RecoverCommand: AsyncParsableCommand {
     @Option(help: "The document's MRZ (lines separated by newlines).") var mrz: String?
     @Option(help: "The document's card access number.") var can: String?
     @Option(help: "Reader name (default: the first holding a card).") var reader: String?
-    @Option(name: .customLong("token"), help: "Token id for the new passkey (see `tessera tokens`).") var tokenId:
-        String?
+    @Option(name: .customLong("token"), help: "Token id or label for the new passkey (see `tessera tokens`).")
+    var tokenId: String?
     @Flag(help: "Cancel the attempt given with --attempt instead.") var cancel = false
     @OptionGroup var pin: PINOptions
 

@@ -19,7 +19,7 @@ extension MDocCommand {
                   tessera --json mdoc create-device-key
                 """)
         @OptionGroup var globals: GlobalOptions
-        @Option(name: .customLong("token"), help: "Token id (see `tessera tokens`; default: the first token).")
+        @Option(name: .customLong("token"), help: "Token id or label (see `tessera tokens`; default: the first token).")
         var tokenId: String?
         @OptionGroup var pin: PINOptions
 
@@ -58,7 +58,7 @@ extension MDocCommand {
         @Argument(help: ArgumentHelp("IssuerSigned, binary CBOR.", valueName: "ISSUER-SIGNED.cbor"))
         var issuerSigned: String
         @Option(name: .customLong("key-id"), help: "The device key's id (from create-device-key).") var keyId: String
-        @Option(name: .customLong("token"), help: "The device key's token id (default: the first token).")
+        @Option(name: .customLong("token"), help: "The device key's token, by id or label (default: the first token).")
         var tokenId: String?
         @Option(name: .customLong("doc-type"), help: "docType (default: org.iso.18013.5.1.mDL).")
         var docType = "org.iso.18013.5.1.mDL"
