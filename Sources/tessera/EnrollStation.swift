@@ -41,11 +41,11 @@ struct EnrollStation: AsyncParsableCommand {
                 chip: reading DG2 [##################............] 9000/15324 bytes
               done: NFC_PHASE (5/8)
               …
-              step PASSKEY_CREATION: Your token PIN (token softhsm:…)
+              step PASSKEY_CREATION: Your token PIN (token p11-3f2a…)
                 pin:
               done: PASSKEY_CREATION (8/8)
               enrollment succeeded
-                passkey 5x2mX… for badge.example.com on token softhsm:…
+                passkey 5x2mX… for badge.example.com on token p11-3f2a…
                 document P UTO L898902C3: ERIKSSON, ANNA MARIA
                 passive authentication: valid
 

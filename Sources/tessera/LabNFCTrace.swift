@@ -10,9 +10,7 @@ struct LabTrace: AsyncParsableCommand {
         commandName: "trace",
         abstract: "Print an APDU trace (pcap, ISO 14443 link type); --follow keeps reading as it grows.",
         discussion: """
-            One line per frame: time, direction (> reader to card, < card to reader), hex, and for command APDUs the
-            instruction name. The file is an ordinary pcap (LINKTYPE_ISO_14443); Wireshark shows the I-block payloads
-            as ISO 7816 APDUs after Decode As… ISO 14443 payload → ISO 7816, or with tshark:
+            One line per frame: time, direction (> reader to card, < card to reader), hex, and for command APDUs the instruction name. The file is an ordinary pcap (LINKTYPE_ISO_14443); Wireshark shows the I-block payloads as ISO 7816 APDUs after Decode As… ISO 14443 payload → ISO 7816, or with tshark:
               mkdir -p ~/.config/wireshark
               echo 'decode_as_entry: iso14443.subdissector,0,(none),ISO 7816' >> ~/.config/wireshark/decode_as_entries
               tshark -r FILE

@@ -10,16 +10,7 @@ struct LabEmulatePIV: AsyncParsableCommand {
         commandName: "emulate-piv",
         abstract: "Insert an emulated PIV card (NIST SP 800-73-4) into a vpcd reader until interrupted.",
         discussion: """
-            Connects an emulated PIV card to pcscd's vpcd driver (vsmartcard) at HOST:PORT, which makes the card
-            appear in that vpcd reader; stopping (SIGINT, SIGTERM) removes it. The card keeps its state — PIN, PUK
-            and retry counters, management key, keys, data objects — in the JSON file given with --state, so a
-            restart is a card re-insertion. A new state file is a factory-fresh card: PIN 123456, PUK 12345678,
-            the default 3DES management key 010203…08 ×3, a CHUID whose GUID derives from --serial, no keys.
-            It answers SELECT, GET/PUT DATA, VERIFY, CHANGE REFERENCE DATA, RESET RETRY COUNTER,
-            GENERAL AUTHENTICATE (management key 3DES/AES witness-challenge, ECC P-256 and RSA-1024/2048
-            signatures; RSA keys come in through the state file: algorithm 7 or 6, PKCS#8 DER in hex),
-            GENERATE ASYMMETRIC KEY PAIR (P-256) and Yubico's GET SERIAL / GET METADATA. OpenSC's PIV driver
-            (opensc-tool, piv-tool, opensc-pkcs11) recognises it.
+            Connects an emulated PIV card to pcscd's vpcd driver (vsmartcard) at HOST:PORT, which makes the card appear in that vpcd reader; stopping (SIGINT, SIGTERM) removes it. The card keeps its state — PIN, PUK and retry counters, management key, keys, data objects — in the JSON file given with --state, so a restart is a card re-insertion. A new state file is a factory-fresh card: PIN 123456, PUK 12345678, the default 3DES management key 010203…08 ×3, a CHUID whose GUID derives from --serial, no keys. It answers SELECT, GET/PUT DATA, VERIFY, CHANGE REFERENCE DATA, RESET RETRY COUNTER, GENERAL AUTHENTICATE (management key 3DES/AES witness-challenge, ECC P-256 and RSA-1024/2048 signatures; RSA keys come in through the state file: algorithm 7 or 6, PKCS#8 DER in hex), GENERATE ASYMMETRIC KEY PAIR (P-256) and Yubico's GET SERIAL / GET METADATA. OpenSC's PIV driver (opensc-tool, piv-tool, opensc-pkcs11) recognises it.
 
             EXAMPLES
               tessera lab emulate-piv --vpcd 127.0.0.1:35963 --state /tmp/piv.json --serial 1234

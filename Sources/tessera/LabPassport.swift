@@ -17,12 +17,7 @@ struct LabMakeProfile: AsyncParsableCommand {
         commandName: "make-profile",
         abstract: "Issue a test e-passport into a profile directory.",
         discussion: """
-            Writes a document profile to DIR (created if needed; files of an earlier profile are overwritten):
-            profile.json, EF.COM, DG1 (the MRZ), DG2 (the face photo), DG11, DG12, DG14 (PACE infos, active
-            authentication info), DG15 (with --aa), EF.SOD signed by a freshly generated test document signer, and
-            EF.CardAccess when PACE is offered, EF.CardSecurity (signed, with the chip authentication keys) with
-            PACE-CAM. The test PKI is written next to it: csca.pem is the trust anchor to
-            give to `tesserad --csca`; the private keys (csca-key.pem, ds-key.pem, aa-key.pem) are for lab use only.
+            Writes a document profile to DIR (created if needed; files of an earlier profile are overwritten): profile.json, EF.COM, DG1 (the MRZ), DG2 (the face photo), DG11, DG12, DG14 (PACE infos, active authentication info), DG15 (with --aa), EF.SOD signed by a freshly generated test document signer, and EF.CardAccess when PACE is offered, EF.CardSecurity (signed, with the chip authentication keys) with PACE-CAM. The test PKI is written next to it: csca.pem is the trust anchor to give to `tesserad --csca`; the private keys (csca-key.pem, ds-key.pem, aa-key.pem) are for lab use only.
 
             Serve the profile with `tessera lab emulate-passport --profile DIR --vpcd HOST:PORT`.
 
@@ -137,11 +132,7 @@ struct LabEmulatePassport: AsyncParsableCommand {
         commandName: "emulate-passport",
         abstract: "Insert an emulated e-passport into a vpcd reader until interrupted.",
         discussion: """
-            Connects the chip built from --profile to pcscd's vpcd driver (vsmartcard) at HOST:PORT, which makes the
-            card appear in that vpcd reader; stopping (SIGINT, SIGTERM) removes it. The chip answers BAC, PACE
-            (as listed in the profile), secure messaging, READ BINARY (short and extended length, odd INS B1),
-            INTERNAL AUTHENTICATE and Chip Authentication (MSE:Set KAT, MSE:Set AT + GENERAL
-            AUTHENTICATE) when the profile has --ca. Lost links (pcscd restarting) are re-established.
+            Connects the chip built from --profile to pcscd's vpcd driver (vsmartcard) at HOST:PORT, which makes the card appear in that vpcd reader; stopping (SIGINT, SIGTERM) removes it. The chip answers BAC, PACE (as listed in the profile), secure messaging, READ BINARY (short and extended length, odd INS B1), INTERNAL AUTHENTICATE and Chip Authentication (MSE:Set KAT, MSE:Set AT + GENERAL AUTHENTICATE) when the profile has --ca. Lost links (pcscd restarting) are re-established.
 
             Misbehaviour for testing readers:
               --tamper-dg N           serve DG N with one byte changed (passive authentication must fail)
@@ -172,9 +163,7 @@ struct LabEmulatePassport: AsyncParsableCommand {
               short-responses         READ BINARY returns at most 64 bytes with 9000, whatever Le asks
               eof-6282                the READ BINARY reaching the end of a file answers 6282
 
-            With --log-apdus every exchange is written to stderr (command and response in hex, as seen on the
-            wire, i.e. protected by secure messaging). --trace FILE records the exchanges as a pcap (ISO 14443 link
-            type, power on/off as field on/off) for `tessera lab trace` and Wireshark.
+            With --log-apdus every exchange is written to stderr (command and response in hex, as seen on the wire, i.e. protected by secure messaging). --trace FILE records the exchanges as a pcap (ISO 14443 link type, power on/off as field on/off) for `tessera lab trace` and Wireshark.
 
             EXAMPLES
               tessera lab emulate-passport --profile /tmp/anna --vpcd 127.0.0.1:35963

@@ -34,26 +34,20 @@ struct Passport: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Read a document's chip and verify it (documents.read).",
             discussion: """
-                Unlocks the chip with the MRZ (--mrz, or --number/--birth/--expiry as printed on the data page) or
-                with the 6-digit card access number (--can). The daemon runs PACE when the chip offers it and BAC
-                otherwise, reads EF.COM, EF.SOD and every data group the SOD lists (showing the requested ones,
-                default DG1 and DG2), checks passive authentication against its CSCA certificates (tesserad
+                Unlocks the chip with the MRZ (--mrz, or --number/--birth/--expiry as printed on the data page) or with the 6-digit card access number (--can). The daemon runs PACE when the chip offers it and BAC otherwise, reads EF.COM, EF.SOD and every data group the SOD lists (showing the requested ones, default DG1 and DG2), checks passive authentication against its CSCA certificates (tesserad
                 --csca), active authentication when the SOD lists DG15 and PACE-CAM when DG14 announces it.
 
-                By default a summary is printed: the verdict (AUTHENTIC, NOT AUTHENTIC or UNVERIFIED) with its
-                reason codes, holder, document, access protocol, each passive-authentication check (SOD signature,
-                certificate chain, data group hashes), chip authenticity and active authentication. A chip without
-                any anti-clone mechanism (no DG15, no PACE-CAM) is UNVERIFIED unless --allow-clonable. --json
-                prints the documents.read result verbatim (docs/API.md). While reading, a progress bar is drawn
-                on stderr when stderr is a terminal.
+                By default a summary is printed: the verdict (AUTHENTIC, NOT AUTHENTIC or UNVERIFIED) with its reason codes, holder, document, access protocol, each passive-authentication check (SOD signature, certificate chain, data group hashes), chip authenticity and active authentication. A chip without any anti-clone mechanism (no DG15, no PACE-CAM) is UNVERIFIED unless --allow-clonable. --json prints the documents.read result verbatim (docs/API.md). While reading, a progress bar is drawn on stderr when stderr is a terminal.
 
                 EXIT STATUS
-                  0 read (even when verification failed: see the verdict),
-                  1 usage error, 2 daemon error (NO_CARD, ACCESS_DENIED, CARD_REMOVED, ...), 3 daemon unreachable.
+                  0  read (even when verification failed: see the verdict)
+                  1  --save-photo or --save-evidence could not write its file
+                  2  daemon error (NO_CARD, ACCESS_DENIED, CARD_REMOVED, ...), or --save-photo without a face image
+                  3  daemon unreachable
+                  64 usage error
 
                 EXAMPLES
-                  tessera passport read --mrz 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<
-                  L898902C36UTO7408122F1204159ZE184226B<<<<<10'
+                  tessera passport read --mrz $'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\\nL898902C36UTO7408122F1204159ZE184226B<<<<<10'
                   tessera passport read --number L898902C3 --birth 740812 --expiry 120415 --save-photo face.jpg
                   tessera passport read --can 123456 --reader 'Tessera VPCD 00 00' --data-groups DG1,DG2,DG11 --json
                 """)

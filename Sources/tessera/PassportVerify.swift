@@ -27,7 +27,10 @@ extension Passport {
             help: ArgumentHelp("Anchor for master lists (repeatable).", valueName: "CERT"))
         var masterListTrust: [String] = []
         @Option(help: ArgumentHelp("CRL file or directory (repeatable).", valueName: "PATH")) var crl: [String] = []
-        @Flag(name: .customLong("allow-clonable")) var allowClonable = false
+        @Flag(
+            name: .customLong("allow-clonable"),
+            help: "Accept a chip without anti-clone support (no DG15, no PACE-CAM) as authentic.")
+        var allowClonable = false
         @Option(
             name: .customLong("aa-challenge"),
             help: ArgumentHelp(
