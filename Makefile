@@ -34,6 +34,17 @@ release-flags:
 demo: build
 	@scripts/demo.sh
 
+## The lab in one command: a private pcscd + vpcd reader pair, an emulated e-passport and tesserad under .state/lab;
+## prints the shell variables (eval "$$(scripts/lab.py env .state/lab)"); scripts/lab.py stop .state/lab stops it.
+.PHONY: lab readme-examples
+lab: build
+	@scripts/lab.py start .state/lab
+	@echo '# in your shell: eval "$$(scripts/lab.py env .state/lab)"; stop: scripts/lab.py stop .state/lab'
+
+## Runs README.md's shell examples (the lab started as the README says); also a stage of `make test`.
+readme-examples: build
+	@.venv/bin/python scripts/readme_examples.py
+
 ## Every test: Swift unit/integration tests, then end-to-end tests of the real daemon (pytest).
 test: build
 	@scripts/test.sh

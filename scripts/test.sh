@@ -22,6 +22,9 @@ grep -qE "Test run with [0-9]+ tests? .*passed|Executed [0-9]+ tests?, with 0 fa
 echo "== end-to-end (real tesserad, SoftHSM2, py_webauthn + python-fido2)"
 .venv/bin/python -m pytest -q Tests/e2e
 
+echo "== README examples (each shell block of README.md, in the lab where it says so; scripts/readme_examples.py)"
+.venv/bin/python scripts/readme_examples.py
+
 echo "== systemd units (systemd-analyze verify + security)"
 scripts/check-systemd.sh
 

@@ -38,8 +38,9 @@ struct Tokens: AsyncParsableCommand {
 struct Enroll: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Create a passkey on a token (passkey.enroll).",
-        discussion:
-            "Prints the credential id; with --json the full registration (attestationObject, clientDataJSON, ...).")
+        discussion: """
+            Prints "credential ID created on token TOKEN-ID" (and "(user verified)" with a PIN); with --json the full registration (credentialId, attestationObject, clientDataJSON, ...).
+            """)
     @OptionGroup var globals: GlobalOptions
     @Option(name: .customLong("rp-id"), help: "Relying party id (a domain).") var rpId: String
     @Option(name: .customLong("user-name"), help: "User name.") var userName: String
