@@ -21,8 +21,11 @@ struct Tessera: AsyncParsableCommand {
             SOCKET
               --socket PATH (before or after the command), else $TESSERA_SOCKET, else /run/tesserad/tesserad.sock.
 
+            When a command cannot reach the daemon, pcscd or a token, `tessera doctor` checks the host and says what to fix.
+
             EXAMPLES
               tessera status
+              tessera doctor
               tessera enroll --rp-id example.com --user-name alice --pin-stdin
               tessera authenticate --rp-id example.com --credential <id> --pin-stdin
               tessera credentials list --rp-id example.com
