@@ -9,64 +9,37 @@ cd "$(dirname "$0")/.."
 BIN=${TESSERA_BIN_DIR:-.build/debug}
 DEMO=$(realpath -m "${TESSERA_DEMO_DIR:-.state/demo}")
 mkdir -p "$DEMO"
-SOCK="$DEMO/tesserad.sock"
 RP=demo.tessera.example
 
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
-
-# A private pcscd (own mount namespace; a host pcscd is not touched) with one vpcd reader pair on PORT/PORT+1.
-PORT=$(.venv/bin/python -c 'import sys; sys.path.insert(0, "Tests/e2e"); from tessera_harness import free_port_pair; print(free_port_pair())')
-mkdir -p "$DEMO/pcscd"
-printf 'FRIENDLYNAME "Tessera VPCD"\nDEVICENAME   /dev/null:0x%X\nLIBPATH      /usr/lib/pcsc/drivers/serial/libifdvpcd.so\nCHANNELID    0x%X\n' \
-  "$PORT" "$PORT" > "$DEMO/reader.conf"
-UNSHARE=(unshare -m); [ "$(id -u)" -eq 0 ] || UNSHARE=(unshare -r -m)
-"${UNSHARE[@]}" /bin/sh -c 'set -e
-  if [ ! -d /run/pcscd ]; then mount -t tmpfs -o mode=0755 tessera-run /run; mkdir -p /run/pcscd; fi
-  mount --bind "$1" /run/pcscd; exec pcscd --foreground --config "$2"' pcscd "$DEMO/pcscd" "$DEMO/reader.conf" \
-  > "$DEMO/pcscd.log" 2>&1 &
-PIDS+=($!)
-export PCSCLITE_CSOCK_NAME="$DEMO/pcscd/pcscd.comm"
-for _ in $(seq 1 100); do [ -S "$PCSCLITE_CSOCK_NAME" ] && break; sleep 0.1; done
-[ -S "$PCSCLITE_CSOCK_NAME" ] || { echo "private pcscd did not start:"; cat "$DEMO/pcscd.log"; exit 1; }
-
-# A test passport (MRZ of the ICAO Doc 9303 specimen) with PACE and BAC, signed under a fresh test CSCA.
-MRZ=$'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10'
-[ -f "$DEMO/passport/profile.json" ] || "$BIN/tessera" lab make-profile "$DEMO/passport" --mrz "$MRZ" \
-  --pace ecdh-gm-brainpoolp256r1-aes128 --aa > /dev/null
-"$BIN/tessera" lab emulate-passport --profile "$DEMO/passport" --vpcd "127.0.0.1:$PORT" > "$DEMO/emulator.log" 2>&1 &
-PIDS+=($!)
-
-# A kiosk workflow: email, the passport's MRZ, a verified chip read matched against the expected holder, a passkey.
+# The lab (scripts/lab.py; `make lab`): a private pcscd (own mount namespace; a host pcscd is not touched) with a vpcd
+# reader pair, a test passport (MRZ of the ICAO Doc 9303 specimen, PACE + BAC + active authentication, signed under a
+# fresh test CSCA) in its first reader, and tesserad with its embedded SoftHSM2 token (when no hardware token is found)
+# and the CSCA as trust anchor, here with a kiosk workflow: email, the passport's MRZ, a verified chip read matched
+# against the expected holder, a passkey.
+mkdir -p "$DEMO/lab"
 cat > "$DEMO/config.json" <<JSON
 {"enrollment": {"workflows": {"kiosk-demo": {"remote": true,
   "expected": {"surname": "Eriksson", "givenNames": "Anna Maria", "dateOfBirth": "1974-08-12", "nationality": "UTO"},
   "steps": ["EMAIL_INFO", "NFC_MRZ", "NFC_PHASE", "ATTRIBUTE_MATCHING",
             {"key": "PASSKEY_CREATION", "rpId": "$RP", "attestation": "packed"}]}}}}
 JSON
-"$BIN/tesserad" --socket "$SOCK" --state-dir "$DEMO/state" --csca "$DEMO/passport/csca.pem" --config "$DEMO/config.json" \
-  2> "$DEMO/tesserad.log" &
-DAEMON=$!
-PIDS=("$DAEMON" "${PIDS[@]}")
-for _ in $(seq 1 200); do
-  "$BIN/tessera" --socket "$SOCK" status >/dev/null 2>&1 && break
-  kill -0 $DAEMON 2>/dev/null || { cat "$DEMO/tesserad.log"; exit 1; }
-  sleep 0.1
-done
+trap 'python3 scripts/lab.py stop "$DEMO/lab"' EXIT
+python3 scripts/lab.py stop "$DEMO/lab"   # a lab left by an interrupted demo
+eval "$(TESSERA_BIN_DIR="$(realpath "$BIN")" python3 scripts/lab.py start "$DEMO/lab" --config "$DEMO/config.json")"
+SOCK=$TESSERA_SOCKET
 tessera() { "$BIN/tessera" --socket "$SOCK" "$@"; }
 
-echo "== tesserad is up (log: $DEMO/tesserad.log)"
+echo "== tesserad is up (log: $LAB/tesserad.log)"
 tessera status
 
-# The embedded token's PIN is in the state dir; with a hardware token, give its PIN in TESSERA_DEMO_PIN.
+# The lab prints the embedded token's PIN as PIN; with a hardware token, give its PIN in TESSERA_DEMO_PIN.
 TOKEN=$(tessera --json tokens | .venv/bin/python -c '
 import json, sys
 tokens = json.load(sys.stdin)["tokens"]
 emb = [t for t in tokens if t["label"] == "Tessera Embedded"]
 print((emb or tokens)[0]["id"] if tokens else "")')
 [ -n "$TOKEN" ] || { echo "no token available"; exit 1; }
-PIN=${TESSERA_DEMO_PIN:-$(cat "$DEMO/state/softhsm/user.pin" 2>/dev/null || true)}
+PIN=${TESSERA_DEMO_PIN:-$PIN}
 [ -n "$PIN" ] || { echo "set TESSERA_DEMO_PIN to the PIN of token $TOKEN"; exit 1; }
 
 b64() { .venv/bin/python -c 'import base64,os;print(base64.urlsafe_b64encode(os.urandom(32)).rstrip(b"=").decode())'; }

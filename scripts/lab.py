@@ -4,8 +4,10 @@ under a fresh test CSCA) in the first reader, and tesserad (embedded SoftHSM2 to
 an SSH agent socket) on sockets under DIR. Nothing of the host is touched: pcscd runs in its own mount namespace
 and is reached through PCSCLITE_CSOCK_NAME.
 
-    scripts/lab.py start DIR    starts it in the background and prints the shell variables to use:
-                                eval "$(scripts/lab.py start .state/lab)"
+    scripts/lab.py start DIR [TESSERAD-OPTION...]
+                                starts it in the background and prints the shell variables to use:
+                                eval "$(scripts/lab.py start .state/lab)"; options after DIR go to tesserad
+                                (e.g. --config FILE; make demo's kiosk workflow)
     scripts/lab.py env DIR      prints them again
     scripts/lab.py stop DIR     stops everything it started
 
@@ -29,7 +31,8 @@ import tessera_harness as h  # noqa: E402
 
 
 def env_text(lab: pathlib.Path, port: int) -> str:
-    pin = (lab / "tesserad-state" / "softhsm" / "user.pin").read_text().strip()
+    pin_file = lab / "tesserad-state" / "softhsm" / "user.pin"  # none when tesserad found a hardware token
+    pin = pin_file.read_text().strip() if pin_file.exists() else ""
     values = {
         "LAB": str(lab), "TESSERA_SOCKET": str(lab / "tesserad.sock"),
         "PCSCLITE_CSOCK_NAME": str(lab / "pcscd" / "pcscd.comm"), "SSH_AUTH_SOCK": str(lab / "ssh-agent.sock"),
@@ -41,7 +44,7 @@ def env_text(lab: pathlib.Path, port: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def serve(lab: pathlib.Path) -> None:
+def serve(lab: pathlib.Path, daemon_args: list[str]) -> None:
     """Runs the lab until SIGTERM; writes DIR/env once everything answers."""
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -52,7 +55,7 @@ def serve(lab: pathlib.Path) -> None:
         if not (profile / "profile.json").exists():
             h.make_passport_profile(profile, h.MRZ_ANNA, "--pace", "ecdh-gm-brainpoolp256r1-aes128", "--aa")
         daemon = h.Daemon(lab, pcscd.env, ["--csca", str(profile / "csca.pem"), "--ssh-agent-socket",
-                                           str(lab / "ssh-agent.sock")]).start()
+                                           str(lab / "ssh-agent.sock"), *daemon_args]).start()
 
         def card_present(reader: str) -> bool:
             c = daemon.client()
@@ -72,14 +75,14 @@ def serve(lab: pathlib.Path) -> None:
         pcscd.stop()
 
 
-def start(lab: pathlib.Path) -> int:
+def start(lab: pathlib.Path, daemon_args: list[str]) -> int:
     if (lab / "lab.pid").exists() and alive(int((lab / "lab.pid").read_text())):
         sys.stdout.write((lab / "env").read_text())
         return 0
     lab.mkdir(parents=True, exist_ok=True)
     (lab / "env").unlink(missing_ok=True)
     with open(lab / "lab.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, __file__, "serve", str(lab)], stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, __file__, "serve", str(lab), *daemon_args], stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=log, start_new_session=True)
     (lab / "lab.pid").write_text(str(proc.pid))
     deadline = time.time() + 180
@@ -120,12 +123,13 @@ def stop(lab: pathlib.Path) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) != 3 or sys.argv[1] not in ("start", "stop", "env", "serve"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("start", "stop", "env", "serve") or \
+            (len(sys.argv) > 3 and sys.argv[1] not in ("start", "serve")):
         sys.stderr.write(__doc__)
         return 64
     lab = pathlib.Path(sys.argv[2]).resolve()
     if sys.argv[1] == "serve":
-        serve(lab)
+        serve(lab, sys.argv[3:])
         return 0
     if sys.argv[1] == "env":
         if not (lab / "env").exists():
@@ -133,7 +137,7 @@ def main() -> int:
             return 1
         sys.stdout.write((lab / "env").read_text())
         return 0
-    return start(lab) if sys.argv[1] == "start" else stop(lab)
+    return start(lab, sys.argv[3:]) if sys.argv[1] == "start" else stop(lab)
 
 
 if __name__ == "__main__":
