@@ -154,7 +154,8 @@ struct Passport: AsyncParsableCommand {
                     throw ExitCode(2)
                 }
                 do { try Data(bytes).write(to: URL(fileURLWithPath: savePhoto)) } catch {
-                    FileHandle.standardError.write(Data("error: cannot write \(savePhoto): \(error)\n".utf8))
+                    FileHandle.standardError.write(
+                        Data("error: cannot write \(savePhoto): \(error.localizedDescription)\n".utf8))
                     throw ExitCode(1)
                 }
             }
@@ -163,7 +164,8 @@ struct Passport: AsyncParsableCommand {
                     try Data((result["evidence"] ?? .null).prettyText().utf8).write(
                         to: URL(fileURLWithPath: saveEvidence))
                 } catch {
-                    FileHandle.standardError.write(Data("error: cannot write \(saveEvidence): \(error)\n".utf8))
+                    FileHandle.standardError.write(
+                        Data("error: cannot write \(saveEvidence): \(error.localizedDescription)\n".utf8))
                     throw ExitCode(1)
                 }
             }

@@ -1243,3 +1243,14 @@ def test_another_uids_ssh_key_does_not_exist_for_it(tmp_path, softhsm):
         assert struct.unpack(">I", listed[1:5])[0] == 2
     finally:
         d.stop()
+
+
+def test_a_refused_ssh_add_s_says_why_in_the_daemon_log(agent):
+    """The agent protocol answers only FAILURE (ssh-add: "agent refused operation"); the reason is in the log."""
+    r = agent.run("ssh-add", "-s", "no such token", secret=PIN)
+    assert r.returncode != 0 and "refused" in r.stderr, r.stderr
+    log = agent.daemon.log.read_text()
+    assert "ssh-add -s no such token refused: TOKEN_NOT_PRESENT: no token with id or label 'no such token'" in log
+    assert agent.run("ssh-add", "-x", secret="lock-pass").returncode == 0
+    assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode != 0
+    assert f"ssh-add -s {TOKEN} refused: the agent is locked (ssh-add -X)" in agent.daemon.log.read_text()
