@@ -121,7 +121,15 @@ enum DoctorProbes {
     static func daemonStatus(_ path: String) async -> DoctorFacts.Probe<DoctorFacts.DaemonStatus> {
         do throws(TesseraError) {
             let client = try await RPCClient.connect(path: path)
-            defer { Task { await client.close() } }
+            // A daemon that accepts but never answers: closing the connection fails the call, so doctor goes on.
+            let watchdog = Task {
+                try await Task.sleep(for: .seconds(15))
+                await client.close()
+            }
+            defer {
+                watchdog.cancel()
+                Task { await client.close() }
+            }
             let r = try await client.call("daemon.status", [:])
             let tokens = (r["tokens"]?.arrayValue ?? []).map { t in
                 "\(t["label"]?.stringValue ?? "?") (\(t["id"]?.stringValue ?? "?"))"
