@@ -162,9 +162,11 @@ enum DoctorProbes {
     }
 
     static func p11Modules() async -> DoctorFacts.Probe<[DoctorFacts.P11Module]> {
-        guard let program = onPath("p11-kit") else { return .failed("p11-kit is not installed") }
         do throws(TesseraError) {
-            let run = try await ProgramRunner.capture([program, "list-modules"], timeout: .seconds(20))
+            // Looked up in PATH by env(1), as TesseraTestSupport's Subprocess does; 127: not found.
+            let run = try await ProgramRunner.capture(
+                ["/usr/bin/env", "p11-kit", "list-modules"], timeout: .seconds(20))
+            if run.status == 127 { return .failed("p11-kit is not installed") }
             guard run.status == 0 else {
                 return .failed("p11-kit list-modules failed: " + String(decoding: run.stderr, as: UTF8.self))
             }
@@ -191,13 +193,6 @@ enum DoctorProbes {
         return names.sorted().compactMap { n in
             guard case .present(let a) = node("/dev/" + n) else { return nil }
             return DoctorFacts.DeviceNode(path: "/dev/" + n, attributes: a)
-        }
-    }
-
-    static func onPath(_ program: String) -> String? {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        return path.split(separator: ":").map { "\($0)/\(program)" }.first {
-            FileManager.default.isExecutableFile(atPath: $0)
         }
     }
 }
