@@ -75,8 +75,8 @@ struct Enroll: AsyncParsableCommand {
         if let tokenId { p["tokenId"] = .string(tokenId) }
         if !exclude.isEmpty { p["excludeCredentials"] = .array(exclude.map { .string($0) }) }
         if replace { p["replace"] = true }
-        pin.add(to: &p)
-        try await globals.run("passkey.enroll", .object(p)) { r in
+        try await pin.add(to: &p)
+        try await globals.run("passkey.enroll", .object(p), pin: pin) { r in
             "credential \(r["credentialId"]?.stringValue ?? "?") created on token \(r["tokenId"]?.stringValue ?? "?")"
                 + (r["userVerified"]?.boolValue == true ? " (user verified)" : "")
         }
@@ -106,8 +106,8 @@ struct Authenticate: AsyncParsableCommand {
             "userVerification": .string(userVerification),
         ]
         if let origin { p["origin"] = .string(origin) }
-        pin.add(to: &p)
-        try await globals.run("passkey.authenticate", .object(p)) { r in
+        try await pin.add(to: &p)
+        try await globals.run("passkey.authenticate", .object(p), pin: pin) { r in
             "assertion by \(r["credentialId"]?.stringValue ?? "?"), signCount \(r["signCount"]?.intValue ?? -1)"
                 + (r["userVerified"]?.boolValue == true ? " (user verified)" : "")
         }
@@ -164,8 +164,8 @@ struct Credentials: AsyncParsableCommand {
         @OptionGroup var pin: PINOptions
         func run() async throws {
             var p: [String: JSONValue] = ["credentialId": .string(credentialId)]
-            pin.add(to: &p)
-            try await globals.run("credentials.delete", .object(p)) { _ in "deleted" }
+            try await pin.add(to: &p)
+            try await globals.run("credentials.delete", .object(p), pin: pin) { _ in "deleted" }
         }
     }
 }
@@ -227,8 +227,8 @@ struct SSH: AsyncParsableCommand {
             var p: [String: JSONValue] = confirm ? ["confirm": true] : [:]
             if let tokenId { p["tokenId"] = .string(tokenId) }
             if let comment { p["comment"] = .string(comment) }
-            if let pin = pin.value() { p["pin"] = .string(pin) }
-            try await globals.run("ssh.keygen", .object(p)) { r in r["publicKey"]?.stringValue ?? "" }
+            if let pin = try await pin.value() { p["pin"] = .string(pin) }
+            try await globals.run("ssh.keygen", .object(p), pin: pin) { r in r["publicKey"]?.stringValue ?? "" }
         }
     }
 
@@ -267,7 +267,7 @@ struct CTAPCommand: AsyncParsableCommand {
 
         func run() async throws {
             var p: [String: JSONValue] = [:]
-            pin.add(to: &p)
+            try await pin.add(to: &p)
             guard p["pin"] != nil else { throw ValidationError("give the token's current PIN: --pin-stdin") }
             if let tokenId { p["tokenId"] = .string(tokenId) }
             if newPINStdin {
