@@ -1,8 +1,8 @@
 import Foundation
 import Pinentry
-import Testing
 import TesseraCore
 import TesseraTestSupport
+import Testing
 
 /// The Assuan line codec, pinentry dialogs read from recorded answers, and whole dialogs with programs: the e2e
 /// tests' scripted pinentry and Debian's own `pinentry-tty`.
@@ -142,7 +142,8 @@ struct PinentrySessionTests {
             Issue.record("pinentry-tty is not installed (scripts/setup.sh installs it)")
             return
         }
-        let version = try await ProgramRunner.capture([path], input: Array("GETINFO version\nBYE\n".utf8), timeout: .seconds(10))
+        let version = try await ProgramRunner.capture(
+            [path], input: Array("GETINFO version\nBYE\n".utf8), timeout: .seconds(10))
         let lines = String(decoding: version.stdout, as: UTF8.self).split(separator: "\n").map(String.init)
         #expect(lines.first.flatMap(Assuan.parse) == .ok("Pleased to meet you"))
         #expect(lines.contains { if case .data = Assuan.parse($0) { true } else { false } })

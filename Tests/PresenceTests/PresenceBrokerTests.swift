@@ -213,7 +213,8 @@ import Testing
                 logger: PresenceBrokerTests.logger)
             #expect(broker.hasSource)
             let got = try await broker.ask(
-                PresenceQuestion(door: .ctap, uid: 1000, pid: 7, details: ["operation": "getAssertion", "rpId": "example.com"]))
+                PresenceQuestion(
+                    door: .ctap, uid: 1000, pid: 7, details: ["operation": "getAssertion", "rpId": "example.com"]))
             #expect(got == expected)
             let log = try String(contentsOfFile: dir + "/log", encoding: .utf8)
             #expect(log.contains("CONFIRM\n"))
@@ -236,7 +237,8 @@ import Testing
         await PresenceBrokerTests.waitPending(broker, 1)
         var pid: String?
         for _ in 0..<500 where pid == nil {
-            pid = try? String(contentsOfFile: dir + "/pid", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            pid = try? String(contentsOfFile: dir + "/pid", encoding: .utf8).trimmingCharacters(
+                in: .whitespacesAndNewlines)
             if pid?.isEmpty == true { pid = nil }
             if pid == nil { try await Task.sleep(for: .milliseconds(10)) }
         }

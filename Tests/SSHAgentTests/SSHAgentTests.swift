@@ -145,6 +145,17 @@ import Testing
         let asked = Locked(0)
     }
 
+    /// A key of uid 1000 on token t1 that needs an unlock, its backend and agent, and uid 1000's connection.
+    static func aliceWithALockedKey() -> (AgentIdentity, Backend, SSHAgent, AgentPeer) {
+        let pinKey = AgentIdentity(
+            key: key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true, ownerUid: 1000)
+        let backend = Backend([pinKey])
+        return (
+            pinKey, backend, SSHAgent(backend: backend, pinCacheSeconds: 60),
+            AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        )
+    }
+
     static func key(_ byte: UInt8) -> SSHPublicKey { .ecdsaP256(point: [4] + [UInt8](repeating: byte, count: 64)) }
 
     static func signRequest(_ key: SSHPublicKey) -> [UInt8] {
@@ -195,11 +206,7 @@ import Testing
     typealias T = AgentUnlockTests
 
     @Test func oneQuestionPerSignatureNeverRetried() async {
-        let pinKey = AgentIdentity(
-            key: T.key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true, ownerUid: 1000)
-        let backend = T.Backend([pinKey])
-        let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
-        let alice = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        let (pinKey, backend, agent, alice) = T.aliceWithALockedKey()
         let admin = AgentPeer(connectionID: 2, uid: 0, maySign: true, isAdmin: true)
 
         backend.dialog.withLock { $0 = .cancelled }
@@ -238,11 +245,7 @@ import Testing
     typealias T = AgentUnlockTests
 
     @Test func oneUidsUnlockDoesNotUnlockAnotherAndItsLockDoesNotLockAnother() async {
-        let pinKey = AgentIdentity(
-            key: T.key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true, ownerUid: 1000)
-        let backend = T.Backend([pinKey])
-        let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
-        let alice = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        let (pinKey, backend, agent, alice) = T.aliceWithALockedKey()
         // An administrator sees alice's key (docs/API.md, "Owners"), and still needs an unlock of its own.
         let bob = AgentPeer(connectionID: 2, uid: 1001, maySign: true, isAdmin: true)
 
