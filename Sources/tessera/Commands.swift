@@ -262,7 +262,11 @@ struct CTAPCommand: AsyncParsableCommand {
         @Option(name: .customLong("token"), help: "Token id (default: ctap.tokenId, else the only token).")
         var tokenId: String?
         @OptionGroup var pin: PINOptions
-        @Flag(name: .customLong("new-pin-stdin"), help: "Read the new CTAP PIN from the next line of standard input.")
+        @Flag(
+            name: .customLong("new-pin-stdin"),
+            help:
+                "Read the new CTAP PIN from the next line of standard input; on a terminal, ask for it twice without echo."
+        )
         var newPINStdin = false
 
         func run() async throws {
@@ -271,8 +275,15 @@ struct CTAPCommand: AsyncParsableCommand {
             guard p["pin"] != nil else { throw ValidationError("give the token's current PIN: --pin-stdin") }
             if let tokenId { p["tokenId"] = .string(tokenId) }
             if newPINStdin {
-                guard let line = readLine(strippingNewline: true) else { throw ValidationError("no new PIN on stdin") }
-                p["newPin"] = .string(line)
+                do throws(TesseraError) {
+                    let new = try await PINOptions.read("New CTAP PIN: ", option: "--new-pin-stdin")
+                    if TerminalPrompt.isTerminal, try await PINOptions.prompt("Repeat the new CTAP PIN: ") != new {
+                        throw TesseraError(.invalidInput, "the two new PINs differ: nothing was changed")
+                    }
+                    p["newPin"] = .string(new)
+                } catch {
+                    throw GlobalOptions.fail(error)
+                }
             }
             try await globals.run("ctap.setPin", .object(p)) { r in
                 "token \(r["tokenId"]?.stringValue ?? "") now has the hashed form of its CTAP PIN"

@@ -84,7 +84,7 @@ struct GlobalOptions: ParsableArguments {
         do throws(TesseraError) {
             do throws(TesseraError) {
                 return try await send(method, params)
-            } catch where error.code == .pinRequired && pin?.asksWhenRequired(params) == true {
+            } catch  where error.code == .pinRequired && pin?.asksWhenRequired(params) == true {
                 var retry = params.objectValue ?? [:]
                 retry["pin"] = .string(try await PINOptions.prompt("\(error.message)\nPIN: "))
                 return try await send(method, .object(retry))
@@ -111,12 +111,16 @@ struct GlobalOptions: ParsableArguments {
 /// terminal the prompt when the daemon says the PIN is required. A PIN that is given and empty is refused (PIN_EMPTY),
 /// never taken as no PIN.
 struct PINOptions: ParsableArguments {
-    @Option(name: .long, help: "Token PIN (verifies the user: sets UV). Visible to other users in ps: prefer --pin-stdin or the prompt.")
+    @Option(
+        name: .long,
+        help: "Token PIN (verifies the user: sets UV). Visible to other users in ps: prefer --pin-stdin or the prompt.")
     var pin: String?
 
     @Flag(
         name: .customLong("pin-stdin"),
-        help: "Read the PIN from the first line of standard input (for scripts); on a terminal, ask for it without echo. An empty PIN is refused (PIN_EMPTY). Without --pin or --pin-stdin, a command on a terminal asks for the PIN when the daemon answers that it is required.")
+        help:
+            "Read the PIN from the first line of standard input (for scripts); on a terminal, ask for it without echo. An empty PIN is refused (PIN_EMPTY). Without --pin or --pin-stdin, a command on a terminal asks for the PIN when the daemon answers that it is required."
+    )
     var pinStdin = false
 
     @Flag(
@@ -132,10 +136,7 @@ struct PINOptions: ParsableArguments {
                 return pin
             }
             guard pinStdin else { return nil }
-            if TerminalPrompt.isTerminal { return try await Self.prompt("PIN: ") }
-            let line = await DedicatedThread.run { readLine(strippingNewline: true) }
-            guard let line, !line.isEmpty else { throw Self.empty("--pin-stdin") }
-            return line
+            return try await Self.read("PIN: ", option: "--pin-stdin")
         } catch {
             throw GlobalOptions.fail(error)
         }
@@ -150,6 +151,15 @@ struct PINOptions: ParsableArguments {
     /// Whether a request without a PIN that needs one asks for it: no PIN given and standard input is a terminal.
     func asksWhenRequired(_ params: JSONValue) -> Bool {
         pin == nil && !pinStdin && params["pin"] == nil && TerminalPrompt.isTerminal
+    }
+
+    /// A PIN for a `*-stdin` option: the no-echo `prompt` on a terminal, else the next line of standard input.
+    /// PIN_EMPTY for an empty line or none.
+    static func read(_ prompt: String, option: String) async throws(TesseraError) -> String {
+        if TerminalPrompt.isTerminal { return try await Self.prompt(prompt) }
+        let line = await DedicatedThread.run { readLine(strippingNewline: true) }
+        guard let line, !line.isEmpty else { throw empty(option) }
+        return line
     }
 
     /// Asks on the terminal without echo. PIN_EMPTY for an empty answer, PIN_ENTRY_CANCELLED at Ctrl-D.
