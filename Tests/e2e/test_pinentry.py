@@ -276,6 +276,9 @@ def test_pin_stdin_with_empty_input_is_refused_not_taken_as_no_pin(tmp_path, sof
                     input=given, check=False)
             assert r.returncode == 2 and "PIN_EMPTY" in r.stderr, r.stderr
         assert a.daemon.client().call("credentials.list")["credentials"] == []
+        # The same for the new PIN of `ctap set-pin`: refused in the CLI, nothing is sent.
+        r = cli(a.daemon, "ctap", "set-pin", "--pin-stdin", "--new-pin-stdin", input=f"{PIN}\n\n", check=False)
+        assert r.returncode == 2 and "PIN_EMPTY" in r.stderr and "--new-pin-stdin" in r.stderr, r.stderr
         from tessera_harness import RPCError
         with pytest.raises(RPCError) as e:
             a.daemon.client().call("passkey.enroll", {"rpId": "example.com", "pin": "", "challenge": "AAAA",
