@@ -235,8 +235,8 @@ public struct SSHKeyBackend: SSHAgentBackend {
     }
 
     /// Asks the pinentry for the PIN of the key's token: on the client's terminal when the daemon runs as the client's
-    /// uid, else on the daemon's display. Not asked while the uid's PIN back-off runs (nothing could be tried), nor
-    /// without a terminal or a display to show the dialog on.
+    /// uid, else on the daemon's display. Not asked while the uid's PIN back-off runs or when the token has its final
+    /// try left or is locked (nothing would be tried), nor without a terminal or a display to show the dialog on.
     public func askPIN(_ identity: AgentIdentity, peer: AgentPeer) async -> AgentPINAnswer {
         guard let pinentry else { return .unavailable }
         do throws(TesseraError) {
@@ -251,8 +251,20 @@ public struct SSHKeyBackend: SSHAgentBackend {
             return .unavailable
         }
         var name = identity.tokenID
-        if let token = cache.token(identity.tokenID), let label = await token.describe()["label"]?.stringValue {
-            name = "\(label) (\(identity.tokenID))"
+        if let token = cache.token(identity.tokenID) {
+            let described = await token.describe()
+            // The agent never spends a token's final try (as for ssh-add -s): no use asking for a PIN it would not try.
+            if described["flags"]?["pinFinalTry"]?.boolValue == true
+                || described["flags"]?["pinLocked"]?.boolValue == true
+            {
+                logger.notice(
+                    """
+                    ssh-agent: token \(identity.tokenID) has one PIN try left or is locked: no PIN is asked; the agent \
+                    never spends the final try (tessera … --allow-final-pin-try does, or the token's own tools)
+                    """)
+                return .unavailable
+            }
+            if let label = described["label"]?.stringValue { name = "\(label) (\(identity.tokenID))" }
         }
         let prompt = PinentryPrompt(
             title: "Tessera SSH agent",

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from tessera_harness import BIN, cli
-from test_ssh_agent import PIN, TOKEN, Agent, key_part
+from test_ssh_agent import PIN, TOKEN, Agent, key_part, pcscd  # noqa: F401 (pcscd: the fixture)
+from test_ssh_agent import piv_agent, piv_card_with_certificates, piv_token_id, sign_with, wait_until
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -142,6 +143,33 @@ def test_wrong_pin_fails_and_costs_exactly_one_try(tmp_path, softhsm):
         before = a.logins()
         assert sign(a, pub).returncode != 0
         assert a.logins() == before and "PIN_EMPTY" in a.daemon.log.read_text()
+
+
+def test_piv_card_wrong_pin_moves_the_retry_counter_by_one_and_the_final_try_is_never_asked(tmp_path, softhsm, pcscd):
+    """A PIV card (real retry counter): a wrong PIN from pinentry costs exactly one try; with one try left the agent
+    asks nothing and spends nothing."""
+    program, state = scripted_pinentry(tmp_path, "pin:000000")
+    card, piv_keys = piv_card_with_certificates(pcscd, tmp_path, serial=5353, pin_retries=2)
+    card.insert()
+    a = piv_agent(tmp_path, softhsm, pcscd, config={"pinBackoff": {"initialSeconds": 0},
+                                                    "pinentry": {"program": str(program), "environment": DISPLAY}})
+    try:
+        assert wait_until(lambda: len(a.listed()) == 2), a.listed()
+        token = piv_token_id(a)
+        c = a.daemon.client()
+        line_9a = next(l for l in a.listed() if key_part(l) == key_part(piv_keys["9a"]))
+        assert c.call("tokens.pinStatus", {"tokenId": token})["retriesLeft"] == 2
+        assert sign_with(a, tmp_path, line_9a).returncode != 0
+        assert asked(state) == 1
+        assert c.call("tokens.pinStatus", {"tokenId": token})["retriesLeft"] == 1
+        (state / "answer").write_text("pin:123456")
+        assert sign_with(a, tmp_path, line_9a).returncode != 0
+        assert asked(state) == 1, "with one try left the agent must not ask for a PIN it will not try"
+        assert c.call("tokens.pinStatus", {"tokenId": token})["retriesLeft"] == 1
+        assert "one PIN try left" in a.daemon.log.read_text()
+    finally:
+        a.daemon.stop()
+        card.remove()
 
 
 def test_pinentry_confirm_as_presence(tmp_path, softhsm):
