@@ -134,6 +134,26 @@ struct PinentrySessionTests {
         #expect(Pinentry.locate("/nonexistent/pinentry", searchPath: nil) == nil)
     }
 
+    /// GETINFO version: the greeting, a `D` line with the version, OK.
+    static func handshake(_ path: String) async throws {
+        let version = try await ProgramRunner.capture(
+            [path], input: Array("GETINFO version\nBYE\n".utf8), timeout: .seconds(10))
+        let lines = String(decoding: version.stdout, as: UTF8.self).split(separator: "\n").map(String.init)
+        #expect(lines.first.flatMap(Assuan.parse) == .ok("Pleased to meet you"), "\(path)")
+        #expect(lines.contains { if case .data = Assuan.parse($0) { true } else { false } }, "\(path)")
+    }
+
+    /// Debian's pinentry-curses speaks the same handshake (its dialog needs a terminal: the e2e tests type into
+    /// pinentry-tty's).
+    @Test func debianPinentryCursesHandshakes() async throws {
+        guard let path = Pinentry.locate("pinentry-curses", searchPath: ProcessInfo.processInfo.environment["PATH"])
+        else {
+            Issue.record("pinentry-curses is not installed (scripts/setup.sh installs it)")
+            return
+        }
+        try await Self.handshake(path)
+    }
+
     /// Debian's pinentry-tty (apt: pinentry-tty) on a "terminal" that cannot answer (/dev/null, so a test run from a
     /// terminal never prompts): it speaks the same protocol, answers CONFIRM with "not confirmed" and GETPIN with
     /// "cancelled". The e2e tests type a PIN into it through a pseudo-terminal.
@@ -142,11 +162,7 @@ struct PinentrySessionTests {
             Issue.record("pinentry-tty is not installed (scripts/setup.sh installs it)")
             return
         }
-        let version = try await ProgramRunner.capture(
-            [path], input: Array("GETINFO version\nBYE\n".utf8), timeout: .seconds(10))
-        let lines = String(decoding: version.stdout, as: UTF8.self).split(separator: "\n").map(String.init)
-        #expect(lines.first.flatMap(Assuan.parse) == .ok("Pleased to meet you"))
-        #expect(lines.contains { if case .data = Assuan.parse($0) { true } else { false } })
+        try await Self.handshake(path)
         let pinentry = Pinentry(program: path, timeout: .seconds(5))
         let nowhere = PinentryPrompt(title: "T", description: "D", ttyname: "/dev/null")
         #expect(try await pinentry.confirm(nowhere) == .cancelled)
