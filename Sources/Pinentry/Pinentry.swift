@@ -15,12 +15,16 @@ public struct PinentryPrompt: Sendable {
     public var ttyname: String?
     /// The terminal's type (`OPTION ttytype`), with `ttyname`.
     public var ttytype: String?
+    /// The buttons' labels (`SETOK`, `SETCANCEL`; `_` marks the key that presses it); nil: pinentry's own.
+    public var ok: String?
+    public var cancel: String?
 
     public init(
-        title: String, description: String, prompt: String = "PIN:", ttyname: String? = nil, ttytype: String? = nil
+        title: String, description: String, prompt: String = "PIN:", ttyname: String? = nil, ttytype: String? = nil,
+        ok: String? = nil, cancel: String? = nil
     ) {
         self.title = title; self.description = description; self.prompt = prompt; self.ttyname = ttyname
-        self.ttytype = ttytype
+        self.ttytype = ttytype; self.ok = ok; self.cancel = cancel
     }
 }
 
@@ -48,7 +52,7 @@ public enum PinentryOutcome: Sendable, Equatable, CustomStringConvertible {
 /// One pinentry dialog as Assuan requests and the reading of its answers (pure).
 ///
 /// pinentry reads its requests one after the other from standard input, so a whole dialog is written at once:
-/// OPTIONs, SETTIMEOUT, SETTITLE, SETDESC, SETPROMPT, then GETPIN or CONFIRM, then BYE. The answers come back in the
+/// OPTIONs, SETTIMEOUT, SETTITLE, SETDESC, SETPROMPT, SETOK/SETCANCEL, then GETPIN or CONFIRM, then BYE. The answers come back in the
 /// same order after the greeting; an `ERR` to an OPTION (an option this pinentry does not know) is ignored, as
 /// gpg-agent does.
 public struct PinentryDialog: Sendable {
@@ -71,6 +75,8 @@ public struct PinentryDialog: Sendable {
         lines.append(Assuan.request("SETTITLE", prompt.title))
         lines.append(Assuan.request("SETDESC", prompt.description))
         if action == .getPIN { lines.append(Assuan.request("SETPROMPT", prompt.prompt)) }
+        if let ok = prompt.ok { lines.append(Assuan.request("SETOK", ok)) }
+        if let cancel = prompt.cancel { lines.append(Assuan.request("SETCANCEL", cancel)) }
         lines.append(action.rawValue)
         lines.append("BYE")
         self.action = action

@@ -348,7 +348,8 @@ public actor PresenceBroker {
         return PinentryPrompt(
             title: "Tessera: confirm",
             description: what + (client.isEmpty ? "" : "\nRequested by \(client).") + "\nAllow it?",
-            ttyname: q.uid.flatMap { uid in q.pid.flatMap { Pinentry.clientTerminal(pid: $0, uid: uid) } })
+            ttyname: q.uid.flatMap { uid in q.pid.flatMap { Pinentry.clientTerminal(pid: $0, uid: uid) } },
+            ok: "_Allow", cancel: "_Deny")
     }
 
     /// The question as JSON: its details, then `requestId`, `door`, `uid`, `pid`, `since` and `timeoutSeconds`.

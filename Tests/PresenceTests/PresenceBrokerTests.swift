@@ -217,7 +217,7 @@ import Testing
                     door: .ctap, uid: 1000, pid: 7, details: ["operation": "getAssertion", "rpId": "example.com"]))
             #expect(got == expected)
             let log = try String(contentsOfFile: dir + "/log", encoding: .utf8)
-            #expect(log.contains("CONFIRM\n"))
+            #expect(log.contains("SETOK _Allow\nSETCANCEL _Deny\nCONFIRM\n"))
             #expect(log.contains("SETDESC Passkey: getAssertion for example.com%0ARequested by uid 1000 pid 7."))
         }
     }

@@ -245,6 +245,41 @@ def test_real_pinentry_tty_on_the_clients_terminal(tmp_path, softhsm):
         a.daemon.stop()
 
 
+def test_real_pinentry_tty_confirms_presence_on_the_clients_terminal(tmp_path, softhsm):
+    """presence.pinentry with Debian's pinentry-tty: a `confirm` key's signature shows Allow/Deny on the signing
+    client's terminal; "a" allows (the signature verifies), "d" denies."""
+    program = shutil.which("pinentry-tty")
+    assert program, "pinentry-tty is not installed (scripts/setup.sh installs it)"
+    a = start_agent(tmp_path, softhsm, {"pinentry": {"program": program, "sshAgent": False},
+                                       "presence": {"pinentry": True, "timeoutSeconds": 30}})
+    try:
+        pub = keygen(a, "--confirm")
+        assert a.run("ssh-add", "-s", TOKEN, secret=PIN).returncode == 0
+        for key, allowed in ((b"a", True), (b"d", False)):
+            master, slave = pty.openpty()
+            try:
+                msg = a.tmp / "msg.txt"
+                msg.write_text("confirmed on the terminal\n")
+                (a.tmp / "msg.txt.sig").unlink(missing_ok=True)
+                env = {**os.environ, "SSH_AUTH_SOCK": a.sock}
+                env.pop("DISPLAY", None)
+                proc = subprocess.Popen(["ssh-keygen", "-Y", "sign", "-n", "file", "-f", str(pub), str(msg)],
+                                        env=env, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                seen = read_until(master, b"[ad]? ")
+                assert b"SSH signature" in seen and b"Allow it?" in seen
+                os.write(master, key)
+                _, err = proc.communicate(timeout=60)
+                assert (proc.returncode == 0) == allowed, err + a.daemon.log.read_text()[-2000:]
+                if allowed:
+                    assert verifies(a, pub)
+            finally:
+                os.close(master)
+                os.close(slave)
+        assert "pinentry denied" in a.daemon.log.read_text()
+    finally:
+        a.daemon.stop()
+
+
 def run_on_terminal(args: list[str], typed: bytes | None, expect: bytes = b"PIN: ") -> tuple[int, bytes]:
     """Runs the CLI with a pseudo-terminal as stdin, stdout and stderr; types `typed` after `expect` appears."""
     pid, fd = pty.fork()
