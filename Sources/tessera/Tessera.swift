@@ -21,6 +21,9 @@ struct Tessera: AsyncParsableCommand {
             SOCKET
               --socket PATH (before or after the command), else $TESSERA_SOCKET, else /run/tesserad/tesserad.sock.
 
+            PINS
+              On a terminal, --pin-stdin asks "PIN: " without echo, and a command given no PIN asks for it when the daemon answers PIN_REQUIRED (then sends the request once more). In scripts, --pin-stdin reads the first line of standard input. An empty PIN is refused with PIN_EMPTY (exit 2), never taken as no PIN; Ctrl-D at the prompt is PIN_ENTRY_CANCELLED.
+
             EXAMPLES
               tessera status
               tessera enroll --rp-id example.com --user-name alice --pin-stdin
