@@ -94,7 +94,9 @@ let package = Package(
         /// configured command through `ProgramRunner`, or an answer on the socket from the asking uid or an admin.
         .target(
             name: "Presence",
-            dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")]),
+            dependencies: ["TesseraCore", "Pinentry", .product(name: "Logging", package: "swift-log")]),
+        /// pinentry's Assuan protocol (the line codec and one dialog) and the program run through `ProgramRunner`.
+        .target(name: "Pinentry", dependencies: ["TesseraCore"]),
 
         // MARK: Devices and storage (I/O at the edges)
         .target(
@@ -189,8 +191,8 @@ let package = Package(
         .target(
             name: "SSHAgentDoor",
             dependencies: [
-                "TesseraCore", "CredentialStore", "Ownership", "PKCS11", "Passkeys", "Presence", "RPC", "SSHAgent",
-                .product(name: "Logging", package: "swift-log"),
+                "TesseraCore", "CredentialStore", "Ownership", "PKCS11", "Passkeys", "Pinentry", "Presence", "RPC",
+                "SSHAgent", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         /// The mdoc holder door (docs/MDOC.md, "Holder"): device keys on tokens, registrations by owner, reader
@@ -204,7 +206,7 @@ let package = Package(
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Presence", "SSHAgentDoor",
+                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Pinentry", "Presence", "SSHAgentDoor",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -265,12 +267,14 @@ let package = Package(
         .testTarget(
             name: "PresenceTests",
             dependencies: [
-                "Presence", "TesseraCore", "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
+                "Pinentry", "Presence", "TesseraCore", "TesseraTestSupport",
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "WebAuthnTests",
             dependencies: ["WebAuthn", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "APDUTests", dependencies: ["APDU", "TesseraCore"]),
+        .testTarget(name: "PinentryTests", dependencies: ["Pinentry", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(name: "CTAPHIDTests", dependencies: ["CTAPHID", "TesseraTestSupport"]),
         .testTarget(
             name: "CTAPAuthenticatorTests",

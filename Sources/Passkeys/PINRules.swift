@@ -144,12 +144,12 @@ public final class PINRules: Sendable {
     /// Runs `operation` with `pin` from `caller` under the PIN rules: PIN_BACKOFF before anything reaches the token
     /// when the caller's uid must wait; the token refuses to spend its final try with PIN_FINAL_TRY_PROTECTED unless
     /// `allowFinalTry`; a wrong PIN (PIN_INVALID, PIN_LOCKED) is logged and starts or extends the uid's back-off;
-    /// a success clears it. INVALID_INPUT for an empty PIN or one over 64 bytes.
+    /// a success clears it. PIN_EMPTY for an empty PIN, INVALID_INPUT for one over 64 bytes.
     public func withCallerPIN<T>(
         _ pin: String, caller: PINCaller?, allowFinalTry: Bool, tokenId: String,
         _ operation: (PINAttempt) async throws(TesseraError) -> T
     ) async throws(TesseraError) -> T {
-        guard !pin.isEmpty, pin.utf8.count <= 64 else { throw .invalidInput("pin must be 1 to 64 bytes") }
+        try Self.validate(pin)
         try checkBackoff(caller)
         let attempt = PINAttempt(pin: pin, allowFinalTry: allowFinalTry, caller: caller, tokenId: tokenId, rules: self)
         do throws(TesseraError) {
@@ -162,6 +162,14 @@ public final class PINRules: Sendable {
             }
             throw error
         }
+    }
+
+    /// PIN_EMPTY for an empty PIN (a PIN that was given is never taken as none), INVALID_INPUT over 64 bytes.
+    public static func validate(_ pin: String) throws(TesseraError) {
+        if pin.isEmpty {
+            throw TesseraError(.pinEmpty, "the PIN is empty: give the token's PIN, or leave the PIN out altogether")
+        }
+        guard pin.utf8.count <= 64 else { throw .invalidInput("pin must be 1 to 64 bytes") }
     }
 
     /// PIN_BACKOFF (retryable, `retryAfterSeconds`) when `caller`'s uid must still wait after a wrong PIN.

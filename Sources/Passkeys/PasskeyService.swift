@@ -533,7 +533,7 @@ public final class PasskeyService: Sendable {
         checkLogin: Bool = true
     ) async throws(TesseraError) -> Bool {
         if let pin {
-            guard !pin.isEmpty, pin.utf8.count <= 64 else { throw .invalidInput("pin must be 1 to 64 bytes") }
+            try PINRules.validate(pin)
             return true
         }
         if verifiedByFrontDoor {

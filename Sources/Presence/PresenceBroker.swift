@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Pinentry
 import TesseraCore
 
 /// The front door a presence question comes from.
@@ -72,6 +73,9 @@ public enum PresenceAnswer: String, Sendable, Equatable {
 public struct PresenceSettings: Sendable {
     /// Program (argv) asked first: the question as JSON on stdin, exit 0 = confirm, another status = deny.
     public var command: [String]?
+    /// A pinentry asked with CONFIRM (OK = confirm, Cancel = deny), on the asking client's terminal when the daemon
+    /// runs as the client's uid, else on the daemon's display (`presence.pinentry`).
+    public var pinentry: Pinentry?
     /// Longest wait for an answer.
     public var timeout: Duration
     /// Whether `presence.confirm` / `presence.deny` on the JSON-RPC socket may answer (same uid or an admin).
@@ -79,8 +83,12 @@ public struct PresenceSettings: Sendable {
     /// Questions one uid may have waiting at once; more are refused with `BUSY`.
     public var maxPendingPerUid: Int
 
-    public init(command: [String]?, timeout: Duration, confirmOnSocket: Bool, maxPendingPerUid: Int = 8) {
+    public init(
+        command: [String]?, pinentry: Pinentry? = nil, timeout: Duration, confirmOnSocket: Bool,
+        maxPendingPerUid: Int = 8
+    ) {
         self.command = command?.isEmpty == true ? nil : command
+        self.pinentry = pinentry
         self.timeout = timeout; self.confirmOnSocket = confirmOnSocket
         self.maxPendingPerUid = max(1, maxPendingPerUid)
     }
@@ -120,8 +128,10 @@ public actor PresenceBroker {
         self.settings = settings; self.logger = logger; self.notify = notify
     }
 
-    /// Whether anything can answer (a command, or `confirmOnSocket`).
-    public nonisolated var hasSource: Bool { settings.command != nil || settings.confirmOnSocket }
+    /// Whether anything can answer (a command, a pinentry, or `confirmOnSocket`).
+    public nonisolated var hasSource: Bool {
+        settings.command != nil || settings.pinentry != nil || settings.confirmOnSocket
+    }
 
     /// Asks the user and waits for the answer. Without a source the answer is `denied` (logged with the setting
     /// to add). Throws `BUSY` (retryable) when the uid already has `maxPendingPerUid` questions waiting.
@@ -135,8 +145,8 @@ public actor PresenceBroker {
             logger.warning(
                 """
                 presence: a \(question.door.rawValue) request needs the user's presence and no presence source is \
-                configured: set presence.command (a program that confirms with exit status 0) or \
-                presence.confirmOnSocket: true (then answer with presence.confirm on the main socket)
+                configured: set presence.command (a program that confirms with exit status 0), \
+                presence.pinentry: true or presence.confirmOnSocket: true (then answer with presence.confirm on the main socket)
                 """)
             return PresenceReply(.denied)
         }
@@ -186,6 +196,17 @@ public actor PresenceBroker {
                                 logger.error("presence: command: \(error)")
                                 answer = othersAnswer ? nil : .denied
                             }
+                            if let answer { await self?.resolve(id, answer) }
+                        })
+                }
+                if let pinentry = settings.pinentry {
+                    let logger = self.logger
+                    let othersAnswer = settings.command != nil || settings.confirmOnSocket || question.answeredByDoor
+                    tasks.append(
+                        Task { [weak self] in
+                            let answer = await Self.askPinentry(
+                                pinentry, id: id, question, timeout: commandTimeout, othersAnswer: othersAnswer,
+                                logger: logger)
                             if let answer { await self?.resolve(id, answer) }
                         })
                 }
@@ -280,6 +301,55 @@ public actor PresenceBroker {
 
     private static func may(uid: UInt32, isAdmin: Bool, answer question: PresenceQuestion) -> Bool {
         sees(uid: uid, isAdmin: isAdmin, owner: question.uid)
+    }
+
+    /// A pinentry CONFIRM for question `id`: OK confirms, Cancel denies; nil (leave it to the other sources) when the
+    /// pinentry cannot be run and another source can answer, or when it timed out on a question its door answers.
+    private static func askPinentry(
+        _ pinentry: Pinentry, id: UInt64, _ question: PresenceQuestion, timeout: Duration, othersAnswer: Bool,
+        logger: Logger
+    ) async -> PresenceAnswer? {
+        var dialog = pinentry
+        dialog.timeout = timeout
+        do throws(TesseraError) {
+            switch try await dialog.confirm(prompt(question)) {
+            case .confirmed: return .confirmed
+            case .cancelled:
+                if Task.isCancelled { return nil }
+                logger.notice("presence: pinentry denied request \(id)")
+                return .denied
+            case .timedOut:
+                logger.notice("presence: pinentry timed out after \(timeout) (request \(id))")
+                return question.answeredByDoor ? nil : .timedOut
+            case .pin: return .denied
+            }
+        } catch {
+            logger.error("presence: pinentry: \(error)")
+            return othersAnswer ? nil : .denied
+        }
+    }
+
+    /// What the pinentry shows for a question: the door, what is asked, and the client.
+    static func prompt(_ q: PresenceQuestion) -> PinentryPrompt {
+        let what: String
+        switch q.door {
+        case .ctap:
+            let operation = q.details["operation"]?.stringValue ?? "a passkey operation"
+            let rp = q.details["rpId"]?.stringValue.map { " for \($0)" } ?? ""
+            what = "Passkey: \(operation)\(rp)"
+        case .ssh:
+            let key = q.details["key"]?.stringValue.map { "\n\($0)" } ?? ""
+            let forwarded = q.details["forwarded"]?.boolValue == true ? " (through a forwarded agent)" : ""
+            what = "SSH signature\(forwarded) with the key\(key)"
+        case .mdoc:
+            what = "Release mobile document elements to a reader"
+        }
+        let client = [q.uid.map { "uid \($0)" }, q.pid.map { "pid \($0)" }].compactMap { $0 }.joined(separator: " ")
+        return PinentryPrompt(
+            title: "Tessera: confirm",
+            description: what + (client.isEmpty ? "" : "\nRequested by \(client).") + "\nAllow it?",
+            ttyname: q.uid.flatMap { uid in q.pid.flatMap { Pinentry.clientTerminal(pid: $0, uid: uid) } },
+            ok: "_Allow", cancel: "_Deny")
     }
 
     /// The question as JSON: its details, then `requestId`, `door`, `uid`, `pid`, `since` and `timeoutSeconds`.

@@ -48,6 +48,30 @@ public protocol SSHAgentBackend: Sendable {
     func confirm(_ identity: AgentIdentity, peer: AgentPeer, forwarded: Bool) async -> Bool
     /// A line for the daemon log.
     func log(_ level: AgentLogLevel, _ message: String)
+    /// Asks the user of `peer` for the PIN of `identity`'s token (pinentry), for a key that needs an unlock `peer`'s
+    /// uid does not hold. Asked once per signature, never again behind the user's back.
+    func askPIN(_ identity: AgentIdentity, peer: AgentPeer) async -> AgentPINAnswer
+}
+
+extension SSHAgentBackend {
+    public func askPIN(_ identity: AgentIdentity, peer: AgentPeer) async -> AgentPINAnswer { .unavailable }
+}
+
+/// The answer of a PIN dialog for the agent. A PIN is never printed (`description` redacts it).
+public enum AgentPINAnswer: Sendable, Equatable, CustomStringConvertible {
+    case pin(String)
+    /// The user cancelled (or did not answer in time).
+    case cancelled
+    /// No dialog could be shown (none configured, none found, no PIN may be tried now); the reason is logged.
+    case unavailable
+
+    public var description: String {
+        switch self {
+        case .pin: "pin(redacted)"
+        case .cancelled: "cancelled"
+        case .unavailable: "unavailable"
+        }
+    }
 }
 
 public enum AgentLogLevel: Sendable { case info, notice, warning }
@@ -364,8 +388,7 @@ public final class SSHAgent: Sendable {
         }
         let unlock = state.withLock { $0.unlocked[Unlock(uid: peer.uid, tokenID: identity.tokenID)] }
         if identity.needsUnlock && unlock == nil {
-            logNeedsPIN(identity.tokenID)
-            return .failure
+            guard await unlockByDialog(identity, peer: peer) else { return .failure }
         }
         if unlock?.confirm == true { identity.confirm = true }
         if identity.confirm {
@@ -382,6 +405,35 @@ public final class SSHAgent: Sendable {
         } catch {
             backend.log(.warning, "ssh-agent: sign with token \(identity.tokenID) failed: \(error)")
             return .failure
+        }
+    }
+
+    /// Asks for the token's PIN (pinentry) and unlocks the token for `peer`'s uid as `ssh-add -s` would, for
+    /// `pinCacheSeconds`. One question, one PIN try: a cancel or a wrong PIN fails this signature, nothing is retried.
+    private func unlockByDialog(_ identity: AgentIdentity, peer: AgentPeer) async -> Bool {
+        let pin: String
+        switch await backend.askPIN(identity, peer: peer) {
+        case .unavailable:
+            logNeedsPIN(identity.tokenID)
+            return false
+        case .cancelled:
+            backend.log(
+                .notice, "ssh-agent: PIN entry for token \(identity.tokenID) cancelled (uid \(peer.uid)): not signed")
+            return false
+        case .pin(let typed): pin = typed
+        }
+        do throws(TesseraError) {
+            let id = try await backend.unlock(readerID: identity.tokenID, pin: pin, peer: peer)
+            let until = ContinuousClock.now + pinCache
+            state.withLock { s in
+                s.unlocked[Unlock(uid: peer.uid, tokenID: id)] = (until, false)
+                s.nextExpiry = min(s.nextExpiry ?? until, until)
+            }
+            backend.log(.info, "ssh-agent: token \(id) unlocked by uid \(peer.uid) through pinentry")
+            return true
+        } catch {
+            backend.log(.warning, "ssh-agent: PIN for token \(identity.tokenID) from pinentry refused: \(error)")
+            return false
         }
     }
 

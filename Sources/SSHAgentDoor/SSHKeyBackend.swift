@@ -4,6 +4,7 @@ import Logging
 import Ownership
 import PKCS11
 import Passkeys
+import Pinentry
 import Presence
 import RPC
 import SSHAgent
@@ -17,7 +18,7 @@ import TesseraCore
 /// certificate. Keys made by `ssh.keygen` carry `CKA_LABEL` `ssh:COMMENT` (`ssh-confirm:COMMENT` when every
 /// signature needs the presence broker's confirmation); other keys are offered with their label as comment. A key
 /// that needs its token's PIN signs only after `ssh-add -s` for that token, unless the token has a PIN file
-/// (`needsUnlock`).
+/// (`needsUnlock`); with a `pinentry`, the agent asks for that PIN itself (once per signature, `askPIN`).
 ///
 /// REQUEST_IDENTITIES always lists the tokens afresh; SIGN_REQUEST finds its key (and token) in the cache that
 /// listing fills, so a signature is one token operation. The cache is dropped on token events (PIV hotplug,
@@ -33,10 +34,16 @@ public struct SSHKeyBackend: SSHAgentBackend {
     let presence: PresenceBroker
     /// Whose the keys `ssh.keygen` made are; every other key is the daemon's uid's.
     public let owners: SSHKeyOwnerStore
+    /// Asked for a token's PIN when a key needs an unlock the client's uid does not hold (nil: `ssh-add -s` only).
+    let pinentry: Pinentry?
     private let cache = IdentityCache()
 
-    public init(passkeys: PasskeyService, logger: Logger, presence: PresenceBroker, owners: SSHKeyOwnerStore) {
+    public init(
+        passkeys: PasskeyService, logger: Logger, presence: PresenceBroker, owners: SSHKeyOwnerStore,
+        pinentry: Pinentry? = nil
+    ) {
         self.passkeys = passkeys; self.logger = logger; self.presence = presence; self.owners = owners
+        self.pinentry = pinentry
     }
 
     /// The offered keys by blob, with their tokens; `generation` makes a listing that raced an invalidation
@@ -222,6 +229,60 @@ public struct SSHKeyBackend: SSHAgentBackend {
         } catch {
             logger.notice("ssh-agent: presence for \(identity.comment): \(error)")
             return false
+        }
+    }
+
+    /// Asks the pinentry for the PIN of the key's token: on the client's terminal when the daemon runs as the client's
+    /// uid, else on the daemon's display. Not asked while the uid's PIN back-off runs or when the token has its final
+    /// try left or is locked (nothing would be tried), nor without a terminal or a display to show the dialog on.
+    public func askPIN(_ identity: AgentIdentity, peer: AgentPeer) async -> AgentPINAnswer {
+        guard let pinentry else { return .unavailable }
+        do throws(TesseraError) {
+            try passkeys.pinRules.checkBackoff(PINCaller(uid: peer.uid, pid: peer.pid))
+        } catch {
+            logger.notice("ssh-agent: no PIN asked for token \(identity.tokenID): \(error.message)")
+            return .unavailable
+        }
+        let terminal = Pinentry.clientTerminal(pid: peer.pid, uid: peer.uid)
+        guard pinentry.canShow(ttyname: terminal) else {
+            logger.info("ssh-agent: no terminal of the client and no display for a PIN dialog")
+            return .unavailable
+        }
+        var name = identity.tokenID
+        if let token = cache.token(identity.tokenID) {
+            let described = await token.describe()
+            // The agent never spends a token's final try (as for ssh-add -s): no use asking for a PIN it would not try.
+            if described["flags"]?["pinFinalTry"]?.boolValue == true
+                || described["flags"]?["pinLocked"]?.boolValue == true
+            {
+                logger.notice(
+                    """
+                    ssh-agent: token \(identity.tokenID) has one PIN try left or is locked: no PIN is asked; the agent \
+                    never spends the final try (tessera … --allow-final-pin-try does, or the token's own tools)
+                    """)
+                return .unavailable
+            }
+            if let label = described["label"]?.stringValue { name = "\(label) (\(identity.tokenID))" }
+        }
+        let prompt = PinentryPrompt(
+            title: "Tessera SSH agent",
+            description: """
+                The SSH key "\(identity.comment)" is on token \(name), which needs its PIN.
+                Signature requested by uid \(peer.uid) pid \(peer.pid).
+                A wrong PIN counts against the token's tries.
+                """,
+            prompt: "PIN:", ttyname: terminal)
+        do throws(TesseraError) {
+            switch try await pinentry.getPIN(prompt) {
+            case .pin(let pin): return .pin(pin)
+            case .cancelled, .confirmed: return .cancelled
+            case .timedOut:
+                logger.notice("ssh-agent: pinentry for token \(identity.tokenID) timed out")
+                return .cancelled
+            }
+        } catch {
+            logger.warning("ssh-agent: pinentry: \(error)")
+            return .unavailable
         }
     }
 

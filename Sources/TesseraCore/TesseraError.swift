@@ -48,6 +48,12 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let pinFinalTryProtected: Code = "PIN_FINAL_TRY_PROTECTED"
         /// A wrong PIN from this uid a moment ago: no PIN is tried for it until `retryAfterSeconds` have passed.
         public static let pinBackoff: Code = "PIN_BACKOFF"
+        /// A PIN was given and is empty (an empty line on `--pin-stdin`, an empty `pin`): refused, never taken as no PIN.
+        public static let pinEmpty: Code = "PIN_EMPTY"
+        /// The user cancelled the PIN or confirmation dialog (pinentry, the terminal prompt); nothing was tried.
+        public static let pinEntryCancelled: Code = "PIN_ENTRY_CANCELLED"
+        /// The pinentry program could not be found or run, or did not answer in the Assuan protocol.
+        public static let pinEntryFailed: Code = "PIN_ENTRY_FAILED"
         public static let passkeyNotFound: Code = "PASSKEY_NOT_FOUND"
         public static let credentialExcluded: Code = "CREDENTIAL_EXCLUDED"
         public static let pcscUnavailable: Code = "PCSC_UNAVAILABLE"

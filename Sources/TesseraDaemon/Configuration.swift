@@ -86,6 +86,8 @@ public struct ConfigFile: Codable, Sendable {
     public var mdoc: MDocHolderConfig?
     /// The one presence broker of every front door (docs/CONFIG.md).
     public var presence: PresenceConfig?
+    /// The pinentry program the SSH agent asks for PINs and `presence.pinentry` for confirmations (docs/CONFIG.md).
+    public var pinentry: PinentryConfig?
 
     public init() {}
 
@@ -146,6 +148,9 @@ public struct ConfigFile: Codable, Sendable {
         if let presence = top["presence"]?.objectValue {
             try unknown(in: presence, known: propertyNames(of: PresenceConfig()), section: "presence")
         }
+        if let pinentry = top["pinentry"]?.objectValue {
+            try unknown(in: pinentry, known: propertyNames(of: PinentryConfig()), section: "pinentry")
+        }
         guard let policy = top["policy"], !policy.isNull else { return }
         guard let rules = policy.objectValue else { throw TesseraError.invalidInput("policy must be an object") }
         try unknown(in: rules, known: propertyNames(of: PolicyConfig()), section: "policy")
@@ -196,6 +201,13 @@ public struct ConfigFile: Codable, Sendable {
             throw bad("presence.timeoutSeconds \(t) is out of range 1…3600")
         }
         if presence?.command?.isEmpty == true { throw bad("presence.command must name a program") }
+        if let t = pinentry?.timeoutSeconds, !(1...3600).contains(t) {
+            throw bad("pinentry.timeoutSeconds \(t) is out of range 1…3600")
+        }
+        if pinentry?.program?.isEmpty == true { throw bad("pinentry.program must name a program") }
+        if pinentry?.environment?.keys.contains(where: { $0.isEmpty || $0.contains("=") }) == true {
+            throw bad("pinentry.environment names must be non-empty and without '='")
+        }
         if mdoc?.presentDevices?.contains(where: \.isEmpty) == true {
             throw bad("mdoc.presentDevices must not hold an empty device")
         }
@@ -274,6 +286,22 @@ public struct PresenceConfig: Codable, Sendable {
     public var timeoutSeconds: Int?
     /// Whether `presence.confirm` / `presence.deny` on the main socket, from the requesting uid or an admin, answer.
     public var confirmOnSocket: Bool?
+    /// Whether a pinentry CONFIRM (the `pinentry` section's program) answers too (default false).
+    public var pinentry: Bool?
+
+    public init() {}
+}
+
+/// `pinentry` section: the program that asks the user for a PIN (SSH agent) or a confirmation (`presence.pinentry`).
+public struct PinentryConfig: Codable, Sendable {
+    /// A program name looked up on PATH, or a path (default "pinentry").
+    public var program: String?
+    /// Seconds the dialog waits for the user (1…3600, default 60).
+    public var timeoutSeconds: Int?
+    /// Variables set for the program over the daemon's own (DISPLAY, WAYLAND_DISPLAY, XAUTHORITY…).
+    public var environment: [String: String]?
+    /// Whether the SSH agent asks for the PIN of a token that is not unlocked (default true).
+    public var sshAgent: Bool?
 
     public init() {}
 }

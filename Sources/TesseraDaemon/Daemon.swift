@@ -7,6 +7,7 @@ import Logging
 import MDocHolderDoor
 import PIVKeyStore
 import Passkeys
+import Pinentry
 import Presence
 import RPC
 import SSHAgent
@@ -168,14 +169,17 @@ public enum Daemon {
         var presenceLogger = logger
         presenceLogger[metadataKey: "service"] = "presence"
         let presenceSubscribers = PresenceSubscribers()
-        let presence = PresenceBroker(PresenceSettings(config.presence), logger: presenceLogger) { event in
+        let presence = PresenceBroker(
+            PresenceSettings(config.presence, pinentry: config.pinentry), logger: presenceLogger
+        ) { event in
             await presenceSubscribers.send(event)
         }
         table.registerPresence(presence, subscribers: presenceSubscribers)
         var sshLogger = logger
         sshLogger[metadataKey: "service"] = "ssh-agent"
         let sshBackend = SSHKeyBackend(
-            passkeys: passkeys, logger: sshLogger, presence: presence, owners: SSHKeyOwnerStore(database: database))
+            passkeys: passkeys, logger: sshLogger, presence: presence, owners: SSHKeyOwnerStore(database: database),
+            pinentry: config.pinentry?.sshAgent == false ? nil : Pinentry(config.pinentry))
         table.registerSSH(passkeys, backend: sshBackend)
         table.registerMDocHolder(
             MDocHolderService(

@@ -1,15 +1,25 @@
 import Foundation
 import Logging
+import Pinentry
 import Presence
 import RPC
 import TesseraCore
 
 extension PresenceSettings {
-    /// The `presence` section (no command, 30 s, no answers on the socket by default).
-    init(_ config: PresenceConfig?) {
+    /// The `presence` section (no command, no pinentry, 30 s, no answers on the socket by default).
+    init(_ config: PresenceConfig?, pinentry: PinentryConfig?) {
         self.init(
-            command: config?.command, timeout: .seconds(config?.timeoutSeconds ?? 30),
-            confirmOnSocket: config?.confirmOnSocket ?? false)
+            command: config?.command, pinentry: config?.pinentry == true ? Pinentry(pinentry) : nil,
+            timeout: .seconds(config?.timeoutSeconds ?? 30), confirmOnSocket: config?.confirmOnSocket ?? false)
+    }
+}
+
+extension Pinentry {
+    /// The `pinentry` section ("pinentry" on PATH, 60 s, the daemon's own environment by default).
+    init(_ config: PinentryConfig?) {
+        self.init(
+            program: config?.program ?? "pinentry", timeout: .seconds(config?.timeoutSeconds ?? 60),
+            environment: config?.environment ?? [:])
     }
 }
 

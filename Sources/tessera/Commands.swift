@@ -76,8 +76,8 @@ struct Enroll: AsyncParsableCommand {
         if let tokenId { p["tokenId"] = .string(tokenId) }
         if !exclude.isEmpty { p["excludeCredentials"] = .array(exclude.map { .string($0) }) }
         if replace { p["replace"] = true }
-        pin.add(to: &p)
-        try await globals.run("passkey.enroll", .object(p)) { r in
+        try await pin.add(to: &p)
+        try await globals.run("passkey.enroll", .object(p), pin: pin) { r in
             "credential \(r["credentialId"]?.stringValue ?? "?") created on token \(r["tokenId"]?.stringValue ?? "?")"
                 + (r["userVerified"]?.boolValue == true ? " (user verified)" : "")
         }
@@ -107,8 +107,8 @@ struct Authenticate: AsyncParsableCommand {
             "userVerification": .string(userVerification),
         ]
         if let origin { p["origin"] = .string(origin) }
-        pin.add(to: &p)
-        try await globals.run("passkey.authenticate", .object(p)) { r in
+        try await pin.add(to: &p)
+        try await globals.run("passkey.authenticate", .object(p), pin: pin) { r in
             "assertion by \(r["credentialId"]?.stringValue ?? "?"), signCount \(r["signCount"]?.intValue ?? -1)"
                 + (r["userVerified"]?.boolValue == true ? " (user verified)" : "")
         }
@@ -165,8 +165,8 @@ struct Credentials: AsyncParsableCommand {
         @OptionGroup var pin: PINOptions
         func run() async throws {
             var p: [String: JSONValue] = ["credentialId": .string(credentialId)]
-            pin.add(to: &p)
-            try await globals.run("credentials.delete", .object(p)) { _ in "deleted" }
+            try await pin.add(to: &p)
+            try await globals.run("credentials.delete", .object(p), pin: pin) { _ in "deleted" }
         }
     }
 }
@@ -228,8 +228,8 @@ struct SSH: AsyncParsableCommand {
             var p: [String: JSONValue] = confirm ? ["confirm": true] : [:]
             if let tokenId { p["tokenId"] = .string(tokenId) }
             if let comment { p["comment"] = .string(comment) }
-            if let pin = pin.value() { p["pin"] = .string(pin) }
-            try await globals.run("ssh.keygen", .object(p)) { r in r["publicKey"]?.stringValue ?? "" }
+            if let pin = try await pin.value() { p["pin"] = .string(pin) }
+            try await globals.run("ssh.keygen", .object(p), pin: pin) { r in r["publicKey"]?.stringValue ?? "" }
         }
     }
 
@@ -263,17 +263,28 @@ struct CTAPCommand: AsyncParsableCommand {
         @Option(name: .customLong("token"), help: "Token id or label (default: ctap.tokenId, else the only token).")
         var tokenId: String?
         @OptionGroup var pin: PINOptions
-        @Flag(name: .customLong("new-pin-stdin"), help: "Read the new CTAP PIN from the next line of standard input.")
+        @Flag(
+            name: .customLong("new-pin-stdin"),
+            help:
+                "Read the new CTAP PIN from the next line of standard input; on a terminal, ask for it twice without echo."
+        )
         var newPINStdin = false
 
         func run() async throws {
             var p: [String: JSONValue] = [:]
-            pin.add(to: &p)
+            try await pin.add(to: &p)
             guard p["pin"] != nil else { throw ValidationError("give the token's current PIN: --pin-stdin") }
             if let tokenId { p["tokenId"] = .string(tokenId) }
             if newPINStdin {
-                guard let line = readLine(strippingNewline: true) else { throw ValidationError("no new PIN on stdin") }
-                p["newPin"] = .string(line)
+                do throws(TesseraError) {
+                    let new = try await PINOptions.read("New CTAP PIN: ", option: "--new-pin-stdin")
+                    if TerminalPrompt.isTerminal, try await PINOptions.prompt("Repeat the new CTAP PIN: ") != new {
+                        throw TesseraError(.invalidInput, "the two new PINs differ: nothing was changed")
+                    }
+                    p["newPin"] = .string(new)
+                } catch {
+                    throw GlobalOptions.fail(error)
+                }
             }
             try await globals.run("ctap.setPin", .object(p)) { r in
                 "token \(r["tokenId"]?.stringValue ?? "") now has the hashed form of its CTAP PIN"

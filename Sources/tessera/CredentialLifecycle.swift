@@ -175,8 +175,8 @@ struct StepUpCommand: AsyncParsableCommand {
         if let continueId {
             var p: [String: JSONValue] = ["stepUpId": .string(continueId)]
             if !document.isEmpty { p["payload"] = .object(document) }
-            pin.add(to: &p)
-            try await globals.run("stepup.submit", .object(p), human: Self.summary)
+            try await pin.add(to: &p)
+            try await globals.run("stepup.submit", .object(p), pin: pin, human: Self.summary)
             return
         }
         guard let rpId else { throw ValidationError("give --rp-id") }
@@ -200,8 +200,8 @@ struct StepUpCommand: AsyncParsableCommand {
             ]
         }
         if let expiresIn { p["expiresAt"] = .number((Date().timeIntervalSince1970 + Double(expiresIn)).rounded()) }
-        pin.add(to: &p)
-        try await globals.run("stepup.start", .object(p), human: Self.summary)
+        try await pin.add(to: &p)
+        try await globals.run("stepup.start", .object(p), pin: pin, human: Self.summary)
     }
 
     static func summary(_ r: JSONValue) -> String {
@@ -251,8 +251,8 @@ struct RecoverCommand: AsyncParsableCommand {
         ]
         if !document.isEmpty { p["document"] = .object(document) }
         if let tokenId { p["tokenId"] = .string(tokenId) }
-        pin.add(to: &p)
-        try await globals.run("recovery.start", .object(p)) { r in
+        try await pin.add(to: &p)
+        try await globals.run("recovery.start", .object(p), pin: pin) { r in
             "attempt \(r["recoveryAttemptId"]?.stringValue ?? "?"): credential \(r["credentialId"]?.stringValue ?? "?") "
                 + "created on token \(r["tokenId"]?.stringValue ?? "?"); \(r["replaced"]?.arrayValue?.count ?? 0) replaced"
         }

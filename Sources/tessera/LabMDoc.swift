@@ -166,7 +166,7 @@ struct LabMakeMDoc: AsyncParsableCommand {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch { throw ValidationError("cannot create \(directory)") }
         var params: [String: JSONValue] = ["tokenId": .string(tokenId)]
-        if let pin = pin.value() { params["pin"] = .string(pin) }
+        if let pin = try await pin.value() { params["pin"] = .string(pin) }
         if pin.allowFinalPinTry { params["allowFinalPinTry"] = true }
         let made = try await globals.call("mdoc.createDeviceKey", .object(params))
         func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }

@@ -26,9 +26,9 @@ extension MDocCommand {
         func run() async throws {
             var p: [String: JSONValue] = [:]
             if let tokenId { p["tokenId"] = .string(tokenId) }
-            if let pin = pin.value() { p["pin"] = .string(pin) }
+            if let pin = try await pin.value() { p["pin"] = .string(pin) }
             if pin.allowFinalPinTry { p["allowFinalPinTry"] = true }
-            try await globals.run("mdoc.createDeviceKey", .object(p)) { r in
+            try await globals.run("mdoc.createDeviceKey", .object(p), pin: pin) { r in
                 """
                 tokenId    \(r["tokenId"]?.stringValue ?? "")
                 keyId      \(r["keyId"]?.stringValue ?? "")
@@ -246,9 +246,9 @@ extension MDocCommand {
         func run() async throws {
             var p: [String: JSONValue] = ["presentationId": .string(presentationId), "approve": .bool(!decline)]
             if !elements.isEmpty { p["elements"] = .array(elements.map { .string($0) }) }
-            if let pin = pin.value() { p["pin"] = .string(pin) }
+            if let pin = try await pin.value() { p["pin"] = .string(pin) }
             if pin.allowFinalPinTry { p["allowFinalPinTry"] = true }
-            try await globals.run("mdoc.approve", .object(p)) { r in
+            try await globals.run("mdoc.approve", .object(p), pin: pin) { r in
                 guard r["approved"]?.boolValue == true else { return "declined" }
                 let released = (r["released"]?.arrayValue ?? []).compactMap(\.stringValue)
                 return "released " + (released.isEmpty ? "nothing" : released.joined(separator: " "))

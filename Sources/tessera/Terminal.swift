@@ -54,8 +54,34 @@ final class StationTerminal: Sendable {
     }
 }
 
+/// One secret asked on the terminal, as ssh-add asks for a passphrase: the question on stderr, echo off while it
+/// is typed, echo back on after the line, at Ctrl-D and at Ctrl-C.
+enum TerminalPrompt {
+    /// Whether standard input is a terminal.
+    static var isTerminal: Bool { isatty(0) == 1 }
+
+    /// The typed line; nil at the end of input.
+    static func secret(_ prompt: String) async -> String? {
+        let echo = TerminalEcho()
+        echo.disableEcho()
+        FileHandle.standardError.write(Data(prompt.utf8))
+        let stop = StationTerminal.onInterrupt {
+            echo.restore()
+            exit(130)
+        }
+        defer {
+            stop()
+            echo.restore()
+            // Ctrl-C ends the command again as usual once the secret is typed.
+            signal(SIGINT, SIG_DFL)
+            signal(SIGTERM, SIG_DFL)
+        }
+        return await DedicatedThread.run { readLine(strippingNewline: true) }
+    }
+}
+
 /// Turns terminal echo off for secrets and back on afterwards (only when standard input is a terminal).
-private final class TerminalEcho: Sendable {
+final class TerminalEcho: Sendable {
     private let saved = Locked<termios?>(nil)
 
     func disableEcho() {

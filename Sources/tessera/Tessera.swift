@@ -23,6 +23,9 @@ struct Tessera: AsyncParsableCommand {
 
             When a command cannot reach the daemon, pcscd or a token, `tessera doctor` checks the host and says what to fix.
 
+            PINS
+              On a terminal, --pin-stdin asks "PIN: " without echo, and a command given no PIN asks for it when the daemon answers PIN_REQUIRED (then sends the request once more). In scripts, --pin-stdin reads the first line of standard input. An empty PIN is refused with PIN_EMPTY (exit 2), never taken as no PIN; Ctrl-D at the prompt is PIN_ENTRY_CANCELLED.
+
             EXAMPLES
               tessera status
               tessera doctor
@@ -74,29 +77,56 @@ struct GlobalOptions: ParsableArguments {
     }
 
     /// Calls one method and prints the result (JSON or the human rendering).
-    func run(_ method: String, _ params: JSONValue, human: (JSONValue) -> String) async throws {
-        let result = try await call(method, params)
+    /// `pin`: the command's PIN options; on a terminal, a request sent without a PIN that the daemon answers
+    /// PIN_REQUIRED asks for the PIN (no echo) and is sent once more with it.
+    func run(
+        _ method: String, _ params: JSONValue, pin: PINOptions? = nil, human: (JSONValue) -> String
+    ) async throws {
+        let result = try await call(method, params, pin: pin)
         if json { print(String(decoding: result.serialized(), as: UTF8.self)) } else { print(human(result)) }
     }
 
-    func call(_ method: String, _ params: JSONValue) async throws -> JSONValue {
-        do {
-            let client = try await RPCClient.connect(path: socketPath)
-            defer { Task { await client.close() } }
-            return try await client.call(method, params)
+    func call(_ method: String, _ params: JSONValue, pin: PINOptions? = nil) async throws -> JSONValue {
+        do throws(TesseraError) {
+            do throws(TesseraError) {
+                return try await send(method, params)
+            } catch  where error.code == .pinRequired && pin?.asksWhenRequired(params) == true {
+                var retry = params.objectValue ?? [:]
+                retry["pin"] = .string(try await PINOptions.prompt("\(error.message)\nPIN: "))
+                return try await send(method, .object(retry))
+            }
         } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
-            throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
+            throw Self.fail(error)
         }
+    }
+
+    private func send(_ method: String, _ params: JSONValue) async throws(TesseraError) -> JSONValue {
+        let client = try await RPCClient.connect(path: socketPath)
+        defer { Task { await client.close() } }
+        return try await client.call(method, params)
+    }
+
+    /// Prints "error: CODE: message" on stderr; the exit status for it (3 when the daemon is unreachable, else 2).
+    static func fail(_ error: TesseraError) -> ExitCode {
+        FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+        return ExitCode(error.code == .daemonUnavailable ? 3 : 2)
     }
 }
 
-/// Reads a PIN from --pin, or from stdin when --pin-stdin is given (so it stays out of `ps`).
+/// The PIN of a command: --pin, --pin-stdin (a line of standard input, or the terminal's no-echo prompt), or on a
+/// terminal the prompt when the daemon says the PIN is required. A PIN that is given and empty is refused (PIN_EMPTY),
+/// never taken as no PIN.
 struct PINOptions: ParsableArguments {
-    @Option(name: .long, help: "Token PIN (verifies the user: sets UV). Prefer --pin-stdin.")
+    @Option(
+        name: .long,
+        help: "Token PIN (verifies the user: sets UV). Visible to other users in ps: prefer --pin-stdin or the prompt.")
     var pin: String?
 
-    @Flag(name: .customLong("pin-stdin"), help: "Read the PIN from the first line of standard input.")
+    @Flag(
+        name: .customLong("pin-stdin"),
+        help:
+            "Read the PIN from the first line of standard input (for scripts); on a terminal, ask for it without echo. An empty PIN is refused (PIN_EMPTY). Without --pin or --pin-stdin, a command on a terminal asks for the PIN when the daemon answers that it is required."
+    )
     var pinStdin = false
 
     @Flag(
@@ -104,16 +134,53 @@ struct PINOptions: ParsableArguments {
         help: "Let the daemon try the PIN even when the token has one try left (a wrong PIN then locks it).")
     var allowFinalPinTry = false
 
-    func value() -> String? {
-        if let pin { return pin }
-        guard pinStdin, let line = readLine(strippingNewline: true) else { return nil }
-        return line
+    /// The PIN given (nil: none). Prints the error and exits 2 for an empty PIN or a cancelled prompt.
+    func value() async throws -> String? {
+        do throws(TesseraError) {
+            if let pin {
+                guard !pin.isEmpty else { throw Self.empty("--pin") }
+                return pin
+            }
+            guard pinStdin else { return nil }
+            return try await Self.read("PIN: ", option: "--pin-stdin")
+        } catch {
+            throw GlobalOptions.fail(error)
+        }
     }
 
     /// Adds `pin` and `allowFinalPinTry` to request parameters.
-    func add(to params: inout [String: JSONValue]) {
-        if let pin = value() { params["pin"] = .string(pin) }
+    func add(to params: inout [String: JSONValue]) async throws {
+        if let pin = try await value() { params["pin"] = .string(pin) }
         if allowFinalPinTry { params["allowFinalPinTry"] = true }
+    }
+
+    /// Whether a request without a PIN that needs one asks for it: no PIN given and standard input is a terminal.
+    func asksWhenRequired(_ params: JSONValue) -> Bool {
+        pin == nil && !pinStdin && params["pin"] == nil && TerminalPrompt.isTerminal
+    }
+
+    /// A PIN for a `*-stdin` option: the no-echo `prompt` on a terminal, else the next line of standard input.
+    /// PIN_EMPTY for an empty line or none.
+    static func read(_ prompt: String, option: String) async throws(TesseraError) -> String {
+        if TerminalPrompt.isTerminal { return try await Self.prompt(prompt) }
+        let line = await DedicatedThread.run { readLine(strippingNewline: true) }
+        guard let line, !line.isEmpty else { throw empty(option) }
+        return line
+    }
+
+    /// Asks on the terminal without echo. PIN_EMPTY for an empty answer, PIN_ENTRY_CANCELLED at Ctrl-D.
+    static func prompt(_ text: String) async throws(TesseraError) -> String {
+        guard let typed = await TerminalPrompt.secret(text) else {
+            throw TesseraError(.pinEntryCancelled, "no PIN was typed (end of input): nothing was sent")
+        }
+        guard !typed.isEmpty else { throw empty("the prompt") }
+        return typed
+    }
+
+    private static func empty(_ source: String) -> TesseraError {
+        TesseraError(
+            .pinEmpty,
+            "the PIN from \(source) is empty: type the token's PIN, or leave out --pin-stdin to go without one")
     }
 }
 

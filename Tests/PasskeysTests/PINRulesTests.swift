@@ -102,12 +102,17 @@ struct PINRulesTests {
         }
     }
 
+    /// An empty PIN is PIN_EMPTY (a given PIN is never taken as none), one over 64 bytes INVALID_INPUT; neither reaches
+    /// the operation.
     @Test func pinLengthIsCheckedFirst() async {
-        let e = await #expect(throws: TesseraError.self) {
-            try await rules.withCallerPIN("", caller: caller, allowFinalTry: false, tokenId: "t") {
-                (_: PINAttempt) async throws(TesseraError) in
+        for (pin, code) in [("", TesseraError.Code.pinEmpty), (String(repeating: "1", count: 65), .invalidInput)] {
+            let e = await #expect(throws: TesseraError.self) {
+                try await rules.withCallerPIN(pin, caller: caller, allowFinalTry: false, tokenId: "t") {
+                    (_: PINAttempt) async throws(TesseraError) in
+                    Issue.record("the operation ran with a refused PIN")
+                }
             }
+            #expect(e?.code == code)
         }
-        #expect(e?.code == .invalidInput)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Pinentry
 import Presence
 import TesseraCore
 import TesseraTestSupport
@@ -188,5 +189,69 @@ import Testing
         let broker = Self.broker(command: nil, confirmOnSocket: false)
         #expect(!broker.hasSource)
         #expect(try await broker.ask(PresenceQuestion(door: .ctap, uid: 1)) == .denied)
+    }
+}
+
+/// `presence.pinentry`: a pinentry CONFIRM answers (the e2e tests' scripted pinentry, Tests/e2e/scripted_pinentry.py).
+@Suite struct PresencePinentryTests {
+    static func pinentry(answer: String) throws -> (Pinentry, String) {
+        let dir = Scratch.directory("presence-pinentry")
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("e2e/scripted_pinentry.py").path
+        try answer.write(toFile: dir + "/answer", atomically: true, encoding: .utf8)
+        let wrapper = dir + "/pinentry"
+        try "#!/bin/sh\nexec python3 '\(script)' '\(dir)'\n".write(toFile: wrapper, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: wrapper)
+        return (Pinentry(program: wrapper), dir)
+    }
+
+    @Test func okConfirmsCancelDenies() async throws {
+        for (answer, expected) in [("ok", PresenceAnswer.confirmed), ("cancel", .denied)] {
+            let (pinentry, dir) = try Self.pinentry(answer: answer)
+            let broker = PresenceBroker(
+                PresenceSettings(command: nil, pinentry: pinentry, timeout: .seconds(10), confirmOnSocket: false),
+                logger: PresenceBrokerTests.logger)
+            #expect(broker.hasSource)
+            let got = try await broker.ask(
+                PresenceQuestion(
+                    door: .ctap, uid: 1000, pid: 7, details: ["operation": "getAssertion", "rpId": "example.com"]))
+            #expect(got == expected)
+            let log = try String(contentsOfFile: dir + "/log", encoding: .utf8)
+            #expect(log.contains("SETOK _Allow\nSETCANCEL _Deny\nCONFIRM\n"))
+            #expect(log.contains("SETDESC Passkey: getAssertion for example.com%0ARequested by uid 1000 pid 7."))
+        }
+    }
+
+    /// Another source answering first closes the dialog: the pinentry program is stopped.
+    @Test func anAnswerOnTheSocketEndsTheDialog() async throws {
+        let dir = Scratch.directory("presence-hang")
+        let program = dir + "/pinentry"
+        try "#!/bin/sh\necho $$ > \(dir)/pid\nexec sleep 60\n".write(toFile: program, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: program)
+        let broker = PresenceBroker(
+            PresenceSettings(
+                command: nil, pinentry: Pinentry(program: program, timeout: .seconds(30)), timeout: .seconds(20),
+                confirmOnSocket: true),
+            logger: PresenceBrokerTests.logger)
+        async let answer = broker.ask(PresenceQuestion(door: .ssh, uid: 1000, pid: 7))
+        await PresenceBrokerTests.waitPending(broker, 1)
+        var pid: String?
+        for _ in 0..<500 where pid == nil {
+            pid = try? String(contentsOfFile: dir + "/pid", encoding: .utf8).trimmingCharacters(
+                in: .whitespacesAndNewlines)
+            if pid?.isEmpty == true { pid = nil }
+            if pid == nil { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        let running = try #require(pid)
+        #expect(FileManager.default.fileExists(atPath: "/proc/\(running)"))
+        _ = try await broker.answer(nil, confirm: false, uid: 1000, isAdmin: false)
+        #expect(try await answer == .denied)
+        var gone = false
+        for _ in 0..<500 where !gone {
+            let stat = (try? String(contentsOfFile: "/proc/\(running)/stat", encoding: .utf8)) ?? ""
+            gone = stat.isEmpty || stat.contains(") Z ")
+            if !gone { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(gone, "the pinentry of an answered question must be stopped")
     }
 }

@@ -133,9 +133,27 @@ import Testing
             return confirmAnswer
         }
         func log(_ level: AgentLogLevel, _ message: String) { lines.withLock { $0.append(message) } }
+        func askPIN(_ identity: AgentIdentity, peer: AgentPeer) async -> AgentPINAnswer {
+            asked.withLock { $0 += 1 }
+            return dialog.withLock { $0 }
+        }
         let forgotten = Locked<[String]>([])
         let confirms = Locked<[Bool]>([])
         let confirmAnswer: Bool
+        /// What the PIN dialog answers (`.unavailable`: no pinentry), and how often it was asked.
+        let dialog = Locked(AgentPINAnswer.unavailable)
+        let asked = Locked(0)
+    }
+
+    /// A key of uid 1000 on token t1 that needs an unlock, its backend and agent, and uid 1000's connection.
+    static func aliceWithALockedKey() -> (AgentIdentity, Backend, SSHAgent, AgentPeer) {
+        let pinKey = AgentIdentity(
+            key: key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true, ownerUid: 1000)
+        let backend = Backend([pinKey])
+        return (
+            pinKey, backend, SSHAgent(backend: backend, pinCacheSeconds: 60),
+            AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        )
     }
 
     static func key(_ byte: UInt8) -> SSHPublicKey { .ecdsaP256(point: [4] + [UInt8](repeating: byte, count: 64)) }
@@ -182,16 +200,52 @@ import Testing
     }
 }
 
+/// A key that needs an unlock asks the PIN dialog once per signature: cancel and a wrong PIN fail that signature and
+/// are not asked again; the right PIN unlocks the token for the uid as `ssh-add -s` does.
+@Suite struct AgentPINDialogTests {
+    typealias T = AgentUnlockTests
+
+    @Test func oneQuestionPerSignatureNeverRetried() async {
+        let (pinKey, backend, agent, alice) = T.aliceWithALockedKey()
+        let admin = AgentPeer(connectionID: 2, uid: 0, maySign: true, isAdmin: true)
+
+        backend.dialog.withLock { $0 = .cancelled }
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: alice) == [5])
+        #expect(backend.asked.withLock { $0 } == 1 && backend.signs.withLock { $0 } == 0)
+        #expect(backend.lines.withLock { $0 }.contains { $0.contains("cancelled") })
+
+        backend.dialog.withLock { $0 = .pin("0000") }
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: alice) == [5])
+        #expect(backend.asked.withLock { $0 } == 2 && backend.signs.withLock { $0 } == 0)
+        #expect(backend.lines.withLock { $0 }.contains { $0.contains("PIN_INVALID") })
+
+        backend.dialog.withLock { $0 = .pin("1234") }
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: alice).first == 14)
+        #expect(backend.asked.withLock { $0 } == 3 && backend.signs.withLock { $0 } == 1)
+        // The unlock is alice's and lasts: no question for her next signature; another uid is asked for its own.
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: alice).first == 14)
+        #expect(backend.asked.withLock { $0 } == 3)
+        #expect(agent.unlockedTokens(uid: 1000).keys.sorted() == ["t1"])
+        backend.dialog.withLock { $0 = .unavailable }
+        #expect(await agent.handle(T.signRequest(pinKey.key), from: admin) == [5])
+        #expect(backend.asked.withLock { $0 } == 4)
+        #expect(backend.lines.withLock { $0 }.contains("ssh-agent: token t1 needs a PIN: run `ssh-add -s t1`"))
+        // ssh-add -e ends the dialog's unlock like any other.
+        #expect(await agent.handle(T.smartcard(21, "t1", pin: ""), from: alice) == [6])
+        #expect(agent.unlockedTokens(uid: 1000).isEmpty)
+    }
+
+    @Test func aPINIsNeverPrinted() {
+        #expect("\(AgentPINAnswer.pin("1234"))" == "pin(redacted)")
+    }
+}
+
 /// `ssh-add -s`, `-e` and `-x` belong to the uid that gave them.
 @Suite struct AgentUnlockIsolationTests {
     typealias T = AgentUnlockTests
 
     @Test func oneUidsUnlockDoesNotUnlockAnotherAndItsLockDoesNotLockAnother() async {
-        let pinKey = AgentIdentity(
-            key: T.key(1), comment: "a", tokenID: "t1", handle: [1], needsUnlock: true, ownerUid: 1000)
-        let backend = T.Backend([pinKey])
-        let agent = SSHAgent(backend: backend, pinCacheSeconds: 60)
-        let alice = AgentPeer(connectionID: 1, uid: 1000, maySign: true)
+        let (pinKey, backend, agent, alice) = T.aliceWithALockedKey()
         // An administrator sees alice's key (docs/API.md, "Owners"), and still needs an unlock of its own.
         let bob = AgentPeer(connectionID: 2, uid: 1001, maySign: true, isAdmin: true)
 
