@@ -95,6 +95,10 @@ let package = Package(
         .target(
             name: "Presence",
             dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")]),
+        // The face matcher protocol and runner (docs/ENROLLMENT.md, "Face matching").
+        .target(
+            name: "FaceMatching",
+            dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")]),
 
         // MARK: Devices and storage (I/O at the edges)
         .target(
@@ -161,7 +165,7 @@ let package = Package(
             name: "Enrollment",
             dependencies: [
                 "TesseraCore", "MRZ", "Documents", "Passkeys", "Ownership", "CredentialStore", "MDoc", "CBOR",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "FaceMatching", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
@@ -260,6 +264,11 @@ let package = Package(
             name: "SSHAgentTests",
             dependencies: [
                 "SSHAgent", "TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "FaceMatchingTests",
+            dependencies: [
+                "FaceMatching", "TesseraCore", "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "PresenceTests",
