@@ -205,6 +205,7 @@ let package = Package(
         .target(
             name: "TesseraDaemon",
             dependencies: [
+                "FaceMatching",
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
@@ -225,7 +226,7 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
                 "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                "MDoc", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
+                "MDoc", "CBOR", "FaceMatching", .product(name: "Crypto", package: "swift-crypto"),
             ]),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
@@ -386,7 +387,7 @@ if Context.environment["TESSERA_FUZZ"] == "1" {
             dependencies: [
                 "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
                 "MDoc",
-                "CTAPHID", "CTAP2",
+                "CTAPHID", "CTAP2", "FaceMatching",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -532,8 +532,11 @@ public actor EnrollmentEngine {
 
     /// Errors of a submission that end the step (the enrollment fails) rather than leave it waiting.
     static func endsStep(_ error: TesseraError) -> Bool {
-        [.otpExpired, .otpAttemptsExceeded, .otpDeliveryFailed, .faceMismatch, .faceMatcherUnavailable, .livenessFailed]
-            .contains(error.code)
+        [
+            .otpExpired, .otpAttemptsExceeded, .otpDeliveryFailed, .faceMismatch, .faceMatcherUnavailable,
+            .livenessFailed,
+        ]
+        .contains(error.code)
     }
 
     /// `enrollment.handleDeepLink`. A code goes to the active enrollment only for its owner (or an administrator).

@@ -54,12 +54,15 @@ extension EnrollmentEngine {
             return .completed(["livenessChallenge": .array(Self.livenessChallenge(step).map { .string($0) })])
         case .livenessPhase:
             let challenge = row?.data["livenessChallenge"]?.arrayValue?.compactMap(\.stringValue) ?? []
-            let names = ["turnLeft": "turn your head to the left", "turnRight": "turn your head to the right",
-                "blink": "blink"]
+            let names = [
+                "turnLeft": "turn your head to the left", "turnRight": "turn your head to the right",
+                "blink": "blink",
+            ]
             return .needsInput(
                 StepRequest(
                     key: step.key,
-                    prompt: "Look at the camera, then " + challenge.map { names[$0] ?? $0 }.joined(separator: ", then "),
+                    prompt: "Look at the camera, then "
+                        + challenge.map { names[$0] ?? $0 }.joined(separator: ", then "),
                     input: Self.imagesSchema(max: Self.maxLivenessFrames),
                     extra: ["challenge": .array(challenge.map { .string($0) })]))
         case .midSelfie:
@@ -150,7 +153,8 @@ extension EnrollmentEngine {
             }
         }
         await emit("enrollment.busy", event(["expectedInterval": "short", "step": .string(step.key)]))
-        let answer = try await matcher.compare(FaceMatchRequest(reference: reference, probes: probes, challenge: challenge))
+        let answer = try await matcher.compare(
+            FaceMatchRequest(reference: reference, probes: probes, challenge: challenge))
         let matched = matcher.isMatch(answer)
         let livenessPassed = !isLiveness || answer.liveness?["passed"]?.boolValue == true
         var check: [String: JSONValue] = [
@@ -174,7 +178,8 @@ extension EnrollmentEngine {
         }
         guard matched else {
             throw TesseraError(
-                .faceMismatch, "the face does not match the \(step.kind == .midSelfie ? "kept template" : "document's portrait")",
+                .faceMismatch,
+                "the face does not match the \(step.kind == .midSelfie ? "kept template" : "document's portrait")",
                 details: ["score": score, "matcher": .string(matcher.name)])
         }
         guard livenessPassed else {

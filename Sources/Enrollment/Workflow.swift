@@ -353,7 +353,8 @@ public struct EnrollmentConfiguration: Sendable {
                 !groups.contains(where: { $0.stringValue.flatMap(dataGroupNumber) == 2 }),
                 !steps[..<i].contains(where: { $0.kind == .mdocPhase })
             {
-                throw error("workflow \(workflow): step \(step.key) needs the portrait: add DG2 to \(read.key)'s dataGroups")
+                throw error(
+                    "workflow \(workflow): step \(step.key) needs the portrait: add DG2 to \(read.key)'s dataGroups")
             }
         }
     }

@@ -21,10 +21,12 @@ public struct FaceImage: Sendable, Equatable {
     /// Parses `{mediaType, data}`; `data` in base64 or base64url, padded or not. INVALID_INPUT names `field`.
     public init(json: JSONValue, field: String) throws(TesseraError) {
         guard let media = json["mediaType"]?.stringValue, !media.isEmpty, media.utf8.count <= 128 else {
-            throw TesseraError(.invalidInput, "\(field).mediaType must be a media type", details: ["field": .string(field)])
+            throw TesseraError(
+                .invalidInput, "\(field).mediaType must be a media type", details: ["field": .string(field)])
         }
         guard let text = json["data"]?.stringValue, let bytes = Self.decodeBase64(text), !bytes.isEmpty else {
-            throw TesseraError(.invalidInput, "\(field).data must be non-empty base64", details: ["field": .string(field)])
+            throw TesseraError(
+                .invalidInput, "\(field).data must be non-empty base64", details: ["field": .string(field)])
         }
         self.init(mediaType: media, data: bytes)
     }
@@ -155,7 +157,9 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
         }
         var threshold: Double?
         if let t = fields["threshold"] {
-            guard case .number(let n) = t, n.isFinite else { throw Self.error("faceMatching.threshold must be a number") }
+            guard case .number(let n) = t, n.isFinite else {
+                throw Self.error("faceMatching.threshold must be a number")
+            }
             threshold = n
         }
         var timeout = Self.defaultTimeoutSeconds
@@ -209,13 +213,17 @@ public struct FaceMatcher: Sendable {
         }
         let stderr = String(decoding: completion.stderr.prefix(4096), as: UTF8.self)
             .trimmingCharacters(in: .whitespacesAndNewlines)
-        if !stderr.isEmpty { logger.notice("face matcher stderr", metadata: ["matcher": "\(name)", "stderr": "\(stderr)"]) }
+        if !stderr.isEmpty {
+            logger.notice("face matcher stderr", metadata: ["matcher": "\(name)", "stderr": "\(stderr)"])
+        }
         if completion.cancelled { throw TesseraError(.cancelled, "the face comparison was cancelled") }
         if completion.timedOut {
-            throw unavailable("the face matcher \(name) did not answer within \(configuration.timeout.components.seconds) s")
+            throw unavailable(
+                "the face matcher \(name) did not answer within \(configuration.timeout.components.seconds) s")
         }
         guard completion.status == 0 else {
-            throw unavailable("the face matcher \(name) exited with status \(completion.status.map(String.init) ?? "?")")
+            throw unavailable(
+                "the face matcher \(name) exited with status \(completion.status.map(String.init) ?? "?")")
         }
         guard let answer = FaceMatchAnswer(output: completion.stdout) else {
             throw unavailable("the face matcher \(name) gave no valid answer")

@@ -1,9 +1,9 @@
 import FaceMatching
 import Foundation
 import Logging
-import Testing
 import TesseraCore
 import TesseraTestSupport
+import Testing
 
 /// The matcher protocol and runner against real programs (sh scripts): a good answer, and every way a matcher can
 /// fail, which must be FACE_MATCHER_UNAVAILABLE (retryable) and never a match.
@@ -39,7 +39,8 @@ import TesseraTestSupport
         // What the program read: standard base64, the challenge's actions.
         let sent = try JSONValue.parse([UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/request.json"))))
         #expect(sent["reference"]?["mediaType"]?.stringValue == "image/jpeg")
-        #expect(sent["reference"]?["data"]?.stringValue == Data([0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3]).base64EncodedString())
+        #expect(
+            sent["reference"]?["data"]?.stringValue == Data([0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3]).base64EncodedString())
         #expect(sent["probes"]?.arrayValue?.count == 1)
         #expect(sent["challenge"]?["actions"]?.arrayValue?.compactMap(\.stringValue) == ["blink"])
     }
@@ -99,7 +100,8 @@ import TesseraTestSupport
         #expect(try FaceMatcherConfiguration(json: nil, defaultCommand: nil) == nil)
         #expect(try FaceMatcherConfiguration(json: nil, defaultCommand: ["/ref"])?.command == ["/ref"])
         for bad: JSONValue in [
-            ["command": []], ["command": "m"], ["threshold": "x", "command": ["m"]], ["timeoutSeconds": 0, "command": ["m"]],
+            ["command": []], ["command": "m"], ["threshold": "x", "command": ["m"]],
+            ["timeoutSeconds": 0, "command": ["m"]],
             ["other": 1], ["threshold": 0.5], "x",
         ] {
             #expect(throws: TesseraError.self) { _ = try FaceMatcherConfiguration(json: bad, defaultCommand: nil) }
@@ -115,8 +117,12 @@ import TesseraTestSupport
         #expect(FaceImage.sniff([0xFF, 0xD8, 0xFF, 0xE0]) == "image/jpeg")
         #expect(FaceImage.sniff([0, 0, 0, 0x0C, 0x6A, 0x50, 0x20, 0x20, 0x0D]) == "image/jp2")
         #expect(FaceImage.sniff([1, 2, 3]) == nil)
-        #expect(throws: TesseraError.self) { _ = try FaceImage(json: ["mediaType": "image/jpeg", "data": ""], field: "x") }
+        #expect(throws: TesseraError.self) {
+            _ = try FaceImage(json: ["mediaType": "image/jpeg", "data": ""], field: "x")
+        }
         #expect(throws: TesseraError.self) { _ = try FaceImage(json: ["data": "AAEC"], field: "x") }
-        #expect(FaceMatchAnswer(output: Array(#"{"decision":"noFace","score":null,"faceFound":false}"#.utf8))?.decision == .noFace)
+        #expect(
+            FaceMatchAnswer(output: Array(#"{"decision":"noFace","score":null,"faceFound":false}"#.utf8))?.decision
+                == .noFace)
     }
 }
