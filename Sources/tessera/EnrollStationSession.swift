@@ -1,4 +1,5 @@
 import CLISupport
+import FaceMatching
 import Foundation
 import RPC
 import TesseraCore
@@ -274,6 +275,7 @@ final class StationSession {
             var label = "  \(f.label)"
             if !f.choices.isEmpty { label += " [\(f.choices.joined(separator: "/"))]" }
             if f.kind == .boolean { label += " [y/n]" }
+            if f.kind == .imageFiles { label += " (image files, separated by spaces)" }
             if step.offersResend, f.name == "otp" {
                 label += " (empty line: send a new code)"
             } else if f.optional {
@@ -334,6 +336,13 @@ final class StationSession {
         } else {
             let f = fields[step.fieldIndex]
             switch InputForm.parse(trimmed, f, mrzLines: &step.mrzLines) {
+            case .value(let v) where f.kind == .imageFiles:
+                do {
+                    step.values[f.name] = .array(try (v?.arrayValue ?? []).compactMap(\.stringValue).map(Self.image))
+                    step.fieldIndex += 1
+                } catch {
+                    out.stderr("  \(error.message)\n")
+                }
             case .value(let v):
                 step.values[f.name] = v
                 step.fieldIndex += 1
@@ -375,6 +384,18 @@ final class StationSession {
         pending = nil
         terminal.restore()
         if answeredElsewhere, !json { out.stderr("(answered elsewhere)\n") }
+    }
+
+    /// An image file as a face step takes it: `{mediaType, data}` (JPEG, JPEG 2000 or PNG, by its first bytes).
+    static func image(_ path: String) throws(TesseraError) -> JSONValue {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw .invalidInput("cannot read \(path)")
+        }
+        let bytes = [UInt8](data)
+        guard let media = FaceImage.sniff(bytes) else {
+            throw .invalidInput("\(path) is not a JPEG, JPEG 2000 or PNG image")
+        }
+        return FaceImage(mediaType: media, data: bytes).json
     }
 
     // MARK: Input and output

@@ -22,6 +22,7 @@ from PIL import Image
 
 from tessera_harness import (BIN, MRZ_ANNA, PCSCD, ROOT, SOFTHSM_MODULE, Client, Daemon, EmulatedPassport, RPCError,
                              SoftHSM, make_passport_profile)
+from test_enrollment import StationCLI
 from test_mdoc import EmulatedMDoc, make_mdoc
 
 PIN = "1234"
@@ -338,6 +339,23 @@ def test_mid_selfie_matches_the_kept_template(station, lab):
         s.until("enrollment.stepRequired", key="CONFIRM")
         s.submit("CONFIRM", {"ok": True})
         assert s.until("enrollment.finished")["outcome"] == "success"
+
+
+def test_enroll_station_asks_for_image_files(station, lab):
+    """`tessera enroll-station` in a terminal takes a face step's captures as image file paths (after
+    test_face_matching_enrollment kept the template MID_SELFIE_MATCHING compares with)."""
+    with station.chip(), StationCLI(station, "--workflow", "selfie") as cli:
+        cli.until(lambda line: line.startswith("step NFC_MRZ"))
+        cli.write("1\n" + MRZ_ANNA.replace("\n", " ") + "\n")
+        cli.until(lambda line: line.startswith("step MID_SELFIE_MATCHING"), timeout=TIMEOUT)
+        cli.write(f"{lab.crash}\n{lab.root / 'genuine.jpg'}\n")
+        cli.until(lambda line: line.startswith("step CONFIRM"), timeout=TIMEOUT)
+        cli.write("y\n")
+        rest = cli.rest()
+        assert cli.wait() == 0
+        err = cli.stderr()
+    assert "image files" in err and "not a JPEG" in err, err
+    assert "done: MID_SELFIE_MATCHING" in "\n".join(cli.seen) and "enrollment succeeded" in rest, cli.seen
 
 
 def test_face_matching_against_the_mdl_portrait(station, lab):
