@@ -1,5 +1,4 @@
 import CLISupport
-import FaceMatching
 import Foundation
 import RPC
 import TesseraCore
@@ -338,7 +337,7 @@ final class StationSession {
             switch InputForm.parse(trimmed, f, mrzLines: &step.mrzLines) {
             case .value(let v) where f.kind == .imageFiles:
                 do {
-                    step.values[f.name] = .array(try (v?.arrayValue ?? []).compactMap(\.stringValue).map(Self.image))
+                    step.values[f.name] = .array(try (v?.arrayValue ?? []).compactMap(\.stringValue).map(faceImageFile))
                     step.fieldIndex += 1
                 } catch {
                     out.stderr("  \(error.message)\n")
@@ -384,18 +383,6 @@ final class StationSession {
         pending = nil
         terminal.restore()
         if answeredElsewhere, !json { out.stderr("(answered elsewhere)\n") }
-    }
-
-    /// An image file as a face step takes it: `{mediaType, data}` (JPEG, JPEG 2000 or PNG, by its first bytes).
-    static func image(_ path: String) throws(TesseraError) -> JSONValue {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw .invalidInput("cannot read \(path)")
-        }
-        let bytes = [UInt8](data)
-        guard let media = FaceImage.sniff(bytes) else {
-            throw .invalidInput("\(path) is not a JPEG, JPEG 2000 or PNG image")
-        }
-        return FaceImage(mediaType: media, data: bytes).json
     }
 
     // MARK: Input and output
