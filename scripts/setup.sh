@@ -18,7 +18,9 @@ APT_PACKAGES+=(p11-kit-modules valgrind)
 # PinentryTests).
 APT_PACKAGES+=(pinentry-tty pinentry-curses)
 # cryptography >= 50: its RFC 9180 HPKE checks Tessera's 18013-7 Annex C sealing (Tests/e2e/annexc_hpke.py).
-PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 'cryptography>=50' cbor2 pyjwt pymdoccbor==1.4.0)
+# dlib-bin, face-recognition-models (public-domain weights), Pillow (JPEG 2000), numpy: the reference face matcher (matcher/).
+PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 'cryptography>=50' cbor2 pyjwt pymdoccbor==1.4.0
+  dlib-bin==20.0.1.post1 face-recognition-models==0.3.0 pillow numpy)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -34,7 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import fido2, webauthn, pytest, jwt, cbor2; from cryptography.hazmat.primitives import hpke' 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import fido2, webauthn, pytest, jwt, cbor2, dlib, face_recognition_models, PIL, numpy; from cryptography.hazmat.primitives import hpke' 2>/dev/null; then
   echo "setup: creating .venv with ${PIP_PACKAGES[*]}"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"

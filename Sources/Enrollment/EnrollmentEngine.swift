@@ -1,5 +1,6 @@
 import CredentialStore
 import Documents
+import FaceMatching
 import Foundation
 import Logging
 import Passkeys
@@ -26,6 +27,10 @@ public actor EnrollmentEngine {
     let documents: DocumentService
     /// Reads and verifies mDLs for MDOC_PHASE (nil: the station cannot).
     let mdocReader: MDocReading?
+    /// The face matcher of the face steps (nil: workflows with them are unavailable).
+    let faceMatcher: FaceMatcher?
+    /// Templates kept for MID_SELFIE_MATCHING.
+    let faceTemplates: FaceTemplateStore?
     let verifier: ActivationTokenVerifier
     let logger: Logger
     let sink: EnrollmentEventSink
@@ -45,6 +50,10 @@ public actor EnrollmentEngine {
     /// Bumped whenever the active enrollment ends or restarts work: results of older work are dropped.
     var generation = 0
     var work: Task<Void, Never>?
+    /// The verified portrait of the active enrollment's document (the face steps' reference), by enrollment id:
+    /// kept in memory only, never in the database; a daemon restart loses it and the face step reads the document
+    /// again (`retry`).
+    var portraits: [String: FaceImage] = [:]
     /// The last terminal `enrollment.finished` params and the uid whose enrollment it was, for `status`.
     var lastOutcome: (params: JSONValue, owner: UInt32)?
 
@@ -56,10 +65,12 @@ public actor EnrollmentEngine {
     }
 
     /// `secret`: the daemon's secret (`DaemonSecret`), from which the one-time codes' MAC keys are derived;
-    /// `mdocReader`: reads and verifies mDLs for MDOC_PHASE (the daemon's `mdoc.read` path).
+    /// `mdocReader`: reads and verifies mDLs for MDOC_PHASE (the daemon's `mdoc.read` path); `faceMatcher`: the
+    /// face steps' matcher, `faceTemplates` where FACE_MATCHING keeps templates for MID_SELFIE_MATCHING.
     public init(
         configuration: EnrollmentConfiguration, store: EnrollmentStore, passkeys: PasskeyService,
-        documents: DocumentService, mdocReader: MDocReading? = nil, secret: [UInt8], logger: Logger,
+        documents: DocumentService, mdocReader: MDocReading? = nil, faceMatcher: FaceMatcher? = nil,
+        faceTemplates: FaceTemplateStore? = nil, secret: [UInt8], logger: Logger,
         clock: @escaping @Sendable () -> Date = { Date() }, emit: @escaping EnrollmentEventSink
     ) {
         self.configuration = configuration
@@ -67,6 +78,8 @@ public actor EnrollmentEngine {
         self.passkeys = passkeys
         self.documents = documents
         self.mdocReader = mdocReader
+        self.faceMatcher = faceMatcher
+        self.faceTemplates = faceTemplates
         self.verifier = ActivationTokenVerifier(issuers: configuration.issuers, stationId: configuration.stationId)
         self.logger = logger
         self.clock = clock
@@ -94,7 +107,7 @@ public actor EnrollmentEngine {
     public func candidates() -> JSONValue {
         .array(
             configuration.workflows.map { w in
-                let reasons = w.unavailableReasons(notifier: configuration.notifier)
+                let reasons = w.unavailableReasons(notifier: configuration.notifier, faceMatcher: faceMatcher != nil)
                 return [
                     "workflow": .string(w.name),
                     "available": .bool(reasons.isEmpty),
@@ -218,7 +231,7 @@ public actor EnrollmentEngine {
                 .candidateUnavailable, "no workflow named \(name) on this station", details: ["workflow": .string(name)]
             )
         }
-        let reasons = w.unavailableReasons(notifier: configuration.notifier)
+        let reasons = w.unavailableReasons(notifier: configuration.notifier, faceMatcher: faceMatcher != nil)
         guard reasons.isEmpty else {
             throw TesseraError(
                 .candidateUnavailable,
@@ -388,7 +401,9 @@ public actor EnrollmentEngine {
     public func transactionData(caller: EnrollmentCaller) throws(TesseraError) -> JSONValue {
         guard let row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
         try authorize(caller, row)
-        return ["enrollmentId": .string(row.id), "data": row.data]
+        var data = row.data.objectValue ?? [:]
+        if let portrait = portraits[row.id] { data["facePortrait"] = portrait.json }
+        return ["enrollmentId": .string(row.id), "data": .object(data)]
     }
 
     /// UNAUTHORIZED unless `caller` started `row` or is an administrator.
@@ -416,6 +431,7 @@ public actor EnrollmentEngine {
                 if let code = r.failure?["code"]?.stringValue { o["errorCode"] = .string(code) }
                 if let c = r.credentialId { o["credentialId"] = .string(Base64URL.encode([UInt8](c))) }
                 if let pa = r.passiveAuthentication { o["passiveAuthentication"] = .string(pa) }
+                if let checks = r.faceChecks { o["faceChecks"] = checks }
                 return .object(o)
             })
     }
@@ -522,7 +538,11 @@ public actor EnrollmentEngine {
 
     /// Errors of a submission that end the step (the enrollment fails) rather than leave it waiting.
     static func endsStep(_ error: TesseraError) -> Bool {
-        [.otpExpired, .otpAttemptsExceeded, .otpDeliveryFailed].contains(error.code)
+        [
+            .otpExpired, .otpAttemptsExceeded, .otpDeliveryFailed, .faceMismatch, .faceMatcherUnavailable,
+            .livenessFailed,
+        ]
+        .contains(error.code)
     }
 
     /// `enrollment.handleDeepLink`. A code goes to the active enrollment only for its owner (or an administrator).
@@ -548,6 +568,10 @@ public actor EnrollmentEngine {
     /// completion and the outcome `success` are one transaction.
     func complete(_ step: WorkflowStep, data: [String: JSONValue], gen: Int) async throws(TesseraError) {
         guard gen == generation, var current = row else { return }
+        var data = data
+        if let portrait = data.removeValue(forKey: "facePortrait") {
+            portraits = [current.id: try FaceImage(json: portrait, field: "facePortrait")]
+        }
         var merged = current.data.objectValue ?? [:]
         for (k, v) in data { merged[k] = v }
         current.data = .object(merged)
@@ -609,6 +633,23 @@ public actor EnrollmentEngine {
             if var data = current.data.objectValue { data["documentAccess"] = nil; current.data = .object(data) }
             current.stepState = .null
         }
+        if [.faceMatching, .livenessPhase].contains(step.kind), portraits[current.id] == nil,
+            let readIndex = steps[..<current.stepIndex].lastIndex(where: { [.nfcPhase, .mdocPhase].contains($0.kind) })
+        {
+            // The portrait is gone (a daemon restart): the retry reads the document again.
+            current.completedSteps = Array(current.completedSteps.prefix(readIndex))
+            current.stepIndex = readIndex
+            current.stepState = .null
+        } else if step.kind == .livenessPhase,
+            let sessionIndex = steps.firstIndex(where: { $0.kind == .livenessSession }),
+            sessionIndex < current.stepIndex
+        {
+            // A challenge is used once: the retry issues a new one.
+            current.completedSteps = Array(current.completedSteps.prefix(sessionIndex))
+            current.stepIndex = sessionIndex
+            if var data = current.data.objectValue { data["livenessChallenge"] = nil; current.data = .object(data) }
+            current.stepState = .null
+        }
         current.state = .failedRetryable
         current.failure = Self.errorJSON(error)
         current.updatedAt = clock()
@@ -658,6 +699,7 @@ public actor EnrollmentEngine {
         current.outcome = outcome
         if let error { current.failure = Self.errorJSON(error) }
         current.data = .object([:])
+        portraits[current.id] = nil
         current.stepState = .null
         current.updatedAt = now
         current.finishedAt = now
