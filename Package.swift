@@ -156,6 +156,17 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
+        /// Badges at the door (docs/ACCESS.md): the PIV PKI-CAK / PKI-AUTH check over any APDU transport, the
+        /// decision with the badge's lifecycle, badge issuance onto a PIV card, badges in the credential store.
+        .target(
+            name: "AccessControl",
+            dependencies: [
+                "TesseraCore", "APDU", "PIV", "CryptoPrimitives", "ICAO", "Passkeys", "CredentialStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+            ]),
+
         /// Kiosk enrollment: resumable multi-step workflows (contact, OTP, chip read, matching, passkey). docs/ENROLLMENT.md
         .target(
             name: "Enrollment",
@@ -355,6 +366,14 @@ let package = Package(
             dependencies: [
                 "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", "TesseraTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "AccessControlTests",
+            dependencies: [
+                "AccessControl", "APDU", "CredentialStore", "Emulation", "ICAO", "PCSC", "PIV", "Passkeys",
+                "TesseraCore",
+                "TesseraTestSupport", "VPCD", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
             ]),
         .testTarget(
             name: "EmulationTests",
