@@ -161,8 +161,9 @@ let package = Package(
         .target(
             name: "AccessControl",
             dependencies: [
-                "TesseraCore", "APDU", "PIV", "CryptoPrimitives", "ICAO", "Passkeys", "CredentialStore",
+                "TesseraCore", "APDU", "PIV", "CryptoPrimitives", "ICAO", "Passkeys", "CredentialStore", "Documents",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
             ]),
@@ -215,7 +216,7 @@ let package = Package(
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Presence", "SSHAgentDoor",
+                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Presence", "SSHAgentDoor", "AccessControl",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -232,7 +233,8 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
                 "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                "MDoc", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
+                "MDoc", "CBOR", .product(name: "Crypto", package: "swift-crypto"), "AccessControl", "PIV",
+                .product(name: "X509", package: "swift-certificates"),
             ]),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)

@@ -9,8 +9,11 @@ public struct AccessDecision: Sendable, Equatable, Codable {
     public var decision: Outcome
     /// Every reason to deny, in check order; empty when granted.
     public var reasons: [AccessReason]
+    /// The certificate subject's common name.
     public var cardholder: String?
     public var badgeId: String?
+    /// The holder the badge is registered to, when it is.
+    public var holder: String?
     /// The door the decision is for, when the request named one.
     public var door: String?
     /// The reader the card was on.
@@ -61,6 +64,7 @@ public struct AccessDecision: Sendable, Equatable, Codable {
             "cardholder": cardholder.map(JSONValue.string) ?? .null, "badgeId": badgeId.map(JSONValue.string) ?? .null,
             "apdus": .number(Double(apdus)), "elapsedMs": .number(elapsedMs),
         ]
+        if let holder { o["holder"] = .string(holder) }
         if let door { o["door"] = .string(door) }
         if let reader { o["reader"] = .string(reader) }
         return .object(o)

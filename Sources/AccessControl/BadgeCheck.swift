@@ -25,6 +25,8 @@ public struct BadgeReading: Sendable, Equatable {
     public var cardholder: String?
     /// Empty when the cryptography, the certificate path and the CHUID all hold.
     public var reasons: [AccessReason] = []
+    /// The checked slot's certificate (DER), when the card had one.
+    public var certificate: [UInt8]?
     /// The card or transport error that ended the check early, for the log.
     public var error: TesseraError?
     public init() {}
@@ -71,6 +73,7 @@ public struct BadgeCheck: Sendable {
             reading.reasons.append(.certMissing)
             return
         }
+        reading.certificate = der
         reading.identifiers = BadgeIdentifiers(certificate: certificate)
         reading.cardholder = Self.commonName(certificate)
         if mode == .auth { try await verify(pin, app) }

@@ -18,8 +18,9 @@ public struct BadgeAuthority: Sendable {
     }
 
     /// A self-signed P-256 badge CA (tests and the lab): keyCertSign, cRLSign and digitalSignature (it signs CHUIDs).
-    public static func generate(name: String, notBefore: Date, notAfter: Date) async throws -> BadgeAuthority {
-        let key = P256.Signing.PrivateKey()
+    public static func generate(
+        name: String, key: P256.Signing.PrivateKey = .init(), notBefore: Date, notAfter: Date
+    ) async throws -> BadgeAuthority {
         let subject = try DistinguishedName {
             CountryName("US")
             OrganizationName("Tessera test badges")

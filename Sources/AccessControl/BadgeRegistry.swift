@@ -17,10 +17,15 @@ public struct BadgeRegistry: Sendable {
 
     public init(store: CredentialStore) { self.store = store }
 
+    /// The badge's record (its lifecycle state, its holder as `userName`); nil when it is not registered.
+    public func badge(_ idBytes: [UInt8]) async throws(TesseraError) -> CredentialRecord? {
+        guard let record = try await store.credential(id: idBytes), record.rpId == Self.rpId else { return nil }
+        return record
+    }
+
     /// The badge's lifecycle state; nil when it is not registered.
     public func state(badgeId idBytes: [UInt8]) async throws(TesseraError) -> CredentialState? {
-        guard let record = try await store.credential(id: idBytes), record.rpId == Self.rpId else { return nil }
-        return record.state
+        try await badge(idBytes)?.state
     }
 
     /// Registers the badge of `identifiers` for `holder`, under the provisioning decision tree over the holder's

@@ -86,6 +86,8 @@ public struct ConfigFile: Codable, Sendable {
     public var mdoc: MDocHolderConfig?
     /// The one presence broker of every front door (docs/CONFIG.md).
     public var presence: PresenceConfig?
+    /// Badges at the door (docs/ACCESS.md).
+    public var accessControl: AccessControlConfig?
 
     public init() {}
 
@@ -199,6 +201,10 @@ public struct ConfigFile: Codable, Sendable {
         if mdoc?.presentDevices?.contains(where: \.isEmpty) == true {
             throw bad("mdoc.presentDevices must not hold an empty device")
         }
+        if accessControl?.grantCommand?.isEmpty == true { throw bad("accessControl.grantCommand must name a program") }
+        if let t = accessControl?.grantTimeoutSeconds, !(1...600).contains(t) {
+            throw bad("accessControl.grantTimeoutSeconds \(t) is out of range 1…600")
+        }
     }
 
     static let counterBlockRange = 1...1_000_000
@@ -288,6 +294,24 @@ public struct SSHAgentConfig: Codable, Sendable {
     public var pinCacheSeconds: Int?
     /// Whether a forwarded connection (`ssh -A`, known from `session-bind@openssh.com`) may sign (default true).
     public var allowForwarded: Bool?
+
+    public init() {}
+}
+
+/// `accessControl` section: badges at the door (docs/ACCESS.md). Paths are relative to the config file's directory.
+public struct AccessControlConfig: Codable, Sendable {
+    /// Badge CA certificates (PEM or DER files) a badge's certificate and CHUID signer must chain to.
+    public var anchors: [String]?
+    /// CRL files (PEM or DER) of those CAs.
+    public var crls: [String]?
+    /// Program (argv) run on each grant with the decision JSON on stdin (a relay, an external controller).
+    public var grantCommand: [String]?
+    /// Seconds `grantCommand` may run before it is stopped (1…600, default 10).
+    public var grantTimeoutSeconds: Int?
+    /// Readers `access.watch` watches when the request names none (default: every reader).
+    public var readers: [String]?
+    /// Door name → holders (as registered) and badge ids it admits; doors not listed admit every valid badge.
+    public var doors: [String: [String]]?
 
     public init() {}
 }

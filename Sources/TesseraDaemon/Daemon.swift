@@ -1,3 +1,4 @@
+import AccessControl
 import CTAPAuthenticator
 import CredentialStore
 import Documents
@@ -87,6 +88,11 @@ public enum Daemon {
             trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents, verifiedReads: documentReads)
         table.registerTrust(documents)
+        table.registerAccess(
+            try MethodTable.accessDoor(
+                config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
+                documents: documents, store: store, logger: logger),
+            readers: config.accessControl?.readers, pinRules: passkeys.pinRules)
         let iacas = try MethodTable.loadCertificates(options.iacaPaths, option: "--iaca")
         let readerAuth = try MethodTable.loadReaderAuth(
             key: options.mdocReaderKeyPath, chain: options.mdocReaderCertificatePath)

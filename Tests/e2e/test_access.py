@@ -1,0 +1,160 @@
+"""Badges at the door end to end (issue 31): the real tesserad, a private pcscd with vpcd readers, emulated PIV
+badges written by `tessera lab make-badge` (`tessera lab emulate-piv`), the CLI, and openssl as the independent
+verifier of the badge's certificate and CHUID signature."""
+import json
+import pathlib
+import subprocess
+import time
+
+from tessera_harness import BIN, RPCError, cli
+from test_piv import EmulatedPIV, pcscd, start_daemon, wait_for  # noqa: F401 (pcscd is a fixture)
+
+CHUID = "5fc102"
+CARD_AUTH_CERT = "5fc101"
+
+
+def make_badge(ca: pathlib.Path, state: pathlib.Path, holder: str, serial: int, *args: str) -> str:
+    out = subprocess.run([str(BIN / "tessera"), "lab", "make-badge", str(ca), "--state", str(state),
+                          "--holder", holder, "--serial", str(serial), *args],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def tlv_items(data: bytes) -> dict[int, bytes]:
+    """One level of BER-TLV with one- or two-byte tags (what a PIV object's content holds)."""
+    items, i = {}, 0
+    while i < len(data):
+        tag = data[i]; i += 1
+        if tag & 0x1F == 0x1F:
+            tag = tag << 8 | data[i]; i += 1
+        length = data[i]; i += 1
+        if length & 0x80:
+            n = length & 0x7F
+            length = int.from_bytes(data[i:i + n], "big"); i += n
+        items[tag] = data[i:i + length]
+        i += length
+    return items
+
+
+def card_object(state: pathlib.Path, tag: str) -> bytes:
+    return bytes.fromhex(json.loads(state.read_text())["objects"][tag])
+
+
+class Badge:
+    """An emulated badge card in reader 0 while the `with` block runs."""
+
+    def __init__(self, pcscd, state: pathlib.Path, serial: int, client=None):
+        self.client = client
+        self.card = EmulatedPIV(pcscd, state.parent, serial=serial)
+        self.card.cmd[self.card.cmd.index("--state") + 1] = str(state)
+
+    def __enter__(self):
+        return self.card.insert()
+
+    def __exit__(self, *exc):
+        self.card.remove()
+        if self.client is not None:  # the next card goes into a reader pcscd saw empty
+            wait_for(lambda: not any(r["cardPresent"] for r in self.client.call("readers.list")["readers"]))
+
+
+def check(client, **params) -> dict:
+    # The card was just inserted: give pcscd the moment it needs to see it.
+    return wait_for(lambda: _try_check(client, params), timeout=15)
+
+
+def _try_check(client, params):
+    try:
+        return client.call("access.check", params)
+    except RPCError as e:
+        if e.code in ("NO_CARD", "CARD_REMOVED"):
+            return None
+        raise
+
+
+def test_badges_at_the_door(tmp_path, pcscd):
+    ca = tmp_path / "badge-ca"
+    alice = tmp_path / "alice.json"
+    badge_id = make_badge(ca, alice, "Alice Example", 7, "--auth")
+
+    # Independent verifiers: openssl validates the 9E certificate to the CA and the CHUID's detached CMS signature.
+    cert = tlv_items(card_object(alice, CARD_AUTH_CERT))[0x70]
+    (tmp_path / "9e.der").write_bytes(cert)
+    subprocess.run(["openssl", "x509", "-inform", "DER", "-in", tmp_path / "9e.der", "-out", tmp_path / "9e.pem"],
+                   check=True)
+    verified = subprocess.run(["openssl", "verify", "-CAfile", ca / "badge-ca.pem", tmp_path / "9e.pem"],
+                              capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stderr
+    text = subprocess.run(["openssl", "x509", "-in", tmp_path / "9e.pem", "-noout", "-text"],
+                          check=True, capture_output=True, text=True).stdout
+    assert "2.16.840.1.101.3.6.8" in text and "urn:uuid:" in text and "Alice Example" in text
+    chuid = card_object(alice, CHUID)
+    items = tlv_items(chuid)
+    signed = b"".join(bytes([t]) + bytes([len(items[t])]) + items[t] for t in (0x30, 0x34, 0x35))
+    (tmp_path / "chuid-content").write_bytes(signed)
+    (tmp_path / "chuid.p7").write_bytes(items[0x3E])
+    cms = subprocess.run(["openssl", "cms", "-verify", "-inform", "DER", "-in", tmp_path / "chuid.p7", "-binary",
+                          "-content", tmp_path / "chuid-content", "-CAfile", ca / "badge-ca.pem",
+                          "-purpose", "any", "-out", "/dev/null"], capture_output=True, text=True)
+    assert cms.returncode == 0, cms.stderr
+
+    expired = tmp_path / "old.json"
+    make_badge(ca, expired, "Old Badge", 8, "--valid-days=-1")
+    clone = tmp_path / "clone.json"
+    state = json.loads(alice.read_text())
+    other = json.loads(expired.read_text())
+    state["keys"]["9e"] = other["keys"]["9e"]  # the genuine certificate and CHUID, another card's key
+    clone.write_text(json.dumps(state))
+
+    grants = tmp_path / "grants"
+    grants.mkdir()
+    config = {"accessControl": {
+        "anchors": [str(ca / "badge-ca.pem")],
+        "grantCommand": ["/bin/sh", "-c", f'cat > "{grants}/$$.json"'],
+        "doors": {"vault": ["bob"]},
+    }, "pinBackoff": {"initialSeconds": 0}}
+    daemon = start_daemon(tmp_path, pcscd, config=config)
+    try:
+        c = daemon.client()
+        with Badge(pcscd, alice, 7, c):
+            first = check(c)
+            assert first["decision"] == "denied" and first["reasons"] == ["BADGE_UNKNOWN"], first
+            assert first["badgeId"] == badge_id and first["cardholder"] == "Alice Example"
+            registered = c.call("access.register", {"holder": "alice"})
+            assert registered["holder"] == "alice" and registered["badgeId"] == badge_id
+            granted = check(c)
+            assert granted["decision"] == "granted" and granted["reasons"] == [], granted
+            assert granted["holder"] == "alice" and granted["apdus"] >= 4
+            # grantCommand got the decision on stdin.
+            files = wait_for(lambda: list(grants.glob("*.json")))
+            assert json.loads(files[0].read_text())["badgeId"] == badge_id
+            # The door rule: the vault admits bob only.
+            assert check(c, door="vault")["reasons"] == ["DOOR_NOT_ALLOWED"]
+            # The lifecycle is the passkeys': suspend, then resume, the badge id as credential id.
+            c.call("credentials.suspend", {"credentialId": badge_id, "reason": "lost"})
+            assert check(c)["reasons"] == ["BADGE_SUSPENDED"]
+            c.call("credentials.resume", {"credentialId": badge_id})
+            # The CLI: exit status 0 on a grant, the reasons printed on a denial.
+            out = cli(daemon, "access", "check")
+            assert "granted" in out.stdout
+            # auth mode: the PIV Authentication key after the PIN.
+            assert check(c, mode="auth", pin="123456")["decision"] == "granted"
+            assert check(c, mode="auth", pin="000000")["reasons"] == ["PIN_INVALID"]
+            history = c.call("credentials.history", {"credentialId": badge_id})["events"]
+            assert [e["to"] for e in history] == ["active", "suspended", "active"]
+            c.call("credentials.deactivate", {"credentialId": badge_id})
+            denied = cli(daemon, "access", "check", check=False)
+            assert denied.returncode == 1 and "BADGE_DEACTIVATED" in denied.stdout
+        with Badge(pcscd, clone, 7, c):
+            assert check(c)["reasons"] == ["CAK_SIGNATURE_INVALID"]
+        with Badge(pcscd, expired, 8, c):
+            assert check(c)["reasons"][0] == "CERT_EXPIRED"
+        # access.watch: one decision per card presented, streamed as notifications.
+        watcher = daemon.client()
+        watcher.send_raw((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "access.watch",
+                                      "params": {"count": 1}}) + "\n").encode())
+        time.sleep(0.5)
+        with Badge(pcscd, expired, 8):
+            note = watcher.wait_notification("access.decision", timeout=30)
+            assert note["reasons"][0] == "CERT_EXPIRED"
+    finally:
+        daemon.stop()
