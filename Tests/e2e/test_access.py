@@ -6,7 +6,8 @@ import pathlib
 import subprocess
 import time
 
-from tessera_harness import BIN, RPCError, cli
+from tessera_harness import BIN, Daemon, RPCError, cli
+from test_nfc import PN532
 from test_piv import EmulatedPIV, pcscd, start_daemon, wait_for  # noqa: F401 (pcscd is a fixture)
 
 CHUID = "5fc102"
@@ -158,3 +159,28 @@ def test_badges_at_the_door(tmp_path, pcscd):
             assert note["reasons"][0] == "CERT_EXPIRED"
     finally:
         daemon.stop()
+
+
+def test_badge_over_libnfc(tmp_path):
+    """Contactless, as doors read badges: the software PN532 with the badge in its field, libnfc's pn532_uart driver
+    in tesserad (no pcscd at all)."""
+    ca = tmp_path / "badge-ca"
+    alice = tmp_path / "alice.json"
+    badge_id = make_badge(ca, alice, "Alice Example", 21)
+    reader = PN532(tmp_path, alice, name="pn532-badge", card="--piv-state")
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"accessControl": {"anchors": [str(ca / "badge-ca.pem")]}}))
+    env = {"PCSCLITE_CSOCK_NAME": str(tmp_path / "no-pcscd.comm")}
+    daemon = Daemon(tmp_path, env, ["--no-embedded-softhsm", "--nfc-device", reader.connstring,
+                                    "--config", str(config)]).start()
+    try:
+        c = daemon.client()
+        c.call("access.register", {"holder": "alice", "reader": reader.connstring})
+        decision = c.call("access.check", {"reader": reader.connstring})
+        assert decision["decision"] == "granted", decision
+        assert decision["badgeId"] == badge_id and decision["holder"] == "alice"
+        # libnfc carries short APDUs: the certificate and CHUID come back with GET RESPONSE after the 4 commands.
+        assert decision["apdus"] > 4
+    finally:
+        daemon.stop()
+        reader.stop()
