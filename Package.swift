@@ -251,7 +251,8 @@ let package = Package(
             name: "document-bench",
             dependencies: [
                 "Documents", "Emulation", "ICAO", "MRZ", "MDoc", "CBOR", "APDU", "PCSC", "VPCD", "TesseraCore",
-                "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"), "AccessControl",
+                "CredentialStore", "PIV", "PN532Emulator", .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/document-bench"),
 
