@@ -217,7 +217,7 @@ let package = Package(
                 "PIVKeyStore", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
                 "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Presence", "SSHAgentDoor", "AccessControl",
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Logging", package: "swift-log"), .product(name: "X509", package: "swift-certificates"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]),

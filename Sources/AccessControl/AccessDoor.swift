@@ -2,6 +2,7 @@ import CredentialStore
 import Documents
 import Foundation
 import Logging
+import PIV
 import Passkeys
 import TesseraCore
 
@@ -28,9 +29,10 @@ public final class AccessDoor: Sendable {
 
     /// Checks the card in `reader` (nil: the first reader holding a card). NO_READER / NO_CARD when there is no
     /// card to check; everything the card does wrong is a `denied` decision with its reasons.
-    public func check(reader: String?, mode: AccessMode, pin: PINAttempt?, door: String?) async throws(TesseraError)
-        -> AccessDecision
-    {
+    /// `runsGrantCommand` false: a check that opens no door (the read-back after issuance).
+    public func check(
+        reader: String?, mode: AccessMode, pin: PINAttempt?, door: String?, runsGrantCommand: Bool = true
+    ) async throws(TesseraError) -> AccessDecision {
         if let door, !doors.isEmpty, doors[door] == nil {
             throw TesseraError(.invalidInput, "no door named '\(door)' in accessControl.doors")
         }
@@ -57,7 +59,7 @@ public final class AccessDoor: Sendable {
                 "apdus": "\(apdus)", "ms": "\(Int(decision.elapsedMs))",
                 "error": "\(reading.error.map { "\($0)" } ?? "-")",
             ])
-        if decision.decision == .granted { runGrantCommand(decision) }
+        if decision.decision == .granted && runsGrantCommand { runGrantCommand(decision) }
         return decision
     }
 
@@ -85,6 +87,57 @@ public final class AccessDoor: Sendable {
         logger.notice(
             "badge registered",
             metadata: ["badge": "\(decision.badgeId ?? "-")", "holder": "\(holder)", "by": "\(actor)"])
+        return (decision, transitions)
+    }
+
+    /// Issues a badge for `holder` onto the PIV card on `reader` (docs/ACCESS.md, "Issuing"): the provisioning
+    /// decision tree first, then, with `managementKey`, new on-card keys (9E, and 9A with `authKey`), their
+    /// certificates and a CHUID from `authority`, a fresh card UUID and a FASC-N for `credentialNumber`; then the
+    /// badge is registered. Returns the check of the new badge (the card is read back as a door reads it).
+    public func issue(
+        reader: String?, holder: String, authority: BadgeAuthority, managementKey: PIVManagementKey, authKey: Bool,
+        validity: Duration, replace: Bool, owner: UInt32, actor: String
+    ) async throws(TesseraError) -> (AccessDecision, [CredentialStore.Transition]) {
+        try await registry.precheck(holder: holder, replace: replace)
+        let uuid = SecureRandom.bytes(16)
+        let credentialNumber = uuid.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) } % 1_000_000
+        let identifiers = BadgeIdentifiers(fascn: BadgeWriter.testFASCN(credential: credentialNumber), uuid: uuid)
+        let now = Date()
+        let seconds = Double(validity.components.seconds)
+        let slots = authKey ? [PIV.Slot.cardAuthentication, PIV.Slot.authentication] : [PIV.Slot.cardAuthentication]
+        let (issued, _, _, _) = try await documents.withCard(reader: reader, extendedLength: true) {
+            transport throws(TesseraError) in
+            let app = PIVApplication(transport: transport)
+            try await app.select()
+            // A card that already is a registered badge is not written over unless `replace` (its record then
+            // becomes `replaced`).
+            if let previous = try await registry.badgeOnCard(app) {
+                guard replace else {
+                    throw TesseraError(
+                        .credentialExists, "this card already is a badge (\(previous.state.rawValue)); pass replace",
+                        details: [
+                            "decision": "alreadyProvisioned",
+                            "credentialIds": .array([.string(Base64URL.encode(previous.credentialId))]),
+                        ])
+                }
+                if previous.state != .replaced {
+                    _ = try await registry.store.transition(
+                        ids: [[UInt8](previous.credentialId)], to: .replaced, actor: actor, reason: "card re-issued")
+                }
+            }
+            try await app.authenticate(managementKey: managementKey)
+            return try await BadgeWriter(authority: authority).write(
+                app, holder: holder, identifiers: identifiers, slots: slots, notBefore: now - 60,
+                notAfter: now + seconds)
+        }
+        let transitions = try await registry.register(
+            identifiers: issued.identifiers, holder: holder, certificate: issued.cardAuthCertificate, owner: owner,
+            actor: actor, replace: replace)
+        logger.notice(
+            "badge issued",
+            metadata: ["badge": "\(issued.identifiers.badgeId ?? "-")", "holder": "\(holder)", "by": "\(actor)"])
+        var decision = try await check(reader: reader, mode: .cak, pin: nil, door: nil, runsGrantCommand: false)
+        decision.holder = holder
         return (decision, transitions)
     }
 

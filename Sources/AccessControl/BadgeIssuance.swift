@@ -3,18 +3,55 @@ import Crypto
 import Foundation
 import ICAO
 import PIV
+import Passkeys
 import SwiftASN1
 import TesseraCore
 import X509
 
-/// A badge CA: its certificate and its key (software for tests and the lab, a PKCS#11 key for `access.issue`).
-/// The CA signs the slot certificates and, as the content signer, the CHUID.
+/// A badge CA: its certificate and a signer for its key (software for tests and the lab, a key on a PKCS#11 token
+/// for `access.issue`). The CA signs the slot certificates, the CRL and, as the content signer, the CHUID.
 public struct BadgeAuthority: Sendable {
-    public let certificate: Certificate
-    public let key: Certificate.PrivateKey
+    /// Returns the DER ECDSA-with-SHA-256 signature of the bytes it is given.
+    public typealias Signer = @Sendable ([UInt8]) async throws(TesseraError) -> [UInt8]
 
+    public let certificate: Certificate
+    let sign: Signer
+
+    /// An authority whose key signs through `sign` (e.g. on a token).
+    public init(certificate: Certificate, sign: @escaping Signer) {
+        self.certificate = certificate; self.sign = sign
+    }
+
+    /// An authority with a software key.
     public init(certificate: Certificate, key: Certificate.PrivateKey) {
-        self.certificate = certificate; self.key = key
+        self.init(certificate: certificate) { bytes throws(TesseraError) in
+            do {
+                return try await key.signAsynchronously(bytes: bytes, signatureAlgorithm: .ecdsaWithSHA256)
+                    .rawRepresentation
+            } catch { throw TesseraError(.cryptoError, "the badge CA key could not sign: \(error)") }
+        }
+    }
+
+    /// An authority whose key is the P-256 key labelled `keyLabel` on `token` (a PKCS#11 token; the daemon logs in
+    /// with the token's PIN file). INVALID_INPUT when there is no such key or it is not `certificate`'s key.
+    public static func onToken(certificate: Certificate, token: any KeyStoreToken, keyLabel: String)
+        async throws(TesseraError) -> BadgeAuthority
+    {
+        guard let key = try await token.publicKeys().first(where: { $0.label == keyLabel && $0.value.isP256 }) else {
+            throw TesseraError.invalidInput("no P-256 key labelled '\(keyLabel)' on token \(token.id)")
+        }
+        let matches = (try? P256.Signing.PublicKey(x963Representation: key.publicPoint)).map {
+            Certificate.PublicKey($0) == certificate.publicKey
+        }
+        guard matches == true else {
+            throw TesseraError.invalidInput(
+                "the key '\(keyLabel)' on token \(token.id) is not the key of the issuer certificate")
+        }
+        let handle = key.handle
+        return BadgeAuthority(certificate: certificate) { bytes throws(TesseraError) in
+            let raw = try await token.signP256(handle: handle, message: bytes, pin: nil)
+            return try ECDSASignature.derFromRaw(raw)
+        }
     }
 
     /// A self-signed P-256 badge CA (tests and the lab): keyCertSign, cRLSign and digitalSignature (it signs CHUIDs).
@@ -72,12 +109,19 @@ public struct BadgeAuthority: Sendable {
                 }
                 SubjectKeyIdentifier(hash: Certificate.PublicKey(publicKey))
             }
-            let certificate = try await Certificate(
+            // swift-certificates signs with a key object; the TBSCertificate it builds is re-signed by the authority
+            // (whose key may be on a token) and the certificate assembled around it.
+            let draft = try await Certificate(
                 version: .v3, serialNumber: Certificate.SerialNumber(), publicKey: .init(publicKey),
                 notValidBefore: notBefore, notValidAfter: notAfter, issuer: self.certificate.subject,
                 subject: subject, signatureAlgorithm: .ecdsaWithSHA256, extensions: extensions,
-                issuerAsyncPrivateKey: key)
-            return try Self.der(certificate)
+                issuerAsyncPrivateKey: .init(P256.Signing.PrivateKey()))
+            let parts = try TLV.parse(try Self.der(draft)).children()
+            guard parts.count == 3 else { throw TesseraError(.cryptoError, "unexpected certificate shape") }
+            let signature = try await sign(parts[0].encoded)
+            return DERBuild.sequence([
+                parts[0].encoded, parts[1].encoded, TLV.encode(tag: 0x03, value: [0] + signature),
+            ])
         } catch let error as TesseraError {
             throw error
         } catch {
@@ -100,11 +144,7 @@ public struct BadgeAuthority: Sendable {
         ]
         if !revoked.isEmpty { fields.append(DERBuild.sequence(revoked)) }
         let tbs = DERBuild.sequence(fields)
-        let signature: [UInt8]
-        do {
-            signature = try await key.signAsynchronously(bytes: tbs, signatureAlgorithm: .ecdsaWithSHA256)
-                .rawRepresentation
-        } catch { throw TesseraError(.cryptoError, "the badge CA could not sign the CRL: \(error)") }
+        let signature = try await sign(tbs)
         return DERBuild.sequence([tbs, algorithm, TLV.encode(tag: 0x03, value: [0x00] + signature)])
     }
 
@@ -120,15 +160,8 @@ public struct BadgeAuthority: Sendable {
     /// The CHUID content for the card, signed by this authority.
     public func chuid(fascn: [UInt8], guid: [UInt8], expiration: String) async throws(TesseraError) -> [UInt8] {
         let signed = CHUID.unsignedContent(fascn: fascn, guid: guid, expiration: expiration)
-        let key = self.key
         let signature = try await CHUID.signature(
-            over: signed, fascn: fascn, signerCertificate: try parsedCertificate()
-        ) { bytes throws(TesseraError) in
-            do {
-                return try await key.signAsynchronously(bytes: bytes, signatureAlgorithm: .ecdsaWithSHA256)
-                    .rawRepresentation
-            } catch { throw TesseraError(.cryptoError, "the badge CA could not sign the CHUID: \(error)") }
-        }
+            over: signed, fascn: fascn, signerCertificate: try parsedCertificate(), sign: sign)
         return CHUID.content(fascn: fascn, guid: guid, expiration: expiration, signature: signature)
     }
 }

@@ -1,7 +1,10 @@
+import APDU
 import CredentialStore
 import Foundation
+import PIV
 import Passkeys
 import TesseraCore
+import X509
 
 /// Badges in the credential store, so they share the passkeys' lifecycle states, audit trail and methods
 /// (`credentials.suspend/resume/deactivate/history` take the badge id as `credentialId`). A badge is a credential
@@ -23,9 +26,28 @@ public struct BadgeRegistry: Sendable {
         return record
     }
 
+    /// The record of the badge the card behind `app` (selected) carries now, by its Card Authentication
+    /// certificate's identifiers; nil for a card without one or one not registered.
+    public func badgeOnCard(_ app: PIVApplication) async throws(TesseraError) -> CredentialRecord? {
+        guard let object = try await app.getData(PIV.Object.certificate(slot: PIV.Slot.cardAuthentication) ?? 0),
+            let der = try? TLV.parseAll(object, options: .card).first(tag: 0x70)?.value,
+            let certificate = try? Certificate(derEncoded: der),
+            let id = BadgeIdentifiers(certificate: certificate).idBytes
+        else { return nil }
+        return try await badge(id)
+    }
+
     /// The badge's lifecycle state; nil when it is not registered.
     public func state(badgeId idBytes: [UInt8]) async throws(TesseraError) -> CredentialState? {
         try await badge(idBytes)?.state
+    }
+
+    /// The provisioning decision tree over `holder`'s badges before a new card is written (the same check runs
+    /// again when the badge is recorded): CREDENTIAL_EXISTS (suspended), CREDENTIAL_DEACTIVATED unless `replace`.
+    public func precheck(holder: String, replace: Bool) async throws(TesseraError) {
+        let existing = try await store.list(rpId: Self.rpId, userId: Array(holder.utf8))
+        // A card not written yet is on no record: the holder's active badges make it "provisioned elsewhere".
+        _ = try ProvisioningCheck.decide(existing, tokenId: "(new card)").admit(replace: replace)
     }
 
     /// Registers the badge of `identifiers` for `holder`, under the provisioning decision tree over the holder's

@@ -3,9 +3,11 @@ import CredentialStore
 import Documents
 import Foundation
 import Logging
+import PIV
 import Passkeys
 import RPC
 import TesseraCore
+import X509
 
 extension MethodTable {
     /// Builds the door from the `accessControl` section (nil without one). Paths are relative to `directory`.
@@ -30,7 +32,11 @@ extension MethodTable {
 
     /// Registers `access.check` and `access.watch` (docs/API.md, "Access control"). Without an `accessControl`
     /// section they answer ACCESS_NOT_CONFIGURED.
-    func registerAccess(_ door: AccessDoor?, readers configured: [String]?, pinRules: PINRules) {
+    func registerAccess(
+        _ door: AccessDoor?, config: AccessControlConfig?, directory: String, keyStore: any KeyStore,
+        managementKey: PIVManagementKey?, pinRules: PINRules
+    ) {
+        let configured = config?.readers
         @Sendable func configured_() throws(TesseraError) -> AccessDoor {
             guard let door else {
                 throw TesseraError(.accessNotConfigured, "the daemon has no accessControl section")
@@ -62,6 +68,28 @@ extension MethodTable {
                 transitions.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) })
             return .object(o)
         }
+        register("access.issue", .admin) { p, connection in
+            let door = try configured_()
+            guard let issuer = config?.issuer else {
+                throw TesseraError(.accessNotConfigured, "access.issue needs accessControl.issuer")
+            }
+            guard let managementKey else {
+                throw TesseraError(
+                    .invalidInput, "access.issue needs the PIV management key (--piv-management-key-file)")
+            }
+            let authority = try await Self.badgeAuthority(issuer, directory: directory, keyStore: keyStore)
+            let days = try p.optionalInt("validityDays") ?? 365
+            guard (1...3650).contains(days) else { throw TesseraError.invalidInput("validityDays must be 1…3650") }
+            let (decision, transitions) = try await door.issue(
+                reader: try p.optionalString("reader"), holder: try p.string("holder"), authority: authority,
+                managementKey: managementKey, authKey: try p.optionalBool("authKey") ?? false,
+                validity: .seconds(days * 86400), replace: try p.optionalBool("replace") ?? false,
+                owner: connection.peer.uid, actor: "uid:\(connection.peer.uid)")
+            guard case .object(var o) = decision.json else { return decision.json }
+            o["replaced"] = .array(
+                transitions.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) })
+            return .object(o)
+        }
         register("access.watch", .enroll) { p, connection in
             let door = try configured_()
             let mode = try Self.accessMode(p)
@@ -80,6 +108,21 @@ extension MethodTable {
             }
             return ["decisions": .number(Double(made.withLock { $0 }))]
         }
+    }
+
+    /// The issuer's CA: its certificate file and its key on the configured token.
+    static func badgeAuthority(_ issuer: AccessControlConfig.Issuer, directory: String, keyStore: any KeyStore)
+        async throws(TesseraError) -> BadgeAuthority
+    {
+        let path = issuer.certificate.hasPrefix("/") ? issuer.certificate : directory + "/" + issuer.certificate
+        let anchor = try BadgeTrust.load(anchorFiles: [path], crlFiles: []).anchors.first
+        guard let anchor, let certificate = try? Certificate(derEncoded: anchor.der) else {
+            throw TesseraError.invalidInput("accessControl.issuer.certificate: no certificate in \(path)")
+        }
+        guard let token = await keyStore.tokens().first(where: { $0.id == issuer.tokenId }) else {
+            throw TesseraError(.tokenNotPresent, "the badge CA's token \(issuer.tokenId) is not present")
+        }
+        return try await BadgeAuthority.onToken(certificate: certificate, token: token, keyLabel: issuer.keyLabel)
     }
 
     static func accessMode(_ p: Params) throws(TesseraError) -> AccessMode {

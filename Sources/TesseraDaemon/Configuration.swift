@@ -312,6 +312,17 @@ public struct AccessControlConfig: Codable, Sendable {
     public var readers: [String]?
     /// Door name → holders (as registered) and badge ids it admits; doors not listed admit every valid badge.
     public var doors: [String: [String]]?
+    /// The badge CA of `access.issue`: its key on a PKCS#11 token and its certificate.
+    public var issuer: Issuer?
+
+    public struct Issuer: Codable, Sendable {
+        /// The token holding the CA key (see `tokens.list`; its PIN comes from `pinFiles`).
+        public var tokenId: String
+        /// CKA_LABEL of the CA's P-256 key.
+        public var keyLabel: String
+        /// The CA certificate (PEM or DER); it must be one of `anchors` for the badges it issues to be granted.
+        public var certificate: String
+    }
 
     public init() {}
 }

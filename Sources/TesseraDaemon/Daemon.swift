@@ -51,9 +51,9 @@ public enum Daemon {
             embeddedSoftHSMDir: options.embeddedSoftHSM ? options.stateDir + "/softhsm" : nil,
             pinFiles: config.pinFiles ?? [:], sessionsPerToken: config.sessionsPerToken, logger: logger)
         // PIV cards over PC/SC: watched in the background; never delays start-up (pcscd may be absent).
+        let pivManagementKey = try PIVSetup.managementKey(options, logger: logger)
         let pivStore = PIVKeyStore(
-            slots: PIVSlotStore(database: database),
-            managementKey: try PIVSetup.managementKey(options, logger: logger), logger: logger)
+            slots: PIVSlotStore(database: database), managementKey: pivManagementKey, logger: logger)
         pivStore.start()
         let table = MethodTable(policy: policy)
         let passkeys = PasskeyService(
@@ -92,7 +92,9 @@ public enum Daemon {
             try MethodTable.accessDoor(
                 config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
                 documents: documents, store: store, logger: logger),
-            readers: config.accessControl?.readers, pinRules: passkeys.pinRules)
+            config: config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
+            keyStore: keyStore, managementKey: pivManagementKey,
+            pinRules: passkeys.pinRules)
         let iacas = try MethodTable.loadCertificates(options.iacaPaths, option: "--iaca")
         let readerAuth = try MethodTable.loadReaderAuth(
             key: options.mdocReaderKeyPath, chain: options.mdocReaderCertificatePath)

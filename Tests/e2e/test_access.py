@@ -1,12 +1,19 @@
 """Badges at the door end to end (issue 31): the real tesserad, a private pcscd with vpcd readers, emulated PIV
 badges written by `tessera lab make-badge` (`tessera lab emulate-piv`), the CLI, and openssl as the independent
 verifier of the badge's certificate and CHUID signature."""
+import datetime
 import json
+import os
 import pathlib
 import subprocess
 import time
 
-from tessera_harness import BIN, Daemon, RPCError, cli
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tessera_harness import BIN, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, cli
 from test_nfc import PN532
 from test_piv import EmulatedPIV, pcscd, start_daemon, wait_for  # noqa: F401 (pcscd is a fixture)
 
@@ -184,3 +191,89 @@ def test_badge_over_libnfc(tmp_path):
     finally:
         daemon.stop()
         reader.stop()
+
+
+def make_token_ca(tmp_path: pathlib.Path, hsm: SoftHSM) -> pathlib.Path:
+    """A badge CA whose P-256 key is imported into the SoftHSM token "badges" (label badge-ca); its self-signed
+    certificate is made here with python cryptography from the same key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Badge Office"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, "Badge Office CA")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256()))
+    pem = tmp_path / "office-ca.pem"
+    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pkcs8 = tmp_path / "office-ca-key.p8"
+    pkcs8.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                        serialization.NoEncryption()))
+    hsm.add_token("badges")
+    subprocess.run(["softhsm2-util", "--import", str(pkcs8), "--token", "badges", "--label", "badge-ca",
+                    "--id", "0b0b", "--pin", "1234"], check=True, capture_output=True, env={**os.environ, **hsm.env})
+    pkcs8.unlink()
+    return pem
+
+
+def test_issue_a_badge_onto_an_emulated_card_then_check_it(tmp_path, pcscd):
+    hsm = SoftHSM(tmp_path)
+    ca = make_token_ca(tmp_path, hsm)
+    (tmp_path / "badges.pin").write_text("1234\n")
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"pinFiles": {"badges": str(tmp_path / "badges.pin")}, "accessControl": {
+        "anchors": [str(ca)], "issuer": {"tokenId": "TOKEN", "keyLabel": "badge-ca", "certificate": str(ca)}}}))
+    env = {**hsm.env, **pcscd.env}
+    args = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm", "--allow-default-piv-management-key"]
+    daemon = Daemon(tmp_path, env, [*args, "--config", str(config)]).start()
+    token_id = next(t["id"] for t in daemon.client().call("tokens.list")["tokens"] if t.get("label") == "badges")
+    daemon.stop()
+    config.write_text(config.read_text().replace("TOKEN", token_id))
+    daemon = Daemon(tmp_path, env, [*args, "--config", str(config)]).start()
+    state = tmp_path / "blank.json"
+    try:
+        c = daemon.client()
+        with Badge(pcscd, state, 5150, c):
+            issued = wait_for(lambda: _try(lambda: c.call("access.issue", {"holder": "carol", "authKey": True})))
+            assert issued["decision"] == "granted", issued
+            assert issued["holder"] == "carol"
+            assert check(c)["decision"] == "granted"
+            assert check(c, mode="auth", pin="123456")["decision"] == "granted"
+            # The same card again: already a badge.
+            try:
+                c.call("access.issue", {"holder": "carol"})
+                raise AssertionError("a registered card was issued again without replace")
+            except RPCError as e:
+                assert e.code == "CREDENTIAL_EXISTS", e
+        # openssl: the certificate written onto the card chains to the badge office's CA (signed on the token).
+        cert = tlv_items(card_object(state, CARD_AUTH_CERT))[0x70]
+        (tmp_path / "issued.der").write_bytes(cert)
+        subprocess.run(["openssl", "x509", "-inform", "DER", "-in", tmp_path / "issued.der", "-out",
+                        tmp_path / "issued.pem"], check=True)
+        verified = subprocess.run(["openssl", "verify", "-CAfile", ca, tmp_path / "issued.pem"],
+                                  capture_output=True, text=True)
+        assert verified.returncode == 0, verified.stderr
+        # A holder whose badge is suspended gets no second card without replace.
+        c.call("credentials.suspend", {"credentialId": issued["badgeId"]})
+        with Badge(pcscd, tmp_path / "second.json", 5151, c):
+            wait_for(lambda: any(r["cardPresent"] for r in c.call("readers.list")["readers"]))
+            try:
+                c.call("access.issue", {"holder": "carol"})
+                raise AssertionError("a suspended holder got a second badge")
+            except RPCError as e:
+                assert e.code == "CREDENTIAL_EXISTS" and e.data["decision"] == "suspended", e
+    finally:
+        daemon.stop()
+
+
+def _try(call):
+    try:
+        return call()
+    except RPCError as e:
+        if e.code in ("NO_CARD", "CARD_REMOVED"):
+            return None
+        raise
