@@ -3,11 +3,11 @@ import Foundation
 import RPC
 import TesseraCore
 
-/// `tessera access check|watch`: badges at the door (docs/ACCESS.md).
+/// `tessera access check|watch|issue|register`: badges at the door (docs/ACCESS.md).
 struct AccessCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "access",
-        abstract: "Check PIV badges at a door (SP 800-116 PKI-CAK) and watch readers for badges.",
+        abstract: "Check PIV badges at a door (SP 800-116 PKI-CAK), watch readers, issue and register badges.",
         discussion: """
             The daemon checks the card's Card Authentication key with a fresh challenge, validates its certificate to the accessControl.anchors (validity, CRLs, EKU), checks the CHUID's signature, expiration and identifiers, and the badge's lifecycle state (suspend, resume and deactivate a badge with `tessera credentials`, the badge id is its credential id). See docs/ACCESS.md.
 
@@ -16,8 +16,10 @@ struct AccessCommand: AsyncParsableCommand {
               tessera access check --reader "Tessera VPCD 00 00" --door lab
               tessera access check --mode auth --pin-stdin
               tessera access watch --count 1
+              tessera access issue --holder alice --auth-key
+              tessera access register --holder bob
             """,
-        subcommands: [Check.self, Watch.self])
+        subcommands: [Check.self, Watch.self, Issue.self, Register.self])
 
     struct Check: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -97,6 +99,66 @@ struct AccessCommand: AsyncParsableCommand {
                 FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
                 throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
             }
+        }
+    }
+
+    struct Issue: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Issue a badge onto the PIV card on a reader (access.issue), for a kiosk or a badge office.",
+            discussion: """
+                Generates the Card Authentication key (9E, and with --auth-key the PIV Authentication key 9A) on the card, has the badge CA of accessControl.issuer (its key on a PKCS#11 token) certify them, writes the certificates and a signed CHUID, registers the badge for --holder and prints the card read back as a door reads it. Needs the PIV management key (tesserad --piv-management-key-file). A holder whose badge is suspended or deactivated, or a card that already is a badge, is refused unless --replace.
+
+                EXAMPLES
+                  tessera access issue --holder alice
+                  tessera access issue --holder alice --auth-key --validity-days 730 --reader "Tessera VPCD 00 00"
+                  tessera access issue --holder alice --replace
+                """)
+        @OptionGroup var globals: GlobalOptions
+        @Option(help: "The holder the badge is registered to (the certificate's common name).")
+        var holder: String
+        @Option(help: "Reader name (default: the first reader holding a card).")
+        var reader: String?
+        @Flag(name: .customLong("auth-key"), help: "Also generate the PIV Authentication key (9A), for --mode auth.")
+        var authKey = false
+        @Option(name: .customLong("validity-days"), help: "Days the certificates and CHUID stay valid (default 365).")
+        var validityDays: Int?
+        @Flag(help: "Issue even when the decision tree refuses; the holder's earlier badges become replaced.")
+        var replace = false
+
+        func run() async throws {
+            var p: [String: JSONValue] = ["holder": .string(holder)]
+            if let reader { p["reader"] = .string(reader) }
+            if authKey { p["authKey"] = true }
+            if let validityDays { p["validityDays"] = .number(Double(validityDays)) }
+            if replace { p["replace"] = true }
+            try await globals.run("access.issue", .object(p), human: AccessText.decision)
+        }
+    }
+
+    struct Register: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Register the badge on a reader for a holder (access.register), e.g. a PIV card issued elsewhere.",
+            discussion: """
+                The card must pass the door's check (certificate to accessControl.anchors, challenge, CHUID); the provisioning decision tree over the holder's badges applies (--replace to override).
+
+                EXAMPLES
+                  tessera access register --holder bob
+                  tessera access register --holder bob --reader "Tessera VPCD 00 01" --replace
+                """)
+        @OptionGroup var globals: GlobalOptions
+        @Option(help: "The holder the badge is registered to.")
+        var holder: String
+        @Option(help: "Reader name (default: the first reader holding a card).")
+        var reader: String?
+        @Flag(help: "Register even when the decision tree refuses; the holder's earlier badges become replaced.")
+        var replace = false
+
+        func run() async throws {
+            var p: [String: JSONValue] = ["holder": .string(holder)]
+            if let reader { p["reader"] = .string(reader) }
+            if replace { p["replace"] = true }
+            try await globals.run("access.register", .object(p), human: AccessText.decision)
         }
     }
 }
