@@ -63,10 +63,7 @@ extension MethodTable {
                 reader: try p.optionalString("reader"), holder: try p.string("holder"),
                 replace: try p.optionalBool("replace") ?? false, owner: connection.peer.uid,
                 actor: "uid:\(connection.peer.uid)")
-            guard case .object(var o) = decision.json else { return decision.json }
-            o["replaced"] = .array(
-                transitions.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) })
-            return .object(o)
+            return Self.json(decision, replacing: transitions)
         }
         register("access.issue", .admin) { p, connection in
             let door = try configured_()
@@ -85,10 +82,7 @@ extension MethodTable {
                 managementKey: managementKey, authKey: try p.optionalBool("authKey") ?? false,
                 validity: .seconds(days * 86400), replace: try p.optionalBool("replace") ?? false,
                 owner: connection.peer.uid, actor: "uid:\(connection.peer.uid)")
-            guard case .object(var o) = decision.json else { return decision.json }
-            o["replaced"] = .array(
-                transitions.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) })
-            return .object(o)
+            return Self.json(decision, replacing: transitions)
         }
         register("access.watch", .enroll) { p, connection in
             let door = try configured_()
@@ -123,6 +117,14 @@ extension MethodTable {
             throw TesseraError(.tokenNotPresent, "the badge CA's token \(issuer.tokenId) is not present")
         }
         return try await BadgeAuthority.onToken(certificate: certificate, token: token, keyLabel: issuer.keyLabel)
+    }
+
+    /// A decision with `replaced`: the badge ids the registration marked replaced.
+    static func json(_ decision: AccessDecision, replacing transitions: [CredentialStore.Transition]) -> JSONValue {
+        guard case .object(var o) = decision.json else { return decision.json }
+        o["replaced"] = .array(
+            transitions.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) })
+        return .object(o)
     }
 
     static func accessMode(_ p: Params) throws(TesseraError) -> AccessMode {

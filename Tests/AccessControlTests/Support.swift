@@ -12,16 +12,6 @@ import TesseraTestSupport
 import Testing
 import VPCD
 
-/// Polls `body` until it returns non-nil or `timeout` passes.
-func eventually<T>(_ timeout: Duration = .seconds(10), _ body: () async -> T?) async -> T? {
-    let deadline = ContinuousClock.now.advanced(by: timeout)
-    while ContinuousClock.now < deadline {
-        if let value = await body() { return value }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return await body()
-}
-
 /// A test badge PKI: the genuine badge CA and a stranger CA, both P-256 with swift-certificates.
 struct BadgePKI: Sendable {
     let authority: BadgeAuthority
