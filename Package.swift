@@ -399,7 +399,7 @@ if Context.environment["TESSERA_FUZZ"] == "1" {
             dependencies: [
                 "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
                 "MDoc",
-                "CTAPHID", "CTAP2",
+                "CTAPHID", "CTAP2", "AccessControl", .product(name: "X509", package: "swift-certificates"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
