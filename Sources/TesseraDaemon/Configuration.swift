@@ -148,6 +148,13 @@ public struct ConfigFile: Codable, Sendable {
         if let presence = top["presence"]?.objectValue {
             try unknown(in: presence, known: propertyNames(of: PresenceConfig()), section: "presence")
         }
+        if let access = top["accessControl"]?.objectValue {
+            try unknown(in: access, known: propertyNames(of: AccessControlConfig()), section: "accessControl")
+            if let issuer = access["issuer"]?.objectValue {
+                let known = propertyNames(of: AccessControlConfig.Issuer(tokenId: "", keyLabel: "", certificate: ""))
+                try unknown(in: issuer, known: known, section: "accessControl.issuer")
+            }
+        }
         guard let policy = top["policy"], !policy.isNull else { return }
         guard let rules = policy.objectValue else { throw TesseraError.invalidInput("policy must be an object") }
         try unknown(in: rules, known: propertyNames(of: PolicyConfig()), section: "policy")

@@ -301,3 +301,17 @@ def test_slow_or_failing_grant_command_never_holds_the_next_tap(tmp_path, pcscd)
         assert "grantCommand exited with status 7" in (tmp_path / "tesserad.log").read_text()
     finally:
         daemon.stop()
+
+
+def test_a_misspelled_access_setting_stops_start_up(tmp_path):
+    for section, message in [({"anchor": ["ca.pem"]}, "unknown key 'anchor' in accessControl"),
+                             ({"anchors": ["ca.pem"], "issuer": {"tokenId": "t", "keyLabel": "k", "certificate": "c",
+                                                                 "pin": "1234"}},
+                              "unknown key 'pin' in accessControl.issuer"),
+                             ({"anchors": [str(tmp_path / "missing.pem")]}, "cannot read")]:
+        config = tmp_path / "tesserad.json"
+        config.write_text(json.dumps({"accessControl": section}))
+        run = subprocess.run([str(BIN / "tesserad"), "--config", str(config), "--socket", str(tmp_path / "s.sock"),
+                              "--state-dir", str(tmp_path / "state"), "--no-embedded-softhsm"],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and message in run.stderr, run.stderr
