@@ -17,6 +17,8 @@ public enum AccessReason: String, Sendable, Codable, CaseIterable, Hashable {
     case certNotYetValid = "CERT_NOT_YET_VALID"
     /// A configured CRL of the certificate's issuer lists its serial number.
     case certRevoked = "CERT_REVOKED"
+    /// Every configured CRL of the certificate's issuer is past its nextUpdate: revocation cannot be known.
+    case certRevocationUnknown = "CERT_REVOCATION_UNKNOWN"
     /// The certificate names neither a FASC-N nor a card UUID.
     case certNoIdentifier = "CERT_NO_IDENTIFIER"
     /// The card has no CHUID, or it does not parse.

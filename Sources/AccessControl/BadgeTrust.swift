@@ -58,7 +58,11 @@ public struct BadgeTrust: Sendable {
     ) async -> [AccessReason] {
         if now > leaf.notAfter { return [.certExpired] }
         if now < leaf.notBefore { return [.certNotYetValid] }
-        if isRevoked(leaf, now: now) { return [.certRevoked] }
+        switch revocation(of: leaf, now: now) {
+        case .revoked: return [.certRevoked]
+        case .unknown: return [.certRevocationUnknown]
+        case .good, .notChecked: break
+        }
         guard let certificate = try? Certificate(derEncoded: leaf.der) else { return [.certUntrusted] }
         let roots = anchors.compactMap { try? Certificate(derEncoded: $0.der) }
         let others = intermediates.compactMap { try? Certificate(derEncoded: $0.der) }
@@ -72,15 +76,22 @@ public struct BadgeTrust: Sendable {
         return []
     }
 
-    /// Whether a CRL signed by `leaf`'s issuer (an anchor with its name) lists `leaf`'s serial number.
-    func isRevoked(_ leaf: ParsedCertificate, now: Date) -> Bool {
-        for crl in crls where crl.covers(leaf) && crl.revokedSerialNumbers.contains(leaf.serialNumber) {
-            let signed = anchors.contains { anchor in
-                anchor.subject == crl.issuer && (try? crl.isSigned(by: anchor)) == true
-            }
-            if signed { return true }
+    enum Revocation { case good, revoked, unknown, notChecked }
+
+    /// `leaf`'s status by the CRLs its issuer (an anchor with that name) signed: revoked when one lists its serial;
+    /// unknown when every such CRL is past its nextUpdate; not checked without any.
+    func revocation(of leaf: ParsedCertificate, now: Date) -> Revocation {
+        // An anchor (the CA signing CHUIDs itself) is trusted as configured, not through its own CRL.
+        if anchors.contains(where: { $0.der == leaf.der }) { return .notChecked }
+        let signed = crls.filter { crl in
+            crl.covers(leaf)
+                && anchors.contains { anchor in
+                    anchor.subject == crl.issuer && (try? crl.isSigned(by: anchor)) == true
+                }
         }
-        return false
+        if signed.isEmpty { return .notChecked }
+        if signed.contains(where: { $0.revokedSerialNumbers.contains(leaf.serialNumber) }) { return .revoked }
+        return signed.allSatisfy { $0.isStale(at: now) } ? .unknown : .good
     }
 }
 

@@ -88,6 +88,10 @@ struct BadgeCheckTests {
             trust: BadgeTrust(
                 anchors: [try pki.authority.parsedCertificate()], crls: [try CertificateRevocationList(der: forged)]))
         #expect(notRevoked.decision == .granted, "\(notRevoked.reasons)")
+        // Only a stale CRL of the issuer (past its nextUpdate): the door cannot know, and denies.
+        let stale = try await pki.authority.crl(revoking: [], thisUpdate: pki.now - 7200, nextUpdate: pki.now - 3600)
+        let unknown = try await door.check(revokedCard, trust: try pki.trust(crls: [stale]))
+        #expect(unknown.reasons == [.certRevocationUnknown])
     }
 
     @Test func chuidWithABadSignatureOtherIdentifiersOrPastItsDateIsDenied() async throws {
