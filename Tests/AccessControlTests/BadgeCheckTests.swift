@@ -179,6 +179,11 @@ struct BadgeCheckTests {
         } catch {
             #expect(error.code == .credentialDeactivated)
         }
+        // With replace the holder gets the new badge and the old card is `replaced`.
+        let replaced = try await registry.register(
+            identifiers: second, holder: "alice", certificate: [], owner: 0, actor: "uid:0", replace: true)
+        #expect(replaced.map { [UInt8]($0.record.credentialId) } == [id])
+        #expect(try await door.check(card, trust: try pki.trust(), registry: registry).reasons == [.badgeReplaced])
     }
 
     @Test func cardPulledMidCheckIsCardRemoved() async throws {
