@@ -170,7 +170,7 @@ public final class AccessDoor: Sendable {
         var present: Set<String> = []
         var made = 0
         while !Task.isCancelled {
-            let list = try await documents.readers().filter { readers == nil || readers!.contains($0.name) }
+            let list = try await documents.readers().filter { reader in readers?.contains(reader.name) ?? true }
             let now = Set(list.filter(\.cardPresent).map(\.name))
             for name in now.subtracting(present).sorted() {
                 let decision: AccessDecision
