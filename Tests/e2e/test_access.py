@@ -67,16 +67,28 @@ class Badge:
 
 def check(client, **params) -> dict:
     # The card was just inserted: give pcscd the moment it needs to see it.
-    return wait_for(lambda: _try_check(client, params), timeout=15)
+    return wait_for(lambda: _try(lambda: client.call("access.check", params)), timeout=15)
 
 
-def _try_check(client, params):
+def _try(call):
+    """`call()`, or None while the reader has no card (yet)."""
     try:
-        return client.call("access.check", params)
+        return call()
     except RPCError as e:
         if e.code in ("NO_CARD", "CARD_REMOVED"):
             return None
         raise
+
+
+def openssl_verify(der: bytes, ca: pathlib.Path, work: pathlib.Path) -> str:
+    """openssl's verdict on a DER certificate against the CA; returns its -text dump."""
+    (work / "leaf.der").write_bytes(der)
+    subprocess.run(["openssl", "x509", "-inform", "DER", "-in", work / "leaf.der", "-out", work / "leaf.pem"],
+                   check=True)
+    verified = subprocess.run(["openssl", "verify", "-CAfile", ca, work / "leaf.pem"], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stderr
+    return subprocess.run(["openssl", "x509", "-in", work / "leaf.pem", "-noout", "-text"],
+                          check=True, capture_output=True, text=True).stdout
 
 
 def test_badges_at_the_door(tmp_path, pcscd):
@@ -85,15 +97,7 @@ def test_badges_at_the_door(tmp_path, pcscd):
     badge_id = make_badge(ca, alice, "Alice Example", 7, "--auth")
 
     # Independent verifiers: openssl validates the 9E certificate to the CA and the CHUID's detached CMS signature.
-    cert = tlv_items(card_object(alice, CARD_AUTH_CERT))[0x70]
-    (tmp_path / "9e.der").write_bytes(cert)
-    subprocess.run(["openssl", "x509", "-inform", "DER", "-in", tmp_path / "9e.der", "-out", tmp_path / "9e.pem"],
-                   check=True)
-    verified = subprocess.run(["openssl", "verify", "-CAfile", ca / "badge-ca.pem", tmp_path / "9e.pem"],
-                              capture_output=True, text=True)
-    assert verified.returncode == 0, verified.stderr
-    text = subprocess.run(["openssl", "x509", "-in", tmp_path / "9e.pem", "-noout", "-text"],
-                          check=True, capture_output=True, text=True).stdout
+    text = openssl_verify(tlv_items(card_object(alice, CARD_AUTH_CERT))[0x70], ca / "badge-ca.pem", tmp_path)
     assert "2.16.840.1.101.3.6.8" in text and "urn:uuid:" in text and "Alice Example" in text
     chuid = card_object(alice, CHUID)
     items = tlv_items(chuid)
@@ -250,13 +254,8 @@ def test_issue_a_badge_onto_an_emulated_card_then_check_it(tmp_path, pcscd):
             except RPCError as e:
                 assert e.code == "CREDENTIAL_EXISTS", e
         # openssl: the certificate written onto the card chains to the badge office's CA (signed on the token).
-        cert = tlv_items(card_object(state, CARD_AUTH_CERT))[0x70]
-        (tmp_path / "issued.der").write_bytes(cert)
-        subprocess.run(["openssl", "x509", "-inform", "DER", "-in", tmp_path / "issued.der", "-out",
-                        tmp_path / "issued.pem"], check=True)
-        verified = subprocess.run(["openssl", "verify", "-CAfile", ca, tmp_path / "issued.pem"],
-                                  capture_output=True, text=True)
-        assert verified.returncode == 0, verified.stderr
+        text = openssl_verify(tlv_items(card_object(state, CARD_AUTH_CERT))[0x70], ca, tmp_path)
+        assert "carol" in text and "2.16.840.1.101.3.6.8" in text
         # A holder whose badge is suspended gets no second card without replace.
         c.call("credentials.suspend", {"credentialId": issued["badgeId"]})
         with Badge(pcscd, tmp_path / "second.json", 5151, c):
@@ -268,15 +267,6 @@ def test_issue_a_badge_onto_an_emulated_card_then_check_it(tmp_path, pcscd):
                 assert e.code == "CREDENTIAL_EXISTS" and e.data["decision"] == "suspended", e
     finally:
         daemon.stop()
-
-
-def _try(call):
-    try:
-        return call()
-    except RPCError as e:
-        if e.code in ("NO_CARD", "CARD_REMOVED"):
-            return None
-        raise
 
 
 def test_slow_or_failing_grant_command_never_holds_the_next_tap(tmp_path, pcscd):
