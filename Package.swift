@@ -162,6 +162,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
+        /// Badges at the door (docs/ACCESS.md): the PIV PKI-CAK / PKI-AUTH check over any APDU transport, the
+        /// decision with the badge's lifecycle, badge issuance onto a PIV card, badges in the credential store.
+        .target(
+            name: "AccessControl",
+            dependencies: [
+                "TesseraCore", "APDU", "PIV", "CryptoPrimitives", "ICAO", "Passkeys", "CredentialStore", "Documents",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+            ]),
+
         /// Kiosk enrollment: resumable multi-step workflows (contact, OTP, chip read, matching, passkey). docs/ENROLLMENT.md
         .target(
             name: "Enrollment",
@@ -211,8 +223,8 @@ let package = Package(
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Pinentry", "Presence", "SSHAgentDoor",
-                .product(name: "Logging", package: "swift-log"),
+                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Pinentry", "Presence", "SSHAgentDoor", "AccessControl",
+                .product(name: "Logging", package: "swift-log"), .product(name: "X509", package: "swift-certificates"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]),
@@ -229,7 +241,8 @@ let package = Package(
                 "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
                 "PCSC",
                 "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                "MDoc", "CBOR", "FaceMatching", .product(name: "Crypto", package: "swift-crypto"),
+                "MDoc", "CBOR", "FaceMatching", .product(name: "Crypto", package: "swift-crypto"), "AccessControl", "PIV",
+                .product(name: "X509", package: "swift-certificates"),
             ]),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
@@ -246,7 +259,8 @@ let package = Package(
             name: "document-bench",
             dependencies: [
                 "Documents", "Emulation", "ICAO", "MRZ", "MDoc", "CBOR", "APDU", "PCSC", "VPCD", "TesseraCore",
-                "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"), "AccessControl",
+                "CredentialStore", "PIV", "PN532Emulator", .product(name: "Logging", package: "swift-log"),
             ],
             path: "Benchmarks/document-bench"),
 
@@ -372,6 +386,14 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(
+            name: "AccessControlTests",
+            dependencies: [
+                "AccessControl", "APDU", "CredentialStore", "Emulation", "ICAO", "PCSC", "PIV", "Passkeys",
+                "TesseraCore",
+                "TesseraTestSupport", "VPCD", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+            ]),
+        .testTarget(
             name: "EmulationTests",
             dependencies: [
                 "Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport",
@@ -392,7 +414,7 @@ if Context.environment["TESSERA_FUZZ"] == "1" {
             dependencies: [
                 "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
                 "MDoc",
-                "CTAPHID", "CTAP2", "FaceMatching",
+                "CTAPHID", "CTAP2", "FaceMatching", "AccessControl", .product(name: "X509", package: "swift-certificates"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

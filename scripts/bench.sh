@@ -16,6 +16,7 @@ fi
 # SSH agent: SIGN_REQUEST/s and median at 1/4/16 connections vs OpenSSH ssh-agent (PKCS#11 provider) vs raw C_Sign.
 .build/release/tessera-bench --ssh-agent --seconds "${BENCH_SECONDS:-5}"
 # Document reading: APDUs/bytes/time for DG1+DG2(~20 KB)+SOD, short vs extended length, in process and via pcscd+vpcd;
-# then one mDL read (15 elements, 20 KB portrait) the same ways, against the minimum APDU count (--mdoc-only: just that).
+# then one mDL read (15 elements, 20 KB portrait) the same ways, against the minimum APDU count (--mdoc-only: just that);
+# then one PIV badge check (PKI-CAK) in process, via pcscd+vpcd and via libnfc + the software PN532 (--badge-only).
 swift build "${RELEASE[@]}" --product document-bench
 .build/release/document-bench --runs "${BENCH_RUNS:-5}"

@@ -14,8 +14,9 @@ import VPCD
 // number of READ BINARY commands for the chunk size; and passive authentication of one document against a
 // 500-anchor trust store (issue 15 target: under 5 ms); and, through pcscd + vpcd, a chip with Chip Authentication
 // v1 (ECDH P-256, AES-128) and active authentication (DG14 + DG15 read, CA, AA), against the minimum number of
-// APDUs (access + READ BINARY chunks + CA + AA); and one mDL read (MDocBench.swift). Not a test: prints figures.
-// Usage: document-bench [--runs N] [--trust-only | --mdoc-only]
+// APDUs (access + READ BINARY chunks + CA + AA); one mDL read (MDocBench.swift); one PIV badge check at the door
+// (BadgeBench.swift). Not a test: prints figures.
+// Usage: document-bench [--runs N] [--trust-only | --mdoc-only | --badge-only]
 
 let mrz = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 let runs = CommandLine.arguments.firstIndex(of: "--runs").flatMap { Int(CommandLine.arguments[$0 + 1]) } ?? 5
@@ -80,10 +81,14 @@ func measure(_ label: String, _ service: DocumentService, extended: Bool, profil
             + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
 }
 
-if CommandLine.arguments.contains("--mdoc-only") {
+if CommandLine.arguments.contains("--mdoc-only") || CommandLine.arguments.contains("--badge-only") {
     let pcscd = try await PCSCDaemonFixture.start()
     do {
-        try await mdocBench(runs: runs, pcscd: pcscd, context: PCSCContext())
+        if CommandLine.arguments.contains("--badge-only") {
+            try await badgeBench(runs: runs, pcscd: pcscd, context: PCSCContext())
+        } else {
+            try await mdocBench(runs: runs, pcscd: pcscd, context: PCSCContext())
+        }
     } catch {
         pcscd.stop()
         throw error
@@ -192,3 +197,6 @@ try await waitForCard(context, reader: pcscd.readerName, present: false)
 
 // One mDL read (MDocBench.swift), in process and through the same pcscd.
 try await mdocBench(runs: runs, pcscd: pcscd, context: context)
+
+// One PIV badge check at the door (BadgeBench.swift): in process, pcscd + vpcd, libnfc + the software PN532.
+try await badgeBench(runs: runs, pcscd: pcscd, context: context)

@@ -108,9 +108,15 @@ public struct PIVApplication: Sendable {
     // MARK: data objects
 
     /// GET DATA for one object; returns the content of its tag-53 (or 7E) wrapper, or nil when the object is absent.
+    /// With an extended-length transport the whole object comes in one response (no GET RESPONSE chain); a card that
+    /// answers 6700 to the extended Le is asked again with a short one.
     public func getData(_ tag: UInt32) async throws(TesseraError) -> [UInt8]? {
         let tagList = TLV.encode(tag: 0x5C, value: TLV.tagBytes(tag))
-        let r = try await send(CommandAPDU(ins: PIV.INS.getData, p1: 0x3F, p2: 0xFF, data: tagList, ne: 256))
+        let ne = transport.supportsExtendedLength ? 65536 : 256
+        var r = try await send(CommandAPDU(ins: PIV.INS.getData, p1: 0x3F, p2: 0xFF, data: tagList, ne: ne))
+        if r.sw == .wrongLength && ne > 256 {  // the extended-length hint was wrong: step down to short Le
+            r = try await send(CommandAPDU(ins: PIV.INS.getData, p1: 0x3F, p2: 0xFF, data: tagList, ne: 256))
+        }
         switch r.sw {
         case .success:
             guard let outer = try TLV.parseAll(r.data, options: .card).first else { return [] }

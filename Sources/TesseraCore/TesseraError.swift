@@ -164,6 +164,10 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         /// The request carries no readerAuth, one that does not verify, or one whose chain names no root in the
         /// registration's supportedAuthorityKeyIdentifiers (`details.reason`: missing, invalid, untrusted).
         public static let mdocReaderNotTrusted: Code = "MDOC_READER_NOT_TRUSTED"
+        /// `access.*` called on a daemon without an `accessControl` section.
+        public static let accessNotConfigured: Code = "ACCESS_NOT_CONFIGURED"
+        /// `access.register`: the card fails the badge check (`details.reasons`: the stable reason codes).
+        public static let badgeNotValid: Code = "BADGE_NOT_VALID"
         /// The holder declined the request or did not answer in time (`details.reason`: declined, timeout,
         /// ended).
         public static let mdocNotApproved: Code = "MDOC_NOT_APPROVED"

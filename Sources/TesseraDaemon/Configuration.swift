@@ -90,6 +90,8 @@ public struct ConfigFile: Codable, Sendable {
     public var presence: PresenceConfig?
     /// The pinentry program the SSH agent asks for PINs and `presence.pinentry` for confirmations (docs/CONFIG.md).
     public var pinentry: PinentryConfig?
+    /// Badges at the door (docs/ACCESS.md).
+    public var accessControl: AccessControlConfig?
 
     public init() {}
 
@@ -153,6 +155,13 @@ public struct ConfigFile: Codable, Sendable {
         if let pinentry = top["pinentry"]?.objectValue {
             try unknown(in: pinentry, known: propertyNames(of: PinentryConfig()), section: "pinentry")
         }
+        if let access = top["accessControl"]?.objectValue {
+            try unknown(in: access, known: propertyNames(of: AccessControlConfig()), section: "accessControl")
+            if let issuer = access["issuer"]?.objectValue {
+                let known = propertyNames(of: AccessControlConfig.Issuer(tokenId: "", keyLabel: "", certificate: ""))
+                try unknown(in: issuer, known: known, section: "accessControl.issuer")
+            }
+        }
         guard let policy = top["policy"], !policy.isNull else { return }
         guard let rules = policy.objectValue else { throw TesseraError.invalidInput("policy must be an object") }
         try unknown(in: rules, known: propertyNames(of: PolicyConfig()), section: "policy")
@@ -212,6 +221,10 @@ public struct ConfigFile: Codable, Sendable {
         }
         if mdoc?.presentDevices?.contains(where: \.isEmpty) == true {
             throw bad("mdoc.presentDevices must not hold an empty device")
+        }
+        if accessControl?.grantCommand?.isEmpty == true { throw bad("accessControl.grantCommand must name a program") }
+        if let t = accessControl?.grantTimeoutSeconds, !(1...600).contains(t) {
+            throw bad("accessControl.grantTimeoutSeconds \(t) is out of range 1…600")
         }
     }
 
@@ -318,6 +331,35 @@ public struct SSHAgentConfig: Codable, Sendable {
     public var pinCacheSeconds: Int?
     /// Whether a forwarded connection (`ssh -A`, known from `session-bind@openssh.com`) may sign (default true).
     public var allowForwarded: Bool?
+
+    public init() {}
+}
+
+/// `accessControl` section: badges at the door (docs/ACCESS.md). Paths are relative to the config file's directory.
+public struct AccessControlConfig: Codable, Sendable {
+    /// Badge CA certificates (PEM or DER files) a badge's certificate and CHUID signer must chain to.
+    public var anchors: [String]?
+    /// CRL files (PEM or DER) of those CAs.
+    public var crls: [String]?
+    /// Program (argv) run on each grant with the decision JSON on stdin (a relay, an external controller).
+    public var grantCommand: [String]?
+    /// Seconds `grantCommand` may run before it is stopped (1…600, default 10).
+    public var grantTimeoutSeconds: Int?
+    /// Readers `access.watch` watches when the request names none (default: every reader).
+    public var readers: [String]?
+    /// Door name → holders (as registered) and badge ids it admits; doors not listed admit every valid badge.
+    public var doors: [String: [String]]?
+    /// The badge CA of `access.issue`: its key on a PKCS#11 token and its certificate.
+    public var issuer: Issuer?
+
+    public struct Issuer: Codable, Sendable {
+        /// The token holding the CA key (see `tokens.list`; its PIN comes from `pinFiles`).
+        public var tokenId: String
+        /// CKA_LABEL of the CA's P-256 key.
+        public var keyLabel: String
+        /// The CA certificate (PEM or DER); it must be one of `anchors` for the badges it issues to be granted.
+        public var certificate: String
+    }
 
     public init() {}
 }

@@ -1,3 +1,4 @@
+import AccessControl
 import CTAPAuthenticator
 import CredentialStore
 import Documents
@@ -54,9 +55,9 @@ public enum Daemon {
             embeddedSoftHSMDir: options.embeddedSoftHSM ? options.stateDir + "/softhsm" : nil,
             pinFiles: config.pinFiles ?? [:], sessionsPerToken: config.sessionsPerToken, logger: logger)
         // PIV cards over PC/SC: watched in the background; never delays start-up (pcscd may be absent).
+        let pivManagementKey = try PIVSetup.managementKey(options, logger: logger)
         let pivStore = PIVKeyStore(
-            slots: PIVSlotStore(database: database),
-            managementKey: try PIVSetup.managementKey(options, logger: logger), logger: logger)
+            slots: PIVSlotStore(database: database), managementKey: pivManagementKey, logger: logger)
         pivStore.start()
         let table = MethodTable(policy: policy)
         let passkeys = PasskeyService(
@@ -91,6 +92,13 @@ public enum Daemon {
             trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents, verifiedReads: documentReads)
         table.registerTrust(documents)
+        table.registerAccess(
+            try MethodTable.accessDoor(
+                config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
+                documents: documents, store: store, logger: logger),
+            config: config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
+            keyStore: keyStore, managementKey: pivManagementKey,
+            pinRules: passkeys.pinRules)
         let iacas = try MethodTable.loadCertificates(options.iacaPaths, option: "--iaca")
         let readerAuth = try MethodTable.loadReaderAuth(
             key: options.mdocReaderKeyPath, chain: options.mdocReaderCertificatePath)

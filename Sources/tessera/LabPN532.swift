@@ -20,6 +20,8 @@ struct LabPN532: AsyncParsableCommand {
               tesserad --nfc-device pn532_uart:PATH ...
             The card is an ISO 14443-4 type A target (UID 08 54 53 52, SAK 20) answering with the passport from --profile (see `tessera lab make-profile`). Runs until SIGINT/SIGTERM.
 
+            PIV IN THE FIELD (--piv-state FILE, instead of --profile): the emulated PIV card of that state file, e.g. a badge from `tessera lab make-badge` for `access.check` over libnfc.
+
             MDOC IN THE FIELD (--mdoc DIR, instead of --profile)
             The card is an ISO/IEC 18013-5 mdoc (the Type 4 Tag with the static Handover Select, then the mdoc application) presenting a `tessera lab make-mdoc` directory as `tessera lab emulate-mdoc` does: requested elements released without a consent step, deviceSignature by DIR/device-key.pem; with --reader-root only to a reader whose readerAuth that root issued. libnfc carries short APDUs only, so the reader chains its ENVELOPEs and collects the response with GET RESPONSE.
 
@@ -33,6 +35,7 @@ struct LabPN532: AsyncParsableCommand {
               tessera lab pn532 --pty /tmp/pn532 --reader-mrz "$MRZ" &
               tessera lab emulate --device pn532_uart:/tmp/pn532 --profile /tmp/anna
               tessera lab pn532 --pty /tmp/pn532 --mdoc /tmp/mdl
+              tessera lab pn532 --pty /tmp/pn532 --piv-state /tmp/alice.json
               tessera lab pn532 --pty /tmp/pn532 --reader-mdoc --reader-auth-key r.pem --reader-auth-cert r-chain.pem --iaca iaca.pem
             """)
 
@@ -44,6 +47,12 @@ struct LabPN532: AsyncParsableCommand {
         help: ArgumentHelp(
             "An mdoc in the field instead of a passport: a `tessera lab make-mdoc` directory.", valueName: "DIR"))
     var mdoc: String?
+    @Option(
+        name: .customLong("piv-state"),
+        help: ArgumentHelp(
+            "A PIV card in the field instead of a passport: an emulated card's state file (`tessera lab emulate-piv`, `tessera lab make-badge`).",
+            valueName: "FILE"))
+    var pivState: String?
     @Option(
         name: .customLong("reader-root"),
         help: ArgumentHelp(
@@ -90,9 +99,9 @@ struct LabPN532: AsyncParsableCommand {
     private var readerMode: Bool { readerMRZ != nil || readerCAN != nil || !readerAPDUs.isEmpty || readerMDoc }
 
     func validate() throws {
-        guard [profile != nil, mdoc != nil, readerMode].filter({ $0 }).count == 1 else {
+        guard [profile != nil, mdoc != nil, pivState != nil, readerMode].filter({ $0 }).count == 1 else {
             throw ValidationError(
-                "give --profile or --mdoc (a card in the field) or a reader (--reader-mrz, --reader-can, --reader-apdu, --reader-mdoc)"
+                "give --profile, --mdoc or --piv-state (a card in the field) or a reader (--reader-mrz, --reader-can, --reader-apdu, --reader-mdoc)"
             )
         }
         if (readerAuthKey != nil) != (readerAuthCert != nil) {
@@ -102,12 +111,14 @@ struct LabPN532: AsyncParsableCommand {
     }
 
     func run() async throws {
-        guard profile != nil || mdoc != nil else { return try await runReader() }
+        guard profile != nil || mdoc != nil || pivState != nil else { return try await runReader() }
         let card: any VirtualCard
         let writer: APDUTraceWriter?
         do {
             if let profile {
                 card = EmulatedPassport(profile: try DocumentProfile.load(directory: profile))
+            } else if let pivState {
+                card = try EmulatedPIVCard.open(stateFile: pivState)
             } else {
                 card = MDocCard(holder: try LabEmulateMDoc.holder(directory: mdoc ?? "", readerRoots: readerRoot))
             }

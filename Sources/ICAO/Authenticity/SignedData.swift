@@ -32,8 +32,10 @@ public struct CMSSignedData: Sendable {
     public var certificates: [ParsedCertificate]
     public var signerInfos: [SignerInfo]
 
-    /// Parses a DER/BER ContentInfo holding SignedData. Throws MALFORMED_DATA.
-    public init(contentInfo bytes: [UInt8]) throws(TesseraError) {
+    /// Parses a DER/BER ContentInfo holding SignedData. Throws MALFORMED_DATA. With `detachedAllowed`, the eContent
+    /// may be absent (a detached signature, as a PIV CHUID's): `content` is then empty and the caller sets it to the
+    /// signed bytes before `verify`.
+    public init(contentInfo bytes: [UInt8], detachedAllowed: Bool = false) throws(TesseraError) {
         let ci = try TLV.parse(bytes, allowTrailing: true)
         try ASN1.expect(ci, ASN1.sequence, "ContentInfo")
         let ciParts = try ci.children()
@@ -48,21 +50,9 @@ public struct CMSSignedData: Sendable {
         version = try ASN1.smallInt(parts[0])
         try ASN1.expect(parts[2], ASN1.sequence, "EncapsulatedContentInfo")
         let encap = try parts[2].children()
-        guard encap.count == 2, encap[1].tag == 0xA0, let octets = try encap[1].children().first else {
-            throw TesseraError(.malformedData, "SignedData without encapsulated content")
-        }
-        contentType = try ASN1.oidValue(encap[0])
-        switch octets.tag {
-        case ASN1.octetString: content = octets.value
-        case 0x24:  // BER constructed OCTET STRING
-            var c = [UInt8]()
-            for chunk in try octets.children() {
-                try ASN1.expect(chunk, ASN1.octetString, "eContent chunk")
-                c += chunk.value
-            }
-            content = c
-        default: throw TesseraError(.malformedData, "eContent is not an OCTET STRING")
-        }
+        guard let first = encap.first else { throw TesseraError(.malformedData, "EncapsulatedContentInfo") }
+        contentType = try ASN1.oidValue(first)
+        content = try Self.encapsulatedContent(encap, detachedAllowed: detachedAllowed)
         var certs = [ParsedCertificate]()
         var index = 3
         while index < parts.count - 1 {
@@ -83,6 +73,24 @@ public struct CMSSignedData: Sendable {
         var signers = [SignerInfo]()
         for si in try infos.children() { signers.append(try Self.signerInfo(si)) }
         signerInfos = signers
+    }
+
+    private static func encapsulatedContent(_ encap: [TLV], detachedAllowed: Bool) throws(TesseraError) -> [UInt8] {
+        if encap.count == 1 && detachedAllowed { return [] }
+        guard encap.count == 2, encap[1].tag == 0xA0, let octets = try encap[1].children().first else {
+            throw TesseraError(.malformedData, "SignedData without encapsulated content")
+        }
+        switch octets.tag {
+        case ASN1.octetString: return octets.value
+        case 0x24:  // BER constructed OCTET STRING
+            var c = [UInt8]()
+            for chunk in try octets.children() {
+                try ASN1.expect(chunk, ASN1.octetString, "eContent chunk")
+                c += chunk.value
+            }
+            return c
+        default: throw TesseraError(.malformedData, "eContent is not an OCTET STRING")
+        }
     }
 
     private static func signerInfo(_ si: TLV) throws(TesseraError) -> SignerInfo {

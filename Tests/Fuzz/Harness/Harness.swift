@@ -60,6 +60,7 @@ let allTargets: [FuzzTarget] = [
     FuzzTarget(name: "ctap2", run: CTAP2Target.run),
     FuzzTarget(name: "ecdsa", run: ECDSATarget.run),
     FuzzTarget(name: "facematch", run: FaceMatchTarget.run),
+    FuzzTarget(name: "badge", run: BadgeTarget.run),
 ]
 
 let selectedTarget: FuzzTarget = {

@@ -1,0 +1,137 @@
+import AccessControl
+import CredentialStore
+import Documents
+import Foundation
+import Logging
+import PIV
+import Passkeys
+import RPC
+import TesseraCore
+import X509
+
+extension MethodTable {
+    /// Builds the door from the `accessControl` section (nil without one). Paths are relative to `directory`.
+    static func accessDoor(
+        _ config: AccessControlConfig?, directory: String, documents: DocumentService, store: CredentialStore,
+        logger: Logger
+    ) throws(TesseraError) -> AccessDoor? {
+        guard let config else { return nil }
+        func path(_ p: String) -> String { p.hasPrefix("/") ? p : directory + "/" + p }
+        let trust = try BadgeTrust.load(
+            anchorFiles: (config.anchors ?? []).map(path), crlFiles: (config.crls ?? []).map(path))
+        guard !trust.anchors.isEmpty else {
+            throw TesseraError.invalidInput("accessControl.anchors: at least one badge CA certificate is needed")
+        }
+        var accessLogger = logger
+        accessLogger[metadataKey: "service"] = "access"
+        return AccessDoor(
+            documents: documents, trust: trust, registry: BadgeRegistry(store: store),
+            doors: (config.doors ?? [:]).mapValues(Set.init), grantCommand: config.grantCommand,
+            grantTimeout: .seconds(config.grantTimeoutSeconds ?? 10), logger: accessLogger)
+    }
+
+    /// Registers `access.check` and `access.watch` (docs/API.md, "Access control"). Without an `accessControl`
+    /// section they answer ACCESS_NOT_CONFIGURED.
+    func registerAccess(
+        _ door: AccessDoor?, config: AccessControlConfig?, directory: String, keyStore: any KeyStore,
+        managementKey: PIVManagementKey?, pinRules: PINRules
+    ) {
+        let configured = config?.readers
+        @Sendable func configured_() throws(TesseraError) -> AccessDoor {
+            guard let door else {
+                throw TesseraError(.accessNotConfigured, "the daemon has no accessControl section")
+            }
+            return door
+        }
+        register("access.check", .enroll) { p, connection in
+            let door = try configured_()
+            let mode = try Self.accessMode(p)
+            let reader = try p.optionalString("reader")
+            let doorName = try p.optionalString("door")
+            if mode == .auth, let pin = try p.optionalString("pin") {
+                return try await pinRules.withCallerPIN(
+                    pin, caller: connection.pinCaller, allowFinalTry: false, tokenId: "badge"
+                ) { attempt throws(TesseraError) in
+                    try await door.check(reader: reader, mode: mode, pin: attempt, door: doorName).json
+                }
+            }
+            return try await door.check(reader: reader, mode: mode, pin: nil, door: doorName).json
+        }
+        register("access.register", .admin) { p, connection in
+            let door = try configured_()
+            let (decision, transitions) = try await door.register(
+                reader: try p.optionalString("reader"), holder: try p.string("holder"),
+                replace: try p.optionalBool("replace") ?? false, owner: connection.peer.uid,
+                actor: "uid:\(connection.peer.uid)")
+            return Self.json(decision, replacing: transitions)
+        }
+        register("access.issue", .admin) { p, connection in
+            let door = try configured_()
+            guard let issuer = config?.issuer else {
+                throw TesseraError(.accessNotConfigured, "access.issue needs accessControl.issuer")
+            }
+            guard let managementKey else {
+                throw TesseraError(
+                    .invalidInput, "access.issue needs the PIV management key (--piv-management-key-file)")
+            }
+            let authority = try await Self.badgeAuthority(issuer, directory: directory, keyStore: keyStore)
+            let days = try p.optionalInt("validityDays") ?? 365
+            guard (1...3650).contains(days) else { throw TesseraError.invalidInput("validityDays must be 1…3650") }
+            let (decision, transitions) = try await door.issue(
+                reader: try p.optionalString("reader"), holder: try p.string("holder"), authority: authority,
+                managementKey: managementKey, authKey: try p.optionalBool("authKey") ?? false,
+                validity: .seconds(days * 86400), replace: try p.optionalBool("replace") ?? false,
+                owner: connection.peer.uid, actor: "uid:\(connection.peer.uid)")
+            return Self.json(decision, replacing: transitions)
+        }
+        register("access.watch", .enroll) { p, connection in
+            let door = try configured_()
+            let mode = try Self.accessMode(p)
+            guard mode == .cak else {
+                throw TesseraError.invalidInput("access.watch checks without a PIN: mode must be cak")
+            }
+            var readers = configured
+            if let list = try p.optionalArray("readers") { readers = list.compactMap(\.stringValue) }
+            let limit = try p.optionalInt("count")
+            if let limit, limit < 1 { throw TesseraError.invalidInput("count must be at least 1") }
+            let made = Locked(0)
+            try await door.watch(readers: readers, mode: mode, door: try p.optionalString("door"), limit: limit) {
+                decision in
+                made.withLock { $0 += 1 }
+                await connection.notify("access.decision", decision.json)
+            }
+            return ["decisions": .number(Double(made.withLock { $0 }))]
+        }
+    }
+
+    /// The issuer's CA: its certificate file and its key on the configured token.
+    static func badgeAuthority(_ issuer: AccessControlConfig.Issuer, directory: String, keyStore: any KeyStore)
+        async throws(TesseraError) -> BadgeAuthority
+    {
+        let path = issuer.certificate.hasPrefix("/") ? issuer.certificate : directory + "/" + issuer.certificate
+        let anchor = try BadgeTrust.load(anchorFiles: [path], crlFiles: []).anchors.first
+        guard let anchor, let certificate = try? Certificate(derEncoded: anchor.der) else {
+            throw TesseraError.invalidInput("accessControl.issuer.certificate: no certificate in \(path)")
+        }
+        guard let token = await keyStore.tokens().first(where: { $0.id == issuer.tokenId }) else {
+            throw TesseraError(.tokenNotPresent, "the badge CA's token \(issuer.tokenId) is not present")
+        }
+        return try await BadgeAuthority.onToken(certificate: certificate, token: token, keyLabel: issuer.keyLabel)
+    }
+
+    /// A decision with `replaced`: the badge ids the registration marked replaced.
+    static func json(_ decision: AccessDecision, replacing transitions: [CredentialStore.Transition]) -> JSONValue {
+        guard case .object(var o) = decision.json else { return decision.json }
+        o["replaced"] = .array(
+            transitions.filter(\.changed).map { .string(Base64URL.encode($0.record.credentialId)) })
+        return .object(o)
+    }
+
+    static func accessMode(_ p: Params) throws(TesseraError) -> AccessMode {
+        guard let text = try p.optionalString("mode") else { return .cak }
+        guard let mode = AccessMode(rawValue: text) else {
+            throw TesseraError(.invalidInput, "mode must be cak or auth", details: ["field": "mode"])
+        }
+        return mode
+    }
+}

@@ -1,0 +1,307 @@
+"""Badges at the door end to end (issue 31): the real tesserad, a private pcscd with vpcd readers, emulated PIV
+badges written by `tessera lab make-badge` (`tessera lab emulate-piv`), the CLI, and openssl as the independent
+verifier of the badge's certificate and CHUID signature."""
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import time
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tessera_harness import BIN, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, cli
+from test_nfc import PN532
+from test_piv import EmulatedPIV, pcscd, start_daemon, wait_for  # noqa: F401 (pcscd is a fixture)
+
+CHUID = "5fc102"
+CARD_AUTH_CERT = "5fc101"
+
+
+def make_badge(ca: pathlib.Path, state: pathlib.Path, holder: str, serial: int, *args: str) -> str:
+    out = subprocess.run([str(BIN / "tessera"), "lab", "make-badge", str(ca), "--state", str(state),
+                          "--holder", holder, "--serial", str(serial), *args],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def tlv_items(data: bytes) -> dict[int, bytes]:
+    """One level of BER-TLV with one- or two-byte tags (what a PIV object's content holds)."""
+    items, i = {}, 0
+    while i < len(data):
+        tag = data[i]; i += 1
+        if tag & 0x1F == 0x1F:
+            tag = tag << 8 | data[i]; i += 1
+        length = data[i]; i += 1
+        if length & 0x80:
+            n = length & 0x7F
+            length = int.from_bytes(data[i:i + n], "big"); i += n
+        items[tag] = data[i:i + length]
+        i += length
+    return items
+
+
+def card_object(state: pathlib.Path, tag: str) -> bytes:
+    return bytes.fromhex(json.loads(state.read_text())["objects"][tag])
+
+
+class Badge:
+    """An emulated badge card in reader 0 while the `with` block runs."""
+
+    def __init__(self, pcscd, state: pathlib.Path, serial: int, client=None):
+        self.client = client
+        self.card = EmulatedPIV(pcscd, state.parent, serial=serial)
+        self.card.cmd[self.card.cmd.index("--state") + 1] = str(state)
+
+    def __enter__(self):
+        return self.card.insert()
+
+    def __exit__(self, *exc):
+        self.card.remove()
+        if self.client is not None:  # the next card goes into a reader pcscd saw empty
+            wait_for(lambda: not any(r["cardPresent"] for r in self.client.call("readers.list")["readers"]))
+
+
+def check(client, **params) -> dict:
+    # The card was just inserted: give pcscd the moment it needs to see it.
+    return wait_for(lambda: _try(lambda: client.call("access.check", params)), timeout=15)
+
+
+def _try(call):
+    """`call()`, or None while the reader has no card (yet)."""
+    try:
+        return call()
+    except RPCError as e:
+        if e.code in ("NO_CARD", "CARD_REMOVED"):
+            return None
+        raise
+
+
+def openssl_verify(der: bytes, ca: pathlib.Path, work: pathlib.Path) -> str:
+    """openssl's verdict on a DER certificate against the CA; returns its -text dump."""
+    (work / "leaf.der").write_bytes(der)
+    subprocess.run(["openssl", "x509", "-inform", "DER", "-in", work / "leaf.der", "-out", work / "leaf.pem"],
+                   check=True)
+    verified = subprocess.run(["openssl", "verify", "-CAfile", ca, work / "leaf.pem"], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stderr
+    return subprocess.run(["openssl", "x509", "-in", work / "leaf.pem", "-noout", "-text"],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def test_badges_at_the_door(tmp_path, pcscd):
+    ca = tmp_path / "badge-ca"
+    alice = tmp_path / "alice.json"
+    badge_id = make_badge(ca, alice, "Alice Example", 7, "--auth")
+
+    # Independent verifiers: openssl validates the 9E certificate to the CA and the CHUID's detached CMS signature.
+    text = openssl_verify(tlv_items(card_object(alice, CARD_AUTH_CERT))[0x70], ca / "badge-ca.pem", tmp_path)
+    assert "2.16.840.1.101.3.6.8" in text and "urn:uuid:" in text and "Alice Example" in text
+    chuid = card_object(alice, CHUID)
+    items = tlv_items(chuid)
+    signed = b"".join(bytes([t]) + bytes([len(items[t])]) + items[t] for t in (0x30, 0x34, 0x35))
+    (tmp_path / "chuid-content").write_bytes(signed)
+    (tmp_path / "chuid.p7").write_bytes(items[0x3E])
+    cms = subprocess.run(["openssl", "cms", "-verify", "-inform", "DER", "-in", tmp_path / "chuid.p7", "-binary",
+                          "-content", tmp_path / "chuid-content", "-CAfile", ca / "badge-ca.pem",
+                          "-purpose", "any", "-out", "/dev/null"], capture_output=True, text=True)
+    assert cms.returncode == 0, cms.stderr
+
+    expired = tmp_path / "old.json"
+    make_badge(ca, expired, "Old Badge", 8, "--valid-days=-1")
+    clone = tmp_path / "clone.json"
+    state = json.loads(alice.read_text())
+    other = json.loads(expired.read_text())
+    state["keys"]["9e"] = other["keys"]["9e"]  # the genuine certificate and CHUID, another card's key
+    clone.write_text(json.dumps(state))
+
+    grants = tmp_path / "grants"
+    grants.mkdir()
+    config = {"accessControl": {
+        "anchors": [str(ca / "badge-ca.pem")],
+        "grantCommand": ["/bin/sh", "-c", f'cat > "{grants}/$$.json"'],
+        "doors": {"vault": ["bob"]},
+    }, "pinBackoff": {"initialSeconds": 0}}
+    daemon = start_daemon(tmp_path, pcscd, config=config)
+    try:
+        c = daemon.client()
+        with Badge(pcscd, alice, 7, c):
+            first = check(c)
+            assert first["decision"] == "denied" and first["reasons"] == ["BADGE_UNKNOWN"], first
+            assert first["badgeId"] == badge_id and first["cardholder"] == "Alice Example"
+            registered = c.call("access.register", {"holder": "alice"})
+            assert registered["holder"] == "alice" and registered["badgeId"] == badge_id
+            granted = check(c)
+            assert granted["decision"] == "granted" and granted["reasons"] == [], granted
+            assert granted["holder"] == "alice" and granted["apdus"] >= 4
+            # grantCommand got the decision on stdin.
+            files = wait_for(lambda: list(grants.glob("*.json")))
+            assert json.loads(files[0].read_text())["badgeId"] == badge_id
+            # The door rule: the vault admits bob only.
+            assert check(c, door="vault")["reasons"] == ["DOOR_NOT_ALLOWED"]
+            # The lifecycle is the passkeys': suspend, then resume, the badge id as credential id.
+            c.call("credentials.suspend", {"credentialId": badge_id, "reason": "lost"})
+            assert check(c)["reasons"] == ["BADGE_SUSPENDED"]
+            c.call("credentials.resume", {"credentialId": badge_id})
+            # The CLI: exit status 0 on a grant, the reasons printed on a denial.
+            out = cli(daemon, "access", "check")
+            assert "granted" in out.stdout
+            # auth mode: the PIV Authentication key after the PIN.
+            assert check(c, mode="auth", pin="123456")["decision"] == "granted"
+            assert check(c, mode="auth", pin="000000")["reasons"] == ["PIN_INVALID"]
+            history = c.call("credentials.history", {"credentialId": badge_id})["events"]
+            assert [e["to"] for e in history] == ["active", "suspended", "active"]
+            c.call("credentials.deactivate", {"credentialId": badge_id})
+            denied = cli(daemon, "access", "check", check=False)
+            assert denied.returncode == 1 and "BADGE_DEACTIVATED" in denied.stdout
+        with Badge(pcscd, clone, 7, c):
+            assert check(c)["reasons"] == ["CAK_SIGNATURE_INVALID"]
+        with Badge(pcscd, expired, 8, c):
+            assert check(c)["reasons"][0] == "CERT_EXPIRED"
+        # access.watch: one decision per card presented, streamed as notifications.
+        watcher = daemon.client()
+        watcher.send_raw((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "access.watch",
+                                      "params": {"count": 1}}) + "\n").encode())
+        time.sleep(0.5)
+        with Badge(pcscd, expired, 8):
+            note = watcher.wait_notification("access.decision", timeout=30)
+            assert note["reasons"][0] == "CERT_EXPIRED"
+    finally:
+        daemon.stop()
+
+
+def test_badge_over_libnfc(tmp_path):
+    """Contactless, as doors read badges: the software PN532 with the badge in its field, libnfc's pn532_uart driver
+    in tesserad (no pcscd at all)."""
+    ca = tmp_path / "badge-ca"
+    alice = tmp_path / "alice.json"
+    badge_id = make_badge(ca, alice, "Alice Example", 21)
+    reader = PN532(tmp_path, alice, name="pn532-badge", card="--piv-state")
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"accessControl": {"anchors": [str(ca / "badge-ca.pem")]}}))
+    env = {"PCSCLITE_CSOCK_NAME": str(tmp_path / "no-pcscd.comm")}
+    daemon = Daemon(tmp_path, env, ["--no-embedded-softhsm", "--nfc-device", reader.connstring,
+                                    "--config", str(config)]).start()
+    try:
+        c = daemon.client()
+        c.call("access.register", {"holder": "alice", "reader": reader.connstring})
+        decision = c.call("access.check", {"reader": reader.connstring})
+        assert decision["decision"] == "granted", decision
+        assert decision["badgeId"] == badge_id and decision["holder"] == "alice"
+        # libnfc carries short APDUs: the certificate and CHUID come back with GET RESPONSE after the 4 commands.
+        assert decision["apdus"] > 4
+    finally:
+        daemon.stop()
+        reader.stop()
+
+
+def make_token_ca(tmp_path: pathlib.Path, hsm: SoftHSM) -> pathlib.Path:
+    """A badge CA whose P-256 key is imported into the SoftHSM token "badges" (label badge-ca); its self-signed
+    certificate is made here with python cryptography from the same key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Badge Office"),
+                      x509.NameAttribute(NameOID.COMMON_NAME, "Badge Office CA")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256()))
+    pem = tmp_path / "office-ca.pem"
+    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pkcs8 = tmp_path / "office-ca-key.p8"
+    pkcs8.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                        serialization.NoEncryption()))
+    hsm.add_token("badges")
+    subprocess.run(["softhsm2-util", "--import", str(pkcs8), "--token", "badges", "--label", "badge-ca",
+                    "--id", "0b0b", "--pin", "1234"], check=True, capture_output=True, env={**os.environ, **hsm.env})
+    pkcs8.unlink()
+    return pem
+
+
+def test_issue_a_badge_onto_an_emulated_card_then_check_it(tmp_path, pcscd):
+    hsm = SoftHSM(tmp_path)
+    ca = make_token_ca(tmp_path, hsm)
+    (tmp_path / "badges.pin").write_text("1234\n")
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"pinFiles": {"badges": str(tmp_path / "badges.pin")}, "accessControl": {
+        "anchors": [str(ca)], "issuer": {"tokenId": "TOKEN", "keyLabel": "badge-ca", "certificate": str(ca)}}}))
+    env = {**hsm.env, **pcscd.env}
+    args = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm", "--allow-default-piv-management-key"]
+    daemon = Daemon(tmp_path, env, [*args, "--config", str(config)]).start()
+    token_id = next(t["id"] for t in daemon.client().call("tokens.list")["tokens"] if t.get("label") == "badges")
+    daemon.stop()
+    config.write_text(config.read_text().replace("TOKEN", token_id))
+    daemon = Daemon(tmp_path, env, [*args, "--config", str(config)]).start()
+    state = tmp_path / "blank.json"
+    try:
+        c = daemon.client()
+        with Badge(pcscd, state, 5150, c):
+            issued = wait_for(lambda: _try(lambda: c.call("access.issue", {"holder": "carol", "authKey": True})))
+            assert issued["decision"] == "granted", issued
+            assert issued["holder"] == "carol"
+            assert check(c)["decision"] == "granted"
+            assert check(c, mode="auth", pin="123456")["decision"] == "granted"
+            # The same card again: already a badge.
+            try:
+                c.call("access.issue", {"holder": "carol"})
+                raise AssertionError("a registered card was issued again without replace")
+            except RPCError as e:
+                assert e.code == "CREDENTIAL_EXISTS", e
+        # openssl: the certificate written onto the card chains to the badge office's CA (signed on the token).
+        text = openssl_verify(tlv_items(card_object(state, CARD_AUTH_CERT))[0x70], ca, tmp_path)
+        assert "carol" in text and "2.16.840.1.101.3.6.8" in text
+        # A holder whose badge is suspended gets no second card without replace.
+        c.call("credentials.suspend", {"credentialId": issued["badgeId"]})
+        with Badge(pcscd, tmp_path / "second.json", 5151, c):
+            wait_for(lambda: any(r["cardPresent"] for r in c.call("readers.list")["readers"]))
+            try:
+                c.call("access.issue", {"holder": "carol"})
+                raise AssertionError("a suspended holder got a second badge")
+            except RPCError as e:
+                assert e.code == "CREDENTIAL_EXISTS" and e.data["decision"] == "suspended", e
+    finally:
+        daemon.stop()
+
+
+def test_slow_or_failing_grant_command_never_holds_the_next_tap(tmp_path, pcscd):
+    ca = tmp_path / "badge-ca"
+    alice = tmp_path / "alice.json"
+    make_badge(ca, alice, "Alice Example", 31)
+    done = tmp_path / "relay-done"
+    config = {"accessControl": {"anchors": [str(ca / "badge-ca.pem")], "grantTimeoutSeconds": 3,
+                                "grantCommand": ["/bin/sh", "-c", f'sleep 2; cat > "{done}"; exit 7']}}
+    daemon = start_daemon(tmp_path, pcscd, config=config)
+    try:
+        c = daemon.client()
+        with Badge(pcscd, alice, 31, c):
+            c.call("access.register", {"holder": "alice"}) if check(c) else None
+            started = time.monotonic()
+            taps = [c.call("access.check")["decision"] for _ in range(3)]
+            elapsed = time.monotonic() - started
+        assert taps == ["granted"] * 3
+        assert elapsed < 1.5, f"three taps took {elapsed:.2f} s behind a 2 s grant command"
+        # The command did run (and its failing exit status was only logged).
+        assert wait_for(lambda: done.exists() and json.loads(done.read_text())["decision"] == "granted")
+        assert "grantCommand exited with status 7" in (tmp_path / "tesserad.log").read_text()
+    finally:
+        daemon.stop()
+
+
+def test_a_misspelled_access_setting_stops_start_up(tmp_path):
+    for section, message in [({"anchor": ["ca.pem"]}, "unknown key 'anchor' in accessControl"),
+                             ({"anchors": ["ca.pem"], "issuer": {"tokenId": "t", "keyLabel": "k", "certificate": "c",
+                                                                 "pin": "1234"}},
+                              "unknown key 'pin' in accessControl.issuer"),
+                             ({"anchors": [str(tmp_path / "missing.pem")]}, "cannot read")]:
+        config = tmp_path / "tesserad.json"
+        config.write_text(json.dumps({"accessControl": section}))
+        run = subprocess.run([str(BIN / "tesserad"), "--config", str(config), "--socket", str(tmp_path / "s.sock"),
+                              "--state-dir", str(tmp_path / "state"), "--no-embedded-softhsm"],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and message in run.stderr, run.stderr
