@@ -46,8 +46,8 @@ struct AccessCommand: AsyncParsableCommand {
             var p: [String: JSONValue] = ["mode": .string(mode)]
             if let reader { p["reader"] = .string(reader) }
             if let door { p["door"] = .string(door) }
-            if let pin = pin.value() { p["pin"] = .string(pin) }
-            let result = try await globals.call("access.check", .object(p))
+            if let pin = try await pin.value() { p["pin"] = .string(pin) }
+            let result = try await globals.call("access.check", .object(p), pin: pin)
             if globals.json {
                 print(String(decoding: result.serialized(), as: UTF8.self))
             } else {
