@@ -96,11 +96,23 @@ let package = Package(
             name: "Presence",
             dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")]),
 
+        /// The token interface every key user sees (`KeyStoreToken`, `KeyStore`, `TokenKey`, `RSASignatureHash`) and
+        /// the PIN rules applied to a caller's PIN on the way to a token (`PINRules`, `PINAttempt`, `PINCaller`).
+        .target(
+            name: "KeyStores",
+            dependencies: [
+                "TesseraCore", "Ownership", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ]),
+
         // MARK: Devices and storage (I/O at the edges)
         .target(
             name: "PKCS11",
             dependencies: [
-                "TesseraCore", "CPKCS11", "CSystemShims", "CryptoPrimitives",
+                "TesseraCore", "CPKCS11", "CSystemShims", "CryptoPrimitives", "KeyStores",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .target(
@@ -132,18 +144,15 @@ let package = Package(
         .target(
             name: "Passkeys",
             dependencies: [
-                "TesseraCore", "Ownership", "WebAuthn", "PKCS11", "CredentialStore", "CryptoPrimitives",
+                "TesseraCore", "Ownership", "WebAuthn", "PKCS11", "KeyStores", "CredentialStore", "CryptoPrimitives",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]),
 
         .target(
             name: "PIVKeyStore",
             dependencies: [
-                "TesseraCore", "APDU", "PIV", "PCSC", "PKCS11", "Passkeys", "CryptoPrimitives", "CredentialStore",
+                "TesseraCore", "APDU", "PIV", "PCSC", "KeyStores", "CryptoPrimitives", "CredentialStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -160,7 +169,8 @@ let package = Package(
         .target(
             name: "Enrollment",
             dependencies: [
-                "TesseraCore", "MRZ", "Documents", "Passkeys", "Ownership", "CredentialStore", "MDoc", "CBOR",
+                "TesseraCore", "MRZ", "Documents", "Passkeys", "KeyStores", "Ownership", "CredentialStore", "MDoc",
+                "CBOR",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -181,7 +191,8 @@ let package = Package(
         .target(
             name: "CTAPAuthenticator",
             dependencies: [
-                "TesseraCore", "CBOR", "CSystemShims", "CTAP2", "CTAPHID", "CredentialStore", "Ownership", "Passkeys",
+                "TesseraCore", "CBOR", "CSystemShims", "CTAP2", "CTAPHID", "CredentialStore", "KeyStores", "Ownership",
+                "Passkeys",
                 "Presence", "RPC", "WebAuthn", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
@@ -189,7 +200,8 @@ let package = Package(
         .target(
             name: "SSHAgentDoor",
             dependencies: [
-                "TesseraCore", "CredentialStore", "Ownership", "PKCS11", "Passkeys", "Presence", "RPC", "SSHAgent",
+                "TesseraCore", "CredentialStore", "KeyStores", "Ownership", "PKCS11", "Passkeys", "Presence", "RPC",
+                "SSHAgent",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
@@ -197,12 +209,12 @@ let package = Package(
         /// trust by readerAuth chain to the reader roots, the release of a DeviceResponse after consent.
         .target(
             name: "MDocHolderDoor",
-            dependencies: ["TesseraCore", "CredentialStore", "ICAO", "MDoc", "Ownership", "Passkeys"]),
+            dependencies: ["TesseraCore", "CredentialStore", "ICAO", "KeyStores", "MDoc", "Ownership", "Passkeys"]),
         .target(
             name: "TesseraDaemon",
             dependencies: [
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
-                "PIVKeyStore", "PIV",
+                "PIVKeyStore", "PIV", "KeyStores",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
                 "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Presence", "SSHAgentDoor",
                 .product(name: "Logging", package: "swift-log"),
@@ -249,7 +261,7 @@ let package = Package(
         .target(
             name: "PasskeyTestSupport",
             dependencies: [
-                "CredentialStore", "Passkeys", "TesseraCore", "TesseraTestSupport",
+                "CredentialStore", "KeyStores", "Passkeys", "TesseraCore", "TesseraTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
@@ -275,7 +287,7 @@ let package = Package(
             name: "CTAPAuthenticatorTests",
             dependencies: [
                 "PasskeyTestSupport",
-                "CTAPAuthenticator", "CTAP2", "CTAPHID", "CredentialStore", "Passkeys", "Presence", "RPC",
+                "CTAPAuthenticator", "CTAP2", "CTAPHID", "CredentialStore", "KeyStores", "Passkeys", "Presence", "RPC",
                 "TesseraCore",
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
@@ -283,14 +295,15 @@ let package = Package(
             name: "SSHAgentDoorTests",
             dependencies: [
                 "PasskeyTestSupport",
-                "SSHAgentDoor", "SSHAgent", "CredentialStore", "Ownership", "Passkeys", "Presence", "TesseraCore",
+                "SSHAgentDoor", "SSHAgent", "CredentialStore", "KeyStores", "Ownership", "Passkeys", "Presence",
+                "TesseraCore",
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "MDocHolderDoorTests",
             dependencies: [
                 "PasskeyTestSupport",
-                "MDocHolderDoor", "MDoc", "CBOR", "CredentialStore", "ICAO", "Passkeys", "TesseraCore",
+                "MDocHolderDoor", "MDoc", "CBOR", "CredentialStore", "ICAO", "KeyStores", "Passkeys", "TesseraCore",
                 "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -306,11 +319,10 @@ let package = Package(
             dependencies: [
                 "PKCS11", "TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ]),
+        .testTarget(name: "PasskeysTests", dependencies: ["Passkeys", "TesseraCore", "CredentialStore"]),
         .testTarget(
-            name: "PasskeysTests",
-            dependencies: [
-                "Passkeys", "TesseraCore", "CredentialStore", .product(name: "Logging", package: "swift-log"),
-            ]),
+            name: "KeyStoresTests",
+            dependencies: ["KeyStores", "TesseraCore", .product(name: "Logging", package: "swift-log")]),
         .testTarget(
             name: "CredentialStoreTests",
             dependencies: [
@@ -334,7 +346,7 @@ let package = Package(
         .testTarget(
             name: "PIVTests",
             dependencies: [
-                "PIV", "PIVKeyStore", "Passkeys", "Emulation", "PCSC", "VPCD", "APDU", "TesseraCore",
+                "PIV", "PIVKeyStore", "KeyStores", "Passkeys", "Emulation", "PCSC", "VPCD", "APDU", "TesseraCore",
                 "TesseraTestSupport",
                 "CredentialStore", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),

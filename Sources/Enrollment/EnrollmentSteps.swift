@@ -1,6 +1,7 @@
 import CredentialStore
 import Documents
 import Foundation
+import KeyStores
 import MDoc
 import MRZ
 import Ownership

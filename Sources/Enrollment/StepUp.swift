@@ -1,6 +1,7 @@
 import CredentialStore
 import Documents
 import Foundation
+import KeyStores
 import Logging
 import MRZ
 import Passkeys

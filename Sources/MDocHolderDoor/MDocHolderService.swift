@@ -1,6 +1,7 @@
 import CredentialStore
 import Foundation
 import ICAO
+import KeyStores
 import MDoc
 import Ownership
 import Passkeys

@@ -2,6 +2,7 @@ internal import CPKCS11
 import Crypto
 import CryptoPrimitives
 import Foundation
+import KeyStores
 import TesseraCore
 
 /// One token in one slot of one module, with its own bounded pool of sessions.

@@ -1,6 +1,7 @@
 import CredentialStore
 import Crypto
 import Foundation
+import KeyStores
 import Logging
 import Ownership
 import TesseraCore

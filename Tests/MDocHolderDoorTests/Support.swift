@@ -3,6 +3,7 @@ import CredentialStore
 import Crypto
 import Foundation
 import ICAO
+import KeyStores
 import Logging
 import MDoc
 import MDocHolderDoor
