@@ -72,10 +72,13 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "CBOR", "CryptoPrimitives", .product(name: "Crypto", package: "swift-crypto"),
             ]),
+        /// X.509 certificates as documents and mdoc read them (`ParsedCertificate`, `PEM`), the DER helpers they share,
+        /// and the throw-away test CA (`TestCA`).
+        .target(name: "X509Support", dependencies: ["TesseraCore", "APDU", "CryptoPrimitives"]),
         .target(
             name: "ICAO",
             dependencies: [
-                "TesseraCore", "APDU", "MRZ", "CryptoPrimitives",
+                "TesseraCore", "APDU", "MRZ", "CryptoPrimitives", "X509Support",
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ]),
 
@@ -84,7 +87,7 @@ let package = Package(
         .target(
             name: "MDoc",
             dependencies: [
-                "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "ICAO",
+                "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "X509Support",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -128,7 +131,7 @@ let package = Package(
         .target(
             name: "Emulation",
             dependencies: [
-                "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "PIV", "MDoc",
+                "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "PIV", "MDoc", "X509Support",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC"]),
@@ -161,7 +164,7 @@ let package = Package(
         .target(
             name: "Documents",
             dependencies: [
-                "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",
+                "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives", "X509Support",
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
@@ -209,14 +212,16 @@ let package = Package(
         /// trust by readerAuth chain to the reader roots, the release of a DeviceResponse after consent.
         .target(
             name: "MDocHolderDoor",
-            dependencies: ["TesseraCore", "CredentialStore", "ICAO", "KeyStores", "MDoc", "Ownership", "Passkeys"]),
+            dependencies: [
+                "TesseraCore", "CredentialStore", "KeyStores", "MDoc", "Ownership", "Passkeys", "X509Support",
+            ]),
         .target(
             name: "TesseraDaemon",
             dependencies: [
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PIV", "KeyStores",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
-                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Presence", "SSHAgentDoor",
+                "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Presence", "SSHAgentDoor", "X509Support",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -233,7 +238,7 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
                 "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                "MDoc", "CBOR", .product(name: "Crypto", package: "swift-crypto"),
+                "MDoc", "CBOR", "X509Support", .product(name: "Crypto", package: "swift-crypto"),
             ]),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
@@ -304,6 +309,7 @@ let package = Package(
             dependencies: [
                 "PasskeyTestSupport",
                 "MDocHolderDoor", "MDoc", "CBOR", "CredentialStore", "ICAO", "KeyStores", "Passkeys", "TesseraCore",
+                "X509Support",
                 "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -311,9 +317,12 @@ let package = Package(
             name: "CTAP2Tests",
             dependencies: ["CTAP2", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ", "TesseraCore"]),
+        .testTarget(name: "X509SupportTests", dependencies: ["X509Support", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(
             name: "ICAOTests",
-            dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport"]),
+            dependencies: [
+                "ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport", "X509Support",
+            ]),
         .testTarget(
             name: "PKCS11Tests",
             dependencies: [
@@ -365,14 +374,14 @@ let package = Package(
         .testTarget(
             name: "MDocTests",
             dependencies: [
-                "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", "TesseraTestSupport",
+                "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", "TesseraTestSupport", "X509Support",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(
             name: "EmulationTests",
             dependencies: [
                 "Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport",
-                "PCSC", "VPCD", "CryptoPrimitives",
+                "PCSC", "VPCD", "CryptoPrimitives", "X509Support",
                 "PIV", .product(name: "Crypto", package: "swift-crypto"),
             ]),
     ],
@@ -388,7 +397,7 @@ if Context.environment["TESSERA_FUZZ"] == "1" {
             name: "tessera-fuzz",
             dependencies: [
                 "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
-                "MDoc",
+                "MDoc", "X509Support",
                 "CTAPHID", "CTAP2",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

@@ -12,6 +12,7 @@ import NIOEmbedded
 import PN532Emulator
 import SSHAgent
 import TesseraCore
+import X509Support
 
 @testable import RPC
 @testable import VPCD
