@@ -41,6 +41,9 @@ let package = Package(
 
         // MARK: Foundations and pure protocols (no I/O)
         .target(name: "TesseraCore"),
+        /// What touches threads and processes, kept out of the pure TesseraCore: `DedicatedThread`,
+        /// `ScheduledTaskExecutor`, `ProgramRunner`, `Failpoint`.
+        .target(name: "TesseraRuntime", dependencies: ["TesseraCore"]),
         /// Who asks at a front door, and the owner rule every door applies (docs/API.md, "Owners").
         .target(name: "Ownership"),
         .target(name: "CBOR", dependencies: ["TesseraCore"]),
@@ -97,7 +100,7 @@ let package = Package(
         /// configured command through `ProgramRunner`, or an answer on the socket from the asking uid or an admin.
         .target(
             name: "Presence",
-            dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")]),
+            dependencies: ["TesseraCore", "TesseraRuntime", .product(name: "Logging", package: "swift-log")]),
 
         /// The token interface every key user sees (`KeyStoreToken`, `KeyStore`, `TokenKey`, `RSASignatureHash`) and
         /// the PIN rules applied to a caller's PIN on the way to a token (`PINRules`, `PINAttempt`, `PINCaller`).
@@ -115,11 +118,11 @@ let package = Package(
         .target(
             name: "PKCS11",
             dependencies: [
-                "TesseraCore", "CPKCS11", "CSystemShims", "CryptoPrimitives", "KeyStores",
+                "TesseraCore", "TesseraRuntime", "CPKCS11", "CSystemShims", "CryptoPrimitives", "KeyStores",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .target(
-            name: "PCSC", dependencies: ["TesseraCore", "APDU", "CPCSCLite"],
+            name: "PCSC", dependencies: ["TesseraCore", "TesseraRuntime", "APDU", "CPCSCLite"],
             swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/PCSC"])]),
         .target(
             name: "VPCD",
@@ -134,9 +137,9 @@ let package = Package(
                 "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "PIV", "MDoc", "X509Support",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
-        .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC"]),
+        .target(name: "NFC", dependencies: ["TesseraCore", "TesseraRuntime", "APDU", "CNFC"]),
         .target(
-            name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "CSystemShims"]),
+            name: "PN532Emulator", dependencies: ["TesseraCore", "TesseraRuntime", "APDU", "CSystemShims"]),
         .target(
             name: "CredentialStore",
             dependencies: [
@@ -147,7 +150,8 @@ let package = Package(
         .target(
             name: "Passkeys",
             dependencies: [
-                "TesseraCore", "Ownership", "WebAuthn", "PKCS11", "KeyStores", "CredentialStore", "CryptoPrimitives",
+                "TesseraCore", "TesseraRuntime", "Ownership", "WebAuthn", "PKCS11", "KeyStores", "CredentialStore",
+                "CryptoPrimitives",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -164,7 +168,8 @@ let package = Package(
         .target(
             name: "Documents",
             dependencies: [
-                "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives", "X509Support",
+                "TesseraCore", "TesseraRuntime", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",
+                "X509Support",
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
@@ -172,7 +177,8 @@ let package = Package(
         .target(
             name: "Enrollment",
             dependencies: [
-                "TesseraCore", "MRZ", "Documents", "Passkeys", "KeyStores", "Ownership", "CredentialStore", "MDoc",
+                "TesseraCore", "TesseraRuntime", "MRZ", "Documents", "Passkeys", "KeyStores", "Ownership",
+                "CredentialStore", "MDoc",
                 "CBOR",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -182,7 +188,7 @@ let package = Package(
         .target(
             name: "RPC",
             dependencies: [
-                "TesseraCore",
+                "TesseraCore", "TesseraRuntime",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -194,7 +200,8 @@ let package = Package(
         .target(
             name: "CTAPAuthenticator",
             dependencies: [
-                "TesseraCore", "CBOR", "CSystemShims", "CTAP2", "CTAPHID", "CredentialStore", "KeyStores", "Ownership",
+                "TesseraCore", "TesseraRuntime", "CBOR", "CSystemShims", "CTAP2", "CTAPHID", "CredentialStore",
+                "KeyStores", "Ownership",
                 "Passkeys",
                 "Presence", "RPC", "WebAuthn", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -236,7 +243,8 @@ let package = Package(
         .executableTarget(
             name: "tessera",
             dependencies: [
-                "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
+                "TesseraCore", "TesseraRuntime", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO",
+                "PN532Emulator", "NFC", "APDU",
                 "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 "MDoc", "CBOR", "X509Support", .product(name: "Crypto", package: "swift-crypto"),
             ]),
@@ -245,7 +253,7 @@ let package = Package(
         .executableTarget(
             name: "tessera-bench",
             dependencies: [
-                "TesseraCore", "RPC", "PKCS11", "TesseraTestSupport",
+                "TesseraCore", "TesseraRuntime", "RPC", "PKCS11", "TesseraTestSupport",
                 "APDU", "PIV", "PCSC", "Emulation", "VPCD",
             ],
             path: "Benchmarks/tessera-bench",
@@ -261,7 +269,7 @@ let package = Package(
 
         // MARK: Tests
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
-        .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"]),
+        .target(name: "TesseraTestSupport", dependencies: ["TesseraCore", "TesseraRuntime"]),
         /// A passkey service on a spare SoftHSM2 token over a temporary database, for the front doors' unit tests.
         .target(
             name: "PasskeyTestSupport",
@@ -269,6 +277,7 @@ let package = Package(
                 "CredentialStore", "KeyStores", "Passkeys", "TesseraCore", "TesseraTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        .testTarget(name: "TesseraRuntimeTests", dependencies: ["TesseraRuntime", "TesseraCore"]),
         .testTarget(
             name: "TesseraCoreTests",
             dependencies: ["TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),

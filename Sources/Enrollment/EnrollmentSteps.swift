@@ -7,6 +7,7 @@ import MRZ
 import Ownership
 import Passkeys
 import TesseraCore
+import TesseraRuntime
 
 /// The steps themselves: `begin` runs a step's daemon side (or asks for input), `handleInput` takes a submission.
 extension EnrollmentEngine {

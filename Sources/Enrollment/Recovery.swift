@@ -7,6 +7,7 @@ import MRZ
 import Ownership
 import Passkeys
 import TesseraCore
+import TesseraRuntime
 
 /// A verified recovery token's claims (docs/LIFECYCLE.md, "Recovery").
 public struct RecoveryToken: Sendable, Equatable {

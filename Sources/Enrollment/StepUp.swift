@@ -6,6 +6,7 @@ import Logging
 import MRZ
 import Passkeys
 import TesseraCore
+import TesseraRuntime
 
 /// An authentic document read made before a step-up (on the caller's connection), which a step-up with
 /// `document.maxAgeSeconds` uses instead of reading the document again.

@@ -4,6 +4,7 @@ import CryptoPrimitives
 import Foundation
 import KeyStores
 import TesseraCore
+import TesseraRuntime
 
 /// One token in one slot of one module, with its own bounded pool of sessions.
 ///

@@ -3,6 +3,7 @@ internal import CSystemShims
 import Dispatch
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc

@@ -5,6 +5,7 @@ import KeyStores
 import Logging
 import Ownership
 import TesseraCore
+import TesseraRuntime
 import WebAuthn
 
 /// Enrolls and authenticates passkeys whose private keys stay on hardware tokens.

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import TesseraCore
+import TesseraRuntime
 
 /// The front door a presence question comes from.
 public enum PresenceDoor: String, Sendable {

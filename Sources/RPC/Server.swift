@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc
