@@ -41,6 +41,9 @@ let package = Package(
 
         // MARK: Foundations and pure protocols (no I/O)
         .target(name: "TesseraCore"),
+        /// What touches threads and processes, kept out of the pure TesseraCore: `DedicatedThread`,
+        /// `ScheduledTaskExecutor`, `ProgramRunner`, `Failpoint`.
+        .target(name: "TesseraRuntime", dependencies: ["TesseraCore"]),
         /// Who asks at a front door, and the owner rule every door applies (docs/API.md, "Owners").
         .target(name: "Ownership"),
         .target(name: "CBOR", dependencies: ["TesseraCore"]),
@@ -72,10 +75,13 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "CBOR", "CryptoPrimitives", .product(name: "Crypto", package: "swift-crypto"),
             ]),
+        /// X.509 certificates as documents and mdoc read them (`ParsedCertificate`, `PEM`), the DER helpers they share,
+        /// and the throw-away test CA (`TestCA`).
+        .target(name: "X509Support", dependencies: ["TesseraCore", "APDU", "CryptoPrimitives"]),
         .target(
             name: "ICAO",
             dependencies: [
-                "TesseraCore", "APDU", "MRZ", "CryptoPrimitives",
+                "TesseraCore", "APDU", "MRZ", "CryptoPrimitives", "X509Support",
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ]),
 
@@ -84,7 +90,7 @@ let package = Package(
         .target(
             name: "MDoc",
             dependencies: [
-                "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "ICAO",
+                "TesseraCore", "CBOR", "APDU", "CryptoPrimitives", "X509Support",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -94,23 +100,37 @@ let package = Package(
         /// configured command through `ProgramRunner`, or an answer on the socket from the asking uid or an admin.
         .target(
             name: "Presence",
-            dependencies: ["TesseraCore", "Pinentry", .product(name: "Logging", package: "swift-log")]),
+            dependencies: [
+                "TesseraCore", "TesseraRuntime", "Pinentry", .product(name: "Logging", package: "swift-log"),
+            ]),
         /// pinentry's Assuan protocol (the line codec and one dialog) and the program run through `ProgramRunner`.
-        .target(name: "Pinentry", dependencies: ["TesseraCore"]),
+        .target(name: "Pinentry", dependencies: ["TesseraCore", "TesseraRuntime"]),
         /// The face matcher program's protocol and runner (docs/ENROLLMENT.md, "Face matching").
         .target(
             name: "FaceMatching",
-            dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")]),
+            dependencies: ["TesseraCore", "TesseraRuntime", .product(name: "Logging", package: "swift-log")]),
+
+        /// The token interface every key user sees (`KeyStoreToken`, `KeyStore`, `TokenKey`, `RSASignatureHash`) and
+        /// the PIN rules applied to a caller's PIN on the way to a token (`PINRules`, `PINAttempt`, `PINCaller`).
+        .target(
+            name: "KeyStores",
+            dependencies: [
+                "TesseraCore", "Ownership", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+            ]),
 
         // MARK: Devices and storage (I/O at the edges)
         .target(
             name: "PKCS11",
             dependencies: [
-                "TesseraCore", "CPKCS11", "CSystemShims", "CryptoPrimitives",
+                "TesseraCore", "TesseraRuntime", "CPKCS11", "CSystemShims", "CryptoPrimitives", "KeyStores",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .target(
-            name: "PCSC", dependencies: ["TesseraCore", "APDU", "CPCSCLite"],
+            name: "PCSC", dependencies: ["TesseraCore", "TesseraRuntime", "APDU", "CPCSCLite"],
             swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/PCSC"])]),
         .target(
             name: "VPCD",
@@ -122,12 +142,12 @@ let package = Package(
         .target(
             name: "Emulation",
             dependencies: [
-                "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "PIV", "MDoc",
+                "TesseraCore", "APDU", "MRZ", "ICAO", "CryptoPrimitives", "PIV", "MDoc", "X509Support",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
-        .target(name: "NFC", dependencies: ["TesseraCore", "APDU", "CNFC"]),
+        .target(name: "NFC", dependencies: ["TesseraCore", "TesseraRuntime", "APDU", "CNFC"]),
         .target(
-            name: "PN532Emulator", dependencies: ["TesseraCore", "APDU", "CSystemShims"]),
+            name: "PN532Emulator", dependencies: ["TesseraCore", "TesseraRuntime", "APDU", "CSystemShims"]),
         .target(
             name: "CredentialStore",
             dependencies: [
@@ -138,18 +158,16 @@ let package = Package(
         .target(
             name: "Passkeys",
             dependencies: [
-                "TesseraCore", "Ownership", "WebAuthn", "PKCS11", "CredentialStore", "CryptoPrimitives",
+                "TesseraCore", "TesseraRuntime", "Ownership", "WebAuthn", "PKCS11", "KeyStores", "CredentialStore",
+                "CryptoPrimitives",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]),
 
         .target(
             name: "PIVKeyStore",
             dependencies: [
-                "TesseraCore", "APDU", "PIV", "PCSC", "PKCS11", "Passkeys", "CryptoPrimitives", "CredentialStore",
+                "TesseraCore", "APDU", "PIV", "PCSC", "KeyStores", "CryptoPrimitives", "CredentialStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -158,7 +176,8 @@ let package = Package(
         .target(
             name: "Documents",
             dependencies: [
-                "TesseraCore", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",
+                "TesseraCore", "TesseraRuntime", "APDU", "MRZ", "ICAO", "PCSC", "NFC", "CryptoPrimitives",
+                "X509Support",
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
@@ -167,7 +186,8 @@ let package = Package(
         .target(
             name: "AccessControl",
             dependencies: [
-                "TesseraCore", "APDU", "PIV", "CryptoPrimitives", "ICAO", "Passkeys", "CredentialStore", "Documents",
+                "TesseraCore", "TesseraRuntime", "APDU", "PIV", "CryptoPrimitives", "ICAO", "KeyStores", "Passkeys",
+                "CredentialStore", "Documents", "X509Support",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -179,7 +199,7 @@ let package = Package(
             name: "Enrollment",
             dependencies: [
                 "TesseraCore", "MRZ", "Documents", "Passkeys", "Ownership", "CredentialStore", "MDoc", "CBOR",
-                "FaceMatching", .product(name: "Crypto", package: "swift-crypto"),
+                "FaceMatching", .product(name: "Crypto", package: "swift-crypto"), "TesseraRuntime", "KeyStores",
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
@@ -187,7 +207,7 @@ let package = Package(
         .target(
             name: "RPC",
             dependencies: [
-                "TesseraCore",
+                "TesseraCore", "TesseraRuntime",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -199,7 +219,9 @@ let package = Package(
         .target(
             name: "CTAPAuthenticator",
             dependencies: [
-                "TesseraCore", "CBOR", "CSystemShims", "CTAP2", "CTAPHID", "CredentialStore", "Ownership", "Passkeys",
+                "TesseraCore", "TesseraRuntime", "CBOR", "CSystemShims", "CTAP2", "CTAPHID", "CredentialStore",
+                "KeyStores", "Ownership",
+                "Passkeys",
                 "Presence", "RPC", "WebAuthn", .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
@@ -208,23 +230,26 @@ let package = Package(
             name: "SSHAgentDoor",
             dependencies: [
                 "TesseraCore", "CredentialStore", "Ownership", "PKCS11", "Passkeys", "Pinentry", "Presence", "RPC",
-                "SSHAgent", .product(name: "Logging", package: "swift-log"),
+                "SSHAgent", .product(name: "Logging", package: "swift-log"), "KeyStores",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         /// The mdoc holder door (docs/MDOC.md, "Holder"): device keys on tokens, registrations by owner, reader
         /// trust by readerAuth chain to the reader roots, the release of a DeviceResponse after consent.
         .target(
             name: "MDocHolderDoor",
-            dependencies: ["TesseraCore", "CredentialStore", "ICAO", "MDoc", "Ownership", "Passkeys"]),
+            dependencies: [
+                "TesseraCore", "CredentialStore", "KeyStores", "MDoc", "Ownership", "Passkeys", "X509Support",
+            ]),
         .target(
             name: "TesseraDaemon",
             dependencies: [
                 "FaceMatching",
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
-                "PIVKeyStore", "PIV",
+                "PIVKeyStore", "PIV", "KeyStores",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
                 "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Pinentry", "Presence", "SSHAgentDoor", "AccessControl",
                 .product(name: "Logging", package: "swift-log"), .product(name: "X509", package: "swift-certificates"),
+                "X509Support",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]),
@@ -239,17 +264,16 @@ let package = Package(
             name: "tessera",
             dependencies: [
                 "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
-                "PCSC",
-                "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                "MDoc", "CBOR", "FaceMatching", .product(name: "Crypto", package: "swift-crypto"), "AccessControl", "PIV",
-                .product(name: "X509", package: "swift-certificates"),
+                "PCSC", "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"), "MDoc", "CBOR",
+                "FaceMatching", .product(name: "Crypto", package: "swift-crypto"), "AccessControl", "PIV",
+                .product(name: "X509", package: "swift-certificates"), "TesseraRuntime", "X509Support",
             ]),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
         .executableTarget(
             name: "tessera-bench",
             dependencies: [
-                "TesseraCore", "RPC", "PKCS11", "TesseraTestSupport",
+                "TesseraCore", "TesseraRuntime", "RPC", "PKCS11", "TesseraTestSupport",
                 "APDU", "PIV", "PCSC", "Emulation", "VPCD",
             ],
             path: "Benchmarks/tessera-bench",
@@ -266,14 +290,15 @@ let package = Package(
 
         // MARK: Tests
         /// Starts real components for tests: SoftHSM2 tokens in temp dirs, a private pcscd with vpcd readers.
-        .target(name: "TesseraTestSupport", dependencies: ["TesseraCore"]),
+        .target(name: "TesseraTestSupport", dependencies: ["TesseraCore", "TesseraRuntime"]),
         /// A passkey service on a spare SoftHSM2 token over a temporary database, for the front doors' unit tests.
         .target(
             name: "PasskeyTestSupport",
             dependencies: [
-                "CredentialStore", "Passkeys", "TesseraCore", "TesseraTestSupport",
+                "CredentialStore", "KeyStores", "Passkeys", "TesseraCore", "TesseraTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        .testTarget(name: "TesseraRuntimeTests", dependencies: ["TesseraRuntime", "TesseraCore"]),
         .testTarget(
             name: "TesseraCoreTests",
             dependencies: ["TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
@@ -298,13 +323,14 @@ let package = Package(
             name: "WebAuthnTests",
             dependencies: ["WebAuthn", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "APDUTests", dependencies: ["APDU", "TesseraCore"]),
-        .testTarget(name: "PinentryTests", dependencies: ["Pinentry", "TesseraCore", "TesseraTestSupport"]),
+        .testTarget(
+            name: "PinentryTests", dependencies: ["Pinentry", "TesseraCore", "TesseraRuntime", "TesseraTestSupport"]),
         .testTarget(name: "CTAPHIDTests", dependencies: ["CTAPHID", "TesseraTestSupport"]),
         .testTarget(
             name: "CTAPAuthenticatorTests",
             dependencies: [
                 "PasskeyTestSupport",
-                "CTAPAuthenticator", "CTAP2", "CTAPHID", "CredentialStore", "Passkeys", "Presence", "RPC",
+                "CTAPAuthenticator", "CTAP2", "CTAPHID", "CredentialStore", "KeyStores", "Passkeys", "Presence", "RPC",
                 "TesseraCore",
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
@@ -312,14 +338,16 @@ let package = Package(
             name: "SSHAgentDoorTests",
             dependencies: [
                 "PasskeyTestSupport",
-                "SSHAgentDoor", "SSHAgent", "CredentialStore", "Ownership", "Passkeys", "Presence", "TesseraCore",
+                "SSHAgentDoor", "SSHAgent", "CredentialStore", "KeyStores", "Ownership", "Passkeys", "Presence",
+                "TesseraCore",
                 "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "MDocHolderDoorTests",
             dependencies: [
                 "PasskeyTestSupport",
-                "MDocHolderDoor", "MDoc", "CBOR", "CredentialStore", "ICAO", "Passkeys", "TesseraCore",
+                "MDocHolderDoor", "MDoc", "CBOR", "CredentialStore", "ICAO", "KeyStores", "Passkeys", "TesseraCore",
+                "X509Support",
                 "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -327,19 +355,21 @@ let package = Package(
             name: "CTAP2Tests",
             dependencies: ["CTAP2", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "MRZTests", dependencies: ["MRZ", "TesseraCore"]),
+        .testTarget(name: "X509SupportTests", dependencies: ["X509Support", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(
             name: "ICAOTests",
-            dependencies: ["ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport"]),
+            dependencies: [
+                "ICAO", "CryptoPrimitives", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport", "X509Support",
+            ]),
         .testTarget(
             name: "PKCS11Tests",
             dependencies: [
                 "PKCS11", "TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
             ]),
+        .testTarget(name: "PasskeysTests", dependencies: ["Passkeys", "TesseraCore", "CredentialStore"]),
         .testTarget(
-            name: "PasskeysTests",
-            dependencies: [
-                "Passkeys", "TesseraCore", "CredentialStore", .product(name: "Logging", package: "swift-log"),
-            ]),
+            name: "KeyStoresTests",
+            dependencies: ["KeyStores", "TesseraCore", .product(name: "Logging", package: "swift-log")]),
         .testTarget(
             name: "CredentialStoreTests",
             dependencies: [
@@ -363,7 +393,7 @@ let package = Package(
         .testTarget(
             name: "PIVTests",
             dependencies: [
-                "PIV", "PIVKeyStore", "Passkeys", "Emulation", "PCSC", "VPCD", "APDU", "TesseraCore",
+                "PIV", "PIVKeyStore", "KeyStores", "Passkeys", "Emulation", "PCSC", "VPCD", "APDU", "TesseraCore",
                 "TesseraTestSupport",
                 "CredentialStore", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -382,14 +412,14 @@ let package = Package(
         .testTarget(
             name: "MDocTests",
             dependencies: [
-                "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", "TesseraTestSupport",
+                "MDoc", "CBOR", "APDU", "ICAO", "CryptoPrimitives", "TesseraCore", "TesseraTestSupport", "X509Support",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .testTarget(
             name: "AccessControlTests",
             dependencies: [
                 "AccessControl", "APDU", "CredentialStore", "Emulation", "ICAO", "PCSC", "PIV", "Passkeys",
-                "TesseraCore",
+                "TesseraCore", "X509Support",
                 "TesseraTestSupport", "VPCD", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
             ]),
@@ -397,7 +427,7 @@ let package = Package(
             name: "EmulationTests",
             dependencies: [
                 "Emulation", "ICAO", "APDU", "MRZ", "TesseraCore", "TesseraTestSupport",
-                "PCSC", "VPCD", "CryptoPrimitives",
+                "PCSC", "VPCD", "CryptoPrimitives", "X509Support",
                 "PIV", .product(name: "Crypto", package: "swift-crypto"),
             ]),
     ],
@@ -413,8 +443,8 @@ if Context.environment["TESSERA_FUZZ"] == "1" {
             name: "tessera-fuzz",
             dependencies: [
                 "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
-                "MDoc",
-                "CTAPHID", "CTAP2", "FaceMatching", "AccessControl", .product(name: "X509", package: "swift-certificates"),
+                "MDoc", "CTAPHID", "CTAP2", "FaceMatching", "AccessControl",
+                .product(name: "X509", package: "swift-certificates"), "X509Support",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

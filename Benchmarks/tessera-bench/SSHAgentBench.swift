@@ -2,6 +2,7 @@ import Foundation
 @_spi(Benchmarks) @_spi(Testing) import PKCS11
 import RPC
 import TesseraCore
+import TesseraRuntime
 import TesseraTestSupport
 
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import Foundation
 import TesseraCore
+import TesseraRuntime
 import TesseraTestSupport
 
 #if canImport(Glibc)

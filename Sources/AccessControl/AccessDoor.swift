@@ -1,10 +1,12 @@
 import CredentialStore
 import Documents
 import Foundation
+import KeyStores
 import Logging
 import PIV
 import Passkeys
 import TesseraCore
+import TesseraRuntime
 
 /// The door: checks the badge on a reader (PC/SC or libnfc, through the document service's readers), decides with
 /// the badge's lifecycle and the door rule, and runs `grantCommand` on each grant without waiting for it.

@@ -2,10 +2,12 @@ import APDU
 import CryptoPrimitives
 import Foundation
 import ICAO
+import KeyStores
 import PIV
 import Passkeys
 import TesseraCore
 import X509
+import X509Support
 
 /// How a door checks a badge: `cak` (SP 800-116 PKI-CAK: the Card Authentication key 9E, no PIN) or `auth`
 /// (PKI-AUTH: the PIV Authentication key 9A after the cardholder's PIN, two factors).

@@ -2,11 +2,13 @@ import APDU
 import Crypto
 import Foundation
 import ICAO
+import KeyStores
 import PIV
 import Passkeys
 import SwiftASN1
 import TesseraCore
 import X509
+import X509Support
 
 /// A badge CA: its certificate and a signer for its key (software for tests and the lab, a key on a PKCS#11 token
 /// for `access.issue`). The CA signs the slot certificates, the CRL and, as the content signer, the CHUID.

@@ -3,6 +3,7 @@ import ICAO
 import SwiftASN1
 import TesseraCore
 @_spi(FixedExpiryValidationTime) import X509
+import X509Support
 
 /// The trust a door checks badges against: the badge CA anchors and the CRLs (`accessControl.anchors`, `crls`).
 public struct BadgeTrust: Sendable {

@@ -4,6 +4,7 @@ import Foundation
 import ICAO
 import SwiftASN1
 import TesseraCore
+import X509Support
 
 /// The Card Holder Unique Identifier (SP 800-73-4 Part 1 §3.1.2): FASC-N (30), GUID (34), expiration date (35,
 /// YYYYMMDD), the issuer's asymmetric signature (3E, a detached CMS SignedData) and the error detection code (FE).

@@ -1,6 +1,7 @@
 import CTAP2
 import CredentialStore
 import Foundation
+import KeyStores
 import Logging
 import Ownership
 import Passkeys

@@ -4,6 +4,7 @@ import Logging
 import RPC
 import ServiceLifecycle
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc

@@ -2,6 +2,7 @@ import CTAPHID
 import Logging
 import ServiceLifecycle
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc

@@ -1,6 +1,8 @@
 import Foundation
 import ICAO
 import TesseraCore
+import TesseraRuntime
+import X509Support
 
 /// The files trust anchors are loaded from (`tesserad --csca`, `--master-list-trust`, `--crl`).
 public struct TrustSources: Sendable, Equatable {

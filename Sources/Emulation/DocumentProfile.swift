@@ -4,6 +4,7 @@ import Foundation
 import ICAO
 import MRZ
 import TesseraCore
+import X509Support
 
 /// A test e-passport kept in a directory: its LDS files, the test PKI that signed them and `profile.json`.
 /// `EmulatedPassport` serves it as a contactless chip.

@@ -2,9 +2,11 @@ import CredentialStore
 import Documents
 import FaceMatching
 import Foundation
+import KeyStores
 import Logging
 import Passkeys
 import TesseraCore
+import TesseraRuntime
 
 /// Sends an enrollment notification to subscribed clients (the full params only to its owner and administrators).
 public typealias EnrollmentEventSink = @Sendable (EnrollmentEvent) async -> Void

@@ -1,11 +1,13 @@
 import CredentialStore
 import Documents
 import Foundation
+import KeyStores
 import MDoc
 import MRZ
 import Ownership
 import Passkeys
 import TesseraCore
+import TesseraRuntime
 
 /// The steps themselves: `begin` runs a step's daemon side (or asks for input), `handleInput` takes a submission.
 extension EnrollmentEngine {

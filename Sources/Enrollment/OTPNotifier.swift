@@ -1,5 +1,6 @@
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 /// Delivers one-time codes to people: a configured program (SMS/email gateway) or a drop directory (tests, labs).
 public enum OTPNotifier: Sendable, Equatable {

@@ -1,11 +1,13 @@
 import CredentialStore
 import Documents
 import Foundation
+import KeyStores
 import Logging
 import MRZ
 import Ownership
 import Passkeys
 import TesseraCore
+import TesseraRuntime
 
 /// A verified recovery token's claims (docs/LIFECYCLE.md, "Recovery").
 public struct RecoveryToken: Sendable, Equatable {

@@ -1,10 +1,12 @@
 import CredentialStore
 import Documents
 import Foundation
+import KeyStores
 import Logging
 import MRZ
 import Passkeys
 import TesseraCore
+import TesseraRuntime
 
 /// An authentic document read made before a step-up (on the caller's connection), which a step-up with
 /// `document.maxAgeSeconds` uses instead of reading the document again.

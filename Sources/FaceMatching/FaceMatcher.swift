@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import TesseraCore
+import TesseraRuntime
 
 /// An image (or a matcher's template) as the face matcher protocol carries it: `{mediaType, data}`, `data` in
 /// base64 (docs/ENROLLMENT.md, "Face matching").

@@ -1,10 +1,10 @@
 import CBOR
 import Crypto
 import Foundation
-import ICAO
 import SwiftASN1
 import TesseraCore
 @_spi(FixedExpiryValidationTime) import X509
+import X509Support
 
 /// Signs a COSE `Sig_structure` with a key that may live on a token (the call may wait for it): raw `r || s`.
 public typealias AsyncCOSESigner = @Sendable (_ toBeSigned: [UInt8]) async throws(TesseraError) -> [UInt8]

@@ -1,8 +1,8 @@
 import CBOR
 import CryptoPrimitives
 import Foundation
-import ICAO
 import TesseraCore
+import X509Support
 
 /// The issuer side, for the lab and tests: IssuerSigned (elements + issuerAuth over an MSO) for a device key.
 public enum MDocIssuer {
@@ -15,7 +15,7 @@ public enum MDocIssuer {
     public static func testIACA(country: String = "UT", notBefore: Date = Date(timeIntervalSinceNow: -86_400))
         throws(TesseraError) -> (iaca: TestCertificate, documentSigner: TestCertificate)
     {
-        let pair = try TestPKI.generateChain(
+        let pair = try TestCA.generateChain(
             rootCommonName: "Tessera Test IACA \(country)", signerCommonName: "Tessera Test mdoc DS \(country)",
             country: country, signerExtendedKeyUsage: documentSignerEKU, notBefore: notBefore)
         return (pair.root, pair.signer)

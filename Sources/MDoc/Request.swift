@@ -1,7 +1,7 @@
 import CBOR
 import CryptoPrimitives
-import ICAO
 import TesseraCore
+import X509Support
 
 /// The mDL namespace and docType of ISO/IEC 18013-5 §7.
 public enum MDL {

@@ -1,8 +1,8 @@
 import CBOR
 import Crypto
 import Foundation
-import ICAO
 import TesseraCore
+import X509Support
 
 /// The outcome of verifying one mdoc Document, reported like a passport's `DocumentVerdict`.
 public struct MDocVerification: Sendable, Equatable {

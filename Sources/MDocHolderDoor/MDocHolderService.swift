@@ -1,10 +1,11 @@
 import CredentialStore
 import Foundation
-import ICAO
+import KeyStores
 import MDoc
 import Ownership
 import Passkeys
 import TesseraCore
+import X509Support
 
 /// What the holder asks the user before releasing anything: a trusted reader's request for a registered document.
 public struct MDocConsentRequest: Sendable {

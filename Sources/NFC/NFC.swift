@@ -1,6 +1,7 @@
 internal import CNFC
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 /// libnfc devices as APDU transports: ISO 14443-A/B initiator, ISO-DEP exchange, target (card emulation) mode.
 ///

@@ -2,6 +2,7 @@ import APDU
 internal import CNFC
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 /// The modulations Tessera selects in initiator mode (106 kbps ISO/IEC 14443).
 public enum NFCModulation: String, Sendable, CaseIterable {

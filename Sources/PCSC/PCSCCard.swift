@@ -2,6 +2,7 @@ import APDU
 internal import CPCSCLite
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 /// What happens to the card when a connection ends or is re-established.
 public enum PCSCDisposition: Sendable, Hashable {

@@ -1,6 +1,7 @@
 internal import CPCSCLite
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 /// A connection to the PC/SC resource manager (pcscd).
 ///

@@ -1,10 +1,10 @@
 import APDU
 import CredentialStore
 import Foundation
+import KeyStores
 import Logging
 import PCSC
 import PIV
-import Passkeys
 import TesseraCore
 
 /// PIV smart cards over PC/SC (NIST SP 800-73-4) as a passkey key store (backend "piv").

@@ -3,11 +3,10 @@ import CredentialStore
 import Crypto
 import CryptoPrimitives
 import Foundation
+import KeyStores
 import Logging
 import PCSC
 import PIV
-import PKCS11
-import Passkeys
 import SwiftASN1
 import TesseraCore
 import X509

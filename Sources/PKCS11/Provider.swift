@@ -2,6 +2,7 @@ internal import CPKCS11
 internal import CSystemShims
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 /// Loads PKCS#11 modules through p11-kit and hands out their tokens.
 ///

@@ -1,6 +1,7 @@
 internal import CPKCS11
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 /// A failed C_* call.
 struct CKFailure: Error {

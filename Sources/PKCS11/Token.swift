@@ -2,7 +2,9 @@ internal import CPKCS11
 import Crypto
 import CryptoPrimitives
 import Foundation
+import KeyStores
 import TesseraCore
+import TesseraRuntime
 
 /// One token in one slot of one module, with its own bounded pool of sessions.
 ///

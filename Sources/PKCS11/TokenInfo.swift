@@ -121,8 +121,3 @@ public struct TokenCertificate: Sendable, Equatable {
     /// `CKA_VALUE`: the DER certificate.
     public var der: [UInt8]
 }
-
-/// The hash of an RSA PKCS#1 v1.5 signature.
-public enum RSASignatureHash: Sendable {
-    case sha1, sha256, sha512
-}

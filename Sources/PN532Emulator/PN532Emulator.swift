@@ -3,6 +3,7 @@ internal import CSystemShims
 import Dispatch
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc
@@ -70,7 +71,7 @@ public final class PN532Emulator: Sendable {
     private let card: any VirtualCard
     let state: Locked<State>
     private let writeLock = Locked(())
-    private let cardExecutor = DedicatedTaskExecutor(label: "tessera.pn532.card")
+    private let cardExecutor = ScheduledTaskExecutor(DedicatedThread(name: "tessera.pn532.card"))
     let onEvent: EventHook?
 
     struct State {
@@ -382,18 +383,5 @@ public final class PN532Emulator: Sendable {
         }
         semaphore.wait()
         return box.withLock { $0! }
-    }
-}
-
-/// A task executor backed by one `DedicatedThread`, for the emulated card's work.
-final class DedicatedTaskExecutor: TaskExecutor {
-    private let thread: DedicatedThread
-
-    init(label: String) { thread = DedicatedThread(name: label) }
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let executor = asUnownedTaskExecutor()
-        thread.enqueue { job.runSynchronously(on: executor) }
     }
 }

@@ -1,4 +1,5 @@
 import CredentialStore
+import KeyStores
 import Logging
 import Passkeys
 import TesseraCore

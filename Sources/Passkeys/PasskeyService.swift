@@ -1,9 +1,11 @@
 import CredentialStore
 import Crypto
 import Foundation
+import KeyStores
 import Logging
 import Ownership
 import TesseraCore
+import TesseraRuntime
 import WebAuthn
 
 /// Enrolls and authenticates passkeys whose private keys stay on hardware tokens.

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Pinentry
 import TesseraCore
+import TesseraRuntime
 
 /// The front door a presence question comes from.
 public enum PresenceDoor: String, Sendable {

@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import TesseraCore
+import TesseraRuntime
 
 /// Answers the binary frames of one protocol (e.g. the SSH agent's) one connection at a time, in order.
 public protocol FrameHandler: Sendable {
@@ -86,7 +87,7 @@ public final class LengthPrefixedServer: Sendable {
     /// Answers the connection's frames one at a time, in order, on its event loop, until its input ends.
     private func serve(_ connection: FrameConnection) async {
         let eventLoop = connection.channel.eventLoop
-        await withTaskExecutorPreference(EventLoopTaskExecutor(eventLoop)) {
+        await withTaskExecutorPreference(ScheduledTaskExecutor(eventLoop)) {
             while case .frame(let frame) = await connection.inbox.next() {
                 // The frames left when the connection closed (the decoder hands over all it holds then) are
                 // dropped: their replies could not be written.
@@ -112,62 +113,30 @@ struct FrameConnection: Sendable {
 }
 
 /// One connection of a `LengthPrefixedServer`, on its event loop (every method here runs there): frames go to the
-/// connection's task through `inbox`; while `maxUnanswered` are unanswered, reading pauses (pausing and resuming
-/// cost two system calls: a client that waits for each answer never reaches it). An oversized frame closes the
-/// connection unanswered.
-final class FrameConnectionHandler: ChannelDuplexHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-
-    let inbox = FrameInbox()
+/// connection's task through `inbox`, at most `maxUnanswered` unanswered before reading pauses (`InboxHandler`).
+/// An oversized frame closes the connection unanswered.
+final class FrameConnectionHandler: InboxHandler {
     static let maxUnanswered = 4
     private let id: UInt64
     private let peer: PeerCredentials
     private let logger: Logger
     private let maxFrameBytes: Int
-    private var context: ChannelHandlerContext?
-    /// Frames handed to the inbox whose reply is not yet written.
-    private var unanswered = 0
-    private var readHeld = false
-    private var ended = false
 
     init(id: UInt64, peer: PeerCredentials, logger: Logger, maxFrameBytes: Int) {
         self.id = id
         self.peer = peer
         self.logger = logger
         self.maxFrameBytes = maxFrameBytes
+        super.init(maxOutstanding: Self.maxUnanswered, cancelRequestsOnEnd: false)
     }
 
-    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        end()
-        self.context = nil
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard !ended else { return }
-        unanswered += 1
-        inbox.push(.frame(Array(unwrapInboundIn(data).readableBytesView)))
-    }
-
-    func read(context: ChannelHandlerContext) {
-        if unanswered >= Self.maxUnanswered { readHeld = true } else { context.read() }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+    override func errorCaught(context: ChannelHandlerContext, error: any Error) {
         if error is FrameTooLargeError {
             logger.notice("frame over \(maxFrameBytes) bytes from pid \(peer.pid); connection \(id) closed")
         } else {
             logger.debug("connection \(id) ended: \(error)")
         }
         context.close(promise: nil)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        end()
-        context.fireChannelInactive()
     }
 
     /// Writes the reply to the oldest unanswered frame, with its length prefix.
@@ -177,21 +146,7 @@ final class FrameConnectionHandler: ChannelDuplexHandler {
         out.writeInteger(UInt32(body.count))
         out.writeBytes(body)
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-        context.writeAndFlush(wrapOutboundOut(out)).whenComplete { _ in handler.value.replied() }
-    }
-
-    private func replied() {
-        unanswered -= 1
-        if unanswered < Self.maxUnanswered, readHeld, let context {
-            readHeld = false
-            context.read()
-        }
-    }
-
-    private func end() {
-        guard !ended else { return }
-        ended = true
-        inbox.push(.closed(cancelRequests: false))
+        context.writeAndFlush(wrapOutboundOut(out)).whenComplete { _ in handler.value.settled() }
     }
 }
 

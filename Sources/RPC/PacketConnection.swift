@@ -43,7 +43,7 @@ public final class PacketConnection: Sendable {
     public func next() async -> [UInt8]? {
         guard case .frame(let packet) = await inbox.next() else { return nil }
         let handler = self.handler
-        channel.eventLoop.execute { handler.value.consumed() }
+        channel.eventLoop.execute { handler.value.settled() }
         return packet
     }
 
@@ -57,61 +57,20 @@ public final class PacketConnection: Sendable {
     public func close() { channel.close(promise: nil) }
 }
 
-/// The channel handler of a `PacketConnection`, on its event loop (every method here runs there).
-final class PacketConnectionHandler: ChannelInboundHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-
-    let inbox = FrameInbox()
+/// The channel handler of a `PacketConnection`, on its event loop (every method here runs there): packets go to
+/// the connection's task through `inbox`, at most `maxUnconsumed` not yet taken by `next()` before reading pauses
+/// (`InboxHandler`).
+final class PacketConnectionHandler: InboxHandler {
     private let maxQueued: Int
-    private let maxUnconsumed: Int
-    private var context: ChannelHandlerContext?
     private var queue = CircularBuffer<[UInt8]>()
     /// A packet is being written (its completion writes the next).
     private var writing = false
     /// `writeQueued`'s loop is running (a completion inside it leaves the next packet to it).
     private var writingQueued = false
-    private var unconsumed = 0
-    private var readHeld = false
-    private var ended = false
 
     init(maxQueued: Int, maxUnconsumed: Int) {
         self.maxQueued = maxQueued
-        self.maxUnconsumed = maxUnconsumed
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        end()
-        self.context = nil
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard !ended else { return }
-        unconsumed += 1
-        inbox.push(.frame(Array(unwrapInboundIn(data).readableBytesView)))
-    }
-
-    func read(context: ChannelHandlerContext) {
-        if unconsumed >= maxUnconsumed { readHeld = true } else { context.read() }
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        end()
-        context.fireChannelInactive()
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        context.close(promise: nil)
-    }
-
-    func consumed() {
-        unconsumed -= 1
-        if unconsumed < maxUnconsumed, readHeld, let context {
-            readHeld = false
-            context.read()
-        }
+        super.init(maxOutstanding: maxUnconsumed, cancelRequestsOnEnd: true)
     }
 
     func send(_ packets: [[UInt8]]) {
@@ -124,6 +83,8 @@ final class PacketConnectionHandler: ChannelInboundHandler {
         queue.append(contentsOf: packets)
         writeQueued()
     }
+
+    override func ending() { queue.removeAll() }
 
     private func writeQueued() {
         guard !writingQueued else { return }
@@ -146,12 +107,5 @@ final class PacketConnectionHandler: ChannelInboundHandler {
         } else {
             writeQueued()
         }
-    }
-
-    private func end() {
-        guard !ended else { return }
-        ended = true
-        queue.removeAll()
-        inbox.push(.closed(cancelRequests: true))
     }
 }

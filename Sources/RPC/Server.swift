@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc
@@ -274,7 +275,7 @@ public final class RPCServer: Sendable {
         logger.debug("client connected", metadata: ["conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)"])
         // The requests run on the connection's event loop, as child tasks of this one: cancelling the server's task
         // cancels them, as the peer closing the connection does.
-        await withTaskExecutorPreference(EventLoopTaskExecutor(connection.eventLoop)) {
+        await withTaskExecutorPreference(ScheduledTaskExecutor(connection.eventLoop)) {
             await withDiscardingTaskGroup { requests in
                 while true {
                     switch await connection.inbox.next() {
@@ -359,17 +360,12 @@ public final class RPCServer: Sendable {
     }
 }
 
-/// Runs jobs on one NIO event loop. Handlers that block run on it too, so they delay that loop's other connections:
-/// blocking work belongs on its own threads (as hardware PKCS#11 sessions and PC/SC calls already are).
-final class EventLoopTaskExecutor: TaskExecutor {
-    let eventLoop: any EventLoop
-
-    init(_ eventLoop: any EventLoop) { self.eventLoop = eventLoop }
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let executor = asUnownedTaskExecutor()
-        eventLoop.execute { job.runSynchronously(on: executor) }
+extension ScheduledTaskExecutor {
+    /// Runs jobs on one NIO event loop. Handlers that block run on it too, so they delay that loop's other
+    /// connections: blocking work belongs on its own threads (as hardware PKCS#11 sessions and PC/SC calls already
+    /// are).
+    convenience init(_ eventLoop: any EventLoop) {
+        self.init { job in eventLoop.execute(job) }
     }
 }
 

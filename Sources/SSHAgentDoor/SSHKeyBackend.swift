@@ -1,5 +1,6 @@
 import CredentialStore
 import Foundation
+import KeyStores
 import Logging
 import Ownership
 import PKCS11

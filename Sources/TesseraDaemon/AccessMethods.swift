@@ -2,6 +2,7 @@ import AccessControl
 import CredentialStore
 import Documents
 import Foundation
+import KeyStores
 import Logging
 import PIV
 import Passkeys

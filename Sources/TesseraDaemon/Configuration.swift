@@ -1,4 +1,5 @@
 import Foundation
+import KeyStores
 import Passkeys
 import RPC
 import TesseraCore

@@ -1,6 +1,7 @@
 import CredentialStore
 import Emulation
 import Foundation
+import KeyStores
 import MDoc
 import MDocHolderDoor
 import NFC

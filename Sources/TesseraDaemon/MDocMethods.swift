@@ -5,6 +5,7 @@ import Foundation
 import ICAO
 import MDoc
 import TesseraCore
+import X509Support
 
 extension MethodTable {
     /// Registers `mdoc.read` (docs/API.md, "Mobile documents"): NFC engagement and retrieval of an mdoc in a

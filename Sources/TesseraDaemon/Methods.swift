@@ -1,6 +1,7 @@
 import CredentialStore
 import Enrollment
 import Foundation
+import KeyStores
 import MRZ
 import Passkeys
 import RPC

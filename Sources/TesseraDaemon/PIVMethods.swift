@@ -1,4 +1,5 @@
 import Foundation
+import KeyStores
 import Logging
 import PIV
 import PIVKeyStore

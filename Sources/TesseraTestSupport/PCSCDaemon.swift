@@ -1,5 +1,6 @@
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 /// A private pcscd with vsmartcard vpcd readers, for tests that need real PC/SC.
 ///

@@ -1,5 +1,6 @@
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 /// Runs helper programs (openssl, softhsm2-util, nfc-list, opensc-tool, …) for tests: a thin wrapper over
 /// `TesseraCore.ProgramRunner` (temp files, never pipes; a thread of its own; a timeout that cannot hang) that looks

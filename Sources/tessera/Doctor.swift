@@ -5,6 +5,7 @@ import NFC
 import PCSC
 import RPC
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc

@@ -8,6 +8,7 @@ import ICAO
 import PIV
 import TesseraCore
 import X509
+import X509Support
 
 /// `tessera lab make-badge`: a PIV badge (9E key, certificate, signed CHUID) on an emulated card's state file.
 struct LabMakeBadge: AsyncParsableCommand {

@@ -7,6 +7,7 @@ import ICAO
 import MDoc
 import TesseraCore
 import VPCD
+import X509Support
 
 /// `tessera lab emulate-mdoc DIR`: a `make-mdoc` mDL presented as an NFC mdoc in a vpcd reader.
 struct LabEmulateMDoc: AsyncParsableCommand {

@@ -8,6 +8,7 @@ import MRZ
 import NFC
 import PN532Emulator
 import TesseraCore
+import X509Support
 
 /// `tessera lab pn532`: a software PN532 on a pseudo-terminal with the emulated passport in its field.
 struct LabPN532: AsyncParsableCommand {

@@ -6,6 +6,7 @@ import ICAO
 import NFC
 import TesseraCore
 import VPCD
+import X509Support
 
 #if canImport(Glibc)
     import Glibc

@@ -3,6 +3,7 @@ import Foundation
 import ICAO
 import MDoc
 import TesseraCore
+import X509Support
 
 /// `tessera mdoc …`: ISO/IEC 18013-5 mobile documents.
 struct MDocCommand: AsyncParsableCommand {

@@ -1,5 +1,6 @@
 import Foundation
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc

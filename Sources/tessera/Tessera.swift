@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import RPC
 import TesseraCore
+import TesseraRuntime
 
 @main
 enum Main {
@@ -42,7 +43,8 @@ struct Tessera: AsyncParsableCommand {
         subcommands: [
             Status.self, Tokens.self, Enroll.self, Authenticate.self, Credentials.self, MRZCommand.self,
             Passport.self, Trust.self, EnrollStation.self, SSH.self, Lab.self, Call.self, MDocCommand.self,
-            StepUpCommand.self, RecoverCommand.self, CTAPCommand.self, DoctorCommand.self, FaceCommand.self, AccessCommand.self,
+            StepUpCommand.self, RecoverCommand.self, CTAPCommand.self, DoctorCommand.self, FaceCommand.self,
+            AccessCommand.self,
         ])
 }
 

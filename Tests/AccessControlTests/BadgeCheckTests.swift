@@ -11,6 +11,7 @@ import TesseraCore
 import TesseraTestSupport
 import Testing
 import X509
+import X509Support
 
 /// PKI-CAK and PKI-AUTH checks of emulated PIV badges through a real private pcscd and vpcd (SP 800-116).
 @Suite(.serialized, .timeLimit(.minutes(3)))

@@ -1,4 +1,5 @@
 import CTAP2
+import KeyStores
 import Passkeys
 import TesseraCore
 import TesseraTestSupport

@@ -1,5 +1,6 @@
 import CTAP2
 import CredentialStore
+import KeyStores
 import Logging
 import PasskeyTestSupport
 import Passkeys

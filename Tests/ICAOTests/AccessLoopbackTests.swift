@@ -2,6 +2,7 @@ import APDU
 import Foundation
 import TesseraCore
 import Testing
+import X509Support
 
 @testable import ICAO
 
@@ -146,7 +147,7 @@ actor AccessLoopbackChip: APDUTransport {
     static let dg2 = tlvFile(tag: 0x75, size: 3000)
 
     static func cardAccess(oid: String, parameterId: Int) -> [UInt8] {
-        let oidContent = encodeOIDContent(oid)
+        let oidContent = ASN1.encodeOIDContent(oid)
         let info = [0x06, UInt8(oidContent.count)] + oidContent + [0x02, 0x01, 0x02, 0x02, 0x01, UInt8(parameterId)]
         let seq = [0x30, UInt8(info.count)] + info
         return [0x31, UInt8(seq.count)] + seq

@@ -2,6 +2,7 @@ import APDU
 import CryptoPrimitives
 import TesseraCore
 import Testing
+import X509Support
 
 @testable import ICAO
 
@@ -131,7 +132,7 @@ import Testing
         let spkiHeader = ax("3059301306072A8648CE3D020106082A8648CE3D030107034200")
         let namedInfo = TLV.encode(
             tag: 0x30,
-            value: TLV.encode(tag: 0x06, value: encodeOIDContent(ChipAuthenticationMapping.idPKECDH))
+            value: TLV.encode(tag: 0x06, value: ASN1.encodeOIDContent(ChipAuthenticationMapping.idPKECDH))
                 + spkiHeader + sk.publicKey)
         let named = try SecurityInfos(encoded: TLV.encode(tag: 0x31, value: namedInfo))
         #expect(ChipAuthenticationMapping.verify(data, securityInfos: named) == .init(status: .valid))

@@ -4,6 +4,7 @@ import Foundation
 import MRZ
 import TesseraCore
 import Testing
+import X509Support
 
 @testable import ICAO
 
@@ -275,18 +276,18 @@ private func handBuiltLDSSecurityObject(_ groups: [Int: [UInt8]]) throws -> [UIn
             documentSignerValidityDays: 365 * 11)
         let new = try TestPKI.generate(country: "UTO")
         let newCSCA = new.csca.certificate
-        let link = try TestPKI.issue(
+        let link = try TestCA.issue(
             subject: newCSCA.subject, issuer: old.csca.certificate.subject, publicKey: newCSCA.subjectPublicKeyInfo,
             signerKey: old.csca.privateKeyDER, scheme: old.csca.algorithm.scheme,
             notBefore: Date(timeIntervalSinceNow: -86_400),
             days: 365 * 10,
             extensions: [
-                TestPKI.extensionDER(
+                TestCA.extensionDER(
                     "2.5.29.19", critical: true, ASN1.seq([ASN1.node(ASN1.boolean, [0xFF]), ASN1.int(0)])),
-                TestPKI.extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x01, 0x06])),
-                TestPKI.extensionDER(
+                TestCA.extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x01, 0x06])),
+                TestCA.extensionDER(
                     "2.5.29.14", critical: false, ASN1.octets(try #require(newCSCA.subjectKeyIdentifier))),
-                TestPKI.extensionDER(
+                TestCA.extensionDER(
                     "2.5.29.35", critical: false,
                     ASN1.seq([ASN1.node(0x80, try #require(old.csca.certificate.subjectKeyIdentifier))])),
             ])

@@ -3,6 +3,7 @@ import CryptoPrimitives
 import Foundation
 import TesseraCore
 import Testing
+import X509Support
 
 @testable import ICAO
 

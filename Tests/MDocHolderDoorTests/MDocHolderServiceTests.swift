@@ -5,6 +5,7 @@ import MDocHolderDoor
 import TesseraCore
 import TesseraTestSupport
 import Testing
+import X509Support
 
 /// The holder door on real components: SoftHSM2 device keys, the registration store over a temporary database,
 /// reader roots from test PKI (docs/MDOC.md, "Holder"; docs/API.md, "Owners").
@@ -97,7 +98,7 @@ import Testing
         #expect(verified.first?.verdict == .authentic)
         #expect(verified.first?.deviceAuthenticationKind == "deviceSignature")
 
-        let forged = try TestPKI.generateChain(
+        let forged = try TestCA.generateChain(
             rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
             signerExtendedKeyUsage: MDocIssuer.readerAuthEKU, signerAuthorityKeyIdentifier: h.readerRootSKI)
         #expect(forged.signer.certificate.issuer == h.readerRoot.certificate.subject)

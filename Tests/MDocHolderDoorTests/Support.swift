@@ -3,6 +3,7 @@ import CredentialStore
 import Crypto
 import Foundation
 import ICAO
+import KeyStores
 import Logging
 import MDoc
 import MDocHolderDoor
@@ -11,6 +12,7 @@ import Passkeys
 import TesseraCore
 import TesseraTestSupport
 import Testing
+import X509Support
 
 let quietLogger = SpareTokenPasskeys.quietLogger
 
@@ -26,7 +28,7 @@ struct HolderHarness {
     static func make() async throws -> HolderHarness {
         let spare = try await SpareTokenPasskeys.make(scratch: "mdoc-holder", login: true)
         let passkeys = spare.service, token = spare.token, db = spare.database
-        let reader = try TestPKI.generateChain(
+        let reader = try TestCA.generateChain(
             rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
             signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)
         let service = MDocHolderService(

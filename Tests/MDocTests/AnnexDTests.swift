@@ -5,6 +5,7 @@ import ICAO
 import MDoc
 import TesseraCore
 import Testing
+import X509Support
 
 /// ISO/IEC 18013-5 Annex D, byte for byte (vectors and their source in AnnexDVectors.swift).
 @Suite struct AnnexDTests {

@@ -5,6 +5,7 @@ import Foundation
 import MDoc
 import TesseraCore
 import Testing
+import X509Support
 
 @testable import ICAO
 
@@ -15,7 +16,7 @@ import Testing
     typealias Reader = (root: TestCertificate, signer: TestCertificate)
 
     static func reader() throws -> Reader {
-        try TestPKI.generateChain(
+        try TestCA.generateChain(
             rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
             signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)
     }
@@ -84,7 +85,7 @@ import Testing
         let root = reader.root.certificate
         let rootSKI = try #require(root.subjectKeyIdentifier)
         // Same root name (Tessera Test / Reader Root), another key; the leaf's AKI copied from the real root.
-        let forged = try TestPKI.generateChain(
+        let forged = try TestCA.generateChain(
             rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
             signerExtendedKeyUsage: MDocIssuer.readerAuthEKU, signerAuthorityKeyIdentifier: rootSKI)
         #expect(forged.signer.certificate.authorityKeyIdentifier == rootSKI)
@@ -101,29 +102,29 @@ import Testing
     /// RFC 5280 policy, so an intermediate that is not a CA (basicConstraints), or one under a root whose path
     /// length is 0, does not make a chain.
     @Test func aChainThroughAnIntermediateCAIsValidatedToTheRoot() async throws {
-        func name(_ cn: String) -> [UInt8] { TestPKI.name(country: "UT", organization: "Tessera Test", commonName: cn) }
+        func name(_ cn: String) -> [UInt8] { TestCA.name(country: "UT", organization: "Tessera Test", commonName: cn) }
         func ca(pathLength: Int?) -> [UInt8] {
-            TestPKI.extensionDER(
+            TestCA.extensionDER(
                 "2.5.29.19", critical: true,
                 ASN1.seq([ASN1.node(ASN1.boolean, [0xFF])] + (pathLength.map { [ASN1.int($0)] } ?? [])))
         }
-        let keyUsage = TestPKI.extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x01, 0x06]))
+        let keyUsage = TestCA.extensionDER("2.5.29.15", critical: true, ASN1.node(ASN1.bitString, [0x01, 0x06]))
         func certificate(
             _ cn: String, issuer: TestCertificate?, extensions: (_ ski: [UInt8]) -> [[UInt8]]
         ) throws -> TestCertificate {
             let key = try Signatures.generateKey(.ec(curve: "prime256v1"))
-            let ski = try TestPKI.keyIdentifier(key.publicKeyDER)
-            var all = extensions(ski) + [TestPKI.extensionDER("2.5.29.14", critical: false, ASN1.octets(ski))]
+            let ski = try TestCA.keyIdentifier(key.publicKeyDER)
+            var all = extensions(ski) + [TestCA.extensionDER("2.5.29.14", critical: false, ASN1.octets(ski))]
             if let issuer, let aki = issuer.certificate.subjectKeyIdentifier {
-                all.append(TestPKI.extensionDER("2.5.29.35", critical: false, ASN1.seq([ASN1.node(0x80, aki)])))
+                all.append(TestCA.extensionDER("2.5.29.35", critical: false, ASN1.seq([ASN1.node(0x80, aki)])))
             }
-            let made = try TestPKI.issue(
+            let made = try TestCA.issue(
                 subject: name(cn), issuer: issuer?.certificate.subject ?? name(cn), publicKey: key.publicKeyDER,
                 signerKey: issuer?.privateKeyDER ?? key.privateKeyDER, scheme: .ecdsa(.sha256),
                 notBefore: Date(timeIntervalSinceNow: -60), days: 30, extensions: all)
             return TestCertificate(certificate: made, privateKeyDER: key.privateKeyDER, algorithm: .p256)
         }
-        let eku = TestPKI.extensionDER("2.5.29.37", critical: true, ASN1.seq([ASN1.oid(MDocIssuer.readerAuthEKU)]))
+        let eku = TestCA.extensionDER("2.5.29.37", critical: true, ASN1.seq([ASN1.oid(MDocIssuer.readerAuthEKU)]))
         let transcript = try IssuanceTests.transcript()
         for (rootPathLength, intermediateIsCA, trusted) in [(nil, true, true), (nil, false, false), (0, true, false)] {
             let root = try certificate("Reader Root", issuer: nil) { _ in [ca(pathLength: rootPathLength), keyUsage] }
@@ -152,7 +153,7 @@ import Testing
     @Test func aReaderCertificateWithoutTheReaderAuthenticationEKUIsRefused() async throws {
         let transcript = try IssuanceTests.transcript()
         let documentSigner = try MDocIssuer.testIACA()  // a valid chain, but its leaf's EKU is the DS one
-        let plain = try TestPKI.generateChain(rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader")
+        let plain = try TestCA.generateChain(rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader")
         let readers: [Reader] = [(documentSigner.iaca, documentSigner.documentSigner), (plain.root, plain.signer)]
         for reader in readers {
             let rootSKI = try #require(reader.root.certificate.subjectKeyIdentifier)

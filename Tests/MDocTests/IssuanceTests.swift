@@ -5,6 +5,7 @@ import ICAO
 import MDoc
 import TesseraCore
 import Testing
+import X509Support
 
 /// Tessera as issuer and holder against Tessera as reader: deviceSignature, validity, trust, handover.
 @Suite struct IssuanceTests {
@@ -181,7 +182,7 @@ import Testing
     }
 
     @Test func readerAuthIsSignedOverTheTranscript() throws {
-        let reader = try TestPKI.generateChain(
+        let reader = try TestCA.generateChain(
             rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
             signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)
         let transcript = try Self.transcript()
@@ -245,7 +246,7 @@ import Testing
 
 @Suite struct ReaderAuthKeyTests {
     @Test func theKeyMustMatchTheLeafCertificate() throws {
-        let reader = try TestPKI.generateChain(
+        let reader = try TestCA.generateChain(
             rootCommonName: "Reader Root", signerCommonName: "Kiosk Reader",
             signerExtendedKeyUsage: MDocIssuer.readerAuthEKU)
         let key = try ReaderAuthKey(

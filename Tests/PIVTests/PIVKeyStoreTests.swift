@@ -2,6 +2,7 @@ import APDU
 import Crypto
 import Emulation
 import Foundation
+import KeyStores
 import PCSC
 import PIV
 import PIVKeyStore

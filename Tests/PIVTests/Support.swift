@@ -3,6 +3,7 @@ import CredentialStore
 import Crypto
 import Emulation
 import Foundation
+import KeyStores
 import Logging
 import PCSC
 import PIV

@@ -1,6 +1,7 @@
 import Foundation
 import Pinentry
 import TesseraCore
+import TesseraRuntime
 import TesseraTestSupport
 import Testing
 

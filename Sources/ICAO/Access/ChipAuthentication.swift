@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import TesseraCore
+import X509Support
 
 /// A Chip Authentication v1 protocol OID (TR-03110 Part 3 §A.1.1.2, Doc 9303 Part 11 §9.2.6):
 /// id-CA-{DH,ECDH}-{3DES-CBC-CBC, AES-CBC-CMAC-128/192/256}.
@@ -34,7 +35,7 @@ public struct ChipAuthenticationAlgorithm: Sendable, Hashable, CustomStringConve
     }
 
     /// The OID's DER content bytes (tag 80 of MSE:Set AT).
-    public var oidBytes: [UInt8] { encodeOIDContent(oid) }
+    public var oidBytes: [UInt8] { ASN1.encodeOIDContent(oid) }
 
     public var description: String { "CA-\(keyAgreement.rawValue)-\(cipher.rawValue)" }
 }

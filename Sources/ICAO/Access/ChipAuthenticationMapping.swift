@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import TesseraCore
+import X509Support
 
 /// What PACE with chip authentication mapping (PACE-CAM) left to check once the chip's static key is known:
 /// the chip's mapping public key PK_Map,IC and the decrypted chip authentication data CA_IC.

@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import TesseraCore
+import X509Support
 
 /// PACE mapping (TR-03110 Part 3 §A.1.1.1).
 public enum PACEMapping: String, Sendable, Hashable {
@@ -55,25 +56,9 @@ public struct PACEAlgorithm: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The OID's DER content bytes (the value of tag 80 in MSE:Set AT and of tag 06 in tokens).
-    public var oidBytes: [UInt8] { encodeOIDContent(oid) }
+    public var oidBytes: [UInt8] { ASN1.encodeOIDContent(oid) }
 
     public var description: String { "PACE-\(keyAgreement.rawValue)-\(mapping.rawValue)-\(cipher.rawValue)" }
-}
-
-/// DER content bytes of a dotted OID.
-func encodeOIDContent(_ dotted: String) -> [UInt8] {
-    let arcs = dotted.split(separator: ".").compactMap { UInt64($0) }
-    guard arcs.count >= 2 else { return [] }
-    var out: [UInt8] = []
-    func base128(_ v: UInt64) {
-        var chunks: [UInt8] = [UInt8(v & 0x7F)]
-        var x = v >> 7
-        while x > 0 { chunks.insert(UInt8(x & 0x7F) | 0x80, at: 0); x >>= 7 }
-        out += chunks
-    }
-    base128(arcs[0] * 40 + arcs[1])
-    for a in arcs.dropFirst(2) { base128(a) }
-    return out
 }
 
 /// PACE domain parameters: an elliptic curve or a DH group, with the operations generic mapping needs.

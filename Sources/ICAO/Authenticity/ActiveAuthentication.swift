@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import TesseraCore
+import X509Support
 
 /// The outcome of active authentication.
 public struct ActiveAuthenticationResult: Sendable, Equatable {

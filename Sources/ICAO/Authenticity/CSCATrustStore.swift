@@ -1,6 +1,7 @@
 import APDU
 import Foundation
 import TesseraCore
+import X509Support
 
 /// Country signing CA certificates that anchor passive authentication.
 ///

@@ -2,6 +2,7 @@ import APDU
 import CryptoPrimitives
 import Foundation
 import TesseraCore
+import X509Support
 
 /// An X.509 CRL (RFC 5280 §5) as published by a CSCA for its document signers (Doc 9303 Part 12 §7).
 public struct CertificateRevocationList: Sendable, Equatable {

@@ -2,6 +2,7 @@ import CryptoPrimitives
 import Foundation
 import MRZ
 import TesseraCore
+import X509Support
 
 /// The outcome of passive authentication, each check reported on its own.
 public struct PassiveAuthenticationResult: Sendable, Equatable {

@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import TesseraCore
+import X509Support
 
 /// A CMS SignedData (RFC 5652 §5) as used by EF.SOD and CSCA master lists.
 public struct CMSSignedData: Sendable {

@@ -1,6 +1,7 @@
 import APDU
 import CryptoPrimitives
 import TesseraCore
+import X509Support
 
 /// Builds LDS 1 files for emulated chips and tests (the inverse of the LDS parsers).
 public enum LDSBuilder {

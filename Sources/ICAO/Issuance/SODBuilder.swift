@@ -2,6 +2,7 @@ import APDU
 import CryptoPrimitives
 import Foundation
 import TesseraCore
+import X509Support
 
 /// A document signer: its certificate and private key (DER), and the signature scheme to use.
 public struct DocumentSignerKey: Sendable {

@@ -2,6 +2,7 @@ import APDU
 import CryptoPrimitives
 import MRZ
 import TesseraCore
+import X509Support
 
 /// EF.COM (Doc 9303 Part 10 §4.6.1): LDS and Unicode versions and the tags of the present data groups.
 public struct EFCOM: Sendable, Equatable {
@@ -362,10 +363,7 @@ enum LDSParsing {
     }
 
     /// UTF-8 text, or Latin-1 when the bytes are not valid UTF-8.
-    static func text(_ bytes: [UInt8]) -> String {
-        if let s = String(validating: bytes, as: UTF8.self) { return s }
-        return String(String.UnicodeScalarView(bytes.map { Unicode.Scalar($0) }))
-    }
+    static func text(_ bytes: [UInt8]) -> String { ASN1.text(bytes) }
 
     /// A date stored as ASCII digits or BCD, returned as digits.
     static func date(_ bytes: [UInt8]) -> String {

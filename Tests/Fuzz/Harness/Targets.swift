@@ -13,6 +13,7 @@ import NIOEmbedded
 import PN532Emulator
 import SSHAgent
 import TesseraCore
+import X509Support
 
 @testable import RPC
 @testable import VPCD

@@ -1,5 +1,6 @@
 import Foundation
 import TesseraCore
+import TesseraRuntime
 import Testing
 
 #if canImport(Glibc)

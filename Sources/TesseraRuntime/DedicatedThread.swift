@@ -1,4 +1,5 @@
 import Foundation
+import TesseraCore
 
 /// The one way to run blocking work (a C call that may wait: PKCS#11, PC/SC, libnfc; a helper program; file
 /// loading) from async code: on an OS thread of its own, never on Swift's cooperative pool or a NIO event loop.

@@ -1,4 +1,4 @@
-import TesseraCore
+import TesseraRuntime
 import Testing
 
 @Suite struct FailpointTests {

@@ -1,4 +1,5 @@
 import Foundation
+import TesseraCore
 
 #if canImport(Glibc)
     import Glibc

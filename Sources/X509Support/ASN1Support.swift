@@ -2,15 +2,18 @@ import APDU
 import Foundation
 import TesseraCore
 
-/// Small DER helpers shared by the LDS, SOD and issuance code.
-enum ASN1 {
+/// Small DER helpers shared by certificates, the LDS, SOD and issuance code.
+package enum ASN1 {
     // Universal tags.
-    static let boolean: UInt32 = 0x01, integer: UInt32 = 0x02, bitString: UInt32 = 0x03, octetString: UInt32 = 0x04
-    static let null: UInt32 = 0x05, oid: UInt32 = 0x06, utf8String: UInt32 = 0x0C, printableString: UInt32 = 0x13
-    static let utcTime: UInt32 = 0x17, generalizedTime: UInt32 = 0x18, sequence: UInt32 = 0x30, set: UInt32 = 0x31
+    package static let boolean: UInt32 = 0x01, integer: UInt32 = 0x02, bitString: UInt32 = 0x03,
+        octetString: UInt32 = 0x04
+    package static let null: UInt32 = 0x05, oid: UInt32 = 0x06, utf8String: UInt32 = 0x0C,
+        printableString: UInt32 = 0x13
+    package static let utcTime: UInt32 = 0x17, generalizedTime: UInt32 = 0x18, sequence: UInt32 = 0x30,
+        set: UInt32 = 0x31
 
     /// Decodes an OBJECT IDENTIFIER value into dotted form.
-    static func decodeOID(_ value: [UInt8]) throws(TesseraError) -> String {
+    package static func decodeOID(_ value: [UInt8]) throws(TesseraError) -> String {
         guard !value.isEmpty, value.count <= 64, value.last! & 0x80 == 0 else {
             throw TesseraError(.malformedData, "bad OBJECT IDENTIFIER")
         }
@@ -26,25 +29,41 @@ enum ASN1 {
         return (head + arcs.dropFirst()).map(String.init).joined(separator: ".")
     }
 
-    static func encodeOIDValue(_ dotted: String) -> [UInt8] {
+    /// DER content bytes of a dotted OID.
+    package static func encodeOIDContent(_ dotted: String) -> [UInt8] {
+        let arcs = dotted.split(separator: ".").compactMap { UInt64($0) }
+        guard arcs.count >= 2 else { return [] }
+        var out: [UInt8] = []
+        func base128(_ v: UInt64) {
+            var chunks: [UInt8] = [UInt8(v & 0x7F)]
+            var x = v >> 7
+            while x > 0 { chunks.insert(UInt8(x & 0x7F) | 0x80, at: 0); x >>= 7 }
+            out += chunks
+        }
+        base128(arcs[0] * 40 + arcs[1])
+        for a in arcs.dropFirst(2) { base128(a) }
+        return out
+    }
+
+    package static func encodeOIDValue(_ dotted: String) -> [UInt8] {
         let value = encodeOIDContent(dotted)
         precondition(!value.isEmpty, "bad OID literal \(dotted)")
         return value
     }
 
-    static func expect(_ tlv: TLV, _ tag: UInt32, _ what: String) throws(TesseraError) {
+    package static func expect(_ tlv: TLV, _ tag: UInt32, _ what: String) throws(TesseraError) {
         guard tlv.tag == tag else {
             throw TesseraError(.malformedData, "\(what): expected tag \(TLV.tagHex(tag)), found \(TLV.tagHex(tlv.tag))")
         }
     }
 
-    static func oidValue(_ tlv: TLV) throws(TesseraError) -> String {
+    package static func oidValue(_ tlv: TLV) throws(TesseraError) -> String {
         try expect(tlv, oid, "OBJECT IDENTIFIER")
         return try decodeOID(tlv.value)
     }
 
     /// A small non-negative INTEGER.
-    static func smallInt(_ tlv: TLV) throws(TesseraError) -> Int {
+    package static func smallInt(_ tlv: TLV) throws(TesseraError) -> Int {
         try expect(tlv, integer, "INTEGER")
         guard !tlv.value.isEmpty, tlv.value.count <= 4, tlv.value[0] & 0x80 == 0 else {
             throw TesseraError(.malformedData, "INTEGER out of range")
@@ -53,7 +72,7 @@ enum ASN1 {
     }
 
     /// UTCTime or GeneralizedTime (Z form) to a Date.
-    static func time(_ tlv: TLV) throws(TesseraError) -> Date {
+    package static func time(_ tlv: TLV) throws(TesseraError) -> Date {
         let text = String(decoding: tlv.value, as: UTF8.self)
         var digits = text
         guard digits.hasSuffix("Z") else { throw TesseraError(.malformedData, "time without Z") }
@@ -84,17 +103,23 @@ enum ASN1 {
         return c.date
     }
 
+    /// UTF-8 text, or Latin-1 when the bytes are not valid UTF-8.
+    package static func text(_ bytes: [UInt8]) -> String {
+        if let s = String(validating: bytes, as: UTF8.self) { return s }
+        return String(String.UnicodeScalarView(bytes.map { Unicode.Scalar($0) }))
+    }
+
     // MARK: Building
 
-    static func node(_ tag: UInt32, _ content: [UInt8]) -> [UInt8] { TLV.encode(tag: tag, value: content) }
-    static func seq(_ parts: [[UInt8]]) -> [UInt8] { node(sequence, parts.flatMap { $0 }) }
+    package static func node(_ tag: UInt32, _ content: [UInt8]) -> [UInt8] { TLV.encode(tag: tag, value: content) }
+    package static func seq(_ parts: [[UInt8]]) -> [UInt8] { node(sequence, parts.flatMap { $0 }) }
     /// A DER SET OF: elements sorted by their encodings.
-    static func setOf(_ parts: [[UInt8]]) -> [UInt8] {
+    package static func setOf(_ parts: [[UInt8]]) -> [UInt8] {
         node(set, parts.sorted { $0.lexicographicallyPrecedes($1) }.flatMap { $0 })
     }
-    static func oid(_ dotted: String) -> [UInt8] { node(oid, encodeOIDValue(dotted)) }
-    static func octets(_ bytes: [UInt8]) -> [UInt8] { node(octetString, bytes) }
-    static func int(_ v: Int) -> [UInt8] {
+    package static func oid(_ dotted: String) -> [UInt8] { node(oid, encodeOIDValue(dotted)) }
+    package static func octets(_ bytes: [UInt8]) -> [UInt8] { node(octetString, bytes) }
+    package static func int(_ v: Int) -> [UInt8] {
         var bytes = [UInt8]()
         var x = v
         repeat { bytes.insert(UInt8(x & 0xFF), at: 0); x >>= 8 } while x > 0
@@ -102,13 +127,13 @@ enum ASN1 {
         return node(integer, bytes)
     }
     /// An INTEGER from unsigned big-endian magnitude bytes.
-    static func unsignedInt(_ magnitude: [UInt8]) -> [UInt8] {
+    package static func unsignedInt(_ magnitude: [UInt8]) -> [UInt8] {
         var v = Array(magnitude.drop(while: { $0 == 0 }))
         if v.isEmpty || v[0] & 0x80 != 0 { v.insert(0, at: 0) }
         return node(integer, v)
     }
-    static func explicit(_ n: UInt32, _ content: [UInt8]) -> [UInt8] { node(0xA0 | n, content) }
-    static func x509Time(_ date: Date) -> [UInt8] {
+    package static func explicit(_ n: UInt32, _ content: [UInt8]) -> [UInt8] { node(0xA0 | n, content) }
+    package static func x509Time(_ date: Date) -> [UInt8] {
         let c = CivilTime(date)
         var body = [UInt8]()
         for v in [c.month, c.day, c.hour, c.minute, c.second] { CivilTime.appendDigits(v, width: 2, to: &body) }

@@ -1,4 +1,3 @@
-import PKCS11
 import TesseraCore
 
 /// What the passkey service needs from a hardware key store (PKCS#11 token, PIV card, ...).
@@ -112,4 +111,9 @@ extension KeyStoreToken {
 public protocol KeyStore: Sendable {
     /// Tokens present now.
     func tokens() async -> [any KeyStoreToken]
+}
+
+/// The hash of an RSA PKCS#1 v1.5 signature.
+public enum RSASignatureHash: Sendable {
+    case sha1, sha256, sha512
 }

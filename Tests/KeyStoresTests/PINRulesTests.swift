@@ -2,7 +2,7 @@ import Logging
 import TesseraCore
 import Testing
 
-@testable import Passkeys
+@testable import KeyStores
 
 @Suite("PIN back-off policy")
 struct PINBackoffPolicyTests {

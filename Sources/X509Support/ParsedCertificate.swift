@@ -3,7 +3,8 @@ import CryptoPrimitives
 import Foundation
 import TesseraCore
 
-/// The fields of an X.509 certificate that ICAO PKI checks need (CSCA, document signer, master list signer).
+/// The fields of an X.509 certificate that the PKI checks of documents and mdoc need (CSCA, document signer,
+/// master list signer, IACA, reader).
 /// Parsed with the bounds-checked TLV reader; signature checks go through OpenSSL so brainpool and
 /// explicit-parameter keys work.
 public struct ParsedCertificate: Sendable, Equatable, Hashable {
@@ -156,7 +157,7 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
     /// PEM text.
     public var pem: String { PEM.encode(der, label: "CERTIFICATE") }
 
-    static func attributes(_ name: [UInt8]) -> [(String, String)] {
+    package static func attributes(_ name: [UInt8]) -> [(String, String)] {
         guard let seq = try? TLV.parse(name), let rdns = try? seq.children() else { return [] }
         var out = [(String, String)]()
         let short = [
@@ -168,18 +169,18 @@ public struct ParsedCertificate: Sendable, Equatable, Hashable {
                 guard let parts = try? atv.children(), parts.count == 2, let oid = try? ASN1.oidValue(parts[0]) else {
                     continue
                 }
-                out.append((short[oid] ?? oid, LDSParsing.text(parts[1].value)))
+                out.append((short[oid] ?? oid, ASN1.text(parts[1].value)))
             }
         }
         return out
     }
 
-    static func describe(name: [UInt8]) -> String {
+    package static func describe(name: [UInt8]) -> String {
         attributes(name).map { "\($0.0)=\($0.1)" }.joined(separator: ", ")
     }
 
     /// Name equality: identical DER, or the same attributes compared case-insensitively.
-    static func sameName(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    package static func sameName(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         if a == b { return true }
         let x = attributes(a).map { "\($0.0)=\($0.1.lowercased())" }.sorted()
         let y = attributes(b).map { "\($0.0)=\($0.1.lowercased())" }.sorted()
