@@ -34,7 +34,7 @@ struct Tessera: AsyncParsableCommand {
             """,
         subcommands: [
             Status.self, Tokens.self, Enroll.self, Authenticate.self, Credentials.self, MRZCommand.self,
-            Passport.self, Trust.self, EnrollStation.self, SSH.self, Lab.self, Call.self, MDocCommand.self,
+            Passport.self, Trust.self, EnrollStation.self, Kiosk.self, SSH.self, Lab.self, Call.self, MDocCommand.self,
             StepUpCommand.self, RecoverCommand.self, CTAPCommand.self,
         ])
 }

@@ -1,0 +1,355 @@
+"""The kiosk station's screen (docs/KIOSK.md) in a real browser: Debian's Chromium driven by Selenium (headless, a fake
+camera playing a photo converted to Y4M), `tessera kiosk` bridging it to the real tesserad with a SoftHSM2 token, a
+private pcscd whose vpcd reader holds the emulated passport, and the file-drop OTP notifier. The passkey is checked
+with py_webauthn and python-fido2 (verify.py), the camera's capture with Pillow against the photo it played.
+
+Test photos: the public-domain photos of the face_recognition 1.3.0 source distribution (tests/test_images), fetched
+once with pip into ~/.cache/tessera-test-photos."""
+from __future__ import annotations
+
+import base64
+import http.client
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+from PIL import Image, ImageStat
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tessera_harness import BIN, stop_process
+from test_enrollment import CONFIRM, MRZ, NFC, PASSKEY, PHONE, PIN, RP, TERMS, Lab, Station, check_credential
+
+PHOTOS = pathlib.Path(os.environ.get("TESSERA_TEST_PHOTOS", pathlib.Path.home() / ".cache" / "tessera-test-photos"))
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+# A client step whose input names `images`: the station draws the camera for it (as for FACE_MATCHING) and the
+# daemon keeps the payload as it is.
+SELFIE = {"key": "SELFIE", "client": True, "prompt": "Take a photo of your face",
+          "input": {"type": "object", "required": ["images"],
+                    "properties": {"images": {"type": "array", "items": {"type": "object"}}}}}
+WORKFLOWS = {
+    "kiosk-full": {"remote": True, "expected": {"surname": "ERIKSSON", "givenNames": "ANNA MARIA"},
+                   "steps": ["PHONE_INFO", "PHONE_OTP", "NFC_MRZ", NFC, "ATTRIBUTE_MATCHING", SELFIE, TERMS, PASSKEY]},
+    "kiosk-chip": {"remote": True, "steps": ["NFC_MRZ", NFC, CONFIRM]},
+}
+
+
+# --- components ---------------------------------------------------------------------------------------------------
+
+def photo(name: str) -> pathlib.Path:
+    """A photo from face_recognition 1.3.0's sdist (pip download on first use; failing loudly without it)."""
+    target = PHOTOS / name
+    if target.exists():
+        return target
+    PHOTOS.mkdir(parents=True, exist_ok=True)
+    sdist = PHOTOS / "face_recognition-1.3.0.tar.gz"
+    if not sdist.exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "face_recognition==1.3.0",
+                        "--no-deps", "--no-binary", ":all:", "-d", str(PHOTOS)], check=True, capture_output=True,
+                       timeout=300)
+    with tarfile.open(sdist) as tar:
+        member = tar.getmember(f"face_recognition-1.3.0/tests/test_images/{name}")
+        target.write_bytes(tar.extractfile(member).read())
+    return target
+
+
+def write_y4m(photo: pathlib.Path, out: pathlib.Path, size=(640, 480)) -> Image.Image:
+    """The photo, fitted into `size`, as a one-frame YUV4MPEG2 (4:2:0) file: Chromium's fake camera plays it."""
+    img = Image.open(photo).convert("RGB")
+    img.thumbnail(size)
+    frame = Image.new("RGB", size, (128, 128, 128))
+    frame.paste(img, ((size[0] - img.width) // 2, (size[1] - img.height) // 2))
+    y, cb, cr = frame.convert("YCbCr").split()
+    half = (size[0] // 2, size[1] // 2)
+    out.write_bytes(f"YUV4MPEG2 W{size[0]} H{size[1]} F30:1 Ip A1:1 C420jpeg\n".encode() + b"FRAME\n" + y.tobytes()
+                    + cb.resize(half).tobytes() + cr.resize(half).tobytes())
+    return frame
+
+
+class Kiosk:
+    """`tessera kiosk` on a free loopback port for one workflow of a station."""
+
+    def __init__(self, station: Station, workflow: str, idle: int = 60):
+        self.log = station.root / f"kiosk-{workflow}.log"
+        self.logf = open(self.log, "ab")
+        self.proc = subprocess.Popen([str(BIN / "tessera"), "--socket", station.daemon.socket, "kiosk", "--listen",
+                                      "127.0.0.1:0", "--workflow", workflow, "--idle-timeout", str(idle)],
+                                     stdout=subprocess.PIPE, stderr=self.logf, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("kiosk: serving http://127.0.0.1:"), (line, self.log.read_text())
+        self.url = line.split()[2]
+        self.port = int(self.url.rstrip("/").rsplit(":", 1)[1])
+
+    def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"content-type": "application/json", **(headers or {})})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self.logf.close()
+
+
+class Browser:
+    """Headless Chromium (as root: --no-sandbox) with a fake camera playing `camera` (Y4M)."""
+
+    def __init__(self, camera: pathlib.Path):
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = CHROMIUM
+        for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1200",
+                  "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                  f"--use-file-for-fake-video-capture={camera}"]:
+            opts.add_argument(a)
+        self.d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+    def screen(self, step: str, timeout: float = 30):
+        """The screen root with data-step `step`, once it shows."""
+        try:
+            return WebDriverWait(self.d, timeout, poll_frequency=0.05).until(
+                lambda d: d.find_element(By.CSS_SELECTOR, f'main > section[data-step="{step}"]'))
+        except TimeoutException:
+            raise AssertionError(f"no screen {step} in {timeout} s; page: {self.text()}") from None
+
+    def find(self, css: str, timeout: float = 15):
+        try:
+            return WebDriverWait(self.d, timeout, poll_frequency=0.05).until(
+                lambda d: d.find_element(By.CSS_SELECTOR, css))
+        except TimeoutException:
+            raise AssertionError(f"no {css} in {timeout} s; page: {self.text()}") from None
+
+    def click(self, action: str = "continue", timeout: float = 15) -> None:
+        """Clicks the screen's button `data-action=action` once it is enabled."""
+        css = f'main > section [data-action="{action}"]'
+        try:
+            button = WebDriverWait(self.d, timeout, poll_frequency=0.05).until(
+                lambda d: (b := d.find_element(By.CSS_SELECTOR, css)).is_enabled() and b)
+        except TimeoutException:
+            raise AssertionError(f"no enabled {css}; page: {self.text()}") from None
+        button.click()
+
+    def type(self, name: str, text: str) -> None:
+        self.find(f'main [name="{name}"]').send_keys(text)
+
+    def text(self) -> str:
+        try:
+            return self.d.find_element(By.TAG_NAME, "main").get_attribute("outerHTML")[:3000]
+        except Exception as e:  # noqa: BLE001 - only for failure messages
+            return f"<unreadable: {e}>"
+
+    def quit(self) -> None:
+        self.d.quit()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    lab = Lab(tmp_path_factory.mktemp("kiosk"))
+    yield lab
+    lab.stop()
+
+
+@pytest.fixture
+def station(lab, tmp_path):
+    s = Station(lab, tmp_path / "station", workflows=WORKFLOWS).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def camera(tmp_path):
+    y4m = tmp_path / "camera.y4m"
+    frame = write_y4m(photo("obama.jpg"), y4m)
+    return y4m, frame
+
+
+@pytest.fixture
+def running(station, camera):
+    """Starts kiosks and browsers; stops them after the test."""
+    made: list = []
+
+    def start(workflow: str, idle: int = 60) -> tuple[Kiosk, Browser]:
+        k = Kiosk(station, workflow, idle)
+        made.append(k)
+        b = Browser(camera[0])
+        made.append(b)
+        b.d.get(k.url)
+        b.screen("start")
+        return k, b
+    yield start
+    for x in reversed(made):
+        x.quit() if isinstance(x, Browser) else x.stop()
+
+
+def status(station: Station) -> dict:
+    return station.client().call("enrollment.status")
+
+
+def enter_mrz(b: Browser, mrz: str = MRZ) -> None:
+    b.screen("NFC_MRZ")
+    area = b.find('main textarea[name="mrz"]')
+    # The document number's check digit typed wrong: named as soon as the lines are complete, Continue stays off.
+    wrong = mrz.replace("L898902C36", "L898902C35")
+    area.send_keys(wrong[:20])
+    assert "of 88 characters" in b.find('[data-check="incomplete"]').text
+    area.send_keys(wrong[20:])
+    check = b.find('[data-check="invalid"]')
+    assert "check digit" in check.text, check.text
+    assert not b.find('[data-action="continue"]').is_enabled()
+    area.clear()
+    area.send_keys(mrz)
+    b.find('[data-check="valid"]')
+    b.click()
+
+
+# --- tests --------------------------------------------------------------------------------------------------------
+
+def test_full_flow_enrolls_a_passkey(station, running, camera):
+    """Phone and code, MRZ checked as typed, the chip read with progress, the camera, consent, the token PIN: the
+    passkey verifies independently; the capture is the fake camera's photo; the log holds no personal data."""
+    listener = station.session()
+    kiosk, b = running("kiosk-full")
+    b.click()
+    b.screen("PHONE_INFO")
+    b.type("phone", PHONE)
+    b.click()
+    b.screen("PHONE_OTP")
+    eid = status(station)["enrollmentId"]
+    code = station.otp(eid)["code"]
+    wrong = f"{(int(code) + 1) % 1000000:06d}"
+    b.type("otp", wrong)
+    b.click()
+    err = b.find('[data-answer-error][data-error-code="OTP_INVALID"]')
+    assert "2 attempts left" in err.text
+    field = b.find('main [name="otp"]')
+    field.clear()
+    field.send_keys(code)
+    b.click()
+    enter_mrz(b)
+    b.screen("NFC_PHASE")
+    assert b.find('[data-progress="waitingForCard"]')
+    # Every data group the page shows a bar for, and when it shows it complete, recorded as the page changes.
+    b.d.execute_script("""
+        window.seen = [];
+        new MutationObserver(() => document.querySelectorAll('li[data-file]').forEach((li) => {
+          const k = li.dataset.file + ':' + li.dataset.done;
+          if (!window.seen.includes(k)) window.seen.push(k);
+        })).observe(document.body, {subtree: true, childList: true, attributes: true});""")
+    with station.chip():
+        placed = time.monotonic()
+        b.find('[data-progress="reading"]')
+        selfie = b.screen("SELFIE", timeout=60)
+        files = b.d.execute_script("return window.seen")
+        assert "DG1:true" in files and "DG2:true" in files and files.index("DG1:true") < files.index("DG2:true"), files
+        assert selfie.get_attribute("data-kind") == "camera"
+        b.find('video[data-camera]')
+        b.click(timeout=30)
+        b.screen("TERMS_ACCEPTANCE")
+        b.find('main input[name="accepted"]').click()
+        b.click()
+        b.screen("PASSKEY_CREATION")
+        b.type("pin", PIN)
+        b.click()
+        done = b.screen("done", timeout=60)
+        enrolled = time.monotonic()
+    print(f"\nkiosk: document placed → enrolled in {enrolled - placed:.2f} s (data groups seen: {files})")
+    assert "ANNA MARIA ERIKSSON" in done.text
+    finished = listener.expect("enrollment.finished")
+    assert finished["outcome"] == "success", finished
+    check_credential(listener, finished["credential"], None)
+    assert finished["credential"]["rpId"] == RP
+
+    # The capture shown is the frame the fake camera played (Pillow, independent of the page's code).
+    src = b.find('figure[data-image="capture"] img').get_attribute("src")
+    assert src.startswith("data:image/jpeg;base64,")
+    shot = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGB")
+    assert shot.size == camera[1].size
+    diff = [abs(a - b_) for a, b_ in zip(ImageStat.Stat(shot).mean, ImageStat.Stat(camera[1]).mean)]
+    assert max(diff) < 8, diff
+
+    b.click()
+    b.screen("start")
+    assert "ERIKSSON" not in b.text()
+    log = kiosk.log.read_text()
+    for secret in ["ERIKSSON", "L898902C3", "7408122", PHONE.split()[-1], code, "+49"]:
+        assert secret not in log, secret
+    assert "enrollment finished: success" in log
+
+
+def test_card_pulled_mid_read_offers_retry(station, running):
+    kiosk, b = running("kiosk-chip")
+    with station.chip(True, "--remove-after-apdus", "40") as chip:
+        b.click()
+        enter_mrz(b)
+        err = b.screen("error", timeout=60)
+        assert b.find('[data-error-code="CARD_REMOVED"]')
+        assert "reader" in err.text
+        chip.wait_card(True)
+        b.click("retry")
+        b.screen("CONFIRM", timeout=60)
+    b.find('main input[name="ok"]').click()
+    b.click()
+    done = b.screen("done")
+    assert "ANNA MARIA ERIKSSON" in done.text
+    assert "CARD_REMOVED" in kiosk.log.read_text()
+
+
+def test_idle_timeout_cancels_and_wipes_the_page(station, running):
+    kiosk, b = running("kiosk-chip", idle=3)
+    b.click()
+    b.screen("NFC_MRZ")
+    b.type("mrz", MRZ[:50])
+    eid = status(station)["enrollmentId"]
+    start = b.screen("start", timeout=20)
+    assert start.find_element(By.CSS_SELECTOR, "[data-notice]").text
+    page = b.d.page_source
+    assert "ERIKSSON" not in page and "textarea" not in page
+    s = status(station)
+    assert s["active"] is False and s["lastOutcome"]["outcome"] == "cancelled", s
+    assert s["lastOutcome"].get("enrollmentId", eid) == eid
+
+    # The result screen is wiped as well.
+    with station.chip():
+        b.click()
+        enter_mrz(b)
+        b.screen("CONFIRM", timeout=60)
+        b.find('main input[name="ok"]').click()
+        b.click()
+        assert "ERIKSSON" in b.screen("done").text
+    b.screen("start", timeout=20)
+    assert "ERIKSSON" not in b.d.page_source
+
+
+def test_the_bridge_refuses_what_the_station_does_not_do(station, running):
+    kiosk, b = running("kiosk-chip")
+    # No daemon method by name, no step the daemon does not ask for, no retry without a failure.
+    code, body = kiosk.request("POST", "/api/action", {"action": "call", "method": "credentials.list"})
+    assert code == 400 and json.loads(body)["error"]["code"] == "INVALID_INPUT"
+    code, body = kiosk.request("POST", "/api/action", {"action": "submit", "step": "CONFIRM", "payload": {"ok": True}})
+    assert json.loads(body)["error"]["code"] == "STEP_NOT_EXPECTED"
+    code, body = kiosk.request("POST", "/api/action", {"action": "retry"})
+    assert json.loads(body)["error"]["code"] == "NOT_RETRYABLE"
+    # Another origin (a web page elsewhere) or another host name (DNS rebinding) is refused.
+    code, _ = kiosk.request("POST", "/api/action", {"action": "start"}, {"origin": "http://evil.example"})
+    assert code == 403
+    code, _ = kiosk.request("GET", "/", headers={"host": f"evil.example:{kiosk.port}"})
+    assert code == 403
+    assert status(station)["active"] is False
+    # An activation token is checked by the daemon (this one is not signed): the page shows the error.
+    b.type("activationToken", "eyJhbGciOiJFUzI1NiJ9.e30.AAAA")
+    b.click()
+    b.screen("error")
+    assert b.find("[data-error-code]").get_attribute("data-error-code").startswith("ACTIVATION_TOKEN_")
