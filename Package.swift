@@ -95,6 +95,10 @@ let package = Package(
         .target(
             name: "Presence",
             dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")]),
+        // The face matcher protocol and runner (docs/ENROLLMENT.md, "Face matching").
+        .target(
+            name: "FaceMatching",
+            dependencies: ["TesseraCore", .product(name: "Logging", package: "swift-log")]),
 
         // MARK: Devices and storage (I/O at the edges)
         .target(
@@ -161,7 +165,7 @@ let package = Package(
             name: "Enrollment",
             dependencies: [
                 "TesseraCore", "MRZ", "Documents", "Passkeys", "Ownership", "CredentialStore", "MDoc", "CBOR",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "FaceMatching", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
@@ -212,6 +216,7 @@ let package = Package(
         .target(
             name: "TesseraDaemon",
             dependencies: [
+                "FaceMatching",
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PIV",
                 "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
@@ -232,7 +237,7 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
                 "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                "MDoc", "CBOR", "KioskStation", .product(name: "Crypto", package: "swift-crypto"),
+                "MDoc", "CBOR", "FaceMatching", "KioskStation", .product(name: "Crypto", package: "swift-crypto"),
             ]),
 
         // MARK: Benchmarks (a small harness; run with `make bench`)
@@ -271,6 +276,11 @@ let package = Package(
             name: "SSHAgentTests",
             dependencies: [
                 "SSHAgent", "TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .testTarget(
+            name: "FaceMatchingTests",
+            dependencies: [
+                "FaceMatching", "TesseraCore", "TesseraTestSupport", .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "PresenceTests",
@@ -389,7 +399,7 @@ if Context.environment["TESSERA_FUZZ"] == "1" {
             dependencies: [
                 "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
                 "MDoc",
-                "CTAPHID", "CTAP2",
+                "CTAPHID", "CTAP2", "FaceMatching",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 SCRATCH=.build-fuzz
 BIN=$SCRATCH/debug/tessera-fuzz
-TARGETS=(jsonrpc cbor tlv apdu-sm lds sod mrz jws workflow pn532 vpcd sshagent ecdsa mdoc ctaphid ctap2)
+TARGETS=(jsonrpc cbor tlv apdu-sm lds sod mrz jws workflow pn532 vpcd sshagent ecdsa mdoc ctaphid ctap2 facematch)
 FUZZ_RUNS=${FUZZ_RUNS:-1000000}
 FUZZ_SECONDS=${FUZZ_SECONDS:-}
 FUZZ_TIMEOUT=${FUZZ_TIMEOUT:-10}

@@ -52,6 +52,7 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration("v10-ssh-key-owner", migrate: SSHKeyOwnerStore.migrate)
         m.registerMigration(
             "v11-lifecycle-command-jti-per-issuer", migrate: CredentialStore.migrateCommandUsePerIssuer)
+        m.registerMigration("v13-face-templates", migrate: FaceTemplateStore.migrate)
         return m
     }
 }

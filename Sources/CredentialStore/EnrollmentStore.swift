@@ -39,6 +39,9 @@ public struct EnrollmentRow: Sendable, Equatable {
     public var tokenJti: String?
     public var credentialId: Data?
     public var passiveAuthentication: String?
+    /// The face matcher's decisions in this enrollment, for the audit: `[{step, matcher, decision, score,
+    /// challenge?}]` (never an image or a template).
+    public var faceChecks: JSONValue?
     public var startedAt: Date
     public var updatedAt: Date
     public var finishedAt: Date?
@@ -70,6 +73,7 @@ extension EnrollmentRow: FetchableRecord, PersistableRecord {
         failure = Self.json(row["failure"])
         outcome = row["outcome"]; subject = row["subject"]; tokenJti = row["tokenJti"]
         credentialId = row["credentialId"]; passiveAuthentication = row["passiveAuthentication"]
+        faceChecks = Self.json(row["faceChecks"])
         startedAt = (row["startedAt"] as DatabaseTimestamp).date
         updatedAt = (row["updatedAt"] as DatabaseTimestamp).date
         finishedAt = (row["finishedAt"] as DatabaseTimestamp?)?.date
@@ -84,6 +88,7 @@ extension EnrollmentRow: FetchableRecord, PersistableRecord {
         container["stepState"] = Self.text(stepState); container["failure"] = failure.map(Self.text)
         container["outcome"] = outcome; container["subject"] = subject; container["tokenJti"] = tokenJti
         container["credentialId"] = credentialId; container["passiveAuthentication"] = passiveAuthentication
+        container["faceChecks"] = faceChecks.map(Self.text)
         container["startedAt"] = DatabaseTimestamp(startedAt); container["updatedAt"] = DatabaseTimestamp(updatedAt)
         container["finishedAt"] = finishedAt.map(DatabaseTimestamp.init)
     }

@@ -75,7 +75,7 @@ public struct DocumentProfile: Sendable {
     // MARK: Creating
 
     /// Issues a new document into `directory` (created if needed; existing profile files are overwritten) and
-    /// returns it. `photoJPEG` is the face image (a built-in small JPEG when nil); `photoPadding` pads the JPEG
+    /// returns it. `photoJPEG` is the face image, JPEG or JPEG 2000 (a built-in small JPEG when nil); `photoPadding` pads the JPEG
     /// with comment segments to about that many bytes. An empty `access.pace` with `access.bac` false is
     /// rejected. Throws INVALID_INPUT (MRZ_INVALID for a bad MRZ), STORAGE_ERROR when files cannot be written.
     public static func make(
@@ -93,8 +93,8 @@ public struct DocumentProfile: Sendable {
             }
         }
         var photo = photoJPEG ?? FacePhoto.builtIn
-        guard let size = FacePhoto.dimensions(photo) else {
-            throw .invalidInput("the photo is not a JPEG with a frame header")
+        guard let size = FacePhoto.dimensions(photo) ?? FacePhoto.jpeg2000Dimensions(photo) else {
+            throw .invalidInput("the photo is not a JPEG with a frame header nor a JPEG 2000 image")
         }
         if let photoPadding { photo = try FacePhoto.padded(photo, to: photoPadding) }
 

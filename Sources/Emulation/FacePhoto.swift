@@ -34,6 +34,27 @@ public enum FacePhoto {
         return nil
     }
 
+    /// Width and height of a JPEG 2000 image: the `ihdr` box of a JP2 file, or the SIZ marker of a bare
+    /// codestream; nil otherwise.
+    public static func jpeg2000Dimensions(_ b: [UInt8]) -> (width: Int, height: Int)? {
+        func u32(_ i: Int) -> Int { Int(b[i]) << 24 | Int(b[i + 1]) << 16 | Int(b[i + 2]) << 8 | Int(b[i + 3]) }
+        if b.starts(with: [0xFF, 0x4F, 0xFF, 0x51]), b.count >= 24 {
+            let width = u32(8) - u32(16), height = u32(12) - u32(20)
+            return width > 0 && height > 0 ? (width, height) : nil
+        }
+        guard b.starts(with: [0x00, 0x00, 0x00, 0x0C, 0x6A, 0x50, 0x20, 0x20]) else { return nil }
+        let ihdr = Array("ihdr".utf8)
+        var i = 0
+        while i + 12 <= min(b.count, 4096) {
+            if Array(b[i..<i + 4]) == ihdr {
+                let height = u32(i + 4), width = u32(i + 8)
+                return width > 0 && height > 0 ? (width, height) : nil
+            }
+            i += 1
+        }
+        return nil
+    }
+
     /// Inserts comment (COM) segments right after SOI until the JPEG is about `size` bytes (never shorter
     /// than the input; segments carry at most 65533 bytes each). The result is still a valid JPEG.
     /// Throws INVALID_INPUT when `jpeg` does not start with SOI.

@@ -1,5 +1,6 @@
 import CredentialStore
 import Documents
+import FaceMatching
 import Foundation
 import Logging
 import Passkeys
@@ -26,6 +27,10 @@ public actor EnrollmentEngine {
     let documents: DocumentService
     /// Reads and verifies mDLs for MDOC_PHASE (nil: the station cannot).
     let mdocReader: MDocReading?
+    /// The face matcher of the face steps (nil: workflows with them are unavailable).
+    let faceMatcher: FaceMatcher?
+    /// Templates kept for MID_SELFIE_MATCHING.
+    let faceTemplates: FaceTemplateStore?
     let verifier: ActivationTokenVerifier
     let logger: Logger
     let sink: EnrollmentEventSink
@@ -56,10 +61,12 @@ public actor EnrollmentEngine {
     }
 
     /// `secret`: the daemon's secret (`DaemonSecret`), from which the one-time codes' MAC keys are derived;
-    /// `mdocReader`: reads and verifies mDLs for MDOC_PHASE (the daemon's `mdoc.read` path).
+    /// `mdocReader`: reads and verifies mDLs for MDOC_PHASE (the daemon's `mdoc.read` path); `faceMatcher`: the
+    /// face steps' matcher, `faceTemplates` where FACE_MATCHING keeps templates for MID_SELFIE_MATCHING.
     public init(
         configuration: EnrollmentConfiguration, store: EnrollmentStore, passkeys: PasskeyService,
-        documents: DocumentService, mdocReader: MDocReading? = nil, secret: [UInt8], logger: Logger,
+        documents: DocumentService, mdocReader: MDocReading? = nil, faceMatcher: FaceMatcher? = nil,
+        faceTemplates: FaceTemplateStore? = nil, secret: [UInt8], logger: Logger,
         clock: @escaping @Sendable () -> Date = { Date() }, emit: @escaping EnrollmentEventSink
     ) {
         self.configuration = configuration
@@ -67,6 +74,8 @@ public actor EnrollmentEngine {
         self.passkeys = passkeys
         self.documents = documents
         self.mdocReader = mdocReader
+        self.faceMatcher = faceMatcher
+        self.faceTemplates = faceTemplates
         self.verifier = ActivationTokenVerifier(issuers: configuration.issuers, stationId: configuration.stationId)
         self.logger = logger
         self.clock = clock
@@ -94,7 +103,7 @@ public actor EnrollmentEngine {
     public func candidates() -> JSONValue {
         .array(
             configuration.workflows.map { w in
-                let reasons = w.unavailableReasons(notifier: configuration.notifier)
+                let reasons = w.unavailableReasons(notifier: configuration.notifier, faceMatcher: faceMatcher != nil)
                 return [
                     "workflow": .string(w.name),
                     "available": .bool(reasons.isEmpty),
@@ -218,7 +227,7 @@ public actor EnrollmentEngine {
                 .candidateUnavailable, "no workflow named \(name) on this station", details: ["workflow": .string(name)]
             )
         }
-        let reasons = w.unavailableReasons(notifier: configuration.notifier)
+        let reasons = w.unavailableReasons(notifier: configuration.notifier, faceMatcher: faceMatcher != nil)
         guard reasons.isEmpty else {
             throw TesseraError(
                 .candidateUnavailable,
@@ -416,6 +425,7 @@ public actor EnrollmentEngine {
                 if let code = r.failure?["code"]?.stringValue { o["errorCode"] = .string(code) }
                 if let c = r.credentialId { o["credentialId"] = .string(Base64URL.encode([UInt8](c))) }
                 if let pa = r.passiveAuthentication { o["passiveAuthentication"] = .string(pa) }
+                if let checks = r.faceChecks { o["faceChecks"] = checks }
                 return .object(o)
             })
     }
@@ -522,7 +532,11 @@ public actor EnrollmentEngine {
 
     /// Errors of a submission that end the step (the enrollment fails) rather than leave it waiting.
     static func endsStep(_ error: TesseraError) -> Bool {
-        [.otpExpired, .otpAttemptsExceeded, .otpDeliveryFailed].contains(error.code)
+        [
+            .otpExpired, .otpAttemptsExceeded, .otpDeliveryFailed, .faceMismatch, .faceMatcherUnavailable,
+            .livenessFailed,
+        ]
+        .contains(error.code)
     }
 
     /// `enrollment.handleDeepLink`. A code goes to the active enrollment only for its owner (or an administrator).
@@ -607,6 +621,15 @@ public actor EnrollmentEngine {
             current.completedSteps = Array(current.completedSteps.prefix(mrzIndex))
             current.stepIndex = mrzIndex
             if var data = current.data.objectValue { data["documentAccess"] = nil; current.data = .object(data) }
+            current.stepState = .null
+        }
+        if step.kind == .livenessPhase, let sessionIndex = steps.firstIndex(where: { $0.kind == .livenessSession }),
+            sessionIndex < current.stepIndex
+        {
+            // A challenge is used once: the retry issues a new one.
+            current.completedSteps = Array(current.completedSteps.prefix(sessionIndex))
+            current.stepIndex = sessionIndex
+            if var data = current.data.objectValue { data["livenessChallenge"] = nil; current.data = .object(data) }
             current.stepState = .null
         }
         current.state = .failedRetryable

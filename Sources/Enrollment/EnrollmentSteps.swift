@@ -36,6 +36,8 @@ extension EnrollmentEngine {
             return try matchAttributes()
         case .passkeyCreation:
             return try await createPasskey(step, pin: nil)
+        case .faceMatching, .livenessSession, .livenessPhase, .midSelfie:
+            return try beginFaceStep(step)
         case .client:
             return .needsInput(
                 StepRequest(
@@ -76,7 +78,9 @@ extension EnrollmentEngine {
             var custom = row?.data["custom"]?.objectValue ?? [:]
             custom[step.key] = payload
             return .completed(["custom": .object(custom)])
-        case .nfcPhase, .mdocPhase, .attributeMatching, .unsupported:
+        case .faceMatching, .livenessPhase, .midSelfie:
+            return try await handleFaceInput(step, payload: payload)
+        case .nfcPhase, .mdocPhase, .attributeMatching, .livenessSession, .unsupported:
             throw TesseraError(.stepNotExpected, "step \(step.key) takes no input")
         }
     }
@@ -255,7 +259,10 @@ extension EnrollmentEngine {
         if let aa = result.activeAuthentication { summary["activeAuthentication"] = .string(aa.status.rawValue) }
         if let mapping = result.paceMapping { summary["paceMapping"] = .string(mapping.rawValue) }
         if let ca = result.chipAuthentication { summary["chipAuthentication"] = .string(ca.status.rawValue) }
-        return .completed(["document": .object(summary), "documentMRZ": .string(mrz.raw)])
+        return .completed(
+            ["document": .object(summary), "documentMRZ": .string(mrz.raw)].merging(
+                dg2Portrait(result.faceImages.map { ($0.mimeType, $0.data) })
+            ) { a, _ in a })
     }
 
     /// Runs a document read, sending what it reports as `enrollment.progress` of `step`, in order; every report is
@@ -298,7 +305,7 @@ extension EnrollmentEngine {
             seconds: step.settings["cardWaitSeconds"]?.intValue ?? 60)
         let outcome = try await forwardingProgress(of: step) { report async throws(TesseraError) in
             try await mdocReader(
-                MDocReadOrder(reader: reader, docType: MDL.docType, elements: Self.mdocElements(step)), report)
+                MDocReadOrder(reader: reader, docType: MDL.docType, elements: mdocElementsWithPortrait(step)), report)
         }
         guard let document = outcome.documents.first(where: { $0.docType == MDL.docType }) ?? outcome.documents.first
         else {
@@ -308,7 +315,10 @@ extension EnrollmentEngine {
         let attributes = try DocumentAttributes(mdl: document.elements(in: MDL.namespace), docType: document.docType)
         var summary = attributes.summary(document)
         summary["reader"] = .string(outcome.reader)
-        return .completed(["document": .object(summary), "documentAttributes": attributes.json])
+        return .completed(
+            ["document": .object(summary), "documentAttributes": attributes.json].merging(mdocPortrait(document)) {
+                a, _ in a
+            })
     }
 
     /// The reader to read from: the configured one, or the first holding a card; waits up to `seconds` for a card.

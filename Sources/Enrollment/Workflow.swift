@@ -13,21 +13,32 @@ public enum StepKind: String, Sendable {
     case mdocPhase = "MDOC_PHASE"
     case attributeMatching = "ATTRIBUTE_MATCHING"
     case passkeyCreation = "PASSKEY_CREATION"
+    /// Live captures against the portrait the flow verified (DG2 or the mDL's portrait), by the face matcher.
+    case faceMatching = "FACE_MATCHING"
+    /// Issues a random liveness challenge (an order of actions such as turnLeft, blink, turnRight).
+    case livenessSession = "LIVENESS_CHALLENGE_SESSION_CREATION"
+    /// Frames of the person performing the challenge, checked by the matcher against the verified portrait.
+    case livenessPhase = "LIVENESS_CHALLENGE_PHASE"
+    /// A capture against the face template kept from an earlier enrollment of the same person.
+    case midSelfie = "MID_SELFIE_MATCHING"
     /// A key declared `"client": true` (or added by `customSteps`): fulfilled by `submit`.
     case client
-    /// A known key this station cannot perform (face matching, document capture, liveness).
+    /// A known key this station cannot perform (document capture and authentication).
     case unsupported
 
     /// Keys of the vendor model that need capabilities this station does not have.
-    static let unsupportedKeys: Set<String> = [
-        "FACE_MATCHING", "DOC_AUTH", "WEBBIO_CODING", "DOCUMENT_LIVE_CAPTURE", "LIVENESS_CHALLENGE_SESSION_CREATION",
-        "LIVENESS_CHALLENGE_PHASE", "MID_SELFIE_MATCHING",
-    ]
+    static let unsupportedKeys: Set<String> = ["DOC_AUTH", "WEBBIO_CODING", "DOCUMENT_LIVE_CAPTURE"]
+
+    /// The steps that need the face matcher.
+    static let faceKinds: Set<StepKind> = [.faceMatching, .livenessSession, .livenessPhase, .midSelfie]
+
+    /// The liveness actions a challenge draws from.
+    public static let livenessActions = ["turnLeft", "turnRight", "blink"]
 
     /// Whether a connected client provides the step's input (as opposed to the daemon doing the work).
     var performedBy: String {
         switch self {
-        case .emailInfo, .phoneInfo, .nfcMRZ, .client: "client"
+        case .emailInfo, .phoneInfo, .nfcMRZ, .client, .faceMatching, .livenessPhase, .midSelfie: "client"
         default: "daemon"
         }
     }
@@ -287,6 +298,28 @@ public struct EnrollmentConfiguration: Sendable {
             if let i = s["input"], i.objectValue == nil {
                 throw error("\(context): input must be a JSON Schema object")
             }
+        case .faceMatching, .midSelfie:
+            try onlyKeys(s, ["keepTemplate"], in: context)
+            if let k = s["keepTemplate"], k.boolValue == nil {
+                throw error("\(context): keepTemplate must be true or false")
+            }
+            if step.kind == .midSelfie, s["keepTemplate"] != nil {
+                throw error("\(context): keepTemplate belongs to FACE_MATCHING")
+            }
+        case .livenessSession:
+            try onlyKeys(s, ["actions", "length"], in: context)
+            if let a = s["actions"] {
+                guard let list = a.arrayValue, !list.isEmpty,
+                    list.allSatisfy({ $0.stringValue.map(StepKind.livenessActions.contains) ?? false })
+                else {
+                    throw error("\(context): actions must list turnLeft, turnRight or blink")
+                }
+            }
+            if let n = s["length"] {
+                guard let v = n.intValue, (1...6).contains(v) else {
+                    throw error("\(context): length must be a whole number in 1…6")
+                }
+            }
         case .unsupported:
             break
         default:
@@ -304,13 +337,24 @@ public struct EnrollmentConfiguration: Sendable {
     static func checkOrder(_ steps: [WorkflowStep], workflow: String) throws(TesseraError) {
         let needs: [StepKind: [StepKind]] = [
             .phoneOTP: [.phoneInfo], .emailOTP: [.emailInfo], .nfcPhase: [.nfcMRZ],
-            .attributeMatching: [.nfcPhase, .mdocPhase],
+            .attributeMatching: [.nfcPhase, .mdocPhase], .faceMatching: [.nfcPhase, .mdocPhase],
+            .livenessSession: [.nfcPhase, .mdocPhase], .livenessPhase: [.livenessSession],
+            .midSelfie: [.nfcPhase, .mdocPhase],
         ]
         for (i, step) in steps.enumerated() {
             guard let required = needs[step.kind] else { continue }
             if !steps[..<i].contains(where: { required.contains($0.kind) }) {
                 let names = required.map(\.rawValue).joined(separator: " or ")
                 throw error("workflow \(workflow): step \(step.key) needs \(names) before it")
+            }
+            if StepKind.faceKinds.contains(step.kind), step.kind != .livenessPhase,
+                let read = steps[..<i].last(where: { $0.kind == .nfcPhase }),
+                let groups = read.settings["dataGroups"]?.arrayValue,
+                !groups.contains(where: { $0.stringValue.flatMap(dataGroupNumber) == 2 }),
+                !steps[..<i].contains(where: { $0.kind == .mdocPhase })
+            {
+                throw error(
+                    "workflow \(workflow): step \(step.key) needs the portrait: add DG2 to \(read.key)'s dataGroups")
             }
         }
     }
@@ -359,14 +403,14 @@ public struct EnrollmentConfiguration: Sendable {
 
 extension Workflow {
     /// Why the station cannot run this workflow at all (empty: it can).
-    func unavailableReasons(notifier: OTPNotifier?) -> [String] {
+    func unavailableReasons(notifier: OTPNotifier?, faceMatcher: Bool) -> [String] {
         var reasons: [String] = []
         for step in steps {
             switch step.kind {
             case .unsupported:
-                reasons.append(
-                    "\(step.key): this station has no \(step.key == "FACE_MATCHING" ? "face matcher" : "capability for this step")"
-                )
+                reasons.append("\(step.key): this station has no capability for this step")
+            case .faceMatching, .livenessSession, .livenessPhase, .midSelfie:
+                if !faceMatcher { reasons.append("\(step.key): this station has no face matcher") }
             case .phoneOTP, .emailOTP:
                 if notifier == nil { reasons.append("\(step.key): no OTP notifier is configured") }
             default: break
@@ -391,6 +435,7 @@ extension Workflow {
             case .phoneOTP, .emailOTP: add("otpNotifier")
             case .nfcMRZ, .nfcPhase, .mdocPhase: add("document")
             case .passkeyCreation: add("token")
+            case .faceMatching, .livenessPhase, .midSelfie: add("camera")
             case .attributeMatching where expected == nil: add("activationToken")
             default: break
             }

@@ -164,12 +164,25 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         /// `mdoc.approve` for a presentation that is not waiting for approval.
         public static let mdocPresentationNotPending: Code = "MDOC_PRESENTATION_NOT_PENDING"
 
+        // Face matching (docs/ENROLLMENT.md, "Face matching")
+        /// The face matcher could not be run, crashed, timed out or gave no answer (retryable; never a match).
+        public static let faceMatcherUnavailable: Code = "FACE_MATCHER_UNAVAILABLE"
+        /// The live capture is not the person of the reference portrait (or template); `data.score`.
+        public static let faceMismatch: Code = "FACE_MISMATCH"
+        /// The matcher found no face in a capture (or in the reference).
+        public static let faceNotFound: Code = "FACE_NOT_FOUND"
+        /// The frames do not show the liveness challenge performed by the face that matched.
+        public static let livenessFailed: Code = "LIVENESS_FAILED"
+        /// MID_SELFIE_MATCHING found no face template kept for this identity.
+        public static let faceTemplateNotFound: Code = "FACE_TEMPLATE_NOT_FOUND"
+
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
             case .tokenNotPresent, .tokenRemoved, .pinBackoff, .cardReset, .noCard, .cardRemoved, .pcscUnavailable,
                 .cardInUse,
-                .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy, .userCancelled, .recoveryRateLimited:
+                .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy, .userCancelled, .recoveryRateLimited,
+                .faceMatcherUnavailable, .faceMismatch, .faceNotFound, .livenessFailed:
                 return true
             default:
                 return false

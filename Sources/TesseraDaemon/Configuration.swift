@@ -68,6 +68,8 @@ public struct ConfigFile: Codable, Sendable {
     public var sessionsPerToken: Int?
     /// Kiosk enrollment: workflows, OTP notifier, activation-token issuers (docs/ENROLLMENT.md).
     public var enrollment: JSONValue?
+    /// The face matcher of the enrollment's face steps and `face.compare` (docs/CONFIG.md).
+    public var faceMatching: JSONValue?
     /// Per-uid wait after a wrong PIN (docs/CONFIG.md).
     public var pinBackoff: PINBackoffConfig?
     /// Requests one connection may have in flight; more are answered `BUSY`.

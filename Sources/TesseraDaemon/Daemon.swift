@@ -2,6 +2,7 @@ import CTAPAuthenticator
 import CredentialStore
 import Documents
 import Enrollment
+import FaceMatching
 import Foundation
 import Logging
 import MDocHolderDoor
@@ -39,6 +40,8 @@ public enum Daemon {
         let enrollmentConfig = try EnrollmentConfiguration(
             json: config.enrollment,
             baseDirectory: configDirectory.isEmpty ? "." : configDirectory)
+        let faceMatching = try FaceMatcherConfiguration(
+            json: config.faceMatching, defaultCommand: FaceMatcherConfiguration.referenceMatcherCommand())
         try FileManager.default.createDirectory(
             atPath: options.stateDir, withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700])
@@ -109,11 +112,20 @@ public enum Daemon {
         table.registerLab()
         var enrollmentLogger = logger
         enrollmentLogger[metadataKey: "service"] = "enrollment"
+        var faceLogger = logger
+        faceLogger[metadataKey: "service"] = "face"
+        let faceMatcher = faceMatching.map { FaceMatcher(configuration: $0, logger: faceLogger) }
+        if let faceMatcher {
+            logger.info(
+                "face matcher", metadata: ["command": "\(faceMatcher.configuration.command.joined(separator: " "))"])
+        }
+        table.registerFace(faceMatcher)
         let subscribers = EnrollmentSubscribers(policy: policy)
         let enrollment = EnrollmentEngine(
             configuration: enrollmentConfig, store: EnrollmentStore(database: database),
             passkeys: passkeys, documents: documents,
             mdocReader: MethodTable.mdocReading(documents, iacas: iacas, readerAuth: readerAuth),
+            faceMatcher: faceMatcher, faceTemplates: FaceTemplateStore(database: database),
             secret: daemonSecret,
             logger: enrollmentLogger
         ) { event in

@@ -18,7 +18,7 @@ struct LabMakeProfile: AsyncParsableCommand {
         abstract: "Issue a test e-passport into a profile directory.",
         discussion: """
             Writes a document profile to DIR (created if needed; files of an earlier profile are overwritten):
-            profile.json, EF.COM, DG1 (the MRZ), DG2 (the face photo), DG11, DG12, DG14 (PACE infos, active
+            profile.json, EF.COM, DG1 (the MRZ), DG2 (the portrait: --face, JPEG or JPEG 2000), DG11, DG12, DG14 (PACE infos, active
             authentication info), DG15 (with --aa), EF.SOD signed by a freshly generated test document signer, and
             EF.CardAccess when PACE is offered, EF.CardSecurity (signed, with the chip authentication keys) with
             PACE-CAM. The test PKI is written next to it: csca.pem is the trust anchor to
@@ -45,7 +45,8 @@ struct LabMakeProfile: AsyncParsableCommand {
               tessera lab make-profile /tmp/anna --mrz 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<
               L898902C36UTO7408122F1204159ZE184226B<<<<<10'
               tessera lab make-profile /tmp/pace --mrz "$MRZ" --can 123456 --pace ecdh-gm-brainpoolp256r1-aes128 --no-bac --aa
-              tessera lab make-profile /tmp/big --mrz "$MRZ" --photo face.jpg --photo-padding 20000
+              tessera lab make-profile /tmp/big --mrz "$MRZ" --face face.jpg --photo-padding 20000
+              tessera lab make-profile /tmp/holder --mrz "$MRZ" --face holder.jp2
               tessera lab make-profile /tmp/ca --mrz "$MRZ" --ca ecdh-p256-aes128 --aa
             """)
 
@@ -54,7 +55,11 @@ struct LabMakeProfile: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp("The MRZ as printed: lines separated by a newline (TD1, TD2 or TD3).", valueName: "TEXT"))
     var mrz: String
-    @Option(help: ArgumentHelp("Face image, JPEG (default: a small built-in portrait).", valueName: "FILE.jpg"))
+    @Option(
+        name: [.customLong("face"), .customLong("photo")],
+        help: ArgumentHelp(
+            "The portrait for DG2, a JPEG or JPEG 2000 file (default: a small built-in portrait); --photo is the older name.",
+            valueName: "IMAGE"))
     var photo: String?
     @Option(help: ArgumentHelp("Card access number for PACE with the CAN.", valueName: "N"))
     var can: String?

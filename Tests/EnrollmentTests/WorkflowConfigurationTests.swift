@@ -28,7 +28,7 @@ import Testing
             ])
         #expect(w.steps[4].settings["dataGroups"] == ["DG1"])
         #expect(w.steps[4].settings["allowClonable"] == true)
-        #expect(w.unavailableReasons(notifier: c.notifier).isEmpty)
+        #expect(w.unavailableReasons(notifier: c.notifier, faceMatcher: false).isEmpty)
         #expect(!w.needsActivationToken)
     }
 
@@ -82,18 +82,60 @@ import Testing
     @Test func unavailableStepsAndMissingNotifierMakeACandidateUnavailable() throws {
         let c = try parse(
             """
-            {"workflows": {"face": {"remote": true, "steps": ["FACE_MATCHING", {"key": "PASSKEY_CREATION", "rpId": "a.example"}]},
+            {"workflows": {"face": {"remote": true, "steps": ["NFC_MRZ", "NFC_PHASE", "FACE_MATCHING", {"key": "PASSKEY_CREATION", "rpId": "a.example"}]},
+                           "docauth": {"remote": true, "steps": ["DOC_AUTH"]},
                            "otp": {"remote": true, "steps": ["PHONE_INFO", "PHONE_OTP"]},
                            "match": {"remote": true, "steps": ["NFC_MRZ", "NFC_PHASE", "ATTRIBUTE_MATCHING"]}}}
             """)
+        let face = try #require(c.workflow(named: "face"))
+        #expect(face.unavailableReasons(notifier: nil, faceMatcher: false).first?.contains("face matcher") == true)
+        #expect(face.unavailableReasons(notifier: nil, faceMatcher: true).isEmpty)
         #expect(
-            try #require(c.workflow(named: "face")).unavailableReasons(notifier: nil).first?.contains("face matcher")
-                == true)
+            try #require(c.workflow(named: "docauth")).unavailableReasons(notifier: nil, faceMatcher: true).first?
+                .contains("DOC_AUTH") == true)
         #expect(
-            try #require(c.workflow(named: "otp")).unavailableReasons(notifier: nil).first?.contains("no OTP notifier")
-                == true)
-        #expect(try #require(c.workflow(named: "otp")).unavailableReasons(notifier: .directory("/x")).isEmpty)
+            try #require(c.workflow(named: "otp")).unavailableReasons(notifier: nil, faceMatcher: true).first?.contains(
+                "no OTP notifier") == true)
+        #expect(
+            try #require(c.workflow(named: "otp")).unavailableReasons(notifier: .directory("/x"), faceMatcher: false)
+                .isEmpty)
         #expect(try #require(c.workflow(named: "match")).needsActivationToken)
+    }
+
+    @Test(arguments: [
+        (#"["FACE_MATCHING"]"#, "needs NFC_PHASE or MDOC_PHASE"),
+        (#"["NFC_MRZ", {"key": "NFC_PHASE", "dataGroups": ["DG1"]}, "FACE_MATCHING"]"#, "DG2"),
+        (#"["NFC_MRZ", "NFC_PHASE", "LIVENESS_CHALLENGE_PHASE"]"#, "LIVENESS_CHALLENGE_SESSION_CREATION"),
+        (#"["NFC_MRZ", "NFC_PHASE", {"key": "LIVENESS_CHALLENGE_SESSION_CREATION", "actions": ["nod"]}]"#, "actions"),
+        (#"["NFC_MRZ", "NFC_PHASE", {"key": "LIVENESS_CHALLENGE_SESSION_CREATION", "length": 9}]"#, "length"),
+        (#"["NFC_MRZ", "NFC_PHASE", {"key": "FACE_MATCHING", "keepTemplate": "yes"}]"#, "keepTemplate"),
+        (#"["NFC_MRZ", "NFC_PHASE", {"key": "MID_SELFIE_MATCHING", "keepTemplate": true}]"#, "keepTemplate"),
+        (#"["MID_SELFIE_MATCHING"]"#, "needs NFC_PHASE or MDOC_PHASE"),
+    ])
+    func faceStepsAreValidated(steps: String, fragment: String) {
+        #expect {
+            _ = try parse(#"{"workflows": {"f": {"steps": "# + steps + "}}}")
+        } throws: { error in
+            guard let e = error as? TesseraError else { return false }
+            return e.code == .invalidInput && e.message.contains(fragment)
+        }
+    }
+
+    @Test func faceWorkflowParses() throws {
+        let c = try parse(
+            """
+            {"workflows": {"f": {"steps": ["NFC_MRZ", "NFC_PHASE", {"key": "FACE_MATCHING", "keepTemplate": true},
+              {"key": "LIVENESS_CHALLENGE_SESSION_CREATION", "actions": ["turnLeft", "turnRight"], "length": 4},
+              "LIVENESS_CHALLENGE_PHASE", "MID_SELFIE_MATCHING"]}}}
+            """)
+        let w = try #require(c.workflow(named: "f"))
+        #expect(
+            w.steps.map(\.kind) == [.nfcMRZ, .nfcPhase, .faceMatching, .livenessSession, .livenessPhase, .midSelfie])
+        #expect(w.needs.contains("camera"))
+        let challenge = EnrollmentEngine.livenessChallenge(w.steps[3])
+        #expect(challenge.count == 4)
+        #expect(challenge.allSatisfy { ["turnLeft", "turnRight"].contains($0) })
+        #expect(zip(challenge, challenge.dropFirst()).allSatisfy { $0 != $1 })
     }
 
     @Test func aWorkflowMayBeJustItsSteps() throws {

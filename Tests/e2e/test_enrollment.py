@@ -63,7 +63,8 @@ WORKFLOWS = {
     "match": {"remote": False, "steps": ["NFC_MRZ", NFC, "ATTRIBUTE_MATCHING", CONFIRM]},
     # The short form: just the steps (remote by default).
     "short-form": ["EMAIL_INFO", CONFIRM],
-    "face": {"remote": True, "steps": ["EMAIL_INFO", "FACE_MATCHING", PASSKEY]},
+    # A step this station cannot perform (document capture): listed, unavailable (test_face.py runs face steps).
+    "doc-auth": {"remote": True, "steps": ["EMAIL_INFO", "DOC_AUTH", PASSKEY]},
     "needs-token": {"remote": True, "steps": ["NFC_MRZ", NFC, "ATTRIBUTE_MATCHING"]},
     "email-otp": {"remote": True, "steps": ["EMAIL_INFO", "EMAIL_OTP", CONFIRM]},
     "quick-chip": {"remote": True, "steps": ["NFC_MRZ", {"key": "NFC_PHASE", "cardWaitSeconds": 1}, CONFIRM]},
@@ -339,19 +340,19 @@ def test_candidates(station):
     assert "activationToken" not in full["needs"]
     # Not remote: available with a token only.
     assert cands["badge"]["available"] is True and cands["badge"]["remoteEnrollmentAvailable"] is False
-    # FACE_MATCHING: listed, unavailable, and the reason names it.
-    face = cands["face"]
+    # DOC_AUTH: listed, unavailable, and the reason names it.
+    face = cands["doc-auth"]
     assert face["available"] is False and face["remoteEnrollmentAvailable"] is False
-    assert any("FACE_MATCHING" in r for r in face["unavailableReasons"]), face
+    assert any("DOC_AUTH" in r for r in face["unavailableReasons"]), face
     # Matching without expected attributes: remote, but only a token can start it.
     nt = cands["needs-token"]
     assert nt["available"] is True and nt["remoteEnrollmentAvailable"] is False
     assert "activationToken" in nt["needs"]
 
-    for workflow in ["face", "no-such-workflow", "badge", "needs-token"]:
+    for workflow in ["doc-auth", "no-such-workflow", "badge", "needs-token"]:
         e = rpc_error(c.start, workflow)
         assert e.code == "CANDIDATE_UNAVAILABLE", (workflow, e)
-    assert rpc_error(c.start, "face").data["reasons"]
+    assert rpc_error(c.start, "doc-auth").data["reasons"]
     assert c.call("enrollment.status")["active"] is False
 
 
@@ -1114,7 +1115,7 @@ def test_activation_tokens_expired_replayed_forged(station):
     # This station has a stationId: a token meant for no station in particular is not taken for it.
     assert refused(lab.mint("match", aud=None)) == "ACTIVATION_TOKEN_AUDIENCE"
     assert refused(lab.mint("no-such-workflow")) == "CANDIDATE_UNAVAILABLE"
-    assert refused(lab.mint("face")) == "CANDIDATE_UNAVAILABLE"
+    assert refused(lab.mint("doc-auth")) == "CANDIDATE_UNAVAILABLE"
 
     # Accepted: within the leeway, with this station among several audiences, without kid; each only once.
     for token in [lab.mint("match", exp=now - 20), lab.mint("match", aud=["kiosk-other", STATION]),
@@ -1313,7 +1314,7 @@ def test_cli_enroll_station_errors(station):
     s = station
     run = lambda *a: subprocess.run([str(BIN / "tessera"), "--socket", s.daemon.socket, "enroll-station", *a],
                                     capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    out = run("--workflow", "face")
+    out = run("--workflow", "doc-auth")
     assert out.returncode == 2 and "CANDIDATE_UNAVAILABLE" in out.stderr
     out = run("--resume")
     assert out.returncode == 2 and "NOTHING_TO_RESUME" in out.stderr

@@ -59,6 +59,7 @@ let allTargets: [FuzzTarget] = [
     FuzzTarget(name: "ctaphid", run: CTAPHIDTarget.run),
     FuzzTarget(name: "ctap2", run: CTAP2Target.run),
     FuzzTarget(name: "ecdsa", run: ECDSATarget.run),
+    FuzzTarget(name: "facematch", run: FaceMatchTarget.run),
 ]
 
 let selectedTarget: FuzzTarget = {

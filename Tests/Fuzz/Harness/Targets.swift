@@ -4,6 +4,7 @@ import CTAP2
 import CTAPHID
 import Crypto
 import Enrollment
+import FaceMatching
 import Foundation
 import ICAO
 import MRZ
@@ -370,5 +371,21 @@ enum ECDSATarget {
             fatalError("ECDSA signature does not round-trip: \(Hex.encode(bytes))")
         }
         if strictness == .strict, der != bytes { fatalError("strict DER accepted a non-canonical encoding") }
+    }
+}
+
+/// The face matcher's answer (a configured program's stdout) and the `faceMatching` config section.
+enum FaceMatchTarget {
+    static func run(_ input: [UInt8]) {
+        if let answer = FaceMatchAnswer(output: input) {
+            guard FaceMatchAnswer(output: answer.json.serialized())?.decision == answer.decision else {
+                fatalError("a face matcher answer does not round-trip: \(Hex.encode(input))")
+            }
+        }
+        if let json = try? JSONValue.parse(input) {
+            _ = try? FaceMatcherConfiguration(json: json, defaultCommand: nil)
+            _ = try? FaceImage(json: json, field: "image")
+        }
+        _ = FaceImage.decodeBase64(String(decoding: input, as: UTF8.self))
     }
 }

@@ -1,0 +1,128 @@
+import FaceMatching
+import Foundation
+import Logging
+import TesseraCore
+import TesseraTestSupport
+import Testing
+
+/// The matcher protocol and runner against real programs (sh scripts): a good answer, and every way a matcher can
+/// fail, which must be FACE_MATCHER_UNAVAILABLE (retryable) and never a match.
+@Suite struct FaceMatcherTests {
+    static let logger = Logger(label: "face-matching-tests")
+
+    /// A matcher script that keeps its stdin in `dir/request.json` and then runs `body`.
+    static func matcher(_ body: String, in dir: String) throws -> String {
+        let path = dir + "/matcher.sh"
+        try "#!/bin/sh\ncat > \(dir)/request.json\n\(body)\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path)
+        return path
+    }
+
+    static let request = FaceMatchRequest(
+        reference: FaceImage(mediaType: "image/jpeg", data: [0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3]),
+        probes: [FaceImage(mediaType: "image/png", data: [0x89, 0x50, 0x4E, 0x47, 9])], challenge: ["blink"])
+
+    @Test func answerAndRequestShape() async throws {
+        let dir = Scratch.directory("face")
+        let script = try Self.matcher(
+            #"echo '{"decision":"match","score":0.61,"faceFound":true,"template":{"mediaType":"application/x-t","data":"AAEC"}}'"#,
+            in: dir)
+        let matcher = FaceMatcher(
+            configuration: FaceMatcherConfiguration(command: [script], threshold: 0.5, timeoutSeconds: 5),
+            logger: Self.logger)
+        let answer = try await matcher.compare(Self.request)
+        #expect(answer.decision == .match)
+        #expect(answer.score == 0.61)
+        #expect(answer.template == FaceImage(mediaType: "application/x-t", data: [0, 1, 2]))
+        #expect(matcher.isMatch(answer))
+        #expect(matcher.name == "matcher.sh")
+        // What the program read: standard base64, the challenge's actions.
+        let sent = try JSONValue.parse([UInt8](try Data(contentsOf: URL(fileURLWithPath: dir + "/request.json"))))
+        #expect(sent["reference"]?["mediaType"]?.stringValue == "image/jpeg")
+        #expect(
+            sent["reference"]?["data"]?.stringValue == Data([0xFF, 0xD8, 0xFF, 0xE0, 1, 2, 3]).base64EncodedString())
+        #expect(sent["probes"]?.arrayValue?.count == 1)
+        #expect(sent["challenge"]?["actions"]?.arrayValue?.compactMap(\.stringValue) == ["blink"])
+    }
+
+    @Test func thresholdAppliesOnTopOfTheDecision() {
+        let strict = FaceMatcher(
+            configuration: FaceMatcherConfiguration(command: ["/bin/true"], threshold: 0.7), logger: Self.logger)
+        #expect(!strict.isMatch(FaceMatchAnswer(decision: .match, score: 0.6, faceFound: true)))
+        #expect(strict.isMatch(FaceMatchAnswer(decision: .match, score: 0.7, faceFound: true)))
+        #expect(!strict.isMatch(FaceMatchAnswer(decision: .match, score: nil, faceFound: true)))
+        #expect(!strict.isMatch(FaceMatchAnswer(decision: .noMatch, score: 0.9, faceFound: true)))
+        let lenient = FaceMatcher(configuration: FaceMatcherConfiguration(command: ["/bin/true"]), logger: Self.logger)
+        #expect(lenient.isMatch(FaceMatchAnswer(decision: .match, score: nil, faceFound: true)))
+        #expect(!lenient.isMatch(FaceMatchAnswer(decision: .match, score: 1, faceFound: false)))
+    }
+
+    @Test(arguments: [
+        ("crash", "kill -SEGV $$"),
+        ("exit status", "echo '{\"decision\":\"match\",\"score\":1,\"faceFound\":true}'; exit 2"),
+        ("garbage", "echo 'I am not JSON'"),
+        ("no decision", "echo '{\"score\":1,\"faceFound\":true}'"),
+        ("unknown decision", "echo '{\"decision\":\"maybe\",\"score\":1,\"faceFound\":true}'"),
+        ("error decision", "echo '{\"decision\":\"error\",\"score\":null,\"faceFound\":false}'"),
+        ("bad liveness", "echo '{\"decision\":\"match\",\"score\":1,\"faceFound\":true,\"liveness\":{}}'"),
+        ("timeout", "sleep 30"),
+    ])
+    func failingMatcherIsUnavailable(name: String, body: String) async throws {
+        let dir = Scratch.directory("face")
+        let script = try Self.matcher(body, in: dir)
+        let matcher = FaceMatcher(
+            configuration: FaceMatcherConfiguration(command: [script], timeoutSeconds: 1), logger: Self.logger)
+        let start = ContinuousClock.now
+        do {
+            _ = try await matcher.compare(Self.request)
+            Issue.record("\(name): a failing matcher gave an answer")
+        } catch {
+            #expect(error.code == .faceMatcherUnavailable, "\(name)")
+            #expect(error.retryable, "\(name)")
+        }
+        #expect(ContinuousClock.now - start < .seconds(10), "\(name)")
+    }
+
+    @Test func missingProgramIsUnavailable() async {
+        let matcher = FaceMatcher(
+            configuration: FaceMatcherConfiguration(command: ["/nonexistent/tessera-face-match"]), logger: Self.logger)
+        await #expect(throws: TesseraError.self) { _ = try await matcher.compare(Self.request) }
+        do { _ = try await matcher.compare(Self.request) } catch { #expect(error.code == .faceMatcherUnavailable) }
+    }
+
+    @Test func configuration() throws {
+        let c = try #require(
+            try FaceMatcherConfiguration(
+                json: ["command": ["/usr/bin/m", "--x"], "threshold": 0.4, "timeoutSeconds": 5], defaultCommand: nil))
+        #expect(c.command == ["/usr/bin/m", "--x"])
+        #expect(c.threshold == 0.4)
+        #expect(c.timeout == .seconds(5))
+        #expect(try FaceMatcherConfiguration(json: nil, defaultCommand: nil) == nil)
+        #expect(try FaceMatcherConfiguration(json: nil, defaultCommand: ["/ref"])?.command == ["/ref"])
+        for bad: JSONValue in [
+            ["command": []], ["command": "m"], ["threshold": "x", "command": ["m"]],
+            ["timeoutSeconds": 0, "command": ["m"]],
+            ["other": 1], ["threshold": 0.5], "x",
+        ] {
+            #expect(throws: TesseraError.self) { _ = try FaceMatcherConfiguration(json: bad, defaultCommand: nil) }
+        }
+    }
+
+    @Test func imageCodec() throws {
+        #expect(FaceImage.decodeBase64("AAEC") == [0, 1, 2])
+        #expect(FaceImage.decodeBase64("-_8") == [0xFB, 0xFF])
+        #expect(FaceImage.decodeBase64("+/8=") == [0xFB, 0xFF])
+        #expect(FaceImage.decodeBase64("A") == nil)
+        #expect(FaceImage.decodeBase64("!!!!") == nil)
+        #expect(FaceImage.sniff([0xFF, 0xD8, 0xFF, 0xE0]) == "image/jpeg")
+        #expect(FaceImage.sniff([0, 0, 0, 0x0C, 0x6A, 0x50, 0x20, 0x20, 0x0D]) == "image/jp2")
+        #expect(FaceImage.sniff([1, 2, 3]) == nil)
+        #expect(throws: TesseraError.self) {
+            _ = try FaceImage(json: ["mediaType": "image/jpeg", "data": ""], field: "x")
+        }
+        #expect(throws: TesseraError.self) { _ = try FaceImage(json: ["data": "AAEC"], field: "x") }
+        #expect(
+            FaceMatchAnswer(output: Array(#"{"decision":"noFace","score":null,"faceFound":false}"#.utf8))?.decision
+                == .noFace)
+    }
+}

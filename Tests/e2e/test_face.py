@@ -1,0 +1,370 @@
+"""Face matching end to end (issue 30; docs/ENROLLMENT.md, "Face matching"): the real tesserad with the reference
+matcher (matcher/tessera-face-match: dlib's ResNet descriptor), an emulated passport whose DG2 is a real person's
+portrait (`tessera lab make-profile --face`), and the public-domain photos of face_recognition 1.3.0's source
+distribution (tests/test_images: obama*.jpg one person, biden.jpg another), fetched with pip at test time into
+.state/. Scores are checked against dlib itself (face_recognition_models' weights, computed here)."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import pathlib
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tessera_harness import (BIN, MRZ_ANNA, PCSCD, ROOT, SOFTHSM_MODULE, Client, Daemon, EmulatedPassport, RPCError,
+                             SoftHSM, make_passport_profile)
+
+PIN = "1234"
+RP = "face.example.com"
+NFC = {"key": "NFC_PHASE", "cardWaitSeconds": 30}
+PASSKEY = {"key": "PASSKEY_CREATION", "rpId": RP}
+CONFIRM = {"key": "CONFIRM", "client": True, "prompt": "Confirm",
+           "input": {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}}
+WORKFLOWS = {
+    "face": {"steps": ["NFC_MRZ", NFC, {"key": "FACE_MATCHING", "keepTemplate": True}, PASSKEY]},
+    "selfie": {"steps": ["NFC_MRZ", NFC, "MID_SELFIE_MATCHING", CONFIRM]},
+    "liveness": {"steps": ["NFC_MRZ", NFC, "FACE_MATCHING",
+                           {"key": "LIVENESS_CHALLENGE_SESSION_CREATION", "actions": ["turnLeft", "turnRight"],
+                            "length": 2},
+                           "LIVENESS_CHALLENGE_PHASE", CONFIRM]},
+}
+# The matcher runs on a loaded CI machine: a generous timeout for the reference matcher.
+TIMEOUT = 300
+
+
+# --- photos ------------------------------------------------------------------------------------------------------
+
+def fetch_photos() -> pathlib.Path:
+    """face_recognition 1.3.0's tests/test_images, from its sdist (pip download; cached under .state/)."""
+    cache = ROOT / ".state" / "face-photos"
+    images = cache / "face_recognition-1.3.0" / "tests" / "test_images"
+    if not (images / "biden.jpg").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "face_recognition==1.3.0", "--no-deps",
+                        "--no-binary", ":all:", "-d", str(cache)], check=True, timeout=300)
+        with tarfile.open(cache / "face_recognition-1.3.0.tar.gz") as t:
+            t.extractall(cache, members=[m for m in t.getmembers() if "/tests/test_images/" in m.name],
+                         filter="data")
+    return images
+
+
+def jpeg(image: Image.Image, side: int, quality: int = 90, fmt: str = "JPEG") -> bytes:
+    image = image.convert("RGB")
+    image.thumbnail((side, side))
+    out = io.BytesIO()
+    image.save(out, fmt, quality=quality) if fmt == "JPEG" else image.save(out, fmt)
+    return out.getvalue()
+
+
+def sheared(image: Image.Image, k: float) -> Image.Image:
+    """The face with its lower part shifted sideways: the nose tip moves against the eyes as in a head turn
+    (k > 0: towards the image's right, the person's left)."""
+    image = image.convert("RGB")
+    image.thumbnail((480, 480))
+    return image.transform(image.size, Image.AFFINE, (1, -k, k * image.height / 2, 0, 1, 0),
+                           resample=Image.BICUBIC)
+
+
+def item(data: bytes, media: str = "image/jpeg") -> dict:
+    return {"mediaType": media, "data": base64.b64encode(data).decode()}
+
+
+class Photos:
+    def __init__(self, root: pathlib.Path):
+        src = fetch_photos()
+        self.obama = Image.open(src / "obama.jpg")
+        # A chip-sized portrait, as JPEG and JPEG 2000.
+        self.portrait = jpeg(self.obama, 240)
+        self.portrait_jp2 = jpeg(self.obama, 240, fmt="JPEG2000")
+        self.genuine = jpeg(Image.open(src / "obama2.jpg"), 480)
+        self.genuine2 = jpeg(Image.open(src / "obama3.jpg"), 480)
+        self.impostor = jpeg(Image.open(src / "biden.jpg"), 480)
+        gradient = np.tile(np.linspace(0, 255, 320, dtype=np.uint8), (240, 1))
+        self.noface = jpeg(Image.fromarray(np.stack([gradient] * 3, axis=-1)), 320)
+        self.neutral = jpeg(sheared(Image.open(src / "obama2.jpg"), 0), 480)
+        self.turns = {"turnLeft": jpeg(sheared(Image.open(src / "obama2.jpg"), 0.5), 480),
+                      "turnRight": jpeg(sheared(Image.open(src / "obama2.jpg"), -0.5), 480)}
+        for name in ("portrait", "genuine", "impostor", "noface"):
+            (root / f"{name}.jpg").write_bytes(getattr(self, name))
+        (root / "portrait.jp2").write_bytes(self.portrait_jp2)
+        self.root = root
+
+
+def dlib_score(reference: bytes, probe: bytes) -> float:
+    """1 - the Euclidean distance of dlib's descriptors of the two images, computed here with dlib directly."""
+    import dlib
+    import face_recognition_models as m
+    detector = dlib.get_frontal_face_detector()
+    shapes = dlib.shape_predictor(m.pose_predictor_model_location())
+    encoder = dlib.face_recognition_model_v1(m.face_recognition_model_location())
+
+    def descriptor(data: bytes):
+        pixels = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        box = max(detector(pixels, 1), key=lambda r: r.width() * r.height())
+        return np.array(encoder.compute_face_descriptor(pixels, shapes(pixels, box), 1))
+    return 1 - float(np.linalg.norm(descriptor(reference) - descriptor(probe)))
+
+
+# --- fixtures ----------------------------------------------------------------------------------------------------
+
+class Lab:
+    def __init__(self, root: pathlib.Path):
+        self.root = root
+        self.photos = Photos(root)
+        self.pcscd = PCSCD(root).start()
+        self.profile = make_passport_profile(root / "passport", MRZ_ANNA, "--pace", "ecdh-gm-p256-aes128", "--aa",
+                                             "--face", str(root / "portrait.jpg"))
+        self.crash = root / "crash-matcher"
+        self.crash.write_text("#!/bin/sh\ncat >/dev/null\necho 'matcher going down' >&2\nkill -SEGV $$\n")
+        self.crash.chmod(0o755)
+
+    def stop(self):
+        self.pcscd.stop()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    lab = Lab(tmp_path_factory.mktemp("face"))
+    yield lab
+    lab.stop()
+
+
+class Station:
+    def __init__(self, lab: Lab, root: pathlib.Path, face: dict):
+        self.lab, self.root = lab, root
+        root.mkdir(parents=True, exist_ok=True)
+        self.hsm = SoftHSM(root)
+        self.hsm.add_token("kiosk", pin=PIN)
+        config = root / "tesserad.json"
+        config.write_text(json.dumps({"faceMatching": face, "enrollment": {"workflows": WORKFLOWS}}))
+        self.daemon = Daemon(root, {**self.hsm.env, **lab.pcscd.env},
+                             ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm", "--config", str(config),
+                              "--csca", str(lab.profile / "csca.pem")]).start()
+
+    def client(self) -> Client:
+        return Client(self.daemon.socket, timeout=TIMEOUT)
+
+    def chip(self) -> EmulatedPassport:
+        def present(reader):
+            return any(r["name"] == reader and r["cardPresent"]
+                       for r in self.client().call("readers.list")["readers"])
+        return EmulatedPassport(self.lab.pcscd, self.lab.profile, present)
+
+    def stop(self):
+        self.daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def station(lab, tmp_path_factory):
+    s = Station(lab, tmp_path_factory.mktemp("station"), {"timeoutSeconds": TIMEOUT})
+    yield s
+    s.stop()
+
+
+class Session:
+    def __init__(self, station: Station):
+        self.c = station.client()
+        self.c.call("enrollment.subscribe")
+
+    def submit(self, key: str, payload: dict) -> dict:
+        return self.c.call("enrollment.submit", {"stepKey": key, "payload": payload})
+
+    def until(self, method: str, **match) -> dict:
+        while True:
+            n = self.c.next_notification(TIMEOUT)
+            p = n["params"]
+            if n["method"] == method and all(p.get(k) == v for k, v in match.items()):
+                return p
+            assert n["method"] != "enrollment.finished" or method == "enrollment.finished", p
+
+    def start(self, workflow: str) -> str:
+        return self.c.call("enrollment.start", {"type": {"remote": {"candidate": workflow}}, "force": True})[
+            "enrollmentId"]
+
+    def read_chip(self) -> None:
+        self.until("enrollment.stepRequired", key="NFC_MRZ")
+        self.submit("NFC_MRZ", {"mrz": MRZ_ANNA})
+        self.until("enrollment.stepCompleted", key="NFC_PHASE")
+
+
+def rpc_error(fn, *args) -> RPCError:
+    with pytest.raises(RPCError) as e:
+        fn(*args)
+    return e.value
+
+
+# --- tests -------------------------------------------------------------------------------------------------------
+
+def test_make_profile_puts_the_face_in_dg2(lab, tmp_path):
+    """--face IMAGE (JPEG or JPEG 2000) is DG2's image (the enrollment test reads it back from the chip)."""
+    for name, data in (("portrait.jpg", lab.photos.portrait), ("portrait.jp2", lab.photos.portrait_jp2)):
+        out = make_passport_profile(tmp_path / name, MRZ_ANNA, "--face", str(lab.root / name))
+        dg2 = (out / "DG2.bin").read_bytes()
+        assert data in dg2, name
+    bad = subprocess.run([str(BIN / "tessera"), "lab", "make-profile", str(tmp_path / "x"), "--mrz", MRZ_ANNA,
+                          "--face", str(lab.crash)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "JPEG" in bad.stderr
+
+
+def test_face_compare(station, lab):
+    p = lab.photos
+    c = station.client()
+    t = time.monotonic()
+    genuine = c.call("face.compare", {"reference": item(p.portrait), "probes": [item(p.genuine)]})
+    elapsed = time.monotonic() - t
+    impostor = c.call("face.compare", {"reference": item(p.portrait), "probes": [item(p.impostor)]})
+    noface = c.call("face.compare", {"reference": item(p.portrait), "probes": [item(p.noface)]})
+    jp2 = c.call("face.compare", {"reference": item(p.portrait_jp2, "image/jp2"), "probes": [item(p.genuine)]})
+    print(f"\nface.compare genuine {genuine['score']} impostor {impostor['score']} jp2 {jp2['score']} "
+          f"matcher {genuine['elapsedMs']} ms, call {elapsed:.2f} s")
+    assert genuine["match"] is True and genuine["decision"] == "match" and genuine["faceFound"] is True
+    assert genuine["matcher"] == "tessera-face-match" and genuine["threshold"] is None
+    assert "template" not in genuine
+    assert impostor["match"] is False and impostor["decision"] == "noMatch" and impostor["score"] < 0.4
+    assert noface["match"] is False and noface["decision"] == "noFace" and noface["faceFound"] is False
+    assert jp2["match"] is True
+    # The score is dlib's: 1 - the descriptor distance, as dlib computes it here.
+    assert abs(genuine["score"] - dlib_score(p.portrait, p.genuine)) < 0.01
+    assert abs(impostor["score"] - dlib_score(p.portrait, p.impostor)) < 0.01
+    # Bad input never reaches the matcher.
+    for bad in [{"reference": item(p.portrait)}, {"reference": item(p.portrait), "probes": []},
+                {"reference": {"mediaType": "image/jpeg", "data": "!!"}, "probes": [item(p.genuine)]},
+                {"reference": item(p.portrait), "probes": [item(p.genuine)], "challenge": ["nod"]}]:
+        assert rpc_error(c.call, "face.compare", bad).code == "INVALID_INPUT", bad
+
+    # The CLI: exit 0 on a match, 1 on none; --json is the method's result.
+    run = lambda *a: subprocess.run([str(BIN / "tessera"), "--socket", station.daemon.socket, "face", "compare", *a],
+                                    capture_output=True, text=True, timeout=TIMEOUT)
+    out = run(str(lab.root / "portrait.jpg"), str(lab.root / "genuine.jpg"))
+    assert out.returncode == 0 and "match     yes" in out.stdout and "tessera-face-match" in out.stdout, out
+    out = run("--json", str(lab.root / "portrait.jp2"), str(lab.root / "impostor.jpg"))
+    assert out.returncode == 1 and json.loads(out.stdout)["decision"] == "noMatch", out
+    out = run(str(lab.root / "portrait.jpg"), str(lab.crash))
+    assert out.returncode == 64 and "not a JPEG" in out.stderr, out
+
+
+def test_face_matching_enrollment(station, lab):
+    """NFC_PHASE reads the obama portrait from DG2; biden is FACE_MISMATCH (retry offered), a picture without a face
+    is FACE_NOT_FOUND (the step keeps waiting), the genuine capture enrolls; the template is kept; the database
+    never holds a capture, and the audit keeps decision, score and matcher."""
+    p = lab.photos
+    s = Session(station)
+    with station.chip():
+        eid = s.start("face")
+        s.read_chip()
+        req = s.until("enrollment.stepRequired", key="FACE_MATCHING")
+        assert req["input"]["properties"]["images"]["type"] == "array"
+        data = s.c.call("enrollment.transactionData")["data"]
+        assert base64.b64decode(data["facePortrait"]["data"]) == p.portrait
+        # Another person.
+        e = rpc_error(s.submit, "FACE_MATCHING", {"images": [item(p.impostor)]})
+        assert e.code == "FACE_MISMATCH" and e.data["retryable"] is True and e.data["score"] < 0.4, e
+        fin = s.until("enrollment.finished")
+        assert fin["outcome"] == "failedWithRetryPossibility" and fin["error"]["code"] == "FACE_MISMATCH"
+        assert s.c.call("enrollment.retry")["step"] == "FACE_MATCHING"
+        s.until("enrollment.stepRequired", key="FACE_MATCHING")
+        # No face: the step waits for another capture.
+        e = rpc_error(s.submit, "FACE_MATCHING", {"images": [item(p.noface)]})
+        assert e.code == "FACE_NOT_FOUND" and e.data["retryable"] is True, e
+        assert s.c.call("enrollment.status")["required"]["key"] == "FACE_MATCHING"
+        assert rpc_error(s.submit, "FACE_MATCHING", {"images": []}).code == "INVALID_INPUT"
+        # The person of the portrait.
+        s.submit("FACE_MATCHING", {"images": [item(p.genuine), item(p.genuine2)]})
+        s.until("enrollment.stepCompleted", key="FACE_MATCHING")
+        result = s.c.call("enrollment.transactionData")["data"]["faceMatching"]["FACE_MATCHING"]
+        assert result["matched"] is True and result["score"] > 0.4 and result["templateKept"] is True
+        s.until("enrollment.stepRequired", key="PASSKEY_CREATION")
+        s.submit("PASSKEY_CREATION", {"pin": PIN})
+        fin = s.until("enrollment.finished")
+        assert fin["outcome"] == "success", fin
+
+    (record,) = [r for r in s.c.call("enrollment.audit")["records"] if r["enrollmentId"] == eid]
+    checks = record["faceChecks"]
+    assert [(x["decision"], x["matcher"]) for x in checks] == [
+        ("noMatch", "tessera-face-match"), ("noFace", "tessera-face-match"), ("match", "tessera-face-match")]
+    assert checks[0]["score"] < 0.4 < checks[2]["score"]
+    # No capture and no portrait is left in the database (nor in the log).
+    db = station.daemon.state / "tessera.sqlite"
+    blob = b"".join(f.read_bytes() for f in db.parent.glob("tessera.sqlite*"))
+    log = station.daemon.log.read_bytes()
+    for image in (p.genuine, p.genuine2, p.impostor, p.noface, p.portrait):
+        for needle in (image[200:264], base64.b64encode(image)[400:464]):
+            assert needle not in blob and needle not in log
+    rows = sqlite3.connect(db).execute("select mediaType, length(template), matcher from face_template").fetchall()
+    assert rows == [("application/vnd.tessera.dlib-descriptor", 512, "tessera-face-match")]
+
+
+def test_mid_selfie_matches_the_kept_template(station, lab):
+    """After test_face_matching_enrollment kept the template: a later enrollment of the same document holder
+    re-verifies the face against it (no portrait involved)."""
+    p = lab.photos
+    s = Session(station)
+    with station.chip():
+        s.start("selfie")
+        s.read_chip()
+        s.until("enrollment.stepRequired", key="MID_SELFIE_MATCHING")
+        e = rpc_error(s.submit, "MID_SELFIE_MATCHING", {"images": [item(p.impostor)]})
+        assert e.code == "FACE_MISMATCH", e
+        s.until("enrollment.finished")
+        s.c.call("enrollment.retry")
+        s.until("enrollment.stepRequired", key="MID_SELFIE_MATCHING")
+        s.submit("MID_SELFIE_MATCHING", {"images": [item(jpeg(lab.photos.obama, 480))]})
+        s.until("enrollment.stepRequired", key="CONFIRM")
+        s.submit("CONFIRM", {"ok": True})
+        assert s.until("enrollment.finished")["outcome"] == "success"
+
+
+def test_liveness_challenge(station, lab):
+    """A random challenge of head turns; still frames fail (LIVENESS_FAILED, and the retry draws a new challenge);
+    frames that turn as asked pass."""
+    p = lab.photos
+    s = Session(station)
+    with station.chip():
+        s.start("liveness")
+        s.read_chip()
+        s.until("enrollment.stepRequired", key="FACE_MATCHING")
+        s.submit("FACE_MATCHING", {"images": [item(p.genuine)]})
+        req = s.until("enrollment.stepRequired", key="LIVENESS_CHALLENGE_PHASE")
+        challenge = req["challenge"]
+        assert len(challenge) == 2 and set(challenge) <= {"turnLeft", "turnRight"} and challenge[0] != challenge[1]
+        e = rpc_error(s.submit, "LIVENESS_CHALLENGE_PHASE", {"images": [item(p.neutral)] * 3})
+        assert e.code == "LIVENESS_FAILED" and e.data["liveness"]["passed"] is False, e
+        s.until("enrollment.finished")
+        assert s.c.call("enrollment.retry")["step"] == "LIVENESS_CHALLENGE_SESSION_CREATION"
+        req = s.until("enrollment.stepRequired", key="LIVENESS_CHALLENGE_PHASE")
+        frames = [item(p.neutral)] + [item(p.turns[a]) for a in req["challenge"]]
+        s.submit("LIVENESS_CHALLENGE_PHASE", {"images": frames})
+        s.until("enrollment.stepRequired", key="CONFIRM")
+        s.submit("CONFIRM", {"ok": True})
+        assert s.until("enrollment.finished")["outcome"] == "success"
+
+
+def test_crashing_matcher_is_unavailable_never_a_match(lab, tmp_path):
+    s = Station(lab, tmp_path / "crash", {"command": [str(lab.crash)]})
+    try:
+        c = s.client()
+        e = rpc_error(c.call, "face.compare", {"reference": item(lab.photos.portrait),
+                                               "probes": [item(lab.photos.genuine)]})
+        assert e.code == "FACE_MATCHER_UNAVAILABLE" and e.data["retryable"] is True, e
+        session = Session(s)
+        with s.chip():
+            session.start("face")
+            session.read_chip()
+            session.until("enrollment.stepRequired", key="FACE_MATCHING")
+            e = rpc_error(session.submit, "FACE_MATCHING", {"images": [item(lab.photos.genuine)]})
+            assert e.code == "FACE_MATCHER_UNAVAILABLE" and e.data["retryable"] is True, e
+            fin = session.until("enrollment.finished")
+            assert fin["outcome"] == "failedWithRetryPossibility" and fin["error"]["code"] == "FACE_MATCHER_UNAVAILABLE"
+        # Its stderr went to the log.
+        assert "matcher going down" in s.daemon.log.read_text()
+    finally:
+        s.stop()
