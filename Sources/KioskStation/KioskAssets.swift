@@ -272,15 +272,16 @@ enum KioskAssets {
             const video = el('video', {autoplay: true, playsinline: true, muted: true, 'data-camera': true});
             const go = el('button', {type: 'button', class: 'primary', 'data-action': 'continue', text: 'Take photo', disabled: true});
             const status = el('p', {'data-camera-status': true, text: 'Starting the camera…'});
-            const challenge = f.challenge ? el('p', {class: 'challenge', 'data-challenge': true,
-              text: Array.isArray(f.challenge) ? f.challenge.join(', then ') : (f.challenge.prompt || JSON.stringify(f.challenge))}) : null;
+            const actions = {turnLeft: 'Turn your head to the left', turnRight: 'Turn your head to the right', blink: 'Blink'};
+            const challenge = Array.isArray(f.challenge) ? el('ol', {class: 'challenge', 'data-challenge': f.challenge.join(' ')},
+              ...f.challenge.map((a) => el('li', {text: actions[a] || a}))) : null;
             const extra = (f.alternatives[0] || []);
             const form = el('form', {}, ...extra.map(fieldInput).filter(Boolean));
             go.addEventListener('click', async () => {
               go.disabled = true;
               status.textContent = 'Hold still…';
               const frames = [];
-              const count = f.challenge ? 5 : 1;
+              const count = Array.isArray(f.challenge) ? Math.min(30, 4 * f.challenge.length) : 1;
               for (let i = 0; i < count; i++) {
                 if (i) await new Promise((r) => setTimeout(r, 400));
                 frames.push(grab(video));

@@ -72,6 +72,11 @@ public struct KioskSession: Sendable {
     private var completed: [String] = []
     /// A rejected answer to the waiting step (code, message, field, attemptsLeft), shown on its screen.
     private var answerError: JSONValue?
+    /// The step whose last answer was refused while the daemon went back to waiting for it: a `busy` for it that
+    /// arrives after the refusal is stale (the daemon does not ask again with a new `stepRequired`).
+    private var refusedStep: String?
+    /// The `stepRequired` params of the step asked for last, to ask again after a refused answer.
+    private var lastRequired: JSONValue?
     private var progress: DocumentProgress?
     /// The chip's portrait ({mediaType, data}), kept in memory for the result screen.
     private var portrait: JSONValue?
@@ -127,10 +132,12 @@ public struct KioskSession: Sendable {
                 throw TesseraError(
                     .stepNotExpected, "the station does not wait for \(step)", details: ["field": "step"])
             }
+            refusedStep = nil
             return KioskCall(
                 method: "enrollment.submit", params: ["stepKey": .string(step), "payload": payload])
         case .retry:
             guard case .failed(_, true) = phase else { throw TesseraError(.notRetryable, "nothing to retry") }
+            refusedStep = nil
             return KioskCall(method: "enrollment.retry", params: [:])
         case .cancel:
             guard enrollmentActive else { throw TesseraError(.noActiveEnrollment, "no enrollment to cancel") }
@@ -159,10 +166,19 @@ public struct KioskSession: Sendable {
             if phase == .starting || enrollmentId == nil {
                 phase = .failed(error: Self.errorJSON(error), retryable: false)
             }
-        case .submit:
-            if case .waiting = phase {
-                answerError = Self.errorJSON(error)
+        case .submit(let step, _):
+            // The daemon waits for the step again unless the error ended the enrollment (`finished` says so).
+            switch phase {
+            case .waiting(step, _):
+                break
+            case .working(step):
+                guard let lastRequired, lastRequired["key"]?.stringValue == step else { return }
+                phase = .waiting(step: step, required: lastRequired)
+            default:
+                return
             }
+            refusedStep = step
+            answerError = Self.errorJSON(error)
         default:
             return
         }
@@ -182,6 +198,8 @@ public struct KioskSession: Sendable {
         steps = []
         completed = []
         answerError = nil
+        refusedStep = nil
+        lastRequired = nil
         progress = nil
         portrait = nil
         result = nil
@@ -189,11 +207,10 @@ public struct KioskSession: Sendable {
         changed()
     }
 
-    /// The portrait from `enrollment.transactionData` after a document step (`portrait` or `document.portrait`,
-    /// `{mediaType, data}`), when the daemon keeps one.
+    /// The portrait from `enrollment.transactionData` after a document step (`facePortrait`, `{mediaType, data}`:
+    /// the daemon keeps it when the workflow matches faces).
     public mutating func transactionData(_ data: JSONValue) {
-        let d = data["data"] ?? data
-        guard let p = d["portrait"] ?? d["document"]?["portrait"], p["data"]?.stringValue != nil else { return }
+        guard let p = data["data"]?["facePortrait"], p["data"]?.stringValue != nil else { return }
         portrait = p
         changed()
     }
@@ -226,6 +243,7 @@ public struct KioskSession: Sendable {
             }
         case "enrollment.busy":
             let step = p["step"]?.stringValue ?? ""
+            if refusedStep == step { return [] }
             if case .working(step) = phase {
             } else {
                 phase = .working(step: step)
@@ -236,9 +254,12 @@ public struct KioskSession: Sendable {
             guard let key = p["key"]?.stringValue else { return [] }
             if case .waiting(key, _) = phase {} else { answerError = nil }
             phase = .waiting(step: key, required: p)
+            lastRequired = p
+            refusedStep = nil
             progress = nil
         case "enrollment.progress":
             let step = p["step"]?.stringValue ?? ""
+            if refusedStep == step { return [] }
             if case .working(step) = phase {} else { phase = .working(step: step) }
             if progress == nil { progress = DocumentProgress() }
             progress?.apply(p["progress"] ?? .null)
@@ -251,6 +272,7 @@ public struct KioskSession: Sendable {
         case "enrollment.finished":
             let outcome = p["outcome"]?.stringValue ?? "failed"
             let error = p["error"]
+            refusedStep = nil
             effects.append(.finished(outcome: outcome, errorCode: error?["code"]?.stringValue))
             progress = nil
             switch outcome {

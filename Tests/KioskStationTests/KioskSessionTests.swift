@@ -135,7 +135,7 @@ private let mrzStep: JSONValue = [
         #expect(
             s.apply(note("enrollment.stepCompleted", ["enrollmentId": "e1", "key": "NFC_PHASE", "index": 1]))
                 == [.fetchTransactionData])
-        s.transactionData(["data": ["portrait": ["mediaType": "image/jpeg", "data": "/9j/"]]])
+        s.transactionData(["data": ["facePortrait": ["mediaType": "image/jpeg", "data": "/9j/"]]])
         let done = s.apply(
             note(
                 "enrollment.finished",
@@ -193,10 +193,35 @@ private let mrzStep: JSONValue = [
         #expect(s.view["answerError"]?["attemptsLeft"] == 2)
     }
 
+    @Test func aRefusedCaptureAsksAgainEvenAfterTheDaemonWasBusy() throws {
+        var s = try started()
+        let face: JSONValue = [
+            "enrollmentId": "e1", "key": "FACE_MATCHING", "prompt": "Look into the camera",
+            "input": ["type": "object", "required": ["images"], "properties": ["images": ["type": "array"]]],
+        ]
+        _ = s.apply(note("enrollment.stepRequired", face))
+        let action = KioskAction.submit(step: "FACE_MATCHING", payload: ["images": []])
+        _ = try s.call(for: action)
+        _ = s.apply(
+            note("enrollment.busy", ["enrollmentId": "e1", "step": "FACE_MATCHING", "expectedInterval": "short"]))
+        #expect(s.view["kind"] == "working")
+        s.callFailed(action, TesseraError(.invalidInput, "no face", retryable: true))
+        #expect(s.view["kind"] == "camera")
+        #expect(s.view["answerError"]?["code"] == "INVALID_INPUT")
+        // The same busy, handled after the refusal, is stale.
+        _ = s.apply(
+            note("enrollment.busy", ["enrollmentId": "e1", "step": "FACE_MATCHING", "expectedInterval": "short"]))
+        #expect(s.view["kind"] == "camera")
+        _ = try s.call(for: action)
+        _ = s.apply(
+            note("enrollment.busy", ["enrollmentId": "e1", "step": "FACE_MATCHING", "expectedInterval": "short"]))
+        #expect(s.view["kind"] == "working")
+    }
+
     @Test func wipeLeavesNoPersonalData() throws {
         var s = try started()
         _ = s.apply(note("enrollment.stepCompleted", ["enrollmentId": "e1", "key": "NFC_PHASE", "index": 1]))
-        s.transactionData(["data": ["portrait": ["mediaType": "image/jpeg", "data": "/9j/PORTRAIT"]]])
+        s.transactionData(["data": ["facePortrait": ["mediaType": "image/jpeg", "data": "/9j/PORTRAIT"]]])
         _ = s.apply(
             note(
                 "enrollment.finished",

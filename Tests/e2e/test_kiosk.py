@@ -3,19 +3,18 @@ camera playing a photo converted to Y4M), `tessera kiosk` bridging it to the rea
 private pcscd whose vpcd reader holds the emulated passport, and the file-drop OTP notifier. The passkey is checked
 with py_webauthn and python-fido2 (verify.py), the camera's capture with Pillow against the photo it played.
 
-Test photos: the public-domain photos of the face_recognition 1.3.0 source distribution (tests/test_images), fetched
-once with pip into ~/.cache/tessera-test-photos."""
+The face tests run the workflow "face" of test_face.py (NFC_MRZ, NFC_PHASE, FACE_MATCHING, PASSKEY_CREATION) against
+the reference matcher and an emulated passport whose DG2 is obama.jpg; the fake camera plays another photo of the
+same person (obama2.jpg), another person (biden.jpg) or no face. Test photos: the public-domain photos of the
+face_recognition 1.3.0 source distribution (tests/test_images), fetched with pip by test_face.fetch_photos."""
 from __future__ import annotations
 
 import base64
 import http.client
 import io
 import json
-import os
 import pathlib
 import subprocess
-import sys
-import tarfile
 import time
 
 import pytest
@@ -28,8 +27,10 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tessera_harness import BIN, stop_process
 from test_enrollment import CONFIRM, MRZ, NFC, PASSKEY, PHONE, PIN, RP, TERMS, Lab, Station, check_credential
+from test_face import Lab as FaceLab
+from test_face import Station as FaceStation
+from test_face import fetch_photos
 
-PHOTOS = pathlib.Path(os.environ.get("TESSERA_TEST_PHOTOS", pathlib.Path.home() / ".cache" / "tessera-test-photos"))
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
@@ -46,23 +47,6 @@ WORKFLOWS = {
 
 
 # --- components ---------------------------------------------------------------------------------------------------
-
-def photo(name: str) -> pathlib.Path:
-    """A photo from face_recognition 1.3.0's sdist (pip download on first use; failing loudly without it)."""
-    target = PHOTOS / name
-    if target.exists():
-        return target
-    PHOTOS.mkdir(parents=True, exist_ok=True)
-    sdist = PHOTOS / "face_recognition-1.3.0.tar.gz"
-    if not sdist.exists():
-        subprocess.run([sys.executable, "-m", "pip", "download", "face_recognition==1.3.0",
-                        "--no-deps", "--no-binary", ":all:", "-d", str(PHOTOS)], check=True, capture_output=True,
-                       timeout=300)
-    with tarfile.open(sdist) as tar:
-        member = tar.getmember(f"face_recognition-1.3.0/tests/test_images/{name}")
-        target.write_bytes(tar.extractfile(member).read())
-    return target
-
 
 def write_y4m(photo: pathlib.Path, out: pathlib.Path, size=(640, 480)) -> Image.Image:
     """The photo, fitted into `size`, as a one-frame YUV4MPEG2 (4:2:0) file: Chromium's fake camera plays it."""
@@ -172,7 +156,7 @@ def station(lab, tmp_path):
 @pytest.fixture
 def camera(tmp_path):
     y4m = tmp_path / "camera.y4m"
-    frame = write_y4m(photo("obama.jpg"), y4m)
+    frame = write_y4m(fetch_photos() / "obama.jpg", y4m)
     return y4m, frame
 
 
@@ -353,3 +337,110 @@ def test_the_bridge_refuses_what_the_station_does_not_do(station, running):
     b.click()
     b.screen("error")
     assert b.find("[data-error-code]").get_attribute("data-error-code").startswith("ACTIVATION_TOKEN_")
+
+
+# --- face matching (the reference matcher) --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def face_lab(tmp_path_factory):
+    lab = FaceLab(tmp_path_factory.mktemp("kiosk-face"))
+    yield lab
+    lab.stop()
+
+
+class FaceRun:
+    """A face station (its own tesserad), `tessera kiosk` for its workflow "face" and a browser whose camera plays
+    `photo`."""
+
+    def __init__(self, lab: FaceLab, root: pathlib.Path, photo: pathlib.Path, face: dict | None = None):
+        self.station = FaceStation(lab, root, face or {"timeoutSeconds": 300})
+        self.root = root
+        write_y4m(photo, root / "camera.y4m")
+        self.kiosk = Kiosk(self.station, "face")
+        self.b = Browser(root / "camera.y4m")
+        self.b.d.get(self.kiosk.url)
+        self.b.screen("start")
+
+    def to_camera(self) -> None:
+        """Start, MRZ, the chip read: up to the camera screen, then capture."""
+        b = self.b
+        b.click()
+        enter_mrz(b)
+        with self.station.chip():
+            self.placed = time.monotonic()
+            b.screen("FACE_MATCHING", timeout=60)
+        assert b.find('main > section[data-step="FACE_MATCHING"]').get_attribute("data-kind") == "camera"
+        b.find("video[data-camera]")
+        b.click(timeout=30)
+
+    def stop(self) -> None:
+        self.b.quit()
+        self.kiosk.stop()
+        self.station.stop()
+
+
+@pytest.fixture
+def face_run(face_lab, tmp_path):
+    made: list[FaceRun] = []
+
+    def start(photo: pathlib.Path, face: dict | None = None) -> FaceRun:
+        r = FaceRun(face_lab, tmp_path / f"run{len(made)}", photo, face)
+        made.append(r)
+        return r
+    yield start
+    for r in made:
+        r.stop()
+
+
+def test_face_of_the_holder_enrolls(face_lab, face_run):
+    """The camera plays another photo of the passport's holder: matched, the passkey made, and the result screen
+    shows the chip's portrait (DG2, as the daemon kept it) beside the capture."""
+    r = face_run(fetch_photos() / "obama2.jpg")
+    r.to_camera()
+    b = r.b
+    b.screen("PASSKEY_CREATION", timeout=300)
+    b.type("pin", PIN)
+    b.click()
+    b.screen("done", timeout=60)
+    enrolled = time.monotonic()
+    print(f"\nkiosk (face): document placed → enrolled in {enrolled - r.placed:.2f} s")
+    portrait = b.find('figure[data-image="portrait"] img').get_attribute("src")
+    assert base64.b64decode(portrait.split(",", 1)[1]) == face_lab.photos.portrait
+    assert b.find('figure[data-image="capture"] img').get_attribute("src").startswith("data:image/jpeg;base64,")
+    audit = r.station.client().call("enrollment.audit", {"limit": 1})["records"][0]
+    assert audit["outcome"] == "success" and audit["faceChecks"][0]["decision"] == "match", audit
+    b.click()
+    b.screen("start")
+    assert "data:image" not in b.d.page_source
+
+
+def test_another_persons_face_is_a_mismatch_with_retry(face_run):
+    r = face_run(fetch_photos() / "biden.jpg")
+    r.to_camera()
+    b = r.b
+    b.screen("error", timeout=300)
+    assert b.find('[data-error-code="FACE_MISMATCH"]')
+    b.find('[data-action="retry"]')
+    b.click("retry")
+    b.screen("FACE_MATCHING", timeout=60)
+    audit_before = r.station.client().call("enrollment.status")
+    assert audit_before["active"] is True
+
+
+def test_no_face_asks_for_another_capture(face_lab, face_run):
+    r = face_run(face_lab.root / "noface.jpg")
+    r.to_camera()
+    b = r.b
+    err = b.find('main > section[data-step="FACE_MATCHING"] [data-answer-error][data-error-code="FACE_NOT_FOUND"]',
+                 timeout=300)
+    assert err.text
+    assert b.find('[data-action="continue"]').is_enabled()
+
+
+def test_a_crashing_matcher_is_unavailable_with_retry(face_lab, face_run):
+    r = face_run(fetch_photos() / "obama2.jpg", {"command": [str(face_lab.crash)]})
+    r.to_camera()
+    b = r.b
+    b.screen("error", timeout=120)
+    assert b.find('[data-error-code="FACE_MATCHER_UNAVAILABLE"]')
+    b.find('[data-action="retry"]')
