@@ -317,6 +317,9 @@ public struct KioskSession: Sendable {
         "TOKEN_NOT_PRESENT": "The station's security key is missing. Ask staff for help.",
         "FACE_MISMATCH":
             "The photo did not match the document's portrait. Look straight into the camera and try again.",
+        "LIVENESS_FAILED":
+            "The photos did not show the movements asked for. Try again and follow the instructions on the screen.",
+        "FACE_NOT_FOUND": "No face was found in the photo. Look straight into the camera and try again.",
         "FACE_MATCHER_UNAVAILABLE":
             "Face matching is not available right now. Try again in a moment, or ask staff for help.",
         "DOCUMENT_NOT_AUTHENTIC": "The document could not be verified. Ask staff for help.",

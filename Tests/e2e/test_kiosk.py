@@ -26,7 +26,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tessera_harness import BIN, stop_process
-from test_enrollment import CONFIRM, MRZ, NFC, PASSKEY, PHONE, PIN, RP, TERMS, Lab, Station, check_credential
+from test_enrollment import (CONFIRM, MRZ, NFC, PASSKEY, PHONE, PIN, RP, TERMS, WRONG_MRZ_FIELDS, Lab, Station,
+                             check_credential)
 from test_face import Lab as FaceLab
 from test_face import Station as FaceStation
 from test_face import fetch_photos
@@ -291,6 +292,35 @@ def test_card_pulled_mid_read_offers_retry(station, running):
     assert "CARD_REMOVED" in kiosk.log.read_text()
 
 
+def test_wrong_document_data_says_so_and_retry_asks_again(station, running):
+    """The fields tab (document number and dates): a birth date that is a valid date but not the document's makes the
+    chip refuse access (ACCESS_DENIED): the error says to check the MRZ, and retry asks for it again."""
+    kiosk, b = running("kiosk-chip")
+    with station.chip():
+        b.click()
+        b.screen("NFC_MRZ")
+        b.find('main button[data-alternative="1"]').click()
+        b.find('main form[data-alternative="1"]')
+        b.type("documentNumber", WRONG_MRZ_FIELDS["documentNumber"])
+        b.type("dateOfBirth", "7413")
+        assert b.find('[data-check="incomplete"]')
+        b.type("dateOfBirth", "12")
+        b.type("dateOfExpiry", WRONG_MRZ_FIELDS["dateOfExpiry"])
+        assert "dateOfBirth" in b.find('[data-check="invalid"]').text
+        field = b.find('main [name="dateOfBirth"]')
+        field.clear()
+        field.send_keys(WRONG_MRZ_FIELDS["dateOfBirth"])
+        b.find('[data-check="valid"]')
+        b.click()
+        error = b.screen("error", timeout=60)
+        assert b.find('[data-error-code="ACCESS_DENIED"]')
+        assert "MRZ" in error.text
+        b.click("retry")
+        b.screen("NFC_MRZ")
+        enter_mrz(b)
+        b.screen("CONFIRM", timeout=60)
+
+
 def test_idle_timeout_cancels_and_wipes_the_page(station, running):
     kiosk, b = running("kiosk-chip", idle=3)
     b.click()
@@ -352,11 +382,12 @@ class FaceRun:
     """A face station (its own tesserad), `tessera kiosk` for its workflow "face" and a browser whose camera plays
     `photo`."""
 
-    def __init__(self, lab: FaceLab, root: pathlib.Path, photo: pathlib.Path, face: dict | None = None):
+    def __init__(self, lab: FaceLab, root: pathlib.Path, photo: pathlib.Path, face: dict | None = None,
+                 workflow: str = "face"):
         self.station = FaceStation(lab, root, face or {"timeoutSeconds": 300})
         self.root = root
         write_y4m(photo, root / "camera.y4m")
-        self.kiosk = Kiosk(self.station, "face")
+        self.kiosk = Kiosk(self.station, workflow)
         self.b = Browser(root / "camera.y4m")
         self.b.d.get(self.kiosk.url)
         self.b.screen("start")
@@ -383,8 +414,8 @@ class FaceRun:
 def face_run(face_lab, tmp_path):
     made: list[FaceRun] = []
 
-    def start(photo: pathlib.Path, face: dict | None = None) -> FaceRun:
-        r = FaceRun(face_lab, tmp_path / f"run{len(made)}", photo, face)
+    def start(photo: pathlib.Path, face: dict | None = None, workflow: str = "face") -> FaceRun:
+        r = FaceRun(face_lab, tmp_path / f"run{len(made)}", photo, face, workflow)
         made.append(r)
         return r
     yield start
@@ -444,3 +475,25 @@ def test_a_crashing_matcher_is_unavailable_with_retry(face_lab, face_run):
     b.screen("error", timeout=120)
     assert b.find('[data-error-code="FACE_MATCHER_UNAVAILABLE"]')
     b.find('[data-action="retry"]')
+
+
+def test_liveness_challenge_is_shown_and_a_still_photo_fails_it(face_run):
+    """The workflow "liveness": after FACE_MATCHING, the challenge's actions are listed in order on the camera
+    screen and frames are taken for each; a still photo does not turn its head: LIVENESS_FAILED, retry offered."""
+    r = face_run(fetch_photos() / "obama2.jpg", workflow="liveness")
+    r.to_camera()
+    b = r.b
+    screen = b.screen("LIVENESS_CHALLENGE_PHASE", timeout=300)
+    assert screen.get_attribute("data-kind") == "camera"
+    challenge = b.find("ol[data-challenge]")
+    actions = challenge.get_attribute("data-challenge").split()
+    assert sorted(actions) == ["turnLeft", "turnRight"], actions
+    steps = [li.text for li in challenge.find_elements(By.TAG_NAME, "li")]
+    assert steps == [{"turnLeft": "Turn your head to the left", "turnRight": "Turn your head to the right"}[a]
+                     for a in actions]
+    b.click(timeout=30)
+    b.screen("error", timeout=300)
+    assert b.find('[data-error-code="LIVENESS_FAILED"]')
+    b.find('[data-action="retry"]')
+    check = r.station.client().call("enrollment.audit", {"limit": 1})["records"]
+    assert not check or check[0]["outcome"] != "success"
