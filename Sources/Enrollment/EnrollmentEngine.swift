@@ -50,6 +50,10 @@ public actor EnrollmentEngine {
     /// Bumped whenever the active enrollment ends or restarts work: results of older work are dropped.
     var generation = 0
     var work: Task<Void, Never>?
+    /// The verified portrait of the active enrollment's document (the face steps' reference), by enrollment id:
+    /// kept in memory only, never in the database; a daemon restart loses it and the face step reads the document
+    /// again (`retry`).
+    var portraits: [String: FaceImage] = [:]
     /// The last terminal `enrollment.finished` params and the uid whose enrollment it was, for `status`.
     var lastOutcome: (params: JSONValue, owner: UInt32)?
 
@@ -397,7 +401,9 @@ public actor EnrollmentEngine {
     public func transactionData(caller: EnrollmentCaller) throws(TesseraError) -> JSONValue {
         guard let row else { throw TesseraError(.noActiveEnrollment, "there is no active enrollment") }
         try authorize(caller, row)
-        return ["enrollmentId": .string(row.id), "data": row.data]
+        var data = row.data.objectValue ?? [:]
+        if let portrait = portraits[row.id] { data["facePortrait"] = portrait.json }
+        return ["enrollmentId": .string(row.id), "data": .object(data)]
     }
 
     /// UNAUTHORIZED unless `caller` started `row` or is an administrator.
@@ -562,6 +568,10 @@ public actor EnrollmentEngine {
     /// completion and the outcome `success` are one transaction.
     func complete(_ step: WorkflowStep, data: [String: JSONValue], gen: Int) async throws(TesseraError) {
         guard gen == generation, var current = row else { return }
+        var data = data
+        if let portrait = data.removeValue(forKey: "facePortrait") {
+            portraits = [current.id: try FaceImage(json: portrait, field: "facePortrait")]
+        }
         var merged = current.data.objectValue ?? [:]
         for (k, v) in data { merged[k] = v }
         current.data = .object(merged)
@@ -623,7 +633,15 @@ public actor EnrollmentEngine {
             if var data = current.data.objectValue { data["documentAccess"] = nil; current.data = .object(data) }
             current.stepState = .null
         }
-        if step.kind == .livenessPhase, let sessionIndex = steps.firstIndex(where: { $0.kind == .livenessSession }),
+        if [.faceMatching, .livenessPhase].contains(step.kind), portraits[current.id] == nil,
+            let readIndex = steps[..<current.stepIndex].lastIndex(where: { [.nfcPhase, .mdocPhase].contains($0.kind) })
+        {
+            // The portrait is gone (a daemon restart): the retry reads the document again.
+            current.completedSteps = Array(current.completedSteps.prefix(readIndex))
+            current.stepIndex = readIndex
+            current.stepState = .null
+        } else if step.kind == .livenessPhase,
+            let sessionIndex = steps.firstIndex(where: { $0.kind == .livenessSession }),
             sessionIndex < current.stepIndex
         {
             // A challenge is used once: the retry issues a new one.
@@ -681,6 +699,7 @@ public actor EnrollmentEngine {
         current.outcome = outcome
         if let error { current.failure = Self.errorJSON(error) }
         current.data = .object([:])
+        portraits[current.id] = nil
         current.stepState = .null
         current.updatedAt = now
         current.finishedAt = now

@@ -7,8 +7,8 @@ import TesseraCore
 
 /// FACE_MATCHING, the LIVENESS_CHALLENGE steps and MID_SELFIE_MATCHING (docs/ENROLLMENT.md, "Face matching").
 /// Captured images live only for the submission that carries them: they go to the matcher's stdin and are never
-/// stored or logged. The enrollment keeps the verified portrait (wiped with the rest of its data at the end),
-/// the challenge, and for the audit each decision, score and the matcher's name.
+/// stored or logged. The verified portrait is kept in memory only (`portraits`), never in the database; the
+/// enrollment keeps the challenge, and for the audit each decision, score and the matcher's name.
 extension EnrollmentEngine {
     /// Frames one submission may carry.
     static let maxFaceImages = 10
@@ -48,6 +48,12 @@ extension EnrollmentEngine {
     func beginFaceStep(_ step: WorkflowStep) throws(TesseraError) -> StepResult {
         guard faceMatcher != nil else {
             throw TesseraError(.candidateUnavailable, "this station has no face matcher")
+        }
+        if [.faceMatching, .livenessPhase].contains(step.kind), let row, portraits[row.id] == nil {
+            throw TesseraError(
+                .faceNotFound,
+                "the document's portrait is not kept across a daemon restart: retry reads the document again",
+                retryable: true, details: ["reason": "portraitNotKept"])
         }
         switch step.kind {
         case .livenessSession:
@@ -139,10 +145,10 @@ extension EnrollmentEngine {
             }
             reference = FaceImage(mediaType: kept.mediaType, data: [UInt8](kept.template))
         } else {
-            guard let portrait = current.data["facePortrait"] else {
+            guard let portrait = portraits[current.id] else {
                 throw TesseraError(.internalError, "\(step.key) runs before a portrait was read")
             }
-            reference = try FaceImage(json: portrait, field: "facePortrait")
+            reference = portrait
             if isLiveness {
                 challenge = current.data["livenessChallenge"]?.arrayValue?.compactMap(\.stringValue) ?? []
             }

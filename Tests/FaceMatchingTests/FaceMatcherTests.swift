@@ -65,7 +65,7 @@ import Testing
         ("unknown decision", "echo '{\"decision\":\"maybe\",\"score\":1,\"faceFound\":true}'"),
         ("error decision", "echo '{\"decision\":\"error\",\"score\":null,\"faceFound\":false}'"),
         ("bad liveness", "echo '{\"decision\":\"match\",\"score\":1,\"faceFound\":true,\"liveness\":{}}'"),
-        ("timeout", "sleep 30"),
+        ("timeout", "sleep 120"),
     ])
     func failingMatcherIsUnavailable(name: String, body: String) async throws {
         let dir = Scratch.directory("face")
@@ -80,7 +80,8 @@ import Testing
             #expect(error.code == .faceMatcherUnavailable, "\(name)")
             #expect(error.retryable, "\(name)")
         }
-        #expect(ContinuousClock.now - start < .seconds(10), "\(name)")
+        // The timeout killed the program: far sooner than its 120 s sleep, even on a loaded machine.
+        #expect(ContinuousClock.now - start < .seconds(60), "\(name)")
     }
 
     @Test func missingProgramIsUnavailable() async {

@@ -22,6 +22,7 @@ from PIL import Image
 
 from tessera_harness import (BIN, MRZ_ANNA, PCSCD, ROOT, SOFTHSM_MODULE, Client, Daemon, EmulatedPassport, RPCError,
                              SoftHSM, make_passport_profile)
+from test_mdoc import EmulatedMDoc, make_mdoc
 
 PIN = "1234"
 RP = "face.example.com"
@@ -32,6 +33,7 @@ CONFIRM = {"key": "CONFIRM", "client": True, "prompt": "Confirm",
 WORKFLOWS = {
     "face": {"steps": ["NFC_MRZ", NFC, {"key": "FACE_MATCHING", "keepTemplate": True}, PASSKEY]},
     "selfie": {"steps": ["NFC_MRZ", NFC, "MID_SELFIE_MATCHING", CONFIRM]},
+    "mdl-face": {"steps": [{"key": "MDOC_PHASE", "cardWaitSeconds": 30}, "FACE_MATCHING", CONFIRM]},
     "liveness": {"steps": ["NFC_MRZ", NFC, "FACE_MATCHING",
                            {"key": "LIVENESS_CHALLENGE_SESSION_CREATION", "actions": ["turnLeft", "turnRight"],
                             "length": 2},
@@ -123,6 +125,8 @@ class Lab:
         self.pcscd = PCSCD(root).start()
         self.profile = make_passport_profile(root / "passport", MRZ_ANNA, "--pace", "ecdh-gm-p256-aes128", "--aa",
                                              "--face", str(root / "portrait.jpg"))
+        # An mDL whose portrait is the same person's.
+        self.mdl = make_mdoc(root / "mdl", "--photo", str(root / "portrait.jpg"))
         self.crash = root / "crash-matcher"
         self.crash.write_text("#!/bin/sh\ncat >/dev/null\necho 'matcher going down' >&2\nkill -SEGV $$\n")
         self.crash.chmod(0o755)
@@ -148,7 +152,7 @@ class Station:
         config.write_text(json.dumps({"faceMatching": face, "enrollment": {"workflows": WORKFLOWS}}))
         self.daemon = Daemon(root, {**self.hsm.env, **lab.pcscd.env},
                              ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm", "--config", str(config),
-                              "--csca", str(lab.profile / "csca.pem")]).start()
+                              "--csca", str(lab.profile / "csca.pem"), "--iaca", str(lab.mdl / "iaca.pem")]).start()
 
     def client(self) -> Client:
         return Client(self.daemon.socket, timeout=TIMEOUT)
@@ -158,6 +162,18 @@ class Station:
             return any(r["name"] == reader and r["cardPresent"]
                        for r in self.client().call("readers.list")["readers"])
         return EmulatedPassport(self.lab.pcscd, self.lab.profile, present)
+
+    def holder(self) -> EmulatedMDoc:
+        def wait_card(present: bool) -> None:
+            reader = self.lab.pcscd.readers[0]
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                readers = self.client().call("readers.list")["readers"]
+                if any(r["name"] == reader and r["cardPresent"] for r in readers) == present:
+                    return
+                time.sleep(0.05)
+            raise TimeoutError(f"card never became {'present' if present else 'absent'}")
+        return EmulatedMDoc(self.root, self.lab.pcscd.port, self.lab.mdl, wait_card)
 
     def stop(self):
         self.daemon.stop()
@@ -292,12 +308,13 @@ def test_face_matching_enrollment(station, lab):
     assert [(x["decision"], x["matcher"]) for x in checks] == [
         ("noMatch", "tessera-face-match"), ("noFace", "tessera-face-match"), ("match", "tessera-face-match")]
     assert checks[0]["score"] < 0.4 < checks[2]["score"]
-    # No capture and no portrait is left in the database (nor in the log).
+    # No capture and no portrait ever reached the database (its files, WAL included) or the log: needles from the
+    # images' entropy-coded data (their headers' tables are the same in every JPEG Pillow writes).
     db = station.daemon.state / "tessera.sqlite"
     blob = b"".join(f.read_bytes() for f in db.parent.glob("tessera.sqlite*"))
     log = station.daemon.log.read_bytes()
     for image in (p.genuine, p.genuine2, p.impostor, p.noface, p.portrait):
-        for needle in (image[200:264], base64.b64encode(image)[400:464]):
+        for needle in (image[-400:-336], base64.b64encode(image)[-600:-536]):
             assert needle not in blob and needle not in log
     rows = sqlite3.connect(db).execute("select mediaType, length(template), matcher from face_template").fetchall()
     assert rows == [("application/vnd.tessera.dlib-descriptor", 512, "tessera-face-match")]
@@ -323,8 +340,31 @@ def test_mid_selfie_matches_the_kept_template(station, lab):
         assert s.until("enrollment.finished")["outcome"] == "success"
 
 
+def test_face_matching_against_the_mdl_portrait(station, lab):
+    """After MDOC_PHASE the reference is the mDL's portrait (requested although the step does not list it)."""
+    p = lab.photos
+    s = Session(station)
+    with station.holder():
+        s.start("mdl-face")
+        s.until("enrollment.stepCompleted", key="MDOC_PHASE")
+        s.until("enrollment.stepRequired", key="FACE_MATCHING")
+        portrait = s.c.call("enrollment.transactionData")["data"]["facePortrait"]
+        assert base64.b64decode(portrait["data"]) == p.portrait and portrait["mediaType"] == "image/jpeg"
+        e = rpc_error(s.submit, "FACE_MATCHING", {"images": [item(p.impostor)]})
+        assert e.code == "FACE_MISMATCH", e
+        s.until("enrollment.finished")
+        s.c.call("enrollment.retry")
+        s.until("enrollment.stepRequired", key="FACE_MATCHING")
+        s.submit("FACE_MATCHING", {"images": [item(p.genuine)]})
+        s.until("enrollment.stepRequired", key="CONFIRM")
+        s.submit("CONFIRM", {"ok": True})
+        assert s.until("enrollment.finished")["outcome"] == "success"
+
+
 def test_liveness_challenge(station, lab):
-    """A random challenge of head turns; still frames fail (LIVENESS_FAILED, and the retry draws a new challenge);
+    """A random challenge of head turns (frames: the photo sheared so the nose moves against the eyes as in a head
+    turn; the reference matcher's blink rule is checked on landmarks in test_reference_matcher_liveness_rules);
+    still frames fail (LIVENESS_FAILED, and the retry draws a new challenge);
     frames that turn as asked pass."""
     p = lab.photos
     s = Session(station)
@@ -368,3 +408,58 @@ def test_crashing_matcher_is_unavailable_never_a_match(lab, tmp_path):
         assert "matcher going down" in s.daemon.log.read_text()
     finally:
         s.stop()
+
+
+def test_portrait_is_not_kept_across_a_restart(lab, tmp_path):
+    """The portrait lives in the daemon's memory only: after a restart the face step fails retryable and the
+    retry reads the chip again."""
+    s = Station(lab, tmp_path / "restart", {"timeoutSeconds": TIMEOUT})
+    try:
+        session = Session(s)
+        with s.chip():
+            session.start("face")
+            session.read_chip()
+            session.until("enrollment.stepRequired", key="FACE_MATCHING")
+            s.daemon.kill9()
+            s.daemon.start()
+            session = Session(s)
+            assert session.c.call("enrollment.resume")["step"] == "FACE_MATCHING"
+            fin = session.until("enrollment.finished")
+            assert fin["outcome"] == "failedWithRetryPossibility", fin
+            assert fin["error"]["code"] == "FACE_NOT_FOUND" and fin["error"]["reason"] == "portraitNotKept", fin
+            assert session.c.call("enrollment.retry")["step"] == "NFC_PHASE"
+            session.until("enrollment.stepCompleted", key="NFC_PHASE")
+            session.until("enrollment.stepRequired", key="FACE_MATCHING")
+            session.submit("FACE_MATCHING", {"images": [item(lab.photos.genuine)]})
+            session.until("enrollment.stepRequired", key="PASSKEY_CREATION")
+            assert session.c.call("enrollment.cancel")["cancelled"] is True
+    finally:
+        s.stop()
+
+
+def test_reference_matcher_liveness_rules():
+    """The reference matcher's liveness rules on 68-point landmarks: actions in order, relative to the first frame;
+    a blink is open eyes then closed ones."""
+    sys.path.insert(0, str(ROOT / "matcher"))
+    import tessera_face_match as m
+
+    def face(nose_dx: float = 0.0, eye_open: float = 1.0) -> list[tuple[float, float]]:
+        points = [(0.0, 0.0)] * 68
+        for start, cx in ((36, 100.0), (42, 160.0)):
+            # p1, p2, p3, p4, p5, p6 of an eye 30 wide; its height sets the eye aspect ratio.
+            h = 6.0 * eye_open
+            points[start:start + 6] = [(cx - 15, 100), (cx - 5, 100 - h), (cx + 5, 100 - h), (cx + 15, 100),
+                                       (cx + 5, 100 + h), (cx - 5, 100 + h)]
+        points[30] = (130.0 + nose_dx, 140.0)
+        return points
+
+    neutral, left, right = face(), face(nose_dx=15), face(nose_dx=-15)
+    closed = face(eye_open=0.2)
+    ok = lambda actions, frames: all(s["frame"] is not None for s in m.liveness(actions, frames))
+    assert ok(["turnLeft", "turnRight"], [neutral, left, right])
+    assert not ok(["turnLeft", "turnRight"], [neutral, right, left])          # wrong order
+    assert not ok(["turnLeft"], [neutral, neutral, neutral])                   # still frames
+    assert ok(["blink"], [neutral, closed])
+    assert not ok(["blink"], [closed, closed])                                 # never open first
+    assert ok(["turnRight", "blink", "turnLeft"], [neutral, right, neutral, closed, left])
+    assert [s["frame"] for s in m.liveness(["blink", "turnLeft"], [neutral, closed, None, left])] == [1, 3]
