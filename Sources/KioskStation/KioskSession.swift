@@ -426,16 +426,11 @@ public struct KioskSession: Sendable {
 }
 
 /// Live progress of a document read: waiting for the card, then each file read (`documents.progress` events).
-struct DocumentProgress: Sendable, Equatable {
+struct DocumentProgress: Sendable {
     var waitingForCard = true
     var current = ""
     /// Files in the order first seen, with bytes read and total.
     var files: [(name: String, read: Int, total: Int)] = []
-
-    static func == (a: Self, b: Self) -> Bool {
-        a.waitingForCard == b.waitingForCard && a.current == b.current
-            && a.files.map(\.name) == b.files.map(\.name) && a.files.map(\.read) == b.files.map(\.read)
-    }
 
     mutating func apply(_ event: JSONValue) {
         if event["step"]?.stringValue == "waitingForCard" {
