@@ -15,14 +15,15 @@ public actor KioskBridge {
     private var lastActivity = ContinuousClock.now
 
     /// `idleTimeout`: how long the station waits for the person (a step's input, a failure, the result) before it
-    /// cancels the enrollment and wipes the page.
+    /// cancels the enrollment and wipes the page. `takeOver`: starts interrupt an enrollment left active.
     public init(
-        client: RPCClient, workflow: String, idleTimeout: Duration, log: @escaping @Sendable (String) -> Void
+        client: RPCClient, workflow: String, idleTimeout: Duration, takeOver: Bool = false,
+        log: @escaping @Sendable (String) -> Void
     ) {
         self.client = client
         self.idleTimeout = idleTimeout
         self.log = log
-        self.session = KioskSession(workflow: workflow)
+        self.session = KioskSession(workflow: workflow, takeOver: takeOver)
     }
 
     /// Subscribes to the daemon's enrollment notifications and follows them, with the idle timer, until the

@@ -66,6 +66,8 @@ public struct KioskSession: Sendable {
     }
 
     public let workflow: String
+    /// Start with `force: true`: an enrollment this uid left active (a kiosk that stopped mid-way) is interrupted.
+    public let takeOver: Bool
     private(set) var phase: Phase = .start
     public private(set) var enrollmentId: String?
     private var steps: [String] = []
@@ -86,7 +88,10 @@ public struct KioskSession: Sendable {
     /// Bumped on every change; the page ignores older views.
     public private(set) var version = 0
 
-    public init(workflow: String) { self.workflow = workflow }
+    public init(workflow: String, takeOver: Bool = false) {
+        self.workflow = workflow
+        self.takeOver = takeOver
+    }
 
     /// Whether the station waits for the person (the idle timeout runs): a step's input, a failure or the result.
     public var waitsForPerson: Bool {
@@ -126,7 +131,9 @@ public struct KioskSession: Sendable {
             phase = .starting
             let type: JSONValue =
                 token.map { ["activationToken": .string($0)] } ?? ["remote": ["candidate": .string(workflow)]]
-            return KioskCall(method: "enrollment.start", params: ["type": type])
+            var params: [String: JSONValue] = ["type": type]
+            if takeOver { params["force"] = true }
+            return KioskCall(method: "enrollment.start", params: .object(params))
         case .submit(let step, let payload):
             guard case .waiting(let waiting, _) = phase, waiting == step else {
                 throw TesseraError(
@@ -231,8 +238,9 @@ public struct KioskSession: Sendable {
         guard n.method.hasPrefix("enrollment."), let id = p["enrollmentId"]?.stringValue else { return [] }
         if let enrollmentId, id != enrollmentId { return [] }
         if enrollmentId == nil {
-            // Notifications before the start's answer: only the one this station is starting.
-            guard phase == .starting else { return [] }
+            // Before the start's answer: only the enrollment this station is starting, which `started` announces
+            // first (a forced start's `finished` of the enrollment it interrupted comes before it).
+            guard phase == .starting, n.method == "enrollment.started" else { return [] }
             enrollmentId = id
         }
         var effects: [Effect] = []

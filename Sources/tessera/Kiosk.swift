@@ -27,6 +27,7 @@ struct Kiosk: AsyncParsableCommand {
             EXAMPLES
               tessera kiosk --workflow employee-badge
               tessera kiosk --listen 127.0.0.1:8080 --workflow employee-badge --idle-timeout 90
+              tessera kiosk --workflow employee-badge --take-over
             """)
 
     @OptionGroup var globals: GlobalOptions
@@ -44,6 +45,12 @@ struct Kiosk: AsyncParsableCommand {
             "Seconds without a touch or key, while the station waits for the person, before the enrollment is cancelled and the page wiped.",
             valueName: "SECONDS"))
     var idleTimeout = 60
+    @Flag(
+        name: .customLong("take-over"),
+        help:
+            "Start with force: an enrollment of this uid left active (by a kiosk that stopped mid-way, or another client) is interrupted instead of refusing the start with ENROLLMENT_ACTIVE."
+    )
+    var takeOver = false
 
     func validate() throws {
         guard Self.split(listen) != nil else {
@@ -72,7 +79,7 @@ struct Kiosk: AsyncParsableCommand {
             throw ExitCode(3)
         }
         let bridge = KioskBridge(
-            client: client, workflow: workflow, idleTimeout: .seconds(idleTimeout), log: log)
+            client: client, workflow: workflow, idleTimeout: .seconds(idleTimeout), takeOver: takeOver, log: log)
         let server: KioskHTTPServer
         do {
             server = try await KioskHTTPServer.start(host: host, port: port, bridge: bridge)

@@ -6,6 +6,12 @@ import Testing
 
 private let mrzAnna = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"
 
+extension JSONValue {
+    fileprivate func merging(_ other: [String: JSONValue]) -> JSONValue {
+        .object((objectValue ?? [:]).merging(other) { $1 })
+    }
+}
+
 private func note(_ method: String, _ params: JSONValue) -> RPCNotification {
     RPCNotification(method: method, params: params)
 }
@@ -51,6 +57,17 @@ private let mrzStep: JSONValue = [
         let tokenCall = try t.call(for: .start(activationToken: "eyJ.x.y"))
         #expect(tokenCall?.params["type"]?["activationToken"] == "eyJ.x.y")
         #expect(throws: TesseraError.self) { try t.started(["enrollmentId": "e2", "workflow": "other", "steps": []]) }
+        // --take-over: the start interrupts what this uid left active.
+        var f = KioskSession(workflow: "employee-badge", takeOver: true)
+        #expect(try f.call(for: .start(activationToken: nil))?.params["force"] == true)
+        #expect(call?.params["force"] == nil)
+        // The interrupted enrollment's `finished`, before the start's answer, is not this station's.
+        #expect(f.apply(note("enrollment.finished", ["enrollmentId": "old", "outcome": "interrupted"])) == [])
+        _ = f.apply(
+            note("enrollment.started", ["enrollmentId": "new", "workflow": "employee-badge", "steps": ["NFC_MRZ"]]))
+        _ = f.apply(note("enrollment.stepRequired", mrzStep.merging(["enrollmentId": "new"])))
+        #expect(f.view["screen"] == "NFC_MRZ")
+        #expect(f.enrollmentId == "new")
     }
 
     @Test func everyCallIsAnAllowedEnrollmentMethod() throws {

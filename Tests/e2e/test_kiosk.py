@@ -65,11 +65,11 @@ def write_y4m(photo: pathlib.Path, out: pathlib.Path, size=(640, 480)) -> Image.
 class Kiosk:
     """`tessera kiosk` on a free loopback port for one workflow of a station."""
 
-    def __init__(self, station: Station, workflow: str, idle: int = 60):
+    def __init__(self, station: Station, workflow: str, idle: int = 60, *args: str):
         self.log = station.root / f"kiosk-{workflow}.log"
         self.logf = open(self.log, "ab")
         self.proc = subprocess.Popen([str(BIN / "tessera"), "--socket", station.daemon.socket, "kiosk", "--listen",
-                                      "127.0.0.1:0", "--workflow", workflow, "--idle-timeout", str(idle)],
+                                      "127.0.0.1:0", "--workflow", workflow, "--idle-timeout", str(idle), *args],
                                      stdout=subprocess.PIPE, stderr=self.logf, text=True)
         line = self.proc.stdout.readline()
         assert line.startswith("kiosk: serving http://127.0.0.1:"), (line, self.log.read_text())
@@ -166,8 +166,8 @@ def running(station, camera):
     """Starts kiosks and browsers; stops them after the test."""
     made: list = []
 
-    def start(workflow: str, idle: int = 60) -> tuple[Kiosk, Browser]:
-        k = Kiosk(station, workflow, idle)
+    def start(workflow: str, idle: int = 60, *args: str) -> tuple[Kiosk, Browser]:
+        k = Kiosk(station, workflow, idle, *args)
         made.append(k)
         b = Browser(camera[0])
         made.append(b)
@@ -319,6 +319,22 @@ def test_wrong_document_data_says_so_and_retry_asks_again(station, running):
         b.screen("NFC_MRZ")
         enter_mrz(b)
         b.screen("CONFIRM", timeout=60)
+
+
+def test_an_enrollment_left_active_blocks_the_start_unless_take_over(station, running):
+    left = station.client().call("enrollment.start", {"type": {"remote": {"candidate": "kiosk-chip"}}})["enrollmentId"]
+    kiosk, b = running("kiosk-chip")
+    b.click()
+    b.screen("error")
+    assert b.find('[data-error-code="ENROLLMENT_ACTIVE"]')
+    assert status(station)["enrollmentId"] == left
+    kiosk2, b2 = running("kiosk-chip", 60, "--take-over")
+    b2.click()
+    b2.screen("NFC_MRZ")
+    now = status(station)
+    assert now["active"] is True and now["enrollmentId"] != left
+    audit = station.client().call("enrollment.audit", {"limit": 5})["records"]
+    assert [r["outcome"] for r in audit if r["enrollmentId"] == left] == ["interrupted"], audit
 
 
 def test_idle_timeout_cancels_and_wipes_the_page(station, running):
