@@ -2,7 +2,8 @@ import TesseraCore
 
 /// One field of a step's input form, read from its JSON Schema.
 public struct FormField: Sendable, Equatable {
-    public enum Kind: Sendable { case string, boolean, integer, number }
+    /// `imageFiles`: an array of `{mediaType, data}` images (the face steps), typed as file paths.
+    public enum Kind: Sendable { case string, boolean, integer, number, imageFiles }
     public var name: String
     public var label: String
     public var kind: Kind
@@ -78,6 +79,7 @@ public enum InputForm {
             case "boolean": kind = .boolean
             case "integer": kind = .integer
             case "number": kind = .number
+            case "array" where s["items"]?["properties"]?["mediaType"] != nil: kind = .imageFiles
             default: kind = .string
             }
             let secret =
@@ -120,6 +122,10 @@ public enum InputForm {
         case .number:
             guard let n = Double(text) else { return .invalid("\(field.name) must be a number") }
             return .value(.number(n))
+        case .imageFiles:
+            // The paths of the image files, separated by spaces; the command reads them.
+            let paths = text.split(whereSeparator: { $0 == " " || $0 == "\t" }).map { JSONValue.string(String($0)) }
+            return .value(.array(paths))
         case .string:
             if !field.choices.isEmpty, !field.choices.contains(text) {
                 return .invalid("answer one of \(field.choices.joined(separator: ", "))")

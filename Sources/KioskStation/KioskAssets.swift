@@ -287,7 +287,7 @@ enum KioskAssets {
                 frames.push(grab(video));
               }
               capture = frames[0];
-              const payload = {images: frames};
+              const payload = {[f.imageField]: frames};
               for (const x of extra) { const val = fieldValue(form, x); if (val !== undefined) payload[x.name] = val; }
               status.textContent = 'Checking…';
               const r = await act({action: 'submit', step: v.screen, payload});

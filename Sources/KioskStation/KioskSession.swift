@@ -388,13 +388,14 @@ public struct KioskSession: Sendable {
             }
         case .waiting(let step, let required):
             v["screen"] = .string(step)
-            let schema = required["input"] ?? .null
-            let camera = schema["properties"]?["images"] != nil
-            v["kind"] = camera ? "camera" : "form"
+            let (alternatives, resend) = InputForm.alternatives(required["input"] ?? .null)
+            // A step that takes images ({mediaType, data} items, as the face steps do) is the camera.
+            let imageField = alternatives.lazy.flatMap { $0 }.first { $0.kind == .imageFiles }
+            v["kind"] = imageField == nil ? "form" : "camera"
             var form: [String: JSONValue] = ["prompt": required["prompt"] ?? .string(step)]
-            let (alternatives, resend) = InputForm.alternatives(schema)
+            if let imageField { form["imageField"] = .string(imageField.name) }
             form["alternatives"] = .array(
-                alternatives.map { fields in .array(fields.filter { !camera || $0.name != "images" }.map(Self.field)) })
+                alternatives.map { fields in .array(fields.filter { $0.kind != .imageFiles }.map(Self.field)) })
             form["offersResend"] = .bool(resend)
             for k in ["to", "expiresAt", "attemptsLeft", "retriesLeft", "challenge", "tokenId"] {
                 if let x = required[k] { form[k] = x }
@@ -423,6 +424,7 @@ public struct KioskSession: Sendable {
         case .integer: kind = "integer"
         case .number: kind = "number"
         case .string: kind = "string"
+        case .imageFiles: kind = "images"
         }
         var o: [String: JSONValue] = [
             "name": .string(f.name), "label": .string(f.label), "kind": .string(kind), "optional": .bool(f.optional),

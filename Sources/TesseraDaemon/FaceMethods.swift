@@ -1,3 +1,4 @@
+import Enrollment
 import FaceMatching
 import Foundation
 import Logging
@@ -41,7 +42,7 @@ extension MethodTable {
             var challenge: [String]?
             if let actions = try p.optionalArray("challenge") {
                 let names = actions.compactMap(\.stringValue)
-                guard !names.isEmpty, names.count == actions.count, names.allSatisfy(Self.livenessActions.contains)
+                guard !names.isEmpty, names.count == actions.count, names.allSatisfy(StepKind.livenessActions.contains)
                 else {
                     throw TesseraError(
                         .invalidInput, "challenge must list turnLeft, turnRight or blink",
@@ -63,6 +64,4 @@ extension MethodTable {
             return .object(result)
         }
     }
-
-    static let livenessActions: Set<String> = ["turnLeft", "turnRight", "blink"]
 }

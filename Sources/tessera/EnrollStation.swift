@@ -13,6 +13,8 @@ struct EnrollStation: AsyncParsableCommand {
 
             When the enrollment ends with failedWithRetryPossibility (card removed, wrong MRZ, OTP expired, ...) the command asks "retry? [y/N]" and, on y, runs enrollment.retry and carries on. Ctrl-C (SIGINT, SIGTERM) cancels the enrollment (enrollment.cancel); a second Ctrl-C leaves at once. End of input while a step waits cancels it too.
 
+            Face steps (FACE_MATCHING, LIVENESS_CHALLENGE_PHASE, MID_SELFIE_MATCHING) ask for the captures as image file paths separated by spaces (JPEG, JPEG 2000 or PNG), sent as the step's {images: [{mediaType, data}]}.
+
             --answers FILE answers steps without asking: a JSON object mapping step keys to the enrollment.submit payload, e.g. {"EMAIL_INFO": {"email": "anna@example.com"}, "NFC_MRZ": {"can": "123456"}}; "retry": true or false answers the retry question. Each answer is used once: a step asked again (its answer rejected, or after a retry) and steps not in the file are asked on the terminal.
 
             --json prints one JSON object per line instead: {"call": METHOD, "result": ...} or {"call": METHOD, "error": ...} for the command's own calls, {"notification": METHOD, "params": ...} for each notification, and last the outcome: the enrollment.finished params plus "exitStatus". Questions go to stderr in both modes.

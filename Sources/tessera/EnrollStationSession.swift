@@ -274,6 +274,7 @@ final class StationSession {
             var label = "  \(f.label)"
             if !f.choices.isEmpty { label += " [\(f.choices.joined(separator: "/"))]" }
             if f.kind == .boolean { label += " [y/n]" }
+            if f.kind == .imageFiles { label += " (image files, separated by spaces)" }
             if step.offersResend, f.name == "otp" {
                 label += " (empty line: send a new code)"
             } else if f.optional {
@@ -334,6 +335,13 @@ final class StationSession {
         } else {
             let f = fields[step.fieldIndex]
             switch InputForm.parse(trimmed, f, mrzLines: &step.mrzLines) {
+            case .value(let v) where f.kind == .imageFiles:
+                do {
+                    step.values[f.name] = .array(try (v?.arrayValue ?? []).compactMap(\.stringValue).map(faceImageFile))
+                    step.fieldIndex += 1
+                } catch {
+                    out.stderr("  \(error.message)\n")
+                }
             case .value(let v):
                 step.values[f.name] = v
                 step.fieldIndex += 1

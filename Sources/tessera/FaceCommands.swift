@@ -72,14 +72,18 @@ struct FaceCommand: AsyncParsableCommand {
         }
 
         static func image(_ path: String) throws -> JSONValue {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw ValidationError("cannot read \(path)")
-            }
-            let bytes = [UInt8](data)
-            guard let media = FaceImage.sniff(bytes) else {
-                throw ValidationError("\(path) is not a JPEG, JPEG 2000 or PNG image")
-            }
-            return FaceImage(mediaType: media, data: bytes).json
+            do { return try faceImageFile(path) } catch { throw ValidationError(error.message) }
         }
     }
+}
+
+/// An image file as the face matcher takes it: `{mediaType, data}` (JPEG, JPEG 2000 or PNG, by its first bytes).
+/// INVALID_INPUT when it cannot be read or is none of those.
+func faceImageFile(_ path: String) throws(TesseraError) -> JSONValue {
+    guard let data = FileManager.default.contents(atPath: path) else { throw .invalidInput("cannot read \(path)") }
+    let bytes = [UInt8](data)
+    guard let media = FaceImage.sniff(bytes) else {
+        throw .invalidInput("\(path) is not a JPEG, JPEG 2000 or PNG image")
+    }
+    return FaceImage(mediaType: media, data: bytes).json
 }

@@ -100,6 +100,27 @@ import Testing
                 == .value("admin"))
     }
 
+    @Test func faceStepImagesAreAskedAsFilePaths() {
+        // FACE_MATCHING's input (docs/ENROLLMENT.md): {images: [{mediaType, data}]}.
+        let schema: JSONValue = [
+            "type": "object", "required": ["images"],
+            "properties": [
+                "images": [
+                    "type": "array", "minItems": 1,
+                    "items": [
+                        "type": "object", "properties": ["mediaType": ["type": "string"], "data": ["type": "string"]],
+                    ],
+                ]
+            ],
+        ]
+        let (alternatives, _) = InputForm.alternatives(schema)
+        let field = alternatives[0][0]
+        #expect(field.name == "images" && field.kind == .imageFiles && !field.optional)
+        var lines: [String] = []
+        #expect(InputForm.parse("a.jpg  b.jp2", field, mrzLines: &lines) == .value(["a.jpg", "b.jp2"]))
+        #expect(InputForm.parse("", field, mrzLines: &lines) == .invalid("images is required"))
+    }
+
     static let td3 = ["P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<", "L898902C36UTO7408122F1204159ZE184226B<<<<<10"]
     static let td1 = [
         "I<UTOD231458907<<<<<<<<<<<<<<<", "7408122F1204159UTO<<<<<<<<<<<6",

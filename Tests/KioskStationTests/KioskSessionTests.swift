@@ -114,13 +114,18 @@ private let mrzStep: JSONValue = [
             "enrollmentId": "e1", "key": "FACE_MATCHING", "prompt": "Look into the camera",
             "input": [
                 "type": "object", "required": ["images"],
-                "properties": ["images": ["type": "array", "items": ["type": "object"]]],
+                "properties": [
+                    "images": [
+                        "type": "array", "items": ["type": "object", "properties": ["mediaType": ["type": "string"]]],
+                    ]
+                ],
             ],
         ]
         _ = s.apply(note("enrollment.stepRequired", face))
         #expect(s.view["kind"] == "camera")
         #expect(s.view["screen"] == "FACE_MATCHING")
         #expect(s.view["form"]?["alternatives"]?.arrayValue?.first?.arrayValue == [])
+        #expect(s.view["form"]?["imageField"] == "images")
     }
 
     @Test func documentProgressThenPortraitAndResult() throws {
@@ -214,7 +219,12 @@ private let mrzStep: JSONValue = [
         var s = try started()
         let face: JSONValue = [
             "enrollmentId": "e1", "key": "FACE_MATCHING", "prompt": "Look into the camera",
-            "input": ["type": "object", "required": ["images"], "properties": ["images": ["type": "array"]]],
+            "input": [
+                "type": "object", "required": ["images"],
+                "properties": [
+                    "images": ["type": "array", "items": ["properties": ["mediaType": ["type": "string"]]]]
+                ],
+            ],
         ]
         _ = s.apply(note("enrollment.stepRequired", face))
         let action = KioskAction.submit(step: "FACE_MATCHING", payload: ["images": []])

@@ -22,6 +22,7 @@ from PIL import Image
 
 from tessera_harness import (BIN, MRZ_ANNA, PCSCD, ROOT, SOFTHSM_MODULE, Client, Daemon, EmulatedPassport, RPCError,
                              SoftHSM, make_passport_profile)
+from test_enrollment import StationCLI
 from test_mdoc import EmulatedMDoc, make_mdoc
 
 PIN = "1234"
@@ -208,8 +209,10 @@ class Session:
 
     def read_chip(self) -> None:
         self.until("enrollment.stepRequired", key="NFC_MRZ")
+        t = time.monotonic()
         self.submit("NFC_MRZ", {"mrz": MRZ_ANNA})
         self.until("enrollment.stepCompleted", key="NFC_PHASE")
+        print(f"\nNFC_PHASE (DG2: a 240 px portrait) read and verified in {time.monotonic() - t:.2f} s")
 
 
 def rpc_error(fn, *args) -> RPCError:
@@ -294,8 +297,10 @@ def test_face_matching_enrollment(station, lab):
         assert s.c.call("enrollment.status")["required"]["key"] == "FACE_MATCHING"
         assert rpc_error(s.submit, "FACE_MATCHING", {"images": []}).code == "INVALID_INPUT"
         # The person of the portrait.
+        t = time.monotonic()
         s.submit("FACE_MATCHING", {"images": [item(p.genuine), item(p.genuine2)]})
         s.until("enrollment.stepCompleted", key="FACE_MATCHING")
+        print(f"\nFACE_MATCHING submit to stepCompleted (2 frames): {time.monotonic() - t:.2f} s")
         result = s.c.call("enrollment.transactionData")["data"]["faceMatching"]["FACE_MATCHING"]
         assert result["matched"] is True and result["score"] > 0.4 and result["templateKept"] is True
         s.until("enrollment.stepRequired", key="PASSKEY_CREATION")
@@ -338,6 +343,23 @@ def test_mid_selfie_matches_the_kept_template(station, lab):
         s.until("enrollment.stepRequired", key="CONFIRM")
         s.submit("CONFIRM", {"ok": True})
         assert s.until("enrollment.finished")["outcome"] == "success"
+
+
+def test_enroll_station_asks_for_image_files(station, lab):
+    """`tessera enroll-station` in a terminal takes a face step's captures as image file paths (after
+    test_face_matching_enrollment kept the template MID_SELFIE_MATCHING compares with)."""
+    with station.chip(), StationCLI(station, "--workflow", "selfie") as cli:
+        cli.until(lambda line: line.startswith("step NFC_MRZ"))
+        cli.write("1\n" + MRZ_ANNA.replace("\n", " ") + "\n")
+        cli.until(lambda line: line.startswith("step MID_SELFIE_MATCHING"), timeout=TIMEOUT)
+        cli.write(f"{lab.crash}\n{lab.root / 'genuine.jpg'}\n")
+        cli.until(lambda line: line.startswith("step CONFIRM"), timeout=TIMEOUT)
+        cli.write("y\n")
+        rest = cli.rest()
+        assert cli.wait() == 0
+        err = cli.stderr()
+    assert "image files" in err and "not a JPEG" in err, err
+    assert "done: MID_SELFIE_MATCHING" in "\n".join(cli.seen) and "enrollment succeeded" in rest, cli.seen
 
 
 def test_face_matching_against_the_mdl_portrait(station, lab):

@@ -35,11 +35,12 @@ from test_face import fetch_photos
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
-# A client step whose input names `images`: the station draws the camera for it (as for FACE_MATCHING) and the
-# daemon keeps the payload as it is.
+# A client step whose input takes images ({mediaType, data} items): the station draws the camera for it (as for
+# FACE_MATCHING) and the daemon keeps the payload as it is.
 SELFIE = {"key": "SELFIE", "client": True, "prompt": "Take a photo of your face",
           "input": {"type": "object", "required": ["images"],
-                    "properties": {"images": {"type": "array", "items": {"type": "object"}}}}}
+                    "properties": {"images": {"type": "array", "items": {
+                        "type": "object", "properties": {"mediaType": {"type": "string"}, "data": {"type": "string"}}}}}}}
 WORKFLOWS = {
     "kiosk-full": {"remote": True, "expected": {"surname": "ERIKSSON", "givenNames": "ANNA MARIA"},
                    "steps": ["PHONE_INFO", "PHONE_OTP", "NFC_MRZ", NFC, "ATTRIBUTE_MATCHING", SELFIE, TERMS, PASSKEY]},
