@@ -42,6 +42,23 @@ private let mrzStep: JSONValue = [
     ],
 ]
 
+/// FACE_MATCHING as the engine asks for it: an array of {mediaType, data} images.
+private let faceStep: JSONValue = [
+    "enrollmentId": "e1", "key": "FACE_MATCHING", "prompt": "Look into the camera",
+    "input": [
+        "type": "object", "required": ["images"],
+        "properties": [
+            "images": [
+                "type": "array",
+                "items": [
+                    "type": "object",
+                    "properties": ["mediaType": ["type": "string"], "data": ["type": "string"]],
+                ],
+            ]
+        ],
+    ],
+]
+
 @Suite struct KioskSessionTests {
     @Test func startsOnlyTheStationsWorkflow() throws {
         var s = KioskSession(workflow: "employee-badge")
@@ -110,18 +127,7 @@ private let mrzStep: JSONValue = [
 
     @Test func aStepWithImagesIsTheCamera() throws {
         var s = try started()
-        let face: JSONValue = [
-            "enrollmentId": "e1", "key": "FACE_MATCHING", "prompt": "Look into the camera",
-            "input": [
-                "type": "object", "required": ["images"],
-                "properties": [
-                    "images": [
-                        "type": "array", "items": ["type": "object", "properties": ["mediaType": ["type": "string"]]],
-                    ]
-                ],
-            ],
-        ]
-        _ = s.apply(note("enrollment.stepRequired", face))
+        _ = s.apply(note("enrollment.stepRequired", faceStep))
         #expect(s.view["kind"] == "camera")
         #expect(s.view["screen"] == "FACE_MATCHING")
         #expect(s.view["form"]?["alternatives"]?.arrayValue?.first?.arrayValue == [])
@@ -217,16 +223,7 @@ private let mrzStep: JSONValue = [
 
     @Test func aRefusedCaptureAsksAgainEvenAfterTheDaemonWasBusy() throws {
         var s = try started()
-        let face: JSONValue = [
-            "enrollmentId": "e1", "key": "FACE_MATCHING", "prompt": "Look into the camera",
-            "input": [
-                "type": "object", "required": ["images"],
-                "properties": [
-                    "images": ["type": "array", "items": ["properties": ["mediaType": ["type": "string"]]]]
-                ],
-            ],
-        ]
-        _ = s.apply(note("enrollment.stepRequired", face))
+        _ = s.apply(note("enrollment.stepRequired", faceStep))
         let action = KioskAction.submit(step: "FACE_MATCHING", payload: ["images": []])
         _ = try s.call(for: action)
         _ = s.apply(
