@@ -230,15 +230,15 @@ def test_full_flow_enrolls_a_passkey(station, running, camera):
     # Every data group the page shows a bar for, and when it shows it complete, recorded as the page changes.
     b.d.execute_script("""
         window.seen = [];
-        new MutationObserver(() => document.querySelectorAll('li[data-file]').forEach((li) => {
-          const k = li.dataset.file + ':' + li.dataset.done;
+        new MutationObserver(() => document.querySelectorAll('li[data-file], [data-progress]').forEach((e) => {
+          const k = e.dataset.file ? e.dataset.file + ':' + e.dataset.done : 'progress:' + e.dataset.progress;
           if (!window.seen.includes(k)) window.seen.push(k);
         })).observe(document.body, {subtree: true, childList: true, attributes: true});""")
     with station.chip():
         placed = time.monotonic()
-        b.find('[data-progress="reading"]')
         selfie = b.screen("SELFIE", timeout=60)
         files = b.d.execute_script("return window.seen")
+        assert "progress:reading" in files, files
         assert "DG1:true" in files and "DG2:true" in files and files.index("DG1:true") < files.index("DG2:true"), files
         assert selfie.get_attribute("data-kind") == "camera"
         b.find('video[data-camera]')
