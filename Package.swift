@@ -213,6 +213,17 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
+        /// The kiosk station's screen (`tessera kiosk`): an HTTP server (swift-nio) serving the station's page from the
+        /// binary and bridging it to the enrollment methods of tesserad for one workflow. docs/KIOSK.md
+        .target(
+            name: "KioskStation",
+            dependencies: [
+                "TesseraCore", "RPC", "CLISupport", "MRZ",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]),
+
         // MARK: Daemon wiring and executables
         /// The CTAP 2.1 authenticator door: its backend on the passkey service, the CTAPHID hub and its transports
         /// (the SEQPACKET socket, `/dev/uhid`). docs/CTAP.md
@@ -265,7 +276,8 @@ let package = Package(
             dependencies: [
                 "TesseraCore", "RPC", "CLISupport", "MRZ", "Emulation", "VPCD", "ICAO", "PN532Emulator", "NFC", "APDU",
                 "PCSC", "Documents", .product(name: "ArgumentParser", package: "swift-argument-parser"), "MDoc", "CBOR",
-                "FaceMatching", .product(name: "Crypto", package: "swift-crypto"), "AccessControl", "PIV",
+                "FaceMatching", "KioskStation", .product(name: "Crypto", package: "swift-crypto"), "AccessControl",
+                "PIV",
                 .product(name: "X509", package: "swift-certificates"), "TesseraRuntime", "X509Support",
             ]),
 
@@ -377,6 +389,7 @@ let package = Package(
             ]),
         .testTarget(name: "OwnershipTests", dependencies: ["Ownership"]),
         .testTarget(name: "CLISupportTests", dependencies: ["CLISupport", "TesseraCore"]),
+        .testTarget(name: "KioskStationTests", dependencies: ["KioskStation", "RPC", "TesseraCore"]),
         .testTarget(
             name: "RPCTests",
             dependencies: [

@@ -17,10 +17,13 @@ APT_PACKAGES+=(p11-kit-modules valgrind)
 # Debian's pinentry-tty and pinentry-curses: the SSH agent's PIN entry is tested against them (Tests/e2e/test_pinentry.py,
 # PinentryTests).
 APT_PACKAGES+=(pinentry-tty pinentry-curses)
+# The kiosk station's screen is tested in a real browser (Tests/e2e/test_kiosk.py): Chromium and its WebDriver.
+APT_PACKAGES+=(chromium chromium-driver)
 # cryptography >= 50: its RFC 9180 HPKE checks Tessera's 18013-7 Annex C sealing (Tests/e2e/annexc_hpke.py).
 # dlib-bin, face-recognition-models (public-domain weights), Pillow (JPEG 2000), numpy: the reference face matcher (matcher/).
+# selenium drives Chromium for the kiosk station's tests (Pillow also checks the fake camera's frames there).
 PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 'cryptography>=50' cbor2 pyjwt pymdoccbor==1.4.0
-  dlib-bin==20.0.1.post1 face-recognition-models==0.3.0 pillow numpy)
+  dlib-bin==20.0.1.post1 face-recognition-models==0.3.0 pillow numpy selenium)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -36,7 +39,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import fido2, webauthn, pytest, jwt, cbor2, dlib, face_recognition_models, PIL, numpy; from cryptography.hazmat.primitives import hpke' 2>/dev/null; then
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import fido2, webauthn, pytest, jwt, cbor2, dlib, face_recognition_models, PIL, numpy, selenium; from cryptography.hazmat.primitives import hpke' 2>/dev/null; then
   echo "setup: creating .venv with ${PIP_PACKAGES[*]}"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}"

@@ -36,13 +36,14 @@ struct Tessera: AsyncParsableCommand {
               tessera mrz parse 'P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<' 'L898902C36UTO7408122F1204159ZE184226B<<<<<10'
               tessera passport read --number L898902C3 --birth 740812 --expiry 120415 --save-photo face.jpg
               tessera enroll-station --workflow employee-badge
+              tessera kiosk --listen 127.0.0.1:8080 --workflow employee-badge
               tessera face compare portrait.jpg capture.jpg
               tessera lab make-profile /tmp/doc --mrz "$MRZ" --pace default
               tessera call daemon.status '{}'
             """,
         subcommands: [
             Status.self, Tokens.self, Enroll.self, Authenticate.self, Credentials.self, MRZCommand.self,
-            Passport.self, Trust.self, EnrollStation.self, SSH.self, Lab.self, Call.self, MDocCommand.self,
+            Passport.self, Trust.self, EnrollStation.self, Kiosk.self, SSH.self, Lab.self, Call.self, MDocCommand.self,
             StepUpCommand.self, RecoverCommand.self, CTAPCommand.self, DoctorCommand.self, FaceCommand.self,
             AccessCommand.self,
         ])

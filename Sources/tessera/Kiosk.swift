@@ -1,0 +1,117 @@
+import ArgumentParser
+import Foundation
+import KioskStation
+import RPC
+import TesseraCore
+
+/// `tessera kiosk`: serves the kiosk station's screen (docs/KIOSK.md) and bridges it to tesserad.
+struct Kiosk: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kiosk",
+        abstract: "Serve the kiosk station's screen for one enrollment workflow to a local browser.",
+        discussion: """
+            Serves the station's web page on --listen (loopback by default) and bridges it to tesserad's socket: a browser in kiosk mode on the same machine (e.g. chromium --kiosk http://127.0.0.1:8080/) shows one screen per step of the workflow, in the order the daemon asks: start (or an activation code), the MRZ entry (check digits checked as typed), "place your document on the reader" with the progress through the data groups, the camera, one-time codes, consent, the token PIN, and the result with the chip's portrait beside the capture. Retryable failures offer "Try again"; after --idle-timeout seconds without a touch or key while the station waits for the person, the enrollment is cancelled and the page wiped.
+
+            The page can only start the one --workflow (or an activation token naming it), answer the step the daemon asks for, retry, and cancel: the command calls enrollment.subscribe, start, submit, retry, cancel and transactionData and nothing else. It runs as the station's uid (the enrollments and passkeys are that uid's, docs/ENROLLMENT.md) and needs the enroll permission. Everything the page shows comes from this binary: no file from the network. Answers, captures and the portrait stay in memory for the session; the log (stderr) holds step keys, outcomes and error codes only.
+
+            A request must be addressed to the loopback name it listens on (127.0.0.1, localhost or [::1] with the port), and a POST must come from the page's own origin. Listening on another address serves any host name: put it behind something that authenticates.
+
+            The page's hooks for automation and accessibility: each screen's root has data-step (the step key, or start, done, error), inputs are named after the step's fields, the primary button is data-action="continue" (retry is data-action="retry", cancel data-action="cancel").
+
+            EXIT STATUS
+              0 stopped by SIGINT or SIGTERM
+              2 the listen address cannot be used, or the daemon refused enrollment.subscribe
+              3 tesserad is unreachable or went away
+              64 usage error
+
+            EXAMPLES
+              tessera kiosk --workflow employee-badge
+              tessera kiosk --listen 127.0.0.1:8080 --workflow employee-badge --idle-timeout 90
+              tessera kiosk --workflow employee-badge --take-over
+            """)
+
+    @OptionGroup var globals: GlobalOptions
+    @Option(
+        help: ArgumentHelp(
+            "Address and port to serve the page on (port 0: any free port, printed at start).", valueName: "HOST:PORT"))
+    var listen = "127.0.0.1:8080"
+    @Option(
+        help: ArgumentHelp(
+            "The configured workflow this station runs (activation tokens must name it too).", valueName: "NAME"))
+    var workflow: String
+    @Option(
+        name: .customLong("idle-timeout"),
+        help: ArgumentHelp(
+            "Seconds without a touch or key, while the station waits for the person, before the enrollment is cancelled and the page wiped.",
+            valueName: "SECONDS"))
+    var idleTimeout = 60
+    @Flag(
+        name: .customLong("take-over"),
+        help:
+            "Start with force: an enrollment of this uid left active (by a kiosk that stopped mid-way, or another client) is interrupted instead of refusing the start with ENROLLMENT_ACTIVE."
+    )
+    var takeOver = false
+
+    func validate() throws {
+        guard Self.split(listen) != nil else {
+            throw ValidationError("--listen must be HOST:PORT, e.g. 127.0.0.1:8080")
+        }
+        guard idleTimeout > 0 else { throw ValidationError("--idle-timeout must be at least 1") }
+    }
+
+    /// `HOST:PORT`, `[v6]:PORT`.
+    static func split(_ s: String) -> (host: String, port: Int)? {
+        guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (0...65535).contains(port)
+        else { return nil }
+        var host = String(s[..<colon])
+        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return host.isEmpty ? nil : (host, port)
+    }
+
+    func run() async throws {
+        let (host, port) = Self.split(listen)!
+        let log: @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }
+        let client: RPCClient
+        do {
+            client = try await RPCClient.connect(path: globals.socketPath)
+        } catch {
+            log("error: \(error.code.rawValue): \(error.message)")
+            throw ExitCode(3)
+        }
+        let bridge = KioskBridge(
+            client: client, workflow: workflow, idleTimeout: .seconds(idleTimeout), takeOver: takeOver, log: log)
+        let server: KioskHTTPServer
+        do {
+            server = try await KioskHTTPServer.start(host: host, port: port, bridge: bridge)
+        } catch {
+            log("error: \(error.code.rawValue): \(error.message)")
+            throw ExitCode(2)
+        }
+        let shown = host.contains(":") ? "[\(host)]" : host
+        FileHandle.standardOutput.write(
+            Data("kiosk: serving http://\(shown):\(server.port)/ for workflow \(workflow)\n".utf8))
+        let (signals, sources) = LabSignals.install()
+        defer { for source in sources { source.cancel() } }
+        let status: Int32 = await withTaskGroup(of: Int32.self) { group in
+            group.addTask {
+                do throws(TesseraError) {
+                    try await bridge.run()
+                    return 3
+                } catch {
+                    log("error: \(error.code.rawValue): \(error.message)")
+                    return error.code == .daemonUnavailable ? 3 : 2
+                }
+            }
+            group.addTask {
+                for await _ in signals { break }
+                return 0
+            }
+            let first = await group.next() ?? 0
+            group.cancelAll()
+            return first
+        }
+        await server.close()
+        await client.close()
+        if status != 0 { throw ExitCode(status) }
+    }
+}

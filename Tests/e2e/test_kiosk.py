@@ -1,0 +1,516 @@
+"""The kiosk station's screen (docs/KIOSK.md) in a real browser: Debian's Chromium driven by Selenium (headless, a fake
+camera playing a photo converted to Y4M), `tessera kiosk` bridging it to the real tesserad with a SoftHSM2 token, a
+private pcscd whose vpcd reader holds the emulated passport, and the file-drop OTP notifier. The passkey is checked
+with py_webauthn and python-fido2 (verify.py), the camera's capture with Pillow against the photo it played.
+
+The face tests run the workflow "face" of test_face.py (NFC_MRZ, NFC_PHASE, FACE_MATCHING, PASSKEY_CREATION) against
+the reference matcher and an emulated passport whose DG2 is obama.jpg; the fake camera plays another photo of the
+same person (obama2.jpg), another person (biden.jpg) or no face. Test photos: the public-domain photos of the
+face_recognition 1.3.0 source distribution (tests/test_images), fetched with pip by test_face.fetch_photos."""
+from __future__ import annotations
+
+import base64
+import http.client
+import io
+import json
+import pathlib
+import subprocess
+import time
+
+import pytest
+from PIL import Image, ImageStat
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tessera_harness import BIN, stop_process
+from test_enrollment import (CONFIRM, MRZ, NFC, PASSKEY, PHONE, PIN, RP, TERMS, WRONG_MRZ_FIELDS, Lab, Station,
+                             check_credential)
+from test_face import Lab as FaceLab
+from test_face import Station as FaceStation
+from test_face import fetch_photos
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+# A client step whose input takes images ({mediaType, data} items): the station draws the camera for it (as for
+# FACE_MATCHING) and the daemon keeps the payload as it is.
+SELFIE = {"key": "SELFIE", "client": True, "prompt": "Take a photo of your face",
+          "input": {"type": "object", "required": ["images"],
+                    "properties": {"images": {"type": "array", "items": {
+                        "type": "object", "properties": {"mediaType": {"type": "string"}, "data": {"type": "string"}}}}}}}
+WORKFLOWS = {
+    "kiosk-full": {"remote": True, "expected": {"surname": "ERIKSSON", "givenNames": "ANNA MARIA"},
+                   "steps": ["PHONE_INFO", "PHONE_OTP", "NFC_MRZ", NFC, "ATTRIBUTE_MATCHING", SELFIE, TERMS, PASSKEY]},
+    "kiosk-chip": {"remote": True, "steps": ["NFC_MRZ", NFC, CONFIRM]},
+}
+
+
+# --- components ---------------------------------------------------------------------------------------------------
+
+def write_y4m(photo: pathlib.Path, out: pathlib.Path, size=(640, 480)) -> Image.Image:
+    """The photo, fitted into `size`, as a one-frame YUV4MPEG2 (4:2:0) file: Chromium's fake camera plays it."""
+    img = Image.open(photo).convert("RGB")
+    img.thumbnail(size)
+    frame = Image.new("RGB", size, (128, 128, 128))
+    frame.paste(img, ((size[0] - img.width) // 2, (size[1] - img.height) // 2))
+    y, cb, cr = frame.convert("YCbCr").split()
+    half = (size[0] // 2, size[1] // 2)
+    out.write_bytes(f"YUV4MPEG2 W{size[0]} H{size[1]} F30:1 Ip A1:1 C420jpeg\n".encode() + b"FRAME\n" + y.tobytes()
+                    + cb.resize(half).tobytes() + cr.resize(half).tobytes())
+    return frame
+
+
+class Kiosk:
+    """`tessera kiosk` on a free loopback port for one workflow of a station."""
+
+    def __init__(self, station: Station, workflow: str, idle: int = 60, *args: str):
+        self.log = station.root / f"kiosk-{workflow}.log"
+        self.logf = open(self.log, "ab")
+        self.proc = subprocess.Popen([str(BIN / "tessera"), "--socket", station.daemon.socket, "kiosk", "--listen",
+                                      "127.0.0.1:0", "--workflow", workflow, "--idle-timeout", str(idle), *args],
+                                     stdout=subprocess.PIPE, stderr=self.logf, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("kiosk: serving http://127.0.0.1:"), (line, self.log.read_text())
+        self.url = line.split()[2]
+        self.port = int(self.url.rstrip("/").rsplit(":", 1)[1])
+
+    def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request(method, path, body=json.dumps(body) if body is not None else None,
+                  headers={"content-type": "application/json", **(headers or {})})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, data
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self.logf.close()
+
+
+class Browser:
+    """Headless Chromium (as root: --no-sandbox) with a fake camera playing `camera` (Y4M)."""
+
+    def __init__(self, camera: pathlib.Path):
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = CHROMIUM
+        for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1200",
+                  "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+                  f"--use-file-for-fake-video-capture={camera}"]:
+            opts.add_argument(a)
+        self.d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+    def screen(self, step: str, timeout: float = 30):
+        """The screen root with data-step `step`, once it shows."""
+        try:
+            return WebDriverWait(self.d, timeout, poll_frequency=0.05).until(
+                lambda d: d.find_element(By.CSS_SELECTOR, f'main > section[data-step="{step}"]'))
+        except TimeoutException:
+            raise AssertionError(f"no screen {step} in {timeout} s; page: {self.text()}") from None
+
+    def find(self, css: str, timeout: float = 15):
+        try:
+            return WebDriverWait(self.d, timeout, poll_frequency=0.05).until(
+                lambda d: d.find_element(By.CSS_SELECTOR, css))
+        except TimeoutException:
+            raise AssertionError(f"no {css} in {timeout} s; page: {self.text()}") from None
+
+    def click(self, action: str = "continue", timeout: float = 15) -> None:
+        """Clicks the screen's button `data-action=action` once it is enabled."""
+        css = f'main > section [data-action="{action}"]'
+        try:
+            button = WebDriverWait(self.d, timeout, poll_frequency=0.05).until(
+                lambda d: (b := d.find_element(By.CSS_SELECTOR, css)).is_enabled() and b)
+        except TimeoutException:
+            raise AssertionError(f"no enabled {css}; page: {self.text()}") from None
+        button.click()
+
+    def type(self, name: str, text: str) -> None:
+        self.find(f'main [name="{name}"]').send_keys(text)
+
+    def text(self) -> str:
+        try:
+            return self.d.find_element(By.TAG_NAME, "main").get_attribute("outerHTML")[:3000]
+        except Exception as e:  # noqa: BLE001 - only for failure messages
+            return f"<unreadable: {e}>"
+
+    def quit(self) -> None:
+        self.d.quit()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    lab = Lab(tmp_path_factory.mktemp("kiosk"))
+    yield lab
+    lab.stop()
+
+
+@pytest.fixture
+def station(lab, tmp_path):
+    s = Station(lab, tmp_path / "station", workflows=WORKFLOWS).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def camera(tmp_path):
+    y4m = tmp_path / "camera.y4m"
+    frame = write_y4m(fetch_photos() / "obama.jpg", y4m)
+    return y4m, frame
+
+
+@pytest.fixture
+def running(station, camera):
+    """Starts kiosks and browsers; stops them after the test."""
+    made: list = []
+
+    def start(workflow: str, idle: int = 60, *args: str) -> tuple[Kiosk, Browser]:
+        k = Kiosk(station, workflow, idle, *args)
+        made.append(k)
+        b = Browser(camera[0])
+        made.append(b)
+        b.d.get(k.url)
+        b.screen("start")
+        return k, b
+    yield start
+    for x in reversed(made):
+        x.quit() if isinstance(x, Browser) else x.stop()
+
+
+def status(station: Station) -> dict:
+    return station.client().call("enrollment.status")
+
+
+def enter_mrz(b: Browser, mrz: str = MRZ) -> None:
+    b.screen("NFC_MRZ")
+    area = b.find('main textarea[name="mrz"]')
+    # The document number's check digit typed wrong: named as soon as the lines are complete, Continue stays off.
+    wrong = mrz.replace("L898902C36", "L898902C35")
+    area.send_keys(wrong[:20])
+    assert "of 88 characters" in b.find('[data-check="incomplete"]').text
+    area.send_keys(wrong[20:])
+    check = b.find('[data-check="invalid"]')
+    assert "check digit" in check.text, check.text
+    assert not b.find('[data-action="continue"]').is_enabled()
+    area.clear()
+    area.send_keys(mrz)
+    b.find('[data-check="valid"]')
+    b.click()
+
+
+# --- tests --------------------------------------------------------------------------------------------------------
+
+def test_full_flow_enrolls_a_passkey(station, running, camera):
+    """Phone and code, MRZ checked as typed, the chip read with progress, the camera, consent, the token PIN: the
+    passkey verifies independently; the capture is the fake camera's photo; the log holds no personal data."""
+    listener = station.session()
+    kiosk, b = running("kiosk-full")
+    b.click()
+    b.screen("PHONE_INFO")
+    b.type("phone", PHONE)
+    b.click()
+    b.screen("PHONE_OTP")
+    eid = status(station)["enrollmentId"]
+    code = station.otp(eid)["code"]
+    wrong = f"{(int(code) + 1) % 1000000:06d}"
+    b.type("otp", wrong)
+    b.click()
+    err = b.find('[data-answer-error][data-error-code="OTP_INVALID"]')
+    assert "2 attempts left" in err.text
+    field = b.find('main [name="otp"]')
+    field.clear()
+    field.send_keys(code)
+    b.click()
+    enter_mrz(b)
+    b.screen("NFC_PHASE")
+    assert b.find('[data-progress="waitingForCard"]')
+    # Every data group the page shows a bar for, and when it shows it complete, recorded as the page changes.
+    b.d.execute_script("""
+        window.seen = [];
+        new MutationObserver(() => document.querySelectorAll('li[data-file], [data-progress]').forEach((e) => {
+          const k = e.dataset.file ? e.dataset.file + ':' + e.dataset.done : 'progress:' + e.dataset.progress;
+          if (!window.seen.includes(k)) window.seen.push(k);
+        })).observe(document.body, {subtree: true, childList: true, attributes: true});""")
+    with station.chip():
+        placed = time.monotonic()
+        selfie = b.screen("SELFIE", timeout=60)
+        files = b.d.execute_script("return window.seen")
+        assert "progress:reading" in files, files
+        assert "DG1:true" in files and "DG2:true" in files and files.index("DG1:true") < files.index("DG2:true"), files
+        assert selfie.get_attribute("data-kind") == "camera"
+        b.find('video[data-camera]')
+        b.click(timeout=30)
+        b.screen("TERMS_ACCEPTANCE")
+        b.find('main input[name="accepted"]').click()
+        b.click()
+        b.screen("PASSKEY_CREATION")
+        b.type("pin", PIN)
+        b.click()
+        done = b.screen("done", timeout=60)
+        enrolled = time.monotonic()
+    print(f"\nkiosk: document placed → enrolled in {enrolled - placed:.2f} s (data groups seen: {files})")
+    assert "ANNA MARIA ERIKSSON" in done.text
+    finished = listener.expect("enrollment.finished")
+    assert finished["outcome"] == "success", finished
+    check_credential(listener, finished["credential"], None)
+    assert finished["credential"]["rpId"] == RP
+
+    # The capture shown is the frame the fake camera played (Pillow, independent of the page's code).
+    src = b.find('figure[data-image="capture"] img').get_attribute("src")
+    assert src.startswith("data:image/jpeg;base64,")
+    shot = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGB")
+    assert shot.size == camera[1].size
+    diff = [abs(a - b_) for a, b_ in zip(ImageStat.Stat(shot).mean, ImageStat.Stat(camera[1]).mean)]
+    assert max(diff) < 8, diff
+
+    b.click()
+    b.screen("start")
+    assert "ERIKSSON" not in b.text()
+    log = kiosk.log.read_text()
+    for secret in ["ERIKSSON", "L898902C3", "7408122", PHONE.split()[-1], code, "+49"]:
+        assert secret not in log, secret
+    assert "enrollment finished: success" in log
+
+
+def test_card_pulled_mid_read_offers_retry(station, running):
+    kiosk, b = running("kiosk-chip")
+    with station.chip(True, "--remove-after-apdus", "40") as chip:
+        b.click()
+        enter_mrz(b)
+        err = b.screen("error", timeout=60)
+        assert b.find('[data-error-code="CARD_REMOVED"]')
+        assert "reader" in err.text
+        chip.wait_card(True)
+        b.click("retry")
+        b.screen("CONFIRM", timeout=60)
+    b.find('main input[name="ok"]').click()
+    b.click()
+    done = b.screen("done")
+    assert "ANNA MARIA ERIKSSON" in done.text
+    assert "CARD_REMOVED" in kiosk.log.read_text()
+
+
+def test_wrong_document_data_says_so_and_retry_asks_again(station, running):
+    """The fields tab (document number and dates): a birth date that is a valid date but not the document's makes the
+    chip refuse access (ACCESS_DENIED): the error says to check the MRZ, and retry asks for it again."""
+    kiosk, b = running("kiosk-chip")
+    with station.chip():
+        b.click()
+        b.screen("NFC_MRZ")
+        b.find('main button[data-alternative="1"]').click()
+        b.find('main form[data-alternative="1"]')
+        b.type("documentNumber", WRONG_MRZ_FIELDS["documentNumber"])
+        b.type("dateOfBirth", "7413")
+        assert b.find('[data-check="incomplete"]')
+        b.type("dateOfBirth", "12")
+        b.type("dateOfExpiry", WRONG_MRZ_FIELDS["dateOfExpiry"])
+        assert "dateOfBirth" in b.find('[data-check="invalid"]').text
+        field = b.find('main [name="dateOfBirth"]')
+        field.clear()
+        field.send_keys(WRONG_MRZ_FIELDS["dateOfBirth"])
+        b.find('[data-check="valid"]')
+        b.click()
+        error = b.screen("error", timeout=60)
+        assert b.find('[data-error-code="ACCESS_DENIED"]')
+        assert "MRZ" in error.text
+        b.click("retry")
+        b.screen("NFC_MRZ")
+        enter_mrz(b)
+        b.screen("CONFIRM", timeout=60)
+
+
+def test_an_enrollment_left_active_blocks_the_start_unless_take_over(station, running):
+    left = station.client().call("enrollment.start", {"type": {"remote": {"candidate": "kiosk-chip"}}})["enrollmentId"]
+    kiosk, b = running("kiosk-chip")
+    b.click()
+    b.screen("error")
+    assert b.find('[data-error-code="ENROLLMENT_ACTIVE"]')
+    assert status(station)["enrollmentId"] == left
+    kiosk2, b2 = running("kiosk-chip", 60, "--take-over")
+    b2.click()
+    b2.screen("NFC_MRZ")
+    now = status(station)
+    assert now["active"] is True and now["enrollmentId"] != left
+    audit = station.client().call("enrollment.audit", {"limit": 5})["records"]
+    assert [r["outcome"] for r in audit if r["enrollmentId"] == left] == ["interrupted"], audit
+
+
+def test_idle_timeout_cancels_and_wipes_the_page(station, running):
+    kiosk, b = running("kiosk-chip", idle=3)
+    b.click()
+    b.screen("NFC_MRZ")
+    b.type("mrz", MRZ[:50])
+    eid = status(station)["enrollmentId"]
+    start = b.screen("start", timeout=20)
+    assert start.find_element(By.CSS_SELECTOR, "[data-notice]").text
+    page = b.d.page_source
+    assert "ERIKSSON" not in page and "textarea" not in page
+    s = status(station)
+    assert s["active"] is False and s["lastOutcome"]["outcome"] == "cancelled", s
+    assert s["lastOutcome"].get("enrollmentId", eid) == eid
+
+    # The result screen is wiped as well.
+    with station.chip():
+        b.click()
+        enter_mrz(b)
+        b.screen("CONFIRM", timeout=60)
+        b.find('main input[name="ok"]').click()
+        b.click()
+        assert "ERIKSSON" in b.screen("done").text
+    b.screen("start", timeout=20)
+    assert "ERIKSSON" not in b.d.page_source
+
+
+def test_the_bridge_refuses_what_the_station_does_not_do(station, running):
+    kiosk, b = running("kiosk-chip")
+    # No daemon method by name, no step the daemon does not ask for, no retry without a failure.
+    code, body = kiosk.request("POST", "/api/action", {"action": "call", "method": "credentials.list"})
+    assert code == 400 and json.loads(body)["error"]["code"] == "INVALID_INPUT"
+    code, body = kiosk.request("POST", "/api/action", {"action": "submit", "step": "CONFIRM", "payload": {"ok": True}})
+    assert json.loads(body)["error"]["code"] == "STEP_NOT_EXPECTED"
+    code, body = kiosk.request("POST", "/api/action", {"action": "retry"})
+    assert json.loads(body)["error"]["code"] == "NOT_RETRYABLE"
+    # Another origin (a web page elsewhere) or another host name (DNS rebinding) is refused.
+    code, _ = kiosk.request("POST", "/api/action", {"action": "start"}, {"origin": "http://evil.example"})
+    assert code == 403
+    code, _ = kiosk.request("GET", "/", headers={"host": f"evil.example:{kiosk.port}"})
+    assert code == 403
+    assert status(station)["active"] is False
+    # An activation token is checked by the daemon (this one is not signed): the page shows the error.
+    b.type("activationToken", "eyJhbGciOiJFUzI1NiJ9.e30.AAAA")
+    b.click()
+    b.screen("error")
+    assert b.find("[data-error-code]").get_attribute("data-error-code").startswith("ACTIVATION_TOKEN_")
+
+
+# --- face matching (the reference matcher) --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def face_lab(tmp_path_factory):
+    lab = FaceLab(tmp_path_factory.mktemp("kiosk-face"))
+    yield lab
+    lab.stop()
+
+
+class FaceRun:
+    """A face station (its own tesserad), `tessera kiosk` for its workflow "face" and a browser whose camera plays
+    `photo`."""
+
+    def __init__(self, lab: FaceLab, root: pathlib.Path, photo: pathlib.Path, face: dict | None = None,
+                 workflow: str = "face"):
+        self.station = FaceStation(lab, root, face or {"timeoutSeconds": 300})
+        self.root = root
+        write_y4m(photo, root / "camera.y4m")
+        self.kiosk = Kiosk(self.station, workflow)
+        self.b = Browser(root / "camera.y4m")
+        self.b.d.get(self.kiosk.url)
+        self.b.screen("start")
+
+    def to_camera(self) -> None:
+        """Start, MRZ, the chip read: up to the camera screen, then capture."""
+        b = self.b
+        b.click()
+        enter_mrz(b)
+        with self.station.chip():
+            self.placed = time.monotonic()
+            b.screen("FACE_MATCHING", timeout=60)
+        assert b.find('main > section[data-step="FACE_MATCHING"]').get_attribute("data-kind") == "camera"
+        b.find("video[data-camera]")
+        b.click(timeout=30)
+
+    def stop(self) -> None:
+        self.b.quit()
+        self.kiosk.stop()
+        self.station.stop()
+
+
+@pytest.fixture
+def face_run(face_lab, tmp_path):
+    made: list[FaceRun] = []
+
+    def start(photo: pathlib.Path, face: dict | None = None, workflow: str = "face") -> FaceRun:
+        r = FaceRun(face_lab, tmp_path / f"run{len(made)}", photo, face, workflow)
+        made.append(r)
+        return r
+    yield start
+    for r in made:
+        r.stop()
+
+
+def test_face_of_the_holder_enrolls(face_lab, face_run):
+    """The camera plays another photo of the passport's holder: matched, the passkey made, and the result screen
+    shows the chip's portrait (DG2, as the daemon kept it) beside the capture."""
+    r = face_run(fetch_photos() / "obama2.jpg")
+    r.to_camera()
+    b = r.b
+    b.screen("PASSKEY_CREATION", timeout=300)
+    b.type("pin", PIN)
+    b.click()
+    b.screen("done", timeout=60)
+    enrolled = time.monotonic()
+    print(f"\nkiosk (face): document placed → enrolled in {enrolled - r.placed:.2f} s")
+    portrait = b.find('figure[data-image="portrait"] img').get_attribute("src")
+    assert base64.b64decode(portrait.split(",", 1)[1]) == face_lab.photos.portrait
+    assert b.find('figure[data-image="capture"] img').get_attribute("src").startswith("data:image/jpeg;base64,")
+    audit = r.station.client().call("enrollment.audit", {"limit": 1})["records"][0]
+    assert audit["outcome"] == "success" and audit["faceChecks"][0]["decision"] == "match", audit
+    b.click()
+    b.screen("start")
+    assert "data:image" not in b.d.page_source
+
+
+def test_another_persons_face_is_a_mismatch_with_retry(face_run):
+    r = face_run(fetch_photos() / "biden.jpg")
+    r.to_camera()
+    b = r.b
+    b.screen("error", timeout=300)
+    assert b.find('[data-error-code="FACE_MISMATCH"]')
+    b.find('[data-action="retry"]')
+    b.click("retry")
+    b.screen("FACE_MATCHING", timeout=60)
+    audit_before = r.station.client().call("enrollment.status")
+    assert audit_before["active"] is True
+
+
+def test_no_face_asks_for_another_capture(face_lab, face_run):
+    r = face_run(face_lab.root / "noface.jpg")
+    r.to_camera()
+    b = r.b
+    err = b.find('main > section[data-step="FACE_MATCHING"] [data-answer-error][data-error-code="FACE_NOT_FOUND"]',
+                 timeout=300)
+    assert err.text
+    assert b.find('[data-action="continue"]').is_enabled()
+
+
+def test_a_crashing_matcher_is_unavailable_with_retry(face_lab, face_run):
+    r = face_run(fetch_photos() / "obama2.jpg", {"command": [str(face_lab.crash)]})
+    r.to_camera()
+    b = r.b
+    b.screen("error", timeout=120)
+    assert b.find('[data-error-code="FACE_MATCHER_UNAVAILABLE"]')
+    b.find('[data-action="retry"]')
+
+
+def test_liveness_challenge_is_shown_and_a_still_photo_fails_it(face_run):
+    """The workflow "liveness": after FACE_MATCHING, the challenge's actions are listed in order on the camera
+    screen and frames are taken for each; a still photo does not turn its head: LIVENESS_FAILED, retry offered."""
+    r = face_run(fetch_photos() / "obama2.jpg", workflow="liveness")
+    r.to_camera()
+    b = r.b
+    screen = b.screen("LIVENESS_CHALLENGE_PHASE", timeout=300)
+    assert screen.get_attribute("data-kind") == "camera"
+    challenge = b.find("ol[data-challenge]")
+    actions = challenge.get_attribute("data-challenge").split()
+    assert sorted(actions) == ["turnLeft", "turnRight"], actions
+    steps = [li.text for li in challenge.find_elements(By.TAG_NAME, "li")]
+    assert steps == [{"turnLeft": "Turn your head to the left", "turnRight": "Turn your head to the right"}[a]
+                     for a in actions]
+    b.click(timeout=30)
+    b.screen("error", timeout=300)
+    assert b.find('[data-error-code="LIVENESS_FAILED"]')
+    b.find('[data-action="retry"]')
+    check = r.station.client().call("enrollment.audit", {"limit": 1})["records"]
+    assert not check or check[0]["outcome"] != "success"
