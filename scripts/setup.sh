@@ -14,6 +14,8 @@ APT_PACKAGES=(
 command -v systemd-analyze >/dev/null || APT_PACKAGES+=(systemd)
 # tessera-bench: the p11-kit remoting peer (p11-kit-client.so) and --callgrind (valgrind).
 APT_PACKAGES+=(p11-kit-modules valgrind)
+# make deb / scripts/check-deb.sh: dpkg-shlibdeps (dpkg-dev), lintian, man (man-db) for the man pages' check.
+APT_PACKAGES+=(dpkg-dev lintian man-db)
 # cryptography >= 50: its RFC 9180 HPKE checks Tessera's 18013-7 Annex C sealing (Tests/e2e/annexc_hpke.py).
 PIP_PACKAGES=(fido2==2.2.1 webauthn==3.0.1 pytest==9.0.3 'cryptography>=50' cbor2 pyjwt pymdoccbor==1.4.0)
 
