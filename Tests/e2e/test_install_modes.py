@@ -2,6 +2,7 @@
 per-user mode with a private XDG_RUNTIME_DIR/XDG_STATE_HOME, started by hand and the way the user units start it
 (their own ListenStream and ExecStart lines under systemd-socket-activate), reached by `tessera` without --socket and
 by `ssh-add -L` through the SSH_AUTH_SOCK of the packaged environment.d snippet; a socket in a missing directory."""
+import json
 import os
 import pathlib
 import re
@@ -9,7 +10,7 @@ import stat
 import subprocess
 import time
 
-from tessera_harness import BIN, ROOT, SOFTHSM_MODULE, Client, stop_process
+from tessera_harness import BIN, ROOT, SOFTHSM_MODULE, Client, Daemon, stop_process
 
 PIN = "1234"
 
@@ -145,3 +146,23 @@ def test_a_socket_in_a_missing_directory_stops_start_up_in_words(tmp_path, softh
     no_session = {k: v for k, v in env.items() if k != "XDG_RUNTIME_DIR"}
     r = subprocess.run([str(BIN / "tesserad"), "--user"], env=no_session, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "XDG_RUNTIME_DIR" in r.stderr
+
+
+def test_config_keys_beginning_with_slashes_are_comments_and_typos_still_stop_start_up(tmp_path, softhsm):
+    """The packaged /etc/tessera/tesserad.json explains itself in "//" keys (its load as installed is in
+    scripts/check-deb.sh); a misspelled key beside them still stops start-up."""
+    env = session_env(tmp_path, softhsm)
+    for name, extra, ok in (("good", {}, True), ("typo", {"maxConnectionz": 8}, False)):
+        config = tmp_path / f"{name}.json"
+        config.write_text(json.dumps({"//": "a comment", "//maxConnections": "another", "maxConnections": 8,
+                                      "sshAgent": {"//": "in a section"}, "pinBackoff": {"//x": "too"}, **extra}))
+        d = Daemon(tmp_path, env, ["--config", str(config), "--pkcs11-module", SOFTHSM_MODULE,
+                                   "--no-embedded-softhsm"], name=name)
+        if ok:
+            d.start()
+            assert d.client().call("daemon.status")["version"]
+            assert d.stop() == 0
+        else:
+            d.start(wait=False)
+            assert d.proc.wait(60) == 1
+            assert "unknown key 'maxConnectionz'" in d.log.read_text()
