@@ -85,7 +85,9 @@ install: generated
 	$(INSTALL) -m 0644 packaging/tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/tessera.conf
 	$(INSTALL) -m 0644 udev/70-tessera-ctap.rules udev/70-tessera-nfc.rules $(DESTDIR)$(UDEVRULESDIR)/
 	$(INSTALL) -m 0644 udev/tessera-blacklist-pn533.conf $(DESTDIR)$(MODPROBEDIR)/
-	$(INSTALL) -m 0644 packaging/tesserad.json $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json
+	@# An existing configuration is the administrator's: it stays as it is.
+	test -e $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json || \
+	  $(INSTALL) -m 0644 packaging/tesserad.json $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json
 	$(INSTALL) -m 0644 packaging/environment.d/60-tessera-ssh-agent.conf $(DESTDIR)$(DATADIR)/tessera/environment.d/
 	$(INSTALL) -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 0644 $(GENERATED)/tessera.1 $(DESTDIR)$(MANDIR)/man1/tessera.1
