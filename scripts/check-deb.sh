@@ -55,6 +55,17 @@ def walk(c, path):
             yield " ".join(path + [s["commandName"]]); yield from walk(s, path + [s["commandName"]])
 print("\n".join(walk(json.load(sys.stdin)["command"], [])))' >"$work/commands"
   zcat "$work/x/usr/share/man/${p#*:}.gz" >"$work/page"
+  # ... and every long option of every command.
+  "$bin" --experimental-dump-help | python3 -c '
+import json, sys
+def walk(c):
+    for a in c.get("arguments", []):
+        for n in a.get("names", []):
+            if n["kind"] == "long": yield n["name"]
+    for s in c.get("subcommands", []): yield from walk(s)
+for n in sorted(set(walk(json.load(sys.stdin)["command"]))): print(n)' | while read -r o; do
+    grep -qF -- "\\-\\-${o//-/\\-}" "$work/page" || fail "${p#*:} does not name --$o"
+  done
   while read -r c; do
     [ -n "$c" ] || continue
     grep -qxF ".SS $c" "$work/page" || fail "${p#*:} has no section for '$c'"
