@@ -27,7 +27,8 @@ lintian --fail-on error "$deb" | tee "$work/lintian.txt" || fail "lintian report
 echo "lintian: no errors ($(grep -c '^W:' "$work/lintian.txt" || true) warnings)"
 
 echo "== file list against packaging/install-manifest.txt"
-grep -v '^#' packaging/install-manifest.txt | sed '/^$/d' | sort >"$work/manifest"
+{ grep -v '^#' packaging/install-manifest.txt | sed '/^$/d'
+  for f in README.md docs/*.md; do echo "/usr/share/doc/tessera/${f##*/}"; done; } | sort >"$work/manifest"
 dpkg-deb --fsys-tarfile "$deb" | tar -t | grep -v '/$' | sed 's|^\./|/|' | sort >"$work/deb-files"
 sed -e 's|^\(/usr/share/man/.*\)$|\1.gz|' "$work/manifest" |
   cat - <(printf '/usr/share/doc/tessera/copyright\n/usr/share/doc/tessera/changelog.gz\n') | sort >"$work/expected"
