@@ -10,7 +10,8 @@ RELEASE_FLAGS ?= -c release --static-swift-stdlib -Xswiftc -use-ld=lld -Xlinker 
 	-Xlinker --no-export-dynamic
 export RELEASE_FLAGS
 
-.PHONY: all setup build release release-flags demo test unit-test e2e-test bench soak systemd-check format format-check fuzz fuzz-smoke sanitize clean
+.PHONY: all setup build release release-flags demo test unit-test e2e-test bench soak systemd-check format format-check fuzz fuzz-smoke sanitize clean \
+	install uninstall generated deb deb-check
 
 all: build
 
@@ -24,6 +25,98 @@ build: setup
 release: setup
 	$(SWIFT) build $(RELEASE_FLAGS) --product tesserad
 	$(SWIFT) build $(RELEASE_FLAGS) --product tessera
+
+## Install tree (docs/INSTALL.md): `make release && sudo make install`, or `make deb`. The usual GNU/systemd
+## variables; DESTDIR stages. Paths inside the units and the man pages follow SBINDIR and SYSCONFDIR.
+PREFIX ?= /usr/local
+EXEC_PREFIX ?= $(PREFIX)
+BINDIR ?= $(EXEC_PREFIX)/bin
+SBINDIR ?= $(EXEC_PREFIX)/sbin
+LIBDIR ?= $(PREFIX)/lib
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+DOCDIR ?= $(DATADIR)/doc/tessera
+SYSCONFDIR ?= /etc
+SYSTEMDSYSTEMUNITDIR ?= $(LIBDIR)/systemd/system
+SYSTEMDUSERUNITDIR ?= $(LIBDIR)/systemd/user
+SYSUSERSDIR ?= $(LIBDIR)/sysusers.d
+TMPFILESDIR ?= $(LIBDIR)/tmpfiles.d
+UDEVRULESDIR ?= $(LIBDIR)/udev/rules.d
+MODPROBEDIR ?= $(LIBDIR)/modprobe.d
+BASHCOMPLETIONDIR ?= $(DATADIR)/bash-completion/completions
+ZSHCOMPLETIONDIR ?= $(DATADIR)/zsh/vendor-completions
+FISHCOMPLETIONDIR ?= $(DATADIR)/fish/vendor_completions.d
+INSTALL ?= install
+RELEASE_BIN ?= .build/release
+GENERATED = .build/generated
+VERSION = $(shell sed -n 's/.*static let version = "\(.*\)".*/\1/p' Sources/TesseraDaemon/Daemon.swift)
+
+## Man pages tesserad(8), tessera(1) and the bash/zsh/fish completions, generated from the release programs'
+## argument parsers (--experimental-dump-help, --generate-completion-script): they cannot drift from --help.
+generated:
+	@test -x $(RELEASE_BIN)/tesserad -a -x $(RELEASE_BIN)/tessera || { echo "no release build: run make release"; exit 1; }
+	@rm -rf $(GENERATED) && mkdir -p $(GENERATED)
+	python3 scripts/gen-man.py $(RELEASE_BIN)/tesserad 8 $(VERSION) > $(GENERATED)/tesserad.8
+	python3 scripts/gen-man.py $(RELEASE_BIN)/tessera 1 $(VERSION) > $(GENERATED)/tessera.1
+	for p in tesserad tessera; do \
+	  $(RELEASE_BIN)/$$p --generate-completion-script bash | sed '1{/^#!/d}' > $(GENERATED)/$$p.bash && \
+	  $(RELEASE_BIN)/$$p --generate-completion-script zsh > $(GENERATED)/_$$p && \
+	  $(RELEASE_BIN)/$$p --generate-completion-script fish > $(GENERATED)/$$p.fish || exit 1; done
+	sed -i -e 's|/usr/sbin/tesserad|$(SBINDIR)/tesserad|g' -e 's|/etc/tessera|$(SYSCONFDIR)/tessera|g' \
+	  -e 's|/usr/share/doc/tessera|$(DOCDIR)|g' $(GENERATED)/tesserad.8 $(GENERATED)/tessera.1
+
+## Units: the binaries' and the configuration's paths follow SBINDIR, SYSCONFDIR and DOCDIR.
+UNIT_SED = sed -e 's|/usr/sbin/tesserad|$(SBINDIR)/tesserad|g' -e 's|/etc/tessera|$(SYSCONFDIR)/tessera|g' \
+	-e 's|/usr/share/doc/tessera|$(DOCDIR)|g' -e 's|/usr/share/tessera|$(DATADIR)/tessera|g'
+
+install: generated
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR) \
+	  $(DESTDIR)$(SYSTEMDUSERUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(UDEVRULESDIR) \
+	  $(DESTDIR)$(MODPROBEDIR) $(DESTDIR)$(SYSCONFDIR)/tessera $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
+	  $(DESTDIR)$(BASHCOMPLETIONDIR) $(DESTDIR)$(ZSHCOMPLETIONDIR) $(DESTDIR)$(FISHCOMPLETIONDIR) \
+	  $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)/tessera/environment.d
+	$(INSTALL) -m 0755 $(RELEASE_BIN)/tesserad $(DESTDIR)$(SBINDIR)/tesserad
+	$(INSTALL) -m 0755 $(RELEASE_BIN)/tessera $(DESTDIR)$(BINDIR)/tessera
+	for u in tesserad.socket tesserad.service tesserad-ssh-agent.socket; do \
+	  $(UNIT_SED) systemd/$$u > $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u && \
+	  $(UNIT_SED) systemd/user/$$u > $(DESTDIR)$(SYSTEMDUSERUNITDIR)/$$u && \
+	  chmod 0644 $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u $(DESTDIR)$(SYSTEMDUSERUNITDIR)/$$u || exit 1; done
+	$(INSTALL) -m 0644 packaging/sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/tessera.conf
+	$(INSTALL) -m 0644 packaging/tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/tessera.conf
+	$(INSTALL) -m 0644 udev/70-tessera-ctap.rules udev/70-tessera-nfc.rules $(DESTDIR)$(UDEVRULESDIR)/
+	$(INSTALL) -m 0644 udev/tessera-blacklist-pn533.conf $(DESTDIR)$(MODPROBEDIR)/
+	@# An existing configuration is the administrator's: it stays as it is.
+	test -e $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json || \
+	  $(INSTALL) -m 0644 packaging/tesserad.json $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json
+	$(INSTALL) -m 0644 packaging/environment.d/60-tessera-ssh-agent.conf $(DESTDIR)$(DATADIR)/tessera/environment.d/
+	$(INSTALL) -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
+	$(INSTALL) -m 0644 $(GENERATED)/tessera.1 $(DESTDIR)$(MANDIR)/man1/tessera.1
+	$(INSTALL) -m 0644 $(GENERATED)/tesserad.8 $(DESTDIR)$(MANDIR)/man8/tesserad.8
+	for p in tesserad tessera; do \
+	  $(INSTALL) -m 0644 $(GENERATED)/$$p.bash $(DESTDIR)$(BASHCOMPLETIONDIR)/$$p && \
+	  $(INSTALL) -m 0644 $(GENERATED)/_$$p $(DESTDIR)$(ZSHCOMPLETIONDIR)/_$$p && \
+	  $(INSTALL) -m 0644 $(GENERATED)/$$p.fish $(DESTDIR)$(FISHCOMPLETIONDIR)/$$p.fish || exit 1; done
+
+## Removes what install put there; the state (/var/lib/tesserad) and the configuration stay.
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/tesserad $(DESTDIR)$(BINDIR)/tessera $(DESTDIR)$(SYSUSERSDIR)/tessera.conf \
+	  $(DESTDIR)$(TMPFILESDIR)/tessera.conf $(DESTDIR)$(UDEVRULESDIR)/70-tessera-ctap.rules \
+	  $(DESTDIR)$(UDEVRULESDIR)/70-tessera-nfc.rules $(DESTDIR)$(MODPROBEDIR)/tessera-blacklist-pn533.conf \
+	  $(DESTDIR)$(MANDIR)/man1/tessera.1 $(DESTDIR)$(MANDIR)/man8/tesserad.8
+	for u in tesserad.socket tesserad.service tesserad-ssh-agent.socket; do \
+	  rm -f $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u $(DESTDIR)$(SYSTEMDUSERUNITDIR)/$$u; done
+	for p in tesserad tessera; do rm -f $(DESTDIR)$(BASHCOMPLETIONDIR)/$$p $(DESTDIR)$(ZSHCOMPLETIONDIR)/_$$p \
+	  $(DESTDIR)$(FISHCOMPLETIONDIR)/$$p.fish; done
+	rm -rf $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)/tessera
+
+## A Debian package of the release build for this machine's architecture (scripts/make-deb.sh): .build/deb/*.deb.
+deb: release
+	@scripts/make-deb.sh
+
+## Builds the package, then lintian, its file list against packaging/install-manifest.txt, and an install, a run
+## as the tesserad user and a purge in a throwaway root (scripts/check-deb.sh; a stage of make test).
+deb-check: deb
+	@scripts/check-deb.sh
 
 ## Prints RELEASE_FLAGS (for scripts run without make).
 release-flags:

@@ -267,7 +267,7 @@ let package = Package(
         .executableTarget(
             name: "tesserad",
             dependencies: [
-                "TesseraDaemon", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "TesseraDaemon", "RPC", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         /// The tessera CLI's pure logic (enroll-station's JSON-schema forms, progress text), unit-tested.
         .target(name: "CLISupport", dependencies: ["TesseraCore"]),

@@ -19,6 +19,8 @@ APT_PACKAGES+=(p11-kit-modules valgrind)
 APT_PACKAGES+=(pinentry-tty pinentry-curses)
 # The kiosk station's screen is tested in a real browser (Tests/e2e/test_kiosk.py): Chromium and its WebDriver.
 APT_PACKAGES+=(chromium chromium-driver)
+# make deb / scripts/check-deb.sh: dpkg-shlibdeps (dpkg-dev), lintian, man (man-db) for the man pages' check.
+APT_PACKAGES+=(dpkg-dev lintian man-db)
 # cryptography >= 50: its RFC 9180 HPKE checks Tessera's 18013-7 Annex C sealing (Tests/e2e/annexc_hpke.py).
 # dlib-bin, face-recognition-models (public-domain weights), Pillow (JPEG 2000), numpy: the reference face matcher (matcher/).
 # selenium drives Chromium for the kiosk station's tests (Pillow also checks the fake camera's frames there).

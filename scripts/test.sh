@@ -28,6 +28,9 @@ echo "== README examples (each shell block of README.md, in the lab where it say
 echo "== systemd units (systemd-analyze verify + security)"
 scripts/check-systemd.sh
 
+echo "== package (make deb: release build, lintian, file list, install/run/purge in a throwaway root)"
+make --no-print-directory deb-check
+
 echo "== soak smoke (8 clients × 100 requests, kill -9 + restart; the full soak is make soak)"
 scripts/soak.sh --clients 8 --requests 100 --time-limit 300
 

@@ -39,6 +39,10 @@ public struct DaemonOptions: Sendable {
     public var ctapSocket: String?
     /// Also serve the authenticator as a virtual FIDO HID device through /dev/uhid (`--ctap-uhid`).
     public var ctapUHID = false
+    /// The mode's default paths (`--user`: per-user mode): the JSON-RPC socket when neither `socketPath` nor systemd
+    /// gives one; in per-user mode also the SSH agent and CTAP sockets when neither an option nor the config names
+    /// them. The daemon creates `paths.runtimeDirectory` when a socket goes there and it is missing.
+    public var paths: DaemonPaths = .system
 
     public init(
         socketPath: String?, stateDir: String, pkcs11Modules: [String] = [], configFile: String? = nil,
@@ -176,7 +180,9 @@ public struct ConfigFile: Codable, Sendable {
         in object: [String: JSONValue], known: Set<String>,
         section: String?
     ) throws(TesseraError) {
-        guard let key = object.keys.sorted().first(where: { !known.contains($0) }) else { return }
+        guard let key = object.keys.sorted().first(where: { !known.contains($0) && !$0.hasPrefix("//") }) else {
+            return
+        }
         let place = section.map { "key '\(key)' in \($0)" } ?? "key '\(key)'"
         throw TesseraError.invalidInput("unknown \(place) (known: \(known.sorted().joined(separator: ", ")))")
     }

@@ -44,6 +44,9 @@ public enum Daemon {
             baseDirectory: configDirectory.isEmpty ? "." : configDirectory)
         let faceMatching = try FaceMatcherConfiguration(
             json: config.faceMatching, defaultCommand: FaceMatcherConfiguration.referenceMatcherCommand())
+        let inherited = Systemd.listenDescriptors()
+        let sockets = SocketPaths(options, config, inherited: inherited)
+        try sockets.prepareDirectories(options.paths)
         try FileManager.default.createDirectory(
             atPath: options.stateDir, withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700])
@@ -170,8 +173,9 @@ public enum Daemon {
                 await passkeys.flushUsage()
             }
         }
-        // The SSH agent's socket path as configured (systemd's socket unit names it when the socket is inherited).
-        let sshAgentPath = options.sshAgentSocket ?? config.sshAgent?.socket
+        // The SSH agent's socket path: the one bound here, else as configured (systemd's socket unit names it when the
+        // socket is inherited).
+        let sshAgentPath = sockets.sshAgent ?? options.sshAgentSocket ?? config.sshAgent?.socket
         table.register("daemon.status", .read) { _, _ in
             let tokens = await Views.tokens(passkeys)
             let uptime = ContinuousClock.now - started
@@ -220,18 +224,16 @@ public enum Daemon {
                 await server.broadcast("tokens.changed", ["backend": "piv"])
             }
         }
-        let inherited = Systemd.listenDescriptors()
         let address: RPCListenAddress
         if let fd = inherited.rpc {
             address = .inheritedDescriptor(fd)
         } else {
-            let path = options.socketPath ?? (options.stateDir + "/tesserad.sock")
-            address = .path(path, mode: socketMode, group: socketGID)
+            address = .path(sockets.rpc ?? options.paths.socket, mode: socketMode, group: socketGID)
         }
         let service = SocketService(server: server, address: address, logger: logger, started: started)
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         var agentSweeper: Task<Void, Never>?
-        if let agentAddress = try Self.sshAgentAddress(options, config, inherited: inherited.sshAgent) {
+        if let agentAddress = try Self.sshAgentAddress(sockets.sshAgent, config, inherited: inherited.sshAgent) {
             let agent = SSHAgent(
                 backend: sshBackend, pinCacheSeconds: config.sshAgent?.pinCacheSeconds ?? 900,
                 allowForwarded: config.sshAgent?.allowForwarded ?? true)
@@ -253,7 +255,7 @@ public enum Daemon {
                 }
             }
         }
-        let ctapPath = options.ctapSocket ?? config.ctap?.socket
+        let ctapPath = sockets.ctap
         if ctapPath != nil || options.ctapUHID {
             let ctapAccess = CTAPAccess(
                 connect: { peer throws(TesseraError) in try policy.check(.sign, peer: peer) },
@@ -294,11 +296,11 @@ public enum Daemon {
 
 extension Daemon {
     /// Where the SSH agent listens: the socket systemd passed, else `--ssh-agent-socket`, else `sshAgent.socket`.
-    static func sshAgentAddress(_ options: DaemonOptions, _ config: ConfigFile, inherited: Int32?) throws(TesseraError)
+    static func sshAgentAddress(_ path: String?, _ config: ConfigFile, inherited: Int32?) throws(TesseraError)
         -> RPCListenAddress?
     {
         if let inherited { return .inheritedDescriptor(inherited) }
-        guard let path = options.sshAgentSocket ?? config.sshAgent?.socket else { return nil }
+        guard let path else { return nil }
         var gid: UInt32?
         if let g = config.socketGroup { gid = try Policy.gid(g) }
         let mode = config.sshAgent?.socketMode.flatMap { UInt32($0, radix: 8) } ?? 0o660

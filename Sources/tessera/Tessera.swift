@@ -20,7 +20,7 @@ struct Tessera: AsyncParsableCommand {
             Every command talks to tesserad over its Unix socket (JSON-RPC 2.0; docs/API.md). With --json a command prints the method's JSON result verbatim; otherwise a summary for humans. Errors are printed on stderr as "error: CODE: message"; the exit status is 2 for daemon errors, 3 when the daemon is unreachable, 64 for usage errors. Values in base64url (credential ids, challenges) may begin with '-'; options take them as they are, and positional ones go after `--`.
 
             SOCKET
-              --socket PATH (before or after the command), else $TESSERA_SOCKET, else /run/tesserad/tesserad.sock.
+              --socket PATH (before or after the command), else $TESSERA_SOCKET, else the per-user daemon's $XDG_RUNTIME_DIR/tessera/tesserad.sock when it exists, else the system daemon's /run/tesserad/tesserad.sock (docs/INSTALL.md).
 
             When a command cannot reach the daemon, pcscd or a token, `tessera doctor` checks the host and says what to fix.
 
@@ -51,7 +51,11 @@ struct Tessera: AsyncParsableCommand {
 
 /// Options every command takes.
 struct GlobalOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("tesserad's socket.", valueName: "PATH"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "tesserad's socket. Default: $TESSERA_SOCKET, else $XDG_RUNTIME_DIR/tessera/tesserad.sock when it exists, else /run/tesserad/tesserad.sock.",
+            valueName: "PATH"))
     var socket: String?
 
     @Flag(name: .long, help: "Print the method's JSON result verbatim.")
@@ -77,7 +81,10 @@ struct GlobalOptions: ParsableArguments {
     }
 
     var socketPath: String {
-        socket ?? ProcessInfo.processInfo.environment["TESSERA_SOCKET"] ?? "/run/tesserad/tesserad.sock"
+        socket
+            ?? DaemonPaths.clientSocket(environment: ProcessInfo.processInfo.environment) {
+                FileManager.default.fileExists(atPath: $0)
+            }
     }
 
     /// Calls one method and prints the result (JSON or the human rendering).

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import RPC
 import TesseraDaemon
 
 /// The entry point: the daemon runs on the concurrency pool and the main thread only waits for it. Nothing in
@@ -22,7 +23,10 @@ struct Tesserad: AsyncParsableCommand {
         commandName: "tesserad",
         abstract: "Tessera daemon: passkeys on hardware tokens and ICAO 9303 document reading over a Unix socket.",
         discussion: """
-            tesserad runs in the foreground and logs to stderr. It serves JSON-RPC 2.0 (one JSON object per line) on a Unix stream socket: --socket PATH, or the socket passed by systemd (LISTEN_FDS) when socket-activated. It notifies systemd (READY=1) once serving and drains in-flight requests on SIGTERM/SIGINT. The methods and error codes are documented in docs/API.md.
+            tesserad runs in the foreground and logs to stderr. It serves JSON-RPC 2.0 (one JSON object per line) on a Unix stream socket: --socket PATH, the socket passed by systemd (LISTEN_FDS) when socket-activated, or the default of its mode. It notifies systemd (READY=1) once serving and drains in-flight requests on SIGTERM/SIGINT. The methods and error codes are documented in docs/API.md.
+
+            MODES
+            System mode (the default; the system units tesserad.socket and tesserad.service): socket /run/tesserad/tesserad.sock, state /var/lib/tesserad, for kiosks and shared stations. Per-user mode (--user; the user units: systemctl --user enable --now tesserad.socket): the user's own daemon with sockets in $XDG_RUNTIME_DIR/tessera (tesserad.sock, ssh-agent.sock, ctap.sock) and state in $XDG_STATE_HOME/tessera (default ~/.local/state/tessera). tessera finds the user's socket before the system one. tesserad creates the mode's socket directory when it is missing; a --socket in a directory that does not exist stops start-up. See docs/INSTALL.md.
 
             KEY STORES
             Without --pkcs11-module, every PKCS#11 module registered with p11-kit is loaded (OpenSC, SoftHSM2, vendor modules); slots that fail are skipped. Keys are generated on the token and never leave it. When no usable token is found, an embedded SoftHSM2 token is created in STATE_DIR/softhsm through PKCS#11 (C_InitToken, C_InitPIN) with a random PIN kept in STATE_DIR/softhsm/user.pin (disable with --no-embedded-softhsm).
@@ -51,8 +55,12 @@ struct Tesserad: AsyncParsableCommand {
               STATE_DIR/tessera.sqlite
                   credentials, signature counters, enrollments and their audit
                   records, used activation tokens, mdoc registrations (SQLite, WAL)
-              STATE_DIR/tesserad.sock
-                  default socket when --socket is not given
+              /run/tesserad/tesserad.sock, $XDG_RUNTIME_DIR/tessera/tesserad.sock (--user)
+                  default socket when neither --socket nor systemd gives one
+              $XDG_RUNTIME_DIR/tessera/ssh-agent.sock, $XDG_RUNTIME_DIR/tessera/ctap.sock
+                  the SSH agent and CTAP sockets in per-user mode unless the options or the config name others
+              /etc/tessera/tesserad.json
+                  the packaged example configuration (pass it with --config)
               --config FILE
                   JSON: socketGroup, socketMode, policy, pinFiles, pinBackoff, maxRequestsInFlight,
                   maxQueuedNotifications, maxConnections, maxConnectionsPerUid, sshAgent, ctap
@@ -68,7 +76,8 @@ struct Tesserad: AsyncParsableCommand {
               64  usage error
 
             EXAMPLES
-              tesserad --socket /run/tesserad/tesserad.sock --state-dir /var/lib/tesserad
+              tesserad
+              tesserad --user
               tesserad --socket /tmp/t.sock --state-dir /tmp/t --pkcs11-module /usr/lib/x86_64-linux-gnu/opensc-pkcs11.so
               tesserad --socket /tmp/t.sock --state-dir /tmp/t --csca /etc/tessera/csca --nfc-device pn532_uart:/dev/ttyUSB0
             """,
@@ -77,14 +86,21 @@ struct Tesserad: AsyncParsableCommand {
     @Option(
         name: .long,
         help: ArgumentHelp(
-            "Unix socket to listen on (created with its final mode, default 0660; a stale socket file is replaced).",
+            "Unix socket to listen on (created with its final mode, default 0660; a stale socket file is replaced). Default: /run/tesserad/tesserad.sock, or $XDG_RUNTIME_DIR/tessera/tesserad.sock with --user.",
             valueName: "PATH"))
     var socket: String?
+
+    @Flag(
+        name: .long,
+        help:
+            "Per-user mode: the defaults of the user's own daemon (sockets in $XDG_RUNTIME_DIR/tessera, including the SSH agent and CTAP sockets; state in $XDG_STATE_HOME/tessera). See MODES."
+    )
+    var user = false
 
     @Option(
         name: .customLong("state-dir"),
         help: ArgumentHelp(
-            "Directory for the database, the daemon secret (daemon.secret, 0600) and the embedded token (created 0700). Default: $STATE_DIRECTORY or /var/lib/tesserad.",
+            "Directory for the database, the daemon secret (daemon.secret, 0600) and the embedded token (created 0700). Default: $STATE_DIRECTORY, else /var/lib/tesserad, or $XDG_STATE_HOME/tessera with --user.",
             valueName: "DIR"))
     var stateDir: String?
 
@@ -193,7 +209,13 @@ struct Tesserad: AsyncParsableCommand {
     var ctapUHID = false
 
     func run() async throws {
-        let state = stateDir ?? ProcessInfo.processInfo.environment["STATE_DIRECTORY"] ?? "/var/lib/tesserad"
+        let environment = ProcessInfo.processInfo.environment
+        let paths: DaemonPaths
+        do { paths = try DaemonPaths.of(user ? .user : .system, environment: environment) } catch {
+            FileHandle.standardError.write(Data("tesserad: \(error.message)\n".utf8))
+            throw ExitCode(1)
+        }
+        let state = stateDir ?? environment["STATE_DIRECTORY"] ?? paths.stateDirectory
         var options = DaemonOptions(
             socketPath: socket, stateDir: state, pkcs11Modules: pkcs11Modules,
             configFile: config, cscaPaths: csca, embeddedSoftHSM: !noEmbeddedSoftHSM,
@@ -210,6 +232,7 @@ struct Tesserad: AsyncParsableCommand {
         options.mdocReaderRootPaths = mdocReaderRoot
         options.ctapSocket = ctapSocket
         options.ctapUHID = ctapUHID
+        options.paths = paths
         do {
             try await Daemon.run(options)
         } catch {
