@@ -250,6 +250,7 @@ let package = Package(
             name: "MDocHolderDoor",
             dependencies: [
                 "TesseraCore", "CredentialStore", "KeyStores", "MDoc", "Ownership", "Passkeys", "X509Support",
+                "Presence", "Emulation", "NFC", "VPCD",
             ]),
         .target(
             name: "TesseraDaemon",
@@ -257,7 +258,7 @@ let package = Package(
                 "FaceMatching",
                 "TesseraCore", "RPC", "CSystemShims", "Passkeys", "Ownership", "CredentialStore", "MRZ", "Documents",
                 "PIVKeyStore", "PIV", "KeyStores",
-                "ICAO", "NFC", "Enrollment", "Emulation", "VPCD", "SSHAgent", "MDoc", "APDU",
+                "ICAO", "NFC", "Enrollment", "Emulation", "SSHAgent", "MDoc", "APDU",
                 "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Pinentry", "Presence", "SSHAgentDoor", "AccessControl",
                 .product(name: "Logging", package: "swift-log"), .product(name: "X509", package: "swift-certificates"),
                 "X509Support",
@@ -359,7 +360,7 @@ let package = Package(
             dependencies: [
                 "PasskeyTestSupport",
                 "MDocHolderDoor", "MDoc", "CBOR", "CredentialStore", "ICAO", "KeyStores", "Passkeys", "TesseraCore",
-                "X509Support",
+                "X509Support", "Presence",
                 "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ]),

@@ -1,14 +1,11 @@
 import CredentialStore
-import Emulation
 import Foundation
 import KeyStores
 import MDoc
 import MDocHolderDoor
-import NFC
 import Presence
 import RPC
 import TesseraCore
-import VPCD
 
 extension MethodTable {
     /// Registers the holder's methods (docs/API.md, "Mobile documents: holder"): `mdoc.createDeviceKey`,
@@ -21,7 +18,7 @@ extension MethodTable {
     ) {
         let policy = self.policy
         let running = MDocPresentations()
-        let desk = MDocConsentDesk(service: service, subscribers: subscribers, presence: presence)
+        let desk = MDocConsentDesk(service: service, presence: presence)
         onClose { _ = running.stop(connection: $0.id) }
         register("mdoc.stop", .enroll) { p, connection in
             let stopped = running.stop(
@@ -102,26 +99,13 @@ extension MethodTable {
             consent.pin = try p.optionalString("pin")
             consent.allowFinalPinTry = try p.optionalBool("allowFinalPinTry") ?? false
             consent.caller = connection.pinCaller
-            let outcomes = service.outcomes
-            let slot = await outcomes.expect(id)
-            let answered = await presence.answer(
-                key: id, confirm: approve, payload: consent, uid: connection.peer.uid,
+            let released = try await desk.approve(
+                presentationId: id, consent: consent, uid: connection.peer.uid,
                 isAdmin: policy.grants(.admin, to: connection.peer))
-            switch answered {
-            case .answered: break
-            case .notPending:
-                await outcomes.drop(id, slot)
-                throw TesseraError(
-                    .mdocPresentationNotPending, "presentation \(id) is not waiting for approval",
-                    details: ["presentationId": .string(id)])
-            case .notYours:
-                await outcomes.drop(id, slot)
-                throw TesseraError(.unauthorized, "presentation \(id) belongs to another uid")
-            }
-            let outcome = await outcomes.wait(id, slot)
-            guard approve else { return ["presentationId": .string(id), "approved": false, "released": []] }
-            let released = try outcome.get()
-            return ["presentationId": .string(id), "approved": true, "released": .array(released.map { .string($0) })]
+            return [
+                "presentationId": .string(id), "approved": .bool(approve),
+                "released": .array(released.map { .string($0) }),
+            ]
         }
         register("mdoc.respond", .enroll) { p, connection in
             let uid = connection.peer.uid
@@ -149,7 +133,8 @@ extension MethodTable {
                     try await desk.respond(
                         presentationId: UUID().uuidString.lowercased(), registration: registration,
                         request: request.deviceRequest, sessionTranscript: transcript, origin: origin,
-                        connection: connection, session: session, timeout: .seconds(timeout)))
+                        uid: uid, pid: connection.peer.pid, session: session, timeout: .seconds(timeout),
+                        announce: Self.announceRequest(to: connection, subscribers: subscribers)))
             } catch {
                 outcome = .failure(error)
             }
@@ -186,8 +171,9 @@ extension MethodTable {
                 do throws(TesseraError) {
                     let response = try await desk.respond(
                         presentationId: presentationId, registration: registration, request: deviceRequest,
-                        sessionTranscript: transcript, connection: connection, session: session,
-                        timeout: .seconds(request.approvalTimeoutSeconds))
+                        sessionTranscript: transcript, uid: uid, pid: connection.peer.pid, session: session,
+                        timeout: .seconds(request.approvalTimeoutSeconds),
+                        announce: Self.announceRequest(to: connection, subscribers: subscribers))
                     let entry: JSONValue = [
                         "presentationId": .string(presentationId), "outcome": "released",
                         "elements": .array(response.released.map { .string($0) }),
@@ -207,54 +193,13 @@ extension MethodTable {
                     return nil
                 }
             }
-            let card = MDocCard(holder: holder)
-            let deadline = ContinuousClock.now.advanced(by: .seconds(request.durationSeconds))
             let started: JSONValue = [
                 "documentIdentifier": .string(registration.documentIdentifier), "device": .string(request.device),
             ]
-            let reason: String
-            switch request.target {
-            case .vpcd(let host, let port):
-                let link = VirtualCardLink(card: card, host: host, port: port)
-                try await link.start(timeout: .seconds(10))
-                await connection.notify("mdoc.presenting", started)
-                reason = await Self.presentation(of: holder, until: deadline) { running.stopped(session: session) }
-                await presence.end(group: session)
-                await link.remove()
-            case .libnfc(let connstring):
-                let device = try await NFCDevice.open(connstring, context: try NFCContext.shared())
-                let emulator: NFCCardEmulator
-                do { emulator = try NFCCardEmulator(device: device, card: card) } catch {
-                    await device.close()
-                    throw error
-                }
-                await connection.notify("mdoc.presenting", started)
-                let watcher = Task {
-                    let why = await Self.presentation(of: holder, until: deadline) { running.stopped(session: session) }
-                    emulator.stop()
-                    return why
-                }
-                let result: Result<NFCEmulationSummary, TesseraError>
-                do throws(TesseraError) {
-                    result = .success(try await emulator.run(for: .seconds(request.durationSeconds)))
-                } catch {
-                    result = .failure(error)
-                }
-                watcher.cancel()
-                let why = await watcher.value
-                // The watcher was cancelled because the emulator ended by itself: its reason (duration, …) counts.
-                if why == "cancelled", !running.stopped(session: session), case .success(let summary) = result {
-                    reason = summary.reason.rawValue
-                } else {
-                    reason = why
-                }
-                await presence.end(group: session)
-                await device.close()
-                if case .failure(let error) = result {
-                    await presence.forget(group: session)
-                    throw error
-                }
-            }
+            let reason = try await MDocPresentLoop.run(
+                holder: holder, on: request.target, for: .seconds(request.durationSeconds), presence: presence,
+                session: session, stopped: { running.stopped(session: session) },
+                started: { await connection.notify("mdoc.presenting", started) })
             await presence.forget(group: session)
             let presentations = log.withLock { $0 }
             return [
@@ -265,68 +210,14 @@ extension MethodTable {
         }
     }
 
-    /// Waits until the reader ends the session (`sessionEnded`), `deadline` passes (`duration`), or `stopped` says
-    /// so or the task is cancelled (`cancelled`: `mdoc.stop`, or the caller went away).
-    static func presentation(
-        of holder: MDocNFCHolder, until deadline: ContinuousClock.Instant, stopped: @Sendable () -> Bool
-    ) async -> String {
-        while true {
-            if Task.isCancelled || stopped() { return "cancelled" }
-            if await holder.terminated { return "sessionEnded" }
-            if ContinuousClock.now >= deadline { return "duration" }
-            try? await Task.sleep(for: .milliseconds(50))
-        }
-    }
-}
-
-/// How both front doors answer one DeviceRequest: `MDocHolderService.respond`, with the user asked through the
-/// presence broker (door `mdoc`, keyed by presentationId, grouped by the front door's session): once the question
-/// waits, the notification `mdoc.request` goes to the calling connection and to the same uid's station UI clients
-/// (with `origin` for an Annex C request); `mdoc.approve` (with the elements and PIN it carries), the presence
-/// command or `presence.confirm`/`presence.deny` answer within `timeout`. The outcome (released elements or the
-/// error) is also what the answering `mdoc.approve` returns.
-struct MDocConsentDesk: Sendable {
-    let service: MDocHolderService
-    let subscribers: EnrollmentSubscribers
-    let presence: PresenceBroker
-
-    func respond(
-        presentationId: String, registration: MDocRegistrationRecord, request: DeviceRequest,
-        sessionTranscript: SessionTranscript, origin: String? = nil, connection: RPCConnection, session: String,
-        timeout: Duration
-    ) async throws(TesseraError) -> MDocHolderResponse {
-        let uid = connection.peer.uid
-        let outcomes = service.outcomes
-        let subscribers = self.subscribers
-        let presence = self.presence
-        do throws(TesseraError) {
-            let response = try await service.respond(
-                registration: registration, request: request, sessionTranscript: sessionTranscript, uid: uid
-            ) { ask in
-                let params = ask.json(presentationId: presentationId, origin: origin)
-                let question = PresenceQuestion(
-                    door: .mdoc, uid: uid, pid: connection.peer.pid, details: params.objectValue ?? [:],
-                    timeout: timeout, key: presentationId, group: session, answeredByDoor: true
-                ) { _ in
-                    await connection.notify("mdoc.request", params)
-                    await subscribers.send("mdoc.request", params, toUid: uid, skipping: connection)
-                }
-                let reply: PresenceReply
-                do throws(TesseraError) { reply = try await presence.reply(question) } catch {
-                    return .refused("busy")
-                }
-                switch reply.answer {
-                case .confirmed: return reply.payload as? MDocConsent ?? MDocConsent(approved: true)
-                case .denied: return reply.payload as? MDocConsent ?? .refused("declined")
-                case .timedOut: return .refused("timeout")
-                case .cancelled: return .refused("ended")
-                }
-            }
-            await outcomes.finish(presentationId, .success(response.released))
-            return response
-        } catch {
-            await outcomes.finish(presentationId, .failure(error))
-            throw error
+    /// Sends a waiting question's `mdoc.request` notification to the calling connection and to the same uid's
+    /// station UI clients.
+    static func announceRequest(
+        to connection: RPCConnection, subscribers: EnrollmentSubscribers
+    ) -> @Sendable (JSONValue) async -> Void {
+        { params in
+            await connection.notify("mdoc.request", params)
+            await subscribers.send("mdoc.request", params, toUid: connection.peer.uid, skipping: connection)
         }
     }
 }
@@ -334,17 +225,16 @@ struct MDocConsentDesk: Sendable {
 /// `mdoc.present` params: documentIdentifier, device (vpcd HOST:PORT or a libnfc connstring), durationSeconds?,
 /// approvalTimeoutSeconds?.
 struct MDocPresentRequest {
-    enum Target: Equatable { case vpcd(host: String, port: Int), libnfc(String) }
     var documentIdentifier: String
     var device: String
-    var target: Target
+    var target: MDocPresentTarget
     var durationSeconds: Int
     var approvalTimeoutSeconds: Int
 
     init(_ p: Params) throws(TesseraError) {
         documentIdentifier = try p.string("documentIdentifier")
         device = try p.string("device")
-        target = Self.target(device)
+        target = MDocPresentTarget(device: device)
         durationSeconds = try p.optionalInt("durationSeconds") ?? 120
         approvalTimeoutSeconds = try Self.approvalTimeoutSeconds(p)
         guard (1...86_400).contains(durationSeconds) else {
@@ -362,46 +252,6 @@ struct MDocPresentRequest {
         return seconds
     }
 
-    /// `HOST:PORT` (a vpcd reader; HOST a name or IPv4 address, empty for 127.0.0.1), else a libnfc connstring
-    /// such as `pn532_uart:/dev/pts/3`.
-    static func target(_ device: String) -> Target {
-        if let colon = device.lastIndex(of: ":"), let port = Int(device[device.index(after: colon)...]),
-            (1...65_535).contains(port), Self.isHost(device[..<colon])
-        {
-            let host = String(device[..<colon])
-            return .vpcd(host: host.isEmpty ? "127.0.0.1" : host, port: port)
-        }
-        return .libnfc(device)
-    }
-}
-
-extension MDocPresentRequest {
-    /// A host name or IPv4 address (or empty), not a libnfc driver name (those have `_`, or are `pcsc`).
-    static func isHost(_ text: Substring) -> Bool {
-        text != "pcsc" && text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "-") }
-    }
-}
-
-/// The devices `mdoc.present` opens for a caller without `admin` (as `documents.read` reads only the daemon's
-/// readers): `mdoc.presentDevices` and the `--nfc-device` connstrings (`auto`: what libnfc lists).
-struct MDocPresentDevices: Sendable {
-    let configured: [String]
-    let nfcDevices: [String]
-
-    /// UNAUTHORIZED (`data.field` `device`) unless `device` is one of them.
-    func check(_ device: String) async throws(TesseraError) {
-        let target = MDocPresentRequest.target(device)
-        var allowed = (configured + nfcDevices.filter { $0 != "auto" }).map(MDocPresentRequest.target)
-        if nfcDevices.contains("auto"), case .libnfc = target, let context = try? NFCContext.shared() {
-            allowed += await context.listDevices().map(MDocPresentRequest.Target.libnfc)
-        }
-        guard allowed.contains(target) else {
-            throw TesseraError(
-                .unauthorized,
-                "mdoc.present opens only the daemon's configured devices (mdoc.presentDevices, --nfc-device) unless the caller has admin",
-                details: ["field": "device"])
-        }
-    }
 }
 
 enum MDocHolderViews {
