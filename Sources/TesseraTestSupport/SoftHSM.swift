@@ -130,7 +130,7 @@ public final class SoftHSMFixture: Sendable {
     }
 
     /// Spare tokens in the shared fixture.
-    public static let sharedSpareTokens = 32
+    public static let sharedSpareTokens = 64
 
     /// The process-wide fixture (created on first use with the default label and PINs and `sharedSpareTokens`
     /// spares; its directory is removed when the process exits).
