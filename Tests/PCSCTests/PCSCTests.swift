@@ -19,16 +19,6 @@ extension Task where Failure == Never, Success: Sendable {
     }
 }
 
-/// Polls `body` until it returns non-nil or `timeout` passes.
-func eventually<T>(_ timeout: Duration = .seconds(10), _ body: () async -> T?) async -> T? {
-    let deadline = ContinuousClock.now.advanced(by: timeout)
-    while ContinuousClock.now < deadline {
-        if let value = await body() { return value }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return await body()
-}
-
 /// The reader's state once it matches `predicate`.
 func readerState(
     _ ctx: PCSCContext, _ name: String, timeout: Duration = .seconds(10),

@@ -193,7 +193,7 @@ struct PIVKeyStoreTests {
         let reg = try await h.enroll(tokenId: token.id)
 
         await h.pcscd.stopDaemon()
-        let down = await eventually { h.store.status()["status"] == "PCSC_UNAVAILABLE" ? true : nil }
+        let down = await eventually(.seconds(15)) { h.store.status()["status"] == "PCSC_UNAVAILABLE" ? true : nil }
         #expect(down == true)
         #expect(await h.store.tokens().isEmpty)
         _ = await expectError(.tokenNotPresent) { try await h.authenticate(reg.credentialId) }
@@ -212,7 +212,7 @@ struct PIVKeyStoreTests {
         await pcscd.stopDaemon()
         let h = try PIVHarness(pcscd: pcscd)
         defer { Task { await h.stop() } }
-        let down = await eventually { h.store.status()["status"] == "PCSC_UNAVAILABLE" ? true : nil }
+        let down = await eventually(.seconds(15)) { h.store.status()["status"] == "PCSC_UNAVAILABLE" ? true : nil }
         #expect(down == true)
         #expect(await h.store.tokens().isEmpty)
         try await pcscd.startDaemon()

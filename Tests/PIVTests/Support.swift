@@ -14,16 +14,6 @@ import TesseraTestSupport
 import Testing
 import VPCD
 
-/// Polls `body` until it returns non-nil or `timeout` passes.
-func eventually<T>(_ timeout: Duration = .seconds(15), _ body: () async -> T?) async -> T? {
-    let deadline = ContinuousClock.now.advanced(by: timeout)
-    while ContinuousClock.now < deadline {
-        if let value = await body() { return value }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return await body()
-}
-
 @discardableResult
 func expectError<T>(
     _ code: TesseraError.Code, _ body: () async throws -> T,
@@ -92,7 +82,7 @@ final class PIVHarness: Sendable {
     /// Waits for the PIV token in reader slot `index`.
     func token(reader index: Int = 0) async -> (any KeyStoreToken)? {
         let name = pcscd.readers[index].name
-        return await eventually {
+        return await eventually(.seconds(15)) {
             for t in await store.tokens() {
                 if case .string(let r)? = await t.describe()["reader"], r == name { return t }
             }
@@ -103,7 +93,7 @@ final class PIVHarness: Sendable {
     /// Waits until no PIV token is in reader slot `index`.
     func noToken(reader index: Int = 0) async -> Bool {
         let name = pcscd.readers[index].name
-        return await eventually { () async -> Bool? in
+        return await eventually(.seconds(15)) { () async -> Bool? in
             for t in await store.tokens() {
                 if case .string(let r)? = await t.describe()["reader"], r == name { return nil }
             }
