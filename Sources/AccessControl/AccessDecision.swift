@@ -22,17 +22,21 @@ public struct AccessDecision: Sendable, Equatable, Codable {
     public var apdus: Int
     /// Milliseconds from the card being opened to the decision.
     public var elapsedMs: Double
+    /// The CRL that answered for the card's certificate, when one was consulted.
+    public var crl: CRLSource?
 
-    /// Combines the card's reading with the badge's lifecycle state (nil = not registered) and the door rule
-    /// (`admitted` nil = no rule for the door); `apdus` and `elapsed` are what the check cost.
+    /// Combines the card's reading with the badge's lifecycle state (nil = not registered), whether the card's key is
+    /// the one registered (`keyMismatch`) and the door rule (`admitted` nil = no door); `apdus` and `elapsed` are
+    /// what the check cost.
     public init(
-        reading: BadgeReading, state: CredentialState?, admitted: Bool?, door: String? = nil, reader: String? = nil,
-        apdus: Int = 0, elapsed: Duration = .zero
+        reading: BadgeReading, state: CredentialState?, keyMismatch: Bool = false, admitted: Bool?,
+        door: String? = nil, reader: String? = nil, apdus: Int = 0, elapsed: Duration = .zero
     ) {
         var reasons = reading.reasons
         // The lifecycle only speaks for a card whose identity the cryptography established.
         let cryptographyHolds = !reasons.contains { Self.identityUnproven.contains($0) }
         if reading.badgeId != nil && cryptographyHolds {
+            if state != nil && keyMismatch { reasons.append(.badgeKeyMismatch) }
             switch state {
             case nil: reasons.append(.badgeUnknown)
             case .active?: break
@@ -46,6 +50,7 @@ public struct AccessDecision: Sendable, Equatable, Codable {
         decision = reasons.isEmpty ? .granted : .denied
         cardholder = reading.cardholder
         badgeId = reading.badgeId
+        crl = reading.crl
         self.door = door
         self.reader = reader
         self.apdus = apdus
@@ -67,6 +72,7 @@ public struct AccessDecision: Sendable, Equatable, Codable {
         if let holder { o["holder"] = .string(holder) }
         if let door { o["door"] = .string(door) }
         if let reader { o["reader"] = .string(reader) }
+        if let crl { o["crl"] = crl.json }
         return .object(o)
     }
 }

@@ -7,13 +7,14 @@ import PIV
 import Passkeys
 import TesseraCore
 import TesseraRuntime
+import X509Support
 
 /// The door: checks the badge on a reader (PC/SC or libnfc, through the document service's readers), decides with
 /// the badge's lifecycle and the rule of the door the reader belongs to, and runs that door's `grantCommand` on each
 /// grant without waiting for it.
 public final class AccessDoor: Sendable {
     public let documents: DocumentService
-    public let trust: BadgeTrust
+    private let trustInForce: Locked<BadgeTrust>
     public let registry: BadgeRegistry
     /// The doors and their readers; a reader of no door gives decisions but opens nothing.
     public let doors: DoorTable
@@ -27,8 +28,42 @@ public final class AccessDoor: Sendable {
         documents: DocumentService, trust: BadgeTrust, registry: BadgeRegistry, doors: DoorTable = DoorTable(),
         grantCommand: [String]? = nil, grantTimeout: Duration = .seconds(10), logger: Logger
     ) {
-        self.documents = documents; self.trust = trust; self.registry = registry; self.doors = doors
+        self.documents = documents; trustInForce = Locked(trust); self.registry = registry; self.doors = doors
         self.grantCommand = grantCommand; self.grantTimeout = grantTimeout; self.logger = logger
+    }
+
+    /// The badge CA anchors and CRLs in force.
+    public var trust: BadgeTrust { trustInForce.current }
+
+    /// Reads the anchor and CRL files again and swaps the new set in as a whole; on any error (INVALID_INPUT naming
+    /// the file) the set in force stays.
+    @discardableResult
+    public func reloadTrust() async throws(TesseraError) -> BadgeTrust {
+        let current = trust
+        let loaded = try await DedicatedThread.run(name: "tessera.badge-trust") {
+            () throws(TesseraError) -> BadgeTrust in try current.reloaded()
+        }
+        guard !loaded.anchors.isEmpty else {
+            throw TesseraError.invalidInput("accessControl.anchors: at least one badge CA certificate is needed")
+        }
+        trustInForce.withLock { $0 = loaded }
+        logger.notice(
+            "badge trust reloaded", metadata: ["anchors": "\(loaded.anchors.count)", "crls": "\(loaded.crls.count)"])
+        return loaded
+    }
+
+    /// `trust.status`'s `badges`: the anchors' count and every CRL with its file, updates and staleness.
+    public func trustStatus(now: Date = Date()) -> JSONValue {
+        let trust = trust
+        let crls: [JSONValue] = zip(trust.crls, trust.crlSources).map { crl, source in
+            guard case .object(var o) = source.json else { return source.json }
+            o["stale"] = .bool(crl.isStale(at: now))
+            return .object(o)
+        }
+        return [
+            "anchors": .number(Double(trust.anchors.count)), "crls": .array(crls),
+            "loadedAt": .string(trust.loadedAt.iso8601Seconds),
+        ]
     }
 
     /// Where a check happens: the reader, resolved before the card is touched, and the door it belongs to.
@@ -117,8 +152,13 @@ public final class AccessDoor: Sendable {
         var record: CredentialRecord?
         if let id = reading.identifiers.idBytes { record = try await registry.badge(id) }
         let admitted = target.door.map { $0.admits(holder: record?.userName, badgeId: reading.badgeId) }
+        var keyMismatch = false
+        if let record, let der = reading.certificate, let leaf = try? ParsedCertificate(der: der) {
+            keyMismatch = BadgeRegistry.keyMatches(record, slot: mode.slot, spki: leaf.subjectPublicKeyInfo) == false
+        }
         var decision = AccessDecision(
-            reading: reading, state: record?.state, admitted: admitted, door: target.door?.name, reader: readerName,
+            reading: reading, state: record?.state, keyMismatch: keyMismatch, admitted: admitted,
+            door: target.door?.name, reader: readerName,
             apdus: apdus, elapsed: ContinuousClock.now - started)
         if let holder = record?.userName { decision.holder = holder }
         logger.info(
@@ -142,8 +182,12 @@ public final class AccessDoor: Sendable {
         async throws(TesseraError) -> (AccessDecision, [CredentialStore.Transition])
     {
         let check = BadgeCheck(trust: trust, mode: .cak)
-        let (reading, readerName, apdus, _) = try await documents.withCard(reader: reader, extendedLength: true) {
-            transport throws(TesseraError) in await check.run(transport: transport, pin: nil)
+        let ((reading, keys), readerName, apdus, _) = try await documents.withCard(
+            reader: reader, extendedLength: true
+        ) { transport throws(TesseraError) in
+            let reading = await check.run(transport: transport, pin: nil)
+            guard reading.reasons.isEmpty else { return (reading, [UInt8: [UInt8]]()) }
+            return (reading, try await BadgeRegistry.cardKeys(PIVApplication(transport: transport)))
         }
         guard reading.reasons.isEmpty, let certificate = reading.certificate else {
             throw TesseraError(
@@ -151,8 +195,8 @@ public final class AccessDoor: Sendable {
                 details: ["reasons": .array(reading.reasons.map { .string($0.rawValue) })])
         }
         let transitions = try await registry.register(
-            identifiers: reading.identifiers, holder: holder, certificate: certificate, owner: owner, actor: actor,
-            replace: replace)
+            identifiers: reading.identifiers, holder: holder, certificate: certificate, keys: keys, owner: owner,
+            actor: actor, replace: replace)
         var decision = AccessDecision(
             reading: reading, state: .active, admitted: nil, reader: readerName, apdus: apdus)
         decision.holder = holder
@@ -203,8 +247,9 @@ public final class AccessDoor: Sendable {
                 notAfter: now + seconds)
         }
         let transitions = try await registry.register(
-            identifiers: issued.identifiers, holder: holder, certificate: issued.cardAuthCertificate, owner: owner,
-            actor: actor, replace: replace)
+            identifiers: issued.identifiers, holder: holder, certificate: issued.cardAuthCertificate,
+            keys: issued.publicKeys,
+            owner: owner, actor: actor, replace: replace)
         logger.notice(
             "badge issued",
             metadata: ["badge": "\(issued.identifiers.badgeId ?? "-")", "holder": "\(holder)", "by": "\(actor)"])

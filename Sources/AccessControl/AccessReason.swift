@@ -39,6 +39,9 @@ public enum AccessReason: String, Sendable, Codable, CaseIterable, Hashable {
     case pinBackoff = "PIN_BACKOFF"
     /// The badge is not registered in Tessera's store.
     case badgeUnknown = "BADGE_UNKNOWN"
+    /// The card's key is not the one the badge was registered with: another card with the badge's UUID / FASC-N
+    /// and a certificate on another key (a CA that was tricked or compromised, an anchor shared with another office).
+    case badgeKeyMismatch = "BADGE_KEY_MISMATCH"
     /// The badge is suspended (may be resumed).
     case badgeSuspended = "BADGE_SUSPENDED"
     /// The badge is deactivated (final).

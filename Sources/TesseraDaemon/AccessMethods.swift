@@ -181,6 +181,18 @@ extension MethodTable {
     }
 }
 
+extension MethodTable {
+    /// SIGHUP and the `crlRefreshSeconds` timer: the badges' anchors and CRLs read again; a bad set is logged and the
+    /// one in force stays.
+    static func reloadBadgeTrust(_ door: AccessDoor?, logger: Logger) async {
+        guard let door else { return }
+        do { try await door.reloadTrust() } catch {
+            logger.error(
+                "badge trust reload failed, the anchors and CRLs in force stay", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
 extension AccessControlConfig {
     /// The doors of `doors` (INVALID_INPUT: a reader of two doors, a door without readers, an unknown mode, an empty
     /// grant command).

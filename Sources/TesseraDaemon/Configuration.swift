@@ -248,6 +248,9 @@ public struct ConfigFile: Codable, Sendable {
         if let t = accessControl?.grantTimeoutSeconds, !(1...600).contains(t) {
             throw bad("accessControl.grantTimeoutSeconds \(t) is out of range 1…600")
         }
+        if let t = accessControl?.crlRefreshSeconds, !(1...86_400).contains(t) {
+            throw bad("accessControl.crlRefreshSeconds \(t) is out of range 1…86400")
+        }
         if accessControl != nil { do { _ = try accessControl?.doorTable() } catch { throw bad(error.message) } }
     }
 
@@ -366,6 +369,8 @@ public struct AccessControlConfig: Codable, Sendable {
     public var anchors: [String]?
     /// CRL files (PEM or DER) of those CAs.
     public var crls: [String]?
+    /// Seconds between readings of the anchor and CRL files (besides SIGHUP and `trust.reload`; default: never).
+    public var crlRefreshSeconds: Int?
     /// Program (argv) run on each grant with the decision JSON on stdin (a relay, an external controller).
     public var grantCommand: [String]?
     /// Seconds `grantCommand` may run before it is stopped (1…600, default 10).

@@ -94,11 +94,12 @@ public enum Daemon {
                 crls: options.crlPaths),
             trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents, verifiedReads: documentReads)
-        table.registerTrust(documents)
+        let accessDoor = try MethodTable.accessDoor(
+            config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
+            documents: documents, store: store, logger: logger)
+        table.registerTrust(documents, badges: accessDoor)
         table.registerAccess(
-            try MethodTable.accessDoor(
-                config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
-                documents: documents, store: store, logger: logger),
+            accessDoor,
             config: config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
             keyStore: keyStore, managementKey: pivManagementKey,
             pinRules: passkeys.pinRules)
@@ -106,10 +107,11 @@ public enum Daemon {
         let readerAuth = try MethodTable.loadReaderAuth(
             key: options.mdocReaderKeyPath, chain: options.mdocReaderCertificatePath)
         table.registerMDoc(documents, iacas: iacas, readerAuth: readerAuth)
-        // SIGHUP reloads the trust anchors; a bad set is logged and the old one stays.
+        // SIGHUP reloads the trust anchors, the badges' too; a bad set is logged and the old one stays.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         let trustReloader = Task { [logger] in
             for await _ in hangups {
+                await MethodTable.reloadBadgeTrust(accessDoor, logger: logger)
                 do {
                     try await documents.reloadTrust()
                     logger.notice(
@@ -118,6 +120,15 @@ public enum Daemon {
                 } catch {
                     logger.error(
                         "trust anchor reload failed, the previous anchors stay", metadata: ["error": "\(error)"])
+                }
+            }
+        }
+        // accessControl.crlRefreshSeconds: the badge CRLs (and anchors) are read again from their files.
+        let badgeTrustRefresher = config.accessControl?.crlRefreshSeconds.map { seconds in
+            Task { [logger] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(seconds))
+                    await MethodTable.reloadBadgeTrust(accessDoor, logger: logger)
                 }
             }
         }
@@ -283,6 +294,7 @@ public enum Daemon {
         try await group.run()
         tokenEvents.cancel()
         trustReloader.cancel()
+        badgeTrustRefresher?.cancel()
         sweeper.cancel()
         usageFlusher.cancel()
         await usageFlusher.value
