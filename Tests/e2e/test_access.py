@@ -7,6 +7,7 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 import time
 
 from cryptography import x509
@@ -417,7 +418,7 @@ def twin_on_another_key(ca: pathlib.Path, genuine: pathlib.Path, twin: pathlib.P
     original = x509.load_der_x509_certificate(tlv_items(card_object(genuine, CARD_AUTH_CERT))[0x70])
     key = ec.derive_private_key(scalar, ec.SECP256R1())
     builder = (x509.CertificateBuilder().subject_name(original.subject).issuer_name(original.issuer)
-               .public_key(key.public_key()).serial_number(original.serial_number ^ 0xFFFF)
+               .public_key(key.public_key()).serial_number(0x7E55_0051)
                .not_valid_before(original.not_valid_before_utc).not_valid_after(original.not_valid_after_utc))
     for ext in original.extensions:
         value = ext.value
@@ -534,3 +535,14 @@ def test_badge_crls_load_again_on_sighup_trust_reload_and_their_timer(tmp_path, 
             assert wait_for(lambda: check(c)["decision"] == "granted", timeout=10)
     finally:
         daemon.stop()
+
+
+def test_access_md_example_runs_as_written():
+    """docs/ACCESS.md's example (issue 36 §4), run by the README examples' runner in the lab: the badge's reader is
+    named, the door daemon has its anchors before it starts, and the badge is denied, registered, granted."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "scripts" / "readme_examples.py"), "--readme",
+                          str(root / "docs" / "ACCESS.md")], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TESSERA_BIN_DIR": str(BIN)})  # sockets under /tmp: short paths
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "README examples: 1 passed, 0 failed, 0 not run" in out.stdout, out.stdout
