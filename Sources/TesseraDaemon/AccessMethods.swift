@@ -206,12 +206,19 @@ extension AccessControlConfig {
                 }
                 mode = m
             }
+            guard let readers = door.readers else {
+                throw TesseraError.invalidInput("accessControl.doors.\(name) needs readers: [READER...]")
+            }
+            guard let allow = door.allow else {
+                throw TesseraError.invalidInput(
+                    "accessControl.doors.\(name) needs allow: [HOLDER|BADGE-ID...] (\"*\": every registered badge)")
+            }
             if door.grantCommand?.isEmpty == true {
                 throw TesseraError.invalidInput("accessControl.doors.\(name).grantCommand must name a program")
             }
             rules.append(
                 DoorRule(
-                    name: name, readers: door.readers, allow: Set(door.allow), mode: mode,
+                    name: name, readers: readers, allow: Set(allow), mode: mode,
                     grantCommand: door.grantCommand))
         }
         do { return try DoorTable(rules) } catch {

@@ -384,16 +384,16 @@ public struct AccessControlConfig: Codable, Sendable {
 
     /// One door: a reader belongs to at most one door; a check on it applies this door's rule.
     public struct Door: Codable, Sendable {
-        /// The door's readers (PC/SC reader names, libnfc connstrings).
-        public var readers: [String]
-        /// Holders (as registered) and badge ids admitted; "*" admits every registered badge.
-        public var allow: [String]
+        /// The door's readers (PC/SC reader names, libnfc connstrings); required.
+        public var readers: [String]?
+        /// Holders (as registered) and badge ids admitted; "*" admits every registered badge; required.
+        public var allow: [String]?
         /// Program (argv) run on each grant at this door; default `accessControl.grantCommand`.
         public var grantCommand: [String]?
         /// "cak" (default) or "auth" (the PIV Authentication key after the PIN).
         public var mode: String?
 
-        public init(readers: [String] = [], allow: [String] = []) { self.readers = readers; self.allow = allow }
+        public init(readers: [String]? = nil, allow: [String]? = nil) { self.readers = readers; self.allow = allow }
     }
 
     public struct Issuer: Codable, Sendable {

@@ -6,8 +6,10 @@ import json
 import os
 import pathlib
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from cryptography import x509
@@ -305,6 +307,8 @@ def test_a_misspelled_access_setting_stops_start_up(tmp_path):
                               "reader 'R1' is named by doors 'a' and 'b': a reader belongs to at most one door"),
                              ({"anchors": ["ca.pem"], "doors": {"a": {"readers": ["R1"], "allow": [], "door": "b"}}},
                               "unknown key 'door' in accessControl.doors.a"),
+                             ({"anchors": ["ca.pem"], "doors": {"a": {"readers": ["R1"]}}},
+                              "accessControl.doors.a needs allow: [HOLDER|BADGE-ID...]"),
                              ({"anchors": [str(tmp_path / "missing.pem")]}, "cannot read")]:
         config = tmp_path / "tesserad.json"
         config.write_text(json.dumps({"accessControl": section}))
@@ -328,7 +332,16 @@ def test_a_door_opens_only_for_its_own_readers(tmp_path, pcscd):
     and only a uid with the `door` permission checks on a door's reader."""
     if os.geteuid() != 0:
         raise AssertionError("this test needs root to act as another uid (CI runs as root)")
-    let_other_uids_reach(tmp_path)
+    # The daemon's directory outside pytest's: a concurrent pytest session sets /tmp/pytest-of-root back to 0700.
+    reachable = pathlib.Path(tempfile.mkdtemp(prefix="tessera-doors-"))
+    let_other_uids_reach(reachable)
+    try:
+        _doors(tmp_path, reachable, pcscd)
+    finally:
+        shutil.rmtree(reachable, ignore_errors=True)
+
+
+def _doors(tmp_path, reachable, pcscd):
     ca = tmp_path / "badge-ca"
     alice, bob = tmp_path / "alice.json", tmp_path / "bob.json"
     make_badge(ca, alice, "Alice Example", 41)
@@ -345,7 +358,7 @@ def test_a_door_opens_only_for_its_own_readers(tmp_path, pcscd):
         "doors": {"server-room": {"readers": [server_room], "allow": ["bob"], "grantCommand": relay("server-room")},
                   "lobby": {"readers": ["Lobby Reader"], "allow": ["alice", "bob"]}},
     }}
-    daemon = start_daemon(tmp_path, pcscd, config=config)
+    daemon = start_daemon(reachable, pcscd, config=config)
     try:
         c = daemon.client()
         for state, serial, holder in [(alice, 41, "alice"), (bob, 42, "bob")]:
@@ -400,6 +413,17 @@ def test_a_door_opens_only_for_its_own_readers(tmp_path, pcscd):
                 note = watcher.wait_notification("access.decision", timeout=30)
                 assert note["door"] == "server-room" and note["reader"] == server_room, note
                 assert note["decision"] == "granted"
+    finally:
+        daemon.stop()
+    # A policy rule gives the door permission to the door controller's uid.
+    config["policy"] = {"door": {"users": [str(NOBODY)]}}
+    daemon = start_daemon(reachable, pcscd, config=config)
+    try:
+        c = daemon.client()
+        with Badge(pcscd, bob, 42, c, slot=1):
+            check(c, reader=server_room)
+            _, answers = calls_as(NOBODY, daemon.socket, [("access.check", {"reader": server_room})])
+            assert isinstance(answers, list) and answers[0].get("result", {}).get("door") == "server-room", answers
     finally:
         daemon.stop()
 
