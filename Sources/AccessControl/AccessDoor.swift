@@ -16,8 +16,7 @@ public final class AccessDoor: Sendable {
     public let documents: DocumentService
     private let trustInForce: Locked<BadgeTrust>
     public let registry: BadgeRegistry
-    /// The doors and their readers; a reader of no door gives decisions but opens nothing.
-    public let doors: DoorTable
+    private let doorsInForce: Locked<DoorTable>
     /// argv run on each grant (a relay, an external controller) at a door without a `grantCommand` of its own; with
     /// no doors configured, on every grant.
     public let grantCommand: [String]?
@@ -28,9 +27,16 @@ public final class AccessDoor: Sendable {
         documents: DocumentService, trust: BadgeTrust, registry: BadgeRegistry, doors: DoorTable = DoorTable(),
         grantCommand: [String]? = nil, grantTimeout: Duration = .seconds(10), logger: Logger
     ) {
-        self.documents = documents; trustInForce = Locked(trust); self.registry = registry; self.doors = doors
+        self.documents = documents; trustInForce = Locked(trust); self.registry = registry
+        doorsInForce = Locked(doors)
         self.grantCommand = grantCommand; self.grantTimeout = grantTimeout; self.logger = logger
     }
+
+    /// The doors and their readers; a reader of no door gives decisions but opens nothing.
+    public var doors: DoorTable { doorsInForce.current }
+
+    /// Puts `table` in force for the checks that start from now on (e.g. a door list published by a badge office).
+    public func replaceDoors(_ table: DoorTable) { doorsInForce.withLock { $0 = table } }
 
     /// The badge CA anchors and CRLs in force.
     public var trust: BadgeTrust { trustInForce.current }
@@ -76,6 +82,7 @@ public final class AccessDoor: Sendable {
     /// and its door. A request cannot pick a door for a reader: `door` naming another door than the reader's (or a
     /// door for a reader of none) is INVALID_INPUT, as is a door that does not exist. NO_READER / NO_CARD.
     public func target(reader: String?, door: String?) async throws(TesseraError) -> Target {
+        let doors = doors  // one table for the whole resolution
         var named: DoorRule?
         if let door {
             guard let rule = doors.doors[door] else {

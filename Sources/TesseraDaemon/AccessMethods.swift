@@ -97,8 +97,9 @@ extension MethodTable {
             guard try Self.accessMode(p) ?? .cak == .cak else {
                 throw TesseraError.invalidInput("access.watch checks without a PIN: mode must be cak")
             }
-            let readers = try Self.watchedReaders(p, doors: door.doors, configured: configured)
-            let doorsWatched = readers.map { $0.map { door.doors.door(ofReader: $0) } } ?? [nil]
+            let table = door.doors
+            let readers = try Self.watchedReaders(p, doors: table, configured: configured)
+            let doorsWatched = readers.map { $0.map { table.door(ofReader: $0) } } ?? [nil]
             if let auth = doorsWatched.compactMap({ $0 }).first(where: { $0.mode == .auth }) {
                 throw TesseraError.invalidInput(
                     "door '\(auth.name)' checks with the cardholder's PIN: access.watch cannot (use access.check)")
@@ -198,7 +199,7 @@ extension AccessControlConfig {
     /// grant command).
     func doorTable() throws(TesseraError) -> DoorTable {
         var rules: [DoorRule] = []
-        for (name, door) in doors ?? [:] {
+        for (name, door) in (doors ?? [:]).sorted(by: { $0.key < $1.key }) {
             var mode = AccessMode.cak
             if let text = door.mode {
                 guard let m = AccessMode(rawValue: text) else {
