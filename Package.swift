@@ -250,7 +250,7 @@ let package = Package(
             name: "MDocHolderDoor",
             dependencies: [
                 "TesseraCore", "CredentialStore", "KeyStores", "MDoc", "Ownership", "Passkeys", "X509Support",
-                "Presence", "Emulation", "NFC", "VPCD",
+                "Presence", "Emulation", "NFC", "VPCD", "TesseraRuntime",
             ]),
         .target(
             name: "TesseraDaemon",

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tessera_harness import BIN, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, calls_as
-from tessera_harness import let_other_uids_reach
+from tessera_harness import let_other_uids_reach, reached, release
 
 DOCTYPE = "org.iso.18013.5.1.mDL"
 NS = "org.iso.18013.5.1"
@@ -157,15 +157,16 @@ class Read(threading.Thread):
 
 
 class HolderLab:
-    def __init__(self, root: pathlib.Path):
+    def __init__(self, root: pathlib.Path, base: list[str] | None = None, env: dict | None = None):
         self.root = root
         self.pcscd = PCSCD(root).start()
         self.softhsm = SoftHSM(root)
         self.softhsm.add_token("holder", pin=PIN)
         self.trusted, self.trusted_id = reader_pki(root / "trusted")
         self.other, self.other_id = reader_pki(root / "other")
-        self.base = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"]
-        self.daemon = Daemon(root, {**self.softhsm.env, **self.pcscd.env}, self.base).start()
+        self.base = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"] if base is None else base
+        self.env = {**self.softhsm.env, **self.pcscd.env, **(env or {})}
+        self.daemon = Daemon(root, self.env, self.base).start()
         self.token = self.daemon.client().call("tokens.list")["tokens"][0]["id"]
         # Issued for token keys by the lab (one IACA each), registered with the daemon.
         self.mdl = self.make("mdl", "trusted-mdl", self.trusted_id)
@@ -184,8 +185,7 @@ class HolderLab:
     def restart(self, *args: str) -> None:
         """The same daemon (state, token) with the reader's settings and `args`."""
         self.daemon.stop()
-        self.daemon = Daemon(self.root, {**self.softhsm.env, **self.pcscd.env},
-                             [*self.base, *self.reader_args, *args]).start()
+        self.daemon = Daemon(self.root, self.env, [*self.base, *self.reader_args, *args]).start()
 
     def make(self, directory: str, document_id: str, authority_key_id: str, *args: str) -> pathlib.Path:
         d = self.root / directory
@@ -339,6 +339,94 @@ def test_approved_elements_only_are_released_with_the_token_signature(lab):
     assert e.value.code == "MDOC_PRESENTATION_NOT_PENDING"
 
 
+@pytest.fixture(scope="module")
+def desktop_lab(tmp_path_factory):
+    """The holder lab as on a desktop (issue #36): no --pkcs11-module, so p11-kit's registry with OpenSC (a PC/SC
+    client of the same pcscd) and SoftHSM2 (its token through SOFTHSM2_CONF); the pause point after a response is
+    made armed for the outcome test."""
+    for module in ("opensc-pkcs11.module", "softhsm2.module"):
+        assert (pathlib.Path("/usr/share/p11-kit/modules") / module).exists(), \
+            f"p11-kit does not register {module} (apt-get install opensc-pkcs11 softhsm2)"
+    root = tmp_path_factory.mktemp("desktop-holder")
+    (root / "pauses").mkdir()
+    lab = HolderLab(root, base=["--no-embedded-softhsm"],
+                    env={"TESSERA_FAILPOINTS": f"mdoc.responseMade=pause:{root / 'pauses'}"})
+    yield lab
+    lab.stop()
+
+
+def test_with_p11_kits_default_modules_and_opensc_the_holder_answers_at_once(desktop_lab):
+    """Issue #36: with the default module set, answering a request re-enumerated every module, and OpenSC's
+    C_GetSlotList waited in SCardConnect on the reader in which the daemon itself presented its card: nothing moved
+    until the presentation's duration ran out. Requests now read the token list's snapshot, and no module that
+    talks to readers is enumerated while a card is presented."""
+    lab = desktop_lab
+    log = lab.daemon.log.read_text()
+    assert "opensc-pkcs11" in log and "softhsm2" in log, log
+    (lab.root / "pauses" / "mdoc.responseMade.continue").touch()  # this test does not pause
+    try:
+        p = lab.present("trusted-mdl", durationSeconds=40)
+        lab.wait_card(lab.daemon)
+        # At a person's pace: the token list (seconds old by now) is listed while the card is in the reader, and
+        # the request is approved seconds after it came.
+        time.sleep(1.5)
+        assert lab.daemon.client().call("tokens.list")["tokens"][0]["id"] == lab.token
+        started = time.monotonic()
+        read = Read(lab.daemon, lab.reader, ["family_name", "birth_date"])
+        request = p.wait("mdoc.request")
+        time.sleep(1.5)
+        approved = lab.daemon.client().call("mdoc.approve", {
+            "presentationId": request["presentationId"], "approve": True, "pin": PIN})
+        result, error = read.outcome()
+        elapsed = time.monotonic() - started
+    finally:
+        for name in ("mdoc.responseMade.continue", "mdoc.responseMade.reached"):
+            (lab.root / "pauses" / name).unlink(missing_ok=True)
+    assert error is None, error
+    assert elapsed < 15, f"the read and approval took {elapsed:.1f} s"
+    assert approved["released"] == [f"{NS}/family_name", f"{NS}/birth_date"]
+    assert result["documents"][0]["verdict"] == "authentic"
+    summary = p.finish()
+    assert summary["reason"] == "sessionEnded" and summary["presentations"][0]["outcome"] == "released"
+
+
+def test_a_response_the_reader_never_took_is_not_released(desktop_lab):
+    """Issue #36: `approve` said `released` while the reader got CARD_REMOVED. The response is held after it is
+    made; the presentation is stopped (the card leaves the reader) before the reader can take it."""
+    lab = desktop_lab
+    pauses = lab.root / "pauses"
+    p = lab.present("trusted-mdl", durationSeconds=40)
+    lab.wait_card(lab.daemon)
+    read = Read(lab.daemon, lab.reader, ["family_name"])
+    request = p.wait("mdoc.request")
+    answer: dict = {}
+
+    def approve() -> None:
+        try:
+            answer["result"] = lab.daemon.client().call("mdoc.approve", {
+                "presentationId": request["presentationId"], "approve": True, "pin": PIN})
+        except RPCError as e:
+            answer["error"] = e
+
+    approving = threading.Thread(target=approve, daemon=True)
+    approving.start()
+    reached(pauses, "mdoc.responseMade")
+    assert lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})["stopped"] == 1
+    lab.wait_card(lab.daemon, present=False)
+    release(pauses, "mdoc.responseMade")
+    approving.join(30)
+    (pauses / "mdoc.responseMade.continue").unlink()
+    (pauses / "mdoc.responseMade.reached").unlink()
+    assert "error" in answer, answer
+    assert answer["error"].code == "CARD_REMOVED" and answer["error"].data["reason"] == "cancelled"
+    result, error = read.outcome()
+    assert result is None and error is not None
+    summary = p.finish()
+    entry = summary["presentations"][0]
+    assert entry["outcome"] == "undelivered" and entry["code"] == "CARD_REMOVED", summary
+    assert entry["elements"] == [f"{NS}/family_name"]
+
+
 def test_declined_releases_nothing(lab):
     p = lab.present("trusted-mdl")
     lab.wait_card(lab.daemon)
@@ -482,7 +570,7 @@ def test_the_cli_presents_and_approves(lab):
     lab.wait_card(lab.daemon, present=False)
     cli = [str(BIN / "tessera"), "--socket", lab.daemon.socket, "mdoc"]
     proc = subprocess.Popen([*cli, "present", "trusted-mdl", "--device", f"127.0.0.1:{lab.pcscd.port}",
-                             "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--duration", "60", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert json.loads(proc.stdout.readline())["event"] == "mdoc.presenting"
         lab.wait_card(lab.daemon)
