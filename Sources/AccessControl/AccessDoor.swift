@@ -72,6 +72,7 @@ public final class AccessDoor: Sendable {
         async throws(TesseraError) -> (AccessDecision, [CredentialStore.Transition])
     {
         let check = BadgeCheck(trust: trust, mode: .cak)
+        let started = ContinuousClock.now
         let (reading, readerName, apdus, _) = try await documents.withCard(reader: reader, extendedLength: true) {
             transport throws(TesseraError) in await check.run(transport: transport, pin: nil)
         }
@@ -84,7 +85,8 @@ public final class AccessDoor: Sendable {
             identifiers: reading.identifiers, holder: holder, certificate: certificate, owner: owner, actor: actor,
             replace: replace)
         var decision = AccessDecision(
-            reading: reading, state: .active, admitted: nil, reader: readerName, apdus: apdus)
+            reading: reading, state: .active, admitted: nil, reader: readerName, apdus: apdus,
+            elapsed: ContinuousClock.now - started)
         decision.holder = holder
         logger.notice(
             "badge registered",

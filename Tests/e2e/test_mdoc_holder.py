@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import os
 import pathlib
+import re
 import socket
 import subprocess
 import threading
@@ -592,6 +593,42 @@ def test_the_cli_presents_and_approves(lab):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_cli_presents_in_words_and_prints_json_compact(lab):
+    """Issue #36: `mdoc present` printed only JSON lines on a terminal (the presentation id in words now; JSON with
+    --json), `mdoc approve ""` printed a double space, and some commands pretty-printed JSON (" : ")."""
+    lab.wait_card(lab.daemon, present=False)
+    cli = [str(BIN / "tessera"), "--socket", lab.daemon.socket]
+    proc = subprocess.Popen([*cli, "mdoc", "present", "trusted-mdl", "--device", f"127.0.0.1:{lab.pcscd.port}",
+                             "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("presenting trusted-mdl on 127.0.0.1:"), first
+        assert lab.card_present(lab.daemon), "mdoc.presenting came before pcscd saw the card"
+        read = Read(lab.daemon, lab.reader, ["given_name"])
+        request = proc.stdout.readline()
+        m = re.match(r"request ([0-9a-f-]{36}) from .*kiosk reader.* for \S*given_name", request)
+        assert m, request
+        assert "tessera mdoc approve " + m[1] in proc.stdout.readline()
+        out = subprocess.run([*cli, "mdoc", "approve", m[1], "--pin-stdin"], input=PIN + "\n", capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == f"released {NS}/given_name", out
+        result, error = read.outcome()
+        assert error is None, error
+        assert proc.stdout.readline().startswith(f"released {m[1]}: {NS}/given_name")
+        assert proc.stdout.readline().strip() == "ended (sessionEnded): 1 request, 1 released"
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    empty = subprocess.run([*cli, "mdoc", "approve", ""], capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 2 and "INVALID_INPUT" in empty.stderr and "  " not in empty.stderr, empty.stderr
+    for args in (["call", "daemon.status"], ["--json", "status"], ["credentials", "list", "--json"]):
+        out = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, (args, out.stderr)
+        assert len(out.stdout.strip().splitlines()) == 1 and '": ' not in out.stdout, (args, out.stdout[:300])
+        json.loads(out.stdout)
 
 
 def test_libnfc_target_mode_full_session_releases_only_approved_elements(lab):
