@@ -13,6 +13,7 @@ import pathlib
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -22,7 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tessera_harness import BIN, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, calls_as
+from tessera_harness import BIN, NOBODY, PCSCD, ROOT, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, calls_as
 from tessera_harness import let_other_uids_reach, reached, release
 
 DOCTYPE = "org.iso.18013.5.1.mDL"
@@ -57,6 +58,22 @@ def reader_pki(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
     (directory / "reader-key.pem").write_bytes(reader_key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     return directory, ski.digest.hex()
+
+
+def make_mdoc_reader(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
+    """`tessera lab make-mdoc-reader DIR` (docs/MDOC.md, "Holder in the lab"): the reader root, the reader
+    certificate and key it issued; returns the directory and the root's key identifier, hex."""
+    out = subprocess.run([str(BIN / "tessera"), "lab", "make-mdoc-reader", str(directory), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    made = json.loads(out.stdout)
+    assert made["root"] == str(directory / "root.pem") and made["readerKey"] == str(directory / "reader-key.pem")
+    assert (directory / "authority-key-id").read_text().strip() == made["authorityKeyIdentifier"]
+    assert oct((directory / "reader-key.pem").stat().st_mode & 0o777) == "0o600"
+    reader = x509.load_pem_x509_certificate((directory / "reader.pem").read_bytes())
+    eku = reader.extensions.get_extension_for_class(x509.ExtendedKeyUsage)
+    assert eku.critical and [u.dotted_string for u in eku.value] == ["1.0.18013.5.1.6"]
+    return directory, made["authorityKeyIdentifier"]
 
 
 def forged_reader(directory: pathlib.Path, trusted: pathlib.Path) -> pathlib.Path:
@@ -163,7 +180,8 @@ class HolderLab:
         self.pcscd = PCSCD(root).start()
         self.softhsm = SoftHSM(root)
         self.softhsm.add_token("holder", pin=PIN)
-        self.trusted, self.trusted_id = reader_pki(root / "trusted")
+        # The trusted reader as the docs make it (`tessera lab make-mdoc-reader`); another root made here.
+        self.trusted, self.trusted_id = make_mdoc_reader(root / "trusted")
         self.other, self.other_id = reader_pki(root / "other")
         self.base = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"] if base is None else base
         self.env = {**self.softhsm.env, **self.pcscd.env, **(env or {})}
@@ -314,7 +332,7 @@ def test_approved_elements_only_are_released_with_the_token_signature(lab):
     request = p.wait("mdoc.request")
     assert request["documentIdentifier"] == "trusted-mdl" and request["docType"] == DOCTYPE
     assert request["reader"]["authorityKeyIdentifier"] == lab.trusted_id
-    assert "kiosk reader" in request["reader"]["subject"]
+    assert "Tessera Test mdoc reader" in request["reader"]["subject"]
     assert [e["identifier"] for e in request["elements"]] == ["family_name", "given_name", "birth_date", "portrait"]
     assert ui.wait_notification("mdoc.request")["presentationId"] == request["presentationId"]
     # Another uid cannot answer it (and its try does not use it up).
@@ -608,7 +626,7 @@ def test_the_cli_presents_in_words_and_prints_json_compact(lab):
         assert lab.card_present(lab.daemon), "mdoc.presenting came before pcscd saw the card"
         read = Read(lab.daemon, lab.reader, ["given_name"])
         request = proc.stdout.readline()
-        m = re.match(r"request ([0-9a-f-]{36}) from .*kiosk reader.* for \S*given_name", request)
+        m = re.match(r"request ([0-9a-f-]{36}) from .*Tessera Test mdoc reader.* for \S*given_name", request)
         assert m, request
         assert "tessera mdoc approve " + m[1] in proc.stdout.readline()
         out = subprocess.run([*cli, "mdoc", "approve", m[1], "--pin-stdin"], input=PIN + "\n", capture_output=True,
@@ -782,3 +800,24 @@ def test_the_cli_lists_and_removes_registrations(lab):
     assert out.returncode == 0 and "trusted-mdl" in out.stdout and "no (expired)" in out.stdout, out
     assert tessera("mdoc", "remove", "expired-mdl").stdout.strip() == "removed expired-mdl"
     assert "expired-mdl" not in tessera("mdoc", "registrations").stdout
+
+
+def test_the_holder_in_the_lab_runs_as_mdoc_md_writes_it(tmp_path):
+    """docs/MDOC.md "Holder in the lab" (issue #36: the holder path needed a reader root, key and certificate whose
+    only recipe was this file's Python): its block, run as written from the repository's root with the build on
+    PATH as README.md says, with the lab's default module set (OpenSC included)."""
+    text = (ROOT / "docs" / "MDOC.md").read_text()
+    block = text.split("<!-- example: holder-lab -->\n```sh\n", 1)[1].split("\n```", 1)[0]
+    lab = tmp_path / "lab"
+    env = {k: v for k, v in os.environ.items() if k not in ("TESSERA_SOCKET", "PCSCLITE_CSOCK_NAME", "SSH_AUTH_SOCK")}
+    env.update(PATH=f"{BIN}:{os.environ['PATH']}", LAB=str(lab))
+    try:
+        out = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+    finally:
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "lab.py"), "stop", str(lab)], timeout=120,
+                       capture_output=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"^released [0-9a-f-]{36}: .*org\.iso\.18013\.5\.1/family_name", out.stdout, re.M), out.stdout
+    assert "org.iso.18013.5.1.mDL: authentic" in out.stdout, out.stdout
+    assert "ended (sessionEnded): 1 request, 1 released" in out.stdout, out.stdout
