@@ -54,17 +54,15 @@ final class PKCS11TokenList: Sendable {
     /// A snapshot taken after this call, waiting at most `limit` for it (else the one at hand): for a caller that
     /// looks for a token the snapshot lacks, or lists the tokens.
     func fresh(within limit: Duration) async -> Snapshot {
-        let before = state.withLock { $0.snapshot.generation }
+        // A refresh already running may have enumerated before a change: then the one after it counts.
+        let (before, busy) = state.withLock { ($0.snapshot.generation, $0.refreshing) }
+        let needed = before + (busy ? 2 : 1)
         startRefresh()
         let deadline = ContinuousClock.now + limit
         while true {
             let s = state.withLock { $0 }
-            // A refresh running at the call may have enumerated before a change: the one after it counts.
-            if s.snapshot.generation > before + 1 || (s.snapshot.generation > before && !s.refreshing) {
-                return s.snapshot
-            }
+            if s.snapshot.generation >= needed || ContinuousClock.now >= deadline { return s.snapshot }
             if !s.refreshing { startRefresh() }
-            if ContinuousClock.now >= deadline { return s.snapshot }
             try? await Task.sleep(for: .milliseconds(10))
         }
     }
