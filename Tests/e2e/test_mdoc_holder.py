@@ -821,3 +821,5 @@ def test_the_holder_in_the_lab_runs_as_mdoc_md_writes_it(tmp_path):
     assert re.search(r"^released [0-9a-f-]{36}: .*org\.iso\.18013\.5\.1/family_name", out.stdout, re.M), out.stdout
     assert "org.iso.18013.5.1.mDL: authentic" in out.stdout, out.stdout
     assert "ended (sessionEnded): 1 request, 1 released" in out.stdout, out.stdout
+    # Issue #36: `scripts/lab.py stop` left tesserad.sock and ssh-agent.sock behind.
+    assert sorted(p.name for p in lab.glob("*.sock")) == [], sorted(p.name for p in lab.glob("*.sock"))
