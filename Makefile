@@ -65,7 +65,8 @@ generated:
 	sed -i -e 's|/usr/sbin/tesserad|$(SBINDIR)/tesserad|g' -e 's|/etc/tessera|$(SYSCONFDIR)/tessera|g' \
 	  -e 's|/usr/share/doc/tessera|$(DOCDIR)|g' $(GENERATED)/tesserad.8 $(GENERATED)/tessera.1
 
-## Units: the binaries' and the configuration's paths follow SBINDIR, SYSCONFDIR and DOCDIR.
+## Units, the configuration and the environment.d snippet: the binaries', the configuration's, the docs' and the
+## data's paths follow SBINDIR, SYSCONFDIR, DOCDIR and DATADIR.
 UNIT_SED = sed -e 's|/usr/sbin/tesserad|$(SBINDIR)/tesserad|g' -e 's|/etc/tessera|$(SYSCONFDIR)/tessera|g' \
 	-e 's|/usr/share/doc/tessera|$(DOCDIR)|g' -e 's|/usr/share/tessera|$(DATADIR)/tessera|g'
 
@@ -88,9 +89,13 @@ install: generated
 	$(INSTALL) -m 0644 udev/70-tessera-ctap.rules udev/70-tessera-nfc.rules $(DESTDIR)$(UDEVRULESDIR)/
 	$(INSTALL) -m 0644 udev/tessera-blacklist-pn533.conf $(DESTDIR)$(MODPROBEDIR)/
 	@# An existing configuration is the administrator's: it stays as it is.
+	@# The configuration and the environment.d snippet name paths (docs, the snippet itself): they follow PREFIX too.
 	test -e $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json || \
-	  $(INSTALL) -m 0644 packaging/tesserad.json $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json
-	$(INSTALL) -m 0644 packaging/environment.d/60-tessera-ssh-agent.conf $(DESTDIR)$(DATADIR)/tessera/environment.d/
+	  { $(UNIT_SED) packaging/tesserad.json > $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json && \
+	    chmod 0644 $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json; }
+	$(UNIT_SED) packaging/environment.d/60-tessera-ssh-agent.conf \
+	  > $(DESTDIR)$(DATADIR)/tessera/environment.d/60-tessera-ssh-agent.conf
+	chmod 0644 $(DESTDIR)$(DATADIR)/tessera/environment.d/60-tessera-ssh-agent.conf
 	$(INSTALL) -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 0644 $(GENERATED)/tessera.1 $(DESTDIR)$(MANDIR)/man1/tessera.1
 	$(INSTALL) -m 0644 $(GENERATED)/tesserad.8 $(DESTDIR)$(MANDIR)/man8/tesserad.8

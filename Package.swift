@@ -250,7 +250,7 @@ let package = Package(
             name: "MDocHolderDoor",
             dependencies: [
                 "TesseraCore", "CredentialStore", "KeyStores", "MDoc", "Ownership", "Passkeys", "X509Support",
-                "Presence", "Emulation", "NFC", "VPCD",
+                "Presence", "Emulation", "NFC", "VPCD", "TesseraRuntime",
             ]),
         .target(
             name: "TesseraDaemon",
@@ -334,7 +334,10 @@ let package = Package(
             ]),
         .testTarget(
             name: "WebAuthnTests",
-            dependencies: ["WebAuthn", "CBOR", "TesseraCore", .product(name: "Crypto", package: "swift-crypto")]),
+            dependencies: [
+                "WebAuthn", "CBOR", "TesseraCore", "TesseraTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]),
         .testTarget(name: "APDUTests", dependencies: ["APDU", "TesseraCore"]),
         .testTarget(
             name: "PinentryTests", dependencies: ["Pinentry", "TesseraCore", "TesseraRuntime", "TesseraTestSupport"]),

@@ -37,7 +37,8 @@ def option_heading(arg: dict) -> str:
 
 def synopsis(path: list[str], cmd: dict) -> str:
     parts = [f"\\fB{' '.join(path)}\\fR"]
-    if cmd.get("subcommands"):
+    # The parser's own `help` is not a command of the program (tesserad has none).
+    if any(sub["commandName"] != "help" for sub in cmd.get("subcommands", [])):
         parts.append("\\fICOMMAND\\fR")
     for arg in cmd.get("arguments", []):
         if not arg.get("shouldDisplay", True) or arg.get("preferredName", {}).get("name") in ("help", "version"):
@@ -55,10 +56,18 @@ def synopsis(path: list[str], cmd: dict) -> str:
 
 
 def prose(text: str, heading: str) -> list[str]:
-    """The help text's paragraphs; indented runs verbatim, upper-case lines as headings."""
+    """The help text's paragraphs; indented runs verbatim (examples, file lists), except an indented line longer
+    than a terminal's 80 columns, which is prose and is filled as an indented paragraph; upper-case lines as
+    headings."""
     out: list[str] = []
     verbatim = False
     for line in text.strip("\n").split("\n"):
+        if line.startswith(" ") and len(line.strip()) > 78:
+            if verbatim:
+                out += [".RE", ".fi"]
+                verbatim = False
+            out += [".RS 4", ".PP", esc(line.strip()), ".RE"]
+            continue
         if line.startswith(" ") and line.strip():
             if not verbatim:
                 out += [".PP", ".nf", ".RS 4"]

@@ -7,12 +7,15 @@ Every ```sh block of README.md is preceded by a comment that declares what it ne
                                         variables TESSERA_SOCKET, PCSCLITE_CSOCK_NAME, SSH_AUTH_SOCK, MRZ, PIN, LAB,
                                         VPCD, VPCD_FREE exported), in a scratch working directory shared by the blocks
     <!-- example: shell -->             run as it is from the repository's root, without the lab
+    <!-- example: path -->              the README's own line that puts the build on PATH: run once from the
+                                        repository's root, and the PATH it leaves is every other block's PATH
     <!-- example: not run: REASON -->   listed as not run, with the reason; never counted as passed
 
 and optionally, on the lines after it, `<!-- expect: TEXT -->` (the block's output must contain TEXT). A block passes
 when it runs to the end under `bash -e -o pipefail` within its time limit, the programs it left running in the
 background (`cmd &`, the emulators) are still running, and its output contains every expected TEXT. The blocks run
-in the README's order with the built `tessera`/`tesserad` first on PATH. A ```sh block without a declaration fails
+in the README's order with the PATH the README's `path` block makes (without one, the built `tessera`/`tesserad`
+first on PATH). A ```sh block without a declaration fails
 the run: say what it needs. `--list` prints the blocks and their declarations without running any; `--readme FILE` reads FILE instead of README.md.
 """
 from __future__ import annotations
@@ -29,7 +32,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(os.environ.get("TESSERA_BIN_DIR", ROOT / ".build" / "debug"))
-DECLARATION = re.compile(r"^<!--\s*example:\s*(lab|shell|not run:\s*(?P<reason>.+?))\s*-->\s*$")
+DECLARATION = re.compile(r"^<!--\s*example:\s*(lab|shell|path|not run:\s*(?P<reason>.+?))\s*-->\s*$")
 EXPECT = re.compile(r"^<!--\s*expect:\s*(?P<text>.+?)\s*-->\s*$")
 TIME_LIMIT = 300
 
@@ -118,6 +121,14 @@ def main() -> int:
     work = scratch / "work"
     work.mkdir()
     base = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    for b in found:
+        if b.kind == "path":  # exactly what the README tells its reader to run
+            made = subprocess.run(["bash", "-c", "set -e\n" + b.code + 'printf %s "$PATH"'], cwd=ROOT,
+                                  env=os.environ, capture_output=True, text=True, timeout=30)
+            if made.returncode != 0:
+                raise SystemExit(f"{readme.name}:{b.line}: the PATH block failed: {made.stderr}")
+            base["PATH"] = made.stdout
+            print(f"PATH {readme.name}:{b.line}: {b.code.strip()}")
     for name in ("TESSERA_SOCKET", "PCSCLITE_CSOCK_NAME", "SSH_AUTH_SOCK", "MRZ", "PIN", "LAB"):
         base.pop(name, None)
     passed, failed, not_run = 0, len(undeclared), []
@@ -128,7 +139,7 @@ def main() -> int:
                 not_run.append(b)
                 print(f"NOT RUN {readme.name}:{b.line}: {b.reason}")
                 continue
-            if b.kind is None:
+            if b.kind is None or b.kind == "path":
                 continue
             if b.kind == "lab" and lab is None:
                 lab = scratch / "lab"

@@ -189,6 +189,7 @@ public final class AccessDoor: Sendable {
         async throws(TesseraError) -> (AccessDecision, [CredentialStore.Transition])
     {
         let check = BadgeCheck(trust: trust, mode: .cak)
+        let started = ContinuousClock.now
         let ((reading, keys), readerName, apdus, _) = try await documents.withCard(
             reader: reader, extendedLength: true
         ) { transport throws(TesseraError) in
@@ -205,7 +206,8 @@ public final class AccessDoor: Sendable {
             identifiers: reading.identifiers, holder: holder, certificate: certificate, keys: keys, owner: owner,
             actor: actor, replace: replace)
         var decision = AccessDecision(
-            reading: reading, state: .active, admitted: nil, reader: readerName, apdus: apdus)
+            reading: reading, state: .active, admitted: nil, reader: readerName, apdus: apdus,
+            elapsed: ContinuousClock.now - started)
         decision.holder = holder
         logger.notice(
             "badge registered",

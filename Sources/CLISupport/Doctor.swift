@@ -60,14 +60,20 @@ public struct DoctorFacts: Sendable {
         public var mode: UInt32
         /// The caller may open it for reading and writing (`access(2)`, directories on the way included).
         public var accessible: Bool
+        /// A socket nothing listens on (connecting is refused): left behind by a daemon that is gone.
+        public var stale: Bool
 
-        public init(isSocket: Bool, owner: String, group: String, groupID: UInt32, mode: UInt32, accessible: Bool) {
+        public init(
+            isSocket: Bool, owner: String, group: String, groupID: UInt32, mode: UInt32, accessible: Bool,
+            stale: Bool = false
+        ) {
             self.isSocket = isSocket
             self.owner = owner
             self.group = group
             self.groupID = groupID
             self.mode = mode
             self.accessible = accessible
+            self.stale = stale
         }
     }
 
@@ -228,18 +234,27 @@ public enum Doctor {
             return DoctorCheck(
                 name, .fail, "no socket at \(path) (\(f.daemonSocketSource))",
                 fix:
-                    "start tesserad (sudo systemctl start tesserad.socket, or tesserad --socket \(path) --state-dir DIR), or name its socket with --socket PATH or TESSERA_SOCKET"
+                    "start tesserad (\(DaemonHints.start(socket: path))), or name its socket with --socket PATH or TESSERA_SOCKET"
             )
         case .hidden:
             return DoctorCheck(
                 name, .fail, "a directory above \(path) is closed to you (\(f.caller.name))",
-                fix: "ask for the group of tesserad's socket directory (ls -ld \(parent(path))), or use another socket")
+                fix: DaemonHints.isPerUser(socket: path)
+                    ? "it is another user's per-user daemon: run your own (\(DaemonHints.start(socket: path))), or use the system daemon's socket (--socket /run/tesserad/tesserad.sock)"
+                    : "ask for the group of tesserad's socket directory (ls -ld \(parent(path))), or use another socket"
+            )
         case .present(let a) where !a.isSocket:
             return DoctorCheck(
                 name, .fail, "\(path) is not a socket", fix: "give the socket's path with --socket or TESSERA_SOCKET")
         case .present(let a) where !a.accessible:
             let (why, fix) = accessAdvice(a, f.caller)
             return DoctorCheck(name, .fail, describe(path, a) + ": " + why, fix: fix)
+        case .present(let a) where a.stale:
+            return DoctorCheck(
+                name, .fail,
+                describe(path, a)
+                    + ": a stale socket, nothing listens on it (connection refused): tesserad stopped and left it",
+                fix: "start tesserad again (\(DaemonHints.start(socket: path))); it replaces the stale socket")
         case .present(let a):
             return DoctorCheck(name, .ok, describe(path, a) + " (\(f.daemonSocketSource))")
         }
@@ -256,7 +271,7 @@ public enum Doctor {
             return DoctorCheck(
                 "daemon", .fail, why,
                 fix: socketOK
-                    ? "tesserad does not answer on its socket: restart it and read its log (journalctl -u tesserad)"
+                    ? "tesserad does not answer on its socket: restart it and read its log (\(DaemonHints.log(socket: f.daemonSocketPath)))"
                     : "see the daemon socket line")
         }
     }

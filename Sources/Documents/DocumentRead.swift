@@ -123,6 +123,8 @@ public struct DocumentReadResult: Sendable {
             groups[file.description] = .string(Base64URL.encode(bytes))
         }
         o["dataGroups"] = .object(groups)
+        // Every file read from the chip, returned or not (a group read only to check its hash is among them).
+        o["filesRead"] = .array(files.keys.sorted().map { .string($0.description) })
         o["faceImages"] = .array(
             faceImages.map { img in
                 var f: [String: JSONValue] = [

@@ -109,8 +109,22 @@ extension KeyStoreToken {
 
 /// A source of tokens (one per backend).
 public protocol KeyStore: Sendable {
-    /// Tokens present now.
+    /// Tokens present now, as last seen: never waits for an enumeration.
     func tokens() async -> [any KeyStoreToken]
+    /// Tokens seen by an enumeration after this call, waiting at most `limit` for it (else as last seen): for
+    /// listing the tokens, or a token looked for by name that the last enumeration did not see.
+    func freshTokens(within limit: Duration) async -> [any KeyStoreToken]
+    /// The daemon is about to present a card in a PC/SC reader (an mdoc on vpcd): until `endCardPresentation`, the
+    /// store opens no reader it does not already hold (an enumeration would connect to the daemon's own card).
+    func beginCardPresentation() async
+    /// The presented card has left its reader.
+    func endCardPresentation() async
+}
+
+extension KeyStore {
+    public func freshTokens(within limit: Duration) async -> [any KeyStoreToken] { await tokens() }
+    public func beginCardPresentation() async {}
+    public func endCardPresentation() async {}
 }
 
 /// The hash of an RSA PKCS#1 v1.5 signature.

@@ -21,6 +21,19 @@ public enum MDocIssuer {
         return (pair.root, pair.signer)
     }
 
+    /// A test reader root (self-signed, with a subject key identifier) and a reader authentication certificate it
+    /// issued (EKU 1.0.18013.5.1.6, the root's key identifier as authority key identifier), P-256: what a holder
+    /// trusts (`tesserad --mdoc-reader-root`) and what a reader signs its requests with.
+    public static func testReaderRoot(
+        country: String = "UT", notBefore: Date = Date(timeIntervalSinceNow: -86_400)
+    ) throws(TesseraError) -> (root: TestCertificate, reader: TestCertificate) {
+        let pair = try TestCA.generateChain(
+            rootCommonName: "Tessera Test mdoc reader root \(country)",
+            signerCommonName: "Tessera Test mdoc reader \(country)", country: country,
+            signerExtendedKeyUsage: readerAuthEKU, notBefore: notBefore, signerValidityDays: 90)
+        return (pair.root, pair.signer)
+    }
+
     /// Issues `elements` (namespace → [(identifier, value)]) for `deviceKey`: random 16-byte salts, digest IDs
     /// in random order, SHA-256 digests, an MSO valid from `validFrom` to `validUntil`, signed by `signer`
     /// (whose certificate, DER, goes into x5chain).

@@ -7,9 +7,11 @@ import TesseraCore
 /// Handover Select, and the mdoc application taking SessionEstablishment / SessionData in ENVELOPE (chained or
 /// extended) and answering in DO'53' (61xx + GET RESPONSE beyond Ne). What to answer is the `responder`'s
 /// decision: it gets each decrypted DeviceRequest with the SessionTranscript and returns DeviceResponse bytes,
-/// or nil to end the session (status 20) without data.
+/// or nil to end the session (status 20) without data. The transport calls `sent()` once an answer went out, so
+/// that a DeviceResponse counts as delivered only when its last chunk reached the reader (`delivered`).
 public actor MDocNFCHolder {
     public typealias Responder = @Sendable (DeviceRequest, SessionTranscript) async -> [UInt8]?
+    public typealias Delivered = @Sendable () async -> Void
 
     enum Selected { case none, ndefApplication, capabilityContainer, ndefFile, mdoc }
 
@@ -17,6 +19,7 @@ public actor MDocNFCHolder {
     public nonisolated let engagement: DeviceEngagement
     public nonisolated let handoverSelect: [UInt8]
     let responder: Responder
+    let delivered: Delivered
     /// Largest R-APDU data the tag announces in its CC (MLe) and the largest response chunk of ENVELOPE answers.
     let maxReadLength = 0xFF
 
@@ -25,6 +28,10 @@ public actor MDocNFCHolder {
     var pendingResponse: [UInt8] = []
     var session: SessionEncryption?
     var transcript: SessionTranscript?
+    /// A DeviceResponse is in `pendingResponse` (or its first chunk is being answered).
+    var responseWaiting = false
+    /// The answer carrying a DeviceResponse's last chunk was handed to the transport, not yet known sent.
+    var lastChunkOut = false
     /// Requests received, in order (for tests and UIs).
     public private(set) var requests: [DeviceRequest] = []
     /// Whether the reader ended the session with status 20.
@@ -32,13 +39,21 @@ public actor MDocNFCHolder {
 
     public init(
         eDeviceKey: P256.KeyAgreement.PrivateKey = P256.KeyAgreement.PrivateKey(),
-        responder: @escaping Responder
+        responder: @escaping Responder, delivered: @escaping Delivered = {}
     ) throws(TesseraError) {
         self.eDeviceKey = eDeviceKey
         engagement = try DeviceEngagement.make(
             eDeviceKey: try MDocECKey(uncompressedPoint: Array(eDeviceKey.publicKey.x963Representation)))
         handoverSelect = NFCHandover.staticHandoverSelect(deviceEngagement: engagement)
         self.responder = responder
+        self.delivered = delivered
+    }
+
+    /// The transport sent the answer to the last command to the reader.
+    public func sent() async {
+        guard lastChunkOut else { return }
+        lastChunkOut = false
+        await delivered()
     }
 
     var ndefFile: [UInt8] { [UInt8(handoverSelect.count >> 8), UInt8(handoverSelect.count & 0xFF)] + handoverSelect }
@@ -53,6 +68,8 @@ public actor MDocNFCHolder {
 
     /// Answers one command APDU (data + SW1SW2).
     public func process(_ bytes: [UInt8]) async -> [UInt8] {
+        // A reader that sends a command has read the answer to the previous one.
+        await sent()
         guard let command = try? CommandAPDU(parsing: bytes) else { return StatusWord.wrongLength.bytes }
         switch (command.cla & 0xEF, command.ins) {
         case (0x00, CommandAPDU.Instruction.select): return select(command)
@@ -67,7 +84,7 @@ public actor MDocNFCHolder {
         switch (command.p1, command.data) {
         case (0x04, MDocNFC.ndefApplicationID): selected = .ndefApplication
         case (0x04, MDocNFC.mdocApplicationID):
-            selected = .mdoc; envelopeBuffer = []; pendingResponse = []
+            selected = .mdoc; envelopeBuffer = []; pendingResponse = []; responseWaiting = false
         case (0x00, [0xE1, 0x03]) where selected != .none && selected != .mdoc: selected = .capabilityContainer
         case (0x00, [0xE1, 0x04]) where selected != .none && selected != .mdoc: selected = .ndefFile
         default: return StatusWord.fileNotFound.bytes
@@ -109,7 +126,10 @@ public actor MDocNFCHolder {
     func respond(ne: Int) -> [UInt8] {
         let chunk = Array(pendingResponse.prefix(max(ne, 1)))
         pendingResponse.removeFirst(chunk.count)
-        guard !pendingResponse.isEmpty else { return chunk + StatusWord.success.bytes }
+        guard !pendingResponse.isEmpty else {
+            if responseWaiting { responseWaiting = false; lastChunkOut = true }
+            return chunk + StatusWord.success.bytes
+        }
         return chunk + [0x61, UInt8(min(pendingResponse.count, 256) & 0xFF)]
     }
 
@@ -159,6 +179,7 @@ public actor MDocNFCHolder {
             return SessionData(status: .sessionTermination).encoded
         }
         session = keys
+        responseWaiting = true
         return SessionData(data: sealed).encoded
     }
 }

@@ -2,13 +2,16 @@ import CredentialStore
 import MDoc
 import Presence
 import TesseraCore
+import TesseraRuntime
 
 /// How both front doors answer one DeviceRequest: `MDocHolderService.respond`, with the user asked through the
 /// presence broker (door `mdoc`, keyed by presentationId, grouped by the front door's session): once the question
 /// waits, `announce` gets the `mdoc.request` notification's params (the daemon sends them to the calling connection
 /// and to the same uid's station UI clients; with `origin` for an Annex C request); `mdoc.approve` (with the
 /// elements and PIN it carries), the presence command or `presence.confirm`/`presence.deny` answer within
-/// `timeout`. The outcome (released elements or the error) is also what the answering `mdoc.approve` returns.
+/// `timeout`. The outcome (released elements or the error) is also what the answering `mdoc.approve` returns; with
+/// `finishesOutcome` false a response's outcome is the caller's to report (`MDocOutcomes.finish`) once the reader
+/// took it.
 public struct MDocConsentDesk: Sendable {
     public let service: MDocHolderService
     public let presence: PresenceBroker
@@ -21,7 +24,7 @@ public struct MDocConsentDesk: Sendable {
     public func respond(
         presentationId: String, registration: MDocRegistrationRecord, request: DeviceRequest,
         sessionTranscript: SessionTranscript, origin: String? = nil, uid: UInt32, pid: Int32, session: String,
-        timeout: Duration, announce: @escaping @Sendable (JSONValue) async -> Void
+        timeout: Duration, finishesOutcome: Bool = true, announce: @escaping @Sendable (JSONValue) async -> Void
     ) async throws(TesseraError) -> MDocHolderResponse {
         let outcomes = service.outcomes
         let presence = self.presence
@@ -47,7 +50,8 @@ public struct MDocConsentDesk: Sendable {
                 case .cancelled: return .refused("ended")
                 }
             }
-            await outcomes.finish(presentationId, .success(response.released))
+            await Failpoint.reach("mdoc.responseMade")
+            if finishesOutcome { await outcomes.finish(presentationId, .success(response.released)) }
             return response
         } catch {
             await outcomes.finish(presentationId, .failure(error))

@@ -57,8 +57,8 @@ public struct MDocPresentDevices: Sendable {
 /// The presentation loop of `mdoc.present`: the holder as an emulated card on a vpcd reader or a libnfc device
 /// until the reader ends the session, the duration passes or the front door's session is stopped.
 public enum MDocPresentLoop {
-    /// Presents `holder` on `target` for at most `duration`; `started` runs once the card is up (the daemon's
-    /// `mdoc.presenting` notification), `stopped` says whether `mdoc.stop` ended `session`, whose presence
+    /// Presents `holder` on `target` for at most `duration`; `started` runs once the card is up (on vpcd: once
+    /// pcscd has read its ATR, so a read started then finds it; the daemon's `mdoc.presenting` notification), `stopped` says whether `mdoc.stop` ended `session`, whose presence
     /// questions end with the loop. Returns why it ended: `sessionEnded`, `duration`, `cancelled`, or the libnfc
     /// emulator's own reason.
     public static func run(
@@ -70,8 +70,16 @@ public enum MDocPresentLoop {
         let reason: String
         switch target {
         case .vpcd(let host, let port):
-            let link = VirtualCardLink(card: card, host: host, port: port)
+            let atrRead = Locked(false)
+            let link = VirtualCardLink(
+                card: card, host: host, port: port,
+                onExchange: { _, _, _ in Task { await holder.sent() } },
+                onEvent: { event in if event == .atrRequested { atrRead.withLock { $0 = true } } })
             try await link.start(timeout: .seconds(10))
+            let seen = ContinuousClock.now + .seconds(5)
+            while !atrRead.withLock({ $0 }), ContinuousClock.now < seen, !stopped() {
+                try? await Task.sleep(for: .milliseconds(10))
+            }
             await started()
             reason = await presentation(of: holder, until: deadline, stopped: stopped)
             await presence.end(group: session)
@@ -91,7 +99,10 @@ public enum MDocPresentLoop {
             }
             let result: Result<NFCEmulationSummary, TesseraError>
             do throws(TesseraError) {
-                result = .success(try await emulator.run(for: duration))
+                result = .success(
+                    try await emulator.run(for: duration) { event in
+                        if case .exchange(let exchange) = event, exchange.delivered { Task { await holder.sent() } }
+                    })
             } catch {
                 result = .failure(error)
             }

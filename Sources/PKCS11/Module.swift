@@ -8,6 +8,9 @@ final class Module: @unchecked Sendable {
     let pointer: UnsafeMutablePointer<CK_FUNCTION_LIST>
     let path: String
     let name: String
+    /// Some slot is a hardware slot or a removable device (a card reader: OpenSC and the like talk to pcscd), so
+    /// enumerating the module may connect to the cards in the readers.
+    let talksToReaders: Bool
 
     init(pointer: UnsafeMutablePointer<CK_FUNCTION_LIST>, fallbackPath: String?) {
         self.pointer = pointer
@@ -17,6 +20,22 @@ final class Module: @unchecked Sendable {
         self.name =
             Self.takeString(p11_kit_module_get_name(pointer))
             ?? ((filename as NSString).lastPathComponent as String)
+        let f = pointer.pointee
+        var readers = false
+        if let getSlotList = f.C_GetSlotList, let getSlotInfo = f.C_GetSlotInfo {
+            var count: UInt = 0
+            if getSlotList(0, nil, &count) == CKR_OK, count > 0 {
+                var slots = [ck_slot_id_t](repeating: 0, count: Int(count))
+                if getSlotList(0, &slots, &count) == CKR_OK {
+                    let mask = UInt(CKF_HW_SLOT) | UInt(CKF_REMOVABLE_DEVICE)
+                    readers = slots.prefix(Int(count)).contains { slot in
+                        var info = ck_slot_info()
+                        return getSlotInfo(slot, &info) == CKR_OK && info.flags & mask != 0
+                    }
+                }
+            }
+        }
+        self.talksToReaders = readers
     }
 
     var fileName: String { (path as NSString).lastPathComponent }

@@ -32,6 +32,8 @@ public final class PKCS11Provider: Sendable {
 
     private struct State {
         var tokens: [String: PKCS11Token] = [:]
+        /// The token ids each module (by index) had at its last enumeration.
+        var seenByModule: [Int: [String]] = [:]
         var finalized = false
     }
 
@@ -87,13 +89,26 @@ public final class PKCS11Provider: Sendable {
     /// p11-kit names (or file names) of the loaded modules.
     public var moduleNames: [String] { modules.map(\.name) }
 
+    /// Whether some loaded module talks to card readers (its slots are hardware slots or removable devices).
+    public var hasReaderModules: Bool { modules.contains(where: \.talksToReaders) }
+
     /// Re-enumerates the slots that hold a token, skipping modules and slots that error.
-    /// A token seen before is returned as the same instance (its slot number updated).
-    public func tokens() -> [PKCS11Token] {
+    /// A token seen before is returned as the same instance (its slot number updated). With
+    /// `skippingReaderModules`, a module that talks to card readers is not asked (enumerating it may connect to every
+    /// card in every reader): its tokens are those its last enumeration found.
+    public func tokens(skippingReaderModules: Bool = false) -> [PKCS11Token] {
         if state.withLock({ $0.finalized }) { return [] }
         var result: [PKCS11Token] = []
         var seen = Set<String>()
-        for module in modules {
+        for (index, module) in modules.enumerated() {
+            if skippingReaderModules, module.talksToReaders {
+                let kept = state.withLock { s in (s.seenByModule[index] ?? []).compactMap { s.tokens[$0] } }
+                result += kept
+                seen.formUnion(kept.map(\.id))
+                continue
+            }
+            var found: [String] = []
+            defer { state.withLock { $0.seenByModule[index] = found } }
             for slot in module.slotsWithToken() {
                 guard let slotInfo = module.slotInfo(slot), case .success(let tokenInfo) = module.tokenInfo(slot) else {
                     continue
@@ -120,15 +135,20 @@ public final class PKCS11Provider: Sendable {
                     s.tokens[id] = created
                     return created
                 }
-                if let token { result.append(token) }
+                if let token {
+                    result.append(token)
+                    found.append(id)
+                }
             }
         }
         return result
     }
 
-    /// `tokens()` run on a separate thread, for callers on the cooperative pool.
-    public func tokensAsync() async -> [PKCS11Token] {
-        await DedicatedThread.run(name: "tessera.p11.enumerate") { [self] in self.tokens() }
+    /// `tokens(skippingReaderModules:)` run on a separate thread, for callers on the cooperative pool.
+    public func tokensAsync(skippingReaderModules: Bool = false) async -> [PKCS11Token] {
+        await DedicatedThread.run(name: "tessera.p11.enumerate") { [self] in
+            self.tokens(skippingReaderModules: skippingReaderModules)
+        }
     }
 
     /// Stops every session thread (closing sessions) and finalises the modules. Idempotent; later calls fail with

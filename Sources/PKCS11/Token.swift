@@ -21,6 +21,10 @@ public final class PKCS11Token: Sendable {
     /// `PINVerifier.shared` tag of the PIN of the last successful login.
     private let pinRecord = Locked<[UInt8]?>(nil)
     private let authLock = AsyncLock()
+    /// Objects are made on the token one at a time: SoftHSM2 2.6 fails concurrent object creation on one token
+    /// (C_GenerateKeyPair / C_GenerateKey from several sessions answer CKR_GENERAL_ERROR now and then: its object
+    /// store's file writes race; SoftHSMv2 issue #573, fixed after 2.6.1).
+    private let creationLock = AsyncLock()
     private let mechanismChoice = Locked<ck_mechanism_type_t?>(nil)
 
     init(id: String, module: Module, slot: ck_slot_id_t, info: TokenInfo, sessions: Int) {
@@ -258,7 +262,7 @@ public final class PKCS11Token: Sendable {
                 (ck_attribute_type_t(CKA_KEY_TYPE), .ulong(UInt(CKK_EC))),
             ] + Self.signingKeyAttributes(id: keyID, label: label)
         let cache = keyHandles
-        return try await withSession { (ctx: SessionContext) throws(OperationError) -> [UInt8] in
+        return try await creating { (ctx: SessionContext) throws(OperationError) -> [UInt8] in
             let (publicKey, privateKey) = try ctx.generateKeyPair(
                 mechanism: ck_mechanism_type_t(CKM_EC_KEY_PAIR_GEN),
                 publicTemplate: publicTemplate, privateTemplate: privateTemplate)
@@ -415,7 +419,7 @@ public final class PKCS11Token: Sendable {
     public func deleteKeyPair(id keyID: [UInt8]) async throws(TesseraError) -> Bool {
         let cache = keyHandles
         let loginRequired = info.flags.loginRequired
-        return try await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+        return try await creating { (ctx: SessionContext) throws(OperationError) -> Bool in
             if loginRequired, try !ctx.isLoggedIn() {
                 throw .failure(TesseraError(.pinRequired, "log in before deleting keys"))
             }
@@ -462,7 +466,7 @@ public final class PKCS11Token: Sendable {
             + [CKA_VERIFY, CKA_ENCRYPT, CKA_DECRYPT, CKA_DERIVE, CKA_WRAP, CKA_UNWRAP].map {
                 (ck_attribute_type_t($0), AttributeValue.bool(false))
             } + Self.signingKeyAttributes(id: keyID, label: label)
-        _ = try await withSession { (ctx: SessionContext) throws(OperationError) -> ck_object_handle_t in
+        _ = try await creating { (ctx: SessionContext) throws(OperationError) -> ck_object_handle_t in
             try ctx.generateKey(mechanism: ck_mechanism_type_t(CKM_GENERIC_SECRET_KEY_GEN), template: template)
         }
     }
@@ -499,7 +503,7 @@ public final class PKCS11Token: Sendable {
     @discardableResult
     public func deleteSecretKeys(ids: [[UInt8]]) async throws(TesseraError) -> Bool {
         let loginRequired = info.flags.loginRequired
-        return try await withSession { (ctx: SessionContext) throws(OperationError) -> Bool in
+        return try await creating { (ctx: SessionContext) throws(OperationError) -> Bool in
             if loginRequired, try !ctx.isLoggedIn() {
                 throw .failure(TesseraError(.pinRequired, "log in before deleting keys"))
             }
@@ -695,6 +699,13 @@ public final class PKCS11Token: Sendable {
         let result = await worker.run(body)
         pool.release(worker)
         return try result.get()
+    }
+
+    /// `withSession` for a call that makes or destroys objects on the token, one at a time (`creationLock`).
+    private func creating<T: Sendable>(
+        _ body: @escaping @Sendable (SessionContext) throws(OperationError) -> T
+    ) async throws(TesseraError) -> T {
+        try await creationLock.withLock { () async throws(TesseraError) -> T in try await self.withSession(body) }
     }
 
     /// Runs `body` on one session while holding every session of the pool (no other operation in flight).

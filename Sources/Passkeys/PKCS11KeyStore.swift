@@ -7,19 +7,19 @@ import TesseraCore
 
 /// PKCS#11 tokens (through p11-kit or explicit modules) as a passkey key store.
 ///
-/// Token enumeration is cached for a second so the signing path does not walk every slot per request;
-/// an unknown token id triggers a fresh enumeration.
+/// Requests read the token list's snapshot (`PKCS11TokenList`): none enumerates the modules itself.
 public final class PKCS11KeyStore: KeyStore {
-    private let provider: Locked<PKCS11Provider>
-    private let cache = Locked<(at: ContinuousClock.Instant, tokens: [PKCS11TokenAdapter])?>(nil)
+    private let provider: PKCS11Provider
+    private let list: PKCS11TokenList
     private let logger: Logger
-    /// Tokens logged in with their PIN file.
-    private let pinFileTokens: Set<String>
 
-    init(provider: PKCS11Provider, logger: Logger, pinFileTokens: Set<String> = []) {
-        self.provider = Locked(provider)
+    init(provider: PKCS11Provider, initial: [PKCS11Token], logger: Logger, pinFileTokens: Set<String> = []) {
+        self.provider = provider
         self.logger = logger
-        self.pinFileTokens = pinFileTokens
+        list = PKCS11TokenList(provider: provider, initial: initial) { token in
+            guard Self.isUsable(token) else { return nil }
+            return PKCS11TokenAdapter(token: token, hasConfiguredPIN: pinFileTokens.contains(token.id))
+        }
     }
 
     /// Loads the modules and logs in unattended software tokens that have a PIN file.
@@ -63,7 +63,7 @@ public final class PKCS11KeyStore: KeyStore {
                 logger.error("PIN file login for token \(token.id) failed: \(error)")
             }
         }
-        return PKCS11KeyStore(provider: provider, logger: logger, pinFileTokens: pinFileTokens)
+        return PKCS11KeyStore(provider: provider, initial: usable, logger: logger, pinFileTokens: pinFileTokens)
     }
 
     /// Initialised, writable tokens (p11-kit's read-only trust store is not a key store).
@@ -71,19 +71,18 @@ public final class PKCS11KeyStore: KeyStore {
         token.info.flags.tokenInitialized && !token.info.flags.writeProtected
     }
 
-    public func tokens() async -> [any KeyStoreToken] {
-        if let c = cache.withLock({ $0 }), ContinuousClock.now - c.at < .seconds(1) { return c.tokens }
-        let p = provider.withLock { $0 }
-        let pinFileTokens = self.pinFileTokens
-        let fresh = await p.tokensAsync().filter(Self.isUsable).map {
-            PKCS11TokenAdapter(token: $0, hasConfiguredPIN: pinFileTokens.contains($0.id))
-        }
-        cache.withLock { $0 = (ContinuousClock.now, fresh) }
-        return fresh
+    public func tokens() async -> [any KeyStoreToken] { list.current().tokens }
+
+    public func freshTokens(within limit: Duration) async -> [any KeyStoreToken] {
+        await list.fresh(within: limit).tokens
     }
 
+    public func beginCardPresentation() async { await list.beginCardPresentation() }
+
+    public func endCardPresentation() async { list.endCardPresentation() }
+
     public func close() async {
-        provider.withLock { $0 }.finalize()
+        provider.finalize()
     }
 }
 

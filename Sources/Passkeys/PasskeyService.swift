@@ -42,11 +42,30 @@ public final class PasskeyService: Sendable {
         }
     }
 
-    /// All tokens present now, across backends.
+    /// All tokens present, across backends, as last seen (no request waits for an enumeration).
     public func tokens() async -> [any KeyStoreToken] {
         var all: [any KeyStoreToken] = []
         for ks in keyStores { all += await ks.tokens() }
         return all
+    }
+
+    /// All tokens seen by an enumeration after this call, waiting at most `limit` per key store (`tokens.list`).
+    public func freshTokens(within limit: Duration = .seconds(1)) async -> [any KeyStoreToken] {
+        var all: [any KeyStoreToken] = []
+        for ks in keyStores { all += await ks.freshTokens(within: limit) }
+        return all
+    }
+
+    /// Runs `body` while the daemon presents a card in a PC/SC reader: no key store opens a reader meanwhile
+    /// (`KeyStore.beginCardPresentation`).
+    public func whilePresentingCard<T: Sendable>(
+        _ body: () async throws(TesseraError) -> T
+    ) async throws(TesseraError) -> T {
+        for ks in keyStores { await ks.beginCardPresentation() }
+        let result: Result<T, TesseraError>
+        do throws(TesseraError) { result = .success(try await body()) } catch { result = .failure(error) }
+        for ks in keyStores { await ks.endCardPresentation() }
+        return try result.get()
     }
 
     func token(id: String) async -> (any KeyStoreToken)? {
@@ -492,7 +511,16 @@ public final class PasskeyService: Sendable {
     /// id, else its label when exactly one present token has it. TOKEN_NOT_PRESENT when none matches,
     /// INVALID_INPUT when the label is ambiguous.
     public func token(named name: String) async throws(TesseraError) -> any KeyStoreToken {
-        let all = await tokens()
+        if let t = try await Self.token(named: name, in: await tokens()) { return t }
+        // One the last enumeration did not see (just inserted or made): a fresh one, waited for briefly.
+        if let t = try await Self.token(named: name, in: await freshTokens()) { return t }
+        throw TesseraError(
+            .tokenNotPresent, "no token with id or label '\(name)' is present (tessera tokens lists them)")
+    }
+
+    private static func token(
+        named name: String, in all: [any KeyStoreToken]
+    ) async throws(TesseraError) -> (any KeyStoreToken)? {
         if let t = all.first(where: { $0.id == name }) { return t }
         var labelled: [any KeyStoreToken] = []
         for t in all where await t.describe()["label"]?.stringValue == name { labelled.append(t) }
@@ -502,11 +530,7 @@ public final class PasskeyService: Sendable {
                 "\(labelled.count) tokens are labelled '\(name)' (\(labelled.map(\.id).joined(separator: ", "))): name one by its id"
             )
         }
-        guard let t = labelled.first else {
-            throw TesseraError(
-                .tokenNotPresent, "no token with id or label '\(name)' is present (tessera tokens lists them)")
-        }
-        return t
+        return labelled.first
     }
 
     /// The token named `name` (id or label, `token(named:)`), or with nil the first token present;

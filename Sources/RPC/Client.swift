@@ -59,7 +59,7 @@ public final class RPCClient: Sendable {
     /// What a user reads when tesserad cannot be reached at `path`: the reason in words and what to do.
     public static func unreachableMessage(path: String, errno: Int32?) -> String {
         let start =
-            "Start it (sudo systemctl start tesserad.socket, or tesserad --socket \(path) --state-dir DIR) or give its socket with --socket PATH or TESSERA_SOCKET; tessera doctor checks the set-up"
+            "Start it (\(DaemonHints.start(socket: path))) or give its socket with --socket PATH or TESSERA_SOCKET; tessera doctor checks the set-up"
         switch errno {
         case ENOENT?:
             return "cannot reach tesserad at \(path): no such socket — is tesserad running? \(start)"
@@ -68,7 +68,7 @@ public final class RPCClient: Sendable {
                 "cannot reach tesserad at \(path): nothing listens on it (tesserad stopped and left its socket?) — \(start)"
         case EACCES?, EPERM?:
             return
-                "cannot reach tesserad at \(path): permission denied — your user may not open it; ask to join the socket's group (ls -l \(path)); tessera doctor says which"
+                "cannot reach tesserad at \(path): permission denied — \(DaemonHints.permissionDenied(socket: path)); tessera doctor says which"
         case ENOTDIR?:
             return
                 "cannot reach tesserad at \(path): a part of the path is not a directory — give the socket with --socket PATH"
@@ -93,8 +93,16 @@ public final class RPCClient: Sendable {
                 guard let id else { return }
                 var bytes = RPCWire.request(id: .number(Double(id)), method: method, params: params).serialized()
                 bytes.append(UInt8(ascii: "\n"))
+                let channel = self.channel
                 channel.writeAndFlush(ByteBuffer(bytes: bytes)).whenFailure { [weak self] error in
-                    self?.fail(id: id, TesseraError(.daemonUnavailable, "write failed: \(error)"))
+                    // The daemon may have answered the connection before closing it (FRAME_TOO_LARGE while the
+                    // request was still being written): once the connection is closed, that answer, when it came,
+                    // has already ended the call.
+                    guard let self else { return }
+                    channel.close(promise: nil)
+                    channel.closeFuture.whenComplete { _ in
+                        self.fail(id: id, TesseraError(.daemonUnavailable, "write failed: \(error)"))
+                    }
                 }
             }
         } catch let e as TesseraError {
@@ -173,6 +181,10 @@ private final class ClientHandler: ChannelInboundHandler, Sendable {
                 notifications.yield(RPCNotification(method: method, params: item["params"] ?? .null))
             } else if client.withLock({ $0 })?.resolve(item) != true, let error = item["error"] {
                 notifications.yield(RPCNotification(method: "rpc.error", params: error))
+                // The daemon answered the connection, not a call (FRAME_TOO_LARGE), and closes it: the calls
+                // waiting end with its error rather than "connection closed".
+                let decoded = RPCWire.decodeError(error)
+                if decoded.code == .frameTooLarge { client.withLock { $0 }?.closed(with: decoded) }
             }
         }
     }

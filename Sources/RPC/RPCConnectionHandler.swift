@@ -80,12 +80,12 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         guard !inputEnded else { return }
-        if error is FrameTooLargeError {
+        if let tooLarge = error as? FrameTooLargeError {
             inputEnded = true
             let answer = RPCWire.response(
                 id: nil,
                 error: TesseraError(
-                    .frameTooLarge, "frame exceeds \(server.maxFrameBytes) bytes; connection closed"))
+                    .frameTooLarge, tooLarge.message, details: ["limit": .number(Double(tooLarge.limit))]))
             inFlight += 1
             write(RPCConnection.frame(answer))
         } else {

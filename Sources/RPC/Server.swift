@@ -142,6 +142,8 @@ public enum RPCListenAddress: Sendable {
 /// The JSON-RPC 2.0 server: NDJSON frames over a Unix stream socket, many clients, concurrent requests.
 public final class RPCServer: Sendable {
     public let maxFrameBytes: Int
+    /// Methods whose requests may be longer than `maxFrameBytes` (images), and their limit.
+    public let largeFrames: LargeFrames?
     /// Requests one connection may have in flight; more are answered `BUSY`.
     public let maxRequestsInFlight: Int
     /// Notifications queued for one connection at most; past it the connection is closed.
@@ -169,8 +171,9 @@ public final class RPCServer: Sendable {
     public init(
         dispatcher: any RPCDispatcher, logger: Logger, maxFrameBytes: Int = 1 << 20,
         maxRequestsInFlight: Int = 64, maxQueuedNotifications: Int = 1024, gate: ConnectionGate = ConnectionGate(),
-        eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
+        largeFrames: LargeFrames? = nil, eventLoopGroup: MultiThreadedEventLoopGroup = .singleton
     ) {
+        self.largeFrames = largeFrames
         self.gate = gate
         self.dispatcher = dispatcher
         self.logger = logger
@@ -194,6 +197,7 @@ public final class RPCServer: Sendable {
     /// `onListening` runs once the socket accepts connections (e.g. to notify systemd).
     public func run(on address: RPCListenAddress, onListening: @Sendable () -> Void = {}) async throws(TesseraError) {
         let maxFrame = maxFrameBytes
+        let large = largeFrames
         let server = try await UnixListener.bind(
             address, group: group, allowRemoteHalfClosure: true, gate: gate,
             refusal: Self.refusalFrame
@@ -201,7 +205,7 @@ public final class RPCServer: Sendable {
             let handler = RPCConnectionHandler(server: self, inbox: FrameInbox())
             let connection = self.connection(on: channel, peer: peer, handler: handler)
             let pipeline = channel.pipeline.syncOperations
-            try pipeline.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrame)))
+            try pipeline.addHandler(ByteToMessageHandler(LineFrameDecoder(maxFrameBytes: maxFrame, large: large)))
             try pipeline.addHandler(handler)
             self.register(connection, channel: channel)
             return connection
@@ -366,6 +370,16 @@ extension ScheduledTaskExecutor {
     /// are).
     convenience init(_ eventLoop: any EventLoop) {
         self.init { job in eventLoop.execute(job) }
+    }
+}
+
+/// The daemon's socket files on the way out.
+public enum SocketFiles {
+    /// Removes the socket at `path` unless something serves it (another instance took the path over).
+    public static func removeIfStale(_ path: String) {
+        var st = stat()
+        guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFSOCK, !SocketPath.isServed(path) else { return }
+        unlink(path)
     }
 }
 

@@ -253,11 +253,25 @@ public final class SSHAgent: Sendable {
             }
 
         case .removeSmartcardKey(let readerID):
-            guard peer.maySign, let id = await backend.tokenID(readerID: readerID) else { return .failure }
+            guard peer.maySign else {
+                backend.log(
+                    .notice, "ssh-agent: ssh-add -e \(readerID) refused: the policy does not let uid \(peer.uid) sign")
+                return .failure
+            }
+            guard let id = await backend.tokenID(readerID: readerID) else {
+                backend.log(.notice, "ssh-agent: ssh-add -e \(readerID) refused: no token is named \(readerID)")
+                return .failure
+            }
             let (removed, stillHeld) = state.withLock { s in
                 (s.unlocked.removeValue(forKey: Unlock(uid: peer.uid, tokenID: id)) != nil, s.holds(id))
             }
-            guard removed else { return .failure }
+            guard removed else {
+                backend.log(
+                    .notice,
+                    "ssh-agent: ssh-add -e \(readerID) refused: uid \(peer.uid) has not unlocked token \(id) (ssh-add -s unlocks; a token with a PIN file is always unlocked)"
+                )
+                return .failure
+            }
             if !stillHeld { await backend.forget(tokenID: id) }
             backend.log(.info, "ssh-agent: token \(id) locked again for uid \(peer.uid) (ssh-add -e)")
             return .success

@@ -266,9 +266,10 @@ public struct ConfigFile: Codable, Sendable {
             maxConnectionsPerUid: maxConnectionsPerUid ?? min(Self.defaultMaxConnectionsPerUid, total))
     }
 
-    /// `socketMode` as a mode (default 0660); only permission bits, written in octal.
-    static func socketMode(_ text: String?) throws(TesseraError) -> UInt32 {
-        guard let text else { return 0o660 }
+    /// `socketMode` as a mode (default 0660, or `defaultMode`: 0600 for a per-user daemon); only permission bits,
+    /// written in octal.
+    static func socketMode(_ text: String?, default defaultMode: UInt32 = 0o660) throws(TesseraError) -> UInt32 {
+        guard let text else { return defaultMode }
         guard !text.isEmpty, text.count <= 4, let mode = UInt32(text, radix: 8), mode <= 0o777 else {
             throw TesseraError.invalidInput("socketMode '\(text)' is not an octal file mode between 0 and 0777")
         }

@@ -37,7 +37,9 @@ public enum Daemon {
                 throw TesseraError(.invalidInput, "config: socketGroup '\(group)' is not a known group")
             }
         }
-        let socketMode = try ConfigFile.socketMode(config.socketMode)
+        // A per-user daemon's sockets are its user's alone (docs/INSTALL.md), inside its 0700 directory as well.
+        let defaultSocketMode: UInt32 = options.paths.mode == .user ? 0o600 : 0o660
+        let socketMode = try ConfigFile.socketMode(config.socketMode, default: defaultSocketMode)
         let configDirectory = options.configFile.map { ($0 as NSString).deletingLastPathComponent } ?? "."
         let enrollmentConfig = try EnrollmentConfiguration(
             json: config.enrollment,
@@ -71,7 +73,8 @@ public enum Daemon {
         let server = RPCServer(
             dispatcher: table, logger: logger,
             maxRequestsInFlight: config.maxRequestsInFlight ?? 64,
-            maxQueuedNotifications: config.maxQueuedNotifications ?? 1024, gate: gate)
+            maxQueuedNotifications: config.maxQueuedNotifications ?? 1024, gate: gate,
+            largeFrames: LargeFrames(methods: ["face.compare", "enrollment.submit"]))
 
         // `piv: {status, readers}` in tokens.list: PCSC_UNAVAILABLE shows there.
         let daemonSecret = try DaemonSecret.loadOrCreate(directory: options.stateDir)
@@ -244,7 +247,9 @@ public enum Daemon {
         let service = SocketService(server: server, address: address, logger: logger, started: started)
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
         var agentSweeper: Task<Void, Never>?
-        if let agentAddress = try Self.sshAgentAddress(sockets.sshAgent, config, inherited: inherited.sshAgent) {
+        if let agentAddress = try Self.sshAgentAddress(
+            sockets.sshAgent, config, inherited: inherited.sshAgent, defaultMode: defaultSocketMode)
+        {
             let agent = SSHAgent(
                 backend: sshBackend, pinCacheSeconds: config.sshAgent?.pinCacheSeconds ?? 900,
                 allowForwarded: config.sshAgent?.allowForwarded ?? true)
@@ -278,7 +283,9 @@ public enum Daemon {
                 services.append(
                     .init(
                         service: CTAPSocketService(
-                            path: ctapPath, mode: try ConfigFile.socketMode(config.ctap?.socketMode), group: socketGID,
+                            path: ctapPath,
+                            mode: try ConfigFile.socketMode(config.ctap?.socketMode, default: defaultSocketMode),
+                            group: socketGID,
                             hub: hub, access: ctapAccess, gate: gate, logger: ctapLogger), serviceName: "ctap-socket"))
             }
             if options.ctapUHID {
@@ -291,6 +298,12 @@ public enum Daemon {
         let group = ServiceGroup(
             configuration: .init(
                 services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        // The sockets bound here go with the daemon (a socket systemd passed is systemd's).
+        defer {
+            for path in [inherited.rpc == nil ? sockets.rpc ?? options.paths.socket : nil, sockets.sshAgent] {
+                if let path { SocketFiles.removeIfStale(path) }
+            }
+        }
         try await group.run()
         tokenEvents.cancel()
         trustReloader.cancel()
@@ -308,14 +321,14 @@ public enum Daemon {
 
 extension Daemon {
     /// Where the SSH agent listens: the socket systemd passed, else `--ssh-agent-socket`, else `sshAgent.socket`.
-    static func sshAgentAddress(_ path: String?, _ config: ConfigFile, inherited: Int32?) throws(TesseraError)
-        -> RPCListenAddress?
-    {
+    static func sshAgentAddress(
+        _ path: String?, _ config: ConfigFile, inherited: Int32?, defaultMode: UInt32 = 0o660
+    ) throws(TesseraError) -> RPCListenAddress? {
         if let inherited { return .inheritedDescriptor(inherited) }
         guard let path else { return nil }
         var gid: UInt32?
         if let g = config.socketGroup { gid = try Policy.gid(g) }
-        let mode = config.sshAgent?.socketMode.flatMap { UInt32($0, radix: 8) } ?? 0o660
+        let mode = config.sshAgent?.socketMode.flatMap { UInt32($0, radix: 8) } ?? defaultMode
         return .path(path, mode: mode, group: gid)
     }
 }

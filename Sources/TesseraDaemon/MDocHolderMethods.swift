@@ -82,6 +82,11 @@ extension MethodTable {
         }
         register("mdoc.approve", .enroll) { p, connection in
             let id = try p.string("presentationId")
+            guard !id.isEmpty else {
+                throw TesseraError(
+                    .invalidInput, "presentationId must not be empty (the mdoc.request line names it)",
+                    details: ["field": "presentationId"])
+            }
             guard let approve = try p.optionalBool("approve") else {
                 throw TesseraError(.invalidInput, "approve (true or false) is required", details: ["field": "approve"])
             }
@@ -166,40 +171,56 @@ extension MethodTable {
                 documentIdentifier: registration.documentIdentifier)
             defer { running.remove(session: session) }
             let log = Locked<[JSONValue]>([])
-            let holder = try MDocNFCHolder { deviceRequest, transcript in
-                let presentationId = UUID().uuidString.lowercased()
-                do throws(TesseraError) {
-                    let response = try await desk.respond(
-                        presentationId: presentationId, registration: registration, request: deviceRequest,
-                        sessionTranscript: transcript, uid: uid, pid: connection.peer.pid, session: session,
-                        timeout: .seconds(request.approvalTimeoutSeconds),
-                        announce: Self.announceRequest(to: connection, subscribers: subscribers))
-                    let entry: JSONValue = [
-                        "presentationId": .string(presentationId), "outcome": "released",
-                        "elements": .array(response.released.map { .string($0) }),
-                    ]
-                    log.withLock { $0.append(entry) }
-                    await connection.notify("mdoc.released", entry)
-                    return response.deviceResponse
-                } catch {
-                    var entry: [String: JSONValue] = [
-                        "presentationId": .string(presentationId), "outcome": "refused",
-                        "code": .string(error.code.rawValue), "message": .string(error.message),
-                    ]
-                    if let reason = error.details["reason"] { entry["reason"] = reason }
-                    log.withLock { $0.append(.object(entry)) }
-                    entry["documentIdentifier"] = .string(registration.documentIdentifier)
-                    await connection.notify("mdoc.refused", .object(entry))
-                    return nil
-                }
-            }
+            let delivery = MDocDelivery(
+                outcomes: service.outcomes, documentIdentifier: registration.documentIdentifier,
+                log: { entry in log.withLock { $0.append(entry) } },
+                notify: { method, params in await connection.notify(method, params) })
+            let holder = try MDocNFCHolder(
+                responder: { deviceRequest, transcript in
+                    let presentationId = UUID().uuidString.lowercased()
+                    do throws(TesseraError) {
+                        let response = try await desk.respond(
+                            presentationId: presentationId, registration: registration, request: deviceRequest,
+                            sessionTranscript: transcript, uid: uid, pid: connection.peer.pid, session: session,
+                            timeout: .seconds(request.approvalTimeoutSeconds), finishesOutcome: false,
+                            announce: Self.announceRequest(to: connection, subscribers: subscribers))
+                        await delivery.made(presentationId, released: response.released)
+                        return response.deviceResponse
+                    } catch {
+                        var entry: [String: JSONValue] = [
+                            "presentationId": .string(presentationId), "outcome": "refused",
+                            "code": .string(error.code.rawValue), "message": .string(error.message),
+                        ]
+                        if let reason = error.details["reason"] { entry["reason"] = reason }
+                        log.withLock { $0.append(.object(entry)) }
+                        entry["documentIdentifier"] = .string(registration.documentIdentifier)
+                        await connection.notify("mdoc.refused", .object(entry))
+                        return nil
+                    }
+                },
+                delivered: { await delivery.delivered() })
             let started: JSONValue = [
                 "documentIdentifier": .string(registration.documentIdentifier), "device": .string(request.device),
             ]
-            let reason = try await MDocPresentLoop.run(
-                holder: holder, on: request.target, for: .seconds(request.durationSeconds), presence: presence,
-                session: session, stopped: { running.stopped(session: session) },
-                started: { await connection.notify("mdoc.presenting", started) })
+            let present = { () async throws(TesseraError) -> String in
+                try await MDocPresentLoop.run(
+                    holder: holder, on: request.target, for: .seconds(request.durationSeconds), presence: presence,
+                    session: session, stopped: { running.stopped(session: session) },
+                    started: { await connection.notify("mdoc.presenting", started) })
+            }
+            let reason: String
+            do throws(TesseraError) {
+                // A card in a pcscd reader: no key store may open that reader meanwhile (OpenSC would connect to it).
+                if case .vpcd = request.target {
+                    reason = try await service.passkeys.whilePresentingCard(present)
+                } else {
+                    reason = try await present()
+                }
+            } catch {
+                await delivery.end(reason: "reader-gone")
+                throw error
+            }
+            await delivery.end(reason: reason)
             await presence.forget(group: session)
             let presentations = log.withLock { $0 }
             return [
@@ -252,6 +273,78 @@ struct MDocPresentRequest {
         return seconds
     }
 
+}
+
+/// Whether the response to an approved request reached the reader: `released` (the `mdoc.released` notification,
+/// the `mdoc.approve` result) only once its last chunk went out; a response the reader never took (the card left
+/// first, the presentation ended) is `undelivered` with CARD_REMOVED (`mdoc.undelivered`).
+final class MDocDelivery: Sendable {
+    private struct State {
+        var made: (id: String, released: [String])?
+        var ended: String?
+    }
+    private let state = Locked(State())
+    let outcomes: MDocOutcomes
+    let documentIdentifier: String
+    let log: @Sendable (JSONValue) -> Void
+    let notify: @Sendable (String, JSONValue) async -> Void
+
+    init(
+        outcomes: MDocOutcomes, documentIdentifier: String, log: @escaping @Sendable (JSONValue) -> Void,
+        notify: @escaping @Sendable (String, JSONValue) async -> Void
+    ) {
+        self.outcomes = outcomes; self.documentIdentifier = documentIdentifier; self.log = log; self.notify = notify
+    }
+
+    /// The response to presentation `id` is made and goes to the reader.
+    func made(_ id: String, released: [String]) async {
+        let ended = state.withLock { s -> String? in
+            if s.ended == nil { s.made = (id, released) }
+            return s.ended
+        }
+        if let ended { await undelivered(id, released: released, reason: ended) }
+    }
+
+    /// The reader took the response's last chunk.
+    func delivered() async {
+        guard
+            let made = state.withLock({ s in
+                defer { s.made = nil }; return s.made
+            })
+        else { return }
+        let entry: JSONValue = [
+            "presentationId": .string(made.id), "outcome": "released",
+            "elements": .array(made.released.map { .string($0) }),
+        ]
+        log(entry)
+        await notify("mdoc.released", entry)
+        await outcomes.finish(made.id, .success(made.released))
+    }
+
+    /// The presentation ended (`reason`): a response not taken by then never reaches the reader.
+    func end(reason: String) async {
+        let made = state.withLock { s in
+            defer { s.made = nil; s.ended = reason }
+            return s.made
+        }
+        if let made { await undelivered(made.id, released: made.released, reason: reason) }
+    }
+
+    private func undelivered(_ id: String, released: [String], reason: String) async {
+        let error = TesseraError(
+            .cardRemoved, "the reader did not take the response: the card left the reader first (\(reason))",
+            details: ["reason": .string(reason), "presentationId": .string(id)])
+        let entry: [String: JSONValue] = [
+            "presentationId": .string(id), "outcome": "undelivered", "code": .string(error.code.rawValue),
+            "message": .string(error.message), "reason": .string(reason),
+            "elements": .array(released.map { .string($0) }),
+        ]
+        log(.object(entry))
+        var note = entry
+        note["documentIdentifier"] = .string(documentIdentifier)
+        await notify("mdoc.undelivered", .object(note))
+        await outcomes.finish(id, .failure(error))
+    }
 }
 
 enum MDocHolderViews {

@@ -210,7 +210,7 @@ extension Views {
     /// Every present token's `tokens.list` entry.
     static func tokens(_ service: PasskeyService) async -> [JSONValue] {
         var list: [JSONValue] = []
-        for t in await service.tokens() { list.append(await t.describe()) }
+        for t in await service.freshTokens() { list.append(await t.describe()) }
         return list
     }
 

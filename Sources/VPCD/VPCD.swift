@@ -21,7 +21,8 @@ public enum VPCDLinkEvent: Sendable, Hashable {
 /// control codes (0 power off, 1 power on, 2 reset, 4 get ATR — answered with the ATR); any other payload is a
 /// command APDU answered with the response APDU.
 public actor VirtualCardLink {
-    /// Called for every APDU exchange: command, response, time the command arrived.
+    /// Called for every APDU exchange once the response was written to vpcd: command, response, time the command
+    /// arrived.
     public typealias ExchangeHook = @Sendable (_ command: [UInt8], _ response: [UInt8], _ timestamp: Date) -> Void
     public typealias EventHook = @Sendable (VPCDLinkEvent) -> Void
 
@@ -197,8 +198,8 @@ public actor VirtualCardLink {
                 } else if !frame.isEmpty {
                     let timestamp = Date()
                     let response = await card.process(frame)
-                    onExchange?(frame, response, timestamp)
                     try await outbound.write(response)
+                    onExchange?(frame, response, timestamp)
                 }
             }
         }

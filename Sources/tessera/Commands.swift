@@ -152,7 +152,9 @@ struct Credentials: AsyncParsableCommand {
         @OptionGroup var globals: GlobalOptions
         @Argument(help: "Credential id, base64url (one starting with '-' goes after `--`).") var credentialId: String
         func run() async throws {
-            try await globals.run("credentials.get", ["credentialId": .string(credentialId)]) { $0.prettyText() }
+            try await globals.run("credentials.get", ["credentialId": .string(credentialId)]) {
+                String(decoding: $0.serialized(), as: UTF8.self)
+            }
         }
     }
 
@@ -201,7 +203,7 @@ struct Call: AsyncParsableCommand {
     func run() async throws {
         let p: JSONValue
         do { p = try JSONValue.parse(Array(params.utf8)) } catch { throw ValidationError("params are not valid JSON") }
-        try await globals.run(method, p) { $0.prettyText() }
+        try await globals.run(method, p) { String(decoding: $0.serialized(), as: UTF8.self) }
     }
 }
 

@@ -100,6 +100,7 @@ enum DoctorProbes {
         guard let attrs = try? FileManager.default.attributesOfItem(atPath: path) else { return .hidden }
         let type = attrs[.type] as? FileAttributeType
         let gid = (attrs[.groupOwnerAccountID] as? NSNumber)?.uint32Value ?? 0
+        let accessible = access(path, R_OK | W_OK) == 0
         return .present(
             DoctorFacts.Attributes(
                 isSocket: type == .typeSocket,
@@ -107,7 +108,28 @@ enum DoctorProbes {
                     ?? String((attrs[.ownerAccountID] as? NSNumber)?.intValue ?? 0),
                 group: attrs[.groupOwnerAccountName] as? String ?? String(gid), groupID: gid,
                 mode: ((attrs[.posixPermissions] as? NSNumber)?.uint32Value ?? 0) & 0o777,
-                accessible: access(path, R_OK | W_OK) == 0))
+                accessible: accessible,
+                stale: type == .typeSocket && accessible && connectRefused(path)))
+    }
+
+    /// Connecting to the Unix socket at `path` is refused: nothing listens on it.
+    static func connectRefused(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+        }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        return rc != 0 && errno == ECONNREFUSED
     }
 
     static func sameFile(_ a: String, _ b: String) -> Bool {

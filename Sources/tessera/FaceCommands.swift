@@ -13,7 +13,7 @@ struct FaceCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Compare probe photos with a reference photo using tesserad's face matcher (face.compare).",
             discussion: """
-                Sends REFERENCE and each PROBE to tesserad's face matcher (faceMatching.command in its configuration, else the reference matcher shipped with Tessera) and prints its decision, its score, whether the daemon counts it as a match (the matcher's decision and faceMatching.threshold), the matcher's name and how long it took. Labs use it to tune the threshold on their own photos. Images are JPEG, JPEG 2000 or PNG files; their media type is taken from their first bytes. Nothing is stored: the images exist only for the request. The request must fit the socket's 1 MiB frame, so keep the photos to a few hundred kB in all.
+                Sends REFERENCE and each PROBE to tesserad's face matcher (faceMatching.command in its configuration, else the reference matcher shipped with Tessera) and prints its decision, its score, whether the daemon counts it as a match (the matcher's decision and faceMatching.threshold), the matcher's name and how long it took. Labs use it to tune the threshold on their own photos. Images are JPEG, JPEG 2000 or PNG files; their media type is taken from their first bytes. Nothing is stored: the images exist only for the request. The request may be up to 16 MiB (about 12 MB of photos in all); a larger one is refused with FRAME_TOO_LARGE.
 
                 With --challenge the probes are frames of a liveness challenge, in capture order, and the matcher also says whether they show the actions performed by the reference's face.
 

@@ -8,6 +8,6 @@ struct Lab: AsyncParsableCommand {
             "Lab tools: emulated passports and PIV cards, card emulation with libnfc, a software PN532, APDU traces.",
         subcommands: [
             LabMakeProfile.self, LabEmulatePassport.self, LabEmulatePIV.self, LabEmulate.self, LabPN532.self,
-            LabTrace.self, LabMakeMDoc.self, LabEmulateMDoc.self, LabMakeBadge.self,
+            LabTrace.self, LabMakeMDoc.self, LabMakeMDocReader.self, LabEmulateMDoc.self, LabMakeBadge.self,
         ])
 }

@@ -63,7 +63,7 @@ struct MDocCommand: AsyncParsableCommand {
                 let out: JSONValue = [
                     "status": .number(Double(parsed.status)), "documents": .array(results.map(\.json)),
                 ]
-                print(out.prettyText())
+                print(String(decoding: out.serialized(), as: UTF8.self))
                 if results.isEmpty || results.contains(where: { $0.verdict != .authentic }) { throw ExitCode(1) }
             } catch let error as TesseraError {
                 throw LabOutput.fail(error, status: 2)

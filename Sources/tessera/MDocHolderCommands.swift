@@ -127,9 +127,11 @@ extension MDocCommand {
                 the registration; then it \
                 is printed as an `mdoc.request` line (presentationId, reader, elements) and nothing is released until \
                 `tessera mdoc approve PRESENTATION-ID` (same uid) within --approval-timeout. Declined, timed out or \
-                untrusted requests end the session with status 20 (an `mdoc.refused` line says why). Prints one JSON \
-                line per event ({"event": "mdoc.presenting" | "mdoc.request" | "mdoc.released" | "mdoc.refused", "params": …}) \
-                and the summary when the reader ends the session, --duration passes, `mdoc.stop` or on Ctrl-C.
+                untrusted requests end the session with status 20 (an `mdoc.refused` line says why). Prints a line per \
+                event (the card is in the reader, a request with its presentation id, released, refused, not \
+                delivered) and the summary when the reader ends the session, --duration passes, `mdoc.stop` or on \
+                Ctrl-C; with --json one JSON line per event ({"event": "mdoc.presenting" | "mdoc.request" | \
+                "mdoc.released" | "mdoc.refused" | "mdoc.undelivered", "params": …}) and the result.
 
                 EXAMPLES
                   tessera mdoc present my-mdl --device 127.0.0.1:35963
@@ -150,8 +152,9 @@ extension MDocCommand {
             var p: [String: JSONValue] = ["documentIdentifier": .string(documentId), "device": .string(device)]
             if let duration { p["durationSeconds"] = .number(Double(duration)) }
             if let approvalTimeout { p["approvalTimeoutSeconds"] = .number(Double(approvalTimeout)) }
-            let result = try await MDocHolderText.callPrintingEvents(globals, "mdoc.present", .object(p))
-            print(String(decoding: result.serialized(), as: UTF8.self))
+            let result = try await MDocHolderText.callPrintingEvents(
+                globals, "mdoc.present", .object(p), inWords: !globals.json)
+            print(globals.json ? String(decoding: result.serialized(), as: UTF8.self) : MDocHolderText.summary(result))
         }
     }
 
@@ -260,16 +263,18 @@ extension MDocCommand {
 enum MDocHolderText {
     /// Calls a long-running holder method, printing each `mdoc.*` notification as a JSON line
     /// `{"event", "params"}`; an error goes to stderr with exit status 2 (3: daemon unavailable).
-    static func callPrintingEvents(_ globals: GlobalOptions, _ method: String, _ params: JSONValue) async throws
-        -> JSONValue
-    {
+    /// `inWords`: each event as a line for people (`words`) instead.
+    static func callPrintingEvents(
+        _ globals: GlobalOptions, _ method: String, _ params: JSONValue, inWords: Bool = false
+    ) async throws -> JSONValue {
         do {
             let client = try await RPCClient.connect(path: globals.socketPath)
             defer { Task { await client.close() } }
             let printer = Task {
                 for await n in client.notifications where n.method.hasPrefix("mdoc.") {
                     let line: JSONValue = ["event": .string(n.method), "params": n.params]
-                    FileHandle.standardOutput.write(Data(line.serialized() + [0x0A]))
+                    let text = inWords ? words(n.method, n.params) : String(decoding: line.serialized(), as: UTF8.self)
+                    FileHandle.standardOutput.write(Data((text + "\n").utf8))
                 }
             }
             defer { printer.cancel() }
@@ -278,6 +283,41 @@ enum MDocHolderText {
             FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
             throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
         }
+    }
+
+    /// One holder event in words (without --json).
+    static func words(_ event: String, _ p: JSONValue) -> String {
+        let id = p["presentationId"]?.stringValue ?? "?"
+        let elements = (p["elements"]?.arrayValue ?? []).compactMap { e in
+            e.stringValue ?? e["identifier"]?.stringValue
+        }
+        let list = elements.isEmpty ? "nothing" : elements.joined(separator: " ")
+        switch event {
+        case "mdoc.presenting":
+            return
+                "presenting \(p["documentIdentifier"]?.stringValue ?? "?") on \(p["device"]?.stringValue ?? "?"): the reader may read now"
+        case "mdoc.request":
+            let reader = p["reader"]?["subject"]?.stringValue ?? p["origin"]?.stringValue ?? "?"
+            return """
+                request \(id) from \(reader) for \(list)
+                  approve: tessera mdoc approve \(id) [--element NAMESPACE/IDENTIFIER …]   decline: tessera mdoc approve --decline \(id)
+                """
+        case "mdoc.released": return "released \(id): \(list)"
+        case "mdoc.refused":
+            return "refused \(id): \(p["code"]?.stringValue ?? "?"): \(p["message"]?.stringValue ?? "")"
+        case "mdoc.undelivered":
+            return "not delivered \(id): \(p["message"]?.stringValue ?? "")"
+        default: return "\(event) \(String(decoding: p.serialized(), as: UTF8.self))"
+        }
+    }
+
+    /// `mdoc.present`'s result in words.
+    static func summary(_ r: JSONValue) -> String {
+        let requests = r["requests"]?.intValue ?? 0
+        let presentations = r["presentations"]?.arrayValue ?? []
+        let released = presentations.filter { $0["outcome"]?.stringValue == "released" }.count
+        return
+            "ended (\(r["reason"]?.stringValue ?? "?")): \(requests) request\(requests == 1 ? "" : "s"), \(released) released"
     }
 
     static func registration(_ r: JSONValue) -> String {

@@ -65,7 +65,7 @@ extension MDocCommand {
                 }
             }
             if globals.json {
-                print(result.prettyText())
+                print(String(decoding: result.serialized(), as: UTF8.self))
                 return
             }
             for doc in result["documents"]?.arrayValue ?? [] {

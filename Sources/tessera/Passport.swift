@@ -208,8 +208,10 @@ enum PassportSummary {
         lines.append(
             "Access protocol:  \(r["accessProtocol"]?.stringValue ?? "?")\(mapping) (reader \(r["reader"]?.stringValue ?? "?"))"
         )
-        let groups = (r["dataGroups"]?.objectValue ?? [:]).keys.sorted { order($0) < order($1) }
-        lines.append("Files read:       \(groups.joined(separator: " "))")
+        // Every file read (the returned ones and those read only to check their hashes, listed below).
+        let read = (r["filesRead"]?.arrayValue ?? []).compactMap(\.stringValue)
+        let groups = read.isEmpty ? Array((r["dataGroups"]?.objectValue ?? [:]).keys) : read
+        lines.append("Files read:       \(groups.sorted { order($0) < order($1) }.joined(separator: " "))")
         let faces = r["faceImages"]?.arrayValue ?? []
         if let f = faces.first {
             var text = "\(faces.count) face image(s), \(f["mimeType"]?.stringValue ?? "?")"

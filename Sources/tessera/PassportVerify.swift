@@ -53,7 +53,7 @@ extension Passport {
                 let store = try DocumentService.trustStore(paths: csca, masterListTrust: masterListTrust, crls: crl)
                 let result = parsed.verificationJSON(
                     trustStore: store, allowClonable: allowClonable, aaChallenge: nonce)
-                print(result.prettyText())
+                print(String(decoding: result.serialized(), as: UTF8.self))
                 if result["verdict"]?.stringValue != "authentic" { throw ExitCode(1) }
             } catch let error as TesseraError {
                 FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))

@@ -113,7 +113,8 @@ final class PIVHarness: Sendable {
         _ credentialId: [UInt8], pin: String? = "123456",
         allowFinalPinTry: Bool = false
     ) async throws(TesseraError) -> (PasskeyService.Assertion, [UInt8]) {
-        let challenge = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        var generator = SeededRandom(stream: "PIVTests.authenticate.\(Base64URL.encode(credentialId))")
+        let challenge = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
         let a = try await service.authenticate(
             .init(
                 rpId: "example.com", challenge: challenge,

@@ -116,6 +116,28 @@ struct SoftHSMTests {
         #expect(try await OpenSSLVerifier.verify(point: point, message: [2], rawSignature: signature))
     }
 
+    /// Issue #36: SoftHSM2 2.6.1 answers CKR_GENERAL_ERROR now and then to C_GenerateKeyPair made from several
+    /// sessions of one token at once (its object store; SoftHSMv2 issue #573). The token makes objects one at a time.
+    @Test func keyPairsMadeAtOnceFromEverySessionOfOneTokenAllSucceed() async throws {
+        let token = try await SoftHSMEnvironment.loggedInToken("concurrent-keygen")
+        let failures = await withTaskGroup(of: String?.self) { group in
+            for i in 0..<160 {
+                group.addTask {
+                    do {
+                        let id = Array("concurrent-\(i)".utf8)
+                        _ = try await token.generateP256KeyPair(id: id, label: "tessera:concurrent")
+                        _ = try await token.deleteKeyPair(id: id)
+                        return nil
+                    } catch { return "\(i): \(error)" }
+                }
+            }
+            var out: [String] = []
+            for await f in group { if let f { out.append(f) } }
+            return out
+        }
+        #expect(failures.isEmpty, "\(failures)")
+    }
+
     @Test func signingNeedsLogin() async throws {
         let token = try await SoftHSMEnvironment.freshToken("nologin")
         #expect(await errorCode { try await token.signP256(keyID: [1, 2, 3], message: [0]) } == .pinRequired)

@@ -1,3 +1,4 @@
+import Foundation
 import RPC
 import TesseraCore
 import Testing
@@ -45,5 +46,21 @@ import Testing
             DaemonPaths.clientSocket(environment: env.merging(["TESSERA_SOCKET": "/x.sock"]) { $1 }) { _ in true }
                 == "/x.sock")
         #expect(DaemonPaths.clientSocket(environment: [:]) { _ in true } == "/run/tesserad/tesserad.sock")
+    }
+}
+
+/// What the CLI and `tessera doctor` say about a socket depends on whose daemon it is (issue #36).
+@Suite struct DaemonHintsTests {
+    @Test func aPerUserSocketGetsThePerUserCommands() {
+        let user = "/run/user/1000/tessera/tesserad.sock"
+        #expect(DaemonHints.isPerUser(socket: user))
+        #expect(DaemonHints.start(socket: user).hasPrefix("systemctl --user start tesserad.socket"))
+        #expect(DaemonHints.log(socket: user) == "journalctl --user -u tesserad")
+        #expect(!DaemonHints.permissionDenied(socket: user).contains("group"))
+        let system = "/run/tesserad/tesserad.sock"
+        #expect(!DaemonHints.isPerUser(socket: system))
+        #expect(DaemonHints.start(socket: system).hasPrefix("sudo systemctl start tesserad.socket"))
+        #expect(DaemonHints.log(socket: system) == "journalctl -u tesserad")
+        #expect(RPCClient.unreachableMessage(path: user, errno: ECONNREFUSED).contains("systemctl --user start"))
     }
 }

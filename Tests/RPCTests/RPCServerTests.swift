@@ -2,10 +2,11 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
-@_spi(Testing) import RPC
 import Synchronization
 import TesseraCore
 import Testing
+
+@_spi(Testing) @testable import RPC
 
 /// Holds `gate` requests until `n` of them are in flight at once (or gives up after 30 s, which fails the test).
 actor Gate {
@@ -495,5 +496,39 @@ func floodAndClose(path: String, requests: Int) async throws {
         for i in 0..<3 { #expect(await connection.next() == [UInt8](repeating: UInt8(i), count: 10 + i)) }
         close(peer)
         #expect(await connection.next() == nil)
+    }
+}
+
+/// Requests of the methods that carry images may be longer than the connection's frame limit (issue #36).
+@Suite struct LargeFramesTests {
+    let large = LargeFrames(methods: ["face.compare", "enrollment.submit"], maxBytes: 16384)
+
+    func decode(_ text: String, limit: Int = 64) throws -> Int? {
+        var decoder = LineFrameDecoder(maxFrameBytes: limit, large: large)
+        var buffer = ByteBuffer(string: text)
+        return try decoder.nextFrame(&buffer)?.readableBytes
+    }
+
+    @Test func aLargeMethodsFrameMayGrowToItsLimitAndNoFurther() throws {
+        let params = String(repeating: "a", count: 1000)
+        let face = #"{"id":1,"jsonrpc":"2.0","method" : "face.compare","params":{"x":""# + params + "\"}}\n"
+        #expect(try decode(face) == face.utf8.count - 1)
+        let other = #"{"id":1,"jsonrpc":"2.0","method":"daemon.status","params":{"x":""# + params + "\"}}\n"
+        #expect(throws: FrameTooLargeError.self) { try decode(other) }
+        do {
+            _ = try decode(other)
+        } catch let error as FrameTooLargeError {
+            #expect(error.limit == 64 && error.message.contains("face.compare"))
+        }
+        let huge = #"{"method":"enrollment.submit","params":""# + String(repeating: "b", count: 20000)
+        do {
+            _ = try decode(huge)
+            Issue.record("a frame past the large limit was accepted")
+        } catch let error as FrameTooLargeError {
+            #expect(error.limit == 16384 && error.method == "enrollment.submit")
+        }
+        // The method named only past the first 4096 bytes: the connection's limit holds.
+        let late = #"{"params":{"x":""# + String(repeating: "c", count: 5000) + #""},"method":"face.compare"}"# + "\n"
+        #expect(throws: FrameTooLargeError.self) { try decode(late) }
     }
 }

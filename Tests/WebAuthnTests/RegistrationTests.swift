@@ -1,14 +1,16 @@
 import CBOR
 import Crypto
 import TesseraCore
+import TesseraTestSupport
 import Testing
 import WebAuthn
 
 /// SHA-256("example.com"), as in the WebAuthn spec's examples.
 let exampleRpIdHash = Hex.decode("a379a6f6eeafb9a55e378c118034e2751e682fab9f2d30ab13d2125586ce1947")!
 
-private func randomBytes(_ count: Int) -> [UInt8] {
-    var generator = SystemRandomNumberGenerator()
+/// `count` bytes from the suite's seeded generator (`TESSERA_TEST_SEED` repeats them), one stream per `purpose`.
+private func randomBytes(_ count: Int, _ purpose: String) -> [UInt8] {
+    var generator = SeededRandom(stream: "RegistrationTests." + purpose)
     return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
 }
 
@@ -52,7 +54,7 @@ private func randomBytes(_ count: Int) -> [UInt8] {
     }
 
     @Test func packedSelfAttestationVerifiesWithSwiftCrypto() throws {
-        let credentialId = randomBytes(32)
+        let credentialId = randomBytes(32, "credentialId")
         let cose = try COSEKey.ec2P256(x: x, y: y)
         let attested = try AttestedCredentialData(aaguid: tesseraAAGUID, credentialId: credentialId, publicKey: cose)
         let authData = AuthenticatorData(
@@ -70,7 +72,7 @@ private func randomBytes(_ count: Int) -> [UInt8] {
         #expect(Array(authData[87...]) == cose)
         #expect(authData.count == 37 + 18 + 32 + 77)
 
-        let challenge = randomBytes(32)
+        let challenge = randomBytes(32, "challenge")
         let clientData = CollectedClientData(type: .create, challenge: challenge, origin: "https://example.com")
         let toSign = WebAuthnSigning.dataToSign(authenticatorData: authData, clientDataJSON: clientData.json)
         #expect(toSign == authData + Array(SHA256.hash(data: clientData.json)))

@@ -137,6 +137,8 @@ def test_badges_at_the_door(tmp_path, pcscd):
             assert first["badgeId"] == badge_id and first["cardholder"] == "Alice Example"
             registered = c.call("access.register", {"holder": "alice"})
             assert registered["holder"] == "alice" and registered["badgeId"] == badge_id
+            # Issue #36: the registration's check said elapsedMs 0; it took what the card read took.
+            assert registered["elapsedMs"] > 0 and registered["apdus"] >= 4, registered
             granted = check(c)
             assert granted["decision"] == "granted" and granted["reasons"] == [], granted
             assert granted["holder"] == "alice" and granted["apdus"] >= 4

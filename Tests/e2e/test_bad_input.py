@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from tessera_harness import SOFTHSM_MODULE, SPY_MODULE, Client, Daemon, RPCError, as_nobody, b64u
+import subprocess
+
+from tessera_harness import BIN, SOFTHSM_MODULE, SPY_MODULE, Client, Daemon, RPCError, as_nobody, b64u
 from tessera_harness import let_other_uids_reach
 from test_passkeys import RP, authenticate, enroll
 
@@ -53,6 +55,45 @@ def test_frame_just_under_limit_is_accepted(daemon):
     c = daemon.client()
     pad = "a" * ((1 << 20) - 200)
     assert "version" in c.call("daemon.status", {"padding": pad})
+
+
+def fake_jpeg(path: pathlib.Path, size: int) -> pathlib.Path:
+    """`size` bytes that start as a JPEG (the CLI sniffs the type; the matcher, /bin/false here, never decodes)."""
+    path.write_bytes(b"\xff\xd8\xff\xe0" + bytes(i % 251 for i in range(size - 6)) + b"\xff\xd9")
+    return path
+
+
+def test_face_compare_takes_photos_past_1_mib_and_says_the_limit_of_larger_ones(tmp_path, softhsm):
+    """Issue #36: two photos of 876 kB together made `tessera face compare` print `DAEMON_UNAVAILABLE: connection
+    to tesserad closed` (rc 3) while the daemon had answered FRAME_TOO_LARGE. Requests of the methods that carry
+    images may be 16 MiB; past it the CLI prints the daemon's error, with the limit, and exits 2."""
+    config = tmp_path / "face.json"
+    config.write_text(json.dumps({"faceMatching": {"command": ["/bin/false"]}}))
+    d = Daemon(tmp_path, softhsm.env, ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm",
+                                       "--config", str(config)]).start()
+    try:
+        def compare(*photos: pathlib.Path) -> subprocess.CompletedProcess:
+            return subprocess.run([str(BIN / "tessera"), "--socket", d.socket, "face", "compare", *map(str, photos)],
+                                  capture_output=True, text=True, timeout=120)
+        a = fake_jpeg(tmp_path / "a.jpg", 500_000)
+        b = fake_jpeg(tmp_path / "b.jpg", 400_000)
+        out = compare(a, b)  # 1.2 MB of base64: past 1 MiB, it reaches the matcher
+        assert out.returncode == 2 and "FACE_MATCHER_UNAVAILABLE" in out.stderr, out.stderr
+        huge = fake_jpeg(tmp_path / "huge.jpg", 13_000_000)
+        out = compare(a, huge)
+        assert out.returncode == 2, out.stderr
+        assert "FRAME_TOO_LARGE" in out.stderr and str(16 << 20) in out.stderr, out.stderr
+        # Other methods keep the 1 MiB frame, and say which methods may be larger.
+        c = d.client()
+        try:
+            c.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"daemon.status","params":{"x":"' + b"a" * (1 << 20) + b'"}}\n')
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        m = c.read_message()
+        assert m["error"]["data"]["code"] == "FRAME_TOO_LARGE" and "face.compare" in m["error"]["message"], m
+        assert "version" in d.client().call("daemon.status")
+    finally:
+        d.stop()
 
 
 def test_unknown_method(daemon):

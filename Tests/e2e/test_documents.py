@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import pathlib
 import subprocess
 
@@ -381,6 +382,12 @@ def test_cli_passport_read(lab, tmp_path):
     assert "Passive authentication: VALID" in out
     assert "SOD signature:      valid" in out and "certificate chain:  valid" in out
     assert "DG2 hash:" in out and "Active authentication: VALID" in out
+    # Issue #36: "Files read" named the returned groups only while hashes of DG11/DG12 (read to check them) were
+    # listed as valid: it names every file read, the hashed groups among them.
+    files_read = re.search(r"^Files read: +(.*)$", out, re.M).group(1).split()
+    hashed = re.findall(r"^ +(DG\d+) hash: +valid", out, re.M)
+    assert hashed and set(hashed) <= set(files_read), (files_read, hashed)
+    assert {"COM", "SOD", "DG1"} <= set(files_read)
     assert "Verdict:          AUTHENTIC" in out and "Chip authenticity: valid" in out
     result = json.loads(as_json.stdout)
     check_result(result, lab.profiles["aa"], "PACE")

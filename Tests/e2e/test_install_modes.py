@@ -6,11 +6,16 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import stat
 import subprocess
 import time
 
-from tessera_harness import BIN, ROOT, SOFTHSM_MODULE, Client, Daemon, stop_process
+import signal
+import socket
+
+from tessera_harness import BIN, NOBODY, ROOT, SOFTHSM_MODULE, Client, Daemon, let_other_uids_reach, run_as
+from tessera_harness import stop_process
 
 PIN = "1234"
 
@@ -84,6 +89,56 @@ def test_user_mode_by_hand_serves_tessera_and_ssh_add_at_the_documented_paths(tm
     finally:
         stop_process(proc)
     assert proc.returncode == 0, log.read_text()
+
+
+def doctor_socket_line(env: dict) -> dict:
+    out = tessera(env, "doctor", "--json")
+    return {c["name"]: c for c in json.loads(out.stdout)["checks"]}["daemon socket"]
+
+
+def test_a_user_daemon_keeps_its_sockets_to_its_user_and_takes_them_when_it_stops(tmp_path, softhsm):
+    """Issue #36: the per-user sockets were 0660 (INSTALL.md says 0600); after SIGTERM tesserad.sock and
+    ssh-agent.sock stayed behind, and `tessera doctor` called the stale socket ok. The hints are per-user mode's."""
+    env = session_env(tmp_path, softhsm)
+    runtime = pathlib.Path(env["XDG_RUNTIME_DIR"]) / "tessera"
+    sockets = [runtime / name for name in ("tesserad.sock", "ssh-agent.sock", "ctap.sock")]
+    log = tmp_path / "tesserad.log"
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen([str(BIN / "tesserad"), "--user", "--pkcs11-module", SOFTHSM_MODULE,
+                                 "--no-embedded-softhsm"], env=env, stdout=logf, stderr=logf)
+    try:
+        for path in sockets:
+            wait_for(path, proc, log)
+        assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in sockets} == \
+            {p.name: "0o600" for p in sockets}
+        assert doctor_socket_line(env)["status"] == "ok"
+        # Another uid meets a 0700 directory: no group can help, the hint says to run their own daemon.
+        if os.geteuid() == 0:
+            copy = tmp_path / "tessera-copy"  # nobody runs a copy below tmp_path, not the checkout's
+            shutil.copy(BIN / "tessera", copy)
+            let_other_uids_reach(tmp_path)
+
+            def as_other():
+                r = subprocess.run([str(copy), "--socket", str(sockets[0]), "status"], capture_output=True,
+                                   text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+                return r.returncode, r.stderr
+            status, err = run_as(NOBODY, as_other)
+            assert status == 3 and "another user's per-user daemon" in err and "join" not in err, err
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode == 0, log.read_text()
+    assert [p.name for p in sockets if p.exists()] == [], log.read_text()
+    # A socket left behind (a daemon killed): doctor says stale, the CLI says how to start the per-user daemon.
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(sockets[0]))
+    stale.close()
+    line = doctor_socket_line(env)
+    assert line["status"] == "fail" and "stale" in line["detail"], line
+    assert "systemctl --user start tesserad.socket" in line["fix"], line
+    status = tessera(env, "status")
+    assert status.returncode == 3 and "systemctl --user start tesserad.socket" in status.stderr, status.stderr
+    assert "sudo" not in status.stderr, status.stderr
 
 
 def unit_value(path: pathlib.Path, key: str) -> list[str]:
@@ -166,3 +221,35 @@ def test_config_keys_beginning_with_slashes_are_comments_and_typos_still_stop_st
             d.start(wait=False)
             assert d.proc.wait(60) == 1
             assert "unknown key 'maxConnectionz'" in d.log.read_text()
+
+
+def test_make_install_under_a_prefix_names_that_prefix_and_renders_the_man_pages_for_80_columns(tmp_path):
+    """Issue #36: after `make install PREFIX=/usr/local` the environment.d snippet and /etc/tessera/tesserad.json
+    named /usr/share/...; tesserad(8)'s SYNOPSIS read `tesserad COMMAND` (tesserad has no commands); tessera(1)'s
+    SOCKET and PINS paragraphs were ~300-character unfilled lines. The build's own programs stand in for the release
+    build here (the pages come from their argument parsers, which are the same)."""
+    stage = tmp_path / "stage"
+    out = subprocess.run(["make", "--no-print-directory", "install", f"DESTDIR={stage}", "PREFIX=/usr/local",
+                          f"RELEASE_BIN={BIN}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    snippet = (stage / "usr/local/share/tessera/environment.d/60-tessera-ssh-agent.conf").read_text()
+    config = (stage / "etc/tessera/tesserad.json").read_text()
+    assert "/usr/local/share/tessera/environment.d/" in snippet and "/usr/share/" not in snippet, snippet
+    assert "/usr/local/share/doc/tessera" in config and "/usr/share/" not in config, config
+    json.loads(config)
+    tesserad8 = (stage / "usr/local/share/man/man8/tesserad.8").read_text()
+    synopsis = tesserad8.split(".SH SYNOPSIS\n", 1)[1].split("\n", 1)[0]
+    assert synopsis.startswith("\\fBtesserad\\fR [") and "COMMAND" not in synopsis, synopsis
+    page = subprocess.run(["man", "-l", "-Tutf8", str(stage / "usr/local/share/man/man1/tessera.1")],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "MANWIDTH": "80"})
+    assert page.returncode == 0, page.stderr
+    plain = re.sub(r".\x08", "", page.stdout)
+    for heading in ("SOCKET", "PINS"):
+        assert f"\n   {heading}\n" in plain, plain[:3000]
+        lines = []
+        for line in plain.split(f"\n   {heading}\n", 1)[1].splitlines():
+            if re.match(r"^ {3}\S", line):  # the next heading
+                break
+            if line.strip():
+                lines.append(line)
+        assert len(lines) > 2 and max(len(line) for line in lines) <= 80, "\n".join(lines)

@@ -10,8 +10,10 @@ import datetime as dt
 import json
 import os
 import pathlib
+import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -21,8 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tessera_harness import BIN, NOBODY, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, calls_as
-from tessera_harness import let_other_uids_reach
+from tessera_harness import BIN, NOBODY, PCSCD, ROOT, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, calls_as
+from tessera_harness import let_other_uids_reach, reached, release
 
 DOCTYPE = "org.iso.18013.5.1.mDL"
 NS = "org.iso.18013.5.1"
@@ -56,6 +58,22 @@ def reader_pki(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
     (directory / "reader-key.pem").write_bytes(reader_key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     return directory, ski.digest.hex()
+
+
+def make_mdoc_reader(directory: pathlib.Path) -> tuple[pathlib.Path, str]:
+    """`tessera lab make-mdoc-reader DIR` (docs/MDOC.md, "Holder in the lab"): the reader root, the reader
+    certificate and key it issued; returns the directory and the root's key identifier, hex."""
+    out = subprocess.run([str(BIN / "tessera"), "lab", "make-mdoc-reader", str(directory), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    made = json.loads(out.stdout)
+    assert made["root"] == str(directory / "root.pem") and made["readerKey"] == str(directory / "reader-key.pem")
+    assert (directory / "authority-key-id").read_text().strip() == made["authorityKeyIdentifier"]
+    assert oct((directory / "reader-key.pem").stat().st_mode & 0o777) == "0o600"
+    reader = x509.load_pem_x509_certificate((directory / "reader.pem").read_bytes())
+    eku = reader.extensions.get_extension_for_class(x509.ExtendedKeyUsage)
+    assert eku.critical and [u.dotted_string for u in eku.value] == ["1.0.18013.5.1.6"]
+    return directory, made["authorityKeyIdentifier"]
 
 
 def forged_reader(directory: pathlib.Path, trusted: pathlib.Path) -> pathlib.Path:
@@ -157,15 +175,17 @@ class Read(threading.Thread):
 
 
 class HolderLab:
-    def __init__(self, root: pathlib.Path):
+    def __init__(self, root: pathlib.Path, base: list[str] | None = None, env: dict | None = None):
         self.root = root
         self.pcscd = PCSCD(root).start()
         self.softhsm = SoftHSM(root)
         self.softhsm.add_token("holder", pin=PIN)
-        self.trusted, self.trusted_id = reader_pki(root / "trusted")
+        # The trusted reader as the docs make it (`tessera lab make-mdoc-reader`); another root made here.
+        self.trusted, self.trusted_id = make_mdoc_reader(root / "trusted")
         self.other, self.other_id = reader_pki(root / "other")
-        self.base = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"]
-        self.daemon = Daemon(root, {**self.softhsm.env, **self.pcscd.env}, self.base).start()
+        self.base = ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm"] if base is None else base
+        self.env = {**self.softhsm.env, **self.pcscd.env, **(env or {})}
+        self.daemon = Daemon(root, self.env, self.base).start()
         self.token = self.daemon.client().call("tokens.list")["tokens"][0]["id"]
         # Issued for token keys by the lab (one IACA each), registered with the daemon.
         self.mdl = self.make("mdl", "trusted-mdl", self.trusted_id)
@@ -184,8 +204,7 @@ class HolderLab:
     def restart(self, *args: str) -> None:
         """The same daemon (state, token) with the reader's settings and `args`."""
         self.daemon.stop()
-        self.daemon = Daemon(self.root, {**self.softhsm.env, **self.pcscd.env},
-                             [*self.base, *self.reader_args, *args]).start()
+        self.daemon = Daemon(self.root, self.env, [*self.base, *self.reader_args, *args]).start()
 
     def make(self, directory: str, document_id: str, authority_key_id: str, *args: str) -> pathlib.Path:
         d = self.root / directory
@@ -313,7 +332,7 @@ def test_approved_elements_only_are_released_with_the_token_signature(lab):
     request = p.wait("mdoc.request")
     assert request["documentIdentifier"] == "trusted-mdl" and request["docType"] == DOCTYPE
     assert request["reader"]["authorityKeyIdentifier"] == lab.trusted_id
-    assert "kiosk reader" in request["reader"]["subject"]
+    assert "Tessera Test mdoc reader" in request["reader"]["subject"]
     assert [e["identifier"] for e in request["elements"]] == ["family_name", "given_name", "birth_date", "portrait"]
     assert ui.wait_notification("mdoc.request")["presentationId"] == request["presentationId"]
     # Another uid cannot answer it (and its try does not use it up).
@@ -337,6 +356,94 @@ def test_approved_elements_only_are_released_with_the_token_signature(lab):
     with pytest.raises(RPCError) as e:
         lab.daemon.client().call("mdoc.approve", {"presentationId": request["presentationId"], "approve": True})
     assert e.value.code == "MDOC_PRESENTATION_NOT_PENDING"
+
+
+@pytest.fixture(scope="module")
+def desktop_lab(tmp_path_factory):
+    """The holder lab as on a desktop (issue #36): no --pkcs11-module, so p11-kit's registry with OpenSC (a PC/SC
+    client of the same pcscd) and SoftHSM2 (its token through SOFTHSM2_CONF); the pause point after a response is
+    made armed for the outcome test."""
+    for module in ("opensc-pkcs11.module", "softhsm2.module"):
+        assert (pathlib.Path("/usr/share/p11-kit/modules") / module).exists(), \
+            f"p11-kit does not register {module} (apt-get install opensc-pkcs11 softhsm2)"
+    root = tmp_path_factory.mktemp("desktop-holder")
+    (root / "pauses").mkdir()
+    lab = HolderLab(root, base=["--no-embedded-softhsm"],
+                    env={"TESSERA_FAILPOINTS": f"mdoc.responseMade=pause:{root / 'pauses'}"})
+    yield lab
+    lab.stop()
+
+
+def test_with_p11_kits_default_modules_and_opensc_the_holder_answers_at_once(desktop_lab):
+    """Issue #36: with the default module set, answering a request re-enumerated every module, and OpenSC's
+    C_GetSlotList waited in SCardConnect on the reader in which the daemon itself presented its card: nothing moved
+    until the presentation's duration ran out. Requests now read the token list's snapshot, and no module that
+    talks to readers is enumerated while a card is presented."""
+    lab = desktop_lab
+    log = lab.daemon.log.read_text()
+    assert "opensc-pkcs11" in log and "softhsm2" in log, log
+    (lab.root / "pauses" / "mdoc.responseMade.continue").touch()  # this test does not pause
+    try:
+        p = lab.present("trusted-mdl", durationSeconds=40)
+        lab.wait_card(lab.daemon)
+        # At a person's pace: the token list (seconds old by now) is listed while the card is in the reader, and
+        # the request is approved seconds after it came.
+        time.sleep(1.5)
+        assert lab.daemon.client().call("tokens.list")["tokens"][0]["id"] == lab.token
+        started = time.monotonic()
+        read = Read(lab.daemon, lab.reader, ["family_name", "birth_date"])
+        request = p.wait("mdoc.request")
+        time.sleep(1.5)
+        approved = lab.daemon.client().call("mdoc.approve", {
+            "presentationId": request["presentationId"], "approve": True, "pin": PIN})
+        result, error = read.outcome()
+        elapsed = time.monotonic() - started
+    finally:
+        for name in ("mdoc.responseMade.continue", "mdoc.responseMade.reached"):
+            (lab.root / "pauses" / name).unlink(missing_ok=True)
+    assert error is None, error
+    assert elapsed < 15, f"the read and approval took {elapsed:.1f} s"
+    assert approved["released"] == [f"{NS}/family_name", f"{NS}/birth_date"]
+    assert result["documents"][0]["verdict"] == "authentic"
+    summary = p.finish()
+    assert summary["reason"] == "sessionEnded" and summary["presentations"][0]["outcome"] == "released"
+
+
+def test_a_response_the_reader_never_took_is_not_released(desktop_lab):
+    """Issue #36: `approve` said `released` while the reader got CARD_REMOVED. The response is held after it is
+    made; the presentation is stopped (the card leaves the reader) before the reader can take it."""
+    lab = desktop_lab
+    pauses = lab.root / "pauses"
+    p = lab.present("trusted-mdl", durationSeconds=40)
+    lab.wait_card(lab.daemon)
+    read = Read(lab.daemon, lab.reader, ["family_name"])
+    request = p.wait("mdoc.request")
+    answer: dict = {}
+
+    def approve() -> None:
+        try:
+            answer["result"] = lab.daemon.client().call("mdoc.approve", {
+                "presentationId": request["presentationId"], "approve": True, "pin": PIN})
+        except RPCError as e:
+            answer["error"] = e
+
+    approving = threading.Thread(target=approve, daemon=True)
+    approving.start()
+    reached(pauses, "mdoc.responseMade")
+    assert lab.daemon.client().call("mdoc.stop", {"documentIdentifier": "trusted-mdl"})["stopped"] == 1
+    lab.wait_card(lab.daemon, present=False)
+    release(pauses, "mdoc.responseMade")
+    approving.join(30)
+    (pauses / "mdoc.responseMade.continue").unlink()
+    (pauses / "mdoc.responseMade.reached").unlink()
+    assert "error" in answer, answer
+    assert answer["error"].code == "CARD_REMOVED" and answer["error"].data["reason"] == "cancelled"
+    result, error = read.outcome()
+    assert result is None and error is not None
+    summary = p.finish()
+    entry = summary["presentations"][0]
+    assert entry["outcome"] == "undelivered" and entry["code"] == "CARD_REMOVED", summary
+    assert entry["elements"] == [f"{NS}/family_name"]
 
 
 def test_declined_releases_nothing(lab):
@@ -482,7 +589,7 @@ def test_the_cli_presents_and_approves(lab):
     lab.wait_card(lab.daemon, present=False)
     cli = [str(BIN / "tessera"), "--socket", lab.daemon.socket, "mdoc"]
     proc = subprocess.Popen([*cli, "present", "trusted-mdl", "--device", f"127.0.0.1:{lab.pcscd.port}",
-                             "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--duration", "60", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert json.loads(proc.stdout.readline())["event"] == "mdoc.presenting"
         lab.wait_card(lab.daemon)
@@ -504,6 +611,42 @@ def test_the_cli_presents_and_approves(lab):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_cli_presents_in_words_and_prints_json_compact(lab):
+    """Issue #36: `mdoc present` printed only JSON lines on a terminal (the presentation id in words now; JSON with
+    --json), `mdoc approve ""` printed a double space, and some commands pretty-printed JSON (" : ")."""
+    lab.wait_card(lab.daemon, present=False)
+    cli = [str(BIN / "tessera"), "--socket", lab.daemon.socket]
+    proc = subprocess.Popen([*cli, "mdoc", "present", "trusted-mdl", "--device", f"127.0.0.1:{lab.pcscd.port}",
+                             "--duration", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("presenting trusted-mdl on 127.0.0.1:"), first
+        assert lab.card_present(lab.daemon), "mdoc.presenting came before pcscd saw the card"
+        read = Read(lab.daemon, lab.reader, ["given_name"])
+        request = proc.stdout.readline()
+        m = re.match(r"request ([0-9a-f-]{36}) from .*Tessera Test mdoc reader.* for \S*given_name", request)
+        assert m, request
+        assert "tessera mdoc approve " + m[1] in proc.stdout.readline()
+        out = subprocess.run([*cli, "mdoc", "approve", m[1], "--pin-stdin"], input=PIN + "\n", capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == f"released {NS}/given_name", out
+        result, error = read.outcome()
+        assert error is None, error
+        assert proc.stdout.readline().startswith(f"released {m[1]}: {NS}/given_name")
+        assert proc.stdout.readline().strip() == "ended (sessionEnded): 1 request, 1 released"
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    empty = subprocess.run([*cli, "mdoc", "approve", ""], capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 2 and "INVALID_INPUT" in empty.stderr and "  " not in empty.stderr, empty.stderr
+    for args in (["call", "daemon.status"], ["--json", "status"], ["credentials", "list", "--json"]):
+        out = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, (args, out.stderr)
+        assert len(out.stdout.strip().splitlines()) == 1 and '": ' not in out.stdout, (args, out.stdout[:300])
+        json.loads(out.stdout)
 
 
 def test_libnfc_target_mode_full_session_releases_only_approved_elements(lab):
@@ -657,3 +800,26 @@ def test_the_cli_lists_and_removes_registrations(lab):
     assert out.returncode == 0 and "trusted-mdl" in out.stdout and "no (expired)" in out.stdout, out
     assert tessera("mdoc", "remove", "expired-mdl").stdout.strip() == "removed expired-mdl"
     assert "expired-mdl" not in tessera("mdoc", "registrations").stdout
+
+
+def test_the_holder_in_the_lab_runs_as_mdoc_md_writes_it(tmp_path):
+    """docs/MDOC.md "Holder in the lab" (issue #36: the holder path needed a reader root, key and certificate whose
+    only recipe was this file's Python): its block, run as written from the repository's root with the build on
+    PATH as README.md says, with the lab's default module set (OpenSC included)."""
+    text = (ROOT / "docs" / "MDOC.md").read_text()
+    block = text.split("<!-- example: holder-lab -->\n```sh\n", 1)[1].split("\n```", 1)[0]
+    lab = tmp_path / "lab"
+    env = {k: v for k, v in os.environ.items() if k not in ("TESSERA_SOCKET", "PCSCLITE_CSOCK_NAME", "SSH_AUTH_SOCK")}
+    env.update(PATH=f"{BIN}:{os.environ['PATH']}", LAB=str(lab))
+    try:
+        out = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+    finally:
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "lab.py"), "stop", str(lab)], timeout=120,
+                       capture_output=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"^released [0-9a-f-]{36}: .*org\.iso\.18013\.5\.1/family_name", out.stdout, re.M), out.stdout
+    assert "org.iso.18013.5.1.mDL: authentic" in out.stdout, out.stdout
+    assert "ended (sessionEnded): 1 request, 1 released" in out.stdout, out.stdout
+    # Issue #36: `scripts/lab.py stop` left tesserad.sock and ssh-agent.sock behind.
+    assert sorted(p.name for p in lab.glob("*.sock")) == [], sorted(p.name for p in lab.glob("*.sock"))

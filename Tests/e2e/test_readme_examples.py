@@ -78,3 +78,18 @@ def test_readme_md_declares_every_shell_block():
                          capture_output=True, text=True, timeout=60, check=True)
     assert "UNDECLARED" not in out.stdout, out.stdout
     assert ": lab" in out.stdout
+
+
+def test_the_examples_run_with_the_path_the_readme_tells_its_reader_to_set(tmp_path):
+    """Issue #36: every README example calls `tessera`, the README never said to put the build on PATH, and the
+    runner put it there itself. README.md says it once, at the top, and the runner takes PATH from that line."""
+    text = (ROOT / "README.md").read_text()
+    head = text[:text.index("## Two commands")]
+    assert '<!-- example: path -->\n```sh\nexport PATH="$PWD/.build/debug:$PATH"\n```' in head
+    readme = tmp_path / "README.md"
+    readme.write_text('<!-- example: path -->\n```sh\nexport PATH="$PWD/not-the-build:$PATH"\n```\n\n'
+                      '<!-- example: shell -->\n<!-- expect: /not-the-build: -->\n```sh\necho "$PATH"\n```\n')
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "readme_examples.py"), "--readme", str(readme)],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert out.returncode == 0, out.stdout
+    assert "README examples: 1 passed, 0 failed, 0 not run" in out.stdout, out.stdout

@@ -194,6 +194,18 @@ def test_sign_needs_ssh_add_s_and_wrong_pin_costs_one_login(agent, tmp_path):
     assert r.returncode != 0
 
 
+def test_ssh_add_e_without_an_unlock_says_why_in_the_log(agent):
+    """Issue #36: `ssh-add -e TOKEN` without a prior `-s` got "agent refused operation" and the log said nothing,
+    though docs/API.md sends users to the log for the reason of every refusal."""
+    r = agent.run("ssh-add", "-e", TOKEN)
+    assert r.returncode != 0
+    log = agent.daemon.log.read_text()
+    assert f"ssh-add -e {TOKEN} refused" in log and "has not unlocked" in log, log[-2000:]
+    r = agent.run("ssh-add", "-e", "no-such-token")
+    assert r.returncode != 0
+    assert "ssh-add -e no-such-token refused: no token is named no-such-token" in agent.daemon.log.read_text()
+
+
 def token_id(agent) -> str:
     return next(t["id"] for t in agent.daemon.client().call("tokens.list")["tokens"] if t["label"] == TOKEN)
 
