@@ -13,10 +13,11 @@ enum UnixListener {
 
     /// `configure` installs the protocol's handlers on a new connection's pipeline, on its event loop and before
     /// it reads anything, and returns what `accept` hands to `serve`. A connection the gate admits holds its place
-    /// until it is closed; one it refuses gets `refusal(error)` (when not nil) and is closed, reading nothing.
+    /// until it is closed; one it refuses gets `refusal(error)` (when not nil) and is closed, reading nothing. With
+    /// `waitForPlace`, a connection over the gate's bounds waits, unread, for a place (`ConnectionGate.admitInTurn`).
     static func bind<Connection: Sendable>(
         _ address: RPCListenAddress, group: MultiThreadedEventLoopGroup, allowRemoteHalfClosure: Bool,
-        gate: ConnectionGate, refusal: @escaping @Sendable (TesseraError) -> ByteBuffer?,
+        gate: ConnectionGate, waitForPlace: Bool = false, refusal: @escaping @Sendable (TesseraError) -> ByteBuffer?,
         configure: @escaping @Sendable (any Channel, PeerCredentials) throws -> Connection
     )
         async throws(TesseraError) -> Listener<Connection>
@@ -29,7 +30,13 @@ enum UnixListener {
                 channel.eventLoop.makeFutureWithTask {
                     let peer = try await PeerCredentials.of(channel)
                     let ticket: ConnectionGate.Ticket
-                    do throws(TesseraError) { ticket = try gate.admit(uid: peer.uid) } catch {
+                    do throws(TesseraError) {
+                        if waitForPlace {
+                            ticket = try await gate.admitInTurn(uid: peer.uid, abandon: channel.parent?.closeFuture)
+                        } else {
+                            ticket = try gate.admit(uid: peer.uid)
+                        }
+                    } catch {
                         let frame = refusal(error)
                         try await channel.eventLoop.submit {
                             try channel.pipeline.syncOperations.addHandler(RefusedConnectionHandler(refusal: frame))

@@ -469,6 +469,29 @@ func floodAndClose(path: String, requests: Int) async throws {
         _ = try gate.admit(uid: 1000)
         #expect(gate.statistics().refused == 3)
     }
+
+    /// Over its bound a connection waits in turn and takes the place the next close frees (its uid's first), up to
+    /// `maxWaitingPerUid`; a wait ends BUSY when the listener closes.
+    @Test func overTheBoundAConnectionWaitsForAPlace() async throws {
+        let gate = ConnectionGate(maxConnections: 8, maxConnectionsPerUid: 1, maxWaitingPerUid: 2)
+        let first = try gate.admit(uid: 1000)
+        let listener = MultiThreadedEventLoopGroup.singleton.next().makePromise(of: Void.self)
+        let second = Task { try await gate.admitInTurn(uid: 1000, abandon: listener.futureResult) }
+        let third = Task { try await gate.admitInTurn(uid: 1000, abandon: listener.futureResult) }
+        try await Task.sleep(for: .milliseconds(100))
+        // Two wait: a third waiter of the uid is refused, another uid is not held up.
+        await #expect(throws: TesseraError.self) { try await gate.admitInTurn(uid: 1000, abandon: nil) }
+        let other = try await gate.admitInTurn(uid: 1001, abandon: nil)
+        #expect(gate.statistics().open == 2)
+        first.release()
+        let admitted = try await second.value
+        #expect(gate.statistics().open == 2)
+        listener.succeed()
+        await #expect(throws: TesseraError.self) { try await third.value }
+        admitted.release()
+        other.release()
+        #expect(gate.statistics() == (open: 0, refused: 2))
+    }
 }
 
 @Suite struct PacketConnectionTests {
