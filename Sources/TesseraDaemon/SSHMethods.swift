@@ -1,3 +1,4 @@
+import CredentialStore
 import Foundation
 import KeyStores
 import Passkeys
@@ -37,5 +38,14 @@ extension MethodTable {
             }
             return ["keys": .array(keys)]
         }
+    }
+}
+
+extension ConfigFile {
+    /// The keys this configuration names for a purpose (`accessControl.issuer`: `badge-issuer`), which the SSH agent
+    /// never offers.
+    var configuredKeys: [ConfiguredKey] {
+        guard let issuer = accessControl?.issuer else { return [] }
+        return [ConfiguredKey(tokenId: issuer.tokenId, label: issuer.keyLabel, purpose: .badgeIssuer)]
     }
 }
