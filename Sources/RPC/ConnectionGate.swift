@@ -17,13 +17,14 @@ public final class ConnectionGate: Sendable {
         var open = 0
         var perUid: [UInt32: Int] = [:]
         var refused = 0
-        var nextWaiter: UInt64 = 0
         /// Oldest first.
         var waiting: [Waiter] = []
+        /// Listeners closed: their connections no longer wait.
+        var endedListeners: Set<ObjectIdentifier> = []
     }
 
     private struct Waiter {
-        let id: UInt64
+        let listener: ObjectIdentifier
         let uid: UInt32
         let continuation: CheckedContinuation<Ticket?, Never>
     }
@@ -75,45 +76,53 @@ public final class ConnectionGate: Sendable {
         return Ticket(gate: self, uid: uid)
     }
 
-    /// A place for a new connection of `uid`, waiting in turn (after the uid's earlier waiters) while a bound is
-    /// reached. BUSY (retryable) when `maxWaitingPerUid` connections of `uid`, or `maxConnections` in all, already
-    /// wait, or when `abandon` completes first (the listener closed).
-    public func admitInTurn(uid: UInt32, abandon: EventLoopFuture<Void>?) async throws(TesseraError) -> Ticket {
+    /// A place for a new connection of `uid` accepted by `listener`, waiting in turn (after the uid's earlier
+    /// waiters) while a bound is reached. BUSY (retryable) when `maxWaitingPerUid` connections of `uid`, or
+    /// `maxConnections` in all, already wait, or when the listener ends first (`endWaits`).
+    public func admitInTurn(uid: UInt32, listener: ObjectIdentifier) async throws(TesseraError) -> Ticket {
         let ticket: Ticket? = await withCheckedContinuation { continuation in
-            let (outcome, waiter) = state.withLock { s -> (Ticket??, UInt64?) in
+            let outcome: Ticket?? = state.withLock { s in
                 let mine = s.perUid[uid, default: 0]
                 let queued = s.waiting.lazy.filter { $0.uid == uid }.count
+                if s.endedListeners.contains(listener) {
+                    s.refused += 1
+                    return .some(nil)
+                }
                 if queued == 0, mine < maxConnectionsPerUid, s.open < maxConnections {
                     s.open += 1
                     s.perUid[uid] = mine + 1
-                    return (.some(Ticket(gate: self, uid: uid)), nil)
+                    return .some(Ticket(gate: self, uid: uid))
                 }
                 if queued >= maxWaitingPerUid || s.waiting.count >= maxConnections {
                     s.refused += 1
-                    return (.some(nil), nil)
+                    return .some(nil)
                 }
-                s.nextWaiter += 1
-                s.waiting.append(Waiter(id: s.nextWaiter, uid: uid, continuation: continuation))
-                return (nil, s.nextWaiter)
+                s.waiting.append(Waiter(listener: listener, uid: uid, continuation: continuation))
+                return nil
             }
             if let outcome { continuation.resume(returning: outcome) }
-            if let waiter { abandon?.whenComplete { _ in self.withdraw(waiter) } }
         }
         guard let ticket else {
             throw TesseraError(
-                .busy, "uid \(uid) has \(maxWaitingPerUid) connections waiting for a place, the most one uid may have")
+                .busy,
+                """
+                no place for a connection of uid \(uid): at most \(maxWaitingPerUid) of one uid and \(maxConnections) in \
+                all wait for one, and none once the socket has closed
+                """)
         }
         return ticket
     }
 
-    /// Ends a wait unanswered (BUSY).
-    private func withdraw(_ id: UInt64) {
-        let waiter: Waiter? = state.withLock { s in
-            guard let index = s.waiting.firstIndex(where: { $0.id == id }) else { return nil }
-            s.refused += 1
-            return s.waiting.remove(at: index)
+    /// Ends the waits of `listener`'s connections unanswered (BUSY), now and later: it has closed.
+    public func endWaits(listener: ObjectIdentifier) {
+        let ended: [Waiter] = state.withLock { s in
+            s.endedListeners.insert(listener)
+            let ended = s.waiting.filter { $0.listener == listener }
+            s.waiting.removeAll { $0.listener == listener }
+            s.refused += ended.count
+            return ended
         }
-        waiter?.continuation.resume(returning: nil)
+        for waiter in ended { waiter.continuation.resume(returning: nil) }
     }
 
     /// Connections open now and refused since start.

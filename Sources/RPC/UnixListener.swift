@@ -23,6 +23,8 @@ enum UnixListener {
         async throws(TesseraError) -> Listener<Connection>
     {
         do {
+            // Names this listener to the gate for the connections that wait for a place.
+            let tag = ListenerTag()
             let bootstrap = ServerBootstrap(group: group)
                 .serverChannelOption(.backlog, value: 128)
                 .childChannelOption(.allowRemoteHalfClosure, value: allowRemoteHalfClosure)
@@ -32,7 +34,7 @@ enum UnixListener {
                     let ticket: ConnectionGate.Ticket
                     do throws(TesseraError) {
                         if waitForPlace {
-                            ticket = try await gate.admitInTurn(uid: peer.uid, abandon: channel.parent?.closeFuture)
+                            ticket = try await gate.admitInTurn(uid: peer.uid, listener: ObjectIdentifier(tag))
                         } else {
                             ticket = try gate.admit(uid: peer.uid)
                         }
@@ -47,14 +49,19 @@ enum UnixListener {
                     return try await channel.eventLoop.submit { try configure(channel, peer) }.get()
                 }
             }
+            let listener: Listener<Connection>
             switch address {
             case .path(let path, let mode, let gid):
                 try SocketPath.prepare(path)
                 let fd = try SocketPath.bind(path, mode: mode, group: gid)
-                return try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
+                listener = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
             case .inheritedDescriptor(let fd):
-                return try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
+                listener = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
             }
+            if waitForPlace {
+                listener.channel.closeFuture.whenComplete { _ in gate.endWaits(listener: ObjectIdentifier(tag)) }
+            }
+            return listener
         } catch let e as TesseraError {
             throw e
         } catch {
@@ -81,3 +88,6 @@ enum UnixListener {
         }
     }
 }
+
+/// The identity of one listener for `ConnectionGate.admitInTurn` / `endWaits`.
+private final class ListenerTag: Sendable {}

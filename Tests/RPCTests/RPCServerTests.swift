@@ -471,26 +471,30 @@ func floodAndClose(path: String, requests: Int) async throws {
     }
 
     /// Over its bound a connection waits in turn and takes the place the next close frees (its uid's first), up to
-    /// `maxWaitingPerUid`; a wait ends BUSY when the listener closes.
+    /// `maxWaitingPerUid`; a wait ends BUSY when its listener ends, and so does a later one.
     @Test func overTheBoundAConnectionWaitsForAPlace() async throws {
         let gate = ConnectionGate(maxConnections: 8, maxConnectionsPerUid: 1, maxWaitingPerUid: 2)
+        final class Listener: Sendable {}
+        let tag = Listener()
+        let listener = ObjectIdentifier(tag)
+        defer { withExtendedLifetime(tag) {} }
         let first = try gate.admit(uid: 1000)
-        let listener = MultiThreadedEventLoopGroup.singleton.next().makePromise(of: Void.self)
-        let second = Task { try await gate.admitInTurn(uid: 1000, abandon: listener.futureResult) }
-        let third = Task { try await gate.admitInTurn(uid: 1000, abandon: listener.futureResult) }
+        let second = Task { try await gate.admitInTurn(uid: 1000, listener: listener) }
+        let third = Task { try await gate.admitInTurn(uid: 1000, listener: listener) }
         try await Task.sleep(for: .milliseconds(100))
         // Two wait: a third waiter of the uid is refused, another uid is not held up.
-        await #expect(throws: TesseraError.self) { try await gate.admitInTurn(uid: 1000, abandon: nil) }
-        let other = try await gate.admitInTurn(uid: 1001, abandon: nil)
+        await #expect(throws: TesseraError.self) { try await gate.admitInTurn(uid: 1000, listener: listener) }
+        let other = try await gate.admitInTurn(uid: 1001, listener: listener)
         #expect(gate.statistics().open == 2)
         first.release()
         let admitted = try await second.value
         #expect(gate.statistics().open == 2)
-        listener.succeed()
+        gate.endWaits(listener: listener)
         await #expect(throws: TesseraError.self) { try await third.value }
         admitted.release()
+        await #expect(throws: TesseraError.self) { try await gate.admitInTurn(uid: 1000, listener: listener) }
         other.release()
-        #expect(gate.statistics() == (open: 0, refused: 2))
+        #expect(gate.statistics() == (open: 0, refused: 3))
     }
 }
 
