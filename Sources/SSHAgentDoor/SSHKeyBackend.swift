@@ -127,6 +127,13 @@ public struct SSHKeyBackend: SSHAgentBackend {
         return (handle, .ecdsaP256(point: point))
     }
 
+    /// Records the purposes of the configured keys on the tokens present (at start-up: they then stay refused even
+    /// if the agent first lists keys after the configuration no longer names them).
+    public func recordConfiguredPurposes() async {
+        guard !configuredKeys.isEmpty else { return }
+        _ = await list()
+    }
+
     /// Drops the cached keys (token events, new keys).
     public func invalidate() { cache.invalidate() }
 

@@ -8,8 +8,9 @@ import SSHAgentDoor
 import TesseraCore
 
 extension MethodTable {
-    /// `ssh.keygen` and `ssh.list`.
+    /// `ssh.keygen` and `ssh.list`; records the purposes of the keys the configuration names, at start-up.
     func registerSSH(_ passkeys: PasskeyService, backend: SSHKeyBackend) {
+        Task { await backend.recordConfiguredPurposes() }
         let policy = policy
         register("ssh.keygen", .enroll) { p, connection in
             let token = try await passkeys.chooseToken(p.optionalString("tokenId"))
