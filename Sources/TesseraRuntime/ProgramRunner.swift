@@ -230,7 +230,8 @@ public enum ProgramRunner {
             }
         }
 
-        /// Reads what the ended program left in its pipes.
+        /// Reads what the ended program left in its pipes (at most 1 MiB each: a grandchild holding them open and
+        /// writing on is not followed).
         mutating func drain(_ pipes: inout OpenPipes) {
             pipes.closeInput()
             let limit = self.limit
@@ -258,10 +259,11 @@ public enum ProgramRunner {
             pipes.closeInput()
         }
 
-        /// Reads until the pipe would block (true) or ends (false).
+        /// Reads until the pipe would block or 1 MiB has come (true: a program that never stops writing does not
+        /// keep the runner from its deadline) or the pipe ends (false).
         private static func read(_ fd: Int32, into out: inout [UInt8], limit: Int) -> Bool {
             var buffer = [UInt8](repeating: 0, count: 1 << 16)
-            while true {
+            for _ in 0..<16 {
                 let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
                 if n > 0 {
                     out.append(contentsOf: buffer[0..<min(n, max(0, limit - out.count))])
@@ -271,6 +273,7 @@ public enum ProgramRunner {
                     return n < 0 && errno == EAGAIN
                 }
             }
+            return true
         }
     }
 

@@ -127,6 +127,16 @@ import Testing
         #expect(r.stderr.count == 1 << 20)
     }
 
+    /// A program (and the grandchild it leaves) that never stops writing does not keep the runner past its deadline.
+    @Test func anEndlessWriterStillTimesOut() async throws {
+        let start = ContinuousClock.now
+        let r = try await ProgramRunner.capture(
+            ["/bin/sh", "-c", "yes & yes >&2 & sleep 10"], timeout: .milliseconds(300), killGrace: .milliseconds(200),
+            outputLimit: 1 << 16)
+        #expect(r.timedOut && r.stdout.count == 1 << 16)
+        #expect(ContinuousClock.now - start < .seconds(10))
+    }
+
     /// Output past `outputLimit` is read and dropped: the program still ends normally.
     @Test func outputPastTheLimitIsDropped() async throws {
         let r = try await ProgramRunner.capture(
