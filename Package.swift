@@ -43,7 +43,7 @@ let package = Package(
         .target(name: "TesseraCore"),
         /// What touches threads and processes, kept out of the pure TesseraCore: `DedicatedThread`,
         /// `ScheduledTaskExecutor`, `ProgramRunner`, `Failpoint`.
-        .target(name: "TesseraRuntime", dependencies: ["TesseraCore"]),
+        .target(name: "TesseraRuntime", dependencies: ["TesseraCore", "CSystemShims"]),
         /// Who asks at a front door, and the owner rule every door applies (docs/API.md, "Owners").
         .target(name: "Ownership"),
         .target(name: "CBOR", dependencies: ["TesseraCore"]),

@@ -53,6 +53,7 @@ public final class TesseraDatabase: Sendable {
         m.registerMigration(
             "v11-lifecycle-command-jti-per-issuer", migrate: CredentialStore.migrateCommandUsePerIssuer)
         m.registerMigration("v13-face-templates", migrate: FaceTemplateStore.migrate)
+        m.registerMigration("v14-key-purpose", migrate: KeyPurposeStore.migrate)
         return m
     }
 }

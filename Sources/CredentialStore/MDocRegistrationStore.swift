@@ -65,6 +65,13 @@ public final class MDocRegistrationStore: Sendable {
         }
     }
 
+    /// Records a new device key's purpose (`mdoc-device`), before the key is made: a generation that fails leaves
+    /// an unused row, never a key with no purpose.
+    public func recordDeviceKey(tokenId: String, keyHandle: [UInt8]) async throws(TesseraError) {
+        let record = KeyPurposeRecord(tokenId: tokenId, keyHandle: keyHandle, purpose: .mdocDevice)
+        do { try await db.write { db in try KeyPurposeStore.insert(record, db) } } catch { throw storageError(error) }
+    }
+
     /// Stores a new registration; MDOC_REGISTRATION_EXISTS when its documentIdentifier is taken.
     public func insert(_ record: MDocRegistrationRecord) async throws(TesseraError) {
         do {

@@ -103,6 +103,7 @@ public final class MDocHolderService: Sendable {
         }
         let handle = SecureRandom.bytes(16)
         let label = Self.labelPrefix + String(uid)
+        try await store.recordDeviceKey(tokenId: token.id, keyHandle: handle)
         let point: [UInt8]
         if let pin {
             point = try await passkeys.pinRules.withCallerPIN(

@@ -251,9 +251,10 @@ public actor PresenceBroker {
         }
     }
 
-    /// `presence.confirm` / `presence.deny`: answers `requestId` (default: the caller's oldest waiting question) for
-    /// `uid`. A question is answerable by its own uid, or by an admin. `PRESENCE_NOT_PENDING` when there is no such
-    /// question or `confirmOnSocket` is off.
+    /// `presence.confirm` / `presence.deny`: answers `requestId` for `uid`; a question is answerable by its own uid,
+    /// or by an admin. Without `requestId` it answers the caller's own oldest waiting question (an admin's: of its own
+    /// uid or of no uid, never another uid's, which it names by `requestId`). `PRESENCE_NOT_PENDING` when there is no
+    /// such question or `confirmOnSocket` is off.
     public func answer(_ requestId: UInt64?, confirm: Bool, uid: UInt32, isAdmin: Bool) throws(TesseraError)
         -> UInt64
     {
@@ -262,7 +263,8 @@ public actor PresenceBroker {
                 .presenceNotPending, "answers on the socket are off: set presence.confirmOnSocket: true")
         }
         let mine = pending.filter { Self.may(uid: uid, isAdmin: isAdmin, answer: $0.value.question) }
-        guard let id = requestId ?? mine.keys.min(), mine[id] != nil else {
+        let own = mine.filter { $0.value.question.uid == uid || $0.value.question.uid == nil }
+        guard let id = requestId ?? own.keys.min(), mine[id] != nil else {
             throw TesseraError(.presenceNotPending, "no presence request of uid \(uid) is waiting")
         }
         resolve(id, confirm ? .confirmed : .denied)

@@ -17,7 +17,8 @@ public protocol FrameHandler: Sendable {
 /// Handlers run on the connection's event loop and must not block it.
 public final class LengthPrefixedServer: Sendable {
     public let maxFrameBytes: Int
-    /// Bounds the connections open at once (shared with the daemon's other sockets); a refused one is closed.
+    /// Bounds the connections open at once (shared with the daemon's other sockets); one over the bounds waits,
+    /// unread, for a place (the agent protocol has no "busy"), and one past the gate's waiting bound is closed.
     public let gate: ConnectionGate
     private let handler: any FrameHandler
     private let logger: Logger
@@ -46,7 +47,7 @@ public final class LengthPrefixedServer: Sendable {
     public func run(on address: RPCListenAddress, onListening: @Sendable () -> Void = {}) async throws(TesseraError) {
         let maxFrame = maxFrameBytes
         let server = try await UnixListener.bind(
-            address, group: group, allowRemoteHalfClosure: false, gate: gate,
+            address, group: group, allowRemoteHalfClosure: false, gate: gate, waitForPlace: true,
             refusal: Self.refusalFrame
         ) { channel, peer in
             let id: UInt64 = self.state.withLock { s in

@@ -13,15 +13,18 @@ enum UnixListener {
 
     /// `configure` installs the protocol's handlers on a new connection's pipeline, on its event loop and before
     /// it reads anything, and returns what `accept` hands to `serve`. A connection the gate admits holds its place
-    /// until it is closed; one it refuses gets `refusal(error)` (when not nil) and is closed, reading nothing.
+    /// until it is closed; one it refuses gets `refusal(error)` (when not nil) and is closed, reading nothing. With
+    /// `waitForPlace`, a connection over the gate's bounds waits, unread, for a place (`ConnectionGate.admitInTurn`).
     static func bind<Connection: Sendable>(
         _ address: RPCListenAddress, group: MultiThreadedEventLoopGroup, allowRemoteHalfClosure: Bool,
-        gate: ConnectionGate, refusal: @escaping @Sendable (TesseraError) -> ByteBuffer?,
+        gate: ConnectionGate, waitForPlace: Bool = false, refusal: @escaping @Sendable (TesseraError) -> ByteBuffer?,
         configure: @escaping @Sendable (any Channel, PeerCredentials) throws -> Connection
     )
         async throws(TesseraError) -> Listener<Connection>
     {
         do {
+            // Names this listener to the gate for the connections that wait for a place.
+            let tag = ListenerTag()
             let bootstrap = ServerBootstrap(group: group)
                 .serverChannelOption(.backlog, value: 128)
                 .childChannelOption(.allowRemoteHalfClosure, value: allowRemoteHalfClosure)
@@ -29,7 +32,13 @@ enum UnixListener {
                 channel.eventLoop.makeFutureWithTask {
                     let peer = try await PeerCredentials.of(channel)
                     let ticket: ConnectionGate.Ticket
-                    do throws(TesseraError) { ticket = try gate.admit(uid: peer.uid) } catch {
+                    do throws(TesseraError) {
+                        if waitForPlace {
+                            ticket = try await gate.admitInTurn(uid: peer.uid, listener: ObjectIdentifier(tag))
+                        } else {
+                            ticket = try gate.admit(uid: peer.uid)
+                        }
+                    } catch {
                         let frame = refusal(error)
                         try await channel.eventLoop.submit {
                             try channel.pipeline.syncOperations.addHandler(RefusedConnectionHandler(refusal: frame))
@@ -40,14 +49,19 @@ enum UnixListener {
                     return try await channel.eventLoop.submit { try configure(channel, peer) }.get()
                 }
             }
+            let listener: Listener<Connection>
             switch address {
             case .path(let path, let mode, let gid):
                 try SocketPath.prepare(path)
                 let fd = try SocketPath.bind(path, mode: mode, group: gid)
-                return try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
+                listener = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
             case .inheritedDescriptor(let fd):
-                return try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
+                listener = try await bootstrap.bind(NIOBSDSocket.Handle(fd), childChannelInitializer: initializer)
             }
+            if waitForPlace {
+                listener.channel.closeFuture.whenComplete { _ in gate.endWaits(listener: ObjectIdentifier(tag)) }
+            }
+            return listener
         } catch let e as TesseraError {
             throw e
         } catch {
@@ -74,3 +88,6 @@ enum UnixListener {
         }
     }
 }
+
+/// The identity of one listener for `ConnectionGate.admitInTurn` / `endWaits`.
+private final class ListenerTag: Sendable {}

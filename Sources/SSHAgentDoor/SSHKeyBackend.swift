@@ -15,8 +15,9 @@ import TesseraCore
 /// The SSH agent's view of the daemon's key stores (the same tokens as passkeys, never a passkey's key).
 ///
 /// Which keys: every P-256 and RSA public key object (or, without one, X.509 certificate) on a PKCS#11 token,
-/// except passkey keys (`CKA_LABEL` `tessera:…`), and the keys of PIV slots 9A and 9E that hold a P-256 or RSA
-/// certificate. Keys made by `ssh.keygen` carry `CKA_LABEL` `ssh:COMMENT` (`ssh-confirm:COMMENT` when every
+/// and the keys of PIV slots 9A and 9E that hold a P-256 or RSA certificate, except keys of another purpose
+/// (`KeyPurpose`): passkeys (`CKA_LABEL` `tessera:…`, or a credential's key), mdoc device keys, the badge CA's key
+/// (`ConfiguredKey`s, e.g. `accessControl.issuer`) or any key recorded for a purpose other than `ssh`. Keys made by `ssh.keygen` carry `CKA_LABEL` `ssh:COMMENT` (`ssh-confirm:COMMENT` when every
 /// signature needs the presence broker's confirmation); other keys are offered with their label as comment. A key
 /// that needs its token's PIN signs only after `ssh-add -s` for that token, unless the token has a PIN file
 /// (`needsUnlock`); with a `pinentry`, the agent asks for that PIN itself (once per signature, `askPIN`).
@@ -28,6 +29,8 @@ public struct SSHKeyBackend: SSHAgentBackend {
     public static let sshLabelPrefix = "ssh:"
     public static let confirmLabelPrefix = "ssh-confirm:"
     public static let passkeyLabelPrefix = "tessera:"
+    /// `MDocHolderService.labelPrefix` (that module is above this one).
+    static let mdocLabelPrefix = "tessera:mdoc:"
 
     public let passkeys: PasskeyService
     let logger: Logger
@@ -37,15 +40,31 @@ public struct SSHKeyBackend: SSHAgentBackend {
     public let owners: SSHKeyOwnerStore
     /// Asked for a token's PIN when a key needs an unlock the client's uid does not hold (nil: `ssh-add -s` only).
     let pinentry: Pinentry?
+    /// The keys' recorded purposes (nil: the labels' and `configuredKeys`' only).
+    let purposes: KeyPurposeStore?
+    /// Keys the configuration names for a purpose (the badge CA's): never offered.
+    let configuredKeys: [ConfiguredKey]
     private let cache = IdentityCache()
 
     public init(
         passkeys: PasskeyService, logger: Logger, presence: PresenceBroker, owners: SSHKeyOwnerStore,
-        pinentry: Pinentry? = nil
+        pinentry: Pinentry? = nil, purposes: KeyPurposeStore? = nil, configuredKeys: [ConfiguredKey] = []
     ) {
         self.passkeys = passkeys; self.logger = logger; self.presence = presence; self.owners = owners
-        self.pinentry = pinentry
+        self.pinentry = pinentry; self.purposes = purposes; self.configuredKeys = configuredKeys
     }
+
+    /// The purposes a key's label says (Tessera's own labels).
+    static func labelPurposes(_ label: String) -> Set<KeyPurpose> {
+        if label.hasPrefix(mdocLabelPrefix) { return [.mdocDevice] }
+        if label.hasPrefix(passkeyLabelPrefix) { return [.passkey] }
+        if label.hasPrefix(sshLabelPrefix) || label.hasPrefix(confirmLabelPrefix) { return [.ssh] }
+        return []
+    }
+
+    /// Whether the agent offers a key with these purposes: `ssh` and a PIV card's own 9A/9E keys, and keys with
+    /// none (a key a user put on the token, as OpenSSH's PKCS#11 provider would offer it); never one with any other.
+    static func offers(_ purposes: Set<KeyPurpose>) -> Bool { purposes.isSubset(of: [.ssh, .pivSlot]) }
 
     /// The offered keys by blob, with their tokens; `generation` makes a listing that raced an invalidation
     /// not refill the cache with what it saw before.
@@ -108,6 +127,13 @@ public struct SSHKeyBackend: SSHAgentBackend {
         return (handle, .ecdsaP256(point: point))
     }
 
+    /// Records the purposes of the configured keys on the tokens present (at start-up: they then stay refused even
+    /// if the agent first lists keys after the configuration no longer names them).
+    public func recordConfiguredPurposes() async {
+        guard !configuredKeys.isEmpty else { return }
+        _ = await list()
+    }
+
     /// Drops the cached keys (token events, new keys).
     public func invalidate() { cache.invalidate() }
 
@@ -127,13 +153,31 @@ public struct SSHKeyBackend: SSHAgentBackend {
             logger.error("ssh-agent: cannot read the keys' owners: \(error)")
             return []
         }
+        var known: [String: [Data: Set<KeyPurpose>]] = [:]
+        if let purposes {
+            do { known = try await purposes.purposes() } catch {
+                // Without the purposes a badge CA's or another door's key could be offered: list none.
+                logger.error("ssh-agent: cannot read the keys' purposes: \(error)")
+                return []
+            }
+        }
         for token in await passkeys.tokens() {
             let keys: [TokenKey]
             do { keys = try await token.publicKeys() } catch {
                 logger.debug("ssh-agent: cannot list keys of token \(token.id): \(error)")
                 continue
             }
-            for key in keys where !key.label.hasPrefix(Self.passkeyLabelPrefix) {
+            for key in keys {
+                var keyPurposes = known[token.id]?[Data(key.handle)] ?? []
+                keyPurposes.formUnion(Self.labelPurposes(key.label))
+                if token.backend == "piv", key.label.hasPrefix("PIV ") { keyPurposes.insert(.pivSlot) }
+                for configured in configuredKeys where configured.tokenId == token.id && configured.label == key.label {
+                    if !keyPurposes.contains(configured.purpose) {
+                        await record(configured.purpose, token: token.id, key: key)
+                        keyPurposes.insert(configured.purpose)
+                    }
+                }
+                guard Self.offers(keyPurposes) else { continue }
                 var comment = key.label, confirm = false
                 if key.label.hasPrefix(Self.sshLabelPrefix) {
                     comment = String(key.label.dropFirst(Self.sshLabelPrefix.count))
@@ -157,6 +201,15 @@ public struct SSHKeyBackend: SSHAgentBackend {
         }
         cache.fill(out, generation: generation)
         return out
+    }
+
+    /// Records a configured key's purpose, so that it stays when the configuration no longer names the key.
+    private func record(_ purpose: KeyPurpose, token: String, key: TokenKey) async {
+        do {
+            try await purposes?.record(KeyPurposeRecord(tokenId: token, keyHandle: key.handle, purpose: purpose))
+        } catch {
+            logger.warning("ssh-agent: cannot record the purpose of key '\(key.label)' on token \(token): \(error)")
+        }
     }
 
     /// ECDSA P-256, or RSA PKCS#1 v1.5 with SHA-512 / SHA-256 for the `rsa-sha2-512` / `rsa-sha2-256` flags and

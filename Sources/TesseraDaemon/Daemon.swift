@@ -217,7 +217,8 @@ public enum Daemon {
         sshLogger[metadataKey: "service"] = "ssh-agent"
         let sshBackend = SSHKeyBackend(
             passkeys: passkeys, logger: sshLogger, presence: presence, owners: SSHKeyOwnerStore(database: database),
-            pinentry: config.pinentry?.sshAgent == false ? nil : Pinentry(config.pinentry))
+            pinentry: config.pinentry?.sshAgent == false ? nil : Pinentry(config.pinentry),
+            purposes: KeyPurposeStore(database: database), configuredKeys: config.configuredKeys)
         table.registerSSH(passkeys, backend: sshBackend)
         table.registerMDocHolder(
             MDocHolderService(

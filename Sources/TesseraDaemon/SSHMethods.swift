@@ -1,3 +1,4 @@
+import CredentialStore
 import Foundation
 import KeyStores
 import Passkeys
@@ -7,8 +8,9 @@ import SSHAgentDoor
 import TesseraCore
 
 extension MethodTable {
-    /// `ssh.keygen` and `ssh.list`.
+    /// `ssh.keygen` and `ssh.list`; records the purposes of the keys the configuration names, at start-up.
     func registerSSH(_ passkeys: PasskeyService, backend: SSHKeyBackend) {
+        Task { await backend.recordConfiguredPurposes() }
         let policy = policy
         register("ssh.keygen", .enroll) { p, connection in
             let token = try await passkeys.chooseToken(p.optionalString("tokenId"))
@@ -37,5 +39,14 @@ extension MethodTable {
             }
             return ["keys": .array(keys)]
         }
+    }
+}
+
+extension ConfigFile {
+    /// The keys this configuration names for a purpose (`accessControl.issuer`: `badge-issuer`), which the SSH agent
+    /// never offers.
+    var configuredKeys: [ConfiguredKey] {
+        guard let issuer = accessControl?.issuer else { return [] }
+        return [ConfiguredKey(tokenId: issuer.tokenId, label: issuer.keyLabel, purpose: .badgeIssuer)]
     }
 }

@@ -1,3 +1,4 @@
+internal import CSystemShims
 import Foundation
 import TesseraCore
 
@@ -9,10 +10,12 @@ import TesseraCore
 /// openssl/softhsm2-util/…): on a thread of its own (`DedicatedThread`), never on the cooperative pool, with a
 /// timeout that cannot hang.
 ///
-/// Standard input and output go through unlinked temporary files, never pipes: a pipe's end leaked into a program
-/// spawned concurrently elsewhere in the process (a long-lived daemon) would keep "end of file" from ever coming,
-/// and a program that does not read its input would block the writer of a full pipe. The program starts with an
-/// empty signal mask (a spawned child inherits the spawning thread's mask), so the SIGTERM of a timeout reaches it.
+/// Standard input and output go through pipes, never files: what a program is given or answers (a PIN, a face image)
+/// never touches a file system. The pipes are created close-on-exec, so no end leaks into a program spawned
+/// concurrently elsewhere in the process (which would keep "end of file" from coming); the runner's thread writes the
+/// input and reads both outputs without blocking, so neither a program that does not read its input nor one that
+/// writes much before reading blocks the other side. The program starts with an empty signal mask and SIGPIPE at
+/// its default (a spawned child inherits the spawning thread's mask), so the SIGTERM of a timeout reaches it.
 public enum ProgramRunner {
     public enum Outcome: Sendable, Equatable {
         case exited(Int32)
@@ -40,16 +43,18 @@ public enum ProgramRunner {
 
     /// Runs `argv[0]` (a path) with the rest as arguments to completion, `timeout` or the task's cancellation
     /// (then SIGTERM, SIGKILL after `killGrace`), and returns its status and output. `environment` is merged over
-    /// this process's; `directory` is its working directory. Throws `INVALID_INPUT` when it cannot be started.
+    /// this process's; `directory` is its working directory. Standard output and error are each kept up to
+    /// `outputLimit` bytes (the rest is read and dropped). Throws `INVALID_INPUT` when it cannot be started.
     public static func capture(
         _ argv: [String], input: [UInt8] = [], environment: [String: String] = [:], directory: String? = nil,
-        timeout: Duration, killGrace: Duration = .seconds(1), keepOutput: Bool = true
+        timeout: Duration, killGrace: Duration = .seconds(1), keepOutput: Bool = true,
+        outputLimit: Int = 64 << 20
     ) async throws(TesseraError) -> Completion {
         guard let program = argv.first else { throw TesseraError.invalidInput("empty command") }
         let request = Request(
             program: program, arguments: Array(argv.dropFirst()), input: input,
             environment: environment, directory: directory, timeout: seconds(timeout),
-            killGrace: seconds(killGrace), keepOutput: keepOutput)
+            killGrace: seconds(killGrace), keepOutput: keepOutput, outputLimit: outputLimit)
         let cancellation = Locked(false)
         let result = await withTaskCancellationHandler {
             await DedicatedThread.run(name: "tessera.program") { () -> Result<Completion, TesseraError> in
@@ -93,80 +98,273 @@ public enum ProgramRunner {
         var timeout: Double
         var killGrace: Double
         var keepOutput: Bool
+        var outputLimit: Int
     }
 
     private static func runBlocking(_ r: Request, cancelled: () -> Bool) -> Result<Completion, TesseraError> {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: r.program)
-        process.arguments = r.arguments
-        if !r.environment.isEmpty {
-            process.environment = ProcessInfo.processInfo.environment.merging(r.environment) { _, new in new }
+        // A write to a pipe its reader closed raises SIGPIPE on this thread: held pending here and consumed.
+        var pipeSignal = sigset_t(), savedMask = sigset_t()
+        sigemptyset(&pipeSignal)
+        sigaddset(&pipeSignal, SIGPIPE)
+        pthread_sigmask(SIG_BLOCK, &pipeSignal, &savedMask)
+        defer {
+            var none = timespec(tv_sec: 0, tv_nsec: 0)
+            while sigtimedwait(&pipeSignal, nil, &none) == SIGPIPE {}
+            pthread_sigmask(SIG_SETMASK, &savedMask, nil)
         }
-        if let directory = r.directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-        let stdin: FileHandle
-        var stdout: FileHandle?
-        var stderr: FileHandle?
+        var pipes = OpenPipes()
+        defer { pipes.closeAll() }
+        let pid: pid_t
         do throws(TesseraError) {
-            stdin = try anonymousFile(contents: r.input)
-            if r.keepOutput {
-                stdout = try anonymousFile(contents: [])
-                stderr = try anonymousFile(contents: [])
-            }
+            try pipes.open(keepOutput: r.keepOutput)
+            pid = try start(r, pipes)
         } catch {
             return .failure(error)
         }
-        defer { for handle in [stdin, stdout, stderr] { try? handle?.close() } }
-        process.standardInput = stdin
-        process.standardOutput = stdout ?? FileHandle.nullDevice
-        process.standardError = stderr ?? FileHandle.nullDevice
-        do { try spawn(process) } catch {
-            return .failure(TesseraError(.invalidInput, "cannot run \(r.program): \(error.localizedDescription)"))
-        }
-        let finished = waitForExit(process, r.timeout, cancelled: cancelled)
+        pipes.closeChildEnds()
+        if r.input.isEmpty { pipes.closeInput() }
+        var transfer = Transfer(input: r.input, limit: r.outputLimit)
+        let deadline = Date().addingTimeInterval(r.timeout)
+        var status: Int32?
         var completion = Completion(status: nil, timedOut: false, cancelled: false, stdout: [], stderr: [])
-        if !finished {
-            completion.cancelled = cancelled()
-            completion.timedOut = !completion.cancelled
-            stop(process, grace: .milliseconds(Int64(r.killGrace * 1000)))
+        while true {
+            if let exited = reap(pid) {
+                status = exited
+                break
+            }
+            if Date() >= deadline || cancelled() {
+                completion.cancelled = cancelled()
+                completion.timedOut = !completion.cancelled
+                status = terminate(pid, grace: r.killGrace)
+                break
+            }
+            let wait: Int32 = pipes.anyOpen ? 50 : 2
+            transfer.step(&pipes, waitMilliseconds: wait)
         }
-        if !process.isRunning { completion.status = process.terminationStatus }
-        completion.stdout = stdout.map(readAll) ?? []
-        completion.stderr = stderr.map(readAll) ?? []
+        // What the program wrote before it ended; a grandchild holding the pipes open is not waited for.
+        transfer.drain(&pipes)
+        completion.status = status
+        completion.stdout = transfer.stdout
+        completion.stderr = transfer.stderr
         return .success(completion)
     }
 
-    /// Polls until `process` has exited (true), `seconds` pass or `cancelled` says so (false).
-    private static func waitForExit(_ process: Process, _ seconds: Double, cancelled: () -> Bool = { false }) -> Bool {
+    /// The parent's ends of the three pipes (input write end, output and error read ends, non-blocking) and the
+    /// child's ends until it has started.
+    private struct OpenPipes {
+        var input: Int32 = -1, output: Int32 = -1, errors: Int32 = -1
+        var childInput: Int32 = -1, childOutput: Int32 = -1, childErrors: Int32 = -1
+
+        var anyOpen: Bool { input >= 0 || output >= 0 || errors >= 0 }
+
+        mutating func open(keepOutput: Bool) throws(TesseraError) {
+            (childInput, input) = try Self.pipe()
+            if keepOutput {
+                (output, childOutput) = try Self.pipe()
+                (errors, childErrors) = try Self.pipe()
+            }
+            for fd in [input, output, errors] where fd >= 0 { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        }
+
+        /// A close-on-exec pipe: (read end, write end).
+        private static func pipe() throws(TesseraError) -> (Int32, Int32) {
+            var fds: [Int32] = [-1, -1]
+            let result = tessera_pipe_cloexec(&fds)
+            guard result == 0 else {
+                throw TesseraError(.internalError, "cannot create a pipe: \(String(cString: strerror(-result)))")
+            }
+            return (fds[0], fds[1])
+        }
+
+        mutating func closeChildEnds() {
+            for fd in [childInput, childOutput, childErrors] where fd >= 0 { Glibc.close(fd) }
+            (childInput, childOutput, childErrors) = (-1, -1, -1)
+        }
+
+        mutating func closeInput() { Self.close(&input) }
+        mutating func closeOutput() { Self.close(&output) }
+        mutating func closeErrors() { Self.close(&errors) }
+
+        mutating func closeAll() {
+            closeChildEnds()
+            closeInput(); closeOutput(); closeErrors()
+        }
+
+        private static func close(_ fd: inout Int32) {
+            if fd >= 0 { Glibc.close(fd) }
+            fd = -1
+        }
+    }
+
+    /// The input still to write and the output read so far (each kept up to `limit` bytes, the rest read and
+    /// dropped so the program never blocks on a full pipe).
+    private struct Transfer {
+        let input: [UInt8]
+        let limit: Int
+        var written = 0
+        var stdout: [UInt8] = []
+        var stderr: [UInt8] = []
+
+        init(input: [UInt8], limit: Int) { self.input = input; self.limit = limit }
+
+        /// Waits up to `waitMilliseconds` for any pipe to be ready, then moves what it can without blocking.
+        mutating func step(_ pipes: inout OpenPipes, waitMilliseconds: Int32) {
+            var fds: [pollfd] = []
+            if pipes.input >= 0 { fds.append(pollfd(fd: pipes.input, events: Int16(POLLOUT), revents: 0)) }
+            if pipes.output >= 0 { fds.append(pollfd(fd: pipes.output, events: Int16(POLLIN), revents: 0)) }
+            if pipes.errors >= 0 { fds.append(pollfd(fd: pipes.errors, events: Int16(POLLIN), revents: 0)) }
+            guard !fds.isEmpty else {
+                usleep(UInt32(waitMilliseconds) * 1000)
+                return
+            }
+            guard poll(&fds, nfds_t(fds.count), waitMilliseconds) > 0 else { return }
+            let limit = self.limit
+            for p in fds where p.revents != 0 {
+                if p.fd == pipes.input {
+                    writeInput(&pipes)
+                } else if p.fd == pipes.output {
+                    if !Self.read(p.fd, into: &stdout, limit: limit) { pipes.closeOutput() }
+                } else if p.fd == pipes.errors {
+                    if !Self.read(p.fd, into: &stderr, limit: limit) { pipes.closeErrors() }
+                }
+            }
+        }
+
+        /// Reads what the ended program left in its pipes (at most 1 MiB each: a grandchild holding them open and
+        /// writing on is not followed).
+        mutating func drain(_ pipes: inout OpenPipes) {
+            pipes.closeInput()
+            let limit = self.limit
+            if pipes.output >= 0 { _ = Self.read(pipes.output, into: &stdout, limit: limit) }
+            if pipes.errors >= 0 { _ = Self.read(pipes.errors, into: &stderr, limit: limit) }
+        }
+
+        private mutating func writeInput(_ pipes: inout OpenPipes) {
+            let fd = pipes.input
+            while written < input.count {
+                let offset = written
+                let n = input.withUnsafeBytes { bytes in
+                    Glibc.write(fd, bytes.baseAddress! + offset, min(bytes.count - offset, 1 << 16))
+                }
+                if n > 0 {
+                    written += n
+                } else if n < 0 && errno == EINTR {
+                    continue
+                } else if n < 0 && errno == EAGAIN {
+                    return
+                } else {
+                    break  // EPIPE: the program closed its input without reading all of it
+                }
+            }
+            pipes.closeInput()
+        }
+
+        /// Reads until the pipe would block or 1 MiB has come (true: a program that never stops writing does not
+        /// keep the runner from its deadline) or the pipe ends (false).
+        private static func read(_ fd: Int32, into out: inout [UInt8], limit: Int) -> Bool {
+            var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            for _ in 0..<16 {
+                let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
+                if n > 0 {
+                    out.append(contentsOf: buffer[0..<min(n, max(0, limit - out.count))])
+                } else if n < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return n < 0 && errno == EAGAIN
+                }
+            }
+            return true
+        }
+    }
+
+    /// Starts the program with the child's pipe ends as its standard input, output and error (`/dev/null` for
+    /// output not kept), no other descriptor, an empty signal mask and SIGPIPE at its default.
+    private static func start(_ r: Request, _ pipes: OpenPipes) throws(TesseraError) -> pid_t {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, pipes.childInput, STDIN_FILENO)
+        for (fd, target) in [(pipes.childOutput, STDOUT_FILENO), (pipes.childErrors, STDERR_FILENO)] {
+            if fd >= 0 {
+                posix_spawn_file_actions_adddup2(&actions, fd, target)
+            } else {
+                posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_WRONLY, 0)
+            }
+        }
+        let actionsError = withUnsafeMutablePointer(to: &actions) { pointer in
+            if let directory = r.directory { return tessera_spawn_actions_closefrom_chdir(pointer, 3, directory) }
+            return tessera_spawn_actions_closefrom_chdir(pointer, 3, nil)
+        }
+        guard actionsError == 0 else {
+            throw TesseraError(
+                .internalError, "cannot prepare \(r.program): \(String(cString: strerror(actionsError)))")
+        }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t(), defaults = sigset_t()
+        sigemptyset(&empty)
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGPIPE)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        var environment = ProcessInfo.processInfo.environment
+        environment.merge(r.environment) { _, new in new }
+        let argv = [r.program] + r.arguments
+        let envp = environment.map { "\($0.key)=\($0.value)" }
+        var pid: pid_t = 0
+        let error = withCStrings(argv) { cArgv in
+            withCStrings(envp) { cEnvp in posix_spawn(&pid, r.program, &actions, &attributes, cArgv, cEnvp) }
+        }
+        guard error == 0 else {
+            throw TesseraError(.invalidInput, "cannot run \(r.program): \(String(cString: strerror(error)))")
+        }
+        return pid
+    }
+
+    /// `body` with `strings` as a NULL-terminated array of C strings.
+    private static func withCStrings<T>(_ strings: [String], _ body: ([UnsafeMutablePointer<CChar>?]) -> T) -> T {
+        let pointers = strings.map { strdup($0) } + [nil]
+        defer { for p in pointers { free(p) } }
+        return body(pointers)
+    }
+
+    /// The status of `pid` when it has ended (the signal number when a signal ended it), else nil.
+    private static func reap(_ pid: pid_t) -> Int32? {
+        var status: Int32 = 0
+        guard waitpid(pid, &status, WNOHANG) == pid else { return nil }
+        return status & 0x7f == 0 ? (status >> 8) & 0xff : status & 0x7f
+    }
+
+    /// SIGTERM, SIGKILL when `pid` still runs after `grace`, then at most 1 s more; its status, nil when it has
+    /// not ended by then (it is reaped later on a thread of its own).
+    private static func terminate(_ pid: pid_t, grace: Double) -> Int32? {
+        kill(pid, SIGTERM)
+        if let status = awaitExit(pid, grace) { return status }
+        kill(pid, SIGKILL)
+        if let status = awaitExit(pid, 1) { return status }
+        DedicatedThread.detach(name: "tessera.program.reap") { _ = waitpid(pid, nil, 0) }
+        return nil
+    }
+
+    private static func awaitExit(_ pid: pid_t, _ seconds: Double) -> Int32? {
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            if let status = reap(pid) { return status }
+            if Date() >= deadline { return nil }
+            usleep(2_000)
+        }
+    }
+
+    /// Polls until `process` has exited (true) or `seconds` pass (false).
+    private static func waitForExit(_ process: Process, _ seconds: Double) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while process.isRunning {
-            if Date() >= deadline || cancelled() { return false }
+            if Date() >= deadline { return false }
             usleep(2_000)
         }
         return true
-    }
-
-    /// A temporary file already unlinked (nothing to clean up), holding `contents`, positioned at its start.
-    private static func anonymousFile(contents: [UInt8]) throws(TesseraError) -> FileHandle {
-        var template = Array((FileManager.default.temporaryDirectory.path + "/tessera-run.XXXXXX").utf8CString)
-        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        guard fd >= 0 else {
-            throw TesseraError(.internalError, "cannot create a temporary file: \(String(cString: strerror(errno)))")
-        }
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-        unlink(template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) })
-        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
-        do {
-            try handle.write(contentsOf: contents)
-            try handle.seek(toOffset: 0)
-        } catch {
-            throw TesseraError(.internalError, "cannot write a temporary file: \(error.localizedDescription)")
-        }
-        return handle
-    }
-
-    private static func readAll(_ handle: FileHandle) -> [UInt8] {
-        guard (try? handle.seek(toOffset: 0)) != nil, let data = try? handle.readToEnd() else { return [] }
-        return [UInt8](data)
     }
 
     private static func seconds(_ duration: Duration) -> Double {

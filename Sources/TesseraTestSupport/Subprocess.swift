@@ -3,7 +3,7 @@ import TesseraCore
 import TesseraRuntime
 
 /// Runs helper programs (openssl, softhsm2-util, nfc-list, opensc-tool, …) for tests: a thin wrapper over
-/// `TesseraCore.ProgramRunner` (temp files, never pipes; a thread of its own; a timeout that cannot hang) that looks
+/// `TesseraRuntime.ProgramRunner` (pipes, never files; a thread of its own; a timeout that cannot hang) that looks
 /// names up in PATH and returns the output.
 ///
 /// There is deliberately no blocking variant: Swift Testing runs even synchronous `@Test` functions on the

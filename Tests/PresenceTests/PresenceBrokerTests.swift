@@ -77,6 +77,27 @@ import Testing
         #expect(try await anonymous == .denied)
     }
 
+    /// An admin's answer without `requestId` is for its own questions: another uid's question waits for its own uid
+    /// (or an admin naming it), and the admin's own is answered.
+    @Test func anAdminWithoutRequestIdAnswersOnlyItsOwn() async throws {
+        let broker = Self.broker()
+        async let users = broker.ask(PresenceQuestion(door: .ssh, uid: 1000))
+        await Self.waitPending(broker, 1)
+        await #expect(throws: TesseraError.self) {
+            _ = try await broker.answer(nil, confirm: true, uid: 0, isAdmin: true)
+        }
+        async let admins = broker.ask(PresenceQuestion(door: .ctap, uid: 0))
+        await Self.waitPending(broker, 2)
+        let listed = await broker.list(uid: 0, isAdmin: true)
+        let usersId = try #require(listed.first { $0["uid"] == .number(1000) }?["requestId"]?.intValue)
+        let adminsId = try #require(listed.first { $0["uid"] == .number(0) }?["requestId"]?.intValue)
+        #expect(try await broker.answer(nil, confirm: false, uid: 0, isAdmin: true) == UInt64(adminsId))
+        #expect(try await admins == .denied)
+        #expect(await broker.list(uid: 1000, isAdmin: false).count == 1)
+        #expect(try await broker.answer(UInt64(usersId), confirm: true, uid: 0, isAdmin: true) == UInt64(usersId))
+        #expect(try await users == .confirmed)
+    }
+
     @Test func socketAnswersNeedConfirmOnSocket() async throws {
         let broker = Self.broker(command: ["/bin/sh", "-c", "cat >/dev/null; sleep 5"], confirmOnSocket: false)
         async let answer = broker.ask(PresenceQuestion(door: .mdoc, uid: 1000, timeout: .milliseconds(300)))

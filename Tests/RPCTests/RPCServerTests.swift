@@ -470,6 +470,33 @@ func floodAndClose(path: String, requests: Int) async throws {
         _ = try gate.admit(uid: 1000)
         #expect(gate.statistics().refused == 3)
     }
+
+    /// Over its bound a connection waits in turn and takes the place the next close frees (its uid's first), up to
+    /// `maxWaitingPerUid`; a wait ends BUSY when its listener ends, and so does a later one.
+    @Test func overTheBoundAConnectionWaitsForAPlace() async throws {
+        let gate = ConnectionGate(maxConnections: 8, maxConnectionsPerUid: 1, maxWaitingPerUid: 2)
+        final class Listener: Sendable {}
+        let tag = Listener()
+        let listener = ObjectIdentifier(tag)
+        defer { withExtendedLifetime(tag) {} }
+        let first = try gate.admit(uid: 1000)
+        let second = Task { try await gate.admitInTurn(uid: 1000, listener: listener) }
+        let third = Task { try await gate.admitInTurn(uid: 1000, listener: listener) }
+        try await Task.sleep(for: .milliseconds(100))
+        // Two wait: a third waiter of the uid is refused, another uid is not held up.
+        await #expect(throws: TesseraError.self) { try await gate.admitInTurn(uid: 1000, listener: listener) }
+        let other = try await gate.admitInTurn(uid: 1001, listener: listener)
+        #expect(gate.statistics().open == 2)
+        first.release()
+        let admitted = try await second.value
+        #expect(gate.statistics().open == 2)
+        gate.endWaits(listener: listener)
+        await #expect(throws: TesseraError.self) { try await third.value }
+        admitted.release()
+        await #expect(throws: TesseraError.self) { try await gate.admitInTurn(uid: 1000, listener: listener) }
+        other.release()
+        #expect(gate.statistics() == (open: 0, refused: 3))
+    }
 }
 
 @Suite struct PacketConnectionTests {

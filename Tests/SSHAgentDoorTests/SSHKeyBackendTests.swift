@@ -19,16 +19,21 @@ struct SSHHarness {
     let backend: SSHKeyBackend
     let token: any KeyStoreToken
     let owners: SSHKeyOwnerStore
+    let purposes: KeyPurposeStore
 
-    static func make(presenceCommand: [String]? = nil) async throws -> SSHHarness {
+    /// `configuredLabels`: labels the configuration names for `badge-issuer` on this harness's token.
+    static func make(presenceCommand: [String]? = nil, configuredLabels: [String] = []) async throws -> SSHHarness {
         let spare = try await SpareTokenPasskeys.make(scratch: "ssh-door", login: false)
         let service = spare.service, token = spare.token, db = spare.database
         let presence = PresenceBroker(
             PresenceSettings(command: presenceCommand, timeout: .seconds(5), confirmOnSocket: false),
             logger: quietLogger)
         let owners = SSHKeyOwnerStore(database: db)
-        let backend = SSHKeyBackend(passkeys: service, logger: quietLogger, presence: presence, owners: owners)
-        return SSHHarness(backend: backend, token: token, owners: owners)
+        let purposes = KeyPurposeStore(database: db)
+        let backend = SSHKeyBackend(
+            passkeys: service, logger: quietLogger, presence: presence, owners: owners, purposes: purposes,
+            configuredKeys: configuredLabels.map { ConfiguredKey(tokenId: token.id, label: $0, purpose: .badgeIssuer) })
+        return SSHHarness(backend: backend, token: token, owners: owners, purposes: purposes)
     }
 
     /// This harness's keys (other tests' tokens share the key store).
@@ -75,6 +80,32 @@ struct SSHHarness {
         #expect(byHandle.values.filter { asAlice.owns($0.ownerUid) }.map(\.handle) == [alice])
         let admin = Requester(uid: 1002, pid: 1, isAdmin: true)
         #expect(byHandle.values.filter { admin.owns($0.ownerUid) }.count == 3)
+    }
+
+    /// Only `ssh` keys and keys of no purpose are offered: not one the configuration names (recorded then, and
+    /// still refused when a later configuration no longer names it), not one recorded for another purpose whatever
+    /// its label says, not an mdoc device key.
+    @Test func keysOfAnotherPurposeAreNeverOffered() async throws {
+        let h = try await SSHHarness.make(configuredLabels: ["badge-ca"])
+        let (mine, _) = try await h.keygen(comment: "mine", uid: 1000)
+        _ = try await h.token.generateP256Key(handle: [1], label: "badge-ca", pin: nil)
+        _ = try await h.token.generateP256Key(handle: [2], label: "ssh:looks-like-ssh", pin: nil)
+        _ = try await h.token.generateP256Key(handle: [3], label: "tessera:mdoc:1000", pin: nil)
+        _ = try await h.token.generateP256Key(handle: [4], label: "plain", pin: nil)
+        try await h.purposes.record(KeyPurposeRecord(tokenId: h.token.id, keyHandle: [2], purpose: .mdocDevice))
+        // At start-up the configured key's purpose is recorded before any listing.
+        await h.backend.recordConfiguredPurposes()
+        #expect(try await h.purposes.purposes()[h.token.id]?[Data([1])] == [.badgeIssuer])
+        h.backend.invalidate()
+        #expect(Set(await h.identities().map(\.handle)) == [mine, [4]])
+        #expect(try await h.purposes.purposes()[h.token.id]?[Data(mine)] == [.ssh])
+        // The same database without the configured key: its recorded purpose keeps it out.
+        let again = SSHKeyBackend(
+            passkeys: h.backend.passkeys, logger: quietLogger,
+            presence: PresenceBroker(
+                PresenceSettings(command: nil, timeout: .seconds(5), confirmOnSocket: false), logger: quietLogger),
+            owners: h.owners, purposes: h.purposes)
+        #expect(Set(await again.identities().filter { $0.tokenID == h.token.id }.map(\.handle)) == [mine, [4]])
     }
 
     @Test func aConfirmKeyAsksThePresenceBroker() async throws {

@@ -117,6 +117,44 @@ import Testing
         #expect(outcome == .exited(0))
     }
 
+    /// 8 MiB in and out at once (and 1 MiB on stderr): the runner writes and reads concurrently, nobody blocks.
+    @Test func largeInputAndOutputFlowTogether() async throws {
+        let input = (0..<(8 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ $0 >> 13) }
+        let r = try await ProgramRunner.capture(
+            ["/bin/sh", "-c", "cat; head -c 1048576 /dev/zero >&2"], input: input, timeout: .seconds(60))
+        #expect(r.status == 0 && !r.timedOut)
+        #expect(r.stdout == input)
+        #expect(r.stderr.count == 1 << 20)
+    }
+
+    /// A program (and the grandchild it leaves) that never stops writing does not keep the runner past its deadline.
+    @Test func anEndlessWriterStillTimesOut() async throws {
+        let start = ContinuousClock.now
+        let r = try await ProgramRunner.capture(
+            ["/bin/sh", "-c", "yes & yes >&2 & sleep 10"], timeout: .milliseconds(300), killGrace: .milliseconds(200),
+            outputLimit: 1 << 16)
+        #expect(r.timedOut && r.stdout.count == 1 << 16)
+        #expect(ContinuousClock.now - start < .seconds(10))
+    }
+
+    /// Output past `outputLimit` is read and dropped: the program still ends normally.
+    @Test func outputPastTheLimitIsDropped() async throws {
+        let r = try await ProgramRunner.capture(
+            ["/bin/sh", "-c", "head -c 4194304 /dev/zero; echo done >&2"], timeout: .seconds(60),
+            outputLimit: 1 << 20)
+        #expect(r.status == 0 && r.stdout.count == 1 << 20 && r.stderr == Array("done\n".utf8))
+    }
+
+    /// The program's standard input, output and error are pipes, never files (a PIN or a face image given to or
+    /// answered by a program touches no file system; before, they were unlinked files in $TMPDIR).
+    @Test func standardStreamsArePipesNotFiles() async throws {
+        let r = try await ProgramRunner.capture(
+            ["/bin/sh", "-c", "cat >/dev/null; readlink /proc/self/fd/0 /proc/self/fd/1 /proc/self/fd/2 >&2"],
+            input: Array("1234".utf8), timeout: .seconds(30))
+        let links = String(decoding: r.stderr, as: UTF8.self).split(separator: "\n")
+        #expect(links.count == 3 && links.allSatisfy { $0.hasPrefix("pipe:") }, "\(links)")
+    }
+
     @Test func cancellationTerminatesWithSIGTERM() async throws {
         let task = Task { try await ProgramRunner.capture(["/bin/sleep", "30"], timeout: .seconds(60)) }
         try await Task.sleep(for: .milliseconds(200))

@@ -353,3 +353,56 @@ def test_pin_stdin_with_empty_input_is_refused_not_taken_as_no_pin(tmp_path, sof
         assert r.returncode == 2 and "PIN_REQUIRED" in r.stderr and "PIN: " not in r.stderr, r.stderr
     finally:
         a.daemon.stop()
+
+
+def created_in(directory: pathlib.Path):
+    """A context manager watching `directory` with inotify (IN_CREATE, IN_MOVED_TO); yields the list of names created
+    there, filled when the block ends."""
+    import ctypes
+    import ctypes.util
+    import struct
+
+    @contextlib.contextmanager
+    def watch():
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        fd = libc.inotify_init1(os.O_NONBLOCK)
+        assert fd >= 0, ctypes.get_errno()
+        assert libc.inotify_add_watch(fd, str(directory).encode(), 0x100 | 0x80) >= 0, ctypes.get_errno()
+        names: list[str] = []
+        try:
+            yield names
+        finally:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                data = b""
+            os.close(fd)
+            offset = 0
+            while offset < len(data):
+                _, _, _, length = struct.unpack_from("iIII", data, offset)
+                names.append(data[offset + 16:offset + 16 + length].rstrip(b"\0").decode())
+                offset += 16 + length
+    return watch()
+
+
+def test_the_pin_from_pinentry_never_touches_a_file(tmp_path, softhsm):
+    """The daemon's TMPDIR is an empty directory watched with inotify while the agent asks pinentry for the PIN and
+    signs: nothing is created there (ProgramRunner gives the program its input and reads its answer, the PIN, through
+    pipes; it used to go through unlinked files in $TMPDIR)."""
+    program, state = scripted_pinentry(tmp_path, f"pin:{PIN}")
+    tmpdir = tmp_path / "daemon-tmp"
+    tmpdir.mkdir()
+    a = Agent(tmp_path, softhsm, extra_env={"TMPDIR": str(tmpdir)})
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"pinentry": {"program": str(program), "environment": DISPLAY}}))
+    a.daemon.args += ["--config", str(config)]
+    a.start()
+    try:
+        pub = keygen(a)
+        with created_in(tmpdir) as names:
+            r = sign(a, pub)
+        assert r.returncode == 0 and asked(state) == 1, r.stderr
+        assert names == [], names
+        assert list(tmpdir.iterdir()) == []
+    finally:
+        a.daemon.stop()

@@ -1266,3 +1266,111 @@ def test_a_refused_ssh_add_s_says_why_in_the_daemon_log(agent):
     assert agent.run("ssh-add", "-x", secret="lock-pass").returncode == 0
     assert agent.run("ssh-add", "-s", TOKEN, secret=PIN).returncode != 0
     assert f"ssh-add -s {TOKEN} refused: the agent is locked (ssh-add -X)" in agent.daemon.log.read_text()
+
+
+# MARK: a key serves one purpose; 64 clients at once
+
+
+def ssh_line(public_key, comment: str) -> str:
+    from cryptography.hazmat.primitives import serialization
+    return public_key.public_bytes(serialization.Encoding.OpenSSH,
+                                   serialization.PublicFormat.OpenSSH).decode() + " " + comment
+
+
+def test_the_badge_ca_key_and_mdoc_device_keys_are_never_offered(tmp_path, softhsm):
+    """The badge CA's key (accessControl.issuer) and an mdoc device key sit on the agent's token beside an SSH key.
+    Neither is listed by ssh-add -L, and a SIGN_REQUEST for either blob is refused, for an administrator too, with
+    the token unlocked by ssh-add -s; the SSH key still signs. The issuer's key stays refused after the config no
+    longer names it (its purpose is recorded)."""
+    import base64
+    import json
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from test_access import make_token_ca
+
+    ca = make_token_ca(tmp_path, softhsm)  # token "badges", key labelled badge-ca
+    ca_key = x509.load_pem_x509_certificate(ca.read_bytes()).public_key()
+    ca_line = ssh_line(ca_key, "badge-ca")
+    a = Agent(tmp_path, softhsm)
+    a.start()
+    badges = next(t["id"] for t in a.daemon.client().call("tokens.list")["tokens"] if t.get("label") == "badges")
+    ssh_token = next(t["id"] for t in a.daemon.client().call("tokens.list")["tokens"] if t.get("label") == TOKEN)
+    config = tmp_path / "tesserad.json"
+    config.write_text(json.dumps({"accessControl": {"anchors": [str(ca)], "issuer": {
+        "tokenId": badges, "keyLabel": "badge-ca", "certificate": str(ca)}}}))
+    a.daemon.args += ["--config", str(config)]
+    a.restart()
+    try:
+        c = a.daemon.client()
+        ssh_pub = cli(a.daemon, "ssh", "keygen", "--token", ssh_token, "--comment", "mine", "--pin", PIN).stdout.strip()
+        made = c.call("mdoc.createDeviceKey", {"tokenId": ssh_token, "pin": PIN})
+        from fido2 import cbor
+        cose = cbor.decode(base64.urlsafe_b64decode(made["deviceKey"] + "=="))  # {1: 2, -1: 1, -2: x, -3: y}
+        x, y = cose[-2], cose[-3]
+        from cryptography.hazmat.primitives.asymmetric import ec
+        mdoc_key = ec.EllipticCurvePublicNumbers(int.from_bytes(x, "big"), int.from_bytes(y, "big"),
+                                                 ec.SECP256R1()).public_key()
+        mdoc_line = ssh_line(mdoc_key, "mdoc")
+        a.restart()
+        for token in (TOKEN, "badges"):
+            r = a.run("ssh-add", "-s", token, secret=PIN)
+            assert r.returncode == 0, r.stderr + a.daemon.log.read_text()
+        listed = [key_part(l) for l in a.listed()]
+        assert key_part(ssh_pub) in listed, listed
+        assert key_part(ca_line) not in listed and key_part(mdoc_line) not in listed, listed
+        msg = tmp_path / "msg"
+        msg.write_text("forged badge certificate")
+        for name, line in (("mine", ssh_pub), ("badge-ca", ca_line), ("mdoc", mdoc_line)):
+            pub = tmp_path / f"{name}.pub"
+            pub.write_text(line + "\n")
+            r = a.run("ssh-keygen", "-Y", "sign", "-n", "file", "-f", str(pub), str(msg))
+            assert (r.returncode == 0) == (name == "mine"), (name, r.stderr)
+            (tmp_path / "msg.sig").unlink(missing_ok=True)
+        # The raw SIGN_REQUEST for the issuer's blob: SSH_AGENT_FAILURE (5).
+        blob = base64.b64decode(ca_line.split()[1])
+        assert exchange(a.sock, [sign_request(blob, b"data")]) == [bytes([5])]
+        # The config no longer names the issuer: its key keeps its recorded purpose.
+        config.write_text("{}")
+        a.restart()
+        assert a.run("ssh-add", "-s", "badges", secret=PIN).returncode == 0
+        assert key_part(ca_line) not in [key_part(l) for l in a.listed()]
+        assert exchange(a.sock, [sign_request(blob, b"data")]) == [bytes([5])]
+    finally:
+        a.daemon.stop()
+
+
+def test_64_concurrent_connections_of_one_uid_are_all_answered(agent):
+    """64 clients of one uid at once (ansible, parallel git): twice the per-uid bound (32). Those over it wait for a
+    place, unread, instead of being reset, as OpenSSH's agent answers all of them: first raw sockets all connected
+    before any sends, then 64 ssh-add -L processes at once."""
+    n = 64
+    barrier = threading.Barrier(n)
+    answers: list = [None] * n
+
+    def client(i: int):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(60)
+        try:
+            s.connect(agent.sock)
+            barrier.wait(30)
+            s.sendall(frame(bytes([11])))
+            answers[i] = recv_frame(s)
+        except OSError as e:
+            answers[i] = repr(e)
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    answered = [a for a in answers if isinstance(a, bytes) and a[0] == 12]
+    assert len(answered) == n, f"{len(answered)} of {n} answered: {[a for a in answers if a not in answered][:3]}"
+    env = {**os.environ, "SSH_AUTH_SOCK": agent.sock}
+    procs = [subprocess.Popen(["ssh-add", "-L"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True) for _ in range(n)]
+    outputs = [p.communicate(timeout=90) for p in procs]
+    listing = [o for (o, _), p in zip(outputs, procs) if p.returncode == 0 and agent.pub in o]
+    assert len(listing) == n, [e for _, e in outputs if e][:3]
+    assert agent.daemon.proc.poll() is None

@@ -1,4 +1,4 @@
-#define _GNU_SOURCE 1  /* posix_openpt, ptsname_r */
+#define _GNU_SOURCE 1  /* posix_openpt, ptsname_r, pipe2, posix_spawn_file_actions_add{closefrom,chdir}_np */
 #include "CSystemShims.h"
 
 #include <errno.h>
@@ -9,6 +9,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <pwd.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <grp.h>
 
 int tessera_sd_notify(const char *state) {
@@ -174,3 +176,14 @@ int tessera_seqpacket_send(int fd, const uint8_t *buf, size_t len) {
 }
 
 void tessera_socket_shutdown(int fd) { shutdown(fd, SHUT_RDWR); }
+
+int tessera_pipe_cloexec(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC) == 0 ? 0 : -errno;
+}
+
+int tessera_spawn_actions_closefrom_chdir(void *actions, int lowfd, const char *directory) {
+    posix_spawn_file_actions_t *a = actions;
+    int e = posix_spawn_file_actions_addclosefrom_np(a, lowfd);
+    if (e == 0 && directory != NULL) e = posix_spawn_file_actions_addchdir_np(a, directory);
+    return e;
+}

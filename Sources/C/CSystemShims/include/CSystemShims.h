@@ -60,4 +60,12 @@ int tessera_seqpacket_send(int fd, const uint8_t *buf, size_t len);
 /// shutdown(fd, SHUT_RDWR): wakes a thread blocked in accept or recv on it.
 void tessera_socket_shutdown(int fd);
 
+/// pipe2(fds, O_CLOEXEC): a pipe whose ends no program spawned meanwhile inherits. Returns 0, else -errno.
+int tessera_pipe_cloexec(int fds[2]);
+
+/// Adds to the posix_spawn file actions at `actions` (a `posix_spawn_file_actions_t *`): close every descriptor from
+/// `lowfd` up, and change to `directory` when not NULL (glibc's addclosefrom_np and addchdir_np). Returns 0, else
+/// an error number.
+int tessera_spawn_actions_closefrom_chdir(void *actions, int lowfd, const char *directory);
+
 #endif
