@@ -69,8 +69,10 @@ public final class KioskHTTPServer: Sendable {
 /// The server's bounds: connections, how long a request may take to arrive, bodies, an unread event stream.
 public struct KioskLimits: Sendable {
     /// Open connections at most. Past it, a new connection closes the oldest one that has not shown the session
-    /// cookie (or itself, when all have).
+    /// cookie, preferring those open longer than `evictionGrace` (whose request had time to arrive); itself only
+    /// when all others have shown it. Idle sockets cannot lock the browser out.
     public var connections = 8
+    public var evictionGrace: TimeAmount = .seconds(2)
     public var headerTimeout: TimeAmount = .seconds(10)
     public var bodyTimeout: TimeAmount = .seconds(30)
     /// `POST /api/action` while the page shows the camera (`{images: [...]}`), and otherwise.
@@ -93,8 +95,8 @@ final class KioskRoutes: Sendable {
     let limits: KioskLimits
     let host: String
     let boundPort: Locked<Int>
-    /// Open connections in the order they came, with whether each has shown the session cookie.
-    private let open = Locked<[(id: ObjectIdentifier, channel: Channel, admitted: Bool)]>([])
+    /// Open connections in the order they came, with when and whether each has shown the session cookie.
+    private let open = Locked<[(id: ObjectIdentifier, channel: Channel, since: NIODeadline, admitted: Bool)]>([])
 
     init(bridge: KioskBridge, access: KioskAccess, limits: KioskLimits, host: String, port: Int) {
         self.bridge = bridge
@@ -104,11 +106,19 @@ final class KioskRoutes: Sendable {
         self.boundPort = Locked(port)
     }
 
-    /// A new connection: past the bound, the oldest connection without the cookie goes (this one when all have it).
+    /// A new connection: past the bound, the oldest connection without the cookie goes (one past the grace
+    /// first), else this one.
     func opened(_ channel: Channel) {
+        let now = NIODeadline.now()
         let evicted: Channel? = open.withLock { open in
-            open.append((ObjectIdentifier(channel), channel, false))
-            guard open.count > limits.connections, let i = open.firstIndex(where: { !$0.admitted }) else { return nil }
+            guard open.count >= limits.connections else {
+                open.append((ObjectIdentifier(channel), channel, now, false))
+                return nil
+            }
+            let waiting = open.indices.filter { !open[$0].admitted }
+            guard let i = waiting.first(where: { open[$0].since + limits.evictionGrace <= now }) ?? waiting.first
+            else { return channel }
+            open.append((ObjectIdentifier(channel), channel, now, false))
             return open.remove(at: i).channel
         }
         evicted?.close(promise: nil)

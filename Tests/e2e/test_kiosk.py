@@ -505,18 +505,24 @@ def test_idle_sockets_and_an_endless_body_leave_the_station_working(station, run
     Content-Length before it is read, and the real browser still walks a step; the kiosk's RSS stays flat."""
     kiosk, b = running("kiosk-chip")
     before = vm_rss_kib(kiosk.proc.pid)
-    idle = [socket.create_connection(("127.0.0.1", kiosk.port), timeout=10) for _ in range(300)]
+    # Headers, then a body that never comes: closed after the 30 s body time.
+    slow = socket.create_connection(("127.0.0.1", kiosk.port), timeout=10)
+    slow.sendall((f"POST /api/check HTTP/1.1\r\nHost: 127.0.0.1:{kiosk.port}\r\nContent-Type: application/json\r\n"
+                  f"Cookie: tessera_kiosk={kiosk.cookie}\r\nContent-Length: 100\r\n\r\n{{").encode())
+    slow_since = time.monotonic()
     big = socket.create_connection(("127.0.0.1", kiosk.port), timeout=10)
     big.sendall((f"POST /api/action HTTP/1.1\r\nHost: 127.0.0.1:{kiosk.port}\r\nContent-Type: application/json\r\n"
                  f"Cookie: tessera_kiosk={kiosk.cookie}\r\nContent-Length: {8 << 20}\r\n\r\n").encode())
+    # Refused from its Content-Length, before any of the body is sent.
+    answer = big.recv(200)
+    assert answer.startswith(b"HTTP/1.1 413"), answer
     sent = 0
     try:
         while sent < (8 << 20) - 1:
             sent += big.send(b"x" * min(1 << 20, (8 << 20) - 1 - sent))
     except OSError:
-        pass  # refused and closed before the body was read
-    answer = big.recv(200)
-    assert answer.startswith(b"HTTP/1.1 413"), answer
+        pass  # the kiosk closed it: the body is never read
+    idle = [socket.create_connection(("127.0.0.1", kiosk.port), timeout=10) for _ in range(300)]
     # The browser walks a step meanwhile.
     b.click()
     b.screen("NFC_MRZ")
@@ -536,12 +542,51 @@ def test_idle_sockets_and_an_endless_body_leave_the_station_working(station, run
             except OSError:
                 open_.discard(sock)
     after = vm_rss_kib(kiosk.proc.pid)
-    for sock in idle + [big]:
+    slow.settimeout(45)
+    assert slow.recv(100) == b"", "the body that never came still holds its connection"
+    slow_closed = time.monotonic() - slow_since
+    assert 25 < slow_closed < 40, slow_closed
+    for sock in idle + [big, slow]:
         sock.close()
     print(f"\nkiosk RSS before {before} KiB, after 300 idle sockets and an 8 MiB body {after} KiB "
           f"(body bytes the client got out: {sent})")
     assert not open_, f"{len(open_)} idle sockets still open"
     assert after - before < 4096, (before, after)
+
+
+def test_an_event_stream_that_stops_reading_is_closed(station, running):
+    """A client with the cookie that opens /events and never reads: the views it does not read are not queued
+    without end; once 256 KiB wait unsent its stream is closed, while the browser's stream goes on."""
+    kiosk, b = running("kiosk-chip")
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.connect(("127.0.0.1", kiosk.port))
+    reader.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{kiosk.port}\r\nCookie: tessera_kiosk={kiosk.cookie}"
+                   "\r\n\r\n".encode())
+    time.sleep(0.5)
+    before = vm_rss_kib(kiosk.proc.pid)
+    # "restart" on the start screen wipes it again: a new view for every subscriber, no daemon call.
+    body = json.dumps({"action": "restart"})
+    for _ in range(6000):
+        c = http.client.HTTPConnection("127.0.0.1", kiosk.port, timeout=10)
+        c.request("POST", "/api/action", body=body, headers={"content-type": "application/json",
+                                                              "cookie": f"tessera_kiosk={kiosk.cookie}"})
+        assert c.getresponse().read() == b'{"ok":true}'
+        c.close()
+    after = vm_rss_kib(kiosk.proc.pid)
+    reader.settimeout(10)
+    got = 0
+    try:
+        while chunk := reader.recv(65536):
+            got += len(chunk)
+    except (ConnectionResetError, socket.timeout) as e:
+        assert isinstance(e, ConnectionResetError), f"the unread stream is still open after {got} bytes"
+    reader.close()
+    print(f"\nunread event stream closed after {got} bytes reached the client; kiosk RSS {before} → {after} KiB")
+    assert got < 2 << 20, got
+    # The browser's own stream still draws.
+    b.click()
+    b.screen("NFC_MRZ")
 
 
 # --- face matching (the reference matcher) --------------------------------------------------------------------------
