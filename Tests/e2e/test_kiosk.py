@@ -522,6 +522,17 @@ def test_idle_sockets_and_an_endless_body_leave_the_station_working(station, run
             sent += big.send(b"x" * min(1 << 20, (8 << 20) - 1 - sent))
     except OSError:
         pass  # the kiosk closed it: the body is never read
+    # A chunked body without a length is refused as soon as it passes the bound (8 KiB for the MRZ check).
+    chunked = socket.create_connection(("127.0.0.1", kiosk.port), timeout=10)
+    chunked.sendall((f"POST /api/check HTTP/1.1\r\nHost: 127.0.0.1:{kiosk.port}\r\nContent-Type: application/json\r\n"
+                     f"Cookie: tessera_kiosk={kiosk.cookie}\r\nTransfer-Encoding: chunked\r\n\r\n").encode())
+    try:
+        for _ in range(4):
+            chunked.sendall(b"1000\r\n" + b"x" * 4096 + b"\r\n")
+    except OSError:
+        pass
+    assert chunked.recv(200).startswith(b"HTTP/1.1 413")
+    chunked.close()
     idle = [socket.create_connection(("127.0.0.1", kiosk.port), timeout=10) for _ in range(300)]
     # The browser walks a step meanwhile.
     b.click()
