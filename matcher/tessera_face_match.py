@@ -1,11 +1,14 @@
 """Tessera's reference face matcher: the face matcher protocol (docs/ENROLLMENT.md, "Face matching") on dlib.
 
 stdin:  {"reference": {mediaType, data}, "probes": [{mediaType, data}], "challenge"?: {"actions": [...]}}
-stdout: {"decision": "match"|"noMatch"|"noFace"|"error", "score", "faceFound", "liveness"?, "template"?}
+stdout: {"decision": "match"|"noMatch"|"noFace"|"error", "score", "replayScore", "faceFound", "liveness"?,
+         "template"?}
 
 Faces are found with dlib's HOG detector, described with dlib's ResNet face descriptor (128-d, 99.38 % on LFW;
 weights from face-recognition-models, public domain) and compared by Euclidean distance: score = 1 - distance,
-a match when every probe with a face is closer than 0.6 (dlib's usual threshold). Not a certified matcher; the
+a match when every probe with a face is closer than 0.6 (dlib's usual threshold). replayScore: how much a probe is
+a copy of the reference image (re-encoded, scaled, framed): the highest correlation of the aligned face crops,
+30 x 30 grey levels (a copy: above 0.98; another photo of the same person: below 0.5). Not a certified matcher; the
 liveness check (head yaw and eye aspect ratio from the 68 landmarks) is not certified presentation-attack
 detection: a replayed video of the person passes it.
 """
@@ -19,6 +22,8 @@ import sys
 THRESHOLD = 0.6
 TEMPLATE_TYPE = "application/vnd.tessera.dlib-descriptor"
 MAX_SIDE = 1024
+CROP = 150
+POOL = 5  # the 150 px aligned crop averaged over 5 x 5 blocks: what survives re-encoding and scaling
 YAW = 0.12  # nose tip offset from the eyes' midpoint, in eye distances
 EAR_CLOSED = 0.2
 EAR_OPEN = 0.25
@@ -55,7 +60,7 @@ def decode_image(item):
 
 
 def face(models, pixels):
-    """(descriptor, landmarks) of the largest face, or None."""
+    """(descriptor, landmarks, crop) of the largest face, or None; crop: the aligned face in grey levels, pooled."""
     import numpy as np
 
     upsample = 1 if max(pixels.shape[:2]) < 800 else 0
@@ -66,7 +71,17 @@ def face(models, pixels):
     shape = models.landmarks(pixels, box)
     descriptor = np.array(models.encoder.compute_face_descriptor(pixels, shape, 1))
     points = [(p.x, p.y) for p in shape.parts()]
-    return descriptor, points
+    chip = np.asarray(models.dlib.get_face_chip(pixels, shape, size=CROP, padding=0.1), dtype=np.float64)
+    crop = chip.mean(axis=2).reshape(CROP // POOL, POOL, CROP // POOL, POOL).mean(axis=(1, 3))
+    return descriptor, points, crop
+
+
+def correlation(a, b):
+    """Normalized cross-correlation of two crops (1: the same picture up to brightness and contrast)."""
+    a = a - a.mean()
+    b = b - b.mean()
+    norm = float((a * a).sum() * (b * b).sum()) ** 0.5
+    return float((a * b).sum()) / norm if norm > 0 else 0.0
 
 
 def yaw(points):
@@ -137,6 +152,7 @@ def answer(request, models):
         if len(raw) != 512:
             return {"decision": "error", "score": None, "faceFound": False, "reason": "bad template"}
         ref = np.array(struct.unpack("<128f", raw))
+        ref_crop = None
     else:
         try:
             pixels = decode_image(reference)
@@ -145,9 +161,9 @@ def answer(request, models):
         found = face(models, pixels)
         if found is None:
             return {"decision": "noFace", "score": None, "faceFound": False, "reason": "no face in the reference"}
-        ref = found[0]
+        ref, ref_crop = found[0], found[2]
 
-    distances, descriptors, landmarks = [], [], []
+    distances, descriptors, landmarks, copies = [], [], [], []
     for probe in request.get("probes", []):
         try:
             found = face(models, decode_image(probe))
@@ -157,12 +173,15 @@ def answer(request, models):
         if found is not None:
             descriptors.append(found[0])
             distances.append(float(np.linalg.norm(found[0] - ref)))
+            if ref_crop is not None:
+                copies.append(correlation(ref_crop, found[2]))
     if not distances:
-        return {"decision": "noFace", "score": None, "faceFound": False}
+        return {"decision": "noFace", "score": None, "replayScore": None, "faceFound": False}
     worst = max(distances)
     out = {
         "decision": "match" if worst < THRESHOLD else "noMatch",
         "score": round(1 - worst, 4),
+        "replayScore": round(max(copies), 4) if copies else None,
         "faceFound": True,
         "template": template_of(descriptors),
     }

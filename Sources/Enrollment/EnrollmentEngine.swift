@@ -542,7 +542,7 @@ public actor EnrollmentEngine {
     static func endsStep(_ error: TesseraError) -> Bool {
         [
             .otpExpired, .otpAttemptsExceeded, .otpDeliveryFailed, .faceMismatch, .faceMatcherUnavailable,
-            .livenessFailed,
+            .livenessFailed, .faceReplay, .faceAttemptsExceeded,
         ]
         .contains(error.code)
     }

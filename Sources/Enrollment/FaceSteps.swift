@@ -158,40 +158,67 @@ extension EnrollmentEngine {
                 binding = (IdentityBinding(identity: identity, secret: secret, enrollmentId: current.id).text, identity)
             }
         }
+        // Comparisons this step ran in this enrollment (retries included): the audit's face checks.
+        let used = (current.faceChecks?.arrayValue ?? []).filter { $0["step"]?.stringValue == step.key }.count
+        let maxAttempts = matcher.configuration.maxAttempts
+        guard used < maxAttempts else { throw Self.attemptsExceeded(step, maxAttempts) }
+        let last = used + 1 == maxAttempts
+        var check: [String: JSONValue] = [
+            "step": .string(step.key), "matcher": .string(matcher.name), "at": .string(clock().iso8601Seconds),
+        ]
+        if let challenge { check["challenge"] = .array(challenge.map { .string($0) }) }
+        // A capture that is the portrait itself (the bytes the chip gave, or its pixels with other metadata) never
+        // reaches the matcher.
+        let portrait = portraits[current.id]
+        if probes.contains(where: { $0.isCopy(of: reference) || (portrait.map($0.isCopy(of:)) ?? false) }) {
+            check["decision"] = "replay"
+            check["identicalImage"] = true
+            try await recordFaceCheck(.object(check))
+            logger.warning(
+                "face capture is the reference image",
+                metadata: ["enrollment": "\(current.id)", "step": "\(step.key)"])
+            throw Self.replay(step)
+        }
         await emit("enrollment.busy", event(["expectedInterval": "short", "step": .string(step.key)]))
         let answer = try await matcher.compare(
             FaceMatchRequest(reference: reference, probes: probes, challenge: challenge))
+        let replayed = matcher.isReplay(answer)
         let matched = matcher.isMatch(answer)
         let livenessPassed = !isLiveness || answer.liveness?["passed"]?.boolValue == true
-        var check: [String: JSONValue] = [
-            "step": .string(step.key), "matcher": .string(matcher.name), "decision": .string(answer.decision.rawValue),
-            "score": answer.score.map { .number($0) } ?? .null, "at": .string(clock().iso8601Seconds),
-        ]
-        if let challenge { check["challenge"] = .array(challenge.map { .string($0) }) }
+        check["decision"] = .string(replayed ? "replay" : answer.decision.rawValue)
+        check["matcherDecision"] = .string(answer.decision.rawValue)
+        check["score"] = answer.score.map { .number($0) } ?? .null
+        check["replayScore"] = answer.replayScore.map { .number($0) } ?? .null
         if isLiveness { check["livenessPassed"] = .bool(livenessPassed) }
         try await recordFaceCheck(.object(check))
+        // The score stays in the audit: neither the log nor any answer says how close a face came.
         logger.info(
             "face matcher decision",
             metadata: [
                 "enrollment": "\(current.id)", "step": "\(step.key)", "matcher": "\(matcher.name)",
-                "decision": "\(answer.decision.rawValue)", "score": "\(answer.score.map { String($0) } ?? "-")",
+                "decision": "\(replayed ? "replay" : answer.decision.rawValue)",
             ])
-        let score: JSONValue = answer.score.map { .number($0) } ?? .null
+        if replayed { throw Self.replay(step) }
+        let left: [String: JSONValue] = ["attemptsLeft": .number(Double(maxAttempts - used - 1))]
         guard answer.faceFound, answer.decision != .noFace else {
+            if last { throw Self.attemptsExceeded(step, maxAttempts) }
             throw TesseraError(
-                .faceNotFound, "no face was found in the capture; look at the camera and try again",
-                details: ["score": score])
+                .faceNotFound, "no face was found in the capture; look at the camera and try again", details: left)
         }
         guard matched else {
+            if last { throw Self.attemptsExceeded(step, maxAttempts) }
+            var details = left
+            details["matcher"] = .string(matcher.name)
             throw TesseraError(
                 .faceMismatch,
                 "the face does not match the \(step.kind == .midSelfie ? "kept template" : "document's portrait")",
-                details: ["score": score, "matcher": .string(matcher.name)])
+                details: details)
         }
         guard livenessPassed else {
-            throw TesseraError(
-                .livenessFailed, "the frames do not show the challenge performed",
-                details: ["liveness": answer.liveness ?? .null])
+            if last { throw Self.attemptsExceeded(step, maxAttempts) }
+            var details = left
+            details["liveness"] = Self.livenessVerdict(answer.liveness)
+            throw TesseraError(.livenessFailed, "the frames do not show the challenge performed", details: details)
         }
         if let binding {
             guard let template = answer.template else {
@@ -204,12 +231,32 @@ extension EnrollmentEngine {
                     id: UUID().uuidString.lowercased(), identityBinding: binding.text, mediaType: template.mediaType,
                     template: template.data, matcher: matcher.name, enrollmentId: current.id, createdAt: clock()))
         }
-        var result: [String: JSONValue] = ["matched": true, "score": score, "matcher": .string(matcher.name)]
+        var result: [String: JSONValue] = ["matched": true, "matcher": .string(matcher.name)]
         if let challenge { result["challenge"] = .array(challenge.map { .string($0) }) }
         if binding != nil { result["templateKept"] = true }
         var all = current.data["faceMatching"]?.objectValue ?? [:]
         all[step.key] = .object(result)
         return .completed(["faceMatching": .object(all)])
+    }
+
+    static func replay(_ step: WorkflowStep) -> TesseraError {
+        TesseraError(
+            .faceReplay,
+            "the capture is a copy of the \(step.kind == .midSelfie ? "kept face" : "document's portrait"), not a live face"
+        )
+    }
+
+    static func attemptsExceeded(_ step: WorkflowStep, _ max: Int) -> TesseraError {
+        TesseraError(
+            .faceAttemptsExceeded, "\(step.key) compared \(max) captures without a match: the enrollment ends",
+            details: ["maxAttempts": .number(Double(max))])
+    }
+
+    /// The matcher's liveness verdict without its scores (the actions and the frames that showed them).
+    static func livenessVerdict(_ liveness: JSONValue?) -> JSONValue {
+        guard var o = liveness?.objectValue else { return .null }
+        o = o.filter { !$0.key.lowercased().contains("score") }
+        return .object(o)
     }
 
     /// The newest template kept for the person of `identity` (same names, birth date and issuing state).

@@ -42,6 +42,46 @@ public struct FaceImage: Sendable, Equatable {
         return Data(base64Encoded: s).map { [UInt8]($0) }
     }
 
+    /// Whether this image is `other` itself: the same bytes, or the same coded pixels with other metadata (a JPEG
+    /// without its APPn/COM segments, a PNG's critical chunks). A cheap check before any matcher runs.
+    public func isCopy(of other: FaceImage) -> Bool {
+        if data == other.data { return true }
+        guard let mine = Self.codedPixels(data), let theirs = Self.codedPixels(other.data) else { return false }
+        return mine == theirs
+    }
+
+    /// A JPEG's segments but APPn and COM, with its entropy-coded data; a PNG's critical chunks; nil otherwise.
+    static func codedPixels(_ b: [UInt8]) -> [UInt8]? {
+        if b.starts(with: [0xFF, 0xD8]) {
+            var out: [UInt8] = []
+            var i = 2
+            while i + 4 <= b.count {
+                guard b[i] == 0xFF else { return nil }
+                let marker = b[i + 1]
+                let length = Int(b[i + 2]) << 8 | Int(b[i + 3])
+                guard length >= 2 else { return nil }
+                if marker == 0xDA { return out + b[i...] }
+                guard i + 2 + length <= b.count else { return nil }
+                if !(0xE0...0xEF).contains(marker) && marker != 0xFE { out += b[i..<(i + 2 + length)] }
+                i += 2 + length
+            }
+            return nil
+        }
+        if b.starts(with: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]) {
+            var out: [UInt8] = []
+            var i = 8
+            while i + 12 <= b.count {
+                let length = b[i..<(i + 4)].reduce(0) { $0 << 8 | Int($1) }
+                guard length <= b.count - i - 12 else { return nil }
+                // Critical chunks have an upper-case first letter; ancillary ones (text, time, …) are metadata.
+                if b[i + 4] & 0x20 == 0 { out += b[(i + 4)..<(i + 8 + length)] }
+                i += 12 + length
+            }
+            return out
+        }
+        return nil
+    }
+
     /// The media type of an image from its first bytes (JPEG, JPEG 2000 file or codestream, PNG); nil otherwise.
     public static func sniff(_ bytes: [UInt8]) -> String? {
         if bytes.starts(with: [0xFF, 0xD8, 0xFF]) { return "image/jpeg" }
@@ -80,16 +120,20 @@ public struct FaceMatchAnswer: Sendable, Equatable {
     /// The matcher's similarity score (higher: more alike; the reference matcher's is 1 − the descriptor distance).
     public var score: Double?
     public var faceFound: Bool
+    /// How much a probe is a copy of the reference image (the highest over the probes; the reference matcher's is
+    /// the correlation of the aligned face crops). The daemon falls back to `score` when a matcher gives none.
+    public var replayScore: Double?
     /// The liveness verdict when a challenge was sent: `{passed, …}` as the matcher gives it.
     public var liveness: JSONValue?
     /// The matcher's template of the probe face (MID_SELFIE_MATCHING keeps it when the workflow asks).
     public var template: FaceImage?
 
     public init(
-        decision: Decision, score: Double?, faceFound: Bool, liveness: JSONValue? = nil, template: FaceImage? = nil
+        decision: Decision, score: Double?, faceFound: Bool, liveness: JSONValue? = nil, template: FaceImage? = nil,
+        replayScore: Double? = nil
     ) {
         self.decision = decision; self.score = score; self.faceFound = faceFound
-        self.liveness = liveness; self.template = template
+        self.liveness = liveness; self.template = template; self.replayScore = replayScore
     }
 
     /// Parses the matcher's stdout; nil when it is not an answer (the daemon then treats the matcher as unavailable).
@@ -98,10 +142,14 @@ public struct FaceMatchAnswer: Sendable, Equatable {
             let decision = json["decision"]?.stringValue.flatMap(Decision.init(rawValue:)),
             let faceFound = json["faceFound"]?.boolValue
         else { return nil }
-        var score: Double?
-        if let s = json["score"], !s.isNull {
+        var scores: [Double?] = []
+        for key in ["score", "replayScore"] {
+            guard let s = json[key], !s.isNull else {
+                scores.append(nil)
+                continue
+            }
             guard case .number(let n) = s, n.isFinite else { return nil }
-            score = n
+            scores.append(n)
         }
         var template: FaceImage?
         if let t = json["template"], !t.isNull {
@@ -110,22 +158,25 @@ public struct FaceMatchAnswer: Sendable, Equatable {
         }
         let liveness = json["liveness"].flatMap { $0.isNull ? nil : $0 }
         if let liveness, liveness["passed"]?.boolValue == nil { return nil }
-        self.init(decision: decision, score: score, faceFound: faceFound, liveness: liveness, template: template)
+        self.init(
+            decision: decision, score: scores[0], faceFound: faceFound, liveness: liveness, template: template,
+            replayScore: scores[1])
     }
 
-    /// `{decision, score, faceFound, liveness?}` (never a template or an image): what `face.compare` and the
-    /// audit show.
+    /// `{decision, score, replayScore, faceFound, liveness?}` (never a template or an image): what the audit and an
+    /// administrator's `face.compare` show.
     public var json: JSONValue {
         var o: [String: JSONValue] = [
             "decision": .string(decision.rawValue), "faceFound": .bool(faceFound),
-            "score": score.map { .number($0) } ?? .null,
+            "score": score.map { .number($0) } ?? .null, "replayScore": replayScore.map { .number($0) } ?? .null,
         ]
         if let liveness { o["liveness"] = liveness }
         return .object(o)
     }
 }
 
-/// The `faceMatching` section of the daemon's config file: `{command: [argv], threshold, timeoutSeconds}`.
+/// The `faceMatching` section of the daemon's config file:
+/// `{command: [argv], threshold, timeoutSeconds, replayThreshold, maxAttempts}`.
 public struct FaceMatcherConfiguration: Sendable, Equatable {
     /// The matcher program and its arguments (no shell).
     public var command: [String]
@@ -133,11 +184,24 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
     /// matcher's decision alone).
     public var threshold: Double?
     public var timeout: Duration
+    /// A probe whose replay score (else score) is above this is the reference itself: `FACE_REPLAY`.
+    public var replayThreshold: Double
+    /// Comparisons one enrollment step may run; then the enrollment fails `FACE_ATTEMPTS_EXCEEDED`.
+    public var maxAttempts: Int
 
     public static let defaultTimeoutSeconds = 30
+    /// The reference matcher's: a copy of the portrait (re-encoded, scaled, framed) correlates above 0.98, another
+    /// photo of the same person below 0.5.
+    public static let defaultReplayThreshold = 0.95
+    public static let defaultMaxAttempts = 5
+    static let keys = ["command", "maxAttempts", "replayThreshold", "threshold", "timeoutSeconds"]
 
-    public init(command: [String], threshold: Double? = nil, timeoutSeconds: Int = defaultTimeoutSeconds) {
+    public init(
+        command: [String], threshold: Double? = nil, timeoutSeconds: Int = defaultTimeoutSeconds,
+        replayThreshold: Double = defaultReplayThreshold, maxAttempts: Int = defaultMaxAttempts
+    ) {
         self.command = command; self.threshold = threshold; self.timeout = .seconds(timeoutSeconds)
+        self.replayThreshold = replayThreshold; self.maxAttempts = maxAttempts
     }
 
     /// Parses the section; `defaultCommand` (the reference matcher, when installed) stands in for a missing
@@ -146,8 +210,8 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
         let o = json.flatMap { $0.isNull ? nil : $0 }
         if let o, o.objectValue == nil { throw Self.error("faceMatching must be an object") }
         let fields = o?.objectValue ?? [:]
-        if let bad = fields.keys.sorted().first(where: { !["command", "threshold", "timeoutSeconds"].contains($0) }) {
-            throw Self.error("unknown key '\(bad)' in faceMatching (known: command, threshold, timeoutSeconds)")
+        if let bad = fields.keys.sorted().first(where: { !Self.keys.contains($0) }) {
+            throw Self.error("unknown key '\(bad)' in faceMatching (known: \(Self.keys.joined(separator: ", ")))")
         }
         var command = defaultCommand
         if let c = fields["command"] {
@@ -170,13 +234,29 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
             }
             timeout = n
         }
+        var replayThreshold = Self.defaultReplayThreshold
+        if let t = fields["replayThreshold"] {
+            guard case .number(let n) = t, n.isFinite else {
+                throw Self.error("faceMatching.replayThreshold must be a number")
+            }
+            replayThreshold = n
+        }
+        var maxAttempts = Self.defaultMaxAttempts
+        if let m = fields["maxAttempts"] {
+            guard let n = m.intValue, (1...100).contains(n) else {
+                throw Self.error("faceMatching.maxAttempts must be a whole number in 1…100")
+            }
+            maxAttempts = n
+        }
         guard let command else {
-            if fields["threshold"] != nil || fields["timeoutSeconds"] != nil {
+            if fields.keys.contains(where: { $0 != "command" }) {
                 throw Self.error("faceMatching needs a command (the reference matcher is not installed)")
             }
             return nil
         }
-        self.init(command: command, threshold: threshold, timeoutSeconds: timeout)
+        self.init(
+            command: command, threshold: threshold, timeoutSeconds: timeout, replayThreshold: replayThreshold,
+            maxAttempts: maxAttempts)
     }
 
     static func error(_ message: String) -> TesseraError {
@@ -241,6 +321,13 @@ public struct FaceMatcher: Sendable {
         guard let threshold = configuration.threshold else { return true }
         guard let score = answer.score else { return false }
         return score >= threshold
+    }
+
+    /// Whether an answer says a probe is a copy of the reference: its replay score (else its score) is above
+    /// `replayThreshold`.
+    public func isReplay(_ answer: FaceMatchAnswer) -> Bool {
+        guard let score = answer.replayScore ?? answer.score else { return false }
+        return score > configuration.replayThreshold
     }
 
     func unavailable(_ message: String) -> TesseraError {

@@ -13,6 +13,10 @@ public actor KioskBridge {
     private var subscribers: [Int: @Sendable ([UInt8]) -> Void] = [:]
     private var nextSubscriber = 0
     private var lastActivity = ContinuousClock.now
+    private let cameraShown = Locked(false)
+
+    /// Whether the page shows the camera now: an action's body may carry images (the server's body bound).
+    public nonisolated var acceptsImages: Bool { cameraShown.withLock { $0 } }
 
     /// `idleTimeout`: how long the station waits for the person (a step's input, a failure, the result) before it
     /// cancels the enrollment and wipes the page. `takeOver`: starts interrupt an enrollment left active.
@@ -133,7 +137,9 @@ public actor KioskBridge {
     }
 
     private func broadcast() {
-        let bytes = session.view.serialized()
+        let view = session.view
+        cameraShown.withLock { $0 = view["kind"]?.stringValue == "camera" }
+        let bytes = view.serialized()
         for send in subscribers.values { send(bytes) }
     }
 

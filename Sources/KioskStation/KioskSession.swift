@@ -215,9 +215,12 @@ public struct KioskSession: Sendable {
     }
 
     /// The portrait from `enrollment.transactionData` after a document step (`facePortrait`, `{mediaType, data}`:
-    /// the daemon keeps it when the workflow matches faces).
+    /// the daemon keeps it when the workflow matches faces). An answer for another enrollment than the one shown
+    /// (one that ended while the answer was on its way) is dropped.
     public mutating func transactionData(_ data: JSONValue) {
-        guard let p = data["data"]?["facePortrait"], p["data"]?.stringValue != nil else { return }
+        guard let enrollmentId, data["enrollmentId"]?.stringValue == enrollmentId,
+            let p = data["data"]?["facePortrait"], p["data"]?.stringValue != nil
+        else { return }
         portrait = p
         changed()
     }

@@ -177,8 +177,13 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         // Face matching (docs/ENROLLMENT.md, "Face matching")
         /// The face matcher could not be run, crashed, timed out or gave no answer (retryable; never a match).
         public static let faceMatcherUnavailable: Code = "FACE_MATCHER_UNAVAILABLE"
-        /// The live capture is not the person of the reference portrait (or template); `data.score`.
+        /// The live capture is not the person of the reference portrait (or template); never says how close.
         public static let faceMismatch: Code = "FACE_MISMATCH"
+        /// A "live" capture is the reference itself (the same bytes or pixels, or a copy scoring above the
+        /// matcher's `replayThreshold`): the enrollment fails.
+        public static let faceReplay: Code = "FACE_REPLAY"
+        /// The step used its `faceMatching.maxAttempts` comparisons: the enrollment fails.
+        public static let faceAttemptsExceeded: Code = "FACE_ATTEMPTS_EXCEEDED"
         /// The matcher found no face in a capture (or in the reference).
         public static let faceNotFound: Code = "FACE_NOT_FOUND"
         /// The frames do not show the liveness challenge performed by the face that matched.

@@ -4,17 +4,21 @@ import KioskStation
 import RPC
 import TesseraCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// `tessera kiosk`: serves the kiosk station's screen (docs/KIOSK.md) and bridges it to tesserad.
 struct Kiosk: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kiosk",
         abstract: "Serve the kiosk station's screen for one enrollment workflow to a local browser.",
         discussion: """
-            Serves the station's web page on --listen (loopback by default) and bridges it to tesserad's socket: a browser in kiosk mode on the same machine (e.g. chromium --kiosk http://127.0.0.1:8080/) shows one screen per step of the workflow, in the order the daemon asks: start (or an activation code), the MRZ entry (check digits checked as typed), "place your document on the reader" with the progress through the data groups, the camera, one-time codes, consent, the token PIN, and the result with the chip's portrait beside the capture. Retryable failures offer "Try again"; after --idle-timeout seconds without a touch or key while the station waits for the person, the enrollment is cancelled and the page wiped.
+            Serves the station's web page on --listen (a loopback address) and bridges it to tesserad's socket: a browser in kiosk mode on the same machine (e.g. chromium --kiosk "$(cat /run/user/$UID/kiosk.url)") shows one screen per step of the workflow, in the order the daemon asks: start (or an activation code), the MRZ entry (check digits checked as typed), "place your document on the reader" with the progress through the data groups, the camera, one-time codes, consent, the token PIN, and the result with the chip's portrait beside the capture. Retryable failures offer "Try again"; after --idle-timeout seconds without a touch or key while the station waits for the person, the enrollment is cancelled and the page wiped.
 
             The page can only start the one --workflow (or an activation token naming it), answer the step the daemon asks for, retry, and cancel: the command calls enrollment.subscribe, start, submit, retry, cancel and transactionData and nothing else. It runs as the station's uid (the enrollments and passkeys are that uid's, docs/ENROLLMENT.md) and needs the enroll permission. Everything the page shows comes from this binary: no file from the network. Answers, captures and the portrait stay in memory for the session; the log (stderr) holds step keys, outcomes and error codes only.
 
-            A request must be addressed to the loopback name it listens on (127.0.0.1, localhost or [::1] with the port), and a POST must come from the page's own origin. Listening on another address serves any host name: put it behind something that authenticates.
+            The screen is the station's browser's alone. Each start makes a secret (256 random bits) and prints the URL with it on the "kiosk: serving" line (or writes it to --url-file, a file only this uid can read): http://127.0.0.1:PORT/?token=SECRET. The browser that opens it exchanges the secret for a session cookie (HttpOnly, SameSite=Strict) and is sent on to /; the page, its events and its actions need that cookie, and a second browser cannot take the secret while one holds the session (with --take-over it can: the new browser replaces the old one, whose cookie stops working). Listening on anything but a loopback address is refused. A request must be addressed to the loopback name it listens on (127.0.0.1, localhost or [::1] with the port), and a POST must come from the page's own origin. At most 8 connections are open (a new one closes the oldest without the cookie); a request's headers must arrive within 10 s and its body within 30 s; a body larger than the step needs (4 MiB while the camera shows, else 64 KiB) is refused from its Content-Length; an event stream whose reader stops reading is closed.
 
             The page's hooks for automation and accessibility: each screen's root has data-step (the step key, or start, done, error), inputs are named after the step's fields, the primary button is data-action="continue" (retry is data-action="retry", cancel data-action="cancel").
 
@@ -28,13 +32,21 @@ struct Kiosk: AsyncParsableCommand {
               tessera kiosk --workflow employee-badge
               tessera kiosk --listen 127.0.0.1:8080 --workflow employee-badge --idle-timeout 90
               tessera kiosk --workflow employee-badge --take-over
+              tessera kiosk --workflow employee-badge --url-file /run/user/$UID/kiosk.url
             """)
 
     @OptionGroup var globals: GlobalOptions
     @Option(
         help: ArgumentHelp(
-            "Address and port to serve the page on (port 0: any free port, printed at start).", valueName: "HOST:PORT"))
+            "Loopback address and port to serve the page on (port 0: any free port, printed at start).",
+            valueName: "HOST:PORT"))
     var listen = "127.0.0.1:8080"
+    @Option(
+        name: .customLong("url-file"),
+        help: ArgumentHelp(
+            "Write the page's URL with its secret to PATH (mode 0600, replaced atomically, removed at exit) instead of printing the secret.",
+            valueName: "PATH"))
+    var urlFile: String?
     @Option(
         help: ArgumentHelp(
             "The configured workflow this station runs (activation tokens must name it too).", valueName: "NAME"))
@@ -48,15 +60,42 @@ struct Kiosk: AsyncParsableCommand {
     @Flag(
         name: .customLong("take-over"),
         help:
-            "Start with force: an enrollment of this uid left active (by a kiosk that stopped mid-way, or another client) is interrupted instead of refusing the start with ENROLLMENT_ACTIVE."
+            "Take over what a previous station left: an enrollment of this uid left active (by a kiosk that stopped mid-way, or another client) is interrupted instead of refusing the start with ENROLLMENT_ACTIVE, and a restarted browser may exchange the URL's secret again (the previous browser's session ends)."
     )
     var takeOver = false
 
     func validate() throws {
-        guard Self.split(listen) != nil else {
+        guard let (host, _) = Self.split(listen) else {
             throw ValidationError("--listen must be HOST:PORT, e.g. 127.0.0.1:8080")
         }
+        guard host == "localhost" || host == "::1" || host.hasPrefix("127.") else {
+            throw ValidationError(
+                "--listen must be a loopback address (127.0.0.1, [::1] or localhost): the station's screen is for a browser on this machine only"
+            )
+        }
         guard idleTimeout > 0 else { throw ValidationError("--idle-timeout must be at least 1") }
+    }
+
+    /// Writes `text` to a new file beside `path` created with mode 0600 (never through a link), then renames it
+    /// over `path`.
+    static func writePrivately(_ text: String, to path: String) throws {
+        let temporary = path + ".\(getpid()).tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw POSIXError(errno: errno) }
+        let bytes = Array(text.utf8)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let failure = written == bytes.count ? 0 : errno
+        close(fd)
+        guard failure == 0, rename(temporary, path) == 0 else {
+            let e = failure != 0 ? failure : errno
+            unlink(temporary)
+            throw POSIXError(errno: e)
+        }
+    }
+
+    struct POSIXError: Error, CustomStringConvertible {
+        var errno: Int32
+        var description: String { String(cString: strerror(errno)) }
     }
 
     /// `HOST:PORT`, `[v6]:PORT`.
@@ -80,16 +119,28 @@ struct Kiosk: AsyncParsableCommand {
         }
         let bridge = KioskBridge(
             client: client, workflow: workflow, idleTimeout: .seconds(idleTimeout), takeOver: takeOver, log: log)
+        let access = KioskAccess(takeOver: takeOver)
         let server: KioskHTTPServer
         do {
-            server = try await KioskHTTPServer.start(host: host, port: port, bridge: bridge)
+            server = try await KioskHTTPServer.start(host: host, port: port, bridge: bridge, access: access)
         } catch {
             log("error: \(error.code.rawValue): \(error.message)")
             throw ExitCode(2)
         }
-        let shown = host.contains(":") ? "[\(host)]" : host
-        FileHandle.standardOutput.write(
-            Data("kiosk: serving http://\(shown):\(server.port)/ for workflow \(workflow)\n".utf8))
+        let url = access.url(host: host, port: server.port)
+        var shownURL = url
+        if let urlFile {
+            do {
+                try Self.writePrivately(url + "\n", to: urlFile)
+            } catch {
+                log("error: cannot write --url-file \(urlFile): \(error)")
+                await server.close()
+                throw ExitCode(2)
+            }
+            shownURL = String(url.prefix { $0 != "?" }) + " (its secret in \(urlFile))"
+        }
+        defer { if let urlFile { unlink(urlFile) } }
+        FileHandle.standardOutput.write(Data("kiosk: serving \(shownURL) for workflow \(workflow)\n".utf8))
         let (signals, sources) = LabSignals.install()
         defer { for source in sources { source.cancel() } }
         let status: Int32 = await withTaskGroup(of: Int32.self) { group in

@@ -98,12 +98,18 @@ import Testing
         #expect(c.command == ["/usr/bin/m", "--x"])
         #expect(c.threshold == 0.4)
         #expect(c.timeout == .seconds(5))
+        #expect(c.replayThreshold == 0.95 && c.maxAttempts == 5)
+        let strict = try #require(
+            try FaceMatcherConfiguration(
+                json: ["replayThreshold": 0.9, "maxAttempts": 2], defaultCommand: ["/ref"]))
+        #expect(strict.replayThreshold == 0.9 && strict.maxAttempts == 2)
         #expect(try FaceMatcherConfiguration(json: nil, defaultCommand: nil) == nil)
         #expect(try FaceMatcherConfiguration(json: nil, defaultCommand: ["/ref"])?.command == ["/ref"])
         for bad: JSONValue in [
             ["command": []], ["command": "m"], ["threshold": "x", "command": ["m"]],
             ["timeoutSeconds": 0, "command": ["m"]],
-            ["other": 1], ["threshold": 0.5], "x",
+            ["other": 1], ["threshold": 0.5], "x", ["maxAttempts": 0, "command": ["m"]],
+            ["maxAttempts": 2.5, "command": ["m"]], ["replayThreshold": "high", "command": ["m"]], ["maxAttempts": 3],
         ] {
             #expect(throws: TesseraError.self) { _ = try FaceMatcherConfiguration(json: bad, defaultCommand: nil) }
         }
@@ -125,5 +131,55 @@ import Testing
         #expect(
             FaceMatchAnswer(output: Array(#"{"decision":"noFace","score":null,"faceFound":false}"#.utf8))?.decision
                 == .noFace)
+    }
+
+    @Test func replayScoreOrScoreAboveTheReplayThreshold() throws {
+        let matcher = FaceMatcher(configuration: FaceMatcherConfiguration(command: ["/bin/true"]), logger: Self.logger)
+        let copy = try #require(
+            FaceMatchAnswer(
+                output: Array(#"{"decision":"match","score":0.86,"replayScore":0.99,"faceFound":true}"#.utf8)))
+        #expect(copy.replayScore == 0.99)
+        #expect(matcher.isReplay(copy))
+        #expect(matcher.isMatch(copy))
+        let live = FaceMatchAnswer(decision: .match, score: 0.6, faceFound: true, replayScore: 0.41)
+        #expect(!matcher.isReplay(live))
+        // A matcher without a replay score: its score decides.
+        #expect(matcher.isReplay(FaceMatchAnswer(decision: .match, score: 0.97, faceFound: true)))
+        #expect(!matcher.isReplay(FaceMatchAnswer(decision: .noFace, score: nil, faceFound: false)))
+        #expect(FaceMatchAnswer(output: Array(#"{"decision":"match","replayScore":"x","faceFound":true}"#.utf8)) == nil)
+    }
+
+    @Test func aCopyIsTheSameBytesOrTheSamePixelsWithOtherMetadata() {
+        // SOI, APP0 (JFIF), DQT, SOS with its entropy-coded data, EOI.
+        let app0: [UInt8] = [0xFF, 0xE0, 0x00, 0x06, 0x4A, 0x46, 0x49, 0x46]
+        let dqt: [UInt8] = [0xFF, 0xDB, 0x00, 0x04, 0x01, 0x02]
+        let scan: [UInt8] = [0xFF, 0xDA, 0x00, 0x03, 0x00, 0x11, 0x22, 0x33, 0xFF, 0xD9]
+        let jpeg = FaceImage(mediaType: "image/jpeg", data: [0xFF, 0xD8] + app0 + dqt + scan)
+        let comment: [UInt8] = [0xFF, 0xFE, 0x00, 0x05, 0x61, 0x62, 0x63]
+        let exif: [UInt8] = [0xFF, 0xE1, 0x00, 0x04, 0x45, 0x78]
+        let recommented = FaceImage(mediaType: "image/jpeg", data: [0xFF, 0xD8] + exif + dqt + comment + scan)
+        #expect(jpeg.isCopy(of: jpeg))
+        #expect(recommented.isCopy(of: jpeg))
+        var otherPixels = jpeg
+        otherPixels.data[otherPixels.data.count - 4] ^= 1
+        #expect(!otherPixels.isCopy(of: jpeg))
+        var otherTables = jpeg
+        otherTables.data[2 + app0.count + 5] ^= 1
+        #expect(!otherTables.isCopy(of: jpeg))
+        // PNG: IHDR and IDAT are the picture; tEXt is not.
+        func chunk(_ type: String, _ body: [UInt8]) -> [UInt8] {
+            [0, 0, 0, UInt8(body.count)] + Array(type.utf8) + body + [0, 0, 0, 0]
+        }
+        let signature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
+        let png = FaceImage(
+            mediaType: "image/png",
+            data: signature + chunk("IHDR", [1, 2]) + chunk("IDAT", [3, 4]) + chunk("IEND", []))
+        let tagged = FaceImage(
+            mediaType: "image/png",
+            data: signature + chunk("IHDR", [1, 2]) + chunk("tEXt", [5]) + chunk("IDAT", [3, 4]) + chunk("IEND", []))
+        #expect(tagged.isCopy(of: png))
+        #expect(!FaceImage(mediaType: "image/png", data: signature + chunk("IDAT", [3, 5])).isCopy(of: png))
+        // Truncated or foreign data is compared byte for byte only.
+        #expect(!FaceImage(mediaType: "image/jpeg", data: [0xFF, 0xD8, 0xFF]).isCopy(of: jpeg))
     }
 }

@@ -163,7 +163,9 @@ private let faceStep: JSONValue = [
         #expect(
             s.apply(note("enrollment.stepCompleted", ["enrollmentId": "e1", "key": "NFC_PHASE", "index": 1]))
                 == [.fetchTransactionData])
-        s.transactionData(["data": ["facePortrait": ["mediaType": "image/jpeg", "data": "/9j/"]]])
+        s.transactionData([
+            "enrollmentId": "e1", "data": ["facePortrait": ["mediaType": "image/jpeg", "data": "/9j/"]],
+        ])
         let done = s.apply(
             note(
                 "enrollment.finished",
@@ -242,10 +244,36 @@ private let faceStep: JSONValue = [
         #expect(s.view["kind"] == "working")
     }
 
+    @Test func aPortraitOfAnEnrollmentThatEndedIsDropped() throws {
+        // e1's chip was read; its transactionData answer is still on its way when e1 is cancelled and the next
+        // person starts e2 and finishes it: e1's portrait never shows on e2's result screen.
+        var s = try started()
+        #expect(
+            s.apply(note("enrollment.stepCompleted", ["enrollmentId": "e1", "key": "NFC_PHASE", "index": 1]))
+                == [.fetchTransactionData])
+        _ = s.apply(note("enrollment.finished", ["enrollmentId": "e1", "outcome": "cancelled"]))
+        _ = try s.call(for: .start(activationToken: nil))
+        try s.started(["enrollmentId": "e2", "workflow": "w", "steps": ["NFC_MRZ", "NFC_PHASE", "PASSKEY_CREATION"]])
+        let stale: JSONValue = [
+            "enrollmentId": "e1", "data": ["facePortrait": ["mediaType": "image/jpeg", "data": "/9j/FIRST"]],
+        ]
+        s.transactionData(stale)
+        // An answer without an enrollment id is nobody's.
+        s.transactionData(["data": ["facePortrait": ["mediaType": "image/jpeg", "data": "/9j/NOBODY"]]])
+        _ = s.apply(note("enrollment.finished", ["enrollmentId": "e2", "outcome": "success", "document": [:]]))
+        #expect(s.view["screen"] == "done")
+        #expect(s.view["portrait"] == nil)
+        // After a wipe, no enrollment is shown: nothing is taken.
+        s.wipe(notice: nil)
+        s.transactionData(stale)
+        #expect(!String(decoding: s.view.serialized(), as: UTF8.self).contains("FIRST"))
+    }
+
     @Test func wipeLeavesNoPersonalData() throws {
         var s = try started()
         _ = s.apply(note("enrollment.stepCompleted", ["enrollmentId": "e1", "key": "NFC_PHASE", "index": 1]))
-        s.transactionData(["data": ["facePortrait": ["mediaType": "image/jpeg", "data": "/9j/PORTRAIT"]]])
+        s.transactionData(
+            ["enrollmentId": "e1", "data": ["facePortrait": ["mediaType": "image/jpeg", "data": "/9j/PORTRAIT"]]])
         _ = s.apply(
             note(
                 "enrollment.finished",

@@ -14,14 +14,15 @@ import sqlite3
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from tessera_harness import (BIN, MRZ_ANNA, PCSCD, ROOT, SOFTHSM_MODULE, Client, Daemon, EmulatedPassport, RPCError,
-                             SoftHSM, make_passport_profile)
+from tessera_harness import (BIN, MRZ_ANNA, NOBODY, PCSCD, ROOT, SOFTHSM_MODULE, AsUser, Client, Daemon,
+                             EmulatedPassport, RPCError, SoftHSM, calls_as, let_other_uids_reach, make_passport_profile)
 from test_enrollment import StationCLI
 from test_mdoc import EmulatedMDoc, make_mdoc
 
@@ -144,13 +145,13 @@ def lab(tmp_path_factory):
 
 
 class Station:
-    def __init__(self, lab: Lab, root: pathlib.Path, face: dict):
+    def __init__(self, lab: Lab, root: pathlib.Path, face: dict, extra: dict | None = None):
         self.lab, self.root = lab, root
         root.mkdir(parents=True, exist_ok=True)
         self.hsm = SoftHSM(root)
         self.hsm.add_token("kiosk", pin=PIN)
         config = root / "tesserad.json"
-        config.write_text(json.dumps({"faceMatching": face, "enrollment": {"workflows": WORKFLOWS}}))
+        config.write_text(json.dumps({"faceMatching": face, "enrollment": {"workflows": WORKFLOWS}, **(extra or {})}))
         self.daemon = Daemon(root, {**self.hsm.env, **lab.pcscd.env},
                              ["--pkcs11-module", SOFTHSM_MODULE, "--no-embedded-softhsm", "--config", str(config),
                               "--csca", str(lab.profile / "csca.pem"), "--iaca", str(lab.mdl / "iaca.pem")]).start()
@@ -243,8 +244,8 @@ def test_face_compare(station, lab):
     impostor = c.call("face.compare", {"reference": item(p.portrait), "probes": [item(p.impostor)]})
     noface = c.call("face.compare", {"reference": item(p.portrait), "probes": [item(p.noface)]})
     jp2 = c.call("face.compare", {"reference": item(p.portrait_jp2, "image/jp2"), "probes": [item(p.genuine)]})
-    print(f"\nface.compare genuine {genuine['score']} impostor {impostor['score']} jp2 {jp2['score']} "
-          f"matcher {genuine['elapsedMs']} ms, call {elapsed:.2f} s")
+    print(f"\nface.compare genuine {genuine['score']} (replay {genuine['replayScore']}) impostor {impostor['score']} "
+          f"jp2 {jp2['score']} matcher {genuine['elapsedMs']} ms, call {elapsed:.2f} s")
     assert genuine["match"] is True and genuine["decision"] == "match" and genuine["faceFound"] is True
     assert genuine["matcher"] == "tessera-face-match" and genuine["threshold"] is None
     assert "template" not in genuine
@@ -286,14 +287,17 @@ def test_face_matching_enrollment(station, lab):
         assert base64.b64decode(data["facePortrait"]["data"]) == p.portrait
         # Another person.
         e = rpc_error(s.submit, "FACE_MATCHING", {"images": [item(p.impostor)]})
-        assert e.code == "FACE_MISMATCH" and e.data["retryable"] is True and e.data["score"] < 0.4, e
+        # A mismatch says mismatch, never how close: the score stays in the audit.
+        assert e.code == "FACE_MISMATCH" and e.data["retryable"] is True and "score" not in e.data, e
+        assert e.data["attemptsLeft"] == 4, e
         fin = s.until("enrollment.finished")
         assert fin["outcome"] == "failedWithRetryPossibility" and fin["error"]["code"] == "FACE_MISMATCH"
+        assert "score" not in json.dumps(fin), fin
         assert s.c.call("enrollment.retry")["step"] == "FACE_MATCHING"
         s.until("enrollment.stepRequired", key="FACE_MATCHING")
         # No face: the step waits for another capture.
         e = rpc_error(s.submit, "FACE_MATCHING", {"images": [item(p.noface)]})
-        assert e.code == "FACE_NOT_FOUND" and e.data["retryable"] is True, e
+        assert e.code == "FACE_NOT_FOUND" and e.data["retryable"] is True and "score" not in e.data, e
         assert s.c.call("enrollment.status")["required"]["key"] == "FACE_MATCHING"
         assert rpc_error(s.submit, "FACE_MATCHING", {"images": []}).code == "INVALID_INPUT"
         # The person of the portrait.
@@ -302,7 +306,7 @@ def test_face_matching_enrollment(station, lab):
         s.until("enrollment.stepCompleted", key="FACE_MATCHING")
         print(f"\nFACE_MATCHING submit to stepCompleted (2 frames): {time.monotonic() - t:.2f} s")
         result = s.c.call("enrollment.transactionData")["data"]["faceMatching"]["FACE_MATCHING"]
-        assert result["matched"] is True and result["score"] > 0.4 and result["templateKept"] is True
+        assert result["matched"] is True and "score" not in result and result["templateKept"] is True
         s.until("enrollment.stepRequired", key="PASSKEY_CREATION")
         s.submit("PASSKEY_CREATION", {"pin": PIN})
         fin = s.until("enrollment.finished")
@@ -313,6 +317,7 @@ def test_face_matching_enrollment(station, lab):
     assert [(x["decision"], x["matcher"]) for x in checks] == [
         ("noMatch", "tessera-face-match"), ("noFace", "tessera-face-match"), ("match", "tessera-face-match")]
     assert checks[0]["score"] < 0.4 < checks[2]["score"]
+    assert checks[2]["replayScore"] < 0.95
     # No capture and no portrait ever reached the database (its files, WAL included) or the log: needles from the
     # images' entropy-coded data (their headers' tables are the same in every JPEG Pillow writes).
     db = station.daemon.state / "tessera.sqlite"
@@ -485,3 +490,110 @@ def test_reference_matcher_liveness_rules():
     assert not ok(["blink"], [closed, closed])                                 # never open first
     assert ok(["turnRight", "blink", "turnLeft"], [neutral, right, neutral, closed, left])
     assert [s["frame"] for s in m.liveness(["blink", "turnLeft"], [neutral, closed, None, left])] == [1, 3]
+
+
+# --- a live face is live (issue 35) ----------------------------------------------------------------------------------
+
+def copy_of(portrait: bytes) -> bytes:
+    """The portrait as a camera frame would carry it: scaled up, re-encoded at another quality, on a 640x480 frame."""
+    face = Image.open(io.BytesIO(portrait)).convert("RGB")
+    face = face.resize((face.width * 3 // 2, face.height * 3 // 2))
+    frame = Image.new("RGB", (640, 480), (128, 128, 128))
+    frame.paste(face, ((640 - face.width) // 2, (480 - face.height) // 2))
+    return jpeg(frame, 640, quality=70)
+
+
+def test_the_chips_own_portrait_is_not_a_live_face(station, lab):
+    """The portrait enrollment.transactionData hands back (the chip gives it to anyone holding the passport) as the
+    "live" capture: FACE_REPLAY and the enrollment fails; the same bytes never reach the matcher, a scaled and
+    re-encoded copy is known by the reference matcher's replay score (above 0.95; another photo of the person is
+    below 0.5). The audit keeps the decision and the scores."""
+    p = lab.photos
+    s = Session(station)
+    eids = []
+    with station.chip():
+        for name in ("same bytes", "copy"):
+            eids.append(s.start("face"))
+            s.read_chip()
+            s.until("enrollment.stepRequired", key="FACE_MATCHING")
+            portrait = base64.b64decode(s.c.call("enrollment.transactionData")["data"]["facePortrait"]["data"])
+            probes = [portrait] if name == "same bytes" else [p.genuine, copy_of(portrait)]
+            e = rpc_error(s.submit, "FACE_MATCHING", {"images": [item(x) for x in probes]})
+            assert e.code == "FACE_REPLAY" and e.data["retryable"] is False and "score" not in e.data, (name, e)
+            fin = s.until("enrollment.finished")
+            assert fin["outcome"] == "failed" and fin["error"]["code"] == "FACE_REPLAY", (name, fin)
+            assert rpc_error(s.c.call, "enrollment.retry").code in ("NO_ACTIVE_ENROLLMENT", "NOT_RETRYABLE")
+    records = {r["enrollmentId"]: r for r in s.c.call("enrollment.audit", {"limit": 10})["records"]}
+    same, copy = (records[eid]["faceChecks"] for eid in eids)
+    assert [(c["decision"], c.get("identicalImage")) for c in same] == [("replay", True)], same
+    assert "score" not in same[0]
+    assert copy[0]["decision"] == "replay" and copy[0]["replayScore"] > 0.95, copy
+    # face.compare refuses a probe that is the reference as well: the same pixels with a comment added, a copy.
+    commented = p.portrait[:2] + b"\xff\xfe\x00\x09replay" + b"\x00" + p.portrait[2:]
+    for probe in (commented, copy_of(p.portrait)):
+        e = rpc_error(station.client().call, "face.compare", {"reference": item(p.portrait), "probes": [item(probe)]})
+        assert e.code == "FACE_REPLAY", e
+
+
+def test_face_comparisons_per_step_are_bounded(station, lab):
+    """faceMatching.maxAttempts (default 5) comparisons per step, retries included: pictures without a face count,
+    and the fifth failed comparison ends the enrollment with FACE_ATTEMPTS_EXCEEDED (not retryable); nothing is
+    compared a sixth time."""
+    p = lab.photos
+    s = Session(station)
+    with station.chip():
+        eid = s.start("face")
+        s.read_chip()
+        s.until("enrollment.stepRequired", key="FACE_MATCHING")
+        for left in (4, 3):
+            e = rpc_error(s.submit, "FACE_MATCHING", {"images": [item(p.noface)]})
+            assert e.code == "FACE_NOT_FOUND" and e.data["attemptsLeft"] == left, e
+        for left in (2, 1):
+            e = rpc_error(s.submit, "FACE_MATCHING", {"images": [item(p.impostor)]})
+            assert e.code == "FACE_MISMATCH" and e.data["attemptsLeft"] == left, e
+            s.until("enrollment.finished")
+            s.c.call("enrollment.retry")
+            s.until("enrollment.stepRequired", key="FACE_MATCHING")
+        e = rpc_error(s.submit, "FACE_MATCHING", {"images": [item(p.impostor)]})
+        assert e.code == "FACE_ATTEMPTS_EXCEEDED" and e.data["retryable"] is False and e.data["maxAttempts"] == 5, e
+        fin = s.until("enrollment.finished")
+        assert fin["outcome"] == "failed" and fin["error"]["code"] == "FACE_ATTEMPTS_EXCEEDED", fin
+        # A sixth capture finds nothing to compare it with.
+        assert rpc_error(s.submit, "FACE_MATCHING", {"images": [item(p.genuine)]}).code == "NO_ACTIVE_ENROLLMENT"
+        assert rpc_error(s.c.call, "enrollment.retry").code in ("NO_ACTIVE_ENROLLMENT", "NOT_RETRYABLE")
+    (record,) = [r for r in s.c.call("enrollment.audit", {"limit": 10})["records"] if r["enrollmentId"] == eid]
+    assert [c["decision"] for c in record["faceChecks"]] == ["noFace", "noFace", "noMatch", "noMatch", "noMatch"]
+
+
+def test_face_compare_scores_for_admins_one_matcher_per_uid_two_in_all(lab, tmp_path):
+    """face.compare: the score only to administrators (root here; another uid gets the decision), and at most one
+    matcher per uid and two at once (BUSY beyond). The matcher is the reference one, started 3 s late so that the
+    calls overlap."""
+    if os.geteuid() != 0:
+        pytest.fail("this test needs root to act as other uids (CI runs as root)")
+    slow = tmp_path / "slow-matcher"
+    slow.write_text(f"#!/bin/sh\nsleep 3\nexec {ROOT / 'matcher' / 'tessera-face-match'}\n")
+    slow.chmod(0o755)
+    s = Station(lab, tmp_path / "busy", {"command": [str(slow)], "timeoutSeconds": TIMEOUT}, {"socketMode": "0666"})
+    try:
+        let_other_uids_reach(s.daemon.socket)
+        request = {"reference": item(lab.photos.portrait), "probes": [item(lab.photos.genuine)]}
+        answers: dict = {}
+        first = threading.Thread(target=lambda: answers.setdefault("root", s.client().call("face.compare", request)))
+        first.start()
+        time.sleep(0.5)
+        busy = rpc_error(s.client().call, "face.compare", request)
+        assert busy.code == "BUSY" and busy.data["retryable"] is True, busy
+        other = AsUser(NOBODY, s.daemon.socket, lambda c, ready: c.call("face.compare", request))
+        time.sleep(0.7)
+        _, [third] = calls_as(NOBODY - 1, s.daemon.socket, [("face.compare", request)])
+        assert third.get("code") == "BUSY", third
+        first.join(TIMEOUT)
+        mine, theirs = answers["root"], other.result(TIMEOUT)
+        assert mine["match"] is True and mine["score"] > 0.4 and mine["replayScore"] < 0.95, mine
+        assert theirs["match"] is True and theirs["decision"] == "match", theirs
+        assert "score" not in theirs and "replayScore" not in theirs, theirs
+        # Both ran: the slots are free again.
+        assert s.client().call("face.compare", request)["match"] is True
+    finally:
+        s.stop()

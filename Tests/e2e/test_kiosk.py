@@ -14,8 +14,13 @@ import http.client
 import io
 import json
 import pathlib
+import os
+import select
+import socket
+import stat
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 from PIL import Image, ImageStat
@@ -72,19 +77,39 @@ class Kiosk:
         self.proc = subprocess.Popen([str(BIN / "tessera"), "--socket", station.daemon.socket, "kiosk", "--listen",
                                       "127.0.0.1:0", "--workflow", workflow, "--idle-timeout", str(idle), *args],
                                      stdout=subprocess.PIPE, stderr=self.logf, text=True)
-        line = self.proc.stdout.readline()
-        assert line.startswith("kiosk: serving http://127.0.0.1:"), (line, self.log.read_text())
-        self.url = line.split()[2]
-        self.port = int(self.url.rstrip("/").rsplit(":", 1)[1])
+        self.line = self.proc.stdout.readline()
+        assert self.line.startswith("kiosk: serving http://127.0.0.1:"), (self.line, self.log.read_text())
+        self.url = self.line.split()[2]
+        parts = urllib.parse.urlsplit(self.url)
+        self.port = parts.port
+        # The printed URL's secret (none on the line with --url-file).
+        self.token = urllib.parse.parse_qs(parts.query).get("token", [None])[0]
+        # The station browser's session cookie, once it has exchanged the secret (see `running`).
+        self.cookie: str | None = None
 
-    def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None):
+    def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None,
+                cookie: str | None = "station"):
+        """One request; with the station browser's cookie unless `cookie` says another (None: no cookie)."""
+        cookie = self.cookie if cookie == "station" else cookie
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         c.request(method, path, body=json.dumps(body) if body is not None else None,
-                  headers={"content-type": "application/json", **(headers or {})})
+                  headers={"content-type": "application/json", **({"cookie": f"tessera_kiosk={cookie}"} if cookie else {}),
+                           **(headers or {})})
         r = c.getresponse()
         data = r.read()
         c.close()
         return r.status, data
+
+    def exchange(self, cookie: str | None = None):
+        """`GET /?token=` with the printed secret: (status, the cookie it sets or None, location)."""
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request("GET", f"/?token={self.token}", headers={"cookie": f"tessera_kiosk={cookie}"} if cookie else {})
+        r = c.getresponse()
+        r.read()
+        c.close()
+        set_cookie = r.getheader("set-cookie")
+        value = set_cookie.split(";")[0].split("=", 1)[1] if set_cookie else None
+        return r.status, value, r.getheader("location"), set_cookie
 
     def stop(self) -> None:
         stop_process(self.proc)
@@ -174,6 +199,7 @@ def running(station, camera):
         made.append(b)
         b.d.get(k.url)
         b.screen("start")
+        k.cookie = b.d.get_cookie("tessera_kiosk")["value"]
         return k, b
     yield start
     for x in reversed(made):
@@ -384,6 +410,194 @@ def test_the_bridge_refuses_what_the_station_does_not_do(station, running):
     b.click()
     b.screen("error")
     assert b.find("[data-error-code]").get_attribute("data-error-code").startswith("ACTIVATION_TOKEN_")
+
+
+# --- the screen is the station's (issue 35) -------------------------------------------------------------------------
+
+def test_the_screen_is_the_station_browsers_alone(station, running, camera):
+    """The printed URL's secret is exchanged once for an HttpOnly, SameSite=Strict cookie and leaves the address bar;
+    without that cookie nothing answers (no view, no action: another uid on this machine reads and does nothing), and
+    a second browser cannot take the URL while the station's browser holds the session."""
+    kiosk, b = running("kiosk-chip")
+    assert len(kiosk.token) >= 22 and "token" not in b.d.current_url, b.d.current_url
+    cookie = b.d.get_cookie("tessera_kiosk")
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict", cookie
+    for method, path, body in [("GET", "/", None), ("GET", "/index.html", None), ("GET", "/events", None),
+                               ("GET", "/kiosk.js", None), ("POST", "/api/action", {"action": "start"}),
+                               ("POST", "/api/action", {"action": "touch"}), ("POST", "/api/check", {"mrz": "P<"})]:
+        for bad in (None, "A" * 43):
+            code, data = kiosk.request(method, path, body, cookie=bad)
+            assert code == 403 and b"kiosk-chip" not in data and b"<html" not in data, (method, path, code, data)
+    assert status(station)["active"] is False
+    # A wrong secret, and the right one while the station's browser holds the session: refused, no cookie.
+    kiosk.token, token = "A" * 43, kiosk.token
+    assert kiosk.exchange()[:2] == (403, None)
+    kiosk.token = token
+    code, value, _, _ = kiosk.exchange()
+    assert (code, value) == (403, None)
+    other = Browser(camera[0])
+    try:
+        other.d.get(kiosk.url)
+        assert "another browser" in other.d.page_source and not other.d.get_cookie("tessera_kiosk")
+    finally:
+        other.quit()
+    # The station's browser reloading the URL keeps its session; and it still walks a step.
+    assert kiosk.exchange(kiosk.cookie)[:2] == (303, kiosk.cookie)
+    b.click()
+    b.screen("NFC_MRZ")
+    code, body = kiosk.request("POST", "/api/action", {"action": "cancel"})
+    assert code == 200 and json.loads(body) == {"ok": True}, body
+    b.screen("start")
+
+
+def test_take_over_lets_a_restarted_browser_in(station, running, camera):
+    """--take-over: a browser restarted with the printed URL gets a new session; the old cookie stops working."""
+    kiosk, b = running("kiosk-chip", 60, "--take-over")
+    old = kiosk.cookie
+    b.quit()
+    again = Browser(camera[0])
+    try:
+        again.d.get(kiosk.url)
+        again.screen("start")
+        new = again.d.get_cookie("tessera_kiosk")["value"]
+        assert new != old
+        assert kiosk.request("POST", "/api/action", {"action": "touch"}, cookie=old)[0] == 403
+        assert kiosk.request("GET", "/events", cookie=old)[0] == 403
+        again.click()
+        again.screen("NFC_MRZ")
+    finally:
+        again.quit()
+
+
+def test_loopback_only_and_the_url_in_a_private_file(station, camera, tmp_path):
+    out = subprocess.run([str(BIN / "tessera"), "--socket", station.daemon.socket, "kiosk", "--listen", "0.0.0.0:0",
+                          "--workflow", "kiosk-chip"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 64 and "loopback" in out.stderr, out
+    url_file = tmp_path / "kiosk.url"
+    kiosk = Kiosk(station, "kiosk-chip", 60, "--url-file", str(url_file))
+    b = None
+    try:
+        assert kiosk.token is None and "token" not in kiosk.line and str(url_file) in kiosk.line, kiosk.line
+        st = url_file.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.getuid(), oct(st.st_mode)
+        url = url_file.read_text().strip()
+        assert url.startswith(f"http://127.0.0.1:{kiosk.port}/?token="), url
+        b = Browser(camera[0])
+        b.d.get(url)
+        b.screen("start")
+    finally:
+        if b:
+            b.quit()
+        kiosk.stop()
+    assert not url_file.exists()
+
+
+def vm_rss_kib(pid: int) -> int:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_idle_sockets_and_an_endless_body_leave_the_station_working(station, running):
+    """300 sockets that never send a request and an 8 MiB body that never ends (with the station's own cookie):
+    the idle ones are closed (8 connections at most, headers within 10 s), the body is refused from its
+    Content-Length before it is read, and the real browser still walks a step; the kiosk's RSS stays flat."""
+    kiosk, b = running("kiosk-chip")
+    before = vm_rss_kib(kiosk.proc.pid)
+    # Headers, then a body that never comes: closed after the 30 s body time.
+    slow = socket.create_connection(("127.0.0.1", kiosk.port), timeout=10)
+    slow.sendall((f"POST /api/check HTTP/1.1\r\nHost: 127.0.0.1:{kiosk.port}\r\nContent-Type: application/json\r\n"
+                  f"Cookie: tessera_kiosk={kiosk.cookie}\r\nContent-Length: 100\r\n\r\n{{").encode())
+    slow_since = time.monotonic()
+    big = socket.create_connection(("127.0.0.1", kiosk.port), timeout=10)
+    big.sendall((f"POST /api/action HTTP/1.1\r\nHost: 127.0.0.1:{kiosk.port}\r\nContent-Type: application/json\r\n"
+                 f"Cookie: tessera_kiosk={kiosk.cookie}\r\nContent-Length: {8 << 20}\r\n\r\n").encode())
+    # Refused from its Content-Length, before any of the body is sent.
+    answer = big.recv(200)
+    assert answer.startswith(b"HTTP/1.1 413"), answer
+    sent = 0
+    try:
+        while sent < (8 << 20) - 1:
+            sent += big.send(b"x" * min(1 << 20, (8 << 20) - 1 - sent))
+    except OSError:
+        pass  # the kiosk closed it: the body is never read
+    # A chunked body without a length is refused as soon as it passes the bound (8 KiB for the MRZ check).
+    chunked = socket.create_connection(("127.0.0.1", kiosk.port), timeout=10)
+    chunked.sendall((f"POST /api/check HTTP/1.1\r\nHost: 127.0.0.1:{kiosk.port}\r\nContent-Type: application/json\r\n"
+                     f"Cookie: tessera_kiosk={kiosk.cookie}\r\nTransfer-Encoding: chunked\r\n\r\n").encode())
+    try:
+        for _ in range(4):
+            chunked.sendall(b"1000\r\n" + b"x" * 4096 + b"\r\n")
+    except OSError:
+        pass
+    assert chunked.recv(200).startswith(b"HTTP/1.1 413")
+    chunked.close()
+    idle = [socket.create_connection(("127.0.0.1", kiosk.port), timeout=10) for _ in range(300)]
+    # The browser walks a step meanwhile.
+    b.click()
+    b.screen("NFC_MRZ")
+    b.type("mrz", MRZ[:44])
+    b.find('[data-check="incomplete"]')
+    b.click("cancel")
+    b.screen("start")
+    # Every idle socket is closed by the kiosk within the 10 s header time.
+    deadline = time.monotonic() + 20
+    open_ = set(idle)
+    while open_ and time.monotonic() < deadline:
+        ready, _, _ = select.select(list(open_), [], [], 1)
+        for sock in ready:
+            try:
+                if not sock.recv(100):
+                    open_.discard(sock)
+            except OSError:
+                open_.discard(sock)
+    after = vm_rss_kib(kiosk.proc.pid)
+    slow.settimeout(45)
+    assert slow.recv(100) == b"", "the body that never came still holds its connection"
+    slow_closed = time.monotonic() - slow_since
+    assert 25 < slow_closed < 40, slow_closed
+    for sock in idle + [big, slow]:
+        sock.close()
+    print(f"\nkiosk RSS before {before} KiB, after 300 idle sockets and an 8 MiB body {after} KiB "
+          f"(body bytes the client got out: {sent})")
+    assert not open_, f"{len(open_)} idle sockets still open"
+    assert after - before < 4096, (before, after)
+
+
+def test_an_event_stream_that_stops_reading_is_closed(station, running):
+    """A client with the cookie that opens /events and never reads: the views it does not read are not queued
+    without end; once 256 KiB wait unsent its stream is closed, while the browser's stream goes on."""
+    kiosk, b = running("kiosk-chip")
+    reader = socket.socket()
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    reader.connect(("127.0.0.1", kiosk.port))
+    reader.sendall(f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{kiosk.port}\r\nCookie: tessera_kiosk={kiosk.cookie}"
+                   "\r\n\r\n".encode())
+    time.sleep(0.5)
+    before = vm_rss_kib(kiosk.proc.pid)
+    # "restart" on the start screen wipes it again: a new view for every subscriber, no daemon call.
+    body = json.dumps({"action": "restart"})
+    for _ in range(6000):
+        c = http.client.HTTPConnection("127.0.0.1", kiosk.port, timeout=10)
+        c.request("POST", "/api/action", body=body, headers={"content-type": "application/json",
+                                                              "cookie": f"tessera_kiosk={kiosk.cookie}"})
+        assert c.getresponse().read() == b'{"ok":true}'
+        c.close()
+    after = vm_rss_kib(kiosk.proc.pid)
+    reader.settimeout(10)
+    got = 0
+    try:
+        while chunk := reader.recv(65536):
+            got += len(chunk)
+    except (ConnectionResetError, socket.timeout) as e:
+        assert isinstance(e, ConnectionResetError), f"the unread stream is still open after {got} bytes"
+    reader.close()
+    print(f"\nunread event stream closed after {got} bytes reached the client; kiosk RSS {before} → {after} KiB")
+    assert got < 2 << 20, got
+    # The browser's own stream still draws.
+    b.click()
+    b.screen("NFC_MRZ")
 
 
 # --- face matching (the reference matcher) --------------------------------------------------------------------------
