@@ -28,6 +28,7 @@ struct Kiosk: AsyncParsableCommand {
               tessera kiosk --workflow employee-badge
               tessera kiosk --listen 127.0.0.1:8080 --workflow employee-badge --idle-timeout 90
               tessera kiosk --workflow employee-badge --take-over
+              tessera kiosk --workflow employee-badge --language de
             """)
 
     @OptionGroup var globals: GlobalOptions
@@ -51,12 +52,21 @@ struct Kiosk: AsyncParsableCommand {
             "Start with force: an enrollment of this uid left active (by a kiosk that stopped mid-way, or another client) is interrupted instead of refusing the start with ENROLLMENT_ACTIVE."
     )
     var takeOver = false
+    @Option(
+        help: ArgumentHelp(
+            "The page's language (a catalogue's code: \(KioskCatalogues.languages.joined(separator: ", "))) whatever the browser asks for; without it, the browser's Accept-Language chooses, else English. The person can switch on the start screen; the idle wipe returns to this one.",
+            valueName: "CODE"))
+    var language: String?
 
     func validate() throws {
         guard Self.split(listen) != nil else {
             throw ValidationError("--listen must be HOST:PORT, e.g. 127.0.0.1:8080")
         }
         guard idleTimeout > 0 else { throw ValidationError("--idle-timeout must be at least 1") }
+        if let language, !KioskCatalogues.languages.contains(language) {
+            throw ValidationError(
+                "--language must be one of \(KioskCatalogues.languages.joined(separator: ", ")) (no catalogue for \(language))")
+        }
     }
 
     /// `HOST:PORT`, `[v6]:PORT`.
@@ -79,7 +89,8 @@ struct Kiosk: AsyncParsableCommand {
             throw ExitCode(3)
         }
         let bridge = KioskBridge(
-            client: client, workflow: workflow, idleTimeout: .seconds(idleTimeout), takeOver: takeOver, log: log)
+            client: client, workflow: workflow, idleTimeout: .seconds(idleTimeout), takeOver: takeOver,
+            language: language, log: log)
         let server: KioskHTTPServer
         do {
             server = try await KioskHTTPServer.start(host: host, port: port, bridge: bridge)

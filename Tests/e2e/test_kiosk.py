@@ -14,8 +14,10 @@ import http.client
 import io
 import json
 import pathlib
+import os
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 from PIL import Image, ImageStat
@@ -24,6 +26,7 @@ from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+from axe_selenium_python import Axe
 
 from tessera_harness import BIN, stop_process
 from test_enrollment import (CONFIRM, MRZ, NFC, PASSKEY, PHONE, PIN, RP, TERMS, WRONG_MRZ_FIELDS, Lab, Station,
@@ -74,8 +77,9 @@ class Kiosk:
                                      stdout=subprocess.PIPE, stderr=self.logf, text=True)
         line = self.proc.stdout.readline()
         assert line.startswith("kiosk: serving http://127.0.0.1:"), (line, self.log.read_text())
+        # The URL as printed (it may carry the session's token): the browser opens exactly this.
         self.url = line.split()[2]
-        self.port = int(self.url.rstrip("/").rsplit(":", 1)[1])
+        self.port = urllib.parse.urlsplit(self.url).port
 
     def request(self, method: str, path: str, body: dict | None = None, headers: dict | None = None):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
@@ -92,16 +96,19 @@ class Kiosk:
 
 
 class Browser:
-    """Headless Chromium (as root: --no-sandbox) with a fake camera playing `camera` (Y4M)."""
+    """Headless Chromium (as root: --no-sandbox) with a fake camera playing `camera` (Y4M), asking for pages in
+    `accept_language` (its Accept-Language header)."""
 
-    def __init__(self, camera: pathlib.Path):
+    def __init__(self, camera: pathlib.Path, accept_language: str = "en-US,en"):
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
-        for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1200",
+        for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,800",
                   "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-                  f"--use-file-for-fake-video-capture={camera}"]:
+                  f"--use-file-for-fake-video-capture={camera}", f"--lang={accept_language.split(',')[0]}"]:
             opts.add_argument(a)
+        opts.add_experimental_option("prefs", {"intl.accept_languages": accept_language})
         self.d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+        self.d.set_window_size(1280, 800)
 
     def screen(self, step: str, timeout: float = 30):
         """The screen root with data-step `step`, once it shows."""
@@ -139,6 +146,65 @@ class Browser:
 
     def quit(self) -> None:
         self.d.quit()
+
+
+# --- what a person sees: accessibility, layout at the common kiosk screens, screenshots -----------------------------
+
+SIZES = [(1280, 800), (1920, 1080), (1080, 1920)]
+SCREENSHOTS = pathlib.Path(__file__).parent / "screenshots"  # gitignored: for a person to look at
+WCAG = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
+
+# Every control must lie inside the window horizontally and not overlap another; the screen's action buttons must
+# be fully in view without scrolling (the content above them scrolls in its own region).
+LAYOUT_JS = """
+const vw = window.innerWidth, vh = window.innerHeight, problems = [];
+const sel = 'button, input, textarea, select, video, [role=progressbar]';
+const shown = (e) => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 &&
+  getComputedStyle(e).visibility !== 'hidden'; };
+const name = (e) => e.tagName + (e.name ? '[name=' + e.name + ']' : '') +
+  (e.dataset.action ? '[action=' + e.dataset.action + ']' : '') + (e.dataset.key ? '[key=' + e.dataset.key + ']' : '');
+if (document.documentElement.scrollWidth > vw) problems.push('page wider than the window: ' + document.documentElement.scrollWidth);
+const screen = document.querySelector('main > section');
+for (const group of [screen.querySelector('.content'), screen.querySelector('.actions')]) {
+  if (!group) continue;
+  const els = [...group.querySelectorAll(sel)].filter(shown);
+  const base = group.getBoundingClientRect(), top = group.scrollTop;
+  const rects = els.map((e) => { const r = e.getBoundingClientRect(); return {e, l: r.left, r: r.right, t: r.top + top, b: r.bottom + top}; });
+  for (const x of rects) {
+    if (x.l < -0.5 || x.r > vw + 0.5) problems.push(name(x.e) + ' cut off horizontally ' + x.l + '..' + x.r);
+    if (group.classList.contains('actions') && (x.t - top < -0.5 || x.b - top > vh + 0.5)) problems.push(name(x.e) + ' not in view: ' + x.t + '..' + x.b);
+  }
+  for (let i = 0; i < rects.length; i++) for (let j = i + 1; j < rects.length; j++) {
+    const a = rects[i], b = rects[j];
+    if (a.e.contains(b.e) || b.e.contains(a.e)) continue;
+    if (Math.min(a.r, b.r) - Math.max(a.l, b.l) > 0.5 && Math.min(a.b, b.b) - Math.max(a.t, b.t) > 0.5)
+      problems.push(name(a.e) + ' overlaps ' + name(b.e));
+  }
+}
+const region = screen.querySelector('.content'), actions = screen.querySelector('.actions');
+if (region && actions && region.getBoundingClientRect().bottom > actions.getBoundingClientRect().top + 0.5)
+  problems.push('the content runs under the buttons');
+return problems;
+"""
+
+
+def look(b: "Browser", name: str, language: str = "en") -> None:
+    """The screen on show at each of SIZES: no control cut off or overlapping, zero WCAG 2.1 A/AA violations by
+    axe-core; a screenshot of each size in SCREENSHOTS. Back to 1280×800 after."""
+    SCREENSHOTS.mkdir(exist_ok=True)
+    axe = Axe(b.d)
+    for w, h in SIZES:
+        b.d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                            {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": False})
+        time.sleep(0.3)
+        problems = b.d.execute_script(LAYOUT_JS)
+        assert not problems, f"{name} at {w}x{h}: {problems}"
+        axe.inject()
+        violations = axe.run(options=json.dumps(WCAG))["violations"]
+        assert not violations, f"{name} at {w}x{h}: " + axe.report(violations)
+        b.d.save_screenshot(str(SCREENSHOTS / f"{name}-{language}-{w}x{h}.png"))
+    b.d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                        {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
 
 
 @pytest.fixture(scope="module")
@@ -184,16 +250,20 @@ def status(station: Station) -> dict:
     return station.client().call("enrollment.status")
 
 
-def enter_mrz(b: Browser, mrz: str = MRZ) -> None:
+def enter_mrz(b: Browser, mrz: str = MRZ, look_as: str | None = None) -> None:
+    """Types the MRZ (a wrong check digit first). `look_as`: also check the screen (look) in that language."""
     b.screen("NFC_MRZ")
+    if look_as:
+        look(b, "NFC_MRZ", look_as)
     area = b.find('main textarea[name="mrz"]')
-    # The document number's check digit typed wrong: named as soon as the lines are complete, Continue stays off.
+    # The document number's check digit typed wrong: said in plain words as soon as the lines are complete (no
+    # "check digit", no field name), Continue stays off.
     wrong = mrz.replace("L898902C36", "L898902C35")
     area.send_keys(wrong[:20])
-    assert "of 88 characters" in b.find('[data-check="incomplete"]').text
+    assert "20" in b.find('[data-check="incomplete"]').text and "88" in b.find('[data-check="incomplete"]').text
     area.send_keys(wrong[20:])
     check = b.find('[data-check="invalid"]')
-    assert "check digit" in check.text, check.text
+    assert check.text and "check digit" not in check.text and "documentNumber" not in check.text, check.text
     assert not b.find('[data-action="continue"]').is_enabled()
     area.clear()
     area.send_keys(mrz)
@@ -203,13 +273,21 @@ def enter_mrz(b: Browser, mrz: str = MRZ) -> None:
 
 # --- tests --------------------------------------------------------------------------------------------------------
 
-def test_full_flow_enrolls_a_passkey(station, running, camera):
-    """Phone and code, MRZ checked as typed, the chip read with progress, the camera, consent, the token PIN: the
-    passkey verifies independently; the capture is the fake camera's photo; the log holds no personal data."""
+@pytest.mark.parametrize("language", ["en", "de"])
+def test_full_flow_enrolls_a_passkey(station, running, camera, language):
+    """Phone and code, MRZ checked as typed, the chip read with progress in plain stages, the camera, consent, the
+    token PIN, in English and (chosen with the start screen's button) German: every screen at 1280×800, 1920×1080
+    and 1080×1920 without a control cut off and with zero axe-core WCAG 2.1 A/AA violations, screenshots written;
+    the passkey verifies independently; the capture is the fake camera's photo; the log holds no personal data."""
     listener = station.session()
     kiosk, b = running("kiosk-full")
+    if language != "en":
+        b.find(f'[data-language="{language}"]').click()
+    assert b.d.find_element(By.TAG_NAME, "html").get_attribute("lang") == language
+    look(b, "start", language)
     b.click()
     b.screen("PHONE_INFO")
+    look(b, "PHONE_INFO", language)
     b.type("phone", PHONE)
     b.click()
     b.screen("PHONE_OTP")
@@ -219,39 +297,54 @@ def test_full_flow_enrolls_a_passkey(station, running, camera):
     b.type("otp", wrong)
     b.click()
     err = b.find('[data-answer-error][data-error-code="OTP_INVALID"]')
-    assert "2 attempts left" in err.text
+    assert "2" in err.text and "OTP" not in err.text, err.text
+    look(b, "PHONE_OTP", language)
     field = b.find('main [name="otp"]')
     field.clear()
     field.send_keys(code)
     b.click()
-    enter_mrz(b)
+    enter_mrz(b, look_as=language)
     b.screen("NFC_PHASE")
     assert b.find('[data-progress="waitingForCard"]')
-    # Every data group the page shows a bar for, and when it shows it complete, recorded as the page changes.
+    look(b, "NFC_PHASE", language)
+    # Every stage the page shows, and when it shows it done, recorded as the page changes; and any file name the
+    # person could read.
     b.d.execute_script("""
-        window.seen = [];
-        new MutationObserver(() => document.querySelectorAll('li[data-file], [data-progress]').forEach((e) => {
-          const k = e.dataset.file ? e.dataset.file + ':' + e.dataset.done : 'progress:' + e.dataset.progress;
-          if (!window.seen.includes(k)) window.seen.push(k);
-        })).observe(document.body, {subtree: true, childList: true, attributes: true});""")
+        window.seen = []; window.named = [];
+        new MutationObserver(() => {
+          document.querySelectorAll('li[data-stage], [data-progress]').forEach((e) => {
+            const k = e.dataset.stage && e.tagName === 'LI' ? e.dataset.stage + ':' + e.dataset.done
+                                                            : 'progress:' + e.dataset.progress;
+            if (!window.seen.includes(k)) window.seen.push(k);
+          });
+          const text = (document.querySelector('main') || document.body).innerText;
+          for (const w of text.match(/\\b(COM|SOD|DG\\d+|PACE|BAC)\\b/g) || []) window.named.push(w);
+        }).observe(document.body, {subtree: true, childList: true, attributes: true, characterData: true});""")
     with station.chip():
         placed = time.monotonic()
         selfie = b.screen("SELFIE", timeout=60)
-        files = b.d.execute_script("return window.seen")
-        assert "progress:reading" in files, files
-        assert "DG1:true" in files and "DG2:true" in files and files.index("DG1:true") < files.index("DG2:true"), files
+        stages = b.d.execute_script("return window.seen")
+        assert "progress:reading" in stages, stages
+        order = [stages.index(f"{s}:true") for s in ["connect", "details", "photo"]]
+        assert order == sorted(order), stages
+        assert b.d.execute_script("return window.named") == []
         assert selfie.get_attribute("data-kind") == "camera"
         b.find('video[data-camera]')
+        b.find('img[data-drawing="face-guide"]')
+        look(b, "SELFIE", language)
         b.click(timeout=30)
         b.screen("TERMS_ACCEPTANCE")
+        look(b, "TERMS_ACCEPTANCE", language)
         b.find('main input[name="accepted"]').click()
         b.click()
         b.screen("PASSKEY_CREATION")
+        look(b, "PASSKEY_CREATION", language)
         b.type("pin", PIN)
         b.click()
         done = b.screen("done", timeout=60)
         enrolled = time.monotonic()
-    print(f"\nkiosk: document placed → enrolled in {enrolled - placed:.2f} s (data groups seen: {files})")
+    assert b.d.find_element(By.TAG_NAME, "html").get_attribute("lang") == language
+    print(f"\nkiosk: document placed → enrolled in {enrolled - placed:.2f} s (stages seen: {stages})")
     assert "ANNA MARIA ERIKSSON" in done.text
     finished = listener.expect("enrollment.finished")
     assert finished["outcome"] == "success", finished
@@ -266,9 +359,12 @@ def test_full_flow_enrolls_a_passkey(station, running, camera):
     diff = [abs(a - b_) for a, b_ in zip(ImageStat.Stat(shot).mean, ImageStat.Stat(camera[1]).mean)]
     assert max(diff) < 8, diff
 
+    look(b, "done", language)
     b.click()
     b.screen("start")
     assert "ERIKSSON" not in b.text()
+    # Back to the start screen: back to the station's default language.
+    assert b.d.find_element(By.TAG_NAME, "html").get_attribute("lang") == "en"
     log = kiosk.log.read_text()
     for secret in ["ERIKSSON", "L898902C3", "7408122", PHONE.split()[-1], code, "+49"]:
         assert secret not in log, secret
@@ -276,13 +372,18 @@ def test_full_flow_enrolls_a_passkey(station, running, camera):
 
 
 def test_card_pulled_mid_read_offers_retry(station, running):
+    """A retryable failure's screen: what to do in plain words, "Try again" (retry) and "Cancel" (cancel: it was
+    `continue` before), in both languages."""
     kiosk, b = running("kiosk-chip")
     with station.chip(True, "--remove-after-apdus", "40") as chip:
         b.click()
         enter_mrz(b)
         err = b.screen("error", timeout=60)
         assert b.find('[data-error-code="CARD_REMOVED"]')
-        assert "reader" in err.text
+        assert "reader" in err.text and "CARD_REMOVED" not in err.text
+        actions = [e.get_attribute("data-action") for e in err.find_elements(By.CSS_SELECTOR, "[data-action]")]
+        assert actions == ["retry", "cancel"], actions
+        look(b, "error", "en")
         chip.wait_card(True)
         b.click("retry")
         b.screen("CONFIRM", timeout=60)
@@ -302,20 +403,34 @@ def test_wrong_document_data_says_so_and_retry_asks_again(station, running):
         b.screen("NFC_MRZ")
         b.find('main button[data-alternative="1"]').click()
         b.find('main form[data-alternative="1"]')
+        look(b, "NFC_MRZ-fields", "en")
         b.type("documentNumber", WRONG_MRZ_FIELDS["documentNumber"])
-        b.type("dateOfBirth", "7413")
-        assert b.find('[data-check="incomplete"]')
-        b.type("dateOfBirth", "12")
-        b.type("dateOfExpiry", WRONG_MRZ_FIELDS["dateOfExpiry"])
-        assert "dateOfBirth" in b.find('[data-check="invalid"]').text
-        field = b.find('main [name="dateOfBirth"]')
+        # Dates as dates: day, month, year (in the catalogue's order); the page makes the MRZ's YYMMDD.
+        parts = [e.get_attribute("data-date-part")
+                 for e in b.d.find_elements(By.CSS_SELECTOR, '[data-date="dateOfBirth"] input')]
+        assert parts == ["day", "month", "year"], parts
+        birth, expiry = WRONG_MRZ_FIELDS["dateOfBirth"], WRONG_MRZ_FIELDS["dateOfExpiry"]
+        b.type("dateOfBirth-day", "31")
+        b.type("dateOfBirth-month", "02")
+        b.type("dateOfBirth-year", "19" + birth[:2])
+        assert b.find('[data-check="invalid"]').text  # 31 February is no date
+        field = b.find('main [name="dateOfBirth-day"]')
         field.clear()
-        field.send_keys(WRONG_MRZ_FIELDS["dateOfBirth"])
+        field.send_keys(birth[4:])
+        field = b.find('main [name="dateOfBirth-month"]')
+        field.clear()
+        field.send_keys(birth[2:4])
+        assert b.find('[data-check="incomplete"]')  # no expiry yet
+        b.type("dateOfExpiry-day", expiry[4:])
+        b.type("dateOfExpiry-month", expiry[2:4])
+        b.type("dateOfExpiry-year", "20" + expiry[:2])
         b.find('[data-check="valid"]')
         b.click()
         error = b.screen("error", timeout=60)
         assert b.find('[data-error-code="ACCESS_DENIED"]')
-        assert "MRZ" in error.text
+        assert "did not accept the details" in error.text
+        for jargon in ["PACE", "6300", "MRZ", "ACCESS_DENIED", "mutual"]:
+            assert jargon not in error.text, error.text
         b.click("retry")
         b.screen("NFC_MRZ")
         enter_mrz(b)
