@@ -354,7 +354,9 @@ enum KioskAssets {
               extra.push(keypad(input));
             } else {
               const numeric = ['otp', 'pin', 'can'].includes(f.name.toLowerCase()) || f.kind !== 'string';
-              input = el('input', {id, name: f.name, type: f.secret ? 'password' : 'text', autocomplete: 'off',
+              // Nothing a person typed is offered to the next (autocomplete off); a secret field (a password field)
+          // takes no "off", which is not valid there, and a kiosk's browser never saves a password.
+          input = el('input', {id, name: f.name, type: f.secret ? 'password' : 'text', autocomplete: f.secret ? null : 'off',
                                    inputmode: numeric ? 'numeric' : null, required: !f.optional,
                                    'aria-describedby': accessFields.includes(f.name) ? 'checkline' : null});
             }
