@@ -14,7 +14,6 @@ import http.client
 import io
 import json
 import pathlib
-import os
 import subprocess
 import time
 import urllib.parse
@@ -34,6 +33,7 @@ from test_enrollment import (CONFIRM, MRZ, NFC, PASSKEY, PHONE, PIN, RP, TERMS, 
 from test_face import Lab as FaceLab
 from test_face import Station as FaceStation
 from test_face import fetch_photos
+import mrz_images
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -53,16 +53,29 @@ WORKFLOWS = {
 
 # --- components ---------------------------------------------------------------------------------------------------
 
-def write_y4m(photo: pathlib.Path, out: pathlib.Path, size=(640, 480)) -> Image.Image:
-    """The photo, fitted into `size`, as a one-frame YUV4MPEG2 (4:2:0) file: Chromium's fake camera plays it."""
-    img = Image.open(photo).convert("RGB")
+def fitted(photo: pathlib.Path | Image.Image, size=(640, 480)) -> Image.Image:
+    """The photo fitted into `size` on grey."""
+    img = (Image.open(photo) if isinstance(photo, pathlib.Path) else photo).convert("RGB")
     img.thumbnail(size)
     frame = Image.new("RGB", size, (128, 128, 128))
     frame.paste(img, ((size[0] - img.width) // 2, (size[1] - img.height) // 2))
-    y, cb, cr = frame.convert("YCbCr").split()
-    half = (size[0] // 2, size[1] // 2)
-    out.write_bytes(f"YUV4MPEG2 W{size[0]} H{size[1]} F30:1 Ip A1:1 C420jpeg\n".encode() + b"FRAME\n" + y.tobytes()
-                    + cb.resize(half).tobytes() + cr.resize(half).tobytes())
+    return frame
+
+
+def write_frames(frames: list[Image.Image], out: pathlib.Path, fps: int = 30) -> None:
+    """The frames (all of one size) as a YUV4MPEG2 (4:2:0) file at `fps`: Chromium's fake camera plays it in a loop."""
+    w, h = frames[0].size
+    data = bytearray(f"YUV4MPEG2 W{w} H{h} F{fps}:1 Ip A1:1 C420jpeg\n".encode())
+    for frame in frames:
+        y, cb, cr = frame.convert("YCbCr").split()
+        data += b"FRAME\n" + y.tobytes() + cb.resize((w // 2, h // 2)).tobytes() + cr.resize((w // 2, h // 2)).tobytes()
+    out.write_bytes(bytes(data))
+
+
+def write_y4m(photo: pathlib.Path, out: pathlib.Path, size=(640, 480)) -> Image.Image:
+    """The photo, fitted into `size`, as a one-frame YUV4MPEG2 file: Chromium's fake camera plays it."""
+    frame = fitted(photo, size)
+    write_frames([frame], out)
     return frame
 
 
@@ -242,10 +255,11 @@ def running(station, camera):
     """Starts kiosks and browsers; stops them after the test."""
     made: list = []
 
-    def start(workflow: str, idle: int = 60, *args: str) -> tuple[Kiosk, Browser]:
+    def start(workflow: str, idle: int = 60, *args: str, video: pathlib.Path | None = None,
+              accept_language: str = "en-US,en") -> tuple[Kiosk, Browser]:
         k = Kiosk(station, workflow, idle, *args)
         made.append(k)
-        b = Browser(camera[0])
+        b = Browser(video or camera[0], accept_language)
         made.append(b)
         b.d.get(k.url)
         b.screen("start")
@@ -283,13 +297,17 @@ def enter_mrz(b: Browser, mrz: str = MRZ, look_as: str | None = None) -> None:
 # --- tests --------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("language", ["en", "de"])
-def test_full_flow_enrolls_a_passkey(station, running, camera, language):
-    """Phone and code, MRZ checked as typed, the chip read with progress in plain stages, the camera, consent, the
-    token PIN, in English and (chosen with the start screen's button) German: every screen at 1280×800, 1920×1080
-    and 1080×1920 without a control cut off and with zero axe-core WCAG 2.1 A/AA violations, screenshots written;
-    the passkey verifies independently; the capture is the fake camera's photo; the log holds no personal data."""
+def test_full_flow_enrolls_a_passkey(station, running, tmp_path, language):
+    """Phone and code, the MRZ read from the camera (the fake camera plays the passport's data page, its MRZ in
+    OCR-B, and a face, a second each: the reference reader through tesserad's mrz.read fills the lines once their
+    check digits hold), the chip read with progress in plain stages, the camera, consent, the token PIN, in English
+    and (chosen with the start screen's button) German: every screen at 1280×800, 1920×1080 and 1080×1920 without
+    a control cut off and with zero axe-core WCAG 2.1 A/AA violations, screenshots written; the passkey verifies
+    independently; the capture is one of the fake camera's frames; the log holds no personal data."""
     listener = station.session()
-    kiosk, b = running("kiosk-full")
+    frames = [fitted(mrz_images.page(MRZ), (1280, 720)), fitted(fetch_photos() / "obama.jpg", (1280, 720))]
+    write_frames(frames, tmp_path / "document-and-face.y4m", fps=1)
+    kiosk, b = running("kiosk-full", video=tmp_path / "document-and-face.y4m")
     if language != "en":
         b.find(f'[data-language="{language}"]').click()
     assert b.d.find_element(By.TAG_NAME, "html").get_attribute("lang") == language
@@ -312,7 +330,16 @@ def test_full_flow_enrolls_a_passkey(station, running, camera, language):
     field.clear()
     field.send_keys(code)
     b.click()
-    enter_mrz(b, look_as=language)
+    b.screen("NFC_MRZ")
+    area = b.find('main textarea[name="mrz"][data-mrz-source="camera"]', timeout=90)
+    # The line with the number and dates (what opens the chip, every field under a check digit) is the document's;
+    # the name line has no check digit, so the person checks it (the chip's own name is what the result shows).
+    read = area.get_attribute("value").split("\n")
+    assert read[1] == MRZ.split("\n")[1] and read[0].startswith("P<UTOERIKSSON<<"), read
+    b.find('[data-check="valid"]')
+    assert b.find('[data-mrz-status="found"]').text
+    look(b, "NFC_MRZ", language)
+    b.click()
     b.screen("NFC_PHASE")
     assert b.find('[data-progress="waitingForCard"]')
     look(b, "NFC_PHASE", language)
@@ -360,13 +387,17 @@ def test_full_flow_enrolls_a_passkey(station, running, camera, language):
     check_credential(listener, finished["credential"], None)
     assert finished["credential"]["rpId"] == RP
 
-    # The capture shown is the frame the fake camera played (Pillow, independent of the page's code).
+    # The capture shown is a frame the fake camera played (Pillow, independent of the page's code).
     src = b.find('figure[data-image="capture"] img').get_attribute("src")
     assert src.startswith("data:image/jpeg;base64,")
     shot = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGB")
-    assert shot.size == camera[1].size
-    diff = [abs(a - b_) for a, b_ in zip(ImageStat.Stat(shot).mean, ImageStat.Stat(camera[1]).mean)]
-    assert max(diff) < 8, diff
+    # The camera gives the page's 4:3 from the 16:9 frames by cropping their middle.
+    def as_shot(f: Image.Image) -> Image.Image:
+        w = f.height * shot.width // shot.height
+        return f.crop(((f.width - w) // 2, 0, (f.width + w) // 2, f.height)).resize(shot.size)
+    diffs = [max(abs(a - b_) for a, b_ in zip(ImageStat.Stat(shot).mean, ImageStat.Stat(as_shot(f)).mean))
+             for f in frames]
+    assert min(diffs) < 8, diffs
 
     look(b, "done", language)
     b.click()
