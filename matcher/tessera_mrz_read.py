@@ -90,7 +90,7 @@ def fits(rows):
     rows = [r for r in rows if len(r) >= 26]
     out = []
     for width, count in ((44, 2), (36, 2), (30, 3)):
-        near = [r for r in rows if width - 2 <= len(r) <= width + 6]
+        near = [r for r in rows if width - 5 <= len(r) <= width + 6]
         if len(near) < count:
             continue
         lines = []
@@ -116,10 +116,49 @@ def fits(rows):
     return out
 
 
-def checks_hold(lines):
+AMBIGUOUS = {"0": "O", "O": "0", "1": "I", "I": "1", "5": "S", "S": "5", "8": "B", "B": "8", "2": "Z", "Z": "2"}
+
+
+def resolve_number(lines):
+    """The document number may hold letters and digits, so 0/O, 1/I, … stay open after reading: when its check
+    digit fails, the one spelling (of at most 3 open characters) that satisfies it is taken."""
     width = len(lines[0])
-    if not all(check_digit(lines[l][a:b]) == lines[l][c] for l, a, b, c in CHECKS[width]):
-        return False
+    line, a, b, c = CHECKS[width][0]
+    text = lines[line]
+    field, check = text[a:b], text[c]
+    if check_digit(field) == check:
+        return lines
+    open_at = [i for i, ch in enumerate(field) if ch in AMBIGUOUS]
+    if not 0 < len(open_at) <= 3:
+        return lines
+    found = []
+    for mask in range(1, 1 << len(open_at)):
+        chars = list(field)
+        for bit, i in enumerate(open_at):
+            if mask >> bit & 1:
+                chars[i] = AMBIGUOUS[chars[i]]
+        if check_digit("".join(chars)) == check:
+            found.append("".join(chars))
+    if len(found) != 1:
+        return lines
+    out = list(lines)
+    out[line] = text[:a] + found[0] + text[b:]
+    return out
+
+
+def score(lines):
+    """How many of the format's check digits hold (the composite one included)."""
+    width = len(lines[0])
+    n = sum(check_digit(lines[l][a:b]) == lines[l][c] for l, a, b, c in CHECKS[width])
+    return n + (1 if composite_holds(lines) else 0)
+
+
+def checks_hold(lines):
+    return score(lines) == len(CHECKS[len(lines[0])]) + 1
+
+
+def composite_holds(lines):
+    width = len(lines[0])
     if width == 44:
         l2 = lines[1]
         return check_digit(l2[0:10] + l2[13:20] + l2[21:43]) == l2[43]
@@ -142,10 +181,15 @@ def ocr(image):
 def band(gray):
     """The MRZ band of a grayscale frame: the lowest run of 2-3 long text rows (dark-pixel density by row)."""
     a = np.asarray(gray, dtype=np.float32)
-    dark = a < (a.mean() - 0.6 * a.std())
+    # Ink: darker than its neighbourhood (a dark background around the document is not ink).
+    local = np.asarray(gray.filter(ImageFilter.BoxBlur(max(8, gray.width // 60))), dtype=np.float32)
+    dark = a < local - 30
     h, w = dark.shape
     density = dark.mean(axis=1)
-    rows = density > 0.08
+    if density.max() <= 0:
+        return None
+    # MRZ rows run across the document: the densest rows of the frame.
+    rows = density > 0.3 * density.max()
     runs, start = [], None
     for y in range(h):
         if rows[y] and start is None:
@@ -188,12 +232,14 @@ def candidates(image):
 
 
 def read(image):
-    best = None
+    best, best_score = None, -1
     for variant in candidates(image):
         for lines in fits(ocr(variant)):
+            lines = resolve_number(lines)
             if checks_hold(lines):
                 return lines
-            best = best or lines
+            if score(lines) > best_score:
+                best, best_score = lines, score(lines)
     return best
 
 

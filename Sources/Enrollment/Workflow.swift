@@ -208,7 +208,9 @@ public struct EnrollmentConfiguration: Sendable {
         var messages: JSONValue?
         if let m = o["messages"] {
             guard let languages = m.objectValue,
-                languages.values.allSatisfy({ ($0.objectValue ?? ["": .null]).values.allSatisfy { $0.stringValue != nil } })
+                languages.values.allSatisfy({
+                    ($0.objectValue ?? ["": .null]).values.allSatisfy { $0.stringValue != nil }
+                })
             else {
                 throw error("workflow \(name): messages must map a language code to {key: text}")
             }

@@ -65,7 +65,7 @@ enum KioskAssets {
           border-radius: 0.4rem; background: #fff; color: #111; max-width: 100%; }
         input[type=checkbox] { width: 2rem; height: 2rem; }
         textarea[name=mrz] { font-family: "OCR B", ui-monospace, monospace; text-transform: uppercase;
-          letter-spacing: 0.04em; width: 100%; font-size: 0.95rem; resize: none; }
+          width: 100%; font-size: 0.8rem; resize: none; white-space: pre; overflow-x: auto; }
         button { font: inherit; font-size: 1.1rem; min-height: 3.2rem; min-width: 9rem; padding: 0.5rem 1.2rem;
           border-radius: 0.6rem; border: 2px solid #0b4f8a; background: #fff; color: #0b4f8a; cursor: pointer; }
         button.primary { background: #0b4f8a; color: #fff; }
@@ -349,7 +349,7 @@ enum KioskAssets {
               input = el('select', {id, name: f.name, required: !f.optional},
                 ...f.choices.map((c) => el('option', {value: c, text: c})));
             } else if (f.name === 'mrz') {
-              input = el('textarea', {id, name: 'mrz', rows: 3, spellcheck: 'false', autocomplete: 'off',
+              input = el('textarea', {id, name: 'mrz', rows: 3, wrap: 'off', spellcheck: 'false', autocomplete: 'off',
                                       autocapitalize: 'characters', required: true, 'aria-describedby': 'checkline'});
               extra.push(keypad(input));
             } else {
@@ -679,7 +679,7 @@ enum KioskAssets {
             if (!force) {
               const h1 = s.querySelector('h1');
               const first = s.querySelector('form input:not([type=hidden]), form textarea, form select');
-              (first || h1).focus();
+              (first || h1).focus({preventScroll: true});
               announce(h1.textContent);
             }
           }

@@ -107,7 +107,9 @@ public struct KioskSession: Sendable {
     /// its screen may go to the MRZ reader.
     public var waitsForDocumentAccess: Bool {
         guard case .waiting(_, let required) = phase else { return false }
-        return InputForm.alternatives(required["input"] ?? .null).alternatives.contains { $0.contains { $0.name == "mrz" } }
+        return InputForm.alternatives(required["input"] ?? .null).alternatives.contains {
+            $0.contains { $0.name == "mrz" }
+        }
     }
 
     /// Whether tesserad holds an enrollment this station started and that has not ended.
@@ -468,7 +470,8 @@ struct DocumentProgress: Sendable {
         [
             "waitingForCard": .bool(waitingForCard), "stage": .string(Self.stages[stage]),
             "stages": .array(Self.stages.map { .string($0) }),
-            "percent": .number(waitingForCard ? 0 : ((Double(stage) + fraction) * 100 / Double(Self.stages.count)).rounded()),
+            "percent": .number(
+                waitingForCard ? 0 : ((Double(stage) + fraction) * 100 / Double(Self.stages.count)).rounded()),
             "files": .array(
                 files.map {
                     [

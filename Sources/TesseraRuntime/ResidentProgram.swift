@@ -226,7 +226,8 @@ public actor ResidentProgram {
         while true {
             let left = deadline - ContinuousClock.now
             guard left > .zero else { return false }
-            let ms = Int32(min(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1, 60_000))
+            let ms = Int32(
+                min(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1, 60_000))
             var p = pollfd(fd: fd, events: events, revents: 0)
             let r = poll(&p, 1, ms)
             if r > 0 { return true }

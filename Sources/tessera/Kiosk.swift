@@ -65,7 +65,8 @@ struct Kiosk: AsyncParsableCommand {
         guard idleTimeout > 0 else { throw ValidationError("--idle-timeout must be at least 1") }
         if let language, !KioskCatalogues.languages.contains(language) {
             throw ValidationError(
-                "--language must be one of \(KioskCatalogues.languages.joined(separator: ", ")) (no catalogue for \(language))")
+                "--language must be one of \(KioskCatalogues.languages.joined(separator: ", ")) (no catalogue for \(language))"
+            )
         }
     }
 

@@ -411,6 +411,30 @@ def test_full_flow_enrolls_a_passkey(station, running, tmp_path, language):
     assert "enrollment finished: success" in log
 
 
+def test_the_language_comes_from_the_browser_or_the_station(station, running):
+    """A German browser (Accept-Language) gets the page in German; `--language en` wins over it; the person switches
+    on the start screen, and the idle wipe returns to the station's language."""
+    kiosk, b = running("kiosk-chip", accept_language="de-DE,de;q=0.9,en;q=0.5")
+    start = b.screen("start")
+    assert b.d.find_element(By.TAG_NAME, "html").get_attribute("lang") == "de"
+    assert b.find('[data-language="de"]').get_attribute("aria-pressed") == "true"
+    assert b.find('[data-language="de"]').text == "Deutsch" and "Willkommen" in start.text
+    assert b.d.title == "Registrierungsstation"
+
+    kiosk2, b2 = running("kiosk-chip", 3, "--language", "en", accept_language="de-DE,de;q=0.9")
+    assert b2.d.find_element(By.TAG_NAME, "html").get_attribute("lang") == "en"
+    assert "Welcome" in b2.screen("start").text
+    b2.find('[data-language="de"]').click()
+    assert b2.d.find_element(By.TAG_NAME, "html").get_attribute("lang") == "de"
+    b2.click()
+    mrz = b2.screen("NFC_MRZ")
+    assert "Zeigen Sie uns Ihr Dokument" in mrz.text and "Weiter" in mrz.text
+    start = b2.screen("start", timeout=20)  # the idle timeout (3 s)
+    b2.find("[data-notice]")
+    assert b2.d.find_element(By.TAG_NAME, "html").get_attribute("lang") == "en"
+    assert "Welcome" in start.text and "Nobody used the station" in start.text
+
+
 def test_card_pulled_mid_read_offers_retry(station, running):
     """A retryable failure's screen: what to do in plain words, "Try again" (retry) and "Cancel" (cancel: it was
     `continue` before), in both languages."""
