@@ -666,8 +666,9 @@ enum KioskAssets {
             if (old && v.version === old.version && !force) return;
             view = v;
             const current = app.firstElementChild;
+            // The workflow's own words may arrive after its first screen (with the start's answer): drawn again then.
             const same = old && current && current.getAttribute('data-kind') && old.screen === v.screen &&
-              old.kind === v.kind && !force;
+              old.kind === v.kind && !force && JSON.stringify(old.messages) === JSON.stringify(v.messages);
             if (same && v.kind === 'document') return updateDocument(current, v);
             if (same && (v.kind === 'form' || v.kind === 'camera')) return updateAnswerError(current, v);
             if (same && v.kind === 'working') return;
