@@ -526,11 +526,14 @@ enum KioskAssets {
               if (stopped) return;
               if (video.readyState >= 2 && video.videoWidth) {
                 let r;
-                try { r = await post('/api/mrz', {image: grab(video, 0.9)}); } catch (e) { r = {error: {code: 'NETWORK'}}; }
+                try { r = await post('/api/mrz', {image: grab(video, 0.85)}); } catch (e) { r = {error: {code: 'NETWORK'}}; }
                 if (stopped) return;
                 if (r.valid && Array.isArray(r.lines)) return found(r.lines);
-                if (r.error) return unavailable();
-                status.setAttribute('data-mrz-status', 'looking');
+                // No reader, or not this step's: typing only. A reader that failed once gets another frame later.
+                if (r.error && !r.error.retryable) return unavailable();
+                status.setAttribute('data-mrz-status', r.error ? 'retrying' : 'looking');
+                timer = setTimeout(loop, r.error ? 1500 : 400);
+                return;
               }
               timer = setTimeout(loop, 400);
             }
