@@ -47,11 +47,17 @@ SELFIE = {"key": "SELFIE", "client": True, "prompt": "Take a photo of your face"
                     "properties": {"images": {"type": "array", "items": {
                         "type": "object", "properties": {"mediaType": {"type": "string"}, "data": {"type": "string"}}}}}}}
 WORKFLOWS = {
+    # A workflow words its own steps, and any screen, in each language (its config's messages win over the
+    # catalogue; a custom step without them shows its prompt).
     "kiosk-full": {"remote": True, "expected": {"surname": "ERIKSSON", "givenNames": "ANNA MARIA"},
-                   "steps": ["PHONE_INFO", "PHONE_OTP", "NFC_MRZ", NFC, "ATTRIBUTE_MATCHING", SELFIE, TERMS, PASSKEY]},
-    # A workflow words a screen its own way (its config's messages win over the catalogue).
+                   "steps": ["PHONE_INFO", "PHONE_OTP", "NFC_MRZ", NFC, "ATTRIBUTE_MATCHING", SELFIE, TERMS, PASSKEY],
+                   "messages": {"de": {"step.SELFIE.title": "Ein Foto Ihres Gesichts"}}},
     "kiosk-chip": {"remote": True, "steps": ["NFC_MRZ", NFC, CONFIRM],
-                   "messages": {"de": {"step.NFC_MRZ.title": "Ihr Ausweis, bitte"}}},
+                   "messages": {"en": {"step.CONFIRM.title": "Are these your details?",
+                                       "step.CONFIRM.field.ok": "Yes, these are my details"},
+                                "de": {"step.NFC_MRZ.title": "Ihr Ausweis, bitte",
+                                       "step.CONFIRM.title": "Sind das Ihre Angaben?",
+                                       "step.CONFIRM.field.ok": "Ja, das sind meine Angaben"}}},
 }
 
 
@@ -368,6 +374,8 @@ def test_full_flow_enrolls_a_passkey(station, running, tmp_path, language):
     with station.chip():
         placed = time.monotonic()
         selfie = b.screen("SELFIE", timeout=60)
+        assert selfie.find_element(By.TAG_NAME, "h1").text == {"en": "Take a photo of your face",
+                                                               "de": "Ein Foto Ihres Gesichts"}[language]
         stages = b.d.execute_script("return window.seen")
         assert "progress:reading" in stages, stages
         order = [stages.index(f"{s}:true") for s in ["connect", "details", "photo"]]
@@ -480,7 +488,11 @@ def test_card_pulled_mid_read_offers_retry(station, running, language):
         look(b, "error", language)
         chip.wait_card(True)
         b.click("retry")
-        b.screen("CONFIRM", timeout=60)
+        confirm = b.screen("CONFIRM", timeout=60)
+    assert confirm.find_element(By.TAG_NAME, "h1").text == {"en": "Are these your details?",
+                                                            "de": "Sind das Ihre Angaben?"}[language]
+    assert {"en": "Yes, these are my details", "de": "Ja, das sind meine Angaben"}[language] in confirm.text
+    look(b, "CONFIRM", language)
     b.find('main input[name="ok"]').click()
     b.click()
     done = b.screen("done")
