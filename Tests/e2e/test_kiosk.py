@@ -599,6 +599,14 @@ def test_the_bridge_refuses_what_the_station_does_not_do(station, running):
     assert code == 403
     code, _ = kiosk.request("GET", "/", headers={"host": f"evil.example:{kiosk.port}"})
     assert code == 403
+    # Camera frames go to the MRZ reader only while the daemon asks for an MRZ.
+    code, body = kiosk.request("POST", "/api/mrz", {"image": {"mediaType": "image/jpeg", "data": "/9j/"}})
+    assert code == 200 and json.loads(body)["error"]["code"] == "STEP_NOT_EXPECTED"
+    # The catalogues and drawings are served; nothing else under /drawings/.
+    code, body = kiosk.request("GET", "/catalogues.json")
+    assert code == 200 and [l["code"] for l in json.loads(body)["languages"]] == ["en", "de"]
+    assert kiosk.request("GET", "/drawings/passport-mrz.svg")[0] == 200
+    assert kiosk.request("GET", "/drawings/../kiosk.js.svg")[0] == 404
     assert status(station)["active"] is False
     # An activation token is checked by the daemon (this one is not signed): the page shows the error.
     b.type("activationToken", "eyJhbGciOiJFUzI1NiJ9.e30.AAAA")
