@@ -234,6 +234,7 @@ def look(b: "Browser", name: str, language: str = "en") -> None:
         assert "error" not in result, result
         violations = result["violations"]
         assert not violations, f"{name} at {w}x{h}: " + axe.report(violations)
+        b.d.execute_script("const c = document.querySelector('main .content'); if (c) c.scrollTop = 0;")
         b.d.save_screenshot(str(SCREENSHOTS / f"{name}-{language}-{w}x{h}.png"))
     b.d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                         {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False})
