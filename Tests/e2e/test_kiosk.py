@@ -568,6 +568,7 @@ def test_idle_timeout_cancels_and_wipes_the_page(station, running):
     eid = status(station)["enrollmentId"]
     start = b.screen("start", timeout=20)
     assert start.find_element(By.CSS_SELECTOR, "[data-notice]").text
+    look(b, "start-after-idle", "en")
     page = b.d.page_source
     assert "ERIKSSON" not in page and "textarea" not in page
     s = status(station)
