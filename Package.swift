@@ -261,7 +261,7 @@ let package = Package(
                 "ICAO", "NFC", "Enrollment", "Emulation", "SSHAgent", "MDoc", "APDU",
                 "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Pinentry", "Presence", "SSHAgentDoor", "AccessControl",
                 .product(name: "Logging", package: "swift-log"), .product(name: "X509", package: "swift-certificates"),
-                "X509Support",
+                "X509Support", "TesseraRuntime",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]),

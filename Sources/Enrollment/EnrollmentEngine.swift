@@ -221,10 +221,12 @@ public actor EnrollmentEngine {
                 "startedAt": .string(now.iso8601Seconds), "resumed": false,
             ]))
         run()
-        return [
+        var answer: [String: JSONValue] = [
             "enrollmentId": .string(new.id), "workflow": .string(workflow.name), "steps": stepKeys,
             "startedAt": .string(now.iso8601Seconds),
         ]
+        if let messages = workflow.messages { answer["messages"] = messages }
+        return .object(answer)
     }
 
     private func available(_ name: String) throws(TesseraError) -> Workflow {

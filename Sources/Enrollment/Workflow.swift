@@ -98,6 +98,9 @@ public struct Workflow: Sendable {
     /// Expected attributes for remote enrollments.
     public var expected: ExpectedAttributes?
     public var steps: [WorkflowStep]
+    /// The workflow's own wording for the kiosk screen: language → catalogue key → text (docs/KIOSK.md), given to
+    /// the station in `enrollment.start`'s answer.
+    public var messages: JSONValue? = nil
 }
 
 /// The `enrollment` section of the daemon's config file, validated (docs/ENROLLMENT.md).
@@ -174,11 +177,11 @@ public struct EnrollmentConfiguration: Sendable {
 
     // MARK: parsing
 
-    /// A workflow is `{steps, remote?, expected?}`, or just its steps array.
+    /// A workflow is `{steps, remote?, expected?, messages?}`, or just its steps array.
     static func workflow(_ name: String, _ json: JSONValue) throws(TesseraError) -> Workflow {
         if case .array = json { return try workflow(name, ["steps": json]) }
         guard let o = json.objectValue else { throw error("workflow \(name) must be an object or a steps array") }
-        try onlyKeys(o, ["remote", "expected", "steps"], in: "workflow \(name)")
+        try onlyKeys(o, ["remote", "expected", "steps", "messages"], in: "workflow \(name)")
         guard let items = o["steps"]?.arrayValue, !items.isEmpty else {
             throw error("workflow \(name) needs a non-empty steps array")
         }
@@ -202,7 +205,18 @@ public struct EnrollmentConfiguration: Sendable {
                 throw Self.error("workflow \(name): expected: \(error.message)")
             }
         }
-        return Workflow(name: name, remote: remote, expected: expected, steps: steps)
+        var messages: JSONValue?
+        if let m = o["messages"] {
+            guard let languages = m.objectValue,
+                languages.values.allSatisfy({
+                    ($0.objectValue ?? ["": .null]).values.allSatisfy { $0.stringValue != nil }
+                })
+            else {
+                throw error("workflow \(name): messages must map a language code to {key: text}")
+            }
+            messages = m
+        }
+        return Workflow(name: name, remote: remote, expected: expected, steps: steps, messages: messages)
     }
 
     static func step(_ item: JSONValue, workflow: String) throws(TesseraError) -> WorkflowStep {

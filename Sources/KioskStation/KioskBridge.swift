@@ -17,14 +17,18 @@ public actor KioskBridge {
 
     /// Whether the page shows the camera now: an action's body may carry images (the server's body bound).
     public nonisolated var acceptsImages: Bool { cameraShown.withLock { $0 } }
+    /// The station's language (`--language`): the page starts in it whatever the browser asks for.
+    public nonisolated let language: String?
 
     /// `idleTimeout`: how long the station waits for the person (a step's input, a failure, the result) before it
     /// cancels the enrollment and wipes the page. `takeOver`: starts interrupt an enrollment left active.
+    /// `language`: the page's language whatever the browser asks for (nil: its Accept-Language).
     public init(
-        client: RPCClient, workflow: String, idleTimeout: Duration, takeOver: Bool = false,
+        client: RPCClient, workflow: String, idleTimeout: Duration, takeOver: Bool = false, language: String? = nil,
         log: @escaping @Sendable (String) -> Void
     ) {
         self.client = client
+        self.language = language
         self.idleTimeout = idleTimeout
         self.log = log
         self.session = KioskSession(workflow: workflow, takeOver: takeOver)
@@ -100,6 +104,29 @@ public actor KioskBridge {
         }
     }
 
+    /// One camera frame of the MRZ screen (`{mediaType, data}`) to the daemon's MRZ reader (`mrz.read`):
+    /// `{valid: true, lines}` when the lines it read pass the MRZ module's check (every check digit), else
+    /// `{valid: false}`, or `{error: {code}}` when there is no reader (the page stops sending frames then). Only
+    /// while the station waits for the document step's input; the lines are never logged.
+    public func readMRZ(_ image: JSONValue) async -> JSONValue {
+        guard session.waitsForDocumentAccess else {
+            return ["error": KioskSession.errorJSON(TesseraError(.stepNotExpected, "no MRZ asked for now"))]
+        }
+        do throws(TesseraError) {
+            let result = try await daemon("mrz.read", ["image": image])
+            let lines = (result["lines"]?.arrayValue ?? []).compactMap(\.stringValue)
+            guard !lines.isEmpty, KioskInputCheck.checkMRZ(lines.joined(separator: "\n"))["valid"] == true else {
+                return ["valid": false]
+            }
+            log("kiosk: MRZ read from the camera")
+            return ["valid": true, "lines": .array(lines.map { .string($0) })]
+        } catch {
+            if error.code == .mrzNotFound { return ["valid": false] }
+            log("kiosk: mrz.read failed: \(error.code.rawValue)")
+            return ["error": KioskSession.errorJSON(error)]
+        }
+    }
+
     private func apply(_ n: RPCNotification) async {
         let before = session.waitsForPerson
         let version = session.version
@@ -131,7 +158,7 @@ public actor KioskBridge {
         if session.enrollmentActive {
             _ = try? await daemon("enrollment.cancel", [:])
         }
-        session.wipe(notice: "The station was idle for too long: everything shown was erased.")
+        session.wipe(notice: "notice.idle")
         lastActivity = .now
         broadcast()
     }

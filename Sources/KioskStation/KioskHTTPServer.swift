@@ -4,9 +4,11 @@ import NIOPosix
 import TesseraCore
 
 /// The station's web server (swift-nio HTTP/1.1): the page and its assets from the binary, the views as
-/// server-sent events (`GET /events`), the page's actions (`POST /api/action`) and the as-typed MRZ check
-/// (`POST /api/check`). Nothing is loaded from the network. Loopback only; every request but the exchange of the
-/// printed URL's secret needs the session cookie (`KioskAccess`). Bounded: `KioskLimits`.
+/// server-sent events (`GET /events`), the page's actions (`POST /api/action`), the as-typed MRZ check
+/// (`POST /api/check`), camera frames for the MRZ reader (`POST /api/mrz`), the message catalogues
+/// (`GET /catalogues.json`) and drawings (`GET /drawings/NAME.svg`). Nothing is loaded from the network. Loopback
+/// only; every request but the exchange of the printed URL's secret needs the session cookie (`KioskAccess`).
+/// Bounded: `KioskLimits`.
 public final class KioskHTTPServer: Sendable {
     private let channel: Channel
     /// The port it listens on (the one asked for, or the one the system chose for 0).
@@ -139,6 +141,8 @@ final class KioskRoutes: Sendable {
         switch (method, path) {
         case (.POST, "/api/action"): return bridge.acceptsImages ? limits.imageBodyBytes : limits.actionBodyBytes
         case (.POST, "/api/check"): return limits.checkBodyBytes
+        // One camera frame; the bridge refuses it unless the page asks for the MRZ.
+        case (.POST, "/api/mrz"): return limits.imageBodyBytes
         default: return 0
         }
     }
@@ -283,7 +287,13 @@ final class KioskHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
         switch (head.method, path) {
         case (.GET, "/"), (.GET, "/index.html"):
-            Self.reply(channel, .ok, "text/html; charset=utf-8", Array(KioskAssets.html.utf8))
+            let language = KioskCatalogues.choose(
+                acceptLanguage: head.headers.first(name: "accept-language"), forced: routes.bridge.language)
+            Self.reply(channel, .ok, "text/html; charset=utf-8", Array(KioskAssets.html(language: language).utf8))
+        case (.GET, "/catalogues.json"):
+            Self.reply(channel, .ok, "application/json", KioskCatalogues.json)
+        case (.GET, _) where KioskDrawings.svg(path: path) != nil:
+            Self.reply(channel, .ok, "image/svg+xml", Array((KioskDrawings.svg(path: path) ?? "").utf8))
         case (.GET, "/kiosk.js"):
             Self.reply(channel, .ok, "text/javascript; charset=utf-8", Array(KioskAssets.script.utf8))
         case (.GET, "/kiosk.css"):
@@ -296,6 +306,8 @@ final class KioskHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
             Self.reply(channel, .ok, "application/json", KioskInputCheck.check(input).serialized())
         case (.POST, "/api/action"):
             perform(body, channel)
+        case (.POST, "/api/mrz"):
+            Self.readMRZ((try? JSONValue.parse(body))?["image"] ?? .null, routes.bridge, channel)
         default:
             Self.reply(channel, .notFound, "text/plain", Array("not found\n".utf8))
         }
@@ -314,6 +326,14 @@ final class KioskHTTPHandler: ChannelInboundHandler, RemovableChannelHandler {
     private static func run(_ action: KioskAction, _ bridge: KioskBridge, _ channel: Channel) {
         Task {
             let answer = await bridge.perform(action)
+            reply(channel, .ok, "application/json", answer.serialized())
+        }
+    }
+
+    /// `POST /api/mrz`: one camera frame to the MRZ reader, answered with what the bridge made of it.
+    private static func readMRZ(_ image: JSONValue, _ bridge: KioskBridge, _ channel: Channel) {
+        Task {
+            let answer = await bridge.readMRZ(image)
             reply(channel, .ok, "application/json", answer.serialized())
         }
     }

@@ -48,7 +48,7 @@ public struct KioskSession: Sendable {
     /// The methods the station ever calls on tesserad; nothing else goes through the bridge.
     public static let allowedMethods: Set<String> = [
         "enrollment.subscribe", "enrollment.start", "enrollment.submit", "enrollment.retry", "enrollment.cancel",
-        "enrollment.transactionData",
+        "enrollment.transactionData", "mrz.read",
     ]
     /// Steps that read a document from a reader ("place your document" with progress).
     static let documentSteps: Set<String> = ["NFC_PHASE", "MDOC_PHASE"]
@@ -83,8 +83,10 @@ public struct KioskSession: Sendable {
     /// The chip's portrait ({mediaType, data}), kept in memory for the result screen.
     private var portrait: JSONValue?
     private var result: JSONValue?
-    /// A line for the start screen after a cancel or timeout (never personal data).
+    /// The catalogue key of a line for the start screen after a cancel or timeout (never personal data).
     private var notice: String?
+    /// The workflow's own wording (`messages` of its config, from `enrollment.start`): language → key → text.
+    private var messages: JSONValue?
     /// Bumped on every change; the page ignores older views.
     public private(set) var version = 0
 
@@ -98,6 +100,15 @@ public struct KioskSession: Sendable {
         switch phase {
         case .waiting, .failed, .done: return true
         case .start, .starting, .working: return false
+        }
+    }
+
+    /// Whether the station waits for document access data (a step that asks for an MRZ): the camera frames of
+    /// its screen may go to the MRZ reader.
+    public var waitsForDocumentAccess: Bool {
+        guard case .waiting(_, let required) = phase else { return false }
+        return InputForm.alternatives(required["input"] ?? .null).alternatives.contains {
+            $0.contains { $0.name == "mrz" }
         }
     }
 
@@ -157,6 +168,7 @@ public struct KioskSession: Sendable {
         let started = result["workflow"]?.stringValue
         enrollmentId = result["enrollmentId"]?.stringValue
         steps = (result["steps"]?.arrayValue ?? []).compactMap { $0.stringValue ?? $0["key"]?.stringValue }
+        messages = result["messages"]?.objectValue == nil ? nil : result["messages"]
         if started != workflow {
             // An activation token for another workflow: the caller cancels it.
             throw TesseraError(
@@ -198,8 +210,9 @@ public struct KioskSession: Sendable {
         changed()
     }
 
-    /// Wipes every personal datum: back to the start screen, with `notice` (e.g. the idle timeout).
+    /// Wipes every personal datum: back to the start screen, with `notice` (a catalogue key, e.g. `notice.idle`).
     public mutating func wipe(notice: String?) {
+        messages = nil
         phase = .start
         enrollmentId = nil
         steps = []
@@ -291,7 +304,7 @@ public struct KioskSession: Sendable {
                 phase = .done
                 result = Self.resultSummary(p)
             case "cancelled", "interrupted":
-                wipe(notice: "The enrollment was cancelled.")
+                wipe(notice: "notice.cancelled")
                 return effects
             default:
                 let retryable = outcome == "failedWithRetryPossibility"
@@ -299,7 +312,6 @@ public struct KioskSession: Sendable {
                     "code": error?["code"] ?? "INTERNAL",
                     "message": error?["message"] ?? .string("the enrollment ended: \(outcome)"),
                 ]
-                if let code = e["code"]?.stringValue, let hint = Self.hints[code] { e["hint"] = .string(hint) }
                 if let step = p["step"] { e["step"] = step }
                 phase = .failed(error: .object(e), retryable: retryable)
             }
@@ -312,38 +324,12 @@ public struct KioskSession: Sendable {
 
     private mutating func changed() { version += 1 }
 
-    /// What to do after a failure, by error code (shown on the error screen).
-    static let hints: [String: String] = [
-        "CARD_REMOVED":
-            "The document was moved during the read. Place it flat on the reader and leave it there until the read is complete.",
-        "NO_CARD":
-            "No document was found on the reader. Place the document's photo page (or the card) flat on the reader.",
-        "ACCESS_DENIED":
-            "The chip did not accept the document data. Check the MRZ you typed (or the card access number) and try again.",
-        "CARD_ERROR": "The chip could not be read. Place the document flat on the reader and try again.",
-        "SECURE_MESSAGING_ERROR": "The read was interrupted. Leave the document on the reader and try again.",
-        "OTP_EXPIRED": "The code expired. Retry to receive a new one.",
-        "OTP_ATTEMPTS_EXCEEDED": "Too many wrong codes. Retry to receive a new one.",
-        "OTP_DELIVERY_FAILED": "The code could not be sent. Retry in a moment.",
-        "TOKEN_NOT_PRESENT": "The station's security key is missing. Ask staff for help.",
-        "FACE_MISMATCH":
-            "The photo did not match the document's portrait. Look straight into the camera and try again.",
-        "LIVENESS_FAILED":
-            "The photos did not show the movements asked for. Try again and follow the instructions on the screen.",
-        "FACE_NOT_FOUND": "No face was found in the photo. Look straight into the camera and try again.",
-        "FACE_MATCHER_UNAVAILABLE":
-            "Face matching is not available right now. Try again in a moment, or ask staff for help.",
-        "DOCUMENT_NOT_AUTHENTIC": "The document could not be verified. Ask staff for help.",
-        "ATTRIBUTE_MISMATCH": "The document does not belong to the person expected here. Ask staff for help.",
-    ]
-
     static func errorJSON(_ e: TesseraError) -> JSONValue {
         var o: [String: JSONValue] = [
             "code": .string(e.code.rawValue), "message": .string(e.message), "retryable": .bool(e.retryable),
         ]
         if let field = e.details["field"] { o["field"] = field }
         if let left = e.details["attemptsLeft"] { o["attemptsLeft"] = left }
-        if let hint = hints[e.code.rawValue] { o["hint"] = .string(hint) }
         return .object(o)
     }
 
@@ -373,6 +359,7 @@ public struct KioskSession: Sendable {
             "version": .number(Double(version)), "workflow": .string(workflow),
             "steps": .array(steps.map { .string($0) }), "completed": .array(completed.map { .string($0) }),
         ]
+        if let messages { v["messages"] = messages }
         switch phase {
         case .start:
             v["screen"] = "start"
@@ -438,21 +425,39 @@ public struct KioskSession: Sendable {
     }
 }
 
-/// Live progress of a document read: waiting for the card, then each file read (`documents.progress` events).
+/// Live progress of a document read, in the four stages a person is shown (connecting, details, photo, checking
+/// the document is genuine), from the `documents.progress` events. File names stay here: the page never shows them.
 struct DocumentProgress: Sendable {
+    static let stages = ["connect", "details", "photo", "verify"]
     var waitingForCard = true
-    var current = ""
+    /// Index into `stages`; only moves forward.
+    var stage = 0
+    /// How far the current stage is, 0…1 (the bytes of the file being read).
+    var fraction = 0.0
     /// Files in the order first seen, with bytes read and total.
     var files: [(name: String, read: Int, total: Int)] = []
 
     mutating func apply(_ event: JSONValue) {
-        if event["step"]?.stringValue == "waitingForCard" {
+        let step = event["step"]?.stringValue
+        if step == "waitingForCard" {
             waitingForCard = true
             return
         }
         waitingForCard = false
-        current = ProgressText.describe(event, bar: false).text
-        guard let file = event["file"]?.stringValue else { return }
+        let file = event["file"]?.stringValue
+        let next: Int
+        switch (step, file) {
+        case (_, "DG2"?): next = 2
+        case ("verify"?, _): next = 3
+        case ("read"?, _): next = 1
+        case (nil, _) where event["phase"] != nil: next = 1
+        default: next = 0
+        }
+        if next > stage {
+            stage = next
+            fraction = 0
+        }
+        guard let file else { return }
         let read = event["bytesRead"]?.intValue ?? 0
         let total = event["totalBytes"]?.intValue ?? 0
         if let i = files.firstIndex(where: { $0.name == file }) {
@@ -461,11 +466,15 @@ struct DocumentProgress: Sendable {
         } else {
             files.append((file, read, total))
         }
+        if next == stage, total > 0 { fraction = min(1, Double(read) / Double(total)) }
     }
 
     var json: JSONValue {
         [
-            "waitingForCard": .bool(waitingForCard), "current": .string(current),
+            "waitingForCard": .bool(waitingForCard), "stage": .string(Self.stages[stage]),
+            "stages": .array(Self.stages.map { .string($0) }),
+            "percent": .number(
+                waitingForCard ? 0 : ((Double(stage) + fraction) * 100 / Double(Self.stages.count)).rounded()),
             "files": .array(
                 files.map {
                     [

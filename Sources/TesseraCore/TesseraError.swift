@@ -191,13 +191,20 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         /// MID_SELFIE_MATCHING found no face template kept for this identity.
         public static let faceTemplateNotFound: Code = "FACE_TEMPLATE_NOT_FOUND"
 
+        // Reading the MRZ from a camera frame (docs/KIOSK.md, "The MRZ from the camera")
+        /// The MRZ reader program is not configured, could not be run, crashed, timed out or answered nonsense.
+        public static let mrzReaderUnavailable: Code = "MRZ_READER_UNAVAILABLE"
+        /// The reader found no MRZ in the frame (the person has not held the document up yet).
+        public static let mrzNotFound: Code = "MRZ_NOT_FOUND"
+
         /// Whether an error with this code is, by default, worth retrying unchanged.
         public var defaultRetryable: Bool {
             switch self {
             case .tokenNotPresent, .tokenRemoved, .pinBackoff, .cardReset, .noCard, .cardRemoved, .pcscUnavailable,
                 .cardInUse,
                 .shuttingDown, .noReader, .deviceBusy, .otpDeliveryFailed, .busy, .userCancelled, .recoveryRateLimited,
-                .faceMatcherUnavailable, .faceMismatch, .faceNotFound, .livenessFailed:
+                .faceMatcherUnavailable, .faceMismatch, .faceNotFound, .livenessFailed, .mrzReaderUnavailable,
+                .mrzNotFound:
                 return true
             default:
                 return false

@@ -75,6 +75,8 @@ public struct ConfigFile: Codable, Sendable {
     public var enrollment: JSONValue?
     /// The face matcher of the enrollment's face steps and `face.compare` (docs/CONFIG.md).
     public var faceMatching: JSONValue?
+    /// The MRZ reader the kiosk sends camera frames to (`mrz.read`): `{command, timeoutSeconds}` (MRZMethods.swift).
+    public var mrzReader: JSONValue?
     /// Per-uid wait after a wrong PIN (docs/CONFIG.md).
     public var pinBackoff: PINBackoffConfig?
     /// Requests one connection may have in flight; more are answered `BUSY`.

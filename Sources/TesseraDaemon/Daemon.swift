@@ -46,6 +46,8 @@ public enum Daemon {
             baseDirectory: configDirectory.isEmpty ? "." : configDirectory)
         let faceMatching = try FaceMatcherConfiguration(
             json: config.faceMatching, defaultCommand: FaceMatcherConfiguration.referenceMatcherCommand())
+        let mrzReading = try MRZReaderConfiguration(
+            json: config.mrzReader, defaultCommand: MRZReaderConfiguration.referenceReaderCommand())
         let inherited = Systemd.listenDescriptors()
         let sockets = SocketPaths(options, config, inherited: inherited)
         try sockets.prepareDirectories(options.paths)
@@ -146,6 +148,9 @@ public enum Daemon {
                 "face matcher", metadata: ["command": "\(faceMatcher.configuration.command.joined(separator: " "))"])
         }
         table.registerFace(faceMatcher)
+        var mrzLogger = logger
+        mrzLogger[metadataKey: "service"] = "mrz"
+        table.registerMRZ(mrzReading.map { MRZReader(configuration: $0, logger: mrzLogger) })
         let subscribers = EnrollmentSubscribers(policy: policy)
         let enrollment = EnrollmentEngine(
             configuration: enrollmentConfig, store: EnrollmentStore(database: database),

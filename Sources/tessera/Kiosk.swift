@@ -33,6 +33,7 @@ struct Kiosk: AsyncParsableCommand {
               tessera kiosk --listen 127.0.0.1:8080 --workflow employee-badge --idle-timeout 90
               tessera kiosk --workflow employee-badge --take-over
               tessera kiosk --workflow employee-badge --url-file /run/user/$UID/kiosk.url
+              tessera kiosk --workflow employee-badge --language de
             """)
 
     @OptionGroup var globals: GlobalOptions
@@ -63,6 +64,11 @@ struct Kiosk: AsyncParsableCommand {
             "Take over what a previous station left: an enrollment of this uid left active (by a kiosk that stopped mid-way, or another client) is interrupted instead of refusing the start with ENROLLMENT_ACTIVE, and a restarted browser may exchange the URL's secret again (the previous browser's session ends)."
     )
     var takeOver = false
+    @Option(
+        help: ArgumentHelp(
+            "The page's language (a catalogue's code: \(KioskCatalogues.languages.joined(separator: ", "))) whatever the browser asks for; without it, the browser's Accept-Language chooses, else English. The person can switch on the start screen; the idle wipe returns to this one.",
+            valueName: "CODE"))
+    var language: String?
 
     func validate() throws {
         guard let (host, _) = Self.split(listen) else {
@@ -74,6 +80,11 @@ struct Kiosk: AsyncParsableCommand {
             )
         }
         guard idleTimeout > 0 else { throw ValidationError("--idle-timeout must be at least 1") }
+        if let language, !KioskCatalogues.languages.contains(language) {
+            throw ValidationError(
+                "--language must be one of \(KioskCatalogues.languages.joined(separator: ", ")) (no catalogue for \(language))"
+            )
+        }
     }
 
     /// Writes `text` to a new file beside `path` created with mode 0600 (never through a link), then renames it
@@ -118,7 +129,8 @@ struct Kiosk: AsyncParsableCommand {
             throw ExitCode(3)
         }
         let bridge = KioskBridge(
-            client: client, workflow: workflow, idleTimeout: .seconds(idleTimeout), takeOver: takeOver, log: log)
+            client: client, workflow: workflow, idleTimeout: .seconds(idleTimeout), takeOver: takeOver,
+            language: language, log: log)
         let access = KioskAccess(takeOver: takeOver)
         let server: KioskHTTPServer
         do {

@@ -121,6 +121,20 @@ import Testing
         }
     }
 
+    /// A workflow's own wording for the kiosk screen: language → key → text, and nothing else.
+    @Test func workflowMessagesParse() throws {
+        let c = try parse(
+            #"{"workflows": {"bank": {"steps": ["NFC_MRZ"], "messages": {"en": {"start.title": "Welcome to the bank"}}}}}"#
+        )
+        #expect(c.workflow(named: "bank")?.messages?["en"]?["start.title"] == "Welcome to the bank")
+        #expect(try parse(#"{"workflows": {"w": ["NFC_MRZ"]}}"#).workflow(named: "w")?.messages == nil)
+        for bad in [#""hello""#, #"{"en": "hello"}"#, #"{"en": {"start.title": 1}}"#] {
+            #expect(throws: TesseraError.self) {
+                try parse(#"{"workflows": {"w": {"steps": ["NFC_MRZ"], "messages": "# + bad + "}}}")
+            }
+        }
+    }
+
     @Test func faceWorkflowParses() throws {
         let c = try parse(
             """

@@ -194,7 +194,9 @@ private let faceStep: JSONValue = [
                 ]))
         #expect(s.view["screen"] == "error")
         #expect(s.view["error"]?["retryable"] == true)
-        #expect(s.view["error"]?["hint"]?.stringValue?.contains("reader") == true)
+        // The page words it from its catalogue by code; the daemon's message is not on the screen's view.
+        #expect(s.view["error"]?["code"] == "CARD_REMOVED")
+        #expect(KioskCatalogues.message("error.CARD_REMOVED", language: "en")?.contains("reader") == true)
         #expect(s.enrollmentActive)
         #expect(try s.call(for: .retry) == KioskCall(method: "enrollment.retry", params: [:]))
         // Not retryable: only start over.
