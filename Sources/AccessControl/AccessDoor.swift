@@ -83,14 +83,7 @@ public final class AccessDoor: Sendable {
     /// door for a reader of none) is INVALID_INPUT, as is a door that does not exist. NO_READER / NO_CARD.
     public func target(reader: String?, door: String?) async throws(TesseraError) -> Target {
         let doors = doors  // one table for the whole resolution
-        var named: DoorRule?
-        if let door {
-            guard let rule = doors.doors[door] else {
-                throw TesseraError(
-                    .invalidInput, "no door named '\(door)' in accessControl.doors", details: ["field": "door"])
-            }
-            named = rule
-        }
+        let named = try door.map { name throws(TesseraError) in try doors.door(named: name) }
         let name: String
         if let reader {
             name = reader

@@ -70,6 +70,15 @@ public struct DoorTable: Sendable, Equatable {
     /// The door `reader` belongs to; nil for a reader of no door.
     public func door(ofReader reader: String) -> DoorRule? { doorOfReader[reader].flatMap { doors[$0] } }
 
+    /// The door a request names; INVALID_INPUT (field `door`) when there is none of that name.
+    public func door(named name: String) throws(TesseraError) -> DoorRule {
+        guard let rule = doors[name] else {
+            throw TesseraError(
+                .invalidInput, "no door named '\(name)' in accessControl.doors", details: ["field": "door"])
+        }
+        return rule
+    }
+
     /// Every door's readers, sorted.
     public var readers: [String] { doorOfReader.keys.sorted() }
 }

@@ -123,14 +123,7 @@ extension MethodTable {
         -> [String]?
     {
         let doorName = try p.optionalString("door")
-        var named: DoorRule?
-        if let doorName {
-            guard let rule = doors.doors[doorName] else {
-                throw TesseraError(
-                    .invalidInput, "no door named '\(doorName)' in accessControl.doors", details: ["field": "door"])
-            }
-            named = rule
-        }
+        let named = try doorName.map { name throws(TesseraError) in try doors.door(named: name) }
         guard let list = try p.optionalArray("readers") else {
             if let named { return named.readers }
             if let configured { return configured }
