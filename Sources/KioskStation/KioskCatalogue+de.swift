@@ -135,6 +135,8 @@ extension KioskCatalogues {
             "error.FACE_MISMATCH": "Das Foto passt nicht zum Foto in Ihrem Dokument. Sehen Sie direkt in die Kamera und versuchen Sie es erneut.",
             "error.LIVENESS_FAILED": "Die Fotos zeigen nicht die verlangten Bewegungen. Versuchen Sie es erneut und folgen Sie den Anweisungen auf dem Bildschirm.",
             "error.FACE_NOT_FOUND": "Auf dem Foto wurde kein Gesicht gefunden. Sehen Sie direkt in die Kamera und versuchen Sie es erneut.",
+            "error.FACE_REPLAY": "Der Kamera wurde ein Bild des Fotos aus dem Dokument gezeigt. Bitte wenden Sie sich an das Personal.",
+            "error.FACE_ATTEMPTS_EXCEEDED": "Das Foto konnte nach mehreren Versuchen nicht zugeordnet werden. Bitte wenden Sie sich an das Personal.",
             "error.FACE_MATCHER_UNAVAILABLE": "Der Gesichtsabgleich ist gerade nicht verfügbar. Versuchen Sie es gleich noch einmal oder wenden Sie sich an das Personal.",
             "error.DOCUMENT_NOT_AUTHENTIC": "Das Dokument konnte nicht geprüft werden. Bitte wenden Sie sich an das Personal.",
             "error.ATTRIBUTE_MISMATCH": "Dieses Dokument gehört nicht der hier erwarteten Person. Bitte wenden Sie sich an das Personal.",

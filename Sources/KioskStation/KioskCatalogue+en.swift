@@ -133,6 +133,8 @@ extension KioskCatalogues {
             "error.FACE_MISMATCH": "The photo did not match the photo in your document. Look straight into the camera and try again.",
             "error.LIVENESS_FAILED": "The photos did not show the movements asked for. Try again and follow the instructions on the screen.",
             "error.FACE_NOT_FOUND": "No face was found in the photo. Look straight into the camera and try again.",
+            "error.FACE_REPLAY": "The picture shown to the camera was a photo of the document's own picture. Please ask staff for help.",
+            "error.FACE_ATTEMPTS_EXCEEDED": "The photo could not be matched after several tries. Please ask staff for help.",
             "error.FACE_MATCHER_UNAVAILABLE": "Face matching is not available right now. Try again in a moment, or ask staff for help.",
             "error.DOCUMENT_NOT_AUTHENTIC": "The document could not be verified. Please ask staff for help.",
             "error.ATTRIBUTE_MISMATCH": "This document does not belong to the person expected here. Please ask staff for help.",
