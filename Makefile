@@ -81,6 +81,10 @@ install: generated
 	  $(UNIT_SED) systemd/$$u > $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u && \
 	  $(UNIT_SED) systemd/user/$$u > $(DESTDIR)$(SYSTEMDUSERUNITDIR)/$$u && \
 	  chmod 0644 $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u $(DESTDIR)$(SYSTEMDUSERUNITDIR)/$$u || exit 1; done
+	@# A door's sync of the badge office's list (system units only).
+	for u in tessera-registry-sync.service tessera-registry-sync.timer; do \
+	  $(UNIT_SED) systemd/$$u > $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u && \
+	  chmod 0644 $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u || exit 1; done
 	$(INSTALL) -m 0644 packaging/sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/tessera.conf
 	$(INSTALL) -m 0644 packaging/tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/tessera.conf
 	$(INSTALL) -m 0644 udev/70-tessera-ctap.rules udev/70-tessera-nfc.rules $(DESTDIR)$(UDEVRULESDIR)/
@@ -88,6 +92,8 @@ install: generated
 	@# An existing configuration is the administrator's: it stays as it is.
 	test -e $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json || \
 	  $(INSTALL) -m 0644 packaging/tesserad.json $(DESTDIR)$(SYSCONFDIR)/tessera/tesserad.json
+	test -e $(DESTDIR)$(SYSCONFDIR)/tessera/registry-sync.env || \
+	  $(INSTALL) -m 0644 packaging/registry-sync.env $(DESTDIR)$(SYSCONFDIR)/tessera/registry-sync.env
 	$(INSTALL) -m 0644 packaging/environment.d/60-tessera-ssh-agent.conf $(DESTDIR)$(DATADIR)/tessera/environment.d/
 	$(INSTALL) -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 0644 $(GENERATED)/tessera.1 $(DESTDIR)$(MANDIR)/man1/tessera.1
@@ -105,6 +111,8 @@ uninstall:
 	  $(DESTDIR)$(MANDIR)/man1/tessera.1 $(DESTDIR)$(MANDIR)/man8/tesserad.8
 	for u in tesserad.socket tesserad.service tesserad-ssh-agent.socket; do \
 	  rm -f $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u $(DESTDIR)$(SYSTEMDUSERUNITDIR)/$$u; done
+	rm -f $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/tessera-registry-sync.service \
+	  $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/tessera-registry-sync.timer
 	for p in tesserad tessera; do rm -f $(DESTDIR)$(BASHCOMPLETIONDIR)/$$p $(DESTDIR)$(ZSHCOMPLETIONDIR)/_$$p \
 	  $(DESTDIR)$(FISHCOMPLETIONDIR)/$$p.fish; done
 	rm -rf $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)/tessera

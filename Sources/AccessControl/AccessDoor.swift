@@ -19,14 +19,19 @@ public final class AccessDoor: Sendable {
     /// argv run on each grant with the decision JSON on stdin (a relay, an external controller).
     public let grantCommand: [String]?
     public let grantTimeout: Duration
+    /// At a door of a building (`accessControl.registry`): the office's list it follows, which replaces the local
+    /// registry and `doors` in decisions.
+    public let follower: RegistryFollower?
     let logger: Logger
 
     public init(
         documents: DocumentService, trust: BadgeTrust, registry: BadgeRegistry, doors: [String: Set<String>] = [:],
-        grantCommand: [String]? = nil, grantTimeout: Duration = .seconds(10), logger: Logger
+        grantCommand: [String]? = nil, grantTimeout: Duration = .seconds(10), follower: RegistryFollower? = nil,
+        logger: Logger
     ) {
         self.documents = documents; self.trust = trust; self.registry = registry; self.doors = doors
-        self.grantCommand = grantCommand; self.grantTimeout = grantTimeout; self.logger = logger
+        self.grantCommand = grantCommand; self.grantTimeout = grantTimeout; self.follower = follower
+        self.logger = logger
     }
 
     /// Checks the card in `reader` (nil: the first reader holding a card). NO_READER / NO_CARD when there is no
@@ -35,13 +40,22 @@ public final class AccessDoor: Sendable {
     public func check(
         reader: String?, mode: AccessMode, pin: PINAttempt?, door: String?, runsGrantCommand: Bool = true
     ) async throws(TesseraError) -> AccessDecision {
-        if let door, !doors.isEmpty, doors[door] == nil {
+        let view = await follower?.view()
+        if let door, view == nil, !doors.isEmpty, doors[door] == nil {
             throw TesseraError(.invalidInput, "no door named '\(door)' in accessControl.doors")
         }
         let started = ContinuousClock.now
-        let check = BadgeCheck(trust: trust, mode: mode)
+        let check = BadgeCheck(trust: view.map { trust.adding($0.crl) } ?? trust, mode: mode)
         let (reading, readerName, apdus, _) = try await documents.withCard(reader: reader, extendedLength: true) {
             transport throws(TesseraError) in await check.run(transport: transport, pin: pin)
+        }
+        if let view {
+            let (decision, argv) = followed(
+                reading, view: view, door: door, reader: readerName, apdus: apdus,
+                elapsed: ContinuousClock.now - started)
+            log(decision, reading: reading)
+            if decision.decision == .granted && runsGrantCommand { runGrantCommand(decision, argv: argv) }
+            return decision
         }
         var record: CredentialRecord?
         if let id = reading.identifiers.idBytes { record = try await registry.badge(id) }
@@ -53,16 +67,20 @@ public final class AccessDoor: Sendable {
             reading: reading, state: record?.state, admitted: admitted, door: door, reader: readerName, apdus: apdus,
             elapsed: ContinuousClock.now - started)
         if let holder = record?.userName { decision.holder = holder }
-        logger.info(
-            "badge \(decision.decision.rawValue)",
-            metadata: [
-                "reader": "\(readerName)", "badge": "\(decision.badgeId ?? "-")",
-                "reasons": "\(decision.reasons.map(\.rawValue).joined(separator: ","))",
-                "apdus": "\(apdus)", "ms": "\(Int(decision.elapsedMs))",
-                "error": "\(reading.error.map { "\($0)" } ?? "-")",
-            ])
+        log(decision, reading: reading)
         if decision.decision == .granted && runsGrantCommand { runGrantCommand(decision) }
         return decision
+    }
+
+    func log(_ decision: AccessDecision, reading: BadgeReading) {
+        var metadata: Logger.Metadata = [
+            "reader": "\(decision.reader ?? "-")", "badge": "\(decision.badgeId ?? "-")",
+            "reasons": "\(decision.reasons.map(\.rawValue).joined(separator: ","))",
+            "apdus": "\(decision.apdus)", "ms": "\(Int(decision.elapsedMs))",
+            "error": "\(reading.error.map { "\($0)" } ?? "-")",
+        ]
+        if let number = decision.registry?.number { metadata["list"] = "\(number)" }
+        logger.info("badge \(decision.decision.rawValue)", metadata: metadata)
     }
 
     /// Registers the badge on `reader` for `holder` (a card issued elsewhere, e.g. an agency's PIV card): the card
@@ -144,8 +162,8 @@ public final class AccessDoor: Sendable {
     }
 
     /// Runs `grantCommand` for a grant in a task of its own: a slow or failing command never holds the next tap.
-    func runGrantCommand(_ decision: AccessDecision) {
-        guard let argv = grantCommand, !argv.isEmpty else { return }
+    func runGrantCommand(_ decision: AccessDecision, argv: [String]? = nil) {
+        guard let argv = argv ?? grantCommand, !argv.isEmpty else { return }
         let input = decision.json.serialized() + [0x0A]
         let (logger, timeout) = (self.logger, grantTimeout)
         Task.detached {

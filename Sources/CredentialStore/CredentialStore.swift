@@ -267,6 +267,16 @@ public final class CredentialStore: Sendable {
         } catch { throw storageError(error) }
     }
 
+    /// The id of the newest audit trail entry (0 when there is none): it changes with every state change,
+    /// registration and deletion, so a poller notices that some credential changed without reading them all.
+    public func auditMarker() async throws(TesseraError) -> Int64 {
+        do {
+            return try await db.read { db in
+                try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(id), 0) FROM credential_event") ?? 0
+            }
+        } catch { throw storageError(error) }
+    }
+
     /// The audit trail, oldest first: of one credential, or (nil) of all, the newest `limit` entries.
     public func events(credentialId: [UInt8]?, limit: Int = 1000) async throws(TesseraError) -> [CredentialEvent] {
         do {

@@ -1,0 +1,87 @@
+import CredentialStore
+import DoorList
+import Foundation
+import TesseraCore
+import X509Support
+
+/// The badge office's side of a building (`accessControl.publisher`, docs/ACCESS.md "A building"): builds the door
+/// list from the badges of the credential store and the doors' rules, signed by the publisher key, and the badge
+/// CA's CRL (suspended badges on hold, deactivated ones `cessationOfOperation`, replaced ones `superseded`), signed
+/// by the CA. Writing the files is the daemon's.
+public struct BadgePublisher: Sendable {
+    public let registry: BadgeRegistry
+    /// The key that signs the list and its certificate.
+    public let signer: BadgeAuthority
+    /// The badge CA that signs the CRL (the same as `signer` when the publisher key is the CA key).
+    public let certificateAuthority: BadgeAuthority
+    public let doors: [String: DoorList.Door]
+    /// Seconds from a publication to its expiry (and the CRL's nextUpdate).
+    public let validity: Double
+
+    public init(
+        registry: BadgeRegistry, signer: BadgeAuthority, certificateAuthority: BadgeAuthority,
+        doors: [String: DoorList.Door], validity: Double
+    ) {
+        self.registry = registry; self.signer = signer; self.certificateAuthority = certificateAuthority
+        self.doors = doors; self.validity = validity
+    }
+
+    /// One publication: the list (signed, DER CMS) and the CRL (DER), both numbered `number`.
+    public struct Publication: Sendable {
+        public var number: UInt64
+        public var issuedAt: Date
+        public var expiresAt: Date
+        public var signedList: [UInt8]
+        public var crl: [UInt8]
+        public var badges: Int
+        /// Certificates the CRL lists.
+        public var revoked: Int
+    }
+
+    /// Builds publication `number` at `now` from the badges in the store.
+    public func publish(number: UInt64, now: Date = Date()) async throws(TesseraError) -> Publication {
+        let records = try await registry.store.list(rpId: BadgeRegistry.rpId)
+        let ca = try certificateAuthority.parsedCertificate()
+        var badges: [DoorList.Badge] = []
+        badges.reserveCapacity(records.count)
+        var entries: [BadgeCRL.Entry] = []
+        for record in records {
+            let der = [UInt8](record.publicKey)
+            let certificate = try? ParsedCertificate(der: der)
+            badges.append(
+                DoorList.Badge(
+                    id: Base64URL.encode(record.credentialId), holder: record.userName,
+                    keySHA256: certificate.map(DoorList.keySHA256) ?? "",
+                    state: record.state.rawValue))
+            let reason: BadgeCRL.Reason? =
+                switch record.state {
+                case .active: nil
+                case .suspended: .certificateHold
+                case .deactivated: .cessationOfOperation
+                case .replaced: .superseded
+                }
+            // Only certificates this CA issued belong in its CRL.
+            if let reason, let certificate, ParsedCertificate.sameName(certificate.issuer, ca.subject) {
+                entries.append(
+                    BadgeCRL.Entry(
+                        serialNumber: certificate.serialNumber, revokedAt: record.stateChangedAt ?? now,
+                        reason: reason))
+            }
+        }
+        let expiresAt = now + validity
+        let list = DoorList(number: number, issuedAt: now, expiresAt: expiresAt, badges: badges, doors: doors)
+        let signedList = try await signer.sign(list)
+        let crl = try await certificateAuthority.crl(
+            entries: entries, thisUpdate: now, nextUpdate: expiresAt, number: number)
+        return Publication(
+            number: number, issuedAt: now, expiresAt: expiresAt, signedList: signedList, crl: crl,
+            badges: badges.count, revoked: entries.count)
+    }
+}
+
+extension BadgeAuthority {
+    /// `list` signed by this authority's key (`SignedDoorList`).
+    public func sign(_ list: DoorList) async throws(TesseraError) -> [UInt8] {
+        try await SignedDoorList.sign(list, publisher: try parsedCertificate(), sign: sign)
+    }
+}

@@ -1,0 +1,226 @@
+import AccessControl
+import DoorList
+import Foundation
+import Logging
+import TesseraCore
+import TesseraRuntime
+
+/// The badge office's publishing (docs/ACCESS.md, "A building"): after every change to the badges (noticed through
+/// the credential store's audit marker, polled every second) and at least every half validity, builds a publication
+/// and writes it into the directory, each file atomically: `doorlist-N.p7s` (the signed list), `badges.crl` (the
+/// badge CA's CRL) and, last, `latest` (the list's file name). The number only grows: it is kept in the state
+/// directory and never falls below the directory's `latest`.
+actor RegistryOffice {
+    typealias Factory = @Sendable () async throws(TesseraError) -> BadgePublisher
+    let factory: Factory
+    private var made: BadgePublisher?
+    let directory: String
+    let stateDirectory: String
+    let logger: Logger
+    private var number: UInt64 = 0
+    private var last: BadgePublisher.Publication?
+    private var lastAt: Date?
+    private var marker: Int64?
+    private var lastError: String?
+    /// Publications kept in the directory besides the newest.
+    static let kept: UInt64 = 2
+
+    init(directory: String, stateDirectory: String, logger: Logger, factory: @escaping Factory) {
+        self.factory = factory; self.directory = directory; self.stateDirectory = stateDirectory
+        self.logger = logger
+    }
+
+    /// The publisher, made on first use (its keys' tokens may log in after start).
+    func publisher() async throws(TesseraError) -> BadgePublisher {
+        if let made { return made }
+        let publisher = try await factory()
+        made = publisher
+        return publisher
+    }
+
+    /// Publishes now (`access.publish`, a change, the half-validity timer).
+    @discardableResult
+    func publish() async throws(TesseraError) -> BadgePublisher.Publication {
+        let publisher: BadgePublisher
+        do { publisher = try await self.publisher() } catch {
+            lastError = error.message
+            throw error
+        }
+        let marker = try await publisher.registry.store.auditMarker()
+        let next = max(number, Self.savedNumber(stateDirectory), Self.latestNumber(directory)) + 1
+        let started = ContinuousClock.now
+        let publication: BadgePublisher.Publication
+        do {
+            publication = try await publisher.publish(number: next)
+        } catch {
+            lastError = error.message
+            throw error
+        }
+        // The number is saved before the files go out: a crash in between skips a number, never reuses one.
+        try Self.write(Array("\(next)\n".utf8), directory: stateDirectory, name: "registry-published-number")
+        let name = "doorlist-\(next).p7s"
+        let dir = directory
+        let (list, crl) = (publication.signedList, publication.crl)
+        try await DedicatedThread.run { () throws(TesseraError) in
+            try Self.write(list, directory: dir, name: name, mode: 0o644)
+            try Self.write(crl, directory: dir, name: "badges.crl", mode: 0o644)
+            try Self.write(Array((name + "\n").utf8), directory: dir, name: "latest", mode: 0o644)
+            if next > Self.kept { unlink(dir + "/doorlist-\(next - Self.kept - 1).p7s") }
+        }
+        number = next
+        last = publication
+        lastAt = publication.issuedAt
+        self.marker = marker
+        lastError = nil
+        let elapsed = ContinuousClock.now - started
+        logger.notice(
+            "door list published",
+            metadata: [
+                "number": "\(next)", "badges": "\(publication.badges)", "revoked": "\(publication.revoked)",
+                "bytes": "\(list.count)", "ms": "\(elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)",
+            ])
+        return publication
+    }
+
+    /// Publishes when the badges changed since the last publication or half its validity has passed.
+    func publishIfDue(now: Date = Date()) async {
+        do {
+            let publisher = try await self.publisher()
+            let current = try await publisher.registry.store.auditMarker()
+            let due = lastAt.map { now.timeIntervalSince($0) >= publisher.validity / 2 } ?? true
+            guard due || current != marker else { return }
+            try await publish()
+        } catch {
+            logger.error("door list publication failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// The loop the daemon runs: a publication at start, then `publishIfDue` every second.
+    func run() async {
+        while !Task.isCancelled {
+            await publishIfDue()
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    func status() -> JSONValue {
+        var o: [String: JSONValue] = ["role": "office", "directory": .string(directory), "number": .null]
+        if let last {
+            o["number"] = .number(Double(last.number))
+            o["publishedAt"] = .string(last.issuedAt.iso8601Seconds)
+            o["expiresAt"] = .string(last.expiresAt.iso8601Seconds)
+            o["badges"] = .number(Double(last.badges))
+            o["revoked"] = .number(Double(last.revoked))
+            o["bytes"] = .number(Double(last.signedList.count))
+            o["validitySeconds"] = .number(last.expiresAt.timeIntervalSince(last.issuedAt))
+            o["file"] = .string("doorlist-\(last.number).p7s")
+        }
+        if let lastError { o["lastError"] = .string(lastError) }
+        return .object(o)
+    }
+
+    static func savedNumber(_ stateDirectory: String) -> UInt64 {
+        readNumber(stateDirectory + "/registry-published-number")
+    }
+
+    static func latestNumber(_ directory: String) -> UInt64 {
+        guard let data = FileManager.default.contents(atPath: directory + "/latest") else { return 0 }
+        let name = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard name.hasPrefix("doorlist-"), name.hasSuffix(".p7s") else { return 0 }
+        return UInt64(name.dropFirst("doorlist-".count).dropLast(".p7s".count)) ?? 0
+    }
+
+    static func readNumber(_ path: String) -> UInt64 {
+        guard let data = FileManager.default.contents(atPath: path) else { return 0 }
+        return UInt64(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+    }
+
+    static func write(_ bytes: [UInt8], directory: String, name: String, mode: mode_t = 0o600) throws(TesseraError) {
+        if case .failure(let error) = AtomicFile.write(bytes, directory: directory, name: name, mode: mode) {
+            throw TesseraError(.storageError, "cannot write \(directory)/\(name): \(error.reason)")
+        }
+    }
+}
+
+/// A door's following (docs/ACCESS.md, "A building"): at start the last good list and CRL saved in the state
+/// directory, then every `poll` the directory the sync unit fills: `latest` names the list file; a list or CRL not
+/// seen before is offered to the `RegistryFollower`; an applied one is saved (atomically) as the last good copy, a
+/// refused one logged once and the door keeps what it has.
+actor RegistryDoor {
+    let follower: RegistryFollower
+    let directory: String
+    let saved: String
+    let poll: Duration
+    let logger: Logger
+    /// Kind → the identity (inode, size, modification time) of the file last read: the sync replaces files by
+    /// rename, so a new file has a new identity.
+    private var seen: [String: String] = [:]
+
+    init(follower: RegistryFollower, directory: String, stateDirectory: String, poll: Duration, logger: Logger) {
+        self.follower = follower; self.directory = directory; self.saved = stateDirectory + "/registry"
+        self.poll = poll; self.logger = logger
+    }
+
+    /// Applies the saved copies (a door restarted offline keeps deciding), then follows the directory.
+    func run() async {
+        try? FileManager.default.createDirectory(atPath: saved, withIntermediateDirectories: true)
+        await look(listPath: saved + "/doorlist.p7s", crlPath: saved + "/badges.crl", save: false)
+        while !Task.isCancelled {
+            await look(listPath: latestList(), crlPath: directory + "/badges.crl", save: true)
+            try? await Task.sleep(for: poll)
+        }
+    }
+
+    /// The list file `latest` names (a plain file name in the directory), nil without one.
+    func latestList() -> String? {
+        guard let data = FileManager.default.contents(atPath: directory + "/latest") else { return nil }
+        let name = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !name.isEmpty, !name.contains("/"), !name.hasPrefix(".") else {
+            logger.warning("registry: the latest pointer names no file of the directory", metadata: ["latest": "\(name)"])
+            return nil
+        }
+        return directory + "/" + name
+    }
+
+    func look(listPath: String?, crlPath: String, save: Bool) async {
+        if let listPath, let bytes = await read(listPath, kind: "list") {
+            let outcome = await follower.offerList(bytes)
+            report(outcome, kind: "door list", path: listPath)
+            if save, case .success = outcome { store(bytes, name: "doorlist.p7s") }
+        }
+        if let bytes = await read(crlPath, kind: "crl") {
+            let outcome = await follower.offerCRL(bytes)
+            report(outcome, kind: "CRL", path: crlPath)
+            if save, case .success = outcome { store(bytes, name: "badges.crl") }
+        }
+    }
+
+    /// The file's bytes when it is not the file last read for that kind (read off the cooperative pool).
+    private func read(_ path: String, kind: String) async -> [UInt8]? {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path) else { return nil }
+        let identity = [FileAttributeKey.systemFileNumber, .size, .modificationDate]
+            .map { "\(attributes[$0] ?? "-")" }.joined(separator: "/")
+        if seen[kind] == identity { return nil }
+        seen[kind] = identity
+        return await DedicatedThread.run { FileManager.default.contents(atPath: path).map { [UInt8]($0) } }
+    }
+
+    private func report(_ outcome: Result<UInt64, DoorListRefusal>, kind: String, path: String) {
+        switch outcome {
+        case .success(let number):
+            logger.notice("registry: \(kind) applied", metadata: ["number": "\(number)", "file": "\(path)"])
+        case .failure(.notNewer) where path.hasPrefix(saved):
+            break
+        case .failure(let refusal):
+            logger.warning(
+                "registry: \(kind) refused, the door keeps the one it has",
+                metadata: ["reason": "\(refusal.rawValue)", "file": "\(path)"])
+        }
+    }
+
+    private func store(_ bytes: [UInt8], name: String) {
+        if case .failure(let error) = AtomicFile.write(bytes, directory: saved, name: name) {
+            logger.error("registry: cannot save the last good \(name)", metadata: ["error": "\(error.reason)"])
+        }
+    }
+}

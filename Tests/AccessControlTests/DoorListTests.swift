@@ -1,0 +1,108 @@
+import AccessControl
+import DoorList
+import Foundation
+import ICAO
+import TesseraCore
+import Testing
+import X509Support
+
+/// The door list's rules (TUF's): a door applies a list signed by the publisher, above the number it has, before
+/// its expiry, and stops deciding with it past the freeze bound; the badge CA's CRL follows the same rules.
+struct DoorListTests {
+    static func list(number: UInt64, issuedAt: Date, validity: Double = 3600) -> DoorList {
+        DoorList(
+            number: number, issuedAt: issuedAt, expiresAt: issuedAt + validity,
+            badges: [
+                .init(id: "NEdfQmFkZ2U", holder: "alice", keySHA256: String(repeating: "ab", count: 32), state: "active"),
+                .init(id: "NEdfQmFkZ2f", holder: "bob", keySHA256: String(repeating: "cd", count: 32), state: "suspended"),
+            ],
+            doors: ["lobby": .init(readers: ["Reader 0"], allow: ["alice", "bob"], grantCommand: ["/bin/true"])])
+    }
+
+    @Test func aSignedNewerUnexpiredListIsAppliedAndIndexed() async throws {
+        let pki = try await BadgePKI.make()
+        let publisher = try pki.authority.parsedCertificate()
+        let signed = try await pki.authority.sign(Self.list(number: 7, issuedAt: pki.now))
+        let list = try SignedDoorList.accept(signed, publisher: publisher, current: 6, now: pki.now).get()
+        #expect(list == Self.list(number: 7, issuedAt: list.issuedAt))
+        let index = DoorListIndex(list)
+        #expect(index.badges["NEdfQmFkZ2f"]?.state == "suspended")
+        #expect(index.doorOfReader["Reader 0"] == "lobby")
+        #expect(index.allowed["lobby"] == ["alice", "bob"])
+        #expect(index.badgeCount == 2)
+    }
+
+    @Test func aTamperedForeignOlderExpiredOrMalformedListIsRefused() async throws {
+        let pki = try await BadgePKI.make()
+        let publisher = try pki.authority.parsedCertificate()
+        let signed = try await pki.authority.sign(Self.list(number: 7, issuedAt: pki.now))
+        // One byte of the JSON changed ("alice" → "alicf"): the message digest no longer matches.
+        var tampered = signed
+        let at = try #require(findBytes(Array("alice".utf8), in: tampered))
+        tampered[at + 4] ^= 0x03
+        #expect(SignedDoorList.accept(tampered, publisher: publisher, current: nil, now: pki.now) == .failure(.signature))
+        let foreign = try await pki.stranger.sign(Self.list(number: 8, issuedAt: pki.now))
+        #expect(SignedDoorList.accept(foreign, publisher: publisher, current: nil, now: pki.now) == .failure(.signature))
+        #expect(SignedDoorList.accept(signed, publisher: publisher, current: 7, now: pki.now) == .failure(.notNewer))
+        #expect(SignedDoorList.accept(signed, publisher: publisher, current: 9, now: pki.now) == .failure(.notNewer))
+        #expect(
+            SignedDoorList.accept(signed, publisher: publisher, current: 6, now: pki.now + 3600)
+                == .failure(.expired))
+        #expect(
+            SignedDoorList.accept(Array(signed.prefix(100)), publisher: publisher, current: nil, now: pki.now)
+                == .failure(.malformed))
+        // Signed by the publisher, but another format.
+        var future = Self.list(number: 8, issuedAt: pki.now)
+        future.format = 2
+        let unknown = try await pki.authority.sign(future)
+        #expect(SignedDoorList.accept(unknown, publisher: publisher, current: nil, now: pki.now) == .failure(.malformed))
+    }
+
+    @Test func aListPastItsFreezeBoundOrExpiryIsStale() {
+        let issued = Date(timeIntervalSince1970: 1_800_000_000)
+        let list = Self.list(number: 1, issuedAt: issued, validity: 600)
+        #expect(!list.isStale(at: issued + 30, maxAge: 60))
+        #expect(list.isStale(at: issued + 61, maxAge: 60))
+        #expect(list.isStale(at: issued + 600, maxAge: 10_000))
+        #expect(list.age(at: issued - 5) == 0)
+    }
+
+    @Test func theFollowerKeepsItsListWhenOfferedABadOne() async throws {
+        let pki = try await BadgePKI.make()
+        let follower = RegistryFollower(
+            publisher: try pki.authority.parsedCertificate(), anchors: [try pki.authority.parsedCertificate()],
+            maxAge: 60)
+        #expect(await follower.view(at: pki.now).stale)
+        let first = try await pki.authority.sign(Self.list(number: 3, issuedAt: pki.now))
+        #expect(await follower.offerList(first, now: pki.now) == .success(3))
+        let foreign = try await pki.stranger.sign(Self.list(number: 4, issuedAt: pki.now))
+        #expect(await follower.offerList(foreign, now: pki.now) == .failure(.signature))
+        let older = try await pki.authority.sign(Self.list(number: 2, issuedAt: pki.now))
+        #expect(await follower.offerList(older, now: pki.now) == .failure(.notNewer))
+        let view = await follower.view(at: pki.now + 10)
+        #expect(view.stamp.number == 3 && !view.stale)
+        #expect(await follower.view(at: pki.now + 61).stale)
+    }
+
+    @Test func theCRLListsEachNonActiveBadgeWithItsReasonAndFollowsItsNumber() async throws {
+        let pki = try await BadgePKI.make()
+        let anchors = [try pki.authority.parsedCertificate()]
+        let entries: [BadgeCRL.Entry] = [
+            .init(serialNumber: [0x11], revokedAt: pki.now - 60, reason: .certificateHold),
+            .init(serialNumber: [0x22], revokedAt: pki.now - 60, reason: .superseded),
+        ]
+        let crl = try await pki.authority.crl(entries: entries, thisUpdate: pki.now, nextUpdate: pki.now + 600, number: 5)
+        #expect(BadgeCRL.number(of: crl) == 5)
+        let (parsed, number) = try BadgeCRL.accept(crl, anchors: anchors, current: 4, now: pki.now).get()
+        #expect(number == 5 && parsed.revokedSerialNumbers == [[0x11], [0x22]])
+        #expect(BadgeCRL.accept(crl, anchors: anchors, current: 5, now: pki.now).map(\.1) == .failure(.notNewer))
+        #expect(BadgeCRL.accept(crl, anchors: anchors, current: nil, now: pki.now + 601).map(\.1) == .failure(.expired))
+        let foreign = try await pki.stranger.crl(entries: [], thisUpdate: pki.now, nextUpdate: pki.now + 600, number: 9)
+        #expect(BadgeCRL.accept(foreign, anchors: anchors, current: nil, now: pki.now).map(\.1) == .failure(.signature))
+    }
+}
+
+func findBytes(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
+    guard haystack.count >= needle.count else { return nil }
+    return (0...(haystack.count - needle.count)).first { Array(haystack[$0..<$0 + needle.count]) == needle }
+}
