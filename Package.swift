@@ -266,7 +266,7 @@ let package = Package(
                 "PIVKeyStore", "PIV", "KeyStores",
                 "ICAO", "NFC", "Enrollment", "Emulation", "SSHAgent", "MDoc", "APDU",
                 "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Pinentry", "Presence", "SSHAgentDoor", "AccessControl",
-                "DoorList", "TesseraRuntime",
+                "DoorList", "TesseraRuntime", "CryptoPrimitives",
                 .product(name: "Logging", package: "swift-log"), .product(name: "X509", package: "swift-certificates"),
                 "X509Support",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

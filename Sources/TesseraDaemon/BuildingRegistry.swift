@@ -1,4 +1,5 @@
 import AccessControl
+import CryptoPrimitives
 import DoorList
 import Foundation
 import Logging
@@ -155,6 +156,8 @@ actor RegistryDoor {
     /// Kind → the identity (inode, size, modification time) of the file last read: the sync replaces files by
     /// rename, so a new file has a new identity.
     private var seen: [String: String] = [:]
+    /// Kind → SHA-256 of the bytes last applied: the sync fetching the same file again is no news.
+    private var applied: [String: [UInt8]] = [:]
 
     init(follower: RegistryFollower, directory: String, stateDirectory: String, poll: Duration, logger: Logger) {
         self.follower = follower; self.directory = directory; self.saved = stateDirectory + "/registry"
@@ -186,12 +189,18 @@ actor RegistryDoor {
         if let listPath, let bytes = await read(listPath, kind: "list") {
             let outcome = await follower.offerList(bytes)
             report(outcome, kind: "door list", path: listPath)
-            if save, case .success = outcome { store(bytes, name: "doorlist.p7s") }
+            if case .success = outcome {
+                applied["list"] = MessageDigest.sha256(bytes)
+                if save { store(bytes, name: "doorlist.p7s") }
+            }
         }
         if let bytes = await read(crlPath, kind: "crl") {
             let outcome = await follower.offerCRL(bytes)
             report(outcome, kind: "CRL", path: crlPath)
-            if save, case .success = outcome { store(bytes, name: "badges.crl") }
+            if case .success = outcome {
+                applied["crl"] = MessageDigest.sha256(bytes)
+                if save { store(bytes, name: "badges.crl") }
+            }
         }
     }
 
@@ -202,7 +211,9 @@ actor RegistryDoor {
             .map { "\(attributes[$0] ?? "-")" }.joined(separator: "/")
         if seen[kind] == identity { return nil }
         seen[kind] = identity
-        return await DedicatedThread.run { FileManager.default.contents(atPath: path).map { [UInt8]($0) } }
+        let bytes = await DedicatedThread.run { FileManager.default.contents(atPath: path).map { [UInt8]($0) } }
+        guard let bytes, MessageDigest.sha256(bytes) != applied[kind] else { return nil }
+        return bytes
     }
 
     private func report(_ outcome: Result<UInt64, DoorListRefusal>, kind: String, path: String) {

@@ -190,7 +190,7 @@ class Syncer(threading.Thread):
 
 def present(door: Door, state: pathlib.Path, serial: int) -> dict:
     with Badge(door.pcscd, state, serial, door.client):
-        return check(door.client)
+        return check(door.client, door=door.name)
 
 
 def test_a_building_one_office_three_doors(tmp_path):
@@ -272,8 +272,7 @@ def test_a_building_one_office_three_doors(tmp_path):
         suspended_at = time.time()
         for door in doors:
             def denied():
-                with Badge(door.pcscd, alice, 7001):
-                    d = check(door.client)
+                d = present(door, alice, 7001)
                 return d if d["decision"] == "denied" else None
             d = until(denied, timeout=30)
             assert "BADGE_SUSPENDED" in d["reasons"] and "CERT_REVOKED" in d["reasons"], d
@@ -295,8 +294,7 @@ def test_a_building_one_office_three_doors(tmp_path):
         oc.call("credentials.resume", {"credentialId": issued["alice"]["badgeId"]})
         for door in doors:
             def granted():
-                with Badge(door.pcscd, alice, 7001):
-                    d = check(door.client)
+                d = present(door, alice, 7001)
                 return d if d["decision"] == "granted" else None
             until(granted, timeout=30)
         crl = subprocess.run(["openssl", "crl", "-inform", "DER", "-in", str(published / "badges.crl"), "-noout",
@@ -336,7 +334,7 @@ def test_a_building_one_office_three_doors(tmp_path):
             name = f"doorlist-{kept + 200 + n}.p7s"
             (lobby.registry / name).write_bytes(data)
             (lobby.registry / "latest").write_text(name + "\n")
-            until(lambda: re.search(rf'refused.*reason={expected[label]}.*{name}', lobby.log()), timeout=15)
+            until(lambda: re.search(rf'file=\S*/{name} reason={expected[label]} .*door list refused', lobby.log()), timeout=15)
             assert lobby.status()["number"] == kept, label
             assert present(lobby, alice, 7001)["decision"] == "granted", label
         lobby.syncing = True
@@ -358,8 +356,7 @@ def test_a_building_one_office_three_doors(tmp_path):
         cut = time.time()
         assert present(lobby, alice, 7001)["decision"] == "granted"
         def stale():
-            with Badge(lobby.pcscd, alice, 7001):
-                d = check(lobby.client)
+            d = present(lobby, alice, 7001)
             return d if "REGISTRY_STALE" in d["reasons"] else None
         d = until(stale, timeout=MAX_AGE + 20)
         assert d["decision"] == "denied" and d["registry"]["age"] > MAX_AGE - 1, d
@@ -367,8 +364,7 @@ def test_a_building_one_office_three_doors(tmp_path):
         assert lobby.status()["stale"] is True
         web.start()
         def back():
-            with Badge(lobby.pcscd, alice, 7001):
-                d = check(lobby.client)
+            d = present(lobby, alice, 7001)
             return d if d["decision"] == "granted" else None
         until(back, timeout=30)
     finally:
