@@ -14,7 +14,7 @@ extension AccessDoor {
         _ reading: BadgeReading, view: RegistryFollower.View, door: String?, reader: String, apdus: Int,
         elapsed: Duration
     ) -> (AccessDecision, [String]?) {
-        let entry = reading.badgeId.flatMap { view.index?.badges[$0] }
+        let entry = reading.badgeId.flatMap { view.index?.badge($0) }
         let doorName = door ?? view.index?.doorOfReader[reader]
         var admitted: Bool?
         if let doorName, let index = view.index {

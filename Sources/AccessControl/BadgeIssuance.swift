@@ -138,7 +138,9 @@ public struct BadgeAuthority: Sendable {
         async throws(TesseraError) -> [UInt8]
     {
         try await crl(
-            entries: serialNumbers.map { .init(serialNumber: $0, revokedAt: thisUpdate, reason: .cessationOfOperation) },
+            entries: serialNumbers.map {
+                .init(serialNumber: $0, revokedAt: thisUpdate, reason: .cessationOfOperation)
+            },
             thisUpdate: thisUpdate, nextUpdate: nextUpdate, number: number)
     }
 

@@ -64,7 +64,7 @@ public actor RegistryFollower {
     }
 
     /// Whether the applied list names the badge `badgeId`.
-    public func knows(badgeId: String) -> Bool { index?.badges[badgeId] != nil }
+    public func knows(badgeId: String) -> Bool { index?.badge(badgeId) != nil }
 
     /// `access.status` at a door: the list's number, issue and expiry times, age, whether it is stale, what it holds,
     /// and the CRL's number.

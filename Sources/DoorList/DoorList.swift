@@ -87,31 +87,99 @@ public struct DoorList: Sendable, Equatable, Codable {
 }
 
 /// A door's lookups into a list: badges by id and doors by reader, built once when the list is applied, so a
-/// decision's lookup does not grow with the list.
+/// decision's lookup does not grow with the list. Each badge is held in fixed-size values (its id and key hash as
+/// bytes, its state as a number, its holder once per holder), not as the list's strings: 100,000 badges take a
+/// few megabytes.
 public struct DoorListIndex: Sendable {
-    /// The list without its badges (they are in `badges`).
+    /// The list without its badges (they are in the index).
     public let list: DoorList
     /// How many badges the list holds.
     public let badgeCount: Int
-    public let badges: [String: DoorList.Badge]
     /// Reader name → the door it belongs to.
     public let doorOfReader: [String: String]
     /// Door name → the holders and badge ids it admits.
     public let allowed: [String: Set<String>]
+    private let entries: [Key: Entry]
+    /// Badges whose id is not base64url of at most 31 bytes (no card makes one; kept by their text).
+    private let otherEntries: [String: Entry]
+    private let holders: [String]
+    private let states: [String]
+
+    /// A badge id's bytes (a card UUID's 17 or a FASC-N's 26, with their tag byte) and their count in four words.
+    struct Key: Hashable, Sendable {
+        var w0: UInt64, w1: UInt64, w2: UInt64, w3: UInt64
+
+        init?(_ id: String) {
+            guard let bytes = Base64URL.decode(id), bytes.count < 32 else { return nil }
+            var w: [UInt64] = [UInt64(bytes.count), 0, 0, 0]
+            for (i, byte) in bytes.enumerated() { w[(i + 1) / 8] |= UInt64(byte) << (8 * UInt64((i + 1) % 8)) }
+            (w0, w1, w2, w3) = (w[0], w[1], w[2], w[3])
+        }
+    }
+
+    /// The holder (index into `holders`), the state (index into `states`) and the key hash's 32 bytes (`hexKey`
+    /// false: the list's key hash was not 64 hex digits, and no card's key matches it).
+    struct Entry: Sendable {
+        var holder: Int32
+        var state: UInt8
+        var hexKey: Bool
+        var k0: UInt64, k1: UInt64, k2: UInt64, k3: UInt64
+    }
 
     public init(_ list: DoorList) {
         var header = list
         header.badges = []
         self.list = header
         badgeCount = list.badges.count
-        var badges: [String: DoorList.Badge] = [:]
-        badges.reserveCapacity(list.badges.count)
-        for badge in list.badges { badges[badge.id] = badge }
-        self.badges = badges
+        var entries: [Key: Entry] = [:]
+        entries.reserveCapacity(list.badges.count)
+        var otherEntries: [String: Entry] = [:]
+        var holders: [String] = []
+        var holderIndex: [String: Int32] = [:]
+        var states: [String] = []
+        for badge in list.badges {
+            let holder = holderIndex[badge.holder] ?? Int32(holders.count)
+            if holder == Int32(holders.count) {
+                holders.append(badge.holder)
+                holderIndex[badge.holder] = holder
+            }
+            var state = states.firstIndex(of: badge.state)
+            if state == nil {
+                states.append(badge.state)
+                state = states.count - 1
+            }
+            let key = Hex.decode(badge.keySHA256).flatMap { $0.count == 32 ? Self.words($0) : nil }
+            let entry = Entry(
+                holder: holder, state: UInt8(truncatingIfNeeded: state ?? 0), hexKey: key != nil,
+                k0: key?.0 ?? 0, k1: key?.1 ?? 0, k2: key?.2 ?? 0, k3: key?.3 ?? 0)
+            if let id = Key(badge.id) { entries[id] = entry } else { otherEntries[badge.id] = entry }
+        }
+        self.entries = entries
+        self.otherEntries = otherEntries
+        self.holders = holders
+        // A list has four states; more than 256 distinct ones would alias.
+        self.states = states
         var readers: [String: String] = [:]
         for (name, door) in list.doors { for reader in door.readers { readers[reader] = name } }
         doorOfReader = readers
         allowed = list.doors.mapValues { Set($0.allow) }
+    }
+
+    /// The badge with id `id`; nil when the list does not name it.
+    public func badge(_ id: String) -> DoorList.Badge? {
+        guard let entry = Key(id).flatMap({ entries[$0] }) ?? otherEntries[id] else { return nil }
+        let words = [entry.k0, entry.k1, entry.k2, entry.k3]
+        let key =
+            entry.hexKey
+            ? Hex.encode(words.flatMap { w in (0..<8).map { UInt8(truncatingIfNeeded: w >> (56 - 8 * $0)) } }) : "-"
+        return DoorList.Badge(
+            id: id, holder: holders[Int(entry.holder)], keySHA256: key, state: states[Int(entry.state)])
+    }
+
+    static func words(_ bytes: [UInt8]) -> (UInt64, UInt64, UInt64, UInt64) {
+        var w: [UInt64] = [0, 0, 0, 0]
+        for (i, byte) in bytes.enumerated() { w[i / 8] = w[i / 8] << 8 | UInt64(byte) }
+        return (w[0], w[1], w[2], w[3])
     }
 }
 

@@ -43,7 +43,8 @@ public enum OTPNotifier: Sendable, Equatable {
         } catch {
             throw failed(error.localizedDescription)
         }
-        if case .failure(let error) = AtomicFile.write(message.serialized(), directory: directory, name: name + ".json") {
+        if case .failure(let error) = AtomicFile.write(message.serialized(), directory: directory, name: name + ".json")
+        {
             throw failed(error.reason)
         }
     }

@@ -13,8 +13,10 @@ struct DoorListTests {
         DoorList(
             number: number, issuedAt: issuedAt, expiresAt: issuedAt + validity,
             badges: [
-                .init(id: "NEdfQmFkZ2U", holder: "alice", keySHA256: String(repeating: "ab", count: 32), state: "active"),
-                .init(id: "NEdfQmFkZ2f", holder: "bob", keySHA256: String(repeating: "cd", count: 32), state: "suspended"),
+                .init(
+                    id: "NEdfQmFkZ2U", holder: "alice", keySHA256: String(repeating: "ab", count: 32), state: "active"),
+                .init(
+                    id: "NEdfQmFkZ2f", holder: "bob", keySHA256: String(repeating: "cd", count: 32), state: "suspended"),
             ],
             doors: ["lobby": .init(readers: ["Reader 0"], allow: ["alice", "bob"], grantCommand: ["/bin/true"])])
     }
@@ -26,7 +28,9 @@ struct DoorListTests {
         let list = try SignedDoorList.accept(signed, publisher: publisher, current: 6, now: pki.now).get()
         #expect(list == Self.list(number: 7, issuedAt: list.issuedAt))
         let index = DoorListIndex(list)
-        #expect(index.badges["NEdfQmFkZ2f"]?.state == "suspended")
+        #expect(index.badge("NEdfQmFkZ2f") == list.badges[1])
+        #expect(index.badge("NEdfQmFkZ2U") == list.badges[0])
+        #expect(index.badge("NEdfQmFkZ2V") == nil)
         #expect(index.doorOfReader["Reader 0"] == "lobby")
         #expect(index.allowed["lobby"] == ["alice", "bob"])
         #expect(index.badgeCount == 2)
@@ -40,9 +44,11 @@ struct DoorListTests {
         var tampered = signed
         let at = try #require(findBytes(Array("alice".utf8), in: tampered))
         tampered[at + 4] ^= 0x03
-        #expect(SignedDoorList.accept(tampered, publisher: publisher, current: nil, now: pki.now) == .failure(.signature))
+        #expect(
+            SignedDoorList.accept(tampered, publisher: publisher, current: nil, now: pki.now) == .failure(.signature))
         let foreign = try await pki.stranger.sign(Self.list(number: 8, issuedAt: pki.now))
-        #expect(SignedDoorList.accept(foreign, publisher: publisher, current: nil, now: pki.now) == .failure(.signature))
+        #expect(
+            SignedDoorList.accept(foreign, publisher: publisher, current: nil, now: pki.now) == .failure(.signature))
         #expect(SignedDoorList.accept(signed, publisher: publisher, current: 7, now: pki.now) == .failure(.notNewer))
         #expect(SignedDoorList.accept(signed, publisher: publisher, current: 9, now: pki.now) == .failure(.notNewer))
         #expect(
@@ -55,7 +61,8 @@ struct DoorListTests {
         var future = Self.list(number: 8, issuedAt: pki.now)
         future.format = 2
         let unknown = try await pki.authority.sign(future)
-        #expect(SignedDoorList.accept(unknown, publisher: publisher, current: nil, now: pki.now) == .failure(.malformed))
+        #expect(
+            SignedDoorList.accept(unknown, publisher: publisher, current: nil, now: pki.now) == .failure(.malformed))
     }
 
     @Test func aListPastItsFreezeBoundOrExpiryIsStale() {
@@ -91,7 +98,8 @@ struct DoorListTests {
             .init(serialNumber: [0x11], revokedAt: pki.now - 60, reason: .certificateHold),
             .init(serialNumber: [0x22], revokedAt: pki.now - 60, reason: .superseded),
         ]
-        let crl = try await pki.authority.crl(entries: entries, thisUpdate: pki.now, nextUpdate: pki.now + 600, number: 5)
+        let crl = try await pki.authority.crl(
+            entries: entries, thisUpdate: pki.now, nextUpdate: pki.now + 600, number: 5)
         #expect(BadgeCRL.number(of: crl) == 5)
         let (parsed, number) = try BadgeCRL.accept(crl, anchors: anchors, current: 4, now: pki.now).get()
         #expect(number == 5 && parsed.revokedSerialNumbers == [[0x11], [0x22]])

@@ -174,3 +174,7 @@ int tessera_seqpacket_send(int fd, const uint8_t *buf, size_t len) {
 }
 
 void tessera_socket_shutdown(int fd) { shutdown(fd, SHUT_RDWR); }
+
+#include <malloc.h>
+
+void tessera_release_free_memory(void) { malloc_trim(0); }

@@ -60,4 +60,8 @@ int tessera_seqpacket_send(int fd, const uint8_t *buf, size_t len);
 /// shutdown(fd, SHUT_RDWR): wakes a thread blocked in accept or recv on it.
 void tessera_socket_shutdown(int fd);
 
+/// Returns the heap's free pages to the system (malloc_trim(0)): after a large transient allocation such as a
+/// parsed door list, the resident set falls back to what is live.
+void tessera_release_free_memory(void);
+
 #endif
