@@ -42,7 +42,7 @@ let package = Package(
         // MARK: Foundations and pure protocols (no I/O)
         .target(name: "TesseraCore"),
         /// What touches threads and processes, kept out of the pure TesseraCore: `DedicatedThread`,
-        /// `ScheduledTaskExecutor`, `ProgramRunner`, `Failpoint`.
+        /// `ScheduledTaskExecutor`, `ProgramRunner`, `Failpoint`, `AtomicFile`.
         .target(name: "TesseraRuntime", dependencies: ["TesseraCore"]),
         /// Who asks at a front door, and the owner rule every door applies (docs/API.md, "Owners").
         .target(name: "Ownership"),
