@@ -38,21 +38,43 @@ public struct BadgePublisher: Sendable {
         public var revoked: Int
     }
 
-    /// Builds publication `number` at `now` from the badges in the store.
-    public func publish(number: UInt64, now: Date = Date()) async throws(TesseraError) -> Publication {
-        let records = try await registry.store.list(rpId: BadgeRegistry.rpId)
+    /// What a publication needs of a badge's certificate, kept between publications by the office
+    /// (`CertificateFacts.Cache`): a certificate is parsed once, not at every publication.
+    public struct CertificateFacts: Sendable {
+        /// The credential's creation time: a re-issued badge (same id, new certificate) is parsed again.
+        var createdAt: Date
+        var keySHA256: String
+        var serialNumber: [UInt8]
+        var issuedByCA: Bool
+
+        /// Badge id bytes → facts.
+        public typealias Cache = [Data: CertificateFacts]
+    }
+
+    /// Builds publication `number` at `now` from the badges in the store; `cache` keeps the certificates' facts.
+    public func publish(number: UInt64, now: Date = Date(), cache: inout CertificateFacts.Cache)
+        async throws(TesseraError) -> Publication
+    {
+        let records = try await registry.store.summaries(rpId: BadgeRegistry.rpId)
         let ca = try certificateAuthority.parsedCertificate()
         var badges: [DoorList.Badge] = []
         badges.reserveCapacity(records.count)
         var entries: [BadgeCRL.Entry] = []
+        var seen: CertificateFacts.Cache = [:]
+        seen.reserveCapacity(records.count)
         for record in records {
-            let der = [UInt8](record.publicKey)
-            let certificate = try? ParsedCertificate(der: der)
+            var facts = cache[record.credentialId].flatMap { $0.createdAt == record.createdAt ? $0 : nil }
+            if facts == nil, let certificate = try? ParsedCertificate(der: [UInt8](record.publicKey)) {
+                facts = CertificateFacts(
+                    createdAt: record.createdAt, keySHA256: DoorList.keySHA256(certificate),
+                    serialNumber: certificate.serialNumber,
+                    issuedByCA: ParsedCertificate.sameName(certificate.issuer, ca.subject))
+            }
+            seen[record.credentialId] = facts
             badges.append(
                 DoorList.Badge(
                     id: Base64URL.encode(record.credentialId), holder: record.userName,
-                    keySHA256: certificate.map(DoorList.keySHA256) ?? "",
-                    state: record.state.rawValue))
+                    keySHA256: facts?.keySHA256 ?? "", state: record.state.rawValue))
             let reason: BadgeCRL.Reason? =
                 switch record.state {
                 case .active: nil
@@ -61,13 +83,13 @@ public struct BadgePublisher: Sendable {
                 case .replaced: .superseded
                 }
             // Only certificates this CA issued belong in its CRL.
-            if let reason, let certificate, ParsedCertificate.sameName(certificate.issuer, ca.subject) {
+            if let reason, let facts, facts.issuedByCA {
                 entries.append(
                     BadgeCRL.Entry(
-                        serialNumber: certificate.serialNumber, revokedAt: record.stateChangedAt ?? now,
-                        reason: reason))
+                        serialNumber: facts.serialNumber, revokedAt: record.stateChangedAt ?? now, reason: reason))
             }
         }
+        cache = seen
         let expiresAt = now + validity
         let list = DoorList(number: number, issuedAt: now, expiresAt: expiresAt, badges: badges, doors: doors)
         let signedList = try await signer.sign(list)

@@ -267,6 +267,31 @@ public final class CredentialStore: Sendable {
         } catch { throw storageError(error) }
     }
 
+    /// What a badge office publishes of each credential of `rpId` (`CredentialSummary`), oldest first: read by column,
+    /// without decoding whole records, so 100,000 of them are read quickly.
+    public func summaries(rpId: String) async throws(TesseraError) -> [CredentialSummary] {
+        do {
+            return try await db.read { db in
+                let rows = try Row.fetchCursor(
+                    db,
+                    sql: """
+                        SELECT credentialId, userName, publicKey, state, stateChangedAt, createdAt FROM credential
+                        WHERE rpId = ? ORDER BY createdAt, credentialId
+                        """, arguments: [rpId])
+                var out: [CredentialSummary] = []
+                while let row = try rows.next() {
+                    out.append(
+                        CredentialSummary(
+                            credentialId: row[0], userName: row[1], publicKey: row[2],
+                            state: CredentialState(rawValue: row[3]) ?? .deactivated,
+                            stateChangedAt: (row[4] as DatabaseTimestamp?)?.date,
+                            createdAt: (row[5] as DatabaseTimestamp).date))
+                }
+                return out
+            }
+        } catch { throw storageError(error) }
+    }
+
     /// The id of the newest audit trail entry (0 when there is none): it changes with every state change,
     /// registration and deletion, so a poller notices that some credential changed without reading them all.
     public func auditMarker() async throws(TesseraError) -> Int64 {

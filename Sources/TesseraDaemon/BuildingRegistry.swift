@@ -24,6 +24,7 @@ actor RegistryOffice {
     private var lastAt: Date?
     private var marker: Int64?
     private var lastError: String?
+    private var certificates: BadgePublisher.CertificateFacts.Cache = [:]
     /// Publications kept in the directory besides the newest.
     static let kept: UInt64 = 2
 
@@ -40,9 +41,23 @@ actor RegistryOffice {
         return publisher
     }
 
+    /// One publication at a time (the actor is reentrant across the token's signing): the others wait in order.
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
     /// Publishes now (`access.publish`, a change, the half-validity timer).
     @discardableResult
     func publish() async throws(TesseraError) -> BadgePublisher.Publication {
+        while busy { await withCheckedContinuation { waiting.append($0) } }
+        busy = true
+        defer {
+            busy = false
+            if !waiting.isEmpty { waiting.removeFirst().resume() }
+        }
+        return try await publishNow()
+    }
+
+    private func publishNow() async throws(TesseraError) -> BadgePublisher.Publication {
         let publisher: BadgePublisher
         do { publisher = try await self.publisher() } catch {
             lastError = error.message
@@ -53,7 +68,9 @@ actor RegistryOffice {
         let started = ContinuousClock.now
         let publication: BadgePublisher.Publication
         do {
-            publication = try await publisher.publish(number: next)
+            var cache = certificates
+            publication = try await publisher.publish(number: next, cache: &cache)
+            certificates = cache
         } catch {
             lastError = error.message
             throw error
