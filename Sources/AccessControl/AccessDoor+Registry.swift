@@ -10,7 +10,7 @@ extension AccessDoor {
     /// list, the door rule of the named door or of the reader's door in the list (its `grantCommand` replaces the
     /// configured one), and REGISTRY_STALE when the door has no list or its list is stale. Returns the grant command
     /// to run on a grant.
-    func followed(
+    static func followed(
         _ reading: BadgeReading, view: RegistryFollower.View, door: String?, reader: String, apdus: Int,
         elapsed: Duration
     ) -> (AccessDecision, [String]?) {

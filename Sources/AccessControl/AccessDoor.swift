@@ -50,7 +50,7 @@ public final class AccessDoor: Sendable {
             transport throws(TesseraError) in await check.run(transport: transport, pin: pin)
         }
         if let view {
-            let (decision, argv) = followed(
+            let (decision, argv) = Self.followed(
                 reading, view: view, door: door, reader: readerName, apdus: apdus,
                 elapsed: ContinuousClock.now - started)
             log(decision, reading: reading)

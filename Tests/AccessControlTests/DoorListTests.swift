@@ -1,4 +1,4 @@
-import AccessControl
+@testable import AccessControl
 import DoorList
 import Foundation
 import ICAO
@@ -113,4 +113,56 @@ struct DoorListTests {
 func findBytes(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
     guard haystack.count >= needle.count else { return nil }
     return (0...(haystack.count - needle.count)).first { Array(haystack[$0..<$0 + needle.count]) == needle }
+}
+
+/// The decision at a door that follows a list, from a real card through pcscd + vpcd.
+@Suite(.serialized, .timeLimit(.minutes(3)))
+struct FollowedDecisionTests {
+    @Test func thePinnedKeyTheDoorRuleAndTheFreezeBoundDecide() async throws {
+        let pki = try await BadgePKI.make()
+        let door = try await Door()
+        defer { door.stop() }
+        let (card, issued) = try await pki.card(serial: 3701)
+        let certificate = try ParsedCertificate(der: issued.cardAuthCertificate)
+        let id = try #require(issued.identifiers.badgeId)
+        let (link, pcsc) = try await door.present(card)
+        let reading = await BadgeCheck(trust: try pki.trust()).run(transport: pcsc)
+        await pcsc.disconnect()
+        await door.remove(link)
+        #expect(reading.reasons.isEmpty)
+
+        func list(key: String, state: String = "active", allow: [String] = ["alice"]) -> DoorList {
+            DoorList(
+                number: 4, issuedAt: pki.now, expiresAt: pki.now + 600,
+                badges: [.init(id: id, holder: "alice", keySHA256: key, state: state)],
+                doors: ["lobby": .init(readers: [door.reader], allow: allow, grantCommand: ["/bin/open-lobby"])])
+        }
+        func decide(_ list: DoorList, at now: Date, maxAge: Double = 60) -> (AccessDecision, [String]?) {
+            let follower = RegistryView.make(list, now: now, maxAge: maxAge)
+            return AccessDoor.followed(
+                reading, view: follower, door: nil, reader: door.reader, apdus: 4, elapsed: .zero)
+        }
+        let pinned = DoorList.keySHA256(certificate)
+        let (granted, argv) = decide(list(key: pinned), at: pki.now + 5)
+        #expect(granted.decision == .granted && granted.holder == "alice" && granted.door == "lobby")
+        #expect(granted.registry == .init(number: 4, age: 5))
+        #expect(argv == ["/bin/open-lobby"])
+        // Another certificate with this card's UUID and FASC-N (another key) is not the pinned badge.
+        let other = String(repeating: "0", count: 64)
+        #expect(decide(list(key: other), at: pki.now).0.reasons == [.badgeKeyMismatch])
+        #expect(decide(list(key: pinned, state: "suspended"), at: pki.now).0.reasons == [.badgeSuspended])
+        #expect(decide(list(key: pinned, allow: ["bob"]), at: pki.now).0.reasons == [.doorNotAllowed])
+        // Past the freeze bound every badge is denied, with the list's number and age.
+        let stale = decide(list(key: pinned), at: pki.now + 61).0
+        #expect(stale.decision == .denied && stale.reasons == [.registryStale])
+        #expect(stale.registry?.age == 61)
+    }
+}
+
+enum RegistryView {
+    static func make(_ list: DoorList, now: Date, maxAge: Double) -> RegistryFollower.View {
+        RegistryFollower.View(
+            index: DoorListIndex(list), crl: nil, stale: list.isStale(at: now, maxAge: maxAge),
+            stamp: .init(number: list.number, age: list.age(at: now)))
+    }
 }
