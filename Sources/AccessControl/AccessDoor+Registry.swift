@@ -6,25 +6,18 @@ import TesseraCore
 import X509Support
 
 extension AccessDoor {
-    /// The decision at a door that follows an office's list: the badge's state, holder and pinned key from the
-    /// list, the door rule of the named door or of the reader's door in the list (its `grantCommand` replaces the
-    /// configured one), and REGISTRY_STALE when the door has no list or its list is stale. Returns the grant command
-    /// to run on a grant.
+    /// The decision at a door that follows an office's list: the badge's state and holder from the list, the
+    /// rule of `door` (the list's door of the reader), the pinned key (BADGE_KEY_MISMATCH), and REGISTRY_STALE when
+    /// the door has no list or its list is stale.
     static func followed(
-        _ reading: BadgeReading, view: RegistryFollower.View, door: String?, reader: String, apdus: Int,
+        _ reading: BadgeReading, view: RegistryFollower.View, door: DoorRule?, reader: String, apdus: Int,
         elapsed: Duration
-    ) -> (AccessDecision, [String]?) {
+    ) -> AccessDecision {
         let entry = reading.badgeId.flatMap { view.index?.badge($0) }
-        let doorName = door ?? view.index?.doorOfReader[reader]
-        var admitted: Bool?
-        if let doorName, let index = view.index {
-            // A door the list does not name admits no one.
-            let allowed = index.allowed[doorName] ?? []
-            admitted = [entry?.holder, reading.badgeId].contains { $0.map(allowed.contains) ?? false }
-        }
+        let admitted = door.map { $0.admits(holder: entry?.holder, badgeId: reading.badgeId) }
         let state = entry.map { CredentialState(rawValue: $0.state) ?? .deactivated }
         var decision = AccessDecision(
-            reading: reading, state: state, admitted: admitted, door: doorName, reader: reader, apdus: apdus,
+            reading: reading, state: state, admitted: admitted, door: door?.name, reader: reader, apdus: apdus,
             elapsed: elapsed)
         decision.holder = entry?.holder
         if let entry, let der = reading.certificate, let certificate = try? ParsedCertificate(der: der),
@@ -35,8 +28,7 @@ extension AccessDoor {
         }
         if view.stale { decision.deny(.registryStale) }
         decision.registry = view.stamp
-        let argv = doorName.flatMap { view.index?.list.doors[$0]?.grantCommand }
-        return (decision, argv)
+        return decision
     }
 }
 

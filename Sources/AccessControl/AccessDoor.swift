@@ -9,23 +9,25 @@ import TesseraCore
 import TesseraRuntime
 
 /// The door: checks the badge on a reader (PC/SC or libnfc, through the document service's readers), decides with
-/// the badge's lifecycle and the door rule, and runs `grantCommand` on each grant without waiting for it.
+/// the badge's lifecycle and the rule of the door the reader belongs to, and runs that door's `grantCommand` on each
+/// grant without waiting for it.
 public final class AccessDoor: Sendable {
     public let documents: DocumentService
     public let trust: BadgeTrust
     public let registry: BadgeRegistry
-    /// Door name → the holders and badge ids it admits; a door without an entry admits every valid badge.
-    public let doors: [String: Set<String>]
-    /// argv run on each grant with the decision JSON on stdin (a relay, an external controller).
+    /// The doors and their readers; a reader of no door gives decisions but opens nothing.
+    public let doors: DoorTable
+    /// argv run on each grant (a relay, an external controller) at a door without a `grantCommand` of its own; with
+    /// no doors configured, on every grant.
     public let grantCommand: [String]?
     public let grantTimeout: Duration
-    /// At a door of a building (`accessControl.registry`): the office's list it follows, which replaces the local
-    /// registry and `doors` in decisions.
+    /// At a door of a building (`accessControl.registry`): the office's list it follows, whose badges and doors
+    /// replace the local registry and `doors` in decisions.
     public let follower: RegistryFollower?
     let logger: Logger
 
     public init(
-        documents: DocumentService, trust: BadgeTrust, registry: BadgeRegistry, doors: [String: Set<String>] = [:],
+        documents: DocumentService, trust: BadgeTrust, registry: BadgeRegistry, doors: DoorTable = DoorTable(),
         grantCommand: [String]? = nil, grantTimeout: Duration = .seconds(10), follower: RegistryFollower? = nil,
         logger: Logger
     ) {
@@ -34,47 +36,126 @@ public final class AccessDoor: Sendable {
         self.logger = logger
     }
 
-    /// Checks the card in `reader` (nil: the first reader holding a card). NO_READER / NO_CARD when there is no
-    /// card to check; everything the card does wrong is a `denied` decision with its reasons.
-    /// `runsGrantCommand` false: a check that opens no door (the read-back after issuance).
-    public func check(
-        reader: String?, mode: AccessMode, pin: PINAttempt?, door: String?, runsGrantCommand: Bool = true
-    ) async throws(TesseraError) -> AccessDecision {
-        let view = await follower?.view()
-        if let door, view == nil, !doors.isEmpty, doors[door] == nil {
-            throw TesseraError(.invalidInput, "no door named '\(door)' in accessControl.doors")
+    /// The doors decisions use now: the followed list's (none before the first list), else `doors`.
+    public func currentDoors() async -> DoorTable {
+        guard let follower else { return doors }
+        return await follower.view().doors
+    }
+
+    /// Where a check happens: the reader, resolved before the card is touched, and the door it belongs to.
+    public struct Target: Sendable, Equatable {
+        public var reader: String
+        public var door: DoorRule?
+    }
+
+    /// Resolves the reader of a check (nil: the first reader holding a card; with `door`, among that door's readers)
+    /// and its door. A request cannot pick a door for a reader: `door` naming another door than the reader's (or a
+    /// door for a reader of none) is INVALID_INPUT, as is a door that does not exist. NO_READER / NO_CARD.
+    public func target(reader: String?, door: String?) async throws(TesseraError) -> Target {
+        let doors = await currentDoors()
+        var named: DoorRule?
+        if let door {
+            guard let rule = doors.doors[door] else {
+                throw TesseraError(
+                    .invalidInput, "no door named '\(door)' in accessControl.doors", details: ["field": "door"])
+            }
+            named = rule
         }
+        let name: String
+        if let reader {
+            name = reader
+        } else {
+            let list = try await documents.readers()
+            guard !list.isEmpty else { throw TesseraError(.noReader, "no reader is connected") }
+            let candidates = list.filter { info in info.cardPresent && (named?.readers.contains(info.name) ?? true) }
+            guard let first = candidates.first else {
+                throw TesseraError(
+                    .noCard, named.map { "no reader of door '\($0.name)' holds a card" } ?? "no reader holds a card")
+            }
+            name = first.name
+        }
+        let own = doors.door(ofReader: name)
+        if let named, named.name != own?.name {
+            throw TesseraError(
+                .invalidInput,
+                own.map { "reader '\(name)' belongs to door '\($0.name)', not '\(named.name)'" }
+                    ?? "reader '\(name)' belongs to no door, not '\(named.name)'",
+                details: ["field": "door"])
+        }
+        return Target(reader: name, door: own)
+    }
+
+    /// The mode of a check at `target`: a door's reader is checked in its door's mode (a request naming another is
+    /// INVALID_INPUT); a reader of no door in `requested` (default cak).
+    public func mode(at target: Target, requested: AccessMode?) throws(TesseraError) -> AccessMode {
+        guard let door = target.door else { return requested ?? .cak }
+        if let requested, requested != door.mode {
+            throw TesseraError(
+                .invalidInput, "door '\(door.name)' checks in \(door.mode.rawValue) mode, not \(requested.rawValue)",
+                details: ["field": "mode"])
+        }
+        return door.mode
+    }
+
+    /// The argv a grant at `target` runs: its door's `grantCommand`, else `grantCommand`; nothing at a reader of no
+    /// door once doors are configured.
+    func grantCommand(at target: Target, doors: DoorTable) -> [String]? {
+        if let door = target.door { return door.grantCommand ?? grantCommand }
+        return doors.isEmpty ? grantCommand : nil
+    }
+
+    /// Checks the card in `reader` (nil: the first reader holding a card) under the rule of the door it belongs to.
+    /// NO_READER / NO_CARD when there is no card to check; everything the card does wrong is a `denied` decision
+    /// with its reasons. `runsGrantCommand` false: a check that opens no door (the read-back after issuance).
+    public func check(
+        reader: String?, mode: AccessMode?, pin: PINAttempt?, door: String?, runsGrantCommand: Bool = true
+    ) async throws(TesseraError) -> AccessDecision {
+        let target = try await target(reader: reader, door: door)
+        return try await check(
+            at: target, mode: try self.mode(at: target, requested: mode), pin: pin,
+            runsGrantCommand: runsGrantCommand)
+    }
+
+    /// Checks the card at a resolved `target` in `mode` (see `target(reader:door:)`, `mode(at:requested:)`).
+    public func check(at target: Target, mode: AccessMode, pin: PINAttempt?, runsGrantCommand: Bool = true)
+        async throws(TesseraError) -> AccessDecision
+    {
+        let view = await follower?.view()
         let started = ContinuousClock.now
         let check = BadgeCheck(trust: view.map { trust.adding($0.crl) } ?? trust, mode: mode)
-        let (reading, readerName, apdus, _) = try await documents.withCard(reader: reader, extendedLength: true) {
+        let (reading, readerName, apdus, _) = try await documents.withCard(reader: target.reader, extendedLength: true)
+        {
             transport throws(TesseraError) in await check.run(transport: transport, pin: pin)
         }
         if let view {
-            let (decision, argv) = Self.followed(
-                reading, view: view, door: door, reader: readerName, apdus: apdus,
+            let decision = Self.followed(
+                reading, view: view, door: target.door, reader: readerName, apdus: apdus,
                 elapsed: ContinuousClock.now - started)
             log(decision, reading: reading)
-            if decision.decision == .granted && runsGrantCommand { runGrantCommand(decision, argv: argv) }
+            if decision.decision == .granted && runsGrantCommand, let argv = grantCommand(at: target, doors: view.doors)
+            {
+                runGrantCommand(argv, decision)
+            }
             return decision
         }
         var record: CredentialRecord?
         if let id = reading.identifiers.idBytes { record = try await registry.badge(id) }
-        var admitted: Bool?
-        if let door, let allowed = doors[door] {
-            admitted = [record?.userName, reading.badgeId].contains { $0.map(allowed.contains) ?? false }
-        }
+        let admitted = target.door.map { $0.admits(holder: record?.userName, badgeId: reading.badgeId) }
         var decision = AccessDecision(
-            reading: reading, state: record?.state, admitted: admitted, door: door, reader: readerName, apdus: apdus,
-            elapsed: ContinuousClock.now - started)
+            reading: reading, state: record?.state, admitted: admitted, door: target.door?.name, reader: readerName,
+            apdus: apdus, elapsed: ContinuousClock.now - started)
         if let holder = record?.userName { decision.holder = holder }
         log(decision, reading: reading)
-        if decision.decision == .granted && runsGrantCommand { runGrantCommand(decision) }
+        if decision.decision == .granted && runsGrantCommand, let argv = grantCommand(at: target, doors: doors) {
+            runGrantCommand(argv, decision)
+        }
         return decision
     }
 
     func log(_ decision: AccessDecision, reading: BadgeReading) {
         var metadata: Logger.Metadata = [
-            "reader": "\(decision.reader ?? "-")", "badge": "\(decision.badgeId ?? "-")",
+            "reader": "\(decision.reader ?? "-")", "door": "\(decision.door ?? "-")",
+            "badge": "\(decision.badgeId ?? "-")",
             "reasons": "\(decision.reasons.map(\.rawValue).joined(separator: ","))",
             "apdus": "\(decision.apdus)", "ms": "\(Int(decision.elapsedMs))",
             "error": "\(reading.error.map { "\($0)" } ?? "-")",
@@ -125,7 +206,7 @@ public final class AccessDoor: Sendable {
         let now = Date()
         let seconds = Double(validity.components.seconds)
         let slots = authKey ? [PIV.Slot.cardAuthentication, PIV.Slot.authentication] : [PIV.Slot.cardAuthentication]
-        let (issued, _, _, _) = try await documents.withCard(reader: reader, extendedLength: true) {
+        let (issued, readerName, _, _) = try await documents.withCard(reader: reader, extendedLength: true) {
             transport throws(TesseraError) in
             let app = PIVApplication(transport: transport)
             try await app.select()
@@ -156,14 +237,15 @@ public final class AccessDoor: Sendable {
         logger.notice(
             "badge issued",
             metadata: ["badge": "\(issued.identifiers.badgeId ?? "-")", "holder": "\(holder)", "by": "\(actor)"])
-        var decision = try await check(reader: reader, mode: .cak, pin: nil, door: nil, runsGrantCommand: false)
+        var decision = try await check(
+            at: Target(reader: readerName, door: nil), mode: .cak, pin: nil, runsGrantCommand: false)
         decision.holder = holder
         return (decision, transitions)
     }
 
-    /// Runs `grantCommand` for a grant in a task of its own: a slow or failing command never holds the next tap.
-    func runGrantCommand(_ decision: AccessDecision, argv: [String]? = nil) {
-        guard let argv = argv ?? grantCommand, !argv.isEmpty else { return }
+    /// Runs `argv` for a grant in a task of its own: a slow or failing command never holds the next tap.
+    func runGrantCommand(_ argv: [String], _ decision: AccessDecision) {
+        guard !argv.isEmpty else { return }
         let input = decision.json.serialized() + [0x0A]
         let (logger, timeout) = (self.logger, grantTimeout)
         Task.detached {
@@ -182,20 +264,23 @@ public final class AccessDoor: Sendable {
     }
 
     /// Watches `readers` (nil: every reader) and calls `onDecision` once for each card presented, until the task is
-    /// cancelled or `limit` decisions were made. A card that stays on the reader is checked once.
+    /// cancelled or `limit` decisions were made. A card that stays on the reader is checked once. Each reader is
+    /// checked under its own door's rule and mode (`cak` without a door).
     public func watch(
-        readers: [String]?, mode: AccessMode, door: String?, limit: Int?, poll: Duration = .milliseconds(100),
+        readers: [String]?, limit: Int?, poll: Duration = .milliseconds(100),
         onDecision: @Sendable (AccessDecision) async -> Void
     ) async throws(TesseraError) {
         var present: Set<String> = []
         var made = 0
         while !Task.isCancelled {
+            let doors = await currentDoors()
             let list = try await documents.readers().filter { reader in readers?.contains(reader.name) ?? true }
             let now = Set(list.filter(\.cardPresent).map(\.name))
             for name in now.subtracting(present).sorted() {
                 let decision: AccessDecision
                 do {
-                    decision = try await check(reader: name, mode: mode, pin: nil, door: door)
+                    let target = Target(reader: name, door: doors.door(ofReader: name))
+                    decision = try await check(at: target, mode: target.door?.mode ?? .cak, pin: nil)
                 } catch {
                     if error.code == .noCard || error.code == .cardRemoved { continue }
                     throw error

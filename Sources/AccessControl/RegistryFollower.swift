@@ -16,6 +16,7 @@ public actor RegistryFollower {
     public nonisolated let maxAge: Double
 
     private var index: DoorListIndex?
+    private var doors = DoorTable()
     private var crl: CertificateRevocationList?
     private var crlNumber: UInt64?
     private var appliedAt: Date?
@@ -28,15 +29,19 @@ public actor RegistryFollower {
     /// stale at `now`.
     public struct View: Sendable {
         public var index: DoorListIndex?
+        /// The list's doors (none before the first list).
+        public var doors: DoorTable
         public var crl: CertificateRevocationList?
         public var stale: Bool
         public var stamp: AccessDecision.RegistryStamp
     }
 
     public func view(at now: Date = Date()) -> View {
-        guard let index else { return View(index: nil, crl: crl, stale: true, stamp: .init(number: nil, age: nil)) }
+        guard let index else {
+            return View(index: nil, doors: doors, crl: crl, stale: true, stamp: .init(number: nil, age: nil))
+        }
         return View(
-            index: index, crl: crl, stale: index.list.isStale(at: now, maxAge: maxAge),
+            index: index, doors: doors, crl: crl, stale: index.list.isStale(at: now, maxAge: maxAge),
             stamp: .init(number: index.list.number, age: index.list.age(at: now)))
     }
 
@@ -46,7 +51,10 @@ public actor RegistryFollower {
         switch SignedDoorList.accept(bytes, publisher: publisher, current: index?.list.number, now: now) {
         case .failure(let refusal): return .failure(refusal)
         case .success(let list):
+            // The doors must make a door table as the configuration's would (a reader of one door, a known mode).
+            guard let table = try? Self.doorTable(list.doors) else { return .failure(.malformed) }
             index = DoorListIndex(list)
+            doors = table
             appliedAt = now
             return .success(list.number)
         }
@@ -61,6 +69,21 @@ public actor RegistryFollower {
             crlNumber = number
             return .success(number)
         }
+    }
+
+    /// The door table of a list's doors (the per-door shape of `accessControl.doors`).
+    public static func doorTable(_ doors: [String: DoorList.Door]) throws(TesseraError) -> DoorTable {
+        var rules: [DoorRule] = []
+        for (name, door) in doors {
+            guard let mode = AccessMode(rawValue: door.mode ?? "cak") else {
+                throw TesseraError.invalidInput("door '\(name)': mode must be cak or auth")
+            }
+            rules.append(
+                DoorRule(
+                    name: name, readers: door.readers, allow: Set(door.allow), mode: mode,
+                    grantCommand: door.grantCommand))
+        }
+        return try DoorTable(rules)
     }
 
     /// Whether the applied list names the badge `badgeId`.

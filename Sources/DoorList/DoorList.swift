@@ -86,8 +86,8 @@ public struct DoorList: Sendable, Equatable, Codable {
     public func isStale(at now: Date, maxAge: Double) -> Bool { age(at: now) > maxAge || now >= expiresAt }
 }
 
-/// A door's lookups into a list: badges by id and doors by reader, built once when the list is applied, so a
-/// decision's lookup does not grow with the list. Each badge is held in fixed-size values (its id and key hash as
+/// A door's lookup into a list: badges by id, built once when the list is applied, so a decision's lookup does not
+/// grow with the list (the doors become `AccessControl`'s `DoorTable`). Each badge is held in fixed-size values (its id and key hash as
 /// bytes, its state as a number, its holder once per holder), not as the list's strings: 100,000 badges take a
 /// few megabytes.
 public struct DoorListIndex: Sendable {
@@ -95,10 +95,6 @@ public struct DoorListIndex: Sendable {
     public let list: DoorList
     /// How many badges the list holds.
     public let badgeCount: Int
-    /// Reader name → the door it belongs to.
-    public let doorOfReader: [String: String]
-    /// Door name → the holders and badge ids it admits.
-    public let allowed: [String: Set<String>]
     private let entries: [Key: Entry]
     /// Badges whose id is not base64url of at most 31 bytes (no card makes one; kept by their text).
     private let otherEntries: [String: Entry]
@@ -159,10 +155,6 @@ public struct DoorListIndex: Sendable {
         self.holders = holders
         // A list has four states; more than 256 distinct ones would alias.
         self.states = states
-        var readers: [String: String] = [:]
-        for (name, door) in list.doors { for reader in door.readers { readers[reader] = name } }
-        doorOfReader = readers
-        allowed = list.doors.mapValues { Set($0.allow) }
     }
 
     /// The badge with id `id`; nil when the list does not name it.

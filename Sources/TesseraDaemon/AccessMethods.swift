@@ -37,7 +37,7 @@ extension MethodTable {
         }
         return AccessDoor(
             documents: documents, trust: trust, registry: BadgeRegistry(store: store),
-            doors: (config.doors ?? [:]).mapValues(Set.init), grantCommand: config.grantCommand,
+            doors: try config.doorTable(), grantCommand: config.grantCommand,
             grantTimeout: .seconds(config.grantTimeoutSeconds ?? 10), follower: follower, logger: accessLogger)
     }
 
@@ -61,7 +61,9 @@ extension MethodTable {
         }
         guard let publisher = config.publisher else { return (nil, nil) }
         let validity = Double(publisher.validitySeconds ?? 86400)
-        let doors = (config.doors ?? [:]).mapValues { DoorList.Door(readers: [], allow: $0) }
+        let doors = (config.doors ?? [:]).mapValues {
+            DoorList.Door(readers: $0.readers, allow: $0.allow, grantCommand: $0.grantCommand, mode: $0.mode)
+        }
         let issuer = config.issuer
         // The keys are on tokens that may log in after start: the publisher is made at the first publication.
         let office = RegistryOffice(
@@ -92,19 +94,26 @@ extension MethodTable {
             }
             return door
         }
+        let policy = policy
+        // `door` on a door's reader (the door controller's permission); `enroll` is the method's own.
+        @Sendable func authorize(_ doors: [DoorRule?], _ connection: RPCConnection) throws(TesseraError) {
+            if doors.contains(where: { $0 != nil }) { try policy.check(.door, peer: connection.peer) }
+        }
         register("access.check", .enroll) { p, connection in
             let door = try configured_()
-            let mode = try Self.accessMode(p)
-            let reader = try p.optionalString("reader")
-            let doorName = try p.optionalString("door")
+            let requested = try Self.accessMode(p)
+            let target = try await door.target(
+                reader: try p.optionalString("reader"), door: try p.optionalString("door"))
+            try authorize([target.door], connection)
+            let mode = try door.mode(at: target, requested: requested)
             if mode == .auth, let pin = try p.optionalString("pin") {
                 return try await pinRules.withCallerPIN(
                     pin, caller: connection.pinCaller, allowFinalTry: false, tokenId: "badge"
                 ) { attempt throws(TesseraError) in
-                    try await door.check(reader: reader, mode: mode, pin: attempt, door: doorName).json
+                    try await door.check(at: target, mode: mode, pin: attempt).json
                 }
             }
-            return try await door.check(reader: reader, mode: mode, pin: nil, door: doorName).json
+            return try await door.check(at: target, mode: mode, pin: nil).json
         }
         @Sendable func local(_ door: AccessDoor) throws(TesseraError) {
             if door.follower != nil {
@@ -157,22 +166,59 @@ extension MethodTable {
         }
         register("access.watch", .enroll) { p, connection in
             let door = try configured_()
-            let mode = try Self.accessMode(p)
-            guard mode == .cak else {
+            guard try Self.accessMode(p) ?? .cak == .cak else {
                 throw TesseraError.invalidInput("access.watch checks without a PIN: mode must be cak")
             }
-            var readers = configured
-            if let list = try p.optionalArray("readers") { readers = list.compactMap(\.stringValue) }
+            let doors = await door.currentDoors()
+            let readers = try Self.watchedReaders(p, doors: doors, configured: configured)
+            let doorsWatched = readers.map { $0.map { doors.door(ofReader: $0) } } ?? [nil]
+            if let auth = doorsWatched.compactMap({ $0 }).first(where: { $0.mode == .auth }) {
+                throw TesseraError.invalidInput(
+                    "door '\(auth.name)' checks with the cardholder's PIN: access.watch cannot (use access.check)")
+            }
+            try authorize(doorsWatched, connection)
             let limit = try p.optionalInt("count")
             if let limit, limit < 1 { throw TesseraError.invalidInput("count must be at least 1") }
             let made = Locked(0)
-            try await door.watch(readers: readers, mode: mode, door: try p.optionalString("door"), limit: limit) {
-                decision in
+            try await door.watch(readers: readers, limit: limit) { decision in
                 made.withLock { $0 += 1 }
                 await connection.notify("access.decision", decision.json)
             }
             return ["decisions": .number(Double(made.withLock { $0 }))]
         }
+    }
+
+    /// The readers `access.watch` watches (nil: every reader): `readers`; else the named `door`'s; else
+    /// `accessControl.readers`; else every door's readers in `cak` mode when doors are configured. A `door` that is
+    /// not every named reader's door is INVALID_INPUT.
+    static func watchedReaders(_ p: Params, doors: DoorTable, configured: [String]?) throws(TesseraError)
+        -> [String]?
+    {
+        let doorName = try p.optionalString("door")
+        var named: DoorRule?
+        if let doorName {
+            guard let rule = doors.doors[doorName] else {
+                throw TesseraError(
+                    .invalidInput, "no door named '\(doorName)' in accessControl.doors", details: ["field": "door"])
+            }
+            named = rule
+        }
+        guard let list = try p.optionalArray("readers") else {
+            if let named { return named.readers }
+            if let configured { return configured }
+            if doors.isEmpty { return nil }
+            let readers = doors.readers.filter { doors.door(ofReader: $0)?.mode == .cak }
+            guard !readers.isEmpty else {
+                throw TesseraError.invalidInput("every door checks with the PIN: access.watch has no reader to watch")
+            }
+            return readers
+        }
+        let readers = list.compactMap(\.stringValue)
+        if let named, let other = readers.first(where: { doors.door(ofReader: $0)?.name != named.name }) {
+            throw TesseraError(
+                .invalidInput, "reader '\(other)' is not a reader of door '\(named.name)'", details: ["field": "door"])
+        }
+        return readers
     }
 
     /// The issuer's CA: its certificate file and its key on the configured token.
@@ -198,11 +244,39 @@ extension MethodTable {
         return .object(o)
     }
 
-    static func accessMode(_ p: Params) throws(TesseraError) -> AccessMode {
-        guard let text = try p.optionalString("mode") else { return .cak }
+    /// The `mode` the request names, if any.
+    static func accessMode(_ p: Params) throws(TesseraError) -> AccessMode? {
+        guard let text = try p.optionalString("mode") else { return nil }
         guard let mode = AccessMode(rawValue: text) else {
             throw TesseraError(.invalidInput, "mode must be cak or auth", details: ["field": "mode"])
         }
         return mode
+    }
+}
+
+extension AccessControlConfig {
+    /// The doors of `doors` (INVALID_INPUT: a reader of two doors, a door without readers, an unknown mode, an empty
+    /// grant command).
+    func doorTable() throws(TesseraError) -> DoorTable {
+        var rules: [DoorRule] = []
+        for (name, door) in doors ?? [:] {
+            var mode = AccessMode.cak
+            if let text = door.mode {
+                guard let m = AccessMode(rawValue: text) else {
+                    throw TesseraError.invalidInput("accessControl.doors.\(name).mode must be \"cak\" or \"auth\"")
+                }
+                mode = m
+            }
+            if door.grantCommand?.isEmpty == true {
+                throw TesseraError.invalidInput("accessControl.doors.\(name).grantCommand must name a program")
+            }
+            rules.append(
+                DoorRule(
+                    name: name, readers: door.readers, allow: Set(door.allow), mode: mode,
+                    grantCommand: door.grantCommand))
+        }
+        do { return try DoorTable(rules) } catch {
+            throw TesseraError.invalidInput("accessControl.doors: \(error.message)")
+        }
     }
 }

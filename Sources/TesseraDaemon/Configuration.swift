@@ -162,6 +162,21 @@ public struct ConfigFile: Codable, Sendable {
         }
         if let access = top["accessControl"]?.objectValue {
             try unknown(in: access, known: propertyNames(of: AccessControlConfig()), section: "accessControl")
+            if let doors = access["doors"]?.objectValue {
+                for (name, door) in doors.sorted(by: { $0.key < $1.key }) {
+                    guard let fields = door.objectValue else {
+                        throw TesseraError.invalidInput(
+                            """
+                            accessControl.doors.\(name) is a list of holders, the shape of earlier versions: a door now \
+                            names its readers, {"\(name)": {"readers": [READER...], "allow": [HOLDER|BADGE-ID...], \
+                            "grantCommand"?: [ARGV...], "mode"?: "cak"|"auth"}} (docs/ACCESS.md, "Doors")
+                            """)
+                    }
+                    try unknown(
+                        in: fields, known: propertyNames(of: AccessControlConfig.Door()),
+                        section: "accessControl.doors.\(name)")
+                }
+            }
             if let issuer = access["issuer"]?.objectValue {
                 let known = propertyNames(of: AccessControlConfig.Issuer(tokenId: "", keyLabel: "", certificate: ""))
                 try unknown(in: issuer, known: known, section: "accessControl.issuer")
@@ -257,6 +272,7 @@ public struct ConfigFile: Codable, Sendable {
                 throw bad("accessControl: a door that follows an office's registry does not publish one")
             }
         }
+        if accessControl != nil { do { _ = try accessControl?.doorTable() } catch { throw bad(error.message) } }
     }
 
     static let counterBlockRange = 1...1_000_000
@@ -287,6 +303,8 @@ public struct PolicyConfig: Codable, Sendable {
     public var sign: Rule?
     public var enroll: Rule?
     public var admin: Rule?
+    /// Who may check badges on a door's readers (closed without a rule, like `admin`).
+    public var door: Rule?
 
     public struct Rule: Codable, Sendable {
         public init() {}
@@ -378,8 +396,8 @@ public struct AccessControlConfig: Codable, Sendable {
     public var grantTimeoutSeconds: Int?
     /// Readers `access.watch` watches when the request names none (default: every reader).
     public var readers: [String]?
-    /// Door name → holders (as registered) and badge ids it admits; doors not listed admit every valid badge.
-    public var doors: [String: [String]]?
+    /// Door name → its readers, whom it admits, its mode and grant command (docs/ACCESS.md, "Doors").
+    public var doors: [String: Door]?
     /// The badge CA of `access.issue`: its key on a PKCS#11 token and its certificate.
     public var issuer: Issuer?
     /// A building's badge office: publishes the signed door list and the badge CA's CRL into a directory.
@@ -412,6 +430,20 @@ public struct AccessControlConfig: Codable, Sendable {
         public var maxAgeSeconds: Int
         /// Seconds between two looks at the directory (1…3600, default 2).
         public var pollSeconds: Int?
+    }
+
+    /// One door: a reader belongs to at most one door; a check on it applies this door's rule.
+    public struct Door: Codable, Sendable {
+        /// The door's readers (PC/SC reader names, libnfc connstrings).
+        public var readers: [String]
+        /// Holders (as registered) and badge ids admitted; "*" admits every registered badge.
+        public var allow: [String]
+        /// Program (argv) run on each grant at this door; default `accessControl.grantCommand`.
+        public var grantCommand: [String]?
+        /// "cak" (default) or "auth" (the PIV Authentication key after the PIN).
+        public var mode: String?
+
+        public init(readers: [String] = [], allow: [String] = []) { self.readers = readers; self.allow = allow }
     }
 
     public struct Issuer: Codable, Sendable {

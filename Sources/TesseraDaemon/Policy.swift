@@ -17,11 +17,13 @@ public enum Permission: String, Sendable {
     case enroll
     /// Deleting credentials and other destructive operations.
     case admin
+    /// Checking badges on a door's readers (`access.check`, `access.watch`): the door controller's.
+    case door
 }
 
 /// Decides from the peer's credentials (SO_PEERCRED uid and primary gid, SO_PEERGROUPS supplementary gids) whether a caller holds a permission.
 /// Root and the daemon's own uid hold every permission. Without a rule, `sign` and `enroll` are open to
-/// every client that can reach the socket (its mode and group are the gate) and `admin` is closed.
+/// every client that can reach the socket (its mode and group are the gate); `admin` and `door` are closed.
 public struct Policy: Sendable {
     struct Resolved: Sendable { var uids: Set<UInt32>; var gids: Set<UInt32> }
     private let rules: [Permission: Resolved]
@@ -40,15 +42,17 @@ public struct Policy: Sendable {
         rules[.sign] = try resolve(config?.sign)
         rules[.enroll] = try resolve(config?.enroll)
         rules[.admin] = try resolve(config?.admin)
+        rules[.door] = try resolve(config?.door)
         self.rules = rules
     }
 
     public func check(_ permission: Permission, peer: PeerCredentials) throws(TesseraError) {
         if permission == .read || peer.uid == 0 || peer.uid == daemonUID { return }
         guard let rule = rules[permission] else {
-            if permission == .admin {
+            if permission == .admin || permission == .door {
                 throw TesseraError(
-                    .unauthorized, "uid \(peer.uid) may not \(permission.rawValue): no admin rule in the policy")
+                    .unauthorized,
+                    "uid \(peer.uid) may not \(permission.rawValue): no \(permission.rawValue) rule in the policy")
             }
             return
         }

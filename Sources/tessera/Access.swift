@@ -13,7 +13,8 @@ struct AccessCommand: AsyncParsableCommand {
 
             EXAMPLES
               tessera access check
-              tessera access check --reader "Tessera VPCD 00 00" --door lab
+              tessera access check --reader "Tessera VPCD 00 01"
+              tessera access check --door server-room
               tessera access check --mode auth --pin-stdin
               tessera access watch --count 1
               tessera access issue --holder alice --auth-key
@@ -25,25 +26,29 @@ struct AccessCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Check the badge on a reader once (access.check); exit status 0 when granted, 1 when denied.",
             discussion: """
-                Prints the decision: granted or denied, the reasons (stable codes such as CAK_SIGNATURE_INVALID, CERT_REVOKED, CHUID_MISMATCH, BADGE_SUSPENDED), the cardholder and the badge id. With --mode auth the PIV Authentication key is used after the cardholder's PIN (two factors); the PIN rules apply (final-try guard, back-off).
+                Prints the decision: granted or denied, the reasons (stable codes such as CAK_SIGNATURE_INVALID, CERT_REVOKED, CHUID_MISMATCH, BADGE_SUSPENDED, DOOR_NOT_ALLOWED), the cardholder and the badge id. A reader of a door (accessControl.doors) is checked under that door's rule and mode and needs the `door` permission; a reader of no door gives a decision that opens nothing. With --mode auth the PIV Authentication key is used after the cardholder's PIN (two factors); the PIN rules apply (final-try guard, back-off).
 
                 EXAMPLES
                   tessera access check
                   tessera access check --reader "Tessera VPCD 00 00" --mode auth --pin 123456
-                  tessera --json access check --door lab
+                  tessera --json access check --door server-room
                 """)
         @OptionGroup var globals: GlobalOptions
         @Option(help: "Reader name (see `tessera passport readers`; default: the first reader holding a card).")
         var reader: String?
         @Option(
-            help: "cak: the Card Authentication key, no PIN (default); auth: the PIV Authentication key after the PIN.")
-        var mode: String = "cak"
-        @Option(help: "The door whose rule (accessControl.doors) applies.")
+            help: """
+                cak: the Card Authentication key, no PIN; auth: the PIV Authentication key after the PIN (default: the \
+                door's mode, else cak).
+                """)
+        var mode: String?
+        @Option(help: "Check on this door's readers (accessControl.doors); it must be the reader's own door.")
         var door: String?
         @OptionGroup var pin: PINOptions
 
         func run() async throws {
-            var p: [String: JSONValue] = ["mode": .string(mode)]
+            var p: [String: JSONValue] = [:]
+            if let mode { p["mode"] = .string(mode) }
             if let reader { p["reader"] = .string(reader) }
             if let door { p["door"] = .string(door) }
             if let pin = try await pin.value() { p["pin"] = .string(pin) }
@@ -61,17 +66,21 @@ struct AccessCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Check every badge presented on the readers (access.watch), one decision per line.",
             discussion: """
-                Runs until interrupted, or until --count decisions were made. Each card put on a reader is checked once (PKI-CAK, no PIN); with --json each decision is printed as one JSON line. A door controller runs this; the daemon's accessControl.grantCommand drives a relay on each grant.
+                Runs until interrupted, or until --count decisions were made. Each card put on a reader is checked once (PKI-CAK, no PIN) under the rule of the reader's door; with --json each decision is printed as one JSON line. A door controller runs this (it needs the `door` permission); the grantCommand of the door drives a relay on each grant.
 
                 EXAMPLES
                   tessera access watch
-                  tessera access watch --reader "Tessera VPCD 00 00" --door lab --json
+                  tessera access watch --door server-room --json
                   tessera access watch --count 1
                 """)
         @OptionGroup var globals: GlobalOptions
-        @Option(help: "A reader to watch (repeatable; default: accessControl.readers, else every reader).")
+        @Option(
+            help: """
+                A reader to watch (repeatable; default: --door's readers, else accessControl.readers, else the doors' \
+                readers, else every reader).
+                """)
         var reader: [String] = []
-        @Option(help: "The door whose rule (accessControl.doors) applies.")
+        @Option(help: "Watch this door's readers (accessControl.doors).")
         var door: String?
         @Option(help: "Stop after this many decisions.")
         var count: Int?

@@ -1,10 +1,11 @@
-@testable import AccessControl
 import DoorList
 import Foundation
 import ICAO
 import TesseraCore
 import Testing
 import X509Support
+
+@testable import AccessControl
 
 /// The door list's rules (TUF's): a door applies a list signed by the publisher, above the number it has, before
 /// its expiry, and stops deciding with it past the freeze bound; the badge CA's CRL follows the same rules.
@@ -31,8 +32,10 @@ struct DoorListTests {
         #expect(index.badge("NEdfQmFkZ2f") == list.badges[1])
         #expect(index.badge("NEdfQmFkZ2U") == list.badges[0])
         #expect(index.badge("NEdfQmFkZ2V") == nil)
-        #expect(index.doorOfReader["Reader 0"] == "lobby")
-        #expect(index.allowed["lobby"] == ["alice", "bob"])
+        let doors = try RegistryFollower.doorTable(list.doors)
+        #expect(doors.door(ofReader: "Reader 0")?.name == "lobby")
+        #expect(doors.door(ofReader: "Reader 0")?.admits(holder: "bob", badgeId: nil) == true)
+        #expect(doors.door(ofReader: "Reader 0")?.grantCommand == ["/bin/true"])
         #expect(index.badgeCount == 2)
     }
 
@@ -137,32 +140,33 @@ struct FollowedDecisionTests {
                 badges: [.init(id: id, holder: "alice", keySHA256: key, state: state)],
                 doors: ["lobby": .init(readers: [door.reader], allow: allow, grantCommand: ["/bin/open-lobby"])])
         }
-        func decide(_ list: DoorList, at now: Date, maxAge: Double = 60) -> (AccessDecision, [String]?) {
-            let follower = RegistryView.make(list, now: now, maxAge: maxAge)
+        func decide(_ list: DoorList, at now: Date, maxAge: Double = 60) throws -> AccessDecision {
+            let view = try RegistryView.make(list, now: now, maxAge: maxAge)
             return AccessDoor.followed(
-                reading, view: follower, door: nil, reader: door.reader, apdus: 4, elapsed: .zero)
+                reading, view: view, door: view.doors.door(ofReader: door.reader), reader: door.reader, apdus: 4,
+                elapsed: .zero)
         }
         let pinned = DoorList.keySHA256(certificate)
-        let (granted, argv) = decide(list(key: pinned), at: pki.now + 5)
+        let granted = try decide(list(key: pinned), at: pki.now + 5)
         #expect(granted.decision == .granted && granted.holder == "alice" && granted.door == "lobby")
         #expect(granted.registry == .init(number: 4, age: 5))
-        #expect(argv == ["/bin/open-lobby"])
         // Another certificate with this card's UUID and FASC-N (another key) is not the pinned badge.
         let other = String(repeating: "0", count: 64)
-        #expect(decide(list(key: other), at: pki.now).0.reasons == [.badgeKeyMismatch])
-        #expect(decide(list(key: pinned, state: "suspended"), at: pki.now).0.reasons == [.badgeSuspended])
-        #expect(decide(list(key: pinned, allow: ["bob"]), at: pki.now).0.reasons == [.doorNotAllowed])
+        #expect(try decide(list(key: other), at: pki.now).reasons == [.badgeKeyMismatch])
+        #expect(try decide(list(key: pinned, state: "suspended"), at: pki.now).reasons == [.badgeSuspended])
+        #expect(try decide(list(key: pinned, allow: ["bob"]), at: pki.now).reasons == [.doorNotAllowed])
         // Past the freeze bound every badge is denied, with the list's number and age.
-        let stale = decide(list(key: pinned), at: pki.now + 61).0
+        let stale = try decide(list(key: pinned), at: pki.now + 61)
         #expect(stale.decision == .denied && stale.reasons == [.registryStale])
         #expect(stale.registry?.age == 61)
     }
 }
 
 enum RegistryView {
-    static func make(_ list: DoorList, now: Date, maxAge: Double) -> RegistryFollower.View {
+    static func make(_ list: DoorList, now: Date, maxAge: Double) throws -> RegistryFollower.View {
         RegistryFollower.View(
-            index: DoorListIndex(list), crl: nil, stale: list.isStale(at: now, maxAge: maxAge),
+            index: DoorListIndex(list), doors: try RegistryFollower.doorTable(list.doors), crl: nil,
+            stale: list.isStale(at: now, maxAge: maxAge),
             stamp: .init(number: list.number, age: list.age(at: now)))
     }
 }

@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tessera_harness import BIN, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, cli
+from tessera_harness import BIN, NOBODY, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, calls_as, cli
+from tessera_harness import let_other_uids_reach
 from test_nfc import PN532
 from test_piv import EmulatedPIV, pcscd, start_daemon, wait_for  # noqa: F401 (pcscd is a fixture)
 
@@ -49,11 +50,11 @@ def card_object(state: pathlib.Path, tag: str) -> bytes:
 
 
 class Badge:
-    """An emulated badge card in reader 0 while the `with` block runs."""
+    """An emulated badge card in reader `slot` (0: "Tessera VPCD 00 00", 1: "… 00 01") while the `with` block runs."""
 
-    def __init__(self, pcscd, state: pathlib.Path, serial: int, client=None):
+    def __init__(self, pcscd, state: pathlib.Path, serial: int, client=None, slot: int = 0):
         self.client = client
-        self.card = EmulatedPIV(pcscd, state.parent, serial=serial)
+        self.card = EmulatedPIV(pcscd, state.parent, serial=serial, slot=slot)
         self.card.cmd[self.card.cmd.index("--state") + 1] = str(state)
 
     def __enter__(self):
@@ -122,7 +123,6 @@ def test_badges_at_the_door(tmp_path, pcscd):
     config = {"accessControl": {
         "anchors": [str(ca / "badge-ca.pem")],
         "grantCommand": ["/bin/sh", "-c", f'cat > "{grants}/$$.json"'],
-        "doors": {"vault": ["bob"]},
     }, "pinBackoff": {"initialSeconds": 0}}
     daemon = start_daemon(tmp_path, pcscd, config=config)
     try:
@@ -139,8 +139,6 @@ def test_badges_at_the_door(tmp_path, pcscd):
             # grantCommand got the decision on stdin.
             files = wait_for(lambda: list(grants.glob("*.json")))
             assert json.loads(files[0].read_text())["badgeId"] == badge_id
-            # The door rule: the vault admits bob only.
-            assert check(c, door="vault")["reasons"] == ["DOOR_NOT_ALLOWED"]
             # The lifecycle is the passkeys': suspend, then resume, the badge id as credential id.
             c.call("credentials.suspend", {"credentialId": badge_id, "reason": "lost"})
             assert check(c)["reasons"] == ["BADGE_SUSPENDED"]
@@ -287,7 +285,7 @@ def test_slow_or_failing_grant_command_never_holds_the_next_tap(tmp_path, pcscd)
         assert taps == ["granted"] * 3
         assert elapsed < 1.5, f"three taps took {elapsed:.2f} s behind a 2 s grant command"
         # The command did run (and its failing exit status was only logged).
-        assert wait_for(lambda: done.exists() and json.loads(done.read_text())["decision"] == "granted")
+        assert wait_for(lambda: (read_json(done) or {}).get("decision") == "granted")
         assert "grantCommand exited with status 7" in (tmp_path / "tesserad.log").read_text()
     finally:
         daemon.stop()
@@ -298,6 +296,13 @@ def test_a_misspelled_access_setting_stops_start_up(tmp_path):
                              ({"anchors": ["ca.pem"], "issuer": {"tokenId": "t", "keyLabel": "k", "certificate": "c",
                                                                  "pin": "1234"}},
                               "unknown key 'pin' in accessControl.issuer"),
+                             ({"anchors": ["ca.pem"], "doors": {"vault": ["bob"]}},
+                              'a door now names its readers, {"vault": {"readers": [READER...]'),
+                             ({"anchors": ["ca.pem"], "doors": {"a": {"readers": ["R1"], "allow": ["x"]},
+                                                                "b": {"readers": ["R2", "R1"], "allow": ["y"]}}},
+                              "reader 'R1' is named by doors 'a' and 'b': a reader belongs to at most one door"),
+                             ({"anchors": ["ca.pem"], "doors": {"a": {"readers": ["R1"], "allow": [], "door": "b"}}},
+                              "unknown key 'door' in accessControl.doors.a"),
                              ({"anchors": [str(tmp_path / "missing.pem")]}, "cannot read")]:
         config = tmp_path / "tesserad.json"
         config.write_text(json.dumps({"accessControl": section}))
@@ -305,3 +310,94 @@ def test_a_misspelled_access_setting_stops_start_up(tmp_path):
                               "--state-dir", str(tmp_path / "state"), "--no-embedded-softhsm"],
                              capture_output=True, text=True, timeout=60)
         assert run.returncode != 0 and message in run.stderr, run.stderr
+
+
+def read_json(path: pathlib.Path):
+    """The JSON in `path`, or None while it is missing or still being written (a grant command's `cat`)."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def test_a_door_opens_only_for_its_own_readers(tmp_path, pcscd):
+    """accessControl.doors ties readers to doors (issue 35 §1): the server room's reader applies the server room's
+    rule without the caller naming it, no request can pick another door for it, a reader of no door opens nothing,
+    and only a uid with the `door` permission checks on a door's reader."""
+    if os.geteuid() != 0:
+        raise AssertionError("this test needs root to act as another uid (CI runs as root)")
+    let_other_uids_reach(tmp_path)
+    ca = tmp_path / "badge-ca"
+    alice, bob = tmp_path / "alice.json", tmp_path / "bob.json"
+    make_badge(ca, alice, "Alice Example", 41)
+    make_badge(ca, bob, "Bob Example", 42)
+    desk, server_room = pcscd.readers
+    grants = tmp_path / "grants"
+    grants.mkdir()
+
+    def relay(door):
+        return ["/bin/sh", "-c", f'cat > "{grants}/{door}-$$.json"']
+    config = {"socketMode": "0666", "accessControl": {
+        "anchors": [str(ca / "badge-ca.pem")],
+        "grantCommand": relay("default"),
+        "doors": {"server-room": {"readers": [server_room], "allow": ["bob"], "grantCommand": relay("server-room")},
+                  "lobby": {"readers": ["Lobby Reader"], "allow": ["alice", "bob"]}},
+    }}
+    daemon = start_daemon(tmp_path, pcscd, config=config)
+    try:
+        c = daemon.client()
+        for state, serial, holder in [(alice, 41, "alice"), (bob, 42, "bob")]:
+            with Badge(pcscd, state, serial, c):
+                check(c, reader=desk)
+                c.call("access.register", {"holder": holder, "reader": desk})
+        # A reader of no door gives decisions and opens nothing.
+        with Badge(pcscd, alice, 41, c):
+            at_desk = check(c, reader=desk)
+            assert at_desk["decision"] == "granted" and "door" not in at_desk, at_desk
+            # Another uid may check there (enroll, as before doors).
+            _, answers = calls_as(NOBODY, daemon.socket, [("access.check", {"reader": desk})])
+            assert answers[0].get("result", {}).get("decision") == "granted", answers
+        with Badge(pcscd, alice, 41, c, slot=1):
+            # Without --door, the server room's reader applies the server room's rule.
+            denied = check(c, reader=server_room)
+            assert denied["decision"] == "denied" and denied["reasons"] == ["DOOR_NOT_ALLOWED"], denied
+            assert denied["door"] == "server-room" and denied["holder"] == "alice"
+            assert check(c)["door"] == "server-room"  # the first reader with a card is the server room's
+            assert check(c, door="server-room")["reasons"] == ["DOOR_NOT_ALLOWED"]
+            # Naming the lobby, which admits alice, does not help: the reader is not the lobby's.
+            for params in ({"reader": server_room, "door": "lobby"}, {"reader": desk, "door": "server-room"},
+                           {"reader": server_room, "mode": "auth", "pin": "123456"}):
+                try:
+                    c.call("access.check", params)
+                    raise AssertionError(f"{params} was checked")
+                except RPCError as e:
+                    assert e.code == "INVALID_INPUT", e
+            # The door controller's permission: closed to another uid without a policy rule, on check and watch.
+            _, answers = calls_as(NOBODY, daemon.socket, [
+                ("access.check", {"reader": server_room}), ("access.check", {}),
+                ("access.watch", {"door": "server-room", "count": 1}), ("access.watch", {"count": 1})])
+            assert [a.get("code") for a in answers] == ["UNAUTHORIZED"] * 4, answers
+        with Badge(pcscd, bob, 42, c, slot=1):
+            opened = check(c, reader=server_room)
+            assert opened["decision"] == "granted" and opened["door"] == "server-room", opened
+            # The server room's own grantCommand ran, once, with its decision.
+            files = wait_for(lambda: (got := [read_json(f) for f in grants.glob("server-room-*.json")]) and all(got)
+                             and got)
+            assert [(f or {}).get("door") for f in files] == ["server-room"], files
+        # No other grant ran any command: not alice's at the desk, nothing through the default command.
+        time.sleep(1)
+        assert sorted(f.name.split("-")[0] for f in grants.glob("*.json")) == ["server"], list(grants.iterdir())
+        # access.watch watches the doors' readers: a card at the desk is not a decision, the server room's is.
+        watcher = daemon.client()
+        watcher.send_raw((json.dumps({"jsonrpc": "2.0", "id": 1, "method": "access.watch",
+                                      "params": {"count": 1}}) + "\n").encode())
+        time.sleep(0.5)
+        with Badge(pcscd, alice, 41, c):
+            time.sleep(1.5)
+            with Badge(pcscd, bob, 42, slot=1):
+                note = watcher.wait_notification("access.decision", timeout=30)
+                assert note["door"] == "server-room" and note["reader"] == server_room, note
+                assert note["decision"] == "granted"
+    finally:
+        daemon.stop()
+

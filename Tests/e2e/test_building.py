@@ -190,7 +190,7 @@ class Syncer(threading.Thread):
 
 def present(door: Door, state: pathlib.Path, serial: int) -> dict:
     with Badge(door.pcscd, state, serial, door.client):
-        return check(door.client, door=door.name)
+        return check(door.client)
 
 
 def test_a_building_one_office_three_doors(tmp_path):
@@ -215,7 +215,7 @@ def test_a_building_one_office_three_doors(tmp_path):
 
     def write_office_config(token: str) -> None:
         config.write_text(json.dumps({"pinFiles": {"badges": str(tmp_path / "badges.pin")}, "accessControl": {
-            "anchors": [str(tmp_path / "ca.pem")], "doors": {n: d["allow"] for n, d in office_doors.items()},
+            "anchors": [str(tmp_path / "ca.pem")], "doors": office_doors,
             "issuer": {"tokenId": token, "keyLabel": "badge-ca", "certificate": str(tmp_path / "ca.pem")},
             "publisher": {"tokenId": token, "keyLabel": "publisher", "certificate": str(tmp_path / "publisher.pem"),
                           "directory": str(published), "validitySeconds": VALIDITY}}}))
