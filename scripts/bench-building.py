@@ -142,7 +142,8 @@ def main() -> None:
         large_checks = checks(door, pcscd, state)
         crl_bytes = (root / "published" / "badges.crl").stat().st_size
         print(f"building benchmark ({BIN.name} build of {BIN}; one run)")
-        print(f"  office: {status['badges']} badges ({status['revoked']} suspended), {DOORS} doors")
+        print(f"  office: {status['badges']} badges (1 in 100 suspended; the CRL lists {status['revoked']}: the filler "
+              f"badges' certificate is another CA's), {DOORS} doors")
         print(f"  publish: {start_publish_ms} ms at start, access.publish {publish_rpc_ms:.0f} ms "
               f"(in the daemon {published_ms(office.log, forced)} ms)")
         print(f"  list: {status['bytes']} bytes signed ({small_bytes} bytes with 10 badges); CRL {crl_bytes} bytes")
