@@ -21,8 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tessera_harness import PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, free_port_pair, stop_process
+from tessera_harness import BIN, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, free_port_pair, stop_process
 from test_access import Badge, _try, check
+from test_piv import wait_for
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SYNC_UNIT = ROOT / "systemd" / "tessera-registry-sync.service"
@@ -33,13 +34,7 @@ VALIDITY = 20
 
 def until(predicate, timeout: float = 15.0):
     """predicate()'s first true value within `timeout` seconds; fails the test otherwise."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    value = predicate()
+    value = wait_for(predicate, timeout=timeout)
     assert value, f"not within {timeout} s"
     return value
 
@@ -376,3 +371,20 @@ def test_a_building_one_office_three_doors(tmp_path):
             door.stop()
         office.stop()
         office_pcscd.stop()
+
+
+def test_a_wrong_publisher_or_registry_setting_stops_start_up(tmp_path):
+    pub = {"tokenId": "t", "keyLabel": "k", "certificate": "c", "directory": str(tmp_path)}
+    reg = {"directory": str(tmp_path), "publisher": "p.pem", "maxAgeSeconds": 60}
+    for section, message in [({"publisher": {**pub, "validity": 60}}, "unknown key 'validity' in accessControl.publisher"),
+                             ({"publisher": {**pub, "validitySeconds": 5}}, "validitySeconds 5 is out of range"),
+                             ({"registry": {**reg, "maxAge": 1}}, "unknown key 'maxAge' in accessControl.registry"),
+                             ({"registry": {**reg, "maxAgeSeconds": 0}}, "maxAgeSeconds 0 is out of range"),
+                             ({"registry": reg, "publisher": pub}, "a door that follows an office's registry does not "
+                                                                   "publish one")]:
+        config = tmp_path / "tesserad.json"
+        config.write_text(json.dumps({"accessControl": {"anchors": ["ca.pem"], **section}}))
+        run = subprocess.run([str(BIN / "tesserad"), "--config", str(config), "--socket", str(tmp_path / "s.sock"),
+                              "--state-dir", str(tmp_path / "state"), "--no-embedded-softhsm"],
+                             capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and message in run.stderr, (message, run.stderr)
