@@ -53,8 +53,8 @@ def add_badges(db: pathlib.Path, count: int, certificate: bytes, first: tuple[by
 
 
 def office_config(path: pathlib.Path, root: pathlib.Path, token: str, holder: str) -> None:
-    doors = {f"door-{i:04d}": {"readers": [f"Reader {i:04d}"], "allow": [holder] + [f"holder-{i}-{j}" for j in range(9)]}
-             for i in range(DOORS)}
+    doors = {f"door-{i:04d}": {"readers": [f"Reader {i:04d}"],
+                               "allow": [holder] + [f"holder-{i}-{j}" for j in range(9)]} for i in range(DOORS)}
     doors["door-0000"]["readers"] = ["Tessera VPCD 00 00"]
     path.write_text(json.dumps({"pinFiles": {"badges": str(root / "badges.pin")}, "accessControl": {
         "anchors": [str(root / "lab-ca" / "badge-ca.pem")], "doors": doors,
@@ -147,8 +147,8 @@ def main() -> None:
         print(f"  publish: {start_publish_ms} ms at start, access.publish {publish_rpc_ms:.0f} ms "
               f"(in the daemon {published_ms(office.log, forced)} ms)")
         print(f"  list: {status['bytes']} bytes signed ({small_bytes} bytes with 10 badges); CRL {crl_bytes} bytes")
-        print(f"  door apply: {apply_ms} ms; RSS {rss_before} → {rss_after} KiB (+{(rss_after - rss_before) / 1024:.1f} "
-              f"MiB), peak +{(hwm_after - hwm_before) / 1024:.1f} MiB")
+        print(f"  door apply: {apply_ms} ms; RSS {rss_before} → {rss_after} KiB "
+              f"(+{(rss_after - rss_before) / 1024:.1f} MiB), peak +{(hwm_after - hwm_before) / 1024:.1f} MiB")
         print(f"  access.check (pcscd + vpcd), median of {CHECKS}: {statistics.median(small_checks):.1f} ms at 10 "
               f"badges, {statistics.median(large_checks):.1f} ms at {status['badges']}")
     finally:

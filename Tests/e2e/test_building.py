@@ -329,7 +329,8 @@ def test_a_building_one_office_three_doors(tmp_path):
             name = f"doorlist-{kept + 200 + n}.p7s"
             (lobby.registry / name).write_bytes(data)
             (lobby.registry / "latest").write_text(name + "\n")
-            until(lambda: re.search(rf'file=\S*/{name} reason={expected[label]} .*door list refused', lobby.log()), timeout=15)
+            refused = rf"file=\S*/{name} reason={expected[label]} .*door list refused"
+            until(lambda: re.search(refused, lobby.log()), timeout=15)
             assert lobby.status()["number"] == kept, label
             assert present(lobby, alice, 7001)["decision"] == "granted", label
         lobby.syncing = True
@@ -376,7 +377,8 @@ def test_a_building_one_office_three_doors(tmp_path):
 def test_a_wrong_publisher_or_registry_setting_stops_start_up(tmp_path):
     pub = {"tokenId": "t", "keyLabel": "k", "certificate": "c", "directory": str(tmp_path)}
     reg = {"directory": str(tmp_path), "publisher": "p.pem", "maxAgeSeconds": 60}
-    for section, message in [({"publisher": {**pub, "validity": 60}}, "unknown key 'validity' in accessControl.publisher"),
+    for section, message in [({"publisher": {**pub, "validity": 60}},
+                              "unknown key 'validity' in accessControl.publisher"),
                              ({"publisher": {**pub, "validitySeconds": 5}}, "validitySeconds 5 is out of range"),
                              ({"registry": {**reg, "maxAge": 1}}, "unknown key 'maxAge' in accessControl.registry"),
                              ({"registry": {**reg, "maxAgeSeconds": 0}}, "maxAgeSeconds 0 is out of range"),
