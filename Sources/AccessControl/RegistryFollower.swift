@@ -50,13 +50,13 @@ public actor RegistryFollower {
     public func offerList(_ bytes: [UInt8], now: Date = Date()) -> Result<UInt64, DoorListRefusal> {
         switch SignedDoorList.accept(bytes, publisher: publisher, current: index?.list.number, now: now) {
         case .failure(let refusal): return .failure(refusal)
-        case .success(let list):
+        case .success(let applied):
             // The doors must make a door table as the configuration's would (a reader of one door, a known mode).
-            guard let table = try? Self.doorTable(list.doors) else { return .failure(.malformed) }
-            index = DoorListIndex(list)
+            guard let table = try? Self.doorTable(applied.list.doors) else { return .failure(.malformed) }
+            index = applied
             doors = table
             appliedAt = now
-            return .success(list.number)
+            return .success(applied.list.number)
         }
     }
 

@@ -64,20 +64,6 @@ public struct DoorList: Sendable, Equatable, Codable {
         }
     }
 
-    /// Parses the JSON of a list. MALFORMED_DATA for anything else (another format included).
-    public static func decode(_ bytes: [UInt8]) throws(TesseraError) -> DoorList {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
-        let list: DoorList
-        do { list = try decoder.decode(DoorList.self, from: Data(bytes)) } catch {
-            throw TesseraError(.malformedData, "the door list does not parse: \(error)")
-        }
-        guard list.format == format else {
-            throw TesseraError(.malformedData, "door list format \(list.format) is not \(format)")
-        }
-        return list
-    }
-
     /// Seconds since the list was issued at `now` (never negative).
     public func age(at now: Date) -> Double { max(0, now.timeIntervalSince(issuedAt)) }
 
@@ -123,17 +109,36 @@ public struct DoorListIndex: Sendable {
     }
 
     public init(_ list: DoorList) {
+        var builder = Builder(capacity: list.badges.count)
+        for badge in list.badges { builder.add(badge) }
         var header = list
         header.badges = []
-        self.list = header
-        badgeCount = list.badges.count
+        self.init(header: header, builder)
+    }
+
+    init(header: DoorList, _ builder: Builder) {
+        list = header
+        badgeCount = builder.count
+        entries = builder.entries
+        otherEntries = builder.otherEntries
+        holders = builder.holders
+        // A list has four states; more than 256 distinct ones would alias.
+        states = builder.states
+    }
+
+    /// Collects badges one at a time, so a list can be indexed while it is decoded.
+    struct Builder {
+        var count = 0
         var entries: [Key: Entry] = [:]
-        entries.reserveCapacity(list.badges.count)
         var otherEntries: [String: Entry] = [:]
         var holders: [String] = []
         var holderIndex: [String: Int32] = [:]
         var states: [String] = []
-        for badge in list.badges {
+
+        init(capacity: Int) { entries.reserveCapacity(capacity) }
+
+        mutating func add(_ badge: DoorList.Badge) {
+            count += 1
             let holder = holderIndex[badge.holder] ?? Int32(holders.count)
             if holder == Int32(holders.count) {
                 holders.append(badge.holder)
@@ -144,17 +149,50 @@ public struct DoorListIndex: Sendable {
                 states.append(badge.state)
                 state = states.count - 1
             }
-            let key = Hex.decode(badge.keySHA256).flatMap { $0.count == 32 ? Self.words($0) : nil }
+            let key = Hex.decode(badge.keySHA256).flatMap { $0.count == 32 ? DoorListIndex.words($0) : nil }
             let entry = Entry(
                 holder: holder, state: UInt8(truncatingIfNeeded: state ?? 0), hexKey: key != nil,
                 k0: key?.0 ?? 0, k1: key?.1 ?? 0, k2: key?.2 ?? 0, k3: key?.3 ?? 0)
             if let id = Key(badge.id) { entries[id] = entry } else { otherEntries[badge.id] = entry }
         }
-        self.entries = entries
-        self.otherEntries = otherEntries
-        self.holders = holders
-        // A list has four states; more than 256 distinct ones would alias.
-        self.states = states
+    }
+
+    /// Parses the JSON of a list straight into an index: each badge is decoded, indexed and let go, so the list's
+    /// badges never exist all at once as values. MALFORMED_DATA for anything else (another format included).
+    public static func decode(_ bytes: [UInt8]) throws(TesseraError) -> DoorListIndex {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        let streamed: Streamed
+        do { streamed = try decoder.decode(Streamed.self, from: Data(bytes)) } catch {
+            throw TesseraError(.malformedData, "the door list does not parse: \(error)")
+        }
+        guard streamed.format == DoorList.format else {
+            throw TesseraError(.malformedData, "door list format \(streamed.format) is not \(DoorList.format)")
+        }
+        let header = DoorList(
+            number: streamed.number, issuedAt: streamed.issuedAt, expiresAt: streamed.expiresAt, badges: [],
+            doors: streamed.doors)
+        return DoorListIndex(header: header, streamed.badges.builder)
+    }
+
+    /// A list as decoded for a door: the header's fields and the badges as an index.
+    struct Streamed: Decodable {
+        var format: Int
+        var number: UInt64
+        var issuedAt: Date
+        var expiresAt: Date
+        var doors: [String: DoorList.Door]
+        var badges: Badges
+
+        struct Badges: Decodable {
+            var builder: Builder
+
+            init(from decoder: any Decoder) throws {
+                var container = try decoder.unkeyedContainer()
+                builder = Builder(capacity: container.count ?? 0)
+                while !container.isAtEnd { builder.add(try container.decode(DoorList.Badge.self)) }
+            }
+        }
     }
 
     /// The badge with id `id`; nil when the list does not name it.

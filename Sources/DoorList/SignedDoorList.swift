@@ -19,29 +19,29 @@ public enum SignedDoorList {
             content: try list.encoded(), contentType: contentType, signerCertificate: publisher, sign: sign)
     }
 
-    /// The list in `bytes` when its signature verifies with `publisher`'s key; the refusal otherwise.
-    public static func open(_ bytes: [UInt8], publisher: ParsedCertificate) -> Result<DoorList, DoorListRefusal> {
+    /// The list in `bytes`, indexed, when its signature verifies with `publisher`'s key; the refusal otherwise.
+    public static func open(_ bytes: [UInt8], publisher: ParsedCertificate) -> Result<DoorListIndex, DoorListRefusal> {
         guard let signed = try? CMSSignedData(contentInfo: bytes), signed.contentType == contentType,
             signed.signerInfos.count == 1, let signer = signed.signerInfos.first
         else { return .failure(.malformed) }
         guard signed.verify(signer, signerKey: publisher.subjectPublicKeyInfo) == .valid else {
             return .failure(.signature)
         }
-        guard let list = try? DoorList.decode(signed.content) else { return .failure(.malformed) }
-        return .success(list)
+        guard let index = try? DoorListIndex.decode(signed.content) else { return .failure(.malformed) }
+        return .success(index)
     }
 
     /// The follower's rule (TUF's): a door applies the list in `bytes` only when it is signed by `publisher`, parses,
     /// carries a number above `current` (the number the door has; nil: none) and has not expired at `now`.
     public static func accept(
         _ bytes: [UInt8], publisher: ParsedCertificate, current: UInt64?, now: Date
-    ) -> Result<DoorList, DoorListRefusal> {
+    ) -> Result<DoorListIndex, DoorListRefusal> {
         switch open(bytes, publisher: publisher) {
         case .failure(let refusal): return .failure(refusal)
-        case .success(let list):
-            if let current, list.number <= current { return .failure(.notNewer) }
-            if now >= list.expiresAt { return .failure(.expired) }
-            return .success(list)
+        case .success(let index):
+            if let current, index.list.number <= current { return .failure(.notNewer) }
+            if now >= index.list.expiresAt { return .failure(.expired) }
+            return .success(index)
         }
     }
 }

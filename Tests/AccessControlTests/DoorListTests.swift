@@ -26,12 +26,16 @@ struct DoorListTests {
         let pki = try await BadgePKI.make()
         let publisher = try pki.authority.parsedCertificate()
         let signed = try await pki.authority.sign(Self.list(number: 7, issuedAt: pki.now))
-        let list = try SignedDoorList.accept(signed, publisher: publisher, current: 6, now: pki.now).get()
-        #expect(list == Self.list(number: 7, issuedAt: list.issuedAt))
-        let index = DoorListIndex(list)
+        let index = try SignedDoorList.accept(signed, publisher: publisher, current: 6, now: pki.now).get()
+        let list = Self.list(number: 7, issuedAt: index.list.issuedAt)
+        #expect(abs(index.list.issuedAt.timeIntervalSince(pki.now)) < 1)
+        #expect(index.list.number == 7 && index.list.doors == list.doors && index.list.badges.isEmpty)
         #expect(index.badge("NEdfQmFkZ2f") == list.badges[1])
         #expect(index.badge("NEdfQmFkZ2U") == list.badges[0])
         #expect(index.badge("NEdfQmFkZ2V") == nil)
+        #expect(index.badgeCount == 2)
+        // The plain index of the same list answers the same.
+        #expect(DoorListIndex(list).badge("NEdfQmFkZ2f") == list.badges[1])
         let doors = try RegistryFollower.doorTable(list.doors)
         #expect(doors.door(ofReader: "Reader 0")?.name == "lobby")
         #expect(doors.door(ofReader: "Reader 0")?.admits(holder: "bob", badgeId: nil) == true)
@@ -48,24 +52,31 @@ struct DoorListTests {
         let at = try #require(findBytes(Array("alice".utf8), in: tampered))
         tampered[at + 4] ^= 0x03
         #expect(
-            SignedDoorList.accept(tampered, publisher: publisher, current: nil, now: pki.now) == .failure(.signature))
+            SignedDoorList.accept(tampered, publisher: publisher, current: nil, now: pki.now).map(\.list.number)
+                == .failure(.signature))
         let foreign = try await pki.stranger.sign(Self.list(number: 8, issuedAt: pki.now))
         #expect(
-            SignedDoorList.accept(foreign, publisher: publisher, current: nil, now: pki.now) == .failure(.signature))
-        #expect(SignedDoorList.accept(signed, publisher: publisher, current: 7, now: pki.now) == .failure(.notNewer))
-        #expect(SignedDoorList.accept(signed, publisher: publisher, current: 9, now: pki.now) == .failure(.notNewer))
+            SignedDoorList.accept(foreign, publisher: publisher, current: nil, now: pki.now).map(\.list.number)
+                == .failure(.signature))
         #expect(
-            SignedDoorList.accept(signed, publisher: publisher, current: 6, now: pki.now + 3600)
+            SignedDoorList.accept(signed, publisher: publisher, current: 7, now: pki.now).map(\.list.number)
+                == .failure(.notNewer))
+        #expect(
+            SignedDoorList.accept(signed, publisher: publisher, current: 9, now: pki.now).map(\.list.number)
+                == .failure(.notNewer))
+        #expect(
+            SignedDoorList.accept(signed, publisher: publisher, current: 6, now: pki.now + 3600).map(\.list.number)
                 == .failure(.expired))
         #expect(
             SignedDoorList.accept(Array(signed.prefix(100)), publisher: publisher, current: nil, now: pki.now)
-                == .failure(.malformed))
+                .map(\.list.number) == .failure(.malformed))
         // Signed by the publisher, but another format.
         var future = Self.list(number: 8, issuedAt: pki.now)
         future.format = 2
         let unknown = try await pki.authority.sign(future)
         #expect(
-            SignedDoorList.accept(unknown, publisher: publisher, current: nil, now: pki.now) == .failure(.malformed))
+            SignedDoorList.accept(unknown, publisher: publisher, current: nil, now: pki.now).map(\.list.number)
+                == .failure(.malformed))
     }
 
     @Test func aListPastItsFreezeBoundOrExpiryIsStale() {
