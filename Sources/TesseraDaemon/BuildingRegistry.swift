@@ -75,12 +75,12 @@ actor RegistryOffice {
             lastError = error.message
             throw error
         }
-        // The number is saved before the files go out: a crash in between skips a number, never reuses one.
-        try Self.write(Array("\(next)\n".utf8), directory: stateDirectory, name: "registry-published-number")
         let name = "doorlist-\(next).p7s"
-        let dir = directory
+        let (dir, state) = (directory, stateDirectory)
         let (list, crl) = (publication.signedList, publication.crl)
         try await DedicatedThread.run { () throws(TesseraError) in
+            // The number is saved before the files go out: a crash in between skips a number, never reuses one.
+            try Self.write(Array("\(next)\n".utf8), directory: state, name: "registry-published-number")
             try Self.write(list, directory: dir, name: name, mode: 0o644)
             try Self.write(crl, directory: dir, name: "badges.crl", mode: 0o644)
             try Self.write(Array((name + "\n").utf8), directory: dir, name: "latest", mode: 0o644)
@@ -186,9 +186,12 @@ actor RegistryDoor {
     /// Applies the saved copies (a door restarted offline keeps deciding), then follows the directory.
     func run() async {
         try? FileManager.default.createDirectory(atPath: saved, withIntermediateDirectories: true)
-        await look(listPath: saved + "/doorlist.p7s", crlPath: saved + "/badges.crl", save: false)
+        var newList = await look(listPath: saved + "/doorlist.p7s", crlPath: saved + "/badges.crl", save: false)
         while !Task.isCancelled {
-            await look(listPath: latestList(), crlPath: directory + "/badges.crl", save: true)
+            if await look(listPath: latestList(), crlPath: directory + "/badges.crl", save: true) { newList = true }
+            // Reading and parsing a list left its buffers free (the door keeps only its index): give them back.
+            if newList { tessera_release_free_memory() }
+            newList = false
             try? await Task.sleep(for: poll)
         }
     }
@@ -205,16 +208,18 @@ actor RegistryDoor {
         return directory + "/" + name
     }
 
-    func look(listPath: String?, crlPath: String, save: Bool) async {
+    /// Looks at the files once; true when a list was applied.
+    @discardableResult
+    func look(listPath: String?, crlPath: String, save: Bool) async -> Bool {
+        var newList = false
         if let listPath, let bytes = await read(listPath, kind: "list") {
             let started = ContinuousClock.now
             let outcome = await follower.offerList(bytes)
             report(outcome, kind: "door list", path: listPath, elapsed: ContinuousClock.now - started)
             if case .success = outcome {
                 applied["list"] = MessageDigest.sha256(bytes)
-                if save { store(bytes, name: "doorlist.p7s") }
-                // Parsing the list left many small blocks free; the door keeps only its index.
-                tessera_release_free_memory()
+                if save { await store(bytes, name: "doorlist.p7s") }
+                newList = true
             }
         }
         if let bytes = await read(crlPath, kind: "crl") {
@@ -222,9 +227,10 @@ actor RegistryDoor {
             report(outcome, kind: "CRL", path: crlPath)
             if case .success = outcome {
                 applied["crl"] = MessageDigest.sha256(bytes)
-                if save { store(bytes, name: "badges.crl") }
+                if save { await store(bytes, name: "badges.crl") }
             }
         }
+        return newList
     }
 
     /// The file's bytes when it is not the file last read for that kind (read off the cooperative pool).
@@ -260,8 +266,10 @@ actor RegistryDoor {
         d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000
     }
 
-    private func store(_ bytes: [UInt8], name: String) {
-        if case .failure(let error) = AtomicFile.write(bytes, directory: saved, name: name) {
+    private func store(_ bytes: [UInt8], name: String) async {
+        let directory = saved
+        let outcome = await DedicatedThread.run { AtomicFile.write(bytes, directory: directory, name: name) }
+        if case .failure(let error) = outcome {
             logger.error("registry: cannot save the last good \(name)", metadata: ["error": "\(error.reason)"])
         }
     }
