@@ -81,9 +81,11 @@ public struct DoorListIndex: Sendable {
     public let list: DoorList
     /// How many badges the list holds.
     public let badgeCount: Int
-    private let entries: [Key: Entry]
+    /// Badge id → its entry's position in `values` (a 4-byte value keeps the table small).
+    private let entries: [Key: Int32]
     /// Badges whose id is not base64url of at most 31 bytes (no card makes one; kept by their text).
-    private let otherEntries: [String: Entry]
+    private let otherEntries: [String: Int32]
+    private let values: [Entry]
     private let holders: [String]
     private let states: [String]
 
@@ -121,6 +123,7 @@ public struct DoorListIndex: Sendable {
         badgeCount = builder.count
         entries = builder.entries
         otherEntries = builder.otherEntries
+        values = builder.values
         holders = builder.holders
         // A list has four states; more than 256 distinct ones would alias.
         states = builder.states
@@ -129,13 +132,17 @@ public struct DoorListIndex: Sendable {
     /// Collects badges one at a time, so a list can be indexed while it is decoded.
     struct Builder {
         var count = 0
-        var entries: [Key: Entry] = [:]
-        var otherEntries: [String: Entry] = [:]
+        var entries: [Key: Int32] = [:]
+        var otherEntries: [String: Int32] = [:]
+        var values: [Entry] = []
         var holders: [String] = []
         var holderIndex: [String: Int32] = [:]
         var states: [String] = []
 
-        init(capacity: Int) { entries.reserveCapacity(capacity) }
+        init(capacity: Int) {
+            entries.reserveCapacity(capacity)
+            values.reserveCapacity(capacity)
+        }
 
         mutating func add(_ badge: DoorList.Badge) {
             count += 1
@@ -153,7 +160,9 @@ public struct DoorListIndex: Sendable {
             let entry = Entry(
                 holder: holder, state: UInt8(truncatingIfNeeded: state ?? 0), hexKey: key != nil,
                 k0: key?.0 ?? 0, k1: key?.1 ?? 0, k2: key?.2 ?? 0, k3: key?.3 ?? 0)
-            if let id = Key(badge.id) { entries[id] = entry } else { otherEntries[badge.id] = entry }
+            let position = Int32(values.count)
+            values.append(entry)
+            if let id = Key(badge.id) { entries[id] = position } else { otherEntries[badge.id] = position }
         }
     }
 
@@ -197,7 +206,8 @@ public struct DoorListIndex: Sendable {
 
     /// The badge with id `id`; nil when the list does not name it.
     public func badge(_ id: String) -> DoorList.Badge? {
-        guard let entry = Key(id).flatMap({ entries[$0] }) ?? otherEntries[id] else { return nil }
+        guard let position = Key(id).flatMap({ entries[$0] }) ?? otherEntries[id] else { return nil }
+        let entry = values[Int(position)]
         let words = [entry.k0, entry.k1, entry.k2, entry.k3]
         let key =
             entry.hexKey
