@@ -24,6 +24,7 @@ actor RegistryOffice {
     private var lastAt: Date?
     private var marker: Int64?
     private var lastError: String?
+    private var loggedError: String?
     private var certificates: BadgePublisher.CertificateFacts.Cache = [:]
     /// Publications kept in the directory besides the newest.
     static let kept: UInt64 = 2
@@ -111,8 +112,14 @@ actor RegistryOffice {
             guard due || current != marker else { return }
             try await publish()
         } catch {
-            logger.error("door list publication failed", metadata: ["error": "\(error)"])
+            // Logged when it starts failing or fails otherwise, not every second while a token is away.
+            if error.message != loggedError {
+                logger.error("door list publication failed", metadata: ["error": "\(error)"])
+            }
+            loggedError = error.message
+            return
         }
+        loggedError = nil
     }
 
     /// The loop the daemon runs: a publication at start, then `publishIfDue` every second.
