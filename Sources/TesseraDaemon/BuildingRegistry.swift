@@ -25,6 +25,7 @@ actor RegistryOffice {
     private var marker: Int64?
     private var lastError: String?
     private var loggedError: String?
+    private var lastBytes = 0
     private var certificates: BadgePublisher.CertificateFacts.Cache = [:]
     /// Publications kept in the directory besides the newest.
     static let kept: UInt64 = 2
@@ -65,7 +66,8 @@ actor RegistryOffice {
             throw error
         }
         let marker = try await publisher.registry.store.auditMarker()
-        let next = max(number, Self.savedNumber(stateDirectory), Self.latestNumber(directory)) + 1
+        let (dir, state, number) = (directory, stateDirectory, number)
+        let next = await DedicatedThread.run { max(number, Self.savedNumber(state), Self.latestNumber(dir)) + 1 }
         let started = ContinuousClock.now
         let publication: BadgePublisher.Publication
         do {
@@ -77,7 +79,6 @@ actor RegistryOffice {
             throw error
         }
         let name = "doorlist-\(next).p7s"
-        let (dir, state) = (directory, stateDirectory)
         let (list, crl) = (publication.signedList, publication.crl)
         try await DedicatedThread.run { () throws(TesseraError) in
             // The number is saved before the files go out: a crash in between skips a number, never reuses one.
@@ -87,8 +88,12 @@ actor RegistryOffice {
             try Self.write(Array((name + "\n").utf8), directory: dir, name: "latest", mode: 0o644)
             if next > Self.kept { unlink(dir + "/doorlist-\(next - Self.kept - 1).p7s") }
         }
-        number = next
+        self.number = next
+        // What status shows; the signed bytes are in the directory.
         last = publication
+        last?.signedList = []
+        last?.crl = []
+        lastBytes = list.count
         lastAt = publication.issuedAt
         self.marker = marker
         lastError = nil
@@ -138,7 +143,7 @@ actor RegistryOffice {
             o["expiresAt"] = .string(last.expiresAt.iso8601Seconds)
             o["badges"] = .number(Double(last.badges))
             o["revoked"] = .number(Double(last.revoked))
-            o["bytes"] = .number(Double(last.signedList.count))
+            o["bytes"] = .number(Double(lastBytes))
             o["validitySeconds"] = .number(last.expiresAt.timeIntervalSince(last.issuedAt))
             o["file"] = .string("doorlist-\(last.number).p7s")
         }
@@ -184,6 +189,8 @@ actor RegistryDoor {
     private var seen: [String: String] = [:]
     /// Kind → SHA-256 of the bytes last applied: the sync fetching the same file again is no news.
     private var applied: [String: [UInt8]] = [:]
+    /// The unusable `latest` last logged.
+    private var badLatest: String?
 
     init(follower: RegistryFollower, directory: String, stateDirectory: String, poll: Duration, logger: Logger) {
         self.follower = follower; self.directory = directory; self.saved = stateDirectory + "/registry"
@@ -208,10 +215,14 @@ actor RegistryDoor {
         guard let data = FileManager.default.contents(atPath: directory + "/latest") else { return nil }
         let name = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard !name.isEmpty, !name.contains("/"), !name.hasPrefix(".") else {
-            logger.warning(
-                "registry: the latest pointer names no file of the directory", metadata: ["latest": "\(name)"])
+            if name != badLatest {
+                logger.warning(
+                    "registry: the latest pointer names no file of the directory", metadata: ["latest": "\(name)"])
+            }
+            badLatest = name
             return nil
         }
+        badLatest = nil
         return directory + "/" + name
     }
 
