@@ -46,18 +46,30 @@ public actor RegistryFollower {
     }
 
     /// Offers a signed list: applied when `SignedDoorList.accept` takes it, else the refusal (the door keeps its
-    /// list). Returns the applied list's number.
-    public func offerList(_ bytes: [UInt8], now: Date = Date()) -> Result<UInt64, DoorListRefusal> {
-        switch SignedDoorList.accept(bytes, publisher: publisher, current: index?.list.number, now: now) {
+    /// list). Returns the applied list's number. The verification and the parse run off this actor: decisions go on
+    /// with the current list meanwhile.
+    @concurrent
+    public nonisolated func offerList(_ bytes: [UInt8], now: Date = Date()) async -> Result<UInt64, DoorListRefusal> {
+        let current = await number
+        switch SignedDoorList.accept(bytes, publisher: publisher, current: current, now: now) {
         case .failure(let refusal): return .failure(refusal)
         case .success(let applied):
             // The doors must make a door table as the configuration's would (a reader of one door, a known mode).
             guard let table = try? Self.doorTable(applied.list.doors) else { return .failure(.malformed) }
-            index = applied
-            doors = table
-            appliedAt = now
-            return .success(applied.list.number)
+            return await apply(applied, doors: table, now: now)
         }
+    }
+
+    /// The number of the applied list.
+    var number: UInt64? { index?.list.number }
+
+    private func apply(_ applied: DoorListIndex, doors table: DoorTable, now: Date) -> Result<UInt64, DoorListRefusal> {
+        // Another offer may have been applied while this one was verified.
+        if let number, applied.list.number <= number { return .failure(.notNewer) }
+        index = applied
+        doors = table
+        appliedAt = now
+        return .success(applied.list.number)
     }
 
     /// Offers the badge CA's CRL: applied when `BadgeCRL.accept` takes it. Returns its CRL number.
