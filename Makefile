@@ -74,7 +74,7 @@ install: generated
 	  $(DESTDIR)$(SYSTEMDUSERUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(TMPFILESDIR) $(DESTDIR)$(UDEVRULESDIR) \
 	  $(DESTDIR)$(MODPROBEDIR) $(DESTDIR)$(SYSCONFDIR)/tessera $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
 	  $(DESTDIR)$(BASHCOMPLETIONDIR) $(DESTDIR)$(ZSHCOMPLETIONDIR) $(DESTDIR)$(FISHCOMPLETIONDIR) \
-	  $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)/tessera/environment.d
+	  $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)/tessera/environment.d $(DESTDIR)$(DATADIR)/tessera/systemd
 	$(INSTALL) -m 0755 $(RELEASE_BIN)/tesserad $(DESTDIR)$(SBINDIR)/tesserad
 	$(INSTALL) -m 0755 $(RELEASE_BIN)/tessera $(DESTDIR)$(BINDIR)/tessera
 	for u in tesserad.socket tesserad.service tesserad-ssh-agent.socket; do \
@@ -85,6 +85,8 @@ install: generated
 	for u in tessera-registry-sync.service tessera-registry-sync.timer; do \
 	  $(UNIT_SED) systemd/$$u > $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u && \
 	  chmod 0644 $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u || exit 1; done
+	$(UNIT_SED) systemd/dropins/ctap-uhid.conf > $(DESTDIR)$(DATADIR)/tessera/systemd/ctap-uhid.conf
+	chmod 0644 $(DESTDIR)$(DATADIR)/tessera/systemd/ctap-uhid.conf
 	$(INSTALL) -m 0644 packaging/sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/tessera.conf
 	$(INSTALL) -m 0644 packaging/tmpfiles.conf $(DESTDIR)$(TMPFILESDIR)/tessera.conf
 	$(INSTALL) -m 0644 udev/70-tessera-ctap.rules udev/70-tessera-nfc.rules $(DESTDIR)$(UDEVRULESDIR)/

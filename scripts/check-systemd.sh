@@ -31,6 +31,22 @@ out=$(systemd-analyze verify --man=no --root="$root" $names 2>&1) || { echo "$ou
 if [ -n "$out" ]; then echo "$out"; echo "systemd-analyze verify reported problems"; exit 1; fi
 echo "systemd-analyze verify: clean ($names)"
 
+# The --ctap-uhid drop-in (installed to /usr/share/tessera/systemd/): the unit stays clean with it, its ExecStart is
+# the unit's plus --ctap-uhid, it allows /dev/uhid, and the udev rule gives /dev/uhid to the daemon's user alone.
+mkdir -p "$root/etc/systemd/system/tesserad.service.d"
+cp systemd/dropins/ctap-uhid.conf "$root/etc/systemd/system/tesserad.service.d/"
+out=$(systemd-analyze verify --man=no --root="$root" tesserad.service 2>&1) || { echo "$out"; echo "verify with the ctap-uhid drop-in failed"; exit 1; }
+if [ -n "$out" ]; then echo "$out"; echo "verify with the ctap-uhid drop-in reported problems"; exit 1; fi
+unit_exec=$(sed -n 's/^ExecStart=\(..*\)$/\1/p' systemd/tesserad.service)
+drop_exec=$(sed -n 's/^ExecStart=\(..*\)$/\1/p' systemd/dropins/ctap-uhid.conf)
+[ "$drop_exec" = "$unit_exec --ctap-uhid" ] || { echo "ctap-uhid.conf's ExecStart is not the unit's plus --ctap-uhid"; exit 1; }
+grep -qx 'DeviceAllow=/dev/uhid rw' systemd/dropins/ctap-uhid.conf || { echo "ctap-uhid.conf does not allow /dev/uhid"; exit 1; }
+grep -q '^KERNEL=="uhid", SUBSYSTEM=="misc", OWNER="tesserad", MODE="0600"$' udev/70-tessera-ctap.rules || {
+  echo "udev/70-tessera-ctap.rules must give /dev/uhid to tesserad alone (OWNER=\"tesserad\", MODE=\"0600\")"; exit 1; }
+if grep -q '^KERNEL=="uhid".*GROUP=' udev/70-tessera-ctap.rules; then echo "/dev/uhid must not go to a group"; exit 1; fi
+echo "ctap-uhid drop-in: clean; /dev/uhid is tesserad's alone"
+rm -r "$root/etc/systemd/system/tesserad.service.d"
+
 user_names=$(cd systemd/user && echo *.service *.socket)
 for u in $user_names; do sed "s|/usr/sbin/tesserad|$root/usr/sbin/tesserad|g" "systemd/user/$u" > "$root/user/$u"; done
 chmod 0700 "$root/run"

@@ -38,8 +38,8 @@ func badgeBench(runs: Int, pcscd: PCSCDaemonFixture, context: PCSCContext) async
     let store = CredentialStore(database: try TesseraDatabase(path: directory + "/tessera.sqlite"))
     let registry = BadgeRegistry(store: store)
     _ = try await registry.register(
-        identifiers: issued.identifiers, holder: "bench", certificate: issued.cardAuthCertificate, owner: 0,
-        actor: "bench", replace: false)
+        identifiers: issued.identifiers, holder: "bench", certificate: issued.cardAuthCertificate,
+        keys: issued.publicKeys, owner: 0, actor: "bench", replace: false)
     let trust = BadgeTrust(anchors: [try authority.parsedCertificate()])
     var logger = Logger(label: "badge-bench")
     logger.logLevel = .warning

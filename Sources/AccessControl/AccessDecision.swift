@@ -38,17 +38,21 @@ public struct AccessDecision: Sendable, Equatable, Codable {
         if !reasons.contains(reason) { reasons.append(reason) }
         decision = .denied
     }
+    /// The CRL that answered for the card's certificate, when one was consulted.
+    public var crl: CRLSource?
 
-    /// Combines the card's reading with the badge's lifecycle state (nil = not registered) and the door rule
-    /// (`admitted` nil = no rule for the door); `apdus` and `elapsed` are what the check cost.
+    /// Combines the card's reading with the badge's lifecycle state (nil = not registered), whether the card's key is
+    /// the one registered (`keyMismatch`) and the door rule (`admitted` nil = no door); `apdus` and `elapsed` are
+    /// what the check cost.
     public init(
-        reading: BadgeReading, state: CredentialState?, admitted: Bool?, door: String? = nil, reader: String? = nil,
-        apdus: Int = 0, elapsed: Duration = .zero
+        reading: BadgeReading, state: CredentialState?, keyMismatch: Bool = false, admitted: Bool?,
+        door: String? = nil, reader: String? = nil, apdus: Int = 0, elapsed: Duration = .zero
     ) {
         var reasons = reading.reasons
         // The lifecycle only speaks for a card whose identity the cryptography established.
         let cryptographyHolds = !reasons.contains { Self.identityUnproven.contains($0) }
         if reading.badgeId != nil && cryptographyHolds {
+            if state != nil && keyMismatch { reasons.append(.badgeKeyMismatch) }
             switch state {
             case nil: reasons.append(.badgeUnknown)
             case .active?: break
@@ -62,6 +66,7 @@ public struct AccessDecision: Sendable, Equatable, Codable {
         decision = reasons.isEmpty ? .granted : .denied
         cardholder = reading.cardholder
         badgeId = reading.badgeId
+        crl = reading.crl
         self.door = door
         self.reader = reader
         self.apdus = apdus
@@ -89,6 +94,7 @@ public struct AccessDecision: Sendable, Equatable, Codable {
                 "age": registry.age.map { .number(($0 * 10).rounded() / 10) } ?? .null,
             ]
         }
+        if let crl { o["crl"] = crl.json }
         return .object(o)
     }
 }

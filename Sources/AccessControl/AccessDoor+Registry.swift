@@ -16,16 +16,13 @@ extension AccessDoor {
         let entry = reading.badgeId.flatMap { view.index?.badge($0) }
         let admitted = door.map { $0.admits(holder: entry?.holder, badgeId: reading.badgeId) }
         let state = entry.map { CredentialState(rawValue: $0.state) ?? .deactivated }
+        // The pinned key: the office publishes the SHA-256 of the badge's Card Authentication key.
+        let certificate = reading.certificate.flatMap { try? ParsedCertificate(der: $0) }
+        let keyMismatch = entry.map { entry in certificate.map(DoorList.keySHA256) != entry.keySHA256 } ?? false
         var decision = AccessDecision(
-            reading: reading, state: state, admitted: admitted, door: door?.name, reader: reader, apdus: apdus,
-            elapsed: elapsed)
+            reading: reading, state: state, keyMismatch: keyMismatch, admitted: admitted, door: door?.name,
+            reader: reader, apdus: apdus, elapsed: elapsed)
         decision.holder = entry?.holder
-        if let entry, let der = reading.certificate, let certificate = try? ParsedCertificate(der: der),
-            DoorList.keySHA256(certificate) != entry.keySHA256,
-            !decision.reasons.contains(where: { AccessDecision.identityUnproven.contains($0) })
-        {
-            decision.deny(.badgeKeyMismatch)
-        }
         if view.stale { decision.deny(.registryStale) }
         decision.registry = view.stamp
         return decision
@@ -36,6 +33,6 @@ extension BadgeTrust {
     /// This trust with `crl` (a CRL a door received from its office) beside the configured ones.
     func adding(_ crl: CertificateRevocationList?) -> BadgeTrust {
         guard let crl else { return self }
-        return BadgeTrust(anchors: anchors, crls: crls + [crl])
+        return BadgeTrust(anchors: anchors, crls: crls + [crl], anchorFiles: anchorFiles, crlFiles: crlFiles)
     }
 }

@@ -7,22 +7,22 @@ import PIV
 import Passkeys
 import TesseraCore
 import TesseraRuntime
+import X509Support
 
 /// The door: checks the badge on a reader (PC/SC or libnfc, through the document service's readers), decides with
 /// the badge's lifecycle and the rule of the door the reader belongs to, and runs that door's `grantCommand` on each
 /// grant without waiting for it.
 public final class AccessDoor: Sendable {
     public let documents: DocumentService
-    public let trust: BadgeTrust
+    private let trustInForce: Locked<BadgeTrust>
     public let registry: BadgeRegistry
-    /// The doors and their readers; a reader of no door gives decisions but opens nothing.
-    public let doors: DoorTable
+    private let doorsInForce: Locked<DoorTable>
     /// argv run on each grant (a relay, an external controller) at a door without a `grantCommand` of its own; with
     /// no doors configured, on every grant.
     public let grantCommand: [String]?
     public let grantTimeout: Duration
-    /// At a door of a building (`accessControl.registry`): the office's list it follows, whose badges and doors
-    /// replace the local registry and `doors` in decisions.
+    /// At a door of a building (`accessControl.registry`): the office's list it follows, whose badges (and, through
+    /// `replaceDoors`, doors) replace the local registry and the configured doors in decisions.
     public let follower: RegistryFollower?
     let logger: Logger
 
@@ -31,15 +31,50 @@ public final class AccessDoor: Sendable {
         grantCommand: [String]? = nil, grantTimeout: Duration = .seconds(10), follower: RegistryFollower? = nil,
         logger: Logger
     ) {
-        self.documents = documents; self.trust = trust; self.registry = registry; self.doors = doors
+        self.documents = documents; trustInForce = Locked(trust); self.registry = registry
+        doorsInForce = Locked(doors)
         self.grantCommand = grantCommand; self.grantTimeout = grantTimeout; self.follower = follower
         self.logger = logger
     }
 
-    /// The doors decisions use now: the followed list's (none before the first list), else `doors`.
-    public func currentDoors() async -> DoorTable {
-        guard let follower else { return doors }
-        return await follower.view().doors
+    /// The doors and their readers; a reader of no door gives decisions but opens nothing.
+    public var doors: DoorTable { doorsInForce.current }
+
+    /// Puts `table` in force for the checks that start from now on (e.g. a door list published by a badge office).
+    public func replaceDoors(_ table: DoorTable) { doorsInForce.withLock { $0 = table } }
+
+    /// The badge CA anchors and CRLs in force.
+    public var trust: BadgeTrust { trustInForce.current }
+
+    /// Reads the anchor and CRL files again and swaps the new set in as a whole; on any error (INVALID_INPUT naming
+    /// the file) the set in force stays.
+    @discardableResult
+    public func reloadTrust() async throws(TesseraError) -> BadgeTrust {
+        let current = trust
+        let loaded = try await DedicatedThread.run(name: "tessera.badge-trust") {
+            () throws(TesseraError) -> BadgeTrust in try current.reloaded()
+        }
+        guard !loaded.anchors.isEmpty else {
+            throw TesseraError.invalidInput("accessControl.anchors: at least one badge CA certificate is needed")
+        }
+        trustInForce.withLock { $0 = loaded }
+        logger.notice(
+            "badge trust reloaded", metadata: ["anchors": "\(loaded.anchors.count)", "crls": "\(loaded.crls.count)"])
+        return loaded
+    }
+
+    /// `trust.status`'s `badges`: the anchors' count and every CRL with its file, updates and staleness.
+    public func trustStatus(now: Date = Date()) -> JSONValue {
+        let trust = trust
+        let crls: [JSONValue] = zip(trust.crls, trust.crlSources).map { crl, source in
+            guard case .object(var o) = source.json else { return source.json }
+            o["stale"] = .bool(crl.isStale(at: now))
+            return .object(o)
+        }
+        return [
+            "anchors": .number(Double(trust.anchors.count)), "crls": .array(crls),
+            "loadedAt": .string(trust.loadedAt.iso8601Seconds),
+        ]
     }
 
     /// Where a check happens: the reader, resolved before the card is touched, and the door it belongs to.
@@ -52,7 +87,7 @@ public final class AccessDoor: Sendable {
     /// and its door. A request cannot pick a door for a reader: `door` naming another door than the reader's (or a
     /// door for a reader of none) is INVALID_INPUT, as is a door that does not exist. NO_READER / NO_CARD.
     public func target(reader: String?, door: String?) async throws(TesseraError) -> Target {
-        let doors = await currentDoors()
+        let doors = doors  // one table for the whole resolution
         var named: DoorRule?
         if let door {
             guard let rule = doors.doors[door] else {
@@ -99,7 +134,7 @@ public final class AccessDoor: Sendable {
 
     /// The argv a grant at `target` runs: its door's `grantCommand`, else `grantCommand`; nothing at a reader of no
     /// door once doors are configured.
-    func grantCommand(at target: Target, doors: DoorTable) -> [String]? {
+    func grantCommand(at target: Target) -> [String]? {
         if let door = target.door { return door.grantCommand ?? grantCommand }
         return doors.isEmpty ? grantCommand : nil
     }
@@ -132,8 +167,7 @@ public final class AccessDoor: Sendable {
                 reading, view: view, door: target.door, reader: readerName, apdus: apdus,
                 elapsed: ContinuousClock.now - started)
             log(decision, reading: reading)
-            if decision.decision == .granted && runsGrantCommand, let argv = grantCommand(at: target, doors: view.doors)
-            {
+            if decision.decision == .granted && runsGrantCommand, let argv = grantCommand(at: target) {
                 runGrantCommand(argv, decision)
             }
             return decision
@@ -141,12 +175,17 @@ public final class AccessDoor: Sendable {
         var record: CredentialRecord?
         if let id = reading.identifiers.idBytes { record = try await registry.badge(id) }
         let admitted = target.door.map { $0.admits(holder: record?.userName, badgeId: reading.badgeId) }
+        var keyMismatch = false
+        if let record, let der = reading.certificate, let leaf = try? ParsedCertificate(der: der) {
+            keyMismatch = BadgeRegistry.keyMatches(record, slot: mode.slot, spki: leaf.subjectPublicKeyInfo) == false
+        }
         var decision = AccessDecision(
-            reading: reading, state: record?.state, admitted: admitted, door: target.door?.name, reader: readerName,
+            reading: reading, state: record?.state, keyMismatch: keyMismatch, admitted: admitted,
+            door: target.door?.name, reader: readerName,
             apdus: apdus, elapsed: ContinuousClock.now - started)
         if let holder = record?.userName { decision.holder = holder }
         log(decision, reading: reading)
-        if decision.decision == .granted && runsGrantCommand, let argv = grantCommand(at: target, doors: doors) {
+        if decision.decision == .granted && runsGrantCommand, let argv = grantCommand(at: target) {
             runGrantCommand(argv, decision)
         }
         return decision
@@ -171,8 +210,12 @@ public final class AccessDoor: Sendable {
         async throws(TesseraError) -> (AccessDecision, [CredentialStore.Transition])
     {
         let check = BadgeCheck(trust: trust, mode: .cak)
-        let (reading, readerName, apdus, _) = try await documents.withCard(reader: reader, extendedLength: true) {
-            transport throws(TesseraError) in await check.run(transport: transport, pin: nil)
+        let ((reading, keys), readerName, apdus, _) = try await documents.withCard(
+            reader: reader, extendedLength: true
+        ) { transport throws(TesseraError) in
+            let reading = await check.run(transport: transport, pin: nil)
+            guard reading.reasons.isEmpty else { return (reading, [UInt8: [UInt8]]()) }
+            return (reading, try await BadgeRegistry.cardKeys(PIVApplication(transport: transport)))
         }
         guard reading.reasons.isEmpty, let certificate = reading.certificate else {
             throw TesseraError(
@@ -180,8 +223,8 @@ public final class AccessDoor: Sendable {
                 details: ["reasons": .array(reading.reasons.map { .string($0.rawValue) })])
         }
         let transitions = try await registry.register(
-            identifiers: reading.identifiers, holder: holder, certificate: certificate, owner: owner, actor: actor,
-            replace: replace)
+            identifiers: reading.identifiers, holder: holder, certificate: certificate, keys: keys, owner: owner,
+            actor: actor, replace: replace)
         var decision = AccessDecision(
             reading: reading, state: .active, admitted: nil, reader: readerName, apdus: apdus)
         decision.holder = holder
@@ -232,8 +275,9 @@ public final class AccessDoor: Sendable {
                 notAfter: now + seconds)
         }
         let transitions = try await registry.register(
-            identifiers: issued.identifiers, holder: holder, certificate: issued.cardAuthCertificate, owner: owner,
-            actor: actor, replace: replace)
+            identifiers: issued.identifiers, holder: holder, certificate: issued.cardAuthCertificate,
+            keys: issued.publicKeys,
+            owner: owner, actor: actor, replace: replace)
         logger.notice(
             "badge issued",
             metadata: ["badge": "\(issued.identifiers.badgeId ?? "-")", "holder": "\(holder)", "by": "\(actor)"])
@@ -273,7 +317,6 @@ public final class AccessDoor: Sendable {
         var present: Set<String> = []
         var made = 0
         while !Task.isCancelled {
-            let doors = await currentDoors()
             let list = try await documents.readers().filter { reader in readers?.contains(reader.name) ?? true }
             let now = Set(list.filter(\.cardPresent).map(\.name))
             for name in now.subtracting(present).sorted() {

@@ -39,6 +39,9 @@ public enum AccessReason: String, Sendable, Codable, CaseIterable, Hashable {
     case pinBackoff = "PIN_BACKOFF"
     /// The badge is not registered in Tessera's store.
     case badgeUnknown = "BADGE_UNKNOWN"
+    /// The card's key is not the one the badge was registered with: another card with the badge's UUID / FASC-N
+    /// and a certificate on another key (a CA that was tricked or compromised, an anchor shared with another office).
+    case badgeKeyMismatch = "BADGE_KEY_MISMATCH"
     /// The badge is suspended (may be resumed).
     case badgeSuspended = "BADGE_SUSPENDED"
     /// The badge is deactivated (final).
@@ -47,8 +50,6 @@ public enum AccessReason: String, Sendable, Codable, CaseIterable, Hashable {
     case badgeReplaced = "BADGE_REPLACED"
     /// The door's rule does not admit this badge.
     case doorNotAllowed = "DOOR_NOT_ALLOWED"
-    /// The card's key is not the key pinned for this badge id (another certificate with the same UUID/FASC-N).
-    case badgeKeyMismatch = "BADGE_KEY_MISMATCH"
     /// A door following an office's list (`accessControl.registry`) has none, or its list is older than
     /// `maxAgeSeconds` or expired: it denies every badge until a newer list arrives (the freeze bound).
     case registryStale = "REGISTRY_STALE"

@@ -31,6 +31,8 @@ public struct BadgeReading: Sendable, Equatable {
     public var certificate: [UInt8]?
     /// The card or transport error that ended the check early, for the log.
     public var error: TesseraError?
+    /// The CRL that answered for the checked certificate, when one was consulted.
+    public var crl: CRLSource?
     public init() {}
 
     /// The badge id (`BadgeIdentifiers.badgeId`).
@@ -85,6 +87,7 @@ public struct BadgeCheck: Sendable {
             reading.reasons.append(.cakSignatureInvalid)
         }
         reading.reasons += await trust.problems(leaf: leaf, requiredEKU: mode.requiredEKU, now: now)
+        reading.crl = trust.answeringCRL(for: leaf, now: now)
         if reading.identifiers.badgeId == nil { reading.reasons.append(.certNoIdentifier) }
 
         guard let content = try await app.getData(PIV.Object.chuid), let chuid = try? CHUID(content: content) else {

@@ -177,6 +177,8 @@ public struct BadgeWriter: Sendable {
         public var identifiers: BadgeIdentifiers
         /// The Card Authentication certificate (DER).
         public var cardAuthCertificate: [UInt8]
+        /// The SubjectPublicKeyInfo of each certified key, by slot (what `BadgeRegistry.register` pins).
+        public var publicKeys: [UInt8: [UInt8]] = [:]
     }
 
     /// Issues the badge on the card behind `app` (already selected and management-key authenticated).
@@ -189,6 +191,7 @@ public struct BadgeWriter: Sendable {
             throw TesseraError.invalidInput("a badge needs a FASC-N and a card UUID")
         }
         var cardAuth: [UInt8] = []
+        var publicKeys: [UInt8: [UInt8]] = [:]
         for slot in slots {
             guard let object = PIV.Object.certificate(slot: slot) else {
                 throw TesseraError.invalidInput("slot \(String(slot, radix: 16)) holds no certificate")
@@ -199,12 +202,13 @@ public struct BadgeWriter: Sendable {
                 notAfter: notAfter)
             try await app.putData(object, content: Self.certificateObject(der))
             if slot == PIV.Slot.cardAuthentication { cardAuth = der }
+            publicKeys[slot] = try ParsedCertificate(der: der).subjectPublicKeyInfo
         }
         let t = CivilTime(notAfter)
         let expiration = String(t.year * 10000 + t.month * 100 + t.day)
         let chuid = try await authority.chuid(fascn: fascn, guid: uuid, expiration: expiration)
         try await app.putData(PIV.Object.chuid, content: chuid)
-        return Issued(identifiers: identifiers, cardAuthCertificate: cardAuth)
+        return Issued(identifiers: identifiers, cardAuthCertificate: cardAuth, publicKeys: publicKeys)
     }
 
     /// A certificate object (SP 800-73-4 Part 1 Table 10): 70 certificate, 71 CertInfo (uncompressed), FE LRC.

@@ -1,15 +1,18 @@
 import APDU
 import CredentialStore
+import CryptoPrimitives
 import Foundation
 import PIV
 import Passkeys
 import TesseraCore
 import X509
+import X509Support
 
 /// Badges in the credential store, so they share the passkeys' lifecycle states, audit trail and methods
 /// (`credentials.suspend/resume/deactivate/history` take the badge id as `credentialId`). A badge is a credential
 /// record of relying party `tessera.badge`: credential id = the card's `BadgeIdentifiers.idBytes`, user = the
-/// holder, token = the card, backend `piv-badge`, the Card Authentication certificate as its public key.
+/// holder, token = the card, backend `piv-badge`, the Card Authentication certificate as its public key, and the
+/// card's keys pinned in `keyHandle` (`pinnedKeys`).
 public struct BadgeRegistry: Sendable {
     /// The relying party id under which badges are recorded.
     public static let rpId = "tessera.badge"
@@ -37,6 +40,47 @@ public struct BadgeRegistry: Sendable {
         return try await badge(id)
     }
 
+    /// SHA-256 of the SubjectPublicKeyInfo of each key the badge was registered with, by slot (9E, and 9A when the
+    /// card had one). `keyHandle` holds them as `slot ‖ hash` entries; a record of earlier versions (`keyHandle` 9E
+    /// alone) pins the 9E key of its certificate (`publicKey`).
+    public static func pinnedKeys(_ record: CredentialRecord) -> [UInt8: [UInt8]] {
+        let handle = [UInt8](record.keyHandle)
+        if handle == [PIV.Slot.cardAuthentication] {
+            guard let certificate = try? ParsedCertificate(der: [UInt8](record.publicKey)) else { return [:] }
+            return [PIV.Slot.cardAuthentication: MessageDigest.sha256(certificate.subjectPublicKeyInfo)]
+        }
+        var pins: [UInt8: [UInt8]] = [:]
+        var rest = handle[...]
+        while rest.count >= 33 {
+            pins[rest[rest.startIndex]] = Array(rest.dropFirst().prefix(32))
+            rest = rest.dropFirst(33)
+        }
+        return pins
+    }
+
+    /// Whether `spki`, the key a check proved in `slot`, is the key the badge was registered with: nil when the
+    /// record of an earlier version pins no key for that slot (9A).
+    public static func keyMatches(_ record: CredentialRecord, slot: UInt8, spki: [UInt8]) -> Bool? {
+        let pins = pinnedKeys(record)
+        guard let pin = pins[slot] else {
+            return [UInt8](record.keyHandle) == [PIV.Slot.cardAuthentication] ? nil : false
+        }
+        return pin == MessageDigest.sha256(spki)
+    }
+
+    /// The SubjectPublicKeyInfo of the card's 9E and 9A certificates (the card behind `app`, selected), by slot.
+    public static func cardKeys(_ app: PIVApplication) async throws(TesseraError) -> [UInt8: [UInt8]] {
+        var keys: [UInt8: [UInt8]] = [:]
+        for slot in [PIV.Slot.cardAuthentication, PIV.Slot.authentication] {
+            guard let tag = PIV.Object.certificate(slot: slot), let object = try await app.getData(tag),
+                let der = try? TLV.parseAll(object, options: .card).first(tag: 0x70)?.value,
+                let certificate = try? ParsedCertificate(der: der)
+            else { continue }
+            keys[slot] = certificate.subjectPublicKeyInfo
+        }
+        return keys
+    }
+
     /// The badge's lifecycle state; nil when it is not registered.
     public func state(badgeId idBytes: [UInt8]) async throws(TesseraError) -> CredentialState? {
         try await badge(idBytes)?.state
@@ -55,9 +99,12 @@ public struct BadgeRegistry: Sendable {
     /// a holder with a suspended or deactivated badge, or this card already registered, is refused
     /// (CREDENTIAL_EXISTS, CREDENTIAL_DEACTIVATED) unless `replace`, which marks the holder's badges `replaced`.
     public func register(
-        identifiers: BadgeIdentifiers, holder: String, certificate: [UInt8], owner: UInt32, actor: String,
-        replace: Bool
+        identifiers: BadgeIdentifiers, holder: String, certificate: [UInt8], keys: [UInt8: [UInt8]], owner: UInt32,
+        actor: String, replace: Bool
     ) async throws(TesseraError) -> [CredentialStore.Transition] {
+        guard keys[PIV.Slot.cardAuthentication] != nil else {
+            throw TesseraError.invalidInput("the badge's Card Authentication key (9E) is needed to register it")
+        }
         guard let idBytes = identifiers.idBytes else {
             throw TesseraError.invalidInput("the badge has neither a card UUID nor a FASC-N")
         }
@@ -78,7 +125,8 @@ public struct BadgeRegistry: Sendable {
         let record = CredentialRecord(
             credentialId: Data(idBytes), rpId: Self.rpId, userId: Data(holder.utf8), userName: holder,
             userDisplayName: holder, tokenId: cardToken, backend: Self.backend,
-            keyHandle: Data([0x9E]), publicKey: Data(certificate), ownerUid: owner)
+            keyHandle: Data(keys.sorted { $0.key > $1.key }.flatMap { [$0.key] + MessageDigest.sha256($0.value) }),
+            publicKey: Data(certificate), ownerUid: owner)
         return try await store.insert(
             record,
             admit: { existing throws(TesseraError) in

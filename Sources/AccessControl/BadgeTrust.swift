@@ -9,9 +9,23 @@ import X509Support
 public struct BadgeTrust: Sendable {
     public let anchors: [ParsedCertificate]
     public let crls: [CertificateRevocationList]
+    /// The files `load` read (to read them again); `crlFiles[i]` is the file of `crls[i]`.
+    public let anchorFiles: [String]
+    public let crlFiles: [String]
+    /// When the set was loaded.
+    public let loadedAt: Date
 
-    public init(anchors: [ParsedCertificate], crls: [CertificateRevocationList] = []) {
-        self.anchors = anchors; self.crls = crls
+    public init(
+        anchors: [ParsedCertificate], crls: [CertificateRevocationList] = [], anchorFiles: [String] = [],
+        crlFiles: [String] = []
+    ) {
+        self.anchors = anchors; self.crls = crls; self.anchorFiles = anchorFiles; self.crlFiles = crlFiles
+        loadedAt = Date()
+    }
+
+    /// The same files read again (INVALID_INPUT naming a file that does not parse or cannot be read).
+    public func reloaded() throws(TesseraError) -> BadgeTrust {
+        try Self.load(anchorFiles: anchorFiles, crlFiles: crlFiles)
     }
 
     /// Loads PEM or DER certificate files and CRL files. Throws INVALID_INPUT naming the file that does not parse.
@@ -41,7 +55,7 @@ public struct BadgeTrust: Sendable {
                 throw TesseraError.invalidInput("accessControl.crls: \(path) is not a CRL (\(error.message))")
             }
         }
-        return BadgeTrust(anchors: anchors, crls: crls)
+        return BadgeTrust(anchors: anchors, crls: crls, anchorFiles: anchorFiles, crlFiles: crlFiles)
     }
 
     private static func read(_ path: String) throws(TesseraError) -> [UInt8] {
@@ -59,7 +73,7 @@ public struct BadgeTrust: Sendable {
     ) async -> [AccessReason] {
         if now > leaf.notAfter { return [.certExpired] }
         if now < leaf.notBefore { return [.certNotYetValid] }
-        switch revocation(of: leaf, now: now) {
+        switch revocation(of: leaf, now: now).status {
         case .revoked: return [.certRevoked]
         case .unknown: return [.certRevocationUnknown]
         case .good, .notChecked: break
@@ -79,20 +93,59 @@ public struct BadgeTrust: Sendable {
 
     enum Revocation { case good, revoked, unknown, notChecked }
 
-    /// `leaf`'s status by the CRLs its issuer (an anchor with that name) signed: revoked when one lists its serial;
-    /// unknown when every such CRL is past its nextUpdate; not checked without any.
-    func revocation(of leaf: ParsedCertificate, now: Date) -> Revocation {
+    /// `leaf`'s status by the CRLs its issuer (an anchor with that name) signed, and the index of the CRL that
+    /// answered: revoked when one lists its serial (that one); unknown when every such CRL is past its nextUpdate (the
+    /// newest); good otherwise (the newest current one); not checked without any.
+    func revocation(of leaf: ParsedCertificate, now: Date) -> (status: Revocation, crl: Int?) {
         // An anchor (the CA signing CHUIDs itself) is trusted as configured, not through its own CRL.
-        if anchors.contains(where: { $0.der == leaf.der }) { return .notChecked }
-        let signed = crls.filter { crl in
-            crl.covers(leaf)
+        if anchors.contains(where: { $0.der == leaf.der }) { return (.notChecked, nil) }
+        let signed = crls.indices.filter { i in
+            crls[i].covers(leaf)
                 && anchors.contains { anchor in
-                    anchor.subject == crl.issuer && (try? crl.isSigned(by: anchor)) == true
+                    anchor.subject == crls[i].issuer && (try? crls[i].isSigned(by: anchor)) == true
                 }
         }
-        if signed.isEmpty { return .notChecked }
-        if signed.contains(where: { $0.revokedSerialNumbers.contains(leaf.serialNumber) }) { return .revoked }
-        return signed.allSatisfy { $0.isStale(at: now) } ? .unknown : .good
+        if signed.isEmpty { return (.notChecked, nil) }
+        if let i = signed.first(where: { crls[$0].revokedSerialNumbers.contains(leaf.serialNumber) }) {
+            return (.revoked, i)
+        }
+        let current = signed.filter { !crls[$0].isStale(at: now) }
+        let newest = { (list: [Int]) in list.max { crls[$0].thisUpdate < crls[$1].thisUpdate } }
+        return current.isEmpty ? (.unknown, newest(signed)) : (.good, newest(current))
+    }
+
+    /// The CRL that answered for `leaf` at `now` (what the decision reports as `crl`); nil when none was consulted.
+    public func answeringCRL(for leaf: ParsedCertificate, now: Date) -> CRLSource? {
+        revocation(of: leaf, now: now).crl.map(source)
+    }
+
+    /// The CRL at `index` with its file.
+    func source(_ index: Int) -> CRLSource {
+        let crl = crls[index]
+        let issuer = (try? DistinguishedName(derEncoded: DER.parse(crl.issuer))).map { String(describing: $0) }
+        return CRLSource(
+            issuer: issuer ?? Hex.encode(crl.issuer), thisUpdate: crl.thisUpdate, nextUpdate: crl.nextUpdate,
+            file: index < crlFiles.count ? crlFiles[index] : nil)
+    }
+
+    /// Every configured CRL with its file (`trust.status`).
+    public var crlSources: [CRLSource] { crls.indices.map(source) }
+}
+
+/// A badge CRL as decisions and `trust.status` name it: its issuer, its updates and the file it was read from.
+public struct CRLSource: Sendable, Equatable, Codable {
+    public var issuer: String
+    public var thisUpdate: Date
+    public var nextUpdate: Date?
+    public var file: String?
+
+    public var json: JSONValue {
+        var o: [String: JSONValue] = [
+            "issuer": .string(issuer), "thisUpdate": .string(thisUpdate.iso8601Seconds),
+        ]
+        if let nextUpdate { o["nextUpdate"] = .string(nextUpdate.iso8601Seconds) }
+        if let file { o["file"] = .string(file) }
+        return .object(o)
     }
 }
 

@@ -37,7 +37,8 @@ extension MethodTable {
         }
         return AccessDoor(
             documents: documents, trust: trust, registry: BadgeRegistry(store: store),
-            doors: try config.doorTable(), grantCommand: config.grantCommand,
+            // A door that follows an office takes its doors from the office's list (none before the first list).
+            doors: follower == nil ? try config.doorTable() : DoorTable(), grantCommand: config.grantCommand,
             grantTimeout: .seconds(config.grantTimeoutSeconds ?? 10), follower: follower, logger: accessLogger)
     }
 
@@ -51,18 +52,20 @@ extension MethodTable {
         var registryLogger = logger
         registryLogger[metadataKey: "service"] = "registry"
         func path(_ p: String) -> String { p.hasPrefix("/") ? p : directory + "/" + p }
-        if let registry = config.registry, let follower = door?.follower {
+        if let registry = config.registry, let door, let follower = door.follower {
             return (
                 nil,
                 RegistryDoor(
-                    follower: follower, directory: path(registry.directory), stateDirectory: stateDirectory,
+                    door: door, follower: follower, directory: path(registry.directory), stateDirectory: stateDirectory,
                     poll: .seconds(registry.pollSeconds ?? 2), logger: registryLogger)
             )
         }
         guard let publisher = config.publisher else { return (nil, nil) }
         let validity = Double(publisher.validitySeconds ?? 86400)
-        let doors = (config.doors ?? [:]).mapValues {
-            DoorList.Door(readers: $0.readers, allow: $0.allow, grantCommand: $0.grantCommand, mode: $0.mode)
+        // The doors as the configuration's door table has them (validated at start-up).
+        let doors = ((try? config.doorTable())?.doors ?? [:]).mapValues {
+            DoorList.Door(
+                readers: $0.readers, allow: $0.allow.sorted(), grantCommand: $0.grantCommand, mode: $0.mode.rawValue)
         }
         let issuer = config.issuer
         // The keys are on tokens that may log in after start: the publisher is made at the first publication.
@@ -169,9 +172,9 @@ extension MethodTable {
             guard try Self.accessMode(p) ?? .cak == .cak else {
                 throw TesseraError.invalidInput("access.watch checks without a PIN: mode must be cak")
             }
-            let doors = await door.currentDoors()
-            let readers = try Self.watchedReaders(p, doors: doors, configured: configured)
-            let doorsWatched = readers.map { $0.map { doors.door(ofReader: $0) } } ?? [nil]
+            let table = door.doors
+            let readers = try Self.watchedReaders(p, doors: table, configured: configured)
+            let doorsWatched = readers.map { $0.map { table.door(ofReader: $0) } } ?? [nil]
             if let auth = doorsWatched.compactMap({ $0 }).first(where: { $0.mode == .auth }) {
                 throw TesseraError.invalidInput(
                     "door '\(auth.name)' checks with the cardholder's PIN: access.watch cannot (use access.check)")
@@ -254,12 +257,24 @@ extension MethodTable {
     }
 }
 
+extension MethodTable {
+    /// SIGHUP and the `crlRefreshSeconds` timer: the badges' anchors and CRLs read again; a bad set is logged and the
+    /// one in force stays.
+    static func reloadBadgeTrust(_ door: AccessDoor?, logger: Logger) async {
+        guard let door else { return }
+        do { try await door.reloadTrust() } catch {
+            logger.error(
+                "badge trust reload failed, the anchors and CRLs in force stay", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
 extension AccessControlConfig {
     /// The doors of `doors` (INVALID_INPUT: a reader of two doors, a door without readers, an unknown mode, an empty
     /// grant command).
     func doorTable() throws(TesseraError) -> DoorTable {
         var rules: [DoorRule] = []
-        for (name, door) in doors ?? [:] {
+        for (name, door) in (doors ?? [:]).sorted(by: { $0.key < $1.key }) {
             var mode = AccessMode.cak
             if let text = door.mode {
                 guard let m = AccessMode(rawValue: text) else {
@@ -267,12 +282,19 @@ extension AccessControlConfig {
                 }
                 mode = m
             }
+            guard let readers = door.readers else {
+                throw TesseraError.invalidInput("accessControl.doors.\(name) needs readers: [READER...]")
+            }
+            guard let allow = door.allow else {
+                throw TesseraError.invalidInput(
+                    "accessControl.doors.\(name) needs allow: [HOLDER|BADGE-ID...] (\"*\": every registered badge)")
+            }
             if door.grantCommand?.isEmpty == true {
                 throw TesseraError.invalidInput("accessControl.doors.\(name).grantCommand must name a program")
             }
             rules.append(
                 DoorRule(
-                    name: name, readers: door.readers, allow: Set(door.allow), mode: mode,
+                    name: name, readers: readers, allow: Set(allow), mode: mode,
                     grantCommand: door.grantCommand))
         }
         do { return try DoorTable(rules) } catch {

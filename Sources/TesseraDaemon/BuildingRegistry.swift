@@ -179,6 +179,7 @@ actor RegistryOffice {
 /// seen before is offered to the `RegistryFollower`; an applied one is saved (atomically) as the last good copy, a
 /// refused one logged once and the door keeps what it has.
 actor RegistryDoor {
+    let door: AccessDoor
     let follower: RegistryFollower
     let directory: String
     let saved: String
@@ -192,8 +193,12 @@ actor RegistryDoor {
     /// The unusable `latest` last logged.
     private var badLatest: String?
 
-    init(follower: RegistryFollower, directory: String, stateDirectory: String, poll: Duration, logger: Logger) {
-        self.follower = follower; self.directory = directory; self.saved = stateDirectory + "/registry"
+    init(
+        door: AccessDoor, follower: RegistryFollower, directory: String, stateDirectory: String, poll: Duration,
+        logger: Logger
+    ) {
+        self.door = door; self.follower = follower
+        self.directory = directory; self.saved = stateDirectory + "/registry"
         self.poll = poll; self.logger = logger
     }
 
@@ -235,6 +240,8 @@ actor RegistryDoor {
             let outcome = await follower.offerList(bytes)
             report(outcome, kind: "door list", path: listPath, elapsed: ContinuousClock.now - started)
             if case .success = outcome {
+                // The list's doors are the door table from now on.
+                door.replaceDoors(await follower.view().doors)
                 applied["list"] = MessageDigest.sha256(bytes)
                 if save { await store(bytes, name: "doorlist.p7s") }
                 newList = true

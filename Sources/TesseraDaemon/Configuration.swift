@@ -272,6 +272,9 @@ public struct ConfigFile: Codable, Sendable {
                 throw bad("accessControl: a door that follows an office's registry does not publish one")
             }
         }
+        if let t = accessControl?.crlRefreshSeconds, !(1...86_400).contains(t) {
+            throw bad("accessControl.crlRefreshSeconds \(t) is out of range 1…86400")
+        }
         if accessControl != nil { do { _ = try accessControl?.doorTable() } catch { throw bad(error.message) } }
     }
 
@@ -390,6 +393,8 @@ public struct AccessControlConfig: Codable, Sendable {
     public var anchors: [String]?
     /// CRL files (PEM or DER) of those CAs.
     public var crls: [String]?
+    /// Seconds between readings of the anchor and CRL files (besides SIGHUP and `trust.reload`; default: never).
+    public var crlRefreshSeconds: Int?
     /// Program (argv) run on each grant with the decision JSON on stdin (a relay, an external controller).
     public var grantCommand: [String]?
     /// Seconds `grantCommand` may run before it is stopped (1…600, default 10).
@@ -434,16 +439,16 @@ public struct AccessControlConfig: Codable, Sendable {
 
     /// One door: a reader belongs to at most one door; a check on it applies this door's rule.
     public struct Door: Codable, Sendable {
-        /// The door's readers (PC/SC reader names, libnfc connstrings).
-        public var readers: [String]
-        /// Holders (as registered) and badge ids admitted; "*" admits every registered badge.
-        public var allow: [String]
+        /// The door's readers (PC/SC reader names, libnfc connstrings); required.
+        public var readers: [String]?
+        /// Holders (as registered) and badge ids admitted; "*" admits every registered badge; required.
+        public var allow: [String]?
         /// Program (argv) run on each grant at this door; default `accessControl.grantCommand`.
         public var grantCommand: [String]?
         /// "cak" (default) or "auth" (the PIV Authentication key after the PIN).
         public var mode: String?
 
-        public init(readers: [String] = [], allow: [String] = []) { self.readers = readers; self.allow = allow }
+        public init(readers: [String]? = nil, allow: [String]? = nil) { self.readers = readers; self.allow = allow }
     }
 
     public struct Issuer: Codable, Sendable {

@@ -94,10 +94,10 @@ public enum Daemon {
                 crls: options.crlPaths),
             trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents, verifiedReads: documentReads)
-        table.registerTrust(documents)
         let accessDirectory = configDirectory.isEmpty ? "." : configDirectory
         let accessDoor = try MethodTable.accessDoor(
             config.accessControl, directory: accessDirectory, documents: documents, store: store, logger: logger)
+        table.registerTrust(documents, badges: accessDoor)
         let building = MethodTable.building(
             config.accessControl, door: accessDoor, directory: accessDirectory, stateDirectory: options.stateDir,
             keyStore: keyStore, store: store, logger: logger)
@@ -113,10 +113,11 @@ public enum Daemon {
         let readerAuth = try MethodTable.loadReaderAuth(
             key: options.mdocReaderKeyPath, chain: options.mdocReaderCertificatePath)
         table.registerMDoc(documents, iacas: iacas, readerAuth: readerAuth)
-        // SIGHUP reloads the trust anchors; a bad set is logged and the old one stays.
+        // SIGHUP reloads the trust anchors, the badges' too; a bad set is logged and the old one stays.
         let hangups = await UnixSignalsSequence(trapping: .sighup)
         let trustReloader = Task { [logger] in
             for await _ in hangups {
+                await MethodTable.reloadBadgeTrust(accessDoor, logger: logger)
                 do {
                     try await documents.reloadTrust()
                     logger.notice(
@@ -125,6 +126,15 @@ public enum Daemon {
                 } catch {
                     logger.error(
                         "trust anchor reload failed, the previous anchors stay", metadata: ["error": "\(error)"])
+                }
+            }
+        }
+        // accessControl.crlRefreshSeconds: the badge CRLs (and anchors) are read again from their files.
+        let badgeTrustRefresher = config.accessControl?.crlRefreshSeconds.map { seconds in
+            Task { [logger] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(seconds))
+                    await MethodTable.reloadBadgeTrust(accessDoor, logger: logger)
                 }
             }
         }
@@ -291,6 +301,7 @@ public enum Daemon {
         try await group.run()
         tokenEvents.cancel()
         trustReloader.cancel()
+        badgeTrustRefresher?.cancel()
         sweeper.cancel()
         usageFlusher.cancel()
         for task in buildingTasks { task.cancel() }

@@ -1,3 +1,4 @@
+import AccessControl
 import Documents
 import Enrollment
 import Foundation
@@ -41,12 +42,23 @@ extension MethodTable {
         }
     }
 
-    /// Registers `trust.status` (read) and `trust.reload` (admin) (docs/API.md, "Trust anchors").
-    func registerTrust(_ service: DocumentService) {
-        register("trust.status", .read) { _, _ in service.trustStatus() }
+    /// Registers `trust.status` (read) and `trust.reload` (admin) (docs/API.md, "Trust anchors"): the documents'
+    /// anchors and CRLs, and the badges' (`badges`) when `accessControl` is configured.
+    func registerTrust(_ service: DocumentService, badges: AccessDoor? = nil) {
+        @Sendable func status() -> JSONValue {
+            guard let badges, case .object(var o) = service.trustStatus() else { return service.trustStatus() }
+            o["badges"] = badges.trustStatus()
+            return .object(o)
+        }
+        register("trust.status", .read) { _, _ in status() }
         register("trust.reload", .admin) { _, _ in
-            try await service.reloadTrust()
-            return service.trustStatus()
+            // Without document trust files, a daemon with badges reloads the badges' alone.
+            let documentFiles = service.trustSources.map {
+                !($0.cscaPaths.isEmpty && $0.masterListTrustPaths.isEmpty && $0.crlPaths.isEmpty)
+            }
+            if documentFiles == true || badges == nil { try await service.reloadTrust() }
+            try await badges?.reloadTrust()
+            return status()
         }
     }
 

@@ -151,7 +151,8 @@ struct BadgeCheckTests {
         #expect(unknown.reasons == [.badgeUnknown])
 
         _ = try await registry.register(
-            identifiers: issued.identifiers, holder: "alice", certificate: issued.cardAuthCertificate, owner: 0,
+            identifiers: issued.identifiers, holder: "alice", certificate: issued.cardAuthCertificate,
+            keys: issued.publicKeys, owner: 0,
             actor: "uid:0", replace: false)
         let id = try #require(issued.identifiers.idBytes)
         #expect(try await door.check(card, trust: try pki.trust(), registry: registry).decision == .granted)
@@ -169,20 +170,23 @@ struct BadgeCheckTests {
         // The same card again: refused; a holder with a deactivated badge gets no new one without replace.
         await #expect(throws: TesseraError.self) {
             try await registry.register(
-                identifiers: issued.identifiers, holder: "alice", certificate: [], owner: 0, actor: "uid:0",
+                identifiers: issued.identifiers, holder: "alice", certificate: [], keys: [0x9E: []], owner: 0,
+                actor: "uid:0",
                 replace: false)
         }
         let second = BadgePKI.identifiers(serial: 3108)
         do {
             _ = try await registry.register(
-                identifiers: second, holder: "alice", certificate: [], owner: 0, actor: "uid:0", replace: false)
+                identifiers: second, holder: "alice", certificate: [], keys: [0x9E: []], owner: 0, actor: "uid:0",
+                replace: false)
             Issue.record("a holder with a deactivated badge got a new one")
         } catch {
             #expect(error.code == .credentialDeactivated)
         }
         // With replace the holder gets the new badge and the old card is `replaced`.
         let replaced = try await registry.register(
-            identifiers: second, holder: "alice", certificate: [], owner: 0, actor: "uid:0", replace: true)
+            identifiers: second, holder: "alice", certificate: [], keys: [0x9E: []], owner: 0, actor: "uid:0",
+            replace: true)
         #expect(replaced.map { [UInt8]($0.record.credentialId) } == [id])
         #expect(try await door.check(card, trust: try pki.trust(), registry: registry).reasons == [.badgeReplaced])
     }

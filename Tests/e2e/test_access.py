@@ -5,7 +5,11 @@ import datetime
 import json
 import os
 import pathlib
+import signal
+import shutil
 import subprocess
+import sys
+import tempfile
 import time
 
 from cryptography import x509
@@ -286,7 +290,7 @@ def test_slow_or_failing_grant_command_never_holds_the_next_tap(tmp_path, pcscd)
         assert elapsed < 1.5, f"three taps took {elapsed:.2f} s behind a 2 s grant command"
         # The command did run (and its failing exit status was only logged).
         assert wait_for(lambda: (read_json(done) or {}).get("decision") == "granted")
-        assert "grantCommand exited with status 7" in (tmp_path / "tesserad.log").read_text()
+        assert wait_for(lambda: "grantCommand exited with status 7" in (tmp_path / "tesserad.log").read_text())
     finally:
         daemon.stop()
 
@@ -303,6 +307,8 @@ def test_a_misspelled_access_setting_stops_start_up(tmp_path):
                               "reader 'R1' is named by doors 'a' and 'b': a reader belongs to at most one door"),
                              ({"anchors": ["ca.pem"], "doors": {"a": {"readers": ["R1"], "allow": [], "door": "b"}}},
                               "unknown key 'door' in accessControl.doors.a"),
+                             ({"anchors": ["ca.pem"], "doors": {"a": {"readers": ["R1"]}}},
+                              "accessControl.doors.a needs allow: [HOLDER|BADGE-ID...]"),
                              ({"anchors": [str(tmp_path / "missing.pem")]}, "cannot read")]:
         config = tmp_path / "tesserad.json"
         config.write_text(json.dumps({"accessControl": section}))
@@ -326,7 +332,16 @@ def test_a_door_opens_only_for_its_own_readers(tmp_path, pcscd):
     and only a uid with the `door` permission checks on a door's reader."""
     if os.geteuid() != 0:
         raise AssertionError("this test needs root to act as another uid (CI runs as root)")
-    let_other_uids_reach(tmp_path)
+    # The daemon's directory outside pytest's: a concurrent pytest session sets /tmp/pytest-of-root back to 0700.
+    reachable = pathlib.Path(tempfile.mkdtemp(prefix="tessera-doors-"))
+    let_other_uids_reach(reachable)
+    try:
+        _doors(tmp_path, reachable, pcscd)
+    finally:
+        shutil.rmtree(reachable, ignore_errors=True)
+
+
+def _doors(tmp_path, reachable, pcscd):
     ca = tmp_path / "badge-ca"
     alice, bob = tmp_path / "alice.json", tmp_path / "bob.json"
     make_badge(ca, alice, "Alice Example", 41)
@@ -343,7 +358,7 @@ def test_a_door_opens_only_for_its_own_readers(tmp_path, pcscd):
         "doors": {"server-room": {"readers": [server_room], "allow": ["bob"], "grantCommand": relay("server-room")},
                   "lobby": {"readers": ["Lobby Reader"], "allow": ["alice", "bob"]}},
     }}
-    daemon = start_daemon(tmp_path, pcscd, config=config)
+    daemon = start_daemon(reachable, pcscd, config=config)
     try:
         c = daemon.client()
         for state, serial, holder in [(alice, 41, "alice"), (bob, 42, "bob")]:
@@ -400,4 +415,158 @@ def test_a_door_opens_only_for_its_own_readers(tmp_path, pcscd):
                 assert note["decision"] == "granted"
     finally:
         daemon.stop()
+    # A policy rule gives the door permission to the door controller's uid.
+    config["policy"] = {"door": {"users": [str(NOBODY)]}}
+    daemon = start_daemon(reachable, pcscd, config=config)
+    try:
+        c = daemon.client()
+        with Badge(pcscd, bob, 42, c, slot=1):
+            check(c, reader=server_room)
+            _, answers = calls_as(NOBODY, daemon.socket, [("access.check", {"reader": server_room})])
+            assert isinstance(answers, list) and answers[0].get("result", {}).get("door") == "server-room", answers
+    finally:
+        daemon.stop()
 
+
+def der_tlv(tag: int, value: bytes) -> bytes:
+    n = len(value)
+    length = bytes([n]) if n < 0x80 else bytes([0x81, n]) if n < 0x100 else bytes([0x82, n >> 8, n & 0xFF])
+    return bytes([tag]) + length + value
+
+
+def twin_on_another_key(ca: pathlib.Path, genuine: pathlib.Path, twin: pathlib.Path, scalar: int) -> None:
+    """A second card for the same badge: a new 9E key (the fixed `scalar`) and a second certificate from the same CA
+    with the genuine certificate's subject, UUID and FASC-N; the genuine card's CHUID. What a CA that was tricked or
+    compromised, or an anchor shared with another office, can make."""
+    ca_key = serialization.load_pem_private_key((ca / "badge-ca-key.pem").read_bytes(), None)
+    original = x509.load_der_x509_certificate(tlv_items(card_object(genuine, CARD_AUTH_CERT))[0x70])
+    key = ec.derive_private_key(scalar, ec.SECP256R1())
+    builder = (x509.CertificateBuilder().subject_name(original.subject).issuer_name(original.issuer)
+               .public_key(key.public_key()).serial_number(0x7E55_0051)
+               .not_valid_before(original.not_valid_before_utc).not_valid_after(original.not_valid_after_utc))
+    for ext in original.extensions:
+        value = ext.value
+        if isinstance(value, x509.SubjectKeyIdentifier):
+            value = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+        builder = builder.add_extension(value, ext.critical)
+    der = builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.DER)
+    state = json.loads(genuine.read_text())
+    state["keys"]["9e"] = {"algorithm": 0x11, "privateKey": f"{scalar:064x}"}
+    state["objects"][CARD_AUTH_CERT] = (der_tlv(0x70, der) + der_tlv(0x71, b"\x00") + der_tlv(0xFE, b"")).hex()
+    twin.write_text(json.dumps(state))
+
+
+def test_a_badge_pins_its_card_key(tmp_path, pcscd):
+    """A registered badge keeps its card's public key: a second card with the same UUID and FASC-N and a valid
+    certificate from the same CA on another key is denied BADGE_KEY_MISMATCH (issue 35 §1)."""
+    ca = tmp_path / "badge-ca"
+    alice = tmp_path / "alice.json"
+    badge_id = make_badge(ca, alice, "Alice Example", 51)
+    twin = tmp_path / "twin.json"
+    twin_on_another_key(ca, alice, twin, 0x51_51_51)
+    # openssl: the twin's certificate is as valid as the genuine one.
+    text = openssl_verify(tlv_items(card_object(twin, CARD_AUTH_CERT))[0x70], ca / "badge-ca.pem", tmp_path)
+    assert "urn:uuid:" in text
+    daemon = start_daemon(tmp_path, pcscd, config={"accessControl": {"anchors": [str(ca / "badge-ca.pem")]}})
+    try:
+        c = daemon.client()
+        with Badge(pcscd, alice, 51, c):
+            check(c)
+            c.call("access.register", {"holder": "alice"})
+            assert check(c)["decision"] == "granted"
+        with Badge(pcscd, twin, 51, c):
+            forged = check(c)
+            assert forged["badgeId"] == badge_id, forged
+            assert forged["decision"] == "denied" and forged["reasons"] == ["BADGE_KEY_MISMATCH"], forged
+        with Badge(pcscd, alice, 51, c):
+            assert check(c)["decision"] == "granted"
+    finally:
+        daemon.stop()
+
+
+def write_crl(ca: pathlib.Path, path: pathlib.Path, revoked: list[int], *, stale: bool = False, minute: int = 0) -> None:
+    """A CRL of the lab badge CA listing `revoked` serials; `stale`: its nextUpdate has passed."""
+    ca_key = serialization.load_pem_private_key((ca / "badge-ca-key.pem").read_bytes(), None)
+    ca_cert = x509.load_pem_x509_certificate((ca / "badge-ca.pem").read_bytes())
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    this = now - datetime.timedelta(days=2 if stale else 0, minutes=minute)
+    builder = (x509.CertificateRevocationListBuilder().issuer_name(ca_cert.subject).last_update(this)
+               .next_update(this + datetime.timedelta(days=1)))
+    for serial in revoked:
+        # The lab CA's serials are 20 random bytes: the constructor takes one of 160 bits, the setter refuses it.
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder(serial_number=serial, revocation_date=this).build())
+    path.write_bytes(builder.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+
+
+def badge_serial(state: pathlib.Path) -> int:
+    return x509.load_der_x509_certificate(tlv_items(card_object(state, CARD_AUTH_CERT))[0x70]).serial_number
+
+
+def test_badge_crls_load_again_on_sighup_trust_reload_and_their_timer(tmp_path, pcscd):
+    """Badge CRLs are read again from their files on SIGHUP and trust.reload (issue 35 §1); the decision names the CRL
+    that answered; a CRL past its nextUpdate keeps failing closed; a bad file keeps the CRL in force."""
+    ca = tmp_path / "badge-ca"
+    alice = tmp_path / "alice.json"
+    make_badge(ca, alice, "Alice Example", 61)
+    serial = badge_serial(alice)
+    crl = tmp_path / "badge-ca.crl"
+    write_crl(ca, crl, [], minute=30)
+    config = {"accessControl": {"anchors": [str(ca / "badge-ca.pem")], "crls": [str(crl)]}}
+    daemon = start_daemon(tmp_path, pcscd, config=config)
+    try:
+        c = daemon.client()
+        with Badge(pcscd, alice, 61, c):
+            check(c)
+            c.call("access.register", {"holder": "alice"})
+            first = check(c)
+            assert first["decision"] == "granted", first
+            assert first["crl"]["file"] == str(crl) and "Badge" in first["crl"]["issuer"], first
+            # Revoked in the file: nothing changes until the daemon reads it again.
+            write_crl(ca, crl, [serial], minute=20)
+            assert check(c)["decision"] == "granted"
+            daemon.proc.send_signal(signal.SIGHUP)
+            revoked = wait_for(lambda: (d := check(c))["reasons"] == ["CERT_REVOKED"] and d)
+            assert revoked and revoked["crl"]["thisUpdate"] > first["crl"]["thisUpdate"], revoked
+            # trust.reload: badges only (no --csca), the new CRL in force at once.
+            write_crl(ca, crl, [], minute=10)
+            status = c.call("trust.reload")
+            assert [x["file"] for x in status["badges"]["crls"]] == [str(crl)], status
+            assert check(c)["decision"] == "granted"
+            # A CRL past its nextUpdate fails closed, reloaded or not.
+            write_crl(ca, crl, [], stale=True)
+            c.call("trust.reload")
+            assert check(c)["reasons"] == ["CERT_REVOCATION_UNKNOWN"]
+            # A bad file: the error names it, the CRL in force stays.
+            crl.write_text("not a CRL")
+            try:
+                c.call("trust.reload")
+                raise AssertionError("a bad CRL file was loaded")
+            except RPCError as e:
+                assert e.code == "INVALID_INPUT" and str(crl) in e.error["message"], e
+            assert check(c)["reasons"] == ["CERT_REVOCATION_UNKNOWN"]
+    finally:
+        daemon.stop()
+    # crlRefreshSeconds: the file is read again on its own.
+    write_crl(ca, crl, [serial])
+    config["accessControl"]["crlRefreshSeconds"] = 1
+    daemon = start_daemon(tmp_path, pcscd, config=config)
+    try:
+        c = daemon.client()
+        with Badge(pcscd, alice, 61, c):
+            assert check(c)["reasons"] == ["CERT_REVOKED"]
+            write_crl(ca, crl, [], minute=-1)
+            assert wait_for(lambda: check(c)["decision"] == "granted", timeout=10)
+    finally:
+        daemon.stop()
+
+
+def test_access_md_example_runs_as_written():
+    """docs/ACCESS.md's example (issue 36 §4), run by the README examples' runner in the lab: the badge's reader is
+    named, the door daemon has its anchors before it starts, and the badge is denied, registered, granted."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "scripts" / "readme_examples.py"), "--readme",
+                          str(root / "docs" / "ACCESS.md")], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TESSERA_BIN_DIR": str(BIN)})  # sockets under /tmp: short paths
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "README examples: 1 passed, 0 failed, 0 not run" in out.stdout, out.stdout
