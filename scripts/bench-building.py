@@ -4,6 +4,7 @@ publishes its signed door list; a door tesserad follows it from the office's dir
 (time, list and CRL size), the door's apply (time, RSS growth), and access.check with an emulated badge at the
 door (pcscd + vpcd) with a list of 10 badges and one of 100,000: the lookup must not grow with the list.
 TESSERA_BIN_DIR picks the build (scripts/bench.sh: the release build; default the debug build). One run."""
+import hashlib
 import json
 import os
 import pathlib
@@ -14,6 +15,9 @@ import statistics
 import sys
 import tempfile
 import time
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
@@ -37,13 +41,17 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
 def add_badges(db: pathlib.Path, count: int, certificate: bytes, first: tuple[bytes, str] | None) -> None:
     """Badge records straight into the office's credential store (its schema, the daemon stopped): `first` is the
     real badge, the rest have random card UUIDs and the same certificate; one in a hundred is suspended."""
+    # The pin as `access.register` records it: 9E ‖ SHA-256 of the certificate's SubjectPublicKeyInfo.
+    spki = x509.load_der_x509_certificate(certificate).public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    pin = b"\x9e" + hashlib.sha256(spki).digest()
     con = sqlite3.connect(db)
     columns = [row[1] for row in con.execute("PRAGMA table_info(credential)")]
     rows = []
     for i in range(count):
         cid, holder = first if (first and i == 0) else (b"\x34" + rng.randbytes(16), f"holder-{rng.randrange(10**9)}")
         values = {"credentialId": cid, "rpId": "tessera.badge", "userId": holder.encode(), "userName": holder,
-                  "userDisplayName": holder, "tokenId": cid.hex(), "backend": "piv-badge", "keyHandle": b"\x9e",
+                  "userDisplayName": holder, "tokenId": cid.hex(), "backend": "piv-badge", "keyHandle": pin,
                   "publicKey": certificate, "counterReserved": 0, "createdAt": "2026-11-29 00:00:00.000",
                   "state": "suspended" if i % 100 == 99 else "active", "ownerUid": 0}
         rows.append(tuple(values.get(c) for c in columns))

@@ -164,7 +164,7 @@ public final class AccessDoor: Sendable {
         }
         if let view {
             let decision = Self.followed(
-                reading, view: view, door: target.door, reader: readerName, apdus: apdus,
+                reading, view: view, door: target.door, reader: readerName, slot: mode.slot, apdus: apdus,
                 elapsed: ContinuousClock.now - started)
             log(decision, reading: reading)
             if decision.decision == .granted && runsGrantCommand, let argv = grantCommand(at: target) {

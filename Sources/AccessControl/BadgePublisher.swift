@@ -1,6 +1,8 @@
 import CredentialStore
+import CryptoPrimitives
 import DoorList
 import Foundation
+import PIV
 import TesseraCore
 import X509Support
 
@@ -43,9 +45,10 @@ public struct BadgePublisher: Sendable {
     public struct CertificateFacts: Sendable {
         /// The credential's creation time: a re-issued badge (same id, new certificate) is parsed again.
         var createdAt: Date
-        var keySHA256: String
         var serialNumber: [UInt8]
         var issuedByCA: Bool
+        /// SHA-256 of the certificate's key: the pin of a record of earlier versions (`keyHandle` 9E alone).
+        var keySHA256: [UInt8]
 
         /// Badge id bytes → facts.
         public typealias Cache = [Data: CertificateFacts]
@@ -66,15 +69,22 @@ public struct BadgePublisher: Sendable {
             var facts = cache[record.credentialId].flatMap { $0.createdAt == record.createdAt ? $0 : nil }
             if facts == nil, let certificate = try? ParsedCertificate(der: [UInt8](record.publicKey)) {
                 facts = CertificateFacts(
-                    createdAt: record.createdAt, keySHA256: DoorList.keySHA256(certificate),
-                    serialNumber: certificate.serialNumber,
-                    issuedByCA: ParsedCertificate.sameName(certificate.issuer, ca.subject))
+                    createdAt: record.createdAt, serialNumber: certificate.serialNumber,
+                    issuedByCA: ParsedCertificate.sameName(certificate.issuer, ca.subject),
+                    keySHA256: MessageDigest.sha256(certificate.subjectPublicKeyInfo))
             }
             seen[record.credentialId] = facts
+            // The keys the badge was registered with (`BadgeRegistry.pinnedKeys`): 9E, and 9A when the card had one.
+            // A record of earlier versions pins its certificate's key, parsed once into `facts`.
+            let pins =
+                [UInt8](record.keyHandle) == [PIV.Slot.cardAuthentication]
+                ? facts.map { [PIV.Slot.cardAuthentication: $0.keySHA256] } ?? [:]
+                : BadgeRegistry.pinnedKeys(keyHandle: record.keyHandle, certificate: record.publicKey)
             badges.append(
                 DoorList.Badge(
                     id: Base64URL.encode(record.credentialId), holder: record.userName,
-                    keySHA256: facts?.keySHA256 ?? "", state: record.state.rawValue))
+                    keySHA256: pins[PIV.Slot.cardAuthentication].map(Hex.encode) ?? "",
+                    authKeySHA256: pins[PIV.Slot.authentication].map(Hex.encode), state: record.state.rawValue))
             let reason: BadgeCRL.Reason? =
                 switch record.state {
                 case .active: nil

@@ -62,6 +62,7 @@ public enum CredentialState: String, Codable, Sendable, CaseIterable, DatabaseVa
 public struct CredentialSummary: Sendable, Equatable {
     public var credentialId: Data
     public var userName: String
+    public var keyHandle: Data
     public var publicKey: Data
     public var state: CredentialState
     public var stateChangedAt: Date?

@@ -275,17 +275,18 @@ public final class CredentialStore: Sendable {
                 let rows = try Row.fetchCursor(
                     db,
                     sql: """
-                        SELECT credentialId, userName, publicKey, state, stateChangedAt, createdAt FROM credential
+                        SELECT credentialId, userName, keyHandle, publicKey, state, stateChangedAt, createdAt
+                        FROM credential
                         WHERE rpId = ? ORDER BY createdAt, credentialId
                         """, arguments: [rpId])
                 var out: [CredentialSummary] = []
                 while let row = try rows.next() {
                     out.append(
                         CredentialSummary(
-                            credentialId: row[0], userName: row[1], publicKey: row[2],
-                            state: CredentialState(rawValue: row[3]) ?? .deactivated,
-                            stateChangedAt: (row[4] as DatabaseTimestamp?)?.date,
-                            createdAt: (row[5] as DatabaseTimestamp).date))
+                            credentialId: row[0], userName: row[1], keyHandle: row[2], publicKey: row[3],
+                            state: CredentialState(rawValue: row[4]) ?? .deactivated,
+                            stateChangedAt: (row[5] as DatabaseTimestamp?)?.date,
+                            createdAt: (row[6] as DatabaseTimestamp).date))
                 }
                 return out
             }

@@ -22,16 +22,19 @@ public struct DoorList: Sendable, Equatable, Codable {
     public var doors: [String: Door]
 
     /// One badge: its id (base64url of the card's UUID or FASC-N, as `access.check` reports it), the holder it is
-    /// registered to, the SHA-256 of its pinned Card Authentication public key (SubjectPublicKeyInfo, hex) and its
-    /// state (`active`, `suspended`, `deactivated`, `replaced`).
+    /// registered to, the SHA-256 (hex) of its pinned Card Authentication public key (SubjectPublicKeyInfo) and, when
+    /// the card has one, of its PIV Authentication key (`auth` mode), and its state (`active`, `suspended`,
+    /// `deactivated`, `replaced`).
     public struct Badge: Sendable, Equatable, Codable {
         public var id: String
         public var holder: String
         public var keySHA256: String
+        public var authKeySHA256: String?
         public var state: String
 
-        public init(id: String, holder: String, keySHA256: String, state: String) {
-            self.id = id; self.holder = holder; self.keySHA256 = keySHA256; self.state = state
+        public init(id: String, holder: String, keySHA256: String, authKeySHA256: String? = nil, state: String) {
+            self.id = id; self.holder = holder; self.keySHA256 = keySHA256; self.authKeySHA256 = authKeySHA256
+            self.state = state
         }
     }
 
@@ -101,13 +104,28 @@ public struct DoorListIndex: Sendable {
         }
     }
 
-    /// The holder (index into `holders`), the state (index into `states`) and the key hash's 32 bytes (`hexKey`
-    /// false: the list's key hash was not 64 hex digits, and no card's key matches it).
+    /// The holder (index into `holders`), the state (index into `states`) and the pinned keys' hashes.
     struct Entry: Sendable {
         var holder: Int32
         var state: UInt8
-        var hexKey: Bool
-        var k0: UInt64, k1: UInt64, k2: UInt64, k3: UInt64
+        var key: KeyHash?
+        var authKey: KeyHash?
+    }
+
+    /// A key's SHA-256 in four words; nil in an entry: the list had none, or not 64 hex digits (no key matches it).
+    struct KeyHash: Sendable, Equatable {
+        var w0: UInt64, w1: UInt64, w2: UInt64, w3: UInt64
+
+        init?(hex: String?) {
+            guard let hex, let bytes = Hex.decode(hex), bytes.count == 32 else { return nil }
+            var w: [UInt64] = [0, 0, 0, 0]
+            for (i, byte) in bytes.enumerated() { w[i / 8] = w[i / 8] << 8 | UInt64(byte) }
+            (w0, w1, w2, w3) = (w[0], w[1], w[2], w[3])
+        }
+
+        var hex: String {
+            Hex.encode([w0, w1, w2, w3].flatMap { w in (0..<8).map { UInt8(truncatingIfNeeded: w >> (56 - 8 * $0)) } })
+        }
     }
 
     public init(_ list: DoorList) {
@@ -156,10 +174,9 @@ public struct DoorListIndex: Sendable {
                 states.append(badge.state)
                 state = states.count - 1
             }
-            let key = Hex.decode(badge.keySHA256).flatMap { $0.count == 32 ? DoorListIndex.words($0) : nil }
             let entry = Entry(
-                holder: holder, state: UInt8(truncatingIfNeeded: state ?? 0), hexKey: key != nil,
-                k0: key?.0 ?? 0, k1: key?.1 ?? 0, k2: key?.2 ?? 0, k3: key?.3 ?? 0)
+                holder: holder, state: UInt8(truncatingIfNeeded: state ?? 0), key: KeyHash(hex: badge.keySHA256),
+                authKey: KeyHash(hex: badge.authKeySHA256))
             let position = Int32(values.count)
             values.append(entry)
             if let id = Key(badge.id) { entries[id] = position } else { otherEntries[badge.id] = position }
@@ -208,18 +225,9 @@ public struct DoorListIndex: Sendable {
     public func badge(_ id: String) -> DoorList.Badge? {
         guard let position = Key(id).flatMap({ entries[$0] }) ?? otherEntries[id] else { return nil }
         let entry = values[Int(position)]
-        let words = [entry.k0, entry.k1, entry.k2, entry.k3]
-        let key =
-            entry.hexKey
-            ? Hex.encode(words.flatMap { w in (0..<8).map { UInt8(truncatingIfNeeded: w >> (56 - 8 * $0)) } }) : "-"
         return DoorList.Badge(
-            id: id, holder: holders[Int(entry.holder)], keySHA256: key, state: states[Int(entry.state)])
-    }
-
-    static func words(_ bytes: [UInt8]) -> (UInt64, UInt64, UInt64, UInt64) {
-        var w: [UInt64] = [0, 0, 0, 0]
-        for (i, byte) in bytes.enumerated() { w[i / 8] = w[i / 8] << 8 | UInt64(byte) }
-        return (w[0], w[1], w[2], w[3])
+            id: id, holder: holders[Int(entry.holder)], keySHA256: entry.key?.hex ?? "-",
+            authKeySHA256: entry.authKey?.hex, state: states[Int(entry.state)])
     }
 }
 

@@ -1,6 +1,7 @@
 import DoorList
 import Foundation
 import ICAO
+import PIV
 import TesseraCore
 import Testing
 import X509Support
@@ -145,17 +146,21 @@ struct FollowedDecisionTests {
         await door.remove(link)
         #expect(reading.reasons.isEmpty)
 
-        func list(key: String, state: String = "active", allow: [String] = ["alice"]) -> DoorList {
+        func list(key: String, authKey: String? = nil, state: String = "active", allow: [String] = ["alice"])
+            -> DoorList
+        {
             DoorList(
                 number: 4, issuedAt: pki.now, expiresAt: pki.now + 600,
-                badges: [.init(id: id, holder: "alice", keySHA256: key, state: state)],
+                badges: [.init(id: id, holder: "alice", keySHA256: key, authKeySHA256: authKey, state: state)],
                 doors: ["lobby": .init(readers: [door.reader], allow: allow, grantCommand: ["/bin/open-lobby"])])
         }
-        func decide(_ list: DoorList, at now: Date, maxAge: Double = 60) throws -> AccessDecision {
+        func decide(
+            _ list: DoorList, at now: Date, maxAge: Double = 60, slot: UInt8 = PIV.Slot.cardAuthentication
+        ) throws -> AccessDecision {
             let view = try RegistryView.make(list, now: now, maxAge: maxAge)
             return AccessDoor.followed(
-                reading, view: view, door: view.doors.door(ofReader: door.reader), reader: door.reader, apdus: 4,
-                elapsed: .zero)
+                reading, view: view, door: view.doors.door(ofReader: door.reader), reader: door.reader,
+                slot: slot, apdus: 4, elapsed: .zero)
         }
         let pinned = DoorList.keySHA256(certificate)
         let granted = try decide(list(key: pinned), at: pki.now + 5)
@@ -164,6 +169,10 @@ struct FollowedDecisionTests {
         // Another certificate with this card's UUID and FASC-N (another key) is not the pinned badge.
         let other = String(repeating: "0", count: 64)
         #expect(try decide(list(key: other), at: pki.now).reasons == [.badgeKeyMismatch])
+        // An `auth` check proves the 9A key: it must be the 9A pin, and a badge without one has no such key.
+        let auth = PIV.Slot.authentication
+        #expect(try decide(list(key: pinned), at: pki.now, slot: auth).reasons == [.badgeKeyMismatch])
+        #expect(try decide(list(key: other, authKey: pinned), at: pki.now, slot: auth).reasons.isEmpty)
         #expect(try decide(list(key: pinned, state: "suspended"), at: pki.now).reasons == [.badgeSuspended])
         #expect(try decide(list(key: pinned, allow: ["bob"]), at: pki.now).reasons == [.doorNotAllowed])
         // Past the freeze bound every badge is denied, with the list's number and age.
