@@ -10,8 +10,6 @@ import X509Support
 public actor RegistryFollower {
     /// The office's publisher certificate: a list verifies with its key or is refused.
     public nonisolated let publisher: ParsedCertificate
-    /// The badge CAs: a CRL must be signed by one.
-    public nonisolated let anchors: [ParsedCertificate]
     /// Seconds after its issue time a list stops being used (the freeze bound).
     public nonisolated let maxAge: Double
 
@@ -21,8 +19,8 @@ public actor RegistryFollower {
     private var crlNumber: UInt64?
     private var appliedAt: Date?
 
-    public init(publisher: ParsedCertificate, anchors: [ParsedCertificate], maxAge: Double) {
-        self.publisher = publisher; self.anchors = anchors; self.maxAge = maxAge
+    public init(publisher: ParsedCertificate, maxAge: Double) {
+        self.publisher = publisher; self.maxAge = maxAge
     }
 
     /// What a decision uses: the applied list's index (nil: none yet), the applied CRL, and whether the list is
@@ -72,8 +70,11 @@ public actor RegistryFollower {
         return .success(applied.list.number)
     }
 
-    /// Offers the badge CA's CRL: applied when `BadgeCRL.accept` takes it. Returns its CRL number.
-    public func offerCRL(_ der: [UInt8], now: Date = Date()) -> Result<UInt64, DoorListRefusal> {
+    /// Offers the badge CA's CRL: applied when `BadgeCRL.accept` takes it — signed by one of `anchors`, the badge
+    /// CAs the door trusts now. Returns its CRL number.
+    public func offerCRL(_ der: [UInt8], anchors: [ParsedCertificate], now: Date = Date())
+        -> Result<UInt64, DoorListRefusal>
+    {
         switch BadgeCRL.accept(der, anchors: anchors, current: crlNumber, now: now) {
         case .failure(let refusal): return .failure(refusal)
         case .success(let (list, number)):

@@ -32,8 +32,7 @@ extension MethodTable {
             guard let publisher = publisher.first else {
                 throw TesseraError.invalidInput("accessControl.registry.publisher: no certificate in the file")
             }
-            follower = RegistryFollower(
-                publisher: publisher, anchors: trust.anchors, maxAge: Double(registry.maxAgeSeconds))
+            follower = RegistryFollower(publisher: publisher, maxAge: Double(registry.maxAgeSeconds))
         }
         return AccessDoor(
             documents: documents, trust: trust, registry: BadgeRegistry(store: store),

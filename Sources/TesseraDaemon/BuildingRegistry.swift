@@ -248,7 +248,7 @@ actor RegistryDoor {
             }
         }
         if let bytes = await read(crlPath, kind: "crl") {
-            let outcome = await follower.offerCRL(bytes)
+            let outcome = await follower.offerCRL(bytes, anchors: door.trust.anchors)
             report(outcome, kind: "CRL", path: crlPath)
             if case .success = outcome {
                 applied["crl"] = MessageDigest.sha256(bytes)

@@ -91,9 +91,7 @@ struct DoorListTests {
 
     @Test func theFollowerKeepsItsListWhenOfferedABadOne() async throws {
         let pki = try await BadgePKI.make()
-        let follower = RegistryFollower(
-            publisher: try pki.authority.parsedCertificate(), anchors: [try pki.authority.parsedCertificate()],
-            maxAge: 60)
+        let follower = RegistryFollower(publisher: try pki.authority.parsedCertificate(), maxAge: 60)
         #expect(await follower.view(at: pki.now).stale)
         let first = try await pki.authority.sign(Self.list(number: 3, issuedAt: pki.now))
         #expect(await follower.offerList(first, now: pki.now) == .success(3))
