@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tessera_harness import BIN, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, free_port_pair, stop_process
+from tessera_harness import BIN, PCSCD, SOFTHSM_MODULE, Daemon, RPCError, SoftHSM, cli, free_port_pair, stop_process
 from test_access import Badge, _try, check
 from test_piv import wait_for
 
@@ -249,6 +249,11 @@ def test_a_building_one_office_three_doors(tmp_path):
                 assert issued[holder]["decision"] == "granted", issued[holder]
         after_issue = until(lambda: oc.call("access.status")["badges"] == 2 and oc.call("access.status"))
         assert after_issue["role"] == "office" and after_issue["revoked"] == 0
+        # A forced publication (the CLI's access publish) takes the next number.
+        forced = cli(office, "access", "publish").stdout
+        number = re.search(r"^number +(\d+)$", forced, re.M)
+        assert number and int(number.group(1)) > after_issue["number"], forced
+        after_issue = oc.call("access.status")
 
         # Granted at each door after a sync; the door rule of the reader's door in the list applies.
         for door in doors:
@@ -358,6 +363,7 @@ def test_a_building_one_office_three_doors(tmp_path):
         assert d["decision"] == "denied" and d["registry"]["age"] > MAX_AGE - 1, d
         assert time.time() - cut <= MAX_AGE + 15
         assert lobby.status()["stale"] is True
+        assert re.search(r"^stale +true$", cli(lobby.daemon, "access", "status").stdout, re.M)
         web.start()
         def back():
             d = present(lobby, alice, 7001)
