@@ -1,8 +1,10 @@
+import CredentialStore
 import DoorList
 import Foundation
 import ICAO
 import PIV
 import TesseraCore
+import TesseraTestSupport
 import Testing
 import X509Support
 
@@ -186,5 +188,63 @@ enum RegistryView {
             index: DoorListIndex(list), doors: try RegistryFollower.doorTable(list.doors), crl: nil,
             stale: list.isStale(at: now, maxAge: maxAge),
             stamp: .init(number: list.number, age: list.age(at: now)))
+    }
+}
+
+/// The office's publication from a real credential store, read back by the door's rules and by openssl.
+struct BadgePublisherTests {
+    @Test func eachLifecycleStateReachesTheListAndTheCRLWithItsReason() async throws {
+        let pki = try await BadgePKI.make()
+        let store = CredentialStore(
+            database: try TesseraDatabase(path: Scratch.directory("publisher") + "/tessera.sqlite"))
+        let registry = BadgeRegistry(store: store)
+        var ids: [String: [UInt8]] = [:]
+        var serials: [String: [UInt8]] = [:]
+        for (n, holder) in ["alice", "bob", "carol", "dave"].enumerated() {
+            let (_, issued) = try await pki.card(serial: 3710 + UInt32(n), holder: holder)
+            _ = try await registry.register(
+                identifiers: issued.identifiers, holder: holder, certificate: issued.cardAuthCertificate,
+                keys: issued.publicKeys, owner: 0, actor: "uid:0", replace: false)
+            let id = try #require(issued.identifiers.idBytes)
+            ids[holder] = id
+            serials[holder] = try ParsedCertificate(der: issued.cardAuthCertificate).serialNumber
+        }
+        _ = try await store.transition(ids: [ids["bob"]!], to: .suspended, actor: "uid:0", reason: nil)
+        _ = try await store.transition(ids: [ids["carol"]!], to: .deactivated, actor: "uid:0", reason: nil)
+        _ = try await store.transition(ids: [ids["dave"]!], to: .replaced, actor: "uid:0", reason: nil)
+        // A suspended and then resumed badge leaves the CRL.
+        _ = try await store.transition(ids: [ids["alice"]!], to: .suspended, actor: "uid:0", reason: nil)
+        _ = try await store.transition(ids: [ids["alice"]!], to: .active, actor: "uid:0", reason: nil)
+        let publisher = BadgePublisher(
+            registry: registry, signer: pki.authority, certificateAuthority: pki.authority,
+            doors: ["lobby": .init(readers: ["Reader 0"], allow: ["alice"])], validity: 600)
+        var cache: BadgePublisher.CertificateFacts.Cache = [:]
+        let publication = try await publisher.publish(number: 12, now: pki.now, cache: &cache)
+        #expect(publication.badges == 4 && publication.revoked == 3)
+
+        let index = try SignedDoorList.accept(
+            publication.signedList, publisher: try pki.authority.parsedCertificate(), current: 11, now: pki.now
+        ).get()
+        #expect(index.list.number == 12 && abs(index.list.expiresAt.timeIntervalSince(pki.now + 600)) < 1)
+        let states = ["alice", "bob", "carol", "dave"].map { index.badge(Base64URL.encode(ids[$0]!))?.state }
+        #expect(states == ["active", "suspended", "deactivated", "replaced"])
+        #expect(BadgeCRL.number(of: publication.crl) == 12)
+
+        // openssl, as any PACS, reads the CRL: each certificate with its reason, alice's not at all.
+        let file = Scratch.directory("publisher-crl") + "/badges.crl"
+        try Data(publication.crl).write(to: URL(fileURLWithPath: file))
+        let text = try await Subprocess.run("openssl", ["crl", "-inform", "DER", "-in", file, "-noout", "-text"])
+            .stdoutText
+        func entry(_ holder: String) -> String? {
+            // openssl prints the INTEGER's value: without the sign byte.
+            let serial = Hex.encode(Array(serials[holder]!.drop { $0 == 0 })).uppercased()
+            guard let at = text.range(of: "Serial Number: " + serial) else { return nil }
+            return String(text[at.upperBound...].prefix(200))
+        }
+        #expect(entry("bob")?.contains("Certificate Hold") == true, "\(text)")
+        #expect(entry("carol")?.contains("Cessation Of Operation") == true, "\(text)")
+        #expect(entry("dave")?.contains("Superseded") == true, "\(text)")
+        #expect(entry("alice") == nil, "\(text)")
+        #expect(text.contains("X509v3 CRL Number") && text.contains("12"))
     }
 }
