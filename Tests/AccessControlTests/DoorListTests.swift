@@ -1,5 +1,5 @@
 import CredentialStore
-import DoorList
+@_spi(Testing) import DoorList
 import Foundation
 import ICAO
 import PIV
@@ -31,6 +31,9 @@ struct DoorListTests {
         let signed = try await pki.authority.sign(Self.list(number: 7, issuedAt: pki.now))
         let index = try SignedDoorList.accept(signed, publisher: publisher, current: 6, now: pki.now).get()
         let list = Self.list(number: 7, issuedAt: index.list.issuedAt)
+        // The door reads the content without copying it per nesting level: the signature detached from it.
+        let (detached, content) = try #require(SignedDoorList.detachContent(signed))
+        #expect(content == (try list.encoded()) && detached.count < 2000)
         #expect(abs(index.list.issuedAt.timeIntervalSince(pki.now)) < 1)
         #expect(index.list.number == 7 && index.list.doors == list.doors && index.list.badges.isEmpty)
         #expect(index.badge("NEdfQmFkZ2f") == list.badges[1])
