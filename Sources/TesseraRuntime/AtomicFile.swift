@@ -22,7 +22,7 @@ public enum AtomicFile {
         _ = fchmod(fd, mode)
         let file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         do {
-            try file.write(contentsOf: Data(bytes))
+            try file.write(contentsOf: bytes)
             try file.synchronize()
             try file.close()
         } catch {
