@@ -145,7 +145,8 @@ def main() -> None:
         forced = status["number"]
         until(lambda: door.client().call("access.status").get("number") == forced, timeout=300)
         apply_ms = until(lambda: applied_ms(door.log, forced), timeout=60)
-        time.sleep(2)  # the door saves its copy and returns the parse's free memory after the apply
+        # After the apply the door saves its copy (fsync of the whole list) and then returns the parse's free memory.
+        time.sleep(8)
         rss_after, hwm_after = rss_kib(door.proc.pid), rss_kib(door.proc.pid, "VmHWM")
         large_checks = checks(door, pcscd, state)
         crl_bytes = (root / "published" / "badges.crl").stat().st_size
