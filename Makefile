@@ -82,6 +82,10 @@ install: generated
 	  $(UNIT_SED) systemd/$$u > $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u && \
 	  $(UNIT_SED) systemd/user/$$u > $(DESTDIR)$(SYSTEMDUSERUNITDIR)/$$u && \
 	  chmod 0644 $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u $(DESTDIR)$(SYSTEMDUSERUNITDIR)/$$u || exit 1; done
+	@# A door's sync of the badge office's list (system units only).
+	for u in tessera-registry-sync.service tessera-registry-sync.timer; do \
+	  $(UNIT_SED) systemd/$$u > $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u && \
+	  chmod 0644 $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u || exit 1; done
 	$(UNIT_SED) systemd/dropins/ctap-uhid.conf > $(DESTDIR)$(DATADIR)/tessera/systemd/ctap-uhid.conf
 	chmod 0644 $(DESTDIR)$(DATADIR)/tessera/systemd/ctap-uhid.conf
 	$(INSTALL) -m 0644 packaging/sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/tessera.conf
@@ -96,6 +100,8 @@ install: generated
 	$(UNIT_SED) packaging/environment.d/60-tessera-ssh-agent.conf \
 	  > $(DESTDIR)$(DATADIR)/tessera/environment.d/60-tessera-ssh-agent.conf
 	chmod 0644 $(DESTDIR)$(DATADIR)/tessera/environment.d/60-tessera-ssh-agent.conf
+	test -e $(DESTDIR)$(SYSCONFDIR)/tessera/registry-sync.env || \
+	  $(INSTALL) -m 0644 packaging/registry-sync.env $(DESTDIR)$(SYSCONFDIR)/tessera/registry-sync.env
 	$(INSTALL) -m 0644 README.md docs/*.md $(DESTDIR)$(DOCDIR)/
 	$(INSTALL) -m 0644 $(GENERATED)/tessera.1 $(DESTDIR)$(MANDIR)/man1/tessera.1
 	$(INSTALL) -m 0644 $(GENERATED)/tesserad.8 $(DESTDIR)$(MANDIR)/man8/tesserad.8
@@ -112,6 +118,8 @@ uninstall:
 	  $(DESTDIR)$(MANDIR)/man1/tessera.1 $(DESTDIR)$(MANDIR)/man8/tesserad.8
 	for u in tesserad.socket tesserad.service tesserad-ssh-agent.socket; do \
 	  rm -f $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/$$u $(DESTDIR)$(SYSTEMDUSERUNITDIR)/$$u; done
+	rm -f $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/tessera-registry-sync.service \
+	  $(DESTDIR)$(SYSTEMDSYSTEMUNITDIR)/tessera-registry-sync.timer
 	for p in tesserad tessera; do rm -f $(DESTDIR)$(BASHCOMPLETIONDIR)/$$p $(DESTDIR)$(ZSHCOMPLETIONDIR)/_$$p \
 	  $(DESTDIR)$(FISHCOMPLETIONDIR)/$$p.fish; done
 	rm -rf $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)/tessera

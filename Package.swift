@@ -42,7 +42,7 @@ let package = Package(
         // MARK: Foundations and pure protocols (no I/O)
         .target(name: "TesseraCore"),
         /// What touches threads and processes, kept out of the pure TesseraCore: `DedicatedThread`,
-        /// `ScheduledTaskExecutor`, `ProgramRunner`, `Failpoint`.
+        /// `ScheduledTaskExecutor`, `ProgramRunner`, `Failpoint`, `AtomicFile`.
         .target(name: "TesseraRuntime", dependencies: ["TesseraCore", "CSystemShims"]),
         /// Who asks at a front door, and the owner rule every door applies (docs/API.md, "Owners").
         .target(name: "Ownership"),
@@ -181,13 +181,19 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]),
 
+        /// A building's door list (docs/ACCESS.md, "A building"): the signed, numbered, expiring list a badge office
+        /// publishes and the rules a door follows it by, and the badge CA's CRL. Pure: no I/O.
+        .target(
+            name: "DoorList",
+            dependencies: ["TesseraCore", "APDU", "ICAO", "CryptoPrimitives", "X509Support"]),
+
         /// Badges at the door (docs/ACCESS.md): the PIV PKI-CAK / PKI-AUTH check over any APDU transport, the
         /// decision with the badge's lifecycle, badge issuance onto a PIV card, badges in the credential store.
         .target(
             name: "AccessControl",
             dependencies: [
                 "TesseraCore", "TesseraRuntime", "APDU", "PIV", "CryptoPrimitives", "ICAO", "KeyStores", "Passkeys",
-                "CredentialStore", "Documents", "X509Support",
+                "CredentialStore", "Documents", "X509Support", "DoorList",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -260,8 +266,9 @@ let package = Package(
                 "PIVKeyStore", "PIV", "KeyStores",
                 "ICAO", "NFC", "Enrollment", "Emulation", "SSHAgent", "MDoc", "APDU",
                 "CTAP2", "CTAPAuthenticator", "MDocHolderDoor", "Pinentry", "Presence", "SSHAgentDoor", "AccessControl",
+                "DoorList", "TesseraRuntime", "CryptoPrimitives",
                 .product(name: "Logging", package: "swift-log"), .product(name: "X509", package: "swift-certificates"),
-                "X509Support", "TesseraRuntime",
+                "X509Support",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]),
@@ -436,7 +443,7 @@ let package = Package(
             name: "AccessControlTests",
             dependencies: [
                 "AccessControl", "APDU", "CredentialStore", "Emulation", "ICAO", "PCSC", "PIV", "Passkeys",
-                "TesseraCore", "X509Support",
+                "TesseraCore", "X509Support", "DoorList",
                 "TesseraTestSupport", "VPCD", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
             ]),

@@ -20,3 +20,7 @@ fi
 # then one PIV badge check (PKI-CAK) in process, via pcscd+vpcd and via libnfc + the software PN532 (--badge-only).
 swift build "${RELEASE[@]}" --product document-bench
 .build/release/document-bench --runs "${BENCH_RUNS:-5}"
+# A building (docs/ACCESS.md, "A building"): an office with 100,000 badges and 1,000 doors publishes its signed door
+# list; a door applies it (time, RSS); access.check at 10 vs 100,000 badges.
+swift build "${RELEASE[@]}" --product tessera
+TESSERA_BIN_DIR=.build/release .venv/bin/python scripts/bench-building.py

@@ -19,9 +19,13 @@ mkdir -p "$root/usr/lib/systemd" "$root/etc/systemd/system" "$root/usr/sbin" "$r
 cp -r "$units" "$root/usr/lib/systemd/system"
 printf '#!/bin/sh\nexit 0\n' > "$root/usr/sbin/tesserad"
 chmod 0755 "$root/usr/sbin/tesserad"
-cp systemd/*.service systemd/*.socket "$root/etc/systemd/system/"
+# The registry sync's ExecStart is /bin/sh: an executable stand-in, as for tesserad.
+mkdir -p "$root/bin" "$root/etc/tessera"
+cp "$root/usr/sbin/tesserad" "$root/bin/sh"
+cp packaging/registry-sync.env "$root/etc/tessera/registry-sync.env"
+cp systemd/*.service systemd/*.socket systemd/*.timer "$root/etc/systemd/system/"
 
-names=$(cd systemd && echo *.service *.socket)
+names=$(cd systemd && echo *.service *.socket *.timer)
 # verify prints problems and may still exit 0 for some of them: any output is a failure.
 out=$(systemd-analyze verify --man=no --root="$root" $names 2>&1) || { echo "$out"; echo "systemd-analyze verify failed"; exit 1; }
 if [ -n "$out" ]; then echo "$out"; echo "systemd-analyze verify reported problems"; exit 1; fi

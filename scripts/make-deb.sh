@@ -49,7 +49,7 @@ Maintainer: Tessera developers <tessera-maintainers@example.org>
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 Depends: $depends, systemd | systemd-standalone-sysusers, systemd | systemd-standalone-tmpfiles
 Recommends: pcscd, p11-kit, libsofthsm2
-Suggests: opensc-pkcs11, vsmartcard-vpcd, libnfc-bin, pinentry-curses | pinentry
+Suggests: opensc-pkcs11, vsmartcard-vpcd, libnfc-bin, pinentry-curses | pinentry, curl
 Section: admin
 Priority: optional
 Description: passkeys, SSH keys and travel documents on hardware tokens

@@ -22,6 +22,22 @@ public struct AccessDecision: Sendable, Equatable, Codable {
     public var apdus: Int
     /// Milliseconds from the card being opened to the decision.
     public var elapsedMs: Double
+    /// At a door following an office's list: the list the decision used.
+    public var registry: RegistryStamp?
+
+    /// The number of the door list a decision used and its age in seconds (nil: the door has no list).
+    public struct RegistryStamp: Sendable, Equatable, Codable {
+        public var number: UInt64?
+        public var age: Double?
+
+        public init(number: UInt64?, age: Double?) { self.number = number; self.age = age }
+    }
+
+    /// Adds a reason to deny (after the ones the check found).
+    public mutating func deny(_ reason: AccessReason) {
+        if !reasons.contains(reason) { reasons.append(reason) }
+        decision = .denied
+    }
     /// The CRL that answered for the card's certificate, when one was consulted.
     public var crl: CRLSource?
 
@@ -72,6 +88,12 @@ public struct AccessDecision: Sendable, Equatable, Codable {
         if let holder { o["holder"] = .string(holder) }
         if let door { o["door"] = .string(door) }
         if let reader { o["reader"] = .string(reader) }
+        if let registry {
+            o["registry"] = [
+                "number": registry.number.map { .number(Double($0)) } ?? .null,
+                "age": registry.age.map { .number(($0 * 10).rounded() / 10) } ?? .null,
+            ]
+        }
         if let crl { o["crl"] = crl.json }
         return .object(o)
     }

@@ -21,15 +21,20 @@ public final class AccessDoor: Sendable {
     /// no doors configured, on every grant.
     public let grantCommand: [String]?
     public let grantTimeout: Duration
+    /// At a door of a building (`accessControl.registry`): the office's list it follows, whose badges (and, through
+    /// `replaceDoors`, doors) replace the local registry and the configured doors in decisions.
+    public let follower: RegistryFollower?
     let logger: Logger
 
     public init(
         documents: DocumentService, trust: BadgeTrust, registry: BadgeRegistry, doors: DoorTable = DoorTable(),
-        grantCommand: [String]? = nil, grantTimeout: Duration = .seconds(10), logger: Logger
+        grantCommand: [String]? = nil, grantTimeout: Duration = .seconds(10), follower: RegistryFollower? = nil,
+        logger: Logger
     ) {
         self.documents = documents; trustInForce = Locked(trust); self.registry = registry
         doorsInForce = Locked(doors)
-        self.grantCommand = grantCommand; self.grantTimeout = grantTimeout; self.logger = logger
+        self.grantCommand = grantCommand; self.grantTimeout = grantTimeout; self.follower = follower
+        self.logger = logger
     }
 
     /// The doors and their readers; a reader of no door gives decisions but opens nothing.
@@ -143,11 +148,22 @@ public final class AccessDoor: Sendable {
     public func check(at target: Target, mode: AccessMode, pin: PINAttempt?, runsGrantCommand: Bool = true)
         async throws(TesseraError) -> AccessDecision
     {
+        let view = await follower?.view()
         let started = ContinuousClock.now
-        let check = BadgeCheck(trust: trust, mode: mode)
+        let check = BadgeCheck(trust: view.map { trust.adding($0.crl) } ?? trust, mode: mode)
         let (reading, readerName, apdus, _) = try await documents.withCard(reader: target.reader, extendedLength: true)
         {
             transport throws(TesseraError) in await check.run(transport: transport, pin: pin)
+        }
+        if let view {
+            let decision = Self.followed(
+                reading, view: view, door: target.door, reader: readerName, slot: mode.slot, apdus: apdus,
+                elapsed: ContinuousClock.now - started)
+            log(decision, reading: reading)
+            if decision.decision == .granted && runsGrantCommand, let argv = grantCommand(at: target) {
+                runGrantCommand(argv, decision)
+            }
+            return decision
         }
         var record: CredentialRecord?
         if let id = reading.identifiers.idBytes { record = try await registry.badge(id) }
@@ -161,18 +177,23 @@ public final class AccessDoor: Sendable {
             door: target.door?.name, reader: readerName,
             apdus: apdus, elapsed: ContinuousClock.now - started)
         if let holder = record?.userName { decision.holder = holder }
-        logger.info(
-            "badge \(decision.decision.rawValue)",
-            metadata: [
-                "reader": "\(readerName)", "door": "\(target.door?.name ?? "-")", "badge": "\(decision.badgeId ?? "-")",
-                "reasons": "\(decision.reasons.map(\.rawValue).joined(separator: ","))",
-                "apdus": "\(apdus)", "ms": "\(Int(decision.elapsedMs))",
-                "error": "\(reading.error.map { "\($0)" } ?? "-")",
-            ])
+        log(decision, reading: reading)
         if decision.decision == .granted && runsGrantCommand, let argv = grantCommand(at: target) {
             runGrantCommand(argv, decision)
         }
         return decision
+    }
+
+    func log(_ decision: AccessDecision, reading: BadgeReading) {
+        var metadata: Logger.Metadata = [
+            "reader": "\(decision.reader ?? "-")", "door": "\(decision.door ?? "-")",
+            "badge": "\(decision.badgeId ?? "-")",
+            "reasons": "\(decision.reasons.map(\.rawValue).joined(separator: ","))",
+            "apdus": "\(decision.apdus)", "ms": "\(Int(decision.elapsedMs))",
+            "error": "\(reading.error.map { "\($0)" } ?? "-")",
+        ]
+        if let number = decision.registry?.number { metadata["list"] = "\(number)" }
+        logger.info("badge \(decision.decision.rawValue)", metadata: metadata)
     }
 
     /// Registers the badge on `reader` for `holder` (a card issued elsewhere, e.g. an agency's PIV card): the card

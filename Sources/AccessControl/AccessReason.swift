@@ -50,6 +50,9 @@ public enum AccessReason: String, Sendable, Codable, CaseIterable, Hashable {
     case badgeReplaced = "BADGE_REPLACED"
     /// The door's rule does not admit this badge.
     case doorNotAllowed = "DOOR_NOT_ALLOWED"
+    /// A door following an office's list (`accessControl.registry`) has none, or its list is older than
+    /// `maxAgeSeconds` or expired: it denies every badge until a newer list arrives (the freeze bound).
+    case registryStale = "REGISTRY_STALE"
     /// The card answered something the check cannot use (a card error other than the ones above).
     case cardError = "CARD_ERROR"
 }

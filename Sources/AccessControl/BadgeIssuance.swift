@@ -1,5 +1,6 @@
 import APDU
 import Crypto
+import DoorList
 import Foundation
 import ICAO
 import KeyStores
@@ -133,30 +134,25 @@ public struct BadgeAuthority: Sendable {
 
     /// A v2 CRL of this authority revoking the certificates with `serialNumbers` (INTEGER content octets, as
     /// `ParsedCertificate.serialNumber`), valid from `thisUpdate` to `nextUpdate`.
-    public func crl(revoking serialNumbers: [[UInt8]], thisUpdate: Date, nextUpdate: Date)
+    public func crl(revoking serialNumbers: [[UInt8]], thisUpdate: Date, nextUpdate: Date, number: UInt64 = 1)
         async throws(TesseraError) -> [UInt8]
     {
-        let algorithm = DERBuild.sequence([DERBuild.oid("1.2.840.10045.4.3.2")])
-        let issuer = try parsedCertificate().subject
-        let revoked = serialNumbers.map {
-            DERBuild.sequence([TLV.encode(tag: 0x02, value: $0), Self.utcTime(thisUpdate)])
-        }
-        var fields = [
-            DERBuild.integer(1), algorithm, issuer, Self.utcTime(thisUpdate), Self.utcTime(nextUpdate),
-        ]
-        if !revoked.isEmpty { fields.append(DERBuild.sequence(revoked)) }
-        let tbs = DERBuild.sequence(fields)
-        let signature = try await sign(tbs)
-        return DERBuild.sequence([tbs, algorithm, TLV.encode(tag: 0x03, value: [0x00] + signature)])
+        try await crl(
+            entries: serialNumbers.map {
+                .init(serialNumber: $0, revokedAt: thisUpdate, reason: .cessationOfOperation)
+            },
+            thisUpdate: thisUpdate, nextUpdate: nextUpdate, number: number)
     }
 
-    static func utcTime(_ date: Date) -> [UInt8] {
-        let t = CivilTime(date)
-        let text =
-            [t.year % 100, t.month, t.day, t.hour, t.minute, t.second].map {
-                String(repeating: "0", count: $0 < 10 ? 1 : 0) + String($0)
-            }.joined() + "Z"
-        return TLV.encode(tag: 0x17, value: Array(text.utf8))
+    /// A v2 CRL of this authority listing `entries` with their reason codes and the CRL number `number`
+    /// (`BadgeCRL`), signed by this authority's key.
+    public func crl(entries: [BadgeCRL.Entry], thisUpdate: Date, nextUpdate: Date, number: UInt64)
+        async throws(TesseraError) -> [UInt8]
+    {
+        let tbs = BadgeCRL.tbsCertList(
+            issuer: try parsedCertificate(), entries: entries, thisUpdate: thisUpdate, nextUpdate: nextUpdate,
+            number: number)
+        return BadgeCRL.assemble(tbs: tbs, signature: try await sign(tbs))
     }
 
     /// The CHUID content for the card, signed by this authority.

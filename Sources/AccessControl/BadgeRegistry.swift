@@ -44,9 +44,14 @@ public struct BadgeRegistry: Sendable {
     /// card had one). `keyHandle` holds them as `slot ‖ hash` entries; a record of earlier versions (`keyHandle` 9E
     /// alone) pins the 9E key of its certificate (`publicKey`).
     public static func pinnedKeys(_ record: CredentialRecord) -> [UInt8: [UInt8]] {
-        let handle = [UInt8](record.keyHandle)
+        pinnedKeys(keyHandle: record.keyHandle, certificate: record.publicKey)
+    }
+
+    /// `pinnedKeys` of a record's `keyHandle` and `publicKey` columns.
+    public static func pinnedKeys(keyHandle: Data, certificate: Data) -> [UInt8: [UInt8]] {
+        let handle = [UInt8](keyHandle)
         if handle == [PIV.Slot.cardAuthentication] {
-            guard let certificate = try? ParsedCertificate(der: [UInt8](record.publicKey)) else { return [:] }
+            guard let certificate = try? ParsedCertificate(der: [UInt8](certificate)) else { return [:] }
             return [PIV.Slot.cardAuthentication: MessageDigest.sha256(certificate.subjectPublicKeyInfo)]
         }
         var pins: [UInt8: [UInt8]] = [:]

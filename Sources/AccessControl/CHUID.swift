@@ -54,37 +54,12 @@ public struct CHUID: Sendable, Equatable {
     /// certificate included. `sign` returns the DER ECDSA-with-SHA-256 signature of the bytes it is given.
     public static func signature(
         over signedContent: [UInt8], fascn: [UInt8], signerCertificate: ParsedCertificate,
-        sign: ([UInt8]) async throws(TesseraError) -> [UInt8]
+        sign: CMSSignedData.Signer
     ) async throws(TesseraError) -> [UInt8] {
-        let sha256 = DERBuild.sequence([DERBuild.oid("2.16.840.1.101.3.4.2.1")])
-        let attributes = [
-            DERBuild.attribute("1.2.840.113549.1.9.3", DERBuild.oid(PIVOID.chuidSecurityObject)),
-            DERBuild.attribute(
-                "1.2.840.113549.1.9.4", TLV.encode(tag: 0x04, value: MessageDigest.sha256(signedContent))),
-            DERBuild.attribute(PIVOID.fascn, TLV.encode(tag: 0x04, value: fascn)),
-        ]
-        let signedAttributes = DERBuild.setOf(attributes)
-        let signatureValue = try await sign(signedAttributes)
-        let certificate = try TLV.parse(signerCertificate.der)
-        let tbsFields = try certificate.children().first?.children() ?? []
-        let serial = tbsFields.first { $0.tag == 0x02 }
-        guard let serial else { throw TesseraError(.malformedData, "the CHUID signer certificate has no serial") }
-        let signerInfo = DERBuild.sequence([
-            DERBuild.integer(1),
-            DERBuild.sequence([signerCertificate.issuer, serial.encoded]),
-            sha256,
-            TLV.encode(tag: 0xA0, value: try TLV.parse(signedAttributes).value),
-            DERBuild.sequence([DERBuild.oid("1.2.840.10045.4.3.2")]),
-            TLV.encode(tag: 0x04, value: signatureValue),
-        ])
-        let signedData = DERBuild.sequence([
-            DERBuild.integer(3),
-            DERBuild.setOf([sha256]),
-            DERBuild.sequence([DERBuild.oid(PIVOID.chuidSecurityObject)]),
-            TLV.encode(tag: 0xA0, value: signerCertificate.der),
-            DERBuild.setOf([signerInfo]),
-        ])
-        return DERBuild.sequence([DERBuild.oid("1.2.840.113549.1.7.2"), TLV.encode(tag: 0xA0, value: signedData)])
+        try await CMSSignedData.build(
+            content: signedContent, contentType: PIVOID.chuidSecurityObject, detached: true,
+            extraAttributes: [DERBuild.attribute(PIVOID.fascn, TLV.encode(tag: 0x04, value: fascn))],
+            signerCertificate: signerCertificate, sign: sign)
     }
 }
 

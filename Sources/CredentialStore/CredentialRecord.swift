@@ -58,6 +58,17 @@ public enum CredentialState: String, Codable, Sendable, CaseIterable, DatabaseVa
     public var isFinal: Bool { self == .deactivated || self == .replaced }
 }
 
+/// The columns of a credential a badge office publishes (`CredentialStore.summaries`).
+public struct CredentialSummary: Sendable, Equatable {
+    public var credentialId: Data
+    public var userName: String
+    public var keyHandle: Data
+    public var publicKey: Data
+    public var state: CredentialState
+    public var stateChangedAt: Date?
+    public var createdAt: Date
+}
+
 /// One entry of the credential audit trail: a state change or a deletion, who asked and why.
 public struct CredentialEvent: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
     public static let databaseTableName = "credential_event"

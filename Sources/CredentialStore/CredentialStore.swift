@@ -267,6 +267,42 @@ public final class CredentialStore: Sendable {
         } catch { throw storageError(error) }
     }
 
+    /// What a badge office publishes of each credential of `rpId` (`CredentialSummary`), oldest first: read by column,
+    /// without decoding whole records, so 100,000 of them are read quickly.
+    public func summaries(rpId: String) async throws(TesseraError) -> [CredentialSummary] {
+        do {
+            return try await db.read { db in
+                let rows = try Row.fetchCursor(
+                    db,
+                    sql: """
+                        SELECT credentialId, userName, keyHandle, publicKey, state, stateChangedAt, createdAt
+                        FROM credential
+                        WHERE rpId = ? ORDER BY createdAt, credentialId
+                        """, arguments: [rpId])
+                var out: [CredentialSummary] = []
+                while let row = try rows.next() {
+                    out.append(
+                        CredentialSummary(
+                            credentialId: row[0], userName: row[1], keyHandle: row[2], publicKey: row[3],
+                            state: CredentialState(rawValue: row[4]) ?? .deactivated,
+                            stateChangedAt: (row[5] as DatabaseTimestamp?)?.date,
+                            createdAt: (row[6] as DatabaseTimestamp).date))
+                }
+                return out
+            }
+        } catch { throw storageError(error) }
+    }
+
+    /// The id of the newest audit trail entry (0 when there is none): it changes with every state change,
+    /// registration and deletion, so a poller notices that some credential changed without reading them all.
+    public func auditMarker() async throws(TesseraError) -> Int64 {
+        do {
+            return try await db.read { db in
+                try Int64.fetchOne(db, sql: "SELECT COALESCE(MAX(id), 0) FROM credential_event") ?? 0
+            }
+        } catch { throw storageError(error) }
+    }
+
     /// The audit trail, oldest first: of one credential, or (nil) of all, the newest `limit` entries.
     public func events(credentialId: [UInt8]?, limit: Int = 1000) async throws(TesseraError) -> [CredentialEvent] {
         do {

@@ -33,9 +33,7 @@ public enum OTPNotifier: Sendable, Equatable {
         }
     }
 
-    /// Writes `DIR/NAME.json` atomically with its final mode: a temp file of an unpredictable name, created
-    /// with O_CREAT|O_EXCL|O_NOFOLLOW and mode 0600 in the same directory, written, fsynced, renamed over the
-    /// final name.
+    /// Writes `DIR/NAME.json` atomically (`AtomicFile`) with mode 0600 from its creation.
     static func drop(_ message: JSONValue, directory: String, name: String) throws(TesseraError) {
         func failed(_ why: String) -> TesseraError {
             TesseraError(.otpDeliveryFailed, "cannot write the code to \(directory): \(why)")
@@ -45,24 +43,9 @@ public enum OTPNotifier: Sendable, Equatable {
         } catch {
             throw failed(error.localizedDescription)
         }
-        let final = directory + "/" + name + ".json"
-        let suffix = SecureRandom.bytes(12).map { String($0, radix: 16) }.joined()
-        let temp = directory + "/." + name + "." + suffix + ".tmp"
-        let fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw failed(String(cString: strerror(errno))) }
-        let file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
-        do {
-            try file.write(contentsOf: Data(message.serialized()))
-            try file.synchronize()
-            try file.close()
-        } catch {
-            unlink(temp)
-            throw failed(error.localizedDescription)
-        }
-        guard rename(temp, final) == 0 else {
-            let why = String(cString: strerror(errno))
-            unlink(temp)
-            throw failed(why)
+        if case .failure(let error) = AtomicFile.write(message.serialized(), directory: directory, name: name + ".json")
+        {
+            throw failed(error.reason)
         }
     }
 

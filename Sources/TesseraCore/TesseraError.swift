@@ -166,6 +166,9 @@ public struct TesseraError: Error, Sendable, Equatable, CustomStringConvertible 
         public static let mdocReaderNotTrusted: Code = "MDOC_READER_NOT_TRUSTED"
         /// `access.*` called on a daemon without an `accessControl` section.
         public static let accessNotConfigured: Code = "ACCESS_NOT_CONFIGURED"
+        /// A door that follows a badge office's list (`accessControl.registry`) changes no badge locally:
+        /// `access.register`, `access.issue` and the lifecycle methods on a badge belong to the office.
+        public static let registryReadOnly: Code = "REGISTRY_READ_ONLY"
         /// `access.register`: the card fails the badge check (`details.reasons`: the stable reason codes).
         public static let badgeNotValid: Code = "BADGE_NOT_VALID"
         /// The holder declined the request or did not answer in time (`details.reason`: declined, timeout,

@@ -1,6 +1,7 @@
 import AccessControl
 import CredentialStore
 import Documents
+import DoorList
 import Foundation
 import KeyStores
 import Logging
@@ -25,17 +26,68 @@ extension MethodTable {
         }
         var accessLogger = logger
         accessLogger[metadataKey: "service"] = "access"
+        var follower: RegistryFollower?
+        if let registry = config.registry {
+            let publisher = try BadgeTrust.load(anchorFiles: [path(registry.publisher)], crlFiles: []).anchors
+            guard let publisher = publisher.first else {
+                throw TesseraError.invalidInput("accessControl.registry.publisher: no certificate in the file")
+            }
+            follower = RegistryFollower(publisher: publisher, maxAge: Double(registry.maxAgeSeconds))
+        }
         return AccessDoor(
             documents: documents, trust: trust, registry: BadgeRegistry(store: store),
-            doors: try config.doorTable(), grantCommand: config.grantCommand,
-            grantTimeout: .seconds(config.grantTimeoutSeconds ?? 10), logger: accessLogger)
+            // A door that follows an office takes its doors from the office's list (none before the first list).
+            doors: follower == nil ? try config.doorTable() : DoorTable(), grantCommand: config.grantCommand,
+            grantTimeout: .seconds(config.grantTimeoutSeconds ?? 10), follower: follower, logger: accessLogger)
+    }
+
+    /// The building's side of this daemon: the office's publishing (`accessControl.publisher`) or the door's
+    /// following (`accessControl.registry`); nil for either when not configured.
+    static func building(
+        _ config: AccessControlConfig?, door: AccessDoor?, directory: String, stateDirectory: String,
+        keyStore: any KeyStore, store: CredentialStore, logger: Logger
+    ) -> (office: RegistryOffice?, door: RegistryDoor?) {
+        guard let config else { return (nil, nil) }
+        var registryLogger = logger
+        registryLogger[metadataKey: "service"] = "registry"
+        func path(_ p: String) -> String { p.hasPrefix("/") ? p : directory + "/" + p }
+        if let registry = config.registry, let door, let follower = door.follower {
+            return (
+                nil,
+                RegistryDoor(
+                    door: door, follower: follower, directory: path(registry.directory), stateDirectory: stateDirectory,
+                    poll: .seconds(registry.pollSeconds ?? 2), logger: registryLogger)
+            )
+        }
+        guard let publisher = config.publisher else { return (nil, nil) }
+        let validity = Double(publisher.validitySeconds ?? 86400)
+        // The doors as the configuration's door table has them (validated at start-up).
+        let doors = ((try? config.doorTable())?.doors ?? [:]).mapValues {
+            DoorList.Door(
+                readers: $0.readers, allow: $0.allow.sorted(), grantCommand: $0.grantCommand, mode: $0.mode.rawValue)
+        }
+        let issuer = config.issuer
+        // The keys are on tokens that may log in after start: the publisher is made at the first publication.
+        let office = RegistryOffice(
+            directory: path(publisher.directory), stateDirectory: stateDirectory, logger: registryLogger
+        ) { () async throws(TesseraError) -> BadgePublisher in
+            let signer = try await badgeAuthority(
+                .init(tokenId: publisher.tokenId, keyLabel: publisher.keyLabel, certificate: publisher.certificate),
+                directory: directory, keyStore: keyStore)
+            var ca = signer
+            if let issuer { ca = try await badgeAuthority(issuer, directory: directory, keyStore: keyStore) }
+            return BadgePublisher(
+                registry: BadgeRegistry(store: store), signer: signer, certificateAuthority: ca,
+                doors: doors, validity: validity)
+        }
+        return (office, nil)
     }
 
     /// Registers `access.check` and `access.watch` (docs/API.md, "Access control"). Without an `accessControl`
     /// section they answer ACCESS_NOT_CONFIGURED.
     func registerAccess(
         _ door: AccessDoor?, config: AccessControlConfig?, directory: String, keyStore: any KeyStore,
-        managementKey: PIVManagementKey?, pinRules: PINRules
+        managementKey: PIVManagementKey?, pinRules: PINRules, office: RegistryOffice? = nil
     ) {
         let configured = config?.readers
         @Sendable func configured_() throws(TesseraError) -> AccessDoor {
@@ -65,8 +117,15 @@ extension MethodTable {
             }
             return try await door.check(at: target, mode: mode, pin: nil).json
         }
+        @Sendable func local(_ door: AccessDoor) throws(TesseraError) {
+            if door.follower != nil {
+                throw TesseraError(
+                    .registryReadOnly, "this door follows the badge office's list: badges change at the office")
+            }
+        }
         register("access.register", .admin) { p, connection in
             let door = try configured_()
+            try local(door)
             let (decision, transitions) = try await door.register(
                 reader: try p.optionalString("reader"), holder: try p.string("holder"),
                 replace: try p.optionalBool("replace") ?? false, owner: connection.peer.uid,
@@ -75,6 +134,7 @@ extension MethodTable {
         }
         register("access.issue", .admin) { p, connection in
             let door = try configured_()
+            try local(door)
             guard let issuer = config?.issuer else {
                 throw TesseraError(.accessNotConfigured, "access.issue needs accessControl.issuer")
             }
@@ -91,6 +151,20 @@ extension MethodTable {
                 validity: .seconds(days * 86400), replace: try p.optionalBool("replace") ?? false,
                 owner: connection.peer.uid, actor: "uid:\(connection.peer.uid)")
             return Self.json(decision, replacing: transitions)
+        }
+        register("access.publish", .admin) { _, _ in
+            _ = try configured_()
+            guard let office else {
+                throw TesseraError(.accessNotConfigured, "access.publish needs accessControl.publisher")
+            }
+            try await office.publish()
+            return await office.status()
+        }
+        register("access.status", .read) { _, _ in
+            let door = try configured_()
+            if let office { return await office.status() }
+            if let follower = door.follower { return await follower.status() }
+            return ["role": "local"]
         }
         register("access.watch", .enroll) { p, connection in
             let door = try configured_()

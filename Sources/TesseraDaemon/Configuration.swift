@@ -183,6 +183,16 @@ public struct ConfigFile: Codable, Sendable {
                 let known = propertyNames(of: AccessControlConfig.Issuer(tokenId: "", keyLabel: "", certificate: ""))
                 try unknown(in: issuer, known: known, section: "accessControl.issuer")
             }
+            if let publisher = access["publisher"]?.objectValue {
+                let known = propertyNames(
+                    of: AccessControlConfig.Publisher(tokenId: "", keyLabel: "", certificate: "", directory: ""))
+                try unknown(in: publisher, known: known, section: "accessControl.publisher")
+            }
+            if let registry = access["registry"]?.objectValue {
+                let known = propertyNames(
+                    of: AccessControlConfig.Registry(directory: "", publisher: "", maxAgeSeconds: 0, pollSeconds: 0))
+                try unknown(in: registry, known: known, section: "accessControl.registry")
+            }
         }
         guard let policy = top["policy"], !policy.isNull else { return }
         guard let rules = policy.objectValue else { throw TesseraError.invalidInput("policy must be an object") }
@@ -249,6 +259,20 @@ public struct ConfigFile: Codable, Sendable {
         if accessControl?.grantCommand?.isEmpty == true { throw bad("accessControl.grantCommand must name a program") }
         if let t = accessControl?.grantTimeoutSeconds, !(1...600).contains(t) {
             throw bad("accessControl.grantTimeoutSeconds \(t) is out of range 1…600")
+        }
+        if let t = accessControl?.publisher?.validitySeconds, !(10...31_536_000).contains(t) {
+            throw bad("accessControl.publisher.validitySeconds \(t) is out of range 10…31536000")
+        }
+        if let registry = accessControl?.registry {
+            if !(1...31_536_000).contains(registry.maxAgeSeconds) {
+                throw bad("accessControl.registry.maxAgeSeconds \(registry.maxAgeSeconds) is out of range 1…31536000")
+            }
+            if let t = registry.pollSeconds, !(1...3600).contains(t) {
+                throw bad("accessControl.registry.pollSeconds \(t) is out of range 1…3600")
+            }
+            if accessControl?.publisher != nil {
+                throw bad("accessControl: a door that follows an office's registry does not publish one")
+            }
         }
         if let t = accessControl?.crlRefreshSeconds, !(1...86_400).contains(t) {
             throw bad("accessControl.crlRefreshSeconds \(t) is out of range 1…86400")
@@ -384,6 +408,37 @@ public struct AccessControlConfig: Codable, Sendable {
     public var doors: [String: Door]?
     /// The badge CA of `access.issue`: its key on a PKCS#11 token and its certificate.
     public var issuer: Issuer?
+    /// A building's badge office: publishes the signed door list and the badge CA's CRL into a directory.
+    public var publisher: Publisher?
+    /// A building's door: follows the office's list from a directory instead of its own registry.
+    public var registry: Registry?
+
+    /// `accessControl.publisher` (docs/ACCESS.md, "A building").
+    public struct Publisher: Codable, Sendable {
+        /// The token holding the publisher key (its PIN comes from `pinFiles`).
+        public var tokenId: String
+        /// CKA_LABEL of the publisher's P-256 key (the badge CA key, or a key whose certificate doors pin).
+        public var keyLabel: String
+        /// The publisher key's certificate (PEM or DER): the doors' `registry.publisher`.
+        public var certificate: String
+        /// Where the list, its `latest` pointer and the CRL are written (served to the doors by any web server).
+        public var directory: String
+        /// Seconds a publication is valid (10…31536000, default 86400); one is made at least every half of it.
+        public var validitySeconds: Int?
+    }
+
+    /// `accessControl.registry` (docs/ACCESS.md, "A building").
+    public struct Registry: Codable, Sendable {
+        /// The directory the sync unit fills with the office's files.
+        public var directory: String
+        /// The office's publisher certificate (PEM or DER): a list must verify with its key.
+        public var publisher: String
+        /// The freeze bound: past this many seconds since its list was issued, the door denies every badge
+        /// (REGISTRY_STALE) until a newer one arrives (1…31536000).
+        public var maxAgeSeconds: Int
+        /// Seconds between two looks at the directory (1…3600, default 2).
+        public var pollSeconds: Int?
+    }
 
     /// One door: a reader belongs to at most one door; a check on it applies this door's rule.
     public struct Door: Codable, Sendable {

@@ -1,3 +1,4 @@
+import AccessControl
 import CredentialStore
 import Enrollment
 import Foundation
@@ -9,8 +10,20 @@ import TesseraCore
 extension MethodTable {
     /// Registers the credential lifecycle methods (docs/LIFECYCLE.md): suspend, resume, deactivate, lifecycle
     /// commands, the audit trail and the provisioning check.
-    func registerCredentialLifecycle(_ service: PasskeyService, commands: LifecycleCommandVerifier) {
+    /// With `badgesFollowed` (a door of a building), a badge's lifecycle belongs to the office: REGISTRY_READ_ONLY.
+    func registerCredentialLifecycle(
+        _ service: PasskeyService, commands: LifecycleCommandVerifier, badgesFollowed: RegistryFollower? = nil
+    ) {
         let policy = policy
+        @Sendable func local(_ ids: [[UInt8]], rpId: String? = nil) async throws(TesseraError) {
+            guard let badgesFollowed else { return }
+            var followed = rpId == BadgeRegistry.rpId
+            for id in ids where !followed { followed = await badgesFollowed.knows(badgeId: Base64URL.encode(id)) }
+            if followed {
+                throw TesseraError(
+                    .registryReadOnly, "this door follows the badge office's list: badges change at the office")
+            }
+        }
         let admin: [(String, CredentialState)] = [
             ("credentials.suspend", .suspended), ("credentials.resume", .active),
             ("credentials.deactivate", .deactivated),
@@ -22,6 +35,7 @@ extension MethodTable {
                     throw TesseraError.invalidInput("reason is longer than 1024 bytes")
                 }
                 let id = try p.bytes("credentialId")
+                try await local([id])
                 let t = try await service.transition(
                     ids: [id], to: state, actor: "uid:\(connection.peer.uid)", reason: reason)
                 return ["credential": Views.credential(t[0].record), "changed": .bool(t[0].changed)]
@@ -29,6 +43,7 @@ extension MethodTable {
         }
         register("credentials.applyLifecycle", .enroll) { p, connection in
             let command = try commands.verify(p.string("command"), now: Date())
+            try await local(command.credentialId.map { [$0] } ?? [], rpId: command.rpId)
             let ids: [[UInt8]]
             if let id = command.credentialId {
                 ids = [id]

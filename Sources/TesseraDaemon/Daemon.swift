@@ -99,15 +99,21 @@ public enum Daemon {
                 crls: options.crlPaths),
             trustSources: trustSources, logger: documentLogger)
         table.registerDocumentReading(documents, verifiedReads: documentReads)
+        let accessDirectory = configDirectory.isEmpty ? "." : configDirectory
         let accessDoor = try MethodTable.accessDoor(
-            config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
-            documents: documents, store: store, logger: logger)
+            config.accessControl, directory: accessDirectory, documents: documents, store: store, logger: logger)
         table.registerTrust(documents, badges: accessDoor)
+        let building = MethodTable.building(
+            config.accessControl, door: accessDoor, directory: accessDirectory, stateDirectory: options.stateDir,
+            keyStore: keyStore, store: store, logger: logger)
         table.registerAccess(
-            accessDoor,
-            config: config.accessControl, directory: configDirectory.isEmpty ? "." : configDirectory,
-            keyStore: keyStore, managementKey: pivManagementKey,
-            pinRules: passkeys.pinRules)
+            accessDoor, config: config.accessControl, directory: accessDirectory, keyStore: keyStore,
+            managementKey: pivManagementKey, pinRules: passkeys.pinRules, office: building.office)
+        // The office publishes and the door follows in the background (docs/ACCESS.md, "A building").
+        let buildingTasks = [
+            building.office.map { office in Task { await office.run() } },
+            building.door.map { door in Task { await door.run() } },
+        ].compactMap { $0 }
         let iacas = try MethodTable.loadCertificates(options.iacaPaths, option: "--iaca")
         let readerAuth = try MethodTable.loadReaderAuth(
             key: options.mdocReaderKeyPath, chain: options.mdocReaderCertificatePath)
@@ -167,7 +173,8 @@ public enum Daemon {
         table.registerCredentialLifecycle(
             passkeys,
             commands: LifecycleCommandVerifier(
-                issuers: enrollmentConfig.issuers, stationId: enrollmentConfig.stationId))
+                issuers: enrollmentConfig.issuers, stationId: enrollmentConfig.stationId),
+            badgesFollowed: accessDoor?.follower)
         let stepUp = StepUpService(
             store: StepUpStore(database: database), passkeys: passkeys, documents: documents, secret: daemonSecret,
             logger: enrollmentLogger
@@ -316,6 +323,7 @@ public enum Daemon {
         badgeTrustRefresher?.cancel()
         sweeper.cancel()
         usageFlusher.cancel()
+        for task in buildingTasks { task.cancel() }
         await usageFlusher.value
         await passkeys.flushUsage()
         agentSweeper?.cancel()

@@ -3,7 +3,7 @@ import Foundation
 import RPC
 import TesseraCore
 
-/// `tessera access check|watch|issue|register`: badges at the door (docs/ACCESS.md).
+/// `tessera access check|watch|issue|register|status|publish`: badges at the door (docs/ACCESS.md).
 struct AccessCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "access",
@@ -19,8 +19,10 @@ struct AccessCommand: AsyncParsableCommand {
               tessera access watch --count 1
               tessera access issue --holder alice --auth-key
               tessera access register --holder bob
+              tessera access status
+              tessera access publish
             """,
-        subcommands: [Check.self, Watch.self, Issue.self, Register.self])
+        subcommands: [Check.self, Watch.self, Issue.self, Register.self, Status.self, Publish.self])
 
     struct Check: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -170,9 +172,49 @@ struct AccessCommand: AsyncParsableCommand {
             try await globals.run("access.register", .object(p), human: AccessText.decision)
         }
     }
+
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Show a building's door list (access.status): at the office what it published, at a door what it follows.",
+            discussion: """
+                At the badge office (accessControl.publisher): the number of the last publication, when it was published and when it expires, how many badges it holds and how many certificates its CRL lists. At a door (accessControl.registry): the number of the list it decides with, its age, whether it is stale (every badge is then denied REGISTRY_STALE) and what it holds. See docs/ACCESS.md, "A building".
+                """)
+        @OptionGroup var globals: GlobalOptions
+
+        func run() async throws {
+            try await globals.run("access.status", .object([:]), human: AccessText.status)
+        }
+    }
+
+    struct Publish: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Publish the door list and the badge CA's CRL now (access.publish, at the badge office).",
+            discussion: """
+                The office also publishes after every badge change and at least every half of accessControl.publisher.validitySeconds. See docs/ACCESS.md, "A building".
+                """)
+        @OptionGroup var globals: GlobalOptions
+
+        func run() async throws {
+            try await globals.run("access.publish", .object([:]), human: AccessText.status)
+        }
+    }
 }
 
 enum AccessText {
+    static func status(_ r: JSONValue) -> String {
+        var lines = ["role        \(r["role"]?.stringValue ?? "")"]
+        for key in [
+            "number", "publishedAt", "issuedAt", "expiresAt", "age", "stale", "badges", "revoked", "bytes", "file",
+            "crlNumber", "lastError",
+        ] {
+            guard let value = r[key], !value.isNull else { continue }
+            let text = value.stringValue ?? String(decoding: value.serialized(), as: UTF8.self)
+            lines.append(key.padding(toLength: 12, withPad: " ", startingAt: 0) + text)
+        }
+        return lines.joined(separator: "\n")
+    }
+
     static func decision(_ r: JSONValue) -> String {
         let reasons = (r["reasons"]?.arrayValue ?? []).compactMap(\.stringValue)
         var lines = ["decision    \(r["decision"]?.stringValue ?? "")"]
@@ -181,6 +223,10 @@ enum AccessText {
         if let h = r["holder"]?.stringValue { lines.append("holder      \(h)") }
         if let b = r["badgeId"]?.stringValue { lines.append("badge id    \(b)") }
         if let reader = r["reader"]?.stringValue { lines.append("reader      \(reader)") }
+        if let number = r["registry"]?["number"], !number.isNull {
+            let age = r["registry"]?["age"].map { String(decoding: $0.serialized(), as: UTF8.self) } ?? "?"
+            lines.append("list        \(String(decoding: number.serialized(), as: UTF8.self)) (\(age) s old)")
+        }
         return lines.joined(separator: "\n")
     }
 

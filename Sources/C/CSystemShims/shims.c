@@ -187,3 +187,7 @@ int tessera_spawn_actions_closefrom_chdir(void *actions, int lowfd, const char *
     if (e == 0 && directory != NULL) e = posix_spawn_file_actions_addchdir_np(a, directory);
     return e;
 }
+
+#include <malloc.h>
+
+void tessera_release_free_memory(void) { malloc_trim(0); }

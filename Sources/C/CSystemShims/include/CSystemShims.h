@@ -68,4 +68,8 @@ int tessera_pipe_cloexec(int fds[2]);
 /// an error number.
 int tessera_spawn_actions_closefrom_chdir(void *actions, int lowfd, const char *directory);
 
+/// Returns the heap's free pages to the system (malloc_trim(0)): after a large transient allocation such as a
+/// parsed door list, the resident set falls back to what is live.
+void tessera_release_free_memory(void);
+
 #endif

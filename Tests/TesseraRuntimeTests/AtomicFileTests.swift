@@ -1,0 +1,30 @@
+import Foundation
+import TesseraRuntime
+import Testing
+
+/// `AtomicFile`: the file is replaced whole, with the mode asked for whatever the umask, and leaves no temp file.
+struct AtomicFileTests {
+    @Test func replacesAFileWholeWithItsModeAndLeavesNoTempFile() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "tessera-atomic-\(ProcessInfo.processInfo.processIdentifier)"
+        ).path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        #expect(throws: Never.self) {
+            try AtomicFile.write([1, 2, 3], directory: dir, name: "latest", mode: 0o644).get()
+        }
+        #expect(throws: Never.self) { try AtomicFile.write([4, 5], directory: dir, name: "latest", mode: 0o644).get() }
+        #expect(FileManager.default.contents(atPath: dir + "/latest") == Data([4, 5]))
+        let mode = try FileManager.default.attributesOfItem(atPath: dir + "/latest")[.posixPermissions] as? Int
+        #expect(mode == 0o644)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["latest"])
+    }
+
+    @Test func aDirectoryThatIsNotThereIsAFailureWithItsReason() {
+        guard case .failure(let error) = AtomicFile.write([1], directory: "/nonexistent-tessera-dir", name: "x") else {
+            Issue.record("a write into a missing directory succeeded")
+            return
+        }
+        #expect(error.reason.contains("No such file"))
+    }
+}
