@@ -20,3 +20,5 @@ fi
 # then one PIV badge check (PKI-CAK) in process, via pcscd+vpcd and via libnfc + the software PN532 (--badge-only).
 swift build "${RELEASE[@]}" --product document-bench
 .build/release/document-bench --runs "${BENCH_RUNS:-5}"
+# The reference face matcher: one comparison of two 640x480 JPEGs, one-shot vs resident (the daemon's default).
+.venv/bin/python scripts/face-bench.py --runs "${BENCH_RUNS:-5}"
