@@ -238,13 +238,16 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
             }
             threshold = n
         }
-        var timeout = Self.defaultTimeoutSeconds
-        if let t = fields["timeoutSeconds"] {
-            guard let n = t.intValue, (1...600).contains(n) else {
-                throw Self.error("faceMatching.timeoutSeconds must be a whole number in 1…600")
+        /// `fields[key]`, a whole number in `range`, else `fallback` when absent.
+        func wholeNumber(_ key: String, _ range: ClosedRange<Int>, _ fallback: Int) throws(TesseraError) -> Int {
+            guard let value = fields[key] else { return fallback }
+            guard let n = value.intValue, range.contains(n) else {
+                throw Self.error(
+                    "faceMatching.\(key) must be a whole number in \(range.lowerBound)…\(range.upperBound)")
             }
-            timeout = n
+            return n
         }
+        let timeout = try wholeNumber("timeoutSeconds", 1...600, Self.defaultTimeoutSeconds)
         var replayThreshold = Self.defaultReplayThreshold
         if let t = fields["replayThreshold"] {
             guard case .number(let n) = t, n.isFinite else {
@@ -252,25 +255,13 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
             }
             replayThreshold = n
         }
-        var maxAttempts = Self.defaultMaxAttempts
-        if let m = fields["maxAttempts"] {
-            guard let n = m.intValue, (1...100).contains(n) else {
-                throw Self.error("faceMatching.maxAttempts must be a whole number in 1…100")
-            }
-            maxAttempts = n
-        }
+        let maxAttempts = try wholeNumber("maxAttempts", 1...100, Self.defaultMaxAttempts)
         var resident: Bool?
         if let r = fields["resident"] {
             guard let b = r.boolValue else { throw Self.error("faceMatching.resident must be true or false") }
             resident = b
         }
-        var idleSeconds = Self.defaultIdleSeconds
-        if let t = fields["idleSeconds"] {
-            guard let n = t.intValue, (1...86_400).contains(n) else {
-                throw Self.error("faceMatching.idleSeconds must be a whole number in 1…86400")
-            }
-            idleSeconds = n
-        }
+        let idleSeconds = try wholeNumber("idleSeconds", 1...86_400, Self.defaultIdleSeconds)
         guard let command else {
             if fields.keys.contains(where: { $0 != "command" }) {
                 throw Self.error("faceMatching needs a command (the reference matcher is not installed)")
