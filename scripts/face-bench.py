@@ -3,11 +3,7 @@
 (face_recognition's test photos, Tests/e2e/face_photos.py, scaled into a 640x480 frame): run once per comparison
 (one-shot: the models loaded each time) and resident (--resident, as the daemon runs it: the models loaded once).
 Prints the median of each, the resident matcher's first comparison (with the model load) and its RSS. Usage:
-.venv/bin/python scripts/face-bench.py [--runs N]"""Times the reference face matcher (matcher/tessera-face-match) comparing two 640x480 JPEGs of one person
-(face_recognition's test photos, Tests/e2e/face_photos.py, scaled into a 640x480 frame): run once per comparison (one-shot: the models loaded
-each time) and resident (--resident, as the daemon runs it: the models loaded once). Prints the median of each and
-the resident matcher's first comparison (with the model load). Usage: .venv/bin/python scripts/face-bench.py
-[--runs N]"""
+.venv/bin/python scripts/face-bench.py [--runs N]"""
 import argparse
 import base64
 import io
