@@ -3,6 +3,7 @@
 stdin:  {"reference": {mediaType, data}, "probes": [{mediaType, data}], "challenge"?: {"actions": [...]}}
 stdout: {"decision": "match"|"noMatch"|"noFace"|"error", "score", "replayScore", "faceFound", "liveness"?,
          "template"?}
+--resident: the same, one request per line and one answer per line, the models loaded once.
 
 Faces are found with dlib's HOG detector, described with dlib's ResNet face descriptor (128-d, 99.38 % on LFW;
 weights from face-recognition-models, public domain) and compared by Euclidean distance: score = 1 - distance,
@@ -199,7 +200,29 @@ def answer(request, models):
     return out
 
 
+def resident():
+    """--resident: the models loaded once, then one request per stdin line, one answer per stdout line, until
+    end of input (the daemon's resident mode)."""
+    models = Models()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            out = answer(json.loads(line), models)
+        except Exception as e:  # noqa: BLE001 - a bad request is this request's error, the matcher stays up
+            print(f"tessera-face-match: {type(e).__name__}: {e}", file=sys.stderr)
+            out = {"decision": "error", "score": None, "faceFound": False}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
 def main():
+    if sys.argv[1:] == ["--resident"]:
+        return resident()
+    if sys.argv[1:]:
+        print("usage: tessera-face-match [--resident]", file=sys.stderr)
+        return 2
     try:
         request = json.load(sys.stdin)
     except ValueError as e:

@@ -24,3 +24,5 @@ swift build "${RELEASE[@]}" --product document-bench
 # list; a door applies it (time, RSS); access.check at 10 vs 100,000 badges.
 swift build "${RELEASE[@]}" --product tessera
 TESSERA_BIN_DIR=.build/release .venv/bin/python scripts/bench-building.py
+# The reference face matcher: one comparison of two 640x480 JPEGs, one-shot vs resident (the daemon's default).
+.venv/bin/python scripts/face-bench.py --runs "${BENCH_RUNS:-5}"

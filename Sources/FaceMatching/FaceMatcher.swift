@@ -176,7 +176,7 @@ public struct FaceMatchAnswer: Sendable, Equatable {
 }
 
 /// The `faceMatching` section of the daemon's config file:
-/// `{command: [argv], threshold, timeoutSeconds, replayThreshold, maxAttempts}`.
+/// `{command: [argv], resident, idleSeconds, threshold, timeoutSeconds, replayThreshold, maxAttempts}`.
 public struct FaceMatcherConfiguration: Sendable, Equatable {
     /// The matcher program and its arguments (no shell).
     public var command: [String]
@@ -188,24 +188,35 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
     public var replayThreshold: Double
     /// Comparisons one enrollment step may run; then the enrollment fails `FACE_ATTEMPTS_EXCEEDED`.
     public var maxAttempts: Int
+    /// The program kept running between comparisons (one request line, one answer line), nil for one program
+    /// run per comparison: `command` itself, or the reference matcher's with `--resident`.
+    public var residentCommand: [String]?
+    /// A resident matcher is stopped after this long without a comparison.
+    public var idleTimeout: Duration
 
     public static let defaultTimeoutSeconds = 30
     /// The reference matcher's: a copy of the portrait (re-encoded, scaled, framed) correlates above 0.98, another
     /// photo of the same person below 0.5.
     public static let defaultReplayThreshold = 0.95
     public static let defaultMaxAttempts = 5
-    static let keys = ["command", "maxAttempts", "replayThreshold", "threshold", "timeoutSeconds"]
+    public static let defaultIdleSeconds = 300
+    static let keys = [
+        "command", "idleSeconds", "maxAttempts", "replayThreshold", "resident", "threshold", "timeoutSeconds",
+    ]
 
     public init(
         command: [String], threshold: Double? = nil, timeoutSeconds: Int = defaultTimeoutSeconds,
-        replayThreshold: Double = defaultReplayThreshold, maxAttempts: Int = defaultMaxAttempts
+        replayThreshold: Double = defaultReplayThreshold, maxAttempts: Int = defaultMaxAttempts,
+        resident: Bool = false, idleSeconds: Int = defaultIdleSeconds
     ) {
         self.command = command; self.threshold = threshold; self.timeout = .seconds(timeoutSeconds)
         self.replayThreshold = replayThreshold; self.maxAttempts = maxAttempts
+        self.residentCommand = resident ? command : nil; self.idleTimeout = .seconds(idleSeconds)
     }
 
     /// Parses the section; `defaultCommand` (the reference matcher, when installed) stands in for a missing
-    /// `command`. nil when there is neither. INVALID_INPUT names the bad key.
+    /// `command`, resident (with `--resident`) unless `resident` is false. nil when there is neither. INVALID_INPUT
+    /// names the bad key.
     public init?(json: JSONValue?, defaultCommand: [String]?) throws(TesseraError) {
         let o = json.flatMap { $0.isNull ? nil : $0 }
         if let o, o.objectValue == nil { throw Self.error("faceMatching must be an object") }
@@ -227,13 +238,16 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
             }
             threshold = n
         }
-        var timeout = Self.defaultTimeoutSeconds
-        if let t = fields["timeoutSeconds"] {
-            guard let n = t.intValue, (1...600).contains(n) else {
-                throw Self.error("faceMatching.timeoutSeconds must be a whole number in 1…600")
+        /// `fields[key]`, a whole number in `range`, else `fallback` when absent.
+        func wholeNumber(_ key: String, _ range: ClosedRange<Int>, _ fallback: Int) throws(TesseraError) -> Int {
+            guard let value = fields[key] else { return fallback }
+            guard let n = value.intValue, range.contains(n) else {
+                throw Self.error(
+                    "faceMatching.\(key) must be a whole number in \(range.lowerBound)…\(range.upperBound)")
             }
-            timeout = n
+            return n
         }
+        let timeout = try wholeNumber("timeoutSeconds", 1...600, Self.defaultTimeoutSeconds)
         var replayThreshold = Self.defaultReplayThreshold
         if let t = fields["replayThreshold"] {
             guard case .number(let n) = t, n.isFinite else {
@@ -241,13 +255,13 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
             }
             replayThreshold = n
         }
-        var maxAttempts = Self.defaultMaxAttempts
-        if let m = fields["maxAttempts"] {
-            guard let n = m.intValue, (1...100).contains(n) else {
-                throw Self.error("faceMatching.maxAttempts must be a whole number in 1…100")
-            }
-            maxAttempts = n
+        let maxAttempts = try wholeNumber("maxAttempts", 1...100, Self.defaultMaxAttempts)
+        var resident: Bool?
+        if let r = fields["resident"] {
+            guard let b = r.boolValue else { throw Self.error("faceMatching.resident must be true or false") }
+            resident = b
         }
+        let idleSeconds = try wholeNumber("idleSeconds", 1...86_400, Self.defaultIdleSeconds)
         guard let command else {
             if fields.keys.contains(where: { $0 != "command" }) {
                 throw Self.error("faceMatching needs a command (the reference matcher is not installed)")
@@ -256,7 +270,9 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
         }
         self.init(
             command: command, threshold: threshold, timeoutSeconds: timeout, replayThreshold: replayThreshold,
-            maxAttempts: maxAttempts)
+            maxAttempts: maxAttempts, resident: resident ?? false, idleSeconds: idleSeconds)
+        // The reference matcher loads its models once when resident (~2 s a comparison saved).
+        if fields["command"] == nil && resident != false { residentCommand = command + ["--resident"] }
     }
 
     static func error(_ message: String) -> TesseraError {
@@ -267,14 +283,26 @@ public struct FaceMatcherConfiguration: Sendable, Equatable {
 /// Runs the configured face matcher: the request as JSON on stdin, the answer as JSON on stdout, its stderr to
 /// the log (never an image: the images go only through the program's stdin file, removed when it ends).
 /// A matcher that cannot start, crashes, exits non-zero, times out or prints no answer is
-/// `FACE_MATCHER_UNAVAILABLE` (retryable), never a match.
+/// `FACE_MATCHER_UNAVAILABLE` (retryable), never a match. A resident matcher (`residentCommand`) runs as a
+/// `ResidentProgram`: started by the first comparison, one request line and one answer line each, started again
+/// by the comparison after it died (the one it died on is `FACE_MATCHER_UNAVAILABLE`), stopped when idle; its
+/// stderr goes to the daemon's.
 public struct FaceMatcher: Sendable {
     public let configuration: FaceMatcherConfiguration
     let logger: Logger
+    let resident: ResidentProgram?
 
     public init(configuration: FaceMatcherConfiguration, logger: Logger) {
         self.configuration = configuration; self.logger = logger
+        resident = configuration.residentCommand.map { command in
+            ResidentProgram(command: command, idleTimeout: configuration.idleTimeout) {
+                logger.info("face matcher: \($0)")
+            }
+        }
     }
+
+    /// Stops a resident matcher (the next comparison starts it again).
+    public func stop() async { await resident?.stop() }
 
     /// The matcher's name for the audit: its program's file name.
     public var name: String {
@@ -284,6 +312,15 @@ public struct FaceMatcher: Sendable {
 
     /// Asks the matcher. The answer's decision stays the matcher's; `isMatch` applies the threshold.
     public func compare(_ request: FaceMatchRequest) async throws(TesseraError) -> FaceMatchAnswer {
+        if let resident {
+            let line: [UInt8]
+            do {
+                line = try await resident.request(request.json.serialized(), timeout: configuration.timeout)
+            } catch {
+                throw unavailable("the resident face matcher \(name) failed: \(error.message)")
+            }
+            return try answer(line)
+        }
         let argv = configuration.command
         let completion: ProgramRunner.Completion
         do {
@@ -306,7 +343,11 @@ public struct FaceMatcher: Sendable {
             throw unavailable(
                 "the face matcher \(name) exited with status \(completion.status.map(String.init) ?? "?")")
         }
-        guard let answer = FaceMatchAnswer(output: completion.stdout) else {
+        return try answer(completion.stdout)
+    }
+
+    private func answer(_ output: [UInt8]) throws(TesseraError) -> FaceMatchAnswer {
+        guard let answer = FaceMatchAnswer(output: output) else {
             throw unavailable("the face matcher \(name) gave no valid answer")
         }
         if answer.decision == .error {

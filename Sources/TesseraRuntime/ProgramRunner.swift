@@ -1,4 +1,3 @@
-internal import CSystemShims
 import Foundation
 import TesseraCore
 
@@ -14,8 +13,8 @@ import TesseraCore
 /// never touches a file system. The pipes are created close-on-exec, so no end leaks into a program spawned
 /// concurrently elsewhere in the process (which would keep "end of file" from coming); the runner's thread writes the
 /// input and reads both outputs without blocking, so neither a program that does not read its input nor one that
-/// writes much before reading blocks the other side. The program starts with an empty signal mask and SIGPIPE at
-/// its default (a spawned child inherits the spawning thread's mask), so the SIGTERM of a timeout reaches it.
+/// writes much before reading blocks the other side. Started by `SpawnedProcess` (empty signal mask, SIGPIPE at
+/// its default), so the SIGTERM of a timeout reaches it.
 public enum ProgramRunner {
     public enum Outcome: Sendable, Equatable {
         case exited(Int32)
@@ -102,40 +101,35 @@ public enum ProgramRunner {
     }
 
     private static func runBlocking(_ r: Request, cancelled: () -> Bool) -> Result<Completion, TesseraError> {
-        // A write to a pipe its reader closed raises SIGPIPE on this thread: held pending here and consumed.
-        var pipeSignal = sigset_t(), savedMask = sigset_t()
-        sigemptyset(&pipeSignal)
-        sigaddset(&pipeSignal, SIGPIPE)
-        pthread_sigmask(SIG_BLOCK, &pipeSignal, &savedMask)
-        defer {
-            var none = timespec(tv_sec: 0, tv_nsec: 0)
-            while sigtimedwait(&pipeSignal, nil, &none) == SIGPIPE {}
-            pthread_sigmask(SIG_SETMASK, &savedMask, nil)
-        }
-        var pipes = OpenPipes()
-        defer { pipes.closeAll() }
-        let pid: pid_t
+        SpawnedProcess.withPipeSignalBlocked { runSpawned(r, cancelled: cancelled) }
+    }
+
+    private static func runSpawned(_ r: Request, cancelled: () -> Bool) -> Result<Completion, TesseraError> {
+        let process: SpawnedProcess
         do throws(TesseraError) {
-            try pipes.open(keepOutput: r.keepOutput)
-            pid = try start(r, pipes)
+            process = try SpawnedProcess.start(
+                [r.program] + r.arguments, environment: r.environment, directory: r.directory,
+                output: r.keepOutput ? .pipe : .discard, errors: r.keepOutput ? .pipe : .discard)
         } catch {
             return .failure(error)
         }
-        pipes.closeChildEnds()
+        let pid = process.pid
+        var pipes = OpenPipes(input: process.input, output: process.output, errors: process.errors)
+        defer { pipes.closeAll() }
         if r.input.isEmpty { pipes.closeInput() }
         var transfer = Transfer(input: r.input, limit: r.outputLimit)
         let deadline = Date().addingTimeInterval(r.timeout)
         var status: Int32?
         var completion = Completion(status: nil, timedOut: false, cancelled: false, stdout: [], stderr: [])
         while true {
-            if let exited = reap(pid) {
+            if let exited = SpawnedProcess.reap(pid) {
                 status = exited
                 break
             }
             if Date() >= deadline || cancelled() {
                 completion.cancelled = cancelled()
                 completion.timedOut = !completion.cancelled
-                status = terminate(pid, grace: r.killGrace)
+                status = SpawnedProcess.terminate(pid, grace: r.killGrace)
                 break
             }
             let wait: Int32 = pipes.anyOpen ? 50 : 2
@@ -149,44 +143,17 @@ public enum ProgramRunner {
         return .success(completion)
     }
 
-    /// The parent's ends of the three pipes (input write end, output and error read ends, non-blocking) and the
-    /// child's ends until it has started.
+    /// Our ends of the program's pipes (input write end, output and error read ends, non-blocking; -1 once closed).
     private struct OpenPipes {
-        var input: Int32 = -1, output: Int32 = -1, errors: Int32 = -1
-        var childInput: Int32 = -1, childOutput: Int32 = -1, childErrors: Int32 = -1
+        var input: Int32, output: Int32, errors: Int32
 
         var anyOpen: Bool { input >= 0 || output >= 0 || errors >= 0 }
-
-        mutating func open(keepOutput: Bool) throws(TesseraError) {
-            (childInput, input) = try Self.pipe()
-            if keepOutput {
-                (output, childOutput) = try Self.pipe()
-                (errors, childErrors) = try Self.pipe()
-            }
-            for fd in [input, output, errors] where fd >= 0 { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
-        }
-
-        /// A close-on-exec pipe: (read end, write end).
-        private static func pipe() throws(TesseraError) -> (Int32, Int32) {
-            var fds: [Int32] = [-1, -1]
-            let result = tessera_pipe_cloexec(&fds)
-            guard result == 0 else {
-                throw TesseraError(.internalError, "cannot create a pipe: \(String(cString: strerror(-result)))")
-            }
-            return (fds[0], fds[1])
-        }
-
-        mutating func closeChildEnds() {
-            for fd in [childInput, childOutput, childErrors] where fd >= 0 { Glibc.close(fd) }
-            (childInput, childOutput, childErrors) = (-1, -1, -1)
-        }
 
         mutating func closeInput() { Self.close(&input) }
         mutating func closeOutput() { Self.close(&output) }
         mutating func closeErrors() { Self.close(&errors) }
 
         mutating func closeAll() {
-            closeChildEnds()
             closeInput(); closeOutput(); closeErrors()
         }
 
@@ -274,86 +241,6 @@ public enum ProgramRunner {
                 }
             }
             return true
-        }
-    }
-
-    /// Starts the program with the child's pipe ends as its standard input, output and error (`/dev/null` for
-    /// output not kept), no other descriptor, an empty signal mask and SIGPIPE at its default.
-    private static func start(_ r: Request, _ pipes: OpenPipes) throws(TesseraError) -> pid_t {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, pipes.childInput, STDIN_FILENO)
-        for (fd, target) in [(pipes.childOutput, STDOUT_FILENO), (pipes.childErrors, STDERR_FILENO)] {
-            if fd >= 0 {
-                posix_spawn_file_actions_adddup2(&actions, fd, target)
-            } else {
-                posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_WRONLY, 0)
-            }
-        }
-        let actionsError = withUnsafeMutablePointer(to: &actions) { pointer in
-            if let directory = r.directory { return tessera_spawn_actions_closefrom_chdir(pointer, 3, directory) }
-            return tessera_spawn_actions_closefrom_chdir(pointer, 3, nil)
-        }
-        guard actionsError == 0 else {
-            throw TesseraError(
-                .internalError, "cannot prepare \(r.program): \(String(cString: strerror(actionsError)))")
-        }
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t(), defaults = sigset_t()
-        sigemptyset(&empty)
-        sigemptyset(&defaults)
-        sigaddset(&defaults, SIGPIPE)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        var environment = ProcessInfo.processInfo.environment
-        environment.merge(r.environment) { _, new in new }
-        let argv = [r.program] + r.arguments
-        let envp = environment.map { "\($0.key)=\($0.value)" }
-        var pid: pid_t = 0
-        let error = withCStrings(argv) { cArgv in
-            withCStrings(envp) { cEnvp in posix_spawn(&pid, r.program, &actions, &attributes, cArgv, cEnvp) }
-        }
-        guard error == 0 else {
-            throw TesseraError(.invalidInput, "cannot run \(r.program): \(String(cString: strerror(error)))")
-        }
-        return pid
-    }
-
-    /// `body` with `strings` as a NULL-terminated array of C strings.
-    private static func withCStrings<T>(_ strings: [String], _ body: ([UnsafeMutablePointer<CChar>?]) -> T) -> T {
-        let pointers = strings.map { strdup($0) } + [nil]
-        defer { for p in pointers { free(p) } }
-        return body(pointers)
-    }
-
-    /// The status of `pid` when it has ended (the signal number when a signal ended it), else nil.
-    private static func reap(_ pid: pid_t) -> Int32? {
-        var status: Int32 = 0
-        guard waitpid(pid, &status, WNOHANG) == pid else { return nil }
-        return status & 0x7f == 0 ? (status >> 8) & 0xff : status & 0x7f
-    }
-
-    /// SIGTERM, SIGKILL when `pid` still runs after `grace`, then at most 1 s more; its status, nil when it has
-    /// not ended by then (it is reaped later on a thread of its own).
-    private static func terminate(_ pid: pid_t, grace: Double) -> Int32? {
-        kill(pid, SIGTERM)
-        if let status = awaitExit(pid, grace) { return status }
-        kill(pid, SIGKILL)
-        if let status = awaitExit(pid, 1) { return status }
-        DedicatedThread.detach(name: "tessera.program.reap") { _ = waitpid(pid, nil, 0) }
-        return nil
-    }
-
-    private static func awaitExit(_ pid: pid_t, _ seconds: Double) -> Int32? {
-        let deadline = Date().addingTimeInterval(seconds)
-        while true {
-            if let status = reap(pid) { return status }
-            if Date() >= deadline { return nil }
-            usleep(2_000)
         }
     }
 

@@ -11,10 +11,9 @@ import TesseraCore
 /// is stopped (SIGTERM, SIGKILL 1 s later) and started again by the next request; after `idleTimeout` without a
 /// request it is stopped.
 ///
-/// Started with posix_spawn and two pipes whose ends are close-on-exec (another program spawned meanwhile does not
-/// keep them) and non-blocking (a program that stops reading cannot block a writer past the deadline); a write
-/// to a program that died is EPIPE on the writing thread, never a SIGPIPE for the process. The program starts with
-/// an empty signal mask and SIGPIPE at its default.
+/// Started by `SpawnedProcess` (close-on-exec pipes for stdin and stdout, our ends non-blocking so a program that
+/// stops reading cannot block a writer past the deadline; empty signal mask, SIGPIPE at its default); a write to a
+/// program that died is EPIPE on the writing thread, never a SIGPIPE for the process.
 public actor ResidentProgram {
     /// The program and its arguments (no shell).
     public let command: [String]
@@ -130,65 +129,21 @@ public actor ResidentProgram {
     // MARK: blocking parts (on a dedicated thread)
 
     static func spawn(_ argv: [String]) throws(TesseraError) -> Child {
-        guard let program = argv.first, !program.isEmpty else { throw TesseraError.invalidInput("empty command") }
-        var toChild: [Int32] = [-1, -1]
-        var fromChild: [Int32] = [-1, -1]
-        guard pipe(&toChild) == 0 else { throw failure("cannot make a pipe") }
-        guard pipe(&fromChild) == 0 else {
-            close(toChild[0])
-            close(toChild[1])
-            throw failure("cannot make a pipe")
-        }
-        // Close-on-exec at once (Glibc's module has no pipe2): only the program gets its ends, as 0 and 1.
-        for fd in toChild + fromChild { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)  // dup2 clears close-on-exec on 0 and 1
-        posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        sigaddset(&defaults, SIGPIPE)
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-        let arguments: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
-        let environment: [UnsafeMutablePointer<CChar>?] =
-            ProcessInfo.processInfo.environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer { for p in arguments + environment { free(p) } }
-        var pid = pid_t()
-        let rc = posix_spawn(&pid, program, &actions, &attributes, arguments, environment)
-        close(toChild[0])
-        close(fromChild[1])
-        guard rc == 0 else {
-            close(toChild[1])
-            close(fromChild[0])
-            throw TesseraError(.invalidInput, "cannot run \(program): \(String(cString: strerror(rc)))")
-        }
-        for fd in [toChild[1], fromChild[0]] { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
-        return Child(pid: pid, input: toChild[1], output: fromChild[0])
+        let process = try SpawnedProcess.start(argv, output: .pipe, errors: .inherit)
+        return Child(pid: process.pid, input: process.input, output: process.output)
     }
 
     /// Writes `request`, then reads up to the next newline, both before `deadline`: (answer, bytes after it).
     static func exchange(_ c: Child, _ request: [UInt8], deadline: ContinuousClock.Instant) -> Result<
         ([UInt8], [UInt8]), TesseraError
     > {
-        // SIGPIPE blocked on this thread while writing: a dead reader is EPIPE here; the pending signal is taken.
-        var pipeSignal = sigset_t()
-        sigemptyset(&pipeSignal)
-        sigaddset(&pipeSignal, SIGPIPE)
-        var saved = sigset_t()
-        pthread_sigmask(SIG_BLOCK, &pipeSignal, &saved)
-        defer {
-            var none = timespec(tv_sec: 0, tv_nsec: 0)
-            while sigtimedwait(&pipeSignal, nil, &none) == SIGPIPE {}
-            pthread_sigmask(SIG_SETMASK, &saved, nil)
-        }
+        // A dead reader is EPIPE here, never a SIGPIPE for the process.
+        SpawnedProcess.withPipeSignalBlocked { exchangeBlocking(c, request, deadline: deadline) }
+    }
+
+    private static func exchangeBlocking(_ c: Child, _ request: [UInt8], deadline: ContinuousClock.Instant) -> Result<
+        ([UInt8], [UInt8]), TesseraError
+    > {
         var written = 0
         while written < request.count {
             guard wait(c.input, for: Int16(POLLOUT), until: deadline) else {
@@ -239,14 +194,7 @@ public actor ResidentProgram {
     static func terminate(_ c: Child) {
         close(c.input)
         close(c.output)
-        kill(c.pid, SIGTERM)
-        var status: Int32 = 0
-        for _ in 0..<100 {
-            if waitpid(c.pid, &status, WNOHANG) != 0 { return }
-            usleep(10_000)
-        }
-        kill(c.pid, SIGKILL)
-        _ = waitpid(c.pid, &status, 0)
+        _ = SpawnedProcess.terminate(c.pid, grace: 1)
     }
 
     private static func failure(_ message: String) -> TesseraError {

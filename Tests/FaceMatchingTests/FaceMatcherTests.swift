@@ -115,6 +115,74 @@ import Testing
         }
     }
 
+    /// A resident matcher (`resident: true`): one program answers request after request (its pid stays), the
+    /// request it dies on is FACE_MATCHER_UNAVAILABLE and the next one starts it again, and it is stopped when idle.
+    @Test func residentMatcherOneProgramRestartedAfterACrashStoppedWhenIdle() async throws {
+        let dir = Scratch.directory("face")
+        let path = dir + "/resident.sh"
+        // Each request's line appends the program's pid to `pids`; the third request of a program kills it.
+        try """
+        #!/bin/sh
+        n=0
+        while read -r line; do
+            n=$((n + 1))
+            echo $$ >> \(dir)/pids
+            case "$line" in *'"reference"'*) ;; *) exit 9 ;; esac
+            [ $n -eq 3 ] && kill -KILL $$
+            echo '{"decision":"match","score":0.7,"faceFound":true}'
+        done
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: path)
+        let configuration = try #require(
+            try FaceMatcherConfiguration(
+                json: ["command": [.string(path)], "resident": true, "idleSeconds": 1, "timeoutSeconds": 10],
+                defaultCommand: nil))
+        let matcher = FaceMatcher(configuration: configuration, logger: Self.logger)
+        func pids() throws -> [String] {
+            try String(contentsOfFile: dir + "/pids", encoding: .utf8).split(separator: "\n").map(String.init)
+        }
+        for _ in 0..<2 { #expect(try await matcher.compare(Self.request).decision == .match) }
+        #expect(try pids().count == 2 && Set(try pids()).count == 1)
+        do {
+            _ = try await matcher.compare(Self.request)
+            Issue.record("the request the matcher died on gave an answer")
+        } catch {
+            #expect(error.code == .faceMatcherUnavailable && error.retryable)
+        }
+        #expect(try await matcher.compare(Self.request).decision == .match)
+        let afterCrash = try pids()
+        #expect(afterCrash.count == 4 && afterCrash[3] != afterCrash[0])
+        // Idle for 1 s: stopped (its pid gone), and the next request starts it again.
+        let deadline = ContinuousClock.now + .seconds(15)
+        while FileManager.default.fileExists(atPath: "/proc/\(afterCrash[3])"), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(!FileManager.default.fileExists(atPath: "/proc/\(afterCrash[3])"))
+        #expect(try await matcher.compare(Self.request).decision == .match)
+        #expect(try pids().last != afterCrash[3])
+        await matcher.stop()
+    }
+
+    @Test func residentConfiguration() throws {
+        let oneShot = try #require(try FaceMatcherConfiguration(json: ["command": ["/m"]], defaultCommand: ["/ref"]))
+        #expect(oneShot.residentCommand == nil)
+        let resident = try #require(
+            try FaceMatcherConfiguration(json: ["command": ["/m"], "resident": true], defaultCommand: nil))
+        #expect(resident.residentCommand == ["/m"] && resident.idleTimeout == .seconds(300))
+        // The reference matcher (no command) is resident by default, with --resident; `resident: false` opts out.
+        let reference = try #require(try FaceMatcherConfiguration(json: nil, defaultCommand: ["/ref"]))
+        #expect(reference.residentCommand == ["/ref", "--resident"] && reference.command == ["/ref"])
+        let referenceOneShot = try #require(
+            try FaceMatcherConfiguration(json: ["resident": false, "idleSeconds": 20], defaultCommand: ["/ref"]))
+        #expect(referenceOneShot.residentCommand == nil && referenceOneShot.idleTimeout == .seconds(20))
+        for bad: JSONValue in [
+            ["command": ["m"], "resident": "yes"], ["command": ["m"], "idleSeconds": 0],
+            ["command": ["m"], "idleSeconds": 1.5],
+        ] {
+            #expect(throws: TesseraError.self) { _ = try FaceMatcherConfiguration(json: bad, defaultCommand: nil) }
+        }
+    }
+
     @Test func imageCodec() throws {
         #expect(FaceImage.decodeBase64("AAEC") == [0, 1, 2])
         #expect(FaceImage.decodeBase64("-_8") == [0xFB, 0xFF])

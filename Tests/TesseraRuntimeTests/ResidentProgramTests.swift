@@ -67,6 +67,23 @@ import Testing
         }
     }
 
+    /// The program gets its stdin, stdout and stderr and no other descriptor of this process (`SpawnedProcess`
+    /// closes them in the child: a descriptor opened without close-on-exec, or a pipe end of another program being
+    /// started at the same moment, never reaches it).
+    @Test func theProgramInheritsNoOtherDescriptor() async throws {
+        let null = open("/dev/null", O_RDONLY)
+        let stray = fcntl(null, F_DUPFD, 300)  // no close-on-exec; above what the shell uses for itself
+        close(null)
+        #expect(stray >= 300)
+        defer { close(stray) }
+        let program = ResidentProgram(
+            command: ["/bin/sh", "-c", #"while read -r l; do echo $(ls /proc/$$/fd); done"#]) { _ in }
+        let fds = text(try await program.request(Array("x".utf8), timeout: .seconds(10))).split(separator: " ")
+        #expect(fds.contains("0") && fds.contains("1") && fds.contains("2"))
+        #expect(!fds.contains(Substring(String(stray))), "inherited: \(fds)")
+        await program.stop()
+    }
+
     @Test func anIdleProgramIsStopped() async throws {
         let program = ResidentProgram(command: Self.echo, idleTimeout: .milliseconds(300)) { _ in }
         _ = try await program.request(Array("a".utf8), timeout: .seconds(10))

@@ -13,7 +13,6 @@ import pathlib
 import sqlite3
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 
@@ -23,6 +22,7 @@ from PIL import Image
 
 from tessera_harness import (BIN, MRZ_ANNA, NOBODY, PCSCD, ROOT, SOFTHSM_MODULE, AsUser, Client, Daemon,
                              EmulatedPassport, RPCError, SoftHSM, calls_as, let_other_uids_reach, make_passport_profile)
+from face_photos import fetch_photos
 from test_enrollment import StationCLI
 from test_mdoc import EmulatedMDoc, make_mdoc
 
@@ -46,20 +46,6 @@ TIMEOUT = 300
 
 
 # --- photos ------------------------------------------------------------------------------------------------------
-
-def fetch_photos() -> pathlib.Path:
-    """face_recognition 1.3.0's tests/test_images, from its sdist (pip download; cached under .state/)."""
-    cache = ROOT / ".state" / "face-photos"
-    images = cache / "face_recognition-1.3.0" / "tests" / "test_images"
-    if not (images / "biden.jpg").exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "face_recognition==1.3.0", "--no-deps",
-                        "--no-binary", ":all:", "-d", str(cache)], check=True, timeout=300)
-        with tarfile.open(cache / "face_recognition-1.3.0.tar.gz") as t:
-            t.extractall(cache, members=[m for m in t.getmembers() if "/tests/test_images/" in m.name],
-                         filter="data")
-    return images
-
 
 def jpeg(image: Image.Image, side: int, quality: int = 90, fmt: str = "JPEG") -> bytes:
     image = image.convert("RGB")
@@ -433,6 +419,53 @@ def test_crashing_matcher_is_unavailable_never_a_match(lab, tmp_path):
             assert fin["outcome"] == "failedWithRetryPossibility" and fin["error"]["code"] == "FACE_MATCHER_UNAVAILABLE"
         # Its stderr went to the log.
         assert "matcher going down" in s.daemon.log.read_text()
+    finally:
+        s.stop()
+
+
+def matcher_children(daemon: Daemon) -> dict[int, str]:
+    """The daemon's child processes running the reference matcher: {pid: command line}."""
+    found = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == daemon.proc.pid and "tessera_face_match.py" in cmdline:
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def test_reference_matcher_resident(lab, tmp_path):
+    """The reference matcher without `command` is resident (faceMatching.resident defaults to true for it): one
+    process loads the models once and answers comparison after comparison (the second faster than the first, which
+    loads them); stopped after idleSeconds; the next comparison starts it again."""
+    s = Station(lab, tmp_path / "resident", {"timeoutSeconds": TIMEOUT, "idleSeconds": 2})
+    try:
+        c = s.client()
+        request = {"reference": item(lab.photos.portrait), "probes": [item(lab.photos.genuine)]}
+        assert matcher_children(s.daemon) == {}
+        times, pids = [], []
+        for _ in range(2):
+            t = time.monotonic()
+            r = c.call("face.compare", request)
+            times.append(time.monotonic() - t)
+            assert r["decision"] == "match" and r["matcher"] == "tessera-face-match", r
+            pids.append(matcher_children(s.daemon))
+        print(f"\nresident reference matcher: first face.compare {times[0]:.2f} s (models loaded), "
+              f"second {times[1]:.2f} s")
+        assert len(pids[0]) == 1 and pids[0] == pids[1], pids
+        assert "--resident" in next(iter(pids[0].values()))
+        assert times[1] < times[0]
+        # Idle for 2 s: stopped; the next comparison starts another.
+        deadline = time.time() + 30
+        while matcher_children(s.daemon) and time.time() < deadline:
+            time.sleep(0.2)
+        assert matcher_children(s.daemon) == {}
+        assert c.call("face.compare", request)["decision"] == "match"
+        again = matcher_children(s.daemon)
+        assert len(again) == 1 and again.keys() != pids[0].keys()
     finally:
         s.stop()
 
