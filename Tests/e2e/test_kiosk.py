@@ -862,6 +862,7 @@ class FaceRun:
             b.screen("FACE_MATCHING", timeout=60)
         assert b.find('main > section[data-step="FACE_MATCHING"]').get_attribute("data-kind") == "camera"
         b.find("video[data-camera]")
+        look(b, "face-camera")
         b.click(timeout=30)
 
     def stop(self) -> None:
@@ -951,6 +952,7 @@ def test_liveness_challenge_is_shown_and_a_still_photo_fails_it(face_run):
     steps = [li.text for li in challenge.find_elements(By.TAG_NAME, "li")]
     assert steps == [{"turnLeft": "Turn your head to the left", "turnRight": "Turn your head to the right"}[a]
                      for a in actions]
+    look(b, "liveness-camera")
     b.click(timeout=30)
     b.screen("error", timeout=300)
     assert b.find('[data-error-code="LIVENESS_FAILED"]')
