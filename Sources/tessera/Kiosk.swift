@@ -3,6 +3,7 @@ import Foundation
 import KioskStation
 import RPC
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc
@@ -87,28 +88,6 @@ struct Kiosk: AsyncParsableCommand {
         }
     }
 
-    /// Writes `text` to a new file beside `path` created with mode 0600 (never through a link), then renames it
-    /// over `path`.
-    static func writePrivately(_ text: String, to path: String) throws {
-        let temporary = path + ".\(getpid()).tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw POSIXError(errno: errno) }
-        let bytes = Array(text.utf8)
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        let failure = written == bytes.count ? 0 : errno
-        close(fd)
-        guard failure == 0, rename(temporary, path) == 0 else {
-            let e = failure != 0 ? failure : errno
-            unlink(temporary)
-            throw POSIXError(errno: e)
-        }
-    }
-
-    struct POSIXError: Error, CustomStringConvertible {
-        var errno: Int32
-        var description: String { String(cString: strerror(errno)) }
-    }
-
     /// `HOST:PORT`, `[v6]:PORT`.
     static func split(_ s: String) -> (host: String, port: Int)? {
         guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (0...65535).contains(port)
@@ -142,10 +121,14 @@ struct Kiosk: AsyncParsableCommand {
         let url = access.url(host: host, port: server.port)
         var shownURL = url
         if let urlFile {
-            do {
-                try Self.writePrivately(url + "\n", to: urlFile)
-            } catch {
-                log("error: cannot write --url-file \(urlFile): \(error)")
+            // Mode 0600 from its creation, renamed into place: only the kiosk's uid ever reads the secret.
+            let slash = urlFile.lastIndex(of: "/")
+            let directory = slash.map { $0 == urlFile.startIndex ? "/" : String(urlFile[..<$0]) } ?? "."
+            let name = slash.map { String(urlFile[urlFile.index(after: $0)...]) } ?? urlFile
+            if case .failure(let error) = AtomicFile.write(
+                Array((url + "\n").utf8), directory: directory, name: name, mode: 0o600)
+            {
+                log("error: cannot write --url-file \(urlFile): \(error.reason)")
                 await server.close()
                 throw ExitCode(2)
             }
