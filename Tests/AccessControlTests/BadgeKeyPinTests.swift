@@ -8,19 +8,24 @@ import Testing
 
 /// The card keys a registered badge pins (docs/ACCESS.md, "The badge's key is pinned").
 struct BadgeKeyPinTests {
-    @Test func aRegisteredBadgeAcceptsOnlyItsOwnKeys() async throws {
-        let pki = try await BadgePKI.make()
-        let (_, genuine) = try await pki.card(
-            serial: 4101, slots: [PIV.Slot.cardAuthentication, PIV.Slot.authentication])
-        let (_, other) = try await pki.card(
-            serial: 4102, slots: [PIV.Slot.cardAuthentication, PIV.Slot.authentication])
+    /// `genuine` registered for alice in a new store, as its record was stored.
+    static func registered(_ genuine: BadgeWriter.Issued) async throws -> CredentialRecord {
         let store = CredentialStore(
             database: try TesseraDatabase(path: Scratch.directory("badge-pins") + "/tessera.sqlite"))
         let registry = BadgeRegistry(store: store)
         _ = try await registry.register(
             identifiers: genuine.identifiers, holder: "alice", certificate: genuine.cardAuthCertificate,
             keys: genuine.publicKeys, owner: 0, actor: "uid:0", replace: false)
-        let record = try #require(try await registry.badge(genuine.identifiers.idBytes ?? []))
+        return try #require(try await registry.badge(genuine.identifiers.idBytes ?? []))
+    }
+
+    @Test func aRegisteredBadgeAcceptsOnlyItsOwnKeys() async throws {
+        let pki = try await BadgePKI.make()
+        let (_, genuine) = try await pki.card(
+            serial: 4101, slots: [PIV.Slot.cardAuthentication, PIV.Slot.authentication])
+        let (_, other) = try await pki.card(
+            serial: 4102, slots: [PIV.Slot.cardAuthentication, PIV.Slot.authentication])
+        let record = try await Self.registered(genuine)
         for slot in [PIV.Slot.cardAuthentication, PIV.Slot.authentication] {
             let own = try #require(genuine.publicKeys[slot])
             let foreign = try #require(other.publicKeys[slot])
@@ -34,13 +39,7 @@ struct BadgeKeyPinTests {
         let (_, genuine) = try await pki.card(serial: 4103)
         let (_, other) = try await pki.card(
             serial: 4104, slots: [PIV.Slot.cardAuthentication, PIV.Slot.authentication])
-        let store = CredentialStore(
-            database: try TesseraDatabase(path: Scratch.directory("badge-pins") + "/tessera.sqlite"))
-        let registry = BadgeRegistry(store: store)
-        _ = try await registry.register(
-            identifiers: genuine.identifiers, holder: "alice", certificate: genuine.cardAuthCertificate,
-            keys: genuine.publicKeys, owner: 0, actor: "uid:0", replace: false)
-        let record = try #require(try await registry.badge(genuine.identifiers.idBytes ?? []))
+        let record = try await Self.registered(genuine)
         let foreign9A = try #require(other.publicKeys[PIV.Slot.authentication])
         #expect(BadgeRegistry.keyMatches(record, slot: PIV.Slot.authentication, spki: foreign9A) == false)
     }
