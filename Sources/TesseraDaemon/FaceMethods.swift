@@ -9,18 +9,7 @@ extension FaceMatcherConfiguration {
     /// the executable, in `../share/tessera/` from it, or `matcher/` of the checkout of a build tree
     /// (`.build/<triple>/<config>/tesserad`). nil when none exists.
     static func referenceMatcherCommand(executable: String = CommandLine.arguments[0]) -> [String]? {
-        let resolved = URL(fileURLWithPath: executable).resolvingSymlinksInPath()
-        let bin = resolved.deletingLastPathComponent()
-        let candidates = [
-            bin.appendingPathComponent("tessera-face-match"),
-            bin.appendingPathComponent("../share/tessera/tessera-face-match"),
-            bin.appendingPathComponent("../../../matcher/tessera-face-match"),
-        ]
-        for url in candidates {
-            let path = url.standardizedFileURL.path
-            if FileManager.default.isExecutableFile(atPath: path) { return [path] }
-        }
-        return nil
+        ReferencePrograms.command("tessera-face-match", executable: executable)
     }
 }
 

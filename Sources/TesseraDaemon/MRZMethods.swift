@@ -50,12 +50,7 @@ struct MRZReaderConfiguration: Sendable, Equatable {
     /// The reference reader when `mrzReader.command` is not set: `tessera-mrz-read` where the reference face
     /// matcher is looked for (next to the executable, `../share/tessera/`, `matcher/` of a build tree's checkout).
     static func referenceReaderCommand(executable: String = CommandLine.arguments[0]) -> [String]? {
-        let bin = URL(fileURLWithPath: executable).resolvingSymlinksInPath().deletingLastPathComponent()
-        for relative in ["tessera-mrz-read", "../share/tessera/tessera-mrz-read", "../../../matcher/tessera-mrz-read"] {
-            let path = bin.appendingPathComponent(relative).standardizedFileURL.path
-            if FileManager.default.isExecutableFile(atPath: path) { return [path] }
-        }
-        return nil
+        ReferencePrograms.command("tessera-mrz-read", executable: executable)
     }
 
     static func error(_ message: String) -> TesseraError {
