@@ -388,7 +388,9 @@ let package = Package(
             name: "PKCS11Tests",
             dependencies: [
                 "PKCS11", "TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
-            ]),
+            ],
+            // A PKCS#11 module the tests compile themselves (TransientFailureTests), not a source of the target.
+            exclude: ["Fixtures"]),
         .testTarget(name: "PasskeysTests", dependencies: ["Passkeys", "TesseraCore", "CredentialStore"]),
         .testTarget(
             name: "KeyStoresTests",

@@ -192,6 +192,31 @@ struct SessionContext {
         }
     }
 
+    /// Runs `make` (a call that makes objects with the `CKA_ID` `keyID`) up to three times while it fails with
+    /// `CKR_GENERAL_ERROR`, destroying after each failure whatever it left with that id (objects that were not there
+    /// before the first attempt; the ones that were are never touched). SoftHSM2 2.6.1, Debian 12's, answers
+    /// `CKR_GENERAL_ERROR` now and then to object creation while other threads of the process use the library (its
+    /// object store re-reads files mid-write; SoftHSMv2 issues #573/#576), and the same call then succeeds.
+    func retryingTransientFailure<T>(
+        keyID: [UInt8], _ make: () throws(OperationError) -> T
+    ) throws(OperationError) -> T {
+        let byID: [(ck_attribute_type_t, AttributeValue)] = [(ck_attribute_type_t(CKA_ID), .bytes(keyID))]
+        let before = Set((try? findObjects(byID)) ?? [])
+        var attempt = 1
+        while true {
+            do {
+                return try make()
+            } catch {
+                guard case .ck(let failure) = error, failure.rv == ck_rv_t(CKR_GENERAL_ERROR) else { throw error }
+                for leftover in (try? findObjects(byID)) ?? [] where !before.contains(leftover) {
+                    try? destroy(leftover)
+                }
+                guard attempt < 3 else { throw error }
+                attempt += 1
+            }
+        }
+    }
+
     func generateKeyPair(
         mechanism: ck_mechanism_type_t,
         publicTemplate: [(ck_attribute_type_t, AttributeValue)],

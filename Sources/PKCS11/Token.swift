@@ -23,7 +23,8 @@ public final class PKCS11Token: Sendable {
     private let authLock = AsyncLock()
     /// Objects are made on the token one at a time: SoftHSM2 2.6 fails concurrent object creation on one token
     /// (C_GenerateKeyPair / C_GenerateKey from several sessions answer CKR_GENERAL_ERROR now and then: its object
-    /// store's file writes race; SoftHSMv2 issue #573, fixed after 2.6.1).
+    /// store's file writes race; SoftHSMv2 issue #573, fixed after 2.6.1). It still does now and then while other
+    /// threads use the library; `SessionContext.retryingTransientFailure` makes the call again.
     private let creationLock = AsyncLock()
     private let mechanismChoice = Locked<ck_mechanism_type_t?>(nil)
 
@@ -263,9 +264,12 @@ public final class PKCS11Token: Sendable {
             ] + Self.signingKeyAttributes(id: keyID, label: label)
         let cache = keyHandles
         return try await creating { (ctx: SessionContext) throws(OperationError) -> [UInt8] in
-            let (publicKey, privateKey) = try ctx.generateKeyPair(
-                mechanism: ck_mechanism_type_t(CKM_EC_KEY_PAIR_GEN),
-                publicTemplate: publicTemplate, privateTemplate: privateTemplate)
+            let (publicKey, privateKey) = try ctx.retryingTransientFailure(keyID: keyID) {
+                () throws(OperationError) in
+                try ctx.generateKeyPair(
+                    mechanism: ck_mechanism_type_t(CKM_EC_KEY_PAIR_GEN),
+                    publicTemplate: publicTemplate, privateTemplate: privateTemplate)
+            }
             let point: [UInt8]
             switch ctx.attribute(publicKey, ck_attribute_type_t(CKA_EC_POINT)) {
             case .success(let value):
@@ -467,7 +471,9 @@ public final class PKCS11Token: Sendable {
                 (ck_attribute_type_t($0), AttributeValue.bool(false))
             } + Self.signingKeyAttributes(id: keyID, label: label)
         _ = try await creating { (ctx: SessionContext) throws(OperationError) -> ck_object_handle_t in
-            try ctx.generateKey(mechanism: ck_mechanism_type_t(CKM_GENERIC_SECRET_KEY_GEN), template: template)
+            try ctx.retryingTransientFailure(keyID: keyID) { () throws(OperationError) in
+                try ctx.generateKey(mechanism: ck_mechanism_type_t(CKM_GENERIC_SECRET_KEY_GEN), template: template)
+            }
         }
     }
 
