@@ -43,7 +43,7 @@ builds=$!
 set +m
 
 stage "end-to-end (real tesserad, SoftHSM2, py_webauthn + python-fido2)"
-.venv/bin/python -m pytest -q Tests/e2e
+.venv/bin/python -m pytest -q --durations=15 Tests/e2e
 
 stage "README examples (each shell block of README.md, in the lab where it says so; scripts/readme_examples.py)"
 .venv/bin/python scripts/readme_examples.py
