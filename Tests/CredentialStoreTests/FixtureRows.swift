@@ -1,5 +1,5 @@
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// The rows of `Fixtures/tessera-grdb.sqlite`, a database written by the GRDB store (README there): the fixture
@@ -124,4 +124,50 @@ enum FixtureRows {
     /// The badge CA's key, recorded with its purpose (besides the mdoc device keys `recordDeviceKey` records).
     static let badgeIssuerKey = KeyPurposeRecord(
         tokenId: "pkcs11-3f2a", keyHandle: [0x77], purpose: .badgeIssuer, createdAt: at(800_007_000))
+
+    /// Writes the rows through the stores' public methods, as the fixture was written.
+    static func write(into db: TesseraDatabase) async throws {
+        let store = CredentialStore(database: db)
+        let c = credentials
+        try await store.insert(c[0])
+        var second = c[1]
+        second.state = .active
+        second.stateChangedAt = nil
+        try await store.insert(second)
+        _ = try await store.transition(
+            ids: [[UInt8](c[1].credentialId)], to: .suspended, actor: "issuer:\(command.issuer)",
+            reason: "lost", command: command, at: c[1].stateChangedAt!)
+        _ = try await store.insert(c[2], admit: { _ in [] }, actor: "uid:1000", reason: "enrolled")
+        var gone = c[2]
+        gone.credentialId = Data([0x04])
+        try await store.insert(gone)
+        try await store.delete(
+            id: [0x04],
+            event: CredentialEvent(
+                credentialId: Data([0x04]), at: at(800_000_300), fromState: "active", toState: "deleted",
+                actor: "uid:0", reason: nil))
+        for o in ctapOptions { try await store.ctapOptions.save(o) }
+        let piv = PIVSlotStore(database: db)
+        for s in pivSlots { try await piv.save(s) }
+        let enrollmentStore = EnrollmentStore(database: db)
+        let e = enrollments
+        try await enrollmentStore.insert(e[0], token: (jti: "tok-1", issuer: "https://backend.example"))
+        try await enrollmentStore.insert(e[1], token: nil)
+        let recoveryStore = RecoveryStore(database: db)
+        for r in recovery {
+            _ = try await recoveryStore.insert(r, since: at(0), maxPerUser: 9, maxPerStation: 9)
+        }
+        let stepUpStore = StepUpStore(database: db)
+        for s in stepUps { try await stepUpStore.insert(s) }
+        let mdocStore = MDocRegistrationStore(database: db)
+        for m in mdocs {
+            try await mdocStore.recordDeviceKey(tokenId: m.tokenId, keyHandle: [UInt8](m.keyHandle))
+            try await mdocStore.insert(m)
+        }
+        let ssh = SSHKeyOwnerStore(database: db)
+        for o in sshOwners { try await ssh.record(o) }
+        let faces = FaceTemplateStore(database: db)
+        for f in faceTemplates { try await faces.add(f) }
+        try await KeyPurposeStore(database: db).record(badgeIssuerKey)
+    }
 }
