@@ -113,8 +113,9 @@ extension CredentialRecord {
 
     /// The record with `id`, nil when there is none.
     static func fetch(_ c: SQLConnection, id: Data) throws -> CredentialRecord? {
-        try c.first(selectSQL + " WHERE credentialId = ?", [id], CredentialRecord.init(row:))
+        try c.first(fetchSQL, [id], CredentialRecord.init(row:))
     }
+    private static let fetchSQL = selectSQL + " WHERE credentialId = ?"
 }
 
 extension CredentialEvent {

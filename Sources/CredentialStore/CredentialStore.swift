@@ -26,15 +26,21 @@ public final class CredentialStore: Sendable {
     }
 
     static func list(_ c: SQLConnection, rpId: String?, userId: Data?) throws -> [CredentialRecord] {
-        let order = " ORDER BY createdAt, credentialId"
-        let select = CredentialRecord.selectSQL
         switch (rpId, userId) {
-        case (let rpId?, let userId?):
-            return try c.all(select + " WHERE rpId = ? AND userId = ?" + order, [rpId, userId], CredentialRecord.init)
-        case (let rpId?, nil): return try c.all(select + " WHERE rpId = ?" + order, [rpId], CredentialRecord.init)
-        case (nil, let userId?): return try c.all(select + " WHERE userId = ?" + order, [userId], CredentialRecord.init)
-        case (nil, nil): return try c.all(select + order, [], CredentialRecord.init)
+        case (let rpId?, let userId?): return try c.all(ListSQL.byRPAndUser, [rpId, userId], CredentialRecord.init)
+        case (let rpId?, nil): return try c.all(ListSQL.byRP, [rpId], CredentialRecord.init)
+        case (nil, let userId?): return try c.all(ListSQL.byUser, [userId], CredentialRecord.init)
+        case (nil, nil): return try c.all(ListSQL.all, [], CredentialRecord.init)
         }
+    }
+
+    /// `list`'s queries, oldest first.
+    private enum ListSQL {
+        static let order = " ORDER BY createdAt, credentialId"
+        static let byRPAndUser = CredentialRecord.selectSQL + " WHERE rpId = ? AND userId = ?" + order
+        static let byRP = CredentialRecord.selectSQL + " WHERE rpId = ?" + order
+        static let byUser = CredentialRecord.selectSQL + " WHERE userId = ?" + order
+        static let all = CredentialRecord.selectSQL + order
     }
 
     /// Deletes the record; with `event`, records it in the audit trail in the same transaction.
