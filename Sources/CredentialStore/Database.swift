@@ -6,7 +6,7 @@ import TesseraRuntime
     import Glibc
 #endif
 
-/// The daemon's SQLite database (WAL, synchronous=FULL) with its migrations. Other stores share it.
+/// The daemon's SQLite database (WAL) with its migrations. Other stores share it.
 ///
 /// One writer connection on a thread of its own runs every write as a `BEGIN IMMEDIATE` transaction, one at a
 /// time; reads run on reader connections on threads of their own, concurrently with the writer (WAL). A caller
@@ -21,12 +21,14 @@ public final class TesseraDatabase: Sendable {
     /// Reader connections (and threads): reads rarely overlap on a 2-core machine.
     static let readerCount = 2
 
-    /// Opens (creating if needed) `path` and applies every migration not applied yet.
+    /// Opens (creating if needed) `path` and applies every migration not applied yet. The writer commits with
+    /// `synchronous = NORMAL`, as GRDB's `DatabasePool` did (it set NORMAL over the FULL asked for before it): a
+    /// commit survives the daemon's crash; a power loss may take the last commits, never the database's consistency.
     public init(path: String) throws(TesseraError) {
         do {
             let connection = try SQLConnection(path: path, create: true)
-            try connection.execute("PRAGMA journal_mode = WAL")
             try Self.configure(connection)
+            try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
             try Migrations.apply(connection)
             writer = Worker(name: "tessera.db.writer", connection)
             var readers: [Worker] = []
@@ -44,7 +46,7 @@ public final class TesseraDatabase: Sendable {
     }
 
     private static func configure(_ connection: SQLConnection) throws(SQLiteError) {
-        try connection.execute("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON")
+        try connection.execute("PRAGMA foreign_keys = ON")
     }
 
     /// Runs `body` in one write transaction on the writer's thread: committed when it returns, rolled back when it

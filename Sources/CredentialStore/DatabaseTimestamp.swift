@@ -19,8 +19,10 @@ enum DatabaseTimestamp {
     /// The instant of a date column's text: "yyyy-MM-dd HH:mm:ss.SSS" as written, or one of the other forms SQLite's
     /// date functions and GRDB read ("yyyy-MM-dd", then " " or "T" and "HH:mm", ":ss", a fraction of a second of
     /// which milliseconds count, a final "Z"). Nil for anything else and for a date or time that does not exist.
-    static func date(_ text: String) -> Date? {
-        let b = Array(text.utf8)
+    static func date(_ text: String) -> Date? { date(utf8: Array(text.utf8)) }
+
+    /// `date(_:)` of the text's UTF-8 bytes.
+    static func date(utf8 b: [UInt8]) -> Date? {
         if b.count == 23, b[19] == UInt8(ascii: "."), let c = CivilTime.leading(b, separators: [UInt8(ascii: " ")]),
             let ms = CivilTime.digits(b, 20..<23)
         {

@@ -71,7 +71,7 @@ struct SQLRow {
 
     func isNull(_ index: Int32) -> Bool { sqlite3_column_type(statement, index) == SQLITE_NULL }
 
-    fileprivate var columnType: (Int32) -> Int32 { { sqlite3_column_type(statement, $0) } }
+    fileprivate func columnType(_ index: Int32) -> Int32 { sqlite3_column_type(statement, index) }
 
     fileprivate func mismatch(_ index: Int32, _ type: String) -> SQLiteError {
         let name = sqlite3_column_name(statement, index).map { String(cString: $0) } ?? "\(index)"
@@ -149,7 +149,7 @@ extension Date: SQLColumn {
     static func read(_ row: SQLRow, _ index: Int32) throws(SQLiteError) -> Date {
         switch row.columnType(index) {
         case SQLITE_TEXT:
-            guard let date = DatabaseTimestamp.date(try String.read(row, index)) else {
+            guard let date = DatabaseTimestamp.date(utf8: [UInt8](row.bytes(index, blob: false))) else {
                 throw row.mismatch(index, "Date")
             }
             return date
@@ -167,7 +167,8 @@ extension Optional: SQLColumn where Wrapped: SQLColumn {
 }
 
 /// One SQLite connection and its prepared statements. Not thread-safe: one thread uses it at a time (the
-/// `TesseraDatabase` thread that owns it).
+/// `TesseraDatabase` thread that owns it). `@unchecked Sendable` because it is handed to that thread once, after the
+/// migrations ran on the opening thread, and only that thread's jobs touch it from then on.
 final class SQLConnection: @unchecked Sendable {
     private let handle: OpaquePointer
     /// Prepared statements by SQL text, reset after each use. A statement in use is out of the cache, so the same

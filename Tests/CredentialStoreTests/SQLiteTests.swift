@@ -109,4 +109,22 @@ import Testing
         }
         #expect(identifiers == Migrations.all().map(\.identifier) + ["v99-from-the-future"])
     }
+
+    /// The writer's settings are GRDB's DatabasePool's: WAL, synchronous NORMAL (1), foreign keys on; readers only
+    /// read.
+    @Test func theConnectionsAreSetUpAsGRDBsWere() async throws {
+        let db = try database()
+        let writer = try await db.write { c in
+            [
+                try c.value("PRAGMA journal_mode", as: String.self),
+                try c.value("PRAGMA synchronous", as: Int.self).map { String($0) },
+                try c.value("PRAGMA foreign_keys", as: Int.self).map { String($0) },
+            ]
+        }
+        #expect(writer == ["wal", "1", "1"])
+        let refused = await #expect(throws: TesseraError.self) {
+            try await db.read { c in try c.run("CREATE TABLE t (a)") }
+        }
+        #expect(refused?.code == .storageError)
+    }
 }
