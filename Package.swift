@@ -18,7 +18,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
-        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
@@ -32,6 +31,9 @@ let package = Package(
         .systemLibrary(
             name: "CNFC", path: "Sources/C/CNFC", pkgConfig: "libnfc",
             providers: [.apt(["libnfc-dev"])]),
+        /// The system SQLite, for the credential store's one small layer over it (CredentialStore/SQLite.swift).
+        .systemLibrary(
+            name: "CSQLite", path: "Sources/C/CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(
             name: "CLibCrypto", path: "Sources/C/CLibCrypto", pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]),
@@ -148,11 +150,8 @@ let package = Package(
         .target(name: "NFC", dependencies: ["TesseraCore", "TesseraRuntime", "APDU", "CNFC"]),
         .target(
             name: "PN532Emulator", dependencies: ["TesseraCore", "TesseraRuntime", "APDU", "CSystemShims"]),
-        .target(
-            name: "CredentialStore",
-            dependencies: [
-                "TesseraCore", .product(name: "GRDB", package: "GRDB.swift"),
-            ]),
+        /// The daemon's SQLite database and its stores, on the system libsqlite3.
+        .target(name: "CredentialStore", dependencies: ["TesseraCore", "TesseraRuntime", "CSQLite"]),
 
         // MARK: Services
         .target(
@@ -398,8 +397,10 @@ let package = Package(
         .testTarget(
             name: "CredentialStoreTests",
             dependencies: [
-                "CredentialStore", "TesseraCore", "TesseraTestSupport", .product(name: "GRDB", package: "GRDB.swift"),
-            ]),
+                "CredentialStore", "TesseraCore", "TesseraTestSupport",
+            ],
+            // Databases written by earlier releases (Fixtures/README.md), read through `#filePath`.
+            exclude: ["Fixtures"]),
         .testTarget(name: "OwnershipTests", dependencies: ["Ownership"]),
         .testTarget(name: "CLISupportTests", dependencies: ["CLISupport", "TesseraCore"]),
         .testTarget(name: "KioskStationTests", dependencies: ["KioskStation", "RPC", "TesseraCore"]),

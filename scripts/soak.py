@@ -104,8 +104,8 @@ def fd_targets(pid: int) -> str:
 
 
 def warm_up(daemon: Daemon) -> None:
-    """Concurrent reads until the credential store's connection pool (GRDB: one writer, up to five readers,
-    opened on demand and kept) is open, so the fd baseline is the daemon at rest, not before its first burst."""
+    """Concurrent reads before the fd baseline, so that whatever the first burst opens and keeps (the credential
+    store's connections are all open from the start: one writer, two readers) is in it."""
     def reads() -> None:
         c = daemon.client()
         for _ in range(10):

@@ -1,14 +1,11 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 import TesseraCore
 
 /// CTAP options of a credential made over CTAP (`tesserad --ctap-socket`): whether it is discoverable and its
 /// credProtect level. A credential without a row (made through `passkey.enroll`) is discoverable, level 1.
 /// The row is written before the credential (it names the credential id the CTAP front door chose), so a crash
 /// in between leaves an unused row, never a credential without its protection level.
-public struct CTAPCredentialOptions: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
-    public static let databaseTableName = "ctap_credential"
-
+public struct CTAPCredentialOptions: Codable, Sendable, Equatable {
     public var credentialId: Data
     public var discoverable: Bool
     /// 1, 2 or 3 (CTAP 2.1 §12.1).
@@ -26,29 +23,30 @@ public struct CTAPCredentialOptions: Codable, Sendable, Equatable, FetchableReco
 /// The `ctap_credential` table (shares the daemon's database). Rows are read through a cache: a row is written
 /// once, before its credential, and only deleted with it.
 public final class CTAPCredentialStore: Sendable {
-    private let db: DatabasePool
+    private let db: TesseraDatabase
     /// Options by credential id; `.some(nil)`: no row (a passkey made through another door).
     private let cache = Locked<[Data: CTAPCredentialOptions?]>([:])
 
-    public init(database: TesseraDatabase) { db = database.writer }
+    public init(database: TesseraDatabase) { db = database }
 
-    static func migrate(_ db: Database) throws {
-        try db.create(table: "ctap_credential") { t in
-            t.column("credentialId", .blob).primaryKey()
-            t.column("discoverable", .boolean).notNull()
-            t.column("credProtect", .integer).notNull()
-        }
-    }
+    /// "ctap-credential-options".
+    static let migrate = """
+        CREATE TABLE "ctap_credential" ("credentialId" BLOB PRIMARY KEY, "discoverable" BOOLEAN NOT NULL, \
+        "credProtect" INTEGER NOT NULL)
+        """
 
-    /// The `hmacSecret` column (false for rows written before it).
-    static func migrateHMACSecret(_ db: Database) throws {
-        try db.alter(table: "ctap_credential") { t in
-            t.add(column: "hmacSecret", .boolean).notNull().defaults(to: false)
-        }
-    }
+    /// "v7-ctap-hmac-secret": the `hmacSecret` column (false for rows written before it).
+    static let migrateHMACSecret = #"ALTER TABLE "ctap_credential" ADD COLUMN "hmacSecret" BOOLEAN NOT NULL DEFAULT 0"#
 
     public func save(_ options: CTAPCredentialOptions) async throws(TesseraError) {
-        do { try await db.write { try options.save($0) } } catch { throw storageError(error) }
+        try await db.write { c in
+            try c.run(
+                """
+                INSERT INTO ctap_credential (credentialId, discoverable, credProtect, hmacSecret) VALUES (?, ?, ?, ?)
+                ON CONFLICT (credentialId) DO UPDATE SET discoverable = excluded.discoverable,
+                credProtect = excluded.credProtect, hmacSecret = excluded.hmacSecret
+                """, [options.credentialId, options.discoverable, options.credProtect, options.hmacSecret])
+        }
         cache.withLock { $0[options.credentialId] = .some(options) }
     }
 
@@ -76,16 +74,23 @@ public final class CTAPCredentialStore: Sendable {
 
     /// The options of the given credentials (those without a row are absent from the answer).
     public func options(_ ids: [Data]) async throws(TesseraError) -> [Data: CTAPCredentialOptions] {
-        do {
-            let rows = try await db.read { try CTAPCredentialOptions.fetchAll($0, keys: ids) }
-            return Dictionary(rows.map { ($0.credentialId, $0) }, uniquingKeysWith: { a, _ in a })
-        } catch { throw storageError(error) }
+        let rows = try await db.read { c in
+            try ids.compactMap { id in
+                try c.first(
+                    "SELECT credentialId, discoverable, credProtect, hmacSecret FROM ctap_credential WHERE credentialId = ?",
+                    [id]
+                ) { row in
+                    CTAPCredentialOptions(
+                        credentialId: try row.get(0), discoverable: try row.get(1), credProtect: try row.get(2),
+                        hmacSecret: try row.get(3))
+                }
+            }
+        }
+        return Dictionary(rows.map { ($0.credentialId, $0) }, uniquingKeysWith: { a, _ in a })
     }
 
     public func delete(_ id: Data) async throws(TesseraError) {
-        do { _ = try await db.write { try CTAPCredentialOptions.deleteOne($0, key: id) } } catch {
-            throw storageError(error)
-        }
+        try await db.write { c in _ = try c.run("DELETE FROM ctap_credential WHERE credentialId = ?", [id]) }
         _ = cache.withLock { $0.removeValue(forKey: id) }
     }
 }

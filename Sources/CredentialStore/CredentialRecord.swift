@@ -1,14 +1,11 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
 /// Metadata of one passkey. The private key lives on the token (`tokenId`, `keyHandle`); only public data is here.
-public struct CredentialRecord: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
-    public static let databaseTableName = "credential"
-
+public struct CredentialRecord: Codable, Sendable, Equatable {
     public var credentialId: Data
     public var rpId: String
     public var userId: Data
@@ -51,7 +48,7 @@ public struct CredentialRecord: Codable, Sendable, Equatable, PersistableRecord,
 }
 
 /// A credential's lifecycle state. `deactivated` and `replaced` are final: such a credential never signs again.
-public enum CredentialState: String, Codable, Sendable, CaseIterable, DatabaseValueConvertible {
+public enum CredentialState: String, Codable, Sendable, CaseIterable, SQLArgument {
     case active, suspended, deactivated, replaced
 
     /// Whether no transition leads out of this state (except `deactivated` → `replaced` by a replacement).
@@ -70,9 +67,7 @@ public struct CredentialSummary: Sendable, Equatable {
 }
 
 /// One entry of the credential audit trail: a state change or a deletion, who asked and why.
-public struct CredentialEvent: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
-    public static let databaseTableName = "credential_event"
-
+public struct CredentialEvent: Codable, Sendable, Equatable {
     public var credentialId: Data
     public var at: Date
     /// The state before; nil for a creation.
@@ -86,5 +81,53 @@ public struct CredentialEvent: Codable, Sendable, Equatable, PersistableRecord, 
     public init(credentialId: Data, at: Date, fromState: String?, toState: String, actor: String, reason: String?) {
         self.credentialId = credentialId; self.at = at; self.fromState = fromState; self.toState = toState
         self.actor = actor; self.reason = reason
+    }
+}
+
+extension CredentialRecord {
+    /// The columns `init(row:)` reads, in its order.
+    static let columns = """
+        credentialId, rpId, userId, userName, userDisplayName, tokenId, backend, keyHandle, publicKey, \
+        counterReserved, createdAt, lastUsedAt, state, stateChangedAt, identityBinding, ownerUid
+        """
+    static let selectSQL = "SELECT \(columns) FROM credential"
+    static let insertSQL = "INSERT INTO credential (\(columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+    init(row: SQLRow) throws {
+        self.init(
+            credentialId: try row.get(0), rpId: try row.get(1), userId: try row.get(2), userName: try row.get(3),
+            userDisplayName: try row.get(4), tokenId: try row.get(5), backend: try row.get(6),
+            keyHandle: try row.get(7), publicKey: try row.get(8), counterReserved: try row.get(9),
+            createdAt: try row.get(10), lastUsedAt: try row.get(11), state: try row.get(12),
+            stateChangedAt: try row.get(13), identityBinding: try row.get(14), ownerUid: try row.get(15))
+    }
+
+    func insert(_ c: SQLConnection) throws {
+        try c.run(
+            Self.insertSQL,
+            [
+                credentialId, rpId, userId, userName, userDisplayName, tokenId, backend, keyHandle, publicKey,
+                counterReserved, createdAt, lastUsedAt, state, stateChangedAt, identityBinding, ownerUid,
+            ])
+    }
+
+    /// The record with `id`, nil when there is none.
+    static func fetch(_ c: SQLConnection, id: Data) throws -> CredentialRecord? {
+        try c.first(fetchSQL, [id], CredentialRecord.init(row:))
+    }
+    private static let fetchSQL = selectSQL + " WHERE credentialId = ?"
+}
+
+extension CredentialEvent {
+    func insert(_ c: SQLConnection) throws {
+        try c.run(
+            "INSERT INTO credential_event (credentialId, at, fromState, toState, actor, reason) VALUES (?, ?, ?, ?, ?, ?)",
+            [credentialId, at, fromState, toState, actor, reason])
+    }
+
+    init(row: SQLRow) throws {
+        self.init(
+            credentialId: try row.get(0), at: try row.get(1), fromState: try row.get(2), toState: try row.get(3),
+            actor: try row.get(4), reason: try row.get(5))
     }
 }

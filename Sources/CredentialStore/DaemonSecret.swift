@@ -1,5 +1,10 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The daemon's own secret: 32 random bytes in a file of its own (mode 0600, owned by the daemon's user) in the
 /// state directory, created on first start. Keys for what the database alone must not reveal (the one-time codes'
@@ -9,14 +14,15 @@ public enum DaemonSecret {
     public static let byteCount = 32
 
     /// Reads `directory/daemon.secret`, creating it when it does not exist. The file appears under its name only
-    /// complete (written to a private temporary file, then hard-linked, which never replaces an existing file).
+    /// complete (written to a private temporary file by `AtomicFile`, then hard-linked, which never replaces an
+    /// existing file).
     /// STORAGE_ERROR naming the file when it cannot be created, or exists but is not a regular file of
     /// `byteCount` bytes owned by this user and unreadable to others.
     public static func loadOrCreate(directory: String) throws(TesseraError) -> [UInt8] {
         let path = directory + "/" + fileName
         let fm = FileManager.default
         if (try? fm.attributesOfItem(atPath: path)) == nil {
-            try create(path)
+            try create(directory)
         }
         return try load(path)
     }
@@ -29,14 +35,14 @@ public enum DaemonSecret {
         guard attributes[.type] as? FileAttributeType == .typeRegular else {
             throw TesseraError(.storageError, "the daemon secret \(path) is not a regular file")
         }
-        let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue ?? 0o777
+        let mode = (attributes[.posixPermissions] as? UInt).map { Int($0) } ?? 0o777
         guard mode & 0o077 == 0 else {
             throw TesseraError(
                 .storageError,
                 "the daemon secret \(path) is accessible to others (mode \(String(mode, radix: 8))); it must be 0600")
         }
-        let owner = (attributes[.ownerAccountID] as? NSNumber)?.uint32Value
-        guard owner == geteuid() else {
+        let owner = attributes[.ownerAccountID] as? UInt
+        guard owner == UInt(geteuid()) else {
             throw TesseraError(.storageError, "the daemon secret \(path) is not owned by the daemon's user")
         }
         guard let data = fm.contents(atPath: path), data.count == byteCount else {
@@ -45,30 +51,19 @@ public enum DaemonSecret {
         return [UInt8](data)
     }
 
-    static func create(_ path: String) throws(TesseraError) {
-        let fm = FileManager.default
-        let temp = path + ".tmp-" + Hex.encode(SecureRandom.bytes(8))
-        defer { try? fm.removeItem(atPath: temp) }
-        do {
-            // Empty and 0600 before the secret is written into it.
-            guard fm.createFile(atPath: temp, contents: Data(), attributes: [.posixPermissions: 0o600]) else {
-                throw CocoaError(.fileWriteUnknown)
-            }
-            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: temp))
-            defer { try? handle.close() }
-            try handle.write(contentsOf: Data(SecureRandom.bytes(byteCount)))
-            try handle.synchronize()
-        } catch {
-            throw TesseraError(.storageError, "cannot create the daemon secret \(path): \(error.localizedDescription)")
+    static func create(_ directory: String) throws(TesseraError) {
+        let path = directory + "/" + fileName
+        let temp = fileName + ".tmp-" + Hex.encode(SecureRandom.bytes(8))
+        defer { unlink(directory + "/" + temp) }
+        if case .failure(let failure) = AtomicFile.write(
+            SecureRandom.bytes(byteCount), directory: directory, name: temp, mode: 0o600)
+        {
+            throw TesseraError(.storageError, "cannot create the daemon secret \(path): \(failure.reason)")
         }
-        do {
-            try fm.linkItem(atPath: temp, toPath: path)
-        } catch {
-            // Another process created it first: that one is used.
-            if (try? fm.attributesOfItem(atPath: path)) == nil {
-                throw TesseraError(
-                    .storageError, "cannot create the daemon secret \(path): \(error.localizedDescription)")
-            }
+        // EEXIST: another process created it first, and that one is used.
+        guard link(directory + "/" + temp, path) == 0 || errno == EEXIST else {
+            throw TesseraError(
+                .storageError, "cannot create the daemon secret \(path): \(String(cString: strerror(errno)))")
         }
     }
 }

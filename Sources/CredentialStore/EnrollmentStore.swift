@@ -1,5 +1,4 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 import TesseraCore
 
 /// One kiosk enrollment as persisted: the resolved workflow, what was collected, and where it stands.
@@ -57,40 +56,43 @@ public struct EnrollmentRow: Sendable, Equatable {
     }
 }
 
-extension EnrollmentRow: FetchableRecord, PersistableRecord {
-    public static let databaseTableName = "enrollment"
+extension EnrollmentRow {
+    static let columns = """
+        id, workflow, kind, ownerUid, state, definition, parameters, data, stepIndex, completedSteps, stepState, \
+        failure, outcome, subject, tokenJti, credentialId, passiveAuthentication, faceChecks, startedAt, updatedAt, \
+        finishedAt
+        """
+    static let selectSQL = "SELECT \(columns) FROM enrollment"
+    static let insertSQL =
+        "INSERT INTO enrollment (\(columns)) VALUES (\(Array(repeating: "?", count: 21).joined(separator: ", ")))"
 
-    public init(row: Row) throws {
-        id = row["id"]; workflow = row["workflow"]; kind = row["kind"]
-        ownerUid = UInt32(truncatingIfNeeded: row["ownerUid"] as Int64)
-        state = State(rawValue: row["state"]) ?? .finished
-        definition = Self.json(row["definition"]) ?? .array([])
-        parameters = Self.json(row["parameters"]) ?? .object([:])
-        data = Self.json(row["data"]) ?? .object([:])
-        stepIndex = row["stepIndex"]
-        completedSteps = (Self.json(row["completedSteps"])?.arrayValue ?? []).compactMap(\.stringValue)
-        stepState = Self.json(row["stepState"]) ?? .null
-        failure = Self.json(row["failure"])
-        outcome = row["outcome"]; subject = row["subject"]; tokenJti = row["tokenJti"]
-        credentialId = row["credentialId"]; passiveAuthentication = row["passiveAuthentication"]
-        faceChecks = Self.json(row["faceChecks"])
-        startedAt = (row["startedAt"] as DatabaseTimestamp).date
-        updatedAt = (row["updatedAt"] as DatabaseTimestamp).date
-        finishedAt = (row["finishedAt"] as DatabaseTimestamp?)?.date
+    init(row: SQLRow) throws {
+        id = try row.get(0); workflow = try row.get(1); kind = try row.get(2)
+        ownerUid = UInt32(truncatingIfNeeded: try row.get(3, as: Int64.self))
+        state = State(rawValue: try row.get(4)) ?? .finished
+        definition = Self.json(try row.get(5)) ?? .array([])
+        parameters = Self.json(try row.get(6)) ?? .object([:])
+        data = Self.json(try row.get(7)) ?? .object([:])
+        stepIndex = try row.get(8)
+        completedSteps = (Self.json(try row.get(9))?.arrayValue ?? []).compactMap(\.stringValue)
+        stepState = Self.json(try row.get(10)) ?? .null
+        failure = Self.json(try row.get(11))
+        outcome = try row.get(12); subject = try row.get(13); tokenJti = try row.get(14)
+        credentialId = try row.get(15); passiveAuthentication = try row.get(16)
+        faceChecks = Self.json(try row.get(17))
+        startedAt = try row.get(18)
+        updatedAt = try row.get(19)
+        finishedAt = try row.get(20)
     }
 
-    public func encode(to container: inout PersistenceContainer) throws {
-        container["id"] = id; container["workflow"] = workflow; container["kind"] = kind
-        container["ownerUid"] = Int64(ownerUid); container["state"] = state.rawValue
-        container["definition"] = Self.text(definition); container["parameters"] = Self.text(parameters)
-        container["data"] = Self.text(data); container["stepIndex"] = stepIndex
-        container["completedSteps"] = Self.text(.array(completedSteps.map { .string($0) }))
-        container["stepState"] = Self.text(stepState); container["failure"] = failure.map(Self.text)
-        container["outcome"] = outcome; container["subject"] = subject; container["tokenJti"] = tokenJti
-        container["credentialId"] = credentialId; container["passiveAuthentication"] = passiveAuthentication
-        container["faceChecks"] = faceChecks.map(Self.text)
-        container["startedAt"] = DatabaseTimestamp(startedAt); container["updatedAt"] = DatabaseTimestamp(updatedAt)
-        container["finishedAt"] = finishedAt.map(DatabaseTimestamp.init)
+    /// The row's values in the order of `columns`.
+    var values: [any SQLArgument] {
+        [
+            id, workflow, kind, Int64(ownerUid), state.rawValue, Self.text(definition), Self.text(parameters),
+            Self.text(data), stepIndex, Self.text(.array(completedSteps.map { .string($0) })), Self.text(stepState),
+            failure.map(Self.text), outcome, subject, tokenJti, credentialId, passiveAuthentication,
+            faceChecks.map(Self.text), startedAt, updatedAt, finishedAt,
+        ]
     }
 
     static func text(_ v: JSONValue) -> String { String(decoding: v.serialized(), as: UTF8.self) }
@@ -100,105 +102,89 @@ extension EnrollmentRow: FetchableRecord, PersistableRecord {
 /// Persistence of enrollments and of used activation tokens (shares the daemon's database).
 /// Every method is one committed transaction.
 public final class EnrollmentStore: Sendable {
-    private let db: DatabasePool
+    private let db: TesseraDatabase
 
-    public init(database: TesseraDatabase) { db = database.writer }
+    public init(database: TesseraDatabase) { db = database }
 
-    static func migrate(_ db: Database) throws {
-        try db.create(table: "enrollment") { t in
-            t.column("id", .text).primaryKey()
-            t.column("workflow", .text).notNull()
-            t.column("kind", .text).notNull()
-            t.column("ownerUid", .integer).notNull()
-            t.column("state", .text).notNull().indexed()
-            t.column("definition", .text).notNull()
-            t.column("parameters", .text).notNull()
-            t.column("data", .text).notNull()
-            t.column("stepIndex", .integer).notNull()
-            t.column("completedSteps", .text).notNull()
-            t.column("stepState", .text).notNull()
-            t.column("failure", .text)
-            t.column("outcome", .text)
-            t.column("subject", .text)
-            t.column("tokenJti", .text)
-            t.column("credentialId", .blob)
-            t.column("passiveAuthentication", .text)
-            t.column("startedAt", .datetime).notNull()
-            t.column("updatedAt", .datetime).notNull()
-            t.column("finishedAt", .datetime)
-        }
-        try db.create(table: "activation_token_use") { t in
-            t.column("jti", .text).primaryKey()
-            t.column("issuer", .text).notNull()
-            t.column("enrollmentId", .text).notNull()
-            t.column("usedAt", .datetime).notNull()
-        }
-    }
+    /// "v3-enrollment".
+    static let migrate = """
+        CREATE TABLE "enrollment" ("id" TEXT PRIMARY KEY, "workflow" TEXT NOT NULL, "kind" TEXT NOT NULL, \
+        "ownerUid" INTEGER NOT NULL, "state" TEXT NOT NULL, "definition" TEXT NOT NULL, "parameters" TEXT NOT NULL, \
+        "data" TEXT NOT NULL, "stepIndex" INTEGER NOT NULL, "completedSteps" TEXT NOT NULL, "stepState" TEXT NOT NULL, \
+        "failure" TEXT, "outcome" TEXT, "subject" TEXT, "tokenJti" TEXT, "credentialId" BLOB, \
+        "passiveAuthentication" TEXT, "startedAt" DATETIME NOT NULL, "updatedAt" DATETIME NOT NULL, \
+        "finishedAt" DATETIME);
+        CREATE INDEX "enrollment_on_state" ON "enrollment"("state");
+        CREATE TABLE "activation_token_use" ("jti" TEXT PRIMARY KEY, "issuer" TEXT NOT NULL, \
+        "enrollmentId" TEXT NOT NULL, "usedAt" DATETIME NOT NULL);
+        """
 
     /// The enrollment that is active or failed-retryable (at most one), if any.
     public func current() async throws(TesseraError) -> EnrollmentRow? {
-        do {
-            return try await db.read { db in
-                try EnrollmentRow.filter(Column("state") != EnrollmentRow.State.finished.rawValue)
-                    .order(Column("startedAt").desc).fetchOne(db)
-            }
-        } catch { throw storageError(error) }
+        try await db.read { c in
+            try c.first(
+                EnrollmentRow.selectSQL + " WHERE state != ? ORDER BY startedAt DESC LIMIT 1",
+                [EnrollmentRow.State.finished.rawValue], EnrollmentRow.init(row:))
+        }
     }
 
     /// The most recently started enrollment, whatever its state.
     public func latest() async throws(TesseraError) -> EnrollmentRow? {
-        do {
-            return try await db.read { db in try EnrollmentRow.order(Column("startedAt").desc).fetchOne(db) }
-        } catch { throw storageError(error) }
+        try await db.read { c in
+            try c.first(EnrollmentRow.selectSQL + " ORDER BY startedAt DESC LIMIT 1", [], EnrollmentRow.init(row:))
+        }
     }
 
     /// Records a new enrollment; with `token`, consumes the activation token's `jti` in the same transaction
     /// (ACTIVATION_TOKEN_REPLAYED when it was used before).
     public func insert(_ row: EnrollmentRow, token: (jti: String, issuer: String)?) async throws(TesseraError) {
-        try await self.db.uncancelledWrite { db in
+        try await db.write { c in
             if let token {
-                let used =
-                    try Bool.fetchOne(
-                        db, sql: "SELECT 1 FROM activation_token_use WHERE jti = ?",
-                        arguments: [token.jti]) ?? false
-                if used { throw TesseraError(.activationTokenReplayed, "this activation token was already used") }
-                try db.execute(
-                    sql: "INSERT INTO activation_token_use (jti, issuer, enrollmentId, usedAt) VALUES (?, ?, ?, ?)",
-                    arguments: [token.jti, token.issuer, row.id, DatabaseTimestamp(row.startedAt)])
+                let used: Bool? = try c.value("SELECT 1 FROM activation_token_use WHERE jti = ?", [token.jti])
+                if used != nil {
+                    throw TesseraError(.activationTokenReplayed, "this activation token was already used")
+                }
+                try c.run(
+                    "INSERT INTO activation_token_use (jti, issuer, enrollmentId, usedAt) VALUES (?, ?, ?, ?)",
+                    [token.jti, token.issuer, row.id, row.startedAt])
             }
-            try row.insert(db)
+            try c.run(
+                EnrollmentRow.insertSQL, row.values)
         }
     }
 
     /// Whether an activation token with this `jti` was used.
     public func tokenUsed(jti: String) async throws(TesseraError) -> Bool {
-        do {
-            return try await db.read { db in
-                try Bool.fetchOne(db, sql: "SELECT 1 FROM activation_token_use WHERE jti = ?", arguments: [jti])
-                    ?? false
-            }
-        } catch { throw storageError(error) }
+        try await db.read { c in
+            try c.value("SELECT 1 FROM activation_token_use WHERE jti = ?", [jti], as: Bool.self) != nil
+        }
     }
 
     /// Saves the whole row (one transaction) unless the stored row is already finished: the first terminal
     /// outcome stays. Returns whether it was saved.
     @discardableResult
     public func save(_ row: EnrollmentRow) async throws(TesseraError) -> Bool {
-        try await self.db.uncancelledWrite { db in
-            let state = try String.fetchOne(db, sql: "SELECT state FROM enrollment WHERE id = ?", arguments: [row.id])
+        try await db.write { c in
+            let state: String? = try c.value("SELECT state FROM enrollment WHERE id = ?", [row.id])
             guard state != EnrollmentRow.State.finished.rawValue else { return false }
-            try row.update(db)
+            guard state != nil else { throw TesseraError(.storageError, "no enrollment \(row.id) to save") }
+            try c.run(
+                """
+                UPDATE enrollment SET id = ?, workflow = ?, kind = ?, ownerUid = ?, state = ?, definition = ?, \
+                parameters = ?, data = ?, stepIndex = ?, completedSteps = ?, stepState = ?, failure = ?, outcome = ?, \
+                subject = ?, tokenJti = ?, credentialId = ?, passiveAuthentication = ?, faceChecks = ?, startedAt = ?, \
+                updatedAt = ?, finishedAt = ? WHERE id = ?
+                """, row.values + [row.id])
             return true
         }
     }
 
     /// Finished enrollments, newest first.
     public func finished(limit: Int) async throws(TesseraError) -> [EnrollmentRow] {
-        do {
-            return try await db.read { db in
-                try EnrollmentRow.filter(Column("state") == EnrollmentRow.State.finished.rawValue)
-                    .order(Column("finishedAt").desc).limit(limit).fetchAll(db)
-            }
-        } catch { throw storageError(error) }
+        try await db.read { c in
+            try c.all(
+                EnrollmentRow.selectSQL + " WHERE state = ? ORDER BY finishedAt DESC LIMIT ?",
+                [EnrollmentRow.State.finished.rawValue, limit], EnrollmentRow.init(row:))
+        }
     }
 }

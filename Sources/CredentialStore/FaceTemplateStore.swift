@@ -1,13 +1,10 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 import TesseraCore
 
 /// A face template an enrollment kept (FACE_MATCHING with `keepTemplate`), for MID_SELFIE_MATCHING in a later
 /// enrollment of the same person: the matcher's template (never an image), the identity binding of the
 /// document it was matched against (keyed, salted hashes: `Enrollment.IdentityBinding`), and the matcher's name.
-public struct FaceTemplateRecord: Codable, Sendable, Equatable, PersistableRecord, FetchableRecord, TimestampColumns {
-    public static let databaseTableName = "face_template"
-
+public struct FaceTemplateRecord: Codable, Sendable, Equatable {
     public var id: String
     /// `IdentityBinding.text` of the person.
     public var identityBinding: String
@@ -29,35 +26,48 @@ public struct FaceTemplateRecord: Codable, Sendable, Equatable, PersistableRecor
 
 /// The kept face templates (shares the daemon's database).
 public final class FaceTemplateStore: Sendable {
-    private let db: DatabasePool
+    private let db: TesseraDatabase
 
-    public init(database: TesseraDatabase) { db = database.writer }
+    public init(database: TesseraDatabase) { db = database }
 
     /// "v13-face-templates": the template table, and the enrollment audit's face checks.
-    static func migrate(_ db: Database) throws {
-        try db.create(table: "face_template") { t in
-            t.column("id", .text).primaryKey()
-            t.column("identityBinding", .text).notNull()
-            t.column("mediaType", .text).notNull()
-            t.column("template", .blob).notNull()
-            t.column("matcher", .text).notNull()
-            t.column("enrollmentId", .text).notNull()
-            t.column("createdAt", .datetime).notNull()
-        }
-        try db.alter(table: "enrollment") { t in t.add(column: "faceChecks", .text) }
-    }
+    static let migrate = """
+        CREATE TABLE "face_template" ("id" TEXT PRIMARY KEY, "identityBinding" TEXT NOT NULL, \
+        "mediaType" TEXT NOT NULL, "template" BLOB NOT NULL, "matcher" TEXT NOT NULL, "enrollmentId" TEXT NOT NULL, \
+        "createdAt" DATETIME NOT NULL);
+        ALTER TABLE "enrollment" ADD COLUMN "faceChecks" TEXT;
+        """
 
     /// Keeps `record`.
     public func add(_ record: FaceTemplateRecord) async throws(TesseraError) {
-        do { try await db.write { db in try record.insert(db) } } catch { throw storageError(error) }
+        try await db.write { c in
+            try c.run(
+                """
+                INSERT INTO face_template (id, identityBinding, mediaType, template, matcher, enrollmentId, createdAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """,
+                [
+                    record.id, record.identityBinding, record.mediaType, record.template, record.matcher,
+                    record.enrollmentId, record.createdAt,
+                ])
+        }
     }
 
     /// Every kept template, newest first (the caller finds the person's by their identity binding).
     public func all() async throws(TesseraError) -> [FaceTemplateRecord] {
-        do {
-            return try await db.read { db in
-                try FaceTemplateRecord.order(Column("createdAt").desc).fetchAll(db)
+        try await db.read { c in
+            try c.all(
+                """
+                SELECT id, identityBinding, mediaType, template, matcher, enrollmentId, createdAt FROM face_template
+                ORDER BY createdAt DESC
+                """
+            ) { row in
+                var record = FaceTemplateRecord(
+                    id: try row.get(0), identityBinding: try row.get(1), mediaType: try row.get(2), template: [],
+                    matcher: try row.get(4), enrollmentId: try row.get(5), createdAt: try row.get(6))
+                record.template = try row.get(3)
+                return record
             }
-        } catch { throw storageError(error) }
+        }
     }
 }

@@ -1,11 +1,10 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 import TesseraCore
 
 /// What a key on a token serves. Each door offers only keys of its own purpose (docs/API.md, "Key purposes"): the
 /// SSH agent `ssh` keys (and keys with no recorded purpose, which a user put on the token), the passkey methods and
 /// CTAP only passkeys.
-public enum KeyPurpose: String, Codable, Sendable, CaseIterable {
+public enum KeyPurpose: String, Codable, Sendable, CaseIterable, SQLArgument {
     /// A WebAuthn credential's key (`passkey.enroll`, CTAP makeCredential).
     case passkey
     /// An SSH key (`ssh.keygen`).
@@ -20,9 +19,7 @@ public enum KeyPurpose: String, Codable, Sendable, CaseIterable {
 
 /// One purpose recorded for one key (a key recorded with two purposes is offered by neither door's rule that
 /// needs one alone).
-public struct KeyPurposeRecord: Codable, Sendable, Equatable, PersistableRecord, FetchableRecord, TimestampColumns {
-    public static let databaseTableName = "key_purpose"
-
+public struct KeyPurposeRecord: Codable, Sendable, Equatable {
     public var tokenId: String
     /// The key's handle on the token (`CKA_ID`).
     public var keyHandle: Data
@@ -39,49 +36,45 @@ public struct KeyPurposeRecord: Codable, Sendable, Equatable, PersistableRecord,
 /// is for: passkeys' credentials (`credential`, PKCS#11 and PIV backends), `ssh.keygen`'s owners (`ssh_key_owner`)
 /// and mdoc registrations (`mdoc_registration`).
 public final class KeyPurposeStore: Sendable {
-    private let db: DatabasePool
+    private let db: TesseraDatabase
 
-    public init(database: TesseraDatabase) { db = database.writer }
+    public init(database: TesseraDatabase) { db = database }
 
-    static func migrate(_ db: Database) throws {
-        try db.create(table: "key_purpose") { t in
-            t.column("tokenId", .text).notNull()
-            t.column("keyHandle", .blob).notNull()
-            t.column("purpose", .text).notNull()
-            t.column("createdAt", .datetime).notNull()
-            t.primaryKey(["tokenId", "keyHandle", "purpose"])
-        }
-    }
+    /// "v14-key-purpose".
+    static let migrate = """
+        CREATE TABLE "key_purpose" ("tokenId" TEXT NOT NULL, "keyHandle" BLOB NOT NULL, "purpose" TEXT NOT NULL, \
+        "createdAt" DATETIME NOT NULL, PRIMARY KEY ("tokenId", "keyHandle", "purpose"))
+        """
 
     /// Records `purpose` for the key (kept beside any other purpose recorded for it: a key never loses one).
     public func record(_ record: KeyPurposeRecord) async throws(TesseraError) {
-        do { try await db.write { db in try Self.insert(record, db) } } catch { throw storageError(error) }
+        try await db.write { c in try Self.insert(record, c) }
     }
 
-    static func insert(_ record: KeyPurposeRecord, _ db: Database) throws {
-        try record.insert(db, onConflict: .ignore)
+    static func insert(_ record: KeyPurposeRecord, _ c: SQLConnection) throws {
+        try c.run(
+            "INSERT OR IGNORE INTO key_purpose (tokenId, keyHandle, purpose, createdAt) VALUES (?, ?, ?, ?)",
+            [record.tokenId, record.keyHandle, record.purpose, record.createdAt])
     }
 
     /// Every recorded purpose, by token id and key handle.
     public func purposes() async throws(TesseraError) -> [String: [Data: Set<KeyPurpose>]] {
-        do {
-            return try await db.read { db in
-                var out: [String: [Data: Set<KeyPurpose>]] = [:]
-                func add(_ sql: String, _ purpose: KeyPurpose?) throws {
-                    for row in try Row.fetchAll(db, sql: sql) {
-                        let tokenId: String = row["tokenId"], handle: Data = row["keyHandle"]
-                        let named = purpose ?? (row["purpose"] as String?).flatMap(KeyPurpose.init(rawValue:))
-                        guard let named else { continue }
-                        out[tokenId, default: [:]][handle, default: []].insert(named)
-                    }
+        try await db.read { c in
+            var out: [String: [Data: Set<KeyPurpose>]] = [:]
+            func add(_ sql: String, _ purpose: KeyPurpose?) throws {
+                try c.forEach(sql) { row in
+                    let tokenId: String = try row.get(0), handle: Data = try row.get(1)
+                    let named = try purpose ?? row.get(2, as: String?.self).flatMap(KeyPurpose.init(rawValue:))
+                    guard let named else { return }
+                    out[tokenId, default: [:]][handle, default: []].insert(named)
                 }
-                try add("SELECT tokenId, keyHandle, purpose FROM key_purpose", nil)
-                try add("SELECT tokenId, keyHandle FROM credential WHERE backend IN ('pkcs11', 'piv')", .passkey)
-                try add("SELECT tokenId, keyHandle FROM ssh_key_owner", .ssh)
-                try add("SELECT tokenId, keyHandle FROM mdoc_registration", .mdocDevice)
-                return out
             }
-        } catch { throw storageError(error) }
+            try add("SELECT tokenId, keyHandle, purpose FROM key_purpose", nil)
+            try add("SELECT tokenId, keyHandle FROM credential WHERE backend IN ('pkcs11', 'piv')", .passkey)
+            try add("SELECT tokenId, keyHandle FROM ssh_key_owner", .ssh)
+            try add("SELECT tokenId, keyHandle FROM mdoc_registration", .mdocDevice)
+            return out
+        }
     }
 }
 

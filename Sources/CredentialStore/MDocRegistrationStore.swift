@@ -1,11 +1,8 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 import TesseraCore
 
 /// An mdoc the daemon holds (`mdoc.register`): its IssuerSigned and the token key that is its device key.
-public struct MDocRegistrationRecord: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
-    public static let databaseTableName = "mdoc_registration"
-
+public struct MDocRegistrationRecord: Codable, Sendable, Equatable {
     public var documentIdentifier: String
     public var docType: String
     /// IssuerSigned CBOR as registered.
@@ -44,74 +41,90 @@ public struct MDocRegistrationRecord: Codable, Sendable, Equatable, PersistableR
     }
 }
 
+extension MDocRegistrationRecord {
+    static let columns = """
+        documentIdentifier, docType, issuerSigned, tokenId, keyHandle, supportedAuthorityKeyIdentifiers, \
+        invalidationDate, validUntil, ownerUid, createdAt
+        """
+    static let selectSQL = "SELECT \(columns) FROM mdoc_registration"
+
+    init(row: SQLRow) throws {
+        documentIdentifier = try row.get(0); docType = try row.get(1); issuerSigned = try row.get(2)
+        tokenId = try row.get(3); keyHandle = try row.get(4); supportedAuthorityKeyIdentifiers = try row.get(5)
+        invalidationDate = try row.get(6); validUntil = try row.get(7); ownerUid = try row.get(8)
+        createdAt = try row.get(9)
+    }
+}
+
 /// The mdoc registrations (shares the daemon's database).
 public final class MDocRegistrationStore: Sendable {
-    private let db: DatabasePool
+    private let db: TesseraDatabase
 
-    public init(database: TesseraDatabase) { db = database.writer }
+    public init(database: TesseraDatabase) { db = database }
 
-    static func migrate(_ db: Database) throws {
-        try db.create(table: "mdoc_registration") { t in
-            t.column("documentIdentifier", .text).primaryKey()
-            t.column("docType", .text).notNull()
-            t.column("issuerSigned", .blob).notNull()
-            t.column("tokenId", .text).notNull()
-            t.column("keyHandle", .blob).notNull()
-            t.column("supportedAuthorityKeyIdentifiers", .text).notNull()
-            t.column("invalidationDate", .datetime)
-            t.column("validUntil", .datetime).notNull()
-            t.column("ownerUid", .integer).notNull().indexed()
-            t.column("createdAt", .datetime).notNull()
-        }
-    }
+    /// "v8-mdoc-registrations".
+    static let migrate = """
+        CREATE TABLE "mdoc_registration" ("documentIdentifier" TEXT PRIMARY KEY, "docType" TEXT NOT NULL, \
+        "issuerSigned" BLOB NOT NULL, "tokenId" TEXT NOT NULL, "keyHandle" BLOB NOT NULL, \
+        "supportedAuthorityKeyIdentifiers" TEXT NOT NULL, "invalidationDate" DATETIME, \
+        "validUntil" DATETIME NOT NULL, "ownerUid" INTEGER NOT NULL, "createdAt" DATETIME NOT NULL);
+        CREATE INDEX "mdoc_registration_on_ownerUid" ON "mdoc_registration"("ownerUid");
+        """
 
     /// Records a new device key's purpose (`mdoc-device`), before the key is made: a generation that fails leaves
     /// an unused row, never a key with no purpose.
     public func recordDeviceKey(tokenId: String, keyHandle: [UInt8]) async throws(TesseraError) {
         let record = KeyPurposeRecord(tokenId: tokenId, keyHandle: keyHandle, purpose: .mdocDevice)
-        do { try await db.write { db in try KeyPurposeStore.insert(record, db) } } catch { throw storageError(error) }
+        try await db.write { c in try KeyPurposeStore.insert(record, c) }
     }
 
     /// Stores a new registration; MDOC_REGISTRATION_EXISTS when its documentIdentifier is taken.
     public func insert(_ record: MDocRegistrationRecord) async throws(TesseraError) {
-        do {
-            try await db.write { db in
-                if try MDocRegistrationRecord.fetchOne(db, key: record.documentIdentifier) != nil {
-                    throw TesseraError(
-                        .mdocRegistrationExists,
-                        "a registration with documentIdentifier \(record.documentIdentifier) exists",
-                        details: ["documentIdentifier": .string(record.documentIdentifier)])
-                }
-                try record.insert(db)
+        try await db.write { c in
+            let taken: Bool? = try c.value(
+                "SELECT 1 FROM mdoc_registration WHERE documentIdentifier = ?", [record.documentIdentifier])
+            if taken != nil {
+                throw TesseraError(
+                    .mdocRegistrationExists,
+                    "a registration with documentIdentifier \(record.documentIdentifier) exists",
+                    details: ["documentIdentifier": .string(record.documentIdentifier)])
             }
-        } catch { throw storageError(error) }
+            try c.run(
+                "INSERT INTO mdoc_registration (\(MDocRegistrationRecord.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    record.documentIdentifier, record.docType, record.issuerSigned, record.tokenId, record.keyHandle,
+                    record.supportedAuthorityKeyIdentifiers, record.invalidationDate, record.validUntil,
+                    record.ownerUid, record.createdAt,
+                ])
+        }
     }
 
     /// One registration, or nil.
     public func registration(_ documentIdentifier: String) async throws(TesseraError) -> MDocRegistrationRecord? {
-        do { return try await db.read { db in try MDocRegistrationRecord.fetchOne(db, key: documentIdentifier) } } catch
-        {
-            throw storageError(error)
+        try await db.read { c in
+            try c.first(
+                MDocRegistrationRecord.selectSQL + " WHERE documentIdentifier = ?", [documentIdentifier],
+                MDocRegistrationRecord.init(row:))
         }
     }
 
     /// The registrations of `ownerUid` (nil: all), oldest first.
     public func registrations(ownerUid: UInt32?) async throws(TesseraError) -> [MDocRegistrationRecord] {
-        do {
-            return try await db.read { db in
-                var query = MDocRegistrationRecord.order(Column("createdAt"), Column("documentIdentifier"))
-                if let ownerUid { query = query.filter(Column("ownerUid") == ownerUid) }
-                return try query.fetchAll(db)
+        try await db.read { c in
+            let order = " ORDER BY createdAt, documentIdentifier"
+            if let ownerUid {
+                return try c.all(
+                    MDocRegistrationRecord.selectSQL + " WHERE ownerUid = ?" + order, [ownerUid],
+                    MDocRegistrationRecord.init(row:))
             }
-        } catch { throw storageError(error) }
+            return try c.all(MDocRegistrationRecord.selectSQL + order, [], MDocRegistrationRecord.init(row:))
+        }
     }
 
     /// Deletes a registration; false when there was none.
     public func delete(_ documentIdentifier: String) async throws(TesseraError) -> Bool {
-        do {
-            return try await db.write { db in try MDocRegistrationRecord.deleteOne(db, key: documentIdentifier) }
-        } catch {
-            throw storageError(error)
+        try await db.write { c in
+            try c.run("DELETE FROM mdoc_registration WHERE documentIdentifier = ?", [documentIdentifier]) > 0
         }
     }
 }

@@ -1,14 +1,11 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 import TesseraCore
 
 /// A PIV key slot Tessera created a key in. Slots without a record were not created by Tessera and are never
 /// written by it.
-public struct PIVSlotRecord: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
-    public static let databaseTableName = "piv_slot"
-
+public struct PIVSlotRecord: Codable, Sendable, Equatable {
     /// What the slot holds now.
-    public enum State: String, Codable, Sendable {
+    public enum State: String, Codable, Sendable, SQLArgument {
         /// A key generation was started (a crash leaves the slot Tessera's, to be reused).
         case pending
         /// The key of a credential (`keyHandle`).
@@ -33,43 +30,46 @@ public struct PIVSlotRecord: Codable, Sendable, Equatable, PersistableRecord, Ti
 
 /// The PIV slots Tessera owns, per card (shares the daemon's database).
 public final class PIVSlotStore: Sendable {
-    private let db: DatabasePool
+    private let db: TesseraDatabase
 
-    public init(database: TesseraDatabase) { db = database.writer }
+    public init(database: TesseraDatabase) { db = database }
 
-    static func migrate(_ db: Database) throws {
-        try db.create(table: "piv_slot") { t in
-            t.column("tokenId", .text).notNull()
-            t.column("slot", .integer).notNull()
-            t.column("state", .text).notNull()
-            t.column("keyHandle", .blob)
-            t.column("updatedAt", .datetime).notNull()
-            t.primaryKey(["tokenId", "slot"])
-        }
-        try db.create(index: "piv_slot_handle", on: "piv_slot", columns: ["tokenId", "keyHandle"])
+    /// "v2-piv-slots".
+    static let migrate = """
+        CREATE TABLE "piv_slot" ("tokenId" TEXT NOT NULL, "slot" INTEGER NOT NULL, "state" TEXT NOT NULL, \
+        "keyHandle" BLOB, "updatedAt" DATETIME NOT NULL, PRIMARY KEY ("tokenId", "slot"));
+        CREATE INDEX "piv_slot_handle" ON "piv_slot"("tokenId", "keyHandle");
+        """
+
+    private static let select = "SELECT tokenId, slot, state, keyHandle, updatedAt FROM piv_slot"
+
+    private static func record(_ row: SQLRow) throws -> PIVSlotRecord {
+        PIVSlotRecord(
+            tokenId: try row.get(0), slot: try row.get(1), state: try row.get(2), keyHandle: try row.get(3),
+            updatedAt: try row.get(4))
     }
 
     /// Every slot Tessera owns on the card, by slot number.
     public func slots(tokenId: String) async throws(TesseraError) -> [PIVSlotRecord] {
-        do {
-            return try await db.read { db in
-                try PIVSlotRecord.filter(Column("tokenId") == tokenId).order(Column("slot")).fetchAll(db)
-            }
-        } catch { throw storageError(error) }
+        try await db.read { c in try c.all(Self.select + " WHERE tokenId = ? ORDER BY slot", [tokenId], Self.record) }
     }
 
     /// The slot holding the key with `keyHandle` (used or pending).
     public func slot(tokenId: String, keyHandle: [UInt8]) async throws(TesseraError) -> PIVSlotRecord? {
-        do {
-            return try await db.read { db in
-                try PIVSlotRecord.filter(Column("tokenId") == tokenId && Column("keyHandle") == Data(keyHandle))
-                    .fetchOne(db)
-            }
-        } catch { throw storageError(error) }
+        try await db.read { c in
+            try c.first(Self.select + " WHERE tokenId = ? AND keyHandle = ?", [tokenId, Data(keyHandle)], Self.record)
+        }
     }
 
     /// Inserts or replaces the record of one slot (durably, before the card is touched).
     public func save(_ record: PIVSlotRecord) async throws(TesseraError) {
-        do { try await db.write { db in try record.save(db) } } catch { throw storageError(error) }
+        try await db.write { c in
+            try c.run(
+                """
+                INSERT INTO piv_slot (tokenId, slot, state, keyHandle, updatedAt) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (tokenId, slot) DO UPDATE SET state = excluded.state, keyHandle = excluded.keyHandle,
+                updatedAt = excluded.updatedAt
+                """, [record.tokenId, record.slot, record.state, record.keyHandle, record.updatedAt])
+        }
     }
 }

@@ -1,13 +1,10 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 import TesseraCore
 
 /// One recovery attempt as persisted (docs/LIFECYCLE.md, "Recovery"): its token's `jti` (consumed when the row is
 /// inserted), the stage reached and the replacement passkey planned before its key exists.
-public struct RecoveryAttemptRow: Codable, Sendable, Equatable, PersistableRecord, TimestampColumns {
-    public static let databaseTableName = "recovery_attempt"
-
-    public enum Stage: String, Codable, Sendable, DatabaseValueConvertible {
+public struct RecoveryAttemptRow: Codable, Sendable, Equatable {
+    public enum Stage: String, Codable, Sendable, SQLArgument {
         /// Token accepted; the document is not matched yet.
         case started
         /// The document matched; `binding` holds the new identity binding.
@@ -45,39 +42,55 @@ public struct RecoveryAttemptRow: Codable, Sendable, Equatable, PersistableRecor
     }
 }
 
+extension RecoveryAttemptRow {
+    static let columns = """
+        id, jti, issuer, subject, rpId, stage, plan, binding, credentialId, failure, ownerUid, startedAt, updatedAt, \
+        expiresAt
+        """
+
+    init(row: SQLRow) throws {
+        id = try row.get(0); jti = try row.get(1); issuer = try row.get(2); subject = try row.get(3)
+        rpId = try row.get(4); stage = try row.get(5); plan = try row.get(6); binding = try row.get(7)
+        credentialId = try row.get(8); failure = try row.get(9); ownerUid = try row.get(10)
+        startedAt = try row.get(11); updatedAt = try row.get(12); expiresAt = try row.get(13)
+    }
+
+    /// The row's values in the order of `columns`.
+    var values: [any SQLArgument] {
+        [
+            id, jti, issuer, subject, rpId, stage, plan, binding, credentialId, failure, ownerUid, startedAt,
+            updatedAt, expiresAt,
+        ]
+    }
+}
+
 /// Persistence of recovery attempts (shares the daemon's database). Every method is one committed transaction.
 public final class RecoveryStore: Sendable {
-    private let db: DatabasePool
+    private let db: TesseraDatabase
 
-    public init(database: TesseraDatabase) { db = database.writer }
+    public init(database: TesseraDatabase) { db = database }
 
-    static func migrate(_ db: Database) throws {
-        try db.create(table: "recovery_attempt") { t in
-            t.column("id", .text).primaryKey()
-            t.column("jti", .text).notNull().unique()
-            t.column("issuer", .text).notNull()
-            t.column("subject", .text).notNull().indexed()
-            t.column("rpId", .text).notNull()
-            t.column("stage", .text).notNull()
-            t.column("plan", .text)
-            t.column("binding", .text)
-            t.column("credentialId", .blob)
-            t.column("failure", .text)
-            t.column("startedAt", .datetime).notNull().indexed()
-            t.column("updatedAt", .datetime).notNull()
-            t.column("expiresAt", .datetime).notNull()
-        }
-    }
+    /// Part of "v4-credential-lifecycle".
+    static let migrate = """
+        CREATE TABLE "recovery_attempt" ("id" TEXT PRIMARY KEY, "jti" TEXT NOT NULL UNIQUE, "issuer" TEXT NOT NULL, \
+        "subject" TEXT NOT NULL, "rpId" TEXT NOT NULL, "stage" TEXT NOT NULL, "plan" TEXT, "binding" TEXT, \
+        "credentialId" BLOB, "failure" TEXT, "startedAt" DATETIME NOT NULL, "updatedAt" DATETIME NOT NULL, \
+        "expiresAt" DATETIME NOT NULL);
+        CREATE INDEX "recovery_attempt_on_subject" ON "recovery_attempt"("subject");
+        CREATE INDEX "recovery_attempt_on_startedAt" ON "recovery_attempt"("startedAt");
+        """
 
-    /// The owner's uid, added after the first release (`v5-recovery-owner`).
-    static func migrateOwner(_ db: Database) throws {
-        try db.alter(table: "recovery_attempt") { t in t.add(column: "ownerUid", .integer) }
-    }
+    /// "v5-recovery-owner": the owner's uid, added after the first release.
+    static let migrateOwner = #"ALTER TABLE "recovery_attempt" ADD COLUMN "ownerUid" INTEGER"#
 
     public func attempt(id: String) async throws(TesseraError) -> RecoveryAttemptRow? {
-        do { return try await db.read { db in try RecoveryAttemptRow.fetchOne(db, key: id) } } catch {
-            throw storageError(error)
-        }
+        try await db.read { c in try Self.fetch(c, id: id) }
+    }
+
+    private static func fetch(_ c: SQLConnection, id: String) throws -> RecoveryAttemptRow? {
+        try c.first(
+            "SELECT \(RecoveryAttemptRow.columns) FROM recovery_attempt WHERE id = ?", [id],
+            RecoveryAttemptRow.init(row:))
     }
 
     /// Why a new attempt may not start: the token was used by another attempt (`"replayed"`), or a rate limit
@@ -86,12 +99,18 @@ public final class RecoveryStore: Sendable {
         _ row: RecoveryAttemptRow, since: Date, maxPerUser: Int,
         maxPerStation: Int
     ) async throws(TesseraError) -> String? {
-        try await self.db.uncancelledWrite { db in
-            if try RecoveryAttemptRow.filter(Column("jti") == row.jti).fetchCount(db) > 0 { return "replayed" }
-            let recent = RecoveryAttemptRow.filter(Column("startedAt") > DatabaseTimestamp(since))
-            if try recent.filter(Column("subject") == row.subject).fetchCount(db) >= maxPerUser { return "user" }
-            if try recent.fetchCount(db) >= maxPerStation { return "station" }
-            try row.insert(db)
+        try await db.write { c in
+            if try c.value("SELECT COUNT(*) FROM recovery_attempt WHERE jti = ?", [row.jti], as: Int.self) ?? 0 > 0 {
+                return "replayed"
+            }
+            let recent = "SELECT COUNT(*) FROM recovery_attempt WHERE startedAt > ?"
+            if try c.value(recent + " AND subject = ?", [since, row.subject], as: Int.self) ?? 0 >= maxPerUser {
+                return "user"
+            }
+            if try c.value(recent, [since], as: Int.self) ?? 0 >= maxPerStation { return "station" }
+            try c.run(
+                "INSERT INTO recovery_attempt (\(RecoveryAttemptRow.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row.values)
             return nil
         }
     }
@@ -99,13 +118,16 @@ public final class RecoveryStore: Sendable {
     /// Saves the row unless the stored one already ended (succeeded, failed, cancelled); returns whether it did.
     @discardableResult
     public func save(_ row: RecoveryAttemptRow) async throws(TesseraError) -> Bool {
-        try await self.db.uncancelledWrite { db in
-            guard let stored = try RecoveryAttemptRow.fetchOne(db, key: row.id),
-                stored.stage == .started || stored.stage == .matched
+        try await db.write { c in
+            guard let stored = try Self.fetch(c, id: row.id), stored.stage == .started || stored.stage == .matched
             else { return false }
-            try row.update(db)
+            try c.run(
+                """
+                UPDATE recovery_attempt SET id = ?, jti = ?, issuer = ?, subject = ?, rpId = ?, stage = ?, plan = ?, \
+                binding = ?, credentialId = ?, failure = ?, ownerUid = ?, startedAt = ?, updatedAt = ?, expiresAt = ?
+                WHERE id = ?
+                """, row.values + [row.id])
             return true
         }
     }
-
 }

@@ -1,12 +1,9 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 import TesseraCore
 
 /// Whose an SSH key on a token is: the uid that made it with `ssh.keygen`. A key with no row (made elsewhere, a PIV
 /// card's certificate key, or made before owners were recorded) is the daemon's uid's.
-public struct SSHKeyOwnerRecord: Codable, Sendable, Equatable, PersistableRecord, FetchableRecord, TimestampColumns {
-    public static let databaseTableName = "ssh_key_owner"
-
+public struct SSHKeyOwnerRecord: Codable, Sendable, Equatable {
     public var tokenId: String
     /// The key's handle on the token (`CKA_ID`).
     public var keyHandle: Data
@@ -20,32 +17,36 @@ public struct SSHKeyOwnerRecord: Codable, Sendable, Equatable, PersistableRecord
 
 /// The owners of the SSH keys `ssh.keygen` made (shares the daemon's database).
 public final class SSHKeyOwnerStore: Sendable {
-    private let db: DatabasePool
+    private let db: TesseraDatabase
 
-    public init(database: TesseraDatabase) { db = database.writer }
+    public init(database: TesseraDatabase) { db = database }
 
-    static func migrate(_ db: Database) throws {
-        try db.create(table: "ssh_key_owner") { t in
-            t.column("tokenId", .text).notNull()
-            t.column("keyHandle", .blob).notNull()
-            t.column("ownerUid", .integer).notNull()
-            t.column("createdAt", .datetime).notNull()
-            t.primaryKey(["tokenId", "keyHandle"])
-        }
-    }
+    /// "v10-ssh-key-owner".
+    static let migrate = """
+        CREATE TABLE "ssh_key_owner" ("tokenId" TEXT NOT NULL, "keyHandle" BLOB NOT NULL, \
+        "ownerUid" INTEGER NOT NULL, "createdAt" DATETIME NOT NULL, PRIMARY KEY ("tokenId", "keyHandle"))
+        """
 
     /// Records `ownerUid` as the owner of the key (replacing an earlier row for the same token and handle).
     public func record(_ owner: SSHKeyOwnerRecord) async throws(TesseraError) {
-        do { try await db.write { db in try owner.save(db) } } catch { throw storageError(error) }
+        try await db.write { c in
+            try c.run(
+                """
+                INSERT INTO ssh_key_owner (tokenId, keyHandle, ownerUid, createdAt) VALUES (?, ?, ?, ?)
+                ON CONFLICT (tokenId, keyHandle) DO UPDATE SET ownerUid = excluded.ownerUid,
+                createdAt = excluded.createdAt
+                """, [owner.tokenId, owner.keyHandle, owner.ownerUid, owner.createdAt])
+        }
     }
 
     /// Every recorded owner, by token id and key handle.
     public func owners() async throws(TesseraError) -> [String: [Data: UInt32]] {
-        do {
-            let rows = try await db.read { db in try SSHKeyOwnerRecord.fetchAll(db) }
+        try await db.read { c in
             var out: [String: [Data: UInt32]] = [:]
-            for r in rows { out[r.tokenId, default: [:]][r.keyHandle] = r.ownerUid }
+            try c.forEach("SELECT tokenId, keyHandle, ownerUid FROM ssh_key_owner") { row in
+                out[try row.get(0), default: [:]][try row.get(1)] = try row.get(2)
+            }
             return out
-        } catch { throw storageError(error) }
+        }
     }
 }

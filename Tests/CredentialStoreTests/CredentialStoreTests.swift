@@ -1,12 +1,13 @@
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import TesseraCore
+import TesseraTestSupport
 import Testing
 
 @Suite struct CredentialStoreTests {
     /// A database in a temp file; the caller removes it with `removeDB` (`defer`).
     func tempDB() throws -> (TesseraDatabase, String) {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cs-\(UUID().uuidString).sqlite").path
+        let path = Scratch.file("cs", suffix: ".sqlite")
         return (try TesseraDatabase(path: path), path)
     }
 
@@ -113,7 +114,7 @@ import Testing
     }
 
     func withStore(_ body: (CredentialStore) async throws -> Void) async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cl-\(UUID().uuidString).sqlite").path
+        let path = Scratch.file("cl", suffix: ".sqlite")
         defer { for s in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + s) } }
         try await body(CredentialStore(database: try TesseraDatabase(path: path)))
     }
@@ -244,8 +245,7 @@ import Testing
 
 @Suite struct CTAPCredentialStoreTests {
     @Test func hmacSecretIsKeptPerCredential() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("ctap-\(UUID().uuidString).sqlite")
-            .path
+        let path = Scratch.file("ctap", suffix: ".sqlite")
         defer { CredentialStoreTests().removeDB(path) }
         let store = CTAPCredentialStore(database: try TesseraDatabase(path: path))
         let with = CTAPCredentialOptions(credentialId: Data([1]), discoverable: false, credProtect: 2, hmacSecret: true)

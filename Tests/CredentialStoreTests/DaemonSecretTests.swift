@@ -1,14 +1,11 @@
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import TesseraCore
+import TesseraTestSupport
 import Testing
 
 @Suite struct DaemonSecretTests {
-    func tempDirectory() throws -> String {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("secret-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-        return path
-    }
+    func tempDirectory() throws -> String { Scratch.directory("secret") }
 
     @Test func createdOnceAs0600AndReadBackTheSame() throws {
         let dir = try tempDirectory()
@@ -16,7 +13,7 @@ import Testing
         let first = try DaemonSecret.loadOrCreate(directory: dir)
         #expect(first.count == 32)
         let attributes = try FileManager.default.attributesOfItem(atPath: dir + "/daemon.secret")
-        #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+        #expect(attributes[.posixPermissions] as? UInt == 0o600)
         #expect(try DaemonSecret.loadOrCreate(directory: dir) == first)
         // No temporary file is left beside it.
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["daemon.secret"])

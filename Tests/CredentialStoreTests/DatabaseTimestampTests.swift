@@ -1,37 +1,53 @@
-import Foundation
-import GRDB
+import FoundationEssentials
 import TesseraTestSupport
 import Testing
 
 @testable import CredentialStore
 
-/// `DatabaseTimestamp` must write and read exactly what GRDB's own `Date` coding does (Foundation's DateFormatter
-/// and Calendar), so that rows written before and after compare the same in SQL; GRDB's coding is the oracle here.
+/// `DatabaseTimestamp` must write and read exactly what GRDB's own `Date` coding did (Foundation's DateFormatter and
+/// Calendar), so that rows written before and after compare the same in SQL. GRDB's coding is the oracle, as it
+/// recorded it in `Fixtures/grdb-timestamps.tsv` (Fixtures/README.md) before it left.
 @Suite struct DatabaseTimestampTests {
-    static let instants: [Double] = {
-        var out: [Double] = [
-            0, -0.0005, -1, -86_400, 951_782_400, 951_868_799.9999, 1_700_000_000, 1_700_000_000.0005,
-            1_700_000_000.9995, 1_700_000_000.123_456_789, 1_234_567_890.001, 4_102_444_799.999, 253_402_300_799.999,
-            -62_135_596_800,
-        ]
-        var g = SeededRandom(stream: "DatabaseTimestampTests")
-        for _ in 0..<2000 { out.append(Double.random(in: -2_000_000_000...5_000_000_000, using: &g)) }
-        for _ in 0..<500 {
-            out.append(
-                Double(Int.random(in: 0...4_000_000_000, using: &g)) + 0.001
-                    * Double.random(in: 0...999, using: &g).rounded())
+    /// One line of the oracle: the instant or number given to GRDB, the text it wrote, the `Date` it read back.
+    struct Line {
+        var kind: Substring
+        var input: Double?
+        var text: String
+        var read: Date?
+    }
+
+    static let oracle: [Line] = {
+        let path = String(#filePath.prefix(upTo: #filePath.lastIndex(of: "/")!)) + "/Fixtures/grdb-timestamps.tsv"
+        let data = FileManager.default.contents(atPath: path) ?? Data()
+        func double(_ field: Substring) -> Double? { UInt64(field, radix: 16).map { Double(bitPattern: $0) } }
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").map { line in
+            let f = line.split(separator: "\t", omittingEmptySubsequences: false)
+            return Line(
+                kind: f[0], input: f[0] == "integer" ? Double(f[1]) : double(f[1]), text: String(f[2]),
+                read: double(f[3]).map { Date(timeIntervalSinceReferenceDate: $0) })
         }
-        return out
     }()
 
-    /// From 1583 to 9999 the text is ours; before (DateFormatter's calendar is Julian until October 1582) GRDB's.
-    static func ours(_ t: Double) -> Bool { t >= -12_212_553_600 && t < 253_402_300_800 }
+    static var instants: [Line] { oracle.filter { $0.kind == "instant" } }
+
+    /// From 1583 to 9999 GRDB's text is ours; before (DateFormatter's calendar is Julian until October 1582) ours is
+    /// the proleptic Gregorian date.
+    static func gregorian(_ t: Double) -> Bool { t >= -12_212_553_600 && t < 253_402_300_800 }
+
+    @Test func theOracleIsThere() {
+        #expect(Self.instants.count == 2514)
+        #expect(Self.instants.filter { Self.gregorian($0.input!) }.count == 2513)
+    }
 
     @Test func writesGRDBsText() {
-        for t in Self.instants {
-            let date = Date(timeIntervalSince1970: t)
-            #expect(DatabaseTimestamp(date).databaseValue == date.databaseValue, "\(t) \(SeededRandom.reproduce)")
-            #expect((DatabaseTimestamp.text(date) != nil) == Self.ours(t), "\(t) \(SeededRandom.reproduce)")
+        for line in Self.instants {
+            let t = line.input!
+            let ours = DatabaseTimestamp.text(Date(timeIntervalSince1970: t))
+            if Self.gregorian(t) {
+                #expect(ours == line.text, "\(t)")
+            } else {
+                #expect(ours == "0001-01-01 00:00:00.000" && line.text != ours, "\(t)")
+            }
         }
     }
 
@@ -40,17 +56,13 @@ import Testing
     /// Foundation's `Calendar` reads "2000-12-31 08:59:18.967" to -54041.032999999996, one below the nearest
     /// -54041.033. Both read back to the same text.
     @Test func readsTheNearestDateToWhatGRDBWrote() throws {
-        for t in Self.instants {
-            let stored = Date(timeIntervalSince1970: t).databaseValue
-            let text = try #require(String.fromDatabaseValue(stored))
-            #expect((DatabaseTimestamp.date(text) != nil) == Self.ours(t), "\(text) \(SeededRandom.reproduce)")
-            guard Self.ours(t), let ours = DatabaseTimestamp.fromDatabaseValue(stored)?.date,
-                let grdb = Date.fromDatabaseValue(stored)
-            else { continue }
-            #expect(ours == Self.nearest(text), "\(text) \(SeededRandom.reproduce)")
+        for line in Self.instants where Self.gregorian(line.input!) {
+            let ours = try #require(DatabaseTimestamp.date(line.text), "\(line.text)")
+            let grdb = try #require(line.read)
+            #expect(ours == Self.nearest(grdb), "\(line.text)")
             let a = ours.timeIntervalSinceReferenceDate, b = grdb.timeIntervalSinceReferenceDate
-            #expect(a == b || a.nextUp == b || a.nextDown == b, "\(text) \(SeededRandom.reproduce)")
-            #expect(DatabaseTimestamp(ours).databaseValue == stored, "\(text) \(SeededRandom.reproduce)")
+            #expect(a == b || a.nextUp == b || a.nextDown == b, "\(line.text)")
+            #expect(DatabaseTimestamp.text(ours) == line.text, "\(line.text)")
         }
     }
 
@@ -59,52 +71,49 @@ import Testing
         let text = "2000-12-31 08:59:18.967"
         let date = try #require(DatabaseTimestamp.date(text))
         #expect(date.timeIntervalSinceReferenceDate == -54041.033)
-        #expect(DatabaseTimestamp(date).databaseValue == text.databaseValue)
+        #expect(DatabaseTimestamp.text(date) == text)
     }
 
-    /// The instant of a "yyyy-MM-dd HH:mm:ss.SSS" UTC text as Swift's decimal parser (strtod) rounds the seconds
-    /// since the reference date: an oracle that shares no arithmetic with `CivilTime`.
-    static func nearest(_ text: String) -> Date? {
-        guard let whole = Date.fromDatabaseValue(String(text.prefix(19)).databaseValue) else { return nil }
-        let seconds = Int(whole.timeIntervalSinceReferenceDate.rounded())
-        guard let ms = Int(text.suffix(3)) else { return nil }
-        let total = seconds * 1000 + ms
-        let sign = total < 0 ? "-" : ""
+    /// The `Date` nearest to the whole number of milliseconds GRDB's reading `date` is within a unit in the last place
+    /// of, as Swift's decimal parser (strtod) rounds "seconds.mmm": an oracle that shares no arithmetic with
+    /// `CivilTime`.
+    static func nearest(_ date: Date) -> Date? {
+        let total = Int((date.timeIntervalSinceReferenceDate * 1000).rounded())
         let magnitude = abs(total)
+        let ms = String(magnitude % 1000)
         let decimal =
-            "\(sign)\(magnitude / 1000).\(String(repeating: "0", count: 3 - String(magnitude % 1000).count))\(magnitude % 1000)"
+            "\(total < 0 ? "-" : "")\(magnitude / 1000).\(String(repeating: "0", count: 3 - ms.count))\(ms)"
         return Double(decimal).map { Date(timeIntervalSinceReferenceDate: $0) }
     }
 
-    @Test func otherFormsAreLeftToGRDB() {
-        for text in ["2026-11-27", "2026-11-27 10:11", "2026-11-27T10:11:12.345Z", "2026-11-27 10:11:12", "x"] {
-            #expect(DatabaseTimestamp.date(text) == nil)
-            #expect(
-                DatabaseTimestamp.fromDatabaseValue(text.databaseValue)?.date
-                    == Date.fromDatabaseValue(text.databaseValue))
+    /// The other forms SQLite's date functions write read as GRDB read them; what is no date reads as none (GRDB
+    /// read "2026-02-29" as March 1st).
+    @Test func otherFormsReadAsGRDBReadThem() {
+        let others = Self.oracle.filter { $0.kind == "text" }
+        #expect(others.count == 9)
+        for line in others {
+            if line.text == "2026-02-29 00:00:00.000" {
+                #expect(DatabaseTimestamp.date(line.text) == nil && line.read != nil)
+            } else {
+                #expect(DatabaseTimestamp.date(line.text) == line.read, "\(line.text)")
+            }
         }
-        for text in ["2026-02-29 00:00:00.000", "2026-13-01 00:00:00.000", "2026-11-27 24:00:00.000"] {
+        for text in ["2026-13-01 00:00:00.000", "2026-11-27 24:00:00.000", "2026-11-27 10:11:12.", "2026-11-27 1"] {
             #expect(DatabaseTimestamp.date(text) == nil, "\(text)")
         }
-        let number = DatabaseValue(value: 1_700_000_000.5)!
-        #expect(DatabaseTimestamp.fromDatabaseValue(number)?.date == Date.fromDatabaseValue(number))
     }
 
-    /// The records' Date columns go through DatabaseTimestamp (the witness GRDB calls, not just an overload).
-    @Test func recordsUseIt() {
-        func encoding<R: EncodableRecord>(_: R.Type) -> Bool {
-            if case .custom = R.databaseDateEncodingStrategy(for: "createdAt") { return true }
-            return false
+    /// A number in a date column is seconds since 1970, as GRDB read it.
+    @Test func numbersReadAsGRDBReadThem() async throws {
+        let db = try TesseraDatabase(path: Scratch.directory("timestamps") + "/tessera.sqlite")
+        let numbers = Self.oracle.filter { $0.kind == "number" || $0.kind == "integer" }
+        #expect(numbers.count == 4)
+        for line in numbers {
+            let value = line.input!
+            let argument: any SQLArgument = line.kind == "integer" ? Int64(value) : value
+            nonisolated(unsafe) let arguments = [argument]
+            let read = try await db.read { c in try c.value("SELECT ?", arguments, as: Date.self) }
+            #expect(read == line.read, "\(value)")
         }
-        func decoding<R: FetchableRecord>(_: R.Type) -> Bool {
-            if case .custom = R.databaseDateDecodingStrategy(for: "createdAt") { return true }
-            return false
-        }
-        #expect(encoding(CredentialRecord.self) && decoding(CredentialRecord.self))
-        #expect(encoding(CredentialEvent.self) && decoding(CredentialEvent.self))
-        #expect(encoding(MDocRegistrationRecord.self) && decoding(MDocRegistrationRecord.self))
-        #expect(encoding(PIVSlotRecord.self) && decoding(PIVSlotRecord.self))
-        #expect(encoding(RecoveryAttemptRow.self) && decoding(RecoveryAttemptRow.self))
-        #expect(encoding(StepUpRow.self) && decoding(StepUpRow.self))
     }
 }

@@ -1,6 +1,7 @@
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import TesseraCore
+import TesseraTestSupport
 import Testing
 
 @Suite struct MDocRegistrationStoreTests {
@@ -14,7 +15,7 @@ import Testing
     }
 
     @Test func registrationsPersistPerOwnerAndIdentifiersAreUnique() async throws {
-        let path = NSTemporaryDirectory() + "tessera-mdoc-\(UUID().uuidString).sqlite"
+        let path = Scratch.file("tessera-mdoc", suffix: ".sqlite")
         defer { try? FileManager.default.removeItem(atPath: path) }
         let store = MDocRegistrationStore(database: try TesseraDatabase(path: path))
         let later = Date(timeIntervalSinceNow: 3_600)

@@ -1,11 +1,12 @@
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import TesseraCore
+import TesseraTestSupport
 import Testing
 
 @Suite struct StepUpStoreTests {
     func withStore(_ body: (StepUpStore) async throws -> Void) async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("su-\(UUID().uuidString).sqlite").path
+        let path = Scratch.file("su", suffix: ".sqlite")
         defer { for s in ["", "-wal", "-shm", "-journal"] { try? FileManager.default.removeItem(atPath: path + s) } }
         try await body(StepUpStore(database: try TesseraDatabase(path: path)))
     }
