@@ -18,7 +18,7 @@ public struct ChipAuthenticationOption: Sendable, Hashable, Codable, CustomStrin
 
     /// Parses the text form; INVALID_INPUT naming the bad part.
     public init(parsing text: String) throws(TesseraError) {
-        let parts = text.lowercased().trimmingCharacters(in: .whitespaces).split(separator: "-", maxSplits: 1).map(
+        let parts = text.lowercased().trimmingWhitespace().split(separator: "-", maxSplits: 1).map(
             String.init)
         guard parts.count == 2 else {
             throw .invalidInput("Chip Authentication option '\(text)' must look like ecdh-p256-aes128 or dh-2048-3des")

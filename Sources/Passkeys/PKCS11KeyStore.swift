@@ -54,8 +54,7 @@ public final class PKCS11KeyStore: KeyStore {
                 continue
             }
             do {
-                let pin = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
-                    in: .whitespacesAndNewlines)
+                let pin = try String(contentsOfFile: file, encoding: .utf8).trimmingWhitespace()
                 try await token.login(pin: pin)
                 pinFileTokens.insert(token.id)
                 logger.info("token \(token.id) logged in with its PIN file")

@@ -157,14 +157,14 @@ actor RegistryOffice {
 
     static func latestNumber(_ directory: String) -> UInt64 {
         guard let data = FileManager.default.contents(atPath: directory + "/latest") else { return 0 }
-        let name = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let name = String(decoding: data, as: UTF8.self).trimmingWhitespace()
         guard name.hasPrefix("doorlist-"), name.hasSuffix(".p7s") else { return 0 }
         return UInt64(name.dropFirst("doorlist-".count).dropLast(".p7s".count)) ?? 0
     }
 
     static func readNumber(_ path: String) -> UInt64 {
         guard let data = FileManager.default.contents(atPath: path) else { return 0 }
-        return UInt64(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        return UInt64(String(decoding: data, as: UTF8.self).trimmingWhitespace()) ?? 0
     }
 
     static func write(_ bytes: [UInt8], directory: String, name: String, mode: mode_t = 0o600) throws(TesseraError) {
@@ -218,7 +218,7 @@ actor RegistryDoor {
     /// The list file `latest` names (a plain file name in the directory), nil without one.
     func latestList() -> String? {
         guard let data = FileManager.default.contents(atPath: directory + "/latest") else { return nil }
-        let name = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let name = String(decoding: data, as: UTF8.self).trimmingWhitespace()
         guard !name.isEmpty, !name.contains("/"), !name.hasPrefix(".") else {
             if name != badLatest {
                 logger.warning(

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import RPC
 import TesseraCore
+import TesseraRuntime
 
 /// `tessera access check|watch|issue|register|status|publish`: badges at the door (docs/ACCESS.md).
 struct AccessCommand: AsyncParsableCommand {
@@ -100,14 +101,14 @@ struct AccessCommand: AsyncParsableCommand {
                     for await n in client.notifications where n.method == "access.decision" {
                         let line =
                             json ? String(decoding: n.params.serialized(), as: UTF8.self) : AccessText.line(n.params)
-                        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+                        OpenFile.standardOutput.write((line + "\n"))
                     }
                 }
                 defer { printer.cancel() }
                 _ = try await client.call("access.watch", .object(p))
                 try? await Task.sleep(for: .milliseconds(100))
             } catch {
-                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+                OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
                 throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
             }
         }

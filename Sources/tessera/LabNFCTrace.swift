@@ -3,6 +3,7 @@ import ArgumentParser
 import Foundation
 import NFC
 import TesseraCore
+import TesseraRuntime
 
 /// `tessera lab trace FILE`: prints (and with --follow tails) an APDU trace written by `lab pn532 --trace`.
 struct LabTrace: AsyncParsableCommand {
@@ -26,7 +27,7 @@ struct LabTrace: AsyncParsableCommand {
         var first: Date?
         while true {
             guard let data = FileManager.default.contents(atPath: file) else {
-                FileHandle.standardError.write(Data("error: cannot read \(file)\n".utf8))
+                OpenFile.standardError.write("error: cannot read \(file)\n")
                 throw ExitCode(1)
             }
             let parsed: (records: [APDUTraceRecord], next: Int)

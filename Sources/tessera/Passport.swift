@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import RPC
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc
@@ -124,7 +125,7 @@ struct Passport: AsyncParsableCommand {
             if let dataGroups {
                 p["dataGroups"] = .array(
                     dataGroups.split(separator: ",").map {
-                        .string($0.trimmingCharacters(in: .whitespaces).uppercased())
+                        .string($0.trimmingWhitespace().uppercased())
                     })
             }
             if noVerify { p["verify"] = false }
@@ -143,19 +144,18 @@ struct Passport: AsyncParsableCommand {
                 result = try await ProgressRenderer(output: .standardError, linesWhenNotTerminal: false).call(
                     client, "documents.read", params)
             } catch {
-                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+                OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
                 throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
             }
             if let savePhoto {
                 guard let text = result["faceImages"]?.arrayValue?.first?["data"]?.stringValue,
                     let bytes = Base64URL.decode(text)
                 else {
-                    FileHandle.standardError.write(Data("error: the document returned no face image (read DG2)\n".utf8))
+                    OpenFile.standardError.write("error: the document returned no face image (read DG2)\n")
                     throw ExitCode(2)
                 }
                 do { try Data(bytes).write(to: URL(fileURLWithPath: savePhoto)) } catch {
-                    FileHandle.standardError.write(
-                        Data("error: cannot write \(savePhoto): \(error.localizedDescription)\n".utf8))
+                    OpenFile.standardError.write("error: cannot write \(savePhoto): \(error.localizedDescription)\n")
                     throw ExitCode(1)
                 }
             }
@@ -164,8 +164,7 @@ struct Passport: AsyncParsableCommand {
                     try Data((result["evidence"] ?? .null).prettyText().utf8).write(
                         to: URL(fileURLWithPath: saveEvidence))
                 } catch {
-                    FileHandle.standardError.write(
-                        Data("error: cannot write \(saveEvidence): \(error.localizedDescription)\n".utf8))
+                    OpenFile.standardError.write("error: cannot write \(saveEvidence): \(error.localizedDescription)\n")
                     throw ExitCode(1)
                 }
             }

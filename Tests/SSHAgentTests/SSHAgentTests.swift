@@ -14,8 +14,7 @@ import Testing
         if let bits { args += ["-b", String(bits)] }
         let r = try await Subprocess.run("ssh-keygen", args)
         #expect(r.status == 0, "\(r.output)")
-        let pub = try String(contentsOfFile: path + ".pub", encoding: .utf8).trimmingCharacters(
-            in: .whitespacesAndNewlines)
+        let pub = try String(contentsOfFile: path + ".pub", encoding: .utf8).trimmingWhitespace()
         return (path, pub)
     }
 
