@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// An image (or a matcher's template) as the face matcher protocol carries it: `{mediaType, data}`, `data` in
 /// base64 (docs/ENROLLMENT.md, "Face matching").

@@ -1,9 +1,13 @@
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import PKCS11
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// PKCS#11 tokens (through p11-kit or explicit modules) as a passkey key store.
 ///

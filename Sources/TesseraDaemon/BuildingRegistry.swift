@@ -2,10 +2,14 @@ import AccessControl
 internal import CSystemShims
 import CryptoPrimitives
 import DoorList
-import Foundation
+import FoundationEssentials
 import Logging
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The badge office's publishing (docs/ACCESS.md, "A building"): after every change to the badges (noticed through
 /// the credential store's audit marker, polled every second) and at least every half validity, builds a publication

@@ -1,8 +1,12 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera access check|watch|issue|register|status|publish`: badges at the door (docs/ACCESS.md).
 struct AccessCommand: AsyncParsableCommand {
@@ -211,7 +215,7 @@ enum AccessText {
         ] {
             guard let value = r[key], !value.isNull else { continue }
             let text = value.stringValue ?? String(decoding: value.serialized(), as: UTF8.self)
-            lines.append(key.padding(toLength: 12, withPad: " ", startingAt: 0) + text)
+            lines.append(String((key + String(repeating: " ", count: 12)).prefix(12)) + text)
         }
         return lines.joined(separator: "\n")
     }

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Dispatch
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import NFC
 import TesseraCore
@@ -328,7 +328,7 @@ enum LabOutput {
 
     /// One APDU exchange as two hex lines on stderr.
     @Sendable static func traceExchange(_ command: [UInt8], _ response: [UInt8], _ time: Date) {
-        let stamp = String(format: "%.3f", time.timeIntervalSince1970)
+        let stamp = String(printf: "%.3f", time.timeIntervalSince1970)
         let text = "\(stamp) > \(Hex.encode(command).uppercased())\n\(stamp) < \(Hex.encode(response).uppercased())\n"
         OpenFile.standardError.write(text)
     }

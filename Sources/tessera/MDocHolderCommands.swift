@@ -1,8 +1,12 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera mdoc create-device-key|register|registrations|remove|present|respond|approve`: the holder side (docs/MDOC.md).
 extension MDocCommand {

@@ -1,8 +1,12 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension MDocCommand {
     /// `tessera mdoc read`: the daemon's `mdoc.read`.

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 import TesseraRuntime
@@ -155,7 +155,7 @@ struct Passport: AsyncParsableCommand {
                     throw ExitCode(2)
                 }
                 do { try Data(bytes).write(to: URL(fileURLWithPath: savePhoto)) } catch {
-                    OpenFile.standardError.write("error: cannot write \(savePhoto): \(error.localizedDescription)\n")
+                    OpenFile.standardError.write("error: cannot write \(savePhoto): \(error)\n")
                     throw ExitCode(1)
                 }
             }
@@ -164,7 +164,7 @@ struct Passport: AsyncParsableCommand {
                     try Data((result["evidence"] ?? .null).prettyText().utf8).write(
                         to: URL(fileURLWithPath: saveEvidence))
                 } catch {
-                    OpenFile.standardError.write("error: cannot write \(saveEvidence): \(error.localizedDescription)\n")
+                    OpenFile.standardError.write("error: cannot write \(saveEvidence): \(error)\n")
                     throw ExitCode(1)
                 }
             }
@@ -265,7 +265,7 @@ enum PassportSummary {
         if let s = r["stats"] {
             lines.append(
                 "Stats:            \(s["apdus"]?.intValue ?? 0) APDUs, \(s["bytes"]?.intValue ?? 0) bytes,"
-                    + " \(s["durationMs"]?.doubleValue.map { String(format: "%.0f", $0) } ?? "?") ms")
+                    + " \(s["durationMs"]?.doubleValue.map { String(printf: "%.0f", $0) } ?? "?") ms")
         }
         return lines.joined(separator: "\n")
     }

@@ -1,8 +1,12 @@
 import ArgumentParser
 import Documents
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension Passport {
     /// `tessera passport verify EVIDENCE.json`: the daemon's checks, offline, on a read's evidence.

@@ -1,5 +1,5 @@
 import CLISupport
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 import TesseraRuntime

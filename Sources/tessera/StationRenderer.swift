@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What `tessera enroll-station` prints: a line per enrollment notification (the chip read's progress through the
 /// shared `ProgressRenderer`), or with --json one JSON object per line; errors and questions go to stderr.

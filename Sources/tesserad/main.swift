@@ -1,8 +1,13 @@
 import ArgumentParser
-import Foundation
+import Dispatch
+import FoundationEssentials
 import RPC
 import TesseraDaemon
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The entry point: the daemon runs on the concurrency pool and the main thread only waits for it. Nothing in
 /// tesserad is main-actor isolated, and valgrind 3.19 (`tessera-bench --callgrind`) cannot run an async main: it

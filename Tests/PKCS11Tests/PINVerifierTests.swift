@@ -1,9 +1,13 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 import Testing
 
 @testable import PKCS11
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 @Suite("PIN verifier")
 struct PINVerifierTests {

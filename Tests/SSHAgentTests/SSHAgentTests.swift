@@ -1,9 +1,13 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import SSHAgent
 import TesseraCore
 import TesseraTestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Key and signature blobs checked against OpenSSH's own output (ssh-keygen), not hand-made vectors.
 @Suite struct SSHWireFormatTests {

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera-fuzz`: one libFuzzer binary holding every target; `TESSERA_FUZZ_TARGET` picks the target (scripts/fuzz.sh
 /// sets it). Each target feeds the bytes to the production parsing entry points; a thrown `TesseraError` is the
