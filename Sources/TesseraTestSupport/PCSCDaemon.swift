@@ -337,6 +337,12 @@ public final class PCSCDaemonFixture: Sendable {
         let argv =
             [unshare] + (geteuid() == 0 ? ["-m"] : ["-r", "-m"])
             + ["/bin/sh", "-c", script, "tessera-pcscd", directory, pcscd, configPath]
+        // A fresh log for each start: readiness is read from it.
+        do throws(OpenFile.Failure) {
+            try OpenFile.forWriting(logPath, truncate: true).close()
+        } catch {
+            throw .internalError("cannot open \(logPath): \(error)")
+        }
         do {
             return try ChildProcess.start(argv, output: .file(logPath))
         } catch {

@@ -98,7 +98,7 @@ enum DoctorProbes {
             return errno == EACCES ? .hidden : .missing
         }
         var st = stat()
-        guard stat(path, &st) == 0, let attrs = try? FileManager.default.attributesOfItem(atPath: path) else {
+        guard lstat(path, &st) == 0, let attrs = try? FileManager.default.attributesOfItem(atPath: path) else {
             return .hidden
         }
         let isSocket = st.st_mode & S_IFMT == S_IFSOCK
@@ -136,7 +136,7 @@ enum DoctorProbes {
     static func sameFile(_ a: String, _ b: String) -> Bool {
         var x = stat()
         var y = stat()
-        guard stat(a, &x) == 0, stat(b, &y) == 0 else { return false }
+        guard lstat(a, &x) == 0, lstat(b, &y) == 0 else { return false }
         return x.st_dev == y.st_dev && x.st_ino == y.st_ino
     }
 
