@@ -1,3 +1,5 @@
+import FoundationEssentials
+
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Darwin)
@@ -69,5 +71,19 @@ extension String {
             }
             capacity = needed + 1
         }
+    }
+}
+
+extension TesseraError {
+    /// A short reason for any error, in place of Foundation's `localizedDescription`: a `TesseraError`'s message,
+    /// the errno text of a POSIX error or of a file error (FileManager's, `Data.write`'s) with one underneath, else
+    /// the error as Swift prints it.
+    public static func reason(of error: any Error) -> String {
+        if let error = error as? TesseraError { return error.message }
+        if let error = error as? POSIXError { return String(cString: strerror(error.code.rawValue)) }
+        if let error = error as? CocoaError, let posix = error.underlying as? POSIXError {
+            return String(cString: strerror(posix.code.rawValue))
+        }
+        return "\(error)"
     }
 }

@@ -155,7 +155,8 @@ struct Passport: AsyncParsableCommand {
                     throw ExitCode(2)
                 }
                 do { try Data(bytes).write(to: URL(fileURLWithPath: savePhoto)) } catch {
-                    OpenFile.standardError.write("error: cannot write \(savePhoto): \(error)\n")
+                    OpenFile.standardError.write(
+                        "error: cannot write \(savePhoto): \(TesseraError.reason(of: error))\n")
                     throw ExitCode(1)
                 }
             }
@@ -164,7 +165,8 @@ struct Passport: AsyncParsableCommand {
                     try Data((result["evidence"] ?? .null).prettyText().utf8).write(
                         to: URL(fileURLWithPath: saveEvidence))
                 } catch {
-                    OpenFile.standardError.write("error: cannot write \(saveEvidence): \(error)\n")
+                    OpenFile.standardError.write(
+                        "error: cannot write \(saveEvidence): \(TesseraError.reason(of: error))\n")
                     throw ExitCode(1)
                 }
             }

@@ -1,3 +1,4 @@
+import FoundationEssentials
 import TesseraCore
 import Testing
 
@@ -42,5 +43,23 @@ import Testing
         #expect(FilePaths.name(of: "/") == "/")
         #expect(FilePaths.name(of: "libsofthsm2.so") == "libsofthsm2.so")
         #expect(FilePaths.name(of: "") == "")
+    }
+
+    /// What `localizedDescription` gave at the call sites: a readable reason, not the error's dump.
+    @Test func errorsHaveAShortReason() {
+        #expect(TesseraError.reason(of: TesseraError(.invalidInput, "bad PIN")) == "bad PIN")
+        #expect(TesseraError.reason(of: POSIXError(.EACCES)) == "Permission denied")
+        do {
+            try Data([1]).write(to: URL(fileURLWithPath: "/nonexistent-tessera/dir/file"))
+            Issue.record("the write succeeded")
+        } catch {
+            #expect(TesseraError.reason(of: error) == "No such file or directory")
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: "/proc/tessera/x", withIntermediateDirectories: true)
+            Issue.record("the directory was created")
+        } catch {
+            #expect(TesseraError.reason(of: error) == "No such file or directory")
+        }
     }
 }
