@@ -109,7 +109,7 @@ def main() -> int:
           else "imports: Package.swift declares exactly what each target imports")
     print(f"imports: {len(foundation)} import(s) of full Foundation under {' and '.join(NO_FOUNDATION_DIRS)}: import "
           "FoundationEssentials at most; TesseraCore and TesseraRuntime have what it lacks (Locked, trimmingWhitespace, "
-          "FilePaths, String(printf:), DedicatedThread, ChildProcess, OpenFile)"
+          "FilePaths, String(printf:), TesseraError.reason(of:), DedicatedThread, ChildProcess, OpenFile)"
           if foundation else f"imports: no file under {' and '.join(NO_FOUNDATION_DIRS)} imports full Foundation")
     return 1 if problems or foundation else 0
 
