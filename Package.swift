@@ -274,7 +274,8 @@ let package = Package(
         .executableTarget(
             name: "tesserad",
             dependencies: [
-                "TesseraDaemon", "RPC", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "TesseraDaemon", "RPC", "TesseraRuntime",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         /// The tessera CLI's pure logic (enroll-station's JSON-schema forms, progress text), unit-tested.
         .target(name: "CLISupport", dependencies: ["TesseraCore"]),
@@ -386,7 +387,8 @@ let package = Package(
         .testTarget(
             name: "PKCS11Tests",
             dependencies: [
-                "PKCS11", "TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto"),
+                "PKCS11", "TesseraCore", "TesseraRuntime", "TesseraTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             // A PKCS#11 module the tests compile themselves (TransientFailureTests), not a source of the target.
             exclude: ["Fixtures"]),
@@ -470,7 +472,7 @@ if Context.environment["TESSERA_FUZZ"] == "1" {
             name: "tessera-fuzz",
             dependencies: [
                 "TesseraCore", "RPC", "CBOR", "APDU", "MRZ", "ICAO", "Enrollment", "PN532Emulator", "VPCD", "SSHAgent",
-                "MDoc", "CTAPHID", "CTAP2", "FaceMatching", "AccessControl",
+                "MDoc", "CTAPHID", "CTAP2", "FaceMatching", "AccessControl", "TesseraRuntime",
                 .product(name: "X509", package: "swift-certificates"), "X509Support",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

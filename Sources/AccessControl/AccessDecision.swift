@@ -1,5 +1,5 @@
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// A door's answer for one card: `{decision, reasons, cardholder, badgeId}` (docs/ACCESS.md).

@@ -1,6 +1,6 @@
 import CredentialStore
 import DoorList
-import Foundation
+import FoundationEssentials
 import ICAO
 import PIV
 import TesseraCore

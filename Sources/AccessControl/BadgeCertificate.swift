@@ -1,5 +1,5 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import ICAO
 import SwiftASN1
 import TesseraCore

@@ -1,7 +1,7 @@
 import APDU
 import Crypto
 import DoorList
-import Foundation
+import FoundationEssentials
 import ICAO
 import KeyStores
 import PIV
@@ -10,6 +10,10 @@ import SwiftASN1
 import TesseraCore
 import X509
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A badge CA: its certificate and a signer for its key (software for tests and the lab, a key on a PKCS#11 token
 /// for `access.issue`). The CA signs the slot certificates, the CRL and, as the content signer, the CHUID.

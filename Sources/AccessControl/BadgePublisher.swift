@@ -1,7 +1,7 @@
 import CredentialStore
 import CryptoPrimitives
 import DoorList
-import Foundation
+import FoundationEssentials
 import PIV
 import TesseraCore
 import X509Support

@@ -1,7 +1,7 @@
 import APDU
 import CredentialStore
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import PIV
 import Passkeys
 import TesseraCore

@@ -1,9 +1,13 @@
-import Foundation
+import FoundationEssentials
 import ICAO
 import SwiftASN1
 import TesseraCore
 @_spi(FixedExpiryValidationTime) import X509
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The trust a door checks badges against: the badge CA anchors and the CRLs (`accessControl.anchors`, `crls`).
 public struct BadgeTrust: Sendable {

@@ -1,6 +1,6 @@
 import CTAP2
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import Ownership

@@ -1,9 +1,13 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import ICAO
 import Logging
 import MRZ
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Reads and verifies ICAO 9303 documents (e-passports, ID cards) from the readers of its sources.
 ///
@@ -70,18 +74,18 @@ public final class DocumentService: Sendable {
     /// The files behind one `--csca` path: the file itself, or the regular files of a directory (hidden ones
     /// skipped). Each must be readable and parse: a broken anchor stops start-up instead of being skipped.
     static func anchorFiles(_ path: String) throws(TesseraError) -> [String] {
-        var isDirectory: ObjCBool = false
+        var isDirectory = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
             throw TesseraError(.invalidInput, "CSCA trust anchor path \(path) does not exist")
         }
-        guard isDirectory.boolValue else { return [path] }
+        guard isDirectory else { return [path] }
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: path) else {
             throw TesseraError(.invalidInput, "CSCA trust anchor directory \(path) cannot be read")
         }
-        return names.sorted().filter { !$0.hasPrefix(".") }.map { (path as NSString).appendingPathComponent($0) }
+        return names.sorted().filter { !$0.hasPrefix(".") }.map { FilePaths.join(path, $0) }
             .filter { file in
-                var isDir: ObjCBool = false
-                return FileManager.default.fileExists(atPath: file, isDirectory: &isDir) && !isDir.boolValue
+                var isDir = false
+                return FileManager.default.fileExists(atPath: file, isDirectory: &isDir) && !isDir
             }
     }
 

@@ -1,7 +1,11 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import NFC
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// libnfc readers (PN532/PN533/ACR122 and friends), named by their connstrings (`pn532_uart:/dev/ttyUSB0`).
 ///

@@ -1,8 +1,12 @@
-import Foundation
+import FoundationEssentials
 import ICAO
 import TesseraCore
 import TesseraRuntime
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The files trust anchors are loaded from (`tesserad --csca`, `--master-list-trust`, `--crl`).
 public struct TrustSources: Sendable, Equatable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import ICAO
 import TesseraCore
 
@@ -64,7 +64,7 @@ public struct PACEOption: Sendable, Hashable, Codable, CustomStringConvertible, 
 
     /// Parses the text form (see the type documentation). Throws INVALID_INPUT naming the bad part.
     public init(parsing text: String) throws(TesseraError) {
-        let lower = text.lowercased().trimmingCharacters(in: .whitespaces)
+        let lower = text.lowercased().trimmingWhitespace()
         if lower == "default" || lower == "pace" {
             self = .default
             return

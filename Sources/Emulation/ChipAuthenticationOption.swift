@@ -1,6 +1,6 @@
 import APDU
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import ICAO
 import TesseraCore
 
@@ -18,7 +18,7 @@ public struct ChipAuthenticationOption: Sendable, Hashable, Codable, CustomStrin
 
     /// Parses the text form; INVALID_INPUT naming the bad part.
     public init(parsing text: String) throws(TesseraError) {
-        let parts = text.lowercased().trimmingCharacters(in: .whitespaces).split(separator: "-", maxSplits: 1).map(
+        let parts = text.lowercased().trimmingWhitespace().split(separator: "-", maxSplits: 1).map(
             String.init)
         guard parts.count == 2 else {
             throw .invalidInput("Chip Authentication option '\(text)' must look like ecdh-p256-aes128 or dh-2048-3des")
@@ -27,9 +27,8 @@ public struct ChipAuthenticationOption: Sendable, Hashable, Codable, CustomStrin
         let pace: PACEOption
         do { pace = try PACEOption(parsing: "\(parts[0])-gm-\(parts[1])") } catch {
             throw .invalidInput(
-                error.message.replacingOccurrences(
-                    of: "PACE option '\(parts[0])-gm-\(parts[1])'",
-                    with: "Chip Authentication option '\(text)'"))
+                error.message.replacing(
+                    "PACE option '\(parts[0])-gm-\(parts[1])'", with: "Chip Authentication option '\(text)'"))
         }
         parameterId = pace.parameterId
         cipher = pace.cipher
@@ -48,7 +47,7 @@ public struct ChipAuthenticationOption: Sendable, Hashable, Codable, CustomStrin
         let pace =
             (try? PACEOption(parameterId: parameterId, cipher: cipher))?.description
             ?? "ecdh-gm-id\(parameterId)-aes128"
-        return pace.replacingOccurrences(of: "-gm-", with: "-")
+        return pace.replacing("-gm-", with: "-")
     }
 
     public init(from decoder: any Decoder) throws {

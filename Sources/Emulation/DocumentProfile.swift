@@ -1,10 +1,14 @@
 import APDU
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import ICAO
 import MRZ
 import TesseraCore
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A test e-passport kept in a directory: its LDS files, the test PKI that signed them and `profile.json`.
 /// `EmulatedPassport` serves it as a contactless chip.
@@ -291,7 +295,7 @@ public struct DocumentProfile: Sendable {
     }
 
     static func path(_ directory: String, _ name: String) -> String {
-        (directory as NSString).appendingPathComponent(name)
+        FilePaths.join(directory, name)
     }
 
     private static func fileName(_ fid: UInt16) -> String {
@@ -338,8 +342,8 @@ public struct DocumentProfile: Sendable {
 
     /// DG11 full name: primary and secondary identifiers with '<' separators, as in the MRZ.
     private static func fullName(_ mrz: MRZ) -> String {
-        let primary = mrz.primaryIdentifier.replacingOccurrences(of: " ", with: "<")
-        let secondary = mrz.secondaryIdentifier.replacingOccurrences(of: " ", with: "<")
+        let primary = mrz.primaryIdentifier.replacing(" ", with: "<")
+        let secondary = mrz.secondaryIdentifier.replacing(" ", with: "<")
         return secondary.isEmpty ? primary : primary + "<<" + secondary
     }
 

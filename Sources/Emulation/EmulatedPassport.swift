@@ -1,8 +1,12 @@
 import APDU
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import ICAO
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Deliberate deviations of an emulated chip, for exercising reader error paths.
 public struct Misbehaviour: Sendable, Codable, Hashable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// JPEG helpers for the face image of emulated documents.

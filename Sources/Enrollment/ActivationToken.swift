@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// A configured signer of activation tokens.
@@ -20,7 +20,7 @@ public struct IssuerKey: Sendable {
     public init(issuer: String, keyId: String?, pem: String) throws(TesseraError) {
         let key: P256.Signing.PublicKey
         do {
-            key = try P256.Signing.PublicKey(pemRepresentation: pem.trimmingCharacters(in: .whitespacesAndNewlines))
+            key = try P256.Signing.PublicKey(pemRepresentation: pem.trimmingWhitespace())
         } catch {
             throw TesseraError(
                 .invalidInput, "the public key of issuer '\(issuer)' is not a PEM P-256 public key",

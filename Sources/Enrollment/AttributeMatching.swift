@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import MRZ
 import TesseraCore
 
@@ -280,7 +280,7 @@ public enum AttributeMatcher {
     static func nameForms(_ name: String) -> Set<String> {
         [
             MRZ.comparableName(name),
-            MRZ.comparableName(name.folding(options: .diacriticInsensitive, locale: nil)),
+            MRZ.comparableName(MRZ.withoutDiacritics(name)),
         ]
     }
 

@@ -1,12 +1,16 @@
 import CredentialStore
 import Documents
 import FaceMatching
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import Passkeys
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Sends an enrollment notification to subscribed clients (the full params only to its owner and administrators).
 public typealias EnrollmentEventSink = @Sendable (EnrollmentEvent) async -> Void

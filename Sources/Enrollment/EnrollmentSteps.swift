@@ -1,6 +1,6 @@
 import CredentialStore
 import Documents
-import Foundation
+import FoundationEssentials
 import KeyStores
 import MDoc
 import MRZ
@@ -437,7 +437,7 @@ extension EnrollmentEngine {
         let document = data["document"]?.objectValue
         let documentName = document.flatMap { d -> String? in
             let given = d["givenNames"]?.stringValue ?? "", surname = d["surname"]?.stringValue ?? ""
-            let full = "\(given) \(surname)".trimmingCharacters(in: .whitespaces)
+            let full = "\(given) \(surname)".trimmingWhitespace()
             return full.isEmpty ? nil : full
         }
         let userHandle =

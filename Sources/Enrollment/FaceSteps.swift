@@ -1,7 +1,7 @@
 import CBOR
 import CredentialStore
 import FaceMatching
-import Foundation
+import FoundationEssentials
 import MDoc
 import TesseraCore
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// The one verifier of the station's signed tokens (activation tokens, lifecycle commands, recovery tokens) with one

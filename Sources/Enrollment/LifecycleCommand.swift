@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// A verified lifecycle command: an access-control backend suspends, resumes or deactivates credentials through a

@@ -1,5 +1,5 @@
 import CBOR
-import Foundation
+import FoundationEssentials
 import MDoc
 import MRZ
 import TesseraCore

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 
@@ -41,7 +41,7 @@ public enum OTPNotifier: Sendable, Equatable {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
-            throw failed(error.localizedDescription)
+            throw failed(TesseraError.reason(of: error))
         }
         if case .failure(let error) = AtomicFile.write(message.serialized(), directory: directory, name: name + ".json")
         {

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// A 6-digit one-time code as stored: never the code itself, only HMAC-SHA-256 of it under a key derived

@@ -1,6 +1,6 @@
 import CredentialStore
 import Documents
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import MRZ

@@ -1,12 +1,16 @@
 import CredentialStore
 import Documents
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import MRZ
 import Passkeys
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// An authentic document read made before a step-up (on the caller's connection), which a step-up with
 /// `document.maxAgeSeconds` uses instead of reading the document again.

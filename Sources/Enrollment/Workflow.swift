@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// What a workflow step is, by key (docs/ENROLLMENT.md, "Steps").

@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// An image (or a matcher's template) as the face matcher protocol carries it: `{mediaType, data}`, `data` in
 /// base64 (docs/ENROLLMENT.md, "Face matching").
@@ -35,7 +39,7 @@ public struct FaceImage: Sendable, Equatable {
     /// Standard or URL-safe base64, with or without padding; nil on anything else.
     public static func decodeBase64(_ text: String) -> [UInt8]? {
         var s = String(text.map { $0 == "-" ? "+" : ($0 == "_" ? "/" : $0) })
-        s = s.trimmingCharacters(in: CharacterSet(charactersIn: "="))
+        s = String(s.trimming(where: { $0 == "=" }))
         let rem = s.utf8.count % 4
         if rem == 1 { return nil }
         if rem > 0 { s += String(repeating: "=", count: 4 - rem) }
@@ -330,7 +334,7 @@ public struct FaceMatcher: Sendable {
             throw unavailable("cannot run the face matcher \(name): \(error.message)")
         }
         let stderr = String(decoding: completion.stderr.prefix(4096), as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines)
+            .trimmingWhitespace()
         if !stderr.isEmpty {
             logger.notice("face matcher stderr", metadata: ["matcher": "\(name)", "stderr": "\(stderr)"])
         }

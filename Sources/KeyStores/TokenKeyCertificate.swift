@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import SwiftASN1
 import X509
 import _CryptoExtras

@@ -1,8 +1,12 @@
 import CBOR
 import Crypto
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // ISO/IEC 18013-7 Annex C: an mdoc request and response over the W3C Digital Credentials API (protocol
 // "org-iso-mdoc"). What is implemented, and where it was confirmed (the ISO text itself is not public):
@@ -82,7 +86,7 @@ public enum AnnexC {
         let bytes = Array(origin.utf8)
         guard !bytes.isEmpty, bytes.count <= maximumOriginLength,
             bytes.allSatisfy({ $0 > 0x20 && $0 < 0x7F }),
-            let separator = origin.range(of: "://")
+            let separator = origin.firstRange(of: "://")
         else { throw requestMalformed("origin", "the origin is not an ASCII serialised origin") }
         let scheme = origin[..<separator.lowerBound]
         let authority = origin[separator.upperBound...]

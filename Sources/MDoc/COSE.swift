@@ -1,7 +1,7 @@
 import CBOR
 import Crypto
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// COSE algorithms mdoc uses (RFC 9053): ECDSA signatures and HMAC 256/256.

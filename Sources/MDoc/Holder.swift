@@ -1,6 +1,6 @@
 import CBOR
 import Crypto
-import Foundation
+import FoundationEssentials
 import SwiftASN1
 import TesseraCore
 @_spi(FixedExpiryValidationTime) import X509

@@ -1,6 +1,6 @@
 import CBOR
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import X509Support
 

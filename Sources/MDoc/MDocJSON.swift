@@ -1,5 +1,5 @@
 import CBOR
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// JSON views of mdoc data for the socket and the CLI.

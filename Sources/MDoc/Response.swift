@@ -1,6 +1,6 @@
 import CBOR
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// IssuerSignedItem (§8.3.2.1.2.2), kept with the tag-24 bytes its MSO digest is computed over.

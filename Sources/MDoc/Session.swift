@@ -1,8 +1,12 @@
 import CBOR
 import Crypto
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// SessionTranscript (ISO/IEC 18013-5 §9.1.5.1): `[DeviceEngagementBytes, EReaderKeyBytes, Handover]`.
 public struct SessionTranscript: Sendable, Equatable {

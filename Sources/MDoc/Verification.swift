@@ -1,6 +1,6 @@
 import CBOR
 import Crypto
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import X509Support
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// A calendar date (proleptic Gregorian), as resolved from an MRZ `YYMMDD` field.

@@ -1,4 +1,6 @@
-import Foundation
+// The standard library's own canonical decomposition (FoundationEssentials has no
+// `decomposedStringWithCanonicalMapping`; full Foundation's is ICU's).
+@_spi(_Unicode) import Swift
 
 extension MRZ {
     /// Output shape of `normalizeName(_:form:)`.
@@ -43,14 +45,21 @@ extension MRZ {
             if apostropheCharacters.contains(ch) { continue }
             if let mapped = transliteration[ch] { emit(mapped); continue }
             // Fallback for Latin letters not listed: canonical decomposition, keep the A–Z base letter.
-            let base = String(ch).decomposedStringWithCanonicalMapping.unicodeScalars
-                .filter { ("A"..."Z").contains($0) }
+            let base = String(ch)._nfd.filter { ("A"..."Z").contains($0) }
             if !base.isEmpty { emit(String(String.UnicodeScalarView(base))) }
         }
         switch form {
         case .mrzFiller: return out
         case .comparable: return out.split(separator: "<").joined(separator: " ")
         }
+    }
+
+    /// `name` without its diacritics: canonically decomposed, combining marks removed ("Müller" → "Muller", "Ø" stays),
+    /// as Foundation's diacritic-insensitive folding gave.
+    public static func withoutDiacritics(_ name: String) -> String {
+        var scalars = String.UnicodeScalarView()
+        scalars.append(contentsOf: name._nfd.filter { $0.properties.generalCategory != .nonspacingMark })
+        return String(scalars)
     }
 
     /// `normalizeName(name, form: .comparable)`: e.g. "Müller-Lüdenscheidt, Ånna" → "MUELLER LUEDENSCHEIDT AANNA".

@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
+import TesseraRuntime
 
 /// One record of an APDU trace.
 public struct APDUTraceRecord: Sendable, Equatable {
@@ -39,23 +40,22 @@ public final class APDUTraceWriter: @unchecked Sendable {
     /// The `decode_as_entries` line that makes Wireshark decode I-block payloads as ISO 7816 APDUs.
     public static let wiresharkDecodeAs = "decode_as_entry: iso14443.subdissector,0,(none),ISO 7816\n"
 
-    private let handle: FileHandle
+    private let file: OpenFile
     private let state = Locked((blockNumber: UInt8(0), closed: false))
 
     /// Creates (truncates) `path` and writes the pcap header.
     public init(path: String) throws(TesseraError) {
-        guard FileManager.default.createFile(atPath: path, contents: nil),
-            let handle = FileHandle(forWritingAtPath: path)
-        else {
-            throw TesseraError(.invalidInput, "cannot create trace file \(path)")
+        do throws(OpenFile.Failure) {
+            file = try OpenFile.forWriting(path, truncate: true)
+        } catch {
+            throw TesseraError(.invalidInput, "cannot create trace file \(path): \(error)")
         }
-        self.handle = handle
         var header: [UInt8] = []
         header.appendLE(UInt32(0xA1B2_C3D4))
         header.appendLE(UInt16(2)); header.appendLE(UInt16(4))
         header.appendLE(UInt32(0)); header.appendLE(UInt32(0))
         header.appendLE(UInt32(65535)); header.appendLE(Self.linkType)
-        handle.write(Data(header))
+        try? file.write(header)
     }
 
     deinit { close() }
@@ -106,8 +106,8 @@ public final class APDUTraceWriter: @unchecked Sendable {
         state.withLock { s in
             guard !s.closed else { return }
             s.closed = true
-            try? handle.synchronize()
-            try? handle.close()
+            try? file.synchronize()
+            file.close()
         }
     }
 
@@ -129,7 +129,7 @@ public final class APDUTraceWriter: @unchecked Sendable {
         packet = record + packet
         state.withLock { s in
             guard !s.closed else { return }
-            handle.write(Data(packet))
+            try? file.write(packet)
         }
     }
 }

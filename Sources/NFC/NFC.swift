@@ -1,5 +1,5 @@
 internal import CNFC
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 

@@ -1,7 +1,11 @@
 import APDU
 internal import CNFC
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What an emulated card tells a reader during ISO 14443-A activation.
 public struct NFCCardIdentity: Sendable, Equatable {

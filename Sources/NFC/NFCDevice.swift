@@ -1,8 +1,12 @@
 import APDU
 internal import CNFC
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The modulations Tessera selects in initiator mode (106 kbps ISO/IEC 14443).
 public enum NFCModulation: String, Sendable, CaseIterable {

@@ -1,6 +1,6 @@
 import APDU
 internal import CNFC
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// A selected ISO-DEP target on an `NFCDevice`: APDUs go through `nfc_initiator_transceive_bytes`.

@@ -1,5 +1,5 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// A card that answers from a script of command → response rules (for testing readers and apps).

@@ -1,8 +1,12 @@
 import APDU
 internal import CPCSCLite
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What happens to the card when a connection ends or is re-established.
 public enum PCSCDisposition: Sendable, Hashable {

@@ -1,7 +1,11 @@
 internal import CPCSCLite
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A connection to the PC/SC resource manager (pcscd).
 ///

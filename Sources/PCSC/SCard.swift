@@ -1,6 +1,10 @@
 internal import CPCSCLite
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Thin synchronous wrappers around SCard* calls. Every function here blocks; call them on a DedicatedThread.
 enum SCard {

@@ -1,11 +1,15 @@
 import APDU
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import PCSC
 import PIV
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// PIV smart cards over PC/SC (NIST SP 800-73-4) as a passkey key store (backend "piv").
 ///

@@ -1,5 +1,10 @@
 internal import CPKCS11
-import Foundation
+import FoundationEssentials
+import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One initialised PKCS#11 module (a p11-kit function list).
 final class Module: @unchecked Sendable {
@@ -19,7 +24,7 @@ final class Module: @unchecked Sendable {
         self.path = filename
         self.name =
             Self.takeString(p11_kit_module_get_name(pointer))
-            ?? ((filename as NSString).lastPathComponent as String)
+            ?? FilePaths.name(of: filename)
         let f = pointer.pointee
         var readers = false
         if let getSlotList = f.C_GetSlotList, let getSlotInfo = f.C_GetSlotInfo {
@@ -38,7 +43,7 @@ final class Module: @unchecked Sendable {
         self.talksToReaders = readers
     }
 
-    var fileName: String { (path as NSString).lastPathComponent }
+    var fileName: String { FilePaths.name(of: path) }
 
     private static func takeString(_ p: UnsafeMutablePointer<CChar>?) -> String? {
         guard let p else { return nil }

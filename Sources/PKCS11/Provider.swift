@@ -1,6 +1,6 @@
 internal import CPKCS11
 internal import CSystemShims
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 

@@ -1,5 +1,5 @@
 internal import CPKCS11
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 

@@ -1,10 +1,15 @@
 internal import CPKCS11
 import Crypto
 import CryptoPrimitives
-import Foundation
+import Dispatch
+import FoundationEssentials
 import KeyStores
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One token in one slot of one module, with its own bounded pool of sessions.
 ///

@@ -1,7 +1,7 @@
 import APDU
 internal import CSystemShims
 import Dispatch
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 
@@ -117,7 +117,8 @@ public final class PN532Emulator: Sendable {
                 try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: slavePath)
             } catch {
                 close(master); close(slave)
-                throw TesseraError(.invalidInput, "cannot create the pty link \(link): \(error.localizedDescription)")
+                throw TesseraError(
+                    .invalidInput, "cannot create the pty link \(link): \(TesseraError.reason(of: error))")
             }
         }
         linkPath = link

@@ -1,5 +1,5 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// Status bytes of target-mode answers (NXP UM0701-02 §7.1, error codes).

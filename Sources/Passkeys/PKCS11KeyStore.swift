@@ -1,9 +1,13 @@
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import PKCS11
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// PKCS#11 tokens (through p11-kit or explicit modules) as a passkey key store.
 ///
@@ -54,8 +58,7 @@ public final class PKCS11KeyStore: KeyStore {
                 continue
             }
             do {
-                let pin = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(
-                    in: .whitespacesAndNewlines)
+                let pin = try String(contentsOfFile: file, encoding: .utf8).trimmingWhitespace()
                 try await token.login(pin: pin)
                 pinFileTokens.insert(token.id)
                 logger.info("token \(token.id) logged in with its PIN file")

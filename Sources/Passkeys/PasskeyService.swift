@@ -1,12 +1,16 @@
 import CredentialStore
 import Crypto
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import Ownership
 import TesseraCore
 import TesseraRuntime
 import WebAuthn
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Enrolls and authenticates passkeys whose private keys stay on hardware tokens.
 public final class PasskeyService: Sendable {

@@ -1,5 +1,5 @@
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// Hands out strictly increasing signature counters per credential without a disk sync per assertion:

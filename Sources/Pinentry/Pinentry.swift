@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 
@@ -183,8 +183,7 @@ public struct Pinentry: Sendable {
         guard pid > 0, uid == geteuid() else { return nil }
         guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/0"),
             target.hasPrefix("/dev/pts/") || target.hasPrefix("/dev/tty"),
-            let attributes = try? FileManager.default.attributesOfItem(atPath: target),
-            (attributes[.ownerAccountID] as? NSNumber)?.uint32Value == uid
+            case var st = stat(), stat(target, &st) == 0, st.st_uid == uid
         else { return nil }
         return target
     }

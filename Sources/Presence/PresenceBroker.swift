@@ -1,8 +1,12 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import Pinentry
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The front door a presence question comes from.
 public enum PresenceDoor: String, Sendable {

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A public key in SSH form (RFC 5656 / RFC 4253 key blobs).
 public enum SSHPublicKey: Sendable, Hashable {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 extension JSONValue {
     /// Parses one JSON text. Throws `PARSE_ERROR` on malformed input.

@@ -1,20 +1,24 @@
-import Foundation
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// A value guarded by a lock, for state touched from more than one thread: the project's one lock type. The body
-/// must not suspend. An `NSLock` (pthread mutex) rather than `Synchronization.Mutex`: ThreadSanitizer does not see
-/// Mutex's futex on Linux and reports the code it guards as races; it sees this lock.
+/// must not suspend. A pthread mutex rather than `Synchronization.Mutex`: ThreadSanitizer does not see Mutex's
+/// futex on Linux and reports the code it guards as races; it sees this lock.
 ///
 /// `@unchecked Sendable` is sound because `value` is reached only inside `withLock`, under the lock, and the body
 /// gets it `inout` for that call only; a body must not let a non-Sendable part of it escape.
 public final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
+    private let mutex = PthreadMutex()
     private var value: Value
 
     public init(_ value: Value) { self.value = value }
 
     public func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
-        lock.lock()
-        defer { lock.unlock() }
+        mutex.lock()
+        defer { mutex.unlock() }
         return try body(&value)
     }
 
@@ -68,4 +72,38 @@ public final class AsyncLock: Sendable {
         }
         next?.resume()
     }
+}
+
+/// A pthread mutex at a fixed address (a `pthread_mutex_t` must not move once initialised), with a condition
+/// variable on it for threads that wait for a change (`DedicatedThread`'s queue). Blocking: never hold it across a
+/// suspension point.
+public final class PthreadMutex: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let condition: UnsafeMutablePointer<pthread_cond_t>
+
+    public init() {
+        mutex = .allocate(capacity: 1)
+        mutex.initialize(to: pthread_mutex_t())
+        pthread_mutex_init(mutex, nil)
+        condition = .allocate(capacity: 1)
+        condition.initialize(to: pthread_cond_t())
+        pthread_cond_init(condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(condition)
+        condition.deallocate()
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    public func lock() { pthread_mutex_lock(mutex) }
+    public func unlock() { pthread_mutex_unlock(mutex) }
+
+    /// Releases the lock, sleeps until `broadcast()` (or a spurious wake-up: wait in a loop on the condition you
+    /// need), and takes the lock again. Call it with the lock held.
+    public func wait() { pthread_cond_wait(condition, mutex) }
+
+    /// Wakes every thread in `wait()`. Call it with the lock held.
+    public func broadcast() { pthread_cond_broadcast(condition) }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A UTC date and time of day to the millisecond (proleptic Gregorian calendar), converted to and from `Date` with
 /// integer arithmetic (`GregorianDays`). Foundation's `Calendar`, `DateFormatter` and `ISO8601DateFormatter` are ICU

@@ -2,7 +2,7 @@ import AccessControl
 import CredentialStore
 import Documents
 import DoorList
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import PIV

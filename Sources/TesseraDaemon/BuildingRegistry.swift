@@ -2,10 +2,14 @@ import AccessControl
 internal import CSystemShims
 import CryptoPrimitives
 import DoorList
-import Foundation
+import FoundationEssentials
 import Logging
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The badge office's publishing (docs/ACCESS.md, "A building"): after every change to the badges (noticed through
 /// the credential store's audit marker, polled every second) and at least every half validity, builds a publication
@@ -157,14 +161,14 @@ actor RegistryOffice {
 
     static func latestNumber(_ directory: String) -> UInt64 {
         guard let data = FileManager.default.contents(atPath: directory + "/latest") else { return 0 }
-        let name = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let name = String(decoding: data, as: UTF8.self).trimmingWhitespace()
         guard name.hasPrefix("doorlist-"), name.hasSuffix(".p7s") else { return 0 }
         return UInt64(name.dropFirst("doorlist-".count).dropLast(".p7s".count)) ?? 0
     }
 
     static func readNumber(_ path: String) -> UInt64 {
         guard let data = FileManager.default.contents(atPath: path) else { return 0 }
-        return UInt64(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        return UInt64(String(decoding: data, as: UTF8.self).trimmingWhitespace()) ?? 0
     }
 
     static func write(_ bytes: [UInt8], directory: String, name: String, mode: mode_t = 0o600) throws(TesseraError) {
@@ -218,7 +222,7 @@ actor RegistryDoor {
     /// The list file `latest` names (a plain file name in the directory), nil without one.
     func latestList() -> String? {
         guard let data = FileManager.default.contents(atPath: directory + "/latest") else { return nil }
-        let name = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let name = String(decoding: data, as: UTF8.self).trimmingWhitespace()
         guard !name.isEmpty, !name.contains("/"), !name.hasPrefix(".") else {
             if name != badLatest {
                 logger.warning(

@@ -1,8 +1,12 @@
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Passkeys
 import RPC
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Command-line options of `tesserad` (the stable contract; see `tesserad --help`).
 public struct DaemonOptions: Sendable {

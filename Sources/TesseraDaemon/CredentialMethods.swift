@@ -1,7 +1,7 @@
 import AccessControl
 import CredentialStore
 import Enrollment
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Passkeys
 import RPC

@@ -4,7 +4,7 @@ import CredentialStore
 import Documents
 import Enrollment
 import FaceMatching
-import Foundation
+import FoundationEssentials
 import Logging
 import MDocHolderDoor
 import PIVKeyStore
@@ -17,6 +17,10 @@ import SSHAgentDoor
 import ServiceLifecycle
 import TesseraCore
 import UnixSignals
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Runs `tesserad`: opens the state dir and database, finds tokens, serves the socket until SIGTERM/SIGINT.
 public enum Daemon {
@@ -40,7 +44,7 @@ public enum Daemon {
         // A per-user daemon's sockets are its user's alone (docs/INSTALL.md), inside its 0700 directory as well.
         let defaultSocketMode: UInt32 = options.paths.mode == .user ? 0o600 : 0o660
         let socketMode = try ConfigFile.socketMode(config.socketMode, default: defaultSocketMode)
-        let configDirectory = options.configFile.map { ($0 as NSString).deletingLastPathComponent } ?? "."
+        let configDirectory = options.configFile.map { FilePaths.directory(of: $0) } ?? "."
         let enrollmentConfig = try EnrollmentConfiguration(
             json: config.enrollment,
             baseDirectory: configDirectory.isEmpty ? "." : configDirectory)

@@ -1,7 +1,7 @@
 import AccessControl
 import Documents
 import Enrollment
-import Foundation
+import FoundationEssentials
 import MRZ
 import RPC
 import TesseraCore

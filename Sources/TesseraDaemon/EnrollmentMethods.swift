@@ -1,9 +1,13 @@
 import Enrollment
-import Foundation
+import FoundationEssentials
 import Ownership
 import Passkeys
 import RPC
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Connections that receive `enrollment.*` notifications (`enrollment.subscribe`, or by starting/resuming).
 /// An event's full params go to the uid that started the enrollment and to administrators; the others get it

@@ -1,6 +1,6 @@
 import Enrollment
 import FaceMatching
-import Foundation
+import FoundationEssentials
 import Logging
 import TesseraCore
 

@@ -1,10 +1,14 @@
 import APDU
 import Emulation
-import Foundation
+import FoundationEssentials
 import NFC
 import RPC
 import ServiceLifecycle
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Card emulation sessions on libnfc devices, keyed by connstring.
 final class LabSessions: Sendable {

@@ -1,7 +1,7 @@
 import APDU
 import Documents
 import Enrollment
-import Foundation
+import FoundationEssentials
 import ICAO
 import MDoc
 import TesseraCore

@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The `mrzReader` section of the daemon's config file: `{command: [argv], timeoutSeconds}` (docs/CONFIG.md).
 struct MRZReaderConfiguration: Sendable, Equatable {

@@ -1,6 +1,6 @@
 import CredentialStore
 import Enrollment
-import Foundation
+import FoundationEssentials
 import KeyStores
 import MRZ
 import Passkeys

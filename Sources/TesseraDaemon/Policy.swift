@@ -1,5 +1,5 @@
 internal import CSystemShims
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 

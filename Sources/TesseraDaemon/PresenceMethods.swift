@@ -1,9 +1,13 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import Pinentry
 import Presence
 import RPC
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension PresenceSettings {
     /// The `presence` section (no command, no pinentry, 30 s, no answers on the socket by default).

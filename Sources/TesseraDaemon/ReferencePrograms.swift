@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The helper programs Tessera ships beside the daemon (the reference face matcher, the reference MRZ reader).
 enum ReferencePrograms {

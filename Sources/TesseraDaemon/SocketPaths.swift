@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The paths tesserad binds itself (a socket systemd passes is not among them): options first, then the config
 /// file, then the mode's defaults (`DaemonPaths`).
@@ -22,10 +26,10 @@ struct SocketPaths {
     /// directory is an error that names it, before anything else starts.
     func prepareDirectories(_ paths: DaemonPaths) throws(TesseraError) {
         for path in [rpc, sshAgent, ctap].compactMap({ $0 }) {
-            let directory = (path as NSString).deletingLastPathComponent
-            var isDirectory: ObjCBool = false
+            let directory = FilePaths.directory(of: path)
+            var isDirectory = false
             if FileManager.default.fileExists(atPath: directory.isEmpty ? "." : directory, isDirectory: &isDirectory) {
-                guard isDirectory.boolValue else {
+                guard isDirectory else {
                     throw TesseraError(.invalidInput, "cannot listen on \(path): \(directory) is not a directory")
                 }
                 continue

@@ -1,5 +1,9 @@
 internal import CSystemShims
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// systemd integration without libsystemd: socket activation (LISTEN_FDS) and sd_notify.
 enum Systemd {

@@ -1,4 +1,3 @@
-import Foundation
 import TesseraCore
 
 #if canImport(Glibc)
@@ -20,14 +19,14 @@ public enum AtomicFile {
         guard fd >= 0 else { return .failure(AtomicFileError(reason: String(cString: strerror(errno)))) }
         // The umask does not narrow the mode the caller asked for.
         _ = fchmod(fd, mode)
-        let file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
-        do {
-            try file.write(contentsOf: bytes)
+        let file = OpenFile(descriptor: fd)
+        do throws(OpenFile.Failure) {
+            defer { file.close() }
+            try file.write(bytes)
             try file.synchronize()
-            try file.close()
         } catch {
             unlink(temp)
-            return .failure(AtomicFileError(reason: error.localizedDescription))
+            return .failure(AtomicFileError(reason: error.description))
         }
         guard rename(temp, final) == 0 else {
             let why = String(cString: strerror(errno))

@@ -1,5 +1,9 @@
-import Foundation
+internal import CSystemShims
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The one way to run blocking work (a C call that may wait: PKCS#11, PC/SC, libnfc; a helper program; file
 /// loading) from async code: on an OS thread of its own, never on Swift's cooperative pool or a NIO event loop.
@@ -18,9 +22,7 @@ public final class DedicatedThread: Sendable {
         self.name = name
         let queue = JobQueue()
         self.queue = queue
-        let thread = Thread { queue.loop() }
-        thread.name = name
-        thread.start()
+        Self.detach(name: name) { queue.loop() }
     }
 
     deinit { queue.finish() }
@@ -43,11 +45,24 @@ public final class DedicatedThread: Sendable {
 
     /// Starts `body` on a new thread named `name` and returns at once (serve loops, cleanup and retry loops
     /// nobody awaits). `stackSize` in bytes; the platform default when nil.
+    /// A pthread, detached (nobody joins it); the kernel keeps the first 15 bytes of the name.
     public static func detach(name: String, stackSize: Int? = nil, _ body: @escaping @Sendable () -> Void) {
-        let thread = Thread(block: body)
-        thread.name = name
-        if let stackSize { thread.stackSize = stackSize }
-        thread.start()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        if let stackSize { pthread_attr_setstacksize(&attributes, stackSize) }
+        let start = Unmanaged.passRetained(ThreadStart(name: name, body: body)).toOpaque()
+        var thread = pthread_t()
+        let result = pthread_create(
+            &thread, &attributes,
+            { raw in
+                let start = Unmanaged<ThreadStart>.fromOpaque(raw!).takeRetainedValue()
+                start.run()
+                return nil
+            }, start)
+        // Out of threads or memory: Foundation's Thread stopped the process here too.
+        precondition(result == 0, "cannot start thread \(name): \(String(cString: strerror(result)))")
     }
 
     /// Runs `body` on this thread after the jobs queued before it, and suspends until it returns.
@@ -77,11 +92,27 @@ public final class DedicatedThread: Sendable {
     public func join() { queue.join() }
 }
 
+/// What a new pthread runs: its name, then the body.
+private final class ThreadStart: Sendable {
+    let name: String
+    let body: @Sendable () -> Void
+
+    init(name: String, body: @escaping @Sendable () -> Void) {
+        self.name = name
+        self.body = body
+    }
+
+    func run() {
+        _ = tessera_set_thread_name(name)
+        body()
+    }
+}
+
 /// The queue a `DedicatedThread`'s thread drains; the thread holds it, not the `DedicatedThread`, so releasing
 /// the instance ends the thread.
 private final class JobQueue: @unchecked Sendable {
     // All state is guarded by `condition`.
-    private let condition = NSCondition()
+    private let condition = PthreadMutex()
     private var jobs: [@Sendable () -> Void] = []
     private var finishing = false
     private var ended = false

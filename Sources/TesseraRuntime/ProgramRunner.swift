@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 #if canImport(Glibc)
@@ -63,29 +63,6 @@ public enum ProgramRunner {
             cancellation.withLock { $0 = true }
         }
         return try result.get()
-    }
-
-    /// `process.run()` with an empty signal mask on the calling thread meanwhile, for programs that outlive the
-    /// call (test fixtures' daemons). Call it on a thread of your own, not the cooperative pool.
-    public static func spawn(_ process: Process) throws {
-        var empty = sigset_t()
-        var saved = sigset_t()
-        sigemptyset(&empty)
-        pthread_sigmask(SIG_SETMASK, &empty, &saved)
-        defer { pthread_sigmask(SIG_SETMASK, &saved, nil) }
-        try process.run()
-    }
-
-    /// Stops `process`: SIGTERM, SIGKILL when it is still running after `grace`, then waits at most 1 s more.
-    /// Blocks the calling thread: call it on a thread of your own.
-    public static func stop(_ process: Process, grace: Duration) {
-        guard process.isRunning else { return }
-        process.terminate()
-        if !waitForExit(process, seconds(grace)) {
-            kill(process.processIdentifier, SIGKILL)
-            // Foundation may see the exit late (or never) while a grandchild keeps an inherited descriptor: bounded.
-            _ = waitForExit(process, 1)
-        }
     }
 
     private struct Request: Sendable {
@@ -242,16 +219,6 @@ public enum ProgramRunner {
             }
             return true
         }
-    }
-
-    /// Polls until `process` has exited (true) or `seconds` pass (false).
-    private static func waitForExit(_ process: Process, _ seconds: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while process.isRunning {
-            if Date() >= deadline { return false }
-            usleep(2_000)
-        }
-        return true
     }
 
     private static func seconds(_ duration: Duration) -> Double {

@@ -1,4 +1,3 @@
-import Foundation
 import TesseraCore
 
 #if canImport(Glibc)

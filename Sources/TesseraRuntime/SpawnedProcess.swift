@@ -1,5 +1,5 @@
 internal import CSystemShims
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 #if canImport(Glibc)
@@ -21,6 +21,8 @@ struct SpawnedProcess {
         case discard
         /// This process's own (the log).
         case inherit
+        /// Appended to the file at this path (created 0644 when missing).
+        case file(String)
     }
 
     let pid: pid_t
@@ -67,6 +69,9 @@ struct SpawnedProcess {
                 posix_spawn_file_actions_addopen(&actions, target, "/dev/null", O_WRONLY, 0)
                 kept.append(-1)
             case .inherit:
+                kept.append(-1)
+            case .file(let path):
+                posix_spawn_file_actions_addopen(&actions, target, path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
                 kept.append(-1)
             }
         }
@@ -133,20 +138,23 @@ struct SpawnedProcess {
     }
 
     /// SIGTERM, SIGKILL when `pid` still runs after `grace`, then at most 1 s more; its status, nil when it has
-    /// not ended by then (it is reaped later on a thread of its own).
-    static func terminate(_ pid: pid_t, grace: Double) -> Int32? {
+    /// not ended by then (it is reaped later on a thread of its own). `reap` is `reap(pid)` unless the caller
+    /// keeps the status it reaped (`ChildProcess`).
+    static func terminate(_ pid: pid_t, grace: Double, reap: () -> Int32?) -> Int32? {
         kill(pid, SIGTERM)
-        if let status = awaitExit(pid, grace) { return status }
+        if let status = awaitExit(grace, reap) { return status }
         kill(pid, SIGKILL)
-        if let status = awaitExit(pid, 1) { return status }
+        if let status = awaitExit(1, reap) { return status }
         DedicatedThread.detach(name: "tessera.program.reap") { _ = waitpid(pid, nil, 0) }
         return nil
     }
 
-    private static func awaitExit(_ pid: pid_t, _ seconds: Double) -> Int32? {
+    static func terminate(_ pid: pid_t, grace: Double) -> Int32? { terminate(pid, grace: grace) { reap(pid) } }
+
+    private static func awaitExit(_ seconds: Double, _ reap: () -> Int32?) -> Int32? {
         let deadline = Date().addingTimeInterval(seconds)
         while true {
-            if let status = reap(pid) { return status }
+            if let status = reap() { return status }
             if Date() >= deadline { return nil }
             usleep(2_000)
         }

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A private pcscd with vsmartcard vpcd readers, for tests that need real PC/SC.
 ///
@@ -42,7 +46,7 @@ public final class PCSCDaemonFixture: Sendable {
     private let state: Locked<DaemonState>
 
     private struct DaemonState {
-        var process: Process?
+        var process: ChildProcess?
         var released = false
         var exitCleanup: ExitCleanup.Token?
     }
@@ -99,7 +103,7 @@ public final class PCSCDaemonFixture: Sendable {
     public func stop() {
         let (process, exitCleanup, first) = state.withLock { s in
             defer { s.process = nil; s.released = true }
-            return (s.process.map(ProcessBox.init), s.exitCleanup, !s.released)
+            return (s.process, s.exitCleanup, !s.released)
         }
         guard first else { return }
         let directory = directory
@@ -109,9 +113,9 @@ public final class PCSCDaemonFixture: Sendable {
             Self.lease.release()
         }
         guard let process else { return finish() }
-        if process.process.isRunning { process.process.terminate() }
+        process.terminate()
         DedicatedThread.detach(name: "tessera.test.pcscd-stop") {
-            Subprocess.terminateBlocking(process.process)
+            Subprocess.terminateBlocking(process)
             finish()
         }
     }
@@ -119,12 +123,12 @@ public final class PCSCDaemonFixture: Sendable {
     /// Stops pcscd (waiting for it to exit) but keeps the fixture, so `startDaemon()` can bring the same daemon
     /// back (same socket, ports).
     public func stopDaemon() async {
-        let process = state.withLock { s -> ProcessBox? in
+        let process = state.withLock { s -> ChildProcess? in
             defer { s.process = nil }
-            return s.process.map(ProcessBox.init)
+            return s.process
         }
         guard let process else { return }
-        await Subprocess.terminate(process.process)
+        await Subprocess.terminate(process)
         try? FileManager.default.removeItem(atPath: socketPath)
     }
 
@@ -135,16 +139,15 @@ public final class PCSCDaemonFixture: Sendable {
             guard s.process == nil else { return }
         }
         let process = try Self.spawn(directory: directory, configPath: configPath, logPath: logPath)
-        let box = ProcessBox(process)
-        state.withLock { $0.process = box.process }
-        try await waitUntilReady(process: box)
+        state.withLock { $0.process = process }
+        try await waitUntilReady(process: process)
     }
 
     /// Whether pcscd is running.
     public var isRunning: Bool { state.withLock { $0.process?.isRunning ?? false } }
 
     /// The process id of the private pcscd, if running.
-    public var pid: Int32? { state.withLock { s in s.process.flatMap { $0.isRunning ? $0.processIdentifier : nil } } }
+    public var pid: Int32? { state.withLock { s in s.process.flatMap { $0.isRunning ? $0.pid : nil } } }
 
     /// pcscd's log so far (for failure messages).
     public func log() -> String {
@@ -166,7 +169,7 @@ public final class PCSCDaemonFixture: Sendable {
 
     private static func launch(vpcdPorts: [UInt16]) async throws(TesseraError) -> PCSCDaemonFixture {
         let socketPath = try clientSocketPath()
-        let directory = (socketPath as NSString).deletingLastPathComponent
+        let directory = FilePaths.directory(of: socketPath)
         try prepareDirectory(directory)
         let configPath = directory + "/reader.conf"
         let logPath = directory + "/pcscd.log"
@@ -196,8 +199,8 @@ public final class PCSCDaemonFixture: Sendable {
             let state = fixture.state
             let token = ExitCleanup.register {
                 // At exit: a fixture nobody stopped (or a test process ending mid-test) takes its pcscd along.
-                if let process = state.withLock({ s in s.process.map(ProcessBox.init) }) {
-                    Subprocess.terminateBlocking(process.process, grace: 2)
+                if let process = state.withLock({ s in s.process }) {
+                    Subprocess.terminateBlocking(process, grace: 2)
                 }
                 try? FileManager.default.removeItem(atPath: directory)
             }
@@ -218,13 +221,12 @@ public final class PCSCDaemonFixture: Sendable {
     /// that is exported now (libpcsclite reads the variable on its first call).
     private static func clientSocketPath() throws(TesseraError) -> String {
         if let existing = ProcessInfo.processInfo.environment["PCSCLITE_CSOCK_NAME"], !existing.isEmpty {
-            guard (existing as NSString).lastPathComponent == "pcscd.comm" else {
+            guard FilePaths.name(of: existing) == "pcscd.comm" else {
                 throw .internalError("PCSCLITE_CSOCK_NAME must end in /pcscd.comm (pcscd always creates that name)")
             }
             return existing
         }
-        let path = NSTemporaryDirectory().appending("tessera-pcscd-\(getpid())/pcscd.comm")
-            .replacingOccurrences(of: "//", with: "/")
+        let path = FilePaths.join(Scratch.temporaryDirectory, "tessera-pcscd-\(getpid())/pcscd.comm")
         setenv("PCSCLITE_CSOCK_NAME", path, 1)
         return path
     }
@@ -241,10 +243,10 @@ public final class PCSCDaemonFixture: Sendable {
 
     /// Stops pcscds left behind by crashed test processes (their directory names a dead pid).
     private static func reapStaleDaemons(besides current: String) {
-        let tmp = NSTemporaryDirectory()
+        let tmp = Scratch.temporaryDirectory
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: tmp) else { return }
         for entry in entries where entry.hasPrefix("tessera-pcscd-") {
-            let dir = (tmp as NSString).appendingPathComponent(entry)
+            let dir = FilePaths.join(tmp, entry)
             guard dir != current, let owner = Int32(entry.dropFirst("tessera-pcscd-".count)),
                 kill(owner, 0) != 0 && errno == ESRCH
             else { continue }
@@ -319,7 +321,9 @@ public final class PCSCDaemonFixture: Sendable {
         return ports
     }
 
-    private static func spawn(directory: String, configPath: String, logPath: String) throws(TesseraError) -> Process {
+    private static func spawn(directory: String, configPath: String, logPath: String) throws(TesseraError)
+        -> ChildProcess
+    {
         let unshare = try executable("unshare")
         let pcscd = try executable("pcscd")
         // In the new mount namespace: our directory becomes /run/pcscd (tmpfs over /run first when the host has
@@ -330,37 +334,29 @@ public final class PCSCDaemonFixture: Sendable {
             mount --bind "$1" /run/pcscd
             exec "$2" --foreground --info --config "$3"
             """
-        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
-        guard let log = FileHandle(forWritingAtPath: logPath) else {
-            throw .internalError("cannot open \(logPath)")
-        }
-        log.seekToEndOfFile()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: unshare)
-        process.arguments =
-            (geteuid() == 0 ? ["-m"] : ["-r", "-m"])
+        let argv =
+            [unshare] + (geteuid() == 0 ? ["-m"] : ["-r", "-m"])
             + ["/bin/sh", "-c", script, "tessera-pcscd", directory, pcscd, configPath]
-        process.standardOutput = log
-        process.standardError = log
-        process.standardInput = FileHandle.nullDevice
-        do {
-            try process.run()
+        // A fresh log for each start: readiness is read from it.
+        do throws(OpenFile.Failure) {
+            try OpenFile.forWriting(logPath, truncate: true).close()
         } catch {
-            throw .internalError("cannot start pcscd via unshare: \(error)")
+            throw .internalError("cannot open \(logPath): \(error)")
         }
-        try? log.close()
-        return process
+        do {
+            return try ChildProcess.start(argv, output: .file(logPath))
+        } catch {
+            throw .internalError("cannot start pcscd via unshare: \(error.message)")
+        }
     }
 
     /// Waits until the socket exists, pcscd logged readiness, the vpcd ports listen and pcsc_scan lists the readers.
-    private func waitUntilReady(process box: ProcessBox, timeout: TimeInterval = 15) async throws(TesseraError) {
-        let process = box.process
+    private func waitUntilReady(process: ChildProcess, timeout: TimeInterval = 15) async throws(TesseraError) {
         let deadline = Date().addingTimeInterval(timeout)
         var stage = "socket"
         while Date() < deadline {
-            guard process.isRunning else {
-                throw .internalError(
-                    "private pcscd exited (status \(process.terminationStatus)) during startup:\n\(log())")
+            if let status = process.status {
+                throw .internalError("private pcscd exited (status \(status)) during startup:\n\(log())")
             }
             if FileManager.default.fileExists(atPath: socketPath) {
                 stage = "readers"

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Per-process scratch space for tests and benchmarks: `$TMPDIR/tessera-scratch-<pid>/`, removed when the process
 /// exits normally. Roots left by processes that died (their pid no longer exists) are removed on first use, so a
@@ -10,13 +14,19 @@ import TesseraCore
 public enum Scratch {
     /// The root directory of this process (created on first use).
     public static let root: String = {
-        let tmp =
-            NSTemporaryDirectory().hasSuffix("/") ? String(NSTemporaryDirectory().dropLast()) : NSTemporaryDirectory()
+        let tmp = temporaryDirectory
         reapStaleRoots(in: tmp)
         let root = tmp + "/" + namePrefix + String(getpid())
         try? FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         _ = ExitCleanup.register { try? FileManager.default.removeItem(atPath: root) }
         return root
+    }()
+
+    /// `$TMPDIR` (else `/tmp`), without a trailing slash.
+    public static let temporaryDirectory: String = {
+        var tmp = Substring(ProcessInfo.processInfo.environment["TMPDIR"] ?? "")
+        while tmp.count > 1, tmp.hasSuffix("/") { tmp = tmp.dropLast() }
+        return tmp.isEmpty ? "/tmp" : String(tmp)
     }()
 
     /// A fresh directory `<root>/<prefix>-<uuid>`, created.

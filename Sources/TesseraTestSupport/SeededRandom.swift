@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The random source of randomized tests: SplitMix64 from a seed that a failure message names, so the same draws
 /// can be made again. The seed is `TESSERA_TEST_SEED` when set (decimal or 0x hex), else a fresh one per process.
@@ -6,7 +6,7 @@ public struct SeededRandom: RandomNumberGenerator, Sendable {
     /// This process's seed (the environment's, or one drawn once at first use).
     public static let processSeed: UInt64 = {
         if let text = ProcessInfo.processInfo.environment["TESSERA_TEST_SEED"] {
-            let trimmed = text.trimmingCharacters(in: .whitespaces)
+            let trimmed = text.trimmingWhitespace()
             let value =
                 trimmed.hasPrefix("0x") ? UInt64(trimmed.dropFirst(2), radix: 16) : UInt64(trimmed, radix: 10)
             if let value { return value }

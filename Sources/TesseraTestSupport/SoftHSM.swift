@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A private SoftHSM2 token directory for tests.
 ///

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Runs helper programs (openssl, softhsm2-util, nfc-list, opensc-tool, …) for tests: a thin wrapper over
 /// `TesseraRuntime.ProgramRunner` (pipes, never files; a thread of its own; a timeout that cannot hang) that looks
@@ -34,22 +38,14 @@ public enum Subprocess {
         return Result(status: completion.status ?? SIGKILL, stdout: completion.stdout, stderr: completion.stderr)
     }
 
-    /// Stops a program started with `Process`: SIGTERM, then SIGKILL when it has not exited after `grace`.
+    /// Stops a program started with `ChildProcess`: SIGTERM, then SIGKILL when it has not exited after `grace`.
     /// Waits on a thread of its own.
-    public static func terminate(_ process: Process, grace: TimeInterval = 5) async {
-        let box = ProcessBox(process)
-        await DedicatedThread.run(name: "tessera.test.terminate") { terminateBlocking(box.process, grace: grace) }
+    public static func terminate(_ process: ChildProcess, grace: TimeInterval = 5) async {
+        await DedicatedThread.run(name: "tessera.test.terminate") { terminateBlocking(process, grace: grace) }
     }
 
     /// `terminate`, blocking the calling thread: only for threads of our own (a waiter thread, `atexit`).
-    static func terminateBlocking(_ process: Process, grace: TimeInterval = 5) {
-        ProgramRunner.stop(process, grace: .milliseconds(Int64(grace * 1000)))
+    static func terminateBlocking(_ process: ChildProcess, grace: TimeInterval = 5) {
+        process.stop(grace: .milliseconds(Int64(grace * 1000)))
     }
-}
-
-/// A `Process` handed to the thread that waits for it (Foundation does not declare `Process` Sendable; its
-/// `isRunning`, `terminate` and `waitUntilExit` are safe from any thread).
-struct ProcessBox: @unchecked Sendable {
-    let process: Process
-    init(_ process: Process) { self.process = process }
 }

@@ -1,8 +1,12 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import NIOCore
 import NIOPosix
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Something that happened on a `VirtualCardLink`, for tracing.
 public enum VPCDLinkEvent: Sendable, Hashable {

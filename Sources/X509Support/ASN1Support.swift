@@ -1,6 +1,10 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Small DER helpers shared by certificates, the LDS, SOD and issuance code.
 package enum ASN1 {

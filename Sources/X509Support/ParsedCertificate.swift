@@ -1,6 +1,6 @@
 import APDU
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// The fields of an X.509 certificate that the PKI checks of documents and mdoc need (CSCA, document signer,
@@ -196,7 +196,7 @@ public enum PEM {
         var out = [[UInt8]]()
         let begin = "-----BEGIN \(label)-----", end = "-----END \(label)-----"
         var rest = Substring(text)
-        while let b = rest.range(of: begin), let e = rest.range(of: end, range: b.upperBound..<rest.endIndex) {
+        while let b = rest.firstRange(of: begin), let e = rest[b.upperBound...].firstRange(of: end) {
             let body = rest[b.upperBound..<e.lowerBound].filter { !$0.isWhitespace }
             if let d = Data(base64Encoded: String(body)) { out.append([UInt8](d)) }
             rest = rest[e.upperBound...]

@@ -1,6 +1,6 @@
 import APDU
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// Key and signature algorithm of a generated test certificate.

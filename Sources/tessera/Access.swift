@@ -1,7 +1,12 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera access check|watch|issue|register|status|publish`: badges at the door (docs/ACCESS.md).
 struct AccessCommand: AsyncParsableCommand {
@@ -100,14 +105,14 @@ struct AccessCommand: AsyncParsableCommand {
                     for await n in client.notifications where n.method == "access.decision" {
                         let line =
                             json ? String(decoding: n.params.serialized(), as: UTF8.self) : AccessText.line(n.params)
-                        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+                        OpenFile.standardOutput.write((line + "\n"))
                     }
                 }
                 defer { printer.cancel() }
                 _ = try await client.call("access.watch", .object(p))
                 try? await Task.sleep(for: .milliseconds(100))
             } catch {
-                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+                OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
                 throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
             }
         }
@@ -210,7 +215,7 @@ enum AccessText {
         ] {
             guard let value = r[key], !value.isNull else { continue }
             let text = value.stringValue ?? String(decoding: value.serialized(), as: UTF8.self)
-            lines.append(key.padding(toLength: 12, withPad: " ", startingAt: 0) + text)
+            lines.append(String((key + String(repeating: " ", count: 12)).prefix(12)) + text)
         }
         return lines.joined(separator: "\n")
     }

@@ -1,6 +1,10 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 struct Status: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Show the daemon's version, uptime, tokens and readers.")

@@ -1,6 +1,6 @@
 import ArgumentParser
 import CLISupport
-import Foundation
+import FoundationEssentials
 import NFC
 import PCSC
 import RPC
@@ -97,19 +97,20 @@ enum DoctorProbes {
         if access(path, F_OK) != 0 {
             return errno == EACCES ? .hidden : .missing
         }
-        guard let attrs = try? FileManager.default.attributesOfItem(atPath: path) else { return .hidden }
-        let type = attrs[.type] as? FileAttributeType
-        let gid = (attrs[.groupOwnerAccountID] as? NSNumber)?.uint32Value ?? 0
+        var st = stat()
+        guard lstat(path, &st) == 0, let attrs = try? FileManager.default.attributesOfItem(atPath: path) else {
+            return .hidden
+        }
+        let isSocket = st.st_mode & S_IFMT == S_IFSOCK
         let accessible = access(path, R_OK | W_OK) == 0
         return .present(
             DoctorFacts.Attributes(
-                isSocket: type == .typeSocket,
-                owner: attrs[.ownerAccountName] as? String
-                    ?? String((attrs[.ownerAccountID] as? NSNumber)?.intValue ?? 0),
-                group: attrs[.groupOwnerAccountName] as? String ?? String(gid), groupID: gid,
-                mode: ((attrs[.posixPermissions] as? NSNumber)?.uint32Value ?? 0) & 0o777,
+                isSocket: isSocket,
+                owner: attrs[.ownerAccountName] as? String ?? String(st.st_uid),
+                group: attrs[.groupOwnerAccountName] as? String ?? String(st.st_gid), groupID: st.st_gid,
+                mode: UInt32(st.st_mode) & 0o777,
                 accessible: accessible,
-                stale: type == .typeSocket && accessible && connectRefused(path)))
+                stale: isSocket && accessible && connectRefused(path)))
     }
 
     /// Connecting to the Unix socket at `path` is refused: nothing listens on it.
@@ -133,12 +134,10 @@ enum DoctorProbes {
     }
 
     static func sameFile(_ a: String, _ b: String) -> Bool {
-        let fm = FileManager.default
-        guard let x = try? fm.attributesOfItem(atPath: a), let y = try? fm.attributesOfItem(atPath: b) else {
-            return false
-        }
-        return (x[.systemNumber] as? NSNumber) == (y[.systemNumber] as? NSNumber)
-            && (x[.systemFileNumber] as? NSNumber) == (y[.systemFileNumber] as? NSNumber)
+        var x = stat()
+        var y = stat()
+        guard lstat(a, &x) == 0, lstat(b, &y) == 0 else { return false }
+        return x.st_dev == y.st_dev && x.st_ino == y.st_ino
     }
 
     static func daemonStatus(_ path: String) async -> DoctorFacts.Probe<DoctorFacts.DaemonStatus> {

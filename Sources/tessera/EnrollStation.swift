@@ -1,7 +1,12 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera enroll-station`: runs a kiosk enrollment workflow (docs/ENROLLMENT.md) in a terminal.
 struct EnrollStation: AsyncParsableCommand {
@@ -119,7 +124,7 @@ struct EnrollStation: AsyncParsableCommand {
         do {
             client = try await RPCClient.connect(path: globals.socketPath)
         } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+            OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
             throw ExitCode(3)
         }
         let start: StationSession.Start

@@ -1,5 +1,5 @@
 import CLISupport
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 
@@ -306,7 +306,7 @@ final class StationSession {
     private func handleLine(_ text: String?) async -> Int32? {
         terminal.restore()
         if let finished = retryQuestion {
-            let yes = ["y", "yes"].contains((text ?? "").trimmingCharacters(in: .whitespaces).lowercased())
+            let yes = ["y", "yes"].contains((text ?? "").trimmingWhitespace().lowercased())
             return yes ? await retryEnrollment(finished) : outcome(finished, 5)
         }
         guard var step = pending else { return nil }
@@ -314,7 +314,7 @@ final class StationSession {
             out.stderr("end of input: ")
             return await cancel()
         }
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingWhitespace()
         guard let chosen = step.chosen else {
             if let n = Int(trimmed), (1...step.alternatives.count).contains(n) {
                 step.chosen = n - 1

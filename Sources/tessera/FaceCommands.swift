@@ -1,7 +1,11 @@
 import ArgumentParser
 import FaceMatching
-import Foundation
+import FoundationEssentials
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera face`: the daemon's face matcher.
 struct FaceCommand: AsyncParsableCommand {
@@ -52,7 +56,7 @@ struct FaceCommand: AsyncParsableCommand {
                 print(String(decoding: result.serialized(), as: UTF8.self))
             } else {
                 let score = result["score"].flatMap { v -> String? in
-                    if case .number(let n) = v { return String(format: "%.4f", n) }
+                    if case .number(let n) = v { return String(printf: "%.4f", n) }
                     return nil
                 }
                 var lines = [

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import KioskStation
 import RPC
 import TesseraCore
@@ -99,7 +99,7 @@ struct Kiosk: AsyncParsableCommand {
 
     func run() async throws {
         let (host, port) = Self.split(listen)!
-        let log: @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }
+        let log: @Sendable (String) -> Void = { OpenFile.standardError.write(($0 + "\n")) }
         let client: RPCClient
         do {
             client = try await RPCClient.connect(path: globals.socketPath)
@@ -135,7 +135,7 @@ struct Kiosk: AsyncParsableCommand {
             shownURL = String(url.prefix { $0 != "?" }) + " (its secret in \(urlFile))"
         }
         defer { if let urlFile { unlink(urlFile) } }
-        FileHandle.standardOutput.write(Data("kiosk: serving \(shownURL) for workflow \(workflow)\n".utf8))
+        OpenFile.standardOutput.write("kiosk: serving \(shownURL) for workflow \(workflow)\n")
         let (signals, sources) = LabSignals.install()
         defer { for source in sources { source.cancel() } }
         let status: Int32 = await withTaskGroup(of: Int32.self) { group in

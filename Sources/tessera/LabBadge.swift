@@ -3,12 +3,16 @@ import AccessControl
 import ArgumentParser
 import Crypto
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import PIV
 import TesseraCore
 import X509
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera lab make-badge`: a PIV badge (9E key, certificate, signed CHUID) on an emulated card's state file.
 struct LabMakeBadge: AsyncParsableCommand {

@@ -1,9 +1,13 @@
 import APDU
 import ArgumentParser
 import Emulation
-import Foundation
+import FoundationEssentials
 import NFC
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera lab emulate`: a libnfc device in target mode emulates an ISO 14443-4 card for third-party readers.
 struct LabEmulate: AsyncParsableCommand {
@@ -110,7 +114,7 @@ struct LabEmulate: AsyncParsableCommand {
         case .activated: return "activated"
         case .exchange(let x):
             let name = x.command.count >= 2 ? LabTrace.instruction(x.command[1]) : ""
-            let stamp = String(format: "%.3f", x.commandTime.timeIntervalSince1970)
+            let stamp = String(printf: "%.3f", x.commandTime.timeIntervalSince1970)
             var text = "\(stamp) > \(Hex.encode(x.command).uppercased())" + (name.isEmpty ? "" : "  \(name)")
             text += "\n\(stamp) < \(Hex.encode(x.response).uppercased())" + (x.delivered ? "" : "  (not delivered)")
             return text

@@ -2,11 +2,15 @@ import ArgumentParser
 import CBOR
 import Crypto
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import MDoc
 import MRZ
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera lab make-mdoc DIR`: a test IACA, a document signer and an mDL issued by them.
 struct LabMakeMDoc: AsyncParsableCommand {
@@ -135,7 +139,7 @@ struct LabMakeMDoc: AsyncParsableCommand {
                     docType: MDL.docType, issuerSigned: issued,
                     deviceSigned: deviceSigned)
             ])
-            func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
+            func path(_ name: String) -> String { FilePaths.join(directory, name) }
             try MDocFiles.write(Array(pki.iaca.certificatePEM.utf8), to: path("iaca.pem"))
             try MDocFiles.write(Array(pki.iaca.privateKeyPEM.utf8), to: path("iaca-key.pem"), private: true)
             try MDocFiles.write(Array(pki.documentSigner.certificatePEM.utf8), to: path("ds.pem"))
@@ -169,7 +173,7 @@ struct LabMakeMDoc: AsyncParsableCommand {
         if let pin = try await pin.value() { params["pin"] = .string(pin) }
         if pin.allowFinalPinTry { params["allowFinalPinTry"] = true }
         let made = try await globals.call("mdoc.createDeviceKey", .object(params))
-        func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
+        func path(_ name: String) -> String { FilePaths.join(directory, name) }
         do throws(TesseraError) {
             guard let cose = made["deviceKey"]?.stringValue.flatMap(Base64URL.decode) else {
                 throw TesseraError(.malformedData, "mdoc.createDeviceKey returned no deviceKey")

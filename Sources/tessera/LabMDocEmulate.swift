@@ -2,12 +2,16 @@ import ArgumentParser
 import CBOR
 import Crypto
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import MDoc
 import TesseraCore
 import VPCD
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera lab emulate-mdoc DIR`: a `make-mdoc` mDL presented as an NFC mdoc in a vpcd reader.
 struct LabEmulateMDoc: AsyncParsableCommand {
@@ -64,7 +68,7 @@ struct LabEmulateMDoc: AsyncParsableCommand {
     /// The holder of a `make-mdoc` directory: its issuer-signed.cbor, with device-key.pem signing, releasing what is
     /// asked (to a reader issued by one of `readerRoots`' certificates when any are given).
     static func holder(directory: String, readerRoots: [String]) throws(TesseraError) -> MDocNFCHolder {
-        func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
+        func path(_ name: String) -> String { FilePaths.join(directory, name) }
         let issuerSigned = try IssuerSigned(bytes: try MDocFiles.read(path("issuer-signed.cbor")))
         let pem = String(decoding: try MDocFiles.read(path("device-key.pem")), as: UTF8.self)
         guard let deviceKey = try? P256.Signing.PrivateKey(pemRepresentation: pem) else {

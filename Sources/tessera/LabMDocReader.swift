@@ -1,7 +1,11 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import MDoc
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera lab make-mdoc-reader DIR`: a test reader root and a reader authentication certificate it issued.
 struct LabMakeMDocReader: AsyncParsableCommand {
@@ -30,7 +34,7 @@ struct LabMakeMDocReader: AsyncParsableCommand {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch { throw ValidationError("cannot create \(directory)") }
-        func path(_ name: String) -> String { (directory as NSString).appendingPathComponent(name) }
+        func path(_ name: String) -> String { FilePaths.join(directory, name) }
         do {
             let pki = try MDocIssuer.testReaderRoot()
             guard let keyID = pki.root.certificate.subjectKeyIdentifier else {

@@ -1,8 +1,13 @@
 import APDU
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import NFC
 import TesseraCore
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera lab trace FILE`: prints (and with --follow tails) an APDU trace written by `lab pn532 --trace`.
 struct LabTrace: AsyncParsableCommand {
@@ -26,7 +31,7 @@ struct LabTrace: AsyncParsableCommand {
         var first: Date?
         while true {
             guard let data = FileManager.default.contents(atPath: file) else {
-                FileHandle.standardError.write(Data("error: cannot read \(file)\n".utf8))
+                OpenFile.standardError.write("error: cannot read \(file)\n")
                 throw ExitCode(1)
             }
             let parsed: (records: [APDUTraceRecord], next: Int)
@@ -44,7 +49,7 @@ struct LabTrace: AsyncParsableCommand {
     }
 
     static func format(_ r: APDUTraceRecord, since start: Date) -> String {
-        let t = String(format: "%9.3f", r.time.timeIntervalSince(start))
+        let t = String(printf: "%9.3f", r.time.timeIntervalSince(start))
         switch r.kind {
         case .fieldOn: return "\(t)   field on"
         case .fieldOff: return "\(t)   field off"

@@ -1,8 +1,12 @@
 import ArgumentParser
 import Emulation
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import VPCD
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera lab emulate-piv`: an emulated PIV card in a vpcd reader of pcscd.
 struct LabEmulatePIV: AsyncParsableCommand {

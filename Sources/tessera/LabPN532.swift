@@ -1,7 +1,7 @@
 import APDU
 import ArgumentParser
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import MDoc
 import MRZ
@@ -9,6 +9,10 @@ import NFC
 import PN532Emulator
 import TesseraCore
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera lab pn532`: a software PN532 on a pseudo-terminal with the emulated passport in its field.
 struct LabPN532: AsyncParsableCommand {

@@ -1,10 +1,11 @@
 import ArgumentParser
 import Dispatch
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import NFC
 import TesseraCore
+import TesseraRuntime
 import VPCD
 import X509Support
 
@@ -283,7 +284,7 @@ struct LabEmulatePassport: AsyncParsableCommand {
 
 /// Unbuffered status lines on stdout (tests read them through a pipe).
 enum LabOutput {
-    static func line(_ text: String) { FileHandle.standardOutput.write(Data((text + "\n").utf8)) }
+    static func line(_ text: String) { OpenFile.standardOutput.write((text + "\n")) }
 
     /// Splits `--vpcd HOST:PORT` (an empty host means 127.0.0.1 to the link).
     static func vpcdAddress(_ text: String) throws -> (host: String, port: Int) {
@@ -296,7 +297,7 @@ enum LabOutput {
 
     /// Prints "error: CODE: message" on stderr and returns the exit status to throw.
     static func fail(_ error: TesseraError, status: Int32) -> ExitCode {
-        FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+        OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
         return ExitCode(status)
     }
 
@@ -327,9 +328,9 @@ enum LabOutput {
 
     /// One APDU exchange as two hex lines on stderr.
     @Sendable static func traceExchange(_ command: [UInt8], _ response: [UInt8], _ time: Date) {
-        let stamp = String(format: "%.3f", time.timeIntervalSince1970)
+        let stamp = String(printf: "%.3f", time.timeIntervalSince1970)
         let text = "\(stamp) > \(Hex.encode(command).uppercased())\n\(stamp) < \(Hex.encode(response).uppercased())\n"
-        FileHandle.standardError.write(Data(text.utf8))
+        OpenFile.standardError.write(text)
     }
 }
 

@@ -1,9 +1,13 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import ICAO
 import MDoc
 import TesseraCore
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera mdoc …`: ISO/IEC 18013-5 mobile documents.
 struct MDocCommand: AsyncParsableCommand {

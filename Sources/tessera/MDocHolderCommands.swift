@@ -1,7 +1,12 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera mdoc create-device-key|register|registrations|remove|present|respond|approve`: the holder side (docs/MDOC.md).
 extension MDocCommand {
@@ -274,13 +279,13 @@ enum MDocHolderText {
                 for await n in client.notifications where n.method.hasPrefix("mdoc.") {
                     let line: JSONValue = ["event": .string(n.method), "params": n.params]
                     let text = inWords ? words(n.method, n.params) : String(decoding: line.serialized(), as: UTF8.self)
-                    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+                    OpenFile.standardOutput.write((text + "\n"))
                 }
             }
             defer { printer.cancel() }
             return try await client.call(method, params)
         } catch {
-            FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+            OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
             throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
         }
     }

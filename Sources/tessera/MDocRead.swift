@@ -1,7 +1,12 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension MDocCommand {
     /// `tessera mdoc read`: the daemon's `mdoc.read`.
@@ -38,7 +43,7 @@ extension MDocCommand {
             if let reader { params["reader"] = .string(reader) }
             if let elements {
                 params["elements"] = .array(
-                    elements.split(separator: ",").map { .string($0.trimmingCharacters(in: .whitespaces)) })
+                    elements.split(separator: ",").map { .string($0.trimmingWhitespace()) })
             }
             if noExtendedLength { params["extendedLength"] = false }
             let result: JSONValue
@@ -48,7 +53,7 @@ extension MDocCommand {
                 result = try await ProgressRenderer(output: .standardError, linesWhenNotTerminal: false).call(
                     client, "mdoc.read", .object(params), progress: "mdoc.progress")
             } catch {
-                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+                OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
                 throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
             }
             let first = result["documents"]?.arrayValue?.first
@@ -56,11 +61,11 @@ extension MDocCommand {
                 guard let text = first?["elements"]?["org.iso.18013.5.1"]?["portrait"]?.stringValue,
                     let bytes = Base64URL.decode(text)
                 else {
-                    FileHandle.standardError.write(Data("error: the response has no portrait\n".utf8))
+                    OpenFile.standardError.write("error: the response has no portrait\n")
                     throw ExitCode(2)
                 }
                 guard FileManager.default.createFile(atPath: savePhoto, contents: Data(bytes)) else {
-                    FileHandle.standardError.write(Data("error: cannot write \(savePhoto)\n".utf8))
+                    OpenFile.standardError.write("error: cannot write \(savePhoto)\n")
                     throw ExitCode(2)
                 }
             }

@@ -1,7 +1,8 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
+import TesseraRuntime
 
 #if canImport(Glibc)
     import Glibc
@@ -124,7 +125,7 @@ struct Passport: AsyncParsableCommand {
             if let dataGroups {
                 p["dataGroups"] = .array(
                     dataGroups.split(separator: ",").map {
-                        .string($0.trimmingCharacters(in: .whitespaces).uppercased())
+                        .string($0.trimmingWhitespace().uppercased())
                     })
             }
             if noVerify { p["verify"] = false }
@@ -143,19 +144,19 @@ struct Passport: AsyncParsableCommand {
                 result = try await ProgressRenderer(output: .standardError, linesWhenNotTerminal: false).call(
                     client, "documents.read", params)
             } catch {
-                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+                OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
                 throw ExitCode(error.code == .daemonUnavailable ? 3 : 2)
             }
             if let savePhoto {
                 guard let text = result["faceImages"]?.arrayValue?.first?["data"]?.stringValue,
                     let bytes = Base64URL.decode(text)
                 else {
-                    FileHandle.standardError.write(Data("error: the document returned no face image (read DG2)\n".utf8))
+                    OpenFile.standardError.write("error: the document returned no face image (read DG2)\n")
                     throw ExitCode(2)
                 }
                 do { try Data(bytes).write(to: URL(fileURLWithPath: savePhoto)) } catch {
-                    FileHandle.standardError.write(
-                        Data("error: cannot write \(savePhoto): \(error.localizedDescription)\n".utf8))
+                    OpenFile.standardError.write(
+                        "error: cannot write \(savePhoto): \(TesseraError.reason(of: error))\n")
                     throw ExitCode(1)
                 }
             }
@@ -164,8 +165,8 @@ struct Passport: AsyncParsableCommand {
                     try Data((result["evidence"] ?? .null).prettyText().utf8).write(
                         to: URL(fileURLWithPath: saveEvidence))
                 } catch {
-                    FileHandle.standardError.write(
-                        Data("error: cannot write \(saveEvidence): \(error.localizedDescription)\n".utf8))
+                    OpenFile.standardError.write(
+                        "error: cannot write \(saveEvidence): \(TesseraError.reason(of: error))\n")
                     throw ExitCode(1)
                 }
             }
@@ -266,7 +267,7 @@ enum PassportSummary {
         if let s = r["stats"] {
             lines.append(
                 "Stats:            \(s["apdus"]?.intValue ?? 0) APDUs, \(s["bytes"]?.intValue ?? 0) bytes,"
-                    + " \(s["durationMs"]?.doubleValue.map { String(format: "%.0f", $0) } ?? "?") ms")
+                    + " \(s["durationMs"]?.doubleValue.map { String(printf: "%.0f", $0) } ?? "?") ms")
         }
         return lines.joined(separator: "\n")
     }

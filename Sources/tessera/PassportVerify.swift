@@ -1,7 +1,12 @@
 import ArgumentParser
 import Documents
-import Foundation
+import FoundationEssentials
 import TesseraCore
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension Passport {
     /// `tessera passport verify EVIDENCE.json`: the daemon's checks, offline, on a read's evidence.
@@ -56,7 +61,7 @@ extension Passport {
                 print(String(decoding: result.serialized(), as: UTF8.self))
                 if result["verdict"]?.stringValue != "authentic" { throw ExitCode(1) }
             } catch let error as TesseraError {
-                FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+                OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
                 throw ExitCode(2)
             }
         }

@@ -1,7 +1,8 @@
 import CLISupport
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
+import TesseraRuntime
 
 /// Draws `documents.progress` (or `mdoc.progress`) events: one line redrawn in place when `output` is a terminal, else a line per phase
 /// or file (`linesWhenNotTerminal`) or nothing. The one progress display of the CLI: `tessera passport read` and
@@ -12,15 +13,15 @@ final class ProgressRenderer: Sendable {
         var lastKey = ""
     }
 
-    private let output: FileHandle
+    private let output: OpenFile
     private let isTerminal: Bool
     private let prefix: String
     private let linesWhenNotTerminal: Bool
     private let state = Locked(State())
 
-    init(output: FileHandle, prefix: String = "", linesWhenNotTerminal: Bool) {
+    init(output: OpenFile, prefix: String = "", linesWhenNotTerminal: Bool) {
         self.output = output
-        self.isTerminal = isatty(output.fileDescriptor) == 1
+        self.isTerminal = output.isTerminal
         self.prefix = prefix
         self.linesWhenNotTerminal = linesWhenNotTerminal
     }
@@ -38,7 +39,7 @@ final class ProgressRenderer: Sendable {
             }
             return linesWhenNotTerminal && key != s.lastKey ? prefix + text + "\n" : nil
         }
-        if let write { output.write(Data(write.utf8)) }
+        if let write { output.write(write) }
     }
 
     /// Erases the in-place line (before other output, and at the end).
@@ -47,7 +48,7 @@ final class ProgressRenderer: Sendable {
             defer { s = State() }
             return s.shown
         }
-        if shown { output.write(Data("\r\u{1B}[K".utf8)) }
+        if shown { output.write("\r\u{1B}[K") }
     }
 
     /// `client.call(method, params)` with its `progress` notifications drawn meanwhile; the line is erased after.

@@ -1,6 +1,11 @@
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What `tessera enroll-station` prints: a line per enrollment notification (the chip read's progress through the
 /// shared `ProgressRenderer`), or with --json one JSON object per line; errors and questions go to stderr.
@@ -142,15 +147,15 @@ final class StationRenderer {
     func emit(_ value: JSONValue) {
         var bytes = value.serialized()
         bytes.append(UInt8(ascii: "\n"))
-        FileHandle.standardOutput.write(Data(bytes))
+        try? OpenFile.standardOutput.write(bytes)
     }
 
     /// Unbuffered, so a reader on a pipe sees each line when it happens.
     func line(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        OpenFile.standardOutput.write(text + "\n")
     }
 
     func stderr(_ text: String) {
-        FileHandle.standardError.write(Data(text.utf8))
+        OpenFile.standardError.write(text)
     }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 
@@ -32,7 +32,7 @@ final class StationTerminal: Sendable {
             }
         }
         if secret { echo.disableEcho() }
-        FileHandle.standardError.write(Data(prompt.utf8))
+        OpenFile.standardError.write(prompt)
     }
 
     /// Echo back on (after a secret line, or before leaving).
@@ -65,7 +65,7 @@ enum TerminalPrompt {
     static func secret(_ prompt: String) async -> String? {
         let echo = TerminalEcho()
         echo.disableEcho()
-        FileHandle.standardError.write(Data(prompt.utf8))
+        OpenFile.standardError.write(prompt)
         let stop = StationTerminal.onInterrupt {
             echo.restore()
             exit(130)
@@ -101,6 +101,6 @@ final class TerminalEcho: Sendable {
             })
         else { return }
         tcsetattr(0, TCSANOW, &t)
-        FileHandle.standardError.write(Data("\n".utf8))
+        OpenFile.standardError.write("\n")
     }
 }

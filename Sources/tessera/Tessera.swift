@@ -1,8 +1,12 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 @main
 enum Main {
@@ -119,7 +123,7 @@ struct GlobalOptions: ParsableArguments {
 
     /// Prints "error: CODE: message" on stderr; the exit status for it (3 when the daemon is unreachable, else 2).
     static func fail(_ error: TesseraError) -> ExitCode {
-        FileHandle.standardError.write(Data("error: \(error.code.rawValue): \(error.message)\n".utf8))
+        OpenFile.standardError.write("error: \(error.code.rawValue): \(error.message)\n")
         return ExitCode(error.code == .daemonUnavailable ? 3 : 2)
     }
 }

@@ -1,7 +1,13 @@
 import ArgumentParser
-import Foundation
+import Dispatch
+import FoundationEssentials
 import RPC
 import TesseraDaemon
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The entry point: the daemon runs on the concurrency pool and the main thread only waits for it. Nothing in
 /// tesserad is main-actor isolated, and valgrind 3.19 (`tessera-bench --callgrind`) cannot run an async main: it
@@ -212,7 +218,7 @@ struct Tesserad: AsyncParsableCommand {
         let environment = ProcessInfo.processInfo.environment
         let paths: DaemonPaths
         do { paths = try DaemonPaths.of(user ? .user : .system, environment: environment) } catch {
-            FileHandle.standardError.write(Data("tesserad: \(error.message)\n".utf8))
+            OpenFile.standardError.write("tesserad: \(error.message)\n")
             throw ExitCode(1)
         }
         let state = stateDir ?? environment["STATE_DIRECTORY"] ?? paths.stateDirectory
@@ -236,7 +242,7 @@ struct Tesserad: AsyncParsableCommand {
         do {
             try await Daemon.run(options)
         } catch {
-            FileHandle.standardError.write(Data("tesserad: \(error)\n".utf8))
+            OpenFile.standardError.write("tesserad: \(error)\n")
             throw ExitCode(1)
         }
     }

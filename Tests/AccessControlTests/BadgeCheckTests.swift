@@ -3,7 +3,7 @@ import AccessControl
 import CredentialStore
 import Crypto
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import PCSC
 import PIV

@@ -1,6 +1,6 @@
 import AccessControl
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import PIV
 import TesseraCore
 import TesseraTestSupport

@@ -1,6 +1,6 @@
 import CredentialStore
 @_spi(Testing) import DoorList
-import Foundation
+import FoundationEssentials
 import ICAO
 import PIV
 import TesseraCore
@@ -241,7 +241,7 @@ struct BadgePublisherTests {
         func entry(_ holder: String) -> String? {
             // openssl prints the INTEGER's value: without the sign byte.
             let serial = Hex.encode(Array(serials[holder]!.drop { $0 == 0 })).uppercased()
-            guard let at = text.range(of: "Serial Number: " + serial) else { return nil }
+            guard let at = text.firstRange(of: "Serial Number: " + serial) else { return nil }
             return String(text[at.upperBound...].prefix(200))
         }
         #expect(entry("bob")?.contains("Certificate Hold") == true, "\(text)")

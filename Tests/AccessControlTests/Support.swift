@@ -2,7 +2,7 @@ import APDU
 import AccessControl
 import CredentialStore
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import PCSC
 import PIV

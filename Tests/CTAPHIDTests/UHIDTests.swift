@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraTestSupport
 import Testing
 
@@ -29,7 +29,7 @@ struct UHIDTests {
         #expect(cc.status == 0, "cc: \(cc.stderrText)")
         let out = try await Subprocess.run(binary, [])
         return out.stdoutText.split(separator: " ").compactMap {
-            Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            Int(String($0.filter { !$0.isWhitespace }))
         }
     }
 

@@ -1,11 +1,15 @@
 import APDU
 import Documents
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import TesseraCore
 import TesseraTestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// documents.read with Chip Authentication v1: DG14 read under the access session, CA, the rest under CA's keys.
 @Suite struct DocumentServiceCATests {
@@ -79,12 +83,13 @@ import Testing
         // A clone: DG14 copied, but the chip has no CA key (profile.json without the CA option: it answers 6A86).
         let genuine = try Self.profile(["ecdh-p256-aes128"], activeAuthentication: true)
         let path = genuine.directory + "/profile.json"
-        var description = try #require(
-            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
-        var access = try #require(description["access"] as? [String: Any])
-        access["chipAuthentication"] = []
-        description["access"] = access
-        try JSONSerialization.data(withJSONObject: description).write(to: URL(fileURLWithPath: path))
+        guard
+            case .object(var description) = try JSONValue.parse(Array(try Data(contentsOf: URL(fileURLWithPath: path)))),
+            case .object(var access) = description["access"]
+        else { throw TesseraError(.malformedData, "\(path) is not a profile") }
+        access["chipAuthentication"] = .array([])
+        description["access"] = .object(access)
+        try Data(JSONValue.object(description).serialized()).write(to: URL(fileURLWithPath: path))
         let clone = try DocumentProfile.load(directory: genuine.directory)
         #expect(clone.access.chipAuthentication.isEmpty && clone.dataGroup(14) == genuine.dataGroup(14))
         let result = try await Self.read(clone)

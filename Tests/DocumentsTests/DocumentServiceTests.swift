@@ -1,12 +1,16 @@
 import APDU
 import Documents
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import MRZ
 import TesseraCore
 import TesseraTestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// DocumentService over in-memory readers holding the emulated chip (real BAC/PACE/SM/PA/AA code on both sides).
 @Suite struct DocumentServiceTests {
@@ -366,7 +370,7 @@ import Testing
     @Test func trustReloadIsAtomic() async throws {
         let doc = try makeProfile(activeAuthentication: true)
         let dir = Scratch.directory("trust-reload")
-        let anchor = (dir as NSString).appendingPathComponent("csca.pem")
+        let anchor = FilePaths.join(dir, "csca.pem")
         try FileManager.default.copyItem(atPath: doc.cscaPath, toPath: anchor)
         let sources = TrustSources(cscaPaths: [anchor])
         let service = DocumentService(

@@ -1,11 +1,15 @@
 import APDU
 import Documents
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import MRZ
 import TesseraCore
 import TesseraTestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// ICAO Doc 9303 Part 3 TD3 specimen (Anna Maria Eriksson, Utopia).
 let specimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"

@@ -2,10 +2,14 @@ import APDU
 import Crypto
 import CryptoPrimitives
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import TesseraCore
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Chip Authentication v1 (Doc 9303 Part 11 §6.2): protocol OIDs and commands, key agreement and KDF checked
 /// against an independent computation (swift-crypto), and the reader against the emulated chip.

@@ -1,8 +1,12 @@
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import TesseraCore
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 @Suite struct DocumentProfileTests {
     @Test(arguments: [

@@ -1,11 +1,15 @@
 import APDU
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import MRZ
 import TesseraCore
 import Testing
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// ICAO Doc 9303 Part 3 TD3 specimen (Anna Maria Eriksson, Utopia): document L898902C3, born 740812, expires 120415.
 let specimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"

@@ -2,7 +2,7 @@ import APDU
 import Crypto
 import CryptoPrimitives
 import Emulation
-import Foundation
+import FoundationEssentials
 import PIV
 import TesseraCore
 import Testing
@@ -186,7 +186,7 @@ struct DirectPIVTransport: APDUTransport {
     }
 
     @Test func stateSurvivesARestartButSessionStateDoesNot() async throws {
-        let path = NSTemporaryDirectory() + "piv-state-\(UUID().uuidString).json"
+        let path = FileManager.default.temporaryDirectory.path + "/piv-state-\(UUID().uuidString).json"
         defer { try? FileManager.default.removeItem(atPath: path) }
         let card = try EmulatedPIVCard.open(stateFile: path, serial: 42)
         let app = PIVApplication(transport: DirectPIVTransport(card: card))

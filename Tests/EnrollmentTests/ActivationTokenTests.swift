@@ -1,8 +1,12 @@
 import Crypto
 import Enrollment
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 @Suite struct ActivationTokenTests {
     static let issuer = "https://backend.example"
@@ -170,9 +174,7 @@ import Testing
         let compact = try sign(claims)
         expectRefused(
             .activationTokenMalformed,
-            compact.replacingOccurrences(
-                of: ".", with: ".*", options: [],
-                range: compact.range(of: ".")))
+            compact.replacing(".", with: ".*", maxReplacements: 1))
         expectRefused(.activationTokenMalformed, compact + "=")
         expectRefused(.activationTokenMalformed, "not a token")
         // A signed payload that is not a JSON object.
@@ -256,7 +258,7 @@ import Testing
 
         for bad in [
             P384.Signing.PrivateKey().publicKey.pemRepresentation, key.pemRepresentation, "garbage",
-            pem.replacingOccurrences(of: "PUBLIC KEY", with: "CERTIFICATE"),
+            pem.replacing("PUBLIC KEY", with: "CERTIFICATE"),
         ] {
             let e = expectError(.invalidInput) { () throws(TesseraError) in
                 try IssuerKey(issuer: Self.issuer, keyId: nil, pem: bad)

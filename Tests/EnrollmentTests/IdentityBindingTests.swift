@@ -1,8 +1,12 @@
 import Enrollment
-import Foundation
+import FoundationEssentials
 import MRZ
 import TesseraCore
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 @Suite struct IdentityBindingTests {
     let secret = [UInt8](repeating: 7, count: 32)

@@ -1,6 +1,6 @@
 import Crypto
 import Enrollment
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import Testing
 

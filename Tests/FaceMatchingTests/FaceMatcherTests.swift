@@ -1,9 +1,13 @@
 import FaceMatching
-import Foundation
+import FoundationEssentials
 import Logging
 import TesseraCore
 import TesseraTestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The matcher protocol and runner against real programs (sh scripts): a good answer, and every way a matcher can
 /// fail, which must be FACE_MATCHER_UNAVAILABLE (retryable) and never a match.

@@ -1,5 +1,5 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import Testing
 import X509Support

@@ -1,11 +1,15 @@
 import APDU
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import Testing
 import X509Support
 
 @testable import ICAO
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A 3×2 baseline JPEG written by Pillow 11 (`Image.new("RGB", (3, 2)).save(…, "JPEG", quality=50)`).
 let ldsTestJPEG: [UInt8] = Hex.decode(

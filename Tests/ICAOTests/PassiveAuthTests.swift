@@ -1,6 +1,6 @@
 import APDU
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import MRZ
 import TesseraCore
 import Testing

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraTestSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Runs the `openssl` CLI for independent cross-checks; fails loudly when it is missing or fails.
 enum OpenSSLCLI {

@@ -47,7 +47,7 @@ import Testing
         var used: Set<String> = []
         let script = Substring(KioskAssets.script)
         var rest = script
-        while let r = rest.range(of: "t('") {
+        while let r = rest.firstRange(of: "t('") {
             let after = rest[r.upperBound...]
             guard let end = after.firstIndex(of: "'") else { break }
             // `t(` itself, not `get(` or `Event(`; a key ending in "." is completed at run time (`'stage.' + s`).

@@ -316,7 +316,7 @@ private let faceStep: JSONValue = [
         #expect(KioskInputCheck.check(["mrz": "p<uto eriksson"])["valid"] == false)
         #expect(KioskInputCheck.check(["mrz": .string(mrzAnna)])["valid"] == true)
         // A wrong document number check digit (6 for 5) is named once the lines are complete.
-        let wrong = mrzAnna.replacingOccurrences(of: "L898902C36", with: "L898902C35")
+        let wrong = mrzAnna.replacing("L898902C36", with: "L898902C35")
         let r = KioskInputCheck.check(["mrz": .string(wrong)])
         #expect(r["complete"] == true)
         #expect(r["valid"] == false)

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import ICAO
 import MDoc
 import MDocHolderDoor
@@ -32,8 +32,8 @@ import X509Support
         #expect(absent.code == .mdocRegistrationNotFound)
         #expect(foreign.details["documentIdentifier"] == "doc-of-1000")
         #expect(
-            foreign.message.replacingOccurrences(of: "doc-of-1000", with: "X")
-                == absent.message.replacingOccurrences(of: "doc-never-made", with: "X"))
+            foreign.message.replacing("doc-of-1000", with: "X")
+                == absent.message.replacing("doc-never-made", with: "X"))
         #expect(Set(foreign.details.keys) == Set(absent.details.keys))
         // The registration that answers a request is chosen among the caller's own only.
         let t = try transcript()

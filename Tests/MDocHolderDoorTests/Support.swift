@@ -1,7 +1,7 @@
 import CBOR
 import CredentialStore
 import Crypto
-import Foundation
+import FoundationEssentials
 import ICAO
 import KeyStores
 import Logging

@@ -1,6 +1,6 @@
 import CBOR
 import Crypto
-import Foundation
+import FoundationEssentials
 @_spi(Testing) import MDoc
 import TesseraCore
 import TesseraTestSupport

@@ -1,7 +1,7 @@
 import CBOR
 import Crypto
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import MDoc
 import TesseraCore
 import Testing

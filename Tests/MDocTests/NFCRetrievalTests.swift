@@ -1,7 +1,7 @@
 import APDU
 import CBOR
 import Crypto
-import Foundation
+import FoundationEssentials
 import ICAO
 import MDoc
 import TesseraCore

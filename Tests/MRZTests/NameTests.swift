@@ -43,3 +43,15 @@ import Testing
         #expect(MRZ.comparableName("eriksson") == m.primaryIdentifier)
     }
 }
+
+@Suite struct DiacriticFoldingTests {
+    /// What Foundation's `folding(options: .diacriticInsensitive, locale: nil)` gave, for the names a kiosk compares:
+    /// marks go, letters that are not a base letter with a mark (Ø, Æ, ß) stay.
+    @Test func marksAreRemovedAndOtherLettersKept() {
+        #expect(MRZ.withoutDiacritics("Müller-Lüdenscheidt") == "Muller-Ludenscheidt")
+        #expect(MRZ.withoutDiacritics("Ånna María Ǘ") == "Anna Maria U")
+        #expect(MRZ.withoutDiacritics("E\u{301}lodie") == "Elodie")
+        #expect(MRZ.withoutDiacritics("Øre Æsir Straße") == "Øre Æsir Straße")
+        #expect(MRZ.comparableName(MRZ.withoutDiacritics("Müller")) == "MULLER")
+    }
+}

@@ -1,11 +1,15 @@
 import APDU
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import NFC
 import PN532Emulator
 import TesseraCore
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// ICAO Doc 9303 Part 3 TD3 specimen (document L898902C3, born 740812, expires 120415).
 private let specimenMRZ = "P<UTOERIKSSON<<ANNA<MARIA<<<<<<<<<<<<<<<<<<<\nL898902C36UTO7408122F1204159ZE184226B<<<<<10"

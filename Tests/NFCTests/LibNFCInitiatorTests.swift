@@ -1,5 +1,5 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import NFC
 import PN532Emulator
 import TesseraCore

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import TesseraTestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The harness's `Subprocess.run`: an in-process PN532 once missed libnfc's 300 ms timeout while programs blocked
 /// both cooperative threads.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import NFC
 import PN532Emulator
 import TesseraCore

@@ -1,5 +1,5 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import PCSC
 import TesseraCore
 import TesseraTestSupport

@@ -1,5 +1,5 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// An ATR offering T=0 and T=1 whose historical bytes carry card capabilities (compact-TLV tag 7) with

@@ -1,10 +1,14 @@
 import Crypto
 import Emulation
-import Foundation
+import FoundationEssentials
 import PIV
 import TesseraCore
 import TesseraTestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// OpenSC's PIV driver (opensc-tool, piv-tool, opensc-pkcs11 via pkcs11-tool) against the emulated card.
 @Suite(.serialized, .timeLimit(.minutes(3)))

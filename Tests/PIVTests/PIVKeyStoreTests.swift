@@ -1,7 +1,7 @@
 import APDU
 import Crypto
 import Emulation
-import Foundation
+import FoundationEssentials
 import KeyStores
 import PCSC
 import PIV

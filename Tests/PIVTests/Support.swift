@@ -2,7 +2,7 @@ import APDU
 import CredentialStore
 import Crypto
 import Emulation
-import Foundation
+import FoundationEssentials
 import KeyStores
 import Logging
 import PCSC

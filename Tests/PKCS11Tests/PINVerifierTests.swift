@@ -1,8 +1,13 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
+import TesseraRuntime
 import Testing
 
 @testable import PKCS11
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 @Suite("PIN verifier")
 struct PINVerifierTests {
@@ -36,9 +41,7 @@ struct PINVerifierTests {
     @Test func keyMemoryIsExcludedFromCoreDumps() throws {
         let v = PINVerifier()
         // /proc files report size 0: read to the end rather than by size.
-        let handle = try #require(FileHandle(forReadingAtPath: "/proc/self/smaps"))
-        let smaps = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
-        try handle.close()
+        let smaps = String(decoding: try OpenFile.contents(of: "/proc/self/smaps"), as: UTF8.self)
         let address = v.mappingAddress
         var lines = smaps.split(separator: "\n")[...]
         var flags: [Substring]?

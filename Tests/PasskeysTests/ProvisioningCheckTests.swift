@@ -1,5 +1,5 @@
 import CredentialStore
-import Foundation
+import FoundationEssentials
 import Passkeys
 import TesseraCore
 import Testing

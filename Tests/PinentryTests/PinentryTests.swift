@@ -1,9 +1,13 @@
-import Foundation
+import FoundationEssentials
 import Pinentry
 import TesseraCore
 import TesseraRuntime
 import TesseraTestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The Assuan line codec, pinentry dialogs read from recorded answers, and whole dialogs with programs: the e2e
 /// tests' scripted pinentry and Debian's own `pinentry-tty`.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import Pinentry
 import Presence
@@ -258,8 +258,7 @@ import Testing
         await PresenceBrokerTests.waitPending(broker, 1)
         var pid: String?
         for _ in 0..<500 where pid == nil {
-            pid = try? String(contentsOfFile: dir + "/pid", encoding: .utf8).trimmingCharacters(
-                in: .whitespacesAndNewlines)
+            pid = try? String(contentsOfFile: dir + "/pid", encoding: .utf8).trimmingWhitespace()
             if pid?.isEmpty == true { pid = nil }
             if pid == nil { try await Task.sleep(for: .milliseconds(10)) }
         }

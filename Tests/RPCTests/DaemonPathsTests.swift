@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 @Suite struct DaemonPathsTests {
     @Test func systemModeIsTheSystemUnitsPaths() throws {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import NIOCore
 import NIOPosix
@@ -7,6 +7,10 @@ import TesseraCore
 import Testing
 
 @_spi(Testing) @testable import RPC
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Holds `gate` requests until `n` of them are in flight at once (or gives up after 30 s, which fails the test).
 actor Gate {

@@ -1,9 +1,13 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import SSHAgent
 import TesseraCore
 import TesseraTestSupport
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Key and signature blobs checked against OpenSSH's own output (ssh-keygen), not hand-made vectors.
 @Suite struct SSHWireFormatTests {
@@ -14,8 +18,7 @@ import Testing
         if let bits { args += ["-b", String(bits)] }
         let r = try await Subprocess.run("ssh-keygen", args)
         #expect(r.status == 0, "\(r.output)")
-        let pub = try String(contentsOfFile: path + ".pub", encoding: .utf8).trimmingCharacters(
-            in: .whitespacesAndNewlines)
+        let pub = try String(contentsOfFile: path + ".pub", encoding: .utf8).trimmingWhitespace()
         return (path, pub)
     }
 

@@ -1,15 +1,15 @@
-import Foundation
+import FoundationEssentials
 import TesseraTestSupport
 import Testing
 
 @testable import TesseraCore
 
-/// `CivilTime` against Foundation's ICU-backed `Calendar` and `ISO8601DateFormatter` (the oracles here; the daemon
-/// no longer uses them) and RFC 3339's own examples.
+/// `CivilTime` against FoundationEssentials' Gregorian `Calendar` and `Date.ISO8601FormatStyle` (the oracles here;
+/// the daemon does not use them) and RFC 3339's own examples.
 @Suite struct TimestampsTests {
     static let utc: Calendar = {
         var c = Calendar(identifier: .gregorian)
-        c.timeZone = TimeZone(identifier: "UTC")!
+        c.timeZone = .gmt
         return c
     }()
 
@@ -40,12 +40,12 @@ import Testing
         }
     }
 
-    @Test func formatMatchesISO8601DateFormatter() {
-        let formatter = ISO8601DateFormatter()
+    @Test func formatMatchesISO8601FormatStyle() {
+        let formatter = Date.ISO8601FormatStyle()
         for ms in Self.instants {
             // Whole seconds: the formatter's own output for a date with a fraction depends on its rounding.
             let date = Date(timeIntervalSince1970: Double(ms.quotientAndRemainder(dividingBy: 1000).quotient))
-            #expect(date.iso8601Seconds == formatter.string(from: date), "\(ms) \(SeededRandom.reproduce)")
+            #expect(date.iso8601Seconds == formatter.format(date), "\(ms) \(SeededRandom.reproduce)")
         }
         // A fraction of a second is dropped, never rounded up.
         #expect(Date(timeIntervalSince1970: 59.9999).iso8601Seconds == "1970-01-01T00:00:59Z")
@@ -53,15 +53,22 @@ import Testing
         #expect(CivilTime(Date(timeIntervalSince1970: 1.5)).rfc3339(milliseconds: true) == "1970-01-01T00:00:01.500Z")
     }
 
-    @Test func parseMatchesISO8601DateFormatter() {
-        let formatter = ISO8601DateFormatter()
+    @Test func parseMatchesISO8601FormatStyle() {
+        let formatter = Date.ISO8601FormatStyle()
         let offsets = ["Z", "+00:00", "+05:30", "-08:00", "+23:59", "-23:59"]
         var rng = SeededRandom(stream: "TimestampsTests.parse")
         for ms in Self.instants.prefix(500) {
-            let text =
-                String(Date(timeIntervalSince1970: Double(ms / 1000)).iso8601Seconds.dropLast())
-                + offsets[Int.random(in: 0..<offsets.count, using: &rng)]
-            #expect(Date(rfc3339: text) == formatter.date(from: text), "\(text) \(SeededRandom.reproduce)")
+            let local = String(Date(timeIntervalSince1970: Double(ms / 1000)).iso8601Seconds.dropLast())
+            let offset = offsets[Int.random(in: 0..<offsets.count, using: &rng)]
+            let text = local + offset
+            // The format style takes offsets up to ±18:00 (as TimeZone does); RFC 3339 allows ±23:59: those are
+            // checked against the same local time read as UTC, moved by the offset.
+            let expected =
+                offset.hasSuffix("23:59")
+                ? (try? formatter.parse(local + "Z"))?.addingTimeInterval(offset.hasPrefix("+") ? -86_340 : 86_340)
+                : try? formatter.parse(text)
+            #expect(expected != nil, "\(text)")
+            #expect(Date(rfc3339: text) == expected, "\(text) \(SeededRandom.reproduce)")
         }
     }
 

@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `ResidentProgram` with real programs (/bin/sh scripts): kept running between requests, started again after it
 /// dies or hangs, stopped when idle, and a dead reader never takes this process down with SIGPIPE.

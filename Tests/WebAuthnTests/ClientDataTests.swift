@@ -1,10 +1,38 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import Testing
 import WebAuthn
 
-private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
-    try #require(JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+/// The members of collectedClientData as an independent reader (FoundationEssentials' JSONDecoder) sees them.
+private struct ClientDataMembers: Decodable {
+    let keys: [String]
+    let type: String
+    let challenge: String
+    let origin: String
+    let crossOrigin: Bool?
+    let topOrigin: String?
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: Key.self)
+        keys = c.allKeys.map(\.stringValue)
+        type = try c.decode(String.self, forKey: Key("type"))
+        challenge = try c.decode(String.self, forKey: Key("challenge"))
+        origin = try c.decode(String.self, forKey: Key("origin"))
+        crossOrigin = try c.decodeIfPresent(Bool.self, forKey: Key("crossOrigin"))
+        topOrigin = try c.decodeIfPresent(String.self, forKey: Key("topOrigin"))
+    }
+
+    private struct Key: CodingKey {
+        let stringValue: String
+        init(_ name: String) { stringValue = name }
+        init(stringValue: String) { self.stringValue = stringValue }
+        var intValue: Int? { nil }
+        init?(intValue: Int) { nil }
+    }
+}
+
+private func jsonObject(_ bytes: [UInt8]) throws -> ClientDataMembers {
+    try JSONDecoder().decode(ClientDataMembers.self, from: Data(bytes))
 }
 
 @Suite struct ClientDataJSON {
@@ -21,12 +49,12 @@ private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
         let data = CollectedClientData(type: .get, challenge: challenge, origin: "https://login.example.com:8443")
         let object = try jsonObject(data.json)
         #expect(Set(object.keys) == ["type", "challenge", "origin", "crossOrigin"])
-        #expect(object["type"] as? String == "webauthn.get")
-        #expect(object["origin"] as? String == "https://login.example.com:8443")
-        #expect(object["crossOrigin"] as? Bool == false)
-        let encodedChallenge = try #require(object["challenge"] as? String)
+        #expect(object.type == "webauthn.get")
+        #expect(object.origin == "https://login.example.com:8443")
+        #expect(object.crossOrigin == false)
+        let encodedChallenge = object.challenge
         #expect(!encodedChallenge.contains("=") && !encodedChallenge.contains("+") && !encodedChallenge.contains("/"))
-        var padded = encodedChallenge.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        var padded = encodedChallenge.replacing("-", with: "+").replacing("_", with: "/")
         padded += String(repeating: "=", count: (4 - padded.count % 4) % 4)
         #expect(Data(base64Encoded: padded).map(Array.init) == challenge)
     }
@@ -34,7 +62,7 @@ private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
     @Test func memberOrderIsTypeChallengeOriginCrossOrigin() throws {
         let text = String(decoding: CollectedClientData(type: .get, challenge: [1], origin: "o").json, as: UTF8.self)
         let positions = ["\"type\"", "\"challenge\"", "\"origin\"", "\"crossOrigin\""].map {
-            text.range(of: $0)!.lowerBound
+            text.firstRange(of: $0)!.lowerBound
         }
         #expect(positions == positions.sorted())
         #expect(text.hasPrefix(#"{"type":"#))
@@ -49,8 +77,8 @@ private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
                 == #"{"type":"webauthn.get","challenge":"_w","origin":"https://a.example","crossOrigin":true,"topOrigin":"https://b.example"}"#
         )
         let object = try jsonObject(data.json)
-        #expect(object["crossOrigin"] as? Bool == true)
-        #expect(object["topOrigin"] as? String == "https://b.example")
+        #expect(object.crossOrigin == true)
+        #expect(object.topOrigin == "https://b.example")
     }
 
     @Test func ccdToStringEscaping() throws {
@@ -61,7 +89,7 @@ private func jsonObject(_ bytes: [UInt8]) throws -> [String: Any] {
         let text = String(decoding: data.json, as: UTF8.self)
         #expect(
             text == #"{"type":"webauthn.get","challenge":"","origin":"# + expectedOrigin + #","crossOrigin":false}"#)
-        #expect(try jsonObject(data.json)["origin"] as? String == origin)
+        #expect(try jsonObject(data.json).origin == origin)
     }
 
     @Test func hashIsSHA256OfTheJSON() {

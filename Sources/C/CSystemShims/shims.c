@@ -107,6 +107,10 @@ int tessera_get_dumpable(void) {
     return r < 0 ? -errno : r;
 }
 
+int tessera_set_thread_name(const char *name) {
+    return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0) < 0 ? -errno : 0;
+}
+
 #include <sys/stat.h>
 
 int tessera_seqpacket_listen(const char *path, unsigned int mode, long gid) {

@@ -1,9 +1,13 @@
 import APDU
 import Crypto
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import PIV
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A PIV card (NIST SP 800-73-4) emulated in process, for tests and the lab (`tessera lab emulate-piv`).
 ///

@@ -1,7 +1,11 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import PIV
 import TesseraCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The persistent part of an emulated PIV card (the JSON `--state` file). Volatile state — PIN verified,
 /// management key authenticated, the selected application — is lost on power-off, as on a real card.

@@ -1,5 +1,5 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import X509Support
 
@@ -82,14 +82,14 @@ public struct CSCATrustStore: Sendable {
 
     /// Loads a file or a directory of files.
     public mutating func load(path: String) throws(TesseraError) {
-        var isDir: ObjCBool = false
+        var isDir = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir) else {
             throw TesseraError(.invalidInput, "trust store path \(path) does not exist")
         }
-        if isDir.boolValue {
+        if isDir {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
             for name in names.sorted() {
-                let file = (path as NSString).appendingPathComponent(name)
+                let file = FilePaths.join(path, name)
                 guard let data = FileManager.default.contents(atPath: file), data.count < 64 << 20 else { continue }
                 let bytes = [UInt8](data)
                 loading = file
@@ -236,26 +236,26 @@ public struct CSCATrustStore: Sendable {
     /// Loads CRLs from a file or a directory (non-recursive; files that are no CRL are skipped in a directory,
     /// a CRL that no trusted CSCA signed throws naming the file). Load the CSCAs first.
     public mutating func loadCRLs(path: String) throws(TesseraError) {
-        var isDir: ObjCBool = false
+        var isDir = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir) else {
             throw TesseraError(.invalidInput, "CRL path \(path) does not exist")
         }
         let files: [String]
-        if isDir.boolValue {
+        if isDir {
             files = ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
-                .map { (path as NSString).appendingPathComponent($0) }
+                .map { FilePaths.join(path, $0) }
         } else {
             files = [path]
         }
         for file in files {
             guard let data = FileManager.default.contents(atPath: file), data.count < 64 << 20 else {
-                if isDir.boolValue { continue }
+                if isDir { continue }
                 throw TesseraError(.storageError, "cannot read \(file)")
             }
             loading = file
             defer { loading = nil }
             do { try addCRLs(contentsOf: [UInt8](data)) } catch {
-                if isDir.boolValue && error.code == .malformedData { continue }
+                if isDir && error.code == .malformedData { continue }
                 throw TesseraError(error.code, "\(file): \(error.message)")
             }
         }

@@ -1,5 +1,5 @@
 import APDU
-import Foundation
+import FoundationEssentials
 import TesseraCore
 
 /// EF.CardSecurity (FID 011D, SFI 1D, in the master file; BSI TR-03110 Part 3 §A.1.2, Doc 9303 Part 11 §9.2):

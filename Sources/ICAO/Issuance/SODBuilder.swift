@@ -1,6 +1,6 @@
 import APDU
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import X509Support
 

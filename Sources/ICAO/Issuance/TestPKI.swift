@@ -1,9 +1,13 @@
 import APDU
 import CryptoPrimitives
-import Foundation
+import FoundationEssentials
 import MRZ
 import TesseraCore
 import X509Support
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A throw-away ICAO PKI for tests and lab profiles: a self-signed CSCA (keyCertSign) and a document signer
 /// certificate issued by it. Certificates are built as DER here and signed through OpenSSL, so every
@@ -88,7 +92,7 @@ public struct TestPKI: Sendable {
         ]
         var written = [String]()
         for (name, bytes) in files {
-            let path = (directory as NSString).appendingPathComponent(name)
+            let path = FilePaths.join(directory, name)
             let perms: Int = name.hasSuffix("-key.pem") ? 0o600 : 0o644
             guard
                 FileManager.default.createFile(

@@ -1,5 +1,5 @@
 import AccessControl
-import Foundation
+import FoundationEssentials
 import ICAO
 import TesseraCore
 import X509

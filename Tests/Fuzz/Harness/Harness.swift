@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+import TesseraRuntime
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `tessera-fuzz`: one libFuzzer binary holding every target; `TESSERA_FUZZ_TARGET` picks the target (scripts/fuzz.sh
 /// sets it). Each target feeds the bytes to the production parsing entry points; a thrown `TesseraError` is the
@@ -19,7 +24,7 @@ enum FuzzMain {
     static func main() {
         _ = selectedTarget
         guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "LLVMFuzzerRunDriver") else {
-            FileHandle.standardError.write(Data("tessera-fuzz: not linked with -sanitize=fuzzer\n".utf8))
+            OpenFile.standardError.write("tessera-fuzz: not linked with -sanitize=fuzzer\n")
             exit(2)
         }
         let runDriver = unsafeBitCast(symbol, to: RunDriver.self)
@@ -66,9 +71,8 @@ let allTargets: [FuzzTarget] = [
 let selectedTarget: FuzzTarget = {
     let name = ProcessInfo.processInfo.environment["TESSERA_FUZZ_TARGET"] ?? ""
     if let target = allTargets.first(where: { $0.name == name }) { return target }
-    FileHandle.standardError.write(
-        Data(
-            "tessera-fuzz: set TESSERA_FUZZ_TARGET to one of: \(allTargets.map(\.name).joined(separator: " "))\n".utf8))
+    OpenFile.standardError.write(
+        "tessera-fuzz: set TESSERA_FUZZ_TARGET to one of: \(allTargets.map(\.name).joined(separator: " "))\n")
     exit(2)
 }()
 

@@ -5,7 +5,7 @@ import CTAPHID
 import Crypto
 import Enrollment
 import FaceMatching
-import Foundation
+import FoundationEssentials
 import ICAO
 import MRZ
 import NIOCore
@@ -17,6 +17,10 @@ import X509Support
 
 @testable import RPC
 @testable import VPCD
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// JSON-RPC over the socket: the NDJSON frame decoder (fed in two chunks, so its incremental scan runs),
 /// then per frame the JSON reader, the request envelope and the `Params` accessors handlers use. Selectors

@@ -36,6 +36,9 @@ int tessera_set_nondumpable(void);
 /// prctl(PR_GET_DUMPABLE): 0 when not dumpable, 1 or 2 when dumpable, -errno on failure.
 int tessera_get_dumpable(void);
 
+/// prctl(PR_SET_NAME): the calling thread's name as the kernel shows it (cut to 15 bytes). 0 or -errno.
+int tessera_set_thread_name(const char *name);
+
 
 #include <sys/types.h>
 
