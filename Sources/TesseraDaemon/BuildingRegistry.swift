@@ -280,7 +280,7 @@ actor RegistryDoor {
             .map { "\(attributes[$0] ?? "-")" }.joined(separator: "/")
         if seen[kind] == identity { return nil }
         seen[kind] = identity
-        let bytes = try? await worker.run { FileManager.default.contents(atPath: path).map { [UInt8]($0) } }
+        let bytes = try? await worker.run { AtomicFile.read(path) }
         guard let bytes = bytes ?? nil, MessageDigest.sha256(bytes) != applied[kind] else { return nil }
         return bytes
     }
