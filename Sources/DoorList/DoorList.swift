@@ -78,7 +78,7 @@ public struct DoorList: Sendable, Equatable, Codable {
 /// A door's lookup into a list: badges by id, built once when the list is applied, so a decision's lookup does not
 /// grow with the list (the doors become `AccessControl`'s `DoorTable`). Each badge is held in fixed-size values in
 /// flat arrays (its id and key hash as words, its state and flags as bytes, its holder as a number), holder names
-/// once each in one byte buffer, and the lookup is an open-addressing table of 4-byte positions: about 8 MB for
+/// once each in one byte buffer, and the lookup is an open-addressing table of 4-byte positions: about 10 MB for
 /// 100,000 badges, and one probe into the table (plus the rare collision) per decision.
 public struct DoorListIndex: Sendable {
     /// The list without its badges (they are in the index).
@@ -90,8 +90,9 @@ public struct DoorListIndex: Sendable {
     /// Bit 0: the badge has a key hash; bits 1–7: its state's index into `states`.
     private let flags: [UInt8]
     private let holderOf: [UInt32]
-    /// Positions of the badges with a PIV Authentication key hash (most have none) → that hash.
-    private let authKeys: [UInt32: KeyHash]
+    /// Per badge: 0, or n when `authKeys[n - 1]` is its PIV Authentication key's hash.
+    private let authOf: [UInt32]
+    private let authKeys: [KeyHash]
     private let holders: ByteStrings
     private let states: [String]
     /// Hash of an id → position + 1 in the arrays (0: empty slot); a power of two, at most half full.
@@ -210,7 +211,8 @@ public struct DoorListIndex: Sendable {
         keys = Self.compact(builder.keys)
         flags = Self.compact(builder.flags)
         holderOf = Self.compact(builder.holderOf)
-        authKeys = builder.authKeys
+        authOf = Self.compact(builder.authOf)
+        authKeys = Self.compact(builder.authKeys)
         holders = builder.holders
         states = builder.states
         otherIds = builder.otherIds
@@ -240,7 +242,8 @@ public struct DoorListIndex: Sendable {
         var keys: [KeyHash] = []
         var flags: [UInt8] = []
         var holderOf: [UInt32] = []
-        var authKeys: [UInt32: KeyHash] = [:]
+        var authOf: [UInt32] = []
+        var authKeys: [KeyHash] = []
         var holders = ByteStrings()
         var states: [String] = []
         var otherIds: [String: UInt32] = [:]
@@ -262,7 +265,12 @@ public struct DoorListIndex: Sendable {
             flags.append(UInt8(stateIndex ?? 0) << 1 | (hash == nil ? 0 : 1))
             keys.append(hash ?? KeyHash())
             holderOf.append(holders.intern(holder))
-            if let authKey, let hash = KeyHash(hex: authKey) { authKeys[UInt32(position)] = hash }
+            if let authKey, let hash = KeyHash(hex: authKey) {
+                authKeys.append(hash)
+                authOf.append(UInt32(authKeys.count))
+            } else {
+                authOf.append(0)
+            }
             if let key = Key(utf8: id) {
                 ids.append(key)
             } else {
@@ -383,7 +391,8 @@ public struct DoorListIndex: Sendable {
         let flag = flags[position]
         return DoorList.Badge(
             id: id, holder: holders[Int(holderOf[position])], keySHA256: flag & 1 == 1 ? keys[position].hex : "-",
-            authKeySHA256: authKeys[UInt32(position)]?.hex, state: states[Int(flag >> 1)])
+            authKeySHA256: authOf[position] == 0 ? nil : authKeys[Int(authOf[position]) - 1].hex,
+            state: states[Int(flag >> 1)])
     }
 }
 
