@@ -32,9 +32,11 @@ extension AccessDoor {
 }
 
 extension BadgeTrust {
-    /// This trust with `crl` (a CRL a door received from its office) beside the configured ones.
-    func adding(_ crl: CertificateRevocationList?) -> BadgeTrust {
+    /// This trust with `crl` (a CRL a door received from its office, read from `file`) beside the configured ones.
+    func adding(_ crl: CertificateRevocationList?, file: String?) -> BadgeTrust {
         guard let crl else { return self }
-        return BadgeTrust(anchors: anchors, crls: crls + [crl], anchorFiles: anchorFiles, crlFiles: crlFiles)
+        // `crlFiles[i]` is the file of `crls[i]`: the file is added only where that holds.
+        let files = crlFiles.count == crls.count ? crlFiles + [file ?? "-"] : crlFiles
+        return BadgeTrust(anchors: anchors, crls: crls + [crl], anchorFiles: anchorFiles, crlFiles: files)
     }
 }

@@ -150,7 +150,7 @@ public final class AccessDoor: Sendable {
     {
         let view = await follower?.view()
         let started = ContinuousClock.now
-        let check = BadgeCheck(trust: view.map { trust.adding($0.crl) } ?? trust, mode: mode)
+        let check = BadgeCheck(trust: view.map { trust.adding($0.crl, file: $0.crlFile) } ?? trust, mode: mode)
         let (reading, readerName, apdus, _) = try await documents.withCard(reader: target.reader, extendedLength: true)
         {
             transport throws(TesseraError) in await check.run(transport: transport, pin: pin)

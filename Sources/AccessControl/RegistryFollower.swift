@@ -17,6 +17,8 @@ public actor RegistryFollower {
     private var doors = DoorTable()
     private var crl: CertificateRevocationList?
     private var crlNumber: UInt64?
+    /// The file the applied CRL was read from (what a decision it answers names).
+    private var crlFile: String?
     private var appliedAt: Date?
 
     public init(publisher: ParsedCertificate, maxAge: Double) {
@@ -30,16 +32,19 @@ public actor RegistryFollower {
         /// The list's doors (none before the first list).
         public var doors: DoorTable
         public var crl: CertificateRevocationList?
+        /// The file `crl` was read from.
+        public var crlFile: String?
         public var stale: Bool
         public var stamp: AccessDecision.RegistryStamp
     }
 
     public func view(at now: Date = Date()) -> View {
         guard let index else {
-            return View(index: nil, doors: doors, crl: crl, stale: true, stamp: .init(number: nil, age: nil))
+            return View(
+                index: nil, doors: doors, crl: crl, crlFile: crlFile, stale: true, stamp: .init(number: nil, age: nil))
         }
         return View(
-            index: index, doors: doors, crl: crl, stale: index.list.isStale(at: now, maxAge: maxAge),
+            index: index, doors: doors, crl: crl, crlFile: crlFile, stale: index.list.isStale(at: now, maxAge: maxAge),
             stamp: .init(number: index.list.number, age: index.list.age(at: now)))
     }
 
@@ -48,31 +53,47 @@ public actor RegistryFollower {
     /// with the current list meanwhile.
     @concurrent
     public nonisolated func offerList(_ bytes: [UInt8], now: Date = Date()) async -> Result<UInt64, DoorListRefusal> {
-        let current = await number
-        switch SignedDoorList.accept(bytes, publisher: publisher, current: current, now: now) {
+        switch prepareList(bytes, current: await number, now: now) {
         case .failure(let refusal): return .failure(refusal)
-        case .success(let applied):
-            // The doors must make a door table as the configuration's would (a reader of one door, a known mode).
-            guard let table = try? Self.doorTable(applied.list.doors) else { return .failure(.malformed) }
-            return await apply(applied, doors: table, now: now)
+        case .success(let prepared): return await apply(prepared, now: now)
         }
     }
 
-    /// The number of the applied list.
-    var number: UInt64? { index?.list.number }
+    /// A list verified and indexed, with its door table: what `apply` takes.
+    public struct PreparedList: Sendable {
+        let index: DoorListIndex
+        let doors: DoorTable
+    }
 
-    private func apply(_ applied: DoorListIndex, doors table: DoorTable, now: Date) -> Result<UInt64, DoorListRefusal> {
-        // Another offer may have been applied while this one was verified.
-        if let number, applied.list.number <= number { return .failure(.notNewer) }
-        index = applied
-        doors = table
+    /// The blocking half of an offer (verify, read into the index, make the door table), on the caller's thread:
+    /// the list in `bytes` when `SignedDoorList.accept` takes it above `current`, else the refusal.
+    public nonisolated func prepareList(_ bytes: [UInt8], current: UInt64?, now: Date = Date())
+        -> Result<PreparedList, DoorListRefusal>
+    {
+        switch SignedDoorList.accept(bytes, publisher: publisher, current: current, now: now) {
+        case .failure(let refusal): return .failure(refusal)
+        case .success(let index):
+            // The doors must make a door table as the configuration's would (a reader of one door, a known mode).
+            guard let table = try? Self.doorTable(index.list.doors) else { return .failure(.malformed) }
+            return .success(PreparedList(index: index, doors: table))
+        }
+    }
+
+    /// The number of the applied list (nil: none yet).
+    public var number: UInt64? { index?.list.number }
+
+    /// Applies a prepared list unless a list with its number or a higher one was applied meanwhile.
+    public func apply(_ prepared: PreparedList, now: Date = Date()) -> Result<UInt64, DoorListRefusal> {
+        if let number, prepared.index.list.number <= number { return .failure(.notNewer) }
+        index = prepared.index
+        doors = prepared.doors
         appliedAt = now
-        return .success(applied.list.number)
+        return .success(prepared.index.list.number)
     }
 
     /// Offers the badge CA's CRL: applied when `BadgeCRL.accept` takes it — signed by one of `anchors`, the badge
-    /// CAs the door trusts now. Returns its CRL number.
-    public func offerCRL(_ der: [UInt8], anchors: [ParsedCertificate], now: Date = Date())
+    /// CAs the door trusts now. Returns its CRL number. `file`: where it was read from.
+    public func offerCRL(_ der: [UInt8], anchors: [ParsedCertificate], file: String? = nil, now: Date = Date())
         -> Result<UInt64, DoorListRefusal>
     {
         switch BadgeCRL.accept(der, anchors: anchors, current: crlNumber, now: now) {
@@ -80,6 +101,7 @@ public actor RegistryFollower {
         case .success(let (list, number)):
             crl = list
             crlNumber = number
+            crlFile = file
             return .success(number)
         }
     }

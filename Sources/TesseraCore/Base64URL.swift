@@ -48,6 +48,11 @@ public enum Base64URL {
         return text.withUTF8 { utf8 in reverse.withUnsafeBufferPointer { decode(utf8, table: $0) } }
     }
 
+    /// `decode(_:)` of the text's UTF-8 bytes.
+    public static func decode(utf8: ArraySlice<UInt8>) -> [UInt8]? {
+        utf8.withUnsafeBufferPointer { utf8 in reverse.withUnsafeBufferPointer { decode(utf8, table: $0) } }
+    }
+
     private static func decode(_ input: UnsafeBufferPointer<UInt8>, table: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
         var n = input.count
         while n > 0, input[n - 1] == UInt8(ascii: "=") { n -= 1 }
@@ -98,10 +103,13 @@ public enum Hex {
     }
 
     /// Decodes hex, ignoring ASCII white space; nil on odd length or a non-hex character.
-    public static func decode(_ text: String) -> [UInt8]? {
+    public static func decode(_ text: String) -> [UInt8]? { decode(utf8: text.utf8) }
+
+    /// `decode(_:)` of the text's UTF-8 bytes.
+    public static func decode(utf8: some Sequence<UInt8>) -> [UInt8]? {
         var out = [UInt8]()
         var high: UInt8?
-        for c in text.utf8 {
+        for c in utf8 {
             if c == 0x20 || c == 0x0A || c == 0x0D || c == 0x09 { continue }
             let v: UInt8
             switch c {

@@ -1,5 +1,5 @@
 /// The bytes of JSON strings: the one escaping (JSONWriter's and WebAuthn's CCDToString) and the scan for the bytes a
-/// string must treat specially (a control character, `"` or `\`), 16 bytes at a time, behind it and `JSONReader`.
+/// string must treat specially (a control character, `"` or `\`), 16 bytes at a time, behind it and `JSONPullReader`.
 public enum JSONString {
     private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
 

@@ -181,7 +181,8 @@ actor RegistryOffice {
 /// A door's following (docs/ACCESS.md, "A building"): at start the last good list and CRL saved in the state
 /// directory, then every `poll` the directory the sync unit fills: `latest` names the list file; a list or CRL not
 /// seen before is offered to the `RegistryFollower`; an applied one is saved (atomically) as the last good copy, a
-/// refused one logged once and the door keeps what it has.
+/// refused one logged once and the door keeps what it has. Reading, verifying, indexing and saving a list all run on
+/// one thread of its own (`worker`), so its buffers come from one malloc arena and are given back at once after.
 actor RegistryDoor {
     let door: AccessDoor
     let follower: RegistryFollower
@@ -196,6 +197,8 @@ actor RegistryDoor {
     private var applied: [String: [UInt8]] = [:]
     /// The unusable `latest` last logged.
     private var badLatest: String?
+    /// The thread that reads, verifies, indexes and saves lists.
+    private let worker = DedicatedThread(name: "tessera.registry")
 
     init(
         door: AccessDoor, follower: RegistryFollower, directory: String, stateDirectory: String, poll: Duration,
@@ -213,10 +216,11 @@ actor RegistryDoor {
         while !Task.isCancelled {
             if await look(listPath: latestList(), crlPath: directory + "/badges.crl", save: true) { newList = true }
             // Reading and parsing a list left its buffers free (the door keeps only its index): give them back.
-            if newList { tessera_release_free_memory() }
+            if newList { _ = try? await worker.run { tessera_release_free_memory() } }
             newList = false
             try? await Task.sleep(for: poll)
         }
+        worker.finish()
     }
 
     /// The list file `latest` names (a plain file name in the directory), nil without one.
@@ -241,7 +245,18 @@ actor RegistryDoor {
         var newList = false
         if let listPath, let bytes = await read(listPath, kind: "list") {
             let started = ContinuousClock.now
-            let outcome = await follower.offerList(bytes)
+            let (follower, current) = (self.follower, await self.follower.number)
+            let prepared: Result<RegistryFollower.PreparedList, DoorListRefusal>
+            do {
+                prepared = try await worker.run { follower.prepareList(bytes, current: current) }
+            } catch {
+                return newList
+            }
+            let outcome: Result<UInt64, DoorListRefusal>
+            switch prepared {
+            case .success(let list): outcome = await follower.apply(list)
+            case .failure(let refusal): outcome = .failure(refusal)
+            }
             report(outcome, kind: "door list", path: listPath, elapsed: ContinuousClock.now - started)
             if case .success = outcome {
                 // The list's doors are the door table from now on.
@@ -252,7 +267,7 @@ actor RegistryDoor {
             }
         }
         if let bytes = await read(crlPath, kind: "crl") {
-            let outcome = await follower.offerCRL(bytes, anchors: door.trust.anchors)
+            let outcome = await follower.offerCRL(bytes, anchors: door.trust.anchors, file: crlPath)
             report(outcome, kind: "CRL", path: crlPath)
             if case .success = outcome {
                 applied["crl"] = MessageDigest.sha256(bytes)
@@ -269,8 +284,8 @@ actor RegistryDoor {
             .map { "\(attributes[$0] ?? "-")" }.joined(separator: "/")
         if seen[kind] == identity { return nil }
         seen[kind] = identity
-        let bytes = await DedicatedThread.run { FileManager.default.contents(atPath: path).map { [UInt8]($0) } }
-        guard let bytes, MessageDigest.sha256(bytes) != applied[kind] else { return nil }
+        let bytes = try? await worker.run { AtomicFile.read(path) }
+        guard let bytes = bytes ?? nil, MessageDigest.sha256(bytes) != applied[kind] else { return nil }
         return bytes
     }
 
@@ -297,7 +312,7 @@ actor RegistryDoor {
 
     private func store(_ bytes: [UInt8], name: String) async {
         let directory = saved
-        let outcome = await DedicatedThread.run { AtomicFile.write(bytes, directory: directory, name: name) }
+        let outcome = try? await worker.run { AtomicFile.write(bytes, directory: directory, name: name) }
         if case .failure(let error) = outcome {
             logger.error("registry: cannot save the last good \(name)", metadata: ["error": "\(error.reason)"])
         }

@@ -42,6 +42,12 @@ public enum AtomicFile {
     }
 }
 
+extension AtomicFile {
+    /// The bytes of the file at `path` (`OpenFile.contents`: one buffer of the file's size); nil when it cannot be
+    /// opened or read.
+    public static func read(_ path: String) -> [UInt8]? { try? OpenFile.contents(of: path) }
+}
+
 /// Why `AtomicFile.write` failed.
 public struct AtomicFileError: Error, Sendable {
     public let reason: String

@@ -62,9 +62,12 @@ public struct OpenFile: Sendable {
         _ = Array(text.utf8).withUnsafeBufferPointer { writeAll($0) }
     }
 
-    /// Reads until the end of the file.
+    /// Reads until the end of the file, into one buffer of the file's size when it has one (no regrowth while a large
+    /// file is read; `/proc` files say 0 and grow as read).
     public func readToEnd() throws(Failure) -> [UInt8] {
         var result: [UInt8] = []
+        var info = stat()
+        if fstat(descriptor, &info) == 0, info.st_size > 0 { result.reserveCapacity(Int(info.st_size)) }
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
             let n = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }

@@ -85,6 +85,89 @@ struct DoorListTests {
                 == .failure(.malformed))
     }
 
+    /// The door reads the list's JSON straight into its index (`JSONPullReader`): every badge is found as the office
+    /// wrote it (escaped and non-ASCII holders, holders shared by many badges, auth keys, a FASC-N id, an id that is
+    /// not base64url, a repeated id whose last entry counts), and the header reads as Foundation's decoder reads it.
+    @Test func aListIsReadStraightIntoTheIndex() throws {
+        var g = SeededRandom(stream: "DoorListIndex")
+        func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: 0...255, using: &g) } }
+        let issued = Date(timeIntervalSince1970: 1_800_000_000)
+        let states = ["active", "suspended", "deactivated", "replaced"]
+        let holders = ["Zoë \"Z\" Ångström", "back\\slash/", "line\nbreak 😀"] + (0..<3000).map { "holder-\($0)" }
+        var badges = (0..<10_000).map { i in
+            DoorList.Badge(
+                id: Base64URL.encode([0x34] + bytes(16)), holder: holders.randomElement(using: &g)!,
+                keySHA256: Hex.encode(bytes(32)), authKeySHA256: i % 3 == 0 ? Hex.encode(bytes(32)) : nil,
+                state: states.randomElement(using: &g)!)
+        }
+        badges.append(.init(id: Base64URL.encode([0x30] + bytes(25)), holder: "fascn", keySHA256: "-", state: "active"))
+        badges.append(.init(id: "not an id!", holder: "other", keySHA256: Hex.encode(bytes(32)), state: "active"))
+        var repeated = badges[5]
+        repeated.state = "replaced"
+        repeated.holder = "the last one"
+        badges.append(repeated)
+        let list = DoorList(
+            number: 9, issuedAt: issued, expiresAt: issued + 600, badges: badges,
+            doors: [
+                "lobby": .init(readers: ["Reader 0"], allow: ["holder-1"], grantCommand: ["/bin/true", "é"]),
+                "vault": .init(readers: ["Reader 1", "Reader 2"], allow: [], mode: "auth"),
+            ])
+        let json = try list.encoded()
+        let index = try DoorListIndex.decode(json)
+        #expect(index.badgeCount == badges.count)
+        let expected = badges.enumerated().filter { $0.offset != 5 }.map(\.element)
+        let wrong = expected.filter { index.badge($0.id) != $0 }
+        #expect(wrong.isEmpty, "\(wrong.prefix(3)) \(SeededRandom.reproduce)")
+        #expect(index.badge(Base64URL.encode([0x34] + bytes(16))) == nil)
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        var reference = try decoder.decode(DoorList.self, from: Data(json))
+        reference.badges = []
+        #expect(index.list == reference)
+        // The plain index of the same list answers the same.
+        let plain = DoorListIndex(list)
+        #expect(expected.allSatisfy { plain.badge($0.id) == $0 })
+    }
+
+    /// Anything that is not a door list of this format is MALFORMED_DATA, and a member the door does not know is
+    /// skipped (a later office may add one).
+    @Test func aMalformedListIsRefusedWithTheByteItBrokeAt() throws {
+        let key = String(repeating: "ab", count: 32)
+        let badge = #"{"holder":"a","id":"NEdfQmFkZ2U","keySHA256":"\#(key)","state":"active"}"#
+        let rest =
+            #""doors":{"d":{"allow":["a"],"readers":["R"]}},"expiresAt":"2027-01-15T08:00:00Z","format":1,"#
+            + #""issuedAt":"2027-01-15T07:00:00Z","number":3"#
+        let good = #"{"badges":[\#(badge)],\#(rest)}"#
+        let index = try DoorListIndex.decode(Array(good.utf8))
+        #expect(index.list.number == 3 && index.badge("NEdfQmFkZ2U")?.holder == "a")
+        let extended =
+            #"{"later":{"x":[1,{"y":null}]},"badges":[{"more":[true],"#
+            + badge.dropFirst() + #"],\#(rest)}"#
+        #expect(try DoorListIndex.decode(Array(extended.utf8)).badge("NEdfQmFkZ2U")?.state == "active")
+        let bad: [(String, String)] = [
+            (String(good.dropLast()), "expected"),
+            (String(good.prefix(40)), "expected"),
+            (good + "x", "the end of the document"),
+            (good.replacingOccurrences(of: #""format":1"#, with: #""format":2"#), "format 2"),
+            (good.replacingOccurrences(of: #""number":3"#, with: #""number":-3"#), "a whole number"),
+            (good.replacingOccurrences(of: #""number":3"#, with: #""number":"3""#), "a number"),
+            (good.replacingOccurrences(of: #""id":"NEdfQmFkZ2U","#, with: ""), "badge 0 lacks"),
+            (good.replacingOccurrences(of: "2027-01-15T08:00:00Z", with: "tomorrow"), "expiresAt is not a date"),
+            (good.replacingOccurrences(of: #""readers":["R"]"#, with: #""readers":"R""#), "an array"),
+            (good.replacingOccurrences(of: #""number":3"#, with: #""number":3,"badges":[]"#), "badges appears twice"),
+            (good.replacingOccurrences(of: #""format":1,"#, with: ""), "a door list has"),
+            (good.replacingOccurrences(of: #""holder":"a""#, with: #""holder":"\u00""#), "four hex digits"),
+        ]
+        for (text, expected) in bad {
+            do {
+                _ = try DoorListIndex.decode(Array(text.utf8))
+                Issue.record("decoded: \(text)")
+            } catch {
+                #expect(error.code == .malformedData && error.message.contains(expected), "\(text): \(error.message)")
+            }
+        }
+    }
+
     @Test func aListPastItsFreezeBoundOrExpiryIsStale() {
         let issued = Date(timeIntervalSince1970: 1_800_000_000)
         let list = Self.list(number: 1, issuedAt: issued, validity: 600)

@@ -43,6 +43,116 @@ import Testing
         #expect(throws: TesseraError.self) { try JSONValue.parse(Array(deep.utf8)) }
     }
 
+    /// The pull reader's `skipValue` walks exactly the documents the tree reader accepts.
+    @Test(arguments: valid + invalid) func skipValueAcceptsWhatTheTreeReaderAccepts(_ text: String) {
+        var reader = JSONPullReader(Array(text.utf8))
+        let skipped = (try? reader.skipValue()) != nil && (try? reader.end()) != nil
+        #expect(skipped == ((try? JSONValue.parse(Array(text.utf8))) != nil))
+    }
+
+    @Test func pullReaderWalksADocumentValueByValue() throws {
+        let text = #" {"n": 18446744073709551615, "s": "a\"b", "u": "é", "l": [true, null, {"x": [1]}], "z": 0} "#
+        var reader = JSONPullReader(Array(text.utf8))
+        try reader.enterObject()
+        #expect(try reader.nextKey() == "n")
+        #expect(try reader.unsignedInteger() == UInt64.max)
+        #expect(try reader.nextKey() == "s")
+        #expect(Array(try reader.stringBytes()) == Array(#"a"b"#.utf8))
+        #expect(try reader.nextKey() == "u")
+        #expect(try reader.peek() == .string)
+        #expect(try reader.string() == "é")
+        #expect(try reader.nextKey() == "l")
+        try reader.skipValue()
+        #expect(try reader.nextKey() == "z")
+        #expect(try reader.null() == false)
+        #expect(try reader.unsignedInteger() == 0)
+        #expect(try reader.nextKey() == nil)
+        try reader.end()
+    }
+
+    /// Malformed input is MALFORMED_DATA naming the byte where it went wrong; nothing past it is read.
+    @Test func pullReaderRefusesWhatIsNotThere() throws {
+        func failure(_ text: String, _ walk: (inout JSONPullReader) throws(TesseraError) -> Void) -> TesseraError? {
+            var reader = JSONPullReader(Array(text.utf8))
+            do { try walk(&reader) } catch { return error }
+            return nil
+        }
+        let cases: [(String, (inout JSONPullReader) throws(TesseraError) -> Void, String)] = [
+            ("18446744073709551616", { r throws(TesseraError) in _ = try r.unsignedInteger() }, "at byte 20"),
+            ("-1", { r throws(TesseraError) in _ = try r.unsignedInteger() }, "a whole number"),
+            ("1.0", { r throws(TesseraError) in _ = try r.unsignedInteger() }, "a whole number"),
+            (
+                "01",
+                { r throws(TesseraError) in
+                    _ = try r.unsignedInteger(); try r.end()
+                }, "at byte 1"
+            ),
+            ("[1]", { r throws(TesseraError) in try r.enterObject() }, "an object at byte 0"),
+            (
+                "{\"a\":1 \"b\":2}",
+                { r throws(TesseraError) in
+                    try r.enterObject(); _ = try r.nextKey(); try r.skipValue(); _ = try r.nextKey()
+                }, "',' or '}' at byte 7"
+            ),
+            (
+                "[1,2",
+                { r throws(TesseraError) in
+                    try r.enterArray(); while try r.nextElement() { try r.skipValue() }
+                }, "at byte 4"
+            ),
+            (#""\u12""#, { r throws(TesseraError) in _ = try r.string() }, "four hex digits"),
+            ("[\"\u{7}\"]", { r throws(TesseraError) in try r.skipValue() }, "a closing quote at byte 2"),
+            (
+                "{}",
+                { r throws(TesseraError) in
+                    try r.enterObject(); _ = try r.nextElement()
+                }, "an array"
+            ),
+        ]
+        for (text, walk, expected) in cases {
+            let error = try #require(failure(text, walk), "\(text)")
+            #expect(error.code == .malformedData && error.message.contains(expected), "\(text): \(error.message)")
+        }
+        // Invalid UTF-8 bytes (not expressible in a Swift string literal).
+        var reader = JSONPullReader([0x22, 0xC3, 0x28, 0x22])
+        #expect(throws: TesseraError.self) { try reader.stringBytes() }
+        let deep = Array((String(repeating: "[", count: 600) + String(repeating: "]", count: 600)).utf8)
+        var deepReader = JSONPullReader(deep)
+        #expect(throws: TesseraError.self) { try deepReader.skipValue() }
+    }
+
+    /// Random documents: `skipValue` consumes exactly one value, and `value` reads it back as written.
+    @Test func pullReaderReadsRandomDocuments() throws {
+        var g = SeededRandom(stream: "JSONPullReader")
+        func random(_ depth: Int) -> JSONValue {
+            switch Int.random(in: 0..<(depth > 3 ? 4 : 6), using: &g) {
+            case 0: return .null
+            case 1: return .bool(Bool.random(using: &g))
+            case 2: return .number(Double(Int.random(in: -1_000_000...1_000_000, using: &g)))
+            case 3:
+                let scalars = (0..<Int.random(in: 0...8, using: &g)).map { _ in
+                    ["a", "\"", "\\", "\n", "é", "😀", "\u{1}", "/"].randomElement(using: &g)!
+                }
+                return .string(scalars.joined())
+            case 4: return .array((0..<Int.random(in: 0...4, using: &g)).map { _ in random(depth + 1) })
+            default:
+                return .object(
+                    Dictionary(
+                        (0..<Int.random(in: 0...4, using: &g)).map { ("k\($0)", random(depth + 1)) },
+                        uniquingKeysWith: { a, _ in a }))
+            }
+        }
+        for _ in 0..<200 {
+            let value = random(0)
+            let bytes = value.serialized() + Array(" ,".utf8)
+            var skipper = JSONPullReader(bytes)
+            try skipper.skipValue()
+            #expect(skipper.offset == bytes.count - 2, "\(SeededRandom.reproduce)")
+            var reader = JSONPullReader(bytes)
+            #expect(try reader.value() == value, "\(SeededRandom.reproduce)")
+        }
+    }
+
     @Test func writerOutputIsCompactSortedAndEscaped() {
         let v: JSONValue = ["b": 1, "a": ["x\"y\\z\n\u{01}é", 2.5, nil, true]]
         #expect(String(decoding: v.serialized(), as: UTF8.self) == #"{"a":["x\"y\\z\n\u0001é",2.5,null,true],"b":1}"#)

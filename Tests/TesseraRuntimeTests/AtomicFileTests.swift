@@ -25,6 +25,24 @@ struct AtomicFileTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["latest"])
     }
 
+    /// A large file round-trips through `write` and `read` byte for byte; an empty one too; a missing one is nil.
+    @Test func readReturnsWhatWriteWrote() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "tessera-atomic-read-\(ProcessInfo.processInfo.processIdentifier)"
+        ).path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // Bytes that differ from their neighbours, so a chunk read twice or skipped shows.
+        let large = (0..<3_000_001).map { UInt8(truncatingIfNeeded: ($0 &* 2_654_435_761) >> 13) }
+        try AtomicFile.write(large, directory: dir, name: "large").get()
+        #expect(AtomicFile.read(dir + "/large") == large)
+        #expect(FileManager.default.contents(atPath: dir + "/large") == Data(large))
+        try AtomicFile.write([], directory: dir, name: "empty").get()
+        #expect(AtomicFile.read(dir + "/empty") == [])
+        #expect(AtomicFile.read(dir + "/missing") == nil)
+        #expect(AtomicFile.read(dir) == nil)
+    }
+
     @Test func aDirectoryThatIsNotThereIsAFailureWithItsReason() {
         guard case .failure(let error) = AtomicFile.write([1], directory: "/nonexistent-tessera-dir", name: "x") else {
             Issue.record("a write into a missing directory succeeded")

@@ -276,6 +276,8 @@ def test_a_building_one_office_three_doors(tmp_path):
                 return d if d["decision"] == "denied" else None
             d = until(denied, timeout=30)
             assert "BADGE_SUSPENDED" in d["reasons"] and "CERT_REVOKED" in d["reasons"], d
+            # The decision names the file of the office's CRL that answered (the one the sync put in the directory).
+            assert d["crl"]["file"] == str(door.registry / "badges.crl"), d
         reached = time.time() - suspended_at
         print(f"suspension reached all three doors in {reached:.1f} s")
         assert reached < 30
