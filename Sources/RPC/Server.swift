@@ -14,10 +14,16 @@ public protocol RPCDispatcher: Sendable {
     /// Called when a connection closes, while its in-flight requests may still run (so that long ones, e.g. a
     /// presentation, can end), and again once they have all ended. Must be idempotent.
     func connectionClosed(_ connection: RPCConnection) async
+    /// The answer to a request of a method the dispatcher answers straight from the frame (no `JSONValue` tree either
+    /// way), or nil to leave it to `handle`, which must then give the same answer. Default: nil.
+    func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer?
 }
 
 extension RPCDispatcher {
     public func connectionClosed(_ connection: RPCConnection) async {}
+    public func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer? {
+        nil
+    }
 }
 
 /// One connected client: its peer credentials and a way to push notifications to it.
@@ -83,10 +89,10 @@ public final class RPCConnection: Sendable, Hashable {
         }
     }
 
-    /// Hands a request's answer (nil: none) to the channel handler, to be written after the notifications queued
-    /// before it.
-    func answered(_ answer: JSONValue?) {
-        let frame = answer.map(Self.frame), handler = self.handler
+    /// Hands a request's answer frame (nil: none) to the channel handler, to be written after the notifications
+    /// queued before it.
+    func answered(_ frame: ByteBuffer?) {
+        let handler = self.handler
         channel.eventLoop.runOnLoop { handler.value.answered(frame) }
     }
 
@@ -284,7 +290,7 @@ public final class RPCServer: Sendable {
                 while true {
                     switch await connection.inbox.next() {
                     case .frame(let bytes):
-                        requests.addTask { connection.answered(await self.answer(frame: bytes, on: connection)) }
+                        requests.addTask { connection.answered(await self.answerFrame(bytes, on: connection)) }
                     case .closed(let cancelRequests):
                         if cancelRequests { requests.cancelAll() }
                         return
@@ -327,6 +333,19 @@ public final class RPCServer: Sendable {
             id: value?["id"],
             error: TesseraError(
                 .busy, "\(limit) requests of this connection are in flight; retry when one is answered"))
+    }
+
+    /// The answer frame to one frame: directly when the dispatcher answers its method so, else through `answer`.
+    func answerFrame(_ frame: [UInt8], on conn: RPCConnection) async -> ByteBuffer? {
+        if let request = DirectRequest(scanning: frame),
+            let answer = await dispatcher.answerDirectly(request, from: conn)
+        {
+            if let error = answer.error, error.code == .internalError {
+                logger.error("\(String(decoding: answer.method, as: UTF8.self)) failed: \(error.message)")
+            }
+            return answer.finished
+        }
+        return await answer(frame: frame, on: conn).map(RPCConnection.frame)
     }
 
     /// The answer to one frame (a request or a batch); nil when nothing is to be sent back.
