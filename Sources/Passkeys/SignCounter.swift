@@ -6,11 +6,25 @@ import TesseraCore
 /// a block of values is reserved durably ahead of use, and after a crash counting resumes above the block.
 /// Use times are kept in memory and written by `flushUsage()` (periodically and on a graceful stop).
 actor SignCounterAllocator {
-    private struct Entry { var next: Int64; var reserved: Int64 }
+    private struct Entry {
+        var next: Int64
+        var reserved: Int64
+        /// The last use not yet written to the store.
+        var unflushedUse: Date?
+
+        /// The next value when the block reserved still has one (nil: a new block is needed).
+        mutating func take(at now: Date) throws(TesseraError) -> UInt32? {
+            guard next <= reserved else { return nil }
+            guard next <= Int64(UInt32.max) else {
+                throw TesseraError(.tokenError, "signature counter exhausted for this credential")
+            }
+            defer { next += 1 }
+            unflushedUse = now
+            return UInt32(next)
+        }
+    }
     private struct Counters {
         var entries: [ByteKey: Entry] = [:]
-        /// Last use of each credential not yet written to the store.
-        var unflushedUse: [ByteKey: Date] = [:]
     }
     /// Read and written under its lock, by the actor and by `next`'s path that needs no reservation.
     private nonisolated let counters = Locked(Counters())
@@ -35,20 +49,10 @@ actor SignCounterAllocator {
 
     /// The next value when the block reserved durably still has one (nil when a new block is needed).
     private nonisolated func takeReserved(_ key: ByteKey, persistedCeiling: Int64) throws(TesseraError) -> UInt32? {
-        try counters.withLock { c throws(TesseraError) -> UInt32? in
-            var entry = c.entries[key] ?? Entry(next: persistedCeiling + 1, reserved: persistedCeiling)
-            guard entry.next <= entry.reserved else {
-                c.entries[key] = entry
-                return nil
-            }
-            let value = entry.next
-            guard value <= Int64(UInt32.max) else {
-                throw TesseraError(.tokenError, "signature counter exhausted for this credential")
-            }
-            entry.next += 1
-            c.entries[key] = entry
-            c.unflushedUse[key] = Date()
-            return UInt32(value)
+        let now = Date()
+        return try counters.withLock { c throws(TesseraError) -> UInt32? in
+            // One lookup, the entry changed in place.
+            try c.entries[key, default: Entry(next: persistedCeiling + 1, reserved: persistedCeiling)].take(at: now)
         }
     }
 
@@ -84,14 +88,21 @@ actor SignCounterAllocator {
     /// Writes the last use times gathered since the previous flush in one transaction.
     func flushUsage() async throws(TesseraError) {
         let pending = counters.withLock { c in
-            defer { c.unflushedUse = [:] }
-            return c.unflushedUse
+            var pending: [ByteKey: Date] = [:]
+            for (id, entry) in c.entries {
+                guard let used = entry.unflushedUse else { continue }
+                pending[id] = used
+                c.entries[id]?.unflushedUse = nil
+            }
+            return pending
         }
         guard !pending.isEmpty else { return }
         let times = Dictionary(uniqueKeysWithValues: pending.map { ($0.key.bytes, $0.value) })
         do { try await store.recordUse(times) } catch {
             counters.withLock { c in
-                for (id, at) in pending where c.unflushedUse[id] == nil { c.unflushedUse[id] = at }
+                for (id, at) in pending where c.entries[id] != nil && c.entries[id]?.unflushedUse == nil {
+                    c.entries[id]?.unflushedUse = at
+                }
             }
             throw error
         }
@@ -99,9 +110,6 @@ actor SignCounterAllocator {
 
     /// Forgets a deleted credential.
     func forget(_ credentialId: [UInt8]) {
-        counters.withLock { c in
-            c.entries[ByteKey(credentialId)] = nil
-            c.unflushedUse[ByteKey(credentialId)] = nil
-        }
+        _ = counters.withLock { $0.entries.removeValue(forKey: ByteKey(credentialId)) }
     }
 }

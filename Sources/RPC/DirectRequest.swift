@@ -23,11 +23,13 @@ public struct DirectRequest: Sendable {
     let members: [(key: ArraySlice<UInt8>, value: Value)]
 
     /// Whether the method is `name`.
-    public func isMethod(_ name: String) -> Bool { name.utf8.elementsEqual(methodBytes) }
+    public func isMethod(_ name: String) -> Bool {
+        name.utf8.count == methodBytes.count && name.utf8.elementsEqual(methodBytes)
+    }
 
     /// The value of params member `key` (nil when absent).
     public subscript(key: StaticString) -> Value? {
-        key.withUTF8Buffer { k in members.first { $0.key.elementsEqual(k) }?.value }
+        key.withUTF8Buffer { k in members.first { $0.key.count == k.count && $0.key.elementsEqual(k) }?.value }
     }
 
     /// The id as the general path would read it (for an error answer).
@@ -191,7 +193,8 @@ public struct DirectRequest: Sendable {
 /// "result":{…}}` and its newline, the bytes the general path writes for the same result. Result members are
 /// written in the order given, which must be the sorted order of their keys (as `JSONValue` objects are written).
 public struct DirectAnswer: Sendable {
-    var frame: ByteBuffer
+    /// The frame so far, in one array sized up front (one copy into the `ByteBuffer` at the end).
+    private var bytes: [UInt8] = []
     private var first = true
     /// Set for an error answer.
     private(set) var error: TesseraError?
@@ -199,8 +202,8 @@ public struct DirectAnswer: Sendable {
 
     /// The error answer to `request`, as the general path writes it.
     public init(to request: DirectRequest, error: TesseraError) {
-        frame = RPCConnection.frame(RPCWire.response(id: request.idValue, error: error))
-        frame.moveWriterIndex(to: frame.writerIndex - 1)  // `finished` writes the end again
+        var frame = RPCConnection.frame(RPCWire.response(id: request.idValue, error: error))
+        bytes = frame.readBytes(length: frame.readableBytes - 1) ?? []  // `finish` writes the end again
         self.error = error
         method = request.methodBytes
     }
@@ -208,46 +211,48 @@ public struct DirectAnswer: Sendable {
     /// Starts the answer to `request`, with room for `capacity` bytes of result.
     public init(to request: DirectRequest, capacity: Int) {
         method = request.methodBytes
-        frame = ByteBuffer()
-        frame.reserveCapacity(capacity + request.id.count + 40)
-        frame.writeStaticString(#"{"id":"#)
-        if request.idIsString { frame.writeInteger(UInt8(ascii: "\"")) }
-        frame.writeBytes(request.id)
-        if request.idIsString { frame.writeInteger(UInt8(ascii: "\"")) }
-        frame.writeStaticString(#","jsonrpc":"2.0","result":{"#)
+        bytes.reserveCapacity(capacity + request.id.count + 40)
+        append(#"{"id":"#)
+        if request.idIsString { bytes.append(UInt8(ascii: "\"")) }
+        bytes.append(contentsOf: request.id)
+        if request.idIsString { bytes.append(UInt8(ascii: "\"")) }
+        append(#","jsonrpc":"2.0","result":{"#)
+    }
+
+    private mutating func append(_ text: StaticString) {
+        text.withUTF8Buffer { bytes.append(contentsOf: $0) }
     }
 
     private mutating func key(_ key: StaticString) {
-        if !first { frame.writeInteger(UInt8(ascii: ",")) }
+        if !first { bytes.append(UInt8(ascii: ",")) }
         first = false
-        frame.writeInteger(UInt8(ascii: "\""))
-        frame.writeStaticString(key)
-        frame.writeStaticString(#"":"#)
+        bytes.append(UInt8(ascii: "\""))
+        append(key)
+        append(#"":"#)
     }
 
     /// A member whose value is `bytes` in base64url.
-    public mutating func base64URL(_ name: StaticString, _ bytes: [UInt8]) {
+    public mutating func base64URL(_ name: StaticString, _ value: [UInt8]) {
         key(name)
-        frame.writeInteger(UInt8(ascii: "\""))
-        frame.writeString(Base64URL.encode(bytes))
-        frame.writeInteger(UInt8(ascii: "\""))
+        bytes.append(UInt8(ascii: "\""))
+        Base64URL.append(value, to: &bytes)
+        bytes.append(UInt8(ascii: "\""))
     }
 
     /// A member whose value is a non-negative integer.
     public mutating func integer(_ name: StaticString, _ value: UInt32) {
         key(name)
-        frame.writeString(String(value))
+        bytes.append(contentsOf: String(value).utf8)
     }
 
     public mutating func bool(_ name: StaticString, _ value: Bool) {
         key(name)
-        frame.writeStaticString(value ? "true" : "false")
+        append(value ? "true" : "false")
     }
 
     /// The finished frame.
-    var finished: ByteBuffer {
-        var out = frame
-        out.writeStaticString(error == nil ? "}}\n" : "\n")
-        return out
+    mutating func finish() -> ByteBuffer {
+        append(error == nil ? "}}\n" : "\n")
+        return ByteBuffer(bytes: bytes)
     }
 }

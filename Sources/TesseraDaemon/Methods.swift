@@ -15,7 +15,7 @@ final class MethodTable: RPCDispatcher {
     /// Answers a request straight from its frame, or nil to leave it to the method's `Handler`.
     typealias DirectHandler = @Sendable (DirectRequest, RPCConnection) async throws(TesseraError) -> DirectAnswer?
     private var handlers: [String: (Permission, Handler)] = [:]
-    private var directHandlers: [(method: String, permission: Permission, handler: DirectHandler)] = []
+    private var directHandlers: [(method: String, permission: Permission, inline: Bool, handler: DirectHandler)] = []
     private var closeHooks: [@Sendable (RPCConnection) -> Void] = []
     let policy: Policy
 
@@ -27,8 +27,15 @@ final class MethodTable: RPCDispatcher {
 
     /// Registers the direct form of `method` (registered with `register` too, with the same permission): it
     /// answers the plainest requests without `JSONValue`s (`DirectRequest`) and must give the `Handler`'s answer.
-    func registerDirect(_ method: String, _ permission: Permission, _ handler: @escaping DirectHandler) {
-        directHandlers.append((method, permission, handler))
+    /// `inline`: it runs in its connection's task (`RPCDispatcher.answersInline`).
+    func registerDirect(
+        _ method: String, _ permission: Permission, inline: Bool = false, _ handler: @escaping DirectHandler
+    ) {
+        directHandlers.append((method, permission, inline, handler))
+    }
+
+    func answersInline(_ request: DirectRequest) -> Bool {
+        directHandlers.first { request.isMethod($0.method) }?.inline ?? false
     }
 
     var methods: [String] { handlers.keys.sorted() }
@@ -171,8 +178,9 @@ extension MethodTable {
             return .object(a.json)
         }
         // The same method for the plainest requests (base64url ids, no escapes): read from the frame and answered
-        // into it, with no JSON tree either way; any other request takes the handler above.
-        registerDirect("passkey.authenticate", .sign) { r, connection throws(TesseraError) in
+        // into it, with no JSON tree either way; any other request takes the handler above. Inline: a connection's
+        // assertions follow one another (one signing each; a client wanting several at once opens connections).
+        registerDirect("passkey.authenticate", .sign, inline: true) { r, connection throws(TesseraError) in
             guard
                 let request = Self.directAuthenticateRequest(
                     r, caller: connection.pinCaller, requester: policy.requester(connection))
