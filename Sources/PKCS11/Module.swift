@@ -17,9 +17,10 @@ final class Module: @unchecked Sendable {
         self.f = pointer.pointee
         let filename = Self.takeString(p11_kit_module_get_filename(pointer)) ?? fallbackPath ?? "unknown"
         self.path = filename
+        fileName = filename.split(separator: "/").last.map(String.init) ?? filename
         self.name =
             Self.takeString(p11_kit_module_get_name(pointer))
-            ?? ((filename as NSString).lastPathComponent as String)
+            ?? fileName
         let f = pointer.pointee
         var readers = false
         if let getSlotList = f.C_GetSlotList, let getSlotInfo = f.C_GetSlotInfo {
@@ -38,7 +39,8 @@ final class Module: @unchecked Sendable {
         self.talksToReaders = readers
     }
 
-    var fileName: String { (path as NSString).lastPathComponent }
+    /// The last component of `path`, kept: every enumeration of the token list names tokens by it.
+    let fileName: String
 
     private static func takeString(_ p: UnsafeMutablePointer<CChar>?) -> String? {
         guard let p else { return nil }
