@@ -17,7 +17,7 @@ public protocol RPCDispatcher: Sendable {
     /// The answer to a request of a method the dispatcher answers straight from the frame (no `JSONValue` tree either
     /// way), or nil to leave it to `handle`, which must then give the same answer. Default: nil.
     func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer?
-    /// Whether `request`, answered directly, is short enough (e.g. a software token's signing) to run in its
+    /// Whether `request`, answered directly, is short enough (one token signing, no prompt) to run in its
     /// connection's task rather than a task of its own; frames of the connection wait meanwhile. Default: false.
     func answersInline(_ request: DirectRequest) -> Bool
 }

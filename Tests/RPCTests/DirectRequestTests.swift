@@ -7,10 +7,12 @@ import Testing
 
 @testable import RPC
 
-/// Answers `greet` both ways: directly from the frame (`answerDirectly`) and through `handle`, counting the direct
-/// answers; `greet` with `fail: true` fails with PIN_INVALID either way.
+/// Answers `greet` both ways: directly from the frame (`answerDirectly`, inline in the connection's task) and through
+/// `handle`, counting the direct answers; `greet` with `fail: true` fails with PIN_INVALID either way.
 struct DirectGreeter: RPCDispatcher {
     let direct = Locked(0)
+
+    func answersInline(_ request: DirectRequest) -> Bool { request.isMethod("greet") }
 
     func handle(_ request: RPCRequest, from connection: RPCConnection) async throws(TesseraError) -> JSONValue {
         guard request.method == "greet" else { throw TesseraError(.methodNotFound, "unknown method") }
