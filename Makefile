@@ -5,9 +5,11 @@ BUILD_FLAGS ?=
 ## where they are installed, and tesserad maps less at start. They link with the toolchain's lld, pack the
 ## relative relocations (DT_RELR, glibc 2.36+: 23 KB instead of 2.7 MB of relocations read at every start and left
 ## resident) and export no symbols (the runtime's link arguments ask for --export-dynamic: 36,000 symbols that no
-## library looks up, 3 MB of tables). Every release build uses the same flags (a change rebuilds everything).
+## library looks up, 3 MB of tables). Exclusivity is checked at compile time only (-enforce-exclusivity=unchecked:
+## debug builds and the tests keep the run-time checks; 5k of 128k instructions per assertion, docs/PERFORMANCE.md).
+## Every release build uses the same flags (a change rebuilds everything).
 RELEASE_FLAGS ?= -c release --static-swift-stdlib -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs \
-	-Xlinker --no-export-dynamic
+	-Xlinker --no-export-dynamic -Xswiftc -enforce-exclusivity=unchecked
 export RELEASE_FLAGS
 
 .PHONY: all setup build release release-flags demo test unit-test e2e-test bench soak systemd-check format format-check fuzz fuzz-smoke sanitize clean \

@@ -6,6 +6,7 @@ import TesseraTestSupport
 
 /// Assertions per second over the daemon's socket against raw PKCS#11 C_Sign and the same C_Sign loop through
 /// p11-kit's remoting (`p11-kit server` + `p11-kit-client.so`) on the same SoftHSM2 token, measured in the same run.
+/// Ends with the summary table of docs/PERFORMANCE.md (raw, p11-kit, tesserad) and tesserad's idle RSS after the load.
 /// Usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST]
 /// [--piv | --ssh-agent | --ctap | --callgrind N] [--no-pin]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
 /// from `RPCClient`; its own CPU time is reported beside the daemon's so a shared machine can be judged.
@@ -20,6 +21,7 @@ enum Bench {
           --callgrind N       instructions per assertion in tesserad under valgrind --tool=callgrind (N assertions
                               after a warm-up, less a run without them), without the token's signing; top functions
           --callgrind-out DIR keep the two callgrind profiles in DIR (e.g. for callgrind_annotate --tree=caller)
+          --idle-seconds S    after the load, wait S seconds (default 60) and print tesserad's idle RSS
           --daemon-cpus LIST  run tesserad under `taskset -c LIST` (e.g. 1; start the bench itself under
                               `taskset -c 0` to give load generator and daemon a core each)
         """
@@ -28,6 +30,7 @@ enum Bench {
         var seconds = 5.0
         var clientCounts = [1, 4, 16]
         var daemonCPUs: String?
+        var idleSeconds = 60.0
         var tesserad = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
             .appendingPathComponent("tesserad").path
         var piv = false  // --piv: the PIV card benchmark (PIVBench.swift) instead of PKCS#11
@@ -56,6 +59,7 @@ enum Bench {
             case "--clients":
                 clientCounts = (it.next() ?? "").split(separator: ",").compactMap { Int($0) }.filter { $0 > 0 }
             case "--daemon-cpus": daemonCPUs = it.next()
+            case "--idle-seconds": idleSeconds = Double(it.next() ?? "") ?? idleSeconds
             default: print(usage); return
             }
         }
@@ -132,6 +136,7 @@ enum Bench {
                 "clients  raw C_Sign/s (sessions)  p11-kit/s  ratio  assertions/s  ratio  median ms  p99 ms  daemon CPU µs/a  client CPU µs/a  daemon cs/a"
             )
             var rawSingleLatency = 0.0
+            var summary = Summary()
             for clients in clientCounts {
                 let rawSessions = min(clients, sessions)
                 let iterations = max(2000, Int(seconds * 4000) * rawSessions)
@@ -144,9 +149,21 @@ enum Bench {
                 let pid = daemon.processIdentifier
                 let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(),
                     csBefore = contextSwitches(pid: pid)
+                // tesserad's peak RSS during the run, sampled every 100 ms.
+                let sampler = Task {
+                    var peak = 0
+                    while !Task.isCancelled {
+                        peak = max(peak, residentKiB(pid: pid))
+                        try? await Task.sleep(for: .milliseconds(100))
+                    }
+                    return peak
+                }
                 let (latencies, wall, sizes) = try await LoadClient.run(
                     socket: socket, credentialId: credentialId, clients: clients, seconds: seconds,
                     pin: withPIN ? "1234" : nil)
+                sampler.cancel()
+                let peakRSS = await sampler.value
+                summary.assertions += latencies.count
                 let n = Double(latencies.count)
                 let cpu = (cpuSeconds(pid: pid) - cpuBefore) / n
                 let own = (LoadClient.ownCPUSeconds() - ownBefore) / n
@@ -160,7 +177,10 @@ enum Bench {
                             "%7d  %12.0f (%2d)          %9.0f  %5.2f  %12.0f  %5.2f  %9.3f  %6.3f  %15.0f  %15.0f  %11.1f",
                         clients, raw, rawSessions, remote ?? .nan, (remote ?? .nan) / raw, rate, rate / raw,
                         median * 1000, p99 * 1000, cpu * 1e6, own * 1e6, cs))
+                summary.rows[clients] = (remote.map { $0 / raw }, rate / raw, peakRSS)
                 if clients == 1 {
+                    summary.addedMedian = median - rawSingleLatency
+                    summary.p11KitAddedMean = remote.map { 1 / $0 - rawSingleLatency }
                     print(
                         String(
                             format:
@@ -182,6 +202,16 @@ enum Bench {
                 }
             }
             print("tesserad RSS after the load: \(memory(pid: daemon.processIdentifier))")
+            if let p11kit { summary.p11KitRSS = residentKiB(pid: p11kit.server.processIdentifier, withChildren: true) }
+            if idleSeconds > 0 {
+                try await Task.sleep(for: .seconds(idleSeconds))
+                summary.idleRSS = residentKiB(pid: daemon.processIdentifier)
+                summary.idleSeconds = idleSeconds
+                print(
+                    "tesserad idle RSS after \(summary.assertions) assertions + \(Int(idleSeconds)) s idle: "
+                        + memory(pid: daemon.processIdentifier))
+            }
+            summary.print()
             print("CPU per assertion: tesserad from /proc/PID/stat, the load generator (this process) from getrusage;")
             print(
                 "cs/a: tesserad context switches (all threads) per assertion; ratios are to raw C_Sign of the same row")
@@ -234,6 +264,20 @@ enum Bench {
         return total
     }
 
+    /// VmRSS of a process in KiB (0 when it is gone), with `withChildren` plus that of its children (p11-kit server
+    /// forks a `p11-kit remote` per connection).
+    static func residentKiB(pid: Int32, withChildren: Bool = false) -> Int {
+        guard let s = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        let own =
+            s.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }.flatMap {
+                $0.split(separator: " ").dropFirst().first.flatMap { Int($0) }
+            } ?? 0
+        guard withChildren,
+            let children = try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)
+        else { return own }
+        return own + children.split(separator: " ").compactMap { Int32($0) }.map { residentKiB(pid: $0) }.reduce(0, +)
+    }
+
     /// "N KiB (anonymous M KiB)" from /proc/PID/status. The file-backed rest (code, read-only data, libraries) is
     /// clean and shared, and it moves with the page cache's state from run to run; the anonymous part is the
     /// daemon's own memory.
@@ -245,5 +289,36 @@ enum Bench {
             } ?? "?"
         }
         return "\(field("VmRSS")) KiB (anonymous \(field("RssAnon")) KiB)"
+    }
+}
+
+/// The three-row table of docs/PERFORMANCE.md, printed at the end of the default run.
+struct Summary {
+    /// By client count: p11-kit's and tesserad's ratio to raw C_Sign, and tesserad's peak RSS (KiB) during the run.
+    var rows: [Int: (p11kit: Double?, tesserad: Double, peakRSS: Int)] = [:]
+    var addedMedian = Double.nan
+    var p11KitAddedMean: Double?
+    var p11KitRSS: Int?
+    var idleRSS: Int?
+    var idleSeconds = 0.0
+    var assertions = 0
+
+    func print() {
+        func ratio(_ v: Double?) -> String { v.map { String(format: "%.2f", $0) } ?? "–" }
+        func mb(_ kib: Int) -> String { String(format: "%.1f MB", Double(kib) / 1024) }
+        let one = rows[1], many = rows.keys.max().flatMap { rows[$0] }, manyCount = rows.keys.max() ?? 0
+        Swift.print("summary (ratios to raw C_Sign in the same run):")
+        Swift.print("| path | 1 client | \(manyCount) clients | added at 1 client | RSS |")
+        Swift.print("|---|---|---|---|---|")
+        Swift.print("| raw C_Sign (in process) | 1.00 | 1.00 | 0 µs | – |")
+        Swift.print(
+            "| p11-kit server remoting | \(ratio(one?.p11kit)) | \(ratio(many?.p11kit)) | "
+                + (p11KitAddedMean.map { String(format: "+%.0f µs (mean)", $0 * 1e6) } ?? "–") + " | "
+                + (p11KitRSS.map { mb($0) + " (server + remote)" } ?? "–") + " |")
+        let idle = idleRSS.map { "idle \(mb($0)) after \(assertions) assertions + \(Int(idleSeconds)) s" } ?? "idle –"
+        Swift.print(
+            "| tesserad passkey.authenticate | \(ratio(one?.tesserad)) | \(ratio(many?.tesserad)) | "
+                + String(format: "+%.0f µs (median)", addedMedian * 1e6) + " | \(idle); "
+                + (many.map { "\(mb($0.peakRSS)) peak at \(manyCount) clients" } ?? "") + " |")
     }
 }

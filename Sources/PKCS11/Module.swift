@@ -22,9 +22,10 @@ final class Module: @unchecked Sendable {
         self.f = pointer.pointee
         let filename = Self.takeString(p11_kit_module_get_filename(pointer)) ?? fallbackPath ?? "unknown"
         self.path = filename
+        fileName = FilePaths.name(of: filename)
         self.name =
             Self.takeString(p11_kit_module_get_name(pointer))
-            ?? FilePaths.name(of: filename)
+            ?? fileName
         let f = pointer.pointee
         var readers = false
         if let getSlotList = f.C_GetSlotList, let getSlotInfo = f.C_GetSlotInfo {
@@ -43,7 +44,8 @@ final class Module: @unchecked Sendable {
         self.talksToReaders = readers
     }
 
-    var fileName: String { FilePaths.name(of: path) }
+    /// The last component of `path`, kept: every enumeration of the token list names tokens by it.
+    let fileName: String
 
     private static func takeString(_ p: UnsafeMutablePointer<CChar>?) -> String? {
         guard let p else { return nil }

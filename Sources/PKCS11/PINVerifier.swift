@@ -53,12 +53,13 @@ final class PINVerifier: @unchecked Sendable {
             var inner = SHA256()
             inner.update(bufferPointer: UnsafeRawBufferPointer(block))
             inner.update(data: pin)
-            let innerDigest = Array(inner.finalize())
+            let innerDigest = inner.finalize()
             for i in 0..<64 { block[i] = k[i] ^ 0x5c }
             var outer = SHA256()
             outer.update(bufferPointer: UnsafeRawBufferPointer(block))
-            outer.update(data: innerDigest)
-            return Array(outer.finalize())
+            // The digests' bytes as a whole (`Array(digest)` would copy them one by one through its iterator).
+            innerDigest.withUnsafeBytes { outer.update(bufferPointer: $0) }
+            return outer.finalize().withUnsafeBytes { Array($0) }
         }
     }
 

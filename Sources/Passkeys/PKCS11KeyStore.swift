@@ -124,16 +124,16 @@ struct PKCS11TokenAdapter: KeyStoreToken {
     }
 
     func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
-        let digest = MessageDigest.sha256(message)
         // The PIN of the login in force signs without the login lock and its session call (the per-assertion path);
-        // a token that lost that login since answers PIN_REQUIRED, and the full check below logs in again.
+        // a token that lost that login since answers PIN_REQUIRED, and the full check below logs in again. The
+        // message is hashed on the host only for a token that signs with raw CKM_ECDSA.
         if let pin, token.isLoginPIN(pin.pin) {
             do {
-                return try await token.signP256(keyID: handle, message: message, digest: digest)
+                return try await token.signP256(keyID: handle, message: message)
             } catch  where error.code == .pinRequired {}
         }
         try await verify(pin)
-        return try await token.signP256(keyID: handle, message: message, digest: digest)
+        return try await token.signP256(keyID: handle, message: message)
     }
 
     func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError) {

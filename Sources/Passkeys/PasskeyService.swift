@@ -1,5 +1,6 @@
 import CredentialStore
 import Crypto
+import CryptoPrimitives
 import FoundationEssentials
 import KeyStores
 import Logging
@@ -23,6 +24,8 @@ public final class PasskeyService: Sendable {
     /// Credential records by id (they change on delete and on lifecycle transitions, which update it), so
     /// assertions need no database read.
     let records = Locked<[ByteKey: CredentialRecord]>([:])
+    /// SHA-256 of the relying party ids assertions were made for (the authenticator data's rpIdHash).
+    private let rpIdHashes = Locked<[String: [UInt8]]>([:])
 
     public init(
         keyStores: [any KeyStore], store: CredentialStore, logger: Logger, counterBlock: Int64 = 1024,
@@ -387,7 +390,8 @@ public final class PasskeyService: Sendable {
         var flags: AuthenticatorFlags = r.userPresent ? [.userPresent] : []
         if verified { flags.insert(.userVerified) }
         let authData = AuthenticatorData(
-            rpId: r.rpId, flags: flags, signCount: count, attestedCredential: nil, extensions: r.extensions
+            rpIdHash: rpIdHash(r.rpId), flags: flags, signCount: count, attestedCredential: nil,
+            extensions: r.extensions
         ).encoded
         let clientData =
             r.clientDataHash == nil
@@ -579,6 +583,17 @@ public final class PasskeyService: Sendable {
             throw TesseraError(.pinRequired, "token \(token.id) needs its PIN before it can sign")
         }
         return false
+    }
+
+    /// SHA-256 of `rpId`, computed once per relying party.
+    private func rpIdHash(_ rpId: String) -> [UInt8] {
+        if let hash = rpIdHashes.withLock({ $0[rpId] }) { return hash }
+        let hash = MessageDigest.sha256(Array(rpId.utf8))
+        rpIdHashes.withLock { cache in
+            if cache.count >= 1024 { cache.removeAll(keepingCapacity: true) }
+            cache[rpId] = hash
+        }
+        return hash
     }
 
     private func cachedRecord(_ id: [UInt8]) async throws(TesseraError) -> CredentialRecord? {

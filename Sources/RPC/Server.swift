@@ -14,10 +14,20 @@ public protocol RPCDispatcher: Sendable {
     /// Called when a connection closes, while its in-flight requests may still run (so that long ones, e.g. a
     /// presentation, can end), and again once they have all ended. Must be idempotent.
     func connectionClosed(_ connection: RPCConnection) async
+    /// The answer to a request of a method the dispatcher answers straight from the frame (no `JSONValue` tree either
+    /// way), or nil to leave it to `handle`, which must then give the same answer. Default: nil.
+    func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer?
+    /// Whether `request`, answered directly, is short enough (one token signing, no prompt) to run in its
+    /// connection's task rather than a task of its own; frames of the connection wait meanwhile. Default: false.
+    func answersInline(_ request: DirectRequest) -> Bool
 }
 
 extension RPCDispatcher {
     public func connectionClosed(_ connection: RPCConnection) async {}
+    public func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer? {
+        nil
+    }
+    public func answersInline(_ request: DirectRequest) -> Bool { false }
 }
 
 /// One connected client: its peer credentials and a way to push notifications to it.
@@ -83,10 +93,10 @@ public final class RPCConnection: Sendable, Hashable {
         }
     }
 
-    /// Hands a request's answer (nil: none) to the channel handler, to be written after the notifications queued
-    /// before it.
-    func answered(_ answer: JSONValue?) {
-        let frame = answer.map(Self.frame), handler = self.handler
+    /// Hands a request's answer frame (nil: none) to the channel handler, to be written after the notifications
+    /// queued before it.
+    func answered(_ frame: ByteBuffer?) {
+        let handler = self.handler
         channel.eventLoop.runOnLoop { handler.value.answered(frame) }
     }
 
@@ -278,13 +288,25 @@ public final class RPCServer: Sendable {
         let id = connection.id, peer = connection.peer
         logger.debug("client connected", metadata: ["conn": "\(id)", "uid": "\(peer.uid)", "pid": "\(peer.pid)"])
         // The requests run on the connection's event loop, as child tasks of this one: cancelling the server's task
-        // cancels them, as the peer closing the connection does.
+        // cancels them, as the peer closing the connection does. A request the dispatcher answers directly and
+        // inline (`answersInline`) runs in this task instead, when no other request of the connection is in flight:
+        // frames that come meanwhile wait in the inbox until it is answered.
+        let running = Locked(0)
         await withTaskExecutorPreference(ScheduledTaskExecutor(connection.eventLoop)) {
             await withDiscardingTaskGroup { requests in
                 while true {
                     switch await connection.inbox.next() {
                     case .frame(let bytes):
-                        requests.addTask { connection.answered(await self.answer(frame: bytes, on: connection)) }
+                        let direct = DirectRequest(scanning: bytes)
+                        if let direct, dispatcher.answersInline(direct), running.withLock({ $0 == 0 }) {
+                            connection.answered(await answerFrame(bytes, direct: direct, on: connection))
+                            continue
+                        }
+                        running.withLock { $0 += 1 }
+                        requests.addTask {
+                            connection.answered(await self.answerFrame(bytes, direct: direct, on: connection))
+                            running.withLock { $0 -= 1 }
+                        }
                     case .closed(let cancelRequests):
                         if cancelRequests { requests.cancelAll() }
                         return
@@ -327,6 +349,18 @@ public final class RPCServer: Sendable {
             id: value?["id"],
             error: TesseraError(
                 .busy, "\(limit) requests of this connection are in flight; retry when one is answered"))
+    }
+
+    /// The answer frame to one frame (`direct`: the frame as scanned): directly when the dispatcher answers its method
+    /// so, else through `answer`.
+    func answerFrame(_ frame: [UInt8], direct: DirectRequest?, on conn: RPCConnection) async -> ByteBuffer? {
+        if let request = direct, var answer = await dispatcher.answerDirectly(request, from: conn) {
+            if let error = answer.error, error.code == .internalError {
+                logger.error("\(String(decoding: answer.method, as: UTF8.self)) failed: \(error.message)")
+            }
+            return answer.finish()
+        }
+        return await answer(frame: frame, on: conn).map(RPCConnection.frame)
     }
 
     /// The answer to one frame (a request or a batch); nil when nothing is to be sent back.

@@ -12,31 +12,46 @@ public enum Base64URL {
     }
 
     public static func encode(_ input: [UInt8]) -> String {
-        let length = (input.count * 4 + 2) / 3
+        let length = encodedLength(input.count)
         guard length > 0 else { return "" }
-        return input.withUnsafeBufferPointer { src in
+        return String(unsafeUninitializedCapacity: length) { encode(input, into: $0) }
+    }
+
+    /// Appends `input` in base64url to `out` (no `String` on the way, e.g. for an answer written as bytes).
+    public static func append(_ input: [UInt8], to out: inout [UInt8]) {
+        let length = encodedLength(input.count)
+        guard length > 0 else { return }
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: length) { buffer in
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[..<encode(input, into: buffer)]))
+        }
+    }
+
+    /// Characters of `count` bytes encoded.
+    static func encodedLength(_ count: Int) -> Int { (count * 4 + 2) / 3 }
+
+    /// Writes `input` encoded at the start of `out` (room for `encodedLength(input.count)`); the count written.
+    private static func encode(_ input: [UInt8], into out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        input.withUnsafeBufferPointer { src in
             alphabet.withUnsafeBufferPointer { a in
-                String(unsafeUninitializedCapacity: length) { out in
-                    var i = 0, o = 0
-                    while i + 3 <= src.count {
-                        let v = UInt32(src[i]) << 16 | UInt32(src[i + 1]) << 8 | UInt32(src[i + 2])
-                        out[o] = a[Int(v >> 18)]; out[o + 1] = a[Int(v >> 12 & 63)]
-                        out[o + 2] = a[Int(v >> 6 & 63)]; out[o + 3] = a[Int(v & 63)]
-                        i += 3; o += 4
-                    }
-                    switch src.count - i {
-                    case 1:
-                        let v = UInt32(src[i]) << 16
-                        out[o] = a[Int(v >> 18)]; out[o + 1] = a[Int(v >> 12 & 63)]
-                        o += 2
-                    case 2:
-                        let v = UInt32(src[i]) << 16 | UInt32(src[i + 1]) << 8
-                        out[o] = a[Int(v >> 18)]; out[o + 1] = a[Int(v >> 12 & 63)]; out[o + 2] = a[Int(v >> 6 & 63)]
-                        o += 3
-                    default: break
-                    }
-                    return o
+                var i = 0, o = 0
+                while i + 3 <= src.count {
+                    let v = UInt32(src[i]) << 16 | UInt32(src[i + 1]) << 8 | UInt32(src[i + 2])
+                    out[o] = a[Int(v >> 18)]; out[o + 1] = a[Int(v >> 12 & 63)]
+                    out[o + 2] = a[Int(v >> 6 & 63)]; out[o + 3] = a[Int(v & 63)]
+                    i += 3; o += 4
                 }
+                switch src.count - i {
+                case 1:
+                    let v = UInt32(src[i]) << 16
+                    out[o] = a[Int(v >> 18)]; out[o + 1] = a[Int(v >> 12 & 63)]
+                    o += 2
+                case 2:
+                    let v = UInt32(src[i]) << 16 | UInt32(src[i + 1]) << 8
+                    out[o] = a[Int(v >> 18)]; out[o + 1] = a[Int(v >> 12 & 63)]; out[o + 2] = a[Int(v >> 6 & 63)]
+                    o += 3
+                default: break
+                }
+                return o
             }
         }
     }

@@ -11,11 +11,13 @@
 /// `@unchecked Sendable` is sound because `value` is reached only inside `withLock`, under the lock, and the body
 /// gets it `inout` for that call only; a body must not let a non-Sendable part of it escape.
 public final class Locked<Value>: @unchecked Sendable {
-    private let mutex = PthreadMutex()
-    private var value: Value
+    @usableFromInline let mutex = PthreadMutex()
+    @usableFromInline var value: Value
 
     public init(_ value: Value) { self.value = value }
 
+    /// Inlinable: specialised where it is used (no generic call with type metadata on every request's path).
+    @inlinable
     public func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
         mutex.lock()
         defer { mutex.unlock() }

@@ -3,6 +3,7 @@ import Enrollment
 import FoundationEssentials
 import KeyStores
 import MRZ
+import Ownership
 import Passkeys
 import RPC
 import TesseraCore
@@ -11,7 +12,10 @@ import TesseraCore
 final class MethodTable: RPCDispatcher {
     /// Handlers throw `TesseraError`; anything else surfaces as INTERNAL.
     typealias Handler = @Sendable (Params, RPCConnection) async throws -> JSONValue
+    /// Answers a request straight from its frame, or nil to leave it to the method's `Handler`.
+    typealias DirectHandler = @Sendable (DirectRequest, RPCConnection) async throws(TesseraError) -> DirectAnswer?
     private var handlers: [String: (Permission, Handler)] = [:]
+    private var directHandlers: [(method: String, permission: Permission, inline: Bool, handler: DirectHandler)] = []
     private var closeHooks: [@Sendable (RPCConnection) -> Void] = []
     let policy: Policy
 
@@ -19,6 +23,19 @@ final class MethodTable: RPCDispatcher {
 
     func register(_ method: String, _ permission: Permission, _ handler: @escaping Handler) {
         handlers[method] = (permission, handler)
+    }
+
+    /// Registers the direct form of `method` (registered with `register` too, with the same permission): it
+    /// answers the plainest requests without `JSONValue`s (`DirectRequest`) and must give the `Handler`'s answer.
+    /// `inline`: it runs in its connection's task (`RPCDispatcher.answersInline`).
+    func registerDirect(
+        _ method: String, _ permission: Permission, inline: Bool = false, _ handler: @escaping DirectHandler
+    ) {
+        directHandlers.append((method, permission, inline, handler))
+    }
+
+    func answersInline(_ request: DirectRequest) -> Bool {
+        directHandlers.first { request.isMethod($0.method) }?.inline ?? false
     }
 
     var methods: [String] { handlers.keys.sorted() }
@@ -36,6 +53,16 @@ final class MethodTable: RPCDispatcher {
 
     func connectionClosed(_ connection: RPCConnection) async {
         for hook in closeHooks { hook(connection) }
+    }
+
+    func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer? {
+        guard let direct = directHandlers.first(where: { request.isMethod($0.method) }) else { return nil }
+        do throws(TesseraError) {
+            try policy.check(direct.permission, peer: connection.peer)
+            return try await direct.handler(request, connection)
+        } catch {
+            return DirectAnswer(to: request, error: error)
+        }
     }
 
     func handle(_ request: RPCRequest, from connection: RPCConnection) async throws(TesseraError) -> JSONValue {
@@ -150,6 +177,29 @@ extension MethodTable {
                     requester: policy.requester(connection)))
             return .object(a.json)
         }
+        // The same method for the plainest requests (base64url ids, no escapes): read from the frame and answered
+        // into it, with no JSON tree either way; any other request takes the handler above. Inline: a connection's
+        // assertions follow one another (one signing each; a client wanting several at once opens connections).
+        registerDirect("passkey.authenticate", .sign, inline: true) { r, connection throws(TesseraError) in
+            guard
+                let request = Self.directAuthenticateRequest(
+                    r, caller: connection.pinCaller, requester: policy.requester(connection))
+            else { return nil }
+            let a = try await service.authenticate(request)
+            var answer = DirectAnswer(
+                to: r,
+                capacity: 200 + 4
+                    * (a.authenticatorData.count + a.clientDataJSON.count + a.credentialId.count
+                        + a.signature.count + a.userHandle.count) / 3)
+            answer.base64URL("authenticatorData", a.authenticatorData)
+            answer.base64URL("clientDataJSON", a.clientDataJSON)
+            answer.base64URL("credentialId", a.credentialId)
+            answer.integer("signCount", a.signCount)
+            answer.base64URL("signature", a.signature)
+            answer.base64URL("userHandle", a.userHandle)
+            answer.bool("userVerified", a.userVerified)
+            return answer
+        }
         register("credentials.list", .read) { p, connection in
             let list = try await service.credentials(
                 rpId: p.optionalString("rpId"), userId: p.optionalBytes("userId"),
@@ -177,6 +227,41 @@ extension MethodTable {
             let mrz = try MRZ.parse(p.string("text"))
             return Views.mrz(mrz)
         }
+    }
+
+    /// The `passkey.authenticate` request of a direct frame whose parameters all read as the handler reads them
+    /// without an error; nil for any other (the handler then answers it, with its error if it has one).
+    static func directAuthenticateRequest(_ r: DirectRequest, caller: PINCaller, requester: Requester)
+        -> PasskeyService.AuthenticateRequest?
+    {
+        func optionalString(_ v: DirectRequest.Value?) -> String?? {
+            switch v {
+            case .none, .null?: return .some(nil)
+            case .string(let s)?: return s
+            default: return nil
+            }
+        }
+        guard case .string(let rpId)? = r["rpId"], case .string(let challengeText)? = r["challenge"],
+            let challenge = Base64URL.decode(challengeText), case .strings(let allow)? = r["allowCredentials"],
+            !allow.isEmpty, let origin = optionalString(r["origin"]), let pin = optionalString(r["pin"]),
+            let uvText = optionalString(r["userVerification"]),
+            let uv = PasskeyService.UserVerification(rawValue: uvText ?? "preferred")
+        else { return nil }
+        let allowFinalPinTry: Bool
+        switch r["allowFinalPinTry"] {
+        case .none, .null?: allowFinalPinTry = false
+        case .bool(let b)?: allowFinalPinTry = b
+        default: return nil
+        }
+        var ids: [[UInt8]] = []
+        ids.reserveCapacity(allow.count)
+        for text in allow {
+            guard let id = Base64URL.decode(text), !id.isEmpty else { return nil }
+            ids.append(id)
+        }
+        return .init(
+            rpId: rpId, challenge: challenge, allowCredentials: ids, origin: origin, pin: pin, userVerification: uv,
+            caller: caller, allowFinalPinTry: allowFinalPinTry, requester: requester)
     }
 
     /// Accepts credential ids as base64url strings or as {type: "public-key", id} descriptors.

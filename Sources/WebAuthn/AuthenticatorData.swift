@@ -71,9 +71,10 @@ public struct AuthenticatorData: Sendable, Equatable {
             attestedCredential: attestedCredential, extensions: extensions)
     }
 
-    private init(
+    /// As `init(rpId:…)` with SHA-256 of the rpId computed by the caller (e.g. kept between assertions).
+    public init(
         rpIdHash: [UInt8], flags: AuthenticatorFlags, signCount: UInt32,
-        attestedCredential: AttestedCredentialData?, extensions: [UInt8]?
+        attestedCredential: AttestedCredentialData? = nil, extensions: [UInt8]? = nil
     ) {
         var flags = flags.subtracting([.attestedCredentialData, .extensionData])
         if attestedCredential != nil { flags.insert(.attestedCredentialData) }

@@ -229,6 +229,10 @@ import Testing
                 .replacing("+", with: "-").replacing("/", with: "_")
                 .replacing("=", with: "")
             #expect(Base64URL.encode(bytes) == reference, "\(SeededRandom.reproduce)")
+            // Appended to bytes already there (as a direct answer writes it), the same characters.
+            var appended = Array("x".utf8)
+            Base64URL.append(bytes, to: &appended)
+            #expect(appended == Array(("x" + reference).utf8), "\(SeededRandom.reproduce)")
             #expect(Base64URL.decode(reference) == bytes, "\(SeededRandom.reproduce)")
             #expect(Base64URL.decode(reference + String(repeating: "=", count: (4 - reference.count % 4) % 4)) == bytes)
         }
