@@ -318,7 +318,8 @@ let package = Package(
                 "CredentialStore", "KeyStores", "Passkeys", "TesseraCore", "TesseraTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
-        .testTarget(name: "TesseraRuntimeTests", dependencies: ["TesseraRuntime", "TesseraCore"]),
+        .testTarget(
+            name: "TesseraRuntimeTests", dependencies: ["TesseraRuntime", "TesseraCore", "TesseraTestSupport"]),
         .testTarget(
             name: "TesseraCoreTests",
             dependencies: ["TesseraCore", "TesseraTestSupport", .product(name: "Crypto", package: "swift-crypto")]),

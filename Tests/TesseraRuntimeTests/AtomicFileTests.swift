@@ -1,5 +1,6 @@
 import FoundationEssentials
 import TesseraRuntime
+import TesseraTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -9,11 +10,7 @@ import Testing
 /// `AtomicFile`: the file is replaced whole, with the mode asked for whatever the umask, and leaves no temp file.
 struct AtomicFileTests {
     @Test func replacesAFileWholeWithItsModeAndLeavesNoTempFile() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "tessera-atomic-\(ProcessInfo.processInfo.processIdentifier)"
-        ).path
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let dir = Scratch.directory("atomic")
         #expect(throws: Never.self) {
             try AtomicFile.write([1, 2, 3], directory: dir, name: "latest", mode: 0o644).get()
         }
@@ -27,11 +24,7 @@ struct AtomicFileTests {
 
     /// A large file round-trips through `write` and `read` byte for byte; an empty one too; a missing one is nil.
     @Test func readReturnsWhatWriteWrote() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "tessera-atomic-read-\(ProcessInfo.processInfo.processIdentifier)"
-        ).path
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let dir = Scratch.directory("atomic-read")
         // Bytes that differ from their neighbours, so a chunk read twice or skipped shows.
         let large = (0..<3_000_001).map { UInt8(truncatingIfNeeded: ($0 &* 2_654_435_761) >> 13) }
         try AtomicFile.write(large, directory: dir, name: "large").get()

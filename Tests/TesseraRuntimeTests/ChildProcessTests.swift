@@ -1,6 +1,7 @@
 import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
+import TesseraTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -10,17 +11,10 @@ import Testing
 /// `ChildProcess` (a program that outlives a call, on `SpawnedProcess`) and `OpenFile` (a descriptor read or
 /// written whole), the replacements of Foundation's `Process` and `FileHandle`.
 @Suite struct ChildProcessTests {
-    private static func directory() throws -> String {
-        let dir = "/tmp/tessera-child-\(getpid())-\(UInt64.random(in: 0..<UInt64.max))"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        return dir
-    }
-
     /// Output and error are appended to the file (what was there stays), the environment is merged, stdin is at
     /// its end, and the status is the exit code.
     @Test func appendsBothStreamsToAFileAndReportsTheExitStatus() async throws {
-        let dir = try Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let dir = Scratch.directory("child")
         let log = dir + "/log"
         try OpenFile.forWriting(log, truncate: true).write(Array("before\n".utf8))
         let child = try ChildProcess.start(
@@ -60,8 +54,7 @@ import Testing
     /// Writes retry until every byte is out; a read goes to the end even where the size shows 0 (`/proc`); a
     /// failed open names its errno.
     @Test func openFileWritesAndReadsWhole() throws {
-        let dir = try Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let dir = Scratch.directory("child")
         let big = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
         let file = try OpenFile.forWriting(dir + "/big", truncate: true, mode: 0o600)
         try file.write(big)
