@@ -11,7 +11,7 @@ import TesseraCore
 /// the same moment elsewhere in the process, which would keep "end of file" from coming), every other descriptor
 /// closed in the child, an empty signal mask and SIGPIPE at its default (a spawned child inherits the spawning
 /// thread's mask, so a SIGTERM would not reach it). Our ends are non-blocking. Blocking calls: use a thread of
-/// its own.
+/// its own (a start itself waits up to 62 ms while the program's file is busy, ETXTBSY).
 struct SpawnedProcess {
     /// Where the program's standard output or error goes.
     enum Stream {
@@ -97,8 +97,19 @@ struct SpawnedProcess {
         merged.merge(environment) { _, new in new }
         let envp = merged.map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0
-        let error = withCStrings(argv) { cArgv in
-            withCStrings(envp) { cEnvp in posix_spawn(&pid, program, &actions, &attributes, cArgv, cEnvp) }
+        // ETXTBSY: the program file is still open for writing somewhere — most often a copy of the writer's
+        // descriptor held for a moment by a child forked elsewhere in this process, between its fork and its
+        // exec. That passes within milliseconds, so the start is made again (at most 6 tries, 62 ms of waits).
+        var error = ETXTBSY
+        var wait = 2
+        while true {
+            error = withCStrings(argv) { cArgv in
+                withCStrings(envp) { cEnvp in posix_spawn(&pid, program, &actions, &attributes, cArgv, cEnvp) }
+            }
+            guard error == ETXTBSY, wait <= 32 else { break }
+            var pause = timespec(tv_sec: 0, tv_nsec: wait * 1_000_000)
+            nanosleep(&pause, nil)
+            wait *= 2
         }
         guard error == 0 else {
             for fd in ours { close(fd) }

@@ -51,6 +51,33 @@ import Testing
         }
     }
 
+    /// A program whose file is open for writing (ETXTBSY) is started once the writer lets go within the wait
+    /// (a child forked elsewhere holds the writer's descriptor only until its exec); one held for good is
+    /// INVALID_INPUT naming the reason.
+    @Test func aProgramBusyForAMomentStartsAndOneBusyForGoodIsInvalidInput() async throws {
+        let dir = Scratch.directory("child")
+        let path = dir + "/busy.sh"
+        let writer = try OpenFile.forWriting(path, truncate: true, mode: 0o755)
+        try writer.write(Array("#!/bin/sh\nexit 7\n".utf8))
+        #expect(throws: TesseraError.self) { try ChildProcess.start([path], output: .discard) }
+        do {
+            _ = try ChildProcess.start([path], output: .discard)
+        } catch {
+            #expect(error.code == .invalidInput && error.message.contains("Text file busy"))
+        }
+
+        DedicatedThread.detach(name: "writer") {
+            var pause = timespec(tv_sec: 0, tv_nsec: 10_000_000)
+            nanosleep(&pause, nil)
+            writer.close()
+        }
+        let child = try await DedicatedThread.run { () throws(TesseraError) in
+            try ChildProcess.start([path], output: .discard)
+        }
+        while child.isRunning { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(child.status == 7)
+    }
+
     /// Writes retry until every byte is out; a read goes to the end even where the size shows 0 (`/proc`); a
     /// failed open names its errno.
     @Test func openFileWritesAndReadsWhole() throws {
