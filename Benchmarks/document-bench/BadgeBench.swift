@@ -3,7 +3,7 @@ import AccessControl
 import CredentialStore
 import Documents
 import Emulation
-import Foundation
+import FoundationEssentials
 import Logging
 import PCSC
 import PIV
@@ -66,7 +66,7 @@ func badgeBench(runs: Int, pcscd: PCSCDaemonFixture, context: PCSCContext) async
         let pad = { (s: String, n: Int) in s + String(repeating: " ", count: max(0, n - s.count)) }
         print(
             pad("badge PKI-CAK, " + label, 44) + pad("APDUs \(apdus) (min \(minimum))", 22)
-                + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
+                + String(printf: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
     }
 
     print("certificate answer \(answers[0]) bytes, CHUID answer \(answers[1]) bytes")

@@ -3,7 +3,7 @@ import CBOR
 import Crypto
 import Documents
 import Emulation
-import Foundation
+import FoundationEssentials
 import MDoc
 import PCSC
 import TesseraCore
@@ -128,7 +128,7 @@ func mdocBench(runs: Int, pcscd: PCSCDaemonFixture, context: PCSCContext) async 
         let terms = try minimumMDocAPDUs(retrieval: read.value.retrieval, extended: negotiated)
         let minimum = terms.reduce(0, +)
         let sum = terms.map(String.init).joined(separator: "+")
-        let ratio = String(format: "%.2f", Double(read.apdus) / Double(minimum))
+        let ratio = String(printf: "%.2f", Double(read.apdus) / Double(minimum))
         let pad = { (s: String, n: Int) in s + String(repeating: " ", count: max(0, n - s.count)) }
         print(
             pad(label, 35) + pad("Le \(negotiated ? 65_536 : 256)", 10)
@@ -136,7 +136,7 @@ func mdocBench(runs: Int, pcscd: PCSCDaemonFixture, context: PCSCContext) async 
                 + pad("wire bytes \(read.bytes)", 19)
                 + pad("DeviceResponse \(read.value.retrieval.responseBytes.count)", 22)
                 + String(
-                    format: "median %.1f ms (min %.1f, %d runs), verify %.1f ms", median(times), times.min()!, runs,
+                    printf: "median %.1f ms (min %.1f, %d runs), verify %.1f ms", median(times), times.min()!, runs,
                     median(verifyTimes)))
     }
 

@@ -1,13 +1,17 @@
 import APDU
 import Documents
 import Emulation
-import Foundation
+import FoundationEssentials
 import ICAO
 import MRZ
 import PCSC
 import TesseraCore
 import TesseraTestSupport
 import VPCD
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // document-bench: reading DG1 + DG2 (~20 KB photo) + EF.SOD with short and with extended-length READ BINARY,
 // in process (protocol cost only) and through pcscd + vpcd (the daemon's real path), against the minimum
@@ -78,7 +82,7 @@ func measure(_ label: String, _ service: DocumentService, extended: Bool, profil
             + pad("total APDUs \(r.statistics.apdus)", 17)
             + pad("wire bytes \(r.statistics.bytes)", 19)
             + pad("file bytes \(r.statistics.fileBytes)", 18)
-            + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
+            + String(printf: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
 }
 
 if CommandLine.arguments.contains("--mdoc-only") || CommandLine.arguments.contains("--badge-only") {
@@ -97,8 +101,7 @@ if CommandLine.arguments.contains("--mdoc-only") || CommandLine.arguments.contai
     exit(0)
 }
 
-let dir = FileManager.default.temporaryDirectory.appendingPathComponent("document-bench-\(getpid())").path
-defer { try? FileManager.default.removeItem(atPath: dir) }
+let dir = Scratch.directory("document-bench")
 let profile = try DocumentProfile.make(
     directory: dir, mrz: mrz, access: AccessOptions(bac: true, pace: [.default]),
     photoPadding: 20_000)
@@ -127,7 +130,7 @@ do {
     guard status == .valid else { fatalError("passive authentication against 500 anchors: \(status)") }
     print(
         String(
-            format: "passive authentication, %d anchors: median %.2f ms (min %.2f, %d runs)",
+            printf: "passive authentication, %d anchors: median %.2f ms (min %.2f, %d runs)",
             store.certificates.count, median(times), times.min()!, verifyRuns))
 }
 if CommandLine.arguments.contains("--trust-only") { exit(0) }
@@ -152,8 +155,7 @@ try await waitForCard(context, reader: pcscd.readerName, present: false)
 
 // Chip Authentication v1 + active authentication through pcscd + vpcd: every file the SOD lists is read (EF.COM,
 // DG1, DG2, DG11, DG12, DG14, DG15, EF.SOD); DG14 under the access session, the rest under CA's keys.
-let caDir = dir + "-ca"
-defer { try? FileManager.default.removeItem(atPath: caDir) }
+let caDir = Scratch.directory("document-bench-ca")
 let caProfile = try DocumentProfile.make(
     directory: caDir, mrz: mrz,
     access: AccessOptions(
@@ -190,7 +192,7 @@ for extended in [false, true] {
     print(
         "pcscd + vpcd, CA v1 + AA, \(extended ? "extended" : "short") (\(files), \(r.statistics.fileBytes) bytes): "
             + "total APDUs \(r.statistics.apdus) (min \(minimum)), wire bytes \(r.statistics.bytes), "
-            + String(format: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
+            + String(printf: "median %.1f ms (min %.1f, %d runs)", median(times), times.min()!, runs))
 }
 await caLink.remove()
 try await waitForCard(context, reader: pcscd.readerName, present: false)

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 @_spi(Benchmarks) @_spi(Testing) import PKCS11
 import RPC
 import TesseraCore
@@ -21,14 +21,12 @@ enum CTAPBench {
         let config = work + "/tesserad.json"
         try Data(#"{"pinFiles": {"bench": "\#(pinFile)"}}"#.utf8).write(to: URL(fileURLWithPath: config))
         let socket = work + "/tesserad.sock", ctapSocket = work + "/ctap.sock"
-        let daemon = Process()
-        daemon.executableURL = URL(fileURLWithPath: tesserad)
-        daemon.arguments = [
-            "--socket", socket, "--ctap-socket", ctapSocket, "--state-dir", work + "/state",
-            "--pkcs11-module", hsm.modulePath, "--no-embedded-softhsm", "--config", config,
-            "--log-level", "warning",
-        ]
-        try daemon.run()
+        let daemon = try ChildProcess.start(
+            [
+                tesserad, "--socket", socket, "--ctap-socket", ctapSocket, "--state-dir", work + "/state",
+                "--pkcs11-module", hsm.modulePath, "--no-embedded-softhsm", "--config", config,
+                "--log-level", "warning",
+            ], output: .inherit)
         do {
             var client: RPCClient?
             while client == nil {
@@ -64,18 +62,19 @@ enum CTAPBench {
                 "tessera-bench --ctap: SoftHSM2, P-256, 1 client, \(seconds)s per path, \(ProcessInfo.processInfo.activeProcessorCount) cores"
             )
             print("path                                   n      median µs   p99 µs")
-            print(String(format: "%-38@ %6@  %10.0f", "raw C_Sign (mean)" as NSString, "" as NSString, 1e6 / rawRate))
+            print(Bench.pad("raw C_Sign (mean)", 45) + String(printf: "  %10.0f", 1e6 / rawRate))
             for (name, latencies) in [
                 ("passkey.authenticate (JSON-RPC)", rpc), ("getAssertion (--ctap-socket, up=false)", ctap),
             ] {
                 let s = latencies.sorted()
                 print(
-                    String(
-                        format: "%-38@ %6d  %10.0f  %7.0f", name as NSString, s.count, s[s.count / 2] * 1e6,
-                        s[min(s.count - 1, s.count * 99 / 100)] * 1e6))
+                    Bench.pad(name, 38)
+                        + String(
+                            printf: " %6d  %10.0f  %7.0f", s.count, s[s.count / 2] * 1e6,
+                            s[min(s.count - 1, s.count * 99 / 100)] * 1e6))
             }
             let median = { (l: [Double]) in l.sorted()[l.count / 2] }
-            print(String(format: "CTAP − JSON-RPC median: %.0f µs", (median(ctap) - median(rpc)) * 1e6))
+            print(String(printf: "CTAP − JSON-RPC median: %.0f µs", (median(ctap) - median(rpc)) * 1e6))
             provider.finalize()
         } catch {
             await Subprocess.terminate(daemon)

@@ -1,6 +1,7 @@
-import Foundation
+import FoundationEssentials
 import RPC
 import TesseraCore
+import TesseraRuntime
 import TesseraTestSupport
 
 /// `--callgrind N`: instructions tesserad executes per `passkey.authenticate`, not counting the token's own
@@ -42,10 +43,7 @@ enum CallgrindBench {
         ]
 
         // Enrol outside valgrind, so both measured runs start from the same state.
-        let plain = Process()
-        plain.executableURL = URL(fileURLWithPath: tesserad)
-        plain.arguments = arguments
-        try plain.run()
+        let plain = try ChildProcess.start([tesserad] + arguments, output: .inherit)
         let credentialId: String
         do {
             let client = try await connect(socket, process: plain)
@@ -64,10 +62,9 @@ enum CallgrindBench {
         var profiles: [Profile] = []
         for (index, count) in [0, assertions].enumerated() {
             let out = work + "/callgrind.\(index).out"
-            let daemon = Process()
-            daemon.executableURL = URL(fileURLWithPath: "/usr/bin/valgrind")
-            daemon.arguments = ["--tool=callgrind", "--callgrind-out-file=\(out)", "--quiet", profiled] + arguments
-            try daemon.run()
+            let daemon = try ChildProcess.start(
+                ["/usr/bin/valgrind", "--tool=callgrind", "--callgrind-out-file=\(out)", "--quiet", profiled]
+                    + arguments, output: .inherit)
             do {
                 let client = try await connect(socket, process: daemon)
                 _ = try await client.call("daemon.status")
@@ -81,15 +78,16 @@ enum CallgrindBench {
                 throw error
             }
             await Subprocess.terminate(daemon, grace: 120)
-            guard daemon.terminationReason == .exit else {
-                throw BenchError("tesserad under callgrind did not exit cleanly")
+            // tesserad exits 0 on SIGTERM once it has drained (valgrind passes its status on).
+            guard daemon.status == 0 else {
+                throw BenchError("tesserad under callgrind did not exit cleanly (status \(daemon.status ?? -1))")
             }
             profiles.append(try await Profile.load(out))
             if let keepIn {
-                let kept = URL(fileURLWithPath: keepIn).appendingPathComponent("callgrind.\(index).out")
+                let kept = FilePaths.join(keepIn, "callgrind.\(index).out")
                 try FileManager.default.createDirectory(atPath: keepIn, withIntermediateDirectories: true)
-                try? FileManager.default.removeItem(at: kept)
-                try FileManager.default.copyItem(at: URL(fileURLWithPath: out), to: kept)
+                try? FileManager.default.removeItem(atPath: kept)
+                try FileManager.default.copyItem(atPath: out, toPath: kept)
             }
         }
 
@@ -102,7 +100,7 @@ enum CallgrindBench {
         )
         print(
             String(
-                format:
+                printf:
                     "instructions per assertion: %.0f in tesserad without the token's signing (%.0f with it; C_SignInit + C_Sign %.0f)",
                 total - sign, total, sign))
         /// Per-assertion differences of run 2 over run 1, largest first.
@@ -115,8 +113,8 @@ enum CallgrindBench {
         }
         func show(_ rows: [(String, Double)], limit: Int) {
             for (name, cost) in rows.prefix(limit) {
-                let shown = name.replacingOccurrences(of: profiled, with: "tesserad")
-                print(String(format: "%12.0f  %5.1f%%  ", cost, 100 * cost / total) + shown)
+                let shown = name.replacing(profiled, with: "tesserad")
+                print(String(printf: "%12.0f  %5.1f%%  ", cost, 100 * cost / total) + shown)
             }
         }
         // An async function's frames recur through the executor, so callgrind's inclusive cost of one can exceed the
@@ -141,7 +139,7 @@ enum CallgrindBench {
             || name.contains("ThreadPosix") || name.contains("swift_job_run")
     }
 
-    static func connect(_ socket: String, process: Process) async throws -> RPCClient {
+    static func connect(_ socket: String, process: ChildProcess) async throws -> RPCClient {
         let deadline = ContinuousClock.now + .seconds(300)
         while ContinuousClock.now < deadline {
             guard process.isRunning else { throw BenchError("tesserad exited before it was ready") }

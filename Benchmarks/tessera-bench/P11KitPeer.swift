@@ -1,6 +1,7 @@
-import Foundation
+import FoundationEssentials
 @_spi(Benchmarks) @_spi(Testing) import PKCS11
 import TesseraCore
+import TesseraRuntime
 import TesseraTestSupport
 
 #if canImport(Glibc)
@@ -13,11 +14,11 @@ import TesseraTestSupport
 final class P11KitPeer: @unchecked Sendable {
     static let clientModule = "/usr/lib/x86_64-linux-gnu/pkcs11/p11-kit-client.so"
 
-    let server: Process
+    let server: ChildProcess
     let provider: PKCS11Provider
     let token: PKCS11Token
 
-    private init(server: Process, provider: PKCS11Provider, token: PKCS11Token) {
+    private init(server: ChildProcess, provider: PKCS11Provider, token: PKCS11Token) {
         self.server = server; self.provider = provider; self.token = token
     }
 
@@ -29,19 +30,16 @@ final class P11KitPeer: @unchecked Sendable {
             throw BenchError(
                 "p11-kit peer: /usr/bin/p11-kit or \(clientModule) missing (scripts/setup.sh installs them)")
         }
-        let socket = hsm.directory + "/p11-kit.sock"
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/bin/p11-kit")
-        server.arguments = ["server", "-f", "--provider", hsm.modulePath, "-n", socket, "pkcs11:token=\(label)"]
-        server.environment = ProcessInfo.processInfo.environment.merging(["SOFTHSM2_CONF": hsm.configPath]) { _, n in n
-        }
-        server.standardOutput = FileHandle.nullDevice
-        try server.run()
+        let socket = hsm.directory + "/p11-kit.sock", log = hsm.directory + "/p11-kit.log"
+        let server = try ChildProcess.start(
+            ["/usr/bin/p11-kit", "server", "-f", "--provider", hsm.modulePath, "-n", socket, "pkcs11:token=\(label)"],
+            environment: ["SOFTHSM2_CONF": hsm.configPath], output: .file(log))
         do {
             var waited = 0
             while !FileManager.default.fileExists(atPath: socket) {
                 guard server.isRunning, waited < 10_000 else {
-                    throw BenchError("p11-kit server did not create \(socket)")
+                    let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+                    throw BenchError("p11-kit server did not create \(socket): \(output)")
                 }
                 try await Task.sleep(for: .milliseconds(5))
                 waited += 5

@@ -1,10 +1,11 @@
 import APDU
 import Emulation
-import Foundation
+import FoundationEssentials
 import PCSC
 import PIV
 import RPC
 import TesseraCore
+import TesseraRuntime
 import TesseraTestSupport
 import VPCD
 
@@ -26,13 +27,11 @@ enum PIVBench {
         defer { Task { await link.remove() } }
 
         let socket = work + "/tesserad.sock"
-        let daemon = Process()
-        daemon.executableURL = URL(fileURLWithPath: tesserad)
-        daemon.arguments = [
-            "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
-            "--no-embedded-softhsm", "--allow-default-piv-management-key", "--log-level", "error",
-        ]
-        try daemon.run()
+        let daemon = try ChildProcess.start(
+            [
+                tesserad, "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
+                "--no-embedded-softhsm", "--allow-default-piv-management-key", "--log-level", "error",
+            ], output: .inherit)
         do {
             var client: RPCClient?
             while client == nil {
@@ -103,11 +102,11 @@ enum PIVBench {
                 await raw.disconnect()
                 let s = socketLatencies.sorted(), r = rawLatencies.sorted()
                 let median = s[s.count / 2], p99 = s[min(s.count - 1, s.count * 99 / 100)], rawMedian = r[r.count / 2]
-                let mode = (uv ? "with PIN (UV)" : "without PIN").padding(toLength: 16, withPad: " ", startingAt: 0)
+                let mode = Bench.pad(uv ? "with PIN (UV)" : "without PIN", 16)
                 print(
                     mode
                         + String(
-                            format: " %16.3f  %6.3f   %18.3f  %5.2f  %.2f ", median * 1000, p99 * 1000,
+                            printf: " %16.3f  %6.3f   %18.3f  %5.2f  %.2f ", median * 1000, p99 * 1000,
                             rawMedian * 1000, median / rawMedian, perAssertion) + "(\(sequence))")
             }
             await c.close()
@@ -124,7 +123,7 @@ enum PIVBench {
         case PIV.INS.verify: "VERIFY"
         case PIV.INS.generalAuthenticate: "GENERAL AUTHENTICATE"
         case PIV.INS.getData: "GET DATA"
-        default: String(format: "INS %02X", ins)
+        default: String(printf: "INS %02X", ins)
         }
     }
 }

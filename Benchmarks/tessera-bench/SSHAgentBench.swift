@@ -1,4 +1,5 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 @_spi(Benchmarks) @_spi(Testing) import PKCS11
 import RPC
 import TesseraCore
@@ -25,22 +26,23 @@ enum SSHAgentBench {
         ).write(to: URL(fileURLWithPath: config))
         let socket = work + "/tesserad.sock", agentSocket = work + "/agent.sock", opensshSocket = work + "/openssh.sock"
 
-        let daemon = Process()
-        daemon.executableURL = URL(fileURLWithPath: tesserad)
-        daemon.arguments = [
-            "--socket", socket, "--ssh-agent-socket", agentSocket, "--state-dir", work + "/state",
-            "--pkcs11-module", hsm.modulePath, "--no-embedded-softhsm", "--config", config,
-            "--log-level", "warning",
-        ]
-        try daemon.run()
-        let opensshAgent = Process()
-        opensshAgent.executableURL = URL(fileURLWithPath: "/usr/bin/ssh-agent")
-        opensshAgent.arguments = ["-D", "-a", opensshSocket]
-        opensshAgent.environment = ProcessInfo.processInfo.environment.merging(["SOFTHSM2_CONF": hsm.configPath]) {
-            _, n in n
+        let daemon = try ChildProcess.start(
+            [
+                tesserad, "--socket", socket, "--ssh-agent-socket", agentSocket, "--state-dir", work + "/state",
+                "--pkcs11-module", hsm.modulePath, "--no-embedded-softhsm", "--config", config,
+                "--log-level", "warning",
+            ], output: .inherit)
+        // In the foreground (-D); its output (the SSH_AUTH_SOCK line, its PKCS#11 helper's errors) goes to a file.
+        let opensshLog = work + "/ssh-agent.log"
+        let opensshAgent: ChildProcess
+        do {
+            opensshAgent = try ChildProcess.start(
+                ["/usr/bin/ssh-agent", "-D", "-a", opensshSocket], environment: ["SOFTHSM2_CONF": hsm.configPath],
+                output: .file(opensshLog))
+        } catch {
+            await Subprocess.terminate(daemon)
+            throw error
         }
-        opensshAgent.standardOutput = FileHandle.nullDevice
-        try opensshAgent.run()
         do {
             var client: RPCClient?
             while client == nil {
@@ -60,7 +62,10 @@ enum SSHAgentBench {
                     "SSH_AUTH_SOCK": opensshSocket, "SSH_ASKPASS": askpass, "SSH_ASKPASS_REQUIRE": "force",
                     "DISPLAY": ":0",
                 ])
-            guard added.status == 0 else { throw BenchError("ssh-add -s failed: \(added.output)") }
+            guard added.status == 0 else {
+                let log = (try? String(contentsOfFile: opensshLog, encoding: .utf8)) ?? ""
+                throw BenchError("ssh-add -s failed: \(added.output); ssh-agent: \(log)")
+            }
 
             let provider = try PKCS11Provider(modulePaths: [hsm.modulePath])
             guard let token = provider.tokens().first(where: { $0.info.label == "bench" }) else {
@@ -79,7 +84,7 @@ enum SSHAgentBench {
             print(
                 "clients  raw C_Sign/s  tesserad sign/s  median ms  OpenSSH sign/s  median ms  tesserad/OpenSSH  tesserad/raw"
                     + "  raw CPU µs  tesserad CPU µs  OpenSSH CPU µs  OpenSSH/tesserad CPU")
-            let daemonPID = daemon.processIdentifier, opensshPID = opensshAgent.processIdentifier
+            let daemonPID = daemon.pid, opensshPID = opensshAgent.pid
             for clients in clientCounts {
                 let iterations = max(2000, Int(seconds * 4000))
                 let rawCPU0 = CPUTime.ofSelf()
@@ -94,7 +99,7 @@ enum SSHAgentBench {
                 let oCPU = (CPUTime.of(tree: opensshPID) - oCPU0) / Double(oCount)
                 print(
                     String(
-                        format:
+                        printf:
                             "%7d  %12.0f  %15.0f  %9.3f  %14.0f  %9.3f  %16.2f  %12.2f  %10.1f  %15.1f  %14.1f  %20.2f",
                         clients, raw, t, tMedian * 1000, o, oMedian * 1000, t / o, t / raw,
                         rawCPU * 1e6, tCPU * 1e6, oCPU * 1e6, oCPU / tCPU))

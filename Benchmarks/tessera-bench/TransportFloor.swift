@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
 import TesseraTestSupport
@@ -47,11 +47,24 @@ enum TransportFloor {
     ) async throws -> [Double] {
         let path = directory + "/floor.sock"
         let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        let peer = Process()
-        peer.executableURL = URL(fileURLWithPath: cpus == nil ? me : "/usr/bin/taskset")
-        peer.arguments = (cpus.map { ["-c", $0, me] } ?? []) + ["--echo-peer", path, String(answerBytes)]
-        try peer.run()
-        defer { peer.terminate() }
+        let peer = try ChildProcess.start(
+            (cpus.map { ["/usr/bin/taskset", "-c", $0] } ?? []) + [me, "--echo-peer", path, String(answerBytes)],
+            output: .inherit)
+        do {
+            let latencies = try await roundTrips(
+                path, requestBytes: requestBytes, answerBytes: answerBytes, seconds: seconds)
+            await Subprocess.terminate(peer, grace: 1)
+            return latencies
+        } catch {
+            await Subprocess.terminate(peer, grace: 1)
+            throw error
+        }
+    }
+
+    /// Connects to the peer at `path` and runs the closed loop for `seconds`.
+    private static func roundTrips(_ path: String, requestBytes: Int, answerBytes: Int, seconds: Double)
+        async throws -> [Double]
+    {
         var fd: Int32 = -1
         for _ in 0..<2000 where fd < 0 {
             fd = (try? LoadClient.connect(path)) ?? -1

@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 @_spi(Benchmarks) @_spi(Testing) import PKCS11
 import RPC
 import TesseraCore
+import TesseraRuntime
 import TesseraTestSupport
 
 /// Assertions per second over the daemon's socket against raw PKCS#11 C_Sign and the same C_Sign loop through
@@ -31,8 +32,7 @@ enum Bench {
         var clientCounts = [1, 4, 16]
         var daemonCPUs: String?
         var idleSeconds = 60.0
-        var tesserad = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-            .appendingPathComponent("tesserad").path
+        var tesserad = FilePaths.join(FilePaths.directory(of: CommandLine.arguments[0]), "tesserad")
         var piv = false  // --piv: the PIV card benchmark (PIVBench.swift) instead of PKCS#11
         var withPIN = true
         var withP11Kit = true
@@ -86,15 +86,12 @@ enum Bench {
 
         // Start the daemon and time it to readiness.
         let socket = work + "/tesserad.sock"
-        let daemon = Process()
-        daemon.executableURL = URL(fileURLWithPath: daemonCPUs == nil ? tesserad : "/usr/bin/taskset")
-        daemon.arguments =
-            (daemonCPUs.map { ["-c", $0, tesserad] } ?? []) + [
-                "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
-                "--no-embedded-softhsm", "--config", config, "--log-level", "warning",
-            ]
         let spawned = ContinuousClock.now
-        try daemon.run()
+        let daemon = try ChildProcess.start(
+            (daemonCPUs.map { ["/usr/bin/taskset", "-c", $0] } ?? []) + [
+                tesserad, "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
+                "--no-embedded-softhsm", "--config", config, "--log-level", "warning",
+            ], output: .inherit)
         var p11kit: P11KitPeer?
         do {
             var client: RPCClient?
@@ -105,7 +102,7 @@ enum Bench {
             _ = try await client!.call("daemon.status")
             let ready = ContinuousClock.now - spawned
             try await Task.sleep(for: .seconds(1))
-            let idleRSS = memory(pid: daemon.processIdentifier)
+            let idleRSS = memory(pid: daemon.pid)
 
             let reg = try await client!.call(
                 "passkey.enroll",
@@ -146,7 +143,7 @@ enum Bench {
                 let remote = try await p11kit?.token.rawSignLoop(
                     keyID: keyHandle, digest: digest, iterations: iterations / 2,
                     sessions: rawSessions)
-                let pid = daemon.processIdentifier
+                let pid = daemon.pid
                 let cpuBefore = cpuSeconds(pid: pid), ownBefore = LoadClient.ownCPUSeconds(),
                     csBefore = contextSwitches(pid: pid)
                 // tesserad's peak RSS during the run, sampled every 100 ms.
@@ -173,7 +170,7 @@ enum Bench {
                 let median = sorted[sorted.count / 2], p99 = sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
                 print(
                     String(
-                        format:
+                        printf:
                             "%7d  %12.0f (%2d)          %9.0f  %5.2f  %12.0f  %5.2f  %9.3f  %6.3f  %15.0f  %15.0f  %11.1f",
                         clients, raw, rawSessions, remote ?? .nan, (remote ?? .nan) / raw, rate, rate / raw,
                         median * 1000, p99 * 1000, cpu * 1e6, own * 1e6, cs))
@@ -183,7 +180,7 @@ enum Bench {
                     summary.p11KitAddedMean = remote.map { 1 / $0 - rawSingleLatency }
                     print(
                         String(
-                            format:
+                            printf:
                                 "         added latency at 1 client: tesserad median − raw C_Sign %.0f µs (mean %.0f µs); "
                                 + "p11-kit mean %.0f µs", (median - rawSingleLatency) * 1e6,
                             (wall / n - rawSingleLatency) * 1e6,
@@ -194,22 +191,22 @@ enum Bench {
                     ).sorted()
                     print(
                         String(
-                            format:
+                            printf:
                                 "         transport floor: Unix socket round trip to a process that only answers "
                                 + "(%d-byte request, %d-byte answer) median %.0f µs, p99 %.0f µs",
                             sizes.request, sizes.answer, floor[floor.count / 2] * 1e6,
                             floor[min(floor.count - 1, floor.count * 99 / 100)] * 1e6))
                 }
             }
-            print("tesserad RSS after the load: \(memory(pid: daemon.processIdentifier))")
-            if let p11kit { summary.p11KitRSS = residentKiB(pid: p11kit.server.processIdentifier, withChildren: true) }
+            print("tesserad RSS after the load: \(memory(pid: daemon.pid))")
+            if let p11kit { summary.p11KitRSS = residentKiB(pid: p11kit.server.pid, withChildren: true) }
             if idleSeconds > 0 {
                 try await Task.sleep(for: .seconds(idleSeconds))
-                summary.idleRSS = residentKiB(pid: daemon.processIdentifier)
+                summary.idleRSS = residentKiB(pid: daemon.pid)
                 summary.idleSeconds = idleSeconds
                 print(
                     "tesserad idle RSS after \(summary.assertions) assertions + \(Int(idleSeconds)) s idle: "
-                        + memory(pid: daemon.processIdentifier))
+                        + memory(pid: daemon.pid))
             }
             summary.print()
             print("CPU per assertion: tesserad from /proc/PID/stat, the load generator (this process) from getrusage;")
@@ -237,7 +234,10 @@ enum Bench {
         Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
     }
 
-    static func format(_ d: Duration) -> String { String(format: "%.1f ms", seconds(d) * 1000) }
+    static func format(_ d: Duration) -> String { String(printf: "%.1f ms", seconds(d) * 1000) }
+
+    /// `s` left-aligned in `width` columns (printf's `%-*s`, which `String(printf:)` does not take).
+    static func pad(_ s: String, _ width: Int) -> String { s + String(repeating: " ", count: max(0, width - s.count)) }
 
     /// utime + stime of a process in seconds (from /proc/PID/stat, clock ticks of 1/100 s).
     static func cpuSeconds(pid: Int32) -> Double {
@@ -258,7 +258,7 @@ enum Bench {
         for tid in tids {
             guard let s = try? String(contentsOfFile: "\(dir)/\(tid)/status", encoding: .utf8) else { continue }
             for line in s.split(separator: "\n") where line.contains("ctxt_switches:") {
-                total += Int(line.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+                total += Int(line.split(separator: "\t").last?.trimmingWhitespace() ?? "") ?? 0
             }
         }
         return total
@@ -304,8 +304,8 @@ struct Summary {
     var assertions = 0
 
     func print() {
-        func ratio(_ v: Double?) -> String { v.map { String(format: "%.2f", $0) } ?? "–" }
-        func mb(_ kib: Int) -> String { String(format: "%.1f MB", Double(kib) / 1024) }
+        func ratio(_ v: Double?) -> String { v.map { String(printf: "%.2f", $0) } ?? "–" }
+        func mb(_ kib: Int) -> String { String(printf: "%.1f MB", Double(kib) / 1024) }
         let one = rows[1], many = rows.keys.max().flatMap { rows[$0] }, manyCount = rows.keys.max() ?? 0
         Swift.print("summary (ratios to raw C_Sign in the same run):")
         Swift.print("| path | 1 client | \(manyCount) clients | added at 1 client | RSS |")
@@ -313,12 +313,12 @@ struct Summary {
         Swift.print("| raw C_Sign (in process) | 1.00 | 1.00 | 0 µs | – |")
         Swift.print(
             "| p11-kit server remoting | \(ratio(one?.p11kit)) | \(ratio(many?.p11kit)) | "
-                + (p11KitAddedMean.map { String(format: "+%.0f µs (mean)", $0 * 1e6) } ?? "–") + " | "
+                + (p11KitAddedMean.map { String(printf: "+%.0f µs (mean)", $0 * 1e6) } ?? "–") + " | "
                 + (p11KitRSS.map { mb($0) + " (server + remote)" } ?? "–") + " |")
         let idle = idleRSS.map { "idle \(mb($0)) after \(assertions) assertions + \(Int(idleSeconds)) s" } ?? "idle –"
         Swift.print(
             "| tesserad passkey.authenticate | \(ratio(one?.tesserad)) | \(ratio(many?.tesserad)) | "
-                + String(format: "+%.0f µs (median)", addedMedian * 1e6) + " | \(idle); "
+                + String(printf: "+%.0f µs (median)", addedMedian * 1e6) + " | \(idle); "
                 + (many.map { "\(mb($0.peakRSS)) peak at \(manyCount) clients" } ?? "") + " |")
     }
 }
