@@ -2,7 +2,7 @@
 """Package.swift declares exactly what each target imports: every module a target's Swift files import is one of
 its declared dependencies (a target of this package or a product), and every declared dependency is imported by
 at least one of its files. Reads the manifest through `swift package dump-package`; exits 1 with one line per
-drift. And no Swift file under Sources/ or Tests/ imports full Foundation (or a module that needs it): the
+drift. And no Swift file under Sources/, Tests/ or Benchmarks/ imports full Foundation (or a module that needs it): the
 FoundationEssentials subset at most, so neither binary links Foundation's internationalisation or ICU (issue #39).
 `make test` runs it; `make check-imports` alone."""
 import json
@@ -28,8 +28,9 @@ FORBIDDEN = {
     "_FoundationICU": "_FoundationICU is ICU",
 }
 # Directories whose Swift files are checked for FORBIDDEN, every target's (the fuzz harness's too, which the manifest
-# declares only under TESSERA_FUZZ=1).
-NO_FOUNDATION_DIRS = ("Sources", "Tests")
+# declares only under TESSERA_FUZZ=1; the benchmarks').
+NO_FOUNDATION_DIRS = ("Sources", "Tests", "Benchmarks")
+TREES = ", ".join(NO_FOUNDATION_DIRS[:-1]) + " and " + NO_FOUNDATION_DIRS[-1]
 IMPORT = re.compile(
     r"^\s*(?:@[\w(), ]+\s+)*(?:(?:public|package|internal|fileprivate|private)\s+)?import\s+"
     r"(?:(?:typealias|struct|class|enum|protocol|let|var|func)\s+)?([A-Za-z_][A-Za-z0-9_]*)")
@@ -107,10 +108,10 @@ def main() -> int:
         print(p)
     print(f"imports: {len(problems)} drift(s) between Package.swift and the import lines" if problems
           else "imports: Package.swift declares exactly what each target imports")
-    print(f"imports: {len(foundation)} import(s) of full Foundation under {' and '.join(NO_FOUNDATION_DIRS)}: import "
+    print(f"imports: {len(foundation)} import(s) of full Foundation under {TREES}: import "
           "FoundationEssentials at most; TesseraCore and TesseraRuntime have what it lacks (Locked, trimmingWhitespace, "
           "FilePaths, String(printf:), TesseraError.reason(of:), DedicatedThread, ChildProcess, OpenFile)"
-          if foundation else f"imports: no file under {' and '.join(NO_FOUNDATION_DIRS)} imports full Foundation")
+          if foundation else f"imports: no file under {TREES} imports full Foundation")
     return 1 if problems or foundation else 0
 
 
