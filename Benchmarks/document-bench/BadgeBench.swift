@@ -72,6 +72,8 @@ func badgeBench(runs: Int, pcscd: PCSCDaemonFixture, context: PCSCContext) async
     print("certificate answer \(answers[0]) bytes, CHUID answer \(answers[1]) bytes")
     try await measure("in process", InMemorySource { card }, minimum: 4)
 
+    // The previous card (the mDL's) may still show in pcscd until its next poll: a read would fail.
+    try await waitForCard(context, reader: pcscd.readerName, present: false)
     let link = VirtualCardLink(card: card, port: Int(pcscd.port))
     try await link.start()
     try await waitForCard(context, reader: pcscd.readerName)
