@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The package test (make deb-check, a stage of make test), on the .deb that scripts/make-deb.sh built:
-#  1. lintian reports no error;
+#  1. lintian reports no error, and the package is at most 15 MB (issue #39);
 #  2. its files are exactly packaging/install-manifest.txt (what `make install PREFIX=/usr` installs; the package
 #     adds only Debian's copyright and changelog and compresses the man pages), and so is a fresh make install;
 #  3. it is installed into a throwaway root: an overlay of this machine's / whose writes go to a tmpfs, in a mount
@@ -25,6 +25,9 @@ echo "== lintian $deb"
 command -v lintian >/dev/null || fail "lintian missing: run scripts/setup.sh"
 lintian --fail-on error "$deb" | tee "$work/lintian.txt" || fail "lintian reports errors"
 echo "lintian: no errors ($(grep -c '^W:' "$work/lintian.txt" || true) warnings)"
+size=$(stat -c %s "$deb")
+[ "$size" -le 15000000 ] || fail "the package is $size bytes, over 15 MB"
+echo "size: $size bytes ($(dpkg-deb -f "$deb" Installed-Size) KiB installed)"
 
 echo "== file list against packaging/install-manifest.txt"
 { grep -v '^#' packaging/install-manifest.txt | sed '/^$/d'
