@@ -17,42 +17,81 @@ import TesseraTestSupport
 enum CallgrindBench {
     static let warmup = 200
 
+    /// A SoftHSM2 token with one PIN file, and tesserad's arguments for it; `profiled` is the copy valgrind runs.
+    struct Setup {
+        let hsm: SoftHSMFixture
+        let socket: String
+        let profiled: String
+        let arguments: [String]
+
+        static func make(tesserad: String) async throws -> Setup {
+            for tool in ["/usr/bin/valgrind", "/usr/bin/callgrind_annotate", "/usr/bin/objcopy"]
+            where !FileManager.default.isExecutableFile(atPath: tool) {
+                throw BenchError("\(tool) is missing (apt valgrind; scripts/setup.sh installs it)")
+            }
+            let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
+            let work = hsm.directory
+            let pinFile = work + "/pin"
+            try Data("1234".utf8).write(to: URL(fileURLWithPath: pinFile))
+            let config = work + "/tesserad.json"
+            try Data(#"{"pinFiles": {"bench": "\#(pinFile)"}}"#.utf8).write(to: URL(fileURLWithPath: config))
+            // valgrind 3.19 cannot read the DWARF 5 debug information Swift 6.3 writes ("unhandled dwarf2 abbrev
+            // form code 0x25"): it runs a copy without it. The symbol table, and so the function names, stay.
+            let profiled = work + "/tesserad"
+            let strip = try await Subprocess.run(
+                "/usr/bin/objcopy", ["--strip-debug", tesserad, profiled], timeout: 300)
+            guard strip.status == 0 else {
+                throw BenchError("objcopy --strip-debug failed: \(strip.output.prefix(500))")
+            }
+            let socket = work + "/tesserad.sock"
+            return Setup(
+                hsm: hsm, socket: socket, profiled: profiled,
+                arguments: [
+                    "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
+                    "--no-embedded-softhsm", "--config", config, "--log-level", "warning",
+                ])
+        }
+
+        /// tesserad under callgrind, its profile written to `out` (names as the symbol table has them when
+        /// VALGRIND_OPTS says --demangle=no).
+        func startProfiled(_ out: String) throws -> ChildProcess {
+            try ChildProcess.start(
+                ["/usr/bin/valgrind", "--tool=callgrind", "--callgrind-out-file=\(out)", "--quiet", profiled]
+                    + arguments, output: .inherit)
+        }
+
+        /// SIGTERM, and the clean exit tesserad owes it (valgrind passes its status on).
+        func stop(_ daemon: ChildProcess) async throws {
+            await Subprocess.terminate(daemon, grace: 120)
+            guard daemon.status == 0 else {
+                throw BenchError("tesserad under callgrind did not exit cleanly (status \(daemon.status ?? -1))")
+            }
+        }
+
+        func enroll(on client: RPCClient) async throws -> String {
+            try await client.call(
+                "passkey.enroll",
+                [
+                    "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"],
+                    "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
+                ])["credentialId"]!.stringValue!
+        }
+    }
+
     /// `keepIn`: a directory to copy the two profiles to (`callgrind.0.out`, the warm-up only, and `callgrind.1.out`).
     static func run(assertions: Int, tesserad: String, withPIN: Bool, keepIn: String? = nil) async throws {
         guard assertions > 0 else { throw BenchError("--callgrind needs a positive count") }
-        for tool in ["/usr/bin/valgrind", "/usr/bin/callgrind_annotate", "/usr/bin/objcopy"]
-        where !FileManager.default.isExecutableFile(atPath: tool) {
-            throw BenchError("\(tool) is missing (apt valgrind; scripts/setup.sh installs it)")
-        }
-        let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
-        defer { hsm.removeDirectory() }
-        let work = hsm.directory
-        let pinFile = work + "/pin"
-        try Data("1234".utf8).write(to: URL(fileURLWithPath: pinFile))
-        let config = work + "/tesserad.json"
-        try Data(#"{"pinFiles": {"bench": "\#(pinFile)"}}"#.utf8).write(to: URL(fileURLWithPath: config))
-        let socket = work + "/tesserad.sock"
-        // valgrind 3.19 cannot read the DWARF 5 debug information Swift 6.3 writes ("unhandled dwarf2 abbrev form
-        // code 0x25"): it runs a copy without it. The symbol table, and so the function names, stay.
-        let profiled = work + "/tesserad"
-        let strip = try await Subprocess.run("/usr/bin/objcopy", ["--strip-debug", tesserad, profiled], timeout: 300)
-        guard strip.status == 0 else { throw BenchError("objcopy --strip-debug failed: \(strip.output.prefix(500))") }
-        let arguments = [
-            "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
-            "--no-embedded-softhsm", "--config", config, "--log-level", "warning",
-        ]
+        let setup = try await Setup.make(tesserad: tesserad)
+        defer { setup.hsm.removeDirectory() }
+        let work = setup.hsm.directory
+        let (socket, profiled, arguments) = (setup.socket, setup.profiled, setup.arguments)
 
         // Enrol outside valgrind, so both measured runs start from the same state.
         let plain = try ChildProcess.start([tesserad] + arguments, output: .inherit)
         let credentialId: String
         do {
             let client = try await connect(socket, process: plain)
-            credentialId = try await client.call(
-                "passkey.enroll",
-                [
-                    "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"],
-                    "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
-                ])["credentialId"]!.stringValue!
+            credentialId = try await setup.enroll(on: client)
         } catch {
             await Subprocess.terminate(plain)
             throw error
@@ -62,9 +101,7 @@ enum CallgrindBench {
         var profiles: [Profile] = []
         for (index, count) in [0, assertions].enumerated() {
             let out = work + "/callgrind.\(index).out"
-            let daemon = try ChildProcess.start(
-                ["/usr/bin/valgrind", "--tool=callgrind", "--callgrind-out-file=\(out)", "--quiet", profiled]
-                    + arguments, output: .inherit)
+            let daemon = try setup.startProfiled(out)
             do {
                 let client = try await connect(socket, process: daemon)
                 _ = try await client.call("daemon.status")
@@ -77,11 +114,7 @@ enum CallgrindBench {
                 await Subprocess.terminate(daemon, grace: 60)
                 throw error
             }
-            await Subprocess.terminate(daemon, grace: 120)
-            // tesserad exits 0 on SIGTERM once it has drained (valgrind passes its status on).
-            guard daemon.status == 0 else {
-                throw BenchError("tesserad under callgrind did not exit cleanly (status \(daemon.status ?? -1))")
-            }
+            try await setup.stop(daemon)
             profiles.append(try await Profile.load(out))
             if let keepIn {
                 let kept = FilePaths.join(keepIn, "callgrind.\(index).out")
@@ -129,6 +162,35 @@ enum CallgrindBench {
         show(perAssertion(\.inclusive).filter { $0.0.contains("softhsm") && $0.0.contains(":C_") }, limit: 12)
         print("own instructions per assertion by object:")
         show(perAssertion(\.byObject), limit: 12)
+    }
+
+    /// `--order-profile FILE`: the profile `make order-file` turns into the link order of tesserad's hot code
+    /// (scripts/order-file.py): one run under callgrind through what `tessera-bench`'s table measures — start-up,
+    /// an enrolment, assertions from 1 and then 16 clients, `idleSeconds` without requests (the idle timers), the
+    /// shutdown. Run it with VALGRIND_OPTS=--demangle=no (the order names symbols as the linker sees them).
+    static func orderProfile(to file: String, tesserad: String, idleSeconds: Double) async throws {
+        let setup = try await Setup.make(tesserad: tesserad)
+        defer { setup.hsm.removeDirectory() }
+        let out = setup.hsm.directory + "/callgrind.order.out"
+        let daemon = try setup.startProfiled(out)
+        do {
+            let client = try await connect(setup.socket, process: daemon)
+            _ = try await client.call("daemon.status")
+            let credentialId = try await setup.enroll(on: client)
+            for clients in [1, 16] {
+                _ = try await LoadClient.run(
+                    socket: setup.socket, credentialId: credentialId, clients: clients, seconds: 3600, pin: "1234",
+                    count: 400)
+            }
+            try await Task.sleep(for: .seconds(idleSeconds))
+        } catch {
+            await Subprocess.terminate(daemon, grace: 60)
+            throw error
+        }
+        try await setup.stop(daemon)
+        try? FileManager.default.removeItem(atPath: file)
+        try FileManager.default.copyItem(atPath: out, toPath: file)
+        print("tessera-bench --order-profile: \(file)")
     }
 
     /// Entry points every thread's work sits under, which say nothing about the path.

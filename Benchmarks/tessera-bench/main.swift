@@ -9,19 +9,22 @@ import TesseraTestSupport
 /// p11-kit's remoting (`p11-kit server` + `p11-kit-client.so`) on the same SoftHSM2 token, measured in the same run.
 /// Ends with the summary table of docs/PERFORMANCE.md (raw, p11-kit, tesserad) and tesserad's idle RSS after the load.
 /// Usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST]
-/// [--piv | --ssh-agent | --ctap | --callgrind N] [--no-pin]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
+/// [--piv | --ssh-agent | --ctap | --callgrind N | --order-profile FILE] [--no-pin]. The load comes from `LoadClient` (blocking sockets, one thread per client), not
 /// from `RPCClient`; its own CPU time is reported beside the daemon's so a shared machine can be judged.
 @main
 enum Bench {
     static let usage = """
         usage: tessera-bench [--seconds S] [--tesserad PATH] [--clients 1,4,16] [--daemon-cpus LIST]
-                             [--piv | --ssh-agent | --ctap | --callgrind N] [--no-pin]
+                             [--piv | --ssh-agent | --ctap | --callgrind N | --order-profile FILE] [--no-pin]
           --no-pin            send no PIN with the assertions (default: the token's PIN in every one, as a
                               relying party asking for user verification does)
           --no-p11-kit        leave out the p11-kit remoting peer
           --callgrind N       instructions per assertion in tesserad under valgrind --tool=callgrind (N assertions
                               after a warm-up, less a run without them), without the token's signing; top functions
           --callgrind-out DIR keep the two callgrind profiles in DIR (e.g. for callgrind_annotate --tree=caller)
+          --order-profile FILE  one callgrind profile of tesserad through start-up, an enrolment, assertions
+                              from 1 and 16 clients, --idle-seconds without requests and the shutdown, for
+                              `make order-file` (run with VALGRIND_OPTS=--demangle=no)
           --idle-seconds S    after the load, wait S seconds (default 60) and print tesserad's idle RSS
           --daemon-cpus LIST  run tesserad under `taskset -c LIST` (e.g. 1; start the bench itself under
                               `taskset -c 0` to give load generator and daemon a core each)
@@ -38,6 +41,7 @@ enum Bench {
         var withP11Kit = true
         var callgrindCount: Int?
         var callgrindOut: String?
+        var orderProfile: String?
         var sshAgent = false  // --ssh-agent: the SSH agent benchmark (SSHAgentBench.swift)
         var ctap = false  // --ctap: CTAP getAssertion latency (CTAPBench.swift)
         var it = CommandLine.arguments.dropFirst().makeIterator()
@@ -54,6 +58,7 @@ enum Bench {
             case "--no-p11-kit": withP11Kit = false
             case "--callgrind": callgrindCount = Int(it.next() ?? "") ?? 1000
             case "--callgrind-out": callgrindOut = it.next()
+            case "--order-profile": orderProfile = it.next()
             case "--ssh-agent": sshAgent = true
             case "--ctap": ctap = true
             case "--clients":
@@ -62,6 +67,10 @@ enum Bench {
             case "--idle-seconds": idleSeconds = Double(it.next() ?? "") ?? idleSeconds
             default: print(usage); return
             }
+        }
+        if let orderProfile {
+            try await CallgrindBench.orderProfile(to: orderProfile, tesserad: tesserad, idleSeconds: idleSeconds)
+            return
         }
         if let callgrindCount {
             try await CallgrindBench.run(
