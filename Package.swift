@@ -38,8 +38,10 @@ let package = Package(
             name: "CLibCrypto", path: "Sources/C/CLibCrypto", pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]),
 
-        /// Small POSIX helpers Swift cannot express without raw pointers (sd_notify, secret memory, prctl).
-        .target(name: "CSystemShims", path: "Sources/C/CSystemShims"),
+        /// Small POSIX helpers Swift cannot express without raw pointers (sd_notify, secret memory, prctl), and the
+        /// PIN verifier's HMAC-SHA-256 with its states in secret memory (libcrypto's SHA-256).
+        .target(
+            name: "CSystemShims", path: "Sources/C/CSystemShims", linkerSettings: [.linkedLibrary("crypto")]),
 
         // MARK: Foundations and pure protocols (no I/O)
         .target(name: "TesseraCore"),
