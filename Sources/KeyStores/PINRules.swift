@@ -145,9 +145,9 @@ public final class PINRules: Sendable {
     /// when the caller's uid must wait; the token refuses to spend its final try with PIN_FINAL_TRY_PROTECTED unless
     /// `allowFinalTry`; a wrong PIN (PIN_INVALID, PIN_LOCKED) is logged and starts or extends the uid's back-off;
     /// a success clears it. PIN_EMPTY for an empty PIN, INVALID_INPUT for one over 64 bytes.
-    public func withCallerPIN<T>(
+    nonisolated(nonsending) public func withCallerPIN<T>(
         _ pin: String, caller: PINCaller?, allowFinalTry: Bool, tokenId: String,
-        _ operation: (PINAttempt) async throws(TesseraError) -> T
+        _ operation: nonisolated(nonsending) (PINAttempt) async throws(TesseraError) -> T
     ) async throws(TesseraError) -> T {
         try Self.validate(pin)
         try checkBackoff(caller)
