@@ -412,7 +412,7 @@ let package = Package(
         .testTarget(
             name: "RPCTests",
             dependencies: [
-                "RPC", "TesseraCore", .product(name: "NIOCore", package: "swift-nio"),
+                "RPC", "TesseraCore", "TesseraTestSupport", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Logging
 import Ownership
+import Synchronization
 import TesseraCore
 
 /// The process that sent a PIN: the peer of the socket connection (SO_PEERCRED).
@@ -87,7 +88,8 @@ public final class PINAttempt: Sendable {
     let caller: PINCaller?
     let tokenId: String
     private let rules: PINRules?
-    private let outcome = Locked<Bool?>(nil)
+    /// Whether `didSpendTry` recorded an outcome (an atomic, not a lock: there is one attempt per request).
+    private let recorded = Atomic<Bool>(false)
 
     init(pin: String, allowFinalTry: Bool, caller: PINCaller?, tokenId: String, rules: PINRules?) {
         self.pin = pin; self.allowFinalTry = allowFinalTry; self.caller = caller; self.tokenId = tokenId;
@@ -115,16 +117,12 @@ public final class PINAttempt: Sendable {
     /// Records the outcome of the try: nil = the PIN was correct, else the token's error (PIN_INVALID, PIN_LOCKED, ...).
     public func didSpendTry(_ error: TesseraError?) {
         guard error == nil || error?.code == .pinInvalid || error?.code == .pinLocked else { return }
-        let first = outcome.withLock { o -> Bool in
-            defer { o = error == nil }
-            return o == nil
-        }
-        guard first else { return }
+        guard !recorded.exchange(true, ordering: .acquiringAndReleasing) else { return }
         rules?.record(caller, tokenId: tokenId, error: error)
     }
 
     /// Whether `didSpendTry` already recorded an outcome.
-    var recordedOutcome: Bool { outcome.withLock { $0 != nil } }
+    var recordedOutcome: Bool { recorded.load(ordering: .acquiring) }
 }
 
 /// The PIN rules every key-store path applies to a caller's PIN: per-uid back-off after a wrong PIN, the token's

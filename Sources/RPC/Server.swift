@@ -101,8 +101,13 @@ public final class RPCConnection: Sendable, Hashable {
     /// Hands a request's answer frame (nil: none) to the channel handler, to be written after the notifications
     /// queued before it.
     func answered(_ frame: ByteBuffer?) {
+        // On the loop (the inline answers) without `runOnLoop`, whose escaping closure is allocated either way.
         let handler = self.handler
-        channel.eventLoop.runOnLoop { handler.value.answered(frame) }
+        if channel.eventLoop.inEventLoop {
+            handler.value.answered(frame)
+        } else {
+            channel.eventLoop.execute { handler.value.answered(frame) }
+        }
     }
 
     /// Completes once the connection is closed.
