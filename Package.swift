@@ -38,8 +38,10 @@ let package = Package(
             name: "CLibCrypto", path: "Sources/C/CLibCrypto", pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]),
 
-        /// Small POSIX helpers Swift cannot express without raw pointers (sd_notify, secret memory, prctl).
-        .target(name: "CSystemShims", path: "Sources/C/CSystemShims"),
+        /// Small POSIX helpers Swift cannot express without raw pointers (sd_notify, secret memory, prctl), and the
+        /// PIN verifier's HMAC-SHA-256 with its states in secret memory (libcrypto's SHA-256).
+        .target(
+            name: "CSystemShims", path: "Sources/C/CSystemShims", linkerSettings: [.linkedLibrary("crypto")]),
 
         // MARK: Foundations and pure protocols (no I/O)
         .target(name: "TesseraCore"),
@@ -410,7 +412,7 @@ let package = Package(
         .testTarget(
             name: "RPCTests",
             dependencies: [
-                "RPC", "TesseraCore", .product(name: "NIOCore", package: "swift-nio"),
+                "RPC", "TesseraCore", "TesseraTestSupport", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(name: "PCSCTests", dependencies: ["PCSC", "VPCD", "APDU", "TesseraCore", "TesseraTestSupport"]),

@@ -17,8 +17,10 @@ public protocol KeyStoreToken: Sendable {
     /// after a try that can cost a retry (so the final-try guard and the back-off hold; see `PINRules`).
     func generateP256Key(handle: [UInt8], label: String, pin: PINAttempt?) async throws(TesseraError) -> [UInt8]
     /// Signs `message` (ECDSA P-256 with SHA-256) with the key; returns raw r||s (64 bytes).
-    /// `pin` as for `generateP256Key`.
-    func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8]
+    /// `pin` as for `generateP256Key`. On the caller's executor (the assertion path); blocking calls leave it.
+    nonisolated(nonsending) func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?)
+        async throws(TesseraError)
+        -> [UInt8]
     /// Deletes the key pair (and any object belonging to it). `pin` as for `generateP256Key`.
     func deleteKey(handle: [UInt8], pin: PINAttempt?) async throws(TesseraError)
 
@@ -110,7 +112,7 @@ extension KeyStoreToken {
 /// A source of tokens (one per backend).
 public protocol KeyStore: Sendable {
     /// Tokens present now, as last seen: never waits for an enumeration.
-    func tokens() async -> [any KeyStoreToken]
+    nonisolated(nonsending) func tokens() async -> [any KeyStoreToken]
     /// Tokens seen by an enumeration after this call, waiting at most `limit` for it (else as last seen): for
     /// listing the tokens, or a token looked for by name that the last enumeration did not see.
     func freshTokens(within limit: Duration) async -> [any KeyStoreToken]

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Logging
 import Ownership
+import Synchronization
 import TesseraCore
 
 /// The process that sent a PIN: the peer of the socket connection (SO_PEERCRED).
@@ -87,7 +88,8 @@ public final class PINAttempt: Sendable {
     let caller: PINCaller?
     let tokenId: String
     private let rules: PINRules?
-    private let outcome = Locked<Bool?>(nil)
+    /// Whether `didSpendTry` recorded an outcome (an atomic, not a lock: there is one attempt per request).
+    private let recorded = Atomic<Bool>(false)
 
     init(pin: String, allowFinalTry: Bool, caller: PINCaller?, tokenId: String, rules: PINRules?) {
         self.pin = pin; self.allowFinalTry = allowFinalTry; self.caller = caller; self.tokenId = tokenId;
@@ -115,16 +117,12 @@ public final class PINAttempt: Sendable {
     /// Records the outcome of the try: nil = the PIN was correct, else the token's error (PIN_INVALID, PIN_LOCKED, ...).
     public func didSpendTry(_ error: TesseraError?) {
         guard error == nil || error?.code == .pinInvalid || error?.code == .pinLocked else { return }
-        let first = outcome.withLock { o -> Bool in
-            defer { o = error == nil }
-            return o == nil
-        }
-        guard first else { return }
+        guard !recorded.exchange(true, ordering: .acquiringAndReleasing) else { return }
         rules?.record(caller, tokenId: tokenId, error: error)
     }
 
     /// Whether `didSpendTry` already recorded an outcome.
-    var recordedOutcome: Bool { outcome.withLock { $0 != nil } }
+    var recordedOutcome: Bool { recorded.load(ordering: .acquiring) }
 }
 
 /// The PIN rules every key-store path applies to a caller's PIN: per-uid back-off after a wrong PIN, the token's
@@ -145,9 +143,9 @@ public final class PINRules: Sendable {
     /// when the caller's uid must wait; the token refuses to spend its final try with PIN_FINAL_TRY_PROTECTED unless
     /// `allowFinalTry`; a wrong PIN (PIN_INVALID, PIN_LOCKED) is logged and starts or extends the uid's back-off;
     /// a success clears it. PIN_EMPTY for an empty PIN, INVALID_INPUT for one over 64 bytes.
-    public func withCallerPIN<T>(
+    nonisolated(nonsending) public func withCallerPIN<T>(
         _ pin: String, caller: PINCaller?, allowFinalTry: Bool, tokenId: String,
-        _ operation: (PINAttempt) async throws(TesseraError) -> T
+        _ operation: nonisolated(nonsending) (PINAttempt) async throws(TesseraError) -> T
     ) async throws(TesseraError) -> T {
         try Self.validate(pin)
         try checkBackoff(caller)

@@ -102,7 +102,7 @@ public final class PIVKeyStore: KeyStore {
     /// Fires (coalesced) whenever the set of PIV tokens or pcscd's availability changes.
     public var changes: AsyncStream<Void> { changeStream }
 
-    public func tokens() async -> [any KeyStoreToken] {
+    nonisolated(nonsending) public func tokens() async -> [any KeyStoreToken] {
         await probePending()
         return state.withLock { s in s.tokens.values.sorted { $0.reader < $1.reader } }
     }
@@ -233,7 +233,7 @@ public final class PIVKeyStore: KeyStore {
     }
 
     /// Probes again cards whose first probe failed for a passing reason, at most once per `retryInterval`.
-    private func probePending() async {
+    nonisolated(nonsending) private func probePending() async {
         let now = ContinuousClock.now
         let due: [PCSCReaderState] = state.withLock { s in
             s.retryProbe.compactMap { name, at in

@@ -243,7 +243,10 @@ final class PIVToken: KeyStoreToken {
         return slot
     }
 
-    func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
+    nonisolated(nonsending) func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?)
+        async throws(TesseraError)
+        -> [UInt8]
+    {
         let slot: UInt8
         if let standard = Self.certificateSlot(handle: handle) {
             slot = standard

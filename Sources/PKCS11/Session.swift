@@ -296,7 +296,7 @@ final class SessionWorker: @unchecked Sendable {
     }
 
     /// Runs `body` on the worker thread with an open session; maps failures there.
-    func run<T: Sendable>(
+    nonisolated(nonsending) func run<T: Sendable>(
         _ body: @escaping @Sendable (SessionContext) throws(OperationError) -> T
     ) async -> Result<T, TesseraError> {
         guard let thread else {

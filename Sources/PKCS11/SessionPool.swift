@@ -40,7 +40,7 @@ final class SessionPool: Sendable {
     }
 
     /// A free worker, or nil once the pool is shut down.
-    func acquire() async -> SessionWorker? {
+    nonisolated(nonsending) func acquire() async -> SessionWorker? {
         switch state.withLock({ tryAcquire(&$0) }) {
         case .worker(let w): return w
         case .closed: return nil

@@ -332,7 +332,8 @@ public final class PKCS11Token: Sendable {
     /// ECDSA P-256 signature over `message`, as raw `r || s` (64 bytes). Uses `CKM_ECDSA_SHA256` when the token
     /// offers it, otherwise `CKM_ECDSA` over SHA-256(message) computed on the host.
     /// Throws `PASSKEY_NOT_FOUND` for an unknown id and `PIN_REQUIRED` when not logged in.
-    public func signP256(keyID: [UInt8], message: [UInt8]) async throws(TesseraError) -> [UInt8] {
+    nonisolated(nonsending) public func signP256(keyID: [UInt8], message: [UInt8]) async throws(TesseraError) -> [UInt8]
+    {
         let mechanism = try await signMechanism()
         let data = mechanism == ck_mechanism_type_t(CKM_ECDSA) ? MessageDigest.sha256(message) : message
         return try await sign(keyID: keyID, mechanism: mechanism, data: data)
@@ -348,7 +349,8 @@ public final class PKCS11Token: Sendable {
             data: mechanism == ck_mechanism_type_t(CKM_ECDSA) ? digest : message)
     }
 
-    private func sign(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8]) async throws(TesseraError)
+    nonisolated(nonsending) private func sign(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8])
+        async throws(TesseraError)
         -> [UInt8]
     {
         let signature = try await signature(keyID: keyID, mechanism: mechanism, data: data)
@@ -363,7 +365,8 @@ public final class PKCS11Token: Sendable {
     }
 
     /// `C_Sign` with the private key of `keyID` (its handle cached), returning the token's signature bytes.
-    private func signature(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8]) async throws(TesseraError)
+    nonisolated(nonsending) private func signature(keyID: [UInt8], mechanism: ck_mechanism_type_t, data: [UInt8])
+        async throws(TesseraError)
         -> [UInt8]
     {
         let cache = keyHandles
@@ -410,7 +413,7 @@ public final class PKCS11Token: Sendable {
         throw .failure(TesseraError(.passkeyNotFound, "no private key with this id on the token"))
     }
 
-    private func signMechanism() async throws(TesseraError) -> ck_mechanism_type_t {
+    nonisolated(nonsending) private func signMechanism() async throws(TesseraError) -> ck_mechanism_type_t {
         if let m = mechanismChoice.withLock({ $0 }) { return m }
         let choice = try await withSession { (ctx: SessionContext) throws(OperationError) -> ck_mechanism_type_t in
             let list = ctx.module.mechanisms(ctx.slot)
@@ -703,7 +706,7 @@ public final class PKCS11Token: Sendable {
 
     // MARK: Sessions
 
-    private func withSession<T: Sendable>(
+    nonisolated(nonsending) private func withSession<T: Sendable>(
         _ body: @escaping @Sendable (SessionContext) throws(OperationError) -> T
     ) async throws(TesseraError) -> T {
         guard let worker = await pool.acquire() else { throw Self.finalizedError }

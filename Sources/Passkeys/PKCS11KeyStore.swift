@@ -74,7 +74,7 @@ public final class PKCS11KeyStore: KeyStore {
         token.info.flags.tokenInitialized && !token.info.flags.writeProtected
     }
 
-    public func tokens() async -> [any KeyStoreToken] { list.current().tokens }
+    nonisolated(nonsending) public func tokens() async -> [any KeyStoreToken] { list.current().tokens }
 
     public func freshTokens(within limit: Duration) async -> [any KeyStoreToken] {
         await list.fresh(within: limit).tokens
@@ -123,7 +123,10 @@ struct PKCS11TokenAdapter: KeyStoreToken {
         return try await token.generateP256KeyPair(id: handle, label: label)
     }
 
-    func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?) async throws(TesseraError) -> [UInt8] {
+    nonisolated(nonsending) func signP256(handle: [UInt8], message: [UInt8], pin: PINAttempt?)
+        async throws(TesseraError)
+        -> [UInt8]
+    {
         // The PIN of the login in force signs without the login lock and its session call (the per-assertion path);
         // a token that lost that login since answers PIN_REQUIRED, and the full check below logs in again. The
         // message is hashed on the host only for a token that signs with raw CKM_ECDSA.

@@ -50,7 +50,7 @@ public final class PasskeyService: Sendable {
     }
 
     /// All tokens present, across backends, as last seen (no request waits for an enumeration).
-    public func tokens() async -> [any KeyStoreToken] {
+    nonisolated(nonsending) public func tokens() async -> [any KeyStoreToken] {
         var all: [any KeyStoreToken] = []
         for ks in keyStores { all += await ks.tokens() }
         return all
@@ -351,7 +351,7 @@ public final class PasskeyService: Sendable {
         }
     }
 
-    public func authenticate(_ r: AuthenticateRequest) async throws(TesseraError) -> Assertion {
+    nonisolated(nonsending) public func authenticate(_ r: AuthenticateRequest) async throws(TesseraError) -> Assertion {
         try Self.validate(rpId: r.rpId)
         guard !r.allowCredentials.isEmpty else { throw .invalidInput("allowCredentials must not be empty") }
         try Self.validate(challenge: r.challenge, clientDataHash: r.clientDataHash)
@@ -550,9 +550,9 @@ public final class PasskeyService: Sendable {
     }
 
     /// Runs `operation` with the caller's PIN under `pinRules`, or with nil when the request has no PIN.
-    private func withPIN<T>(
+    nonisolated(nonsending) private func withPIN<T>(
         _ pin: String?, caller: PINCaller?, allowFinalTry: Bool, token: any KeyStoreToken,
-        _ operation: (PINAttempt?) async throws(TesseraError) -> T
+        _ operation: nonisolated(nonsending) (PINAttempt?) async throws(TesseraError) -> T
     ) async throws(TesseraError) -> T {
         guard let pin else { return try await operation(nil) }
         return try await pinRules.withCallerPIN(pin, caller: caller, allowFinalTry: allowFinalTry, tokenId: token.id) {
@@ -562,7 +562,7 @@ public final class PasskeyService: Sendable {
 
     /// With a PIN, the operation is user-verified (the token checks the PIN in the operation itself and fails it
     /// with PIN_INVALID); without one, checks that the request does not require UV and the token can sign.
-    private func authorize(
+    nonisolated(nonsending) private func authorize(
         _ token: any KeyStoreToken, pin: String?, userVerification: UserVerification, verifiedByFrontDoor: Bool,
         checkLogin: Bool = true
     ) async throws(TesseraError) -> Bool {
@@ -596,7 +596,7 @@ public final class PasskeyService: Sendable {
         return hash
     }
 
-    private func cachedRecord(_ id: [UInt8]) async throws(TesseraError) -> CredentialRecord? {
+    nonisolated(nonsending) private func cachedRecord(_ id: [UInt8]) async throws(TesseraError) -> CredentialRecord? {
         if let hit = records.withLock({ $0[ByteKey(id)] }) { return hit }
         guard let rec = try await store.credential(id: id) else { return nil }
         records.withLock { cache in

@@ -41,7 +41,9 @@ actor SignCounterAllocator {
     /// `persistedCeiling` is the credential's `counterReserved` as read from the store.
     /// A value inside the block already reserved is taken under the lock, without a hop to the actor; only the
     /// reservation of the next block goes through it.
-    nonisolated func next(for credentialId: [UInt8], persistedCeiling: Int64) async throws(TesseraError) -> UInt32 {
+    nonisolated(nonsending) func next(for credentialId: [UInt8], persistedCeiling: Int64) async throws(TesseraError)
+        -> UInt32
+    {
         let key = ByteKey(credentialId)
         if let value = try takeReserved(key, persistedCeiling: persistedCeiling) { return value }
         return try await nextReserving(key, persistedCeiling: persistedCeiling)

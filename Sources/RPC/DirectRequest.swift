@@ -24,7 +24,13 @@ public struct DirectRequest: Sendable {
     let id: ArraySlice<UInt8>
     let idIsString: Bool
     let methodBytes: ArraySlice<UInt8>
-    let members: [(key: ArraySlice<UInt8>, value: Value)]
+    let members: [Member]
+
+    /// One member of `params` (a struct, not a tuple: an array of tuples is destroyed through generic metadata).
+    struct Member: Sendable {
+        let key: ArraySlice<UInt8>
+        let value: Value
+    }
 
     /// Whether the method is `name`.
     public func isMethod(_ name: String) -> Bool {
@@ -62,7 +68,7 @@ public struct DirectRequest: Sendable {
         var idIsString = false
         var method: ArraySlice<UInt8>?
         var versionSeen = false
-        var members: [(key: ArraySlice<UInt8>, value: Value)]?
+        var members: [Member]?
         repeat {
             guard let key = s.plainString(), s.take(UInt8(ascii: ":")) else { return nil }
             switch String(decoding: key, as: UTF8.self) {
@@ -164,9 +170,9 @@ public struct DirectRequest: Sendable {
         }
 
         /// An object of plain strings, booleans, nulls and arrays of plain strings, no key twice.
-        mutating func flatObject() -> [(key: ArraySlice<UInt8>, value: Value)]? {
+        mutating func flatObject() -> [Member]? {
             guard take(UInt8(ascii: "{")) else { return nil }
-            var members: [(key: ArraySlice<UInt8>, value: Value)] = []
+            var members: [Member] = []
             members.reserveCapacity(8)
             if take(UInt8(ascii: "}")) { return members }
             repeat {
@@ -195,7 +201,7 @@ public struct DirectRequest: Sendable {
                 } else {
                     return nil
                 }
-                members.append((key, value))
+                members.append(Member(key: key, value: value))
             } while take(UInt8(ascii: ","))
             return take(UInt8(ascii: "}")) ? members : nil
         }

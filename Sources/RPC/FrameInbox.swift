@@ -36,7 +36,7 @@ final class FrameInbox: Sendable {
     var isClosed: Bool { state.withLock { $0.closed } }
 
     /// The next event, waiting for one.
-    func next() async -> Event {
+    nonisolated(nonsending) func next() async -> Event {
         if let event = state.withLock({ $0.queue.popFirst() }) { return event }
         return await withUnsafeContinuation { continuation in
             let ready = state.withLock { s -> Event? in

@@ -1,6 +1,10 @@
 import NIOCore
 import TesseraCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Requests of some methods (they carry images: `face.compare`, `enrollment.submit`) may be longer than the
 /// connection's frame limit, up to `maxBytes`: a frame past the limit whose first `methodWindow` bytes name one of
 /// `methods` (`"method":"NAME"`, as clients write it before `params`) may grow to `maxBytes`.
@@ -74,8 +78,14 @@ struct LineFrameDecoder: ByteToMessageDecoder {
     /// The channel-free core of `decode`, which the fuzz harness drives directly.
     mutating func nextFrame(_ buffer: inout ByteBuffer) throws -> ByteBuffer? {
         let view = buffer.readableBytesView
-        if let nl = view.dropFirst(scanned).firstIndex(of: UInt8(ascii: "\n")) {
-            let length = nl - view.startIndex
+        // One memchr over the bytes not scanned yet (a search through the view's slice goes byte by byte).
+        let newline: Int? = buffer.withUnsafeReadableBytes { bytes in
+            guard bytes.count > scanned, let start = bytes.baseAddress,
+                let found = memchr(start + scanned, Int32(UInt8(ascii: "\n")), bytes.count - scanned)
+            else { return nil }
+            return start.distance(to: UnsafeRawPointer(found))
+        }
+        if let length = newline {
             _ = try limit(view, length: length)
             var frame = buffer.readSlice(length: length)!
             buffer.moveReaderIndex(forwardBy: 1)

@@ -15,8 +15,11 @@ public protocol RPCDispatcher: Sendable {
     /// presentation, can end), and again once they have all ended. Must be idempotent.
     func connectionClosed(_ connection: RPCConnection) async
     /// The answer to a request of a method the dispatcher answers straight from the frame (no `JSONValue` tree either
-    /// way), or nil to leave it to `handle`, which must then give the same answer. Default: nil.
-    func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer?
+    /// way), or nil to leave it to `handle`, which must then give the same answer. Default: nil. It runs on the
+    /// caller's executor (`nonisolated(nonsending)`, as the calls of the assertion path below it): no executor switch
+    /// per call.
+    nonisolated(nonsending) func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async
+        -> DirectAnswer?
     /// Whether `request`, answered directly, is short enough (one token signing, no prompt) to run in its
     /// connection's task rather than a task of its own; frames of the connection wait meanwhile. Default: false.
     func answersInline(_ request: DirectRequest) -> Bool
@@ -24,7 +27,9 @@ public protocol RPCDispatcher: Sendable {
 
 extension RPCDispatcher {
     public func connectionClosed(_ connection: RPCConnection) async {}
-    public func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer? {
+    nonisolated(nonsending) public func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async
+        -> DirectAnswer?
+    {
         nil
     }
     public func answersInline(_ request: DirectRequest) -> Bool { false }
@@ -96,8 +101,13 @@ public final class RPCConnection: Sendable, Hashable {
     /// Hands a request's answer frame (nil: none) to the channel handler, to be written after the notifications
     /// queued before it.
     func answered(_ frame: ByteBuffer?) {
+        // On the loop (the inline answers) without `runOnLoop`, whose escaping closure is allocated either way.
         let handler = self.handler
-        channel.eventLoop.runOnLoop { handler.value.answered(frame) }
+        if channel.eventLoop.inEventLoop {
+            handler.value.answered(frame)
+        } else {
+            channel.eventLoop.execute { handler.value.answered(frame) }
+        }
     }
 
     /// Completes once the connection is closed.
@@ -353,7 +363,9 @@ public final class RPCServer: Sendable {
 
     /// The answer frame to one frame (`direct`: the frame as scanned): directly when the dispatcher answers its method
     /// so, else through `answer`.
-    func answerFrame(_ frame: [UInt8], direct: DirectRequest?, on conn: RPCConnection) async -> ByteBuffer? {
+    nonisolated(nonsending) func answerFrame(_ frame: [UInt8], direct: DirectRequest?, on conn: RPCConnection) async
+        -> ByteBuffer?
+    {
         if let request = direct, var answer = await dispatcher.answerDirectly(request, from: conn) {
             if let error = answer.error, error.code == .internalError {
                 logger.error("\(String(decoding: answer.method, as: UTF8.self)) failed: \(error.message)")

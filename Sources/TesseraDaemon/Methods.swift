@@ -13,7 +13,9 @@ final class MethodTable: RPCDispatcher {
     /// Handlers throw `TesseraError`; anything else surfaces as INTERNAL.
     typealias Handler = @Sendable (Params, RPCConnection) async throws -> JSONValue
     /// Answers a request straight from its frame, or nil to leave it to the method's `Handler`.
-    typealias DirectHandler = @Sendable (DirectRequest, RPCConnection) async throws(TesseraError) -> DirectAnswer?
+    typealias DirectHandler =
+        nonisolated(nonsending) @Sendable (DirectRequest, RPCConnection) async throws(TesseraError)
+        -> DirectAnswer?
     private var handlers: [String: (Permission, Handler)] = [:]
     private var directHandlers: [(method: String, permission: Permission, inline: Bool, handler: DirectHandler)] = []
     private var closeHooks: [@Sendable (RPCConnection) -> Void] = []
@@ -55,7 +57,9 @@ final class MethodTable: RPCDispatcher {
         for hook in closeHooks { hook(connection) }
     }
 
-    func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer? {
+    nonisolated(nonsending) func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async
+        -> DirectAnswer?
+    {
         guard let direct = directHandlers.first(where: { request.isMethod($0.method) }) else { return nil }
         do throws(TesseraError) {
             try policy.check(direct.permission, peer: connection.peer)

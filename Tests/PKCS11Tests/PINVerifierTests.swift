@@ -1,6 +1,8 @@
+import Crypto
 import FoundationEssentials
 import TesseraCore
 import TesseraRuntime
+import TesseraTestSupport
 import Testing
 
 @testable import PKCS11
@@ -25,6 +27,22 @@ struct PINVerifierTests {
         #expect(
             Hex.encode(v.tag(Array("Hi There".utf8)))
                 == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
+    }
+
+    /// The tags from the pre-computed inner and outer states equal swift-crypto's HMAC-SHA-256 for keys of 0 to 64
+    /// bytes and messages of 0 to 130 bytes (one to three blocks: the padding's edges at 55, 56 and 64 bytes).
+    @Test func tagsFromThePreparedStatesEqualHMACSHA256() {
+        var random = SeededRandom(stream: "PINVerifierTests.prepared")
+        for round in 0..<200 {
+            let key = (0..<Int.random(in: 0...64, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random)
+            }
+            let length = round < 131 ? round : Int.random(in: 0...130, using: &random)
+            let message = (0..<length).map { _ in UInt8.random(in: 0...255, using: &random) }
+            let expected = Array(HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: key)))
+            #expect(
+                PINVerifier(testKey: key).tag(message) == expected,
+                "key \(Hex.encode(key)), \(length)-byte message (\(SeededRandom.reproduce))")
+        }
     }
 
     @Test func tagsDependOnTheProcessKeyAndMatchOnlyTheSamePIN() {

@@ -21,7 +21,9 @@ struct DirectGreeter: RPCDispatcher {
         return ["hello": .string(Base64URL.encode(Array(name.utf8))), "count": 7, "ok": true]
     }
 
-    func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async -> DirectAnswer? {
+    nonisolated(nonsending) func answerDirectly(_ request: DirectRequest, from connection: RPCConnection) async
+        -> DirectAnswer?
+    {
         guard request.isMethod("greet") else { return nil }
         direct.withLock { $0 += 1 }
         if case .bool(true)? = request["fail"] {

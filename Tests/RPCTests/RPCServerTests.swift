@@ -4,6 +4,7 @@ import NIOCore
 import NIOPosix
 import Synchronization
 import TesseraCore
+import TesseraTestSupport
 import Testing
 
 @_spi(Testing) @testable import RPC
@@ -527,6 +528,35 @@ func floodAndClose(path: String, requests: Int) async throws {
         for i in 0..<3 { #expect(await connection.next() == [UInt8](repeating: UInt8(i), count: 10 + i)) }
         close(peer)
         #expect(await connection.next() == nil)
+    }
+}
+
+/// The line splitter fed a stream in pieces of any size, as reads hand it over: every frame comes out whole, once, in
+/// order, LF or CRLF ended, whatever the piece boundaries and however far the buffer's reader index has moved.
+@Suite struct LineFrameDecoderTests {
+    @Test func framesComeOutWholeWhateverThePieces() throws {
+        var random = SeededRandom(stream: "LineFrameDecoderTests.pieces")
+        for _ in 0..<50 {
+            let frames = (0..<Int.random(in: 1...12, using: &random)).map { _ in
+                String(
+                    (0..<Int.random(in: 0...300, using: &random)).map { _ in
+                        "abcxyz{}\":,".randomElement(using: &random)!
+                    })
+            }
+            let stream = Array(frames.map { $0 + (Bool.random(using: &random) ? "\r\n" : "\n") }.joined().utf8)
+            var decoder = LineFrameDecoder(maxFrameBytes: 1024)
+            var buffer = ByteBuffer()
+            var out: [String] = []
+            var at = 0
+            while at < stream.count {
+                let piece = min(stream.count - at, Int.random(in: 1...400, using: &random))
+                buffer.writeBytes(stream[at..<(at + piece)])
+                at += piece
+                while let frame = try decoder.nextFrame(&buffer) { out.append(String(buffer: frame)) }
+            }
+            #expect(out == frames, "\(SeededRandom.reproduce)")
+            #expect(buffer.readableBytes == 0)
+        }
     }
 }
 

@@ -100,6 +100,42 @@ void tessera_secret_free(void *p, size_t size) {
     munmap(p, size);
 }
 
+// OpenSSL's SHA-256 context is a plain struct (an EVP context is not): the states can so live in the caller's secret
+// mapping. Its low-level digest calls are deprecated in OpenSSL 3 but kept, and nothing else offers that.
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
+
+struct tessera_hmac_states {
+    SHA256_CTX inner, outer;
+};
+
+size_t tessera_hmac_sha256_states_size(void) { return sizeof(struct tessera_hmac_states); }
+
+void tessera_hmac_sha256_prepare(const uint8_t *key_block, void *states) {
+    struct tessera_hmac_states *s = states;
+    uint8_t pad[64];
+    for (int i = 0; i < 64; i++) pad[i] = key_block[i] ^ 0x36;
+    SHA256_Init(&s->inner);
+    SHA256_Update(&s->inner, pad, sizeof pad);
+    for (int i = 0; i < 64; i++) pad[i] = key_block[i] ^ 0x5c;
+    SHA256_Init(&s->outer);
+    SHA256_Update(&s->outer, pad, sizeof pad);
+    explicit_bzero(pad, sizeof pad);
+}
+
+void tessera_hmac_sha256(const void *states, const uint8_t *message, size_t length, uint8_t *tag) {
+    const struct tessera_hmac_states *s = states;
+    SHA256_CTX ctx = s->inner;
+    uint8_t digest[SHA256_DIGEST_LENGTH];
+    SHA256_Update(&ctx, message, length);
+    SHA256_Final(digest, &ctx);
+    ctx = s->outer;
+    SHA256_Update(&ctx, digest, sizeof digest);
+    SHA256_Final(tag, &ctx);
+    explicit_bzero(&ctx, sizeof ctx);
+    explicit_bzero(digest, sizeof digest);
+}
+
 int tessera_set_nondumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? 0 : -errno; }
 
 int tessera_get_dumpable(void) {

@@ -30,6 +30,14 @@ void tessera_secret_free(void *p, size_t size);
 /// Zeroes `size` bytes at `p` in a way the compiler may not remove.
 void tessera_secure_zero(void *p, size_t size);
 
+/// HMAC-SHA-256 (RFC 2104) with a key prepared once: `tessera_hmac_sha256_prepare` writes the inner and outer SHA-256
+/// states of the 64-byte key block `key_block` (the key, zero-padded) at `states`
+/// (`tessera_hmac_sha256_states_size()` bytes, e.g. in the key's own secret mapping); `tessera_hmac_sha256` writes the
+/// 32-byte tag of `message` under them to `tag`, zeroing its working copies on the stack.
+size_t tessera_hmac_sha256_states_size(void);
+void tessera_hmac_sha256_prepare(const uint8_t *key_block, void *states);
+void tessera_hmac_sha256(const void *states, const uint8_t *message, size_t length, uint8_t *tag);
+
 /// prctl(PR_SET_DUMPABLE, 0): no core dumps, no ptrace or /proc/PID/mem by same-uid processes. 0 or -errno.
 int tessera_set_nondumpable(void);
 
