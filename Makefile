@@ -12,10 +12,13 @@ BUILD_FLAGS ?=
 ## Every function (Swift and C) gets a section of its own: --gc-sections drops the unused ones, and lld places those
 ## packaging/tesserad.order names (the code a running daemon executes, `make order-file`) first, together, so the
 ## kernel maps fewer pages of the binary (idle RSS, docs/PERFORMANCE.md). Names a build no longer has are skipped.
+## The compiler's private functions, which have no name to order by, are gathered just before them
+## (packaging/tesserad-private-code.ld).
 RELEASE_FLAGS ?= -c release --static-swift-stdlib -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs \
 	-Xlinker --no-export-dynamic -Xswiftc -enforce-exclusivity=unchecked \
 	-Xswiftc -Xfrontend -Xswiftc -function-sections -Xcc -ffunction-sections \
-	-Xlinker --symbol-ordering-file=$(CURDIR)/packaging/tesserad.order -Xlinker --no-warn-symbol-ordering
+	-Xlinker --symbol-ordering-file=$(CURDIR)/packaging/tesserad.order -Xlinker --no-warn-symbol-ordering \
+	-Xlinker -T -Xlinker $(CURDIR)/packaging/tesserad-private-code.ld
 export RELEASE_FLAGS
 
 .PHONY: all setup build release release-flags demo test unit-test e2e-test bench soak systemd-check format format-check fuzz fuzz-smoke sanitize clean \
@@ -215,8 +218,7 @@ bench-callgrind: setup
 order-file: setup
 	@swift build $(RELEASE_FLAGS) --product tesserad && swift build $(RELEASE_FLAGS) --product tessera-bench
 	@d=$$(mktemp -d) && VALGRIND_OPTS=--demangle=no .build/release/tessera-bench --order-profile $$d/profile \
-		--idle-seconds 70 && scripts/order-file.py $$d/profile .build/release/tesserad \
-		packaging/tesserad.order; s=$$?; rm -rf $$d; exit $$s
+		--idle-seconds 70 && scripts/order-file.py $$d/profile packaging/tesserad.order; s=$$?; rm -rf $$d; exit $$s
 
 ## libFuzzer (+ ASan/LSan) on every untrusted parser, FUZZ_RUNS executions each (default 1000000), capped at
 ## FUZZ_SECONDS per target; fails on a crash, a leak or a timeout. FUZZ_TARGETS="cbor tlv" runs some.
