@@ -1,10 +1,6 @@
 import NIOCore
 import TesseraCore
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// A request frame read without building a `JSONValue` tree, for the few hot methods a dispatcher answers directly
 /// (`RPCDispatcher.answerDirectly`). Only the plainest frames are taken: one object with `jsonrpc` "2.0", an `id`
 /// that is a short non-negative integer or a plain string, a plain-string `method` and `params`, an object whose
@@ -35,19 +31,12 @@ public struct DirectRequest: Sendable {
     /// Whether the method is `name`.
     public func isMethod(_ name: String) -> Bool {
         var name = name
-        return name.withUTF8 { Self.same(methodBytes, $0) }
+        return name.withUTF8 { ByteScan.equal(methodBytes, $0) }
     }
 
     /// The value of params member `key` (nil when absent).
     public subscript(key: StaticString) -> Value? {
-        key.withUTF8Buffer { k in members.first { Self.same($0.key, k) }?.value }
-    }
-
-    /// Whether `a` holds exactly the bytes of `b` (one memcmp, not a walk element by element).
-    static func same(_ a: ArraySlice<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard a.count == b.count else { return false }
-        guard let other = b.baseAddress else { return true }
-        return a.withUnsafeBufferPointer { memcmp($0.baseAddress!, other, b.count) == 0 }
+        key.withUTF8Buffer { k in members.first { ByteScan.equal($0.key, k) }?.value }
     }
 
     /// The id as the general path would read it (for an error answer).
@@ -177,7 +166,7 @@ public struct DirectRequest: Sendable {
             if take(UInt8(ascii: "}")) { return members }
             repeat {
                 guard let key = plainString(), take(UInt8(ascii: ":")) else { return nil }
-                let repeated = key.withUnsafeBufferPointer { k in members.contains { DirectRequest.same($0.key, k) } }
+                let repeated = key.withUnsafeBufferPointer { k in members.contains { ByteScan.equal($0.key, k) } }
                 guard !repeated else { return nil }
                 let value: Value
                 if let text = plainString() {

@@ -1,10 +1,6 @@
 import NIOCore
 import TesseraCore
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// Requests of some methods (they carry images: `face.compare`, `enrollment.submit`) may be longer than the
 /// connection's frame limit, up to `maxBytes`: a frame past the limit whose first `methodWindow` bytes name one of
 /// `methods` (`"method":"NAME"`, as clients write it before `params`) may grow to `maxBytes`.
@@ -79,11 +75,8 @@ struct LineFrameDecoder: ByteToMessageDecoder {
     mutating func nextFrame(_ buffer: inout ByteBuffer) throws -> ByteBuffer? {
         let view = buffer.readableBytesView
         // One memchr over the bytes not scanned yet (a search through the view's slice goes byte by byte).
-        let newline: Int? = buffer.withUnsafeReadableBytes { bytes in
-            guard bytes.count > scanned, let start = bytes.baseAddress,
-                let found = memchr(start + scanned, Int32(UInt8(ascii: "\n")), bytes.count - scanned)
-            else { return nil }
-            return start.distance(to: UnsafeRawPointer(found))
+        let newline = buffer.withUnsafeReadableBytes {
+            ByteScan.firstIndex(of: UInt8(ascii: "\n"), in: $0, from: scanned)
         }
         if let length = newline {
             _ = try limit(view, length: length)
