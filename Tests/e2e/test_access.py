@@ -143,8 +143,8 @@ def test_badges_at_the_door(tmp_path, pcscd):
             assert granted["decision"] == "granted" and granted["reasons"] == [], granted
             assert granted["holder"] == "alice" and granted["apdus"] >= 4
             # grantCommand got the decision on stdin.
-            files = wait_for(lambda: list(grants.glob("*.json")))
-            assert json.loads(files[0].read_text())["badgeId"] == badge_id
+            decisions = wait_for(lambda: (got := [read_json(f) for f in grants.glob("*.json")]) and all(got) and got)
+            assert decisions[0]["badgeId"] == badge_id
             # The lifecycle is the passkeys': suspend, then resume, the badge id as credential id.
             c.call("credentials.suspend", {"credentialId": badge_id, "reason": "lost"})
             assert check(c)["reasons"] == ["BADGE_SUSPENDED"]
