@@ -13,32 +13,19 @@ import TesseraTestSupport
 /// assertion) against `passkey.authenticate` over the JSON-RPC socket and raw C_Sign, same token and key, one run.
 enum CTAPBench {
     static func run(seconds: Double, tesserad: String) async throws {
-        let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
+        let token = try await BenchToken.make()
+        let hsm = token.hsm
         defer { hsm.removeDirectory() }
-        let work = hsm.directory
-        let pinFile = work + "/pin"
-        try Data("1234".utf8).write(to: URL(fileURLWithPath: pinFile))
-        let config = work + "/tesserad.json"
-        try Data(#"{"pinFiles": {"bench": "\#(pinFile)"}}"#.utf8).write(to: URL(fileURLWithPath: config))
-        let socket = work + "/tesserad.sock", ctapSocket = work + "/ctap.sock"
+        let socket = token.socket, ctapSocket = token.directory + "/ctap.sock"
         let daemon = try ChildProcess.start(
-            [
-                tesserad, "--socket", socket, "--ctap-socket", ctapSocket, "--state-dir", work + "/state",
-                "--pkcs11-module", hsm.modulePath, "--no-embedded-softhsm", "--config", config,
-                "--log-level", "warning",
-            ], output: .inherit)
+            [tesserad] + token.daemonArguments(["--ctap-socket", ctapSocket]), output: .inherit)
         do {
             var client: RPCClient?
             while client == nil {
                 client = try? await RPCClient.connect(path: socket)
                 if client == nil { try await Task.sleep(for: .milliseconds(5)) }
             }
-            let reg = try await client!.call(
-                "passkey.enroll",
-                [
-                    "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"],
-                    "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
-                ])
+            let reg = try await BenchToken.enroll(on: client!)
             let credentialId = reg["credentialId"]!.stringValue!
             guard let rawId = Base64URL.decode(credentialId), rawId.count == 32 else {
                 throw BenchError("credential id")

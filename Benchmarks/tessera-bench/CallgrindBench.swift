@@ -17,7 +17,7 @@ import TesseraTestSupport
 enum CallgrindBench {
     static let warmup = 200
 
-    /// A SoftHSM2 token with one PIN file, and tesserad's arguments for it; `profiled` is the copy valgrind runs.
+    /// The bench token (`BenchToken`) and tesserad's arguments for it; `profiled` is the copy valgrind runs.
     struct Setup {
         let hsm: SoftHSMFixture
         let socket: String
@@ -29,27 +29,17 @@ enum CallgrindBench {
             where !FileManager.default.isExecutableFile(atPath: tool) {
                 throw BenchError("\(tool) is missing (apt valgrind; scripts/setup.sh installs it)")
             }
-            let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
-            let work = hsm.directory
-            let pinFile = work + "/pin"
-            try Data("1234".utf8).write(to: URL(fileURLWithPath: pinFile))
-            let config = work + "/tesserad.json"
-            try Data(#"{"pinFiles": {"bench": "\#(pinFile)"}}"#.utf8).write(to: URL(fileURLWithPath: config))
+            let token = try await BenchToken.make()
             // valgrind 3.19 cannot read the DWARF 5 debug information Swift 6.3 writes ("unhandled dwarf2 abbrev
             // form code 0x25"): it runs a copy without it. The symbol table, and so the function names, stay.
-            let profiled = work + "/tesserad"
+            let profiled = token.directory + "/tesserad"
             let strip = try await Subprocess.run(
                 "/usr/bin/objcopy", ["--strip-debug", tesserad, profiled], timeout: 300)
             guard strip.status == 0 else {
                 throw BenchError("objcopy --strip-debug failed: \(strip.output.prefix(500))")
             }
-            let socket = work + "/tesserad.sock"
             return Setup(
-                hsm: hsm, socket: socket, profiled: profiled,
-                arguments: [
-                    "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
-                    "--no-embedded-softhsm", "--config", config, "--log-level", "warning",
-                ])
+                hsm: token.hsm, socket: token.socket, profiled: profiled, arguments: token.daemonArguments())
         }
 
         /// tesserad under callgrind, its profile written to `out` (names as the symbol table has them when
@@ -67,15 +57,6 @@ enum CallgrindBench {
                 throw BenchError("tesserad under callgrind did not exit cleanly (status \(daemon.status ?? -1))")
             }
         }
-
-        func enroll(on client: RPCClient) async throws -> String {
-            try await client.call(
-                "passkey.enroll",
-                [
-                    "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"],
-                    "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
-                ])["credentialId"]!.stringValue!
-        }
     }
 
     /// `keepIn`: a directory to copy the two profiles to (`callgrind.0.out`, the warm-up only, and `callgrind.1.out`).
@@ -91,7 +72,7 @@ enum CallgrindBench {
         let credentialId: String
         do {
             let client = try await connect(socket, process: plain)
-            credentialId = try await setup.enroll(on: client)
+            credentialId = try await BenchToken.enroll(on: client)["credentialId"]!.stringValue!
         } catch {
             await Subprocess.terminate(plain)
             throw error
@@ -176,7 +157,7 @@ enum CallgrindBench {
         do {
             let client = try await connect(setup.socket, process: daemon)
             _ = try await client.call("daemon.status")
-            let credentialId = try await setup.enroll(on: client)
+            let credentialId = try await BenchToken.enroll(on: client)["credentialId"]!.stringValue!
             for clients in [1, 16] {
                 _ = try await LoadClient.run(
                     socket: setup.socket, credentialId: credentialId, clients: clients, seconds: 3600, pin: "1234",

@@ -48,13 +48,7 @@ enum PIVBench {
                 if tokenId == nil { try await Task.sleep(for: .milliseconds(50)) }
             }
             guard let tokenId else { fatalError("the daemon did not find the emulated PIV card") }
-            let reg = try await c.call(
-                "passkey.enroll",
-                [
-                    "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"],
-                    "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
-                    "tokenId": .string(tokenId), "pin": "123456",
-                ])
+            let reg = try await BenchToken.enroll(on: c, ["tokenId": .string(tokenId), "pin": "123456"])
             let credentialId = reg["credentialId"]!.stringValue!
             guard let slot = await card.keySlots.first else { fatalError("no key on the card") }
 

@@ -14,24 +14,14 @@ import TesseraTestSupport
 /// SoftHSM2 key through its PKCS#11 provider (`ssh-add -s`), vs raw C_Sign, in the same run.
 enum SSHAgentBench {
     static func run(seconds: Double, tesserad: String, clientCounts: [Int]) async throws {
-        let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
+        let token = try await BenchToken.make(manyConnections: true)
+        let hsm = token.hsm
         defer { hsm.removeDirectory() }
-        let work = hsm.directory
-        let pinFile = work + "/pin"
-        try Data("1234".utf8).write(to: URL(fileURLWithPath: pinFile))
-        let config = work + "/tesserad.json"
-        // Every load client is this process's uid: the per-uid connection bound is raised to fit any --clients.
-        try Data(
-            #"{"pinFiles": {"bench": "\#(pinFile)"}, "maxConnections": 4096, "maxConnectionsPerUid": 4096}"#.utf8
-        ).write(to: URL(fileURLWithPath: config))
-        let socket = work + "/tesserad.sock", agentSocket = work + "/agent.sock", opensshSocket = work + "/openssh.sock"
+        let work = token.directory
+        let socket = token.socket, agentSocket = work + "/agent.sock", opensshSocket = work + "/openssh.sock"
 
         let daemon = try ChildProcess.start(
-            [
-                tesserad, "--socket", socket, "--ssh-agent-socket", agentSocket, "--state-dir", work + "/state",
-                "--pkcs11-module", hsm.modulePath, "--no-embedded-softhsm", "--config", config,
-                "--log-level", "warning",
-            ], output: .inherit)
+            [tesserad] + token.daemonArguments(["--ssh-agent-socket", agentSocket]), output: .inherit)
         // In the foreground (-D); its output (the SSH_AUTH_SOCK line, its PKCS#11 helper's errors) goes to a file.
         let opensshLog = work + "/ssh-agent.log"
         let opensshAgent: ChildProcess

@@ -82,25 +82,17 @@ enum Bench {
         if sshAgent {
             try await SSHAgentBench.run(seconds: seconds, tesserad: tesserad, clientCounts: clientCounts); return
         }
-        let hsm = try await SoftHSMFixture.make(label: "bench", pin: "1234")
+        let token = try await BenchToken.make(manyConnections: true)
+        let hsm = token.hsm
         defer { hsm.removeDirectory() }
-        let work = hsm.directory
-        let pinFile = work + "/pin"
-        try Data("1234".utf8).write(to: URL(fileURLWithPath: pinFile))
-        let config = work + "/tesserad.json"
-        // Every load client is this process's uid: the per-uid connection bound is raised to fit any --clients.
-        try Data(
-            #"{"pinFiles": {"bench": "\#(pinFile)"}, "maxConnections": 4096, "maxConnectionsPerUid": 4096}"#.utf8
-        ).write(to: URL(fileURLWithPath: config))
+        let work = token.directory
 
         // Start the daemon and time it to readiness.
-        let socket = work + "/tesserad.sock"
+        let socket = token.socket
         let spawned = ContinuousClock.now
         let daemon = try ChildProcess.start(
-            (daemonCPUs.map { ["/usr/bin/taskset", "-c", $0] } ?? []) + [
-                tesserad, "--socket", socket, "--state-dir", work + "/state", "--pkcs11-module", hsm.modulePath,
-                "--no-embedded-softhsm", "--config", config, "--log-level", "warning",
-            ], output: .inherit)
+            (daemonCPUs.map { ["/usr/bin/taskset", "-c", $0] } ?? []) + [tesserad] + token.daemonArguments(),
+            output: .inherit)
         var p11kit: P11KitPeer?
         do {
             var client: RPCClient?
@@ -113,12 +105,7 @@ enum Bench {
             try await Task.sleep(for: .seconds(1))
             let idleRSS = memory(pid: daemon.pid)
 
-            let reg = try await client!.call(
-                "passkey.enroll",
-                [
-                    "rpId": "bench.example", "user": ["id": "dXNlcg", "name": "bench"],
-                    "challenge": "Y2hhbGxlbmdlY2hhbGxlbmdl",
-                ])
+            let reg = try await BenchToken.enroll(on: client!)
             let credentialId = reg["credentialId"]!.stringValue!
             let sessions = 8  // the daemon's default pool size for software tokens
 
